@@ -1,0 +1,40 @@
+// FLOP model of GPT training.
+//
+// Forward FLOPs of one transformer layer for B*s tokens (GEMMs only, as in the sources):
+//   QKV 6Bsh^2 + attention scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2
+//   + FC1 2Bsh*ffn + FC2 2Bsh*ffn  (= 24Bsh^2 + 4Bs^2h for ffn = 4h);
+// LM head 2BshV. Backward = 2x forward.
+// Model FLOPs (Korthikanti et al. 2022, sec. 6): 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+// With full recomputation (Narayanan et al. SC'21, eq. 3): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+#pragma once
+
+#include <cstdint>
+
+#include "core/scenario.hpp"
+
+namespace traintwin {
+
+/// Forward FLOPs of one transformer layer for `tokens_per_sample` = s and `samples` = B.
+double layer_forward_flops(const ModelSpec& m, int64_t samples);
+
+/// Model FLOPs of one iteration over `global_batch` samples: fwd + bwd (3x forward) of all layers
+/// and the LM head; no recomputation. Equals Korthikanti's formula for ffn = 4h.
+double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch);
+
+/// Hardware FLOPs of one iteration: model FLOPs plus the recomputed forward work —
+/// selective: attention core (4Bs^2h per layer); full: the whole layer forward (not the LM head).
+/// For kFull and ffn = 4h this equals Narayanan et al. eq. 3.
+double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch, RecomputeGranularity r);
+
+/// Narayanan et al. SC'21 eq. 3 verbatim: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+double narayanan_eq3_flops(const ModelSpec& m, int64_t global_batch);
+
+/// Korthikanti et al. 2022 model FLOPs verbatim: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+double korthikanti_model_flops(const ModelSpec& m, int64_t global_batch);
+
+/// MFU: model FLOPs / (iteration time * GPUs * peak FLOP/s per GPU). Throws InvalidArgument
+/// for non-positive time, GPU count or peak.
+double model_flops_utilization(double model_flops, double iteration_time_s, int64_t num_gpus,
+                               double peak_flops_per_gpu);
+
+}  // namespace traintwin

@@ -1,0 +1,130 @@
+// The scenario: model + parallelism + training + cluster, as read from scenarios/*.yaml.
+// Key names are Megatron-LM's argument names in snake_case.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace traintwin {
+
+/// Numeric precision of parameters and activations (Megatron --fp16 / --bf16, else fp32).
+enum class Precision { kFp32, kFp16, kBf16 };
+
+/// Activation recomputation (Megatron --recompute-granularity; Korthikanti et al. 2022).
+/// kSelective recomputes the attention core only, kFull the whole transformer layer.
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+
+/// Pipeline schedule family. k1F1B becomes interleaved 1F1B when there are > 1 model chunks.
+enum class PipelineScheduleKind { kGPipe, k1F1B };
+
+/// Bytes of one element of `p`: 4 (fp32) or 2 (fp16, bf16).
+int bytes_per_element(Precision p);
+
+/// "fp32" | "fp16" | "bf16".
+const char* to_string(Precision p);
+/// "none" | "selective" | "full".
+const char* to_string(RecomputeGranularity r);
+/// "gpipe" | "1f1b".
+const char* to_string(PipelineScheduleKind k);
+
+/// The model (GPT: pre-LN decoder, learned position embeddings, LM head tied to embedding).
+struct ModelSpec {
+  std::string architecture = "gpt";  ///< only "gpt" for now
+  int64_t num_layers = 0;            ///< l
+  int64_t hidden_size = 0;           ///< h
+  int64_t num_attention_heads = 0;   ///< a
+  int64_t ffn_hidden_size = 0;       ///< MLP width; 4h when not given in the file
+  int64_t seq_length = 0;            ///< s, tokens per sample
+  int64_t vocab_size = 0;            ///< V
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+/// How the model is split over GPUs (Megatron-LM names).
+struct ParallelConfig {
+  int64_t tensor_model_parallel_size = 1;          ///< TP
+  int64_t pipeline_model_parallel_size = 1;        ///< PP
+  int64_t virtual_pipeline_model_parallel_size = 1;///< model chunks per pipeline rank (v)
+  int64_t context_parallel_size = 1;               ///< CP
+  int64_t data_parallel_size = 1;                  ///< DP, = num_gpus / (TP*CP*PP)
+  bool sequence_parallel = false;                  ///< SP (needs TP > 1)
+  PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
+  std::string rank_order = "tp-cp-dp-pp";          ///< fastest-varying first (Megatron order)
+
+  /// True when 1F1B runs with > 1 model chunk per pipeline rank (interleaved 1F1B).
+  bool interleaved() const { return virtual_pipeline_model_parallel_size > 1; }
+};
+
+/// Batch, precision and optimizer/communication switches.
+struct TrainingConfig {
+  int64_t micro_batch_size = 1;     ///< b, samples per micro-batch
+  int64_t global_batch_size = 1;    ///< B, samples per iteration over all DP replicas
+  Precision precision = Precision::kBf16;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  bool use_distributed_optimizer = false;  ///< ZeRO-1: optimizer state sharded over DP
+  bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
+  bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
+  bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
+};
+
+/// The cluster the scenario runs on.
+struct ClusterConfig {
+  std::filesystem::path topology;  ///< resolved against the scenario file's folder
+  int64_t num_gpus = 0;
+};
+
+/// One complete, validated scenario.
+struct Scenario {
+  std::string name;
+  std::filesystem::path source;  ///< the file it was read from ("" when built in code)
+  ModelSpec model;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  ClusterConfig cluster;
+
+  /// Micro-batches per pipeline per iteration: B / (b * DP).
+  int64_t num_micro_batches() const {
+    return training.global_batch_size /
+           (training.micro_batch_size * parallel.data_parallel_size);
+  }
+  /// Transformer layers per model chunk: l / (PP * v).
+  int64_t layers_per_model_chunk() const {
+    return model.num_layers /
+           (parallel.pipeline_model_parallel_size * parallel.virtual_pipeline_model_parallel_size);
+  }
+  int64_t world_size() const { return cluster.num_gpus; }
+};
+
+/// A `key.path=value` override, as given by `--set` (value in YAML syntax).
+struct Override {
+  std::string key;    ///< dotted path, e.g. "parallelism.tensor_model_parallel_size"
+  std::string value;  ///< e.g. "4", "true", "selective"
+};
+
+/// Reads, overrides and validates a scenario file.
+/// Unknown keys, wrong types, values without the allowed spelling and every rule of
+/// validate_scenario() raise ConfigError naming the file, line (when from the file), key and rule.
+/// Overrides are applied to the parsed YAML before validation; an override of an unknown key is
+/// an error, as in the file.
+Scenario load_scenario(const std::filesystem::path& file, const std::vector<Override>& overrides = {});
+
+/// Same as load_scenario() but from YAML text; `origin` names it in messages, and relative
+/// `cluster.topology` paths resolve against `base_dir`.
+Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
+                        const std::filesystem::path& base_dir,
+                        const std::vector<Override>& overrides = {});
+
+/// Checks the cross-key rules (throws ConfigError naming the key(s) and the rule):
+/// TP divides heads and ffn_hidden_size; num_layers divisible by PP x v; num_gpus = TP x CP x PP x DP;
+/// global batch divisible by micro batch x DP; interleaving needs micro-batches divisible by PP;
+/// GPipe has no model chunks; sequence_parallel needs TP > 1; CP divides seq_length; sizes >= 1;
+/// rank_order is a permutation of tp, cp, dp, pp. `origin` prefixes the messages.
+void validate_scenario(const Scenario& s, const std::string& origin);
+
+/// Parses "KEY=VALUE" (as given to --set). Throws ConfigError when there is no '='.
+Override parse_override(const std::string& text);
+
+}  // namespace traintwin

@@ -14,7 +14,11 @@
 
 namespace traintwin {
 
-/// Forward FLOPs of one transformer layer for `tokens_per_sample` = s and `samples` = B.
+/// Forward FLOPs of one transformer layer for `samples` = B samples of s = seq_length tokens:
+/// 8Bsh^2 + 4Bs^2h + 4Bsh*ffn. Every function here throws InvalidArgument, naming the argument
+/// or field, for a batch < 1 or a model size (num_layers, hidden_size, ffn_hidden_size,
+/// seq_length, vocab_size) < 1; the paper formulas (eq. 3, Korthikanti) do not use ffn and
+/// assume ffn = 4h.
 double layer_forward_flops(const ModelSpec& m, int64_t samples);
 
 /// Model FLOPs of one iteration over `global_batch` samples: fwd + bwd (3x forward) of all layers
@@ -24,7 +28,8 @@ double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch);
 /// Hardware FLOPs of one iteration: model FLOPs plus the recomputed forward work —
 /// selective: attention core (4Bs^2h per layer); full: the whole layer forward (not the LM head).
 /// For kFull and ffn = 4h this equals Narayanan et al. eq. 3.
-double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch, RecomputeGranularity r);
+double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
+                                    RecomputeGranularity r);
 
 /// Narayanan et al. SC'21 eq. 3 verbatim: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
 double narayanan_eq3_flops(const ModelSpec& m, int64_t global_batch);
@@ -32,8 +37,9 @@ double narayanan_eq3_flops(const ModelSpec& m, int64_t global_batch);
 /// Korthikanti et al. 2022 model FLOPs verbatim: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
 double korthikanti_model_flops(const ModelSpec& m, int64_t global_batch);
 
-/// MFU: model FLOPs / (iteration time * GPUs * peak FLOP/s per GPU). Throws InvalidArgument
-/// for non-positive time, GPU count or peak.
+/// MFU: model FLOPs / (iteration time * GPUs * peak FLOP/s per GPU), a fraction (0.5 = 50 %).
+/// Passing hardware FLOPs instead gives HFU. Throws InvalidArgument for non-positive time, GPU
+/// count or peak, or negative FLOPs.
 double model_flops_utilization(double model_flops, double iteration_time_s, int64_t num_gpus,
                                double peak_flops_per_gpu);
 

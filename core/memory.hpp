@@ -7,10 +7,29 @@
 // sec. 4 and Table 2: s b h (34 + 5 a s / h) bytes without parallelism or recomputation (16-bit
 // activations, 1-byte dropout masks); TP without SP: s b h (10 + 24/t + 5 a s/(h t));
 // TP + SP: s b h / t (34 + 5 a s / h); selective recompute drops the 5 a s^2 b terms;
-// full recompute keeps the layer input, 2 s b h (/t with SP). s is the local sequence s/CP.
-// The number of micro-batches in flight is taken from the stage's actual schedule
-// (max_in_flight), which for the first stage is p under 1F1B and p (1 + (p-1)/(p v)) micro-batch
-// equivalents of layers under interleaving (Korthikanti sec. 4.2.3).
+// full recompute keeps the layer input, 2 s b h (/t with SP). s is the local sequence s/CP
+// (also in the a s^2 b attention-score terms: an approximation, the paper has no CP).
+// Term breakdown (sec. 4.1, bytes for 16-bit activations):
+//   outside the TP region, /t only with SP: 2 LN inputs 4sbh, QKV input 2sbh, FC1 input 2sbh,
+//     attention and MLP dropout masks sbh + sbh                               -> 10 sbh;
+//   inside the TP region, /t: Q, K 4sbh, V 2sbh, projection input 2sbh, GeLU input and output
+//     2sb*ffn each (16sbh for ffn = 4h)                                       -> 24 sbh;
+//   attention core, /t, dropped by selective recompute: softmax output 2as^2b, its dropout mask
+//     as^2b, dropout output 2as^2b                                            -> 5 a s^2 b.
+// fp32 precision doubles every 2-byte term; dropout masks stay 1 byte per element.
+// The number of (micro-batch, chunk) activation sets in flight is taken from the stage's actual
+// schedule (max_in_flight), which for the first stage is p under 1F1B, m under GPipe, and
+// p v + p - 1 chunks of l/(p v) layers under interleaving, i.e. p (l/p) (1 + (p-1)/(p v))
+// layers (Korthikanti sec. 4.2.3).
+// Outside the transformer layers (sec. 4.3), per micro-batch in flight in the chunk holding them:
+// first stage: the embedding dropout mask s b h (1 byte, /t with SP); last stage: the inputs of
+// the final LayerNorm and of the LM head, 2sbh each (/t with SP: the LM head, a column-parallel
+// linear, keeps only its sequence shard and re-gathers it in backward), and the fp32 logits of
+// the vocab-parallel cross-entropy 4 s b V/t (V padded as Megatron pads it, padded_vocab_size).
+// Under 1F1B and interleaved 1F1B the last chunk holds one micro-batch (as in the paper);
+// under GPipe it holds m.
+// Not modelled: transient buffers (communication buffers, the workspace of the layer being
+// recomputed under full recomputation, allocator fragmentation, CUDA context).
 #pragma once
 
 #include <cstdint>
@@ -21,11 +40,11 @@
 namespace traintwin {
 
 /// Activation bytes of one transformer layer for one micro-batch on one GPU.
-/// `tp` = TP size, `sequence_parallel` as configured; precision scales the 16-bit terms
-/// (fp32 doubles them; dropout masks stay 1 byte).
-double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp,
-                              int64_t cp, bool sequence_parallel, RecomputeGranularity r,
-                              Precision p);
+/// `tp` = TP size, `cp` = CP size, `sequence_parallel` as configured; precision scales the
+/// 16-bit terms (fp32 doubles them; dropout masks stay 1 byte). Throws InvalidArgument, naming
+/// the argument, for sizes < 1 or seq_length not divisible by cp.
+double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
+                              bool sequence_parallel, RecomputeGranularity r, Precision p);
 
 /// Bytes per parameter of weights, gradients and optimizer state (see file comment).
 struct BytesPerParameter {
@@ -33,27 +52,33 @@ struct BytesPerParameter {
 };
 /// Bytes per parameter for `p` with or without the distributed optimizer over `dp` ranks
 /// (the optimizer share, including the fp32 main gradients where Megatron keeps them there,
-/// is divided by dp when distributed).
+/// is divided by dp when distributed): fp16 {2, 2, 16}, bf16 {2, 4, 12}, fp32 {4, 4, 8}.
+/// Throws InvalidArgument naming dp when dp < 1.
 BytesPerParameter bytes_per_parameter(Precision p, bool distributed_optimizer, int64_t dp);
 
 /// The memory of one GPU of pipeline stage `pp_rank`, in bytes.
 struct StageMemory {
   int64_t pp_rank = 0;
-  int64_t parameters = 0;          ///< parameters held (parameters_on_rank)
-  int64_t layers = 0;              ///< transformer layers held (all chunks)
-  int64_t in_flight = 0;           ///< peak (micro-batch, chunk) activation sets held
+  int64_t parameters = 0;  ///< parameters held (parameters_on_rank)
+  int64_t layers = 0;      ///< transformer layers held (all chunks)
+  int64_t in_flight = 0;   ///< peak (micro-batch, chunk) activation sets held
+                           ///< (max_in_flight of the stage's schedule)
   double weights_bytes = 0;
   double gradients_bytes = 0;
   double optimizer_bytes = 0;
-  double activations_bytes = 0;    ///< transformer layers, at the in-flight peak
-  double embedding_and_logits_bytes = 0;  ///< embedding dropout mask, final LN/LM-head inputs, fp32 logits
+  double activations_bytes = 0;  ///< transformer layers, at the in-flight peak
+  /// Outside the transformer layers: embedding dropout mask (first stage), final LN and LM-head
+  /// inputs and fp32 logits (last stage).
+  double embedding_and_logits_bytes = 0;
   double total_bytes() const {
     return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes +
            embedding_and_logits_bytes;
   }
 };
 
-/// Memory of one GPU of stage `pp_rank` (throws InvalidArgument if out of range).
+/// Memory of one GPU of stage `pp_rank` (throws InvalidArgument if out of range, or for the
+/// argument rules of parameters_on_rank and build_schedule). The distributed optimizer shards
+/// over the DP x CP ranks holding the same parameters (Megatron's data-parallel group with CP).
 StageMemory stage_memory(const Scenario& s, int64_t pp_rank);
 
 /// stage_memory() for every pipeline stage, stage 0 first.

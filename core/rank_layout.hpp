@@ -10,11 +10,13 @@
 
 namespace traintwin {
 
-/// A parallel dimension. kDpCp is the combined DP x CP group over which Megatron reduces
-/// gradients; kEmbedding is the first and last pipeline stage of one pipeline (tied embedding).
-enum class GroupKind { kTp, kCp, kDp, kPp, kDpCp, kEmbedding };
+/// A process group kind. kDpCp is the combined DP x CP group over which Megatron reduces
+/// gradients; kEmbedding is the first and last pipeline stage of one pipeline (tied embedding);
+/// kModelParallel is TP x PP (Megatron's model-parallel group, e.g. for the grad norm);
+/// kWorld is every rank.
+enum class GroupKind { kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld };
 
-/// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd".
+/// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world".
 const char* to_string(GroupKind g);
 
 /// Coordinates of one rank, each in [0, size of that dimension).
@@ -26,8 +28,9 @@ struct RankCoord {
 /// The rank layout for sizes TP, CP, DP, PP and an order such as "tp-cp-dp-pp".
 class RankLayout {
  public:
-  /// Throws InvalidArgument when a size is < 1 or `order` is not a permutation of tp, cp, dp, pp
-  /// (ep is not supported and rejected).
+  /// Throws InvalidArgument when a size is < 1 or `order` is not a dash-separated permutation of
+  /// tp, cp, dp, pp; as in Megatron, a dimension of size 1 may be left out of the order, and ep
+  /// (expert parallelism) is rejected as not supported.
   RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order = "tp-cp-dp-pp");
 
   int64_t world_size() const { return tp_ * cp_ * dp_ * pp_; }
@@ -42,7 +45,8 @@ class RankLayout {
   /// The group of kind `g` that contains `rank`, members in increasing coordinate order
   /// (for kPp: stage 0 first; for kEmbedding: {first stage, last stage}, one member when PP == 1).
   std::vector<int64_t> group(GroupKind g, int64_t rank) const;
-  /// Index of that group among all groups of kind `g` (0 .. world/size - 1).
+  /// Index of that group among all groups of kind `g`, in the order of their smallest rank
+  /// (0 .. number of groups - 1; for kEmbedding, world/PP groups).
   int64_t group_index(GroupKind g, int64_t rank) const;
   /// All groups of kind `g`, each sorted as group(), ordered by their smallest rank.
   std::vector<std::vector<int64_t>> all_groups(GroupKind g) const;

@@ -105,6 +105,37 @@ struct Override {
 };
 
 /// Reads, overrides and validates a scenario file.
+///
+/// File format (scenarios/README.md has the full reference). Sections and keys, R = required,
+/// otherwise the default in brackets (Megatron-LM's defaults):
+///   name: R (string)
+///   model:        architecture [gpt] (allowed: gpt), num_layers R, hidden_size R,
+///                 num_attention_heads R, ffn_hidden_size [4 x hidden_size], seq_length R,
+///                 vocab_size R
+///   parallelism:  (the whole section is optional) tensor_model_parallel_size [1],
+///                 pipeline_model_parallel_size [1], virtual_pipeline_model_parallel_size [1]
+///                 or num_layers_per_virtual_pipeline_stage N (v = num_layers / (PP x N); not
+///                 both in one source), context_parallel_size [1], sequence_parallel [false],
+///                 data_parallel_size [num_gpus / (TP x CP x PP); must equal it when given],
+///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-dp-pp]
+///   training:     micro_batch_size R, global_batch_size R, precision R (fp32 | fp16 | bf16),
+///                 recompute_granularity [none] (none | selective | full),
+///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,
+///                 tp_comm_overlap [false]
+///   cluster:      topology R (path relative to the scenario file; need not exist yet),
+///                 num_gpus R
+/// Integers are plain YAML integers >= 1 (not quoted, no 1.5 / 1e3 / 0x10); booleans are
+/// true/false (also True/TRUE/False/FALSE; not yes/no/on/off); enums are spelt exactly as listed.
+/// Unknown and duplicate keys are errors.
+///
+/// Overrides ("section.key" or "name"; the value is a YAML scalar) replace the file's value
+/// before validation, and their messages say "--set" instead of file:line. Setting one of
+/// virtual_pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage removes the
+/// other from the file. A null value ("KEY=null", "KEY=~" or "KEY=") removes the key, back to its
+/// default or derived value. A data_parallel_size given in the file is not re-derived: after an
+/// override of TP/CP/PP or num_gpus it must be overridden too (a number, or null to derive it).
+/// A relative cluster.topology given by override is relative to the current directory. When the
+/// same key is overridden twice, the last one wins.
 /// Unknown keys, wrong types, values without the allowed spelling and every rule of
 /// validate_scenario() raise ConfigError naming the file, line (when from the file), key and rule.
 /// Overrides are applied to the parsed YAML before validation; an override of an unknown key is

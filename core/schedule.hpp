@@ -3,7 +3,10 @@
 //
 // Sources: GPipe (Huang et al. 2019); 1F1B = PipeDream-Flush (Narayanan et al. 2021), with
 // Megatron-LM's warm-up of (p - rank - 1) forwards; interleaved 1F1B as in Megatron-LM
-// (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving).
+// (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving,
+// with the default microbatch_group_size_per_vp_stage = p).
+//
+// Notation: p = pp_size, r = pp_rank, m = num_micro_batches, v = num_model_chunks.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +21,8 @@ namespace traintwin {
 enum class Pass { kForward, kBackward };
 
 /// One step of a schedule: pass `pass` of micro-batch `micro_batch` (0..m-1) through model chunk
-/// `model_chunk` (0..v-1) of this pipeline rank. Chunk c of rank r is virtual stage c*p + r.
+/// `model_chunk` (0..v-1) of this pipeline rank. Chunk c of rank r is virtual stage c*p + r; a
+/// micro-batch's forward runs through virtual stages 0..p*v-1 in order, its backward in reverse.
 struct ScheduleStep {
   Pass pass;
   int64_t micro_batch;
@@ -30,39 +34,59 @@ struct ScheduleStep {
 /// all backwards cool-down).
 enum class SchedulePhase { kWarmup, kSteady, kCooldown };
 
-/// GPipe: all m forwards, then all m backwards (in reverse micro-batch order, as autograd runs
-/// them). Throws InvalidArgument unless pp_size >= 1, 0 <= pp_rank < pp_size, m >= 1.
-std::vector<ScheduleStep> gpipe_schedule(int64_t pp_size, int64_t pp_rank, int64_t num_micro_batches);
+/// GPipe: all m forwards (micro-batches 0..m-1), then all m backwards in reverse micro-batch
+/// order (m-1..0, as autograd runs them); one model chunk.
+/// Throws InvalidArgument unless pp_size >= 1, 0 <= pp_rank < pp_size, m >= 1.
+std::vector<ScheduleStep> gpipe_schedule(int64_t pp_size, int64_t pp_rank,
+                                         int64_t num_micro_batches);
 
-/// 1F1B (PipeDream-Flush): min(p - rank - 1, m) warm-up forwards, then alternating
-/// one forward / one backward, then the remaining backwards. Same argument checks as GPipe.
-std::vector<ScheduleStep> one_f_one_b_schedule(int64_t pp_size, int64_t pp_rank, int64_t num_micro_batches);
+/// 1F1B (PipeDream-Flush): min(p - rank - 1, m) warm-up forwards, then for each remaining
+/// micro-batch one forward followed by one backward, then the remaining backwards. Backwards run
+/// in micro-batch order 0..m-1. Same argument checks as GPipe.
+std::vector<ScheduleStep> one_f_one_b_schedule(int64_t pp_size, int64_t pp_rank,
+                                               int64_t num_micro_batches);
 
-/// Megatron's interleaved 1F1B with v = num_model_chunks > 1: warm-up of
-/// min((p - rank - 1) * 2 + (v - 1) * p, m * v) forwards, steady 1F1B, cool-down. Virtual
-/// micro-batch k maps to model chunk (k mod (p*v)) / p (backward: v - 1 - that) and micro-batch
-/// (k / (p*v)) * p + k mod p. Throws InvalidArgument unless m % p == 0 (Megatron's rule) and v >= 2.
+/// Megatron's interleaved 1F1B with v = num_model_chunks > 1 over m*v virtual micro-batches:
+/// min((p - rank - 1) * 2 + (v - 1) * p, m * v) warm-up forwards, steady 1F1B (forward of
+/// virtual micro-batch k + warm-up, then backward of k), cool-down backwards. Virtual micro-batch
+/// k maps to model chunk (k mod (p*v)) / p (backward: v - 1 - that) and micro-batch
+/// (k / (p*v)) * p + k mod p.
+///
+/// Follows current Megatron, which since late 2024 has no special case for m == p (older
+/// releases forced all m*v forwards into the warm-up when m == p); with m == p the formula above
+/// already gives every rank with 2 * rank <= p - 2 an all-forward warm-up.
+/// Throws InvalidArgument unless pp_size >= 1, 0 <= pp_rank < pp_size, m >= 1, v >= 2 and
+/// m % p == 0 (Megatron's rule for its default micro-batch group size of p).
 std::vector<ScheduleStep> interleaved_1f1b_schedule(int64_t pp_size, int64_t pp_rank,
-                                                    int64_t num_micro_batches, int64_t num_model_chunks);
+                                                    int64_t num_micro_batches,
+                                                    int64_t num_model_chunks);
 
-/// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (v > 1).
-std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
-                                         int64_t num_micro_batches, int64_t num_model_chunks);
+/// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (kind 1F1B with v > 1).
+/// Throws InvalidArgument for GPipe with v != 1, for v < 1, and whatever the chosen schedule
+/// throws.
+std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
+                                         int64_t pp_rank, int64_t num_micro_batches,
+                                         int64_t num_model_chunks);
 
-/// Number of warm-up forwards the schedule of this rank runs before its first backward.
+/// Number of warm-up forwards the schedule of this rank runs before its first backward
+/// (GPipe: m; 1F1B: min(p - rank - 1, m); interleaved: see interleaved_1f1b_schedule).
+/// Same argument checks as build_schedule.
 int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t num_micro_batches, int64_t num_model_chunks);
 
 /// Largest number of (micro-batch, chunk) forwards whose backward has not yet run, over the
-/// schedule: the activation sets a rank holds at its peak.
+/// schedule: the activation sets a rank holds at its peak. Throws InvalidArgument when a
+/// backward precedes its forward (more backwards than forwards so far).
 int64_t max_in_flight(const std::vector<ScheduleStep>& schedule);
 
 /// Megatron's bound on max_in_flight for this rank: GPipe m; 1F1B min(p - rank, m);
-/// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v).
+/// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v). The schedules above reach it
+/// exactly. Same argument checks as build_schedule.
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks);
 
-/// "F3.1" style text of a step (pass, micro-batch, chunk), for messages and printing.
+/// "F3.1" style text of a step: 'F' or 'B', micro-batch, '.', model chunk (always printed, also
+/// for a single chunk: "B0.0"). For messages and printing.
 std::string to_string(const ScheduleStep& s);
 
 }  // namespace traintwin

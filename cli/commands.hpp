@@ -1,0 +1,18 @@
+// The traintwin subcommands. Each registers itself on the app; its callback parses nothing
+// further, calls the libraries and prints.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace traintwin::cli {
+
+/// `traintwin summary SCENARIO`: model, layout, FLOPs, Program and memory at a glance.
+void register_summary_command(CLI::App& app);
+/// `traintwin program SCENARIO --rank R`: one rank's ops, readably.
+void register_program_command(CLI::App& app);
+/// `traintwin memory SCENARIO`: per-stage memory breakdown and whether it fits the GPU.
+void register_memory_command(CLI::App& app);
+/// `traintwin topology FILE --num-gpus N`: what a topology file describes.
+void register_topology_command(CLI::App& app);
+
+}  // namespace traintwin::cli

@@ -1,0 +1,24 @@
+// traintwin: a digital twin of LLM training clusters. Thin command line over the libraries.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"traintwin: simulate, tune and run Megatron-style LLM training on GPU clusters"};
+  app.require_subcommand(1);
+  traintwin::cli::register_summary_command(app);
+  traintwin::cli::register_program_command(app);
+  traintwin::cli::register_memory_command(app);
+  traintwin::cli::register_topology_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const traintwin::Error& e) {
+    fmt::print(stderr, "traintwin: error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,44 @@
+#include "cli/memory_table.hpp"
+
+#include <fmt/format.h>
+
+#include "cli/format.hpp"
+#include "core/memory.hpp"
+
+namespace traintwin::cli {
+
+std::string memory_table(const Scenario& s, const TopologySpec& topo) {
+  const auto stages = memory_per_stage(s);
+  const double capacity = topo.gpu.memory_bytes;
+  std::string out = fmt::format(
+      "memory per GPU ({} {}, {} precision, {}optimizer, recompute {}):\n", topo.gpu.name,
+      gib(capacity), to_string(s.training.precision),
+      s.training.use_distributed_optimizer ? "distributed " : "", to_string(s.training.recompute_granularity));
+  out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} {:>11}  {}\n", "stage",
+                     "layers", "params", "weights", "grads", "optimizer", "in-flight",
+                     "activations", "emb+logits", "total", "fits");
+  const StageMemory* worst = nullptr;
+  for (const auto& m : stages) {
+    const bool fits = m.total_bytes() <= capacity;
+    out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} {:>11}  {}\n",
+                       m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
+                       gib(m.weights_bytes), gib(m.gradients_bytes), gib(m.optimizer_bytes),
+                       m.in_flight, gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
+                       gib(m.total_bytes()), fits ? "yes" : "OOM");
+    if (!worst || m.total_bytes() > worst->total_bytes()) worst = &m;
+  }
+  if (worst) {
+    if (worst->total_bytes() <= capacity) {
+      out += fmt::format("fits: largest stage {} uses {} of {} ({:.1f} %)\n", worst->pp_rank,
+                         gib(worst->total_bytes()), gib(capacity),
+                         100.0 * worst->total_bytes() / capacity);
+    } else {
+      out += fmt::format("does NOT fit: stage {} needs {} of {} ({} over)\n", worst->pp_rank,
+                         gib(worst->total_bytes()), gib(capacity),
+                         gib(worst->total_bytes() - capacity));
+    }
+  }
+  return out;
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,85 @@
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/memory_table.hpp"
+#include "cli/scenario_options.hpp"
+#include "core/flops.hpp"
+#include "core/params.hpp"
+#include "core/program.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+void print_summary(const Scenario& s) {
+  const ModelSpec& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const TrainingConfig& t = s.training;
+  const TopologySpec topo = load_topology(s.cluster.topology);
+  check_cluster_size(topo, s.cluster.num_gpus);
+
+  fmt::print("scenario   {} ({})\n", s.name, s.source.string());
+  fmt::print("model      {}: {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {}: {} parameters\n",
+             m.architecture, m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size,
+             m.seq_length, m.vocab_size, si(static_cast<double>(parameter_count(m))));
+  fmt::print("cluster    {} x {} ({}), topology {}\n", s.cluster.num_gpus, topo.gpu.name,
+             topo.name, s.cluster.topology.string());
+  fmt::print("layout     TP {} x CP {} x PP {} x DP {} (order {}), {} model chunk(s) per stage, "
+             "sequence parallel {}\n",
+             p.tensor_model_parallel_size, p.context_parallel_size, p.pipeline_model_parallel_size,
+             p.data_parallel_size, p.rank_order, p.virtual_pipeline_model_parallel_size,
+             p.sequence_parallel ? "on" : "off");
+  const int64_t mbs = s.num_micro_batches();
+  const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe
+                          ? "GPipe"
+                          : (p.interleaved() ? "interleaved 1F1B" : "1F1B");
+  fmt::print("batch      global {}, micro {}: {} micro-batches per pipeline, schedule {}\n",
+             t.global_batch_size, t.micro_batch_size, mbs, sched);
+  fmt::print("training   {}, recompute {}, distributed optimizer {}, overlap grad reduce {}, "
+             "overlap param gather {}, TP comm overlap {}\n",
+             to_string(t.precision), to_string(t.recompute_granularity),
+             t.use_distributed_optimizer ? "on" : "off", t.overlap_grad_reduce ? "on" : "off",
+             t.overlap_param_gather ? "on" : "off", t.tp_comm_overlap ? "on" : "off");
+  const double model_flops = model_flops_per_iteration(m, t.global_batch_size);
+  const double hw_flops = hardware_flops_per_iteration(m, t.global_batch_size, t.recompute_granularity);
+  fmt::print("FLOPs      model {} per iteration (Korthikanti et al. 2022), hardware {} "
+             "(with recomputation); {} model FLOPs per GPU\n",
+             si(model_flops), si(hw_flops), si(model_flops / static_cast<double>(s.cluster.num_gpus)));
+  const double peak = topo.gpu.peak_FLOPs(t.precision);
+  fmt::print("peak       {} FLOP/s per GPU ({}): an iteration takes at least {:.3f} s at 100 % MFU\n",
+             si(peak), to_string(t.precision),
+             model_flops / (peak * static_cast<double>(s.cluster.num_gpus)));
+
+  // The Program of the first and the last pipeline stage (TP/DP rank 0).
+  const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
+                          p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
+  std::vector<int64_t> ranks = {0};
+  RankCoord last{};
+  last.pp = p.pipeline_model_parallel_size - 1;
+  if (layout.rank(last) != 0) ranks.push_back(layout.rank(last));
+  const Program prog = build_program(s, ranks);
+  fmt::print("Program    one iteration per rank:\n");
+  for (const auto& [r, rp] : prog.ranks) {
+    const RankProgramStats st = program_stats(prog, rp);
+    fmt::print("  rank {:>5} (pp stage {:>2}): {:>7} ops ({} compute, {} tp-comm, {} pp-comm, {} dp-comm), "
+               "{} kernels, {} FLOP, TP {}B, PP {}B, DP {}B\n",
+               r, rp.coord.pp, rp.ops.size(), st.ops[0], st.ops[1], st.ops[3], st.ops[4], st.kernels,
+               si(st.flops), si(st.comm_bytes[1]), si(st.comm_bytes[3]), si(st.comm_bytes[4]));
+  }
+  fmt::print("  {} distinct kernels (KernelKeys) to cost\n", prog.kernels.size());
+  fmt::print("{}", memory_table(s, topo));
+}
+
+}  // namespace
+
+void register_summary_command(CLI::App& app) {
+  auto opts = std::make_shared<ScenarioOptions>();
+  auto* cmd = app.add_subcommand("summary", "Model, layout, FLOPs, Program and memory of a scenario");
+  add_scenario_options(*cmd, *opts);
+  cmd->callback([opts] { print_summary(opts->load()); });
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,29 @@
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin::cli {
+
+void register_topology_command(CLI::App& app) {
+  struct Options {
+    std::string file;
+    std::optional<int64_t> num_gpus;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("topology", "Describe a cluster topology file");
+  cmd->add_option("file", o->file, "Topology file (topologies/*.yaml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--num-gpus", o->num_gpus, "Check that a cluster of this size fits the fabric");
+  cmd->callback([o] {
+    const TopologySpec t = load_topology(o->file);
+    fmt::print("{}", describe_topology(t));
+    if (o->num_gpus) {
+      check_cluster_size(t, *o->num_gpus);
+      fmt::print("{} GPUs = {} nodes: fits the fabric\n", *o->num_gpus, *o->num_gpus / t.node.gpus_per_node);
+    }
+  });
+}
+
+}  // namespace traintwin::cli

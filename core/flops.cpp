@@ -1,0 +1,115 @@
+// FLOP model of GPT training (see flops.hpp for the formulas and sources).
+#include "core/flops.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+void require_at_least_one(int64_t value, const char* name) {
+  if (value < 1) {
+    throw InvalidArgument(std::string(name) + " must be >= 1, got " + std::to_string(value));
+  }
+}
+
+void require_valid_model(const ModelSpec& m) {
+  require_at_least_one(m.num_layers, "num_layers");
+  require_at_least_one(m.hidden_size, "hidden_size");
+  require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
+  require_at_least_one(m.seq_length, "seq_length");
+  require_at_least_one(m.vocab_size, "vocab_size");
+}
+
+void require_positive(double value, const char* name) {
+  if (!(value > 0)) {  // also rejects NaN
+    throw InvalidArgument(std::string(name) + " must be > 0, got " + std::to_string(value));
+  }
+}
+
+/// Forward FLOPs of the attention core (Q K^T and attention over values): 4 B s^2 h.
+double attention_core_forward_flops(const ModelSpec& m, int64_t samples) {
+  const double b = static_cast<double>(samples);
+  const double s = static_cast<double>(m.seq_length);
+  const double h = static_cast<double>(m.hidden_size);
+  return 2.0 * b * s * s * h + 2.0 * b * s * s * h;
+}
+
+/// Forward FLOPs of the LM head (logits over the vocabulary): 2 B s h V.
+double lm_head_forward_flops(const ModelSpec& m, int64_t samples) {
+  return 2.0 * static_cast<double>(samples) * static_cast<double>(m.seq_length) *
+         static_cast<double>(m.hidden_size) * static_cast<double>(m.vocab_size);
+}
+
+}  // namespace
+
+double layer_forward_flops(const ModelSpec& m, int64_t samples) {
+  require_valid_model(m);
+  require_at_least_one(samples, "samples");
+  const double b = static_cast<double>(samples);
+  const double s = static_cast<double>(m.seq_length);
+  const double h = static_cast<double>(m.hidden_size);
+  const double ffn = static_cast<double>(m.ffn_hidden_size);
+  const double qkv = 6.0 * b * s * h * h;
+  const double projection = 2.0 * b * s * h * h;
+  const double mlp = 2.0 * b * s * h * ffn + 2.0 * b * s * ffn * h;  // FC1 + FC2
+  return qkv + attention_core_forward_flops(m, samples) + projection + mlp;
+}
+
+double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
+  require_at_least_one(global_batch, "global_batch");
+  const double forward = static_cast<double>(m.num_layers) * layer_forward_flops(m, global_batch) +
+                         lm_head_forward_flops(m, global_batch);
+  return 3.0 * forward;  // forward + backward (2x forward)
+}
+
+double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
+                                    RecomputeGranularity r) {
+  const double model = model_flops_per_iteration(m, global_batch);  // validates
+  const double l = static_cast<double>(m.num_layers);
+  switch (r) {
+    case RecomputeGranularity::kNone:
+      return model;
+    case RecomputeGranularity::kSelective:
+      return model + l * attention_core_forward_flops(m, global_batch);
+    case RecomputeGranularity::kFull:
+      return model + l * layer_forward_flops(m, global_batch);
+  }
+  throw InvalidArgument("recompute_granularity has an unknown value");
+}
+
+double narayanan_eq3_flops(const ModelSpec& m, int64_t global_batch) {
+  require_valid_model(m);
+  require_at_least_one(global_batch, "global_batch");
+  const double b = static_cast<double>(global_batch);
+  const double s = static_cast<double>(m.seq_length);
+  const double l = static_cast<double>(m.num_layers);
+  const double h = static_cast<double>(m.hidden_size);
+  const double v = static_cast<double>(m.vocab_size);
+  return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h));
+}
+
+double korthikanti_model_flops(const ModelSpec& m, int64_t global_batch) {
+  require_valid_model(m);
+  require_at_least_one(global_batch, "global_batch");
+  const double b = static_cast<double>(global_batch);
+  const double s = static_cast<double>(m.seq_length);
+  const double l = static_cast<double>(m.num_layers);
+  const double h = static_cast<double>(m.hidden_size);
+  const double v = static_cast<double>(m.vocab_size);
+  return 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
+}
+
+double model_flops_utilization(double model_flops, double iteration_time_s, int64_t num_gpus,
+                               double peak_flops_per_gpu) {
+  require_positive(iteration_time_s, "iteration_time_s");
+  require_at_least_one(num_gpus, "num_gpus");
+  require_positive(peak_flops_per_gpu, "peak_flops_per_gpu");
+  if (!(model_flops >= 0)) {
+    throw InvalidArgument("model_flops must be >= 0, got " + std::to_string(model_flops));
+  }
+  return model_flops / (iteration_time_s * static_cast<double>(num_gpus) * peak_flops_per_gpu);
+}
+
+}  // namespace traintwin

@@ -1,0 +1,209 @@
+// Memory model per GPU (see memory.hpp for the sources and the breakdown).
+#include "core/memory.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+#include "core/params.hpp"
+#include "core/schedule.hpp"
+
+namespace traintwin {
+namespace {
+
+void require_at_least_one(int64_t value, const char* name) {
+  if (value < 1) {
+    throw InvalidArgument(std::string(name) + " must be >= 1, got " + std::to_string(value));
+  }
+}
+
+/// Bytes of one element of the "16-bit" activation terms of Korthikanti et al.: 2 for fp16 and
+/// bf16, 4 for fp32.
+double activation_element_bytes(Precision p) {
+  switch (p) {
+    case Precision::kFp16:
+    case Precision::kBf16:
+      return 2.0;
+    case Precision::kFp32:
+      return 4.0;
+  }
+  throw InvalidArgument("precision has an unknown value");
+}
+
+/// Dropout masks are stored as 1 byte per element whatever the precision.
+constexpr double kMaskBytes = 1.0;
+/// The cross-entropy loss keeps the logits (softmax) in fp32 whatever the precision.
+constexpr double kLogitsBytes = 4.0;
+
+/// Local sequence length s / CP; checks CP >= 1 and CP divides seq_length.
+int64_t local_seq_length(const ModelSpec& m, int64_t cp) {
+  require_at_least_one(m.seq_length, "seq_length");
+  require_at_least_one(cp, "context_parallel_size");
+  if (m.seq_length % cp != 0) {
+    throw InvalidArgument("seq_length (" + std::to_string(m.seq_length) +
+                          ") must be divisible by context_parallel_size (" + std::to_string(cp) +
+                          ")");
+  }
+  return m.seq_length / cp;
+}
+
+/// The steps of `schedule` that run model chunk `chunk`.
+std::vector<ScheduleStep> steps_of_chunk(const std::vector<ScheduleStep>& schedule, int64_t chunk) {
+  std::vector<ScheduleStep> steps;
+  for (const ScheduleStep& step : schedule) {
+    if (step.model_chunk == chunk) steps.push_back(step);
+  }
+  return steps;
+}
+
+}  // namespace
+
+double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
+                              bool sequence_parallel, RecomputeGranularity r, Precision p) {
+  require_at_least_one(m.hidden_size, "hidden_size");
+  require_at_least_one(m.num_attention_heads, "num_attention_heads");
+  require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
+  require_at_least_one(micro_batch_size, "micro_batch_size");
+  require_at_least_one(tp, "tensor_model_parallel_size");
+  const double s = static_cast<double>(local_seq_length(m, cp));
+  const double b = static_cast<double>(micro_batch_size);
+  const double h = static_cast<double>(m.hidden_size);
+  const double a = static_cast<double>(m.num_attention_heads);
+  const double ffn = static_cast<double>(m.ffn_hidden_size);
+  const double t = static_cast<double>(tp);
+  const double e = activation_element_bytes(p);
+  const double sbh = s * b * h;
+  // Terms outside the TP region (full size on every TP rank), split over TP only with SP.
+  const double sp_divisor = sequence_parallel ? t : 1.0;
+
+  if (r == RecomputeGranularity::kFull) {
+    return e * sbh / sp_divisor;  // only the layer input is kept (2sbh in 16 bits)
+  }
+
+  // Korthikanti et al. 2022, sec. 4.1 (bytes, with e = 2: 34 sbh + 5 a s^2 b in all).
+  // Outside the TP region (/t only with SP), 10 sbh:
+  const double layer_norm_inputs = 2.0 * e * sbh;       // inputs of the 2 LayerNorms: 4sbh
+  const double qkv_input = e * sbh;                     // LN output, input of the QKV GEMM: 2sbh
+  const double fc1_input = e * sbh;                     // LN output, input of FC1: 2sbh
+  const double dropout_masks = 2.0 * kMaskBytes * sbh;  // after attention and MLP: 2 x sbh
+  const double outside_tp_region = layer_norm_inputs + qkv_input + fc1_input + dropout_masks;
+  // Inside the TP region (/t), 24 sbh for ffn = 4h:
+  const double q_k_v = 3.0 * e * sbh;                      // Q, K (for Q K^T) and V: 6sbh
+  const double projection_input = e * sbh;                 // attention output: 2sbh
+  const double gelu_input_output = 2.0 * e * s * b * ffn;  // FC1 output, FC2 input: 16sbh
+  const double inside_tp_region = q_k_v + projection_input + gelu_input_output;
+  // Attention core, sharded over heads (/t): softmax output 2as^2b, its dropout mask as^2b,
+  // dropout output 2as^2b. Selective recomputation recomputes these instead of storing them.
+  const double as2b = a * s * s * b;
+  const double attention_core = e * as2b + kMaskBytes * as2b + e * as2b;
+
+  double bytes = outside_tp_region / sp_divisor + inside_tp_region / t;
+  if (r == RecomputeGranularity::kNone) bytes += attention_core / t;
+  return bytes;
+}
+
+BytesPerParameter bytes_per_parameter(Precision p, bool distributed_optimizer, int64_t dp) {
+  require_at_least_one(dp, "dp");
+  BytesPerParameter bpp;
+  switch (p) {
+    case Precision::kFp16:
+      // fp16 weights + fp16 grads; optimizer: fp32 main weights 4 + fp32 main grads 4 + Adam
+      // moments 4 + 4 (20 in all, or 4 + 16/d).
+      bpp = {2, 2, 16};
+      break;
+    case Precision::kBf16:
+      // bf16 weights + fp32 grads (accumulated in fp32); optimizer: fp32 main weights 4 + Adam
+      // moments 4 + 4 (18, or 6 + 12/d).
+      bpp = {2, 4, 12};
+      break;
+    case Precision::kFp32:
+      // fp32 weights and grads; optimizer: Adam moments 4 + 4 (16, or 8 + 8/d).
+      bpp = {4, 4, 8};
+      break;
+    default:
+      throw InvalidArgument("precision has an unknown value: " +
+                            std::to_string(static_cast<int>(p)));
+  }
+  if (distributed_optimizer) bpp.optimizer /= static_cast<double>(dp);
+  return bpp;
+}
+
+StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
+  const ParallelConfig& par = s.parallel;
+  const TrainingConfig& tr = s.training;
+  StageMemory mem;
+  mem.pp_rank = pp_rank;
+  mem.parameters = parameters_on_rank(s, pp_rank);  // checks pp_rank, TP, PP, v, layers
+  require_at_least_one(par.data_parallel_size, "data_parallel_size");
+  require_at_least_one(par.context_parallel_size, "context_parallel_size");
+  require_at_least_one(tr.micro_batch_size, "micro_batch_size");
+  require_at_least_one(tr.global_batch_size, "global_batch_size");
+  if (tr.global_batch_size % (tr.micro_batch_size * par.data_parallel_size) != 0) {
+    throw InvalidArgument("global_batch_size (" + std::to_string(tr.global_batch_size) +
+                          ") must be divisible by micro_batch_size x data_parallel_size (" +
+                          std::to_string(tr.micro_batch_size * par.data_parallel_size) + ")");
+  }
+  const int64_t p = par.pipeline_model_parallel_size;
+  const int64_t v = par.virtual_pipeline_model_parallel_size;
+  const int64_t layers_per_chunk = s.layers_per_model_chunk();
+  mem.layers = v * layers_per_chunk;
+
+  // Weights, gradients, optimizer state. The distributed optimizer shards over the DP x CP group
+  // (Megatron reduces gradients and shards the optimizer over data_parallel_group with CP).
+  const BytesPerParameter bpp =
+      bytes_per_parameter(tr.precision, tr.use_distributed_optimizer,
+                          par.data_parallel_size * par.context_parallel_size);
+  const double params = static_cast<double>(mem.parameters);
+  mem.weights_bytes = params * bpp.weights;
+  mem.gradients_bytes = params * bpp.gradients;
+  mem.optimizer_bytes = params * bpp.optimizer;
+
+  // Transformer-layer activations at the peak of the stage's schedule.
+  const std::vector<ScheduleStep> schedule =
+      build_schedule(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v);
+  mem.in_flight = max_in_flight(schedule);
+  const double per_layer = layer_activation_bytes(
+      s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
+      par.sequence_parallel, tr.recompute_granularity, tr.precision);
+  mem.activations_bytes = static_cast<double>(mem.in_flight * layers_per_chunk) * per_layer;
+
+  // Outside the transformer layers (Korthikanti et al. 2022, sec. 4.3), counted for each
+  // micro-batch in flight in the model chunk that holds them.
+  const double t = static_cast<double>(par.tensor_model_parallel_size);
+  const double sp_divisor = par.sequence_parallel ? t : 1.0;
+  const double sbh = static_cast<double>(local_seq_length(s.model, par.context_parallel_size)) *
+                     static_cast<double>(tr.micro_batch_size) *
+                     static_cast<double>(s.model.hidden_size);
+  if (pp_rank == 0) {
+    // Embedding dropout mask, 1 byte per element; sequence-parallel with SP.
+    const double in_flight = static_cast<double>(max_in_flight(steps_of_chunk(schedule, 0)));
+    mem.embedding_and_logits_bytes += in_flight * kMaskBytes * sbh / sp_divisor;
+  }
+  if (pp_rank == p - 1) {
+    const double in_flight = static_cast<double>(max_in_flight(steps_of_chunk(schedule, v - 1)));
+    const double e = activation_element_bytes(tr.precision);
+    // Input of the final LayerNorm and input of the LM head (2sbh each in 16 bits). Without SP
+    // both are full-size on every TP rank; with SP the LayerNorm runs sequence-parallel and the
+    // LM head, like every column-parallel linear under SP, keeps only its local sequence shard
+    // and all-gathers it again in backward, so both are /t.
+    const double ln_and_head_inputs = 2.0 * e * sbh / sp_divisor;
+    // fp32 logits of the vocab-parallel cross-entropy: 4 s b V/t (V as padded by Megatron).
+    const double vocab_per_rank =
+        static_cast<double>(padded_vocab_size(s.model.vocab_size, par.tensor_model_parallel_size) /
+                            par.tensor_model_parallel_size);
+    const double logits =
+        kLogitsBytes * (sbh / static_cast<double>(s.model.hidden_size)) * vocab_per_rank;
+    mem.embedding_and_logits_bytes += in_flight * (ln_and_head_inputs + logits);
+  }
+  return mem;
+}
+
+std::vector<StageMemory> memory_per_stage(const Scenario& s) {
+  require_at_least_one(s.parallel.pipeline_model_parallel_size, "pipeline_model_parallel_size");
+  std::vector<StageMemory> stages;
+  for (int64_t r = 0; r < s.parallel.pipeline_model_parallel_size; ++r) {
+    stages.push_back(stage_memory(s, r));
+  }
+  return stages;
+}
+
+}  // namespace traintwin

@@ -1,0 +1,870 @@
+#include "core/program.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/params.hpp"
+
+namespace traintwin {
+
+const char* to_string(Stream s) {
+  switch (s) {
+    case Stream::kCompute: return "compute";
+    case Stream::kTpComm: return "tp-comm";
+    case Stream::kCpComm: return "cp-comm";
+    case Stream::kPpComm: return "pp-comm";
+    case Stream::kDpComm: return "dp-comm";
+  }
+  return "?";
+}
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::kCompute: return "compute";
+    case OpKind::kCollective: return "collective";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+  }
+  return "?";
+}
+
+const char* to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::kForward: return "fwd";
+    case Phase::kBackward: return "bwd";
+    case Phase::kRecompute: return "recompute";
+    case Phase::kGradSync: return "grad-sync";
+    case Phase::kParamSync: return "param-sync";
+    case Phase::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+std::string KernelKey::to_string() const {
+  std::ostringstream o;
+  o << name << '[';
+  for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
+  o << "] " << traintwin::to_string(dtype) << " tp" << tp;
+  return o.str();
+}
+
+size_t KernelKeyHash::operator()(const KernelKey& k) const {
+  size_t h = std::hash<std::string>()(k.name);
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (int64_t d : k.shape) mix(std::hash<int64_t>()(d));
+  mix(static_cast<size_t>(k.dtype));
+  mix(std::hash<int64_t>()(k.tp));
+  return h;
+}
+
+double Program::op_flops(const Op& op) const {
+  double f = 0;
+  for (uint32_t k : op.kernels) f += kernels[k].flops;
+  return f;
+}
+
+std::string Program::label(const Op& op) const {
+  std::ostringstream o;
+  o << to_string(op.phase);
+  if (op.micro_batch >= 0) o << " mb" << op.micro_batch;
+  if (op.model_chunk >= 0 && scenario.parallel.virtual_pipeline_model_parallel_size > 1) {
+    o << " chunk" << op.model_chunk;
+  }
+  if (op.layer >= 0) o << " L" << op.layer;
+  o << ' ' << op.what;
+  switch (op.kind) {
+    case OpKind::kCompute: break;
+    case OpKind::kCollective:
+      o << " [" << to_string(op.collective) << ' ' << to_string(op.group) << ' ' << op.bytes
+        << " B]";
+      break;
+    case OpKind::kSend: o << " [send " << op.bytes << " B to " << op.peer << " tag " << op.tag << ']'; break;
+    case OpKind::kRecv: o << " [recv " << op.bytes << " B from " << op.peer << " tag " << op.tag << ']'; break;
+  }
+  return o.str();
+}
+
+RankProgramStats program_stats(const Program& prog, const RankProgram& rp) {
+  RankProgramStats st;
+  for (const Op& op : rp.ops) {
+    const auto s = static_cast<size_t>(op.stream);
+    ++st.ops[s];
+    if (op.kind == OpKind::kCompute) {
+      st.kernels += static_cast<int64_t>(op.kernels.size());
+      st.flops += prog.op_flops(op);
+    } else {
+      st.comm_bytes[s] += static_cast<double>(op.bytes);
+    }
+  }
+  return st;
+}
+
+int64_t ddp_bucket_size_params(const Scenario& s) {
+  if (!s.training.overlap_grad_reduce) return 0;
+  // Megatron-LM training.py: bucket_size = max(40000000, 1000000 * dp_size_with_cp).
+  const int64_t dp_cp = s.parallel.data_parallel_size * s.parallel.context_parallel_size;
+  return std::max<int64_t>(40'000'000, 1'000'000 * dp_cp);
+}
+
+namespace {
+
+constexpr uint32_t kNoOp = std::numeric_limits<uint32_t>::max();
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Sizes used by the lowering, named as in Korthikanti et al.: s, b, h, a, t, ...
+struct Dims {
+  int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local, layers_per_chunk;
+  int64_t dsize;       // bytes per activation/parameter element
+  int64_t grad_bytes;  // bytes per gradient element in the DP reduce
+  bool sp;
+  int64_t tokens;      // s * b: rows of the TP-region GEMMs
+  int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
+  Precision dtype;
+
+  explicit Dims(const Scenario& sc) {
+    p = sc.parallel.pipeline_model_parallel_size;
+    v = sc.parallel.virtual_pipeline_model_parallel_size;
+    t = sc.parallel.tensor_model_parallel_size;
+    m = sc.num_micro_batches();
+    b = sc.training.micro_batch_size;
+    s = sc.model.seq_length;
+    h = sc.model.hidden_size;
+    a = sc.model.num_attention_heads;
+    hd = sc.model.head_dim();
+    ffn = sc.model.ffn_hidden_size;
+    vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
+    layers_per_chunk = sc.layers_per_model_chunk();
+    dtype = sc.training.precision;
+    dsize = bytes_per_element(dtype);
+    grad_bytes = static_cast<int64_t>(bytes_per_parameter(dtype, false, 1).gradients);
+    sp = sc.parallel.sequence_parallel;
+    tokens = s * b;
+    tokens_sp = sp ? tokens / t : tokens;
+  }
+};
+
+/// Interns kernels into the Program's kernel table.
+class KernelTable {
+ public:
+  explicit KernelTable(std::vector<Kernel>& kernels) : kernels_(kernels) {}
+  uint32_t add(Kernel k) {
+    auto [it, inserted] = index_.try_emplace(k.key, static_cast<uint32_t>(kernels_.size()));
+    if (inserted) kernels_.push_back(std::move(k));
+    return it->second;
+  }
+
+ private:
+  std::vector<Kernel>& kernels_;
+  std::unordered_map<KernelKey, uint32_t, KernelKeyHash> index_;
+};
+
+// ---- Kernel catalogue: name, shape, FLOPs, bytes --------------------------------------------
+// GEMMs keep the forward GEMM's {m, n, k} (Y[m,n] = X[m,k] W[k,n]) for all three variants:
+// gemm_fwd, gemm_dgrad (dX = dY W^T) and gemm_wgrad (dW = X^T dY); each is 2mnk FLOPs.
+
+struct KernelFactory {
+  const Dims& d;
+
+  Kernel make(const char* name, std::vector<int64_t> shape, double flops, double bytes) const {
+    return Kernel{KernelKey{name, std::move(shape), d.dtype, d.t}, flops, bytes};
+  }
+  Kernel gemm(const char* name, int64_t m, int64_t n, int64_t k) const {
+    const double fm = static_cast<double>(m), fn = static_cast<double>(n),
+                 fk = static_cast<double>(k);
+    return make(name, {m, n, k}, 2.0 * fm * fn * fk,
+                (fm * fk + fk * fn + fm * fn) * static_cast<double>(d.dsize));
+  }
+  // Attention core for b samples, heads local heads, s tokens, head_dim hd: QK^T and
+  // attention-over-values, 2 * 2 * b * heads * s^2 * hd FLOPs forward (full s x s, as the
+  // papers count), twice that backward. Bytes as a fused (flash) kernel: Q, K, V, O (+ dO, dQ,
+  // dK, dV backward).
+  Kernel attention(const char* name, bool backward) const {
+    const int64_t heads = d.a / d.t;
+    const double qkvo = static_cast<double>(d.b * heads * d.s * d.hd * d.dsize);
+    const double f = 4.0 * static_cast<double>(d.b * heads) * static_cast<double>(d.s) *
+                     static_cast<double>(d.s) * static_cast<double>(d.hd);
+    return make(name, {d.b, heads, d.s, d.hd}, backward ? 2 * f : f, backward ? 8 * qkvo : 4 * qkvo);
+  }
+  Kernel layernorm(bool backward) const {
+    const double n = static_cast<double>(d.tokens_sp * d.h);
+    return make(backward ? "layernorm_bwd" : "layernorm_fwd", {d.tokens_sp, d.h},
+                backward ? 12 * n : 8 * n, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
+  }
+  // bias + dropout + residual add over the LN region; 1-byte mask.
+  Kernel dropout_add(bool backward) const {
+    const int64_t n = d.tokens_sp * d.h;
+    const double fn = static_cast<double>(n);
+    return make(backward ? "dropout_add_bwd" : "dropout_add_fwd", {n}, 2 * fn,
+                (backward ? 2 : 3) * fn * static_cast<double>(d.dsize) + fn);
+  }
+  Kernel gelu(bool backward) const {
+    const int64_t n = d.tokens * d.ffn / d.t;
+    const double fn = static_cast<double>(n);
+    return make(backward ? "gelu_bwd" : "gelu_fwd", {n}, 8 * fn,
+                (backward ? 3 : 2) * fn * static_cast<double>(d.dsize));
+  }
+  Kernel elementwise_vocab(const char* name, double flops_per_elem, double passes) const {
+    const double n = static_cast<double>(d.tokens * d.vocab_local);
+    return make(name, {d.tokens, d.vocab_local}, flops_per_elem * n,
+                passes * n * static_cast<double>(d.dsize));
+  }
+  Kernel embedding(bool backward) const {
+    const double n = static_cast<double>(d.tokens * d.h);
+    return make(backward ? "embedding_bwd" : "embedding_fwd", {d.tokens, d.h, d.vocab_local},
+                backward ? n : 0, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
+  }
+  Kernel dropout() const {
+    const int64_t n = d.tokens_sp * d.h;
+    const double fn = static_cast<double>(n);
+    return make("dropout_fwd", {n}, fn, 2 * fn * static_cast<double>(d.dsize) + fn);
+  }
+  // Global grad norm over fp32 gradients of n parameters.
+  Kernel grad_norm(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("grad_norm", {n}, 2 * fn, 4 * fn);
+  }
+  // AdamW on n parameters: read grad + fp32 master, m, v; write master, m, v and the param copy.
+  Kernel adamw(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("adamw_step", {n}, 16 * fn, fn * (4 + 12 + 12 + static_cast<double>(d.dsize)));
+  }
+};
+
+/// A send or recv of one p2p batch.
+struct P2P {
+  bool send;
+  int64_t peer;
+  int64_t tag;
+  int64_t bytes;
+};
+
+/// One DP gradient bucket of a model chunk: parameters and the layer whose backward completes it
+/// (layer -1: the LM head copy; -2: the embeddings).
+struct Bucket {
+  int64_t params = 0;
+  int64_t trigger = 0;
+  std::vector<int64_t> layers;  // layers in the bucket (embedding -2, head -1)
+  uint32_t grad_op = kNoOp;
+  uint32_t param_gather_op = kNoOp;
+};
+
+/// Lowers one rank's schedule to ops.
+class RankLowering {
+ public:
+  RankLowering(const Scenario& sc, const RankLayout& layout, KernelTable& table, RankProgram& out)
+      : sc_(sc), layout_(layout), table_(table), out_(out), d_(sc), k_{d_} {}
+
+  void run() {
+    const RankCoord c = out_.coord;
+    out_.schedule = build_schedule(sc_.parallel.pipeline_schedule, d_.p, c.pp, d_.m, d_.v);
+    plan_buckets();
+    if (sc_.training.use_distributed_optimizer && sc_.training.overlap_param_gather) {
+      issue_param_gathers(Phase::kParamSync);
+    }
+    lower_schedule();
+    if (!sc_.training.overlap_grad_reduce) {
+      for (auto& chunk : buckets_) {
+        for (auto& bucket : chunk) issue_grad_reduce(bucket);
+      }
+    }
+    finalize_and_step();
+    if (sc_.training.use_distributed_optimizer && !sc_.training.overlap_param_gather) {
+      issue_param_gathers(Phase::kParamSync);
+    }
+  }
+
+ private:
+  // ---- op creation ---------------------------------------------------------------------------
+
+  uint32_t new_op(OpKind kind, Stream stream, const char* what) {
+    Op op;
+    op.id = static_cast<uint32_t>(out_.ops.size());
+    op.kind = kind;
+    op.stream = stream;
+    op.phase = phase_;
+    op.micro_batch = static_cast<int32_t>(mb_);
+    op.model_chunk = static_cast<int32_t>(chunk_);
+    op.layer = static_cast<int32_t>(layer_);
+    op.what = what;
+    out_.ops.push_back(std::move(op));
+    return out_.ops.back().id;
+  }
+
+  void add_dep(uint32_t op, uint32_t dep) {
+    if (dep == kNoOp) return;
+    auto& deps = out_.ops[op].deps;
+    if (std::find(deps.begin(), deps.end(), dep) == deps.end()) deps.push_back(dep);
+  }
+
+  /// Appends a kernel to the open compute op, opening one (after the previous compute op and
+  /// every pending wait) if none is open.
+  void kernel(const Kernel& kern, const char* what) {
+    if (open_compute_ == kNoOp) {
+      open_compute_ = new_op(OpKind::kCompute, Stream::kCompute, what);
+      add_dep(open_compute_, last_compute_);
+      for (uint32_t w : waits_) add_dep(open_compute_, w);
+      waits_.clear();
+      last_compute_ = open_compute_;
+    }
+    out_.ops[open_compute_].kernels.push_back(table_.add(kern));
+  }
+
+  void close_compute() { open_compute_ = kNoOp; }
+
+  /// Sets the context of the ops that follow; a change of layer or phase starts a new op.
+  void context(Phase phase, int64_t mb, int64_t chunk, int64_t layer) {
+    if (phase != phase_ || mb != mb_ || chunk != chunk_ || layer != layer_) close_compute();
+    phase_ = phase;
+    mb_ = mb;
+    chunk_ = chunk;
+    layer_ = layer;
+  }
+
+  /// Issues a collective after the last compute op (its producer) and the previous op on its
+  /// stream. Returns kNoOp when the group has one member (nothing to communicate).
+  uint32_t collective(CollectiveKind kind, GroupKind group, Stream stream, int64_t bytes,
+                      const char* what) {
+    if (layout_.size(group) == 1) return kNoOp;
+    close_compute();
+    const uint32_t id = new_op(OpKind::kCollective, stream, what);
+    out_.ops[id].collective = kind;
+    out_.ops[id].group = group;
+    out_.ops[id].bytes = bytes;
+    add_dep(id, last_compute_);
+    add_dep(id, last_on_stream_[static_cast<size_t>(stream)]);
+    last_on_stream_[static_cast<size_t>(stream)] = id;
+    return id;
+  }
+
+  /// The next compute op waits for `op` (no-op for kNoOp).
+  void wait(uint32_t op) {
+    if (op == kNoOp) return;
+    close_compute();
+    waits_.push_back(op);
+  }
+
+  /// A blocking TP collective on the critical path.
+  void tp_blocking(CollectiveKind kind, int64_t bytes, const char* what) {
+    wait(collective(kind, GroupKind::kTp, Stream::kTpComm, bytes, what));
+  }
+
+  /// Megatron's p2p call: every op of the batch follows the last compute op, the ops progress
+  /// together, and the next compute op waits for all of them.
+  void p2p_batch(const std::vector<P2P>& batch) {
+    if (batch.empty()) return;
+    close_compute();
+    std::vector<uint32_t> ids;
+    for (const P2P& x : batch) {
+      const uint32_t id = new_op(x.send ? OpKind::kSend : OpKind::kRecv, Stream::kPpComm,
+                                 x.send ? (phase_ == Phase::kBackward ? "send grad" : "send activation")
+                                        : (phase_ == Phase::kBackward ? "recv grad" : "recv activation"));
+      out_.ops[id].peer = x.peer;
+      out_.ops[id].tag = x.tag;
+      out_.ops[id].bytes = x.bytes;
+      add_dep(id, last_compute_);
+      ids.push_back(id);
+    }
+    for (uint32_t id : ids) waits_.push_back(id);
+  }
+
+  // ---- pipeline geometry ---------------------------------------------------------------------
+
+  int64_t num_vstages() const { return d_.p * d_.v; }
+  int64_t vstage(int64_t chunk) const { return chunk * d_.p + out_.coord.pp; }
+  int64_t rank_of_vstage(int64_t vs) const {
+    RankCoord c = out_.coord;
+    c.pp = vs % d_.p;
+    return layout_.rank(c);
+  }
+  int64_t p2p_bytes() const { return d_.tokens_sp * d_.h * d_.dsize; }
+  int64_t tag(int64_t mb, int64_t vs, Pass pass) const {
+    return (mb * num_vstages() + vs) * 2 + (pass == Pass::kForward ? 0 : 1);
+  }
+
+  /// The recv of a step's input, if it has one (from the previous virtual stage for a forward,
+  /// from the next for a backward).
+  std::optional<P2P> recv_input(const ScheduleStep& st) const {
+    const int64_t vs = vstage(st.model_chunk);
+    if (st.pass == Pass::kForward) {
+      if (vs == 0) return std::nullopt;
+      return P2P{false, rank_of_vstage(vs - 1), tag(st.micro_batch, vs - 1, st.pass), p2p_bytes()};
+    }
+    if (vs == num_vstages() - 1) return std::nullopt;
+    return P2P{false, rank_of_vstage(vs + 1), tag(st.micro_batch, vs + 1, st.pass), p2p_bytes()};
+  }
+  /// The send of a step's output, if it has one.
+  std::optional<P2P> send_output(const ScheduleStep& st) const {
+    const int64_t vs = vstage(st.model_chunk);
+    if (st.pass == Pass::kForward) {
+      if (vs == num_vstages() - 1) return std::nullopt;
+      return P2P{true, rank_of_vstage(vs + 1), tag(st.micro_batch, vs, st.pass), p2p_bytes()};
+    }
+    if (vs == 0) return std::nullopt;
+    return P2P{true, rank_of_vstage(vs - 1), tag(st.micro_batch, vs, st.pass), p2p_bytes()};
+  }
+
+  static void append(std::vector<P2P>& batch, const std::optional<P2P>& x) {
+    if (x) batch.push_back(*x);
+  }
+
+  /// Sets the context for the p2p ops around a step (phase and micro-batch of the step).
+  void p2p_context(const ScheduleStep& st) {
+    context(st.pass == Pass::kForward ? Phase::kForward : Phase::kBackward, st.micro_batch,
+            st.model_chunk, -1);
+  }
+
+  /// Emits steps and p2p batches in the order Megatron-LM's schedules call them.
+  void lower_schedule() {
+    const auto& steps = out_.schedule;
+    const size_t n = steps.size();
+    if (d_.v == 1) {
+      // forward_backward_pipelining_without_interleaving (and GPipe): recv the input, run the
+      // step, send the output; between a forward and a backward (steady state) Megatron combines
+      // send and recv in one call (send_forward_recv_backward / send_backward_recv_forward).
+      p2p_context(steps[0]);
+      p2p_batch(to_batch(recv_input(steps[0])));
+      for (size_t i = 0; i < n; ++i) {
+        lower_step(steps[i]);
+        p2p_context(steps[i]);
+        std::vector<P2P> batch;
+        append(batch, send_output(steps[i]));
+        if (i + 1 < n && steps[i + 1].pass != steps[i].pass) {
+          append(batch, recv_input(steps[i + 1]));
+          p2p_batch(batch);
+        } else {
+          p2p_batch(batch);
+          if (i + 1 < n) {
+            p2p_context(steps[i + 1]);
+            p2p_batch(to_batch(recv_input(steps[i + 1])));
+          }
+        }
+      }
+      return;
+    }
+    // forward_backward_pipelining_with_interleaving (no p2p overlap): split the steps into the
+    // forward and backward sequences; warm-up forwards, steady (F, B) pairs, cool-down backwards.
+    std::vector<ScheduleStep> fwd, bwd;
+    for (const auto& st : steps) (st.pass == Pass::kForward ? fwd : bwd).push_back(st);
+    size_t warmup = 0;
+    while (warmup < n && steps[warmup].pass == Pass::kForward) ++warmup;
+    const size_t total = fwd.size();
+    const size_t steady = total - warmup;
+    auto recv_f = [&](size_t k) { return k < total ? recv_input(fwd[k]) : std::nullopt; };
+    auto recv_b = [&](size_t k) { return k < total ? recv_input(bwd[k]) : std::nullopt; };
+
+    p2p_context(fwd[0]);
+    p2p_batch(to_batch(recv_f(0)));
+    for (size_t k = 0; k < warmup; ++k) {
+      lower_step(fwd[k]);
+      p2p_context(fwd[k]);
+      std::vector<P2P> batch;
+      append(batch, send_output(fwd[k]));
+      append(batch, recv_f(k + 1));
+      if (k + 1 == warmup && steady > 0) append(batch, recv_b(0));
+      p2p_batch(batch);
+    }
+    for (size_t j = 0; j < steady; ++j) {
+      lower_step(fwd[warmup + j]);
+      lower_step(bwd[j]);
+      p2p_context(bwd[j]);
+      std::vector<P2P> batch;
+      append(batch, send_output(fwd[warmup + j]));
+      append(batch, send_output(bwd[j]));
+      append(batch, recv_f(warmup + j + 1));
+      append(batch, recv_b(j + 1));
+      p2p_batch(batch);
+    }
+    if (steady == 0) {
+      p2p_context(bwd[0]);
+      p2p_batch(to_batch(recv_b(0)));
+    }
+    for (size_t k = steady; k < total; ++k) {
+      lower_step(bwd[k]);
+      p2p_context(bwd[k]);
+      std::vector<P2P> batch;
+      append(batch, send_output(bwd[k]));
+      append(batch, recv_b(k + 1));
+      p2p_batch(batch);
+    }
+  }
+
+  static std::vector<P2P> to_batch(const std::optional<P2P>& x) {
+    std::vector<P2P> b;
+    append(b, x);
+    return b;
+  }
+
+  // ---- one schedule step ---------------------------------------------------------------------
+
+  void lower_step(const ScheduleStep& st) {
+    const int64_t vs = vstage(st.model_chunk);
+    const int64_t first_layer = vs * d_.layers_per_chunk;
+    const int64_t last_layer = first_layer + d_.layers_per_chunk - 1;
+    const bool is_last_vs = vs == num_vstages() - 1;
+    if (st.pass == Pass::kForward) {
+      const bool first_forward = !forwarded_chunk_[static_cast<size_t>(st.model_chunk)];
+      forwarded_chunk_[static_cast<size_t>(st.model_chunk)] = true;
+      if (vs == 0) {
+        context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
+        if (first_forward) wait_param_gather(st.model_chunk, -2);
+        embedding_forward();
+      }
+      for (int64_t l = first_layer; l <= last_layer; ++l) {
+        context(Phase::kForward, st.micro_batch, st.model_chunk, l);
+        if (first_forward) wait_param_gather(st.model_chunk, l);
+        layer_forward();
+      }
+      if (is_last_vs) {
+        context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
+        if (first_forward) wait_param_gather(st.model_chunk, -1);
+        head_forward();
+      }
+      close_compute();
+      return;
+    }
+    const bool last_backward = st.micro_batch == last_backward_mb_[static_cast<size_t>(st.model_chunk)];
+    if (is_last_vs) {
+      context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
+      head_backward();
+      if (last_backward) bucket_done(st.model_chunk, -1);
+    }
+    for (int64_t l = last_layer; l >= first_layer; --l) {
+      if (sc_.training.recompute_granularity == RecomputeGranularity::kFull) {
+        context(Phase::kRecompute, st.micro_batch, st.model_chunk, l);
+        layer_forward();
+      }
+      context(Phase::kBackward, st.micro_batch, st.model_chunk, l);
+      layer_backward(st.micro_batch, st.model_chunk, l);
+      if (last_backward) bucket_done(st.model_chunk, l);
+    }
+    if (vs == 0) {
+      context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
+      embedding_backward();
+      if (last_backward) bucket_done(st.model_chunk, -2);
+    }
+    close_compute();
+  }
+
+  // ---- layers --------------------------------------------------------------------------------
+
+  CollectiveKind tp_reduce() const {
+    return d_.sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+  }
+  int64_t act_bytes(int64_t width) const { return d_.tokens * width * d_.dsize; }
+
+  /// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
+  /// for gather piece i only.
+  void gathered_gemm(int64_t n, int64_t k, const char* what) {
+    if (!d_.sp) {
+      kernel(k_.gemm("gemm_fwd", d_.tokens, n, k), what);
+      return;
+    }
+    if (!sc_.training.tp_comm_overlap) {
+      tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather");
+      kernel(k_.gemm("gemm_fwd", d_.tokens, n, k), what);
+      return;
+    }
+    for (int64_t i = 0; i < d_.t; ++i) {
+      wait(collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
+                      act_bytes(d_.h) / d_.t, "sp all_gather (overlapped)"));
+      kernel(k_.gemm("gemm_fwd", d_.tokens / d_.t, n, k), what);
+    }
+  }
+
+  /// GEMM + TP all-reduce (reduce-scatter with SP), chunked with tp_comm_overlap.
+  void gemm_reduced(int64_t n, int64_t k, const char* what) {
+    if (!(d_.sp && sc_.training.tp_comm_overlap)) {
+      kernel(k_.gemm("gemm_fwd", d_.tokens, n, k), what);
+      tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
+      return;
+    }
+    std::vector<uint32_t> pieces;
+    for (int64_t i = 0; i < d_.t; ++i) {
+      kernel(k_.gemm("gemm_fwd", d_.tokens / d_.t, n, k), what);
+      pieces.push_back(collective(CollectiveKind::kReduceScatter, GroupKind::kTp, Stream::kTpComm,
+                                  act_bytes(d_.h) / d_.t, "sp reduce_scatter (overlapped)"));
+    }
+    for (uint32_t p : pieces) wait(p);
+  }
+
+  void layer_forward() {
+    kernel(k_.layernorm(false), "layernorm");
+    gathered_gemm(3 * d_.h / d_.t, d_.h, "attention");
+    kernel(k_.attention("attention_fwd", false), "attention");
+    gemm_reduced(d_.h, d_.h / d_.t, "attention");
+    kernel(k_.dropout_add(false), "mlp");
+    kernel(k_.layernorm(false), "mlp");
+    gathered_gemm(d_.ffn / d_.t, d_.h, "mlp");
+    kernel(k_.gelu(false), "mlp");
+    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp");
+    kernel(k_.dropout_add(false), "mlp");
+  }
+
+  /// Backward of a row-parallel linear {tokens, n, k}: (SP) all-gather of the output gradient,
+  /// then dgrad and wgrad GEMMs.
+  void row_parallel_backward(int64_t n, int64_t k, const char* what) {
+    if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
+    kernel(k_.gemm("gemm_dgrad", d_.tokens, n, k), what);
+    kernel(k_.gemm("gemm_wgrad", d_.tokens, n, k), what);
+  }
+
+  /// Backward of a column-parallel linear {tokens, n, k} as Megatron's
+  /// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
+  /// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
+  /// overlapped with the wgrad GEMM, then wait.
+  void column_parallel_backward(int64_t n, int64_t k, const char* what) {
+    uint32_t gather = kNoOp;
+    if (d_.sp) {
+      gather = collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
+                          act_bytes(d_.h), "sp all_gather input");
+    }
+    kernel(k_.gemm("gemm_dgrad", d_.tokens, n, k), what);
+    const uint32_t reduce = collective(tp_reduce(), GroupKind::kTp, Stream::kTpComm,
+                                       act_bytes(k), d_.sp ? "sp reduce_scatter grad" : "tp all_reduce grad");
+    wait(gather);
+    kernel(k_.gemm("gemm_wgrad", d_.tokens, n, k), what);
+    wait(reduce);
+  }
+
+  void layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
+    kernel(k_.dropout_add(true), "mlp");
+    row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp");
+    kernel(k_.gelu(true), "mlp");
+    column_parallel_backward(d_.ffn / d_.t, d_.h, "mlp");
+    kernel(k_.layernorm(true), "mlp");
+    kernel(k_.dropout_add(true), "attention");
+    row_parallel_backward(d_.h, d_.h / d_.t, "attention");
+    if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
+      context(Phase::kRecompute, mb, chunk, layer);
+      kernel(k_.attention("attention_fwd", false), "attention core");
+      context(Phase::kBackward, mb, chunk, layer);
+    }
+    kernel(k_.attention("attention_bwd", true), "attention");
+    column_parallel_backward(3 * d_.h / d_.t, d_.h, "attention");
+    kernel(k_.layernorm(true), "attention");
+  }
+
+  // ---- embedding and LM head -----------------------------------------------------------------
+
+  void embedding_forward() {
+    kernel(k_.embedding(false), "embedding");
+    // VocabParallelEmbedding: partial lookups summed over TP (reduce-scatter into SP regions).
+    tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
+    kernel(k_.dropout(), "embedding");
+  }
+
+  void embedding_backward() {
+    if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
+    kernel(k_.embedding(true), "embedding");
+  }
+
+  void head_forward() {
+    kernel(k_.layernorm(false), "final layernorm");
+    gathered_gemm(d_.vocab_local, d_.h, "lm head");
+    // Vocab-parallel cross-entropy: all-reduce of the logit max, then of the target logits and
+    // of the sum of exponentials (fp32, one value per token each).
+    kernel(k_.elementwise_vocab("cross_entropy_max", 1, 1), "cross entropy");
+    tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce max");
+    kernel(k_.elementwise_vocab("cross_entropy_fwd", 3, 1), "cross entropy");
+    tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce target");
+    tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce sum-exp");
+  }
+
+  void head_backward() {
+    kernel(k_.elementwise_vocab("cross_entropy_bwd", 3, 2), "cross entropy");
+    column_parallel_backward(d_.vocab_local, d_.h, "lm head");
+    kernel(k_.layernorm(true), "final layernorm");
+  }
+
+  // ---- DP buckets, finalize, optimizer -------------------------------------------------------
+
+  int64_t layer_params_local() const {
+    const ModelSpec& mo = sc_.model;
+    const int64_t h = mo.hidden_size, f = mo.ffn_hidden_size, t = d_.t;
+    return (3 * h * h + 3 * h) / t + h * h / t + h + (h * f + f) / t + f * h / t + h + 4 * h;
+  }
+
+  /// Splits each chunk's parameters, in backward order, into Megatron DDP buckets.
+  void plan_buckets() {
+    const int64_t bucket_size = ddp_bucket_size_params(sc_);
+    const int64_t emb_local = d_.vocab_local * d_.h;
+    buckets_.assign(static_cast<size_t>(d_.v), {});
+    forwarded_chunk_.assign(static_cast<size_t>(d_.v), false);
+    last_backward_mb_.assign(static_cast<size_t>(d_.v), -1);
+    for (const auto& st : out_.schedule) {
+      if (st.pass == Pass::kBackward) last_backward_mb_[static_cast<size_t>(st.model_chunk)] = st.micro_batch;
+    }
+    for (int64_t c = 0; c < d_.v; ++c) {
+      const int64_t vs = vstage(c);
+      // (layer id, params) in the order their gradients become ready.
+      std::vector<std::pair<int64_t, int64_t>> items;
+      if (vs == num_vstages() - 1) {
+        // Final LN, plus the tied LM-head copy when the embedding lives on another stage.
+        items.emplace_back(-1, 2 * d_.h + (d_.p > 1 ? emb_local : 0));
+      }
+      for (int64_t l = (vs + 1) * d_.layers_per_chunk - 1; l >= vs * d_.layers_per_chunk; --l) {
+        items.emplace_back(l, layer_params_local());
+      }
+      if (vs == 0) items.emplace_back(-2, emb_local + d_.s * d_.h);
+      auto& chunk = buckets_[static_cast<size_t>(c)];
+      chunk.emplace_back();
+      for (const auto& [id, n] : items) {
+        if (bucket_size > 0 && chunk.back().params >= bucket_size) chunk.emplace_back();
+        chunk.back().params += n;
+        chunk.back().layers.push_back(id);
+        chunk.back().trigger = id;
+      }
+    }
+  }
+
+  /// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk:
+  /// with overlap_grad_reduce, starts the reduce of the bucket this completes.
+  void bucket_done(int64_t chunk, int64_t layer) {
+    if (!sc_.training.overlap_grad_reduce) return;
+    for (auto& bucket : buckets_[static_cast<size_t>(chunk)]) {
+      if (bucket.trigger == layer) issue_grad_reduce(bucket);
+    }
+  }
+
+  void issue_grad_reduce(Bucket& bucket) {
+    context(Phase::kGradSync, -1, chunk_, -1);
+    const bool dist = sc_.training.use_distributed_optimizer;
+    bucket.grad_op = collective(dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                                GroupKind::kDpCp, Stream::kDpComm, bucket.params * d_.grad_bytes,
+                                dist ? "dp reduce_scatter grads" : "dp all_reduce grads");
+    if (bucket.grad_op != kNoOp) grad_syncs_.push_back(bucket.grad_op);
+  }
+
+  void issue_param_gathers(Phase phase) {
+    // Forward order: chunk 0 first, buckets from the last (embedding side) to the first.
+    for (int64_t c = 0; c < d_.v; ++c) {
+      auto& chunk = buckets_[static_cast<size_t>(c)];
+      for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
+        context(phase, -1, c, -1);
+        it->param_gather_op = collective(CollectiveKind::kAllGather, GroupKind::kDpCp,
+                                         Stream::kDpComm, it->params * d_.dsize,
+                                         "dp all_gather params");
+      }
+    }
+  }
+
+  /// With overlap_param_gather, the first forward through `layer` waits for its bucket's gather.
+  void wait_param_gather(int64_t chunk, int64_t layer) {
+    for (const auto& bucket : buckets_[static_cast<size_t>(chunk)]) {
+      if (std::find(bucket.layers.begin(), bucket.layers.end(), layer) != bucket.layers.end()) {
+        wait(bucket.param_gather_op);
+      }
+    }
+  }
+
+  /// Megatron's finalize_model_grads (DP grad sync done, then the SP LayerNorm-gradient
+  /// all-reduce over TP, then the tied-embedding all-reduce over the first and last stage),
+  /// then clip-by-global-norm and the optimizer step.
+  void finalize_and_step() {
+    context(Phase::kGradSync, -1, -1, -1);
+    const RankCoord c = out_.coord;
+    std::vector<uint32_t> done = grad_syncs_;
+    auto after_all = [&](uint32_t op) {
+      if (op == kNoOp) return;
+      for (uint32_t x : done) add_dep(op, x);
+      done = {op};
+    };
+    if (d_.sp) {
+      int64_t ln_params = d_.v * d_.layers_per_chunk * 6 * d_.h;  // 2 LNs + 2 row-parallel biases
+      if (c.pp == d_.p - 1) ln_params += 2 * d_.h;                 // final LN
+      after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
+                           ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
+    }
+    if (d_.p > 1 && (c.pp == 0 || c.pp == d_.p - 1)) {
+      after_all(collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding, Stream::kPpComm,
+                           d_.vocab_local * d_.h * d_.grad_bytes, "embedding grads all_reduce"));
+    }
+    for (uint32_t x : done) wait(x);
+    context(Phase::kOptimizer, -1, -1, -1);
+    const bool dist = sc_.training.use_distributed_optimizer;
+    const int64_t dp_cp = layout_.size(GroupKind::kDpCp);
+    const int64_t params = parameters_on_rank(sc_, c.pp);
+    const int64_t local = dist ? ceil_div(params, dp_cp) : params;
+    kernel(k_.grad_norm(local), "grad norm");
+    wait(collective(CollectiveKind::kAllReduce, dist ? GroupKind::kWorld : GroupKind::kModelParallel,
+                    Stream::kDpComm, 4, "grad norm all_reduce"));
+    kernel(k_.adamw(local), "optimizer step");
+    close_compute();
+  }
+
+  const Scenario& sc_;
+  const RankLayout& layout_;
+  KernelTable& table_;
+  RankProgram& out_;
+  Dims d_;
+  KernelFactory k_;
+
+  Phase phase_ = Phase::kForward;
+  int64_t mb_ = -1, chunk_ = -1, layer_ = -1;
+  uint32_t open_compute_ = kNoOp;
+  uint32_t last_compute_ = kNoOp;
+  std::vector<uint32_t> waits_;
+  std::array<uint32_t, 5> last_on_stream_{kNoOp, kNoOp, kNoOp, kNoOp, kNoOp};
+
+  std::vector<std::vector<Bucket>> buckets_;  // per model chunk
+  std::vector<bool> forwarded_chunk_;
+  std::vector<int64_t> last_backward_mb_;
+  std::vector<uint32_t> grad_syncs_;
+};
+
+}  // namespace
+
+Program build_program(const Scenario& s, const std::vector<int64_t>& ranks) {
+  if (s.parallel.context_parallel_size > 1) {
+    throw UnsupportedError(
+        "parallelism.context_parallel_size = " + std::to_string(s.parallel.context_parallel_size) +
+        ": context parallelism (ring attention) is not lowered to a Program yet; use 1");
+  }
+  if (s.training.tp_comm_overlap && !s.parallel.sequence_parallel) {
+    throw UnsupportedError(
+        "training.tp_comm_overlap needs parallelism.sequence_parallel: true (as Megatron-LM's "
+        "--tp-comm-overlap)");
+  }
+  const ParallelConfig& pc = s.parallel;
+  Program prog{s,
+               RankLayout(pc.tensor_model_parallel_size, pc.context_parallel_size,
+                          pc.data_parallel_size, pc.pipeline_model_parallel_size, pc.rank_order),
+               {},
+               {}};
+  if (prog.layout.world_size() != s.cluster.num_gpus) {
+    throw InvalidArgument("cluster.num_gpus = " + std::to_string(s.cluster.num_gpus) +
+                          " differs from TP x CP x DP x PP = " +
+                          std::to_string(prog.layout.world_size()));
+  }
+  std::vector<int64_t> wanted = ranks;
+  if (wanted.empty()) {
+    for (int64_t r = 0; r < prog.layout.world_size(); ++r) wanted.push_back(r);
+  }
+  KernelTable table(prog.kernels);
+  for (int64_t r : wanted) {
+    RankProgram rp;
+    rp.rank = r;
+    rp.coord = prog.layout.coord(r);  // throws for a rank outside the world
+    RankLowering(prog.scenario, prog.layout, table, rp).run();
+    prog.ranks.emplace(r, std::move(rp));
+  }
+  return prog;
+}
+
+}  // namespace traintwin

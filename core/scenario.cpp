@@ -1,0 +1,901 @@
+// Scenario files: reading (yaml-cpp), `--set` overrides, typed extraction and the cross-key rules.
+//
+// The pipeline is: parse the YAML text -> check the file's structure (mappings, unknown and
+// duplicate keys, with file:line) -> apply the overrides on the YAML tree -> extract every key with
+// its type and defaults -> derive DP and v -> validate the cross-key rules. Every failure is a
+// ConfigError "<where>: <key path>: <problem>", where <where> is "file:line" for a key read from
+// the file, "--set" for a key given as an override, and the file alone for a key that is absent
+// (a missing required key, a derived value). The format itself is documented in
+// scenarios/README.md and in core/scenario.hpp.
+#include "core/scenario.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+
+int bytes_per_element(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return 4;
+    case Precision::kFp16:
+    case Precision::kBf16:
+      return 2;
+  }
+  throw InvalidArgument("bytes_per_element: unknown Precision value");
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+const char* to_string(RecomputeGranularity r) {
+  switch (r) {
+    case RecomputeGranularity::kNone:
+      return "none";
+    case RecomputeGranularity::kSelective:
+      return "selective";
+    case RecomputeGranularity::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+const char* to_string(PipelineScheduleKind k) {
+  switch (k) {
+    case PipelineScheduleKind::kGPipe:
+      return "gpipe";
+    case PipelineScheduleKind::k1F1B:
+      return "1f1b";
+  }
+  return "?";
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ----- the schema: sections and their keys ----------------------------------------------------
+
+constexpr std::string_view kOverrideOrigin = "--set";
+
+constexpr std::array<std::string_view, 5> kRootKeys = {"name", "model", "parallelism", "training",
+                                                       "cluster"};
+constexpr std::array<std::string_view, 7> kModelKeys = {
+    "architecture",    "num_layers", "hidden_size", "num_attention_heads",
+    "ffn_hidden_size", "seq_length", "vocab_size"};
+constexpr std::array<std::string_view, 9> kParallelismKeys = {
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "num_layers_per_virtual_pipeline_stage",
+    "context_parallel_size",
+    "sequence_parallel",
+    "data_parallel_size",
+    "pipeline_schedule",
+    "rank_order"};
+constexpr std::array<std::string_view, 8> kTrainingKeys = {"micro_batch_size",
+                                                           "global_batch_size",
+                                                           "precision",
+                                                           "recompute_granularity",
+                                                           "use_distributed_optimizer",
+                                                           "overlap_grad_reduce",
+                                                           "overlap_param_gather",
+                                                           "tp_comm_overlap"};
+constexpr std::array<std::string_view, 2> kClusterKeys = {"topology", "num_gpus"};
+
+// The two spellings of the virtual pipeline size; at most one may be given per source.
+constexpr std::string_view kVirtualSize = "virtual_pipeline_model_parallel_size";
+constexpr std::string_view kLayersPerVirtualStage = "num_layers_per_virtual_pipeline_stage";
+
+constexpr std::array<std::string_view, 1> kArchitectures = {"gpt"};
+constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"};
+constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 2> kSchedules = {"gpipe", "1f1b"};
+constexpr std::array<std::string_view, 4> kRankDims = {"tp", "cp", "dp", "pp"};
+
+/// The keys allowed inside `section` (a section name of kRootKeys other than "name").
+std::vector<std::string_view> keys_of(std::string_view section) {
+  auto vec = [](const auto& arr) { return std::vector<std::string_view>(arr.begin(), arr.end()); };
+  if (section == "model") return vec(kModelKeys);
+  if (section == "parallelism") return vec(kParallelismKeys);
+  if (section == "training") return vec(kTrainingKeys);
+  if (section == "cluster") return vec(kClusterKeys);
+  return {};
+}
+
+bool is_section(std::string_view key) {
+  return key == "model" || key == "parallelism" || key == "training" || key == "cluster";
+}
+
+template <typename Range>
+std::string join(const Range& items, std::string_view sep = ", ") {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += sep;
+    out += item;
+  }
+  return out;
+}
+
+template <typename Range>
+bool contains(const Range& items, std::string_view value) {
+  return std::find(std::begin(items), std::end(items), value) != std::end(items);
+}
+
+/// Levenshtein distance, for "did you mean" hints on misspelt keys.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// "unknown key; did you mean X? (allowed: ...)".
+template <typename Range>
+std::string unknown_key_problem(std::string_view key, const Range& allowed) {
+  std::string_view best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (std::string_view candidate : allowed) {
+    const size_t d = edit_distance(key, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  std::string hint;
+  if (!best.empty() && best_distance <= std::max<size_t>(2, best.size() / 4)) {
+    hint = fmt::format("; did you mean {}?", best);
+  }
+  return fmt::format("unknown key{} (allowed: {})", hint, join(allowed));
+}
+
+/// a x b, saturating at INT64_MAX (all operands are >= 1 when this is used).
+int64_t mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) return std::numeric_limits<int64_t>::max();
+  return out;
+}
+
+/// How a YAML value looks, for "expected X, got Y" messages.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      if (node.Tag() == "!") return fmt::format("the quoted string \"{}\"", node.Scalar());
+      return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+/// True for a scalar that YAML types as a string no matter its text (quoted, or tagged !!str).
+bool is_string_typed(const YAML::Node& node) {
+  const std::string& tag = node.Tag();
+  return tag == "!" || tag == "tag:yaml.org,2002:str";
+}
+
+std::optional<int64_t> parse_integer_text(const std::string& text) {
+  std::string_view digits = text;
+  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  if (digits.empty()) return std::nullopt;
+  int64_t value = 0;
+  const char* first = digits.data();
+  const char* last = digits.data() + digits.size();
+  auto [ptr, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc() || ptr != last) return std::nullopt;
+  return value;
+}
+
+/// Splits "a.b" into {"a", "b"}.
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  if (!text.empty() && text.back() == sep) parts.emplace_back();
+  return parts;
+}
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  const auto last = text.find_last_not_of(" \t");
+  return text.substr(first, last - first + 1);
+}
+
+// ----- cross-key rules ------------------------------------------------------------------------
+
+/// Returns "where" (file:line, --set, or the origin) for a dotted key path.
+using Locator = std::function<std::string(std::string_view key)>;
+
+[[noreturn]] void rule_error(const Locator& where, std::string_view key,
+                             const std::string& problem) {
+  throw ConfigError(fmt::format("{}: {}: {}", where(key), key, problem));
+}
+
+void check_positive(const Locator& where, std::string_view key, int64_t value) {
+  if (value < 1) rule_error(where, key, fmt::format("must be >= 1, got {}", value));
+}
+
+/// The rules of validate_scenario(), with messages located by `where`.
+void check_rules(const Scenario& s, const Locator& where) {
+  const ModelSpec& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const TrainingConfig& t = s.training;
+
+  // Sizes (the file reader already checks them; a Scenario built in code may not be).
+  check_positive(where, "model.num_layers", m.num_layers);
+  check_positive(where, "model.hidden_size", m.hidden_size);
+  check_positive(where, "model.num_attention_heads", m.num_attention_heads);
+  check_positive(where, "model.ffn_hidden_size", m.ffn_hidden_size);
+  check_positive(where, "model.seq_length", m.seq_length);
+  check_positive(where, "model.vocab_size", m.vocab_size);
+  check_positive(where, "parallelism.tensor_model_parallel_size", p.tensor_model_parallel_size);
+  check_positive(where, "parallelism.pipeline_model_parallel_size", p.pipeline_model_parallel_size);
+  check_positive(where, "parallelism.virtual_pipeline_model_parallel_size",
+                 p.virtual_pipeline_model_parallel_size);
+  check_positive(where, "parallelism.context_parallel_size", p.context_parallel_size);
+  check_positive(where, "parallelism.data_parallel_size", p.data_parallel_size);
+  check_positive(where, "training.micro_batch_size", t.micro_batch_size);
+  check_positive(where, "training.global_batch_size", t.global_batch_size);
+  check_positive(where, "cluster.num_gpus", s.cluster.num_gpus);
+
+  if (!contains(kArchitectures, m.architecture)) {
+    rule_error(
+        where, "model.architecture",
+        fmt::format("'{}' is not supported (allowed: {})", m.architecture, join(kArchitectures)));
+  }
+
+  const int64_t tp = p.tensor_model_parallel_size;
+  const int64_t pp = p.pipeline_model_parallel_size;
+  const int64_t v = p.virtual_pipeline_model_parallel_size;
+  const int64_t cp = p.context_parallel_size;
+  const int64_t dp = p.data_parallel_size;
+
+  // Model shape.
+  if (m.hidden_size % m.num_attention_heads != 0) {
+    rule_error(where, "model.hidden_size",
+               fmt::format("{} is not divisible by model.num_attention_heads = {} "
+                           "(rule: hidden_size % num_attention_heads == 0)",
+                           m.hidden_size, m.num_attention_heads));
+  }
+  // Tensor parallelism splits attention heads and the MLP's inner dimension.
+  if (m.num_attention_heads % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.num_attention_heads = {} "
+                           "(rule: num_attention_heads % tensor_model_parallel_size == 0)",
+                           tp, m.num_attention_heads));
+  }
+  if (m.ffn_hidden_size % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.ffn_hidden_size = {} "
+                           "(rule: ffn_hidden_size % tensor_model_parallel_size == 0)",
+                           tp, m.ffn_hidden_size));
+  }
+  // Sequence parallelism shards the TP group's activations: without TP it has nothing to shard.
+  // (Megatron-LM silently disables it; traintwin never downgrades a requested setting.)
+  if (p.sequence_parallel && tp == 1) {
+    rule_error(where, "parallelism.sequence_parallel",
+               "true needs parallelism.tensor_model_parallel_size > 1, got 1 "
+               "(rule: sequence parallelism shards activations over the TP group)");
+  }
+  // Megatron-LM: "Tensor parallel communication/GEMM overlap can happen only when sequence
+  // parallelism is enabled".
+  if (t.tp_comm_overlap && !p.sequence_parallel) {
+    rule_error(where, "training.tp_comm_overlap",
+               "true needs parallelism.sequence_parallel: true "
+               "(rule: TP communication/GEMM overlap works on sequence-parallel collectives)");
+  }
+  if (m.seq_length % cp != 0) {
+    rule_error(where, "parallelism.context_parallel_size",
+               fmt::format("{} does not divide model.seq_length = {} "
+                           "(rule: seq_length % context_parallel_size == 0)",
+                           cp, m.seq_length));
+  }
+
+  // Pipeline split.
+  if (m.num_layers % mul(pp, v) != 0) {
+    rule_error(where, "model.num_layers",
+               fmt::format("{} is not divisible by pipeline_model_parallel_size x "
+                           "virtual_pipeline_model_parallel_size = {} x {} = {} "
+                           "(rule: every model chunk holds the same number of layers)",
+                           m.num_layers, pp, v, mul(pp, v)));
+  }
+
+  // World size.
+  const int64_t world = mul(mul(mul(tp, cp), pp), dp);
+  if (world != s.cluster.num_gpus) {
+    rule_error(where, "cluster.num_gpus",
+               fmt::format("{} != tensor_model_parallel_size x context_parallel_size x "
+                           "pipeline_model_parallel_size x data_parallel_size = "
+                           "{} x {} x {} x {} = {} (rule: num_gpus = TP x CP x PP x DP)",
+                           s.cluster.num_gpus, tp, cp, pp, dp, world));
+  }
+
+  // Batch.
+  const int64_t per_step = mul(t.micro_batch_size, dp);
+  if (t.global_batch_size % per_step != 0) {
+    rule_error(where, "training.global_batch_size",
+               fmt::format("{} is not divisible by training.micro_batch_size x "
+                           "parallelism.data_parallel_size = {} x {} = {} "
+                           "(rule: global_batch_size % (micro_batch_size x DP) == 0)",
+                           t.global_batch_size, t.micro_batch_size, dp, per_step));
+  }
+
+  // Interleaved 1F1B (v > 1 model chunks per pipeline rank).
+  if (v > 1) {
+    const std::string_view vkey = "parallelism.virtual_pipeline_model_parallel_size";
+    if (p.pipeline_schedule != PipelineScheduleKind::k1F1B) {
+      rule_error(where, vkey,
+                 fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b, got {} "
+                             "(rule: only 1F1B interleaves model chunks; GPipe has none)",
+                             v, to_string(p.pipeline_schedule)));
+    }
+    if (pp < 2) {
+      rule_error(where, vkey,
+                 fmt::format("{} model chunks need parallelism.pipeline_model_parallel_size > 1, "
+                             "got {} (rule: the interleaved schedule needs a pipeline)",
+                             v, pp));
+    }
+    const int64_t micro_batches = t.global_batch_size / per_step;
+    if (micro_batches % pp != 0) {
+      rule_error(where, vkey,
+                 fmt::format("{} model chunks need the number of micro-batches, "
+                             "global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = {}, "
+                             "to be divisible by pipeline_model_parallel_size = {} "
+                             "(rule: Megatron-LM's interleaved schedule)",
+                             v, t.global_batch_size, t.micro_batch_size, dp, micro_batches, pp));
+    }
+  }
+
+  // Distributed-optimizer overlap (Megatron-LM: --overlap-param-gather needs the distributed
+  // optimizer and --overlap-grad-reduce).
+  if (t.overlap_param_gather && !t.use_distributed_optimizer) {
+    rule_error(where, "training.overlap_param_gather",
+               "true needs training.use_distributed_optimizer: true "
+               "(rule: only the distributed optimizer all-gathers parameters)");
+  }
+  if (t.overlap_param_gather && !t.overlap_grad_reduce) {
+    rule_error(where, "training.overlap_param_gather",
+               "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
+  }
+
+  // Rank order: a permutation of tp, cp, dp, pp.
+  const std::vector<std::string> dims = split(p.rank_order, '-');
+  if (std::find(dims.begin(), dims.end(), "ep") != dims.end()) {
+    rule_error(where, "parallelism.rank_order",
+               fmt::format("'{}': expert parallelism (ep) is not supported (allowed: a "
+                           "permutation of tp, cp, dp, pp)",
+                           p.rank_order));
+  }
+  std::set<std::string> seen;
+  bool permutation = dims.size() == kRankDims.size();
+  for (const std::string& dim : dims) {
+    permutation = permutation && contains(kRankDims, dim) && seen.insert(dim).second;
+  }
+  if (!permutation) {
+    rule_error(where, "parallelism.rank_order",
+               fmt::format("'{}' is not a permutation of tp, cp, dp, pp (dash-separated, "
+                           "fastest-varying first; allowed: any order of tp, cp, dp, pp, e.g. "
+                           "tp-cp-dp-pp)",
+                           p.rank_order));
+  }
+}
+
+// ----- the reader -----------------------------------------------------------------------------
+
+/// "section.key", or "key" for a root key.
+std::string path_of(const std::string& sec, const std::string& key) {
+  return sec.empty() ? key : sec + "." + key;
+}
+
+/// Reads one scenario: structure checks, overrides, typed extraction. Remembers the line of each
+/// key in the file and which keys came from overrides, to place every message.
+class Reader {
+ public:
+  Reader(std::string origin, YAML::Node root)
+      : origin_(std::move(origin)), root_(std::move(root)) {}
+
+  /// Where the key `path` ("section.key", "section" or "name") was given.
+  std::string locate(std::string_view path) const {
+    const std::string key(path);
+    if (from_override_.count(key) != 0) return std::string(kOverrideOrigin);
+    if (auto it = line_of_.find(key); it != line_of_.end()) {
+      return fmt::format("{}:{}", origin_, it->second);
+    }
+    return origin_;
+  }
+
+  /// Checks the file as written: a mapping of known sections, each a mapping of known keys, no
+  /// duplicates, and not both spellings of the virtual pipeline size.
+  void check_file() {
+    if (!root_.IsMap()) {
+      throw ConfigError(fmt::format("{}: expected a mapping with the keys {}, got {}",
+                                    where_node(root_), join(kRootKeys), describe(root_)));
+    }
+    std::map<std::string, int> seen;
+    for (const auto& entry : root_) {
+      const std::string key = key_name(entry.first, "");
+      check_duplicate(seen, entry.first, key, key);
+      if (!contains(kRootKeys, key)) {
+        throw ConfigError(fmt::format("{}: {}: {}", where_node(entry.first), key,
+                                      unknown_key_problem(key, kRootKeys)));
+      }
+      line_of_[key] = line(entry.first);
+      if (is_section(key)) check_section(key, entry.second);
+    }
+    const YAML::Node par = section("parallelism");
+    if (par && par.IsMap() && par[std::string(kVirtualSize)] &&
+        par[std::string(kLayersPerVirtualStage)]) {
+      fail(fmt::format("parallelism.{}", kLayersPerVirtualStage),
+           fmt::format("cannot be given together with parallelism.{} (at {}); give one of them "
+                       "(v = num_layers / (pipeline_model_parallel_size x {}))",
+                       kVirtualSize, locate(fmt::format("parallelism.{}", kVirtualSize)),
+                       kLayersPerVirtualStage));
+    }
+  }
+
+  /// Applies `--set` overrides on the tree. Keys are checked against the schema; an override of
+  /// one spelling of the virtual pipeline size removes the other from the file.
+  void apply(const std::vector<Override>& overrides) {
+    struct Parsed {
+      std::string section;  // "" for a root key
+      std::string key;
+      YAML::Node value;
+    };
+    std::vector<Parsed> parsed;
+    std::set<std::string> virtual_keys;
+    for (const Override& o : overrides) {
+      const std::vector<std::string> parts = split(o.key, '.');
+      Parsed item;
+      if (parts.size() == 1 && o.key == "name") {
+        item.key = o.key;
+      } else if (parts.size() == 1 && is_section(o.key)) {
+        override_error(o.key, fmt::format("is a section; name a key inside it, e.g. {}.{} "
+                                          "(allowed: {})",
+                                          o.key, keys_of(o.key).front(), join(keys_of(o.key))));
+      } else if (parts.size() == 2 && is_section(parts[0])) {
+        if (!contains(keys_of(parts[0]), parts[1])) {
+          override_error(o.key, unknown_key_problem(parts[1], keys_of(parts[0])));
+        }
+        item.section = parts[0];
+        item.key = parts[1];
+      } else {
+        override_error(o.key, std::string("unknown key (allowed: name, model.KEY, "
+                                          "parallelism.KEY, training.KEY, cluster.KEY)"));
+      }
+      try {
+        item.value = YAML::Load(o.value);
+      } catch (const YAML::Exception& e) {
+        override_error(o.key, fmt::format("value '{}' is not valid YAML: {}", o.value, e.msg));
+      }
+      if (!item.value.IsScalar() && !item.value.IsNull()) {
+        override_error(o.key, fmt::format("expected a scalar value, got {}", describe(item.value)));
+      }
+      if (item.section == "parallelism" && !item.value.IsNull() &&
+          (item.key == kVirtualSize || item.key == kLayersPerVirtualStage)) {
+        virtual_keys.insert(item.key);
+      }
+      parsed.push_back(std::move(item));
+    }
+    if (virtual_keys.size() > 1) {
+      override_error(fmt::format("parallelism.{}", kLayersPerVirtualStage),
+                     fmt::format("cannot be given together with parallelism.{}; give one of them",
+                                 kVirtualSize));
+    }
+
+    for (const Parsed& item : parsed) {
+      const std::string path = path_of(item.section, item.key);
+      if (item.value.IsNull()) {
+        // "--set KEY=null" (or "KEY="): drop the key, back to its default or derived value.
+        if (item.section.empty()) {
+          root_.remove(item.key);
+        } else if (const YAML::Node sec = section(item.section); sec && sec.IsMap()) {
+          writable_section(item.section).remove(item.key);
+        }
+        line_of_.erase(path);
+        from_override_.erase(path);
+        continue;
+      }
+      if (item.section.empty()) {
+        root_[item.key] = item.value;
+      } else {
+        YAML::Node sec = writable_section(item.section);
+        if (item.section == "parallelism" &&
+            (item.key == kVirtualSize || item.key == kLayersPerVirtualStage)) {
+          const std::string other(item.key == kVirtualSize ? kLayersPerVirtualStage : kVirtualSize);
+          sec.remove(other);
+          line_of_.erase("parallelism." + other);
+          from_override_.erase("parallelism." + other);
+        }
+        sec[item.key] = item.value;
+      }
+      from_override_.insert(path);
+    }
+  }
+
+  /// Reads every key with its type and default, derives DP and v, and resolves the topology.
+  Scenario extract(const fs::path& base_dir) {
+    Scenario s;
+    s.name = get_string("", "name");
+
+    ModelSpec& m = s.model;
+    require_section("model");
+    m.architecture = get_enum_text("model", "architecture", kArchitectures).value_or("gpt");
+    m.num_layers = get_int("model", "num_layers").value();
+    m.hidden_size = get_int("model", "hidden_size").value();
+    m.num_attention_heads = get_int("model", "num_attention_heads").value();
+    m.ffn_hidden_size = get_int("model", "ffn_hidden_size", false).value_or(4 * m.hidden_size);
+    m.seq_length = get_int("model", "seq_length").value();
+    m.vocab_size = get_int("model", "vocab_size").value();
+
+    ParallelConfig& p = s.parallel;
+    p.tensor_model_parallel_size =
+        get_int("parallelism", "tensor_model_parallel_size", false).value_or(1);
+    p.pipeline_model_parallel_size =
+        get_int("parallelism", "pipeline_model_parallel_size", false).value_or(1);
+    p.context_parallel_size = get_int("parallelism", "context_parallel_size", false).value_or(1);
+    p.sequence_parallel = get_bool("parallelism", "sequence_parallel").value_or(false);
+    if (auto k = get_enum_index("parallelism", "pipeline_schedule", kSchedules)) {
+      p.pipeline_schedule = *k == 0 ? PipelineScheduleKind::kGPipe : PipelineScheduleKind::k1F1B;
+    }
+    p.rank_order = get_string("parallelism", "rank_order", false).value_or("tp-cp-dp-pp");
+
+    const std::optional<int64_t> given_v = get_int("parallelism", std::string(kVirtualSize), false);
+    const std::optional<int64_t> layers_per_stage =
+        get_int("parallelism", std::string(kLayersPerVirtualStage), false);
+    const std::optional<int64_t> given_dp = get_int("parallelism", "data_parallel_size", false);
+
+    TrainingConfig& t = s.training;
+    require_section("training");
+    t.micro_batch_size = get_int("training", "micro_batch_size").value();
+    t.global_batch_size = get_int("training", "global_batch_size").value();
+    t.precision =
+        static_cast<Precision>(get_enum_index("training", "precision", kPrecisions, true).value());
+    t.recompute_granularity = static_cast<RecomputeGranularity>(
+        get_enum_index("training", "recompute_granularity", kRecomputes).value_or(0));
+    t.use_distributed_optimizer = get_bool("training", "use_distributed_optimizer").value_or(false);
+    t.overlap_grad_reduce = get_bool("training", "overlap_grad_reduce").value_or(false);
+    t.overlap_param_gather = get_bool("training", "overlap_param_gather").value_or(false);
+    t.tp_comm_overlap = get_bool("training", "tp_comm_overlap").value_or(false);
+
+    ClusterConfig& c = s.cluster;
+    require_section("cluster");
+    const fs::path topology(get_string("cluster", "topology"));
+    // A path from the file is relative to the file's folder; one from --set to the current
+    // directory (it was typed there). The file need not exist yet.
+    if (topology.is_relative() && !base_dir.empty() &&
+        from_override_.count("cluster.topology") == 0) {
+      c.topology = (base_dir / topology).lexically_normal();
+    } else {
+      c.topology = topology;
+    }
+    c.num_gpus = get_int("cluster", "num_gpus").value();
+
+    // v: given directly, or as layers per virtual stage (Megatron-LM:
+    // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage).
+    const int64_t pp = p.pipeline_model_parallel_size;
+    if (layers_per_stage) {
+      const int64_t per_pp_n = mul(pp, *layers_per_stage);
+      if (m.num_layers % per_pp_n != 0) {
+        fail(fmt::format("parallelism.{}", kLayersPerVirtualStage),
+             fmt::format("{}: model.num_layers = {} is not divisible by "
+                         "pipeline_model_parallel_size x num_layers_per_virtual_pipeline_stage = "
+                         "{} x {} = {} (rule: v = num_layers / (PP x N) model chunks per "
+                         "pipeline rank)",
+                         *layers_per_stage, m.num_layers, pp, *layers_per_stage, per_pp_n));
+      }
+      p.virtual_pipeline_model_parallel_size = m.num_layers / per_pp_n;
+    } else {
+      p.virtual_pipeline_model_parallel_size = given_v.value_or(1);
+    }
+
+    // DP: derived from the world size, or checked when given.
+    const int64_t tp = p.tensor_model_parallel_size;
+    const int64_t cp = p.context_parallel_size;
+    const int64_t model_parallel = mul(mul(tp, cp), pp);
+    const bool divisible = c.num_gpus % model_parallel == 0;
+    if (given_dp) {
+      if (mul(model_parallel, *given_dp) != c.num_gpus) {
+        const std::string derived =
+            divisible ? fmt::format(" = {}", c.num_gpus / model_parallel) : " (not an integer)";
+        const std::string fix =
+            divisible ? fmt::format("set it to {}", c.num_gpus / model_parallel) : "fix it";
+        fail("parallelism.data_parallel_size",
+             fmt::format("{} disagrees with cluster.num_gpus / (tensor_model_parallel_size x "
+                         "context_parallel_size x pipeline_model_parallel_size) = "
+                         "{} / ({} x {} x {}){} (rule: num_gpus = TP x CP x PP x DP); {} or "
+                         "remove it from the file (it is derived when not given); when "
+                         "TP/CP/PP or num_gpus come from --set, also "
+                         "--set parallelism.data_parallel_size=N (or =null to derive it)",
+                         *given_dp, c.num_gpus, tp, cp, pp, derived, fix));
+      }
+      p.data_parallel_size = *given_dp;
+    } else {
+      if (!divisible) {
+        fail("cluster.num_gpus",
+             fmt::format("{} is not divisible by tensor_model_parallel_size x "
+                         "context_parallel_size x pipeline_model_parallel_size = {} x {} x {} = {} "
+                         "(rule: data_parallel_size = num_gpus / (TP x CP x PP))",
+                         c.num_gpus, tp, cp, pp, model_parallel));
+      }
+      p.data_parallel_size = c.num_gpus / model_parallel;
+    }
+    return s;
+  }
+
+ private:
+  [[noreturn]] void fail(std::string_view path, const std::string& problem) const {
+    throw ConfigError(fmt::format("{}: {}: {}", locate(path), path, problem));
+  }
+
+  [[noreturn]] static void override_error(std::string_view key, const std::string& problem) {
+    throw ConfigError(fmt::format("{}: {}: {}", kOverrideOrigin, key, problem));
+  }
+
+  static int line(const YAML::Node& node) { return node.Mark().line + 1; }
+
+  std::string where_node(const YAML::Node& node) const {
+    if (node.Mark().line < 0) return origin_;
+    return fmt::format("{}:{}", origin_, line(node));
+  }
+
+  /// The text of a mapping key; complex keys (sequences, mappings) are rejected.
+  std::string key_name(const YAML::Node& key, const std::string& prefix) const {
+    if (!key.IsScalar()) {
+      throw ConfigError(fmt::format("{}: {}: expected a key name, got {}", where_node(key),
+                                    prefix.empty() ? "(top level)" : prefix, describe(key)));
+    }
+    return key.Scalar();
+  }
+
+  void check_duplicate(std::map<std::string, int>& seen, const YAML::Node& key_node,
+                       const std::string& key, const std::string& path) const {
+    auto [it, inserted] = seen.emplace(key, line(key_node));
+    if (!inserted) {
+      throw ConfigError(fmt::format("{}: {}: duplicate key (first given at line {})",
+                                    where_node(key_node), path, it->second));
+    }
+  }
+
+  void check_section(const std::string& name, const YAML::Node& node) {
+    if (node.IsNull()) return;  // "section:" with every key commented out: an empty section
+    if (!node.IsMap()) {
+      throw ConfigError(fmt::format("{}: {}: expected a mapping of {} keys, got {}", locate(name),
+                                    name, name, describe(node)));
+    }
+    const std::vector<std::string_view> allowed = keys_of(name);
+    std::map<std::string, int> seen;
+    for (const auto& entry : node) {
+      const std::string key = key_name(entry.first, name);
+      const std::string path = name + "." + key;
+      check_duplicate(seen, entry.first, key, path);
+      if (!contains(allowed, key)) {
+        throw ConfigError(fmt::format("{}: {}: {}", where_node(entry.first), path,
+                                      unknown_key_problem(key, allowed)));
+      }
+      line_of_[path] = line(entry.first);
+    }
+  }
+
+  /// The section node (undefined/null when absent or empty).
+  YAML::Node section(const std::string& name) const {
+    const YAML::Node& root = root_;
+    return root[name];
+  }
+
+  /// The section as a mapping that overrides can write into (created when absent or empty).
+  /// Never assign to a YAML::Node variable that is bound to a tree node: that rebinds the tree.
+  YAML::Node writable_section(const std::string& name) {
+    const YAML::Node sec = section(name);
+    if (!sec || !sec.IsMap()) root_[name] = YAML::Node(YAML::NodeType::Map);
+    return root_[name];
+  }
+
+  void require_section(const std::string& name) const {
+    const YAML::Node sec = section(name);
+    if (!sec || sec.IsNull()) {
+      fail(name, fmt::format("missing required section (it holds: {})", join(keys_of(name))));
+    }
+  }
+
+  /// The value node of `section.key` ("" section: a root key); undefined when absent.
+  YAML::Node value(const std::string& sec, const std::string& key) const {
+    if (sec.empty()) {
+      const YAML::Node& root = root_;
+      return root[key];
+    }
+    const YAML::Node node = section(sec);
+    if (!node || !node.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& map = node;
+    return map[key];
+  }
+
+  [[noreturn]] void missing(const std::string& sec, const std::string& key) const {
+    const std::string path = path_of(sec, key);
+    // Place it at the section's line when the section is there.
+    throw ConfigError(
+        fmt::format("{}: {}: missing required key", locate(sec.empty() ? "" : sec), path));
+  }
+
+  /// An integer >= 1, or nullopt when absent and not required.
+  std::optional<int64_t> get_int(const std::string& sec, const std::string& key,
+                                 bool required = true) const {
+    const YAML::Node node = value(sec, key);
+    const std::string path = path_of(sec, key);
+    if (!node) {
+      if (required) missing(sec, key);
+      return std::nullopt;
+    }
+    std::optional<int64_t> parsed;
+    if (node.IsScalar() && !is_string_typed(node)) parsed = parse_integer_text(node.Scalar());
+    if (!parsed) {
+      fail(path, fmt::format("expected an integer >= 1, got {}", describe(node)));
+    }
+    if (*parsed < 1) fail(path, fmt::format("must be >= 1, got {}", *parsed));
+    return parsed;
+  }
+
+  /// true/false (YAML 1.2 core spellings: true, True, TRUE, false, False, FALSE).
+  std::optional<bool> get_bool(const std::string& sec, const std::string& key) const {
+    const YAML::Node node = value(sec, key);
+    if (!node) return std::nullopt;
+    if (node.IsScalar() && !is_string_typed(node)) {
+      const std::string& text = node.Scalar();
+      if (text == "true" || text == "True" || text == "TRUE") return true;
+      if (text == "false" || text == "False" || text == "FALSE") return false;
+    }
+    fail(path_of(sec, key),
+         fmt::format("expected a boolean (true or false), got {}", describe(node)));
+  }
+
+  /// A non-empty scalar string.
+  std::optional<std::string> get_string(const std::string& sec, const std::string& key,
+                                        bool required) const {
+    const YAML::Node node = value(sec, key);
+    if (!node) {
+      if (required) missing(sec, key);
+      return std::nullopt;
+    }
+    if (!node.IsScalar() || node.Scalar().empty()) {
+      fail(path_of(sec, key), fmt::format("expected a non-empty string, got {}", describe(node)));
+    }
+    return node.Scalar();
+  }
+
+  std::string get_string(const std::string& sec, const std::string& key) const {
+    return get_string(sec, key, true).value();
+  }
+
+  /// One of `allowed`, as its text.
+  template <size_t N>
+  std::optional<std::string> get_enum_text(const std::string& sec, const std::string& key,
+                                           const std::array<std::string_view, N>& allowed,
+                                           bool required = false) const {
+    const YAML::Node node = value(sec, key);
+    if (!node) {
+      if (required) missing(sec, key);
+      return std::nullopt;
+    }
+    if (!node.IsScalar() || !contains(allowed, node.Scalar())) {
+      fail(path_of(sec, key),
+           fmt::format("{} is not allowed (allowed: {})", describe(node), join(allowed)));
+    }
+    return node.Scalar();
+  }
+
+  /// One of `allowed`, as its index.
+  template <size_t N>
+  std::optional<int> get_enum_index(const std::string& sec, const std::string& key,
+                                    const std::array<std::string_view, N>& allowed,
+                                    bool required = false) const {
+    const std::optional<std::string> text = get_enum_text(sec, key, allowed, required);
+    if (!text) return std::nullopt;
+    return static_cast<int>(std::find(allowed.begin(), allowed.end(), *text) - allowed.begin());
+  }
+
+  std::string origin_;
+  YAML::Node root_;
+  std::map<std::string, int> line_of_;  // "section.key" -> 1-based line in the file
+  std::set<std::string> from_override_;
+};
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
+                        const std::filesystem::path& base_dir,
+                        const std::vector<Override>& overrides) {
+  const std::string where = origin.empty() ? "<scenario>" : origin;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}:{}: YAML syntax error: {}", where, e.mark.line + 1, e.msg));
+  }
+  Reader reader(where, root);
+  Scenario s;
+  try {
+    reader.check_file();
+    reader.apply(overrides);
+    s = reader.extract(base_dir);
+  } catch (const YAML::Exception& e) {  // not expected: every access is checked first
+    throw ConfigError(fmt::format("{}: {}", where, e.what()));
+  }
+  check_rules(s, [&reader](std::string_view key) { return reader.locate(key); });
+  return s;
+}
+
+Scenario load_scenario(const std::filesystem::path& file, const std::vector<Override>& overrides) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open scenario file", file.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read scenario file", file.string()));
+  Scenario s = parse_scenario(text.str(), file.string(), file.parent_path(), overrides);
+  s.source = file;
+  return s;
+}
+
+void validate_scenario(const Scenario& s, const std::string& origin) {
+  const std::string where = origin.empty() ? "<scenario>" : origin;
+  check_rules(s, [&where](std::string_view) { return where; });
+}
+
+Override parse_override(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos) {
+    throw ConfigError(
+        fmt::format("{}: '{}': expected KEY=VALUE, e.g. "
+                    "parallelism.tensor_model_parallel_size=4",
+                    kOverrideOrigin, text));
+  }
+  Override o;
+  o.key = trim(text.substr(0, eq));
+  o.value = text.substr(eq + 1);
+  if (o.key.empty()) {
+    throw ConfigError(
+        fmt::format("{}: '{}': empty key before '=' (expected KEY=VALUE, e.g. "
+                    "parallelism.tensor_model_parallel_size=4)",
+                    kOverrideOrigin, text));
+  }
+  return o;
+}
+
+}  // namespace traintwin

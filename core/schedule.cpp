@@ -1,0 +1,190 @@
+// Pipeline schedules: GPipe, 1F1B (PipeDream-Flush) and Megatron's interleaved 1F1B.
+#include "core/schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+// Throws InvalidArgument unless pp_size >= 1, 0 <= pp_rank < pp_size and m >= 1.
+void check_pipeline_args(const char* fn, int64_t pp_size, int64_t pp_rank,
+                         int64_t num_micro_batches) {
+  if (pp_size < 1) {
+    throw InvalidArgument(fmt::format("{}: pp_size must be >= 1, got {}", fn, pp_size));
+  }
+  if (pp_rank < 0 || pp_rank >= pp_size) {
+    throw InvalidArgument(
+        fmt::format("{}: pp_rank must be in [0, pp_size) = [0, {}), got {}", fn, pp_size, pp_rank));
+  }
+  if (num_micro_batches < 1) {
+    throw InvalidArgument(
+        fmt::format("{}: num_micro_batches must be >= 1, got {}", fn, num_micro_batches));
+  }
+}
+
+// Adds the interleaved rules (v >= 2, m % p == 0) to check_pipeline_args.
+void check_interleaved_args(const char* fn, int64_t pp_size, int64_t pp_rank,
+                            int64_t num_micro_batches, int64_t num_model_chunks) {
+  check_pipeline_args(fn, pp_size, pp_rank, num_micro_batches);
+  if (num_model_chunks < 2) {
+    throw InvalidArgument(
+        fmt::format("{}: num_model_chunks (virtual pipeline size) must be >= 2 for the interleaved "
+                    "schedule, got {}",
+                    fn, num_model_chunks));
+  }
+  if (num_micro_batches % pp_size != 0) {
+    throw InvalidArgument(fmt::format(
+        "{}: num_micro_batches ({}) must be a multiple of pp_size ({}) for the interleaved "
+        "schedule (Megatron's rule)",
+        fn, num_micro_batches, pp_size));
+  }
+}
+
+// Throws InvalidArgument unless v >= 1 and (GPipe => v == 1).
+void check_kind_args(const char* fn, PipelineScheduleKind kind, int64_t num_model_chunks) {
+  if (num_model_chunks < 1) {
+    throw InvalidArgument(
+        fmt::format("{}: num_model_chunks must be >= 1, got {}", fn, num_model_chunks));
+  }
+  if (kind == PipelineScheduleKind::kGPipe && num_model_chunks != 1) {
+    throw InvalidArgument(fmt::format(
+        "{}: the gpipe schedule supports only num_model_chunks == 1 (no virtual pipeline), "
+        "got {}",
+        fn, num_model_chunks));
+  }
+}
+
+int64_t one_f_one_b_warmup(int64_t pp_size, int64_t pp_rank, int64_t num_micro_batches) {
+  return std::min(pp_size - pp_rank - 1, num_micro_batches);
+}
+
+int64_t interleaved_warmup(int64_t pp_size, int64_t pp_rank, int64_t num_micro_batches,
+                           int64_t num_model_chunks) {
+  const int64_t total = num_micro_batches * num_model_chunks;
+  return std::min((pp_size - pp_rank - 1) * 2 + (num_model_chunks - 1) * pp_size, total);
+}
+
+// The step of virtual micro-batch k (0..m*v-1) in Megatron's interleaved order: groups of p
+// micro-batches run through chunk 0, then chunk 1, ..., then the next group. Backwards visit the
+// chunks in reverse. With v == 1 this is simply micro-batch k through chunk 0.
+ScheduleStep virtual_step(Pass pass, int64_t k, int64_t pp_size, int64_t num_model_chunks) {
+  const int64_t group_span = pp_size * num_model_chunks;
+  const int64_t in_group = k % group_span;
+  int64_t chunk = in_group / pp_size;
+  if (pass == Pass::kBackward) chunk = num_model_chunks - 1 - chunk;
+  const int64_t micro_batch = (k / group_span) * pp_size + k % pp_size;
+  return ScheduleStep{pass, micro_batch, chunk};
+}
+
+// Warm-up forwards of virtual micro-batches 0..warmup-1, then (forward warmup + i, backward i)
+// pairs, then the remaining backwards: the common shape of 1F1B and interleaved 1F1B.
+std::vector<ScheduleStep> one_f_one_b_shape(int64_t pp_size, int64_t num_virtual, int64_t warmup,
+                                            int64_t num_model_chunks) {
+  std::vector<ScheduleStep> steps;
+  steps.reserve(static_cast<size_t>(2 * num_virtual));
+  for (int64_t k = 0; k < warmup; ++k) {
+    steps.push_back(virtual_step(Pass::kForward, k, pp_size, num_model_chunks));
+  }
+  const int64_t steady = num_virtual - warmup;
+  for (int64_t i = 0; i < steady; ++i) {
+    steps.push_back(virtual_step(Pass::kForward, warmup + i, pp_size, num_model_chunks));
+    steps.push_back(virtual_step(Pass::kBackward, i, pp_size, num_model_chunks));
+  }
+  for (int64_t k = steady; k < num_virtual; ++k) {
+    steps.push_back(virtual_step(Pass::kBackward, k, pp_size, num_model_chunks));
+  }
+  return steps;
+}
+
+}  // namespace
+
+std::vector<ScheduleStep> gpipe_schedule(int64_t pp_size, int64_t pp_rank,
+                                         int64_t num_micro_batches) {
+  check_pipeline_args("gpipe_schedule", pp_size, pp_rank, num_micro_batches);
+  std::vector<ScheduleStep> steps;
+  steps.reserve(static_cast<size_t>(2 * num_micro_batches));
+  for (int64_t mb = 0; mb < num_micro_batches; ++mb) {
+    steps.push_back(ScheduleStep{Pass::kForward, mb, 0});
+  }
+  for (int64_t mb = num_micro_batches - 1; mb >= 0; --mb) {
+    steps.push_back(ScheduleStep{Pass::kBackward, mb, 0});
+  }
+  return steps;
+}
+
+std::vector<ScheduleStep> one_f_one_b_schedule(int64_t pp_size, int64_t pp_rank,
+                                               int64_t num_micro_batches) {
+  check_pipeline_args("one_f_one_b_schedule", pp_size, pp_rank, num_micro_batches);
+  return one_f_one_b_shape(pp_size, num_micro_batches,
+                           one_f_one_b_warmup(pp_size, pp_rank, num_micro_batches),
+                           /*num_model_chunks=*/1);
+}
+
+std::vector<ScheduleStep> interleaved_1f1b_schedule(int64_t pp_size, int64_t pp_rank,
+                                                    int64_t num_micro_batches,
+                                                    int64_t num_model_chunks) {
+  check_interleaved_args("interleaved_1f1b_schedule", pp_size, pp_rank, num_micro_batches,
+                         num_model_chunks);
+  return one_f_one_b_shape(
+      pp_size, num_micro_batches * num_model_chunks,
+      interleaved_warmup(pp_size, pp_rank, num_micro_batches, num_model_chunks), num_model_chunks);
+}
+
+std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
+                                         int64_t pp_rank, int64_t num_micro_batches,
+                                         int64_t num_model_chunks) {
+  check_kind_args("build_schedule", kind, num_model_chunks);
+  if (kind == PipelineScheduleKind::kGPipe) {
+    return gpipe_schedule(pp_size, pp_rank, num_micro_batches);
+  }
+  if (num_model_chunks == 1) return one_f_one_b_schedule(pp_size, pp_rank, num_micro_batches);
+  return interleaved_1f1b_schedule(pp_size, pp_rank, num_micro_batches, num_model_chunks);
+}
+
+int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
+                         int64_t num_micro_batches, int64_t num_model_chunks) {
+  check_kind_args("num_warmup_steps", kind, num_model_chunks);
+  if (kind == PipelineScheduleKind::kGPipe) {
+    check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
+    return num_micro_batches;
+  }
+  if (num_model_chunks == 1) {
+    check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
+    return one_f_one_b_warmup(pp_size, pp_rank, num_micro_batches);
+  }
+  check_interleaved_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches, num_model_chunks);
+  return interleaved_warmup(pp_size, pp_rank, num_micro_batches, num_model_chunks);
+}
+
+int64_t max_in_flight(const std::vector<ScheduleStep>& schedule) {
+  int64_t in_flight = 0;
+  int64_t peak = 0;
+  for (const ScheduleStep& s : schedule) {
+    if (s.pass == Pass::kForward) {
+      peak = std::max(peak, ++in_flight);
+    } else if (--in_flight < 0) {
+      throw InvalidArgument(fmt::format(
+          "max_in_flight: backward {} runs before any forward is outstanding", to_string(s)));
+    }
+  }
+  return peak;
+}
+
+int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
+                        int64_t num_micro_batches, int64_t num_model_chunks) {
+  const int64_t warmup =
+      num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
+  const int64_t total = num_micro_batches * num_model_chunks;
+  // A steady phase (warm-up < total) runs one more forward before its first backward.
+  return warmup < total ? warmup + 1 : total;
+}
+
+std::string to_string(const ScheduleStep& s) {
+  return fmt::format("{}{}.{}", s.pass == Pass::kForward ? 'F' : 'B', s.micro_batch, s.model_chunk);
+}
+
+}  // namespace traintwin

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what traintwin needs on Debian 12 (only what is missing) and builds it (Release).
+# Used by ./run.sh and ./test.sh. Environment: BUILD_DIR (default build), JOBS (default: cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config git
+          libsimgrid-dev libboost-graph-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+          libfmt-dev libopenblas-dev libopenmpi-dev openmpi-bin googletest libgtest-dev
+          libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to apt-get install ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_dir=${BUILD_DIR:-build}
+jobs=${JOBS:-$(nproc)}
+# CUDA is optional: found under /usr/local/cuda when present; CI compiles for one arch only.
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j "$jobs"

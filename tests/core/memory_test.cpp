@@ -1,0 +1,345 @@
+// Memory model: Korthikanti et al. 2022 activation formulas (sec. 4, Table 2), Megatron's
+// distributed-optimizer bytes per parameter, and per-stage memory from the actual schedules.
+#include "core/memory.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "core/params.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+using R = RecomputeGranularity;
+
+template <typename F>
+void ExpectInvalidArgument(F f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected InvalidArgument mentioning " << needle;
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(needle));
+  }
+}
+
+// h = 64, a = 4, s = 32, ffn = 4h; with micro-batch b = 2: s b h = 4096 and 5 a s / h = 10,
+// so that every Table 2 row is an exact number of bytes.
+ModelSpec Small() {
+  ModelSpec m;
+  m.num_layers = 8;
+  m.hidden_size = 64;
+  m.num_attention_heads = 4;
+  m.ffn_hidden_size = 256;
+  m.seq_length = 32;
+  m.vocab_size = 1024;
+  return m;
+}
+
+ModelSpec Gpt3_175B() {
+  ModelSpec m;
+  m.num_layers = 96;
+  m.hidden_size = 12288;
+  m.num_attention_heads = 96;
+  m.ffn_hidden_size = 4 * 12288;
+  m.seq_length = 2048;
+  m.vocab_size = 51200;
+  return m;
+}
+
+// GPT-3 175B on 1024 GPUs: TP 8, PP 16, DP 8, SP, micro-batch 1, global batch 1536
+// (m = 1536 / (1 * 8) = 192 micro-batches), bf16, distributed optimizer, selective recompute.
+Scenario Gpt3_175BOn1024() {
+  Scenario s;
+  s.name = "gpt3-175b-1024";
+  s.model = Gpt3_175B();
+  s.parallel.tensor_model_parallel_size = 8;
+  s.parallel.pipeline_model_parallel_size = 16;
+  s.parallel.data_parallel_size = 8;
+  s.parallel.sequence_parallel = true;
+  s.parallel.pipeline_schedule = PipelineScheduleKind::k1F1B;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 1536;
+  s.training.precision = Precision::kBf16;
+  s.training.recompute_granularity = R::kSelective;
+  s.training.use_distributed_optimizer = true;
+  s.cluster.num_gpus = 1024;
+  return s;
+}
+
+// --- Korthikanti et al. 2022, Table 2, with s b h = 4096, 5as/h = 10, t = 4 ----------------
+
+TEST(MemoryTest, Table2NoParallelism) {
+  // s b h (34 + 5 a s / h) = 4096 * (34 + 10) = 180224 bytes.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kNone, Precision::kBf16), 180224.0);
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kNone, Precision::kFp16), 180224.0);
+}
+
+TEST(MemoryTest, Table2TensorParallel) {
+  // s b h (10 + 24/t + 5 a s/(h t)) = 4096 * (10 + 6 + 2.5) = 75776.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, false, R::kNone, Precision::kBf16), 75776.0);
+}
+
+TEST(MemoryTest, Table2TensorPlusSequenceParallel) {
+  // s b h / t (34 + 5 a s / h) = 1024 * 44 = 45056.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, true, R::kNone, Precision::kBf16), 45056.0);
+}
+
+TEST(MemoryTest, Table2TensorParallelSelectiveRecompute) {
+  // s b h (10 + 24/t) = 4096 * 16 = 65536.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, false, R::kSelective, Precision::kBf16),
+            65536.0);
+}
+
+TEST(MemoryTest, Table2TensorSequenceParallelSelectiveRecompute) {
+  // 34 s b h / t = 34 * 1024 = 34816.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, true, R::kSelective, Precision::kBf16),
+            34816.0);
+  // Without TP, selective alone: 34 s b h = 139264.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kSelective, Precision::kBf16),
+            139264.0);
+}
+
+TEST(MemoryTest, Table2FullRecompute) {
+  // 2 s b h = 8192 whatever TP; with SP the stored input is sharded: 2 s b h / t = 2048.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kFull, Precision::kBf16), 8192.0);
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, false, R::kFull, Precision::kBf16), 8192.0);
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, true, R::kFull, Precision::kBf16), 2048.0);
+}
+
+TEST(MemoryTest, Table2FormulasHoldOverAGrid) {
+  // The closed forms of Table 2 against the term-by-term sum, over b, t, SP and recompute.
+  const ModelSpec m = Small();
+  const double h = 64, a = 4, s = 32;
+  for (int64_t b : {1, 2, 4}) {
+    for (int64_t tp : {1, 2, 4}) {
+      const double t = static_cast<double>(tp);
+      const double sbh = s * static_cast<double>(b) * h;
+      const double score = 5 * a * s / h;
+      EXPECT_EQ(layer_activation_bytes(m, b, tp, 1, false, R::kNone, Precision::kBf16),
+                sbh * (10 + 24 / t + score / t));
+      EXPECT_EQ(layer_activation_bytes(m, b, tp, 1, true, R::kNone, Precision::kBf16),
+                sbh / t * (34 + score));
+      EXPECT_EQ(layer_activation_bytes(m, b, tp, 1, false, R::kSelective, Precision::kBf16),
+                sbh * (10 + 24 / t));
+      EXPECT_EQ(layer_activation_bytes(m, b, tp, 1, true, R::kSelective, Precision::kBf16),
+                34 * sbh / t);
+      EXPECT_EQ(layer_activation_bytes(m, b, tp, 1, true, R::kFull, Precision::kBf16), 2 * sbh / t);
+    }
+  }
+}
+
+TEST(MemoryTest, Fp32DoublesTwoByteTermsButNotMasks) {
+  // Of 34 s b h, 2 s b h are 1-byte dropout masks: 32 * 2 + 2 = 66 s b h. Of 5 a s^2 b, a s^2 b
+  // is a mask: 4 * 2 + 1 = 9 a s^2 b -> 9 a s / h = 18. 4096 * (66 + 18) = 344064.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kNone, Precision::kFp32), 344064.0);
+  // Full recompute: 4 s b h = 16384.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kFull, Precision::kFp32), 16384.0);
+}
+
+TEST(MemoryTest, ContextParallelUsesTheLocalSequence) {
+  // CP 2: s = 16, s b h = 2048, 5 a s / h = 5; 2048 * (34 + 5) = 79872.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 2, false, R::kNone, Precision::kBf16), 79872.0);
+}
+
+TEST(MemoryTest, GenericFfnScalesTheMlpTerms) {
+  // ffn = 2h: the GeLU input and output are 2 s b ffn each = 8 s b h instead of 16 s b h:
+  // 4096 * (34 - 8 + 10) = 147456.
+  ModelSpec m = Small();
+  m.ffn_hidden_size = 128;
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kNone, Precision::kBf16), 147456.0);
+}
+
+// --- bytes per parameter (Megatron distributed-optimizer docs) -------------------------------
+
+TEST(MemoryTest, BytesPerParameterTable) {
+  auto sum = [](const BytesPerParameter& b) { return b.weights + b.gradients + b.optimizer; };
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kFp16, false, 8)), 20.0);
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kBf16, false, 8)), 18.0);
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kFp32, false, 8)), 16.0);
+  // Distributed over d = 8: 4 + 16/8 = 6; 6 + 12/8 = 7.5; 8 + 8/8 = 9.
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kFp16, true, 8)), 6.0);
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kBf16, true, 8)), 7.5);
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kFp32, true, 8)), 9.0);
+  // d = 1: same as not distributed.
+  EXPECT_EQ(sum(bytes_per_parameter(Precision::kBf16, true, 1)), 18.0);
+  const BytesPerParameter bf16 = bytes_per_parameter(Precision::kBf16, true, 4);
+  EXPECT_EQ(bf16.weights, 2.0);
+  EXPECT_EQ(bf16.gradients, 4.0);
+  EXPECT_EQ(bf16.optimizer, 3.0);
+}
+
+TEST(MemoryTest, DistributedOptimizerDividesOptimizerBytesByDp) {
+  Scenario dp8 = Gpt3_175BOn1024();
+  Scenario dp1 = dp8;
+  dp1.parallel.data_parallel_size = 1;
+  dp1.training.global_batch_size = 192;  // same m = 192
+  dp1.cluster.num_gpus = 128;
+  const StageMemory a = stage_memory(dp1, 0);
+  const StageMemory b = stage_memory(dp8, 0);
+  EXPECT_EQ(a.parameters, b.parameters);
+  EXPECT_EQ(a.weights_bytes, b.weights_bytes);
+  EXPECT_EQ(a.gradients_bytes, b.gradients_bytes);
+  EXPECT_EQ(a.activations_bytes, b.activations_bytes);
+  EXPECT_EQ(a.optimizer_bytes, 8 * b.optimizer_bytes);
+  EXPECT_EQ(a.optimizer_bytes, 12.0 * 1463270400);
+  // Without the distributed optimizer DP does not matter.
+  dp8.training.use_distributed_optimizer = false;
+  EXPECT_EQ(stage_memory(dp8, 0).optimizer_bytes, a.optimizer_bytes);
+}
+
+TEST(MemoryTest, DistributedOptimizerShardsOverDpTimesCp) {
+  Scenario s;
+  s.model = Small();
+  s.parallel.context_parallel_size = 2;
+  s.parallel.data_parallel_size = 2;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 2;
+  s.training.precision = Precision::kBf16;
+  s.training.use_distributed_optimizer = true;
+  s.cluster.num_gpus = 4;
+  const StageMemory mem = stage_memory(s, 0);
+  EXPECT_EQ(mem.optimizer_bytes, 12.0 / 4 * static_cast<double>(mem.parameters));
+}
+
+// --- per-stage memory ------------------------------------------------------------------------
+
+TEST(MemoryTest, Gpt3_175BOn1024GpusStage0) {
+  const Scenario s = Gpt3_175BOn1024();
+  const StageMemory m0 = stage_memory(s, 0);
+  EXPECT_EQ(m0.pp_rank, 0);
+  EXPECT_EQ(m0.layers, 6);  // 96 / 16
+  // 1F1B: stage 0 holds p = 16 micro-batches at its peak (Korthikanti sec. 4.2.3).
+  EXPECT_EQ(m0.in_flight, 16);
+  // Parameters (see params_test): 1463270400; bf16 + dist opt over DP 8: 2 + 4 + 12/8 bytes.
+  EXPECT_EQ(m0.parameters, 1463270400);
+  EXPECT_EQ(m0.weights_bytes, 2.0 * 1463270400);    // 2926540800
+  EXPECT_EQ(m0.gradients_bytes, 4.0 * 1463270400);  // 5853081600
+  EXPECT_EQ(m0.optimizer_bytes, 1.5 * 1463270400);  // 2194905600
+  // Activations: SP + selective = 34 s b h / t = 34 * 2048 * 12288 / 8 = 106954752 per layer;
+  // 16 in flight x 6 layers = 96 layer-activations: 10267656192 (10.27 GB).
+  EXPECT_EQ(m0.activations_bytes, 96.0 * 106954752);
+  // Embedding dropout mask s b h / t = 3145728, 16 in flight: 50331648.
+  EXPECT_EQ(m0.embedding_and_logits_bytes, 16.0 * 3145728);
+  // Total 10974528000 + 10267656192 + 50331648 = 21292515840 (21.3 GB): fits in 80 GB.
+  EXPECT_EQ(m0.total_bytes(), 21292515840.0);
+}
+
+TEST(MemoryTest, Gpt3_175BOn1024GpusAllStages) {
+  const Scenario s = Gpt3_175BOn1024();
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  ASSERT_EQ(stages.size(), 16u);
+  for (int64_t r = 0; r < 16; ++r) {
+    EXPECT_EQ(stages[r].pp_rank, r);
+    EXPECT_EQ(stages[r].in_flight, 16 - r);  // 1F1B: p - rank
+    EXPECT_EQ(stages[r].activations_bytes, static_cast<double>((16 - r) * 6) * 106954752);
+  }
+  for (int64_t r = 1; r < 15; ++r) {
+    EXPECT_EQ(stages[r].parameters, 1359461376);
+    EXPECT_EQ(stages[r].embedding_and_logits_bytes, 0.0);
+  }
+  // Last stage: 1 micro-batch in flight; final LN and LM-head inputs 2 * 2 s b h / t = 12582912;
+  // fp32 logits 4 s b V / t = 4 * 2048 * 6400 = 52428800. Sum 65011712.
+  const StageMemory& last = stages[15];
+  EXPECT_EQ(last.parameters, 1438129152);
+  EXPECT_EQ(last.embedding_and_logits_bytes, 65011712.0);
+  // 7.5 * 1438129152 = 10785968640; + 6 * 106954752 = 641728512; + 65011712 = 11492708864.
+  EXPECT_EQ(last.total_bytes(), 11492708864.0);
+  // Stage 0 is the largest.
+  for (const StageMemory& st : stages) EXPECT_LE(st.total_bytes(), stages[0].total_bytes());
+}
+
+TEST(MemoryTest, InterleavedFirstStageMatchesKorthikanti423) {
+  // Interleaved 1F1B: the first stage holds p (L/p) (1 + (p - 1)/(p v)) layer-activations.
+  // v = 2: 96 * (1 + 15/32) = 141 layers = 47 chunks of 3 (in flight p v + p - 1 = 47);
+  // v = 3: 96 * (1 + 15/48) = 126 layers = 63 chunks of 2.
+  const double per_layer =
+      layer_activation_bytes(Gpt3_175B(), 1, 8, 1, true, R::kSelective, Precision::kBf16);
+  EXPECT_EQ(per_layer, 106954752.0);
+  const double l = 96, p = 16;
+  for (int64_t v : {2, 3, 6}) {
+    Scenario s = Gpt3_175BOn1024();
+    s.parallel.virtual_pipeline_model_parallel_size = v;
+    const StageMemory m0 = stage_memory(s, 0);
+    EXPECT_EQ(m0.in_flight, 16 * v + 15) << v;
+    EXPECT_EQ(m0.layers, 6) << v;
+    const double layers_in_flight = p * (l / p) * (1 + (p - 1) / (p * static_cast<double>(v)));
+    EXPECT_DOUBLE_EQ(m0.activations_bytes, layers_in_flight * per_layer) << v;
+    EXPECT_GT(m0.activations_bytes, stage_memory(Gpt3_175BOn1024(), 0).activations_bytes);
+    // Last chunk of the last stage still holds one micro-batch: same extras as 1F1B.
+    EXPECT_EQ(stage_memory(s, 15).embedding_and_logits_bytes, 65011712.0) << v;
+  }
+}
+
+TEST(MemoryTest, GpipeHoldsAllMicroBatches) {
+  Scenario s = Gpt3_175BOn1024();
+  s.parallel.pipeline_schedule = PipelineScheduleKind::kGPipe;
+  s.training.global_batch_size = 256;  // m = 32
+  for (const StageMemory& st : memory_per_stage(s)) {
+    EXPECT_EQ(st.in_flight, 32) << st.pp_rank;
+    EXPECT_EQ(st.activations_bytes, 32.0 * 6 * 106954752) << st.pp_rank;
+  }
+  // All 32 micro-batches' embedding masks on stage 0 and LM-head buffers on the last stage.
+  EXPECT_EQ(stage_memory(s, 0).embedding_and_logits_bytes, 32.0 * 3145728);
+  EXPECT_EQ(stage_memory(s, 15).embedding_and_logits_bytes, 32.0 * 65011712);
+}
+
+TEST(MemoryTest, NoPipelineHasBothEnds) {
+  // PP 1, TP 1, b 2, bf16, no recompute, 8 layers of Small(): 1 micro-batch in flight.
+  Scenario s;
+  s.model = Small();
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 8;  // m = 4
+  s.training.precision = Precision::kBf16;
+  s.cluster.num_gpus = 1;
+  const StageMemory mem = stage_memory(s, 0);
+  EXPECT_EQ(mem.in_flight, 1);
+  EXPECT_EQ(mem.layers, 8);
+  EXPECT_EQ(mem.parameters, parameter_count(s.model));  // V = 1024: no padding, no tied copy
+  EXPECT_EQ(mem.activations_bytes, 8 * 180224.0);
+  // Embedding mask s b h = 4096; LN + LM-head inputs 4 s b h = 16384;
+  // logits 4 s b V = 4 * 32 * 2 * 1024 = 262144. Sum 282624.
+  EXPECT_EQ(mem.embedding_and_logits_bytes, 282624.0);
+  EXPECT_EQ(mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes,
+            18.0 * static_cast<double>(parameter_count(s.model)));
+}
+
+TEST(MemoryTest, Gpt3_175BOnOneGpuCannotFit) {
+  // TP 1, PP 1: 174615846912 parameters x 18 bytes = 3.14e12 bytes before any activation;
+  // activations 96 * s b h (34 + 5 a s / h) = 96 * 25165824 * 114 = 2.75e11.
+  Scenario s;
+  s.model = Gpt3_175B();
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 1;
+  s.training.precision = Precision::kBf16;
+  s.cluster.num_gpus = 1;
+  const StageMemory mem = stage_memory(s, 0);
+  EXPECT_EQ(mem.activations_bytes, 96.0 * 25165824 * 114);
+  EXPECT_GT(mem.total_bytes(), 3.4e12);
+  EXPECT_GT(mem.total_bytes(), 40 * 80e9);  // far above an 80 GB GPU
+}
+
+TEST(MemoryTest, RejectsInvalidArguments) {
+  const Scenario s = Gpt3_175BOn1024();
+  ExpectInvalidArgument([&] { stage_memory(s, 16); }, "pp_rank");
+  ExpectInvalidArgument([&] { stage_memory(s, -1); }, "pp_rank");
+  ExpectInvalidArgument([] { bytes_per_parameter(Precision::kBf16, true, 0); }, "dp");
+  ExpectInvalidArgument(
+      [] { layer_activation_bytes(Small(), 0, 1, 1, false, R::kNone, Precision::kBf16); },
+      "micro_batch_size");
+  ExpectInvalidArgument(
+      [] { layer_activation_bytes(Small(), 1, 0, 1, false, R::kNone, Precision::kBf16); },
+      "tensor_model_parallel_size");
+  ExpectInvalidArgument(
+      [] { layer_activation_bytes(Small(), 1, 1, 3, false, R::kNone, Precision::kBf16); },
+      "context_parallel_size");
+  Scenario bad_batch = s;
+  bad_batch.training.global_batch_size = 1537;
+  ExpectInvalidArgument([&] { stage_memory(bad_batch, 0); }, "global_batch_size");
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -1,0 +1,254 @@
+// Parameter counts: whole model (exact layout and Narayanan et al. SC'21 sec. 5.1) and per
+// (TP rank, pipeline stage), with Megatron's vocab padding.
+#include "core/params.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelSpec Gpt3_175B() {
+  ModelSpec m;
+  m.num_layers = 96;
+  m.hidden_size = 12288;
+  m.num_attention_heads = 96;
+  m.ffn_hidden_size = 4 * 12288;
+  m.seq_length = 2048;
+  m.vocab_size = 51200;
+  return m;
+}
+
+// l = 4, h = 64, a = 8, ffn = 256, s = 32, V = 1000: small enough to count by hand.
+ModelSpec TinyModel() {
+  ModelSpec m;
+  m.num_layers = 4;
+  m.hidden_size = 64;
+  m.num_attention_heads = 8;
+  m.ffn_hidden_size = 256;
+  m.seq_length = 32;
+  m.vocab_size = 1000;
+  return m;
+}
+
+Scenario MakeScenario(const ModelSpec& m, int64_t tp, int64_t pp, int64_t vpp = 1) {
+  Scenario s;
+  s.name = "params_test";
+  s.model = m;
+  s.parallel.tensor_model_parallel_size = tp;
+  s.parallel.pipeline_model_parallel_size = pp;
+  s.parallel.virtual_pipeline_model_parallel_size = vpp;
+  s.cluster.num_gpus = tp * pp;
+  return s;
+}
+
+// Expects `f` to throw InvalidArgument whose message contains `needle`.
+template <typename F>
+void ExpectInvalidArgument(F f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected InvalidArgument mentioning " << needle;
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(needle));
+  }
+}
+
+TEST(ParamsTest, LayerParameterCountIs12hSquaredPlus13hForFfn4h) {
+  const ModelSpec m = Gpt3_175B();
+  const int64_t h = m.hidden_size;
+  // 12 h^2 + 13 h = 12 * 150994944 + 13 * 12288 = 1811939328 + 159744 = 1812099072.
+  EXPECT_EQ(layer_parameter_count(m), 12 * h * h + 13 * h);
+  EXPECT_EQ(layer_parameter_count(m), 1812099072);
+}
+
+TEST(ParamsTest, LayerParameterCountWithGenericFfn) {
+  // h = 64, ffn = 256: QKV 3*64*64 + 192 = 12480; projection 4096 + 64 = 4160;
+  // FC1 64*256 + 256 = 16640; FC2 256*64 + 64 = 16448; 2 LNs 256. Sum 49984
+  // = 4h^2 + 2h*ffn + 9h + ffn = 16384 + 32768 + 576 + 256.
+  EXPECT_EQ(layer_parameter_count(TinyModel()), 49984);
+  ModelSpec m = TinyModel();
+  m.ffn_hidden_size = 100;  // 16384 + 12800 + 576 + 100
+  EXPECT_EQ(layer_parameter_count(m), 29860);
+}
+
+TEST(ParamsTest, Gpt3_175BParameterCount) {
+  // 96 * 1812099072 = 173961510912 layers; V h = 51200 * 12288 = 629145600;
+  // s h = 2048 * 12288 = 25165824; final LN 2h = 24576. Sum 174615846912 ~ 174.6e9.
+  const ModelSpec m = Gpt3_175B();
+  EXPECT_EQ(parameter_count(m), 174615846912);
+  EXPECT_NEAR(static_cast<double>(parameter_count(m)), 174.6e9, 0.1e9);
+}
+
+TEST(ParamsTest, NarayananFormulaLeavesOutTheFinalLayerNorm) {
+  // 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) = 12 l h^2 + 13 l h + (V + s) h
+  // = 174615846912 - 2 * 12288 = 174615822336.
+  const ModelSpec m = Gpt3_175B();
+  EXPECT_EQ(parameter_count_narayanan(m),
+            static_cast<double>(parameter_count(m) - 2 * m.hidden_size));
+  EXPECT_EQ(parameter_count_narayanan(m), 174615822336.0);
+  // The paper's factored form agrees to rounding.
+  const double l = 96, h = 12288, v = 51200, s = 2048;
+  const double paper = 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h));
+  EXPECT_NEAR(parameter_count_narayanan(m) / paper, 1.0, 1e-14);
+  const ModelSpec tiny = TinyModel();
+  ModelSpec tiny4h = tiny;
+  tiny4h.ffn_hidden_size = 4 * tiny.hidden_size;
+  EXPECT_EQ(parameter_count_narayanan(tiny4h),
+            static_cast<double>(parameter_count(tiny4h) - 2 * tiny4h.hidden_size));
+}
+
+TEST(ParamsTest, VocabPaddingToMultipleOf128TimesTp) {
+  // GPT-2's 50257 tokens: TP 1 -> ceil(50257/128) = 393 -> 393*128 = 50304;
+  // TP 2 -> multiple 256: 197*256 = 50432; TP 4 -> 512: 99*512 = 50688;
+  // TP 8 -> 1024: 50*1024 = 51200.
+  EXPECT_EQ(padded_vocab_size(50257, 1), 50304);
+  EXPECT_EQ(padded_vocab_size(50257, 2), 50432);
+  EXPECT_EQ(padded_vocab_size(50257, 4), 50688);
+  EXPECT_EQ(padded_vocab_size(50257, 8), 51200);
+  // 51200 = 50 * 1024 = 25 * 2048 is already a multiple for TP 1..16 (powers of 2);
+  // TP 3 -> multiple 384: 51200/384 = 133.3 -> 134*384 = 51456.
+  for (int64_t tp : {1, 2, 4, 8, 16}) EXPECT_EQ(padded_vocab_size(51200, tp), 51200) << tp;
+  EXPECT_EQ(padded_vocab_size(51200, 3), 51456);
+  EXPECT_EQ(padded_vocab_size(1, 1), 128);
+  EXPECT_EQ(padded_vocab_size(100, 1, 1), 100);
+}
+
+TEST(ParamsTest, PerRankEmbeddingUsesPaddedVocab) {
+  // GPT-2 small-ish: l = 2, h = 768, V = 50257, s = 1024, TP 8, PP 2.
+  ModelSpec m;
+  m.num_layers = 2;
+  m.hidden_size = 768;
+  m.num_attention_heads = 16;
+  m.ffn_hidden_size = 3072;
+  m.seq_length = 1024;
+  m.vocab_size = 50257;
+  const Scenario s = MakeScenario(m, 8, 2);
+  // Per layer and rank, h = 768, t = 8: QKV 3*768*96 + 288 = 221472; projection 96*768 + 768 =
+  // 74496; FC1 768*384 + 384 = 295296; FC2 384*768 + 768 = 295680; LNs 3072. One layer per
+  // stage: 221472 + 74496 + 295296 + 295680 + 3072 = 890016.
+  // Embedding rows per rank: padded 51200 / 8 = 6400 (not 50257/8 = 6282.1), 6400*768 = 4915200.
+  // Stage 0: 890016 + 4915200 + position 1024*768 = 786432 -> 6591648.
+  // Stage 1: 890016 + 4915200 + final LN 1536 -> 5806752.
+  EXPECT_EQ(parameters_on_rank(s, 0), 6591648);
+  EXPECT_EQ(parameters_on_rank(s, 1), 5806752);
+}
+
+TEST(ParamsTest, Tp8Pp2PerRankCountsByHand) {
+  // TinyModel, TP 8, PP 2 (2 layers per stage). Per layer and rank:
+  //   QKV 3*64*64/8 + 3*64/8 = 1536 + 24 = 1560; projection 64*64/8 + 64 = 576;
+  //   FC1 64*256/8 + 256/8 = 2048 + 32 = 2080; FC2 256*64/8 + 64 = 2112; 2 LNs 4*64 = 256.
+  //   Sum 6584; 2 layers 13168.
+  // Vocab 1000 padded to a multiple of 128*8 = 1024: 1024, 128 rows per rank: 128*64 = 8192.
+  // Stage 0: 13168 + 8192 + position 32*64 = 2048 -> 23408.
+  // Stage 1: 13168 + 8192 (tied copy) + final LN 128 -> 21488.
+  const Scenario s = MakeScenario(TinyModel(), 8, 2);
+  EXPECT_EQ(parameters_on_rank(s, 0), 23408);
+  EXPECT_EQ(parameters_on_rank(s, 1), 21488);
+
+  // Back to the whole model: each stage counts t * (per rank) - (t - 1) * (replicated), with
+  // replicated = 6h per layer (2 row-parallel biases + 2 LNs) + position embedding or final LN.
+  //   stage 0: 8*23408 - 7*(2*384 + 2048) = 187264 - 19712 = 167552
+  //   stage 1: 8*21488 - 7*(2*384 + 128) = 171904 - 6272 = 165632
+  // Sum 333184 = parameter_count 266112 + tied copy 1024*64 = 65536 + padding 24*64 = 1536.
+  const int64_t h = 64, t = 8;
+  const int64_t stage0 = t * parameters_on_rank(s, 0) - (t - 1) * (2 * 6 * h + 32 * h);
+  const int64_t stage1 = t * parameters_on_rank(s, 1) - (t - 1) * (2 * 6 * h + 2 * h);
+  EXPECT_EQ(stage0, 167552);
+  EXPECT_EQ(stage1, 165632);
+  EXPECT_EQ(parameter_count(TinyModel()), 266112);
+  EXPECT_EQ(stage0 + stage1, parameter_count(TinyModel()) + 1024 * h + (1024 - 1000) * h);
+}
+
+TEST(ParamsTest, SumOverStagesReproducesWholeModelAtTp1) {
+  // With V a multiple of 128 there is no padding at TP 1; PP > 1 adds the tied LM-head copy.
+  ModelSpec m = TinyModel();
+  m.num_layers = 24;
+  m.vocab_size = 1024;
+  for (int64_t pp : {1, 2, 3, 4, 6}) {
+    for (int64_t vpp : {1, 2}) {
+      if (m.num_layers % (pp * vpp) != 0) continue;
+      const Scenario s = MakeScenario(m, 1, pp, vpp);
+      int64_t sum = 0;
+      for (int64_t r = 0; r < pp; ++r) sum += parameters_on_rank(s, r);
+      const int64_t tied_copy = pp > 1 ? m.vocab_size * m.hidden_size : 0;
+      EXPECT_EQ(sum - tied_copy, parameter_count(m)) << "pp " << pp << " vpp " << vpp;
+    }
+  }
+}
+
+TEST(ParamsTest, SumOverStagesAndTpRanksAccountsForReplication) {
+  // For every TP, PP, v: sum over stages of t * per-rank minus (t - 1) * replicated parameters
+  // equals the whole model plus the tied copy and the padding.
+  ModelSpec m = TinyModel();
+  m.num_layers = 12;
+  const int64_t h = m.hidden_size;
+  for (int64_t tp : {1, 2, 4, 8}) {
+    for (int64_t pp : {1, 2, 3}) {
+      for (int64_t vpp : {1, 2}) {
+        if (m.num_layers % (pp * vpp) != 0) continue;
+        const Scenario s = MakeScenario(m, tp, pp, vpp);
+        const int64_t layers_per_stage = m.num_layers / pp;
+        int64_t sum = 0;
+        for (int64_t r = 0; r < pp; ++r) {
+          int64_t replicated = layers_per_stage * 6 * h;
+          if (r == 0) replicated += m.seq_length * h;
+          if (r == pp - 1) replicated += 2 * h;
+          sum += tp * parameters_on_rank(s, r) - (tp - 1) * replicated;
+        }
+        const int64_t padded = padded_vocab_size(m.vocab_size, tp);
+        const int64_t expected =
+            parameter_count(m) + (padded - m.vocab_size) * h + (pp > 1 ? padded * h : 0);
+        EXPECT_EQ(sum, expected) << "tp " << tp << " pp " << pp << " vpp " << vpp;
+      }
+    }
+  }
+}
+
+TEST(ParamsTest, InterleavingKeepsTheLayersPerStage) {
+  // v chunks of l/(p v) layers = l/p layers per stage, whatever v.
+  ModelSpec m = TinyModel();
+  m.num_layers = 12;
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(parameters_on_rank(MakeScenario(m, 2, 2, 1), r),
+              parameters_on_rank(MakeScenario(m, 2, 2, 3), r));
+  }
+}
+
+TEST(ParamsTest, Gpt3_175BOnTp8Pp16) {
+  // Per layer and rank, h = 12288, t = 8: (12 h^2 + 7 h)/8 + 6 h = 226503168 + 73728 = 226576896;
+  // 6 layers per stage: 1359461376. Embedding rows 51200/8 = 6400: 6400*12288 = 78643200.
+  // Stage 0: + 78643200 + 2048*12288 = 25165824 -> 1463270400.
+  // Middle stages: 1359461376. Last: + 78643200 + 24576 -> 1438129152.
+  const Scenario s = MakeScenario(Gpt3_175B(), 8, 16);
+  EXPECT_EQ(parameters_on_rank(s, 0), 1463270400);
+  for (int64_t r = 1; r < 15; ++r) EXPECT_EQ(parameters_on_rank(s, r), 1359461376) << r;
+  EXPECT_EQ(parameters_on_rank(s, 15), 1438129152);
+}
+
+TEST(ParamsTest, RejectsInvalidArguments) {
+  const Scenario s = MakeScenario(TinyModel(), 2, 2);
+  ExpectInvalidArgument([&] { parameters_on_rank(s, 2); }, "pp_rank");
+  ExpectInvalidArgument([&] { parameters_on_rank(s, -1); }, "pp_rank");
+  ExpectInvalidArgument([&] { parameters_on_rank(MakeScenario(TinyModel(), 1, 3), 0); },
+                        "num_layers");
+  ExpectInvalidArgument([&] { parameters_on_rank(MakeScenario(TinyModel(), 3, 1), 0); },
+                        "hidden_size");
+  ExpectInvalidArgument([&] { parameters_on_rank(MakeScenario(TinyModel(), 0, 1), 0); },
+                        "tensor_model_parallel_size");
+  ModelSpec no_ffn = TinyModel();
+  no_ffn.ffn_hidden_size = 0;
+  ExpectInvalidArgument([&] { layer_parameter_count(no_ffn); }, "ffn_hidden_size");
+  ModelSpec no_vocab = TinyModel();
+  no_vocab.vocab_size = 0;
+  ExpectInvalidArgument([&] { parameter_count(no_vocab); }, "vocab_size");
+  ExpectInvalidArgument([&] { padded_vocab_size(50257, 0); }, "tensor_model_parallel_size");
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -1,0 +1,461 @@
+#include "core/program.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "core/flops.hpp"
+#include "core/memory.hpp"
+#include "core/params.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Knobs {
+  int64_t tp = 1, pp = 1, dp = 1, v = 1, m = 1, b = 1, layers = 4, h = 64;
+  bool sp = false;
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
+  bool dist_opt = false, overlap_grad = false, overlap_param = false, tp_overlap = false;
+  Precision precision = Precision::kBf16;
+  std::string order = "tp-cp-dp-pp";
+};
+
+// A small GPT: h 64, 8 heads, ffn 4h, s 32, V 1024 (a multiple of 128 x TP, so no padding).
+Scenario make(const Knobs& k) {
+  Scenario s;
+  s.name = "test";
+  s.model = ModelSpec{"gpt", k.layers, k.h, 8, 4 * k.h, 32, 1024};
+  s.parallel.tensor_model_parallel_size = k.tp;
+  s.parallel.pipeline_model_parallel_size = k.pp;
+  s.parallel.virtual_pipeline_model_parallel_size = k.v;
+  s.parallel.data_parallel_size = k.dp;
+  s.parallel.sequence_parallel = k.sp;
+  s.parallel.pipeline_schedule = k.schedule;
+  s.parallel.rank_order = k.order;
+  s.training.micro_batch_size = k.b;
+  s.training.global_batch_size = k.m * k.b * k.dp;
+  s.training.precision = k.precision;
+  s.training.recompute_granularity = k.recompute;
+  s.training.use_distributed_optimizer = k.dist_opt;
+  s.training.overlap_grad_reduce = k.overlap_grad;
+  s.training.overlap_param_gather = k.overlap_param;
+  s.training.tp_comm_overlap = k.tp_overlap;
+  s.cluster.num_gpus = k.tp * k.pp * k.dp;
+  return s;
+}
+
+// Replays every rank's ops with the Program's semantics and no costs: an op runs when its deps
+// are done; a collective completes when every member of its group has reached its k-th
+// collective on that group (and they agree on kind and bytes); a send completes with the recv of
+// the same (src, dst, tag). Returns the number of ops left undone (0 = no deadlock) and fills
+// `errors` with any mismatch.
+size_t replay_all(const Program& prog, std::vector<std::string>& errors) {
+  struct RankState {
+    std::vector<bool> done;
+    std::vector<bool> posted;
+  };
+  std::map<int64_t, RankState> st;
+  for (const auto& [r, rp] : prog.ranks) {
+    st[r].done.assign(rp.ops.size(), false);
+    st[r].posted.assign(rp.ops.size(), false);
+  }
+  // Collective instances: (group kind, group index, sequence number) -> arrivals.
+  using CollKey = std::tuple<int, int64_t, int64_t>;
+  std::map<CollKey, std::vector<std::pair<int64_t, uint32_t>>> arrivals;
+  std::map<std::pair<int64_t, int>, int64_t> next_seq;  // (rank, group kind) -> count
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<int64_t, uint32_t>> sends, recvs;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (const auto& [r, rp] : prog.ranks) {
+      auto& s = st[r];
+      for (const Op& op : rp.ops) {
+        if (s.posted[op.id]) continue;
+        bool ready = true;
+        for (uint32_t d : op.deps) {
+          if (d >= op.id) errors.push_back("dep on a later op");
+          ready = ready && s.done[d];
+        }
+        if (!ready) continue;
+        s.posted[op.id] = true;
+        progress = true;
+        switch (op.kind) {
+          case OpKind::kCompute: s.done[op.id] = true; break;
+          case OpKind::kCollective: {
+            int64_t seq = next_seq[{r, static_cast<int>(op.group)}]++;
+            CollKey key{static_cast<int>(op.group), prog.layout.group_index(op.group, r), seq};
+            auto& arr = arrivals[key];
+            arr.emplace_back(r, op.id);
+            const auto members = prog.layout.group(op.group, r);
+            if (arr.size() == members.size()) {
+              const Op& first = prog.ranks.at(arr[0].first).ops[arr[0].second];
+              for (auto [rr, id] : arr) {
+                const Op& o = prog.ranks.at(rr).ops[id];
+                if (o.collective != first.collective || o.bytes != first.bytes) {
+                  errors.push_back("collective mismatch: " + prog.label(o) + " vs " + prog.label(first));
+                }
+                st[rr].done[id] = true;
+              }
+            }
+            break;
+          }
+          case OpKind::kSend:
+          case OpKind::kRecv: {
+            const bool send = op.kind == OpKind::kSend;
+            auto key = send ? std::make_tuple(r, op.peer, op.tag) : std::make_tuple(op.peer, r, op.tag);
+            auto& mine = send ? sends : recvs;
+            auto& theirs = send ? recvs : sends;
+            auto it = theirs.find(key);
+            if (it != theirs.end()) {
+              const Op& other = prog.ranks.at(it->second.first).ops[it->second.second];
+              if (other.bytes != op.bytes) errors.push_back("p2p bytes mismatch: " + prog.label(op));
+              st[it->second.first].done[it->second.second] = true;
+              s.done[op.id] = true;
+              theirs.erase(it);
+            } else {
+              if (mine.count(key)) errors.push_back("duplicate p2p tag: " + prog.label(op));
+              mine[key] = {r, op.id};
+            }
+            break;
+          }
+        }
+      }
+    }
+    // Completions of collectives/p2p may unblock ops in ranks already scanned: loop again.
+    for (auto& [r, s] : st) {
+      for (size_t i = 0; i < s.done.size(); ++i) {
+        if (s.done[i] && !s.posted[i]) errors.push_back("done before posted");
+      }
+    }
+  }
+  size_t undone = 0;
+  for (auto& [r, s] : st) {
+    for (bool d : s.done) undone += d ? 0 : 1;
+  }
+  if (!sends.empty() || !recvs.empty()) errors.push_back("unmatched send/recv");
+  return undone;
+}
+
+// Every layout over a grid lowers to Programs that replay to completion: no deadlock between
+// the PP batches, collectives issued in the same order by every member, sends matched by recvs.
+TEST(Program, EveryLayoutReplaysWithoutDeadlockOrMismatch) {
+  int cases = 0;
+  for (int64_t tp : {1, 2}) {
+    for (int64_t pp : {1, 2, 4}) {
+      for (int64_t v : {1, 2}) {
+        if (v > 1 && pp == 1) continue;
+        for (int64_t m : {4, 8}) {
+          for (bool sp : {false, true}) {
+            if (sp && tp == 1) continue;
+            for (auto rc : {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
+                            RecomputeGranularity::kFull}) {
+              for (int flags = 0; flags < 4; ++flags) {
+                Knobs k;
+                k.tp = tp, k.pp = pp, k.v = v, k.m = m, k.sp = sp, k.recompute = rc, k.dp = 2;
+                k.layers = 4 * v * pp / (pp == 4 && v == 2 ? 2 : 1);
+                k.dist_opt = flags & 1;
+                k.overlap_grad = flags & 2;
+                k.overlap_param = k.dist_opt && k.overlap_grad;
+                k.tp_overlap = sp && (flags & 1);
+                const Program prog = build_program(make(k));
+                std::vector<std::string> errors;
+                const size_t undone = replay_all(prog, errors);
+                ASSERT_EQ(undone, 0u) << "tp " << tp << " pp " << pp << " v " << v << " m " << m;
+                ASSERT_TRUE(errors.empty()) << errors.front();
+                ++cases;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+TEST(Program, GPipeReplaysToo) {
+  Knobs k;
+  k.pp = 4, k.m = 6, k.tp = 2, k.dp = 2, k.schedule = PipelineScheduleKind::kGPipe;
+  std::vector<std::string> errors;
+  EXPECT_EQ(replay_all(build_program(make(k)), errors), 0u);
+  EXPECT_TRUE(errors.empty());
+}
+
+// Summed over all ranks, the GEMM and attention FLOPs of the Program equal the hardware FLOPs
+// of the FLOP model (fwd + bwd + recomputation), for every recompute granularity and layout.
+TEST(Program, FlopsOverAllRanksEqualHardwareFlops) {
+  for (auto rc : {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
+                  RecomputeGranularity::kFull}) {
+    for (auto [tp, pp, dp, v, sp] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>>{
+             {1, 1, 1, 1, false}, {2, 2, 2, 1, true}, {4, 2, 1, 2, false}, {2, 4, 1, 1, true}}) {
+      Knobs k;
+      k.tp = tp, k.pp = pp, k.dp = dp, k.v = v, k.sp = sp, k.recompute = rc, k.m = 4, k.b = 2;
+      k.layers = 8;
+      const Scenario s = make(k);
+      const Program prog = build_program(s);
+      double matmul_flops = 0;
+      for (const auto& [r, rp] : prog.ranks) {
+        for (const Op& op : rp.ops) {
+          for (uint32_t id : op.kernels) {
+            const Kernel& kern = prog.kernels[id];
+            if (kern.key.name.rfind("gemm", 0) == 0 || kern.key.name.rfind("attention", 0) == 0) {
+              matmul_flops += kern.flops;
+            }
+          }
+        }
+      }
+      const double expected = hardware_flops_per_iteration(s.model, s.training.global_batch_size, rc);
+      EXPECT_NEAR(matmul_flops / expected, 1.0, 1e-12) << "tp " << tp << " pp " << pp;
+    }
+  }
+}
+
+int64_t count(const RankProgram& rp, OpKind kind, Stream stream, Phase phase, int32_t mb = -2) {
+  int64_t n = 0;
+  for (const Op& op : rp.ops) {
+    if (op.kind == kind && op.stream == stream && op.phase == phase && (mb == -2 || op.micro_batch == mb)) ++n;
+  }
+  return n;
+}
+
+// Megatron's TP communication per transformer layer and micro-batch (Korthikanti et al. fig. 5):
+// without SP 2 all-reduces forward and 2 backward (the column-parallel input gradients);
+// with SP 2 all-gathers + 2 reduce-scatters forward, and backward 2 reduce-scatters, 2
+// all-gathers of the output gradient and 2 all-gathers of the saved inputs.
+TEST(Program, TensorParallelCollectivesPerLayerAsMegatron) {
+  for (bool sp : {false, true}) {
+    Knobs k;
+    k.tp = 4, k.sp = sp, k.layers = 3, k.m = 2;
+    const Program prog = build_program(make(k), {0});
+    const RankProgram& rp = prog.ranks.at(0);
+    std::map<std::pair<Phase, CollectiveKind>, int64_t> per_layer;
+    for (const Op& op : rp.ops) {
+      if (op.kind == OpKind::kCollective && op.layer == 1 && op.micro_batch == 0) {
+        ++per_layer[{op.phase, op.collective}];
+        EXPECT_EQ(op.group, GroupKind::kTp);
+        EXPECT_EQ(op.bytes, 32 * 64 * 2);  // s * b * h * 2 bytes
+      }
+    }
+    using P = std::pair<Phase, CollectiveKind>;
+    if (!sp) {
+      EXPECT_EQ(per_layer, (std::map<P, int64_t>{{{Phase::kForward, CollectiveKind::kAllReduce}, 2},
+                                                 {{Phase::kBackward, CollectiveKind::kAllReduce}, 2}}));
+    } else {
+      EXPECT_EQ(per_layer, (std::map<P, int64_t>{{{Phase::kForward, CollectiveKind::kAllGather}, 2},
+                                                 {{Phase::kForward, CollectiveKind::kReduceScatter}, 2},
+                                                 {{Phase::kBackward, CollectiveKind::kAllGather}, 4},
+                                                 {{Phase::kBackward, CollectiveKind::kReduceScatter}, 2}}));
+    }
+  }
+  Knobs one;
+  one.layers = 2;
+  const Program prog = build_program(make(one), {0});
+  EXPECT_EQ(count(prog.ranks.at(0), OpKind::kCollective, Stream::kTpComm, Phase::kForward), 0);
+}
+
+// Recomputation inserts the forward work before backward: full = each layer's whole forward
+// (with its TP collectives), selective = the attention core only.
+TEST(Program, RecomputationOpsPerGranularity) {
+  for (auto rc : {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
+                  RecomputeGranularity::kFull}) {
+    Knobs k;
+    k.tp = 2, k.layers = 3, k.m = 2, k.recompute = rc;
+    const Program prog = build_program(make(k), {0});
+    int64_t recompute_attention = 0, recompute_gemms = 0, recompute_colls = 0;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.phase != Phase::kRecompute) continue;
+      if (op.kind == OpKind::kCollective) ++recompute_colls;
+      for (uint32_t id : op.kernels) {
+        const auto& name = prog.kernels[id].key.name;
+        recompute_attention += name == "attention_fwd";
+        recompute_gemms += name == "gemm_fwd";
+      }
+    }
+    const int64_t layer_passes = 3 * 2;  // layers x micro-batches
+    EXPECT_EQ(recompute_attention, rc == RecomputeGranularity::kNone ? 0 : layer_passes);
+    EXPECT_EQ(recompute_gemms, rc == RecomputeGranularity::kFull ? 4 * layer_passes : 0);
+    EXPECT_EQ(recompute_colls, rc == RecomputeGranularity::kFull ? 2 * layer_passes : 0);
+  }
+}
+
+// DP gradient reduce: the buckets carry every parameter of the rank once (fp32 grads for bf16);
+// with the distributed optimizer they are reduce-scatters followed by all-gathers of the bf16
+// parameters; with overlap_grad_reduce they start inside the last micro-batch's backward.
+// h = 1024: 12.6M parameters per layer, so a stage of 6 layers fills two buckets of >= 40M.
+TEST(Program, DataParallelBucketsCoverEveryParameterOnce) {
+  for (bool dist : {false, true}) {
+    for (bool overlap : {false, true}) {
+      Knobs k;
+      k.pp = 2, k.dp = 4, k.m = 4, k.layers = 12, k.h = 1024, k.dist_opt = dist, k.overlap_grad = overlap;
+      const Scenario s = make(k);
+      const Program prog = build_program(s);
+      for (const auto& [r, rp] : prog.ranks) {
+        int64_t grad_bytes = 0, param_bytes = 0;
+        uint32_t first_sync = UINT32_MAX, last_backward = 0;
+        for (const Op& op : rp.ops) {
+          if (op.kind == OpKind::kCollective && op.group == GroupKind::kDpCp) {
+            if (op.phase == Phase::kGradSync) {
+              grad_bytes += op.bytes;
+              first_sync = std::min(first_sync, op.id);
+              EXPECT_EQ(op.collective, dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce);
+            } else {
+              EXPECT_EQ(op.phase, Phase::kParamSync);
+              EXPECT_EQ(op.collective, CollectiveKind::kAllGather);
+              param_bytes += op.bytes;
+            }
+          }
+          if (op.kind == OpKind::kCompute && op.phase == Phase::kBackward) last_backward = op.id;
+        }
+        const int64_t params = parameters_on_rank(s, rp.coord.pp);
+        EXPECT_EQ(grad_bytes, params * 4);
+        EXPECT_EQ(param_bytes, dist ? params * 2 : 0);
+        int64_t syncs = 0;
+        for (const Op& op : rp.ops) syncs += op.phase == Phase::kGradSync && op.group == GroupKind::kDpCp;
+        EXPECT_EQ(syncs, overlap ? 2 : 1);  // the first bucket closes at 4 x 12.6M (+1M head)
+        if (overlap) {
+          EXPECT_LT(first_sync, last_backward) << "grad reduce overlaps the backward";
+        } else {
+          EXPECT_GT(first_sync, last_backward);
+        }
+      }
+    }
+  }
+}
+
+// Megatron's DDP bucket size: max(40M, 1M x DP x CP) parameters with overlap, else one bucket.
+TEST(Program, BucketSizeAsMegatron) {
+  Knobs k;
+  k.dp = 8, k.overlap_grad = true;
+  EXPECT_EQ(ddp_bucket_size_params(make(k)), 40'000'000);
+  k.dp = 64;
+  EXPECT_EQ(ddp_bucket_size_params(make(k)), 64'000'000);
+  k.overlap_grad = false;
+  EXPECT_EQ(ddp_bucket_size_params(make(k)), 0);
+}
+
+// Pipeline p2p: every stage but the last sends one activation per micro-batch and chunk forward
+// (s/t * b * h elements with SP, else s * b * h); every stage but the first one gradient back.
+TEST(Program, PipelineSendsPerMicroBatch) {
+  for (bool sp : {false, true}) {
+    Knobs k;
+    k.tp = 2, k.pp = 4, k.v = 2, k.m = 8, k.layers = 8, k.sp = sp;
+    const Program prog = build_program(make(k));
+    for (const auto& [r, rp] : prog.ranks) {
+      int64_t sends = 0;
+      for (const Op& op : rp.ops) {
+        if (op.kind != OpKind::kSend) continue;
+        ++sends;
+        EXPECT_EQ(op.bytes, (sp ? 16 : 32) * 64 * 2);
+      }
+      // 8 micro-batches x 2 chunks x (forward + backward), less the ends of the virtual pipeline.
+      int64_t expected = 8 * 2 * 2;
+      if (rp.coord.pp == 3) expected -= 8;  // last virtual stage sends no activation forward
+      if (rp.coord.pp == 0) expected -= 8;  // first virtual stage sends no gradient back
+      EXPECT_EQ(sends, expected) << "rank " << r;
+    }
+  }
+}
+
+// The first and last stage all-reduce the tied embedding's gradient when PP > 1, and with SP the
+// LayerNorm gradients are all-reduced over TP.
+TEST(Program, EmbeddingAndLayerNormGradientAllReduces) {
+  Knobs k;
+  k.tp = 2, k.pp = 4, k.m = 4, k.sp = true;
+  const Program prog = build_program(make(k));
+  for (const auto& [r, rp] : prog.ranks) {
+    int64_t embd = 0, ln = 0;
+    for (const Op& op : rp.ops) {
+      if (op.kind != OpKind::kCollective || op.phase != Phase::kGradSync) continue;
+      if (op.group == GroupKind::kEmbedding) {
+        ++embd;
+        EXPECT_EQ(op.bytes, 1024 / 2 * 64 * 4);
+      }
+      if (op.group == GroupKind::kTp) ++ln;
+    }
+    EXPECT_EQ(embd, (rp.coord.pp == 0 || rp.coord.pp == 3) ? 1 : 0);
+    EXPECT_EQ(ln, 1);
+  }
+}
+
+// With tp_comm_overlap the SP all-gather/reduce-scatter and their GEMMs are split into TP pieces.
+TEST(Program, TpCommOverlapSplitsCollectivesIntoPieces) {
+  Knobs k;
+  k.tp = 4, k.sp = true, k.layers = 1, k.m = 1, k.tp_overlap = true;
+  const Program prog = build_program(make(k), {0});
+  int64_t pieces = 0;
+  for (const Op& op : prog.ranks.at(0).ops) {
+    if (op.kind == OpKind::kCollective && op.phase == Phase::kForward && op.layer == 0) {
+      ++pieces;
+      EXPECT_EQ(op.bytes, 32 * 64 * 2 / 4);
+    }
+  }
+  EXPECT_EQ(pieces, 4 * 4);  // 2 all-gathers + 2 reduce-scatters, 4 pieces each
+}
+
+TEST(Program, RefusesWhatItCannotLower) {
+  Knobs k;
+  k.tp = 2;
+  Scenario s = make(k);
+  s.parallel.context_parallel_size = 2;
+  s.cluster.num_gpus = 4;
+  try {
+    build_program(s);
+    FAIL() << "context parallel accepted";
+  } catch (const UnsupportedError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("context_parallel_size"));
+  }
+  s = make(k);
+  s.training.tp_comm_overlap = true;
+  EXPECT_THROW(build_program(s), UnsupportedError);
+  EXPECT_THROW(build_program(make(k), {2}), InvalidArgument);
+}
+
+// A hand-written Program: TP 2, one layer, one micro-batch, no SP, no PP/DP. Rank 0's ops:
+TEST(Program, HandWrittenSingleLayer) {
+  Knobs k;
+  k.tp = 2, k.layers = 1, k.m = 1;
+  const Program prog = build_program(make(k), {0});
+  std::vector<std::string> labels;
+  for (const Op& op : prog.ranks.at(0).ops) labels.push_back(prog.label(op));
+  const std::vector<std::string> expected = {
+      "fwd mb0 embedding",                                      // lookup of this vocab shard
+      "fwd mb0 tp all_reduce [all_reduce tp 4096 B]",           // s*b*h*2 = 32*1*64*2
+      "fwd mb0 embedding",                                      // dropout
+      "fwd mb0 L0 layernorm",                                   // LN1, QKV, attention, projection
+      "fwd mb0 L0 tp all_reduce [all_reduce tp 4096 B]",
+      "fwd mb0 L0 mlp",                                         // dropout-add, LN2, FC1, GELU, FC2
+      "fwd mb0 L0 tp all_reduce [all_reduce tp 4096 B]",
+      "fwd mb0 L0 mlp",                                         // dropout-add
+      "fwd mb0 final layernorm",                                // final LN, LM head, CE max
+      "fwd mb0 tp all_reduce max [all_reduce tp 128 B]",        // s*b fp32 = 32*4
+      "fwd mb0 cross entropy",
+      "fwd mb0 tp all_reduce target [all_reduce tp 128 B]",
+      "fwd mb0 tp all_reduce sum-exp [all_reduce tp 128 B]",
+      "bwd mb0 cross entropy",                                  // CE backward, LM head dgrad
+      "bwd mb0 tp all_reduce grad [all_reduce tp 4096 B]",
+      "bwd mb0 lm head",                                        // LM head wgrad (overlaps it)
+      "bwd mb0 final layernorm",
+      "bwd mb0 L0 mlp",                                         // FC2 dgrad+wgrad, GELU, FC1 dgrad
+      "bwd mb0 L0 tp all_reduce grad [all_reduce tp 4096 B]",
+      "bwd mb0 L0 mlp",                                         // FC1 wgrad (overlaps it)
+      "bwd mb0 L0 mlp",                                         // LN2, dropout-add, proj, attn, QKV dgrad
+      "bwd mb0 L0 tp all_reduce grad [all_reduce tp 4096 B]",
+      "bwd mb0 L0 attention",                                   // QKV wgrad (overlaps it)
+      "bwd mb0 L0 attention",                                   // LN1
+      "bwd mb0 embedding",
+      "optimizer grad norm",
+      "optimizer grad norm all_reduce [all_reduce mp 4 B]",
+      "optimizer optimizer step",
+  };
+  EXPECT_EQ(labels, expected);
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -1,0 +1,124 @@
+#include "core/rank_layout.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Groups = std::vector<std::vector<int64_t>>;
+
+// Megatron-LM's documented example (megatron/core/parallel_state.py, initialize_model_parallel):
+// 16 GPUs, TP 2, PP 4 (so DP 2), order tp-dp-pp:
+//   8 TP groups [g0,g1],[g2,g3],[g4,g5],[g6,g7],[g8,g9],[g10,g11],[g12,g13],[g14,g15]
+//   8 DP groups [g0,g2],[g1,g3],[g4,g6],[g5,g7],[g8,g10],[g9,g11],[g12,g14],[g13,g15]
+//   4 PP groups [g0,g4,g8,g12],[g1,g5,g9,g13],[g2,g6,g10,g14],[g3,g7,g11,g15]
+TEST(RankLayout, MegatronDocumentedExample) {
+  RankLayout layout(/*tp=*/2, /*cp=*/1, /*dp=*/2, /*pp=*/4, "tp-dp-pp");
+  EXPECT_EQ(layout.world_size(), 16);
+  EXPECT_EQ(layout.all_groups(GroupKind::kTp),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(layout.all_groups(GroupKind::kDp),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(layout.all_groups(GroupKind::kPp),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  // Embedding group: first and last stage of each pipeline.
+  EXPECT_EQ(layout.all_groups(GroupKind::kEmbedding),
+            (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+  // The same layout with the full default order (cp of size 1 anywhere changes nothing).
+  RankLayout full(2, 1, 2, 4, "tp-cp-dp-pp");
+  for (int64_t r = 0; r < 16; ++r) EXPECT_EQ(full.coord(r), layout.coord(r));
+}
+
+TEST(RankLayout, CoordinatesFollowOrderFastestFirst) {
+  RankLayout layout(2, 1, 2, 4, "tp-dp-pp");
+  // rank = tp + 2*dp + 4*pp
+  EXPECT_EQ(layout.coord(0), (RankCoord{0, 0, 0, 0}));
+  EXPECT_EQ(layout.coord(1), (RankCoord{1, 0, 0, 0}));
+  EXPECT_EQ(layout.coord(2), (RankCoord{0, 0, 1, 0}));
+  EXPECT_EQ(layout.coord(13), (RankCoord{1, 0, 0, 3}));
+  // Another order: pp fastest. rank = pp + 4*tp + 8*dp.
+  RankLayout other(2, 1, 2, 4, "pp-tp-dp");
+  EXPECT_EQ(other.coord(1), (RankCoord{0, 0, 0, 1}));
+  EXPECT_EQ(other.coord(4), (RankCoord{1, 0, 0, 0}));
+  EXPECT_EQ(other.coord(8), (RankCoord{0, 0, 1, 0}));
+  EXPECT_THAT(other.group(GroupKind::kPp, 5), ElementsAre(4, 5, 6, 7));
+}
+
+// Invariants over a grid of sizes and all 24 orders: coord/rank are inverse bijections; the groups
+// of each kind partition the world; every member of a group shares every other coordinate.
+TEST(RankLayout, GroupsPartitionTheWorldForEveryOrder) {
+  std::vector<std::string> dims = {"tp", "cp", "dp", "pp"};
+  std::sort(dims.begin(), dims.end());
+  int orders = 0;
+  do {
+    std::string order = dims[0] + "-" + dims[1] + "-" + dims[2] + "-" + dims[3];
+    ++orders;
+    for (auto [tp, cp, dp, pp] : std::vector<std::array<int64_t, 4>>{
+             {1, 1, 1, 1}, {2, 1, 3, 2}, {4, 2, 2, 3}, {8, 1, 4, 2}, {2, 2, 2, 2}}) {
+      RankLayout layout(tp, cp, dp, pp, order);
+      const int64_t world = tp * cp * dp * pp;
+      ASSERT_EQ(layout.world_size(), world);
+      for (int64_t r = 0; r < world; ++r) ASSERT_EQ(layout.rank(layout.coord(r)), r) << order;
+      for (GroupKind g : {GroupKind::kTp, GroupKind::kCp, GroupKind::kDp, GroupKind::kPp,
+                          GroupKind::kDpCp, GroupKind::kModelParallel, GroupKind::kWorld}) {
+        auto groups = layout.all_groups(g);
+        ASSERT_EQ(static_cast<int64_t>(groups.size()), world / layout.size(g));
+        std::set<int64_t> seen;
+        for (size_t i = 0; i < groups.size(); ++i) {
+          ASSERT_EQ(static_cast<int64_t>(groups[i].size()), layout.size(g));
+          for (int64_t m : groups[i]) {
+            ASSERT_TRUE(seen.insert(m).second) << "rank in two groups";
+            ASSERT_EQ(layout.group(g, m), groups[i]);
+            ASSERT_EQ(layout.group_index(g, m), static_cast<int64_t>(i)) << order;
+            RankCoord a = layout.coord(m), b = layout.coord(groups[i][0]);
+            const bool world = g == GroupKind::kWorld, mp = g == GroupKind::kModelParallel;
+            const bool dpcp = g == GroupKind::kDpCp;
+            if (g != GroupKind::kTp && !mp && !world) ASSERT_EQ(a.tp, b.tp);
+            if (g != GroupKind::kCp && !dpcp && !world) ASSERT_EQ(a.cp, b.cp);
+            if (g != GroupKind::kDp && !dpcp && !world) ASSERT_EQ(a.dp, b.dp);
+            if (g != GroupKind::kPp && !mp && !world) ASSERT_EQ(a.pp, b.pp);
+          }
+        }
+        ASSERT_EQ(static_cast<int64_t>(seen.size()), world);
+      }
+    }
+  } while (std::next_permutation(dims.begin(), dims.end()));
+  EXPECT_EQ(orders, 24);
+}
+
+TEST(RankLayout, PipelineGroupIsOrderedByStage) {
+  RankLayout layout(2, 1, 2, 4, "tp-cp-dp-pp");
+  auto pp = layout.group(GroupKind::kPp, 7);
+  ASSERT_EQ(pp.size(), 4u);
+  for (int64_t stage = 0; stage < 4; ++stage) EXPECT_EQ(layout.coord(pp[stage]).pp, stage);
+  EXPECT_THAT(layout.group(GroupKind::kEmbedding, 7), ElementsAre(3, 15));
+  RankLayout no_pp(2, 1, 2, 1);
+  EXPECT_THAT(no_pp.group(GroupKind::kEmbedding, 3), ElementsAre(3));
+}
+
+TEST(RankLayout, RejectsBadOrdersAndSizes) {
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-dp-xx"); }), HasSubstr("unknown dimension 'xx'"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-tp-dp-pp"); }), HasSubstr("appears twice"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-ep-dp-pp"); }), HasSubstr("expert parallelism"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-dp"); }), HasSubstr("pp has size 2 but is not in the order"));
+  EXPECT_THAT(message([] { RankLayout(0, 1, 2, 2); }), HasSubstr(">= 1"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2).coord(8); }), HasSubstr("outside [0, 8)"));
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -1,0 +1,328 @@
+// Tests of topologies/topology: the shipped topology files, the loader's errors (with file and
+// line), and the cluster-size check.
+#include "topologies/topology.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace fs = std::filesystem;
+
+const fs::path kTopologies = fs::path(TRAINTWIN_SOURCE_DIR) / "topologies";
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+template <typename F>
+std::string config_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+/// A valid file; tests break one line of it. Line numbers are 1-based as in messages.
+const std::string kValid =
+    "name: test-pod\n"                        // 1
+    "gpu:\n"                                  // 2
+    "  name: H100-SXM-80GB\n"                 // 3
+    "  memory: 80GiB\n"                       // 4
+    "  hbm_bandwidth: 3350GBps\n"             // 5
+    "  peak_flops:\n"                         // 6
+    "    fp32: 67TFLOPs\n"                    // 7
+    "    fp16: 989TFLOPs\n"                   // 8
+    "    bf16: 989TFLOP/s\n"                  // 9
+    "node:\n"                                 // 10
+    "  gpus_per_node: 8\n"                    // 11
+    "  nvlink_bandwidth: 450GBps\n"           // 12
+    "  nvlink_latency: 1us\n"                 // 13
+    "  nvls: true\n"                          // 14
+    "nic:\n"                                  // 15
+    "  nics_per_node: 8\n"                    // 16
+    "  line_rate: 400Gbps\n"                  // 17
+    "  latency: 600ns\n"                      // 18
+    "fabric:\n"                               // 19
+    "  kind: rail_optimized_fat_tree\n"       // 20
+    "  tiers: 2\n"                            // 21
+    "  nodes_per_scalable_unit: 32\n"         // 22
+    "  leaf_switches_per_scalable_unit: 8\n"  // 23
+    "  switch_radix: 64\n"                    // 24
+    "  oversubscription: 1:1\n"               // 25
+    "  link_rate: 400Gbps\n"                  // 26
+    "  hop_latency: 130ns\n";                 // 27
+
+/// kValid with the first occurrence of `from` replaced by `to` (which must exist).
+std::string with(const std::string& from, const std::string& to) {
+  std::string s = kValid;
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+std::string error_for(const std::string& text) {
+  return config_error_of([&] { parse_topology(text, "t.yaml"); });
+}
+
+std::vector<fs::path> shipped_topologies() {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(kTopologies)) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(ShippedTopologies, EveryFileLoadsAndIsConsistent) {
+  const auto files = shipped_topologies();
+  ASSERT_GE(files.size(), 3u);
+  for (const fs::path& file : files) {
+    SCOPED_TRACE(file.string());
+    TopologySpec t;
+    ASSERT_NO_THROW(t = load_topology(file));
+    EXPECT_EQ(t.name, file.stem().string());
+    EXPECT_EQ(t.source, file);
+    EXPECT_FALSE(t.description.empty());
+    EXPECT_GT(t.gpu.memory_bytes, 0);
+    EXPECT_GT(t.gpu.hbm_bandwidth_Bps, 0);
+    EXPECT_GE(t.gpu.peak.bf16_FLOPs, t.gpu.peak.fp32_FLOPs);
+    EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, t.nic.nics_per_node);
+    // One node, one SU and the full fabric fit; one node more does not.
+    EXPECT_NO_THROW(check_cluster_size(t, t.node.gpus_per_node));
+    EXPECT_NO_THROW(check_cluster_size(t, t.fabric.nodes_per_scalable_unit * t.node.gpus_per_node));
+    EXPECT_NO_THROW(check_cluster_size(t, max_nodes(t) * t.node.gpus_per_node));
+    EXPECT_THROW(check_cluster_size(t, (max_nodes(t) + 1) * t.node.gpus_per_node), ConfigError);
+    const std::string summary = describe_topology(t);
+    EXPECT_THAT(summary, AllOf(::testing::StartsWith(t.name + ": "), HasSubstr("\n  gpu "),
+                               HasSubstr("\n  fabric "), ::testing::EndsWith(" GPUs\n")));
+  }
+}
+
+TEST(ShippedTopologies, DgxH100SuperPod) {
+  const TopologySpec t = load_topology(kTopologies / "dgx-h100-superpod.yaml");
+  EXPECT_EQ(t.gpu.name, "H100-SXM-80GB");
+  EXPECT_DOUBLE_EQ(t.gpu.memory_bytes, 81559 * kMiB);
+  EXPECT_DOUBLE_EQ(t.gpu.hbm_bandwidth_Bps, 3350e9);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.bf16_FLOPs, 989e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.fp16_FLOPs, 989e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.fp32_FLOPs, 67e12);
+  ASSERT_TRUE(t.gpu.peak.tf32_FLOPs.has_value());
+  EXPECT_DOUBLE_EQ(*t.gpu.peak.tf32_FLOPs, 494.5e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak_FLOPs(Precision::kBf16), 989e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak_FLOPs(Precision::kFp32), 67e12);
+  EXPECT_EQ(t.node.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(t.node.nvlink_bandwidth_Bps, 450e9);
+  EXPECT_DOUBLE_EQ(t.node.nvlink_latency_s, 1e-6);
+  EXPECT_TRUE(t.node.nvls);
+  EXPECT_EQ(t.nic.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(t.nic.line_rate_Bps, 50e9);  // 400 Gb/s
+  EXPECT_DOUBLE_EQ(t.nic.latency_s, 600e-9);
+  EXPECT_EQ(t.fabric.kind, "rail_optimized_fat_tree");
+  EXPECT_EQ(t.fabric.tiers, 3);
+  EXPECT_EQ(t.fabric.nodes_per_scalable_unit, 32);
+  EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, 8);
+  EXPECT_EQ(t.fabric.switch_radix, 64);
+  EXPECT_DOUBLE_EQ(t.fabric.oversubscription(), 1.0);
+  EXPECT_DOUBLE_EQ(t.fabric.link_rate_Bps, 50e9);
+  EXPECT_DOUBLE_EQ(t.fabric.hop_latency_s, 130e-9);
+  EXPECT_EQ(leaf_down_ports(t.fabric), 32);
+  EXPECT_EQ(max_leaf_switches(t.fabric), 64 * 32);
+  EXPECT_EQ(max_nodes(t), 8192);  // 256 SU
+}
+
+TEST(ShippedTopologies, DgxA100SuperPodIsSeleneLike) {
+  const TopologySpec t = load_topology(kTopologies / "dgx-a100-superpod.yaml");
+  EXPECT_EQ(t.gpu.name, "A100-SXM-80GB");  // as calibration.yaml names it
+  EXPECT_DOUBLE_EQ(t.gpu.memory_bytes, 80 * kGiB);
+  EXPECT_DOUBLE_EQ(t.gpu.hbm_bandwidth_Bps, 2039e9);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.fp16_FLOPs, 312e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.bf16_FLOPs, 312e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.fp32_FLOPs, 19.5e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.tf32_FLOPs.value_or(0), 156e12);
+  EXPECT_DOUBLE_EQ(t.node.nvlink_bandwidth_Bps, 300e9);
+  EXPECT_FALSE(t.node.nvls);
+  EXPECT_EQ(t.nic.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(t.nic.line_rate_Bps, 25e9);  // 200 Gb/s HDR
+  EXPECT_EQ(t.fabric.tiers, 3);
+  EXPECT_EQ(t.fabric.nodes_per_scalable_unit, 20);
+  EXPECT_EQ(t.fabric.switch_radix, 40);
+  EXPECT_DOUBLE_EQ(t.fabric.link_rate_Bps, 25e9);
+  EXPECT_EQ(leaf_down_ports(t.fabric), 20);
+  EXPECT_EQ(max_nodes(t), 2000);  // 40 * 20 leaves / 8 rails = 100 SU
+  // Every cluster size of shared/validation/calibration.yaml fits (narayanan2021 up to 3072).
+  for (int64_t gpus : {8, 32, 64, 128, 512, 1536, 3072}) {
+    EXPECT_NO_THROW(check_cluster_size(t, gpus)) << gpus;
+  }
+}
+
+TEST(ShippedTopologies, DgxH200SuperPod) {
+  const TopologySpec t = load_topology(kTopologies / "dgx-h200-superpod.yaml");
+  EXPECT_EQ(t.gpu.name, "H200-SXM-141GB");
+  EXPECT_DOUBLE_EQ(t.gpu.memory_bytes, 143771 * kMiB);
+  EXPECT_DOUBLE_EQ(t.gpu.hbm_bandwidth_Bps, 4800e9);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.bf16_FLOPs, 989e12);
+  EXPECT_DOUBLE_EQ(t.node.nvlink_bandwidth_Bps, 450e9);
+  EXPECT_TRUE(t.node.nvls);
+  EXPECT_DOUBLE_EQ(t.nic.line_rate_Bps, 50e9);
+  EXPECT_EQ(t.fabric.nodes_per_scalable_unit, 32);
+  EXPECT_EQ(max_nodes(t), 8192);
+}
+
+TEST(ParseTopology, ValidTextAndOptionalKeys) {
+  const TopologySpec t = parse_topology(kValid, "t.yaml");
+  EXPECT_EQ(t.name, "test-pod");
+  EXPECT_TRUE(t.description.empty());
+  EXPECT_TRUE(t.source.empty());
+  EXPECT_FALSE(t.gpu.peak.tf32_FLOPs.has_value());
+  EXPECT_DOUBLE_EQ(t.gpu.memory_bytes, 80 * kGiB);
+  EXPECT_DOUBLE_EQ(t.gpu.peak.bf16_FLOPs, 989e12);
+  const TopologySpec d =
+      parse_topology(with("name: test-pod\n", "name: test-pod\ndescription: a pod\n"), "t.yaml");
+  EXPECT_EQ(d.description, "a pod");
+  // Quoted values, spaces before the unit and the other spellings are fine.
+  const TopologySpec q =
+      parse_topology(with("  line_rate: 400Gbps\n", "  line_rate: \"400 Gb/s\"\n"), "t.yaml");
+  EXPECT_DOUBLE_EQ(q.nic.line_rate_Bps, 50e9);
+}
+
+TEST(ParseTopology, TwoTierCapacityMatchesTheReferenceArchitecture) {
+  // DGX H100 SuperPOD RA: two tiers of 64-port switches take up to 8 SU = 256 nodes.
+  const TopologySpec t = parse_topology(kValid, "t.yaml");
+  EXPECT_EQ(max_leaf_switches(t.fabric), 64);
+  EXPECT_EQ(max_nodes(t), 256);
+  EXPECT_NO_THROW(check_cluster_size(t, 2048));
+  EXPECT_THAT(config_error_of([&] { check_cluster_size(t, 2056); }),
+              AllOf(HasSubstr("num_gpus = 2056 needs 257 nodes"), HasSubstr("2-tier"),
+                    HasSubstr("radix-64"), HasSubstr("at most 64 leaves"),
+                    HasSubstr("= 8 scalable units = 256 nodes = 2048 GPUs")));
+}
+
+TEST(ParseTopology, UnknownKeyNamesFileLineAndAllowedKeys) {
+  const std::string msg = error_for(with("  hbm_bandwidth:", "  hbm_bandwith:"));
+  EXPECT_THAT(msg, AllOf(HasSubstr("t.yaml:5: gpu.hbm_bandwith: unknown key"),
+                         HasSubstr("did you mean 'hbm_bandwidth'?"),
+                         HasSubstr("(allowed: name, memory, hbm_bandwidth, peak_flops)")));
+  EXPECT_THAT(error_for(kValid + "color: green\n"),
+              AllOf(HasSubstr("t.yaml:28: color: unknown key"), Not(HasSubstr("did you mean")),
+                    HasSubstr("description (optional)")));
+  EXPECT_THAT(error_for(with("    fp16:", "    fp8: 1979TFLOPs\n    fp16:")),
+              HasSubstr("t.yaml:8: gpu.peak_flops.fp8: unknown key"));
+}
+
+TEST(ParseTopology, MissingKeyIsNamed) {
+  EXPECT_THAT(error_for(with("  line_rate: 400Gbps\n", "")),
+              AllOf(HasSubstr("t.yaml:15: nic: missing required key 'line_rate'"),
+                    HasSubstr("(required: nics_per_node, line_rate, latency)")));
+  EXPECT_THAT(error_for(with("name: test-pod\n", "")),
+              HasSubstr("t.yaml:1: (top level): missing required key 'name'"));
+  EXPECT_THAT(error_for(with("    bf16: 989TFLOP/s\n", "")),
+              HasSubstr("t.yaml:6: gpu.peak_flops: missing required key 'bf16'"));
+}
+
+TEST(ParseTopology, ValueWithoutUnitNamesKeyAndAllowedUnits) {
+  EXPECT_THAT(error_for(with("400Gbps\n  latency", "400\n  latency")),
+              AllOf(HasSubstr("t.yaml:17: nic.line_rate: \"400\" has no unit"),
+                    HasSubstr("allowed: "), HasSubstr("Gbps")));
+  EXPECT_THAT(error_for(with("80GiB", "80")),
+              AllOf(HasSubstr("t.yaml:4: gpu.memory: \"80\" has no unit"), HasSubstr("GiB")));
+  EXPECT_THAT(error_for(with("130ns", "130")),
+              HasSubstr("t.yaml:27: fabric.hop_latency: \"130\" has no unit"));
+  EXPECT_THAT(error_for(with("67TFLOPs", "67")),
+              HasSubstr("t.yaml:7: gpu.peak_flops.fp32: \"67\" has no unit"));
+}
+
+TEST(ParseTopology, WrongUnitOrType) {
+  EXPECT_THAT(error_for(with("nvlink_latency: 1us", "nvlink_latency: 1GBps")),
+              HasSubstr("t.yaml:13: node.nvlink_latency: \"1GBps\" is a bandwidth, not a time"));
+  EXPECT_THAT(error_for(with("nvls: true", "nvls: yes")),
+              HasSubstr("t.yaml:14: node.nvls: \"yes\" is not a boolean (allowed: true, false)"));
+  EXPECT_THAT(error_for(with("gpus_per_node: 8", "gpus_per_node: 8.0")),
+              HasSubstr("t.yaml:11: node.gpus_per_node: \"8.0\" is not an integer"));
+  EXPECT_THAT(error_for(with("gpus_per_node: 8", "gpus_per_node: 0")),
+              HasSubstr("node.gpus_per_node: 0 is too small (allowed: >= 1)"));
+  EXPECT_THAT(error_for(with("  memory: 80GiB", "  memory: [80GiB]")),
+              HasSubstr("t.yaml:4: gpu.memory: expected a size such as 80GiB, got a list"));
+  EXPECT_THAT(error_for(with("  memory: 80GiB", "  memory: 0GiB")),
+              HasSubstr("gpu.memory: must be greater than zero"));
+  EXPECT_THAT(error_for(with("nic:\n  nics_per_node: 8\n  line_rate: 400Gbps\n  latency: 600ns\n",
+                             "nic: 8\n")),
+              HasSubstr("t.yaml:15: nic: expected a mapping with keys nics_per_node"));
+}
+
+TEST(ParseTopology, FabricRules) {
+  EXPECT_THAT(error_for(with("kind: rail_optimized_fat_tree", "kind: dragonfly")),
+              HasSubstr("t.yaml:20: fabric.kind: unknown kind \"dragonfly\" "
+                        "(allowed: rail_optimized_fat_tree)"));
+  EXPECT_THAT(error_for(with("tiers: 2", "tiers: 4")),
+              HasSubstr("t.yaml:21: fabric.tiers: 4 tiers are not supported (allowed: 2, 3)"));
+  EXPECT_THAT(error_for(with("oversubscription: 1:1", "oversubscription: 2.0")),
+              HasSubstr("t.yaml:25: fabric.oversubscription: \"2.0\" is not a down:up ratio"));
+  EXPECT_THAT(
+      error_for(with("leaf_switches_per_scalable_unit: 8", "leaf_switches_per_scalable_unit: 4")),
+      HasSubstr("one leaf per rail (allowed: nic.nics_per_node = 8)"));
+  // 2:1 leaves 42 ports down: 32 nodes per SU still fit; 48 do not.
+  const TopologySpec o =
+      parse_topology(with("oversubscription: 1:1", "oversubscription: \"2:1\""), "t.yaml");
+  EXPECT_DOUBLE_EQ(o.fabric.oversubscription(), 2.0);
+  EXPECT_EQ(leaf_down_ports(o.fabric), 42);
+  EXPECT_THAT(error_for(with("nodes_per_scalable_unit: 32", "nodes_per_scalable_unit: 33")),
+              HasSubstr("t.yaml:22: fabric.nodes_per_scalable_unit: 33 nodes per scalable unit "
+                        "do not fit a leaf with 32 ports toward nodes"));
+  std::string odd_radix = with("tiers: 2\n", "tiers: 3\n");
+  odd_radix.replace(odd_radix.find("switch_radix: 64"), 16, "switch_radix: 63");
+  EXPECT_THAT(error_for(odd_radix),
+              HasSubstr("t.yaml:24: fabric.switch_radix: a three-tier fat tree needs an even "
+                        "radix"));
+  EXPECT_THAT(error_for(with("nics_per_node: 8", "nics_per_node: 3")),
+              HasSubstr("t.yaml:16: nic.nics_per_node: 3 NICs cannot be shared evenly"));
+}
+
+TEST(ParseTopology, DuplicateKeysAndSyntaxErrors) {
+  EXPECT_THAT(error_for(with("  nvls: true\n", "  nvls: true\n  nvls: false\n")),
+              HasSubstr("t.yaml:15: node.nvls: duplicate key (first given on line 14)"));
+  EXPECT_THAT(error_for(with("  memory: 80GiB\n", "  memory: [80GiB\n")), HasSubstr("t.yaml:"));
+  EXPECT_THAT(error_for(with("  memory: 80GiB\n", "  memory: [80GiB\n")),
+              HasSubstr("YAML syntax error"));
+  EXPECT_THAT(error_for(""), HasSubstr("t.yaml:1: (top level): expected a mapping"));
+  EXPECT_THAT(error_for("- a\n- b\n"), HasSubstr("expected a mapping with keys name"));
+}
+
+TEST(LoadTopology, MissingFileIsAConfigError) {
+  EXPECT_THAT(config_error_of([] { load_topology(kTopologies / "no-such-pod.yaml"); }),
+              AllOf(HasSubstr("no-such-pod.yaml"), HasSubstr("cannot open")));
+}
+
+TEST(CheckClusterSize, GoodAndBad) {
+  const TopologySpec t = load_topology(kTopologies / "dgx-h100-superpod.yaml");
+  EXPECT_NO_THROW(check_cluster_size(t, 8));
+  EXPECT_NO_THROW(check_cluster_size(t, 128));  // calibration.yaml dgxc case
+  EXPECT_NO_THROW(check_cluster_size(t, 1024));
+  EXPECT_NO_THROW(check_cluster_size(t, 65536));  // 8192 nodes
+  EXPECT_THAT(config_error_of([&] { check_cluster_size(t, 0); }),
+              HasSubstr("num_gpus = 0 (allowed: a positive multiple of gpus_per_node = 8)"));
+  EXPECT_THAT(config_error_of([&] { check_cluster_size(t, 100); }),
+              HasSubstr("topology 'dgx-h100-superpod': num_gpus = 100 is not a multiple of "
+                        "gpus_per_node = 8 (nearest: 96 or 104)"));
+  EXPECT_THAT(config_error_of([&] { check_cluster_size(t, 4); }), HasSubstr("(nearest: 8)"));
+  EXPECT_THAT(config_error_of([&] { check_cluster_size(t, 65544); }),
+              AllOf(HasSubstr("needs 8193 nodes"), HasSubstr("3-tier"),
+                    HasSubstr("at most 2048 leaves = 256 scalable units = 8192 nodes")));
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -1,0 +1,477 @@
+// Loader and checks of cluster topology files. See topologies/topology.hpp for the format.
+#include "topologies/topology.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
+namespace traintwin {
+namespace {
+
+constexpr std::string_view kFabricKind = "rail_optimized_fat_tree";
+
+/// 1-based line of a node, or 0 when yaml-cpp has no mark for it.
+int line_of(const YAML::Node& n) {
+  const YAML::Mark m = n.Mark();
+  return m.line >= 0 ? m.line + 1 : 0;
+}
+
+/// "<origin>:<line>" (or "<origin>" without a line).
+std::string place(const std::string& origin, int line) {
+  return line > 0 ? fmt::format("{}:{}", origin, line) : origin;
+}
+
+/// Edit distance, for "did you mean" hints on misspelt keys.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// One key of a mapping: its name and whether the file must give it.
+struct KeyRule {
+  const char* name;
+  bool required;
+};
+
+/// A YAML mapping whose keys were checked against a fixed list: no unknown, duplicate or
+/// missing keys. Values are then read by name, each error pointing at its line.
+class Mapping {
+ public:
+  /// `path` is the dotted key of this mapping ("" at the top), `line` the line of that key.
+  Mapping(const YAML::Node& node, std::string origin, std::string path, int line,
+          std::initializer_list<KeyRule> keys)
+      : origin_(std::move(origin)), path_(std::move(path)), keys_(keys) {
+    if (!node.IsMap()) {
+      const int at = node.IsDefined() && !node.IsNull() ? line_of(node) : line;
+      throw ConfigError(fmt::format("{}: {}: expected a mapping with keys {}", place(origin_, at),
+                                    path_.empty() ? "(top level)" : path_, key_list()));
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node& key = it->first;
+      const int key_line = line_of(key);
+      if (!key.IsScalar()) {
+        throw ConfigError(fmt::format("{}: {}: keys must be plain names (allowed: {})",
+                                      place(origin_, key_line), display(""), key_list()));
+      }
+      const std::string name = key.Scalar();
+      const auto rule = std::find_if(keys_.begin(), keys_.end(),
+                                     [&](const KeyRule& r) { return name == r.name; });
+      if (rule == keys_.end()) {
+        throw ConfigError(fmt::format("{}: {}: unknown key{} (allowed: {})",
+                                      place(origin_, key_line), display(name), suggestion(name),
+                                      key_list()));
+      }
+      if (values_.count(name) != 0) {
+        throw ConfigError(fmt::format("{}: {}: duplicate key (first given on line {})",
+                                      place(origin_, key_line), display(name), lines_.at(name)));
+      }
+      values_.emplace(name, it->second);
+      lines_.emplace(name, key_line);
+    }
+    for (const KeyRule& r : keys_) {
+      if (r.required && values_.count(r.name) == 0) {
+        throw ConfigError(fmt::format("{}: {}: missing required key '{}' (required: {})",
+                                      place(origin_, line), path_.empty() ? "(top level)" : path_,
+                                      r.name, required_list()));
+      }
+    }
+  }
+
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+
+  /// The value of `key` (given in the file: required, or checked with has()).
+  const YAML::Node& node(const std::string& key) const { return values_.at(key); }
+
+  /// Line of `key` in the file.
+  int line(const std::string& key) const { return lines_.at(key); }
+
+  /// "<origin>:<line>: <path.key>", the prefix of every message about `key`.
+  std::string where(const std::string& key) const {
+    return fmt::format("{}: {}", place(origin_, line(key)), display(key));
+  }
+
+  /// A sub-mapping given under `key`.
+  Mapping child(const std::string& key, std::initializer_list<KeyRule> keys) const {
+    return Mapping(node(key), origin_, display(key), line(key), keys);
+  }
+
+  /// The scalar text of `key`, or ConfigError naming what was expected.
+  std::string scalar(const std::string& key, const char* expected) const {
+    const YAML::Node& n = node(key);
+    if (!n.IsScalar()) {
+      throw ConfigError(fmt::format("{}: expected {}, got {}", where(key), expected,
+                                    n.IsNull()  ? "nothing"
+                                    : n.IsMap() ? "a mapping"
+                                                : "a list"));
+    }
+    return n.Scalar();
+  }
+
+  std::string text(const std::string& key) const {
+    std::string s = scalar(key, "a text");
+    if (s.empty()) throw ConfigError(fmt::format("{}: must not be empty", where(key)));
+    return s;
+  }
+
+  /// An integer >= `min`.
+  int64_t integer(const std::string& key, int64_t min) const {
+    const std::string s = scalar(key, "an integer");
+    int64_t v = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) {
+      throw ConfigError(fmt::format("{}: \"{}\" is not an integer", where(key), s));
+    }
+    if (v < min) {
+      throw ConfigError(fmt::format("{}: {} is too small (allowed: >= {})", where(key), v, min));
+    }
+    return v;
+  }
+
+  bool boolean(const std::string& key) const {
+    const std::string s = scalar(key, "true or false");
+    if (s == "true") return true;
+    if (s == "false") return false;
+    throw ConfigError(
+        fmt::format("{}: \"{}\" is not a boolean (allowed: true, false)", where(key), s));
+  }
+
+  double bandwidth_Bps(const std::string& key) const {
+    return parse_bandwidth_Bps(scalar(key, "a bandwidth such as 400Gbps"), where(key));
+  }
+  double time_s(const std::string& key) const {
+    return parse_time_s(scalar(key, "a time such as 1us"), where(key));
+  }
+  double bytes(const std::string& key) const {
+    return parse_bytes(scalar(key, "a size such as 80GiB"), where(key));
+  }
+  double flop_rate_FLOPs(const std::string& key) const {
+    return parse_flop_rate_FLOPs(scalar(key, "a FLOP rate such as 989TFLOPs"), where(key));
+  }
+
+ private:
+  std::string display(const std::string& key) const {
+    if (path_.empty()) return key;
+    return key.empty() ? path_ : path_ + "." + key;
+  }
+
+  std::string key_list() const {
+    std::string out;
+    for (const KeyRule& r : keys_) {
+      if (!out.empty()) out += ", ";
+      out += r.name;
+      if (!r.required) out += " (optional)";
+    }
+    return out;
+  }
+
+  std::string required_list() const {
+    std::string out;
+    for (const KeyRule& r : keys_) {
+      if (!r.required) continue;
+      if (!out.empty()) out += ", ";
+      out += r.name;
+    }
+    return out;
+  }
+
+  std::string suggestion(const std::string& name) const {
+    const KeyRule* best = nullptr;
+    size_t best_distance = 3;  // suggest only close misspellings
+    for (const KeyRule& r : keys_) {
+      const size_t d = edit_distance(name, r.name);
+      if (d < best_distance) {
+        best_distance = d;
+        best = &r;
+      }
+    }
+    return best ? fmt::format(", did you mean '{}'?", best->name) : std::string();
+  }
+
+  std::string origin_;
+  std::string path_;
+  std::vector<KeyRule> keys_;
+  std::map<std::string, YAML::Node> values_;
+  std::map<std::string, int> lines_;
+};
+
+/// Parses "down:up" with positive integers ("1:1", "2:1").
+std::pair<int64_t, int64_t> parse_ratio(const std::string& s, const std::string& where) {
+  const auto fail = [&]() -> std::pair<int64_t, int64_t> {
+    throw ConfigError(fmt::format(
+        "{}: \"{}\" is not a down:up ratio (allowed: two positive integers such as \"1:1\" "
+        "(non-blocking) or \"2:1\")",
+        where, s));
+  };
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) return fail();
+  int64_t down = 0, up = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  const auto r1 = std::from_chars(b, b + colon, down);
+  const auto r2 = std::from_chars(b + colon + 1, e, up);
+  if (r1.ec != std::errc() || r1.ptr != b + colon || r2.ec != std::errc() || r2.ptr != e ||
+      down < 1 || up < 1) {
+    return fail();
+  }
+  return {down, up};
+}
+
+TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
+  const Mapping top(root, origin, "", 1,
+                    {{"name", true},
+                     {"description", false},
+                     {"gpu", true},
+                     {"node", true},
+                     {"nic", true},
+                     {"fabric", true}});
+  TopologySpec t;
+  t.name = top.text("name");
+  if (top.has("description")) t.description = top.scalar("description", "a text");
+
+  // --- gpu ---
+  const Mapping gpu = top.child(
+      "gpu", {{"name", true}, {"memory", true}, {"hbm_bandwidth", true}, {"peak_flops", true}});
+  t.gpu.name = gpu.text("name");
+  t.gpu.memory_bytes = gpu.bytes("memory");
+  if (t.gpu.memory_bytes <= 0) {
+    throw ConfigError(fmt::format("{}: must be greater than zero", gpu.where("memory")));
+  }
+  t.gpu.hbm_bandwidth_Bps = gpu.bandwidth_Bps("hbm_bandwidth");
+  const Mapping peak =
+      gpu.child("peak_flops", {{"fp32", true}, {"tf32", false}, {"fp16", true}, {"bf16", true}});
+  t.gpu.peak.fp32_FLOPs = peak.flop_rate_FLOPs("fp32");
+  if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.flop_rate_FLOPs("tf32");
+  t.gpu.peak.fp16_FLOPs = peak.flop_rate_FLOPs("fp16");
+  t.gpu.peak.bf16_FLOPs = peak.flop_rate_FLOPs("bf16");
+
+  // --- node ---
+  const Mapping node = top.child("node", {{"gpus_per_node", true},
+                                          {"nvlink_bandwidth", true},
+                                          {"nvlink_latency", true},
+                                          {"nvls", true}});
+  t.node.gpus_per_node = node.integer("gpus_per_node", 1);
+  t.node.nvlink_bandwidth_Bps = node.bandwidth_Bps("nvlink_bandwidth");
+  t.node.nvlink_latency_s = node.time_s("nvlink_latency");
+  t.node.nvls = node.boolean("nvls");
+
+  // --- nic ---
+  const Mapping nic =
+      top.child("nic", {{"nics_per_node", true}, {"line_rate", true}, {"latency", true}});
+  t.nic.nics_per_node = nic.integer("nics_per_node", 1);
+  if (t.node.gpus_per_node % t.nic.nics_per_node != 0) {
+    throw ConfigError(fmt::format(
+        "{}: {} NICs cannot be shared evenly by node.gpus_per_node = {} GPUs (allowed: a "
+        "divisor of {}; DGX nodes have one NIC per GPU)",
+        nic.where("nics_per_node"), t.nic.nics_per_node, t.node.gpus_per_node,
+        t.node.gpus_per_node));
+  }
+  t.nic.line_rate_Bps = nic.bandwidth_Bps("line_rate");
+  t.nic.latency_s = nic.time_s("latency");
+
+  // --- fabric ---
+  const Mapping fabric = top.child("fabric", {{"kind", true},
+                                              {"tiers", true},
+                                              {"nodes_per_scalable_unit", true},
+                                              {"leaf_switches_per_scalable_unit", true},
+                                              {"switch_radix", true},
+                                              {"oversubscription", true},
+                                              {"link_rate", true},
+                                              {"hop_latency", true}});
+  FabricSpec& f = t.fabric;
+  f.kind = fabric.text("kind");
+  if (f.kind != kFabricKind) {
+    throw ConfigError(fmt::format("{}: unknown kind \"{}\" (allowed: {})", fabric.where("kind"),
+                                  f.kind, kFabricKind));
+  }
+  f.tiers = fabric.integer("tiers", 1);
+  if (f.tiers != 2 && f.tiers != 3) {
+    throw ConfigError(fmt::format("{}: {} tiers are not supported (allowed: 2, 3)",
+                                  fabric.where("tiers"), f.tiers));
+  }
+  f.switch_radix = fabric.integer("switch_radix", 2);
+  if (f.tiers == 3 && f.switch_radix % 2 != 0) {
+    throw ConfigError(fmt::format(
+        "{}: a three-tier fat tree needs an even radix (spines split k/2 down, k/2 up), got {}",
+        fabric.where("switch_radix"), f.switch_radix));
+  }
+  std::tie(f.oversubscription_down, f.oversubscription_up) =
+      parse_ratio(fabric.scalar("oversubscription", "a down:up ratio such as \"1:1\""),
+                  fabric.where("oversubscription"));
+  const int64_t down = leaf_down_ports(f);
+  if (down < 1 || down >= f.switch_radix) {
+    throw ConfigError(fmt::format(
+        "{}: {}:{} leaves {} of {} leaf ports toward nodes; a leaf needs at least one port down "
+        "and one up",
+        fabric.where("oversubscription"), f.oversubscription_down, f.oversubscription_up, down,
+        f.switch_radix));
+  }
+  f.leaf_switches_per_scalable_unit = fabric.integer("leaf_switches_per_scalable_unit", 1);
+  if (f.leaf_switches_per_scalable_unit != t.nic.nics_per_node) {
+    throw ConfigError(fmt::format(
+        "{}: {} leaves per scalable unit, but a rail-optimized fabric has one leaf per rail "
+        "(allowed: nic.nics_per_node = {})",
+        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit,
+        t.nic.nics_per_node));
+  }
+  f.nodes_per_scalable_unit = fabric.integer("nodes_per_scalable_unit", 1);
+  if (f.nodes_per_scalable_unit > down) {
+    throw ConfigError(fmt::format(
+        "{}: {} nodes per scalable unit do not fit a leaf with {} ports toward nodes (radix {}, "
+        "oversubscription {}:{}) (allowed: 1 to {})",
+        fabric.where("nodes_per_scalable_unit"), f.nodes_per_scalable_unit, down, f.switch_radix,
+        f.oversubscription_down, f.oversubscription_up, down));
+  }
+  f.link_rate_Bps = fabric.bandwidth_Bps("link_rate");
+  f.hop_latency_s = fabric.time_s("hop_latency");
+  return t;
+}
+
+}  // namespace
+
+double GpuSpec::peak_FLOPs(Precision p) const {
+  switch (p) {
+    case Precision::kFp32:
+      return peak.fp32_FLOPs;
+    case Precision::kFp16:
+      return peak.fp16_FLOPs;
+    case Precision::kBf16:
+      return peak.bf16_FLOPs;
+  }
+  throw InvalidArgument("GpuSpec::peak_FLOPs: unknown precision");
+}
+
+TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
+    throw ConfigError(fmt::format("{}: YAML syntax error: {}", place(origin, line), e.msg));
+  }
+  try {
+    return parse_root(root, origin);
+  } catch (const YAML::Exception& e) {  // defensive: yaml-cpp conversions we did not foresee
+    const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
+    throw ConfigError(fmt::format("{}: {}", place(origin, line), e.msg));
+  }
+}
+
+TopologySpec load_topology(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw ConfigError(fmt::format("{}: cannot open topology file", file.string()));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  TopologySpec t = parse_topology(text.str(), file.string());
+  t.source = file;
+  return t;
+}
+
+int64_t leaf_down_ports(const FabricSpec& f) {
+  const int64_t parts = f.oversubscription_down + f.oversubscription_up;
+  if (parts <= 0) return 0;
+  return f.switch_radix * f.oversubscription_down / parts;
+}
+
+int64_t max_leaf_switches(const FabricSpec& f) {
+  switch (f.tiers) {
+    case 2:
+      return f.switch_radix;
+    case 3:
+      return f.switch_radix * (f.switch_radix / 2);
+    default:
+      return 0;
+  }
+}
+
+int64_t max_nodes(const TopologySpec& t) {
+  const int64_t rails = t.fabric.leaf_switches_per_scalable_unit;
+  if (rails <= 0) return 0;
+  return max_leaf_switches(t.fabric) / rails * t.fabric.nodes_per_scalable_unit;
+}
+
+void check_cluster_size(const TopologySpec& t, int64_t num_gpus) {
+  const int64_t g = t.node.gpus_per_node;
+  if (num_gpus < 1) {
+    throw ConfigError(
+        fmt::format("topology '{}': num_gpus = {} (allowed: a positive multiple "
+                    "of gpus_per_node = {})",
+                    t.name, num_gpus, g));
+  }
+  if (g < 1 || num_gpus % g != 0) {
+    const int64_t below = g >= 1 ? num_gpus / g * g : 0;
+    throw ConfigError(fmt::format(
+        "topology '{}': num_gpus = {} is not a multiple of gpus_per_node = {} (nearest: {}{})",
+        t.name, num_gpus, g, below > 0 ? fmt::format("{} or ", below) : "", below + g));
+  }
+  const int64_t nodes = num_gpus / g;
+  const int64_t most = max_nodes(t);
+  if (nodes > most) {
+    const FabricSpec& f = t.fabric;
+    throw ConfigError(fmt::format(
+        "topology '{}': num_gpus = {} needs {} nodes, but a {}-tier fat tree of radix-{} "
+        "switches ({}:{} leaves, {} rails, {} nodes per scalable unit) holds at most {} leaves "
+        "= {} scalable units = {} nodes = {} GPUs",
+        t.name, num_gpus, nodes, f.tiers, f.switch_radix, f.oversubscription_down,
+        f.oversubscription_up, f.leaf_switches_per_scalable_unit, f.nodes_per_scalable_unit,
+        max_leaf_switches(f), most / std::max<int64_t>(f.nodes_per_scalable_unit, 1), most,
+        most * g));
+  }
+}
+
+std::string describe_topology(const TopologySpec& t) {
+  const GpuSpec& gpu = t.gpu;
+  const FabricSpec& f = t.fabric;
+  std::string out = t.name;
+  if (!t.description.empty()) out += ": " + t.description;
+  out += "\n";
+  out += fmt::format(
+      "  gpu     {} x {} per node: {}, {} HBM, dense {} bf16, {} fp16, {} fp32\n",
+      t.node.gpus_per_node, gpu.name, format_bytes(gpu.memory_bytes),
+      format_bandwidth_Bps(gpu.hbm_bandwidth_Bps), format_flop_rate_FLOPs(gpu.peak.bf16_FLOPs),
+      format_flop_rate_FLOPs(gpu.peak.fp16_FLOPs), format_flop_rate_FLOPs(gpu.peak.fp32_FLOPs));
+  out += fmt::format("  node    NVLink {} per GPU per direction, {} latency, NVLS {}\n",
+                     format_bandwidth_Bps(t.node.nvlink_bandwidth_Bps),
+                     format_time_s(t.node.nvlink_latency_s), t.node.nvls ? "on" : "off");
+  out += fmt::format("  nic     {} x {} per node, {} latency each\n", t.nic.nics_per_node,
+                     format_line_rate_bps(t.nic.line_rate_Bps), format_time_s(t.nic.latency_s));
+  const int64_t down = leaf_down_ports(f);
+  out += fmt::format(
+      "  fabric  {}-tier rail-optimized fat tree of radix-{} switches, leaves {}:{} ({} down, {} "
+      "up), {} nodes per scalable unit, {} links, {} per hop\n",
+      f.tiers, f.switch_radix, f.oversubscription_down, f.oversubscription_up, down,
+      f.switch_radix - down, f.nodes_per_scalable_unit, format_line_rate_bps(f.link_rate_Bps),
+      format_time_s(f.hop_latency_s));
+  const int64_t nodes = max_nodes(t);
+  out += fmt::format("  size    up to {} leaves = {} scalable units = {} nodes = {} GPUs\n",
+                     max_leaf_switches(f), nodes / std::max<int64_t>(f.nodes_per_scalable_unit, 1),
+                     nodes, nodes * t.node.gpus_per_node);
+  return out;
+}
+
+}  // namespace traintwin

@@ -1,0 +1,152 @@
+// The cluster topology file (topologies/*.yaml): GPU, node, NIC and fabric of a GPU cluster, as
+// read and validated from YAML. The graph, routes and SimGrid platform built from it live
+// elsewhere; this is the data and its loader.
+//
+// Field of study: the shipped files follow NVIDIA's DGX SuperPOD reference architectures
+// (DGX A100: RA-09950-001, 2020; DGX H100: RA-11333-001, 2023, "Compute Fabric" section and
+// its component-count table). A DGX node holds 8 GPUs on NVLink/NVSwitch and one InfiniBand NIC
+// per GPU; NIC i of every node of a scalable unit (SU) plugs into leaf switch i of that SU (a
+// "rail"), so same-rail traffic inside an SU crosses one switch. Leaves connect to spines (two
+// tiers) and, in larger builds, spines of a pod connect to core switches (three tiers), as a
+// folded Clos ("fat tree") of radix-k switches:
+//   leaf: d down ports (one per node of its SU on its rail), u = k - d up ports;
+//         oversubscription is d:u ("1:1" = non-blocking);
+//   2 tiers: at most k leaves (each spine reaches every leaf once);
+//   3 tiers: at most k pods of k/2 leaves (spines have k/2 down, k/2 up ports).
+// A cluster of N nodes fits when its SUs' leaves fit: ceil(N / nodes_per_SU) * rails <= max
+// leaves. Example: radix 64, 1:1, 8 rails, 32 nodes/SU gives 64 leaves = 8 SU = 256 nodes on
+// two tiers (the RA's largest two-tier build) and 2048 leaves = 256 SU = 8192 nodes on three.
+//
+// File format (every key required unless marked optional; unknown keys are errors; every
+// quantity carries its unit, see core/units.hpp):
+//
+//   name: dgx-h100-superpod
+//   description: free text                      # optional
+//   gpu:
+//     name: H100-SXM-80GB
+//     memory: 81559MiB                          # device memory as nvidia-smi reports it
+//     hbm_bandwidth: 3350GBps
+//     peak_flops:                               # dense (no 2:4 sparsity), per GPU
+//       fp32: 67TFLOPs                          # non-tensor FP32
+//       tf32: 494.5TFLOPs                       # optional, tensor-core TF32
+//       fp16: 989TFLOPs
+//       bf16: 989TFLOPs
+//   node:
+//     gpus_per_node: 8
+//     nvlink_bandwidth: 450GBps                 # per GPU, per direction
+//     nvlink_latency: 1us
+//     nvls: true                                # NVLink SHARP (NVSwitch multicast/reduce)
+//   nic:
+//     nics_per_node: 8                          # = rails
+//     line_rate: 400Gbps                        # per NIC, per direction
+//     latency: 600ns                            # per NIC crossed
+//   fabric:
+//     kind: rail_optimized_fat_tree
+//     tiers: 3                                  # 2 (leaf-spine) or 3 (leaf-spine-core)
+//     nodes_per_scalable_unit: 32
+//     leaf_switches_per_scalable_unit: 8        # one per rail: must equal nic.nics_per_node
+//     switch_radix: 64                          # ports per switch
+//     oversubscription: "1:1"                   # leaf down:up ports
+//     link_rate: 400Gbps                        # switch-to-switch links, per direction
+//     hop_latency: 130ns                        # per switch crossed
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "core/scenario.hpp"
+
+namespace traintwin {
+
+/// Dense peak math throughput of one GPU per precision, FLOP/s (tensor cores for 16-bit).
+struct PeakFlops {
+  double fp32_FLOPs = 0;             ///< non-tensor FP32
+  std::optional<double> tf32_FLOPs;  ///< tensor-core TF32, when the file gives it
+  double fp16_FLOPs = 0;
+  double bf16_FLOPs = 0;
+};
+
+/// One GPU.
+struct GpuSpec {
+  std::string name;              ///< e.g. "H100-SXM-80GB" (calibration.yaml `cluster.gpu`)
+  double memory_bytes = 0;       ///< device memory (nvidia-smi memory.total)
+  double hbm_bandwidth_Bps = 0;  ///< peak HBM bandwidth
+  PeakFlops peak;
+
+  /// Dense peak for the training precision: fp32 -> fp32_FLOPs, fp16, bf16.
+  double peak_FLOPs(Precision p) const;
+};
+
+/// One node: GPUs on NVLink through NVSwitch.
+struct NodeSpec {
+  int64_t gpus_per_node = 0;
+  double nvlink_bandwidth_Bps = 0;  ///< per GPU, per direction (H100: 450 GB/s of 900 total)
+  double nvlink_latency_s = 0;      ///< one GPU-to-GPU transfer through NVSwitch
+  bool nvls = false;                ///< NVLink SHARP (in-switch reductions), Hopper and later
+};
+
+/// The InfiniBand adapters of a node: one per rail.
+struct NicSpec {
+  int64_t nics_per_node = 0;  ///< rails; gpus_per_node is a multiple of it
+  double line_rate_Bps = 0;   ///< per NIC, per direction (400 Gb/s NDR = 50e9)
+  double latency_s = 0;       ///< per NIC crossed; a node-to-node message crosses two
+};
+
+/// The compute fabric between nodes.
+struct FabricSpec {
+  std::string kind;                             ///< "rail_optimized_fat_tree" (the only kind)
+  int64_t tiers = 0;                            ///< switch levels: 2 or 3
+  int64_t nodes_per_scalable_unit = 0;          ///< nodes under one set of rail leaves
+  int64_t leaf_switches_per_scalable_unit = 0;  ///< = rails = nic.nics_per_node
+  int64_t switch_radix = 0;                     ///< ports per switch (k)
+  int64_t oversubscription_down = 1;            ///< leaf down ports share of "down:up"
+  int64_t oversubscription_up = 1;              ///< leaf up ports share of "down:up"
+  double link_rate_Bps = 0;                     ///< switch-to-switch links, per direction
+  double hop_latency_s = 0;                     ///< per switch crossed (incl. its cables)
+
+  /// Down:up ratio of a leaf switch as a number (1.0 = non-blocking).
+  double oversubscription() const {
+    return static_cast<double>(oversubscription_down) / static_cast<double>(oversubscription_up);
+  }
+};
+
+/// A whole cluster topology as read from topologies/*.yaml.
+struct TopologySpec {
+  std::string name;
+  std::string description;       ///< "" when the file has none
+  std::filesystem::path source;  ///< the file it was read from ("" when parsed from text)
+  GpuSpec gpu;
+  NodeSpec node;
+  NicSpec nic;
+  FabricSpec fabric;
+};
+
+/// Reads and validates a topology file. Syntax errors, unknown or missing keys, values of the
+/// wrong type, quantities without (or with the wrong) unit and broken rules raise ConfigError
+/// "<file>:<line>: <key>: <problem> (allowed: ...)".
+TopologySpec load_topology(const std::filesystem::path& file);
+
+/// Same as load_topology() from YAML text; `origin` names it in messages.
+TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin);
+
+/// Leaf switch ports toward nodes: floor(k * down / (down + up)) (k/2 when non-blocking).
+int64_t leaf_down_ports(const FabricSpec& f);
+
+/// Most leaf switches the fabric can hold: k with two tiers, k * k/2 with three.
+int64_t max_leaf_switches(const FabricSpec& f);
+
+/// Most nodes the fabric can hold: whole SUs whose leaves fit in max_leaf_switches(), times
+/// nodes_per_scalable_unit.
+int64_t max_nodes(const TopologySpec& t);
+
+/// Checks that `num_gpus` GPUs can be built from this topology: at least one, a multiple of
+/// gpus_per_node, and no more nodes than max_nodes(). Throws ConfigError with the numbers.
+void check_cluster_size(const TopologySpec& t, int64_t num_gpus);
+
+/// Human-readable summary for the CLI and reports: a title line (name: description), then one
+/// line each for gpu, node, nic, fabric and size (capacity); every line ends in '\n'.
+std::string describe_topology(const TopologySpec& t);
+
+}  // namespace traintwin

@@ -9,6 +9,7 @@
 #include "core/flops.hpp"
 #include "core/params.hpp"
 #include "core/program.hpp"
+#include "core/schedule.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin::cli {
@@ -36,8 +37,11 @@ void print_summary(const Scenario& s) {
   const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe
                           ? "GPipe"
                           : (p.interleaved() ? "interleaved 1F1B" : "1F1B");
-  fmt::print("batch      global {}, micro {}: {} micro-batches per pipeline, schedule {}\n",
-             t.global_batch_size, t.micro_batch_size, mbs, sched);
+  fmt::print("batch      global {}, micro {}: {} micro-batches per pipeline, schedule {}, "
+             "ideal bubble {:.1f} %\n",
+             t.global_batch_size, t.micro_batch_size, mbs, sched,
+             100.0 * ideal_bubble_fraction(p.pipeline_schedule, p.pipeline_model_parallel_size, mbs,
+                                           p.virtual_pipeline_model_parallel_size));
   fmt::print("training   {}, recompute {}, distributed optimizer {}, overlap grad reduce {}, "
              "overlap param gather {}, TP comm overlap {}\n",
              to_string(t.precision), to_string(t.recompute_granularity),

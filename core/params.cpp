@@ -72,6 +72,23 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t tp, int64_t divisible_by) 
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
+int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t t) {
+  require_valid_model(m);
+  require_at_least_one(t, "tensor_model_parallel_size");
+  require_divisible(m.hidden_size, "hidden_size", t, "tensor_model_parallel_size");
+  require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
+  const int64_t h = m.hidden_size;
+  const int64_t ffn = m.ffn_hidden_size;
+  // Sharded over TP: column-parallel QKV and FC1 (weights and biases), row-parallel projection
+  // and FC2 weights. Replicated: row-parallel biases (projection, FC2) and the 2 LayerNorms.
+  const int64_t qkv = 3 * h * (h / t) + 3 * (h / t);
+  const int64_t projection = (h / t) * h + h;
+  const int64_t fc1 = h * (ffn / t) + ffn / t;
+  const int64_t fc2 = (ffn / t) * h + h;
+  const int64_t layer_norms = 4 * h;
+  return qkv + projection + fc1 + fc2 + layer_norms;
+}
+
 int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   const ModelSpec& m = s.model;
   require_valid_model(m);
@@ -91,15 +108,7 @@ int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
 
   const int64_t h = m.hidden_size;
-  const int64_t ffn = m.ffn_hidden_size;
-  // Sharded over TP: column-parallel QKV and FC1 (weights and biases), row-parallel projection
-  // and FC2 weights. Replicated: row-parallel biases (projection, FC2) and the 2 LayerNorms.
-  const int64_t qkv = 3 * h * (h / t) + 3 * (h / t);
-  const int64_t projection = (h / t) * h + h;
-  const int64_t fc1 = h * (ffn / t) + ffn / t;
-  const int64_t fc2 = (ffn / t) * h + h;
-  const int64_t layer_norms = 4 * h;
-  const int64_t per_layer = qkv + projection + fc1 + fc2 + layer_norms;
+  const int64_t per_layer = layer_parameters_on_rank(m, t);
   const int64_t layers_on_rank = v * s.layers_per_model_chunk();  // = l / p
 
   int64_t total = layers_on_rank * per_layer;

@@ -33,6 +33,12 @@ double parameter_count_narayanan(const ModelSpec& m);
 int64_t padded_vocab_size(int64_t vocab_size, int64_t tp,
                           int64_t divisible_by = kMakeVocabSizeDivisibleBy);
 
+/// Parameters of one transformer layer on one TP rank (tp = TP size): column-parallel QKV and
+/// FC1 weights and biases and row-parallel projection and FC2 weights divided by tp; the
+/// row-parallel biases and both LayerNorms replicated. Throws InvalidArgument when tp does not
+/// divide hidden_size or ffn_hidden_size.
+int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t tp);
+
 /// Parameters one GPU holds in pipeline stage `pp_rank` (all its model chunks) under TP:
 /// column-parallel weights/biases and row-parallel weights divided by TP; LayerNorms and
 /// row-parallel biases replicated; vocab-parallel word embedding V/TP*h on the first stage and,

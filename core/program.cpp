@@ -694,12 +694,6 @@ class RankLowering {
 
   // ---- DP buckets, finalize, optimizer -------------------------------------------------------
 
-  int64_t layer_params_local() const {
-    const ModelSpec& mo = sc_.model;
-    const int64_t h = mo.hidden_size, f = mo.ffn_hidden_size, t = d_.t;
-    return (3 * h * h + 3 * h) / t + h * h / t + h + (h * f + f) / t + f * h / t + h + 4 * h;
-  }
-
   /// Splits each chunk's parameters, in backward order, into Megatron DDP buckets.
   void plan_buckets() {
     const int64_t bucket_size = ddp_bucket_size_params(sc_);
@@ -719,7 +713,7 @@ class RankLowering {
         items.emplace_back(-1, 2 * d_.h + (d_.p > 1 ? emb_local : 0));
       }
       for (int64_t l = (vs + 1) * d_.layers_per_chunk - 1; l >= vs * d_.layers_per_chunk; --l) {
-        items.emplace_back(l, layer_params_local());
+        items.emplace_back(l, layer_parameters_on_rank(sc_.model, d_.t));
       }
       if (vs == 0) items.emplace_back(-2, emb_local + d_.s * d_.h);
       auto& chunk = buckets_[static_cast<size_t>(c)];

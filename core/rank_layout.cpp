@@ -66,17 +66,18 @@ RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std
   }
   parts.push_back(cur);
   const std::string rule = "rank order '" + order +
-                           "' must be a dash-separated permutation of tp, cp, dp, pp "
-                           "(e.g. tp-cp-dp-pp; a dimension of size 1 may be left out)";
+                           "' is not a permutation of tp, cp, dp, pp (dash-separated, "
+                           "fastest-varying first, e.g. tp-cp-dp-pp; a dimension of size 1 may "
+                           "be left out)";
   const std::array<int64_t, 4> dim_sizes = {tp_, cp_, dp_, pp_};
   std::array<bool, 4> seen{};
   size_t pos = 0;
   for (const std::string& part : parts) {
-    if (part == "ep") throw InvalidArgument(rule + "; expert parallelism (ep) is not supported");
+    if (part == "ep") throw InvalidArgument(rule + ": expert parallelism (ep) is not supported");
     auto it = std::find(kDimNames.begin(), kDimNames.end(), part);
-    if (it == kDimNames.end()) throw InvalidArgument(rule + "; unknown dimension '" + part + "'");
+    if (it == kDimNames.end()) throw InvalidArgument(rule + ": unknown dimension '" + part + "'");
     int dim = static_cast<int>(it - kDimNames.begin());
-    if (seen[dim]) throw InvalidArgument(rule + "; '" + part + "' appears twice");
+    if (seen[dim]) throw InvalidArgument(rule + ": '" + part + "' appears twice");
     seen[dim] = true;
     dim_of_position_[pos++] = dim;
   }
@@ -85,17 +86,16 @@ RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std
   for (int dim = 0; dim < 4; ++dim) {
     if (seen[dim]) continue;
     if (dim_sizes[dim] != 1) {
-      throw InvalidArgument(rule + "; " + kDimNames[dim] + " has size " +
+      throw InvalidArgument(rule + ": " + kDimNames[dim] + " has size " +
                             std::to_string(dim_sizes[dim]) + " but is not in the order");
     }
     dim_of_position_[pos++] = dim;
   }
   // The first dimension in the order varies fastest (Megatron's RankGenerator).
-  const std::array<int64_t, 4> sizes = {tp_, cp_, dp_, pp_};
   int64_t stride = 1;
-  for (int pos = 0; pos < 4; ++pos) {
-    stride_[dim_of_position_[pos]] = stride;
-    stride *= sizes[dim_of_position_[pos]];
+  for (int p = 0; p < 4; ++p) {
+    stride_[dim_of_position_[p]] = stride;
+    stride *= dim_sizes[dim_of_position_[p]];
   }
 }
 

@@ -25,6 +25,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/rank_layout.hpp"
 
 namespace traintwin {
 
@@ -114,7 +115,6 @@ constexpr std::array<std::string_view, 1> kArchitectures = {"gpt"};
 constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"};
 constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "full"};
 constexpr std::array<std::string_view, 2> kSchedules = {"gpipe", "1f1b"};
-constexpr std::array<std::string_view, 4> kRankDims = {"tp", "cp", "dp", "pp"};
 
 /// The keys allowed inside `section` (a section name of kRootKeys other than "name").
 std::vector<std::string_view> keys_of(std::string_view section) {
@@ -397,25 +397,12 @@ void check_rules(const Scenario& s, const Locator& where) {
                "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
   }
 
-  // Rank order: a permutation of tp, cp, dp, pp.
-  const std::vector<std::string> dims = split(p.rank_order, '-');
-  if (std::find(dims.begin(), dims.end(), "ep") != dims.end()) {
-    rule_error(where, "parallelism.rank_order",
-               fmt::format("'{}': expert parallelism (ep) is not supported (allowed: a "
-                           "permutation of tp, cp, dp, pp)",
-                           p.rank_order));
-  }
-  std::set<std::string> seen;
-  bool permutation = dims.size() == kRankDims.size();
-  for (const std::string& dim : dims) {
-    permutation = permutation && contains(kRankDims, dim) && seen.insert(dim).second;
-  }
-  if (!permutation) {
-    rule_error(where, "parallelism.rank_order",
-               fmt::format("'{}' is not a permutation of tp, cp, dp, pp (dash-separated, "
-                           "fastest-varying first; allowed: any order of tp, cp, dp, pp, e.g. "
-                           "tp-cp-dp-pp)",
-                           p.rank_order));
+  // Rank order: a permutation of tp, cp, dp, pp, as the rank layout parses it.
+  try {
+    RankLayout(p.tensor_model_parallel_size, p.context_parallel_size, p.data_parallel_size,
+               p.pipeline_model_parallel_size, p.rank_order);
+  } catch (const InvalidArgument& e) {
+    rule_error(where, "parallelism.rank_order", e.what());
   }
 }
 

@@ -187,4 +187,14 @@ std::string to_string(const ScheduleStep& s) {
   return fmt::format("{}{}.{}", s.pass == Pass::kForward ? 'F' : 'B', s.micro_batch, s.model_chunk);
 }
 
+double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
+                             int64_t num_model_chunks) {
+  if (pp_size < 1 || num_micro_batches < 1 || num_model_chunks < 1) {
+    throw InvalidArgument("ideal_bubble_fraction: pp_size, num_micro_batches and num_model_chunks "
+                          "must be >= 1");
+  }
+  const int64_t v = kind == PipelineScheduleKind::kGPipe ? 1 : num_model_chunks;
+  return static_cast<double>(pp_size - 1) / static_cast<double>(v * num_micro_batches + pp_size - 1);
+}
+
 }  // namespace traintwin

@@ -85,6 +85,13 @@ int64_t max_in_flight(const std::vector<ScheduleStep>& schedule);
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks);
 
+/// Ideal pipeline bubble fraction, (time a stage idles) / (iteration time), with equal forward
+/// and backward costs and no communication (Narayanan et al. SC'21, sec. 2.2):
+/// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved 1F1B (v = model chunks).
+/// Throws InvalidArgument for sizes < 1.
+double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
+                             int64_t num_model_chunks);
+
 /// "F3.1" style text of a step: 'F' or 'B', micro-batch, '.', model chunk (always printed, also
 /// for a single chunk: "B0.0"). For messages and printing.
 std::string to_string(const ScheduleStep& s);

@@ -281,6 +281,9 @@ TEST_P(ScheduleGridTest, BubbleFractionIsExact) {
     EXPECT_EQ(bubble * (effective_m + c.p - 1), sim.makespan_ticks * (c.p - 1));
     // bubble / busy == (p-1) / (v*m): the paper's bubble time ratio.
     EXPECT_EQ(bubble * effective_m, busy * (c.p - 1));
+    // The library's closed form agrees with the measured fraction.
+    EXPECT_DOUBLE_EQ(ideal_bubble_fraction(c.kind, c.p, c.m, c.v),
+                     static_cast<double>(bubble) / static_cast<double>(sim.makespan_ticks));
     // Rank r can start only after r forwards upstream: the fill of the pipeline.
     EXPECT_EQ(sim.first_start_ticks[r], r);
   }

@@ -1,0 +1,121 @@
+// Smoke tests of the traintwin command line: every shipped scenario through every subcommand
+// that exists, and the errors a user sees for bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TRAINTWIN_BINARY) + " " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe.release());
+  return {WEXITSTATUS(status), out};
+}
+
+std::vector<fs::path> shipped(const char* folder) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(fs::path(TRAINTWIN_SOURCE_DIR) / folder)) {
+    if (e.path().extension() == ".yaml") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(Cli, EveryShippedScenarioSummaryProgramAndMemory) {
+  const auto scenarios = shipped("scenarios");
+  ASSERT_GE(scenarios.size(), 5u);
+  for (const auto& f : scenarios) {
+    SCOPED_TRACE(f.string());
+    Result s = run("summary " + f.string());
+    EXPECT_EQ(s.status, 0) << s.output;
+    EXPECT_THAT(s.output, AllOf(HasSubstr("Program"), HasSubstr("memory per GPU")));
+    Result p = run("program " + f.string() + " --rank 0 --summary");
+    EXPECT_EQ(p.status, 0) << p.output;
+    EXPECT_THAT(p.output, AllOf(HasSubstr("rank 0 "), HasSubstr("schedule: F0.0")));
+    Result m = run("memory " + f.string());
+    EXPECT_EQ(m.status, 0) << m.output;
+    EXPECT_THAT(m.output, HasSubstr("stage"));
+  }
+}
+
+TEST(Cli, EveryShippedTopologyDescribes) {
+  for (const auto& f : shipped("topologies")) {
+    Result r = run("topology " + f.string() + " --num-gpus 1024");
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("1024 GPUs = 128 nodes"));
+  }
+}
+
+const std::string kDefault = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+
+TEST(Cli, ProgramListsOpsWithDependencies) {
+  Result r = run("program " + kDefault + " --rank 1023");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // Rank 1023 = tp 7, dp 7, pp 15: the last stage, with the LM head and cross-entropy.
+  EXPECT_THAT(r.output, AllOf(HasSubstr("rank 1023 (tp 7, cp 0, dp 7, pp 15)"),
+                              HasSubstr("fwd mb0 L90 layernorm"), HasSubstr("cross entropy"),
+                              HasSubstr("recv activation"), HasSubstr("dp reduce_scatter grads"),
+                              HasSubstr("optimizer step")));
+}
+
+TEST(Cli, MegatronFlagsOverrideTheFile) {
+  Result r = run("memory " + kDefault +
+                 " --tensor-model-parallel-size 4 --set parallelism.data_parallel_size=null "
+                 "--recompute-granularity full --micro-batch-size 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("recompute full"));
+  // TP 4 with the file's data_parallel_size 8 no longer multiplies to 1024 GPUs: named error.
+  Result bad = run("memory " + kDefault + " --tensor-model-parallel-size 4");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.output, AllOf(HasSubstr("parallelism.data_parallel_size"), HasSubstr("16")));
+  Result twice = run("memory " + kDefault + " --micro-batch-size 2 --set training.micro_batch_size=4");
+  EXPECT_EQ(twice.status, 2);
+  EXPECT_THAT(twice.output, HasSubstr("given twice"));
+}
+
+TEST(Cli, BadInputIsAClearError) {
+  Result unknown = run("summary " + kDefault + " --set model.hidden_sise=1");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_THAT(unknown.output, AllOf(HasSubstr("model.hidden_sise"), HasSubstr("hidden_size")));
+  Result heads = run("summary " + kDefault + " --tensor-model-parallel-size 7");
+  EXPECT_EQ(heads.status, 2);
+  EXPECT_THAT(heads.output, HasSubstr("tensor_model_parallel_size"));
+  Result cp = run("program " + kDefault +
+                  " --context-parallel-size 2 --set parallelism.data_parallel_size=4");
+  EXPECT_EQ(cp.status, 2);
+  EXPECT_THAT(cp.output, HasSubstr("context parallelism (ring attention) is not lowered"));
+  Result rank = run("program " + kDefault + " --rank 1024");
+  EXPECT_EQ(rank.status, 2);
+  EXPECT_THAT(rank.output, HasSubstr("outside [0, 1024)"));
+}
+
+// A 175B model on TP 1 / PP 1 cannot fit: memory says so, naming the stage and the excess.
+TEST(Cli, MemorySaysWhatDoesNotFit) {
+  Result r = run("memory " + kDefault +
+                 " --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+                 "--set parallelism.sequence_parallel=false --set parallelism.data_parallel_size=null "
+                 "--global-batch-size 2048");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("OOM"), HasSubstr("does NOT fit: stage 0")));
+}
+
+}  // namespace

@@ -12,6 +12,8 @@ void register_summary_command(CLI::App& app);
 void register_program_command(CLI::App& app);
 /// `traintwin memory SCENARIO`: per-stage memory breakdown and whether it fits the GPU.
 void register_memory_command(CLI::App& app);
+/// `traintwin simulate SCENARIO [--json] [--out DIR]`: one iteration replayed in SimGrid.
+void register_simulate_command(CLI::App& app);
 /// `traintwin topology FILE --num-gpus N`: what a topology file describes.
 void register_topology_command(CLI::App& app);
 

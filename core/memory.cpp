@@ -58,7 +58,8 @@ std::vector<ScheduleStep> steps_of_chunk(const std::vector<ScheduleStep>& schedu
 }  // namespace
 
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
-                              bool sequence_parallel, RecomputeGranularity r, Precision p) {
+                              bool sequence_parallel, RecomputeGranularity r, Precision p,
+                              AttentionBackend backend) {
   require_at_least_one(m.hidden_size, "hidden_size");
   require_at_least_one(m.num_attention_heads, "num_attention_heads");
   require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
@@ -97,7 +98,12 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
   const double attention_core = e * as2b + kMaskBytes * as2b + e * as2b;
 
   double bytes = outside_tp_region / sp_divisor + inside_tp_region / t;
-  if (r == RecomputeGranularity::kNone) bytes += attention_core / t;
+  if (backend == AttentionBackend::kFlash) {
+    // Flash attention keeps no s x s tensor, only the fp32 log-sum-exp of every row (a s b).
+    bytes += 4.0 * a * s * b / t;
+  } else if (r == RecomputeGranularity::kNone) {
+    bytes += attention_core / t;
+  }
   return bytes;
 }
 
@@ -163,7 +169,7 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   mem.in_flight = max_in_flight(schedule);
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
-      par.sequence_parallel, tr.recompute_granularity, tr.precision);
+      par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend);
   mem.activations_bytes = static_cast<double>(mem.in_flight * layers_per_chunk) * per_layer;
 
   // Outside the transformer layers (Korthikanti et al. 2022, sec. 4.3), counted for each

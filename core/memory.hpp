@@ -41,10 +41,13 @@ namespace traintwin {
 
 /// Activation bytes of one transformer layer for one micro-batch on one GPU.
 /// `tp` = TP size, `cp` = CP size, `sequence_parallel` as configured; precision scales the
-/// 16-bit terms (fp32 doubles them; dropout masks stay 1 byte). Throws InvalidArgument, naming
-/// the argument, for sizes < 1 or seq_length not divisible by cp.
+/// 16-bit terms (fp32 doubles them; dropout masks stay 1 byte). With the flash attention
+/// backend the 5 a s^2 b terms of the attention core are never stored (Dao et al. 2022): only
+/// the fp32 row log-sum-exp, 4 a s b / t. Throws InvalidArgument, naming the argument, for sizes
+/// < 1 or seq_length not divisible by cp.
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
-                              bool sequence_parallel, RecomputeGranularity r, Precision p);
+                              bool sequence_parallel, RecomputeGranularity r, Precision p,
+                              AttentionBackend backend = AttentionBackend::kUnfused);
 
 /// Bytes per parameter of weights, gradients and optimizer state (see file comment).
 struct BytesPerParameter {

@@ -136,8 +136,10 @@ struct Dims {
   int64_t tokens;      // s * b: rows of the TP-region GEMMs
   int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
   Precision dtype;
+  AttentionBackend backend;
 
   explicit Dims(const Scenario& sc) {
+    backend = sc.training.attention_backend;
     p = sc.parallel.pipeline_model_parallel_size;
     v = sc.parallel.virtual_pipeline_model_parallel_size;
     t = sc.parallel.tensor_model_parallel_size;
@@ -192,14 +194,22 @@ struct KernelFactory {
   }
   // Attention core for b samples, heads local heads, s tokens, head_dim hd: QK^T and
   // attention-over-values, 2 * 2 * b * heads * s^2 * hd FLOPs forward (full s x s, as the
-  // papers count), twice that backward. Bytes as a fused (flash) kernel: Q, K, V, O (+ dO, dQ,
-  // dK, dV backward).
-  Kernel attention(const char* name, bool backward) const {
+  // papers count), twice that backward. Unfused ("attention_fwd/bwd"): the s x s scores are
+  // written and read by the softmax and dropout (forward: scores, softmax, mask, dropout output;
+  // backward about twice that). Flash ("flash_attention_fwd/bwd", Dao et al. 2022): Q, K, V, O
+  // (+ dO, dQ, dK, dV backward) only.
+  Kernel attention(bool backward) const {
+    const bool flash = d.backend == AttentionBackend::kFlash;
+    const char* name = flash ? (backward ? "flash_attention_bwd" : "flash_attention_fwd")
+                             : (backward ? "attention_bwd" : "attention_fwd");
     const int64_t heads = d.a / d.t;
     const double qkvo = static_cast<double>(d.b * heads * d.s * d.hd * d.dsize);
+    const double scores = static_cast<double>(d.b * heads) * static_cast<double>(d.s) *
+                          static_cast<double>(d.s) * (3.0 * static_cast<double>(d.dsize) + 1.0);
     const double f = 4.0 * static_cast<double>(d.b * heads) * static_cast<double>(d.s) *
                      static_cast<double>(d.s) * static_cast<double>(d.hd);
-    return make(name, {d.b, heads, d.s, d.hd}, backward ? 2 * f : f, backward ? 8 * qkvo : 4 * qkvo);
+    const double bytes = (backward ? 8 * qkvo : 4 * qkvo) + (flash ? 0.0 : (backward ? 2 : 1) * scores);
+    return make(name, {d.b, heads, d.s, d.hd}, backward ? 2 * f : f, bytes);
   }
   Kernel layernorm(bool backward) const {
     const double n = static_cast<double>(d.tokens_sp * d.h);
@@ -606,7 +616,7 @@ class RankLowering {
   void layer_forward() {
     kernel(k_.layernorm(false), "layernorm");
     gathered_gemm(3 * d_.h / d_.t, d_.h, "attention");
-    kernel(k_.attention("attention_fwd", false), "attention");
+    kernel(k_.attention(false), "attention");
     gemm_reduced(d_.h, d_.h / d_.t, "attention");
     kernel(k_.dropout_add(false), "mlp");
     kernel(k_.layernorm(false), "mlp");
@@ -652,10 +662,10 @@ class RankLowering {
     row_parallel_backward(d_.h, d_.h / d_.t, "attention");
     if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
       context(Phase::kRecompute, mb, chunk, layer);
-      kernel(k_.attention("attention_fwd", false), "attention core");
+      kernel(k_.attention(false), "attention core");
       context(Phase::kBackward, mb, chunk, layer);
     }
-    kernel(k_.attention("attention_bwd", true), "attention");
+    kernel(k_.attention(true), "attention");
     column_parallel_backward(3 * d_.h / d_.t, d_.h, "attention");
     kernel(k_.layernorm(true), "attention");
   }

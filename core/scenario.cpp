@@ -74,6 +74,10 @@ const char* to_string(PipelineScheduleKind k) {
   return "?";
 }
 
+const char* to_string(AttentionBackend a) {
+  return a == AttentionBackend::kFlash ? "flash" : "unfused";
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -97,10 +101,11 @@ constexpr std::array<std::string_view, 9> kParallelismKeys = {
     "data_parallel_size",
     "pipeline_schedule",
     "rank_order"};
-constexpr std::array<std::string_view, 8> kTrainingKeys = {"micro_batch_size",
+constexpr std::array<std::string_view, 9> kTrainingKeys = {"micro_batch_size",
                                                            "global_batch_size",
                                                            "precision",
                                                            "recompute_granularity",
+                                                           "attention_backend",
                                                            "use_distributed_optimizer",
                                                            "overlap_grad_reduce",
                                                            "overlap_param_gather",
@@ -114,6 +119,7 @@ constexpr std::string_view kLayersPerVirtualStage = "num_layers_per_virtual_pipe
 constexpr std::array<std::string_view, 1> kArchitectures = {"gpt"};
 constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"};
 constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 2> kAttentionBackends = {"unfused", "flash"};
 constexpr std::array<std::string_view, 2> kSchedules = {"gpipe", "1f1b"};
 
 /// The keys allowed inside `section` (a section name of kRootKeys other than "name").
@@ -578,6 +584,8 @@ class Reader {
         static_cast<Precision>(get_enum_index("training", "precision", kPrecisions, true).value());
     t.recompute_granularity = static_cast<RecomputeGranularity>(
         get_enum_index("training", "recompute_granularity", kRecomputes).value_or(0));
+    t.attention_backend = static_cast<AttentionBackend>(
+        get_enum_index("training", "attention_backend", kAttentionBackends).value_or(0));
     t.use_distributed_optimizer = get_bool("training", "use_distributed_optimizer").value_or(false);
     t.overlap_grad_reduce = get_bool("training", "overlap_grad_reduce").value_or(false);
     t.overlap_param_gather = get_bool("training", "overlap_param_gather").value_or(false);

@@ -17,6 +17,12 @@ enum class Precision { kFp32, kFp16, kBf16 };
 /// kSelective recomputes the attention core only, kFull the whole transformer layer.
 enum class RecomputeGranularity { kNone, kSelective, kFull };
 
+/// How the attention core runs (Megatron --attention-backend). kUnfused: QK^T GEMM, masked
+/// softmax, dropout and attention-over-values as separate kernels that store the s x s scores
+/// (Korthikanti et al.'s activation model); kFlash: one fused kernel (Dao et al. 2022) that
+/// stores no s x s tensor and recomputes scores in backward.
+enum class AttentionBackend { kUnfused, kFlash };
+
 /// Pipeline schedule family. k1F1B becomes interleaved 1F1B when there are > 1 model chunks.
 enum class PipelineScheduleKind { kGPipe, k1F1B };
 
@@ -29,6 +35,8 @@ const char* to_string(Precision p);
 const char* to_string(RecomputeGranularity r);
 /// "gpipe" | "1f1b".
 const char* to_string(PipelineScheduleKind k);
+/// "unfused" | "flash".
+const char* to_string(AttentionBackend a);
 
 /// The model (GPT: pre-LN decoder, learned position embeddings, LM head tied to embedding).
 struct ModelSpec {
@@ -64,6 +72,7 @@ struct TrainingConfig {
   int64_t global_batch_size = 1;    ///< B, samples per iteration over all DP replicas
   Precision precision = Precision::kBf16;
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  AttentionBackend attention_backend = AttentionBackend::kUnfused;
   bool use_distributed_optimizer = false;  ///< ZeRO-1: optimizer state sharded over DP
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward

@@ -1,10 +1,24 @@
 // Cost model: how long a kernel (identified by its KernelKey) takes on a device, and where that
 // number came from. The simulator asks it once per distinct kernel of a Program.
+//
+// Two models:
+//  - the roofline (Williams, Waterman, Patterson, "Roofline", CACM 2009) with per-class
+//    efficiencies: duration_s = max(FLOPs / (peak_FLOPs x eff), bytes / (hbm_Bps x eff_memory))
+//    + launch_overhead_s. Classes by kernel name (kernel_class()): gemm_* run on tensor cores at
+//    `gemm` x peak(dtype); attention_* and flash_attention_* at `attention` x peak(dtype);
+//    every other kernel (layernorm, dropout, GELU, embedding, cross-entropy, grad norm, AdamW
+//    and any name not listed) is an elementwise/reduction kernel on CUDA cores, bounded by HBM
+//    at `memory` x bandwidth and by `vector` x the non-tensor FP32 peak for its FLOPs (which in
+//    practice never binds: intensity ~1-4 FLOP/byte against a ridge of ~20).
+//  - the database model: measured costs of traces/db/<device>.json (CostDatabase), then the
+//    roofline fallback; see make_database_cost_model() for the rules.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
 
+#include "core/error.hpp"
 #include "core/program.hpp"
 #include "topologies/topology.hpp"
 
@@ -27,32 +41,83 @@ struct KernelCost {
   CostSource source = CostSource::kRoofline;
 };
 
+/// The model cannot cost a kernel (a database without it and no fallback, a GPU without the
+/// peak the kernel needs). The message names the kernel key and the device.
+class CostModelError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// duration(KernelKey, device) -> seconds + source.
 class CostModel {
  public:
   virtual ~CostModel() = default;
   /// Duration of `kernel` (key, FLOPs, bytes as the Program states them) on `gpu`.
-  /// Throws Error when the model cannot cost it (e.g. a database without the kernel and no
-  /// fallback).
+  /// Throws CostModelError when the model cannot cost it (e.g. a database without the kernel
+  /// and no fallback).
   virtual KernelCost duration(const Kernel& kernel, const GpuSpec& gpu) const = 0;
 };
 
+/// Roofline class of a kernel, by name.
+enum class KernelClass {
+  kGemm,       ///< gemm_*: tensor-core GEMM
+  kAttention,  ///< attention_*, flash_attention_*: tensor-core attention core
+  kMemory,     ///< everything else: elementwise / reduction kernels, bound by HBM bandwidth
+};
+/// "gemm" | "attention" | "memory".
+const char* to_string(KernelClass c);
+/// The class of a kernel name: prefix "gemm_" -> kGemm; "attention_" or "flash_attention_" ->
+/// kAttention; anything else (unknown names included) -> kMemory.
+KernelClass kernel_class(std::string_view kernel_name);
+
 /// Roofline efficiencies per kernel class: the fraction of the peak a kernel of that class
-/// reaches, plus a fixed launch overhead per kernel.
+/// reaches, plus a fixed launch overhead per kernel. Each efficiency is in (0, 1].
 struct RooflineEfficiency {
-  double gemm = 0.75;          ///< of dense peak FLOP/s for gemm_* kernels
-  double attention = 0.55;     ///< of dense peak for attention_* / flash_attention_* kernels
-  double memory = 0.80;        ///< of HBM bandwidth for memory-bound kernels
-  double launch_overhead_s = 4e-6;
+  double gemm = 0.75;               ///< of dense peak FLOP/s for gemm_* kernels
+  double attention = 0.55;          ///< of dense peak for attention_* / flash_attention_* kernels
+  double memory = 0.80;             ///< of HBM bandwidth, for every kernel's bytes
+  double vector = 0.50;             ///< of non-tensor FP32 peak, for the FLOPs of kMemory kernels
+  double launch_overhead_s = 4e-6;  ///< added once per kernel, >= 0
 };
 
-/// Roofline cost model with per-class efficiencies (no database).
+/// Roofline cost model with per-class efficiencies (no database). Throws InvalidArgument for
+/// an efficiency outside (0, 1] or a negative launch overhead. duration() throws
+/// CostModelError when the GPU lacks the peak (or HBM bandwidth) a kernel with work needs.
 std::unique_ptr<CostModel> make_roofline_cost_model(const RooflineEfficiency& eff = {});
 
-/// Measured database first (exact key, then interpolation on shapes among same name/dtype/tp),
-/// then, if the database is of another device, scaling; then the roofline `fallback`.
+/// Options of the database model.
+struct DatabaseCostOptions {
+  /// How far beyond the measured range of a kernel family (same name, dtype, tp) a cost may be
+  /// extrapolated at the achieved rate of the nearest shape, as a ratio of work (FLOPs or
+  /// bytes, >= 1): 4 lets a kernel 4x larger than the largest measured one (or 4x smaller than
+  /// the smallest) take that entry's achieved rate; beyond, the family is no evidence and the
+  /// kernel falls through to the roofline. 1 disables extrapolation, infinity always allows it.
+  double max_extrapolation = 4.0;
+};
+
+/// Measured database first, then the roofline `fallback`. For `kernel` on `gpu`:
+///  1. Exact hit: the database holds kernel.key -> its median_us.
+///  2. Interpolation on shapes among the same name, dtype, tp (CostDatabase::nearest_shapes).
+///     Work w is FLOPs for kGemm/kAttention kernels and bytes for kMemory kernels; an entry's
+///     achieved rate is r = w / median. lo = the nearest-shape entry with w_lo <= w, hi = the
+///     nearest-shape entry with w_hi >= w. With both, r is interpolated linearly in ln(w):
+///     r = r_lo + (r_hi - r_lo) (ln w - ln w_lo) / (ln w_hi - ln w_lo) (r_lo when
+///     w_lo = w_hi), and duration = w / r: exact at the entries, and a GEMM between two
+///     measured sizes gets the TFLOP/s in between. With one side only, the nearest entry's rate
+///     (duration scaled by the work ratio) within options.max_extrapolation. Source kMeasured.
+///  3. When `gpu` is not `db_device` (other name, HBM bandwidth or peak of the kernel's dtype),
+///     the result of 1-2 is scaled to `gpu` by the ratio of peaks in the kernel's regime on
+///     the database device: compute-bound when FLOPs / bytes > db_device ridge point
+///     (peak_FLOPs(dtype) / hbm_bandwidth_Bps): x db peak / gpu peak; otherwise memory-bound:
+///     x db HBM / gpu HBM. The whole duration scales (launch overhead included). Source kScaled.
+///  4. Else `fallback` on `gpu` (normally the roofline); without one, CostModelError.
+/// `db_device` is the GpuSpec (topology file spec) of the GPU the database was measured on; the
+/// database's own device block (CUDA's name, SM count) is descriptive only.
+/// Throws InvalidArgument when db is null or db_device has no HBM bandwidth; duration() throws
+/// CostModelError when scaling needs a peak that db_device or gpu lacks.
 std::unique_ptr<CostModel> make_database_cost_model(std::shared_ptr<const CostDatabase> db,
                                                     const GpuSpec& db_device,
-                                                    std::unique_ptr<CostModel> fallback);
+                                                    std::unique_ptr<CostModel> fallback,
+                                                    const DatabaseCostOptions& options = {});
 
 }  // namespace traintwin

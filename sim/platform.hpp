@@ -1,6 +1,6 @@
 // The SimGrid platform of a cluster: built with SimGrid's C++ builders from a TopologySpec for
 // `num_gpus` GPUs. Layout (rail-optimized DGX SuperPOD):
-//  - one zone per node: a star through the NVSwitch, each GPU host with its own split-duplex
+//  - inside nodes: a star through each node's NVSwitch, each GPU host with its own split-duplex
 //    NVLink (per-direction bandwidth and latency of node.nvlink_*), so intra-node transfers share
 //    only their endpoints' NVLinks;
 //  - one fat-tree zone per rail r: an endpoint ("NIC host") per node for its r-th NIC, NIC link
@@ -10,11 +10,52 @@
 // sender's rail from the sender node's NIC host to the receiver node's NIC host of that rail
 // (NCCL's PXN places any NVLink hop on the sender side; that hop is not modelled).
 // SimGrid allows one Engine per process: build one Platform per process.
+//
+// Details (SimGrid 3.32; see ../shared/SIMGRID-NOTES.md):
+//  - Network model pinned before the first zone: network/model:CM02, network/crosstraffic:0,
+//    network/TCP-gamma:0, so a link of X bytes/s delivers X bytes/s and a lone transfer of S
+//    bytes takes (sum of its links' latencies) + S / (its slowest link). build() also raises the
+//    threshold of SimGrid's `xbt_cfg` log category to warning (unless it is stricter already) so
+//    that pinning prints nothing.
+//  - Zones: root "cluster" (a star zone with no routes); "nodes" (a star zone holding the GPUs of
+//    every node); "rail<r>" (fat trees). All GPUs share one star zone, not one zone per node:
+//    SimGrid 3.32 checks each new host and link name by walking every zone of the platform, so
+//    2048 node zones made a 16,384-GPU build take 11.8 s instead of 0.8 s. Each GPU still reaches
+//    only its own NVLink, so intra-node transfers see exactly the per-node star; the only
+//    difference is that two GPUs of different nodes would get a (meaningless) NVLink-only route,
+//    and endpoints() never pairs them. No transfer crosses zones, so no zone has a gateway and
+//    the root has no routes; a route asked between zones (a GPU host and a NIC host, or NIC hosts
+//    of two rails) is refused by SimGrid ("Bad gateways for route ...").
+//  - Hosts: "node<i>-gpu<j>" compute at the GPU's dense bf16 peak (an Exec of seconds x
+//    get_speed() flops lasts `seconds`); "node<i>-nic<r>" (NIC hosts) are transfer endpoints only.
+//    One FATPIPE loopback per node ("node<i>-loopback", HBM bandwidth) serves device-local copies.
+//  - Latencies are split as in topologies/graph.hpp: each NVLink direction nvlink_latency / 2
+//    (GPU -> NVSwitch -> GPU = nvlink_latency); each NIC link nic.latency + hop_latency / 2;
+//    each switch-to-switch link hop_latency. Same leaf: 2 nic.latency + hop_latency; via a
+//    spine + 2 hop_latency; via a core + 4 hop_latency.
+//  - Fat-tree mapping: rail r's zone is create_fatTree_zone with the FabricPlan of
+//    topologies/graph.hpp as SimGrid's FatTreeParams, levels = fabric.tiers:
+//      down = {nodes_per_SU, leaves_per_pod[, pods]}   (children of a level-i switch)
+//      up   = {1, spines_per_pod[, cores_per_spine]}   (parents of a level-(i-1) element)
+//      number = {1, cables_leaf_spine[, cables_spine_core]} (parallel cables to each parent)
+//    i.e. one NIC per node on one leaf; every leaf of a pod wired to every spine of the pod;
+//    spine y of every pod to the same cores. Leaf up-capacity (oversubscription), per-rail
+//    bisection and switch counts thus equal the Boost graph's; the tests check it link by link,
+//    route by route and by simulation. SimGrid's fat tree is regular, so the last SU is padded
+//    with unused NIC hosts "rail<r>-spare<k>" and the last pod with unused leaves; those links
+//    carry no traffic and are not listed by links(). Routing is SimGrid's static D-mod-K (no
+//    adaptive routing, no ECMP). Link bandwidth: the zone's links are created at
+//    fabric.link_rate x ib_bandwidth, then its NIC links are set to nic.line_rate x ib_bandwidth
+//    (SimGrid takes one bandwidth and latency per fat-tree zone).
+//  - The links of each rail's fat tree are recognized by creation order and SimGrid's names
+//    ("link_from_<child>_<parent>_<n>_UP"); build() checks every one against the plan and throws
+//    Error on a mismatch (a SimGrid version that wires its fat tree differently).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "topologies/topology.hpp"
@@ -33,11 +74,16 @@ struct PlatformScaling {
   double ib_bandwidth = 1.0;  ///< NICs and switch-to-switch links
 };
 
-/// A link of the platform, for metrics.
+/// A link of the platform, for metrics: one direction of a full-duplex cable (or a loopback).
 struct PlatformLink {
-  std::string name;          ///< e.g. "node3-gpu5-nvlink", "rail2-leaf0-spine7"
-  std::string tier;          ///< "nvlink" | "nic" | "leaf-spine" | "spine-core"
+  /// "node3-gpu5-nvlink-up" (GPU -> NVSwitch) / "-down"; "node3-loopback";
+  /// "node3-nic2-up" (NIC -> leaf) / "-down"; "rail2-leaf1-spine3-c0-up" (leaf -> spine, cable
+  /// 0) / "-down"; "rail2-spine3-core1-c0-up" / "-down". (link->get_name() is SimGrid's name.)
+  std::string name;
+  std::string tier;          ///< "nvlink" | "nic" | "leaf-spine" | "spine-core" | "loopback"
   double bandwidth_Bps = 0;  ///< per direction
+  std::string from;          ///< vertex the traffic leaves, named as in topologies/graph.hpp
+  std::string to;            ///< vertex it enters ("node3-nvswitch", "rail2-leaf1", ...)
   simgrid::s4u::Link* link = nullptr;
 };
 
@@ -45,14 +91,19 @@ class Platform {
  public:
   /// Pins the network model (CM02, no cross-traffic, no TCP-gamma; see SIMGRID-NOTES.md), then
   /// builds the zones. Throws ConfigError when num_gpus does not fit the topology
-  /// (check_cluster_size).
+  /// (check_cluster_size), the topology cannot be wired (plan_fabric) or a scaling factor is not
+  /// positive; Error when `engine` already has a platform. Nothing is created in `engine` when
+  /// it throws ConfigError.
   static std::unique_ptr<Platform> build(simgrid::s4u::Engine& engine, const TopologySpec& topo,
                                          int64_t num_gpus, const PlatformScaling& scaling = {});
   virtual ~Platform() = default;
 
-  /// Hosts a transfer from GPU `src` to GPU `dst` goes between (src != dst).
-  virtual std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*> endpoints(int64_t src, int64_t dst) const = 0;
-  /// Every link, for utilization metrics.
+  /// Hosts a transfer from GPU `src` to GPU `dst` goes between (src != dst): the GPU hosts when
+  /// both are on one node, else the NIC hosts of rail rail_of_gpu(src) on both nodes. Throws
+  /// InvalidArgument for GPUs out of range or src == dst.
+  virtual std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*> endpoints(int64_t src,
+                                                                        int64_t dst) const = 0;
+  /// Every link that can carry traffic (not the padding), for utilization metrics.
   virtual const std::vector<PlatformLink>& links() const = 0;
   virtual const TopologySpec& topology() const = 0;
   virtual int64_t num_gpus() const = 0;

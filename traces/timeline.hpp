@@ -13,15 +13,15 @@ namespace traintwin {
 /// One op's execution span.
 struct TimelineEvent {
   int64_t rank = 0;
-  std::string stream;     ///< "compute", "tp-comm", "pp-comm", "dp-comm", ...
-  std::string name;       ///< e.g. "fwd mb3 chunk1 L12 mlp"
-  std::string category;   ///< "forward" | "backward" | "recompute" | "comm" | "optimizer" | ...
+  std::string stream;    ///< "compute", "tp-comm", "pp-comm", "dp-comm", ...
+  std::string name;      ///< e.g. "fwd mb3 chunk1 L12 mlp"
+  std::string category;  ///< "forward" | "backward" | "recompute" | "comm" | "optimizer" | ...
   double start_s = 0;
   double end_s = 0;
   /// A send and its recv share a flow id (>= 0) so the trace draws an arrow send -> recv;
   /// -1 when not part of a flow.
   int64_t flow_id = -1;
-  bool flow_start = false;  ///< true on the send side
+  bool flow_start = false;                  ///< true on the send side
   std::map<std::string, std::string> args;  ///< e.g. {"bytes": "50331648", "algorithm": "ring"}
 };
 
@@ -31,13 +31,41 @@ struct Timeline {
   std::vector<TimelineEvent> events;
 };
 
-/// Writes `t` as Chrome Trace Event Format JSON (loads in ui.perfetto.dev and chrome://tracing):
-/// "X" complete events in microseconds; process (rank) and thread (stream) name metadata; flow
-/// events "s"/"f" for send -> recv. Output is deterministic (events in the given order).
+/// Writes `t` as Chrome Trace Event Format JSON (loads in ui.perfetto.dev and chrome://tracing).
+///
+/// Layout: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"name": t.name}}, one
+/// trace event per line. Each rank is a process (pid = rank) with "process_name" "rank N" and
+/// "process_sort_index" N; each stream is a thread whose tid is the same on every rank:
+/// compute 0, tp-comm 1, cp-comm 2, pp-comm 3, dp-comm 4, then other streams from 5 in
+/// first-seen order, with "thread_name" (the stream) and "thread_sort_index" (the tid). All
+/// metadata comes first, sorted by pid then tid; then every event, in the given order, as a
+/// complete event {"ph": "X", "ts", "dur"} in microseconds (doubles rounded to the picosecond),
+/// with "name", "cat" (the category) and "args" (the args map, strings).
+///
+/// Flows: an event with flow_id >= 0 is followed by its flow event, "ph": "s" on the send side
+/// and "ph": "f" with "bp": "e" on the recv side, both with "id" = flow_id and the same
+/// name/cat ("flow"). Each flow event sits at the midpoint of its own slice, strictly inside it,
+/// so every viewer binds it to that slice ("s" always binds to the enclosing slice, "f" does
+/// with "bp": "e") whatever its rule for slice boundaries or for events sharing a timestamp;
+/// viewers draw the arrow from the send slice to the recv slice. Either side may be absent
+/// (e.g. a window cut out of a longer run).
+///
+/// Output is deterministic: the same timeline gives byte-identical output. Throws
+/// InvalidArgument naming the event index on a negative rank, a non-finite time, end_s <
+/// start_s, or a flow id used twice on the same side.
 void write_chrome_trace(const Timeline& t, std::ostream& out);
 
-/// Reads a trace written by write_chrome_trace back (for replay and tests). Throws Error naming
-/// the file/origin and the event index on malformed input.
+/// Reads a trace written by write_chrome_trace back (for replay and tests): every "X" event
+/// becomes a TimelineEvent in file order, rank = pid, stream = the "thread_name" of its
+/// (pid, tid), times in seconds; each "s"/"f" flow event is bound to the "X" slice on its
+/// (pid, tid) that contains its ts (preferring the last one before it in the file) and sets that
+/// event's flow_id and flow_start. Timeline::name comes from otherData.name when present.
+///
+/// Strict: malformed JSON, no "traceEvents" array, an event that is not an object or has no
+/// "ph", an "X" event without numeric ts/dur (dur >= 0), integer pid/tid or string name, a
+/// (pid, tid) without "thread_name", a flow event without integer id >= 0 or enclosing slice,
+/// two flows on one slice, or a phase other than X, M, s, f: each throws Error whose message
+/// starts with `origin` and names the event as traceEvents[i].
 Timeline read_chrome_trace(std::istream& in, const std::string& origin);
 
 }  // namespace traintwin

@@ -103,6 +103,20 @@ TEST(MemoryTest, Table2TensorSequenceParallelSelectiveRecompute) {
             139264.0);
 }
 
+// Flash attention stores no s x s tensor: the selective-recompute terms plus the fp32 row
+// log-sum-exp 4 a s b / t (a s b = 4 * 32 * 2 = 256), whatever the recompute granularity.
+TEST(MemoryTest, FlashAttentionStoresNoScores) {
+  const auto flash = AttentionBackend::kFlash;
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kNone, Precision::kBf16, flash),
+            139264.0 + 1024.0);
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, true, R::kNone, Precision::kBf16, flash),
+            34816.0 + 256.0);
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, true, R::kSelective, Precision::kBf16, flash),
+            34816.0 + 256.0);
+  // Full recomputation keeps only the layer input either way.
+  EXPECT_EQ(layer_activation_bytes(Small(), 2, 4, 1, true, R::kFull, Precision::kBf16, flash), 2048.0);
+}
+
 TEST(MemoryTest, Table2FullRecompute) {
   // 2 s b h = 8192 whatever TP; with SP the stored input is sharded: 2 s b h / t = 2048.
   EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kFull, Precision::kBf16), 8192.0);

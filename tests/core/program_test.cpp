@@ -274,7 +274,7 @@ TEST(Program, RecomputationOpsPerGranularity) {
       if (op.kind == OpKind::kCollective) ++recompute_colls;
       for (uint32_t id : op.kernels) {
         const auto& name = prog.kernels[id].key.name;
-        recompute_attention += name == "attention_fwd";
+        recompute_attention += name == "attention_fwd" || name == "flash_attention_fwd";
         recompute_gemms += name == "gemm_fwd";
       }
     }
@@ -397,6 +397,32 @@ TEST(Program, TpCommOverlapSplitsCollectivesIntoPieces) {
     }
   }
   EXPECT_EQ(pieces, 4 * 4);  // 2 all-gathers + 2 reduce-scatters, 4 pieces each
+}
+
+// The attention backend picks the kernels: unfused attention_fwd/bwd move the s x s scores
+// through memory, flash_attention_fwd/bwd do not; the FLOPs are the same.
+TEST(Program, AttentionBackendPicksTheKernels) {
+  Knobs k;
+  k.layers = 1;
+  Scenario s = make(k);
+  const Program unfused = build_program(s, {0});
+  s.training.attention_backend = AttentionBackend::kFlash;
+  const Program flash = build_program(s, {0});
+  auto find = [](const Program& p, const std::string& name) -> const Kernel* {
+    for (const Kernel& kern : p.kernels) {
+      if (kern.key.name == name) return &kern;
+    }
+    return nullptr;
+  };
+  ASSERT_NE(find(unfused, "attention_fwd"), nullptr);
+  ASSERT_EQ(find(unfused, "flash_attention_fwd"), nullptr);
+  const Kernel* f = find(flash, "flash_attention_fwd");
+  const Kernel* u = find(unfused, "attention_fwd");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(find(flash, "attention_fwd"), nullptr);
+  EXPECT_EQ(f->flops, u->flops);
+  // b * heads * s^2 * (3 x 2 bytes + 1 mask byte) = 1 * 8 * 32 * 32 * 7 more bytes unfused.
+  EXPECT_DOUBLE_EQ(u->bytes - f->bytes, 8.0 * 32 * 32 * 7);
 }
 
 TEST(Program, RefusesWhatItCannotLower) {

@@ -1,0 +1,129 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/scenario_options.hpp"
+#include "core/error.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/replay.hpp"
+#include "sim/summary.hpp"
+#include "topologies/topology.hpp"
+#include "traces/timeline.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+struct SimulateOptions {
+  ScenarioOptions scenario;
+  bool json = false;
+  std::string out_dir;
+  std::string trace_ranks;
+  std::string collective_algorithm;
+};
+
+std::vector<int64_t> parse_rank_list(const std::string& text) {
+  std::vector<int64_t> ranks;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      ranks.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw ConfigError("--trace-ranks: '" + item + "' is not a rank (allowed: all, or a comma-separated list such as 0,8,16)");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ranks;
+}
+
+void print_text(const Scenario& s, const TopologySpec& topo, const SimulationResult& r) {
+  const SimulationSummary m = summarize(s, topo, r);
+  const double t = m.iteration_time_s;
+  auto pct = [t](double x) { return t > 0 ? 100.0 * x / t : 0.0; };
+  fmt::print("traintwin simulate: {} on {} x {} ({})\n", s.name, s.cluster.num_gpus, topo.gpu.name, topo.name);
+  fmt::print("layout             TP {} x CP {} x PP {} x DP {}, {} chunk(s)/stage, SP {}, micro-batch {}, "
+             "global batch {} ({} micro-batches), recompute {}\n",
+             s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+             s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size,
+             s.parallel.virtual_pipeline_model_parallel_size, s.parallel.sequence_parallel ? "on" : "off",
+             s.training.micro_batch_size, s.training.global_batch_size, s.num_micro_batches(),
+             to_string(s.training.recompute_granularity));
+  fmt::print("iteration time     {:.4f} s\n", t);
+  fmt::print("throughput         {:.0f} tokens/s, {:.1f} tokens/s/GPU\n", m.tokens_per_s, m.tokens_per_s_per_gpu);
+  fmt::print("model TFLOP/s/GPU  {:.1f}   MFU {:.1f} %   HFU {:.1f} %\n", m.model_tflops_per_gpu,
+             100 * m.mfu, 100 * m.hfu);
+  fmt::print("time of rank {:<5} compute {:.4f} s ({:.1f} %, optimizer {:.4f} s), exposed TP {:.4f} s ({:.1f} %), "
+             "PP {:.4f} s ({:.1f} %), DP {:.4f} s ({:.1f} %), pipeline bubble {:.4f} s ({:.1f} %)\n",
+             r.critical.rank, m.compute_s, pct(m.compute_s), m.optimizer_s, m.exposed_tp_s,
+             pct(m.exposed_tp_s), m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s,
+             pct(m.exposed_dp_s), r.critical.bubble_s, pct(r.critical.bubble_s));
+  fmt::print("memory             peak {} per GPU of {}: {}\n", gib(m.peak_memory_bytes),
+             gib(topo.gpu.memory_bytes), m.fits_in_memory ? "fits" : "does NOT fit");
+  std::string sources;
+  for (const auto& [name, share] : m.cost_sources) {
+    if (share > 0) sources += fmt::format("{}{} {:.1f} %", sources.empty() ? "" : ", ", name, 100 * share);
+  }
+  fmt::print("compute costs      {}\n", sources);
+  std::string algos;
+  for (const auto& [name, n] : r.collective_algorithms) algos += fmt::format("{}{} {}", algos.empty() ? "" : ", ", name, n);
+  fmt::print("collectives        {}\n", algos);
+  fmt::print("busiest links\n");
+  for (const LinkLoad& l : r.busiest_links) {
+    fmt::print("  {:<32} {:<10} {:>10}B  {:5.1f} % busy\n", l.name, l.tier, si(l.bytes), 100 * l.utilization);
+  }
+  fmt::print("simulated in {:.2f} s wall: {} ops, {} flows, {} events\n", r.sim_wall_s, r.ops, r.flows, r.events);
+  fmt::print("MFU = model FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) (Korthikanti et al. 2022) / "
+             "(iteration time x GPUs x {} dense peak)\n", si(topo.gpu.peak_FLOPs(s.training.precision)));
+}
+
+}  // namespace
+
+void register_simulate_command(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  auto* cmd = app.add_subcommand("simulate", "Simulate one training iteration on the cluster (SimGrid)");
+  add_scenario_options(*cmd, o->scenario);
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
+  cmd->add_option("--out", o->out_dir, "Write summary.json and timeline.json (Perfetto) into DIR");
+  cmd->add_option("--trace-ranks", o->trace_ranks,
+                  "Ranks in timeline.json: all, or a list 0,8,16 (default: the TP group of DP rank 0 of every stage)");
+  cmd->add_option("--collective-algorithm", o->collective_algorithm, "Force an NCCL algorithm for every collective")
+      ->check(CLI::IsMember({"ring", "tree", "nvls"}));
+  cmd->callback([o] {
+    const Scenario s = o->scenario.load();
+    const TopologySpec topo = load_topology(s.cluster.topology);
+    check_cluster_size(topo, s.cluster.num_gpus);
+    SimulationOptions opts;
+    opts.collective_algorithm = o->collective_algorithm;
+    opts.record_timeline = !o->out_dir.empty();
+    if (o->trace_ranks == "all") {
+      opts.trace_all_ranks = true;
+    } else if (!o->trace_ranks.empty()) {
+      opts.trace_ranks = parse_rank_list(o->trace_ranks);
+    }
+    const auto costs = make_roofline_cost_model();
+    const SimulationResult r = simulate(s, topo, *costs, opts);
+    if (o->json) {
+      fmt::print("{}\n", summary_json(s, topo, r).dump(2));
+    } else {
+      print_text(s, topo, r);
+    }
+    if (!o->out_dir.empty()) {
+      std::filesystem::create_directories(o->out_dir);
+      const auto dir = std::filesystem::path(o->out_dir);
+      std::ofstream(dir / "summary.json") << summary_json(s, topo, r, /*include_wall_time=*/false).dump(2) << "\n";
+      std::ofstream trace(dir / "timeline.json");
+      write_chrome_trace(r.timeline, trace);
+      if (!o->json) fmt::print("wrote {} and {}\n", (dir / "summary.json").string(), (dir / "timeline.json").string());
+    }
+  });
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,207 @@
+#include "sim/collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+/// Steps of latency of a ring: 2(n-1) for all-reduce, n-1 for the others.
+int64_t ring_steps(CollectiveKind kind, int64_t n) {
+  return kind == CollectiveKind::kAllReduce ? 2 * (n - 1) : (n - 1);
+}
+
+/// Ring data factor: each rank sends factor x bytes over its ring edge.
+double ring_factor(CollectiveKind kind, int64_t n) {
+  if (kind == CollectiveKind::kBroadcast) return n > 1 ? 1.0 : 0.0;
+  return busbw_factor(kind, n);
+}
+
+double alpha_intra_s(const TopologySpec& t, const FabricEfficiency& e) {
+  return t.node.nvlink_latency_s + e.step_overhead_s;
+}
+
+/// NIC -> leaf -> spine -> leaf -> NIC: two NICs and three switches.
+double alpha_inter_s(const TopologySpec& t, const FabricEfficiency& e) {
+  return 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + e.step_overhead_s;
+}
+
+/// Bus bandwidth across nodes of a group with k members per node: NCCL runs one channel per
+/// member, each on that GPU's NIC (one per rail; GPUs share a NIC when a node has fewer NICs than
+/// GPUs), so k NICs carry the node's ring traffic together.
+double inter_node_Bps(const TopologySpec& t, const FabricEfficiency& e, int64_t k) {
+  const double nic_per_gpu = static_cast<double>(t.nic.nics_per_node) /
+                             static_cast<double>(t.node.gpus_per_node);
+  return static_cast<double>(k) * std::min(1.0, nic_per_gpu) * t.nic.line_rate_Bps * e.ib;
+}
+
+/// Bus bandwidth of the NVLink part of a ring with k members per node on several nodes: each
+/// member sends (k-1)/k of its ring traffic over NVLink.
+double intra_share_Bps(const TopologySpec& t, const FabricEfficiency& e, int64_t k) {
+  if (k <= 1) return 1e300;
+  return t.node.nvlink_bandwidth_Bps * e.nvlink_ring * static_cast<double>(k) /
+         static_cast<double>(k - 1);
+}
+
+int64_t ceil_log2(int64_t n) {
+  int64_t l = 0;
+  while ((int64_t{1} << l) < n) ++l;
+  return l;
+}
+
+}  // namespace
+
+double busbw_factor(CollectiveKind kind, int64_t n) {
+  if (n < 1) throw InvalidArgument("busbw_factor: n must be >= 1");
+  const double dn = static_cast<double>(n);
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return 2.0 * (dn - 1) / dn;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll: return (dn - 1) / dn;
+    case CollectiveKind::kBroadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+const char* to_string(CollectiveAlgorithm a) {
+  switch (a) {
+    case CollectiveAlgorithm::kRing: return "ring";
+    case CollectiveAlgorithm::kTree: return "tree";
+    case CollectiveAlgorithm::kNvls: return "nvls";
+  }
+  return "?";
+}
+
+GroupSpan group_span(const std::vector<int64_t>& members, int64_t gpus_per_node) {
+  std::map<int64_t, int64_t> per_node;
+  for (int64_t r : members) ++per_node[r / gpus_per_node];
+  GroupSpan s;
+  s.ranks = static_cast<int64_t>(members.size());
+  s.nodes = static_cast<int64_t>(per_node.size());
+  s.ranks_per_node = 0;
+  for (const auto& [node, n] : per_node) s.ranks_per_node = std::max(s.ranks_per_node, n);
+  return s;
+}
+
+double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t bytes,
+                         const GroupSpan& span, const TopologySpec& topo,
+                         const FabricEfficiency& eff) {
+  const int64_t n = span.ranks;
+  if (n <= 1 || bytes <= 0) return 0.0;
+  const double S = static_cast<double>(bytes);
+  const double nvlink_Bps = topo.node.nvlink_bandwidth_Bps;
+  switch (algo) {
+    case CollectiveAlgorithm::kNvls:
+      return alpha_intra_s(topo, eff) + S / (nvlink_Bps * eff.nvls);
+    case CollectiveAlgorithm::kTree: {
+      const double B =
+          span.nodes > 1 ? std::min(inter_node_Bps(topo, eff, span.ranks_per_node),
+                                    intra_share_Bps(topo, eff, span.ranks_per_node))
+                         : nvlink_Bps * eff.nvlink_ring;
+      const double alpha = span.nodes > 1 ? alpha_inter_s(topo, eff) : alpha_intra_s(topo, eff);
+      // Per node and direction a double binary tree moves 2 S: as an interior node of one tree
+      // it receives S/2 from each of 2 children and sends S/2 up, then the mirror in the
+      // broadcast; as a leaf of the other tree S/2 up and S/2 down.
+      return 2.0 * static_cast<double>(ceil_log2(std::max<int64_t>(span.nodes, 2))) * alpha +
+             2.0 * S / B;
+    }
+    case CollectiveAlgorithm::kRing: {
+      double B = nvlink_Bps * eff.nvlink_ring;
+      if (span.nodes > 1) {
+        B = std::min(intra_share_Bps(topo, eff, span.ranks_per_node),
+                     inter_node_Bps(topo, eff, span.ranks_per_node));
+      }
+      const double alpha = span.nodes > 1 ? alpha_inter_s(topo, eff) : alpha_intra_s(topo, eff);
+      return static_cast<double>(ring_steps(kind, n)) * alpha + ring_factor(kind, n) * S / B;
+    }
+  }
+  return 0.0;
+}
+
+CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
+                                     const TopologySpec& topo, const FabricEfficiency& eff,
+                                     const std::string& forced) {
+  if (!forced.empty()) {
+    if (forced == "ring") return CollectiveAlgorithm::kRing;
+    if (forced == "tree") {
+      if (kind != CollectiveKind::kAllReduce) {
+        throw ConfigError("collective algorithm 'tree': NCCL's tree runs all_reduce only, not " +
+                          std::string(to_string(kind)) + " (allowed: ring)");
+      }
+      return CollectiveAlgorithm::kTree;
+    }
+    if (forced == "nvls") {
+      if (kind != CollectiveKind::kAllReduce || span.nodes > 1 || !topo.node.nvls) {
+        throw ConfigError("collective algorithm 'nvls' needs an all_reduce inside one node with "
+                          "NVLS (node.nvls: true in " + topo.name + ")");
+      }
+      return CollectiveAlgorithm::kNvls;
+    }
+    throw ConfigError("collective algorithm '" + forced + "' unknown (allowed: ring, tree, nvls)");
+  }
+  if (kind != CollectiveKind::kAllReduce) return CollectiveAlgorithm::kRing;
+  if (span.nodes == 1) return topo.node.nvls ? CollectiveAlgorithm::kNvls : CollectiveAlgorithm::kRing;
+  const double ring = collective_time_s(kind, CollectiveAlgorithm::kRing, bytes, span, topo, eff);
+  const double tree = collective_time_s(kind, CollectiveAlgorithm::kTree, bytes, span, topo, eff);
+  return tree < ring ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kRing;
+}
+
+CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
+                               const TopologySpec& topo, const FabricEfficiency& eff,
+                               const std::string& forced) {
+  const int64_t gpn = topo.node.gpus_per_node;
+  const GroupSpan span = group_span(members, gpn);
+  CollectivePlan plan;
+  plan.algorithm = choose_algorithm(kind, bytes, span, topo, eff, forced);
+  if (span.ranks <= 1 || bytes <= 0) return plan;
+  if (span.nodes == 1) {
+    plan.local_time_s = collective_time_s(kind, plan.algorithm, bytes, span, topo, eff);
+    return plan;
+  }
+  // Members grouped by node, in rank order; k = members per node (uniform in Megatron layouts).
+  std::map<int64_t, std::vector<int64_t>> by_node;
+  for (int64_t r : members) by_node[r / gpn].push_back(r);
+  std::vector<std::vector<int64_t>> nodes;
+  for (auto& [node, ranks] : by_node) nodes.push_back(ranks);
+  const int64_t m = static_cast<int64_t>(nodes.size());
+  const int64_t k = span.ranks_per_node;
+  const double S = static_cast<double>(bytes);
+  const double alpha = alpha_inter_s(topo, eff);
+  auto add = [&](int64_t a, int64_t b, double per_channel_bytes) {
+    for (int64_t j = 0; j < k; ++j) {
+      const auto& na = nodes[static_cast<size_t>(a)];
+      const auto& nb = nodes[static_cast<size_t>(b)];
+      plan.flows.push_back({na[static_cast<size_t>(j) % na.size()],
+                            nb[static_cast<size_t>(j) % nb.size()], per_channel_bytes});
+    }
+  };
+  if (plan.algorithm == CollectiveAlgorithm::kTree) {
+    // Two binary trees over the nodes (heap order and its mirror), each carrying half the data
+    // up (reduce) and down (broadcast); each node edge split over the k channels.
+    const double per = S / 2.0 / static_cast<double>(k) / eff.ib;
+    for (int tree = 0; tree < 2; ++tree) {
+      for (int64_t i = 1; i < m; ++i) {
+        const int64_t child = tree == 0 ? i : m - 1 - i;
+        const int64_t parent = tree == 0 ? (i - 1) / 2 : m - 1 - (i - 1) / 2;
+        add(child, parent, per);
+        add(parent, child, per);
+      }
+    }
+    plan.latency_s = 2.0 * static_cast<double>(ceil_log2(m)) * alpha;
+    if (k > 1) plan.local_time_s = S / intra_share_Bps(topo, eff, k);
+    return plan;
+  }
+  // Ring: every member sends factor x S over its channel; the node ring's edges carry it.
+  const double factor = ring_factor(kind, span.ranks);
+  const double per = factor * S / static_cast<double>(k) / eff.ib;
+  for (int64_t a = 0; a < m; ++a) add(a, (a + 1) % m, per);
+  plan.latency_s = static_cast<double>(ring_steps(kind, span.ranks)) * alpha;
+  if (k > 1) plan.local_time_s = factor * S / intra_share_Bps(topo, eff, k);
+  return plan;
+}
+
+}  // namespace traintwin

@@ -1,0 +1,106 @@
+// Collectives as NCCL runs them: algorithm choice, closed forms (alpha-beta) and the flows an
+// algorithm puts on the network.
+//
+// Conventions (nccl-tests, doc/PERFORMANCE.md): `bytes` is the nccl-tests "size" (all_reduce:
+// the buffer; all_gather: the output; reduce_scatter: the input); algbw = bytes / time;
+// busbw = algbw x factor with factor all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
+// broadcast 1, all_to_all (n-1)/n, send/recv 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin {
+
+/// nccl-tests' bus-bandwidth factor of `kind` over `n` ranks (n >= 1, else InvalidArgument).
+double busbw_factor(CollectiveKind kind, int64_t n);
+
+/// NCCL algorithms modelled.
+enum class CollectiveAlgorithm {
+  kRing,  ///< ring: n-1 (x2 for all-reduce) steps of bytes/n over each ring edge
+  kTree,  ///< NCCL's double binary tree (all-reduce only): pipelined reduce + broadcast
+  kNvls,  ///< NVLink SHARP: the NVSwitch reduces/multicasts (all-reduce inside one node)
+};
+/// "ring" | "tree" | "nvls".
+const char* to_string(CollectiveAlgorithm a);
+
+/// Bandwidth efficiencies of the fabric model, calibrated on the nccl-tests figures of
+/// ../shared/validation/calibration.yaml (busbw measured / busbw of the raw links):
+///  - ring over NVLink: DGX H100 365-370 GB/s of 450 (0.82), DGX A100 230 of 300 (0.77);
+///  - NVLS all-reduce on DGX H100: 480 GB/s busbw at 8 GiB = time 1.75 S / 480e9, i.e. 0.61 x
+///    the 787 GB/s an ideal in-switch reduction over 450 GB/s links would give;
+///  - InfiniBand: 46-48 GB/s busbw per 400 Gb/s (50 GB/s) NIC (0.94).
+struct FabricEfficiency {
+  double nvlink_ring = 0.80;
+  double nvls = 0.61;
+  double ib = 0.94;
+  /// Per-step software latency of one ring/tree step (NCCL Simple protocol, tuning.cc order of
+  /// magnitude), added to the link latency.
+  double step_overhead_s = 2e-6;
+};
+
+/// Where the members of a group sit.
+struct GroupSpan {
+  int64_t ranks = 1;           ///< n
+  int64_t nodes = 1;           ///< distinct nodes among the members
+  int64_t ranks_per_node = 1;  ///< max members on one node
+};
+
+/// The span of `members` (global ranks = GPU indices) on nodes of `gpus_per_node` GPUs.
+GroupSpan group_span(const std::vector<int64_t>& members, int64_t gpus_per_node);
+
+/// NCCL-tuner-like choice: inside one node, NVLS for all-reduce where the node has it, else
+/// ring; across nodes, the faster of ring and tree by the closed forms for all-reduce, ring for
+/// the others. `forced` (when not empty: "ring" | "tree" | "nvls") overrides it; an override
+/// the group cannot run (tree for all_gather, NVLS across nodes or without NVLS hardware) throws
+/// ConfigError naming the override and why.
+CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
+                                     const TopologySpec& topo, const FabricEfficiency& eff,
+                                     const std::string& forced = "");
+
+/// Closed-form time of one collective in seconds (no contention): ring
+/// steps x alpha + factor x bytes / B with steps = 2(n-1) for all-reduce, n-1 otherwise and
+/// factor the busbw factor; B inside a node NVLink x nvlink_ring; across nodes with k members per
+/// node min(k NICs x ib, NVLink x nvlink_ring x k/(k-1)) (NCCL: one channel per member, each on
+/// its own NIC; (k-1)/k of a member's ring traffic stays on NVLink); tree all-reduce
+/// 2 ceil(log2 nodes) alpha + 2 bytes / B (NCCL's double binary tree: each tree carries half the
+/// data up and down, so a node moves 2 bytes per direction); NVLS all-reduce
+/// alpha + bytes / (NVLink x nvls).
+double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t bytes,
+                         const GroupSpan& span, const TopologySpec& topo,
+                         const FabricEfficiency& eff);
+
+/// One point-to-point flow of a collective: `bytes` from global rank `src` to global rank `dst`.
+struct CollectiveFlow {
+  int64_t src = 0, dst = 0;
+  double bytes = 0;
+};
+
+/// How one collective is simulated: network flows that run concurrently, a closed-form time for
+/// the part inside each node (NVLink, not simulated as flows) and the latency the flows do not
+/// carry. The collective ends at start + max(flows done, local_time_s) + latency_s.
+struct CollectivePlan {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kRing;
+  std::vector<CollectiveFlow> flows;
+  double local_time_s = 0;
+  double latency_s = 0;
+};
+
+/// Plans a collective over `members` (global ranks, GPU i on node i / gpus_per_node).
+/// Inside one node: no flows, local_time_s = the closed form. Across nodes, NCCL-style with one
+/// channel per local member (rail): ring = for each edge A -> B of the ring of nodes and each
+/// local index j, a flow A_j -> B_j of factor x bytes / (k x ib efficiency) (factor 2(n-1)/n for
+/// all-reduce, (n-1)/n otherwise; k members per node); tree = for each edge of NCCL's two binary
+/// trees over nodes (heap order and its mirror), bytes/(2k) up and down per local index;
+/// local_time_s = the NVLink part of the ring (0 with one member per node); latency = steps x
+/// alpha (SIMGRID-NOTES.md: one transfer per ring edge carrying the step bytes, latency added
+/// analytically). `forced` as in choose_algorithm().
+CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
+                               const TopologySpec& topo, const FabricEfficiency& eff,
+                               const std::string& forced = "");
+
+}  // namespace traintwin

@@ -1,0 +1,239 @@
+// Cost models: roofline with per-class efficiencies, and the measured database with
+// interpolation on shapes, cross-device scaling and a fallback.
+#include "sim/cost_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "traces/cost_db.hpp"
+
+namespace traintwin {
+
+const char* to_string(CostSource s) {
+  switch (s) {
+    case CostSource::kMeasured:
+      return "measured";
+    case CostSource::kScaled:
+      return "scaled";
+    case CostSource::kRoofline:
+      return "roofline";
+  }
+  return "?";
+}
+
+const char* to_string(KernelClass c) {
+  switch (c) {
+    case KernelClass::kGemm:
+      return "gemm";
+    case KernelClass::kAttention:
+      return "attention";
+    case KernelClass::kMemory:
+      return "memory";
+  }
+  return "?";
+}
+
+KernelClass kernel_class(std::string_view kernel_name) {
+  if (kernel_name.starts_with("gemm_")) return KernelClass::kGemm;
+  if (kernel_name.starts_with("attention_") || kernel_name.starts_with("flash_attention_")) {
+    return KernelClass::kAttention;
+  }
+  return KernelClass::kMemory;
+}
+
+namespace {
+
+/// `rate` (FLOP/s or bytes/s) of `gpu`, which must be positive for the kernel to be costed.
+double need_rate(double rate, std::string_view what, const Kernel& k, const GpuSpec& gpu) {
+  if (!std::isfinite(rate) || !(rate > 0)) {
+    throw CostModelError(fmt::format("cost of {} on {}: the GPU spec has no {} (got {})",
+                                     k.key.to_string(), gpu.name, what, rate));
+  }
+  return rate;
+}
+
+void check_work(const Kernel& k) {
+  if (!std::isfinite(k.flops) || k.flops < 0 || !std::isfinite(k.bytes) || k.bytes < 0) {
+    throw InvalidArgument(fmt::format("cost of {}: FLOPs {} and bytes {} must be finite and >= 0",
+                                      k.key.to_string(), k.flops, k.bytes));
+  }
+}
+
+std::string peak_name(Precision p) { return fmt::format("{} peak FLOP/s", to_string(p)); }
+
+// ---- roofline -------------------------------------------------------------------------------
+
+class RooflineCostModel : public CostModel {
+ public:
+  explicit RooflineCostModel(const RooflineEfficiency& eff) : eff_(eff) {}
+
+  KernelCost duration(const Kernel& k, const GpuSpec& gpu) const override {
+    check_work(k);
+    double compute_s = 0;
+    if (k.flops > 0) {
+      double rate_FLOPs = 0;
+      switch (kernel_class(k.key.name)) {
+        case KernelClass::kGemm:
+          rate_FLOPs =
+              need_rate(gpu.peak_FLOPs(k.key.dtype), peak_name(k.key.dtype), k, gpu) * eff_.gemm;
+          break;
+        case KernelClass::kAttention:
+          rate_FLOPs = need_rate(gpu.peak_FLOPs(k.key.dtype), peak_name(k.key.dtype), k, gpu) *
+                       eff_.attention;
+          break;
+        case KernelClass::kMemory:
+          rate_FLOPs =
+              need_rate(gpu.peak.fp32_FLOPs, "non-tensor fp32 peak FLOP/s", k, gpu) * eff_.vector;
+          break;
+      }
+      compute_s = k.flops / rate_FLOPs;
+    }
+    double memory_s = 0;
+    if (k.bytes > 0) {
+      memory_s =
+          k.bytes / (need_rate(gpu.hbm_bandwidth_Bps, "HBM bandwidth", k, gpu) * eff_.memory);
+    }
+    return {std::max(compute_s, memory_s) + eff_.launch_overhead_s, CostSource::kRoofline};
+  }
+
+ private:
+  RooflineEfficiency eff_;
+};
+
+// ---- database -------------------------------------------------------------------------------
+
+/// The work an achieved rate is measured in: FLOPs for tensor-core kernels, bytes otherwise.
+double work_of(KernelClass c, double flops, double bytes) {
+  return c == KernelClass::kMemory ? bytes : flops;
+}
+
+/// Duration of `k` on the database's device (exact hit, interpolation or bounded
+/// extrapolation on shapes, see make_database_cost_model), or nullopt.
+std::optional<double> measured_seconds(const CostDatabase& db, const Kernel& k,
+                                       double max_extrapolation) {
+  if (const KernelMeasurement* m = db.find(k.key)) return m->median_us * 1e-6;
+  const KernelClass cls = kernel_class(k.key.name);
+  const double w = work_of(cls, k.flops, k.bytes);
+  if (!(w > 0)) return std::nullopt;
+  for (int64_t d : k.key.shape) {
+    if (d < 1) return std::nullopt;  // no log-space distance to measure from
+  }
+
+  const KernelMeasurement* lo = nullptr;  // nearest shape with work <= w
+  const KernelMeasurement* hi = nullptr;  // nearest shape with work >= w
+  for (const KernelMeasurement* e : db.nearest_shapes(k.key)) {
+    const double we = work_of(cls, e->flops, e->bytes);
+    if (!(we > 0)) continue;
+    if (lo == nullptr && we <= w) lo = e;
+    if (hi == nullptr && we >= w) hi = e;
+    if (lo != nullptr && hi != nullptr) break;
+  }
+  auto rate = [cls](const KernelMeasurement* e) {  // work per second
+    return work_of(cls, e->flops, e->bytes) / (e->median_us * 1e-6);
+  };
+
+  if (lo != nullptr && hi != nullptr) {
+    const double w_lo = work_of(cls, lo->flops, lo->bytes);
+    const double w_hi = work_of(cls, hi->flops, hi->bytes);
+    if (w_lo == w_hi) return w / rate(lo);  // both equal w: the nearer shape's rate
+    const double t = (std::log(w) - std::log(w_lo)) / (std::log(w_hi) - std::log(w_lo));
+    return w / (rate(lo) + (rate(hi) - rate(lo)) * t);
+  }
+  const KernelMeasurement* e = lo != nullptr ? lo : hi;
+  if (e == nullptr) return std::nullopt;
+  const double we = work_of(cls, e->flops, e->bytes);
+  if (std::max(w / we, we / w) > max_extrapolation) return std::nullopt;
+  return w / rate(e);
+}
+
+/// True when `gpu` is the database's device for a kernel of dtype `p`.
+bool same_gpu(const GpuSpec& db_device, const GpuSpec& gpu, Precision p) {
+  return db_device.name == gpu.name && db_device.hbm_bandwidth_Bps == gpu.hbm_bandwidth_Bps &&
+         db_device.peak_FLOPs(p) == gpu.peak_FLOPs(p);
+}
+
+class DatabaseCostModel : public CostModel {
+ public:
+  DatabaseCostModel(std::shared_ptr<const CostDatabase> db, GpuSpec db_device,
+                    std::unique_ptr<CostModel> fallback, const DatabaseCostOptions& options)
+      : db_(std::move(db)),
+        db_device_(std::move(db_device)),
+        fallback_(std::move(fallback)),
+        options_(options) {}
+
+  KernelCost duration(const Kernel& k, const GpuSpec& gpu) const override {
+    check_work(k);
+    if (const std::optional<double> s = measured_seconds(*db_, k, options_.max_extrapolation)) {
+      if (same_gpu(db_device_, gpu, k.key.dtype)) return {*s, CostSource::kMeasured};
+      return {*s * scale(k, gpu), CostSource::kScaled};
+    }
+    if (fallback_) return fallback_->duration(k, gpu);
+    throw CostModelError(
+        fmt::format("cost of {} on {}: not in the cost database of {} ({}) "
+                    "and no fallback model",
+                    k.key.to_string(), gpu.name, db_device_.name, db_->device().name));
+  }
+
+ private:
+  /// Factor from a duration on db_device_ to one on `gpu`, in the kernel's regime there.
+  double scale(const Kernel& k, const GpuSpec& gpu) const {
+    const Precision p = k.key.dtype;
+    const double db_peak = need_rate(db_device_.peak_FLOPs(p), peak_name(p), k, db_device_);
+    const double db_hbm = db_device_.hbm_bandwidth_Bps;
+    const double ridge_FLOPs_per_byte = db_peak / db_hbm;
+    if (k.flops > ridge_FLOPs_per_byte * k.bytes) {  // compute-bound on the database device
+      return db_peak / need_rate(gpu.peak_FLOPs(p), peak_name(p), k, gpu);
+    }
+    return db_hbm / need_rate(gpu.hbm_bandwidth_Bps, "HBM bandwidth", k, gpu);
+  }
+
+  std::shared_ptr<const CostDatabase> db_;
+  GpuSpec db_device_;
+  std::unique_ptr<CostModel> fallback_;
+  DatabaseCostOptions options_;
+};
+
+void check_efficiency(double v, const char* name) {
+  if (!(v > 0 && v <= 1)) {
+    throw InvalidArgument(
+        fmt::format("RooflineEfficiency.{}: must be in (0, 1] (got {})", name, v));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<CostModel> make_roofline_cost_model(const RooflineEfficiency& eff) {
+  check_efficiency(eff.gemm, "gemm");
+  check_efficiency(eff.attention, "attention");
+  check_efficiency(eff.memory, "memory");
+  check_efficiency(eff.vector, "vector");
+  if (!std::isfinite(eff.launch_overhead_s) || !(eff.launch_overhead_s >= 0)) {
+    throw InvalidArgument(fmt::format("RooflineEfficiency.launch_overhead_s: must be >= 0 (got {})",
+                                      eff.launch_overhead_s));
+  }
+  return std::make_unique<RooflineCostModel>(eff);
+}
+
+std::unique_ptr<CostModel> make_database_cost_model(std::shared_ptr<const CostDatabase> db,
+                                                    const GpuSpec& db_device,
+                                                    std::unique_ptr<CostModel> fallback,
+                                                    const DatabaseCostOptions& options) {
+  if (db == nullptr) throw InvalidArgument("make_database_cost_model: no database");
+  if (!std::isfinite(db_device.hbm_bandwidth_Bps) || !(db_device.hbm_bandwidth_Bps > 0)) {
+    throw InvalidArgument(
+        fmt::format("make_database_cost_model: database device {} has no HBM bandwidth (got {})",
+                    db_device.name, db_device.hbm_bandwidth_Bps));
+  }
+  if (!(options.max_extrapolation >= 1)) {
+    throw InvalidArgument(fmt::format(
+        "DatabaseCostOptions.max_extrapolation: must be >= 1 (got {})", options.max_extrapolation));
+  }
+  return std::make_unique<DatabaseCostModel>(std::move(db), db_device, std::move(fallback),
+                                             options);
+}
+
+}  // namespace traintwin

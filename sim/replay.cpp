@@ -1,0 +1,704 @@
+#include "sim/replay.hpp"
+
+#include <simgrid/kernel/Timer.hpp>
+#include <simgrid/s4u/Activity.hpp>
+#include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Link.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+
+/// A Program shared by the ranks of one pipeline stage, with what the engine precomputes.
+struct Template {
+  const RankProgram* rp = nullptr;
+  std::vector<double> duration_s;     // compute ops
+  std::vector<uint32_t> succ_begin;   // CSR of successors (size ops + 1)
+  std::vector<uint32_t> succ;
+  std::vector<uint16_t> ndeps;
+  std::vector<int64_t> seq;           // collective: index among its group kind's collectives
+  std::vector<int64_t> peer_pp;       // send/recv: pipeline stage of the peer
+};
+
+struct RankState {
+  uint32_t tmpl = 0;
+  RankCoord coord;
+  std::vector<double> t;            // ready time while waiting, end time once done
+  std::vector<uint16_t> remaining;  // deps not yet done
+  std::vector<double> start;        // traced ranks only: start time of every op
+};
+
+struct CollKey {
+  int kind;
+  int64_t group;
+  int64_t seq;
+  bool operator==(const CollKey&) const = default;
+};
+struct CollKeyHash {
+  size_t operator()(const CollKey& k) const {
+    return std::hash<int64_t>()((k.group * 8 + k.kind) * 1000003 + k.seq);
+  }
+};
+struct Arrivals {
+  int64_t count = 0;
+  double max_t = 0;
+  std::vector<std::pair<int64_t, uint32_t>> members;  // (rank, op)
+};
+
+struct P2PKey {
+  int64_t src, dst, tag;
+  bool operator==(const P2PKey&) const = default;
+};
+struct P2PKeyHash {
+  size_t operator()(const P2PKey& k) const {
+    return std::hash<int64_t>()((k.src * 1000003 + k.dst) * 1000003 + k.tag);
+  }
+};
+struct PendingP2P {
+  int64_t rank;
+  uint32_t op;
+  double t;
+};
+
+/// Ops completed together when a set of SimGrid flows is done.
+struct FlowGroup {
+  int64_t remaining = 0;
+  double start = 0;
+  double min_end = 0;     // start + closed-form local part
+  double latency_s = 0;
+  std::vector<std::pair<int64_t, uint32_t>> ops;
+};
+
+class Engine {
+ public:
+  Engine(const Program& prog, const TopologySpec& topo, const CostModel& costs,
+         const SimulationOptions& opts, Platform& platform)
+      : prog_(prog), topo_(topo), costs_(costs), opts_(opts), platform_(platform) {}
+
+  SimulationResult run() {
+    const auto wall0 = std::chrono::steady_clock::now();
+    prepare();
+    simgrid::s4u::Activity::on_completion_cb([this](const simgrid::s4u::Activity& a) {
+      on_flow_done(a);
+    });
+    for (int64_t r = 0; r < world_; ++r) {
+      const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
+      for (uint32_t op = 0; op < tp.ndeps.size(); ++op) {
+        if (tp.ndeps[op] == 0) worklist_.push_back({r, op});
+      }
+    }
+    drain();
+    simgrid::s4u::Engine::get_instance()->run();
+    drain();
+    check_complete();
+    SimulationResult res = results();
+    res.sim_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return res;
+  }
+
+ private:
+  // ---- set-up ---------------------------------------------------------------------------------
+
+  void prepare() {
+    world_ = prog_.layout.world_size();
+    // One template per RankProgram of the Program; ranks without one use their stage's.
+    std::map<int64_t, uint32_t> by_stage;
+    std::map<int64_t, uint32_t> by_rank;
+    for (const auto& [r, rp] : prog_.ranks) {
+      const auto id = static_cast<uint32_t>(templates_.size());
+      templates_.push_back(make_template(rp));
+      by_rank[r] = id;
+      by_stage.try_emplace(rp.coord.pp, id);
+    }
+    ranks_.resize(static_cast<size_t>(world_));
+    std::vector<bool> traced(static_cast<size_t>(world_), opts_.trace_all_ranks);
+    if (!opts_.trace_all_ranks) {
+      if (opts_.trace_ranks.empty()) {
+        for (int64_t r = 0; r < world_; ++r) {
+          const RankCoord c = prog_.layout.coord(r);
+          traced[static_cast<size_t>(r)] = c.dp == 0 && c.cp == 0;
+        }
+      } else {
+        for (int64_t r : opts_.trace_ranks) {
+          if (r < 0 || r >= world_) throw InvalidArgument("trace rank " + std::to_string(r) + " outside [0, " + std::to_string(world_) + ")");
+          traced[static_cast<size_t>(r)] = true;
+        }
+      }
+    }
+    for (int64_t r = 0; r < world_; ++r) {
+      RankState& st = ranks_[static_cast<size_t>(r)];
+      st.coord = prog_.layout.coord(r);
+      auto it = by_rank.find(r);
+      if (it != by_rank.end()) {
+        st.tmpl = it->second;
+      } else {
+        auto s = by_stage.find(st.coord.pp);
+        if (s == by_stage.end()) {
+          throw InvalidArgument("simulate: no Program for pipeline stage " + std::to_string(st.coord.pp));
+        }
+        st.tmpl = s->second;
+      }
+      const Template& tp = templates_[st.tmpl];
+      st.t.assign(tp.ndeps.size(), 0.0);
+      st.remaining = tp.ndeps;
+      if (traced[static_cast<size_t>(r)] && opts_.record_timeline) {
+        st.start.assign(tp.ndeps.size(), 0.0);
+        traced_.push_back(r);
+      }
+    }
+  }
+
+  Template make_template(const RankProgram& rp) {
+    Template t;
+    t.rp = &rp;
+    const size_t n = rp.ops.size();
+    t.duration_s.assign(n, 0.0);
+    t.ndeps.assign(n, 0);
+    t.seq.assign(n, -1);
+    t.peer_pp.assign(n, -1);
+    std::vector<uint32_t> count(n + 1, 0);
+    std::map<int, int64_t> seq_of_kind;
+    for (const Op& op : rp.ops) {
+      if (op.deps.size() > UINT16_MAX) throw Error("simulate: op with too many dependencies");
+      t.ndeps[op.id] = static_cast<uint16_t>(op.deps.size());
+      for (uint32_t d : op.deps) {
+        if (d >= op.id) {
+          throw Error("simulate: rank " + std::to_string(rp.rank) + " op " + std::to_string(op.id) +
+                      " (" + prog_.label(op) + ") depends on op " + std::to_string(d) +
+                      ", not an earlier op (dependency cycle or forward reference)");
+        }
+        ++count[d + 1];
+      }
+      switch (op.kind) {
+        case OpKind::kCompute: {
+          double d = 0;
+          for (uint32_t k : op.kernels) d += kernel_cost(k).seconds;
+          t.duration_s[op.id] = d;
+          break;
+        }
+        case OpKind::kCollective: t.seq[op.id] = seq_of_kind[static_cast<int>(op.group)]++; break;
+        case OpKind::kSend:
+        case OpKind::kRecv: t.peer_pp[op.id] = prog_.layout.coord(op.peer).pp; break;
+      }
+    }
+    for (size_t i = 1; i <= n; ++i) count[i] += count[i - 1];
+    t.succ_begin = count;
+    t.succ.assign(count[n], 0);
+    std::vector<uint32_t> fill(count.begin(), count.end() - 1);
+    for (const Op& op : rp.ops) {
+      for (uint32_t d : op.deps) t.succ[fill[d]++] = op.id;
+    }
+    return t;
+  }
+
+  const KernelCost& kernel_cost(uint32_t k) {
+    if (kernel_costs_.empty()) kernel_costs_.resize(prog_.kernels.size());
+    auto& c = kernel_costs_[k];
+    if (!c) c = costs_.duration(prog_.kernels[k], topo_.gpu);
+    return *c;
+  }
+
+  // ---- dataflow -------------------------------------------------------------------------------
+
+  const Op& op_of(int64_t rank, uint32_t op) const {
+    return templates_[ranks_[static_cast<size_t>(rank)].tmpl].rp->ops[op];
+  }
+
+  /// Runs every ready op whose end does not need the network, in any order (pure dataflow).
+  void drain() {
+    while (!worklist_.empty()) {
+      auto [rank, op] = worklist_.back();
+      worklist_.pop_back();
+      start_op(rank, op);
+    }
+  }
+
+  void start_op(int64_t rank, uint32_t id) {
+    RankState& st = ranks_[static_cast<size_t>(rank)];
+    const Template& tp = templates_[st.tmpl];
+    const Op& op = tp.rp->ops[id];
+    const double t = st.t[id];
+    ++ops_;
+    switch (op.kind) {
+      case OpKind::kCompute:
+        if (!st.start.empty()) st.start[id] = t;
+        finish(rank, id, t + tp.duration_s[id]);
+        return;
+      case OpKind::kCollective: arrive(rank, id, op, t); return;
+      case OpKind::kSend:
+      case OpKind::kRecv: p2p(rank, id, op, tp, t); return;
+    }
+  }
+
+  void finish(int64_t rank, uint32_t id, double end) {
+    RankState& st = ranks_[static_cast<size_t>(rank)];
+    const Template& tp = templates_[st.tmpl];
+    st.t[id] = end;
+    st.remaining[id] = UINT16_MAX;  // done marker (ops have < UINT16_MAX deps)
+    for (uint32_t i = tp.succ_begin[id]; i < tp.succ_begin[id + 1]; ++i) {
+      const uint32_t s = tp.succ[i];
+      st.t[s] = std::max(st.t[s], end);
+      if (--st.remaining[s] == 0) worklist_.push_back({rank, s});
+    }
+  }
+
+  void arrive(int64_t rank, uint32_t id, const Op& op, double t) {
+    const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
+    const CollKey key{static_cast<int>(op.group), prog_.layout.group_index(op.group, rank), tp.seq[id]};
+    Arrivals& a = arrivals_[key];
+    a.count += 1;
+    a.max_t = std::max(a.max_t, t);
+    a.members.emplace_back(rank, id);
+    const int64_t size = prog_.layout.size(op.group);
+    if (a.count < size) return;
+    Arrivals done = std::move(a);
+    arrivals_.erase(key);
+    for (auto [r, o] : done.members) {
+      const Op& other = op_of(r, o);
+      if (other.collective != op.collective || other.bytes != op.bytes) {
+        throw Error("simulate: collective mismatch in group " + std::string(to_string(op.group)) +
+                    ": rank " + std::to_string(rank) + " runs " + prog_.label(op) + ", rank " +
+                    std::to_string(r) + " runs " + prog_.label(other));
+      }
+    }
+    const CollectivePlan& plan = plan_for(op, rank);
+    ++algorithms_[to_string(plan.algorithm)];
+    for (auto [r, o] : done.members) {
+      RankState& st = ranks_[static_cast<size_t>(r)];
+      if (!st.start.empty()) st.start[o] = done.max_t;
+    }
+    if (plan.flows.empty()) {
+      const double end = done.max_t + plan.local_time_s + plan.latency_s;
+      for (auto [r, o] : done.members) finish(r, o, end);
+      return;
+    }
+    // Flows between the members of this very group: map the plan's ranks (of the group of
+    // `rank` at plan time) to this group's members — plans are cached per kind and bytes.
+    const std::vector<int64_t> members = prog_.layout.group(op.group, rank);
+    FlowGroup g;
+    g.start = done.max_t;
+    g.min_end = done.max_t + plan.local_time_s;
+    g.latency_s = plan.latency_s;
+    g.ops = std::move(done.members);
+    const uint32_t gid = new_group(std::move(g));
+    const std::vector<int64_t>& plan_members = plan_members_[plan_key(op)];
+    for (const CollectiveFlow& f : plan.flows) {
+      const int64_t src = members[index_of(plan_members, f.src)];
+      const int64_t dst = members[index_of(plan_members, f.dst)];
+      launch(gid, src, dst, f.bytes, done.max_t);
+    }
+  }
+
+  static size_t index_of(const std::vector<int64_t>& v, int64_t x) {
+    return static_cast<size_t>(std::find(v.begin(), v.end(), x) - v.begin());
+  }
+
+  std::tuple<int, int, int64_t> plan_key(const Op& op) const {
+    return {static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes};
+  }
+
+  /// Plans are the same for every group of a kind (Megatron layouts are uniform), so they are
+  /// cached per (group kind, collective, bytes) with the members they were planned on.
+  const CollectivePlan& plan_for(const Op& op, int64_t rank) {
+    const auto key = plan_key(op);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    std::vector<int64_t> members = prog_.layout.group(op.group, rank);
+    CollectivePlan plan =
+        plan_collective(op.collective, op.bytes, members, topo_, opts_.fabric, opts_.collective_algorithm);
+    plan_members_[key] = std::move(members);
+    return plans_.emplace(key, std::move(plan)).first->second;
+  }
+
+  void p2p(int64_t rank, uint32_t id, const Op& op, const Template& tp, double t) {
+    const RankCoord& c = ranks_[static_cast<size_t>(rank)].coord;
+    RankCoord pc = c;
+    pc.pp = tp.peer_pp[id];
+    const int64_t peer = prog_.layout.rank(pc);
+    const bool send = op.kind == OpKind::kSend;
+    const P2PKey key{send ? rank : peer, send ? peer : rank, op.tag};
+    auto& mine = send ? sends_ : recvs_;
+    auto& theirs = send ? recvs_ : sends_;
+    auto it = theirs.find(key);
+    if (it == theirs.end()) {
+      if (!mine.emplace(key, PendingP2P{rank, id, t}).second) {
+        throw Error("simulate: rank " + std::to_string(rank) + " posts " + prog_.label(op) +
+                    " twice (same peer and tag)");
+      }
+      return;
+    }
+    const PendingP2P other = it->second;
+    theirs.erase(it);
+    const Op& oop = op_of(other.rank, other.op);
+    if (oop.bytes != op.bytes) {
+      throw Error("simulate: send/recv size mismatch between rank " + std::to_string(rank) + " (" +
+                  prog_.label(op) + ") and rank " + std::to_string(other.rank) + " (" + prog_.label(oop) + ")");
+    }
+    const double start = std::max(t, other.t);
+    for (auto [r, o] : {std::pair{rank, id}, std::pair{other.rank, other.op}}) {
+      RankState& st = ranks_[static_cast<size_t>(r)];
+      if (!st.start.empty()) st.start[o] = start;
+    }
+    FlowGroup g;
+    g.start = start;
+    g.min_end = start;
+    g.ops = {{rank, id}, {other.rank, other.op}};
+    const uint32_t gid = new_group(std::move(g));
+    launch(gid, key.src, key.dst, static_cast<double>(op.bytes), start);
+  }
+
+  // ---- SimGrid flows ---------------------------------------------------------------------------
+
+  uint32_t new_group(FlowGroup g) {
+    uint32_t id;
+    if (!free_groups_.empty()) {
+      id = free_groups_.back();
+      free_groups_.pop_back();
+      groups_[id] = std::move(g);
+    } else {
+      id = static_cast<uint32_t>(groups_.size());
+      groups_.push_back(std::move(g));
+    }
+    return id;
+  }
+
+  void launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double start) {
+    groups_[gid].remaining += 1;
+    const double now = simgrid::s4u::Engine::get_clock();
+    if (start <= now) {
+      start_flow(gid, src, dst, bytes);
+      return;
+    }
+    ++timers_;
+    simgrid::kernel::timer::Timer::set(start, [this, gid, src, dst, bytes] {
+      start_flow(gid, src, dst, bytes);
+    });
+  }
+
+  void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes) {
+    auto [from, to] = platform_.endpoints(src, dst);
+    account_links(from, to, bytes);
+    auto comm = simgrid::s4u::Comm::sendto_init(from, to);
+    comm->set_payload_size(static_cast<uint64_t>(std::llround(std::max(bytes, 1.0))));
+    comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(live_.size())));
+    live_.push_back({comm, gid});
+    ++flows_;
+    comm->start();
+  }
+
+  void account_links(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes) {
+    auto key = std::make_pair(from, to);
+    auto it = routes_.find(key);
+    if (it == routes_.end()) {
+      std::vector<simgrid::s4u::Link*> links;
+      double latency = 0;
+      from->route_to(to, links, &latency);
+      it = routes_.emplace(key, std::move(links)).first;
+    }
+    for (auto* l : it->second) link_bytes_[l] += bytes;
+  }
+
+  void on_flow_done(const simgrid::s4u::Activity& a) {
+    const auto slot = static_cast<size_t>(reinterpret_cast<uintptr_t>(a.get_data<void>()));
+    if (slot >= live_.size() || live_[slot].comm.get() != &a) return;
+    // Release the comms that completed before this one (not this one: SimGrid still holds it).
+    for (size_t s : to_release_) live_[s].comm = nullptr;
+    to_release_.clear();
+    to_release_.push_back(slot);
+    FlowGroup& g = groups_[live_[slot].group];
+    if (--g.remaining > 0) return;
+    const double now = simgrid::s4u::Engine::get_clock();
+    const double end = std::max(now, g.min_end) + g.latency_s;
+    const uint32_t gid = live_[slot].group;
+    auto ops = std::move(g.ops);
+    free_groups_.push_back(gid);
+    for (auto [r, o] : ops) finish(r, o, end);
+    drain();
+  }
+
+  // ---- completion check and results -----------------------------------------------------------
+
+  void check_complete() {
+    std::ostringstream msg;
+    int shown = 0;
+    for (int64_t r = 0; r < world_ && shown < 10; ++r) {
+      const RankState& st = ranks_[static_cast<size_t>(r)];
+      for (uint32_t o = 0; o < st.remaining.size(); ++o) {
+        if (st.remaining[o] == UINT16_MAX) continue;
+        if (st.remaining[o] != 0) continue;  // blocked behind another unfinished op
+        msg << "\n  rank " << r << " op " << o << " (" << prog_.label(op_of(r, o)) << ") waits";
+        const Op& op = op_of(r, o);
+        if (op.kind == OpKind::kSend) msg << " for the recv on rank " << op.peer << " (tag " << op.tag << ")";
+        if (op.kind == OpKind::kRecv) msg << " for the send from rank " << op.peer << " (tag " << op.tag << ")";
+        if (op.kind == OpKind::kCollective) msg << " for the other members of its " << to_string(op.group) << " group";
+        if (++shown == 10) break;
+      }
+    }
+    if (shown > 0) {
+      int64_t left = 0;
+      for (const auto& st : ranks_) {
+        for (uint16_t x : st.remaining) left += x != UINT16_MAX;
+      }
+      throw Error("simulate: the iteration cannot complete, " + std::to_string(left) +
+                  " ops never ran; first waiting ops:" + msg.str());
+    }
+  }
+
+  SimulationResult results() {
+    SimulationResult res;
+    int64_t last_rank = 0;
+    for (int64_t r = 0; r < world_; ++r) {
+      const RankState& st = ranks_[static_cast<size_t>(r)];
+      for (double t : st.t) {
+        if (t > res.iteration_time_s) {
+          res.iteration_time_s = t;
+          last_rank = r;
+        }
+      }
+    }
+    res.critical = breakdown(last_rank, res.iteration_time_s);
+    for (int64_t pp = 0; pp < prog_.layout.size(GroupKind::kPp); ++pp) {
+      res.per_stage.push_back(breakdown(prog_.layout.rank(RankCoord{0, 0, 0, pp}), res.iteration_time_s));
+    }
+    // Compute seconds per cost source over all ranks.
+    for (const RankState& st : ranks_) {
+      for (const Op& op : templates_[st.tmpl].rp->ops) {
+        for (uint32_t k : op.kernels) {
+          const KernelCost& c = kernel_cost(k);
+          res.compute_s_by_source[c.source] += c.seconds;
+        }
+      }
+    }
+    // Busiest links.
+    std::vector<LinkLoad> loads;
+    std::unordered_map<const simgrid::s4u::Link*, const PlatformLink*> info;
+    for (const PlatformLink& l : platform_.links()) info[l.link] = &l;
+    for (const auto& [link, bytes] : link_bytes_) {
+      LinkLoad ll;
+      ll.bytes = bytes;
+      auto it = info.find(link);
+      ll.name = it != info.end() ? it->second->name : link->get_name();
+      ll.tier = it != info.end() ? it->second->tier : "";
+      const double bw = it != info.end() ? it->second->bandwidth_Bps : link->get_bandwidth();
+      ll.utilization = res.iteration_time_s > 0 ? bytes / (bw * res.iteration_time_s) : 0;
+      loads.push_back(ll);
+    }
+    std::sort(loads.begin(), loads.end(), [](const LinkLoad& a, const LinkLoad& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+    });
+    if (loads.size() > 10) loads.resize(10);
+    res.busiest_links = std::move(loads);
+    res.ops = ops_;
+    res.flows = flows_;
+    res.events = ops_ + flows_ + timers_;
+    res.collective_algorithms = algorithms_;
+    if (opts_.record_timeline) res.timeline = timeline();
+    return res;
+  }
+
+  /// Ready time of op `id` of `rank`: the latest end among its deps.
+  double ready_time(int64_t rank, uint32_t id) const {
+    const RankState& st = ranks_[static_cast<size_t>(rank)];
+    double t = 0;
+    for (uint32_t d : op_of(rank, id).deps) t = std::max(t, st.t[d]);
+    return t;
+  }
+
+  /// The send (or recv) matching `op` of `rank` on its peer: (peer rank, op id).
+  std::pair<int64_t, uint32_t> matching_p2p(int64_t rank, uint32_t id) const {
+    const RankState& st = ranks_[static_cast<size_t>(rank)];
+    const Op& op = op_of(rank, id);
+    RankCoord pc = st.coord;
+    pc.pp = templates_[st.tmpl].peer_pp[id];
+    const int64_t peer = prog_.layout.rank(pc);
+    const OpKind want = op.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
+    for (const Op& o : templates_[ranks_[static_cast<size_t>(peer)].tmpl].rp->ops) {
+      if (o.kind == want && o.tag == op.tag) return {peer, o.id};
+    }
+    return {peer, kNone};
+  }
+
+  /// Walks the compute stream of `rank` and attributes every idle gap to the op it waited for.
+  TimeBreakdown breakdown(int64_t rank, double iteration_s) const {
+    TimeBreakdown b;
+    b.rank = rank;
+    const RankState& st = ranks_[static_cast<size_t>(rank)];
+    const Template& tp = templates_[st.tmpl];
+    double prev_end = 0;
+    auto attribute = [&](double gap, uint32_t waited) {
+      if (gap <= 0) return;
+      if (waited == kNone) {
+        b.bubble_s += gap;
+        return;
+      }
+      const Op& w = tp.rp->ops[waited];
+      if (w.kind == OpKind::kSend || w.kind == OpKind::kRecv) {
+        auto [peer, other] = matching_p2p(rank, waited);
+        const double start = std::max(ready_time(rank, waited),
+                                      other == kNone ? 0.0 : ready_time(peer, other));
+        const double transfer = std::max(0.0, st.t[waited] - start);
+        const double exposed = std::min(gap, transfer);
+        b.exposed_pp_s += exposed;
+        b.bubble_s += gap - exposed;
+      } else if (w.kind == OpKind::kCollective) {
+        if (w.group == GroupKind::kTp) {
+          b.exposed_tp_s += gap;
+        } else if (w.group == GroupKind::kPp || w.group == GroupKind::kEmbedding ||
+                   w.group == GroupKind::kDp || w.group == GroupKind::kDpCp ||
+                   w.group == GroupKind::kModelParallel || w.group == GroupKind::kWorld) {
+          b.exposed_dp_s += gap;
+        } else {
+          b.bubble_s += gap;
+        }
+      } else {
+        b.bubble_s += gap;
+      }
+    };
+    for (const Op& op : tp.rp->ops) {
+      if (op.kind != OpKind::kCompute) continue;
+      const double dur = tp.duration_s[op.id];
+      const double start = st.t[op.id] - dur;
+      uint32_t waited = kNone;
+      double latest = -1;
+      for (uint32_t d : op.deps) {
+        if (st.t[d] > latest) {
+          latest = st.t[d];
+          waited = d;
+        }
+      }
+      attribute(start - prev_end, waited);
+      b.compute_s += dur;
+      if (op.phase == Phase::kOptimizer) b.optimizer_s += dur;
+      prev_end = st.t[op.id];
+    }
+    // The tail: after the last compute op, until the iteration ends.
+    uint32_t last = kNone;
+    double last_end = prev_end;
+    for (const Op& op : tp.rp->ops) {
+      if (st.t[op.id] > last_end) {
+        last_end = st.t[op.id];
+        last = op.id;
+      }
+    }
+    attribute(last_end - prev_end, last);
+    b.bubble_s += iteration_s - std::max(last_end, prev_end);
+    return b;
+  }
+
+  Timeline timeline() const {
+    Timeline tl;
+    tl.name = prog_.scenario.name;
+    std::unordered_map<const Op*, int64_t> unused;
+    for (int64_t r : traced_) {
+      const RankState& st = ranks_[static_cast<size_t>(r)];
+      const Template& tp = templates_[st.tmpl];
+      for (const Op& op : tp.rp->ops) {
+        TimelineEvent e;
+        e.rank = r;
+        e.stream = to_string(op.stream);
+        e.name = prog_.label(op);
+        e.start_s = st.start[op.id];
+        e.end_s = st.t[op.id];
+        switch (op.phase) {
+          case Phase::kForward: e.category = "forward"; break;
+          case Phase::kBackward: e.category = "backward"; break;
+          case Phase::kRecompute: e.category = "recompute"; break;
+          case Phase::kOptimizer: e.category = "optimizer"; break;
+          default: e.category = "comm"; break;
+        }
+        if (op.kind != OpKind::kCompute) {
+          e.category = "comm";
+          e.args["bytes"] = std::to_string(op.bytes);
+        }
+        if (op.kind == OpKind::kCollective) {
+          e.args["collective"] = to_string(op.collective);
+          e.args["group"] = to_string(op.group);
+          auto it = plans_.find(plan_key(op));
+          if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
+        }
+        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+          RankCoord pc = st.coord;
+          pc.pp = tp.peer_pp[op.id];
+          const int64_t peer = prog_.layout.rank(pc);
+          const int64_t src = op.kind == OpKind::kSend ? r : peer;
+          e.args["peer"] = std::to_string(peer);
+          e.flow_id = (src * (world_ + 1) + (op.kind == OpKind::kSend ? peer : r)) * 4096 * 64 + op.tag;
+          e.flow_start = op.kind == OpKind::kSend;
+        }
+        tl.events.push_back(std::move(e));
+      }
+    }
+    return tl;
+  }
+
+  struct LiveComm {
+    simgrid::s4u::CommPtr comm;
+    uint32_t group;
+  };
+
+  const Program& prog_;
+  const TopologySpec& topo_;
+  const CostModel& costs_;
+  const SimulationOptions& opts_;
+  Platform& platform_;
+
+  int64_t world_ = 0;
+  std::vector<Template> templates_;
+  std::vector<RankState> ranks_;
+  std::vector<int64_t> traced_;
+  std::vector<std::optional<KernelCost>> kernel_costs_;
+  std::vector<std::pair<int64_t, uint32_t>> worklist_;
+  std::unordered_map<CollKey, Arrivals, CollKeyHash> arrivals_;
+  std::unordered_map<P2PKey, PendingP2P, P2PKeyHash> sends_, recvs_;
+  std::map<std::tuple<int, int, int64_t>, CollectivePlan> plans_;
+  std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> plan_members_;
+  std::vector<FlowGroup> groups_;
+  std::vector<uint32_t> free_groups_;
+  std::vector<LiveComm> live_;
+  std::vector<size_t> to_release_;
+  std::map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, std::vector<simgrid::s4u::Link*>> routes_;
+  std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
+  std::map<std::string, int64_t> algorithms_;
+  int64_t ops_ = 0, flows_ = 0, timers_ = 0;
+};
+
+}  // namespace
+
+SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
+                                  const CostModel& costs, const SimulationOptions& opts) {
+  static bool used = false;
+  if (used) throw Error("simulate: SimGrid runs one simulation per process");
+  used = true;
+  int argc = 2;
+  char arg0[] = "traintwin";
+  char arg1[] = "--log=root.thresh:critical";
+  char* argv[] = {arg0, arg1, nullptr};
+  simgrid::s4u::Engine engine(&argc, argv);
+  auto platform = Platform::build(engine, topo, prog.layout.world_size(), opts.scaling);
+  Engine eng(prog, topo, costs, opts, *platform);
+  return eng.run();
+}
+
+SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+                          const SimulationOptions& opts) {
+  const ParallelConfig& p = s.parallel;
+  const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
+                          p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
+  std::vector<int64_t> reps;
+  for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
+  const Program prog = build_program(s, reps);
+  return simulate_program(prog, topo, costs, opts);
+}
+
+}  // namespace traintwin

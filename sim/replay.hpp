@@ -1,0 +1,88 @@
+// The replay engine: runs every rank's Program for one iteration on the SimGrid platform.
+//
+// How time is computed. Within a rank an op starts when its dependencies are done (the Program's
+// semantics); compute ops take their cost-model duration; collectives inside one node take
+// their closed form (sim/collectives.hpp) once every member has arrived; point-to-point
+// transfers and collectives across nodes become SimGrid flows that share links (flow-level
+// max-min sharing, network model pinned). Everything that does not touch the network is
+// evaluated as dataflow, ahead of SimGrid's clock; a flow is handed to SimGrid at its start date
+// (a SimGrid kernel timer when that date is in the future), so contention is exact while
+// SimGrid only ever holds the flows that exist (SIMGRID-NOTES.md: its speed depends on that).
+// Ranks of one pipeline stage share one lowered Program (their ops differ only in peers and
+// groups, which are mapped per rank).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "sim/collectives.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/platform.hpp"
+#include "topologies/topology.hpp"
+#include "traces/timeline.hpp"
+
+namespace traintwin {
+
+/// Knobs of one simulation.
+struct SimulationOptions {
+  FabricEfficiency fabric;
+  PlatformScaling scaling;
+  /// Force one NCCL algorithm for every collective ("" = choose per call like NCCL's tuner).
+  std::string collective_algorithm;
+  /// Ranks whose ops go to the timeline; empty = the TP group of DP rank 0 in every stage.
+  std::vector<int64_t> trace_ranks;
+  bool trace_all_ranks = false;
+  bool record_timeline = true;
+};
+
+/// Where one rank's iteration time went (seconds). compute + exposed comm + bubble = iteration.
+struct TimeBreakdown {
+  int64_t rank = 0;
+  double compute_s = 0;      ///< busy on the compute stream (incl. optimizer)
+  double optimizer_s = 0;    ///< of which grad norm + optimizer step
+  double exposed_tp_s = 0;   ///< compute stream idle waiting for a TP collective
+  double exposed_pp_s = 0;   ///< idle during the transfer of a PP send/recv it waited for
+  double exposed_dp_s = 0;   ///< idle waiting for DP/embedding/grad-norm collectives
+  double bubble_s = 0;       ///< idle waiting for another stage (pipeline fill/drain)
+};
+
+/// Bytes a link carried, and its utilization over the iteration.
+struct LinkLoad {
+  std::string name;
+  std::string tier;
+  double bytes = 0;
+  double utilization = 0;  ///< bytes / (bandwidth x iteration time)
+};
+
+/// The outcome of one simulated iteration.
+struct SimulationResult {
+  double iteration_time_s = 0;
+  TimeBreakdown critical;                 ///< the rank that finishes last
+  std::vector<TimeBreakdown> per_stage;   ///< DP/TP rank 0 of each pipeline stage
+  std::map<CostSource, double> compute_s_by_source;  ///< over all ranks
+  std::vector<LinkLoad> busiest_links;    ///< top 10 by bytes
+  int64_t ops = 0;                        ///< ops executed over all ranks
+  int64_t flows = 0;                      ///< SimGrid transfers
+  int64_t events = 0;                     ///< ops + flows + timers
+  double sim_wall_s = 0;
+  std::map<std::string, int64_t> collective_algorithms;  ///< calls per algorithm
+  Timeline timeline;
+};
+
+/// Simulates one iteration of a lowered Program. `prog.ranks` holds either every rank or one
+/// representative per pipeline stage (ranks without their own RankProgram run the one of their
+/// stage, with peers and groups mapped to their coordinates). Same contract as simulate().
+SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
+                                  const CostModel& costs, const SimulationOptions& opts = {});
+
+/// Simulates one iteration of `s` on `topo` (s.cluster.num_gpus GPUs) with `costs`.
+/// Creates the process's SimGrid engine: call at most once per process.
+/// Throws Error when the Program cannot complete (a send without its recv, a collective some
+/// member never reaches, a dependency cycle), naming the ranks and ops left waiting.
+SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+                          const SimulationOptions& opts = {});
+
+}  // namespace traintwin

@@ -1,0 +1,131 @@
+#include "sim/collectives.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+
+TopologySpec h100() {
+  return load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
+}
+
+// nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor.
+TEST(Collectives, BusBandwidthFactorsAsNcclTests) {
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::kAllReduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::kAllGather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::kReduceScatter, 4), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::kBroadcast, 16), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::kAllToAll, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::kAllReduce, 1), 0.0);
+  EXPECT_THROW(busbw_factor(CollectiveKind::kAllReduce, 0), InvalidArgument);
+}
+
+// Ring all-reduce of S bytes over 8 GPUs of one NVSwitch node: 2(n-1)/n S / B + 2(n-1) alpha,
+// B = 450 GB/s x 0.80, alpha = 1 us NVLink + 2 us per step.
+TEST(Collectives, RingInsideOneNodeIsTheAlphaBetaFormula) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  const double S = 1 << 30;
+  const GroupSpan span{8, 1, 8};
+  const double expected = 2.0 * 7 / 8 * S / (450e9 * 0.80) + 14 * (1e-6 + 2e-6);
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing,
+                                static_cast<int64_t>(S), span, t, eff),
+              expected, expected * 1e-12);
+  // busbw of that ring is B for large S: within 1 % at 8 GiB.
+  const double big = 8.0 * (1 << 30);
+  const double time = collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing,
+                                        static_cast<int64_t>(big), span, t, eff);
+  EXPECT_NEAR(2.0 * 7 / 8 * big / time / 1e9, 360.0, 3.6);
+}
+
+// Calibration points (../shared/validation/calibration.yaml): DGX H100 NVLS all-reduce busbw
+// 480.16 GB/s at 8 GiB, 466.33 at 1 GiB; ring 365-370 GB/s; 46-48 GB/s per NDR NIC.
+TEST(Collectives, ReproducesTheCalibrationBandwidths) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  auto busbw = [&](CollectiveAlgorithm a, double bytes, GroupSpan span) {
+    const double time = collective_time_s(CollectiveKind::kAllReduce, a, static_cast<int64_t>(bytes), span, t, eff);
+    return busbw_factor(CollectiveKind::kAllReduce, span.ranks) * bytes / time / 1e9;
+  };
+  EXPECT_NEAR(busbw(CollectiveAlgorithm::kNvls, 8589934592.0, {8, 1, 8}), 480.16, 480.16 * 0.02);
+  EXPECT_NEAR(busbw(CollectiveAlgorithm::kNvls, 1073741824.0, {8, 1, 8}), 466.33, 466.33 * 0.05);
+  const double ring = busbw(CollectiveAlgorithm::kRing, 8589934592.0, {8, 1, 8});
+  EXPECT_GT(ring, 365.0 * 0.98);
+  EXPECT_LT(ring, 370.0 * 1.02);
+  // Two nodes, one GPU per node on one rail: the per-NIC busbw.
+  const double per_nic = busbw(CollectiveAlgorithm::kRing, 8589934592.0, {2, 2, 1});
+  EXPECT_GT(per_nic, 46.0);
+  EXPECT_LT(per_nic, 48.0);
+}
+
+TEST(Collectives, ChoosesLikeNccl) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllReduce, 1 << 26, {8, 1, 8}, t, eff), CollectiveAlgorithm::kNvls);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllGather, 1 << 26, {8, 1, 8}, t, eff), CollectiveAlgorithm::kRing);
+  // Small all-reduce over many nodes: latency-bound, the tree wins; large: the ring.
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllReduce, 4096, {128, 128, 1}, t, eff), CollectiveAlgorithm::kTree);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllReduce, 1 << 30, {8, 8, 1}, t, eff), CollectiveAlgorithm::kRing);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllReduce, 1 << 26, {8, 1, 8}, t, eff, "ring"), CollectiveAlgorithm::kRing);
+  try {
+    choose_algorithm(CollectiveKind::kAllGather, 1 << 26, {8, 1, 8}, t, eff, "tree");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_gather"));
+  }
+  EXPECT_THROW(choose_algorithm(CollectiveKind::kAllReduce, 1 << 26, {16, 2, 8}, t, eff, "nvls"), ConfigError);
+  EXPECT_THROW(choose_algorithm(CollectiveKind::kAllReduce, 1 << 26, {16, 2, 8}, t, eff, "magic"), ConfigError);
+}
+
+// A DP all-reduce over 4 nodes, one member per node (ranks 0, 8, 16, 24): a ring of 4 flows, each
+// carrying 2(n-1)/n S / ib-efficiency, latency 2(n-1) alpha, nothing on NVLink.
+TEST(Collectives, RingAcrossNodesIsOneFlowPerEdge) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  const int64_t S = 1 << 28;
+  const CollectivePlan p = plan_collective(CollectiveKind::kAllReduce, S, {0, 8, 16, 24}, t, eff, "ring");
+  ASSERT_EQ(p.flows.size(), 4u);
+  std::map<int64_t, int64_t> next;
+  for (const auto& f : p.flows) {
+    next[f.src] = f.dst;
+    EXPECT_DOUBLE_EQ(f.bytes, 1.5 * S / eff.ib);
+  }
+  EXPECT_EQ(next, (std::map<int64_t, int64_t>{{0, 8}, {8, 16}, {16, 24}, {24, 0}}));
+  const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
+  EXPECT_NEAR(p.latency_s, 6 * alpha, 1e-15);
+  EXPECT_EQ(p.local_time_s, 0);
+  // With 2 members per node (0,1 | 8,9): one channel per member, rails kept: 0 -> 8, 1 -> 9.
+  const CollectivePlan q = plan_collective(CollectiveKind::kAllGather, S, {0, 1, 8, 9}, t, eff, "ring");
+  ASSERT_EQ(q.flows.size(), 4u);
+  for (const auto& f : q.flows) {
+    EXPECT_EQ(f.src % 8, f.dst % 8);
+    EXPECT_DOUBLE_EQ(f.bytes, 0.75 * S / 2 / eff.ib);
+  }
+  EXPECT_GT(q.local_time_s, 0);
+  // Inside one node: no flows, the closed form.
+  const CollectivePlan r = plan_collective(CollectiveKind::kAllReduce, S, {0, 1, 2, 3}, t, eff);
+  EXPECT_TRUE(r.flows.empty());
+  EXPECT_EQ(r.algorithm, CollectiveAlgorithm::kNvls);
+  EXPECT_GT(r.local_time_s, 0);
+}
+
+// NCCL's double binary tree over m nodes: 2 trees x (m-1) edges x up and down.
+TEST(Collectives, TreeHasTwoBinaryTrees) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  const CollectivePlan p = plan_collective(CollectiveKind::kAllReduce, 1 << 20, {0, 8, 16, 24, 32}, t, eff, "tree");
+  EXPECT_EQ(p.flows.size(), 2u * 4 * 2);
+  const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
+  EXPECT_NEAR(p.latency_s, 2 * 3 * alpha, 1e-15);  // ceil(log2 5) = 3
+}
+
+}  // namespace
+}  // namespace traintwin

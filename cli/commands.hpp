@@ -14,6 +14,8 @@ void register_program_command(CLI::App& app);
 void register_memory_command(CLI::App& app);
 /// `traintwin simulate SCENARIO [--json] [--out DIR]`: one iteration replayed in SimGrid.
 void register_simulate_command(CLI::App& app);
+/// `traintwin validate calibration.yaml`: predicted vs measured for published runs, and MAPE.
+void register_validate_command(CLI::App& app);
 /// `traintwin topology FILE --num-gpus N`: what a topology file describes.
 void register_topology_command(CLI::App& app);
 

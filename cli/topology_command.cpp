@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "topologies/graph.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin::cli {
@@ -14,14 +15,20 @@ void register_topology_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("topology", "Describe a cluster topology file");
-  cmd->add_option("file", o->file, "Topology file (topologies/*.yaml)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--num-gpus", o->num_gpus, "Check that a cluster of this size fits the fabric");
+  cmd->add_option("file", o->file, "Topology file (topologies/*.yaml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--num-gpus", o->num_gpus,
+                  "Check that a cluster of this size fits the fabric and summarize its graph: "
+                  "switches and links per tier, bandwidths, bisection, route hop counts");
   cmd->callback([o] {
     const TopologySpec t = load_topology(o->file);
     fmt::print("{}", describe_topology(t));
     if (o->num_gpus) {
       check_cluster_size(t, *o->num_gpus);
-      fmt::print("{} GPUs = {} nodes: fits the fabric\n", *o->num_gpus, *o->num_gpus / t.node.gpus_per_node);
+      fmt::print("{} GPUs = {} nodes: fits the fabric\n", *o->num_gpus,
+                 *o->num_gpus / t.node.gpus_per_node);
+      fmt::print("{}", describe_cluster_graph(build_cluster_graph(t, *o->num_gpus)));
     }
   });
 }

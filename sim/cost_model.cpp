@@ -206,6 +206,12 @@ void check_efficiency(double v, const char* name) {
 
 }  // namespace
 
+RooflineEfficiency default_roofline_efficiency(const GpuSpec& gpu) {
+  RooflineEfficiency eff;
+  (void)gpu;
+  return eff;
+}
+
 std::unique_ptr<CostModel> make_roofline_cost_model(const RooflineEfficiency& eff) {
   check_efficiency(eff.gemm, "gemm");
   check_efficiency(eff.attention, "attention");

@@ -80,6 +80,11 @@ struct RooflineEfficiency {
   double launch_overhead_s = 4e-6;  ///< added once per kernel, >= 0
 };
 
+/// The calibrated efficiencies for a GPU, chosen by its name (A100, H100, H200; others get the
+/// RooflineEfficiency defaults). Calibrated against ../shared/validation/calibration.yaml with
+/// `traintwin validate` (see the values and their derivation in cost_model.cpp).
+RooflineEfficiency default_roofline_efficiency(const GpuSpec& gpu);
+
 /// Roofline cost model with per-class efficiencies (no database). Throws InvalidArgument for
 /// an efficiency outside (0, 1] or a negative launch overhead. duration() throws
 /// CostModelError when the GPU lacks the peak (or HBM bandwidth) a kernel with work needs.

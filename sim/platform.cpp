@@ -7,7 +7,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <simgrid/s4u.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "topologies/graph.hpp"
@@ -96,9 +100,9 @@ class SimGridPlatform final : public Platform {
 
   std::pair<sg4::Host*, sg4::Host*> endpoints(int64_t src, int64_t dst) const override {
     if (src < 0 || src >= plan_.num_gpus || dst < 0 || dst >= plan_.num_gpus || src == dst) {
-      throw InvalidArgument(fmt::format(
-          "Platform::endpoints: GPU {} -> {} (allowed: two different GPUs in [0, {}))", src, dst,
-          plan_.num_gpus));
+      throw InvalidArgument(
+          fmt::format("Platform::endpoints: GPU {} -> {} (allowed: two different GPUs in [0, {}))",
+                      src, dst, plan_.num_gpus));
     }
     const int64_t src_node = src / plan_.gpus_per_node;
     const int64_t dst_node = dst / plan_.gpus_per_node;
@@ -135,17 +139,16 @@ class SimGridPlatform final : public Platform {
         const std::string gpu = fmt::format("node{}-gpu{}", node, j);
         sg4::Host* host = zone->create_host(gpu, topo_.gpu.peak.bf16_FLOPs)->seal();
         gpu_hosts_.push_back(host);
-        sg4::SplitDuplexLink* nvlink =
-            zone->create_split_duplex_link(gpu + "-nvlink", nvlink_Bps);
+        sg4::SplitDuplexLink* nvlink = zone->create_split_duplex_link(gpu + "-nvlink", nvlink_Bps);
         nvlink->set_latency(topo_.node.nvlink_latency_s / 2)->seal();
         zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
                         {sg4::LinkInRoute(nvlink, sg4::LinkInRoute::Direction::UP)}, true);
         zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
                         {sg4::LinkInRoute(loopback)}, false);
-        links_.push_back({gpu + "-nvlink-up", "nvlink", nvlink_Bps, gpu, nvswitch,
-                          nvlink->get_link_up()});
-        links_.push_back({gpu + "-nvlink-down", "nvlink", nvlink_Bps, nvswitch, gpu,
-                          nvlink->get_link_down()});
+        links_.push_back(
+            {gpu + "-nvlink-up", "nvlink", nvlink_Bps, gpu, nvswitch, nvlink->get_link_up()});
+        links_.push_back(
+            {gpu + "-nvlink-down", "nvlink", nvlink_Bps, nvswitch, gpu, nvlink->get_link_down()});
       }
     }
     zone->seal();
@@ -211,8 +214,8 @@ class SimGridPlatform final : public Platform {
       sg4::Link* up = created[2 * i];
       sg4::Link* down = created[2 * i + 1];
       long child = 0, parent = 0, serial = 0;  // NOLINT(runtime/int): sscanf's %ld
-      const bool named = std::sscanf(up->get_cname(), "link_from_%ld_%ld_%ld_UP", &child, &parent,
-                                     &serial) == 3;
+      const bool named =
+          std::sscanf(up->get_cname(), "link_from_%ld_%ld_%ld_UP", &child, &parent, &serial) == 3;
       if (!named || child != simgrid_id(p, c.level, c.child) ||
           parent != simgrid_id(p, c.level + 1, c.parent) ||
           down->get_name() != up->get_name().substr(0, up->get_name().size() - 2) + "DOWN") {
@@ -235,9 +238,9 @@ class SimGridPlatform final : public Platform {
       const std::string upper = vertex(c.level + 1, c.parent);
       const char* tier = c.level == 0 ? "nic" : c.level == 1 ? "leaf-spine" : "spine-core";
       const std::string name =
-          c.level == 0 ? lower
-                       : fmt::format("{}-{}-c{}", lower, upper.substr(upper.find('-') + 1),
-                                     c.cable);
+          c.level == 0
+              ? lower
+              : fmt::format("{}-{}-c{}", lower, upper.substr(upper.find('-') + 1), c.cable);
       const double bw = c.level == 0 ? nic_Bps : link_Bps;
       links_.push_back({name + "-up", tier, bw, lower, upper, up});
       links_.push_back({name + "-down", tier, bw, upper, lower, down});
@@ -261,8 +264,15 @@ std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpe
   for (const auto& [key, value] : {std::pair{"nvlink_bandwidth", scaling.nvlink_bandwidth},
                                    std::pair{"ib_bandwidth", scaling.ib_bandwidth}}) {
     if (!(value > 0) || !std::isfinite(value)) {
-      throw ConfigError(fmt::format("platform scaling {} = {} (allowed: a positive factor)", key,
-                                    value));
+      throw ConfigError(
+          fmt::format("platform scaling {} = {} (allowed: a positive factor)", key, value));
+    }
+  }
+  for (const auto& [key, value] : {std::pair{"gpu.peak_flops.bf16", topo.gpu.peak.bf16_FLOPs},
+                                   std::pair{"gpu.hbm_bandwidth", topo.gpu.hbm_bandwidth_Bps}}) {
+    if (!(value > 0)) {
+      throw ConfigError(
+          fmt::format("topology '{}': {} = {} (allowed: > 0)", topo.name, key, value));
     }
   }
   FabricPlan plan = plan_fabric(topo, num_gpus);

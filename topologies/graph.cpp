@@ -19,7 +19,7 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The largest divisor of `n` that is <= `limit` (1 when limit < 1... never below 1).
+/// The largest divisor of `n` (>= 1) that is <= `limit`; 1 when none is.
 int64_t largest_divisor_at_most(int64_t n, int64_t limit) {
   for (int64_t d = std::min(n, limit); d > 1; --d) {
     if (n % d == 0) return d;
@@ -69,13 +69,12 @@ void check_spec(const TopologySpec& t) {
         f.nodes_per_scalable_unit, down, f.switch_radix, f.oversubscription_down,
         f.oversubscription_up, down));
   }
-  const int64_t up = ceil_div(f.nodes_per_scalable_unit * f.oversubscription_up,
-                              f.oversubscription_down);
+  const int64_t up =
+      ceil_div(f.nodes_per_scalable_unit * f.oversubscription_up, f.oversubscription_down);
   if (f.nodes_per_scalable_unit + up > f.switch_radix) {
-    fail(fmt::format(
-        "a leaf needs {} ports down and {} up for {}:{}, more than its radix {}",
-        f.nodes_per_scalable_unit, up, f.oversubscription_down, f.oversubscription_up,
-        f.switch_radix));
+    fail(fmt::format("a leaf needs {} ports down and {} up for {}:{}, more than its radix {}",
+                     f.nodes_per_scalable_unit, up, f.oversubscription_down, f.oversubscription_up,
+                     f.switch_radix));
   }
   const std::pair<const char*, double> positive[] = {
       {"node.nvlink_bandwidth", t.node.nvlink_bandwidth_Bps},
@@ -95,8 +94,7 @@ void check_spec(const TopologySpec& t) {
 
 /// The edge between `from` and `to` with parallel-cable index `cable`; InvalidArgument if absent
 /// (a graph broken after validation).
-GraphEdgeId find_cable(const ClusterGraph& g, GraphVertexId from, GraphVertexId to,
-                       int64_t cable) {
+GraphEdgeId find_cable(const ClusterGraph& g, GraphVertexId from, GraphVertexId to, int64_t cable) {
   const auto& graph = g.graph();
   for (auto [e, end] = boost::out_edges(from, graph); e != end; ++e) {
     if (boost::target(*e, graph) == to && graph[*e].cable == cable) return *e;
@@ -127,6 +125,12 @@ bool contains_node(const ClusterGraph& g, const GraphVertex& v, int64_t dst_node
 void step(const ClusterGraph& g, GraphRoute& r, GraphVertexId to, int64_t cable) {
   r.edges.push_back(find_cable(g, r.vertices.back(), to, cable));
   r.vertices.push_back(to);
+}
+
+/// "1 cable", "8 cables", "1 leaf", "7 leaves".
+std::string plural(int64_t n, const char* one, const char* many = nullptr) {
+  if (n == 1) return fmt::format("1 {}", one);
+  return many != nullptr ? fmt::format("{} {}", n, many) : fmt::format("{} {}s", n, one);
 }
 
 std::string percent(double part, double whole) {
@@ -203,9 +207,9 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
   const int64_t u = p.leaf_uplinks;
   if (p.tiers == 2) {
     if (s > k) {  // unreachable after check_cluster_size (at most k leaves for all rails)
-      throw ConfigError(fmt::format(
-          "topology '{}': {} leaves per rail exceed the {} ports of a two-tier spine", t.name, s,
-          k));
+      throw ConfigError(
+          fmt::format("topology '{}': {} leaves per rail exceed the {} ports of a two-tier spine",
+                      t.name, s, k));
     }
     p.pods = 1;
     p.leaves_per_pod = s;
@@ -216,9 +220,9 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
     p.pods = ceil_div(s, half);
     p.leaves_per_pod = ceil_div(s, p.pods);
     if (p.pods > k) {  // unreachable after check_cluster_size
-      throw ConfigError(fmt::format(
-          "topology '{}': {} pods per rail exceed the {} ports of a core switch", t.name, p.pods,
-          k));
+      throw ConfigError(
+          fmt::format("topology '{}': {} pods per rail exceed the {} ports of a core switch",
+                      t.name, p.pods, k));
     }
     p.cables_leaf_spine = largest_divisor_at_most(u, half / p.leaves_per_pod);
     p.spines_per_pod = u / p.cables_leaf_spine;
@@ -267,9 +271,9 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
     : topology_(std::move(topology)), plan_(std::move(plan)) {
   const FabricPlan& p = plan_;
   const TopologySpec& t = topology_;
-  const int64_t num_vertices = p.num_gpus + p.num_nodes * (1 + p.rails) +
-                               p.rails * (p.leaves_per_rail + p.spines_per_rail() +
-                                          p.cores_per_rail());
+  const int64_t num_vertices =
+      p.num_gpus + p.num_nodes * (1 + p.rails) +
+      p.rails * (p.leaves_per_rail + p.spines_per_rail() + p.cores_per_rail());
   graph_ = Graph(static_cast<size_t>(num_vertices));
   const auto set = [&](GraphVertexId v, VertexKind kind, std::string name, int64_t node,
                        int64_t rail, int64_t index, int64_t pod) {
@@ -305,7 +309,9 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
   const double link_Bps = t.fabric.link_rate_Bps;
   const double hop_s = t.fabric.hop_latency_s;
   const auto add = [&](GraphVertexId a, GraphVertexId b, LinkTier tier, double bw, double lat,
-                       int64_t cable) { boost::add_edge(a, b, GraphEdge{tier, bw, lat, cable}, graph_); };
+                       int64_t cable) {
+    boost::add_edge(a, b, GraphEdge{tier, bw, lat, cable}, graph_);
+  };
   for (int64_t node = 0; node < p.num_nodes; ++node) {
     for (int64_t j = 0; j < p.gpus_per_node; ++j) {
       const int64_t g = node * p.gpus_per_node + j;
@@ -334,8 +340,8 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
       const int64_t y = s % p.spines_per_pod;
       for (int64_t z = 0; z < p.cores_per_spine; ++z) {
         for (int64_t c = 0; c < p.cables_spine_core; ++c) {
-          add(spine(r, s), core(r, y + p.spines_per_pod * z), LinkTier::kSpineCore, link_Bps,
-              hop_s, c);
+          add(spine(r, s), core(r, y + p.spines_per_pod * z), LinkTier::kSpineCore, link_Bps, hop_s,
+              c);
         }
       }
     }
@@ -352,8 +358,8 @@ ClusterGraph build_cluster_graph(const TopologySpec& topology, int64_t num_gpus)
 void validate_cluster_graph(const ClusterGraph& g) {
   const auto& graph = g.graph();
   const FabricPlan& p = g.plan();
-  const std::string who = fmt::format("cluster graph of '{}' ({} GPUs)", g.topology().name,
-                                      p.num_gpus);
+  const std::string who =
+      fmt::format("cluster graph of '{}' ({} GPUs)", g.topology().name, p.num_gpus);
   const size_t n = boost::num_vertices(graph);
   if (n == 0) throw ConfigError(who + ": has no vertices");
 
@@ -377,16 +383,18 @@ void validate_cluster_graph(const ClusterGraph& g) {
         if (other.kind == VertexKind::kNvSwitch && other.node == x.node) ++nvlinks;
       }
       if (nvlinks != 1) {
-        throw ConfigError(fmt::format("{}: GPU '{}' has {} NVLink cables to its node's NVSwitch "
-                                      "'node{}-nvswitch' (expected 1)",
-                                      who, x.name, nvlinks, x.node));
+        throw ConfigError(
+            fmt::format("{}: GPU '{}' has {} NVLink cables to its node's NVSwitch "
+                        "'node{}-nvswitch' (expected 1)",
+                        who, x.name, nvlinks, x.node));
       }
     }
     if (x.kind != VertexKind::kNic) continue;
     if (x.node < 0 || x.node >= p.num_nodes || x.rail < 0 || x.rail >= p.rails) {
-      throw ConfigError(fmt::format("{}: NIC '{}' belongs to no node/rail of the cluster (node {}, "
-                                    "rail {})",
-                                    who, x.name, x.node, x.rail));
+      throw ConfigError(
+          fmt::format("{}: NIC '{}' belongs to no node/rail of the cluster (node {}, "
+                      "rail {})",
+                      who, x.name, x.node, x.rail));
     }
     ++nics_seen[static_cast<size_t>(x.node * p.rails + x.rail)];
     const int64_t su = x.node / p.nodes_per_leaf;
@@ -412,9 +420,9 @@ void validate_cluster_graph(const ClusterGraph& g) {
     for (int64_t r = 0; r < p.rails; ++r) {
       const int64_t seen = nics_seen[static_cast<size_t>(node * p.rails + r)];
       if (seen != 1) {
-        throw ConfigError(fmt::format(
-            "{}: node {} has {} NICs on rail {} (expected one NIC per rail, {} rails)", who, node,
-            seen, r, p.rails));
+        throw ConfigError(
+            fmt::format("{}: node {} has {} NICs on rail {} (expected one NIC per rail, {} rails)",
+                        who, node, seen, r, p.rails));
       }
     }
   }
@@ -456,8 +464,7 @@ GraphRoute route(const ClusterGraph& g, int64_t src, int64_t dst) {
         break;
       }
       case VertexKind::kSpine: {
-        const int64_t d =
-            dst_node / p.spines_per_pod % (p.cores_per_spine * p.cables_spine_core);
+        const int64_t d = dst_node / p.spines_per_pod % (p.cores_per_spine * p.cables_spine_core);
         const int64_t y = at.index % p.spines_per_pod;
         step(g, r, g.core(rail, y + p.spines_per_pod * (d % p.cores_per_spine)),
              d / p.cores_per_spine);
@@ -505,12 +512,11 @@ int64_t shortest_hops(const ClusterGraph& g, GraphVertexId from, GraphVertexId t
   const auto& graph = g.graph();
   std::vector<int64_t> distance(boost::num_vertices(graph), -1);
   distance[from] = 0;
-  boost::breadth_first_search(
-      graph, from,
-      boost::visitor(boost::make_bfs_visitor(boost::record_distances(
-          boost::make_iterator_property_map(distance.begin(),
-                                            boost::get(boost::vertex_index, graph)),
-          boost::on_tree_edge()))));
+  boost::breadth_first_search(graph, from,
+                              boost::visitor(boost::make_bfs_visitor(boost::record_distances(
+                                  boost::make_iterator_property_map(
+                                      distance.begin(), boost::get(boost::vertex_index, graph)),
+                                  boost::on_tree_edge()))));
   return distance[to];
 }
 
@@ -561,10 +567,9 @@ double bisection_bandwidth_Bps(const ClusterGraph& g) {
   const int64_t half = p.num_nodes / 2;
   if (half == 0) return 0;
   const double leaf_up_Bps = static_cast<double>(p.leaf_uplinks) * link_Bps;
-  const double pod_up_Bps = static_cast<double>(p.spines_per_pod * p.leaves_per_pod *
-                                                p.cables_leaf_spine) *
-                            link_Bps;
-  double matched = 0;         // one rail
+  const double pod_up_Bps =
+      static_cast<double>(p.spines_per_pod * p.leaves_per_pod * p.cables_leaf_spine) * link_Bps;
+  double matched = 0;           // one rail
   double top_a = 0, top_b = 0;  // what reaches the top level from each half
   for (int64_t pod = 0; pod < p.pods; ++pod) {
     double pod_a = 0, pod_b = 0;
@@ -602,17 +607,24 @@ std::string describe_cluster_graph(const ClusterGraph& g) {
       "(one plane per rail)\n",
       p.num_gpus, p.num_nodes, p.gpus_per_node, p.rails, p.tiers);
   out += fmt::format(
-      "  wiring    per rail: {} leaves (one per scalable unit, {} nodes down, {} cables up)",
-      p.leaves_per_rail, p.nodes_per_leaf, p.leaf_uplinks);
+      "  wiring    per rail (rails share no switch): {}, one per scalable unit, {} nodes down and "
+      "{} up each{}\n",
+      plural(p.leaves_per_rail, "leaf", "leaves"), p.nodes_per_leaf,
+      plural(p.leaf_uplinks, "cable"),
+      p.num_nodes % p.nodes_per_leaf == 0
+          ? std::string()
+          : fmt::format(" (the last holds {} nodes)", p.num_nodes % p.nodes_per_leaf));
   if (p.tiers == 2) {
-    out += fmt::format("; {} spines, {} cables from every leaf to each\n", p.spines_per_pod,
-                       p.cables_leaf_spine);
+    out += fmt::format("            {}, {} from every leaf to each\n",
+                       plural(p.spines_per_pod, "spine"), plural(p.cables_leaf_spine, "cable"));
   } else {
     out += fmt::format(
-        "; {} pods of up to {} leaves, {} spines per pod with {} cables from every leaf of the "
-        "pod to each; {} cores, {} cables from each spine to each of its {} cores\n",
-        p.pods, p.leaves_per_pod, p.spines_per_pod, p.cables_leaf_spine, p.cores_per_rail(),
-        p.cables_spine_core, p.cores_per_spine);
+        "            {} of up to {} with {} each, {} from every leaf of a pod to each of its "
+        "spines\n            {}; each spine has {} to each of {}\n",
+        plural(p.pods, "pod"), plural(p.leaves_per_pod, "leaf", "leaves"),
+        plural(p.spines_per_pod, "spine"), plural(p.cables_leaf_spine, "cable"),
+        plural(p.cores_per_rail(), "core"), plural(p.cables_spine_core, "cable"),
+        plural(p.cores_per_spine, "core"));
   }
   out += fmt::format("  switches  {} NVSwitch (one per node), {} leaf, {} spine, {} core\n",
                      c.nvswitches, c.leaves, c.spines, c.cores);

@@ -34,9 +34,10 @@
 //    reference architecture (RA) lets the rails meet at the spines so that traffic can change
 //    rails in the fabric; traintwin never sends inter-node traffic off the sender's rail (NCCL
 //    places any rail change on NVLink, PXN), so for the traffic we model the planes carry what
-//    shared spines would: the same leaf up-capacity and a non-blocking layer above it. The
-//    switch totals of whole planes equal the RA's where the cable counts divide (8 SU, two tiers:
-//    64 leaves, 32 spines).
+//    shared spines would: the same leaf up-capacity and a non-blocking layer above it. Switch
+//    totals match the RA's component table where cable counts divide (two tiers: 4 SU = 32
+//    leaves / 16 spines, 8 SU = 64 / 32); elsewhere planes need more switches (1 SU: 8 spines,
+//    one per plane, vs the RA's 4 shared ones; 16 SU on three tiers: 128 cores vs 64).
 //  * Two tiers: each rail has P spines; every leaf of the rail connects to every spine of the
 //    rail with c parallel cables, c = the largest divisor of U with leaves_per_rail * c <= radix
 //    (a spine's ports), P = U / c.
@@ -97,8 +98,8 @@ struct GraphEdge {
   int64_t cable = 0;         ///< index among the parallel cables of the same two vertices
 };
 
-using ClusterGraphBase = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS,
-                                               GraphVertex, GraphEdge>;
+using ClusterGraphBase =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, GraphVertex, GraphEdge>;
 using GraphVertexId = ClusterGraphBase::vertex_descriptor;
 using GraphEdgeId = ClusterGraphBase::edge_descriptor;
 

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <xbt/config.hpp>
 #include <xbt/log.h>
 
 #include <chrono>
@@ -20,6 +19,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+#include <xbt/config.hpp>
 
 #include "core/error.hpp"
 #include "topologies/graph.hpp"
@@ -80,8 +80,8 @@ std::vector<double> run(const std::vector<sg4::CommPtr>& comms) {
 
 /// Expects `actual` within 0.1 % of `expected`.
 void expect_close(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-3 * expected) << "relative error "
-                                                 << (actual - expected) / expected;
+  EXPECT_NEAR(actual, expected, 1e-3 * expected)
+      << "relative error " << (actual - expected) / expected;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -143,8 +143,8 @@ TEST(Platform, TwoFlowsSharingANicGetHalfItsBandwidth) {
   expect_close(d[0], 2 * kBytes / nic + leaf_s);
   expect_close(d[1], 2 * kBytes / nic + leaf_s);
   // Two rails of one node: no sharing. Full duplex: node 4 -> 5 and 5 -> 4 on one rail neither.
-  d = run({transfer(*p, 8 * 4, 8 * 5), transfer(*p, 8 * 4 + 1, 8 * 5 + 1), transfer(*p, 8 * 5,
-                                                                                     8 * 4)});
+  d = run(
+      {transfer(*p, 8 * 4, 8 * 5), transfer(*p, 8 * 4 + 1, 8 * 5 + 1), transfer(*p, 8 * 5, 8 * 4)});
   for (double x : d) expect_close(x, kBytes / nic + leaf_s);
   // Intra-node: two flows out of GPU 0's NVLink share it; GPU 1 -> 2 at the same time does not.
   d = run({transfer(*p, 0, 1), transfer(*p, 0, 2), transfer(*p, 3, 4)});
@@ -185,8 +185,8 @@ TEST(Platform, WhatIfScaling) {
   const auto p = Platform::build(engine(), t, 64, {2.0, 0.5});
   std::vector<double> d = run({transfer(*p, 0, 1), transfer(*p, 0, 8)});
   expect_close(d[0], kBytes / (2 * t.node.nvlink_bandwidth_Bps) + t.node.nvlink_latency_s);
-  expect_close(d[1], kBytes / (0.5 * t.nic.line_rate_Bps) + 2 * t.nic.latency_s +
-                         t.fabric.hop_latency_s);
+  expect_close(d[1],
+               kBytes / (0.5 * t.nic.line_rate_Bps) + 2 * t.nic.latency_s + t.fabric.hop_latency_s);
 }
 
 // The zones have no gateways and the root no routes: transfers inside a zone run, a route
@@ -200,15 +200,15 @@ TEST(Platform, ZonesWithoutGatewaysServeEveryTransferOfEndpoints) {
     }
   }
   for (double d : run(all)) EXPECT_GT(d, 0);
-  const auto [gpu, gpu2] = p->endpoints(0, 1);
-  const auto [nic0, nic1] = p->endpoints(0, 8);
-  const auto [nic_rail1, ignored] = p->endpoints(1, 9);
+  const sg4::Host* gpu0 = p->endpoints(0, 1).first;        // node0-gpu0 ("nodes")
+  const auto [nic0, nic1] = p->endpoints(0, 8);            // node0-nic0, node1-nic0
+  const sg4::Host* rail1_nic1 = p->endpoints(9, 1).first;  // node1-nic1 ("rail1")
   std::vector<sg4::Link*> links;
   double latency_s = 0;
-  EXPECT_ANY_THROW(gpu->route_to(nic1, links, &latency_s));
-  EXPECT_ANY_THROW(nic0->route_to(nic_rail1, links, &latency_s));
-  (void)gpu2;
-  (void)ignored;
+  nic0->route_to(nic1, links, &latency_s);
+  EXPECT_EQ(links.size(), 2u);
+  EXPECT_ANY_THROW(gpu0->route_to(nic1, links, &latency_s));
+  EXPECT_ANY_THROW(nic0->route_to(rail1_nic1, links, &latency_s));
 }
 
 // --- links and the graph ------------------------------------------------------------------------
@@ -223,7 +223,7 @@ TEST(Platform, Builds1024GpusAndListsEveryLink) {
   const double build_s = seconds_since(t0);
   std::printf("platform build, 1024 GPUs: %.4f s, %zu links, %zu hosts\n", build_s,
               p->links().size(), engine().get_host_count());
-  EXPECT_LT(build_s, 1.0);  // ~0.03 s measured; generous for loaded CI machines
+  EXPECT_LT(build_s, 1.0);  // ~0.02 s measured; generous for loaded CI machines
   EXPECT_EQ(p->num_gpus(), 1024);
   EXPECT_EQ(p->topology().name, "dgx-h100-superpod");
   EXPECT_EQ(p->links().size(), 8320u);
@@ -299,9 +299,9 @@ TEST(Platform, FatTreesMatchTheGraphLinkForLinkAndRouteForRoute) {
   // Padding: 13 leaves x 3 ports = 39 NIC hosts (1 spare) + 3 padding leaves x 3 = 48 per rail.
   EXPECT_EQ(engine().get_host_count(), 76u + 2 * 48u);
 
-  for (const auto& [src, dst] : {std::pair<int64_t, int64_t>{0, 2 * 1},   // same leaf
-                                 {0, 2 * 3},    // same pod
-                                 {0, 2 * 37},   // pod 0 -> pod 3 (partial SU, padded pod)
+  for (const auto& [src, dst] : {std::pair<int64_t, int64_t>{0, 2 * 1},  // same leaf
+                                 {0, 2 * 3},                             // same pod
+                                 {0, 2 * 37},  // pod 0 -> pod 3 (partial SU, padded pod)
                                  {2 * 37, 2 * 5},
                                  {1, 2 * 20 + 1},  // rail 1: positions offset, same length
                                  {4, 5}}) {        // one node
@@ -337,7 +337,7 @@ TEST(Platform, Builds16384GpusInAFewSeconds) {
   const double build_s = seconds_since(t0);
   std::printf("platform build, 16384 GPUs: %.3f s, %zu links, %zu hosts\n", build_s,
               p->links().size(), engine().get_host_count());
-  EXPECT_LT(build_s, 10.0);
+  EXPECT_LT(build_s, 5.0);  // ~0.8 s measured
   EXPECT_EQ(p->links().size(), 4u * 2 * 16384 + 2048);
   EXPECT_EQ(engine().get_host_count(), 2u * 16384);
   sg4::CommPtr c = transfer(*p, 8 * 5 + 2, 8 * 1500 + 7);  // pod 0 -> pod 1, rail 2

@@ -3,10 +3,9 @@
 // the bisection formula against a Boost.Graph max-flow, and the errors for broken input.
 #include "topologies/graph.hpp"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fmt/format.h>
 
 #include <boost/graph/push_relabel_max_flow.hpp>
 #include <filesystem>
@@ -61,10 +60,10 @@ double max_flow_Bps(const ClusterGraph& g) {
   using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
   using FlowGraph = boost::adjacency_list<
       boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-      boost::property<boost::edge_capacity_t, int64_t,
-                      boost::property<boost::edge_residual_capacity_t, int64_t,
-                                      boost::property<boost::edge_reverse_t,
-                                                      Traits::edge_descriptor>>>>;
+      boost::property<
+          boost::edge_capacity_t, int64_t,
+          boost::property<boost::edge_residual_capacity_t, int64_t,
+                          boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
   const auto& graph = g.graph();
   const size_t n = boost::num_vertices(graph);
   FlowGraph f(n + 2);
@@ -167,6 +166,15 @@ TEST(ClusterGraph, TwoTierSwitchCountsMatchTheReferenceArchitecture) {
   }
 }
 
+// 16 SU of H100 (4096 GPUs), the RA's smallest three-tier build: 128 leaves and 128 spines as the
+// RA; 128 cores where the RA's shared spines need 64 (one pod: c2 = 2, P2 = 16, 32 cables up).
+TEST(ClusterGraph, SixteenScalableUnitsOnThreeTiers) {
+  const GraphCounts c = count_graph(build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 4096));
+  EXPECT_EQ(c.leaves, 128);
+  EXPECT_EQ(c.spines, 128);
+  EXPECT_EQ(c.cores, 128);
+}
+
 // 16,384 H100 GPUs = 2048 nodes = 64 SU: per rail 64 leaves in 2 pods of 32; c2 = 1, 32 spines
 // per pod; spines 32 up, 2 pods -> c3 = 32 (2 * 32 <= 64 ports), 1 core per spine position.
 TEST(ClusterGraph, ThreeTiersWithTwoPods) {
@@ -229,11 +237,11 @@ TEST(GraphRoutes, LengthsLatenciesAndShortestPaths) {
     double latency_s;
   };
   const Case cases[] = {
-      {0, 7, 2, t.node.nvlink_latency_s},            // intra-node
-      {3, 8 * 31 + 5, 2, 2 * nic_s + hop_s},         // node 0 -> 31: same leaf
-      {3, 8 * 32 + 3, 4, 2 * nic_s + 3 * hop_s},     // SU 0 -> SU 1: via a spine
-      {3, 8 * 1023 + 1, 4, 2 * nic_s + 3 * hop_s},   // SU 31: last leaf of pod 0
-      {3, 8 * 1024, 6, 2 * nic_s + 5 * hop_s},       // pod 0 -> pod 1: via a core
+      {0, 7, 2, t.node.nvlink_latency_s},           // intra-node
+      {3, 8 * 31 + 5, 2, 2 * nic_s + hop_s},        // node 0 -> 31: same leaf
+      {3, 8 * 32 + 3, 4, 2 * nic_s + 3 * hop_s},    // SU 0 -> SU 1: via a spine
+      {3, 8 * 1023 + 1, 4, 2 * nic_s + 3 * hop_s},  // SU 31: last leaf of pod 0
+      {3, 8 * 1024, 6, 2 * nic_s + 5 * hop_s},      // pod 0 -> pod 1: via a core
       {16383, 0, 6, 2 * nic_s + 5 * hop_s},
   };
   for (const Case& c : cases) {
@@ -295,20 +303,20 @@ TEST(GraphBisection, FormulaMatchesBoostMaxFlow) {
     int64_t nodes;
   };
   const Case cases[] = {
-      {2, 8, 4, "1:1", 2, 8},   // 2 whole SUs
-      {2, 8, 4, "1:1", 2, 7},   // odd: node 6 takes no part
-      {2, 8, 4, "1:1", 2, 6},   // partial SU: nodes 0-2 vs 3-5 share leaf 0
-      {2, 8, 4, "1:1", 1, 1},   // one node
-      {2, 8, 4, "1:1", 2, 4},   // one SU: everything under one leaf
+      {2, 8, 4, "1:1", 2, 8},    // 2 whole SUs
+      {2, 8, 4, "1:1", 2, 7},    // odd: node 6 takes no part
+      {2, 8, 4, "1:1", 2, 6},    // partial SU: nodes 0-2 vs 3-5 share leaf 0
+      {2, 8, 4, "1:1", 1, 1},    // one node
+      {2, 8, 4, "1:1", 2, 4},    // one SU: everything under one leaf
       {2, 12, 4, "2:1", 2, 12},  // 3 SUs, 2 cables up per leaf
       {2, 12, 6, "3:1", 2, 18},  // U = 2, SU 1 split by the halves
       {2, 16, 5, "3:2", 2, 15},  // U = ceil(10/3) = 4
-      {3, 8, 4, "1:1", 2, 40},  // 10 SU per rail: 3 pods of up to 4 leaves
-      {3, 8, 4, "1:1", 2, 64},  // 4 pods of 4 leaves
-      {3, 8, 2, "1:1", 2, 18},  // 9 leaves: 3 pods of 3
-      {3, 8, 4, "2:1", 2, 64},  // oversubscribed leaves under a non-blocking core
+      {3, 8, 4, "1:1", 2, 40},   // 10 SU per rail: 3 pods of up to 4 leaves
+      {3, 8, 4, "1:1", 2, 64},   // 4 pods of 4 leaves
+      {3, 8, 2, "1:1", 2, 18},   // 9 leaves: 3 pods of 3
+      {3, 8, 4, "2:1", 2, 64},   // oversubscribed leaves under a non-blocking core
       {3, 12, 4, "1:1", 2, 42},  // 11 SU, pods of 6 and 5
-      {3, 8, 3, "2:1", 1, 50},  // partial last SU, pods uneven
+      {3, 8, 3, "2:1", 1, 50},   // partial last SU, pods uneven
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} tiers, radix {}, {} nodes/SU, {}, {} rails, {} nodes", c.tiers,
@@ -317,8 +325,7 @@ TEST(GraphBisection, FormulaMatchesBoostMaxFlow) {
     const ClusterGraph g = build_cluster_graph(t, c.nodes * c.rails);
     const double formula = bisection_bandwidth_Bps(g);
     EXPECT_DOUBLE_EQ(formula, max_flow_Bps(g));
-    const double half_injection =
-        static_cast<double>(c.nodes / 2 * c.rails) * t.nic.line_rate_Bps;
+    const double half_injection = static_cast<double>(c.nodes / 2 * c.rails) * t.nic.line_rate_Bps;
     EXPECT_LE(formula, half_injection);
   }
 }
@@ -379,9 +386,9 @@ TEST(GraphErrors, NicOnTheWrongLeafOrNone) {
   // Move node 5's NIC 1 from rail 1's leaf of SU 1 to rail 0's.
   boost::remove_edge(g.nic(5, 1), g.leaf(1, 1), graph);
   boost::add_edge(g.nic(5, 1), g.leaf(0, 1), GraphEdge{LinkTier::kNic, 50e9, 0, 0}, graph);
-  EXPECT_THAT(config_error_of([&] { validate_cluster_graph(g); }),
-              AllOf(HasSubstr("NIC 'node5-nic1' is cabled to 'rail0-leaf1'"),
-                    HasSubstr("'rail1-leaf1'")));
+  EXPECT_THAT(
+      config_error_of([&] { validate_cluster_graph(g); }),
+      AllOf(HasSubstr("NIC 'node5-nic1' is cabled to 'rail0-leaf1'"), HasSubstr("'rail1-leaf1'")));
   boost::remove_edge(g.nic(5, 1), g.leaf(0, 1), graph);
   EXPECT_THAT(config_error_of([&] { validate_cluster_graph(g); }),
               HasSubstr("NIC 'node5-nic1' is cabled to no leaf"));
@@ -408,8 +415,8 @@ TEST(ClusterGraph, SummaryForTheCli) {
                                  "(100% of their NICs' line rate)"),
                        HasSubstr("intra-node 2 hops (1 us)"), HasSubstr("same leaf 2 hops"),
                        HasSubstr("via spine (same pod) 4 hops"), HasSubstr("via core 6 hops")));
-  const std::string one_node = describe_cluster_graph(
-      build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 8));
+  const std::string one_node =
+      describe_cluster_graph(build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 8));
   EXPECT_THAT(one_node, AllOf(HasSubstr("bisection none: one node"),
                               HasSubstr("same leaf: none at this size"),
                               HasSubstr("via core: none at this size")));

@@ -1,0 +1,16 @@
+// Running a simulation in a child process. SimGrid allows one engine per process, so every
+// command that simulates more than one configuration (validate, sweep) forks one child per
+// simulation and reads its summary back through a pipe.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace traintwin {
+
+/// Runs `work` in a forked child and returns the string it produced. A child that throws has its
+/// message rethrown here as Error; a child that crashes or exits early gives an Error naming its
+/// exit status or signal.
+std::string run_isolated(const std::function<std::string()>& work);
+
+}  // namespace traintwin

@@ -1,0 +1,139 @@
+#include "sim/validation.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+
+#include "core/error.hpp"
+#include "core/flops.hpp"
+
+namespace traintwin {
+namespace {
+
+std::string where(const std::string& file, const YAML::Node& n) {
+  return file + ":" + std::to_string(n.Mark().line + 1);
+}
+
+void check_keys(const std::string& file, const YAML::Node& n, const std::string& what,
+                const std::set<std::string>& allowed) {
+  if (!n.IsMap()) throw ConfigError(where(file, n) + ": " + what + ": expected a mapping");
+  for (const auto& kv : n) {
+    const auto key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw ConfigError(where(file, kv.first) + ": " + what + "." + key + ": unknown key (allowed: " + list + ")");
+    }
+  }
+}
+
+/// Settings a source leaves implicit, as the Megatron-LM of that paper ran them.
+void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+                     const std::string& variant) {
+  if (source.rfind("narayanan2021", 0) == 0) {
+    // SC'21 Megatron: no sequence parallelism, no distributed optimizer, data-parallel
+    // all-reduce after the backward pass (not overlapped), unfused attention.
+    training["use_distributed_optimizer"] = false;
+    training["overlap_grad_reduce"] = false;
+  } else if (source.rfind("korthikanti2022", 0) == 0) {
+    // Tables 3/5 compare full recomputation without SP against SP + selective recomputation.
+    const bool sp = variant == "sequence_parallel_selective_recompute";
+    parallelism["sequence_parallel"] = sp;
+    training["recompute_granularity"] = sp ? "selective" : "full";
+    training["use_distributed_optimizer"] = false;
+  } else if (source.rfind("dgxc_h100", 0) == 0) {
+    // NVIDIA's NeMo/Megatron-Core recipe: distributed optimizer with overlapped grad reduce and
+    // param gather, Transformer Engine TP communication overlap and flash attention.
+    training["use_distributed_optimizer"] = true;
+    training["overlap_grad_reduce"] = true;
+    training["overlap_param_gather"] = true;
+    training["tp_comm_overlap"] = true;
+    training["attention_backend"] = "flash";
+  }
+}
+
+}  // namespace
+
+std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
+                                                  const std::filesystem::path& topologies_dir) {
+  const std::string file = calibration_file.string();
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ": " + e.what());
+  }
+  if (!root["cases"] || !root["cases"].IsSequence()) {
+    throw ConfigError(file + ": cases: missing or not a list");
+  }
+  std::vector<ValidationCase> out;
+  for (const YAML::Node& c : root["cases"]) {
+    check_keys(file, c, "cases[]", {"id", "source", "model", "parallelism", "training", "cluster", "measured"});
+    for (const char* key : {"id", "source", "model", "parallelism", "training", "cluster", "measured"}) {
+      if (!c[key]) throw ConfigError(where(file, c) + ": cases[]." + key + ": missing");
+    }
+    const auto id = c["id"].as<std::string>();
+    const auto source = c["source"].as<std::string>();
+    const YAML::Node cluster = c["cluster"];
+    check_keys(file, cluster, id + ".cluster", {"gpu", "num_gpus"});
+    const auto gpu = cluster["gpu"].as<std::string>();
+    std::string topology;
+    if (gpu.rfind("A100", 0) == 0) topology = "dgx-a100-superpod.yaml";
+    if (gpu.rfind("H100", 0) == 0) topology = "dgx-h100-superpod.yaml";
+    if (gpu.rfind("H200", 0) == 0) topology = "dgx-h200-superpod.yaml";
+    if (topology.empty()) {
+      throw ConfigError(where(file, cluster) + ": " + id + ".cluster.gpu: '" + gpu +
+                        "' has no topology (allowed: A100-*, H100-*, H200-*)");
+    }
+    // The measurements: one case per measured iteration time.
+    const YAML::Node measured = c["measured"];
+    check_keys(file, measured, id + ".measured", {"tflops_per_gpu", "iteration_time_s", "mfu_percent", "one_layer_ms"});
+    std::vector<std::pair<std::string, YAML::Node>> variants;  // (variant, value)
+    if (measured["iteration_time_s"]) {
+      const YAML::Node t = measured["iteration_time_s"];
+      if (t.IsMap()) {
+        for (const auto& kv : t) variants.emplace_back(kv.first.as<std::string>(), kv.second);
+      } else {
+        variants.emplace_back("", t);
+      }
+    } else if (measured["tflops_per_gpu"]) {
+      variants.emplace_back("", measured["tflops_per_gpu"]);
+    } else {
+      throw ConfigError(where(file, measured) + ": " + id +
+                        ".measured: needs iteration_time_s or tflops_per_gpu");
+    }
+    for (const auto& [variant, value] : variants) {
+      YAML::Node scenario;
+      scenario["name"] = id + (variant.empty() ? "" : "/" + variant);
+      scenario["model"] = YAML::Clone(c["model"]);
+      YAML::Node parallelism = YAML::Clone(c["parallelism"]);
+      YAML::Node training = YAML::Clone(c["training"]);
+      source_defaults(source, parallelism, training, variant);
+      scenario["parallelism"] = parallelism;
+      scenario["training"] = training;
+      scenario["cluster"]["topology"] = std::filesystem::absolute(topologies_dir / topology).string();
+      scenario["cluster"]["num_gpus"] = cluster["num_gpus"];
+      YAML::Emitter em;
+      em << scenario;
+      ValidationCase vc;
+      vc.id = scenario["name"].as<std::string>();
+      vc.source = source;
+      vc.gpu = gpu;
+      vc.scenario = parse_scenario(em.c_str(), file + " case " + vc.id, topologies_dir);
+      const double x = value.as<double>();
+      if (measured["iteration_time_s"]) {
+        vc.measured_iteration_time_s = x;
+        vc.measured_as = "iteration_time_s " + value.as<std::string>();
+      } else {
+        // Narayanan et al.: throughput per GPU = F / (T x GPUs), F of eq. 3.
+        const double f = narayanan_eq3_flops(vc.scenario.model, vc.scenario.training.global_batch_size);
+        vc.measured_iteration_time_s = f / (x * 1e12 * static_cast<double>(vc.scenario.cluster.num_gpus));
+        vc.measured_as = "tflops_per_gpu " + value.as<std::string>();
+      }
+      out.push_back(std::move(vc));
+    }
+  }
+  return out;
+}
+
+}  // namespace traintwin

@@ -1,0 +1,34 @@
+// Validation against published runs: ../shared/validation/calibration.yaml's cases turned into
+// scenarios, simulated, and compared with what the papers measured.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/scenario.hpp"
+
+namespace traintwin {
+
+/// One measured number of a published run, with the scenario that reproduces it.
+struct ValidationCase {
+  std::string id;        ///< case id, plus "/<variant>" where a case has several measurements
+  std::string source;    ///< e.g. "narayanan2021 Table 1"
+  std::string gpu;       ///< calibration.yaml cluster.gpu, e.g. "A100-SXM-80GB"
+  Scenario scenario;
+  /// What was measured, as an iteration time in seconds. Narayanan et al.'s TFLOP/s per GPU is
+  /// turned into a time with their eq. 3: T = F / (TFLOP/s x GPUs).
+  double measured_iteration_time_s = 0;
+  std::string measured_as;  ///< "tflops_per_gpu 148" / "iteration_time_s 8.309" ...
+};
+
+/// Reads calibration.yaml's `cases` and builds one ValidationCase per measurement: A100 cases on
+/// `topologies_dir`/dgx-a100-superpod.yaml, H100 on dgx-h100-superpod.yaml. Settings the
+/// sources leave implicit are those of the Megatron-LM of the paper (documented per source in
+/// validation.cpp). Unknown keys or GPUs, or a case without a measurement, are ConfigError
+/// naming the case and key.
+std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
+                                                  const std::filesystem::path& topologies_dir);
+
+}  // namespace traintwin

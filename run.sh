@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The main job: install, build, and report on the default scenario.
-# Until the simulator lands this prints the scenario's Program and memory summary.
+# The main job: install, build, and simulate one iteration of the default scenario (GPT-3 175B
+# on 1024 H100) in SimGrid; prints the summary and writes out/summary.json and
+# out/timeline.json (open it in https://ui.perfetto.dev).
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
 scenario=${1:-scenarios/gpt3-175b-h100-1024.yaml}
-mkdir -p out
-./build/traintwin summary "$scenario" | tee out/summary.txt
-echo "report written to out/summary.txt" >&2
+./build/traintwin simulate "$scenario" --out out

@@ -16,6 +16,9 @@ void register_memory_command(CLI::App& app);
 void register_simulate_command(CLI::App& app);
 /// `traintwin validate calibration.yaml`: predicted vs measured for published runs, and MAPE.
 void register_validate_command(CLI::App& app);
+/// `traintwin collective --topology FILE --num-gpus N --op OP --group tp|dp|all`: simulated
+/// nccl-tests table.
+void register_collective_command(CLI::App& app);
 /// `traintwin topology FILE --num-gpus N`: what a topology file describes.
 void register_topology_command(CLI::App& app);
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   traintwin::cli::register_simulate_command(app);
   traintwin::cli::register_validate_command(app);
+  traintwin::cli::register_collective_command(app);
   traintwin::cli::register_summary_command(app);
   traintwin::cli::register_program_command(app);
   traintwin::cli::register_memory_command(app);

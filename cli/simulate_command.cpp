@@ -108,7 +108,7 @@ void register_simulate_command(CLI::App& app) {
     } else if (!o->trace_ranks.empty()) {
       opts.trace_ranks = parse_rank_list(o->trace_ranks);
     }
-    const auto costs = make_roofline_cost_model();
+    const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
     const SimulationResult r = simulate(s, topo, *costs, opts);
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r).dump(2));

@@ -107,7 +107,7 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
       // it receives S/2 from each of 2 children and sends S/2 up, then the mirror in the
       // broadcast; as a leaf of the other tree S/2 up and S/2 down.
       return 2.0 * static_cast<double>(ceil_log2(std::max<int64_t>(span.nodes, 2))) * alpha +
-             2.0 * S / B;
+             2.0 * S / (B * (span.nodes > 1 ? eff.tree : 1.0));
     }
     case CollectiveAlgorithm::kRing: {
       double B = nvlink_Bps * eff.nvlink_ring;

@@ -38,6 +38,12 @@ struct FabricEfficiency {
   double nvlink_ring = 0.80;
   double nvls = 0.61;
   double ib = 0.94;
+  /// Bandwidth of NCCL's double binary tree relative to its ideal 2 S / B, used by the tuner's
+  /// closed form only: on the rail-optimized fat tree with D-mod-K routing the trees' edges share
+  /// leaf-spine links (simulated with `traintwin collective ... --group dp --algorithm tree`:
+  /// 14.3 ms for 128 MiB over 128 DGX H100 nodes against 5.7 ms ideal), so trees are chosen
+  /// only where latency dominates, as NCCL does at scale.
+  double tree = 0.4;
   /// Per-step software latency of one ring/tree step (NCCL Simple protocol, tuning.cc order of
   /// magnitude), added to the link latency.
   double step_overhead_s = 2e-6;

@@ -1,0 +1,83 @@
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "sim/collective_bench.hpp"
+#include "sim/isolated.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+CollectiveKind parse_op(const std::string& op) {
+  if (op == "all_reduce") return CollectiveKind::kAllReduce;
+  if (op == "all_gather") return CollectiveKind::kAllGather;
+  if (op == "reduce_scatter") return CollectiveKind::kReduceScatter;
+  if (op == "broadcast") return CollectiveKind::kBroadcast;
+  throw ConfigError("--op: '" + op + "' unknown (allowed: all_reduce, all_gather, reduce_scatter, broadcast)");
+}
+
+int64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  const double v = std::stod(text, &used);
+  const std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit == "K") mult = 1024.0;
+  else if (unit == "M") mult = 1024.0 * 1024;
+  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) throw ConfigError("size '" + text + "': unit must be K, M or G (as nccl-tests -b/-e)");
+  return static_cast<int64_t>(v * mult);
+}
+
+}  // namespace
+
+void register_collective_command(CLI::App& app) {
+  struct Options {
+    std::string topology;
+    int64_t num_gpus = 8;
+    std::string op = "all_reduce";
+    std::string group = "tp";
+    std::string min_bytes = "8", max_bytes = "8G";
+    std::string algorithm;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
+  cmd->add_option("--topology", o->topology, "Topology file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--num-gpus", o->num_gpus, "Cluster size")->capture_default_str();
+  cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast")->capture_default_str();
+  cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
+  cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest size (nccl-tests -b)")->capture_default_str();
+  cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
+  cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls")->check(CLI::IsMember({"ring", "tree", "nvls"}));
+  cmd->callback([o] {
+    const TopologySpec topo = load_topology(o->topology);
+    check_cluster_size(topo, o->num_gpus);
+    const CollectiveKind kind = parse_op(o->op);
+    const BenchGroup group = parse_bench_group(o->group);
+    const auto members = bench_group_members(group, topo, o->num_gpus);
+    fmt::print("# traintwin collective (simulated): {} over {} GPUs ({} group of {} x {})\n", o->op,
+               members.size(), o->group, o->num_gpus, topo.gpu.name);
+    fmt::print("#\n# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}  {}\n", "size", "count", "type", "redop",
+               "time", "algbw", "busbw", "algorithm");
+    fmt::print("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)");
+    for (int64_t bytes : nccl_tests_sizes(parse_size(o->min_bytes), parse_size(o->max_bytes))) {
+      const auto j = nlohmann::json::parse(run_isolated([&] {
+        SimulationOptions opts;
+        opts.collective_algorithm = o->algorithm;
+        const CollectiveRow r = simulate_collective(topo, o->num_gpus, kind, group, bytes, opts);
+        return nlohmann::json{{"time_us", r.time_us}, {"algbw", r.algbw_GBps}, {"busbw", r.busbw_GBps},
+                              {"algorithm", r.algorithm}}.dump();
+      }));
+      fmt::print("  {:>12} {:>12} {:>8} {:>6} {:>10.2f} {:>9.2f} {:>9.2f}  {}\n", bytes, bytes / 4, "float",
+                 kind == CollectiveKind::kAllGather || kind == CollectiveKind::kBroadcast ? "none" : "sum",
+                 j["time_us"].get<double>(), j["algbw"].get<double>(), j["busbw"].get<double>(),
+                 j["algorithm"].get<std::string>());
+      std::fflush(stdout);
+    }
+  });
+}
+
+}  // namespace traintwin::cli

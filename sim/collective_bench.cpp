@@ -1,0 +1,88 @@
+#include "sim/collective_bench.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "sim/collectives.hpp"
+
+namespace traintwin {
+namespace {
+
+/// A layout in which group kind kTp is one node's GPUs and kDp one GPU per node.
+RankLayout bench_layout(const TopologySpec& topo, int64_t num_gpus) {
+  const int64_t gpn = std::min(topo.node.gpus_per_node, num_gpus);
+  return RankLayout(gpn, 1, num_gpus / gpn, 1, "tp-cp-dp-pp");
+}
+
+GroupKind group_kind(BenchGroup g) {
+  switch (g) {
+    case BenchGroup::kTp: return GroupKind::kTp;
+    case BenchGroup::kDp: return GroupKind::kDp;
+    case BenchGroup::kAll: return GroupKind::kWorld;
+  }
+  return GroupKind::kWorld;
+}
+
+}  // namespace
+
+BenchGroup parse_bench_group(const std::string& text) {
+  if (text == "tp") return BenchGroup::kTp;
+  if (text == "dp") return BenchGroup::kDp;
+  if (text == "all") return BenchGroup::kAll;
+  throw ConfigError("--group: '" + text + "' unknown (allowed: tp, dp, all)");
+}
+
+std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus) {
+  return bench_layout(topo, num_gpus).group(group_kind(group), 0);
+}
+
+CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, CollectiveKind kind,
+                                  BenchGroup group, int64_t bytes, const SimulationOptions& opts) {
+  const RankLayout layout = bench_layout(topo, num_gpus);
+  const GroupKind g = group_kind(group);
+  Scenario s;
+  s.name = "collective";
+  s.cluster.num_gpus = num_gpus;
+  Program prog{s, layout, {}, {}};
+  const std::vector<int64_t> members = layout.group(g, 0);
+  for (int64_t r = 0; r < num_gpus; ++r) {
+    RankProgram rp;
+    rp.rank = r;
+    rp.coord = layout.coord(r);
+    if (std::find(members.begin(), members.end(), r) != members.end()) {
+      Op op;
+      op.kind = OpKind::kCollective;
+      op.stream = Stream::kDpComm;
+      op.collective = kind;
+      op.group = g;
+      op.bytes = bytes;
+      op.what = to_string(kind);
+      rp.ops.push_back(op);
+    }
+    prog.ranks.emplace(r, std::move(rp));
+  }
+  class NoCompute : public CostModel {
+   public:
+    KernelCost duration(const Kernel&, const GpuSpec&) const override { return {}; }
+  } costs;
+  SimulationOptions o = opts;
+  o.record_timeline = false;
+  const SimulationResult r = simulate_program(prog, topo, costs, o);
+  CollectiveRow row;
+  row.bytes = bytes;
+  row.count = bytes / 4;
+  row.time_us = r.iteration_time_s * 1e6;
+  const double n = static_cast<double>(members.size());
+  row.algbw_GBps = r.iteration_time_s > 0 ? static_cast<double>(bytes) / r.iteration_time_s / 1e9 : 0;
+  row.busbw_GBps = row.algbw_GBps * busbw_factor(kind, static_cast<int64_t>(n));
+  for (const auto& [name, calls] : r.collective_algorithms) row.algorithm += (row.algorithm.empty() ? "" : ",") + name;
+  return row;
+}
+
+std::vector<int64_t> nccl_tests_sizes(int64_t min_bytes, int64_t max_bytes) {
+  std::vector<int64_t> sizes;
+  for (int64_t b = min_bytes; b <= max_bytes; b *= 2) sizes.push_back(b);
+  return sizes;
+}
+
+}  // namespace traintwin

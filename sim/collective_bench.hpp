@@ -1,0 +1,41 @@
+// Simulated nccl-tests: one collective over a group of the cluster, timed by the replay engine,
+// reported with nccl-tests' columns so a real and a simulated table diff column by column.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "sim/replay.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin {
+
+/// Which ranks take part: "tp" = the GPUs of node 0; "dp" = GPU 0 of every node (one rail);
+/// "all" = every GPU.
+enum class BenchGroup { kTp, kDp, kAll };
+/// Parses "tp" | "dp" | "all" (ConfigError naming the allowed values otherwise).
+BenchGroup parse_bench_group(const std::string& text);
+
+/// One row of the table (nccl-tests: size = bytes, algbw = size / time, busbw = algbw x factor).
+struct CollectiveRow {
+  int64_t bytes = 0;
+  int64_t count = 0;       ///< float elements
+  double time_us = 0;
+  double algbw_GBps = 0;
+  double busbw_GBps = 0;
+  std::string algorithm;
+};
+
+/// The members of `group` on a cluster of `num_gpus` GPUs.
+std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus);
+
+/// Simulates one `kind` of `bytes` over `group` (creates this process's SimGrid engine).
+CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, CollectiveKind kind,
+                                  BenchGroup group, int64_t bytes, const SimulationOptions& opts = {});
+
+/// nccl-tests' default sizes: 8 B to 8 GiB, doubling (-b 8 -e 8G -f 2).
+std::vector<int64_t> nccl_tests_sizes(int64_t min_bytes = 8, int64_t max_bytes = int64_t{8} << 30);
+
+}  // namespace traintwin

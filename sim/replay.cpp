@@ -93,6 +93,7 @@ class Engine {
       on_flow_done(a);
     });
     for (int64_t r = 0; r < world_; ++r) {
+      if (!replayed(r)) continue;
       const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
       for (uint32_t op = 0; op < tp.ndeps.size(); ++op) {
         if (tp.ndeps[op] == 0) worklist_.push_back({r, op});
@@ -112,6 +113,16 @@ class Engine {
 
   void prepare() {
     world_ = prog_.layout.world_size();
+    const int64_t tp = prog_.layout.size(GroupKind::kTp);
+    if (opts_.aggregate_tp && tp > 1) {
+      const std::string& order = prog_.layout.order();
+      if (order.rfind("tp", 0) != 0 || tp != topo_.node.gpus_per_node) {
+        throw ConfigError("simulate: TP aggregation needs the TP group to fill one node (rank order "
+                          "starting with tp and TP = " + std::to_string(topo_.node.gpus_per_node) +
+                          " GPUs per node); got TP " + std::to_string(tp) + ", order " + order);
+      }
+      tp_stride_ = tp;
+    }
     // One template per RankProgram of the Program; ranks without one use their stage's.
     std::map<int64_t, uint32_t> by_stage;
     std::map<int64_t, uint32_t> by_rank;
@@ -139,6 +150,7 @@ class Engine {
     for (int64_t r = 0; r < world_; ++r) {
       RankState& st = ranks_[static_cast<size_t>(r)];
       st.coord = prog_.layout.coord(r);
+      if (!replayed(r)) continue;
       auto it = by_rank.find(r);
       if (it != by_rank.end()) {
         st.tmpl = it->second;
@@ -152,7 +164,7 @@ class Engine {
       const Template& tp = templates_[st.tmpl];
       st.t.assign(tp.ndeps.size(), 0.0);
       st.remaining = tp.ndeps;
-      if (traced[static_cast<size_t>(r)] && opts_.record_timeline) {
+      if (traced[static_cast<size_t>(r)] && opts_.record_timeline && replayed(r)) {
         st.start.assign(tp.ndeps.size(), 0.0);
         traced_.push_back(r);
       }
@@ -209,6 +221,18 @@ class Engine {
     return *c;
   }
 
+  /// Whether `rank` is replayed (all ranks, or TP rank 0 only with aggregate_tp).
+  bool replayed(int64_t rank) const { return tp_stride_ == 1 || rank % tp_stride_ == 0; }
+
+  /// Members of a group of kind `g` that are replayed: groups spanning the TP dimension count
+  /// only their TP rank 0 members under aggregation.
+  int64_t replayed_size(GroupKind g) const {
+    const int64_t n = prog_.layout.size(g);
+    if (tp_stride_ == 1) return n;
+    if (g == GroupKind::kTp || g == GroupKind::kModelParallel || g == GroupKind::kWorld) return n / tp_stride_;
+    return n;
+  }
+
   // ---- dataflow -------------------------------------------------------------------------------
 
   const Op& op_of(int64_t rank, uint32_t op) const {
@@ -260,8 +284,7 @@ class Engine {
     a.count += 1;
     a.max_t = std::max(a.max_t, t);
     a.members.emplace_back(rank, id);
-    const int64_t size = prog_.layout.size(op.group);
-    if (a.count < size) return;
+    if (a.count < replayed_size(op.group)) return;
     Arrivals done = std::move(a);
     arrivals_.erase(key);
     for (auto [r, o] : done.members) {
@@ -433,6 +456,7 @@ class Engine {
     std::ostringstream msg;
     int shown = 0;
     for (int64_t r = 0; r < world_ && shown < 10; ++r) {
+      if (!replayed(r)) continue;
       const RankState& st = ranks_[static_cast<size_t>(r)];
       for (uint32_t o = 0; o < st.remaining.size(); ++o) {
         if (st.remaining[o] == UINT16_MAX) continue;
@@ -460,6 +484,7 @@ class Engine {
     int64_t last_rank = 0;
     for (int64_t r = 0; r < world_; ++r) {
       const RankState& st = ranks_[static_cast<size_t>(r)];
+      if (!replayed(r)) continue;
       for (double t : st.t) {
         if (t > res.iteration_time_s) {
           res.iteration_time_s = t;
@@ -471,12 +496,13 @@ class Engine {
     for (int64_t pp = 0; pp < prog_.layout.size(GroupKind::kPp); ++pp) {
       res.per_stage.push_back(breakdown(prog_.layout.rank(RankCoord{0, 0, 0, pp}), res.iteration_time_s));
     }
-    // Compute seconds per cost source over all ranks.
-    for (const RankState& st : ranks_) {
-      for (const Op& op : templates_[st.tmpl].rp->ops) {
+    // Compute seconds per cost source over all ranks (a replayed rank stands for tp_stride_).
+    for (int64_t r = 0; r < world_; ++r) {
+      if (!replayed(r)) continue;
+      for (const Op& op : templates_[ranks_[static_cast<size_t>(r)].tmpl].rp->ops) {
         for (uint32_t k : op.kernels) {
           const KernelCost& c = kernel_cost(k);
-          res.compute_s_by_source[c.source] += c.seconds;
+          res.compute_s_by_source[c.source] += c.seconds * static_cast<double>(tp_stride_);
         }
       }
     }
@@ -501,6 +527,7 @@ class Engine {
     res.busiest_links = std::move(loads);
     res.ops = ops_;
     res.flows = flows_;
+    res.replayed_ranks = world_ / tp_stride_;
     res.events = ops_ + flows_ + timers_;
     res.collective_algorithms = algorithms_;
     if (opts_.record_timeline) res.timeline = timeline();
@@ -654,6 +681,7 @@ class Engine {
   Platform& platform_;
 
   int64_t world_ = 0;
+  int64_t tp_stride_ = 1;  // > 1: only ranks with tp == 0 are replayed
   std::vector<Template> templates_;
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;

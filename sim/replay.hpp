@@ -36,6 +36,12 @@ struct SimulationOptions {
   std::vector<int64_t> trace_ranks;
   bool trace_all_ranks = false;
   bool record_timeline = true;
+  /// Replay only TP rank 0 of every TP group. Exact when the TP group fills whole rails of one
+  /// node (rank order starting with tp, TP = GPUs per node): the TP ranks of a node then run the
+  /// same ops at the same times, their inter-node flows on separate rail planes that never
+  /// share a link, so one rail stands for all. TP collectives keep their full-group closed form.
+  /// Throws ConfigError when the layout does not allow it. Link loads are then those of rail 0.
+  bool aggregate_tp = false;
 };
 
 /// Where one rank's iteration time went (seconds). compute + exposed comm + bubble = iteration.
@@ -64,7 +70,8 @@ struct SimulationResult {
   std::vector<TimeBreakdown> per_stage;   ///< DP/TP rank 0 of each pipeline stage
   std::map<CostSource, double> compute_s_by_source;  ///< over all ranks
   std::vector<LinkLoad> busiest_links;    ///< top 10 by bytes
-  int64_t ops = 0;                        ///< ops executed over all ranks
+  int64_t ops = 0;                        ///< ops executed over all replayed ranks
+  int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
   int64_t flows = 0;                      ///< SimGrid transfers
   int64_t events = 0;                     ///< ops + flows + timers
   double sim_wall_s = 0;

@@ -98,6 +98,7 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
   j["per_stage"] = stages;
   j["collective_algorithms"] = r.collective_algorithms;
   if (include_wall_time) j["sim_wall_s"] = r.sim_wall_s;
+  j["replayed_ranks"] = r.replayed_ranks;
   j["events"] = r.events;
   j["ops"] = r.ops;
   j["flows"] = r.flows;

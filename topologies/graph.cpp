@@ -205,6 +205,8 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
   const int64_t k = p.radix;
   const int64_t s = p.leaves_per_rail;
   const int64_t u = p.leaf_uplinks;
+  // A three-tier fabric whose leaves all fit one pod is built without its (idle) core tier.
+  if (p.tiers == 3 && s <= k / 2) p.tiers = 2;
   if (p.tiers == 2) {
     if (s > k) {  // unreachable after check_cluster_size (at most k leaves for all rails)
       throw ConfigError(
@@ -213,8 +215,10 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
     }
     p.pods = 1;
     p.leaves_per_pod = s;
-    p.cables_leaf_spine = largest_divisor_at_most(u, k / s);
-    p.spines_per_pod = u / p.cables_leaf_spine;
+    // One cable per leaf-spine pair (u spines): the same capacity as bundles of parallel cables,
+    // and SimGrid's D-mod-K routing spreads flows over spines but not over parallel cables.
+    p.cables_leaf_spine = 1;
+    p.spines_per_pod = u;
   } else {
     const int64_t half = k / 2;
     p.pods = ceil_div(s, half);
@@ -224,9 +228,12 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
           fmt::format("topology '{}': {} pods per rail exceed the {} ports of a core switch",
                       t.name, p.pods, k));
     }
-    p.cables_leaf_spine = largest_divisor_at_most(u, half / p.leaves_per_pod);
-    p.spines_per_pod = u / p.cables_leaf_spine;
-    const int64_t spine_up = p.leaves_per_pod * p.cables_leaf_spine;
+    p.cables_leaf_spine = 1;  // as above: no parallel leaf-spine cables
+    p.spines_per_pod = u;
+    // Spine-core cables are bundled (a core of radix k serves k / pods cables of each spine
+    // position), else a two-pod fabric would need a core switch per cable. SimGrid's down-path
+    // choice among bundled cables can collide for cross-pod traffic (graph.hpp).
+    const int64_t spine_up = p.leaves_per_pod;
     p.cables_spine_core = largest_divisor_at_most(spine_up, k / p.pods);
     p.cores_per_spine = spine_up / p.cables_spine_core;
   }

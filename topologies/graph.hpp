@@ -34,21 +34,23 @@
 //    reference architecture (RA) lets the rails meet at the spines so that traffic can change
 //    rails in the fabric; traintwin never sends inter-node traffic off the sender's rail (NCCL
 //    places any rail change on NVLink, PXN), so for the traffic we model the planes carry what
-//    shared spines would: the same leaf up-capacity and a non-blocking layer above it. Switch
-//    totals match the RA's component table where cable counts divide (two tiers: 4 SU = 32
-//    leaves / 16 spines, 8 SU = 64 / 32); elsewhere planes need more switches (1 SU: 8 spines,
-//    one per plane, vs the RA's 4 shared ones; 16 SU on three tiers: 128 cores vs 64).
-//  * Two tiers: each rail has P spines; every leaf of the rail connects to every spine of the
-//    rail with c parallel cables, c = the largest divisor of U with leaves_per_rail * c <= radix
-//    (a spine's ports), P = U / c.
+//    shared spines would: the same leaf up-capacity and a non-blocking layer above it. Planes
+//    need more switches than the RA's shared spines (4 SU: 256 spines in 8 planes of 32 vs the
+//    RA's 16 with bundled cables).
+//  * No parallel leaf-spine cables: SimGrid's fat-tree routing spreads flows over spines by
+//    D-mod-K going up but picks among parallel cables by the source going down, which made a
+//    shift permutation between two SUs run at half speed on a 1:1 fabric (measured with
+//    tests/sim/simulation_test.cpp). So a leaf's U uplinks go to U spines, one cable each.
+//  * Two tiers: each rail has P = U spines; every leaf of the rail connects to every spine once.
+//    A three-tier file whose leaves fit one pod (leaves_per_rail <= radix/2) is built like this,
+//    without its idle core tier.
 //  * Three tiers: a rail's leaves form `pods` = ceil(leaves / (radix/2)) pods of
-//    a = ceil(leaves / pods) leaves (the last pod may hold fewer). A pod has P2 spines; every
-//    leaf of a pod connects to each of them with c2 cables (c2 = the largest divisor of U with
-//    a * c2 <= radix/2 spine ports down, P2 = U / c2). Spines are non-blocking: a spine has as
-//    many cables up as down (a * c2). Spine y of every pod connects to the same P3 cores (core
-//    y + P2 * z, z < P3) with c3 cables each (c3 = the largest divisor of a * c2 with
-//    pods * c3 <= radix, P3 = a * c2 / c3): P2 * P3 cores per rail. A cluster that fits in one
-//    pod still gets its core tier (the file says three tiers); no route crosses it.
+//    a = ceil(leaves / pods) leaves (the last pod may hold fewer). A pod has P2 = U spines; every
+//    leaf of a pod connects to each of them with one cable. Spines are non-blocking: a spine has
+//    as many cables up as down (a). Spine y of every pod connects to the same P3 cores (core
+//    y + P2 * z, z < P3) with c3 cables each (c3 = the largest divisor of a with
+//    pods * c3 <= radix, P3 = a / c3): P2 * P3 cores per rail. The bundled spine-core cables
+//    can still collide for cross-pod traffic (SimGrid's down-path choice, see above).
 //  This is an extended generalized fat tree XGFT(levels; down; up; cables), exactly the shape
 //  SimGrid's create_fatTree_zone builds (FabricPlan::xgft_*), padded to whole SUs and pods.
 //
@@ -57,7 +59,7 @@
 // node's NIC r to the receiver node's NIC r: NIC -> leaf [-> spine [-> core -> spine] -> leaf]
 // -> NIC, the nearest common ancestor first, like the SimGrid platform (whose endpoints are the
 // NICs: the GPU-NIC hop is not modelled). Upward choices are D-mod-K on the destination node
-// index, as SimGrid's fat tree; downward parallel cables are chosen by the source node index.
+// index, as SimGrid's fat tree; downward parallel (spine-core) cables by the source node index.
 #pragma once
 
 #include <boost/graph/adjacency_list.hpp>

@@ -84,9 +84,6 @@ void expect_close(double actual, double expected) {
       << "relative error " << (actual - expected) / expected;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // --- closed forms -------------------------------------------------------------------------------
 
@@ -213,20 +210,15 @@ TEST(Platform, ZonesWithoutGatewaysServeEveryTransferOfEndpoints) {
 
 // --- links and the graph ------------------------------------------------------------------------
 
-// 1024 H100 GPUs: per direction, 1024 NVLinks, 1024 NIC links, 8 rails x 128 leaf-spine and
-// 128 spine-core cables (graph_test.cpp), plus one loopback per node:
-// 4 x 2 x 1024 + 128 = 8320 links.
+// 1024 H100 GPUs: per direction, 1024 NVLinks, 1024 NIC links, 8 rails x 4 leaves x 32 spines
+// = 1024 leaf-spine cables (graph_test.cpp; one pod, so no core tier), plus one loopback per
+// node: 3 x 2 x 1024 + 128 = 6272 links.
 TEST(Platform, Builds1024GpusAndListsEveryLink) {
   const TopologySpec t = shipped("dgx-h100-superpod.yaml");
-  const auto t0 = std::chrono::steady_clock::now();
   const auto p = Platform::build(engine(), t, 1024);
-  const double build_s = seconds_since(t0);
-  std::printf("platform build, 1024 GPUs: %.4f s, %zu links, %zu hosts\n", build_s,
-              p->links().size(), engine().get_host_count());
-  EXPECT_LT(build_s, 1.0);  // ~0.02 s measured; generous for loaded CI machines
   EXPECT_EQ(p->num_gpus(), 1024);
   EXPECT_EQ(p->topology().name, "dgx-h100-superpod");
-  EXPECT_EQ(p->links().size(), 8320u);
+  EXPECT_EQ(p->links().size(), 6272u);
   EXPECT_EQ(engine().get_host_count(), 2048u);  // GPU hosts + NIC hosts, no padding
   std::map<std::string, int64_t> per_tier;
   for (const PlatformLink& l : p->links()) {
@@ -234,11 +226,11 @@ TEST(Platform, Builds1024GpusAndListsEveryLink) {
     ASSERT_NE(l.link, nullptr) << l.name;
     EXPECT_DOUBLE_EQ(l.link->get_bandwidth(), l.bandwidth_Bps) << l.name;
   }
+  // One pod per rail: two tiers, no spine-core links.
   EXPECT_EQ(per_tier, (std::map<std::string, int64_t>{{"leaf-spine", 2048},
                                                       {"loopback", 128},
                                                       {"nic", 2048},
-                                                      {"nvlink", 2048},
-                                                      {"spine-core", 2048}}));
+                                                      {"nvlink", 2048}}));
   const auto find = [&](const std::string& name) {
     for (const PlatformLink& l : p->links()) {
       if (l.name == name) return l;
@@ -255,11 +247,11 @@ TEST(Platform, Builds1024GpusAndListsEveryLink) {
   EXPECT_EQ(nic.to, "node3-nic2");
   EXPECT_DOUBLE_EQ(nic.bandwidth_Bps, t.nic.line_rate_Bps);
   EXPECT_DOUBLE_EQ(nic.link->get_latency(), t.nic.latency_s + t.fabric.hop_latency_s / 2);
-  const PlatformLink up = find("rail2-leaf1-spine3-c7-up");
+  const PlatformLink up = find("rail2-leaf1-spine27-c0-up");
+  ASSERT_NE(up.link, nullptr);
   EXPECT_EQ(up.from, "rail2-leaf1");
-  EXPECT_EQ(up.to, "rail2-spine3");
+  EXPECT_EQ(up.to, "rail2-spine27");
   EXPECT_DOUBLE_EQ(up.link->get_latency(), t.fabric.hop_latency_s);
-  EXPECT_EQ(find("rail7-spine3-core3-c31-down").tier, "spine-core");
 }
 
 /// Both directions of every cable of the graph (except the unmodelled GPU-NIC PCIe hop), as
@@ -330,14 +322,10 @@ TEST(Platform, FatTreesMatchTheGraphLinkForLinkAndRouteForRoute) {
 // --- scale, errors ------------------------------------------------------------------------------
 
 // 16,384 H100 GPUs: 2048 nodes, 8 rails of 64 leaves, 64 spines, 32 cores.
-TEST(Platform, Builds16384GpusInAFewSeconds) {
+// (Its build time is a benchmark figure: bench/sim_speed.sh.)
+TEST(Platform, Builds16384Gpus) {
   const TopologySpec t = shipped("dgx-h100-superpod.yaml");
-  const auto t0 = std::chrono::steady_clock::now();
   const auto p = Platform::build(engine(), t, 16384);
-  const double build_s = seconds_since(t0);
-  std::printf("platform build, 16384 GPUs: %.3f s, %zu links, %zu hosts\n", build_s,
-              p->links().size(), engine().get_host_count());
-  EXPECT_LT(build_s, 5.0);  // ~0.8 s measured
   EXPECT_EQ(p->links().size(), 4u * 2 * 16384 + 2048);
   EXPECT_EQ(engine().get_host_count(), 2u * 16384);
   sg4::CommPtr c = transfer(*p, 8 * 5 + 2, 8 * 1500 + 7);  // pod 0 -> pod 1, rail 2

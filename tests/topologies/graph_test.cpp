@@ -107,18 +107,17 @@ struct Expected {
   int64_t leaves, spines, cores, leaf_spine, spine_core;
 };
 
-// 1024 GPUs = 128 DGX nodes, 8 rails, three tiers (graph.hpp wiring rules):
-//  H100/H200: radix 64, 32 nodes/SU -> 4 leaves per rail in one pod; U = 32 cables up;
-//    c2 = largest divisor of 32 with 4 c2 <= 32 -> 8, P2 = 4 spines; spines 32 up -> one core
-//    each with 32 cables (1 pod, c3 <= 64). Per rail 4/4/4; cables 4*4*8 = 128 and 4*32 = 128.
-//  A100: radix 40, 20 nodes/SU -> 7 leaves per rail (the 7th holds 8 nodes); U = 20;
-//    c2 = largest divisor of 20 with 7 c2 <= 20 -> 2, P2 = 10; spines 14 up -> 1 core each
-//    with 14 cables. Per rail 7/10/10; cables 7*10*2 = 140 and 10*14 = 140.
+// 1024 GPUs = 128 DGX nodes, 8 rails (graph.hpp wiring rules): the leaves of a rail fit one pod,
+// so the three-tier files build two tiers, one cable from every leaf to each spine.
+//  H100/H200: radix 64, 32 nodes/SU -> 4 leaves per rail; U = 32 cables up -> 32 spines per
+//    rail; leaf-spine cables 4 * 32 = 128 per rail, 1024 in all; no core.
+//  A100: radix 40, 20 nodes/SU -> 7 leaves per rail (the 7th holds 8 nodes); U = 20 -> 20
+//    spines per rail; 7 * 20 = 140 cables per rail, 1120 in all.
 TEST(ClusterGraph, CountsFor1024GpusOfEveryShippedTopology) {
   const Expected cases[] = {
-      {"dgx-h100-superpod.yaml", 32, 32, 32, 1024, 1024},
-      {"dgx-h200-superpod.yaml", 32, 32, 32, 1024, 1024},
-      {"dgx-a100-superpod.yaml", 56, 80, 80, 1120, 1120},
+      {"dgx-h100-superpod.yaml", 32, 256, 0, 1024, 0},
+      {"dgx-h200-superpod.yaml", 32, 256, 0, 1024, 0},
+      {"dgx-a100-superpod.yaml", 56, 160, 0, 1120, 0},
   };
   for (const Expected& x : cases) {
     SCOPED_TRACE(x.file);
@@ -147,15 +146,16 @@ TEST(ClusterGraph, CountsFor1024GpusOfEveryShippedTopology) {
     EXPECT_DOUBLE_EQ(tier(LinkTier::kNic).bandwidth_Bps, 1024 * t.nic.line_rate_Bps);
     EXPECT_DOUBLE_EQ(tier(LinkTier::kLeafSpine).bandwidth_Bps,
                      static_cast<double>(x.leaf_spine) * t.fabric.link_rate_Bps);
-    EXPECT_DOUBLE_EQ(tier(LinkTier::kSpineCore).link_bandwidth_Bps, t.fabric.link_rate_Bps);
+    EXPECT_DOUBLE_EQ(tier(LinkTier::kSpineCore).bandwidth_Bps, 0.0);
   }
 }
 
-// The two-tier build of NVIDIA's DGX H100 RA component table: 4 SU = 32 leaves / 16 spines,
-// 8 SU = 64 leaves / 32 spines (radix 64, 32 nodes per SU, 8 rails).
-TEST(ClusterGraph, TwoTierSwitchCountsMatchTheReferenceArchitecture) {
+// Two tiers, radix 64, 32 nodes per SU, 8 rails: the leaves of NVIDIA's DGX H100 RA component
+// table (4 SU = 32, 8 SU = 64); spines per rail plane = the 32 uplinks of a leaf, one cable each
+// (the RA bundles 2 cables per leaf-spine pair onto 16 / 32 shared spines: same capacity).
+TEST(ClusterGraph, TwoTierSwitchCountsPerRailPlane) {
   const TopologySpec t = small(2, 64, 32, "1:1", 8);
-  for (const auto& [sus, leaves, spines] : {std::tuple{4, 32, 16}, std::tuple{8, 64, 32}}) {
+  for (const auto& [sus, leaves, spines] : {std::tuple{4, 32, 256}, std::tuple{8, 64, 256}}) {
     const ClusterGraph g = build_cluster_graph(t, sus * 32 * 8);
     const GraphCounts c = count_graph(g);
     EXPECT_EQ(c.leaves, leaves);
@@ -166,17 +166,18 @@ TEST(ClusterGraph, TwoTierSwitchCountsMatchTheReferenceArchitecture) {
   }
 }
 
-// 16 SU of H100 (4096 GPUs), the RA's smallest three-tier build: 128 leaves and 128 spines as the
-// RA; 128 cores where the RA's shared spines need 64 (one pod: c2 = 2, P2 = 16, 32 cables up).
-TEST(ClusterGraph, SixteenScalableUnitsOnThreeTiers) {
+// 16 SU of H100 (4096 GPUs): 16 leaves per rail fit one pod (<= 32), so no core tier: 128
+// leaves, 32 spines per rail = 256.
+TEST(ClusterGraph, SixteenScalableUnitsFitOnePod) {
   const GraphCounts c = count_graph(build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 4096));
   EXPECT_EQ(c.leaves, 128);
-  EXPECT_EQ(c.spines, 128);
-  EXPECT_EQ(c.cores, 128);
+  EXPECT_EQ(c.spines, 256);
+  EXPECT_EQ(c.cores, 0);
 }
 
-// 16,384 H100 GPUs = 2048 nodes = 64 SU: per rail 64 leaves in 2 pods of 32; c2 = 1, 32 spines
-// per pod; spines 32 up, 2 pods -> c3 = 32 (2 * 32 <= 64 ports), 1 core per spine position.
+// 16,384 H100 GPUs = 2048 nodes = 64 SU: per rail 64 leaves in 2 pods of 32; one cable per
+// leaf-spine pair, 32 spines per pod; spines 32 up, 2 pods -> c3 = 32 (2 * 32 <= 64 ports),
+// 1 core per spine position.
 TEST(ClusterGraph, ThreeTiersWithTwoPods) {
   const ClusterGraph g = build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 16384);
   const FabricPlan& p = g.plan();
@@ -419,7 +420,7 @@ TEST(ClusterGraph, SummaryForTheCli) {
       describe_cluster_graph(build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 8));
   EXPECT_THAT(one_node, AllOf(HasSubstr("bisection none: one node"),
                               HasSubstr("same leaf: none at this size"),
-                              HasSubstr("via core: none at this size")));
+                              HasSubstr("via spine: none at this size")));
 }
 
 }  // namespace

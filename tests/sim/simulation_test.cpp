@@ -1,0 +1,136 @@
+// Whole simulations, several per test: each runs in a child process (run_isolated), since
+// SimGrid allows one engine per process.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/collective_bench.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/isolated.hpp"
+#include "sim/replay.hpp"
+#include "sim/summary.hpp"
+
+namespace traintwin {
+namespace {
+
+TopologySpec h100() {
+  return load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
+}
+
+/// GPT 2.6B-class on 32 H100 (4 nodes): TP 8, PP 2, DP 2, SP, distributed optimizer.
+Scenario small_cluster() {
+  Scenario s;
+  s.name = "small";
+  s.model = ModelSpec{"gpt", 8, 2048, 16, 8192, 2048, 51200};
+  s.parallel.tensor_model_parallel_size = 8;
+  s.parallel.pipeline_model_parallel_size = 2;
+  s.parallel.data_parallel_size = 2;
+  s.parallel.sequence_parallel = true;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 16;
+  s.training.use_distributed_optimizer = true;
+  s.training.overlap_grad_reduce = true;
+  s.cluster.num_gpus = 32;
+  return s;
+}
+
+std::string simulate_json(const Scenario& s, const SimulationOptions& opts) {
+  return run_isolated([&] {
+    const TopologySpec t = h100();
+    const auto costs = make_roofline_cost_model(default_roofline_efficiency(t.gpu));
+    return summary_json(s, t, simulate(s, t, *costs, opts), /*include_wall_time=*/false).dump(2);
+  });
+}
+
+// Two runs of the same scenario give byte-identical summary.json.
+TEST(Simulation, IsDeterministic) {
+  SimulationOptions opts;
+  opts.record_timeline = false;
+  const std::string a = simulate_json(small_cluster(), opts);
+  const std::string b = simulate_json(small_cluster(), opts);
+  EXPECT_EQ(a, b);
+  const auto j = nlohmann::json::parse(a);
+  for (const char* key : {"iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                          "mfu", "hfu", "pipeline_bubble_fraction", "exposed_comm_s", "compute_s",
+                          "peak_memory_bytes", "fits_in_memory", "cost_sources", "busiest_links", "events"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["cost_sources"]["roofline"].get<double>(), 1.0);
+}
+
+// Replaying TP rank 0 of each TP group only (rail symmetry) changes the iteration time by < 1 %
+// against the fully expanded replay (here: not at all).
+TEST(Simulation, TpAggregationMatchesTheFullReplay) {
+  SimulationOptions full;
+  full.record_timeline = false;
+  SimulationOptions agg = full;
+  agg.aggregate_tp = true;
+  const auto a = nlohmann::json::parse(simulate_json(small_cluster(), full));
+  const auto b = nlohmann::json::parse(simulate_json(small_cluster(), agg));
+  EXPECT_EQ(a["replayed_ranks"].get<int64_t>(), 32);
+  EXPECT_EQ(b["replayed_ranks"].get<int64_t>(), 4);
+  const double ta = a["iteration_time_s"].get<double>(), tb = b["iteration_time_s"].get<double>();
+  EXPECT_NEAR(tb / ta, 1.0, 0.01);
+}
+
+// The simulated nccl-tests: NVLS all-reduce inside a DGX H100 reaches the calibration busbw
+// (480.16 GB/s at 8 GiB), the ring over 128 nodes ~ 46-48 GB/s per NIC at 1 GiB.
+TEST(Simulation, CollectiveBenchReproducesNcclTestsFigures) {
+  auto busbw = [](int64_t gpus, BenchGroup g, int64_t bytes) {
+    return std::stod(run_isolated([&] {
+      return std::to_string(simulate_collective(h100(), gpus, CollectiveKind::kAllReduce, g, bytes).busbw_GBps);
+    }));
+  };
+  EXPECT_NEAR(busbw(8, BenchGroup::kTp, int64_t{8} << 30), 480.16, 480.16 * 0.02);
+  const double dp = busbw(1024, BenchGroup::kDp, int64_t{1} << 30);
+  EXPECT_GT(dp, 45.0);
+  EXPECT_LT(dp, 48.0);
+}
+
+// Cross-node traffic crossing the spine slows 2x with a 2:1 oversubscribed leaf: 512 GPUs, DP
+// pairs between scalable unit 0 and 1 (node n with node n + 32), all 32 nodes of an SU sending
+// up through their leaf at once; intra-SU pairs do not slow.
+TEST(Simulation, OversubscriptionSlowsTrafficAcrossTheSpine) {
+  auto time = [](int64_t oversub, const std::string& order) {
+    return std::stod(run_isolated([&] {
+      TopologySpec t = h100();
+      t.fabric.oversubscription_down = oversub;
+      t.fabric.oversubscription_up = 1;
+      const RankLayout layout(8, 1, 2, 32, order);
+      Scenario s;
+      s.cluster.num_gpus = 512;
+      Program prog{s, layout, {}, {}};
+      for (int64_t r = 0; r < 512; ++r) {
+        RankProgram rp;
+        rp.rank = r;
+        rp.coord = layout.coord(r);
+        Op op;
+        op.kind = OpKind::kCollective;
+        op.group = GroupKind::kDp;
+        op.bytes = 256 << 20;
+        op.what = "all_reduce";
+        rp.ops.push_back(op);
+        prog.ranks.emplace(r, std::move(rp));
+      }
+      class Free : public CostModel {
+       public:
+        KernelCost duration(const Kernel&, const GpuSpec&) const override { return {}; }
+      } costs;
+      SimulationOptions opts;
+      opts.collective_algorithm = "ring";
+      opts.record_timeline = false;
+      return std::to_string(simulate_program(prog, t, costs, opts).iteration_time_s);
+    }));
+  };
+  // tp-pp-dp: DP peers 256 ranks = 32 nodes apart (across the spine); tp-dp-pp: adjacent nodes.
+  const double across_1 = time(1, "tp-pp-dp"), across_2 = time(2, "tp-pp-dp");
+  const double within_1 = time(1, "tp-dp-pp"), within_2 = time(2, "tp-dp-pp");
+  std::printf("across %g %g within %g %g\n", across_1, across_2, within_1, within_2);
+  EXPECT_NEAR(across_2 / across_1, 2.0, 0.05);
+  EXPECT_NEAR(within_2 / within_1, 1.0, 0.01);
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
@@ -24,6 +25,8 @@ struct SimulateOptions {
   std::string trace_ranks;
   std::string collective_algorithm;
   bool aggregate_tp = false;
+  std::string cost_db;
+  std::string cost_db_topology;
 };
 
 std::vector<int64_t> parse_rank_list(const std::string& text) {
@@ -96,6 +99,12 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--out", o->out_dir, "Write summary.json and timeline.json (Perfetto) into DIR");
   cmd->add_option("--trace-ranks", o->trace_ranks,
                   "Ranks in timeline.json: all, or a list 0,8,16 (default: the TP group of DP rank 0 of every stage)");
+  cmd->add_option("--cost-db", o->cost_db,
+                  "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--cost-db-topology", o->cost_db_topology,
+                  "Topology whose GPU the database was measured on (default: the scenario's)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--aggregate-tp", o->aggregate_tp,
                 "Replay TP rank 0 of each TP group only (exact when TP fills a node; 8x faster)");
   cmd->add_option("--collective-algorithm", o->collective_algorithm, "Force an NCCL algorithm for every collective")
@@ -113,7 +122,10 @@ void register_simulate_command(CLI::App& app) {
     } else if (!o->trace_ranks.empty()) {
       opts.trace_ranks = parse_rank_list(o->trace_ranks);
     }
-    const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+    std::optional<TopologySpec> db_topo;
+    if (!o->cost_db_topology.empty()) db_topo = load_topology(o->cost_db_topology);
+    const auto db_dir = std::filesystem::absolute(s.cluster.topology).parent_path().parent_path() / "traces" / "db";
+    const auto costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db, db_topo ? &db_topo->gpu : nullptr);
     const SimulationResult r = simulate(s, topo, *costs, opts);
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r).dump(2));

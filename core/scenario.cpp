@@ -110,7 +110,9 @@ constexpr std::array<std::string_view, 9> kTrainingKeys = {"micro_batch_size",
                                                            "overlap_grad_reduce",
                                                            "overlap_param_gather",
                                                            "tp_comm_overlap"};
-constexpr std::array<std::string_view, 2> kClusterKeys = {"topology", "num_gpus"};
+constexpr std::array<std::string_view, 3> kClusterKeys = {"topology", "num_gpus",
+                                                          "collective_algorithm"};
+constexpr std::array<std::string_view, 4> kCollectiveAlgorithms = {"auto", "ring", "tree", "nvls"};
 
 // The two spellings of the virtual pipeline size; at most one may be given per source.
 constexpr std::string_view kVirtualSize = "virtual_pipeline_model_parallel_size";
@@ -603,6 +605,8 @@ class Reader {
       c.topology = topology;
     }
     c.num_gpus = get_int("cluster", "num_gpus").value();
+    const auto algo = get_enum_index("cluster", "collective_algorithm", kCollectiveAlgorithms).value_or(0);
+    c.collective_algorithm = algo == 0 ? "" : std::string(kCollectiveAlgorithms[algo]);
 
     // v: given directly, or as layers per virtual stage (Megatron-LM:
     // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage).

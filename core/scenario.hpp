@@ -83,6 +83,9 @@ struct TrainingConfig {
 struct ClusterConfig {
   std::filesystem::path topology;  ///< resolved against the scenario file's folder
   int64_t num_gpus = 0;
+  /// NCCL algorithm forced for every collective ("ring" | "tree" | "nvls"); "" = chosen per call
+  /// like NCCL's tuner (the file's `auto`, the default).
+  std::string collective_algorithm;
 };
 
 /// One complete, validated scenario.

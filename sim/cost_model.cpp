@@ -249,4 +249,19 @@ std::unique_ptr<CostModel> make_database_cost_model(std::shared_ptr<const CostDa
                                              options);
 }
 
+std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
+                                                      const std::filesystem::path& db_dir,
+                                                      const std::filesystem::path& db_file,
+                                                      const GpuSpec* db_gpu) {
+  auto roofline = make_roofline_cost_model(default_roofline_efficiency(target));
+  std::filesystem::path file = db_file;
+  if (file.empty() && !db_dir.empty()) {
+    const std::filesystem::path candidate = db_dir / (target.name + ".json");
+    if (std::filesystem::exists(candidate)) file = candidate;
+  }
+  if (file.empty()) return roofline;
+  auto db = std::make_shared<const CostDatabase>(CostDatabase::load(file));
+  return make_database_cost_model(std::move(db), db_gpu ? *db_gpu : target, std::move(roofline));
+}
+
 }  // namespace traintwin

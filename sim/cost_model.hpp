@@ -14,6 +14,7 @@
 //    roofline fallback; see make_database_cost_model() for the rules.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -124,5 +125,14 @@ std::unique_ptr<CostModel> make_database_cost_model(std::shared_ptr<const CostDa
                                                     const GpuSpec& db_device,
                                                     std::unique_ptr<CostModel> fallback,
                                                     const DatabaseCostOptions& options = {});
+
+/// The cost model the simulator uses for `target`: the measured database `db_file` when given
+/// (measured on `db_gpu`, the target's GPU when not given), else traces/db/<gpu name>.json in
+/// `db_dir` when that file exists, each with the calibrated roofline as fallback; else the
+/// calibrated roofline alone. Throws CostDatabaseError for a malformed database.
+std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
+                                                      const std::filesystem::path& db_dir,
+                                                      const std::filesystem::path& db_file = {},
+                                                      const GpuSpec* db_gpu = nullptr);
 
 }  // namespace traintwin

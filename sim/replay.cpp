@@ -726,7 +726,9 @@ SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const Cos
   std::vector<int64_t> reps;
   for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
   const Program prog = build_program(s, reps);
-  return simulate_program(prog, topo, costs, opts);
+  SimulationOptions o = opts;
+  if (o.collective_algorithm.empty()) o.collective_algorithm = s.cluster.collective_algorithm;
+  return simulate_program(prog, topo, costs, o);
 }
 
 }  // namespace traintwin

@@ -30,7 +30,8 @@ namespace traintwin {
 struct SimulationOptions {
   FabricEfficiency fabric;
   PlatformScaling scaling;
-  /// Force one NCCL algorithm for every collective ("" = choose per call like NCCL's tuner).
+  /// Force one NCCL algorithm for every collective ("" = the scenario's
+  /// cluster.collective_algorithm, whose default chooses per call like NCCL's tuner).
   std::string collective_algorithm;
   /// Ranks whose ops go to the timeline; empty = the TP group of DP rank 0 in every stage.
   std::vector<int64_t> trace_ranks;

@@ -356,6 +356,7 @@ TEST(ScenarioDefaults, OptionalKeysTakeMegatronDefaults) {
   EXPECT_EQ(s.parallel.rank_order, "tp-cp-dp-pp");
   EXPECT_EQ(s.training.recompute_granularity, RecomputeGranularity::kNone);
   EXPECT_EQ(s.training.attention_backend, AttentionBackend::kUnfused);
+  EXPECT_EQ(s.cluster.collective_algorithm, "");
   EXPECT_FALSE(s.training.use_distributed_optimizer);
   EXPECT_FALSE(s.training.overlap_grad_reduce);
   EXPECT_FALSE(s.training.overlap_param_gather);
@@ -378,6 +379,7 @@ TEST(ScenarioDefaults, ExplicitValuesAreRead) {
       .set("training", "precision", "fp32")
       .set("training", "recompute_granularity", "selective")
       .set("training", "attention_backend", "flash")
+      .set("cluster", "collective_algorithm", "ring")
       .set("training", "use_distributed_optimizer", "True")
       .set("training", "overlap_grad_reduce", "TRUE")
       .set("training", "overlap_param_gather", "true")
@@ -390,6 +392,7 @@ TEST(ScenarioDefaults, ExplicitValuesAreRead) {
   EXPECT_EQ(s.training.precision, Precision::kFp32);
   EXPECT_EQ(s.training.recompute_granularity, RecomputeGranularity::kSelective);
   EXPECT_EQ(s.training.attention_backend, AttentionBackend::kFlash);
+  EXPECT_EQ(s.cluster.collective_algorithm, "ring");
   EXPECT_TRUE(s.training.use_distributed_optimizer);
   EXPECT_TRUE(s.training.overlap_grad_reduce);
   EXPECT_TRUE(s.training.overlap_param_gather);
@@ -639,6 +642,7 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
       {"training", "precision", "BF16", "(allowed: fp32, fp16, bf16)"},
       {"training", "recompute_granularity", "partial", "(allowed: none, selective, full)"},
       {"training", "attention_backend", "fused", "(allowed: unfused, flash)"},
+      {"cluster", "collective_algorithm", "collnet", "(allowed: auto, ring, tree, nvls)"},
       {"parallelism", "pipeline_schedule", "interleaved", "(allowed: gpipe, 1f1b)"},
   };
   for (const Case& c : cases) {

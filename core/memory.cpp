@@ -3,18 +3,13 @@
 
 #include <string>
 
+#include "core/checks.hpp"
 #include "core/error.hpp"
 #include "core/params.hpp"
 #include "core/schedule.hpp"
 
 namespace traintwin {
 namespace {
-
-void require_at_least_one(int64_t value, const char* name) {
-  if (value < 1) {
-    throw InvalidArgument(std::string(name) + " must be >= 1, got " + std::to_string(value));
-  }
-}
 
 /// Bytes of one element of the "16-bit" activation terms of Korthikanti et al.: 2 for fp16 and
 /// bf16, 4 for fp32.

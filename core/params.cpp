@@ -3,25 +3,11 @@
 
 #include <string>
 
+#include "core/checks.hpp"
 #include "core/error.hpp"
 
 namespace traintwin {
 namespace {
-
-void require_at_least_one(int64_t value, const char* name) {
-  if (value < 1) {
-    throw InvalidArgument(std::string(name) + " must be >= 1, got " + std::to_string(value));
-  }
-}
-
-void require_valid_model(const ModelSpec& m) {
-  require_at_least_one(m.num_layers, "num_layers");
-  require_at_least_one(m.hidden_size, "hidden_size");
-  require_at_least_one(m.num_attention_heads, "num_attention_heads");
-  require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
-  require_at_least_one(m.seq_length, "seq_length");
-  require_at_least_one(m.vocab_size, "vocab_size");
-}
 
 void require_divisible(int64_t value, const char* value_name, int64_t divisor,
                        const char* divisor_name) {

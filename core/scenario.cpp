@@ -26,6 +26,7 @@
 
 #include "core/error.hpp"
 #include "core/rank_layout.hpp"
+#include "core/text.hpp"
 
 namespace traintwin {
 
@@ -153,38 +154,13 @@ bool contains(const Range& items, std::string_view value) {
   return std::find(std::begin(items), std::end(items), value) != std::end(items);
 }
 
-/// Levenshtein distance, for "did you mean" hints on misspelt keys.
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 /// "unknown key; did you mean X? (allowed: ...)".
 template <typename Range>
 std::string unknown_key_problem(std::string_view key, const Range& allowed) {
-  std::string_view best;
-  size_t best_distance = std::numeric_limits<size_t>::max();
-  for (std::string_view candidate : allowed) {
-    const size_t d = edit_distance(key, candidate);
-    if (d < best_distance) {
-      best_distance = d;
-      best = candidate;
-    }
-  }
+  const std::string_view best =
+      closest_match(key, std::vector<std::string_view>(std::begin(allowed), std::end(allowed)));
   std::string hint;
-  if (!best.empty() && best_distance <= std::max<size_t>(2, best.size() / 4)) {
-    hint = fmt::format("; did you mean {}?", best);
-  }
+  if (!best.empty()) hint = fmt::format("; did you mean {}?", best);
   return fmt::format("unknown key{} (allowed: {})", hint, join(allowed));
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "core/units.hpp"
 
 namespace traintwin {
@@ -33,22 +34,6 @@ int line_of(const YAML::Node& n) {
 /// "<origin>:<line>" (or "<origin>" without a line).
 std::string place(const std::string& origin, int line) {
   return line > 0 ? fmt::format("{}:{}", origin, line) : origin;
-}
-
-/// Edit distance, for "did you mean" hints on misspelt keys.
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 /// One key of a mapping: its name and whether the file must give it.
@@ -71,7 +56,7 @@ class Mapping {
                                     path_.empty() ? "(top level)" : path_, key_list()));
     }
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
+      const YAML::Node key = it->first;  // a copy: it-> points into a temporary
       const int key_line = line_of(key);
       if (!key.IsScalar()) {
         throw ConfigError(fmt::format("{}: {}: keys must be plain names (allowed: {})",
@@ -199,16 +184,10 @@ class Mapping {
   }
 
   std::string suggestion(const std::string& name) const {
-    const KeyRule* best = nullptr;
-    size_t best_distance = 3;  // suggest only close misspellings
-    for (const KeyRule& r : keys_) {
-      const size_t d = edit_distance(name, r.name);
-      if (d < best_distance) {
-        best_distance = d;
-        best = &r;
-      }
-    }
-    return best ? fmt::format(", did you mean '{}'?", best->name) : std::string();
+    std::vector<std::string_view> names;
+    for (const KeyRule& r : keys_) names.push_back(r.name);
+    const std::string_view best = closest_match(name, names);
+    return best.empty() ? std::string() : fmt::format(", did you mean '{}'?", best);
   }
 
   std::string origin_;

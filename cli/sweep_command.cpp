@@ -1,0 +1,251 @@
+// `traintwin sweep SCENARIO --tensor-model-parallel-size 1,2,4,8 ...`: every combination of the
+// listed values, simulated in parallel worker processes, ranked by tokens/s.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "core/error.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/sweep.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+struct SweepCommandOptions {
+  std::string file;
+  std::vector<std::string> set;
+  std::optional<std::string> tp, pp, mbs, vpp, recompute, sp, distributed_optimizer;
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int top = 20;
+  std::string out_dir;
+  std::string cost_db;
+  bool simulate_oom = false;
+};
+
+const char* on_off(bool b) { return b ? "on" : "off"; }
+
+/// "TP 2 PP 4 VPP 1 DP 8 mbs 1 recompute none SP off DO on": a configuration in one phrase.
+std::string layout_phrase(const Scenario& s) {
+  return fmt::format("TP {} PP {} VPP {} DP {} mbs {} recompute {} SP {} dist-opt {}",
+                     s.parallel.tensor_model_parallel_size, s.parallel.pipeline_model_parallel_size,
+                     s.parallel.virtual_pipeline_model_parallel_size,
+                     s.parallel.data_parallel_size, s.training.micro_batch_size,
+                     to_string(s.training.recompute_granularity),
+                     on_off(s.parallel.sequence_parallel),
+                     on_off(s.training.use_distributed_optimizer));
+}
+
+/// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
+/// message has one, else the whole message.
+std::string rule_of(const std::string& reason) {
+  const auto colon = reason.find(": ");
+  const auto rule = reason.find("(rule: ");
+  if (colon == std::string::npos || rule == std::string::npos) return reason;
+  return reason.substr(0, colon) + " " + reason.substr(rule);
+}
+
+std::string duration(double s) {
+  if (s < 60) return fmt::format("{:.0f} s", s);
+  if (s < 3600) return fmt::format("{:.0f} min {:02.0f} s", std::floor(s / 60), std::fmod(s, 60));
+  return fmt::format("{:.0f} h {:02.0f} min", std::floor(s / 3600), std::fmod(s / 60, 60));
+}
+
+/// Progress on stderr: a redrawn bar on a terminal, else a line per tenth of the work.
+ProgressCallback progress_bar() {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  auto last_tenth = std::make_shared<int64_t>(-1);
+  return [tty, last_tenth](const SweepProgress& p) {
+    const double frac = p.total > 0 ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
+    const int width = 30;
+    const int filled = static_cast<int>(frac * width);
+    const std::string eta = p.done > 0 && p.done < p.total ? ", ETA " + duration(p.eta_s) : "";
+    const std::string line =
+        fmt::format("sweep [{}{}] {}/{} configurations, {:.2f}/s, {} elapsed{}", std::string(filled, '#'),
+                    std::string(width - filled, '.'), p.done, p.total, p.rate_per_s,
+                    duration(p.elapsed_s), eta);
+    if (tty) {
+      fmt::print(stderr, "\r{:<100}{}", line, p.done == p.total ? "\n" : "");
+    } else {
+      const int64_t tenth = p.total > 0 ? p.done * 10 / p.total : 10;
+      if (tenth == *last_tenth && p.done != p.total) return;
+      *last_tenth = tenth;
+      fmt::print(stderr, "{}\n", line);
+    }
+    std::fflush(stderr);
+  };
+}
+
+void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
+  fmt::print("{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10} {:>11} {:>6} {:>11}  {}\n",
+             "rank", "TP", "PP", "VPP", "DP", "mbs", "recompute", "SP", "DO", "iter (s)",
+             "tok/s/GPU", "MFU %", "peak mem", "memory");
+  int shown = 0;
+  for (const SweepRow& r : rows) {
+    if (r.status != SweepStatus::kRanked) continue;
+    if (top > 0 && shown >= top) break;
+    ++shown;
+    const Scenario& s = r.config.scenario;
+    const auto& m = r.metrics;
+    fmt::print("{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
+               r.rank, s.parallel.tensor_model_parallel_size,
+               s.parallel.pipeline_model_parallel_size,
+               s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
+               s.training.micro_batch_size, to_string(s.training.recompute_granularity),
+               on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
+               m.value("iteration_time_s", 0.0), m.value("tokens_per_s_per_gpu", 0.0),
+               100 * m.value("mfu", 0.0), gib(r.config.peak_memory_bytes), "fits");
+  }
+  if (ranked > shown) fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);
+}
+
+void print_report(const Scenario& base, const TopologySpec& topo, const std::vector<SweepRow>& rows,
+                  int top) {
+  std::map<SweepStatus, int64_t> count;
+  for (const SweepRow& r : rows) ++count[r.status];
+  fmt::print("traintwin sweep: {} on {} x {} ({}): {} configurations: {} ranked, {} out of memory, "
+             "{} failed, {} invalid\n",
+             base.name, base.cluster.num_gpus, topo.gpu.name, topo.name, rows.size(),
+             count[SweepStatus::kRanked], count[SweepStatus::kOutOfMemory], count[SweepStatus::kError],
+             count[SweepStatus::kInvalid]);
+  if (count[SweepStatus::kRanked] > 0) {
+    fmt::print("ranked by tokens/s (ties: fewer GPUs per model replica, then enumeration order); "
+               "DO = distributed optimizer\n");
+    print_ranked(rows, top, count[SweepStatus::kRanked]);
+  } else {
+    fmt::print("no configuration both fits the GPU's memory and simulates\n");
+  }
+  if (count[SweepStatus::kOutOfMemory] > 0) {
+    fmt::print("\nout of memory ({}, closest to fitting first; {} per GPU):\n",
+               count[SweepStatus::kOutOfMemory], gib(topo.gpu.memory_bytes));
+    int shown = 0;
+    for (const SweepRow& r : rows) {
+      if (r.status != SweepStatus::kOutOfMemory) continue;
+      if (top > 0 && shown >= top) {
+        fmt::print("  ... and {} more\n", count[SweepStatus::kOutOfMemory] - shown);
+        break;
+      }
+      ++shown;
+      fmt::print("  {}: peak {}, OOM by {}\n", layout_phrase(r.config.scenario),
+                 gib(r.config.peak_memory_bytes), gib(r.config.excess_memory_bytes));
+    }
+  }
+  if (count[SweepStatus::kError] > 0) {
+    fmt::print("\nfailed ({}):\n", count[SweepStatus::kError]);
+    for (const SweepRow& r : rows) {
+      if (r.status == SweepStatus::kError) fmt::print("  {}: {}\n", layout_phrase(r.config.scenario), r.error);
+    }
+  }
+  if (count[SweepStatus::kInvalid] > 0) {
+    std::map<std::string, std::pair<int64_t, std::string>> rules;  // rule -> count, an example
+    std::vector<std::string> order;
+    for (const SweepRow& r : rows) {
+      if (r.status != SweepStatus::kInvalid) continue;
+      const std::string rule = rule_of(r.config.invalid_reason);
+      auto [it, inserted] = rules.emplace(rule, std::make_pair(0, r.config.invalid_reason));
+      if (inserted) order.push_back(rule);
+      ++it->second.first;
+    }
+    std::stable_sort(order.begin(), order.end(), [&rules](const auto& a, const auto& b) {
+      return rules[a].first > rules[b].first;
+    });
+    fmt::print("\ninvalid ({}), by rule:\n", count[SweepStatus::kInvalid]);
+    for (const auto& rule : order) {
+      fmt::print("  {:>5} x {}\n          e.g. {}\n", rules[rule].first, rule, rules[rule].second);
+    }
+  }
+}
+
+void write_outputs(const std::string& dir_name, const std::vector<SweepRow>& rows) {
+  const std::filesystem::path dir(dir_name);
+  std::filesystem::create_directories(dir);
+  std::ofstream json(dir / "sweep.json");
+  json << sweep_json(rows).dump(2) << "\n";
+  std::ofstream csv(dir / "sweep.csv");
+  csv << sweep_csv(rows);
+  if (!json || !csv) throw Error("sweep: cannot write into " + dir.string());
+  fmt::print("\nwrote {} and {} ({} rows)\n", (dir / "sweep.json").string(),
+             (dir / "sweep.csv").string(), rows.size());
+}
+
+}  // namespace
+
+void register_sweep_command(CLI::App& app) {
+  auto o = std::make_shared<SweepCommandOptions>();
+  auto* cmd = app.add_subcommand(
+      "sweep", "Simulate every combination of parallel layouts and knobs; rank them by tokens/s");
+  cmd->add_option("scenario", o->file, "Base scenario file (scenarios/*.yaml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", o->set, "Override a key of the base scenario: --set training.global_batch_size=512")
+      ->type_name("KEY=VALUE");
+  auto* g = cmd->add_option_group("Swept values", "Comma-separated lists; an axis not given keeps the scenario's value");
+  g->add_option("--tensor-model-parallel-size", o->tp, "TP sizes, e.g. 1,2,4,8")->type_name("LIST");
+  g->add_option("--pipeline-model-parallel-size", o->pp, "PP sizes, e.g. 1,2,4,8,16")->type_name("LIST");
+  g->add_option("--micro-batch-size", o->mbs, "Micro-batch sizes, e.g. 1,2,4")->type_name("LIST");
+  g->add_option("--virtual-pipeline-model-parallel-size", o->vpp,
+                "Model chunks per pipeline rank, e.g. 1,2,3")
+      ->type_name("LIST");
+  g->add_option("--recompute-granularity", o->recompute, "Of none,selective,full")->type_name("LIST");
+  g->add_option("--sequence-parallel", o->sp, "on,off")->type_name("LIST");
+  g->add_option("--use-distributed-optimizer", o->distributed_optimizer, "on,off")->type_name("LIST");
+  cmd->add_option("--jobs", o->jobs, "Simulations at once (default: the number of cores)")->capture_default_str();
+  cmd->add_option("--top", o->top, "Ranked (and out-of-memory) configurations listed; 0 = all")
+      ->capture_default_str();
+  cmd->add_option("--out", o->out_dir, "Write sweep.json and sweep.csv (one row per configuration) into DIR");
+  cmd->add_option("--cost-db", o->cost_db,
+                  "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--simulate-oom", o->simulate_oom,
+                "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
+  cmd->callback([o] {
+    if (o->jobs < 1) throw ConfigError(fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o->jobs));
+    if (o->top < 0) throw ConfigError(fmt::format("--top: {} is not allowed (allowed: an integer >= 0)", o->top));
+    SweepAxes axes;
+    if (o->tp) axes.tp = parse_sweep_integers("--tensor-model-parallel-size", *o->tp);
+    if (o->pp) axes.pp = parse_sweep_integers("--pipeline-model-parallel-size", *o->pp);
+    if (o->mbs) axes.mbs = parse_sweep_integers("--micro-batch-size", *o->mbs);
+    if (o->vpp) axes.vpp = parse_sweep_integers("--virtual-pipeline-model-parallel-size", *o->vpp);
+    if (o->recompute) axes.recompute = parse_sweep_recompute("--recompute-granularity", *o->recompute);
+    if (o->sp) axes.sequence_parallel = parse_sweep_switch("--sequence-parallel", *o->sp);
+    if (o->distributed_optimizer) {
+      axes.distributed_optimizer = parse_sweep_switch("--use-distributed-optimizer", *o->distributed_optimizer);
+    }
+    std::vector<Override> overrides;
+    for (const auto& s : o->set) overrides.push_back(parse_override(s));
+    const Scenario base = load_scenario(o->file, overrides);
+    const TopologySpec topo = load_topology(base.cluster.topology);
+    check_cluster_size(topo, base.cluster.num_gpus);
+    const auto configurations = enumerate_configurations(base, axes, topo.gpu.memory_bytes);
+
+    // The evaluator. A --mode analytical|simulate|auto plugs in here: an analytical evaluator
+    // runs in this process (options.isolate = false).
+    const auto db_dir =
+        std::filesystem::absolute(base.cluster.topology).parent_path().parent_path() / "traces" / "db";
+    std::shared_ptr<const CostModel> costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
+    const Evaluator evaluate = make_simulation_evaluator(topo, costs);
+    SweepOptions options;
+    options.jobs = o->jobs;
+    options.isolate = true;
+    options.evaluate_out_of_memory = o->simulate_oom;
+    options.progress = progress_bar();
+    const std::vector<SweepRow> rows = run_sweep(configurations, evaluate, options);
+    print_report(base, topo, rows, o->top);
+    if (!o->out_dir.empty()) write_outputs(o->out_dir, rows);
+  });
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,737 @@
+// The step-level analytical estimator; the model and its assumptions are in sim/analytical.hpp.
+#include "sim/analytical.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "core/error.hpp"
+#include "core/schedule.hpp"
+
+namespace traintwin {
+namespace {
+
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+constexpr double kUnposted = -1.0;
+
+/// Route latency of a transfer between two GPUs (see the header: NVLink inside a node; two NICs
+/// and one leaf inside a scalable unit, plus two spine hops across units).
+double route_latency_s(int64_t src, int64_t dst, const TopologySpec& t) {
+  const int64_t gpn = t.node.gpus_per_node;
+  const int64_t ns = src / gpn, nd = dst / gpn;
+  if (ns == nd) return t.node.nvlink_latency_s;
+  const int64_t su = std::max<int64_t>(1, t.fabric.nodes_per_scalable_unit);
+  const double hops = ns / su == nd / su ? 1.0 : 3.0;
+  return 2.0 * t.nic.latency_s + hops * t.fabric.hop_latency_s;
+}
+
+/// Bottleneck bandwidth of a transfer between two GPUs.
+double route_Bps(int64_t src, int64_t dst, const TopologySpec& t) {
+  const int64_t gpn = t.node.gpus_per_node;
+  if (src / gpn == dst / gpn) return t.node.nvlink_bandwidth_Bps;
+  return std::min(t.nic.line_rate_Bps, t.fabric.link_rate_Bps);
+}
+
+/// Which schedule step an op of the probe belongs to.
+struct StepKey {
+  Pass pass;
+  int64_t micro_batch;
+  int64_t model_chunk;
+  bool operator<(const StepKey& o) const {
+    return std::tie(pass, micro_batch, model_chunk) <
+           std::tie(o.pass, o.micro_batch, o.model_chunk);
+  }
+};
+
+/// One (pass, micro-batch, chunk) of a probe rank, run as a local dataflow.
+struct Instance {
+  StepKey key;
+  std::vector<uint32_t> ops;  ///< step ops, ascending ids
+  double compute_end_s = 0;   ///< end of its last compute op (p2p batches post then)
+  double all_end_s = 0;       ///< end of its last op (pending TP waits included)
+  double compute_s = 0;
+  double optimizer_s = 0;
+  double exposed_tp_s = 0;
+  double bubble_s = 0;
+  /// Dependencies on ops outside the steps (parameter all-gathers): (op, start offset of the
+  /// op that waits).
+  std::vector<std::pair<uint32_t, double>> external;
+};
+
+/// A probe rank's Program split into steps and the rest.
+struct StageTemplate {
+  const RankProgram* rp = nullptr;
+  std::vector<uint32_t> inst_of;   ///< op -> instance index, kNone for non-step ops
+  std::vector<double> local_end;   ///< step ops: end offset in their instance
+  std::vector<Instance> insts;
+  std::map<StepKey, uint32_t> by_key;
+  std::vector<uint32_t> typical;  ///< pass x v + chunk -> an instance of that pass and chunk
+  std::vector<double> op_s;       ///< compute and collective ops: duration
+  std::vector<uint32_t> first_fwd, last_bwd;            ///< per chunk: instance or kNone
+  std::vector<uint32_t> nonstep;   ///< non-step, non-p2p ops, ascending
+  uint32_t first_step_op = kNone;  ///< smallest id of a step or p2p op
+  std::vector<int64_t> seq;        ///< collectives: index among the rank's collectives of kind
+};
+
+class Estimator {
+ public:
+  Estimator(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+            const FabricEfficiency& eff)
+      : s_(s), topo_(topo), costs_(costs), eff_(eff) {}
+
+  AnalyticalResult run() {
+    const ParallelConfig& pc = s_.parallel;
+    p_ = pc.pipeline_model_parallel_size;
+    v_ = pc.virtual_pipeline_model_parallel_size;
+    m_ = s_.num_micro_batches();
+    // The probe: the fewest micro-batches the schedule allows, one rank per kind of stage.
+    Scenario probe = s_;
+    const int64_t m_probe = std::min<int64_t>(m_, v_ > 1 ? p_ : 1);
+    probe.training.global_batch_size =
+        m_probe * s_.training.micro_batch_size * pc.data_parallel_size;
+    const RankLayout layout(pc.tensor_model_parallel_size, pc.context_parallel_size,
+                            pc.data_parallel_size, p_, pc.rank_order);
+    std::vector<int64_t> kinds = {0};
+    if (p_ > 1) kinds.push_back(1);
+    if (p_ > 2) kinds.push_back(p_ - 1);
+    std::vector<int64_t> reps;
+    for (int64_t k : kinds) reps.push_back(layout.rank({0, 0, 0, k}));
+    prog_ = build_program(probe, reps);
+    kernel_s_.assign(prog_->kernels.size(), -1.0);
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      tmpl_.push_back(make_template(prog_->ranks.at(reps[i])));
+      result_.ops += static_cast<int64_t>(prog_->ranks.at(reps[i]).ops.size());
+    }
+    stage_rank_.resize(static_cast<size_t>(p_));
+    for (int64_t r = 0; r < p_; ++r) stage_rank_[static_cast<size_t>(r)] = prog_->layout.rank({0, 0, 0, r});
+    stages_.resize(static_cast<size_t>(p_));
+    p2p_s_.assign(static_cast<size_t>(p_ * p_), -1.0);
+    for (int64_t r = 0; r < p_; ++r) prepare_stage(r);
+    run_steps();
+    run_tails();
+    finish();
+    return result_;
+  }
+
+ private:
+  // ---- costs ----------------------------------------------------------------------------------
+
+  double compute_s(const Op& op) {
+    double d = 0;
+    for (uint32_t k : op.kernels) {
+      double& c = kernel_s_[k];
+      if (c < 0) c = costs_.duration(prog_->kernels[k], topo_.gpu).seconds;
+      d += c;
+    }
+    return d;
+  }
+
+  /// No-contention time of a collective of `rank`'s group (cached per group kind, kind, bytes:
+  /// Megatron layouts are uniform).
+  double collective_s(const Op& op, int64_t rank) {
+    const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes);
+    auto it = coll_s_.find(key);
+    if (it != coll_s_.end()) return it->second;
+    const std::vector<int64_t> members = prog_->layout.group(op.group, rank);
+    const CollectivePlan plan = plan_collective(op.collective, op.bytes, members, topo_, eff_,
+                                                s_.cluster.collective_algorithm);
+    double flows = 0;
+    for (const CollectiveFlow& f : plan.flows) {
+      flows = std::max(flows, route_latency_s(f.src, f.dst, topo_) + f.bytes / route_Bps(f.src, f.dst, topo_));
+    }
+    const double t = std::max(flows, plan.local_time_s) + plan.latency_s;
+    coll_s_.emplace(key, t);
+    return t;
+  }
+
+  /// Number of pipeline stages a group of kind `g` spans (Megatron's groups: TP, CP, DP inside a
+  /// stage; the embedding group the first and last stage; PP, model-parallel and world all).
+  int64_t group_stages(GroupKind g) const {
+    switch (g) {
+      case GroupKind::kTp:
+      case GroupKind::kCp:
+      case GroupKind::kDp:
+      case GroupKind::kDpCp: return 1;
+      case GroupKind::kEmbedding: return std::min<int64_t>(p_, 2);
+      case GroupKind::kPp:
+      case GroupKind::kModelParallel:
+      case GroupKind::kWorld: return p_;
+    }
+    return p_;
+  }
+
+  static bool in_step(const Op& op) {
+    return op.micro_batch >= 0 && (op.kind == OpKind::kCompute || op.kind == OpKind::kCollective) &&
+           (op.phase == Phase::kForward || op.phase == Phase::kBackward ||
+            op.phase == Phase::kRecompute);
+  }
+
+  // ---- step 2: the probe's steps as local dataflows -------------------------------------------
+
+  StageTemplate make_template(const RankProgram& rp) {
+    StageTemplate t;
+    t.rp = &rp;
+    const size_t n = rp.ops.size();
+    t.inst_of.assign(n, kNone);
+    t.local_end.assign(n, 0.0);
+    t.seq.assign(n, -1);
+    t.first_fwd.assign(static_cast<size_t>(v_), kNone);
+    t.typical.assign(static_cast<size_t>(2 * v_), kNone);
+    t.op_s.assign(n, 0.0);
+    t.last_bwd.assign(static_cast<size_t>(v_), kNone);
+    std::array<int64_t, 8> seq_of_kind{};
+    for (const Op& op : rp.ops) {
+      if (op.kind == OpKind::kCompute) t.op_s[op.id] = compute_s(op);
+      if (op.kind == OpKind::kCollective) {
+        t.seq[op.id] = seq_of_kind[static_cast<size_t>(op.group)]++;
+        t.op_s[op.id] = collective_s(op, rp.rank);
+      }
+      if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+        t.first_step_op = std::min(t.first_step_op, op.id);
+        continue;
+      }
+      if (!in_step(op)) {
+        t.nonstep.push_back(op.id);
+        continue;
+      }
+      t.first_step_op = std::min(t.first_step_op, op.id);
+      const StepKey key{op.phase == Phase::kForward ? Pass::kForward : Pass::kBackward,
+                        op.micro_batch, op.model_chunk};
+      auto [it, inserted] = t.by_key.try_emplace(key, static_cast<uint32_t>(t.insts.size()));
+      if (inserted) {
+        t.insts.push_back(Instance{key, {}, 0, 0, 0, 0, 0, 0, {}});
+        uint32_t& typ = t.typical[static_cast<size_t>(static_cast<int64_t>(key.pass) * v_ + key.model_chunk)];
+        if (typ == kNone) typ = it->second;
+      }
+      t.inst_of[op.id] = it->second;
+      t.insts[it->second].ops.push_back(op.id);
+    }
+    for (const ScheduleStep& st : rp.schedule) {
+      auto it = t.by_key.find({st.pass, st.micro_batch, st.model_chunk});
+      if (it == t.by_key.end()) continue;
+      const auto c = static_cast<size_t>(st.model_chunk);
+      if (st.pass == Pass::kForward && t.first_fwd[c] == kNone) t.first_fwd[c] = it->second;
+      if (st.pass == Pass::kBackward) t.last_bwd[c] = it->second;
+    }
+    for (uint32_t i = 0; i < t.insts.size(); ++i) run_instance(t, i);
+    return t;
+  }
+
+  void run_instance(StageTemplate& t, uint32_t idx) {
+    Instance& in = t.insts[idx];
+    const RankProgram& rp = *t.rp;
+    double prev_end = 0;
+    for (uint32_t id : in.ops) {
+      const Op& op = rp.ops[id];
+      double ready = 0;
+      uint32_t waited = kNone;
+      double latest = -1;
+      for (uint32_t d : op.deps) {
+        if (t.inst_of[d] != idx) {
+          const Op& dop = rp.ops[d];
+          if (t.inst_of[d] == kNone && dop.kind == OpKind::kCollective) in.external.emplace_back(d, -1.0);
+          continue;
+        }
+        const double e = t.local_end[d];
+        ready = std::max(ready, e);
+        if (e > latest) {
+          latest = e;
+          waited = d;
+        }
+      }
+      // External waits: remember the start offset of the op that waits.
+      for (auto& x : in.external) {
+        if (x.second < 0) x.second = ready;
+      }
+      if (op.kind == OpKind::kCompute) {
+        const double dur = t.op_s[id];
+        const double gap = ready - prev_end;
+        if (gap > 0) {
+          if (waited != kNone && rp.ops[waited].kind == OpKind::kCollective) {
+            in.exposed_tp_s += gap;
+          } else {
+            in.bubble_s += gap;
+          }
+        }
+        in.compute_s += dur;
+        if (op.phase == Phase::kOptimizer) in.optimizer_s += dur;
+        t.local_end[id] = ready + dur;
+        prev_end = ready + dur;
+        in.compute_end_s = prev_end;
+      } else {
+        if (group_stages(op.group) > 1) {
+          throw Error("analytical estimate: a collective over several pipeline stages inside a "
+                      "schedule step (" + prog_->label(op) + ")");
+        }
+        t.local_end[id] = ready + t.op_s[id];
+      }
+      in.all_end_s = std::max(in.all_end_s, t.local_end[id]);
+    }
+  }
+
+  // ---- step 3: the real schedules as a step-level dataflow ------------------------------------
+
+  struct P2PRef {
+    bool send;
+    int64_t peer_stage;
+    int64_t tag;
+  };
+  struct Item {
+    int64_t step = -1;        ///< index into the schedule, or -1 for a p2p batch
+    uint32_t begin = 0, end = 0;  ///< a batch's sends and recvs: Stage::refs[begin, end)
+  };
+
+  struct Stage {
+    uint32_t tmpl = 0;
+    std::vector<ScheduleStep> schedule;
+    std::vector<Item> items;
+    std::vector<P2PRef> refs;
+    std::vector<double> first_fwd_start, last_bwd_start;  ///< per chunk
+    std::vector<int64_t> first_fwd_step, last_bwd_step;   ///< per chunk: schedule index
+    std::vector<double> pre_end;   ///< ends of the non-step ops run before the steps
+    size_t pos = 0;
+    double cend = 0;   ///< end of the last compute op
+    double ready = 0;  ///< end of every op the next compute op waits for (pending TP included)
+    std::vector<P2PRef> pending;
+    TimeBreakdown b;
+    double final_batch_end = 0;
+    double end = 0;
+  };
+
+  int64_t nvs() const { return p_ * v_; }
+  int64_t tag(int64_t mb, int64_t vs, Pass pass) const {
+    return (mb * nvs() + vs) * 2 + (pass == Pass::kForward ? 0 : 1);
+  }
+  std::optional<P2PRef> recv_input(int64_t r, const ScheduleStep& st) const {
+    const int64_t vs = st.model_chunk * p_ + r;
+    if (st.pass == Pass::kForward) {
+      if (vs == 0) return std::nullopt;
+      return P2PRef{false, (vs - 1) % p_, tag(st.micro_batch, vs - 1, st.pass)};
+    }
+    if (vs == nvs() - 1) return std::nullopt;
+    return P2PRef{false, (vs + 1) % p_, tag(st.micro_batch, vs + 1, st.pass)};
+  }
+  std::optional<P2PRef> send_output(int64_t r, const ScheduleStep& st) const {
+    const int64_t vs = st.model_chunk * p_ + r;
+    if (st.pass == Pass::kForward) {
+      if (vs == nvs() - 1) return std::nullopt;
+      return P2PRef{true, (vs + 1) % p_, tag(st.micro_batch, vs, st.pass)};
+    }
+    if (vs == 0) return std::nullopt;
+    return P2PRef{true, (vs - 1) % p_, tag(st.micro_batch, vs, st.pass)};
+  }
+
+  /// Megatron's p2p batches around the steps, as core/program.cpp (lower_schedule) issues them.
+  void make_items(int64_t r, Stage& stage) const {
+    const std::vector<ScheduleStep>& steps = stage.schedule;
+    std::vector<Item>& out = stage.items;
+    std::vector<P2PRef>& refs = stage.refs;
+    out.reserve(2 * steps.size() + 2);
+    refs.reserve(2 * steps.size() + 2);
+    auto batch = [&](std::initializer_list<std::optional<P2PRef>> xs) {
+      Item it{-1, static_cast<uint32_t>(refs.size()), 0};
+      for (const auto& x : xs) {
+        if (x) refs.push_back(*x);
+      }
+      it.end = static_cast<uint32_t>(refs.size());
+      if (it.end > it.begin) out.push_back(it);
+    };
+    auto step = [&](int64_t i) { out.push_back(Item{i, 0, 0}); };
+    const auto n = static_cast<int64_t>(steps.size());
+    if (v_ == 1) {
+      batch({recv_input(r, steps[0])});
+      for (int64_t i = 0; i < n; ++i) {
+        step(i);
+        const auto& st = steps[static_cast<size_t>(i)];
+        if (i + 1 < n && steps[static_cast<size_t>(i + 1)].pass != st.pass) {
+          batch({send_output(r, st), recv_input(r, steps[static_cast<size_t>(i + 1)])});
+        } else {
+          batch({send_output(r, st)});
+          if (i + 1 < n) batch({recv_input(r, steps[static_cast<size_t>(i + 1)])});
+        }
+      }
+      return;
+    }
+    std::vector<int64_t> fwd, bwd;
+    for (int64_t i = 0; i < n; ++i) {
+      (steps[static_cast<size_t>(i)].pass == Pass::kForward ? fwd : bwd).push_back(i);
+    }
+    size_t warmup = 0;
+    while (warmup < steps.size() && steps[warmup].pass == Pass::kForward) ++warmup;
+    const size_t total = fwd.size();
+    const size_t steady = total - warmup;
+    auto S = [&](int64_t i) -> const ScheduleStep& { return steps[static_cast<size_t>(i)]; };
+    auto recv_f = [&](size_t k) { return k < total ? recv_input(r, S(fwd[k])) : std::nullopt; };
+    auto recv_b = [&](size_t k) { return k < total ? recv_input(r, S(bwd[k])) : std::nullopt; };
+    batch({recv_f(0)});
+    for (size_t k = 0; k < warmup; ++k) {
+      step(fwd[k]);
+      batch({send_output(r, S(fwd[k])), recv_f(k + 1),
+             k + 1 == warmup && steady > 0 ? recv_b(0) : std::nullopt});
+    }
+    for (size_t j = 0; j < steady; ++j) {
+      step(fwd[warmup + j]);
+      step(bwd[j]);
+      batch({send_output(r, S(fwd[warmup + j])), send_output(r, S(bwd[j])), recv_f(warmup + j + 1),
+             recv_b(j + 1)});
+    }
+    if (steady == 0) batch({recv_b(0)});
+    for (size_t k = steady; k < total; ++k) {
+      step(bwd[k]);
+      batch({send_output(r, S(bwd[k])), recv_b(k + 1)});
+    }
+  }
+
+  uint32_t template_of(int64_t r) const {
+    if (r == 0) return 0;
+    if (r == p_ - 1) return p_ > 2 ? 2 : 1;
+    return 1;
+  }
+
+  void prepare_stage(int64_t r) {
+    Stage& st = stages_[static_cast<size_t>(r)];
+    st.tmpl = template_of(r);
+    st.schedule = build_schedule(s_.parallel.pipeline_schedule, p_, r, m_, v_);
+    make_items(r, st);
+    st.b.rank = stage_rank_[static_cast<size_t>(r)];
+    const auto v = static_cast<size_t>(v_);
+    st.first_fwd_start.assign(v, 0.0);
+    st.last_bwd_start.assign(v, 0.0);
+    st.first_fwd_step.assign(v, -1);
+    st.last_bwd_step.assign(v, -1);
+    for (size_t i = 0; i < st.schedule.size(); ++i) {
+      const auto c = static_cast<size_t>(st.schedule[i].model_chunk);
+      if (st.schedule[i].pass == Pass::kForward && st.first_fwd_step[c] < 0) st.first_fwd_step[c] = static_cast<int64_t>(i);
+      if (st.schedule[i].pass == Pass::kBackward) st.last_bwd_step[c] = static_cast<int64_t>(i);
+    }
+    // Ops before the first step (parameter all-gathers with overlap_param_gather): plain
+    // dataflow from time 0, inside the stage.
+    const StageTemplate& t = tmpl_[st.tmpl];
+    st.pre_end.assign(t.rp->ops.size(), 0.0);
+    for (uint32_t id : t.nonstep) {
+      if (id >= t.first_step_op) break;
+      const Op& op = t.rp->ops[id];
+      double ready = 0;
+      for (uint32_t d : op.deps) ready = std::max(ready, st.pre_end[d]);
+      st.pre_end[id] = ready + t.op_s[id];
+    }
+  }
+
+  double transfer_s(int64_t src_stage, int64_t dst_stage) {
+    double& cached = p2p_s_[static_cast<size_t>(src_stage * p_ + dst_stage)];
+    if (cached >= 0) return cached;
+    const double bytes = static_cast<double>(s_.model.seq_length * s_.training.micro_batch_size *
+                                             s_.model.hidden_size * bytes_per_element(s_.training.precision)) /
+                         (s_.parallel.sequence_parallel ? static_cast<double>(s_.parallel.tensor_model_parallel_size) : 1.0);
+    const double t = p2p_time_s(stage_rank_[static_cast<size_t>(src_stage)],
+                                stage_rank_[static_cast<size_t>(dst_stage)], bytes, topo_);
+    cached = t;
+    return t;
+  }
+
+  /// End of a posted-on-both-sides transfer, or nullopt.
+  std::optional<double> transfer_end(const P2PRef& x, int64_t r) {
+    const auto tg = static_cast<size_t>(x.tag);
+    if (send_post_[tg] < 0 || recv_post_[tg] < 0) return std::nullopt;
+    const int64_t src = x.send ? r : x.peer_stage;
+    const int64_t dst = x.send ? x.peer_stage : r;
+    return std::max(send_post_[tg], recv_post_[tg]) + transfer_s(src, dst);
+  }
+
+  void run_steps() {
+    const auto ntags = static_cast<size_t>(m_ * nvs() * 2);
+    send_post_.assign(ntags, kUnposted);
+    recv_post_.assign(ntags, kUnposted);
+    bool progress = true;
+    size_t done = 0;
+    while (progress) {
+      progress = false;
+      for (int64_t r = 0; r < p_; ++r) {
+        Stage& st = stages_[static_cast<size_t>(r)];
+        while (st.pos < st.items.size()) {
+          const Item& it = st.items[st.pos];
+          if (it.step < 0) {
+            for (uint32_t k = it.begin; k < it.end; ++k) {
+              const P2PRef& x = st.refs[k];
+              auto& post = x.send ? send_post_ : recv_post_;
+              post[static_cast<size_t>(x.tag)] = st.cend;
+              st.pending.push_back(x);
+            }
+            ++st.pos;
+            progress = true;
+            continue;
+          }
+          if (!run_step(r, st, it.step)) break;
+          ++st.pos;
+          progress = true;
+        }
+        if (st.pos == st.items.size() && st.end == 0) {
+          st.end = -1;  // marks "steps done"
+          ++done;
+        }
+      }
+    }
+    if (done != static_cast<size_t>(p_)) {
+      throw Error("analytical estimate: the pipeline schedule cannot complete (a p2p transfer "
+                  "never matched)");
+    }
+    for (int64_t r = 0; r < p_; ++r) {
+      Stage& st = stages_[static_cast<size_t>(r)];
+      st.end = 0;
+      for (const P2PRef& x : st.pending) {
+        const auto e = transfer_end(x, r);
+        if (!e) throw Error("analytical estimate: a final p2p transfer never matched");
+        st.final_batch_end = std::max(st.final_batch_end, *e);
+      }
+    }
+  }
+
+  /// Runs schedule step `i` of stage `r` if its inputs are there.
+  bool run_step(int64_t r, Stage& st, int64_t i) {
+    // Wait for every op of the pending batch(es).
+    double start = st.ready;
+    int waited_kind = st.ready > st.cend ? 1 : 0;  // 0 none, 1 TP, 2 p2p, 3 DP
+    double wait_transfer = 0;
+    for (const P2PRef& x : st.pending) {
+      const auto e = transfer_end(x, r);
+      if (!e) return false;
+      if (*e > start) {
+        start = *e;
+        waited_kind = 2;
+        const auto tg = static_cast<size_t>(x.tag);
+        wait_transfer = *e - std::max(send_post_[tg], recv_post_[tg]);
+      }
+    }
+    const ScheduleStep& step = st.schedule[static_cast<size_t>(i)];
+    const StageTemplate& t = tmpl_[st.tmpl];
+    const auto c = static_cast<size_t>(step.model_chunk);
+    const bool first_fwd = st.first_fwd_step[c] == i;
+    const bool last_bwd = st.last_bwd_step[c] == i;
+    uint32_t inst = t.typical[static_cast<size_t>(static_cast<int64_t>(step.pass) * v_ + step.model_chunk)];
+    if (first_fwd && t.first_fwd[c] != kNone) inst = t.first_fwd[c];
+    if (last_bwd && t.last_bwd[c] != kNone) inst = t.last_bwd[c];
+    const Instance& in = t.insts[inst];
+    if (first_fwd) {
+      for (const auto& [dep, offset] : in.external) {
+        const double need = st.pre_end[dep] - offset;
+        if (need > start) {
+          start = need;
+          waited_kind = 3;
+        }
+      }
+    }
+    const double gap = start - st.cend;
+    if (gap > 0) {
+      switch (waited_kind) {
+        case 1: st.b.exposed_tp_s += gap; break;
+        case 2: {
+          const double exposed = std::min(gap, wait_transfer);
+          st.b.exposed_pp_s += exposed;
+          st.b.bubble_s += gap - exposed;
+          break;
+        }
+        case 3: st.b.exposed_dp_s += gap; break;
+        default: st.b.bubble_s += gap; break;
+      }
+    }
+    st.pending.clear();
+    if (first_fwd) st.first_fwd_start[c] = start;
+    if (last_bwd) st.last_bwd_start[c] = start;
+    st.b.compute_s += in.compute_s;
+    st.b.optimizer_s += in.optimizer_s;
+    st.b.exposed_tp_s += in.exposed_tp_s;
+    st.b.bubble_s += in.bubble_s;
+    st.cend = start + in.compute_end_s;
+    st.ready = start + in.all_end_s;
+    return true;
+  }
+
+  // ---- step 4: the ops outside the steps ------------------------------------------------------
+
+  /// Absolute time of op `d` (a dependency of a non-step op) of stage `r`.
+  double dep_time(int64_t r, uint32_t d, const std::vector<double>& tail_end) {
+    const Stage& st = stages_[static_cast<size_t>(r)];
+    const StageTemplate& t = tmpl_[st.tmpl];
+    const Op& op = t.rp->ops[d];
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) return st.final_batch_end;
+    const uint32_t inst = t.inst_of[d];
+    if (inst == kNone) return tail_end[d];
+    for (size_t c = 0; c < t.last_bwd.size(); ++c) {
+      if (t.last_bwd[c] == inst) return st.last_bwd_start[c] + t.local_end[d];
+      if (t.first_fwd[c] == inst) return st.first_fwd_start[c] + t.local_end[d];
+    }
+    throw Error("analytical estimate: an op outside the steps depends on a step that is neither "
+                "the first forward nor the last backward of its chunk (" + prog_->label(op) + ")");
+  }
+
+  struct Tail {
+    std::vector<double> end;  ///< per op of the template (non-step ops only)
+    std::vector<double> ready;
+    size_t pos = 0;           ///< into the template's nonstep list
+    bool waiting = false;
+  };
+
+  void run_tails() {
+    std::vector<Tail> tails(static_cast<size_t>(p_));
+    for (int64_t r = 0; r < p_; ++r) {
+      Tail& tl = tails[static_cast<size_t>(r)];
+      const Stage& st = stages_[static_cast<size_t>(r)];
+      const StageTemplate& t = tmpl_[st.tmpl];
+      tl.end = st.pre_end;
+      tl.ready.assign(t.rp->ops.size(), 0.0);
+      while (tl.pos < t.nonstep.size() && t.nonstep[tl.pos] < t.first_step_op) ++tl.pos;
+    }
+    // Cross-stage collectives: (group kind, seq) -> arrivals.
+    std::map<std::pair<int, int64_t>, std::pair<int64_t, double>> arrivals;
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int64_t r = 0; r < p_; ++r) {
+        Tail& tl = tails[static_cast<size_t>(r)];
+        const StageTemplate& t = tmpl_[stages_[static_cast<size_t>(r)].tmpl];
+        while (tl.pos < t.nonstep.size()) {
+          const uint32_t id = t.nonstep[tl.pos];
+          const Op& op = t.rp->ops[id];
+          double ready = 0;
+          for (uint32_t d : op.deps) ready = std::max(ready, dep_time(r, d, tl.end));
+          tl.ready[id] = ready;
+          if (op.kind == OpKind::kCollective) {
+            const int64_t gs = group_stages(op.group);
+            if (gs > 1) {
+              auto& a = arrivals[{static_cast<int>(op.group), t.seq[id]}];
+              if (!tl.waiting) {
+                tl.waiting = true;
+                a.first += 1;
+                a.second = std::max(a.second, ready);
+                progress = true;
+              }
+              if (a.first < gs) break;
+              tl.waiting = false;
+              tl.end[id] = a.second + t.op_s[id];
+              ++tl.pos;
+              progress = true;
+              continue;
+            }
+          }
+          tl.end[id] = ready + t.op_s[id];
+          ++tl.pos;
+          progress = true;
+        }
+      }
+    }
+    for (int64_t r = 0; r < p_; ++r) {
+      Tail& tl = tails[static_cast<size_t>(r)];
+      const StageTemplate& t = tmpl_[stages_[static_cast<size_t>(r)].tmpl];
+      if (tl.pos != t.nonstep.size()) {
+        throw Error("analytical estimate: stage " + std::to_string(r) + " waits forever for " +
+                    prog_->label(t.rp->ops[t.nonstep[tl.pos]]));
+      }
+      tail_breakdown(r, tl);
+    }
+  }
+
+  void attribute(TimeBreakdown& b, double gap, const Op* waited) {
+    if (gap <= 0) return;
+    if (waited == nullptr) {
+      b.bubble_s += gap;
+    } else if (waited->kind == OpKind::kCollective && waited->group == GroupKind::kTp) {
+      b.exposed_tp_s += gap;
+    } else if (waited->kind == OpKind::kCollective) {
+      b.exposed_dp_s += gap;
+    } else if (waited->kind == OpKind::kSend || waited->kind == OpKind::kRecv) {
+      b.exposed_pp_s += gap;  // the final sends: their transfer is what is left
+    } else {
+      b.bubble_s += gap;
+    }
+  }
+
+  void tail_breakdown(int64_t r, const Tail& tl) {
+    Stage& st = stages_[static_cast<size_t>(r)];
+    const StageTemplate& t = tmpl_[st.tmpl];
+    double prev_end = st.cend;
+    double last_end = std::max(st.ready, st.final_batch_end);
+    const Op* last_op = nullptr;
+    for (uint32_t id : t.nonstep) {
+      const Op& op = t.rp->ops[id];
+      if (id < t.first_step_op) continue;
+      if (op.kind == OpKind::kCompute) {
+        const double dur = tl.end[id] - tl.ready[id];
+        const Op* waited = nullptr;
+        double latest = -1;
+        for (uint32_t d : op.deps) {
+          const double e = dep_time(r, d, tl.end);
+          if (e > latest) {
+            latest = e;
+            waited = &t.rp->ops[d];
+          }
+        }
+        if (waited != nullptr && waited->kind == OpKind::kCompute) waited = nullptr;
+        attribute(st.b, tl.ready[id] - prev_end, waited);
+        st.b.compute_s += dur;
+        if (op.phase == Phase::kOptimizer) st.b.optimizer_s += dur;
+        prev_end = tl.end[id];
+      }
+    }
+    for (uint32_t id : t.nonstep) {
+      if (tl.end[id] > last_end) {
+        last_end = tl.end[id];
+        last_op = &t.rp->ops[id];
+      }
+    }
+    attribute(st.b, last_end - prev_end, last_op);
+    st.end = std::max(last_end, prev_end);
+  }
+
+  void finish() {
+    double it = 0;
+    size_t crit = 0;
+    for (size_t r = 0; r < stages_.size(); ++r) {
+      if (stages_[r].end > it) {
+        it = stages_[r].end;
+        crit = r;
+      }
+    }
+    result_.iteration_time_s = it;
+    for (Stage& st : stages_) {
+      st.b.bubble_s += it - st.end;
+      result_.per_stage.push_back(st.b);
+    }
+    result_.critical = result_.per_stage[crit];
+  }
+
+  const Scenario& s_;
+  const TopologySpec& topo_;
+  const CostModel& costs_;
+  const FabricEfficiency& eff_;
+  int64_t p_ = 1, v_ = 1, m_ = 1;
+  std::optional<Program> prog_;
+  std::vector<double> kernel_s_;
+  std::map<std::tuple<int, int, int64_t>, double> coll_s_;
+  std::vector<double> p2p_s_;  ///< by src stage x p + dst stage, < 0 until computed
+  std::vector<StageTemplate> tmpl_;
+  std::vector<int64_t> stage_rank_;
+  std::vector<Stage> stages_;
+  std::vector<double> send_post_, recv_post_;
+  AnalyticalResult result_;
+};
+
+}  // namespace
+
+double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo) {
+  if (src == dst) throw InvalidArgument("p2p_time_s: source and destination are both GPU " + std::to_string(src));
+  return route_latency_s(src, dst, topo) + bytes / route_Bps(src, dst, topo);
+}
+
+AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+                          const FabricEfficiency& eff) {
+  return Estimator(s, topo, costs, eff).run();
+}
+
+}  // namespace traintwin

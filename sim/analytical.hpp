@@ -1,0 +1,85 @@
+// The analytical fast path: one training iteration's time in closed form, without event replay
+// and without SimGrid, from the same Program and cost model as the replay (sim/replay.hpp), so
+// that a sweep can rank thousands of configurations per second.
+//
+// The step-level model, estimate():
+//      1. A *probe* Program is lowered with build_program() for the same scenario with the
+//         fewest micro-batches the schedule allows (1, or PP with interleaving) and only the
+//         representative ranks (TP = CP = DP = 0) of the distinct kinds of pipeline stage: the
+//         first, one middle (all middle stages lower to the same ops) and the last. The ops of
+//         one (pass, micro-batch, model chunk) are the same for every micro-batch, so the probe
+//         holds every schedule step's content.
+//      2. Each schedule step of the probe is run as a local dataflow (compute ops with their
+//         cost-model durations, TP collectives with their closed forms, dependencies outside
+//         the step ignored): its duration, its compute seconds and its exposed TP seconds. The
+//         offsets of its ops are kept for the first forward (param all-gather waits) and the
+//         last backward (DP bucket triggers) of every model chunk.
+//      3. The real schedules (core/schedule.hpp, every stage, every micro-batch) run as a
+//         step-level dataflow: Megatron's p2p batches as core/program.cpp issues them (a batch
+//         is posted when the previous step ends; the next step waits for all of its sends and
+//         recvs; a transfer starts once both sides have posted it and lasts the closed-form
+//         point-to-point time). This is a list scheduling of O(stages x steps) events.
+//      4. The ops outside the steps (parameter all-gathers, DP gradient buckets, LayerNorm and
+//         embedding gradient all-reduces, grad norm, optimizer step) run as an op-level
+//         dataflow per stage, their dependencies on step ops resolved through the step
+//         offsets of step 2; collectives spanning stages (embedding, grad norm) wait for all
+//         their stages.
+// (An op-level dataflow over the full Program of every stage would need no assumption about
+// steps, but build_program() alone takes ~0.5 s for GPT-3 175B with 192 micro-batches.)
+//
+// Where it differs from the replay, and why:
+//  - No link contention. A collective lasts its plan's no-contention time (plan_collective():
+//    max over its flows of route latency + bytes / bottleneck bandwidth, or the NVLink closed
+//    form inside a node, plus the plan's step latency); a p2p transfer lasts route latency +
+//    bytes / bottleneck bandwidth (NVLink inside a node, min(NIC, fabric link) rate across
+//    nodes). The replay shares links max-min between concurrent flows (DP buckets of several
+//    stages on one rail, p2p beside DP traffic), so it can only be slower; the shipped
+//    rail-optimized layouts put each TP rank on its own rail, so the difference stays small.
+//  - Route latency across nodes is taken as two NICs + three switches (leaf-spine-leaf) for
+//    nodes of different scalable units and two NICs + one leaf inside one unit; a three-tier
+//    core crossing (two more hops, ~0.3 us) is not distinguished.
+//  - Symmetry: the ranks of one stage are taken to run in lockstep (the replay shows it: they
+//    run the same ops at the same times up to contention), so collectives inside one stage
+//    (TP, DP) start when the representative arrives.
+//  - It assumes that a step's duration does not depend on its
+//    micro-batch (true of the lowering: only the first forward and the last backward of a
+//    chunk differ, by their waits and triggers, which it keeps), and that a step's compute
+//    chain shifts as a whole when its start is delayed by a parameter all-gather.
+// The breakdown follows the replay's attribution (sim/replay.cpp): each idle gap of the compute
+// stream goes to the dependency that ended last — TP collective, p2p transfer (the transfer's
+// duration, the rest is bubble), DP/embedding/grad-norm collective, or bubble.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/program.hpp"
+#include "core/scenario.hpp"
+#include "sim/collectives.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/replay.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin {
+
+/// The outcome of an analytical estimate: the replay's metrics without the network detail.
+struct AnalyticalResult {
+  double iteration_time_s = 0;
+  TimeBreakdown critical;                ///< the stage that finishes last (its DP/TP rank 0)
+  std::vector<TimeBreakdown> per_stage;  ///< DP/TP rank 0 of each pipeline stage
+  int64_t ops = 0;  ///< ops of the Program the estimate lowered and evaluated (probe or full)
+};
+
+/// Step-level estimate of one iteration of `s` on `topo` with `costs` (see the file comment).
+/// Collective algorithms as the replay chooses them (s.cluster.collective_algorithm, else the
+/// tuner). Throws what build_program() throws (UnsupportedError for CP > 1, ...), CostModelError
+/// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
+/// the schedule cannot complete (a p2p or collective never matched).
+AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+                          const FabricEfficiency& eff = {});
+
+/// Closed-form, no-contention duration of a point-to-point transfer of `bytes` from GPU `src`
+/// to GPU `dst` (see the file comment). InvalidArgument for src == dst.
+double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo);
+
+}  // namespace traintwin

@@ -1,0 +1,694 @@
+#include "sim/sweep.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "sim/summary.hpp"
+
+namespace traintwin {
+
+int64_t SweepConfiguration::gpus_per_replica() const {
+  const ParallelConfig& p = scenario.parallel;
+  return p.tensor_model_parallel_size * p.context_parallel_size * p.pipeline_model_parallel_size;
+}
+
+// ----- enumeration ----------------------------------------------------------------------------
+
+namespace {
+
+/// The axis, or the base value alone when the axis is empty.
+template <typename T>
+std::vector<T> or_base(const std::vector<T>& axis, T base) {
+  return axis.empty() ? std::vector<T>{base} : axis;
+}
+
+void check_axis(const char* name, const std::vector<int64_t>& axis) {
+  std::set<int64_t> seen;
+  for (int64_t v : axis) {
+    if (v < 1) throw InvalidArgument(fmt::format("SweepAxes::{}: {} is < 1", name, v));
+    if (!seen.insert(v).second) {
+      throw InvalidArgument(fmt::format("SweepAxes::{}: {} is given twice", name, v));
+    }
+  }
+}
+
+template <typename T>
+void check_unique(const char* name, const std::vector<T>& axis) {
+  for (size_t i = 0; i < axis.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (axis[i] == axis[j]) {
+        throw InvalidArgument(fmt::format("SweepAxes::{}: a value is given twice", name));
+      }
+    }
+  }
+}
+
+constexpr const char* kOrigin = "sweep";
+
+/// validate_scenario's message without its "sweep: " prefix.
+std::string strip_origin(const std::string& message) {
+  const std::string prefix = std::string(kOrigin) + ": ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
+
+/// Applies one combination to a copy of the base, derives DP, checks the rules and memory.
+SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64_t tp, int64_t pp,
+                                      int64_t vpp, int64_t mbs, RecomputeGranularity recompute,
+                                      bool sp, bool distributed_optimizer,
+                                      double gpu_memory_bytes) {
+  SweepConfiguration c;
+  c.index = index;
+  c.memory_capacity_bytes = gpu_memory_bytes;
+  Scenario& s = c.scenario;
+  s = base;
+  s.parallel.tensor_model_parallel_size = tp;
+  s.parallel.pipeline_model_parallel_size = pp;
+  s.parallel.virtual_pipeline_model_parallel_size = vpp;
+  s.parallel.sequence_parallel = sp;
+  s.training.micro_batch_size = mbs;
+  s.training.recompute_granularity = recompute;
+  s.training.use_distributed_optimizer = distributed_optimizer;
+  if (base.training.use_distributed_optimizer && !distributed_optimizer &&
+      s.training.overlap_param_gather) {
+    s.training.overlap_param_gather = false;
+    c.adjustments.push_back(
+        "training.overlap_param_gather: true -> false (needs training.use_distributed_optimizer)");
+  }
+  if (base.parallel.sequence_parallel && !sp && s.training.tp_comm_overlap) {
+    s.training.tp_comm_overlap = false;
+    c.adjustments.push_back(
+        "training.tp_comm_overlap: true -> false (needs parallelism.sequence_parallel)");
+  }
+  const int64_t replica = tp * s.parallel.context_parallel_size * pp;
+  if (s.cluster.num_gpus % replica != 0) {
+    s.parallel.data_parallel_size = 0;
+    c.invalid_reason = fmt::format(
+        "cluster.num_gpus: {} is not divisible by tensor_model_parallel_size x "
+        "context_parallel_size x pipeline_model_parallel_size = {} x {} x {} = {} "
+        "(rule: num_gpus = TP x CP x PP x DP)",
+        s.cluster.num_gpus, tp, s.parallel.context_parallel_size, pp, replica);
+    return c;
+  }
+  s.parallel.data_parallel_size = s.cluster.num_gpus / replica;
+  try {
+    validate_scenario(s, kOrigin);
+  } catch (const ConfigError& e) {
+    c.invalid_reason = strip_origin(e.what());
+    return c;
+  }
+  try {
+    for (const StageMemory& m : memory_per_stage(s)) {
+      c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
+    }
+  } catch (const Error& e) {
+    c.invalid_reason = std::string("memory model: ") + e.what();
+    c.peak_memory_bytes = 0;
+    return c;
+  }
+  c.valid = true;
+  c.excess_memory_bytes = std::max(0.0, c.peak_memory_bytes - gpu_memory_bytes);
+  return c;
+}
+
+}  // namespace
+
+std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
+                                                         const SweepAxes& axes,
+                                                         double gpu_memory_bytes) {
+  if (!(gpu_memory_bytes > 0)) {
+    throw InvalidArgument(
+        fmt::format("enumerate_configurations: gpu_memory_bytes must be > 0, got {}",
+                    gpu_memory_bytes));
+  }
+  check_axis("tp", axes.tp);
+  check_axis("pp", axes.pp);
+  check_axis("vpp", axes.vpp);
+  check_axis("mbs", axes.mbs);
+  check_unique("recompute", axes.recompute);
+  check_unique("sequence_parallel", axes.sequence_parallel);
+  check_unique("distributed_optimizer", axes.distributed_optimizer);
+  const auto tps = or_base(axes.tp, base.parallel.tensor_model_parallel_size);
+  const auto pps = or_base(axes.pp, base.parallel.pipeline_model_parallel_size);
+  const auto vpps = or_base(axes.vpp, base.parallel.virtual_pipeline_model_parallel_size);
+  const auto mbss = or_base(axes.mbs, base.training.micro_batch_size);
+  const auto recomputes = or_base(axes.recompute, base.training.recompute_granularity);
+  const auto sps = or_base(axes.sequence_parallel, base.parallel.sequence_parallel);
+  const auto dos = or_base(axes.distributed_optimizer, base.training.use_distributed_optimizer);
+  std::vector<SweepConfiguration> out;
+  out.reserve(tps.size() * pps.size() * vpps.size() * mbss.size() * recomputes.size() *
+              sps.size() * dos.size());
+  for (int64_t tp : tps) {
+    for (int64_t pp : pps) {
+      for (int64_t vpp : vpps) {
+        for (int64_t mbs : mbss) {
+          for (RecomputeGranularity r : recomputes) {
+            for (bool sp : sps) {
+              for (bool d : dos) {
+                out.push_back(make_configuration(base, static_cast<int64_t>(out.size()), tp, pp,
+                                                 vpp, mbs, r, sp, d, gpu_memory_bytes));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// ----- concurrent isolated runner -------------------------------------------------------------
+
+namespace {
+
+void write_all(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+/// A running child: its pid, the read end of its pipe, the job index, what it wrote so far.
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  size_t job = 0;
+  std::string got;
+};
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+/// Kills and reaps the children still running when the runner leaves early (an exception).
+struct ChildReaper {
+  std::vector<Child>* running;
+  ~ChildReaper() {
+    for (Child& c : *running) {
+      if (c.fd >= 0) ::close(c.fd);
+      if (c.pid <= 0) continue;
+      ::kill(c.pid, SIGKILL);
+      wait_for(c.pid);
+    }
+  }
+};
+
+/// The outcome of a finished child from what it wrote and its wait status.
+IsolatedOutcome outcome_of(const std::string& got, int status) {
+  IsolatedOutcome o;
+  if (!got.empty() && got[0] == 'E') {
+    o.error = got.substr(1);
+    return o;
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    o.error = fmt::format("the evaluation process died of signal {} ({})", sig, ::strsignal(sig));
+    return o;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got.empty() || got[0] != 'O') {
+    o.error = fmt::format("the evaluation process exited with status {} without a result",
+                          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return o;
+  }
+  o.ok = true;
+  o.output = got.substr(1);
+  return o;
+}
+
+/// Forks a child running `work`; it writes "O" + result or "E" + message to its pipe and exits.
+Child start_child(const std::function<std::string()>& work, size_t job,
+                  const std::vector<Child>& running) {
+  std::fflush(nullptr);  // the child must not write out the parent's buffered output again
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error(std::string("sweep: pipe: ") + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(std::string("sweep: fork: ") + std::strerror(err));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    for (const Child& c : running) ::close(c.fd);  // the siblings' pipes are not ours
+    int status = 0;
+    std::string out;
+    try {
+      out = "O" + work();
+    } catch (const std::exception& e) {
+      out = std::string("E") + e.what();
+      status = 3;
+    } catch (...) {
+      out = "Ean exception that is not a std::exception";
+      status = 3;
+    }
+    write_all(fds[1], out);
+    ::close(fds[1]);
+    ::_exit(status);
+  }
+  ::close(fds[1]);
+  Child c;
+  c.pid = pid;
+  c.fd = fds[0];
+  c.job = job;
+  return c;
+}
+
+class ProgressClock {
+ public:
+  ProgressClock(int64_t total, const ProgressCallback& cb) : total_(total), cb_(cb) {}
+  void report(int64_t done) const {
+    if (!cb_) return;
+    SweepProgress p;
+    p.done = done;
+    p.total = total_;
+    p.elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (done > 0 && p.elapsed_s > 0) {
+      p.rate_per_s = static_cast<double>(done) / p.elapsed_s;
+      p.eta_s = static_cast<double>(total_ - done) / p.rate_per_s;
+    }
+    cb_(p);
+  }
+
+ private:
+  int64_t total_;
+  const ProgressCallback& cb_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+std::vector<IsolatedOutcome> run_isolated_concurrently(
+    const std::vector<std::function<std::string()>>& work, int jobs,
+    const ProgressCallback& progress) {
+  if (jobs < 1) {
+    throw InvalidArgument(fmt::format("run_isolated_concurrently: jobs must be >= 1, got {}", jobs));
+  }
+  std::vector<IsolatedOutcome> results(work.size());
+  std::vector<Child> running;
+  ChildReaper reaper{&running};
+  const ProgressClock clock(static_cast<int64_t>(work.size()), progress);
+  clock.report(0);
+  size_t next = 0;
+  int64_t done = 0;
+  std::vector<pollfd> fds;
+  char buf[65536];
+  while (next < work.size() || !running.empty()) {
+    while (next < work.size() && running.size() < static_cast<size_t>(jobs)) {
+      running.push_back(start_child(work[next], next, running));
+      ++next;
+    }
+    fds.clear();
+    for (const Child& c : running) fds.push_back({c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw Error(std::string("sweep: poll: ") + std::strerror(errno));
+    }
+    std::vector<size_t> finished;  // positions in `running`, ascending
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Child& c = running[i];
+      const ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        c.got.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      // EOF (or a read error): the child has closed its end and is exiting.
+      ::close(c.fd);
+      c.fd = -1;
+      results[c.job] = outcome_of(c.got, wait_for(c.pid));
+      c.pid = -1;
+      finished.push_back(i);
+    }
+    for (auto it = finished.rbegin(); it != finished.rend(); ++it) {
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(*it));
+    }
+    for (size_t k = 0; k < finished.size(); ++k) clock.report(++done);
+  }
+  return results;
+}
+
+// ----- evaluation and ranking -----------------------------------------------------------------
+
+Evaluator make_simulation_evaluator(const TopologySpec& topo,
+                                    std::shared_ptr<const CostModel> costs,
+                                    SimulationOptions opts) {
+  if (!costs) throw InvalidArgument("make_simulation_evaluator: costs is null");
+  opts.record_timeline = false;
+  return [topo, costs, opts](const Scenario& s) {
+    const SimulationResult r = simulate(s, topo, *costs, opts);
+    return summary_json(s, topo, r);
+  };
+}
+
+const char* to_string(SweepStatus s) {
+  switch (s) {
+    case SweepStatus::kRanked:
+      return "ranked";
+    case SweepStatus::kOutOfMemory:
+      return "oom";
+    case SweepStatus::kError:
+      return "error";
+    case SweepStatus::kInvalid:
+      return "invalid";
+  }
+  return "?";
+}
+
+namespace {
+
+/// Fills the row from an evaluator's JSON; false (with row.error) when it has no tokens_per_s.
+bool take_metrics(SweepRow& row, nlohmann::ordered_json metrics) {
+  const auto it = metrics.find("tokens_per_s");
+  if (!metrics.is_object() || it == metrics.end() || !it->is_number()) {
+    row.error = "the evaluator returned no numeric tokens_per_s";
+    return false;
+  }
+  row.tokens_per_s = it->get<double>();
+  row.metrics = std::move(metrics);
+  return true;
+}
+
+}  // namespace
+
+std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
+                                const Evaluator& evaluate, const SweepOptions& options) {
+  if (options.jobs < 1) {
+    throw InvalidArgument(fmt::format("run_sweep: options.jobs must be >= 1, got {}", options.jobs));
+  }
+  std::vector<SweepRow> rows(configurations.size());
+  std::vector<size_t> todo;  // rows to evaluate
+  for (size_t i = 0; i < configurations.size(); ++i) {
+    SweepRow& row = rows[i];
+    row.config = configurations[i];
+    if (!row.config.valid) {
+      row.status = SweepStatus::kInvalid;
+    } else {
+      row.status = row.config.fits() ? SweepStatus::kRanked : SweepStatus::kOutOfMemory;
+      if (row.config.fits() || options.evaluate_out_of_memory) todo.push_back(i);
+    }
+  }
+  // Evaluation failures: an error row, whatever the memory verdict (its excess is still kept).
+  auto fail = [&rows](size_t i, std::string message) {
+    rows[i].status = SweepStatus::kError;
+    rows[i].error = std::move(message);
+    rows[i].metrics = nullptr;
+  };
+  if (options.isolate) {
+    std::vector<std::function<std::string()>> work;
+    work.reserve(todo.size());
+    for (size_t i : todo) {
+      const Scenario* s = &rows[i].config.scenario;
+      work.push_back([s, &evaluate] { return evaluate(*s).dump(); });
+    }
+    const auto outcomes = run_isolated_concurrently(work, options.jobs, options.progress);
+    for (size_t k = 0; k < todo.size(); ++k) {
+      const size_t i = todo[k];
+      if (!outcomes[k].ok) {
+        fail(i, outcomes[k].error);
+        continue;
+      }
+      nlohmann::ordered_json j;
+      try {
+        j = nlohmann::ordered_json::parse(outcomes[k].output);
+      } catch (const std::exception& e) {
+        fail(i, std::string("the evaluation's output is not JSON: ") + e.what());
+        continue;
+      }
+      if (!take_metrics(rows[i], std::move(j))) fail(i, rows[i].error);
+    }
+  } else {
+    const ProgressClock clock(static_cast<int64_t>(todo.size()), options.progress);
+    clock.report(0);
+    int64_t done = 0;
+    for (size_t i : todo) {
+      try {
+        if (!take_metrics(rows[i], evaluate(rows[i].config.scenario))) fail(i, rows[i].error);
+      } catch (const std::exception& e) {
+        fail(i, e.what());
+      }
+      clock.report(++done);
+    }
+  }
+  return rank_rows(std::move(rows));
+}
+
+std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
+  auto group = [](SweepStatus s) {
+    switch (s) {
+      case SweepStatus::kRanked:
+        return 0;
+      case SweepStatus::kOutOfMemory:
+        return 1;
+      case SweepStatus::kError:
+        return 2;
+      case SweepStatus::kInvalid:
+        return 3;
+    }
+    return 4;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&group](const SweepRow& a, const SweepRow& b) {
+    const int ga = group(a.status), gb = group(b.status);
+    if (ga != gb) return ga < gb;
+    if (a.status == SweepStatus::kRanked) {
+      if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+      const int64_t ra = a.config.gpus_per_replica(), rb = b.config.gpus_per_replica();
+      if (ra != rb) return ra < rb;
+    } else if (a.status == SweepStatus::kOutOfMemory) {
+      if (a.config.excess_memory_bytes != b.config.excess_memory_bytes) {
+        return a.config.excess_memory_bytes < b.config.excess_memory_bytes;
+      }
+    }
+    return a.config.index < b.config.index;
+  });
+  int64_t rank = 0;
+  for (SweepRow& r : rows) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
+  return rows;
+}
+
+// ----- output ---------------------------------------------------------------------------------
+
+nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
+  const Scenario& s = row.config.scenario;
+  nlohmann::ordered_json j;
+  j["rank"] = row.rank > 0 ? nlohmann::ordered_json(row.rank) : nlohmann::ordered_json(nullptr);
+  j["status"] = to_string(row.status);
+  j["index"] = row.config.index;
+  j["configuration"] = {
+      {"tensor_model_parallel_size", s.parallel.tensor_model_parallel_size},
+      {"context_parallel_size", s.parallel.context_parallel_size},
+      {"pipeline_model_parallel_size", s.parallel.pipeline_model_parallel_size},
+      {"virtual_pipeline_model_parallel_size", s.parallel.virtual_pipeline_model_parallel_size},
+      {"data_parallel_size", s.parallel.data_parallel_size},
+      {"micro_batch_size", s.training.micro_batch_size},
+      {"global_batch_size", s.training.global_batch_size},
+      {"recompute_granularity", to_string(s.training.recompute_granularity)},
+      {"sequence_parallel", s.parallel.sequence_parallel},
+      {"use_distributed_optimizer", s.training.use_distributed_optimizer},
+      {"gpus_per_replica", row.config.gpus_per_replica()}};
+  j["memory"] = {{"peak_bytes", row.config.peak_memory_bytes},
+                 {"capacity_bytes", row.config.memory_capacity_bytes},
+                 {"excess_bytes", row.config.excess_memory_bytes},
+                 {"fits", row.config.fits()}};
+  j["adjustments"] = row.config.adjustments;
+  if (row.status == SweepStatus::kInvalid) {
+    j["reason"] = row.config.invalid_reason;
+  } else if (row.status == SweepStatus::kError) {
+    j["reason"] = row.error;
+  } else {
+    j["reason"] = nullptr;
+  }
+  j["metrics"] = row.metrics;
+  return j;
+}
+
+nlohmann::ordered_json sweep_json(const std::vector<SweepRow>& rows) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const SweepRow& r : rows) out.push_back(sweep_row_json(r));
+  return out;
+}
+
+namespace {
+
+/// Flattens `j` into (dotted column, cell text) pairs.
+void flatten(const nlohmann::ordered_json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  std::string cell;
+  if (j.is_null()) {
+    cell = "";
+  } else if (j.is_string()) {
+    cell = j.get<std::string>();
+  } else {
+    cell = j.dump();  // numbers, booleans, arrays (as JSON text)
+  }
+  out.emplace_back(prefix, std::move(cell));
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"') q += '"';
+    q += c;
+  }
+  return q + "\"";
+}
+
+}  // namespace
+
+std::string sweep_csv(const std::vector<SweepRow>& rows) {
+  std::vector<std::map<std::string, std::string>> flat;
+  std::vector<std::string> columns;
+  std::set<std::string> known;
+  for (const SweepRow& r : rows) {
+    std::vector<std::pair<std::string, std::string>> cells;
+    flatten(sweep_row_json(r), "", cells);
+    for (const auto& [col, cell] : cells) {
+      if (known.insert(col).second) columns.push_back(col);
+    }
+    flat.emplace_back(cells.begin(), cells.end());
+  }
+  // A row without metrics flattens to a bare "metrics" column: drop it when some row has
+  // metrics.* columns.
+  const bool has_metric_fields = std::any_of(columns.begin(), columns.end(), [](const auto& c) {
+    return c.rfind("metrics.", 0) == 0;
+  });
+  if (has_metric_fields) {
+    columns.erase(std::remove(columns.begin(), columns.end(), "metrics"), columns.end());
+  }
+  std::ostringstream out;
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << csv_quote(columns[i]);
+  out << "\n";
+  for (const auto& row : flat) {
+    for (size_t i = 0; i < columns.size(); ++i) {
+      if (i) out << ",";
+      const auto it = row.find(columns[i]);
+      if (it != row.end()) out << csv_quote(it->second);
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+// ----- flag parsing ---------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const auto b = item.find_first_not_of(" \t");
+    const auto e = item.find_last_not_of(" \t");
+    items.push_back(b == std::string::npos ? "" : item.substr(b, e - b + 1));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return items;
+}
+
+void reject_duplicates(const std::string& flag, const std::vector<std::string>& items,
+                       const std::string& allowed) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (items[i] == items[j]) {
+        throw ConfigError(fmt::format("{}: '{}' is given twice (allowed: {}, each at most once)",
+                                      flag, items[i], allowed));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_sweep_integers(const std::string& flag, const std::string& text) {
+  const std::string allowed = "a comma-separated list of integers >= 1, e.g. 1,2,4,8";
+  std::vector<int64_t> out;
+  for (const std::string& item : split_commas(text)) {
+    int64_t v = 0;
+    bool ok = !item.empty() && item.size() <= 18 &&
+              std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (ok) {
+      v = std::stoll(item);
+      ok = v >= 1;
+    }
+    if (!ok) throw ConfigError(fmt::format("{}: '{}' is not allowed ({})", flag, item, allowed));
+    if (std::find(out.begin(), out.end(), v) != out.end()) {
+      throw ConfigError(fmt::format("{}: {} is given twice ({}, each at most once)", flag, v, allowed));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<RecomputeGranularity> parse_sweep_recompute(const std::string& flag,
+                                                        const std::string& text) {
+  const std::string allowed = "none, selective, full";
+  const auto items = split_commas(text);
+  reject_duplicates(flag, items, allowed);
+  std::vector<RecomputeGranularity> out;
+  for (const std::string& item : items) {
+    if (item == "none") {
+      out.push_back(RecomputeGranularity::kNone);
+    } else if (item == "selective") {
+      out.push_back(RecomputeGranularity::kSelective);
+    } else if (item == "full") {
+      out.push_back(RecomputeGranularity::kFull);
+    } else {
+      throw ConfigError(fmt::format("{}: '{}' is not allowed (allowed: {}, comma-separated)", flag,
+                                    item, allowed));
+    }
+  }
+  return out;
+}
+
+std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string& text) {
+  const std::string allowed = "on, off";
+  const auto items = split_commas(text);
+  reject_duplicates(flag, items, allowed);
+  std::vector<bool> out;
+  for (const std::string& item : items) {
+    if (item == "on") {
+      out.push_back(true);
+    } else if (item == "off") {
+      out.push_back(false);
+    } else {
+      throw ConfigError(fmt::format("{}: '{}' is not allowed (allowed: {}, comma-separated)", flag,
+                                    item, allowed));
+    }
+  }
+  return out;
+}
+
+}  // namespace traintwin

@@ -1,0 +1,194 @@
+// Parameter sweeps: every combination of a few parallel-layout and training knobs, checked
+// against the scenario rules and the memory model, evaluated in parallel worker processes and
+// ranked by throughput.
+//
+// The flow:
+//   enumerate_configurations(base, axes, gpu memory)  -> one SweepConfiguration per combination,
+//       valid (validate_scenario passes) or invalid (the rule's message), with its memory peak
+//   run_sweep(configurations, evaluator, options)      -> one SweepRow per configuration, ranked
+//   sweep_json / sweep_csv                             -> what `traintwin sweep --out` writes
+//
+// The evaluator is a plain function Scenario -> metrics JSON (the fields of `simulate --json`,
+// at least "tokens_per_s"), so the SimGrid replay (make_simulation_evaluator, one forked process
+// per configuration because SimGrid allows one engine per process) and an analytical fast path
+// (cheap, in-process: SweepOptions::isolate = false) plug in the same way.
+//
+// Not done here: splitting a sweep over MPI ranks (`mpirun -np N traintwin sweep`); a sweep runs
+// on one machine, with up to SweepOptions::jobs worker processes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/scenario.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/replay.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin {
+
+/// The values to sweep. An empty axis keeps the base scenario's value.
+struct SweepAxes {
+  std::vector<int64_t> tp;   ///< parallelism.tensor_model_parallel_size
+  std::vector<int64_t> pp;   ///< parallelism.pipeline_model_parallel_size
+  std::vector<int64_t> mbs;  ///< training.micro_batch_size
+  std::vector<int64_t> vpp;  ///< parallelism.virtual_pipeline_model_parallel_size
+  std::vector<RecomputeGranularity> recompute;  ///< training.recompute_granularity
+  std::vector<bool> sequence_parallel;          ///< parallelism.sequence_parallel
+  std::vector<bool> distributed_optimizer;      ///< training.use_distributed_optimizer
+};
+
+/// One combination of the axes applied to the base scenario.
+struct SweepConfiguration {
+  int64_t index = 0;  ///< position in the enumeration order (0-based)
+  /// The base scenario with the combination applied and DP derived as num_gpus / (TP x CP x PP)
+  /// (0 when that does not divide).
+  Scenario scenario;
+  bool valid = false;
+  /// Why the combination is invalid: the rule's message (validate_scenario's, without its origin
+  /// prefix, or the memory model's); "" when valid.
+  std::string invalid_reason;
+  /// Dependent switches of the base scenario turned off because an axis turned off what they
+  /// need, e.g. "training.overlap_param_gather: true -> false (needs
+  /// training.use_distributed_optimizer)". Empty for most configurations.
+  std::vector<std::string> adjustments;
+  double peak_memory_bytes = 0;      ///< max over pipeline stages of memory_per_stage(); 0 if invalid
+  double memory_capacity_bytes = 0;  ///< the GPU's memory
+  /// peak_memory_bytes - memory_capacity_bytes when it does not fit, else 0.
+  double excess_memory_bytes = 0;
+
+  /// Valid and within the GPU's memory.
+  bool fits() const { return valid && excess_memory_bytes <= 0; }
+  /// TP x CP x PP: the GPUs holding one model replica.
+  int64_t gpus_per_replica() const;
+};
+
+/// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
+/// tp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer. For each: DP is derived
+/// (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming cluster.num_gpus); a switch of
+/// the base that needs one the axes turned off is turned off too and listed in `adjustments`
+/// (overlap_param_gather needs use_distributed_optimizer; tp_comm_overlap needs
+/// sequence_parallel); then validate_scenario() decides (a combination with SP on and TP 1 is
+/// invalid, with its rule); the memory model (memory_per_stage) gives the peak of a valid one,
+/// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). Throws
+/// InvalidArgument for an axis value < 1, a duplicate value in an axis, or gpu_memory_bytes <= 0.
+std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
+                                                         const SweepAxes& axes,
+                                                         double gpu_memory_bytes);
+
+/// How far a concurrent run has got, for a progress bar.
+struct SweepProgress {
+  int64_t done = 0;   ///< configurations finished (successfully or not)
+  int64_t total = 0;  ///< configurations to evaluate
+  double elapsed_s = 0;
+  double rate_per_s = 0;  ///< done / elapsed_s (0 before the first finishes)
+  double eta_s = 0;       ///< (total - done) / rate_per_s (0 before the first finishes)
+};
+/// Called once with done = 0 before the first job starts, then after every finished job, in the
+/// calling thread. It may throw: running children are then killed and reaped.
+using ProgressCallback = std::function<void(const SweepProgress&)>;
+
+/// The outcome of one job of run_isolated_concurrently().
+struct IsolatedOutcome {
+  bool ok = false;
+  std::string output;  ///< what the job returned, when ok
+  std::string error;   ///< the job's exception message, or its exit status / signal, when not ok
+};
+
+/// Runs every job in its own forked child, at most `jobs` at a time, reading each child's result
+/// through a pipe while the others run (poll). Results are in the order of `work`. A job that
+/// throws gives its message, one that crashes or exits early an error naming its signal or exit
+/// status: an outcome with ok = false, never an exception here. Every child is reaped before this
+/// returns or throws. Throws InvalidArgument for jobs < 1, Error when pipe() or fork() fails.
+std::vector<IsolatedOutcome> run_isolated_concurrently(
+    const std::vector<std::function<std::string()>>& work, int jobs,
+    const ProgressCallback& progress = {});
+
+/// Metrics of one configuration: the fields of summary_json() (`simulate --json`); the sweep
+/// needs "tokens_per_s" (a number) and carries every other field through.
+using Evaluator = std::function<nlohmann::ordered_json(const Scenario&)>;
+
+/// The SimGrid evaluator: simulate() with `opts` (record_timeline forced off) and `costs` on
+/// `topo`, then summary_json(). simulate() creates a SimGrid engine: call it once per process
+/// (SweepOptions::isolate = true).
+Evaluator make_simulation_evaluator(const TopologySpec& topo,
+                                    std::shared_ptr<const CostModel> costs,
+                                    SimulationOptions opts = {});
+
+struct SweepOptions {
+  int jobs = 1;  ///< worker processes at once (isolate), >= 1
+  /// Evaluate each configuration in its own forked child (needed by the SimGrid evaluator); false
+  /// evaluates in this process, one after the other (an analytical evaluator).
+  bool isolate = true;
+  /// Evaluate configurations that do not fit the GPU's memory too (default: only listed with
+  /// their excess).
+  bool evaluate_out_of_memory = false;
+  ProgressCallback progress;  ///< optional
+};
+
+/// Where a configuration ended up.
+enum class SweepStatus {
+  kRanked,       ///< valid, fits, evaluated
+  kOutOfMemory,  ///< valid, does not fit the GPU's memory
+  kError,        ///< valid and fits, but its evaluation failed (message in SweepRow::error)
+  kInvalid,      ///< breaks a scenario rule (SweepConfiguration::invalid_reason)
+};
+/// "ranked" | "oom" | "error" | "invalid".
+const char* to_string(SweepStatus s);
+
+/// One configuration's result.
+struct SweepRow {
+  SweepConfiguration config;
+  SweepStatus status = SweepStatus::kInvalid;
+  int64_t rank = 0;     ///< 1 = fastest among kRanked rows; 0 for every other status
+  std::string error;    ///< kError: the evaluation's message
+  double tokens_per_s = 0;  ///< from the metrics; 0 when not evaluated
+  /// The evaluator's JSON; null when not evaluated (invalid, out of memory unless
+  /// evaluate_out_of_memory, error).
+  nlohmann::ordered_json metrics;
+};
+
+/// Evaluates every valid configuration (and those out of memory when asked) with `evaluate`, up
+/// to options.jobs at once, and returns every configuration as a row in rank_rows() order. An
+/// evaluation that throws, crashes, or returns no numeric "tokens_per_s" becomes a kError row.
+/// Throws InvalidArgument for options.jobs < 1, Error when processes cannot be started.
+std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
+                                const Evaluator& evaluate, const SweepOptions& options = {});
+
+/// Sorts rows and numbers the ranked ones. The order, stable and total:
+///   1. kRanked rows by tokens_per_s descending; ties: fewer GPUs per model replica
+///      (TP x CP x PP) first, then the enumeration order (SweepConfiguration::index);
+///      rank = 1, 2, ... in that order;
+///   2. kOutOfMemory rows by excess_memory_bytes ascending (closest to fitting first), then index;
+///   3. kError rows, by index;
+///   4. kInvalid rows, by index.
+std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows);
+
+/// One row as sweep.json holds it: rank (null unless ranked), status, index, configuration
+/// (TP, CP, PP, VPP, DP, micro-batch size, global batch size, recompute, SP, distributed
+/// optimizer, GPUs per replica), memory (peak, capacity, excess in bytes, fits), adjustments,
+/// reason (invalid or error; null otherwise) and metrics (the evaluator's JSON or null).
+nlohmann::ordered_json sweep_row_json(const SweepRow& row);
+/// sweep.json: the array of sweep_row_json(), in the rows' order.
+nlohmann::ordered_json sweep_json(const std::vector<SweepRow>& rows);
+/// sweep.csv: a header, then one line per row with sweep_row_json() flattened: nested objects
+/// become dotted columns (configuration.tensor_model_parallel_size, metrics.mfu, ...), arrays a
+/// JSON text cell; the columns are the union over rows in first-seen order (empty cell where a row
+/// lacks one). RFC 4180 quoting.
+std::string sweep_csv(const std::vector<SweepRow>& rows);
+
+/// Parses a comma-separated list of integers >= 1 given to `flag` ("1,2,4,8"). Throws ConfigError
+/// naming the flag and the allowed values for anything else (empty items, 0, "x", duplicates).
+std::vector<int64_t> parse_sweep_integers(const std::string& flag, const std::string& text);
+/// Parses "none,selective,full" (any subset, no duplicates); ConfigError naming the flag otherwise.
+std::vector<RecomputeGranularity> parse_sweep_recompute(const std::string& flag,
+                                                        const std::string& text);
+/// Parses "on,off" (either or both, no duplicates); ConfigError naming the flag otherwise.
+std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string& text);
+
+}  // namespace traintwin

@@ -1,0 +1,114 @@
+// End-to-end tests of `traintwin sweep`: a small sweep over a shipped scenario, its files, and
+// the errors a user sees for bad flag values.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TRAINTWIN_BINARY) + " " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe.release());
+  return {WEXITSTATUS(status), out};
+}
+
+const std::string kScenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h100-8.yaml";
+
+TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
+  const fs::path dir = fs::temp_directory_path() / ("traintwin-sweep-cli-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // 2 x 2 x 2 = 8 configurations; TP 3 is invalid (8 GPUs), SP on needs TP > 1.
+  const Result r = run("sweep " + kScenario +
+                       " --tensor-model-parallel-size 1,2,3 --micro-batch-size 1,2"
+                       " --sequence-parallel off,on --jobs 2 --out " + dir.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("traintwin sweep: gpt-1.3b-h100-8 on 8 x H100"),
+                              HasSubstr("12 configurations: 6 ranked, 0 out of memory, 0 failed, 6 invalid"),
+                              HasSubstr("rank"), HasSubstr("tok/s/GPU"), HasSubstr("MFU %"),
+                              HasSubstr("fits"), HasSubstr("invalid (6), by rule:"),
+                              HasSubstr("sequence_parallel"), HasSubstr("cluster.num_gpus"),
+                              HasSubstr("configurations, "), HasSubstr("12 configurations")));
+  // Progress bar on stderr: count and rate.
+  EXPECT_THAT(r.output, HasSubstr("6/6 configurations"));
+  // Ranks 1..6 in the table.
+  for (int k = 1; k <= 6; ++k) EXPECT_THAT(r.output, HasSubstr("\n   " + std::to_string(k) + "   "));
+
+  std::ifstream jf(dir / "sweep.json");
+  ASSERT_TRUE(jf) << "no sweep.json";
+  const auto j = nlohmann::json::parse(jf);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 12u);
+  double previous = 1e300;
+  for (int k = 0; k < 6; ++k) {
+    EXPECT_EQ(j[k]["rank"], k + 1);
+    EXPECT_EQ(j[k]["status"], "ranked");
+    const double tokens = j[k]["metrics"]["tokens_per_s"].get<double>();
+    EXPECT_LE(tokens, previous);
+    previous = tokens;
+    for (const char* key : {"iteration_time_s", "mfu", "hfu", "tokens_per_s_per_gpu",
+                            "peak_memory_bytes", "exposed_comm_s", "busiest_links", "per_stage"}) {
+      EXPECT_TRUE(j[k]["metrics"].contains(key)) << key;
+    }
+  }
+  for (int k = 6; k < 12; ++k) EXPECT_EQ(j[k]["status"], "invalid");
+
+  std::ifstream cf(dir / "sweep.csv");
+  ASSERT_TRUE(cf) << "no sweep.csv";
+  std::string line, header;
+  std::getline(cf, header);
+  EXPECT_THAT(header, AllOf(HasSubstr("configuration.tensor_model_parallel_size"),
+                            HasSubstr("metrics.tokens_per_s"), HasSubstr("memory.excess_bytes")));
+  int lines = 0;
+  while (std::getline(cf, line)) ++lines;
+  EXPECT_EQ(lines, 12);
+  fs::remove_all(dir);
+}
+
+TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
+  // A 1.3B model with a global batch that forces large micro-batches: mbs 64 without
+  // recomputation does not fit 80 GB.
+  const Result r = run("sweep " + kScenario + " --micro-batch-size 1,32 --jobs 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("1 ranked, 1 out of memory"), HasSubstr("out of memory (1"),
+                              HasSubstr("OOM by "), HasSubstr("mbs 32")));
+}
+
+TEST(SweepCli, BadFlagValuesNameTheFlagAndTheAllowedValues) {
+  Result r = run("sweep " + kScenario + " --sequence-parallel yes");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--sequence-parallel: 'yes' is not allowed (allowed: on, off"));
+  r = run("sweep " + kScenario + " --tensor-model-parallel-size 1,0");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("--tensor-model-parallel-size: '0'"), HasSubstr("integers >= 1")));
+  r = run("sweep " + kScenario + " --recompute-granularity none,partial");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("allowed: none, selective, full"));
+  r = run("sweep " + kScenario + " --jobs 0");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--jobs"));
+}
+
+}  // namespace

@@ -1,0 +1,117 @@
+// The analytical fast path (sim/analytical.hpp) against the replay (sim/replay.hpp): iteration
+// time within 5 % on every shipped scenario. The replay runs in a child process (run_isolated:
+// one SimGrid engine per process). gpt-400b-h100-16384 is left out: its replay takes ~70 s
+// (bench/analytical_bench.cpp covers it by hand).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "core/program.hpp"
+#include "core/scenario.hpp"
+#include "sim/analytical.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/isolated.hpp"
+#include "sim/replay.hpp"
+
+namespace traintwin {
+namespace {
+
+std::string scenario_path(const std::string& name) {
+  return std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/" + name + ".yaml";
+}
+
+class AnalyticalVsReplay : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AnalyticalVsReplay, IterationTimeWithinFivePercent) {
+  const Scenario s = load_scenario(scenario_path(GetParam()));
+  const TopologySpec topo = load_topology(s.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const std::string replay_text = run_isolated([&] {
+    SimulationOptions opts;
+    opts.record_timeline = false;
+    const SimulationResult r = simulate(s, topo, *costs, opts);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", r.iteration_time_s);
+    return std::string(buf);
+  });
+  const double replay_s = std::stod(replay_text);
+  const AnalyticalResult a = estimate(s, topo, *costs);
+  const double diff = (a.iteration_time_s - replay_s) / replay_s;
+  std::printf("%-28s replay %10.6f s  analytical %10.6f s  diff %+6.2f %%\n", GetParam(), replay_s,
+              a.iteration_time_s, 100 * diff);
+  std::printf("  critical stage: compute %.4f tp %.4f pp %.4f dp %.4f bubble %.4f s\n",
+              a.critical.compute_s, a.critical.exposed_tp_s, a.critical.exposed_pp_s,
+              a.critical.exposed_dp_s, a.critical.bubble_s);
+  EXPECT_LT(std::abs(diff), 0.05);
+  // The breakdown adds up to the iteration time on every stage.
+  ASSERT_EQ(a.per_stage.size(), static_cast<size_t>(s.parallel.pipeline_model_parallel_size));
+  for (const TimeBreakdown& b : a.per_stage) {
+    EXPECT_NEAR(b.compute_s + b.exposed_tp_s + b.exposed_pp_s + b.exposed_dp_s + b.bubble_s,
+                a.iteration_time_s, 1e-9 * a.iteration_time_s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ShippedScenarios, AnalyticalVsReplay,
+                         ::testing::Values("gpt-1.3b-h100-8", "gpt-1.3b-h200-8", "gpt-22b-a100-8",
+                                           "gpt3-175b-a100-1024", "gpt3-175b-h100-1024",
+                                           "gpt3-175b-h100-128", "megatron-145b-a100-1536"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+// One stage, no pipeline: the estimate is the compute and TP chain plus the DP tail.
+TEST(Analytical, SingleStageHasNoPipelineTime) {
+  const Scenario s = load_scenario(scenario_path("gpt-22b-a100-8"));
+  const TopologySpec topo = load_topology(s.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const AnalyticalResult a = estimate(s, topo, *costs);
+  EXPECT_GT(a.iteration_time_s, 0);
+  EXPECT_EQ(a.critical.exposed_pp_s, 0);
+  EXPECT_GT(a.critical.exposed_tp_s, 0);
+  EXPECT_NEAR(a.critical.bubble_s, 0, 1e-9);
+}
+
+// Closed-form p2p: NVLink inside a node, NIC rate across nodes, latency by route.
+TEST(Analytical, PointToPointClosedForm) {
+  const TopologySpec topo =
+      load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
+  const double S = 50e6;
+  EXPECT_NEAR(p2p_time_s(0, 1, S, topo),
+              topo.node.nvlink_latency_s + S / topo.node.nvlink_bandwidth_Bps, 1e-15);
+  EXPECT_NEAR(p2p_time_s(0, 8, S, topo),
+              2 * topo.nic.latency_s + topo.fabric.hop_latency_s + S / topo.nic.line_rate_Bps,
+              1e-15);
+  EXPECT_THROW(p2p_time_s(3, 3, S, topo), InvalidArgument);
+}
+
+// Interleaving lowers the bubble: VPP 2 beats 1F1B on the same layout, as in the replay.
+TEST(Analytical, InterleavingShrinksTheBubble) {
+  const std::string f = scenario_path("gpt3-175b-h100-1024");
+  const Scenario one = load_scenario(f);
+  const Scenario two =
+      load_scenario(f, {{"parallelism.virtual_pipeline_model_parallel_size", "2"}});
+  const TopologySpec topo = load_topology(one.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const AnalyticalResult a = estimate(one, topo, *costs);
+  const AnalyticalResult b = estimate(two, topo, *costs);
+  EXPECT_LT(b.critical.bubble_s, a.critical.bubble_s);
+}
+
+// CP > 1 is refused as build_program refuses it.
+TEST(Analytical, ContextParallelIsUnsupported) {
+  Scenario s = load_scenario(scenario_path("gpt-1.3b-h100-8"));
+  s.parallel.context_parallel_size = 2;
+  s.parallel.data_parallel_size = 4;
+  const TopologySpec topo = load_topology(s.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  EXPECT_THROW(estimate(s, topo, *costs), UnsupportedError);
+}
+
+}  // namespace
+}  // namespace traintwin

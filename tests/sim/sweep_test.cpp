@@ -1,0 +1,448 @@
+// Tests of the parameter sweep: enumeration against a brute-force validate_scenario loop, the
+// memory verdict against the memory model, the ranking order, and the concurrent runner (input
+// order, failures as error outcomes, no zombies). No SimGrid: evaluators here are fakes.
+#include "sim/sweep.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// A small GPT on 8 GPUs: 12 layers, h 256, 8 heads, s 128, B 16.
+Scenario small_scenario(const std::string& extra_training = "") {
+  const std::string yaml =
+      "name: small\n"
+      "model:\n  num_layers: 12\n  hidden_size: 256\n  num_attention_heads: 8\n"
+      "  seq_length: 128\n  vocab_size: 1000\n"
+      "training:\n  micro_batch_size: 1\n  global_batch_size: 16\n  precision: bf16\n" +
+      extra_training +
+      "cluster:\n  topology: none.yaml\n  num_gpus: 8\n";
+  return parse_scenario(yaml, "small.yaml", ".");
+}
+
+/// No process left to reap: every child of this test process has been waited for.
+void expect_no_children() {
+  int status = 0;
+  errno = 0;
+  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(Sweep, EnumerationEqualsBruteForceValidation) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 2, 3, 4, 8};
+  axes.pp = {1, 2, 3, 4};
+  axes.vpp = {1, 2, 3};
+  axes.mbs = {1, 2, 4};
+  axes.recompute = {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
+                    RecomputeGranularity::kFull};
+  axes.sequence_parallel = {false, true};
+  axes.distributed_optimizer = {false, true};
+  const auto configs = enumerate_configurations(base, axes, 80e9);
+  ASSERT_EQ(configs.size(), 5u * 4 * 3 * 3 * 3 * 2 * 2);
+
+  // Brute force, in the documented order (the last axis varies fastest).
+  size_t i = 0, valid = 0;
+  for (int64_t tp : axes.tp) {
+    for (int64_t pp : axes.pp) {
+      for (int64_t vpp : axes.vpp) {
+        for (int64_t mbs : axes.mbs) {
+          for (RecomputeGranularity r : axes.recompute) {
+            for (bool sp : axes.sequence_parallel) {
+              for (bool d : axes.distributed_optimizer) {
+                Scenario s = base;
+                s.parallel.tensor_model_parallel_size = tp;
+                s.parallel.pipeline_model_parallel_size = pp;
+                s.parallel.virtual_pipeline_model_parallel_size = vpp;
+                s.training.micro_batch_size = mbs;
+                s.training.recompute_granularity = r;
+                s.parallel.sequence_parallel = sp;
+                s.training.use_distributed_optimizer = d;
+                bool ok = 8 % (tp * pp) == 0;
+                if (ok) {
+                  s.parallel.data_parallel_size = 8 / (tp * pp);
+                  try {
+                    validate_scenario(s, "brute");
+                  } catch (const ConfigError&) {
+                    ok = false;
+                  }
+                }
+                const SweepConfiguration& c = configs[i];
+                SCOPED_TRACE(i);
+                EXPECT_EQ(c.index, static_cast<int64_t>(i));
+                EXPECT_EQ(c.valid, ok) << c.invalid_reason;
+                EXPECT_EQ(c.invalid_reason.empty(), ok);
+                EXPECT_EQ(c.scenario.parallel.tensor_model_parallel_size, tp);
+                EXPECT_EQ(c.scenario.parallel.pipeline_model_parallel_size, pp);
+                EXPECT_EQ(c.scenario.parallel.virtual_pipeline_model_parallel_size, vpp);
+                EXPECT_EQ(c.scenario.training.micro_batch_size, mbs);
+                EXPECT_EQ(c.scenario.training.recompute_granularity, r);
+                EXPECT_EQ(c.scenario.parallel.sequence_parallel, sp);
+                EXPECT_EQ(c.scenario.training.use_distributed_optimizer, d);
+                if (ok) EXPECT_EQ(c.scenario.parallel.data_parallel_size, 8 / (tp * pp));
+                if (sp && tp == 1) EXPECT_THAT(c.invalid_reason, HasSubstr("sequence_parallel"));
+                if (8 % (tp * pp) != 0) {
+                  EXPECT_THAT(c.invalid_reason, HasSubstr("cluster.num_gpus"));
+                }
+                valid += ok;
+                ++i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(valid, 10u);
+  EXPECT_LT(valid, configs.size());
+}
+
+TEST(Sweep, EmptyAxesKeepTheScenarioValues) {
+  Scenario base = small_scenario("  recompute_granularity: selective\n");
+  const auto configs = enumerate_configurations(base, {}, 80e9);
+  ASSERT_EQ(configs.size(), 1u);
+  EXPECT_TRUE(configs[0].valid) << configs[0].invalid_reason;
+  EXPECT_EQ(configs[0].scenario.training.recompute_granularity, RecomputeGranularity::kSelective);
+  EXPECT_EQ(configs[0].scenario.parallel.data_parallel_size, 8);
+}
+
+TEST(Sweep, DependentSwitchesAreTurnedOffAndListed) {
+  const Scenario base = small_scenario(
+      "  use_distributed_optimizer: true\n  overlap_grad_reduce: true\n"
+      "  overlap_param_gather: true\n");
+  SweepAxes axes;
+  axes.distributed_optimizer = {true, false};
+  const auto configs = enumerate_configurations(base, axes, 80e9);
+  ASSERT_EQ(configs.size(), 2u);
+  EXPECT_TRUE(configs[0].valid);
+  EXPECT_TRUE(configs[0].adjustments.empty());
+  EXPECT_TRUE(configs[1].valid) << configs[1].invalid_reason;
+  EXPECT_FALSE(configs[1].scenario.training.overlap_param_gather);
+  ASSERT_EQ(configs[1].adjustments.size(), 1u);
+  EXPECT_THAT(configs[1].adjustments[0], HasSubstr("training.overlap_param_gather"));
+}
+
+TEST(Sweep, BadAxesAreRejected) {
+  const Scenario base = small_scenario();
+  SweepAxes zero;
+  zero.tp = {0};
+  EXPECT_THROW(enumerate_configurations(base, zero, 80e9), InvalidArgument);
+  SweepAxes twice;
+  twice.pp = {2, 2};
+  EXPECT_THROW(enumerate_configurations(base, twice, 80e9), InvalidArgument);
+  EXPECT_THROW(enumerate_configurations(base, {}, 0), InvalidArgument);
+}
+
+TEST(Sweep, OutOfMemoryMarkingEqualsTheMemoryModel) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 2, 4};
+  axes.pp = {1, 2, 4};
+  axes.mbs = {1, 2, 4};
+  axes.recompute = {RecomputeGranularity::kNone, RecomputeGranularity::kFull};
+  // Capacity between the smallest and the largest peak so that both verdicts occur.
+  const auto probe = enumerate_configurations(base, axes, 1e15);
+  std::vector<double> peaks;
+  for (const auto& c : probe) {
+    if (c.valid) peaks.push_back(c.peak_memory_bytes);
+  }
+  ASSERT_GE(peaks.size(), 4u);
+  std::sort(peaks.begin(), peaks.end());
+  const double capacity = peaks[peaks.size() / 2];
+  const auto configs = enumerate_configurations(base, axes, capacity);
+  int fits = 0, oom = 0;
+  for (const auto& c : configs) {
+    SCOPED_TRACE(c.index);
+    EXPECT_EQ(c.memory_capacity_bytes, capacity);
+    if (!c.valid) {
+      EXPECT_EQ(c.peak_memory_bytes, 0);
+      EXPECT_FALSE(c.fits());
+      continue;
+    }
+    double peak = 0;
+    for (const StageMemory& m : memory_per_stage(c.scenario)) peak = std::max(peak, m.total_bytes());
+    EXPECT_DOUBLE_EQ(c.peak_memory_bytes, peak);
+    EXPECT_DOUBLE_EQ(c.excess_memory_bytes, std::max(0.0, peak - capacity));
+    EXPECT_EQ(c.fits(), peak <= capacity);
+    (c.fits() ? fits : oom)++;
+  }
+  EXPECT_GT(fits, 0);
+  EXPECT_GT(oom, 0);
+}
+
+/// A fake evaluator: tokens/s chosen per (TP, PP, mbs).
+Evaluator fake_evaluator(std::map<std::tuple<int64_t, int64_t, int64_t>, double> tokens) {
+  return [tokens](const Scenario& s) {
+    const auto key = std::make_tuple(s.parallel.tensor_model_parallel_size,
+                                     s.parallel.pipeline_model_parallel_size,
+                                     s.training.micro_batch_size);
+    nlohmann::ordered_json j;
+    j["tokens_per_s"] = tokens.at(key);
+    j["iteration_time_s"] = 1.0 / tokens.at(key);
+    return j;
+  };
+}
+
+TEST(Sweep, RankingByTokensPerSecondWithStableTieOrder) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 2};
+  axes.pp = {1, 2};
+  axes.mbs = {1, 2};
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  ASSERT_EQ(configs.size(), 8u);
+  for (const auto& c : configs) ASSERT_TRUE(c.valid) << c.invalid_reason;
+  // Indices: (tp, pp, mbs) = 0 (1,1,1) 1 (1,1,2) 2 (1,2,1) 3 (1,2,2) 4 (2,1,1) 5 (2,1,2)
+  // 6 (2,2,1) 7 (2,2,2). Replica sizes: 1 1 2 2 2 2 4 4.
+  const Evaluator eval = fake_evaluator({{{1, 1, 1}, 100},
+                                         {{1, 1, 2}, 300},
+                                         {{1, 2, 1}, 300},  // ties with 1: larger replica
+                                         {{1, 2, 2}, 200},
+                                         {{2, 1, 1}, 200},  // ties with 3, same replica: index
+                                         {{2, 1, 2}, 500},
+                                         {{2, 2, 1}, 200},  // ties with 3 and 4: larger replica
+                                         {{2, 2, 2}, 50}});
+  SweepOptions options;
+  options.isolate = false;
+  const auto rows = run_sweep(configs, eval, options);
+  std::vector<int64_t> order;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.status, SweepStatus::kRanked);
+    EXPECT_EQ(r.rank, static_cast<int64_t>(order.size()) + 1);
+    order.push_back(r.config.index);
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{5, 1, 2, 3, 4, 6, 0, 7}));
+  EXPECT_DOUBLE_EQ(rows[0].tokens_per_s, 500);
+  EXPECT_DOUBLE_EQ(rows[0].metrics["iteration_time_s"].get<double>(), 1.0 / 500);
+
+  // The same through forked children: same order.
+  options.isolate = true;
+  options.jobs = 3;
+  const auto forked = run_sweep(configs, eval, options);
+  ASSERT_EQ(forked.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(forked[i].config.index, order[i]);
+  expect_no_children();
+}
+
+TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 3, 2};  // 3 is invalid (8 % 3)
+  axes.mbs = {1, 2};
+  auto configs = enumerate_configurations(base, axes, 1e15);
+  ASSERT_EQ(configs.size(), 6u);
+  // Make mbs 2 out of memory by hand: two OOM rows with different excesses.
+  configs[1].excess_memory_bytes = 2e9;  // tp 1 mbs 2
+  configs[5].excess_memory_bytes = 1e9;  // tp 2 mbs 2
+  int calls = 0;
+  const Evaluator eval = [&calls](const Scenario& s) -> nlohmann::ordered_json {
+    ++calls;
+    if (s.parallel.tensor_model_parallel_size == 2) throw Error("evaluation failed on purpose");
+    return {{"tokens_per_s", 10.0}};
+  };
+  SweepOptions options;
+  options.isolate = false;
+  const auto rows = run_sweep(configs, eval, options);
+  EXPECT_EQ(calls, 2);  // the OOM ones are not evaluated
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[0].status, SweepStatus::kRanked);
+  EXPECT_EQ(rows[0].config.index, 0);
+  EXPECT_EQ(rows[1].status, SweepStatus::kOutOfMemory);
+  EXPECT_EQ(rows[1].config.index, 5);  // 1 GB over comes first
+  EXPECT_EQ(rows[2].status, SweepStatus::kOutOfMemory);
+  EXPECT_EQ(rows[2].config.index, 1);
+  EXPECT_TRUE(rows[2].metrics.is_null());
+  EXPECT_EQ(rows[3].status, SweepStatus::kError);
+  EXPECT_EQ(rows[3].config.index, 4);
+  EXPECT_THAT(rows[3].error, HasSubstr("on purpose"));
+  EXPECT_EQ(rows[4].status, SweepStatus::kInvalid);
+  EXPECT_EQ(rows[5].status, SweepStatus::kInvalid);
+  EXPECT_EQ(rows[4].config.index, 2);
+  EXPECT_EQ(rows[5].config.index, 3);
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_EQ(rows[i].rank, 0);
+
+  options.evaluate_out_of_memory = true;
+  calls = 0;
+  const auto with_oom = run_sweep(configs, eval, options);
+  EXPECT_EQ(calls, 4);
+  std::map<int64_t, const SweepRow*> by_index;
+  for (const auto& r : with_oom) by_index[r.config.index] = &r;
+  EXPECT_EQ(by_index[1]->status, SweepStatus::kOutOfMemory);
+  EXPECT_DOUBLE_EQ(by_index[1]->tokens_per_s, 10.0);
+  EXPECT_FALSE(by_index[1]->metrics.is_null());
+  EXPECT_EQ(by_index[5]->status, SweepStatus::kError);  // evaluated, and failed
+  EXPECT_DOUBLE_EQ(by_index[5]->config.excess_memory_bytes, 1e9);
+}
+
+TEST(Sweep, AnEvaluatorWithoutTokensPerSecondGivesAnErrorRow) {
+  const auto configs = enumerate_configurations(small_scenario(), {}, 1e15);
+  SweepOptions options;
+  options.isolate = false;
+  const auto rows = run_sweep(configs, [](const Scenario&) { return nlohmann::ordered_json{{"x", 1}}; },
+                              options);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].status, SweepStatus::kError);
+  EXPECT_THAT(rows[0].error, HasSubstr("tokens_per_s"));
+}
+
+TEST(Sweep, ConcurrentRunnerKeepsInputOrderAndTurnsFailuresIntoOutcomes) {
+  std::vector<std::function<std::string()>> work;
+  for (int i = 0; i < 8; ++i) {
+    work.push_back([i] {
+      // Later jobs finish first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 * (8 - i)));
+      if (i == 2) throw Error("job 2 throws");
+      if (i == 4) std::abort();
+      if (i == 5) ::_exit(7);
+      return "job " + std::to_string(i) + std::string(100000, 'x');  // larger than a pipe buffer
+    });
+  }
+  std::vector<SweepProgress> seen;
+  const auto out = run_isolated_concurrently(work, 3, [&seen](const SweepProgress& p) { seen.push_back(p); });
+  ASSERT_EQ(out.size(), 8u);
+  for (int i : {0, 1, 3, 6, 7}) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(out[i].ok) << out[i].error;
+    EXPECT_EQ(out[i].output.substr(0, 6), "job " + std::to_string(i) + "x");
+    EXPECT_EQ(out[i].output.size(), 6u + 99999u);
+  }
+  EXPECT_FALSE(out[2].ok);
+  EXPECT_EQ(out[2].error, "job 2 throws");
+  EXPECT_FALSE(out[4].ok);
+  EXPECT_THAT(out[4].error, HasSubstr("signal " + std::to_string(SIGABRT)));
+  EXPECT_FALSE(out[5].ok);
+  EXPECT_THAT(out[5].error, HasSubstr("status 7"));
+  // Progress: once at 0, then after every job; done increases to total.
+  ASSERT_EQ(seen.size(), 9u);
+  for (size_t k = 0; k < seen.size(); ++k) {
+    EXPECT_EQ(seen[k].done, static_cast<int64_t>(k));
+    EXPECT_EQ(seen[k].total, 8);
+  }
+  EXPECT_GT(seen.back().rate_per_s, 0);
+  EXPECT_EQ(seen.back().eta_s, 0);
+  expect_no_children();
+}
+
+TEST(Sweep, ConcurrentRunnerRunsJobsAtOnce) {
+  std::vector<std::function<std::string()>> work(4, [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return std::string("done");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = run_isolated_concurrently(work, 4);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& o : out) EXPECT_EQ(o.output, "done");
+  EXPECT_LT(s, 1.0);  // 4 x 0.3 s one after the other would take 1.2 s
+  expect_no_children();
+}
+
+TEST(Sweep, AThrowingProgressCallbackLeavesNoZombies) {
+  std::vector<std::function<std::string()>> work(6, [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return std::string("ok");
+  });
+  int calls = 0;
+  EXPECT_THROW(run_isolated_concurrently(work, 3,
+                                         [&calls](const SweepProgress& p) {
+                                           ++calls;
+                                           if (p.done == 1) throw Error("stop");
+                                         }),
+               Error);
+  EXPECT_EQ(calls, 2);
+  expect_no_children();
+  EXPECT_THROW(run_isolated_concurrently(work, 0), InvalidArgument);
+}
+
+TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 3};
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  SweepOptions options;
+  options.isolate = false;
+  const auto rows = run_sweep(
+      configs,
+      [](const Scenario&) {
+        return nlohmann::ordered_json{{"tokens_per_s", 5.0},
+                                      {"exposed_comm_s", {{"tp", 0.5}}},
+                                      {"scenario", "a, \"quoted\" name"},
+                                      {"busiest_links", nlohmann::ordered_json::array({1, 2})}};
+      },
+      options);
+  const auto j = sweep_json(rows);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["rank"], 1);
+  EXPECT_EQ(j[0]["status"], "ranked");
+  EXPECT_EQ(j[0]["configuration"]["tensor_model_parallel_size"], 1);
+  EXPECT_EQ(j[0]["configuration"]["data_parallel_size"], 8);
+  EXPECT_EQ(j[0]["metrics"]["exposed_comm_s"]["tp"], 0.5);
+  EXPECT_TRUE(j[1]["rank"].is_null());
+  EXPECT_EQ(j[1]["status"], "invalid");
+  EXPECT_THAT(j[1]["reason"].get<std::string>(), HasSubstr("cluster.num_gpus"));
+
+  const std::string csv = sweep_csv(rows);
+  std::istringstream in(csv);
+  std::string header, first, second, extra;
+  std::getline(in, header);
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_FALSE(std::getline(in, extra));
+  EXPECT_THAT(header, HasSubstr("rank,status,index,configuration.tensor_model_parallel_size"));
+  EXPECT_THAT(header, HasSubstr("metrics.tokens_per_s,metrics.exposed_comm_s.tp,metrics.scenario,"
+                                "metrics.busiest_links"));
+  EXPECT_THAT(header, ::testing::Not(HasSubstr(",metrics,")));
+  EXPECT_THAT(first, HasSubstr("\"a, \"\"quoted\"\" name\",\"[1,2]\""));
+  // The invalid row has no quoted cell: one comma less than cells, as many as the header.
+  EXPECT_EQ(std::count(second.begin(), second.end(), ','),
+            std::count(header.begin(), header.end(), ','));
+  EXPECT_THAT(second, ::testing::StartsWith(",invalid,1,3,"));
+}
+
+TEST(Sweep, FlagListsAreParsedOrRejectedNamingTheFlag) {
+  EXPECT_EQ(parse_sweep_integers("--tensor-model-parallel-size", "1,2, 4,8"),
+            (std::vector<int64_t>{1, 2, 4, 8}));
+  for (const char* bad : {"", "1,,2", "0", "2,x", "-1", "1.5", "2,2"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_sweep_integers("--micro-batch-size", bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("--micro-batch-size"));
+      EXPECT_THAT(e.what(), HasSubstr("integers >= 1"));
+    }
+  }
+  EXPECT_EQ(parse_sweep_recompute("--recompute-granularity", "full,none"),
+            (std::vector<RecomputeGranularity>{RecomputeGranularity::kFull,
+                                               RecomputeGranularity::kNone}));
+  try {
+    parse_sweep_recompute("--recompute-granularity", "none,some");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--recompute-granularity: 'some' is not allowed (allowed: none, "
+                                    "selective, full"));
+  }
+  EXPECT_EQ(parse_sweep_switch("--sequence-parallel", "on,off"), (std::vector<bool>{true, false}));
+  EXPECT_THROW(parse_sweep_switch("--sequence-parallel", "true"), ConfigError);
+  EXPECT_THROW(parse_sweep_switch("--sequence-parallel", "on,on"), ConfigError);
+}
+
+}  // namespace
+}  // namespace traintwin

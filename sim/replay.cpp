@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -579,15 +580,9 @@ class Engine {
         b.exposed_pp_s += exposed;
         b.bubble_s += gap - exposed;
       } else if (w.kind == OpKind::kCollective) {
-        if (w.group == GroupKind::kTp) {
-          b.exposed_tp_s += gap;
-        } else if (w.group == GroupKind::kPp || w.group == GroupKind::kEmbedding ||
-                   w.group == GroupKind::kDp || w.group == GroupKind::kDpCp ||
-                   w.group == GroupKind::kModelParallel || w.group == GroupKind::kWorld) {
-          b.exposed_dp_s += gap;
-        } else {
-          b.bubble_s += gap;
-        }
+        // TP collectives sit inside the layers; every other group (DP, embedding, grad norm)
+        // belongs to the gradient/parameter synchronisation around the optimizer step.
+        (w.group == GroupKind::kTp ? b.exposed_tp_s : b.exposed_dp_s) += gap;
       } else {
         b.bubble_s += gap;
       }
@@ -626,7 +621,6 @@ class Engine {
   Timeline timeline() const {
     Timeline tl;
     tl.name = prog_.scenario.name;
-    std::unordered_map<const Op*, int64_t> unused;
     for (int64_t r : traced_) {
       const RankState& st = ranks_[static_cast<size_t>(r)];
       const Template& tp = templates_[st.tmpl];

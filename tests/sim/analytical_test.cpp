@@ -4,6 +4,7 @@
 // (bench/analytical_bench.cpp covers it by hand).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>

@@ -9,6 +9,7 @@
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
@@ -40,7 +41,7 @@ std::vector<int64_t> parse_rank_list(const std::string& text) {
       ranks.push_back(std::stoll(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      throw ConfigError("--trace-ranks: '" + item + "' is not a rank (allowed: all, or a comma-separated list such as 0,8,16)");
+      throw ConfigError("--trace-ranks: '" + item + "' is not a rank (allowed: all, stages, or a comma-separated list such as 0,8,16)");
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -98,7 +99,8 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   cmd->add_option("--out", o->out_dir, "Write summary.json and timeline.json (Perfetto) into DIR");
   cmd->add_option("--trace-ranks", o->trace_ranks,
-                  "Ranks in timeline.json: all, or a list 0,8,16 (default: the TP group of DP rank 0 of every stage)");
+                  "Ranks in timeline.json: all, stages (TP/DP rank 0 of every stage), or a list 0,8,16 "
+                  "(default: the TP group of DP rank 0 of every stage)");
   cmd->add_option("--cost-db", o->cost_db,
                   "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
       ->check(CLI::ExistingFile);
@@ -119,6 +121,13 @@ void register_simulate_command(CLI::App& app) {
     opts.record_timeline = !o->out_dir.empty();
     if (o->trace_ranks == "all") {
       opts.trace_all_ranks = true;
+    } else if (o->trace_ranks == "stages") {
+      const ParallelConfig& p = s.parallel;
+      const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
+                              p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
+      for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) {
+        opts.trace_ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
+      }
     } else if (!o->trace_ranks.empty()) {
       opts.trace_ranks = parse_rank_list(o->trace_ranks);
     }

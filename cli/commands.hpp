@@ -21,8 +21,8 @@ void register_validate_command(CLI::App& app);
 void register_collective_command(CLI::App& app);
 /// `traintwin topology FILE --num-gpus N`: what a topology file describes.
 void register_topology_command(CLI::App& app);
-/// `traintwin sweep SCENARIO --tensor-model-parallel-size 1,2,4 ...`: every combination simulated in
-/// parallel processes, ranked by tokens/s; `--out DIR` writes sweep.json and sweep.csv.
+/// `traintwin sweep SCENARIO --tensor-model-parallel-size 1,2,4 ...`: every combination simulated
+/// in parallel processes, ranked by tokens/s; `--out DIR` writes sweep.json and sweep.csv.
 void register_sweep_command(CLI::App& app);
 
 }  // namespace traintwin::cli

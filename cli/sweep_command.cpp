@@ -42,9 +42,8 @@ const char* on_off(bool b) { return b ? "on" : "off"; }
 std::string layout_phrase(const Scenario& s) {
   return fmt::format("TP {} PP {} VPP {} DP {} mbs {} recompute {} SP {} dist-opt {}",
                      s.parallel.tensor_model_parallel_size, s.parallel.pipeline_model_parallel_size,
-                     s.parallel.virtual_pipeline_model_parallel_size,
-                     s.parallel.data_parallel_size, s.training.micro_batch_size,
-                     to_string(s.training.recompute_granularity),
+                     s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
+                     s.training.micro_batch_size, to_string(s.training.recompute_granularity),
                      on_off(s.parallel.sequence_parallel),
                      on_off(s.training.use_distributed_optimizer));
 }
@@ -69,14 +68,15 @@ ProgressCallback progress_bar() {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   auto last_tenth = std::make_shared<int64_t>(-1);
   return [tty, last_tenth](const SweepProgress& p) {
-    const double frac = p.total > 0 ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
+    const double frac =
+        p.total > 0 ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
     const int width = 30;
     const int filled = static_cast<int>(frac * width);
     const std::string eta = p.done > 0 && p.done < p.total ? ", ETA " + duration(p.eta_s) : "";
     const std::string line =
-        fmt::format("sweep [{}{}] {}/{} configurations, {:.2f}/s, {} elapsed{}", std::string(filled, '#'),
-                    std::string(width - filled, '.'), p.done, p.total, p.rate_per_s,
-                    duration(p.elapsed_s), eta);
+        fmt::format("sweep [{}{}] {}/{} configurations, {:.2f}/s, {} elapsed{}",
+                    std::string(filled, '#'), std::string(width - filled, '.'), p.done, p.total,
+                    p.rate_per_s, duration(p.elapsed_s), eta);
     if (tty) {
       fmt::print(stderr, "\r{:<100}{}", line, p.done == p.total ? "\n" : "");
     } else {
@@ -90,9 +90,10 @@ ProgressCallback progress_bar() {
 }
 
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
-  fmt::print("{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10} {:>11} {:>6} {:>11}  {}\n",
-             "rank", "TP", "PP", "VPP", "DP", "mbs", "recompute", "SP", "DO", "iter (s)",
-             "tok/s/GPU", "MFU %", "peak mem", "memory");
+  fmt::print(
+      "{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10} {:>11} {:>6} {:>11}  {}\n",
+      "rank", "TP", "PP", "VPP", "DP", "mbs", "recompute", "SP", "DO", "iter (s)", "tok/s/GPU",
+      "MFU %", "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
     if (r.status != SweepStatus::kRanked) continue;
@@ -100,30 +101,34 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
     ++shown;
     const Scenario& s = r.config.scenario;
     const auto& m = r.metrics;
-    fmt::print("{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
-               r.rank, s.parallel.tensor_model_parallel_size,
-               s.parallel.pipeline_model_parallel_size,
-               s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
-               s.training.micro_batch_size, to_string(s.training.recompute_granularity),
-               on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
-               m.value("iteration_time_s", 0.0), m.value("tokens_per_s_per_gpu", 0.0),
-               100 * m.value("mfu", 0.0), gib(r.config.peak_memory_bytes), "fits");
+    fmt::print(
+        "{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10.4f} {:>11.1f} {:>6.1f} {:>11} "
+        " {}\n",
+        r.rank, s.parallel.tensor_model_parallel_size, s.parallel.pipeline_model_parallel_size,
+        s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
+        s.training.micro_batch_size, to_string(s.training.recompute_granularity),
+        on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
+        m.value("iteration_time_s", 0.0), m.value("tokens_per_s_per_gpu", 0.0),
+        100 * m.value("mfu", 0.0), gib(r.config.peak_memory_bytes), "fits");
   }
-  if (ranked > shown) fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);
+  if (ranked > shown)
+    fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);
 }
 
 void print_report(const Scenario& base, const TopologySpec& topo, const std::vector<SweepRow>& rows,
                   int top) {
   std::map<SweepStatus, int64_t> count;
   for (const SweepRow& r : rows) ++count[r.status];
-  fmt::print("traintwin sweep: {} on {} x {} ({}): {} configurations: {} ranked, {} out of memory, "
-             "{} failed, {} invalid\n",
-             base.name, base.cluster.num_gpus, topo.gpu.name, topo.name, rows.size(),
-             count[SweepStatus::kRanked], count[SweepStatus::kOutOfMemory], count[SweepStatus::kError],
-             count[SweepStatus::kInvalid]);
+  fmt::print(
+      "traintwin sweep: {} on {} x {} ({}): {} configurations: {} ranked, {} out of memory, "
+      "{} failed, {} invalid\n",
+      base.name, base.cluster.num_gpus, topo.gpu.name, topo.name, rows.size(),
+      count[SweepStatus::kRanked], count[SweepStatus::kOutOfMemory], count[SweepStatus::kError],
+      count[SweepStatus::kInvalid]);
   if (count[SweepStatus::kRanked] > 0) {
-    fmt::print("ranked by tokens/s (ties: fewer GPUs per model replica, then enumeration order); "
-               "DO = distributed optimizer\n");
+    fmt::print(
+        "ranked by tokens/s (ties: fewer GPUs per model replica, then enumeration order); "
+        "DO = distributed optimizer\n");
     print_ranked(rows, top, count[SweepStatus::kRanked]);
   } else {
     fmt::print("no configuration both fits the GPU's memory and simulates\n");
@@ -146,7 +151,8 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
   if (count[SweepStatus::kError] > 0) {
     fmt::print("\nfailed ({}):\n", count[SweepStatus::kError]);
     for (const SweepRow& r : rows) {
-      if (r.status == SweepStatus::kError) fmt::print("  {}: {}\n", layout_phrase(r.config.scenario), r.error);
+      if (r.status == SweepStatus::kError)
+        fmt::print("  {}: {}\n", layout_phrase(r.config.scenario), r.error);
     }
   }
   if (count[SweepStatus::kInvalid] > 0) {
@@ -190,39 +196,53 @@ void register_sweep_command(CLI::App& app) {
   cmd->add_option("scenario", o->file, "Base scenario file (scenarios/*.yaml)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--set", o->set, "Override a key of the base scenario: --set training.global_batch_size=512")
+  cmd->add_option("--set", o->set,
+                  "Override a key of the base scenario: --set training.global_batch_size=512")
       ->type_name("KEY=VALUE");
-  auto* g = cmd->add_option_group("Swept values", "Comma-separated lists; an axis not given keeps the scenario's value");
+  auto* g = cmd->add_option_group(
+      "Swept values", "Comma-separated lists; an axis not given keeps the scenario's value");
   g->add_option("--tensor-model-parallel-size", o->tp, "TP sizes, e.g. 1,2,4,8")->type_name("LIST");
-  g->add_option("--pipeline-model-parallel-size", o->pp, "PP sizes, e.g. 1,2,4,8,16")->type_name("LIST");
+  g->add_option("--pipeline-model-parallel-size", o->pp, "PP sizes, e.g. 1,2,4,8,16")
+      ->type_name("LIST");
   g->add_option("--micro-batch-size", o->mbs, "Micro-batch sizes, e.g. 1,2,4")->type_name("LIST");
   g->add_option("--virtual-pipeline-model-parallel-size", o->vpp,
                 "Model chunks per pipeline rank, e.g. 1,2,3")
       ->type_name("LIST");
-  g->add_option("--recompute-granularity", o->recompute, "Of none,selective,full")->type_name("LIST");
+  g->add_option("--recompute-granularity", o->recompute, "Of none,selective,full")
+      ->type_name("LIST");
   g->add_option("--sequence-parallel", o->sp, "on,off")->type_name("LIST");
-  g->add_option("--use-distributed-optimizer", o->distributed_optimizer, "on,off")->type_name("LIST");
-  cmd->add_option("--jobs", o->jobs, "Simulations at once (default: the number of cores)")->capture_default_str();
+  g->add_option("--use-distributed-optimizer", o->distributed_optimizer, "on,off")
+      ->type_name("LIST");
+  cmd->add_option("--jobs", o->jobs, "Simulations at once (default: the number of cores)")
+      ->capture_default_str();
   cmd->add_option("--top", o->top, "Ranked (and out-of-memory) configurations listed; 0 = all")
       ->capture_default_str();
-  cmd->add_option("--out", o->out_dir, "Write sweep.json and sweep.csv (one row per configuration) into DIR");
-  cmd->add_option("--cost-db", o->cost_db,
-                  "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
+  cmd->add_option("--out", o->out_dir,
+                  "Write sweep.json and sweep.csv (one row per configuration) into DIR");
+  cmd->add_option(
+         "--cost-db", o->cost_db,
+         "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
       ->check(CLI::ExistingFile);
-  cmd->add_flag("--simulate-oom", o->simulate_oom,
-                "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
+  cmd->add_flag(
+      "--simulate-oom", o->simulate_oom,
+      "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
   cmd->callback([o] {
-    if (o->jobs < 1) throw ConfigError(fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o->jobs));
-    if (o->top < 0) throw ConfigError(fmt::format("--top: {} is not allowed (allowed: an integer >= 0)", o->top));
+    if (o->jobs < 1)
+      throw ConfigError(
+          fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o->jobs));
+    if (o->top < 0)
+      throw ConfigError(fmt::format("--top: {} is not allowed (allowed: an integer >= 0)", o->top));
     SweepAxes axes;
     if (o->tp) axes.tp = parse_sweep_integers("--tensor-model-parallel-size", *o->tp);
     if (o->pp) axes.pp = parse_sweep_integers("--pipeline-model-parallel-size", *o->pp);
     if (o->mbs) axes.mbs = parse_sweep_integers("--micro-batch-size", *o->mbs);
     if (o->vpp) axes.vpp = parse_sweep_integers("--virtual-pipeline-model-parallel-size", *o->vpp);
-    if (o->recompute) axes.recompute = parse_sweep_recompute("--recompute-granularity", *o->recompute);
+    if (o->recompute)
+      axes.recompute = parse_sweep_recompute("--recompute-granularity", *o->recompute);
     if (o->sp) axes.sequence_parallel = parse_sweep_switch("--sequence-parallel", *o->sp);
     if (o->distributed_optimizer) {
-      axes.distributed_optimizer = parse_sweep_switch("--use-distributed-optimizer", *o->distributed_optimizer);
+      axes.distributed_optimizer =
+          parse_sweep_switch("--use-distributed-optimizer", *o->distributed_optimizer);
     }
     std::vector<Override> overrides;
     for (const auto& s : o->set) overrides.push_back(parse_override(s));
@@ -234,8 +254,10 @@ void register_sweep_command(CLI::App& app) {
     // The evaluator. A --mode analytical|simulate|auto plugs in here: an analytical evaluator
     // runs in this process (options.isolate = false).
     const auto db_dir =
-        std::filesystem::absolute(base.cluster.topology).parent_path().parent_path() / "traces" / "db";
-    std::shared_ptr<const CostModel> costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
+        std::filesystem::absolute(base.cluster.topology).parent_path().parent_path() / "traces" /
+        "db";
+    std::shared_ptr<const CostModel> costs =
+        make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
     const Evaluator evaluate = make_simulation_evaluator(topo, costs);
     SweepOptions options;
     options.jobs = o->jobs;

@@ -1,5 +1,6 @@
 #include "sim/sweep.hpp"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,8 +15,6 @@
 #include <set>
 #include <sstream>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -132,9 +131,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes) {
   if (!(gpu_memory_bytes > 0)) {
-    throw InvalidArgument(
-        fmt::format("enumerate_configurations: gpu_memory_bytes must be > 0, got {}",
-                    gpu_memory_bytes));
+    throw InvalidArgument(fmt::format(
+        "enumerate_configurations: gpu_memory_bytes must be > 0, got {}", gpu_memory_bytes));
   }
   check_axis("tp", axes.tp);
   check_axis("pp", axes.pp);
@@ -151,8 +149,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   const auto sps = or_base(axes.sequence_parallel, base.parallel.sequence_parallel);
   const auto dos = or_base(axes.distributed_optimizer, base.training.use_distributed_optimizer);
   std::vector<SweepConfiguration> out;
-  out.reserve(tps.size() * pps.size() * vpps.size() * mbss.size() * recomputes.size() *
-              sps.size() * dos.size());
+  out.reserve(tps.size() * pps.size() * vpps.size() * mbss.size() * recomputes.size() * sps.size() *
+              dos.size());
   for (int64_t tp : tps) {
     for (int64_t pp : pps) {
       for (int64_t vpp : vpps) {
@@ -283,8 +281,7 @@ class ProgressClock {
     SweepProgress p;
     p.done = done;
     p.total = total_;
-    p.elapsed_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (done > 0 && p.elapsed_s > 0) {
       p.rate_per_s = static_cast<double>(done) / p.elapsed_s;
       p.eta_s = static_cast<double>(total_ - done) / p.rate_per_s;
@@ -304,7 +301,8 @@ std::vector<IsolatedOutcome> run_isolated_concurrently(
     const std::vector<std::function<std::string()>>& work, int jobs,
     const ProgressCallback& progress) {
   if (jobs < 1) {
-    throw InvalidArgument(fmt::format("run_isolated_concurrently: jobs must be >= 1, got {}", jobs));
+    throw InvalidArgument(
+        fmt::format("run_isolated_concurrently: jobs must be >= 1, got {}", jobs));
   }
   std::vector<IsolatedOutcome> results(work.size());
   std::vector<Child> running;
@@ -397,7 +395,8 @@ bool take_metrics(SweepRow& row, nlohmann::ordered_json metrics) {
 std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
                                 const Evaluator& evaluate, const SweepOptions& options) {
   if (options.jobs < 1) {
-    throw InvalidArgument(fmt::format("run_sweep: options.jobs must be >= 1, got {}", options.jobs));
+    throw InvalidArgument(
+        fmt::format("run_sweep: options.jobs must be >= 1, got {}", options.jobs));
   }
   std::vector<SweepRow> rows(configurations.size());
   std::vector<size_t> todo;  // rows to evaluate
@@ -579,9 +578,8 @@ std::string sweep_csv(const std::vector<SweepRow>& rows) {
   }
   // A row without metrics flattens to a bare "metrics" column: drop it when some row has
   // metrics.* columns.
-  const bool has_metric_fields = std::any_of(columns.begin(), columns.end(), [](const auto& c) {
-    return c.rfind("metrics.", 0) == 0;
-  });
+  const bool has_metric_fields = std::any_of(
+      columns.begin(), columns.end(), [](const auto& c) { return c.rfind("metrics.", 0) == 0; });
   if (has_metric_fields) {
     columns.erase(std::remove(columns.begin(), columns.end(), "metrics"), columns.end());
   }
@@ -608,7 +606,8 @@ std::vector<std::string> split_commas(const std::string& text) {
   size_t pos = 0;
   for (;;) {
     const size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     const auto b = item.find_first_not_of(" \t");
     const auto e = item.find_last_not_of(" \t");
     items.push_back(b == std::string::npos ? "" : item.substr(b, e - b + 1));
@@ -645,7 +644,8 @@ std::vector<int64_t> parse_sweep_integers(const std::string& flag, const std::st
     }
     if (!ok) throw ConfigError(fmt::format("{}: '{}' is not allowed ({})", flag, item, allowed));
     if (std::find(out.begin(), out.end(), v) != out.end()) {
-      throw ConfigError(fmt::format("{}: {} is given twice ({}, each at most once)", flag, v, allowed));
+      throw ConfigError(
+          fmt::format("{}: {} is given twice ({}, each at most once)", flag, v, allowed));
     }
     out.push_back(v);
   }

@@ -20,10 +20,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
@@ -57,7 +56,7 @@ struct SweepConfiguration {
   /// need, e.g. "training.overlap_param_gather: true -> false (needs
   /// training.use_distributed_optimizer)". Empty for most configurations.
   std::vector<std::string> adjustments;
-  double peak_memory_bytes = 0;      ///< max over pipeline stages of memory_per_stage(); 0 if invalid
+  double peak_memory_bytes = 0;  ///< max over pipeline stages of memory_per_stage(); 0 if invalid
   double memory_capacity_bytes = 0;  ///< the GPU's memory
   /// peak_memory_bytes - memory_capacity_bytes when it does not fit, else 0.
   double excess_memory_bytes = 0;
@@ -145,8 +144,8 @@ const char* to_string(SweepStatus s);
 struct SweepRow {
   SweepConfiguration config;
   SweepStatus status = SweepStatus::kInvalid;
-  int64_t rank = 0;     ///< 1 = fastest among kRanked rows; 0 for every other status
-  std::string error;    ///< kError: the evaluation's message
+  int64_t rank = 0;         ///< 1 = fastest among kRanked rows; 0 for every other status
+  std::string error;        ///< kError: the evaluation's message
   double tokens_per_s = 0;  ///< from the metrics; 0 when not evaluated
   /// The evaluator's JSON; null when not evaluated (invalid, out of memory unless
   /// evaluate_out_of_memory, error).

@@ -2,16 +2,16 @@
 // the errors a user sees for bad flag values.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -38,23 +38,27 @@ Result run(const std::string& args) {
 const std::string kScenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h100-8.yaml";
 
 TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
-  const fs::path dir = fs::temp_directory_path() / ("traintwin-sweep-cli-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("traintwin-sweep-cli-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   // 2 x 2 x 2 = 8 configurations; TP 3 is invalid (8 GPUs), SP on needs TP > 1.
   const Result r = run("sweep " + kScenario +
                        " --tensor-model-parallel-size 1,2,3 --micro-batch-size 1,2"
-                       " --sequence-parallel off,on --jobs 2 --out " + dir.string());
+                       " --sequence-parallel off,on --jobs 2 --out " +
+                       dir.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("traintwin sweep: gpt-1.3b-h100-8 on 8 x H100"),
-                              HasSubstr("12 configurations: 6 ranked, 0 out of memory, 0 failed, 6 invalid"),
-                              HasSubstr("rank"), HasSubstr("tok/s/GPU"), HasSubstr("MFU %"),
-                              HasSubstr("fits"), HasSubstr("invalid (6), by rule:"),
-                              HasSubstr("sequence_parallel"), HasSubstr("cluster.num_gpus"),
-                              HasSubstr("configurations, "), HasSubstr("12 configurations")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("traintwin sweep: gpt-1.3b-h100-8 on 8 x H100"),
+                    HasSubstr("12 configurations: 6 ranked, 0 out of memory, 0 failed, 6 invalid"),
+                    HasSubstr("rank"), HasSubstr("tok/s/GPU"), HasSubstr("MFU %"),
+                    HasSubstr("fits"), HasSubstr("invalid (6), by rule:"),
+                    HasSubstr("sequence_parallel"), HasSubstr("cluster.num_gpus"),
+                    HasSubstr("configurations, "), HasSubstr("12 configurations")));
   // Progress bar on stderr: count and rate.
   EXPECT_THAT(r.output, HasSubstr("6/6 configurations"));
   // Ranks 1..6 in the table.
-  for (int k = 1; k <= 6; ++k) EXPECT_THAT(r.output, HasSubstr("\n   " + std::to_string(k) + "   "));
+  for (int k = 1; k <= 6; ++k)
+    EXPECT_THAT(r.output, HasSubstr("\n   " + std::to_string(k) + "   "));
 
   std::ifstream jf(dir / "sweep.json");
   ASSERT_TRUE(jf) << "no sweep.json";
@@ -102,7 +106,8 @@ TEST(SweepCli, BadFlagValuesNameTheFlagAndTheAllowedValues) {
   EXPECT_THAT(r.output, HasSubstr("--sequence-parallel: 'yes' is not allowed (allowed: on, off"));
   r = run("sweep " + kScenario + " --tensor-model-parallel-size 1,0");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("--tensor-model-parallel-size: '0'"), HasSubstr("integers >= 1")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("--tensor-model-parallel-size: '0'"), HasSubstr("integers >= 1")));
   r = run("sweep " + kScenario + " --recompute-granularity none,partial");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("allowed: none, selective, full"));

@@ -41,7 +41,7 @@ TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
   const fs::path dir =
       fs::temp_directory_path() / ("traintwin-sweep-cli-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  // 2 x 2 x 2 = 8 configurations; TP 3 is invalid (8 GPUs), SP on needs TP > 1.
+  // 3 x 2 x 2 = 12 configurations; TP 3 is invalid (8 GPUs), SP on needs TP > 1.
   const Result r = run("sweep " + kScenario +
                        " --tensor-model-parallel-size 1,2,3 --micro-batch-size 1,2"
                        " --sequence-parallel off,on --jobs 2 --out " +
@@ -92,7 +92,7 @@ TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
 }
 
 TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
-  // A 1.3B model with a global batch that forces large micro-batches: mbs 64 without
+  // A 1.3B model with a global batch that allows large micro-batches: mbs 32 without
   // recomputation does not fit 80 GB.
   const Result r = run("sweep " + kScenario + " --micro-batch-size 1,32 --jobs 2");
   ASSERT_EQ(r.status, 0) << r.output;

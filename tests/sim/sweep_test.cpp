@@ -306,6 +306,15 @@ TEST(Sweep, AnEvaluatorWithoutTokensPerSecondGivesAnErrorRow) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].status, SweepStatus::kError);
   EXPECT_THAT(rows[0].error, HasSubstr("tokens_per_s"));
+
+  // In a forked child, a crashing evaluation is an error row too.
+  options.isolate = true;
+  const auto crashed = run_sweep(
+      configs, [](const Scenario&) -> nlohmann::ordered_json { std::abort(); }, options);
+  ASSERT_EQ(crashed.size(), 1u);
+  EXPECT_EQ(crashed[0].status, SweepStatus::kError);
+  EXPECT_THAT(crashed[0].error, HasSubstr("signal"));
+  expect_no_children();
 }
 
 TEST(Sweep, ConcurrentRunnerKeepsInputOrderAndTurnsFailuresIntoOutcomes) {

@@ -34,6 +34,7 @@ struct SweepCommandOptions {
   std::string out_dir;
   std::string cost_db;
   bool simulate_oom = false;
+  std::string mode = "simulate";
 };
 
 const char* on_off(bool b) { return b ? "on" : "off"; }
@@ -223,6 +224,11 @@ void register_sweep_command(CLI::App& app) {
          "--cost-db", o->cost_db,
          "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--mode", o->mode,
+                  "simulate (SimGrid replay of each), analytical (closed form, fast), auto "
+                  "(analytical ranking, the top K replayed)")
+      ->check(CLI::IsMember({"simulate", "analytical", "auto"}))
+      ->capture_default_str();
   cmd->add_flag(
       "--simulate-oom", o->simulate_oom,
       "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
@@ -251,20 +257,44 @@ void register_sweep_command(CLI::App& app) {
     check_cluster_size(topo, base.cluster.num_gpus);
     const auto configurations = enumerate_configurations(base, axes, topo.gpu.memory_bytes);
 
-    // The evaluator. A --mode analytical|simulate|auto plugs in here: an analytical evaluator
-    // runs in this process (options.isolate = false).
+    // The evaluator: the SimGrid replay in worker processes, the analytical estimator in this
+    // process, or (auto) the estimator for every configuration and the replay for the top K.
     const auto db_dir =
         std::filesystem::absolute(base.cluster.topology).parent_path().parent_path() / "traces" /
         "db";
     std::shared_ptr<const CostModel> costs =
         make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
-    const Evaluator evaluate = make_simulation_evaluator(topo, costs);
     SweepOptions options;
     options.jobs = o->jobs;
-    options.isolate = true;
     options.evaluate_out_of_memory = o->simulate_oom;
     options.progress = progress_bar();
-    const std::vector<SweepRow> rows = run_sweep(configurations, evaluate, options);
+    std::vector<SweepRow> rows;
+    if (o->mode == "simulate") {
+      options.isolate = true;
+      rows = run_sweep(configurations, make_simulation_evaluator(topo, costs), options);
+    } else {
+      options.isolate = false;
+      rows = run_sweep(configurations, make_analytical_evaluator(topo, costs), options);
+      if (o->mode == "auto") {
+        // Replay the top K of the analytical ranking with the simulator and rank again.
+        std::vector<SweepConfiguration> top;
+        for (const SweepRow& r : rows) {
+          if (r.status == SweepStatus::kRanked && static_cast<int64_t>(top.size()) < std::max<int64_t>(o->top, 1)) {
+            top.push_back(r.config);
+          }
+        }
+        SweepOptions replay = options;
+        replay.isolate = true;
+        const std::vector<SweepRow> replayed =
+            run_sweep(top, make_simulation_evaluator(topo, costs), replay);
+        for (const SweepRow& r : replayed) {
+          for (SweepRow& row : rows) {
+            if (row.config.index == r.config.index) row = r;
+          }
+        }
+        rows = rank_rows(std::move(rows));
+      }
+    }
     print_report(base, topo, rows, o->top);
     if (!o->out_dir.empty()) write_outputs(o->out_dir, rows);
   });

@@ -1,5 +1,7 @@
 #include "sim/sweep.hpp"
 
+#include "sim/analytical.hpp"
+
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
@@ -689,6 +691,21 @@ std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string&
     }
   }
   return out;
+}
+
+Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<const CostModel> costs,
+                                    FabricEfficiency fabric) {
+  return [topo, costs = std::move(costs), fabric](const Scenario& s) {
+    const AnalyticalResult a = estimate(s, topo, *costs, fabric);
+    SimulationResult r;
+    r.iteration_time_s = a.iteration_time_s;
+    r.critical = a.critical;
+    r.per_stage = a.per_stage;
+    r.ops = a.ops;
+    nlohmann::ordered_json j = summary_json(s, topo, r, /*include_wall_time=*/false);
+    j["mode"] = "analytical";
+    return j;
+  };
 }
 
 }  // namespace traintwin

@@ -119,6 +119,12 @@ Evaluator make_simulation_evaluator(const TopologySpec& topo,
                                     std::shared_ptr<const CostModel> costs,
                                     SimulationOptions opts = {});
 
+/// The analytical evaluator (sim/analytical.hpp, no SimGrid, runs in-process): estimate(), then
+/// summary_json() of its iteration time and breakdowns, with "mode": "analytical" (no link
+/// loads, cost sources or event counts: those fields are empty or zero).
+Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<const CostModel> costs,
+                                    FabricEfficiency fabric = {});
+
 struct SweepOptions {
   int jobs = 1;  ///< worker processes at once (isolate), >= 1
   /// Evaluate each configuration in its own forked child (needed by the SimGrid evaluator); false

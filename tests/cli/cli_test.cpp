@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "run_cli.hpp"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -15,21 +17,8 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TRAINTWIN_BINARY) + " " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe.release());
-  return {WEXITSTATUS(status), out};
-}
+using Result = traintwin::testing::CliResult;
+Result run(const std::string& args) { return traintwin::testing::run_cli(args); }
 
 std::vector<fs::path> shipped(const char* folder) {
   std::vector<fs::path> files;

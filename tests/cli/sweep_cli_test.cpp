@@ -2,6 +2,8 @@
 // the errors a user sees for bad flag values.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "run_cli.hpp"
 #include <unistd.h>
 
 #include <array>
@@ -19,21 +21,8 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TRAINTWIN_BINARY) + " " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe.release());
-  return {WEXITSTATUS(status), out};
-}
+using Result = traintwin::testing::CliResult;
+Result run(const std::string& args) { return traintwin::testing::run_cli(args); }
 
 const std::string kScenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h100-8.yaml";
 
@@ -117,3 +106,29 @@ TEST(SweepCli, BadFlagValuesNameTheFlagAndTheAllowedValues) {
 }
 
 }  // namespace
+
+namespace traintwin {
+namespace {
+
+// The analytical mode ranks in-process; auto replays the top K with the simulator, whose
+// iteration time then appears in sweep.json with "mode" absent (replayed) for those rows.
+TEST(SweepCli, AnalyticalAndAutoModes) {
+  const std::string scenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h100-8.yaml";
+  const Result a = run("sweep " + scenario + " --micro-batch-size 1,2,4 --mode analytical");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("3 ranked"));
+  const auto dir = std::filesystem::temp_directory_path() / "traintwin-sweep-auto";
+  std::filesystem::remove_all(dir);
+  const Result b = run("sweep " + scenario + " --micro-batch-size 1,2,4 --mode auto --top 1 --out " + dir.string());
+  ASSERT_EQ(b.status, 0) << b.output;
+  std::ifstream in(dir / "sweep.json");
+  const auto rows = nlohmann::json::parse(in);
+  ASSERT_EQ(rows.size(), 3u);
+  int analytical = 0;
+  for (const auto& row : rows) analytical += row["metrics"].contains("mode");
+  EXPECT_EQ(analytical, 2);  // the top one was replayed
+  EXPECT_THAT(run("sweep " + scenario + " --mode guess").output, HasSubstr("--mode"));
+}
+
+}  // namespace
+}  // namespace traintwin

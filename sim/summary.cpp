@@ -86,6 +86,21 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
   j["optimizer_s"] = m.optimizer_s;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
   j["fits_in_memory"] = m.fits_in_memory;
+  j["gpu_memory_bytes"] = topo.gpu.memory_bytes;
+  nlohmann::ordered_json mem = nlohmann::ordered_json::array();
+  for (const StageMemory& st : memory_per_stage(s)) {
+    mem.push_back({{"pp_rank", st.pp_rank},
+                   {"layers", st.layers},
+                   {"parameters", st.parameters},
+                   {"in_flight", st.in_flight},
+                   {"weights_bytes", st.weights_bytes},
+                   {"gradients_bytes", st.gradients_bytes},
+                   {"optimizer_bytes", st.optimizer_bytes},
+                   {"activations_bytes", st.activations_bytes},
+                   {"embedding_and_logits_bytes", st.embedding_and_logits_bytes},
+                   {"total_bytes", st.total_bytes()}});
+  }
+  j["memory_per_stage"] = mem;
   j["cost_sources"] = m.cost_sources;
   nlohmann::ordered_json links = nlohmann::ordered_json::array();
   for (const LinkLoad& l : r.busiest_links) {

@@ -35,7 +35,8 @@ struct SimulationSummary {
 /// Derives the summary from a result.
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const SimulationResult& r);
 
-/// summary.json: the summary's fields plus `busiest_links`, `sim_wall_s`, `events`, `flows`,
+/// summary.json: the summary's fields plus `memory_per_stage` (the memory model's breakdown),
+/// `gpu_memory_bytes`, `busiest_links`, `sim_wall_s`, `events`, `flows`,
 /// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout and
 /// `mfu_formula`. `include_wall_time` false leaves sim_wall_s out (for byte-identical files).
 nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,

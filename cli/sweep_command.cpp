@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/sweep_mpi.hpp"
 #include "cli/format.hpp"
 #include "core/error.hpp"
 #include "sim/cost_model.hpp"
@@ -264,22 +266,27 @@ void register_sweep_command(CLI::App& app) {
         "db";
     std::shared_ptr<const CostModel> costs =
         make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
+    // Under mpirun/srun every rank evaluates its share; rank 0 gathers, ranks and prints.
+    const bool mpi = launched_by_mpi();
+    const bool root_process = !mpi || std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
+                              std::string(std::getenv("OMPI_COMM_WORLD_RANK")) == "0";
     SweepOptions options;
     options.jobs = o->jobs;
     options.evaluate_out_of_memory = o->simulate_oom;
-    options.progress = progress_bar();
-    std::vector<SweepRow> rows;
-    if (o->mode == "simulate") {
-      options.isolate = true;
-      rows = run_sweep(configurations, make_simulation_evaluator(topo, costs), options);
-    } else {
+    if (root_process) options.progress = progress_bar();
+    auto run_share = [&](const std::vector<SweepConfiguration>& share) {
+      if (o->mode == "simulate") {
+        options.isolate = true;
+        return run_sweep(share, make_simulation_evaluator(topo, costs), options);
+      }
       options.isolate = false;
-      rows = run_sweep(configurations, make_analytical_evaluator(topo, costs), options);
+      std::vector<SweepRow> rows = run_sweep(share, make_analytical_evaluator(topo, costs), options);
       if (o->mode == "auto") {
         // Replay the top K of the analytical ranking with the simulator and rank again.
         std::vector<SweepConfiguration> top;
         for (const SweepRow& r : rows) {
-          if (r.status == SweepStatus::kRanked && static_cast<int64_t>(top.size()) < std::max<int64_t>(o->top, 1)) {
+          if (r.status == SweepStatus::kRanked &&
+              static_cast<int64_t>(top.size()) < std::max<int64_t>(o->top, 1)) {
             top.push_back(r.config);
           }
         }
@@ -294,6 +301,15 @@ void register_sweep_command(CLI::App& app) {
         }
         rows = rank_rows(std::move(rows));
       }
+      return rows;
+    };
+    std::vector<SweepRow> rows;
+    if (mpi) {
+      bool is_root = false;
+      rows = mpi_sweep(configurations, run_share, is_root);
+      if (!is_root) return;
+    } else {
+      rows = run_share(configurations);
     }
     print_report(base, topo, rows, o->top);
     if (!o->out_dir.empty()) write_outputs(o->out_dir, rows);

@@ -132,3 +132,37 @@ TEST(SweepCli, AnalyticalAndAutoModes) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// `mpirun -np 2 traintwin sweep ...` splits the configurations over the ranks and rank 0 prints
+// the same ranked table as a single process.
+TEST(SweepCli, SplitsOverMpiRanksWithTheSameResult) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string scenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h100-8.yaml";
+  const std::string args = " sweep " + scenario + " --micro-batch-size 1,2,4 --tensor-model-parallel-size 1,2 --jobs 1";
+  const testing::CliResult single = testing::run_cli(args);
+  ASSERT_EQ(single.status, 0) << single.output;
+  std::string table;  // stdout: the output without the progress lines (stderr)
+  for (size_t pos = 0; pos < single.output.size();) {
+    const size_t end = single.output.find('\n', pos);
+    const std::string line = single.output.substr(pos, end - pos + 1);
+    if (line.rfind("sweep [", 0) != 0) table += line;
+    pos = end == std::string::npos ? single.output.size() : end + 1;
+  }
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(
+      popen(("mpirun --allow-run-as-root --oversubscribe -np 2 " + std::string(TRAINTWIN_BINARY) + args +
+             " 2>/dev/null").c_str(), "r"),
+      pclose);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(pipe.release())), 0) << out;
+  EXPECT_EQ(out, table);
+  EXPECT_THAT(out, HasSubstr("6 ranked"));
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+#include <string>
+
 namespace traintwin::cli {
 
 /// `traintwin summary SCENARIO`: model, layout, FLOPs, Program and memory at a glance.
@@ -24,5 +27,12 @@ void register_topology_command(CLI::App& app);
 /// `traintwin sweep SCENARIO --tensor-model-parallel-size 1,2,4 ...`: every combination simulated
 /// in parallel processes, ranked by tokens/s; `--out DIR` writes sweep.json and sweep.csv.
 void register_sweep_command(CLI::App& app);
+/// `traintwin report DIR`: rebuilds DIR/report.html (self-contained, Vega-Lite inlined) from the
+/// summary.json, timeline.json and sweep.json in DIR.
+void register_report_command(CLI::App& app);
+
+/// The folder with the Vega builds the HTML report inlines: `flag` when given, else
+/// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.
+std::filesystem::path resolve_vega_dir(const std::string& flag);
 
 }  // namespace traintwin::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   traintwin::cli::register_memory_command(app);
   traintwin::cli::register_topology_command(app);
   traintwin::cli::register_sweep_command(app);
+  traintwin::cli::register_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,16 +1,20 @@
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "cli/report_output.hpp"
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/isolated.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
 #include "topologies/topology.hpp"
@@ -49,7 +53,34 @@ std::vector<int64_t> parse_rank_list(const std::string& text) {
   return ranks;
 }
 
-void print_text(const Scenario& s, const TopologySpec& topo, const SimulationResult& r) {
+/// The what-if run against its base: the compared figures and their changes.
+void print_what_if(const Scenario& s, const SimulationSummary& m, const BaseRunMetrics& base) {
+  const BaseRunMetrics now = base_run_metrics(m);
+  const auto pct = [](double value, double ref) {
+    return fmt::format("{:+.1f} %", 100 * relative_change(value, ref));
+  };
+  fmt::print("what-if            {} (base: the scenario without cluster.what_if)\n",
+             describe_what_if(s.cluster.what_if));
+  fmt::print("  {:<20} {:>12} {:>12} {:>10}\n", "", "base", "what-if", "change");
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>10}\n", "iteration time", base.iteration_time_s,
+             now.iteration_time_s, pct(now.iteration_time_s, base.iteration_time_s));
+  fmt::print("  {:<20} {:>12.1f} {:>12.1f} {:>10}\n", "tokens/s/GPU", base.tokens_per_s_per_gpu,
+             now.tokens_per_s_per_gpu, pct(now.tokens_per_s_per_gpu, base.tokens_per_s_per_gpu));
+  fmt::print("  {:<20} {:>10.1f} % {:>10.1f} % {:>10}\n", "MFU", 100 * base.mfu, 100 * now.mfu,
+             pct(now.mfu, base.mfu));
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "exposed comm",
+             base.exposed_comm_s(), now.exposed_comm_s(),
+             now.exposed_comm_s() - base.exposed_comm_s());
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which TP", base.exposed_tp_s,
+             now.exposed_tp_s, now.exposed_tp_s - base.exposed_tp_s);
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which PP", base.exposed_pp_s,
+             now.exposed_pp_s, now.exposed_pp_s - base.exposed_pp_s);
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which DP", base.exposed_dp_s,
+             now.exposed_dp_s, now.exposed_dp_s - base.exposed_dp_s);
+}
+
+void print_text(const Scenario& s, const TopologySpec& topo, const SimulationResult& r,
+                const std::optional<BaseRunMetrics>& base) {
   const SimulationSummary m = summarize(s, topo, r);
   const double t = m.iteration_time_s;
   auto pct = [t](double x) { return t > 0 ? 100.0 * x / t : 0.0; };
@@ -88,6 +119,7 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
              r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.events);
   fmt::print("MFU = model FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) (Korthikanti et al. 2022) / "
              "(iteration time x GPUs x {} dense peak)\n", si(topo.gpu.peak_FLOPs(s.training.precision)));
+  if (base) print_what_if(s, m, *base);
 }
 
 }  // namespace
@@ -135,19 +167,39 @@ void register_simulate_command(CLI::App& app) {
     if (!o->cost_db_topology.empty()) db_topo = load_topology(o->cost_db_topology);
     const auto db_dir = std::filesystem::absolute(s.cluster.topology).parent_path().parent_path() / "traces" / "db";
     const auto costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db, db_topo ? &db_topo->gpu : nullptr);
+    // With what-if knobs, the base (the scenario without them) runs first in a child process:
+    // SimGrid allows one engine per process, and this one simulates the what-if.
+    std::optional<BaseRunMetrics> base;
+    if (s.cluster.what_if.any()) {
+      check_what_if(s, topo, opts.aggregate_tp);
+      Scenario base_scenario = s;
+      base_scenario.cluster.what_if = WhatIf{};
+      SimulationOptions base_opts = opts;
+      base_opts.record_timeline = false;
+      const std::string text = run_isolated([&] {
+        const SimulationResult b = simulate(base_scenario, topo, *costs, base_opts);
+        return summary_json(base_scenario, topo, b, /*include_wall_time=*/false).dump();
+      });
+      base = base_run_metrics(nlohmann::json::parse(text));
+    }
+    const BaseRunMetrics* base_ptr = base ? &*base : nullptr;
     const SimulationResult r = simulate(s, topo, *costs, opts);
     if (o->json) {
-      fmt::print("{}\n", summary_json(s, topo, r).dump(2));
+      fmt::print("{}\n", summary_json(s, topo, r, true, base_ptr).dump(2));
     } else {
-      print_text(s, topo, r);
+      print_text(s, topo, r, base);
     }
     if (!o->out_dir.empty()) {
       std::filesystem::create_directories(o->out_dir);
       const auto dir = std::filesystem::path(o->out_dir);
-      std::ofstream(dir / "summary.json") << summary_json(s, topo, r, /*include_wall_time=*/false).dump(2) << "\n";
-      std::ofstream trace(dir / "timeline.json");
-      write_chrome_trace(r.timeline, trace);
+      std::ofstream(dir / "summary.json")
+          << summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) << "\n";
+      {
+        std::ofstream trace(dir / "timeline.json");
+        write_chrome_trace(r.timeline, trace);
+      }
       if (!o->json) fmt::print("wrote {} and {}\n", (dir / "summary.json").string(), (dir / "timeline.json").string());
+      write_report_or_warn(dir, !o->json);
     }
   });
 }

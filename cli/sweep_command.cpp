@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/report_output.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "cli/format.hpp"
 #include "core/error.hpp"
@@ -312,7 +313,10 @@ void register_sweep_command(CLI::App& app) {
       rows = run_share(configurations);
     }
     print_report(base, topo, rows, o->top);
-    if (!o->out_dir.empty()) write_outputs(o->out_dir, rows);
+    if (!o->out_dir.empty()) {
+      write_outputs(o->out_dir, rows);
+      write_report_or_warn(o->out_dir, true);
+    }
   });
 }
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -111,8 +112,17 @@ constexpr std::array<std::string_view, 9> kTrainingKeys = {"micro_batch_size",
                                                            "overlap_grad_reduce",
                                                            "overlap_param_gather",
                                                            "tp_comm_overlap"};
-constexpr std::array<std::string_view, 3> kClusterKeys = {"topology", "num_gpus",
-                                                          "collective_algorithm"};
+constexpr std::array<std::string_view, 4> kClusterKeys = {"topology", "num_gpus",
+                                                          "collective_algorithm", "what_if"};
+// cluster.what_if and its two nested mappings.
+constexpr std::string_view kWhatIf = "cluster.what_if";
+constexpr std::string_view kStraggler = "cluster.what_if.straggler";
+constexpr std::string_view kDegradedLink = "cluster.what_if.degraded_link";
+constexpr std::array<std::string_view, 5> kWhatIfKeys = {
+    "ib_bandwidth_scale", "nvlink_bandwidth_scale", "gpu_speed_scale", "straggler",
+    "degraded_link"};
+constexpr std::array<std::string_view, 2> kStragglerKeys = {"rank", "compute_scale"};
+constexpr std::array<std::string_view, 2> kDegradedLinkKeys = {"name", "bandwidth_scale"};
 constexpr std::array<std::string_view, 4> kCollectiveAlgorithms = {"auto", "ring", "tree", "nvls"};
 
 // The two spellings of the virtual pipeline size; at most one may be given per source.
@@ -125,14 +135,23 @@ constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "f
 constexpr std::array<std::string_view, 2> kAttentionBackends = {"unfused", "flash"};
 constexpr std::array<std::string_view, 2> kSchedules = {"gpipe", "1f1b"};
 
-/// The keys allowed inside `section` (a section name of kRootKeys other than "name").
-std::vector<std::string_view> keys_of(std::string_view section) {
+/// The keys allowed inside the mapping at `path`: a section name of kRootKeys other than "name",
+/// or one of the nested mappings (cluster.what_if and its straggler and degraded_link).
+std::vector<std::string_view> keys_of(std::string_view path) {
   auto vec = [](const auto& arr) { return std::vector<std::string_view>(arr.begin(), arr.end()); };
-  if (section == "model") return vec(kModelKeys);
-  if (section == "parallelism") return vec(kParallelismKeys);
-  if (section == "training") return vec(kTrainingKeys);
-  if (section == "cluster") return vec(kClusterKeys);
+  if (path == "model") return vec(kModelKeys);
+  if (path == "parallelism") return vec(kParallelismKeys);
+  if (path == "training") return vec(kTrainingKeys);
+  if (path == "cluster") return vec(kClusterKeys);
+  if (path == kWhatIf) return vec(kWhatIfKeys);
+  if (path == kStraggler) return vec(kStragglerKeys);
+  if (path == kDegradedLink) return vec(kDegradedLinkKeys);
   return {};
+}
+
+/// True for a key path inside a section whose value is itself a mapping of keys.
+bool is_nested_mapping(std::string_view path) {
+  return path == kWhatIf || path == kStraggler || path == kDegradedLink;
 }
 
 bool is_section(std::string_view key) {
@@ -195,6 +214,19 @@ bool is_string_typed(const YAML::Node& node) {
   return tag == "!" || tag == "tag:yaml.org,2002:str";
 }
 
+/// A finite decimal number ("2", "2.0", "0.5", "1e-1", "+2"); nullopt for anything else
+/// (including YAML's .inf and .nan).
+std::optional<double> parse_number_text(const std::string& text) {
+  std::string_view digits = text;
+  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  if (digits.empty()) return std::nullopt;
+  double value = 0;
+  const char* last = digits.data() + digits.size();
+  auto [ptr, ec] = std::from_chars(digits.data(), last, value);
+  if (ec != std::errc() || ptr != last || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
 std::optional<int64_t> parse_integer_text(const std::string& text) {
   std::string_view digits = text;
   if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
@@ -236,6 +268,44 @@ using Locator = std::function<std::string(std::string_view key)>;
 
 void check_positive(const Locator& where, std::string_view key, int64_t value) {
   if (value < 1) rule_error(where, key, fmt::format("must be >= 1, got {}", value));
+}
+
+void check_scale(const Locator& where, const std::string& key, const std::optional<double>& value) {
+  if (value && !(*value > 0 && std::isfinite(*value))) {
+    rule_error(where, key,
+               fmt::format("must be a finite number > 0 (a factor: 1.0 = as the topology file "
+                           "says), got {}",
+                           *value));
+  }
+}
+
+/// The what-if knobs: positive finite factors, a straggler among the cluster's ranks, a named
+/// degraded link (whether the name exists is checked when the platform is built).
+void check_what_if(const Scenario& s, const Locator& where) {
+  const WhatIf& w = s.cluster.what_if;
+  const std::string prefix(kWhatIf);
+  check_scale(where, prefix + ".ib_bandwidth_scale", w.ib_bandwidth_scale);
+  check_scale(where, prefix + ".nvlink_bandwidth_scale", w.nvlink_bandwidth_scale);
+  check_scale(where, prefix + ".gpu_speed_scale", w.gpu_speed_scale);
+  if (w.straggler) {
+    const std::string key(kStraggler);
+    check_scale(where, key + ".compute_scale", w.straggler->compute_scale);
+    const int64_t rank = w.straggler->rank;
+    if (rank < 0 || rank >= s.cluster.num_gpus) {
+      rule_error(where, key + ".rank",
+                 fmt::format("{} is outside [0, cluster.num_gpus = {}) (rule: the straggler is "
+                             "one of the cluster's global ranks)",
+                             rank, s.cluster.num_gpus));
+    }
+  }
+  if (w.degraded_link) {
+    const std::string key(kDegradedLink);
+    check_scale(where, key + ".bandwidth_scale", w.degraded_link->bandwidth_scale);
+    if (w.degraded_link->name.empty()) {
+      rule_error(where, key + ".name",
+                 "must name a platform link, e.g. node0-nic0-up or rail0-leaf0-spine0-c0-up");
+    }
+  }
 }
 
 /// The rules of validate_scenario(), with messages located by `where`.
@@ -381,6 +451,8 @@ void check_rules(const Scenario& s, const Locator& where) {
                "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
   }
 
+  check_what_if(s, where);
+
   // Rank order: a permutation of tp, cp, dp, pp, as the rank layout parses it.
   try {
     RankLayout(p.tensor_model_parallel_size, p.context_parallel_size, p.data_parallel_size,
@@ -408,6 +480,12 @@ class Reader {
   std::string locate(std::string_view path) const {
     const std::string key(path);
     if (from_override_.count(key) != 0) return std::string(kOverrideOrigin);
+    // A mapping that exists only through overrides of its keys (--set cluster.what_if.x=...).
+    const auto below = from_override_.lower_bound(key + ".");
+    if (line_of_.count(key) == 0 && below != from_override_.end() &&
+        below->rfind(key + ".", 0) == 0) {
+      return std::string(kOverrideOrigin);
+    }
     if (auto it = line_of_.find(key); it != line_of_.end()) {
       return fmt::format("{}:{}", origin_, it->second);
     }
@@ -447,30 +525,41 @@ class Reader {
   /// one spelling of the virtual pipeline size removes the other from the file.
   void apply(const std::vector<Override>& overrides) {
     struct Parsed {
-      std::string section;  // "" for a root key
-      std::string key;
+      std::vector<std::string> parts;  // {"name"}, {"section", "key"} or a deeper path
       YAML::Node value;
+      std::string section() const { return parts.size() > 1 ? parts.front() : ""; }
+      const std::string& key() const { return parts.back(); }
     };
     std::vector<Parsed> parsed;
     std::set<std::string> virtual_keys;
     for (const Override& o : overrides) {
-      const std::vector<std::string> parts = split(o.key, '.');
       Parsed item;
+      item.parts = split(o.key, '.');
+      const std::vector<std::string>& parts = item.parts;
       if (parts.size() == 1 && o.key == "name") {
-        item.key = o.key;
+        // a root key
       } else if (parts.size() == 1 && is_section(o.key)) {
         override_error(o.key, fmt::format("is a section; name a key inside it, e.g. {}.{} "
                                           "(allowed: {})",
                                           o.key, keys_of(o.key).front(), join(keys_of(o.key))));
-      } else if (parts.size() == 2 && is_section(parts[0])) {
-        if (!contains(keys_of(parts[0]), parts[1])) {
-          override_error(o.key, unknown_key_problem(parts[1], keys_of(parts[0])));
+      } else if (parts.size() >= 2 && is_section(parts[0])) {
+        // Each step names a key of the mapping above it; only the last may be a plain value.
+        std::string prefix = parts[0];
+        for (size_t i = 1; i < parts.size(); ++i) {
+          if (!contains(keys_of(prefix), parts[i])) {
+            override_error(o.key, unknown_key_problem(parts[i], keys_of(prefix)));
+          }
+          prefix += "." + parts[i];
+          if (i + 1 < parts.size() && !is_nested_mapping(prefix)) {
+            override_error(o.key, fmt::format("unknown key ({} holds a value, not a mapping of "
+                                              "keys)",
+                                              prefix));
+          }
         }
-        item.section = parts[0];
-        item.key = parts[1];
       } else {
         override_error(o.key, std::string("unknown key (allowed: name, model.KEY, "
-                                          "parallelism.KEY, training.KEY, cluster.KEY)"));
+                                          "parallelism.KEY, training.KEY, cluster.KEY, "
+                                          "cluster.what_if.KEY[.KEY])"));
       }
       try {
         item.value = YAML::Load(o.value);
@@ -480,9 +569,15 @@ class Reader {
       if (!item.value.IsScalar() && !item.value.IsNull()) {
         override_error(o.key, fmt::format("expected a scalar value, got {}", describe(item.value)));
       }
-      if (item.section == "parallelism" && !item.value.IsNull() &&
-          (item.key == kVirtualSize || item.key == kLayersPerVirtualStage)) {
-        virtual_keys.insert(item.key);
+      if (is_nested_mapping(o.key) && !item.value.IsNull()) {
+        override_error(o.key, fmt::format("is a mapping; set its keys, e.g. {}.{} (allowed: {}), "
+                                          "or remove it with {}=null",
+                                          o.key, keys_of(o.key).front(), join(keys_of(o.key)),
+                                          o.key));
+      }
+      if (item.section() == "parallelism" && !item.value.IsNull() &&
+          (item.key() == kVirtualSize || item.key() == kLayersPerVirtualStage)) {
+        virtual_keys.insert(item.key());
       }
       parsed.push_back(std::move(item));
     }
@@ -493,31 +588,26 @@ class Reader {
     }
 
     for (const Parsed& item : parsed) {
-      const std::string path = path_of(item.section, item.key);
+      const std::string path = join(item.parts, ".");
+      const std::vector<std::string> parent(item.parts.begin(), item.parts.end() - 1);
       if (item.value.IsNull()) {
-        // "--set KEY=null" (or "KEY="): drop the key, back to its default or derived value.
-        if (item.section.empty()) {
-          root_.remove(item.key);
-        } else if (const YAML::Node sec = section(item.section); sec && sec.IsMap()) {
-          writable_section(item.section).remove(item.key);
+        // "--set KEY=null" (or "KEY="): drop the key (and what it holds), back to its default or
+        // derived value.
+        if (const YAML::Node map = node_at(join(parent, ".")); map && map.IsMap()) {
+          writable(parent).remove(item.key());
         }
-        line_of_.erase(path);
-        from_override_.erase(path);
+        forget(path);
         continue;
       }
-      if (item.section.empty()) {
-        root_[item.key] = item.value;
-      } else {
-        YAML::Node sec = writable_section(item.section);
-        if (item.section == "parallelism" &&
-            (item.key == kVirtualSize || item.key == kLayersPerVirtualStage)) {
-          const std::string other(item.key == kVirtualSize ? kLayersPerVirtualStage : kVirtualSize);
-          sec.remove(other);
-          line_of_.erase("parallelism." + other);
-          from_override_.erase("parallelism." + other);
-        }
-        sec[item.key] = item.value;
+      YAML::Node map = writable(parent);
+      if (item.section() == "parallelism" &&
+          (item.key() == kVirtualSize || item.key() == kLayersPerVirtualStage)) {
+        const std::string other(item.key() == kVirtualSize ? kLayersPerVirtualStage
+                                                           : kVirtualSize);
+        map.remove(other);
+        forget("parallelism." + other);
       }
+      map[item.key()] = item.value;
       from_override_.insert(path);
     }
   }
@@ -583,6 +673,7 @@ class Reader {
     c.num_gpus = get_int("cluster", "num_gpus").value();
     const auto algo = get_enum_index("cluster", "collective_algorithm", kCollectiveAlgorithms).value_or(0);
     c.collective_algorithm = algo == 0 ? "" : std::string(kCollectiveAlgorithms[algo]);
+    c.what_if = extract_what_if();
 
     // v: given directly, or as layers per virtual stage (Megatron-LM:
     // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage).
@@ -670,11 +761,14 @@ class Reader {
     }
   }
 
+  /// Checks the mapping at `name` (a section, or a nested mapping such as cluster.what_if) and,
+  /// recursively, the nested mappings it holds.
   void check_section(const std::string& name, const YAML::Node& node) {
     if (node.IsNull()) return;  // "section:" with every key commented out: an empty section
     if (!node.IsMap()) {
-      throw ConfigError(fmt::format("{}: {}: expected a mapping of {} keys, got {}", locate(name),
-                                    name, name, describe(node)));
+      throw ConfigError(fmt::format("{}: {}: expected a mapping of {} keys, got {} (allowed: {})",
+                                    locate(name), name, name, describe(node),
+                                    join(keys_of(name))));
     }
     const std::vector<std::string_view> allowed = keys_of(name);
     std::map<std::string, int> seen;
@@ -687,21 +781,53 @@ class Reader {
                                       unknown_key_problem(key, allowed)));
       }
       line_of_[path] = line(entry.first);
+      if (is_nested_mapping(path)) check_section(path, entry.second);
     }
+  }
+
+  /// The node at a dotted path ("" = the root); undefined when a step is absent or not a mapping.
+  YAML::Node node_at(const std::string& path) const {
+    const YAML::Node& root = root_;
+    if (path.empty()) return root;
+    YAML::Node cur = root;
+    for (const std::string& part : split(path, '.')) {
+      if (!cur.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+      const YAML::Node& map = cur;
+      const YAML::Node next = map[part];
+      if (!next) return YAML::Node(YAML::NodeType::Undefined);
+      cur.reset(next);
+    }
+    return cur;
+  }
+
+  /// The mapping at `parts` ({} = the root) that overrides can write into; absent, empty or
+  /// scalar steps are replaced by empty mappings. Rebinds handles with reset(), never with
+  /// assignment (assigning to a YAML::Node bound to a tree node overwrites the tree).
+  YAML::Node writable(const std::vector<std::string>& parts) {
+    YAML::Node cur = root_;
+    for (const std::string& part : parts) {
+      const YAML::Node& view = cur;
+      const YAML::Node existing = view[part];
+      if (!existing || !existing.IsMap()) cur[part] = YAML::Node(YAML::NodeType::Map);
+      const YAML::Node next = cur[part];
+      cur.reset(next);
+    }
+    return cur;
+  }
+
+  /// Forgets where `path` and every key below it came from (removed by an override).
+  void forget(const std::string& path) {
+    const auto below = [&path](const std::string& k) {
+      return k == path || k.rfind(path + ".", 0) == 0;
+    };
+    std::erase_if(line_of_, [&below](const auto& entry) { return below(entry.first); });
+    std::erase_if(from_override_, below);
   }
 
   /// The section node (undefined/null when absent or empty).
   YAML::Node section(const std::string& name) const {
     const YAML::Node& root = root_;
     return root[name];
-  }
-
-  /// The section as a mapping that overrides can write into (created when absent or empty).
-  /// Never assign to a YAML::Node variable that is bound to a tree node: that rebinds the tree.
-  YAML::Node writable_section(const std::string& name) {
-    const YAML::Node sec = section(name);
-    if (!sec || !sec.IsMap()) root_[name] = YAML::Node(YAML::NodeType::Map);
-    return root_[name];
   }
 
   void require_section(const std::string& name) const {
@@ -711,16 +837,10 @@ class Reader {
     }
   }
 
-  /// The value node of `section.key` ("" section: a root key); undefined when absent.
+  /// The value node of `section.key` ("" section: a root key; the section may be a dotted
+  /// path to a nested mapping); undefined when absent.
   YAML::Node value(const std::string& sec, const std::string& key) const {
-    if (sec.empty()) {
-      const YAML::Node& root = root_;
-      return root[key];
-    }
-    const YAML::Node node = section(sec);
-    if (!node || !node.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    const YAML::Node& map = node;
-    return map[key];
+    return node_at(path_of(sec, key));
   }
 
   [[noreturn]] void missing(const std::string& sec, const std::string& key) const {
@@ -730,9 +850,9 @@ class Reader {
         fmt::format("{}: {}: missing required key", locate(sec.empty() ? "" : sec), path));
   }
 
-  /// An integer >= 1, or nullopt when absent and not required.
+  /// An integer >= `min` (1 unless told), or nullopt when absent and not required.
   std::optional<int64_t> get_int(const std::string& sec, const std::string& key,
-                                 bool required = true) const {
+                                 bool required = true, int64_t min = 1) const {
     const YAML::Node node = value(sec, key);
     const std::string path = path_of(sec, key);
     if (!node) {
@@ -742,10 +862,64 @@ class Reader {
     std::optional<int64_t> parsed;
     if (node.IsScalar() && !is_string_typed(node)) parsed = parse_integer_text(node.Scalar());
     if (!parsed) {
-      fail(path, fmt::format("expected an integer >= 1, got {}", describe(node)));
+      fail(path, fmt::format("expected an integer >= {}, got {}", min, describe(node)));
     }
-    if (*parsed < 1) fail(path, fmt::format("must be >= 1, got {}", *parsed));
+    if (*parsed < min) fail(path, fmt::format("must be >= {}, got {}", min, *parsed));
     return parsed;
+  }
+
+  /// A what-if factor: a finite number > 0 ("2", "2.0", "0.5", "1e-1"), or nullopt when absent
+  /// and not required.
+  std::optional<double> get_scale(const std::string& sec, const std::string& key,
+                                  bool required = false) const {
+    const YAML::Node node = value(sec, key);
+    const std::string path = path_of(sec, key);
+    if (!node) {
+      if (required) missing(sec, key);
+      return std::nullopt;
+    }
+    std::optional<double> parsed;
+    if (node.IsScalar() && !is_string_typed(node)) parsed = parse_number_text(node.Scalar());
+    if (!parsed) {
+      fail(path, fmt::format("expected a number > 0 (a factor such as 2.0 or 0.5), got {}",
+                             describe(node)));
+    }
+    if (!(*parsed > 0)) {
+      fail(path, fmt::format("must be > 0 (a factor: 1.0 = as the topology file says), got {}",
+                             node.Scalar()));
+    }
+    return parsed;
+  }
+
+  /// cluster.what_if (absent or empty: no knobs). A straggler or degraded link needs both of
+  /// its keys.
+  WhatIf extract_what_if() const {
+    WhatIf w;
+    const std::string sec(kWhatIf);
+    const YAML::Node node = node_at(sec);
+    if (!node || node.IsNull()) return w;
+    if (!node.IsMap()) {
+      fail(sec, fmt::format("expected a mapping of what-if keys, got {} (allowed: {})",
+                            describe(node), join(kWhatIfKeys)));
+    }
+    w.ib_bandwidth_scale = get_scale(sec, "ib_bandwidth_scale");
+    w.nvlink_bandwidth_scale = get_scale(sec, "nvlink_bandwidth_scale");
+    w.gpu_speed_scale = get_scale(sec, "gpu_speed_scale");
+    const std::string straggler(kStraggler);
+    if (const YAML::Node n = node_at(straggler); n && !n.IsNull()) {
+      Straggler st;
+      st.rank = get_int(straggler, "rank", true, 0).value();
+      st.compute_scale = get_scale(straggler, "compute_scale", true).value();
+      w.straggler = st;
+    }
+    const std::string degraded(kDegradedLink);
+    if (const YAML::Node n = node_at(degraded); n && !n.IsNull()) {
+      DegradedLink dl;
+      dl.name = get_string(degraded, "name");
+      dl.bandwidth_scale = get_scale(degraded, "bandwidth_scale", true).value();
+      w.degraded_link = dl;
+    }
+    return w;
   }
 
   /// true/false (YAML 1.2 core spellings: true, True, TRUE, false, False, FALSE).

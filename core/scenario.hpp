@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,37 @@ struct TrainingConfig {
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
 };
 
+/// One rank whose compute runs slower (or faster) than the others (cluster.what_if.straggler).
+struct Straggler {
+  int64_t rank = 0;           ///< global rank in [0, num_gpus)
+  double compute_scale = 1;   ///< its compute ops' durations are multiplied by this (> 0)
+};
+
+/// One platform link with a changed bandwidth (cluster.what_if.degraded_link).
+struct DegradedLink {
+  std::string name;             ///< a link as Platform::links() names it, e.g. "node3-nic2-up"
+  double bandwidth_scale = 1;   ///< its bandwidth is multiplied by this (> 0)
+};
+
+/// What-if knobs (cluster.what_if): the cluster as the topology file describes it, changed by
+/// these factors. A knob left out is neutral (1.0, no straggler, no degraded link).
+struct WhatIf {
+  /// NIC and switch-to-switch (InfiniBand) link bandwidths x this.
+  std::optional<double> ib_bandwidth_scale;
+  /// NVLink bandwidth x this (SimGrid links and the closed forms of collectives inside a node).
+  std::optional<double> nvlink_bandwidth_scale;
+  /// Every compute op's duration / this (2.0 = a GPU twice as fast).
+  std::optional<double> gpu_speed_scale;
+  std::optional<Straggler> straggler;
+  std::optional<DegradedLink> degraded_link;
+
+  /// True when any knob is given (even at its neutral value).
+  bool any() const {
+    return ib_bandwidth_scale || nvlink_bandwidth_scale || gpu_speed_scale || straggler ||
+           degraded_link;
+  }
+};
+
 /// The cluster the scenario runs on.
 struct ClusterConfig {
   std::filesystem::path topology;  ///< resolved against the scenario file's folder
@@ -86,6 +118,7 @@ struct ClusterConfig {
   /// NCCL algorithm forced for every collective ("ring" | "tree" | "nvls"); "" = chosen per call
   /// like NCCL's tuner (the file's `auto`, the default).
   std::string collective_algorithm;
+  WhatIf what_if;  ///< cluster.what_if; empty = the cluster as described
 };
 
 /// One complete, validated scenario.
@@ -135,12 +168,17 @@ struct Override {
 ///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,
 ///                 tp_comm_overlap [false]
 ///   cluster:      topology R (path relative to the scenario file; need not exist yet),
-///                 num_gpus R
+///                 num_gpus R, collective_algorithm [auto] (auto | ring | tree | nvls),
+///                 what_if (optional mapping): ib_bandwidth_scale, nvlink_bandwidth_scale,
+///                 gpu_speed_scale (numbers > 0), straggler {rank R (integer in
+///                 [0, num_gpus)), compute_scale R (> 0)}, degraded_link {name R (a platform
+///                 link's name, checked when the platform is built), bandwidth_scale R (> 0)}
 /// Integers are plain YAML integers >= 1 (not quoted, no 1.5 / 1e3 / 0x10); booleans are
 /// true/false (also True/TRUE/False/FALSE; not yes/no/on/off); enums are spelt exactly as listed.
 /// Unknown and duplicate keys are errors.
 ///
-/// Overrides ("section.key" or "name"; the value is a YAML scalar) replace the file's value
+/// Overrides ("section.key", "name", or a dotted path inside cluster.what_if such as
+/// "cluster.what_if.straggler.rank"; the value is a YAML scalar) replace the file's value
 /// before validation, and their messages say "--set" instead of file:line. Setting one of
 /// virtual_pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage removes the
 /// other from the file. A null value ("KEY=null", "KEY=~" or "KEY=") removes the key, back to its
@@ -164,7 +202,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 /// TP divides heads and ffn_hidden_size; num_layers divisible by PP x v; num_gpus = TP x CP x PP x DP;
 /// global batch divisible by micro batch x DP; interleaving needs micro-batches divisible by PP;
 /// GPipe has no model chunks; sequence_parallel needs TP > 1; CP divides seq_length; sizes >= 1;
-/// rank_order is a permutation of tp, cp, dp, pp. `origin` prefixes the messages.
+/// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the
+/// straggler rank in [0, num_gpus), a degraded link named. `origin` prefixes the messages.
 void validate_scenario(const Scenario& s, const std::string& origin);
 
 /// Parses "KEY=VALUE" (as given to --set). Throws ConfigError when there is no '='.

@@ -7,7 +7,11 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake pkg-config git
           libsimgrid-dev libboost-graph-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
           libfmt-dev libopenblas-dev libopenmpi-dev openmpi-bin googletest libgtest-dev
-          libgmock-dev libbenchmark-dev)
+          libgmock-dev libbenchmark-dev
+          chromium)  # chromium: the report's headless rendering test
+# npm fetches Vega for the report; Debian's npm only where no npm exists (a NodeSource nodejs
+# ships its own and conflicts with Debian's).
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,6 +26,10 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Vega, Vega-Lite and vega-embed for the HTML report (data/vega/, inlined into report.html); a
+# failure (npm registry unreachable) only leaves `traintwin report` and its browser test without it.
+scripts/fetch_vega.sh || echo "setup: could not fetch Vega; traintwin report needs it" >&2
 
 build_dir=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}

@@ -84,7 +84,8 @@ class Estimator {
  public:
   Estimator(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
             const FabricEfficiency& eff)
-      : s_(s), topo_(topo), costs_(costs), eff_(eff) {}
+      : s_(s), topo_(topo), costs_(costs), eff_(eff),
+        gpu_speed_(s.cluster.what_if.gpu_speed_scale.value_or(1.0)) {}
 
   AnalyticalResult run() {
     const ParallelConfig& pc = s_.parallel;
@@ -127,7 +128,7 @@ class Estimator {
     double d = 0;
     for (uint32_t k : op.kernels) {
       double& c = kernel_s_[k];
-      if (c < 0) c = costs_.duration(prog_->kernels[k], topo_.gpu).seconds;
+      if (c < 0) c = costs_.duration(prog_->kernels[k], topo_.gpu).seconds / gpu_speed_;
       d += c;
     }
     return d;
@@ -710,6 +711,7 @@ class Estimator {
   const TopologySpec& topo_;
   const CostModel& costs_;
   const FabricEfficiency& eff_;
+  const double gpu_speed_;  // cluster.what_if.gpu_speed_scale
   int64_t p_ = 1, v_ = 1, m_ = 1;
   std::optional<Program> prog_;
   std::vector<double> kernel_s_;
@@ -731,7 +733,19 @@ double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& to
 
 AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff) {
-  return Estimator(s, topo, costs, eff).run();
+  const WhatIf& w = s.cluster.what_if;
+  if (w.straggler || w.degraded_link) {
+    throw UnsupportedError(
+        "analytical estimate: cluster.what_if." +
+        std::string(w.straggler ? "straggler" : "degraded_link") +
+        " breaks the symmetry the estimator relies on (one rank per stage); use the replay "
+        "(simulate, or sweep --mode simulate)");
+  }
+  // Bandwidth what-ifs scale the links the closed forms use; gpu_speed_scale the compute.
+  PlatformScaling scaling;
+  scaling.ib_bandwidth = w.ib_bandwidth_scale.value_or(1.0);
+  scaling.nvlink_bandwidth = w.nvlink_bandwidth_scale.value_or(1.0);
+  return Estimator(s, scaled_topology(topo, scaling), costs, eff).run();
 }
 
 }  // namespace traintwin

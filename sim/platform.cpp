@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <xbt/log.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "topologies/graph.hpp"
 
 XBT_LOG_EXTERNAL_CATEGORY(xbt_cfg);  // SimGrid's "Configuration change: ..." messages
@@ -83,6 +85,35 @@ int64_t simgrid_id(const FabricPlan& p, int64_t level, int64_t position) {
   return 2 * p.padded_nodes() - 1 - (created_before + position);
 }
 
+/// The name of a fat-tree vertex of rail `rail`, as topologies/graph.hpp names it.
+std::string fabric_vertex(int64_t rail, int64_t level, int64_t position) {
+  switch (level) {
+    case 0:
+      return fmt::format("node{}-nic{}", position, rail);
+    case 1:
+      return fmt::format("rail{}-leaf{}", rail, position);
+    case 2:
+      return fmt::format("rail{}-spine{}", rail, position);
+    default:
+      return fmt::format("rail{}-core{}", rail, position);
+  }
+}
+
+/// True for a cable of the padding of SimGrid's regular tree (no traffic, not listed).
+bool is_padding(const FabricPlan& p, const PlannedCable& c) {
+  return (c.level == 0 && c.child >= p.num_nodes) ||
+         (c.level == 1 && c.child >= p.leaves_per_rail);
+}
+
+/// A cable's link name without its "-up"/"-down": "node3-nic2", "rail2-leaf1-spine3-c0",
+/// "rail2-spine3-core1-c0".
+std::string cable_name(int64_t rail, const PlannedCable& c) {
+  const std::string lower = fabric_vertex(rail, c.level, c.child);
+  if (c.level == 0) return lower;
+  const std::string upper = fabric_vertex(rail, c.level + 1, c.parent);
+  return fmt::format("{}-{}-c{}", lower, upper.substr(upper.find('-') + 1), c.cable);
+}
+
 class SimGridPlatform final : public Platform {
  public:
   SimGridPlatform(const TopologySpec& topo, FabricPlan plan, const PlatformScaling& scaling)
@@ -96,6 +127,7 @@ class SimGridPlatform final : public Platform {
     for (int64_t r = 0; r < plan_.rails; ++r) build_rail(root, r, cables);
     build_nodes(root);
     root->seal();
+    degrade_links();
   }
 
   std::pair<sg4::Host*, sg4::Host*> endpoints(int64_t src, int64_t dst) const override {
@@ -119,6 +151,17 @@ class SimGridPlatform final : public Platform {
   int64_t num_gpus() const override { return plan_.num_gpus; }
 
  private:
+  /// Multiplies the bandwidth of each degraded link (names checked by check_platform_scaling).
+  void degrade_links() {
+    for (const DegradedLink& d : scaling_.degraded_links) {
+      for (PlatformLink& l : links_) {
+        if (l.name != d.name) continue;
+        l.bandwidth_Bps *= d.bandwidth_scale;
+        l.link->set_bandwidth(l.bandwidth_Bps);
+      }
+    }
+  }
+
   /// Star zone "nodes": every node's GPU hosts, one split-duplex NVLink each (to the node's
   /// NVSwitch, the star's centre), one loopback per node.
   void build_nodes(sg4::NetZone* root) {
@@ -197,18 +240,6 @@ class SimGridPlatform final : public Platform {
           "directions",
           created.size(), rail, cables.size()));
     }
-    const auto vertex = [&](int64_t level, int64_t position) {
-      switch (level) {
-        case 0:
-          return fmt::format("node{}-nic{}", position, rail);
-        case 1:
-          return fmt::format("rail{}-leaf{}", rail, position);
-        case 2:
-          return fmt::format("rail{}-spine{}", rail, position);
-        default:
-          return fmt::format("rail{}-core{}", rail, position);
-      }
-    };
     for (size_t i = 0; i < cables.size(); ++i) {
       const PlannedCable& c = cables[i];
       sg4::Link* up = created[2 * i];
@@ -231,16 +262,11 @@ class SimGridPlatform final : public Platform {
           l->set_latency(topo_.nic.latency_s + hop_s / 2);
         }
       }
-      const bool padding = (c.level == 0 && c.child >= p.num_nodes) ||
-                           (c.level == 1 && c.child >= p.leaves_per_rail);
-      if (padding) continue;
-      const std::string lower = vertex(c.level, c.child);
-      const std::string upper = vertex(c.level + 1, c.parent);
+      if (is_padding(p, c)) continue;
+      const std::string lower = fabric_vertex(rail, c.level, c.child);
+      const std::string upper = fabric_vertex(rail, c.level + 1, c.parent);
       const char* tier = c.level == 0 ? "nic" : c.level == 1 ? "leaf-spine" : "spine-core";
-      const std::string name =
-          c.level == 0
-              ? lower
-              : fmt::format("{}-{}-c{}", lower, upper.substr(upper.find('-') + 1), c.cable);
+      const std::string name = cable_name(rail, c);
       const double bw = c.level == 0 ? nic_Bps : link_Bps;
       links_.push_back({name + "-up", tier, bw, lower, upper, up});
       links_.push_back({name + "-down", tier, bw, upper, lower, down});
@@ -256,11 +282,31 @@ class SimGridPlatform final : public Platform {
   std::vector<PlatformLink> links_;
 };
 
-}  // namespace
+/// Link names in links() order: each rail's cables (up, down), then each node's loopback and
+/// its GPUs' NVLinks (up, down).
+std::vector<std::string> link_names(const TopologySpec& topo, const FabricPlan& plan) {
+  std::vector<std::string> names;
+  const std::vector<PlannedCable> cables = plan_cables(plan);
+  for (int64_t r = 0; r < plan.rails; ++r) {
+    for (const PlannedCable& c : cables) {
+      if (is_padding(plan, c)) continue;
+      const std::string name = cable_name(r, c);
+      names.push_back(name + "-up");
+      names.push_back(name + "-down");
+    }
+  }
+  for (int64_t node = 0; node < plan.num_nodes; ++node) {
+    names.push_back(fmt::format("node{}-loopback", node));
+    for (int64_t j = 0; j < topo.node.gpus_per_node; ++j) {
+      names.push_back(fmt::format("node{}-gpu{}-nvlink-up", node, j));
+      names.push_back(fmt::format("node{}-gpu{}-nvlink-down", node, j));
+    }
+  }
+  return names;
+}
 
-std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpec& topo,
-                                          int64_t num_gpus, const PlatformScaling& scaling) {
-  // Everything that can be refused is checked before SimGrid is touched.
+void check_scaling(const TopologySpec& topo, const FabricPlan& plan,
+                   const PlatformScaling& scaling) {
   for (const auto& [key, value] : {std::pair{"nvlink_bandwidth", scaling.nvlink_bandwidth},
                                    std::pair{"ib_bandwidth", scaling.ib_bandwidth}}) {
     if (!(value > 0) || !std::isfinite(value)) {
@@ -268,6 +314,55 @@ std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpe
           fmt::format("platform scaling {} = {} (allowed: a positive factor)", key, value));
     }
   }
+  if (scaling.degraded_links.empty()) return;
+  const std::vector<std::string> names = link_names(topo, plan);
+  for (const DegradedLink& d : scaling.degraded_links) {
+    if (!(d.bandwidth_scale > 0) || !std::isfinite(d.bandwidth_scale)) {
+      throw ConfigError(fmt::format("degraded link '{}': bandwidth scale {} (allowed: a positive "
+                                    "factor)",
+                                    d.name, d.bandwidth_scale));
+    }
+    if (std::find(names.begin(), names.end(), d.name) != names.end()) continue;
+    const std::string_view best =
+        closest_match(d.name, std::vector<std::string_view>(names.begin(), names.end()));
+    const int64_t spines = plan.spines_per_rail();
+    const std::string core_names =
+        plan.tiers == 3 ? fmt::format(", rail0-spine0-core0-c0-up (spine -> core; cores 0..{})",
+                                      plan.cores_per_rail() - 1)
+                        : "";
+    throw ConfigError(fmt::format(
+        "degraded link '{}': no such link in the platform of {} GPUs{} (names look like "
+        "node0-gpu0-nvlink-up / -down (GPU <-> NVSwitch), node0-loopback, node0-nic0-up / -down "
+        "(NIC <-> leaf), rail0-leaf0-spine0-c0-up / -down (leaf <-> spine, cable 0){}; here "
+        "nodes 0..{}, GPUs 0..{} per node, rails 0..{}, leaves 0..{} and spines 0..{} per rail)",
+        d.name, plan.num_gpus, best.empty() ? "" : fmt::format("; did you mean {}?", best),
+        core_names, plan.num_nodes - 1, plan.gpus_per_node - 1, plan.rails - 1,
+        plan.leaves_per_rail - 1, spines - 1));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> platform_link_names(const TopologySpec& topo, int64_t num_gpus) {
+  return link_names(topo, plan_fabric(topo, num_gpus));
+}
+
+void check_platform_scaling(const TopologySpec& topo, int64_t num_gpus,
+                            const PlatformScaling& scaling) {
+  check_scaling(topo, plan_fabric(topo, num_gpus), scaling);
+}
+
+TopologySpec scaled_topology(const TopologySpec& topo, const PlatformScaling& scaling) {
+  TopologySpec t = topo;
+  t.node.nvlink_bandwidth_Bps *= scaling.nvlink_bandwidth;
+  t.nic.line_rate_Bps *= scaling.ib_bandwidth;
+  t.fabric.link_rate_Bps *= scaling.ib_bandwidth;
+  return t;
+}
+
+std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpec& topo,
+                                          int64_t num_gpus, const PlatformScaling& scaling) {
+  // Everything that can be refused is checked before SimGrid is touched.
   for (const auto& [key, value] : {std::pair{"gpu.peak_flops.bf16", topo.gpu.peak.bf16_FLOPs},
                                    std::pair{"gpu.hbm_bandwidth", topo.gpu.hbm_bandwidth_Bps}}) {
     if (!(value > 0)) {
@@ -276,6 +371,7 @@ std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpe
     }
   }
   FabricPlan plan = plan_fabric(topo, num_gpus);
+  check_scaling(topo, plan, scaling);
   if (engine.get_netzone_root() != nullptr) {
     throw Error(
         "Platform::build: this SimGrid Engine already has a platform (SimGrid allows one Engine "

@@ -47,6 +47,10 @@
 //    adaptive routing, no ECMP). Link bandwidth: the zone's links are created at
 //    fabric.link_rate x ib_bandwidth, then its NIC links are set to nic.line_rate x ib_bandwidth
 //    (SimGrid takes one bandwidth and latency per fat-tree zone).
+//  - What-if scaling (PlatformScaling): NVLink and InfiniBand tiers are created at their scaled
+//    bandwidth; each degraded link is then set to its (scaled) bandwidth x bandwidth_scale with
+//    Link::set_bandwidth once the zones are built. Its name is checked before SimGrid is touched
+//    (platform_link_names() lists every name without building anything).
 //  - The links of each rail's fat tree are recognized by creation order and SimGrid's names
 //    ("link_from_<child>_<parent>_<n>_UP"); build() checks every one against the plan and throws
 //    Error on a mismatch (a SimGrid version that wires its fat tree differently).
@@ -72,7 +76,25 @@ namespace traintwin {
 struct PlatformScaling {
   double nvlink_bandwidth = 1.0;
   double ib_bandwidth = 1.0;  ///< NICs and switch-to-switch links
+  /// Single links (PlatformLink::name) whose bandwidth is further multiplied by their
+  /// bandwidth_scale; a name given twice multiplies twice.
+  std::vector<DegradedLink> degraded_links = {};
 };
+
+/// The names of every link Platform::build() lists in links() for `topo` and `num_gpus`, in the
+/// same order, without building anything (no SimGrid). Throws ConfigError as plan_fabric().
+std::vector<std::string> platform_link_names(const TopologySpec& topo, int64_t num_gpus);
+
+/// Checks `scaling` against the platform of `topo` and `num_gpus` without building it: every
+/// factor positive and finite, every degraded link's name a link of links(). Throws ConfigError
+/// naming the factor, or the unknown name with the closest name and how names look.
+void check_platform_scaling(const TopologySpec& topo, int64_t num_gpus,
+                            const PlatformScaling& scaling);
+
+/// `topo` with the tier factors of `scaling` applied: node.nvlink_bandwidth_Bps x
+/// nvlink_bandwidth, nic.line_rate_Bps and fabric.link_rate_Bps x ib_bandwidth (what the closed
+/// forms of collectives must use; degraded links are not in it).
+TopologySpec scaled_topology(const TopologySpec& topo, const PlatformScaling& scaling);
 
 /// A link of the platform, for metrics: one direction of a full-duplex cable (or a loopback).
 struct PlatformLink {
@@ -91,9 +113,9 @@ class Platform {
  public:
   /// Pins the network model (CM02, no cross-traffic, no TCP-gamma; see SIMGRID-NOTES.md), then
   /// builds the zones. Throws ConfigError when num_gpus does not fit the topology
-  /// (check_cluster_size), the topology cannot be wired (plan_fabric) or a scaling factor is not
-  /// positive; Error when `engine` already has a platform. Nothing is created in `engine` when
-  /// it throws ConfigError.
+  /// (check_cluster_size), the topology cannot be wired (plan_fabric) or `scaling` is refused by
+  /// check_platform_scaling(); Error when `engine` already has a platform. Nothing is created in
+  /// `engine` when it throws ConfigError.
   static std::unique_ptr<Platform> build(simgrid::s4u::Engine& engine, const TopologySpec& topo,
                                          int64_t num_gpus, const PlatformScaling& scaling = {});
   virtual ~Platform() = default;

@@ -115,7 +115,18 @@ class Engine {
   void prepare() {
     world_ = prog_.layout.world_size();
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
+    if (opts_.straggler) {
+      straggler_rank_ = opts_.straggler->rank;
+      straggler_scale_ = opts_.straggler->compute_scale;
+    }
     if (opts_.aggregate_tp && tp > 1) {
+      if (opts_.straggler || !opts_.scaling.degraded_links.empty()) {
+        throw ConfigError(
+            "simulate: TP aggregation (--aggregate-tp) replays TP rank 0 for its whole TP group, "
+            "which needs the ranks of a TP group and the rails to behave alike; a what-if " +
+            std::string(opts_.straggler ? "straggler" : "degraded link") +
+            " breaks that: simulate without TP aggregation");
+      }
       const std::string& order = prog_.layout.order();
       if (order.rfind("tp", 0) != 0 || tp != topo_.node.gpus_per_node) {
         throw ConfigError("simulate: TP aggregation needs the TP group to fill one node (rank order "
@@ -162,11 +173,11 @@ class Engine {
         }
         st.tmpl = s->second;
       }
-      const Template& tp = templates_[st.tmpl];
-      st.t.assign(tp.ndeps.size(), 0.0);
-      st.remaining = tp.ndeps;
+      const Template& tmpl = templates_[st.tmpl];
+      st.t.assign(tmpl.ndeps.size(), 0.0);
+      st.remaining = tmpl.ndeps;
       if (traced[static_cast<size_t>(r)] && opts_.record_timeline && replayed(r)) {
-        st.start.assign(tp.ndeps.size(), 0.0);
+        st.start.assign(tmpl.ndeps.size(), 0.0);
         traced_.push_back(r);
       }
     }
@@ -197,7 +208,7 @@ class Engine {
         case OpKind::kCompute: {
           double d = 0;
           for (uint32_t k : op.kernels) d += kernel_cost(k).seconds;
-          t.duration_s[op.id] = d;
+          t.duration_s[op.id] = d / opts_.gpu_speed_scale;
           break;
         }
         case OpKind::kCollective: t.seq[op.id] = seq_of_kind[static_cast<int>(op.group)]++; break;
@@ -220,6 +231,12 @@ class Engine {
     auto& c = kernel_costs_[k];
     if (!c) c = costs_.duration(prog_.kernels[k], topo_.gpu);
     return *c;
+  }
+
+  /// Duration of compute op `id` of `rank`: its stage's (GPU speed applied) x the straggler
+  /// factor on the straggler rank.
+  double duration(int64_t rank, const Template& tp, uint32_t id) const {
+    return rank == straggler_rank_ ? tp.duration_s[id] * straggler_scale_ : tp.duration_s[id];
   }
 
   /// Whether `rank` is replayed (all ranks, or TP rank 0 only with aggregate_tp).
@@ -258,7 +275,7 @@ class Engine {
     switch (op.kind) {
       case OpKind::kCompute:
         if (!st.start.empty()) st.start[id] = t;
-        finish(rank, id, t + tp.duration_s[id]);
+        finish(rank, id, t + duration(rank, tp, id));
         return;
       case OpKind::kCollective: arrive(rank, id, op, t); return;
       case OpKind::kSend:
@@ -497,13 +514,16 @@ class Engine {
     for (int64_t pp = 0; pp < prog_.layout.size(GroupKind::kPp); ++pp) {
       res.per_stage.push_back(breakdown(prog_.layout.rank(RankCoord{0, 0, 0, pp}), res.iteration_time_s));
     }
-    // Compute seconds per cost source over all ranks (a replayed rank stands for tp_stride_).
+    // Compute seconds per cost source over all ranks (a replayed rank stands for tp_stride_),
+    // with the what-if GPU speed and straggler factors.
     for (int64_t r = 0; r < world_; ++r) {
       if (!replayed(r)) continue;
+      const double factor = (r == straggler_rank_ ? straggler_scale_ : 1.0) /
+                            opts_.gpu_speed_scale * static_cast<double>(tp_stride_);
       for (const Op& op : templates_[ranks_[static_cast<size_t>(r)].tmpl].rp->ops) {
         for (uint32_t k : op.kernels) {
           const KernelCost& c = kernel_cost(k);
-          res.compute_s_by_source[c.source] += c.seconds * static_cast<double>(tp_stride_);
+          res.compute_s_by_source[c.source] += c.seconds * factor;
         }
       }
     }
@@ -589,7 +609,7 @@ class Engine {
     };
     for (const Op& op : tp.rp->ops) {
       if (op.kind != OpKind::kCompute) continue;
-      const double dur = tp.duration_s[op.id];
+      const double dur = duration(rank, tp, op.id);
       const double start = st.t[op.id] - dur;
       uint32_t waited = kNone;
       double latest = -1;
@@ -676,6 +696,8 @@ class Engine {
 
   int64_t world_ = 0;
   int64_t tp_stride_ = 1;  // > 1: only ranks with tp == 0 are replayed
+  int64_t straggler_rank_ = -1;  // what-if: the rank whose compute is x straggler_scale_
+  double straggler_scale_ = 1.0;
   std::vector<Template> templates_;
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;
@@ -697,8 +719,61 @@ class Engine {
 
 }  // namespace
 
+SimulationOptions with_what_if(SimulationOptions opts, const WhatIf& what_if) {
+  opts.scaling.ib_bandwidth *= what_if.ib_bandwidth_scale.value_or(1.0);
+  opts.scaling.nvlink_bandwidth *= what_if.nvlink_bandwidth_scale.value_or(1.0);
+  opts.gpu_speed_scale *= what_if.gpu_speed_scale.value_or(1.0);
+  if (what_if.degraded_link) opts.scaling.degraded_links.push_back(*what_if.degraded_link);
+  if (what_if.straggler) {
+    if (opts.straggler) {
+      throw InvalidArgument("simulate: a straggler is set in both the options (rank " +
+                            std::to_string(opts.straggler->rank) + ") and the scenario (rank " +
+                            std::to_string(what_if.straggler->rank) + "); give one");
+    }
+    opts.straggler = what_if.straggler;
+  }
+  return opts;
+}
+
+void check_what_if(const Scenario& s, const TopologySpec& topo, bool aggregate_tp) {
+  const WhatIf& w = s.cluster.what_if;
+  const std::string where =
+      s.source.empty() ? "scenario '" + s.name + "'" : s.source.string();
+  if (aggregate_tp && s.parallel.tensor_model_parallel_size > 1 &&
+      (w.straggler || w.degraded_link)) {
+    throw ConfigError(where + ": cluster.what_if." +
+                      (w.straggler ? "straggler" : "degraded_link") +
+                      ": cannot be simulated with TP aggregation (--aggregate-tp replays TP rank "
+                      "0 for its whole TP group and rail 0 for every rail; a straggler or a "
+                      "degraded link makes them differ): simulate without it");
+  }
+  if (w.degraded_link) {
+    PlatformScaling scaling;
+    scaling.degraded_links.push_back(*w.degraded_link);
+    try {
+      check_platform_scaling(topo, s.cluster.num_gpus, scaling);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": cluster.what_if.degraded_link.name: " + e.what());
+    }
+  }
+}
+
 SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
                                   const CostModel& costs, const SimulationOptions& opts) {
+  if (!(opts.gpu_speed_scale > 0) || !std::isfinite(opts.gpu_speed_scale)) {
+    throw ConfigError("simulate: gpu_speed_scale = " + std::to_string(opts.gpu_speed_scale) +
+                      " (allowed: a positive factor)");
+  }
+  if (opts.straggler) {
+    const Straggler& st = opts.straggler.value();
+    if (st.rank < 0 || st.rank >= prog.layout.world_size() || !(st.compute_scale > 0) ||
+        !std::isfinite(st.compute_scale)) {
+      throw ConfigError("simulate: straggler rank " + std::to_string(st.rank) +
+                        " with compute_scale " + std::to_string(st.compute_scale) +
+                        " (allowed: a rank in [0, " + std::to_string(prog.layout.world_size()) +
+                        ") and a positive factor)");
+    }
+  }
   static bool used = false;
   if (used) throw Error("simulate: SimGrid runs one simulation per process");
   used = true;
@@ -708,7 +783,9 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   char* argv[] = {arg0, arg1, nullptr};
   simgrid::s4u::Engine engine(&argc, argv);
   auto platform = Platform::build(engine, topo, prog.layout.world_size(), opts.scaling);
-  Engine eng(prog, topo, costs, opts, *platform);
+  // Closed forms (collectives inside a node, algorithm choice) see the scaled tiers.
+  const TopologySpec scaled = scaled_topology(topo, opts.scaling);
+  Engine eng(prog, scaled, costs, opts, *platform);
   return eng.run();
 }
 
@@ -719,8 +796,9 @@ SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const Cos
                           p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
   std::vector<int64_t> reps;
   for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
+  check_what_if(s, topo, opts.aggregate_tp);
   const Program prog = build_program(s, reps);
-  SimulationOptions o = opts;
+  SimulationOptions o = with_what_if(opts, s.cluster.what_if);
   if (o.collective_algorithm.empty()) o.collective_algorithm = s.cluster.collective_algorithm;
   return simulate_program(prog, topo, costs, o);
 }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,16 @@ namespace traintwin {
 /// Knobs of one simulation.
 struct SimulationOptions {
   FabricEfficiency fabric;
+  /// What-if factors of the platform: the SimGrid links are built with them and the closed forms
+  /// of collectives use scaled_topology() (NVLink x nvlink_bandwidth, NIC and switch links x
+  /// ib_bandwidth); degraded links change their own SimGrid link only.
   PlatformScaling scaling;
+  /// What-if: every compute op's duration is divided by this (> 0; 2.0 = GPUs twice as fast).
+  double gpu_speed_scale = 1.0;
+  /// What-if: this rank's compute ops (optimizer included) last compute_scale times longer
+  /// (after gpu_speed_scale). Refused with aggregate_tp when TP > 1 (ranks differ within a TP
+  /// group).
+  std::optional<Straggler> straggler;
   /// Force one NCCL algorithm for every collective ("" = the scenario's
   /// cluster.collective_algorithm, whose default chooses per call like NCCL's tuner).
   std::string collective_algorithm;
@@ -41,9 +51,21 @@ struct SimulationOptions {
   /// node (rank order starting with tp, TP = GPUs per node): the TP ranks of a node then run the
   /// same ops at the same times, their inter-node flows on separate rail planes that never
   /// share a link, so one rail stands for all. TP collectives keep their full-group closed form.
-  /// Throws ConfigError when the layout does not allow it. Link loads are then those of rail 0.
+  /// Throws ConfigError when the layout does not allow it, or with a straggler or a degraded link
+  /// (both break the symmetry it relies on). Link loads are then those of rail 0.
   bool aggregate_tp = false;
 };
+
+/// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU
+/// speed factors multiply those of `opts`, the degraded link is appended to
+/// scaling.degraded_links, the straggler is set (InvalidArgument when `opts` has one already).
+SimulationOptions with_what_if(SimulationOptions opts, const WhatIf& what_if);
+
+/// Checks what the scenario's what-if needs beyond the scenario rules, before any simulation:
+/// the degraded link names a link of the platform of `topo` with s.cluster.num_gpus GPUs, and no
+/// straggler or degraded link with TP aggregation (when `aggregate_tp` and TP > 1). Throws
+/// ConfigError "<scenario file>: cluster.what_if.<key>: <problem>".
+void check_what_if(const Scenario& s, const TopologySpec& topo, bool aggregate_tp);
 
 /// Where one rank's iteration time went (seconds). compute + exposed comm + bubble = iteration.
 struct TimeBreakdown {
@@ -86,7 +108,8 @@ struct SimulationResult {
 SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
                                   const CostModel& costs, const SimulationOptions& opts = {});
 
-/// Simulates one iteration of `s` on `topo` (s.cluster.num_gpus GPUs) with `costs`.
+/// Simulates one iteration of `s` on `topo` (s.cluster.num_gpus GPUs) with `costs`, with the
+/// scenario's what-if knobs applied on top of `opts` (with_what_if(); check_what_if() first).
 /// Creates the process's SimGrid engine: call at most once per process.
 /// Throws Error when the Program cannot complete (a send without its recv, a collective some
 /// member never reaches, a dependency cycle), naming the ranks and ops left waiting.

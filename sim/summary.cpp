@@ -1,7 +1,12 @@
 #include "sim/summary.hpp"
 
-#include <algorithm>
+#include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
 #include "core/flops.hpp"
 #include "core/memory.hpp"
 
@@ -43,6 +48,75 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
   return out;
 }
 
+BaseRunMetrics base_run_metrics(const SimulationSummary& m) {
+  BaseRunMetrics b;
+  b.iteration_time_s = m.iteration_time_s;
+  b.tokens_per_s_per_gpu = m.tokens_per_s_per_gpu;
+  b.mfu = m.mfu;
+  b.exposed_tp_s = m.exposed_tp_s;
+  b.exposed_pp_s = m.exposed_pp_s;
+  b.exposed_dp_s = m.exposed_dp_s;
+  return b;
+}
+
+BaseRunMetrics base_run_metrics(const nlohmann::json& summary) {
+  const auto number = [&summary](const nlohmann::json::json_pointer& at) {
+    if (!summary.contains(at) || !summary.at(at).is_number()) {
+      throw Error("base run summary: no numeric field " + at.to_string());
+    }
+    return summary.at(at).get<double>();
+  };
+  using ptr = nlohmann::json::json_pointer;
+  BaseRunMetrics b;
+  b.iteration_time_s = number(ptr("/iteration_time_s"));
+  b.tokens_per_s_per_gpu = number(ptr("/tokens_per_s_per_gpu"));
+  b.mfu = number(ptr("/mfu"));
+  b.exposed_tp_s = number(ptr("/exposed_comm_s/tp"));
+  b.exposed_pp_s = number(ptr("/exposed_comm_s/pp"));
+  b.exposed_dp_s = number(ptr("/exposed_comm_s/dp"));
+  return b;
+}
+
+nlohmann::ordered_json what_if_json(const WhatIf& w) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (w.ib_bandwidth_scale) j["ib_bandwidth_scale"] = *w.ib_bandwidth_scale;
+  if (w.nvlink_bandwidth_scale) j["nvlink_bandwidth_scale"] = *w.nvlink_bandwidth_scale;
+  if (w.gpu_speed_scale) j["gpu_speed_scale"] = *w.gpu_speed_scale;
+  if (w.straggler) {
+    j["straggler"] = {{"rank", w.straggler->rank},
+                      {"compute_scale", w.straggler->compute_scale}};
+  }
+  if (w.degraded_link) {
+    j["degraded_link"] = {{"name", w.degraded_link->name},
+                          {"bandwidth_scale", w.degraded_link->bandwidth_scale}};
+  }
+  return j;
+}
+
+std::string describe_what_if(const WhatIf& w) {
+  std::vector<std::string> parts;
+  if (w.ib_bandwidth_scale) {
+    parts.push_back(fmt::format("ib_bandwidth_scale {:g}", *w.ib_bandwidth_scale));
+  }
+  if (w.nvlink_bandwidth_scale) {
+    parts.push_back(fmt::format("nvlink_bandwidth_scale {:g}", *w.nvlink_bandwidth_scale));
+  }
+  if (w.gpu_speed_scale) parts.push_back(fmt::format("gpu_speed_scale {:g}", *w.gpu_speed_scale));
+  if (w.straggler) {
+    parts.push_back(fmt::format("straggler rank {} x {:g} compute", w.straggler->rank,
+                                w.straggler->compute_scale));
+  }
+  if (w.degraded_link) {
+    parts.push_back(fmt::format("degraded_link {} x {:g} bandwidth", w.degraded_link->name,
+                                w.degraded_link->bandwidth_scale));
+  }
+  std::string out;
+  for (const std::string& part : parts) out += (out.empty() ? "" : ", ") + part;
+  return out;
+}
+
+double relative_change(double value, double base) { return base != 0 ? (value - base) / base : 0; }
+
 namespace {
 
 nlohmann::ordered_json breakdown_json(const TimeBreakdown& b) {
@@ -54,7 +128,8 @@ nlohmann::ordered_json breakdown_json(const TimeBreakdown& b) {
 }  // namespace
 
 nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
-                                    const SimulationResult& r, bool include_wall_time) {
+                                    const SimulationResult& r, bool include_wall_time,
+                                    const BaseRunMetrics* base) {
   const SimulationSummary m = summarize(s, topo, r);
   nlohmann::ordered_json j;
   j["scenario"] = s.name;
@@ -69,7 +144,28 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                  {"micro_batch_size", s.training.micro_batch_size},
                  {"global_batch_size", s.training.global_batch_size},
                  {"num_micro_batches", s.num_micro_batches()},
-                 {"recompute_granularity", to_string(s.training.recompute_granularity)}};
+                 {"recompute_granularity", to_string(s.training.recompute_granularity)},
+                 {"rank_order", s.parallel.rank_order}};
+  if (s.cluster.what_if.any()) j["what_if"] = what_if_json(s.cluster.what_if);
+  if (base != nullptr) {
+    const BaseRunMetrics now = base_run_metrics(m);
+    j["base"] = {{"iteration_time_s", base->iteration_time_s},
+                 {"tokens_per_s_per_gpu", base->tokens_per_s_per_gpu},
+                 {"mfu", base->mfu},
+                 {"exposed_comm_s",
+                  {{"tp", base->exposed_tp_s},
+                   {"pp", base->exposed_pp_s},
+                   {"dp", base->exposed_dp_s},
+                   {"total", base->exposed_comm_s()}}}};
+    j["delta_vs_base"] = {
+        {"iteration_time_relative", relative_change(now.iteration_time_s, base->iteration_time_s)},
+        {"tokens_per_s_relative",
+         relative_change(now.tokens_per_s_per_gpu, base->tokens_per_s_per_gpu)},
+        {"mfu_relative", relative_change(now.mfu, base->mfu)},
+        {"exposed_comm_delta_s", now.exposed_comm_s() - base->exposed_comm_s()},
+        {"speedup",
+         now.iteration_time_s > 0 ? base->iteration_time_s / now.iteration_time_s : 0.0}};
+  }
   j["iteration_time_s"] = m.iteration_time_s;
   j["tokens_per_s"] = m.tokens_per_s;
   j["tokens_per_s_per_gpu"] = m.tokens_per_s_per_gpu;

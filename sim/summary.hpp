@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/scenario.hpp"
 #include "sim/replay.hpp"
@@ -35,11 +36,44 @@ struct SimulationSummary {
 /// Derives the summary from a result.
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const SimulationResult& r);
 
+/// The figures a what-if run is compared on: those of its base run (the same scenario without
+/// cluster.what_if). Exposed communication is that of the critical rank, as in the summary.
+struct BaseRunMetrics {
+  double iteration_time_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;
+  double exposed_tp_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
+
+  double exposed_comm_s() const { return exposed_tp_s + exposed_pp_s + exposed_dp_s; }
+};
+
+/// The comparison figures of a summary.
+BaseRunMetrics base_run_metrics(const SimulationSummary& m);
+/// The comparison figures read back from summary_json() (e.g. the base run's, returned by a
+/// child process). Throws Error naming a missing or non-numeric field.
+BaseRunMetrics base_run_metrics(const nlohmann::json& summary);
+
+/// The knobs of cluster.what_if that are given, as the scenario file spells them, e.g.
+/// {"ib_bandwidth_scale": 2.0, "straggler": {"rank": 17, "compute_scale": 1.2}}.
+nlohmann::ordered_json what_if_json(const WhatIf& what_if);
+/// One line naming the given knobs, e.g. "ib_bandwidth_scale 2, straggler rank 17 x 1.2
+/// compute, degraded_link node0-nic0-up x 0.5 bandwidth"; "" when none.
+std::string describe_what_if(const WhatIf& what_if);
+
+/// (value - base) / base; 0 when base is 0.
+double relative_change(double value, double base);
+
 /// summary.json: the summary's fields plus `memory_per_stage` (the memory model's breakdown),
 /// `gpu_memory_bytes`, `busiest_links`, `sim_wall_s`, `events`, `flows`,
 /// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout and
 /// `mfu_formula`. `include_wall_time` false leaves sim_wall_s out (for byte-identical files).
+/// With what-if knobs in the scenario: `what_if` (what_if_json()); with `base` also `base`
+/// (iteration_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s {tp, pp, dp, total}) and
+/// `delta_vs_base` (iteration_time_relative, tokens_per_s_relative, mfu_relative: relative
+/// changes of this run against the base; exposed_comm_delta_s: the difference in seconds;
+/// speedup: base iteration time / this one).
 nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
-                                    const SimulationResult& r, bool include_wall_time = true);
+                                    const SimulationResult& r, bool include_wall_time = true,
+                                    const BaseRunMetrics* base = nullptr);
 
 }  // namespace traintwin

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1060,6 +1061,235 @@ TEST(ScenarioOverrides, LoadScenarioAppliesOverrides) {
                 AllOf(HasSubstr("gpt3-175b-h100-1024.yaml:"),
                       HasSubstr("parallelism.data_parallel_size: 8 disagrees"), HasSubstr("= 16")));
   }
+}
+
+// ----- what-if knobs (cluster.what_if) -------------------------------------------------------
+
+TEST(ScenarioWhatIf, AbsentOrEmptyMeansNoKnobs) {
+  EXPECT_FALSE(parse(ScenarioText().text()).cluster.what_if.any());
+  ScenarioText t;
+  t.set("cluster", "what_if", "");
+  EXPECT_FALSE(parse(t.text()).cluster.what_if.any());
+  t.set("cluster", "what_if", "{}");
+  EXPECT_FALSE(parse(t.text()).cluster.what_if.any());
+}
+
+TEST(ScenarioWhatIf, EveryKeyIsRead) {
+  const std::string text = ScenarioText().text() +
+                           "  what_if:\n"
+                           "    ib_bandwidth_scale: 2.0\n"
+                           "    nvlink_bandwidth_scale: 0.5\n"
+                           "    gpu_speed_scale: 1.5e0\n"
+                           "    straggler: {rank: 7, compute_scale: 1.2}\n"
+                           "    degraded_link:\n"
+                           "      name: rail0-leaf0-spine3-c0-up\n"
+                           "      bandwidth_scale: 0.5\n";
+  const WhatIf w = parse(text).cluster.what_if;
+  EXPECT_TRUE(w.any());
+  EXPECT_EQ(w.ib_bandwidth_scale, 2.0);
+  EXPECT_EQ(w.nvlink_bandwidth_scale, 0.5);
+  EXPECT_EQ(w.gpu_speed_scale, 1.5);
+  ASSERT_TRUE(w.straggler.has_value());
+  EXPECT_EQ(w.straggler->rank, 7);
+  EXPECT_EQ(w.straggler->compute_scale, 1.2);
+  ASSERT_TRUE(w.degraded_link.has_value());
+  EXPECT_EQ(w.degraded_link->name, "rail0-leaf0-spine3-c0-up");
+  EXPECT_EQ(w.degraded_link->bandwidth_scale, 0.5);
+  // One knob alone; an integer factor and rank 0 are fine.
+  ScenarioText one;
+  one.set("cluster", "what_if", "{gpu_speed_scale: 2, straggler: {rank: 0, compute_scale: 1}}");
+  const WhatIf g = parse(one.text()).cluster.what_if;
+  EXPECT_EQ(g.gpu_speed_scale, 2.0);
+  EXPECT_FALSE(g.ib_bandwidth_scale.has_value());
+  EXPECT_FALSE(g.degraded_link.has_value());
+  ASSERT_TRUE(g.straggler.has_value());
+  EXPECT_EQ(g.straggler->rank, 0);
+}
+
+TEST(ScenarioWhatIf, UnknownKeysAreErrorsWithFileAndLine) {
+  const std::string base = ScenarioText().text();
+  const int what_if_line = ScenarioText().line_of("cluster.num_gpus") + 1;
+  const auto line = [&](int offset) {
+    return std::string(kOrigin) + ":" + std::to_string(what_if_line + offset) + ": ";
+  };
+  EXPECT_THAT(error_of(base + "  what_if:\n    ib_bandwith_scale: 2.0\n"),
+              AllOf(HasSubstr(line(1) + "cluster.what_if.ib_bandwith_scale: unknown key; did "
+                                        "you mean ib_bandwidth_scale?"),
+                    HasSubstr("allowed: ib_bandwidth_scale, nvlink_bandwidth_scale, "
+                              "gpu_speed_scale, straggler, degraded_link")));
+  EXPECT_THAT(error_of(base + "  what_if:\n    straggler:\n      rank: 1\n      scale: 1.2\n"),
+              AllOf(HasSubstr(line(3) + "cluster.what_if.straggler.scale: unknown key"),
+                    HasSubstr("allowed: rank, compute_scale")));
+  EXPECT_THAT(error_of(base + "  what_if:\n    degraded_link: {nam: x, bandwidth_scale: 0.5}\n"),
+              AllOf(HasSubstr(line(1) + "cluster.what_if.degraded_link.nam: unknown key; did "
+                                        "you mean name?")));
+  EXPECT_THAT(error_of(base + "  what_if:\n    ib_bandwidth_scale: 2\n    ib_bandwidth_scale: 3\n"),
+              HasSubstr(line(2) + "cluster.what_if.ib_bandwidth_scale: duplicate key"));
+  EXPECT_THAT(error_of(base + "  what_if: 2.0\n"),
+              AllOf(HasSubstr(line(0) + "cluster.what_if: expected a mapping of "
+                                        "cluster.what_if keys, got '2.0'"),
+                    HasSubstr("allowed: ib_bandwidth_scale")));
+  EXPECT_THAT(error_of(base + "  what_if:\n    straggler: 3\n"),
+              HasSubstr(line(1) + "cluster.what_if.straggler: expected a mapping"));
+}
+
+TEST(ScenarioWhatIf, ScalesArePositiveFiniteNumbers) {
+  const auto error_for = [](const std::string& value) {
+    ScenarioText t;
+    t.set("cluster", "what_if", "{ib_bandwidth_scale: " + value + "}");
+    return error_of(t);
+  };
+  ScenarioText t;
+  t.set("cluster", "what_if", "{}");
+  const std::string where = at(t, "cluster.what_if") + "cluster.what_if.ib_bandwidth_scale: ";
+  EXPECT_THAT(error_for("-2.0"), HasSubstr(where + "must be > 0 (a factor: 1.0 = as the "
+                                                   "topology file says), got -2.0"));
+  EXPECT_THAT(error_for("0"), HasSubstr(where + "must be > 0"));
+  EXPECT_THAT(error_for("\"2.0\""), HasSubstr(where + "expected a number > 0 (a factor such as "
+                                                      "2.0 or 0.5), got the quoted string"));
+  EXPECT_THAT(error_for("twice"), HasSubstr(where + "expected a number > 0"));
+  EXPECT_THAT(error_for(".inf"), HasSubstr(where + "expected a number > 0"));
+  EXPECT_THAT(error_for("2x"), HasSubstr(where + "expected a number > 0"));
+  EXPECT_THAT(error_for("[2]"), HasSubstr(where + "expected a number > 0"));
+  for (const char* key : {"nvlink_bandwidth_scale", "gpu_speed_scale"}) {
+    ScenarioText k;
+    k.set("cluster", "what_if", std::string("{") + key + ": -1}");
+    EXPECT_THAT(error_of(k), HasSubstr(std::string("cluster.what_if.") + key + ": must be > 0"));
+  }
+  ScenarioText st;
+  st.set("cluster", "what_if", "{straggler: {rank: 1, compute_scale: -1.2}}");
+  EXPECT_THAT(error_of(st), HasSubstr("cluster.what_if.straggler.compute_scale: must be > 0"));
+  ScenarioText dl;
+  dl.set("cluster", "what_if", "{degraded_link: {name: node0-nic0-up, bandwidth_scale: 0}}");
+  EXPECT_THAT(error_of(dl),
+              HasSubstr("cluster.what_if.degraded_link.bandwidth_scale: must be > 0"));
+}
+
+TEST(ScenarioWhatIf, StragglerIsOneOfTheClusterRanks) {
+  ScenarioText t;  // 8 GPUs
+  t.set("cluster", "what_if", "{straggler: {rank: 8, compute_scale: 1.2}}");
+  EXPECT_THAT(error_of(t), HasSubstr(at(t, "cluster.what_if") +
+                                     "cluster.what_if.straggler.rank: 8 is outside [0, "
+                                     "cluster.num_gpus = 8) (rule: the straggler is one of the "
+                                     "cluster's global ranks)"));
+  t.set("cluster", "what_if", "{straggler: {rank: -1, compute_scale: 1.2}}");
+  EXPECT_THAT(error_of(t), HasSubstr("cluster.what_if.straggler.rank: must be >= 0, got -1"));
+  t.set("cluster", "what_if", "{straggler: {rank: 1.5, compute_scale: 1.2}}");
+  EXPECT_THAT(error_of(t),
+              HasSubstr("cluster.what_if.straggler.rank: expected an integer >= 0, got '1.5'"));
+  t.set("cluster", "what_if", "{straggler: {rank: 7}}");
+  EXPECT_THAT(error_of(t),
+              HasSubstr("cluster.what_if.straggler.compute_scale: missing required key"));
+  t.set("cluster", "what_if", "{straggler: {rank: 7, compute_scale: 1.2}}");
+  EXPECT_EQ(parse(t.text()).cluster.what_if.straggler->rank, 7);
+  // More GPUs by override make rank 8 valid.
+  t.set("cluster", "what_if", "{straggler: {rank: 8, compute_scale: 1.2}}");
+  EXPECT_EQ(parse(t.text(), {{"cluster.num_gpus", "16"}}).cluster.what_if.straggler->rank, 8);
+}
+
+TEST(ScenarioWhatIf, DegradedLinkNeedsANameAndAScale) {
+  ScenarioText t;
+  t.set("cluster", "what_if", "{degraded_link: {bandwidth_scale: 0.5}}");
+  EXPECT_THAT(error_of(t), HasSubstr("cluster.what_if.degraded_link.name: missing required key"));
+  t.set("cluster", "what_if", "{degraded_link: {name: node0-nic0-up}}");
+  EXPECT_THAT(error_of(t),
+              HasSubstr("cluster.what_if.degraded_link.bandwidth_scale: missing required key"));
+  t.set("cluster", "what_if", "{degraded_link: {name: [a], bandwidth_scale: 0.5}}");
+  EXPECT_THAT(error_of(t), HasSubstr("cluster.what_if.degraded_link.name: expected a non-empty "
+                                     "string"));
+  // Whether the link exists is checked when the platform is built (sim/platform.hpp): the
+  // scenario knows no topology.
+  t.set("cluster", "what_if", "{degraded_link: {name: no-such-link, bandwidth_scale: 0.5}}");
+  EXPECT_EQ(parse(t.text()).cluster.what_if.degraded_link->name, "no-such-link");
+}
+
+TEST(ScenarioWhatIf, OverridesSetAndRemoveNestedKeys) {
+  const Scenario s = parse(ScenarioText().text(),
+                           {{"cluster.what_if.ib_bandwidth_scale", "2.0"},
+                            {"cluster.what_if.straggler.rank", "3"},
+                            {"cluster.what_if.straggler.compute_scale", "1.2"},
+                            {"cluster.what_if.degraded_link.name", "node0-nic0-up"},
+                            {"cluster.what_if.degraded_link.bandwidth_scale", "0.5"}});
+  const WhatIf& w = s.cluster.what_if;
+  EXPECT_EQ(w.ib_bandwidth_scale, 2.0);
+  ASSERT_TRUE(w.straggler && w.degraded_link);
+  EXPECT_EQ(w.straggler->rank, 3);
+  EXPECT_EQ(w.straggler->compute_scale, 1.2);
+  EXPECT_EQ(w.degraded_link->name, "node0-nic0-up");
+  // Overrides replace file values and remove keys or whole mappings.
+  ScenarioText t;
+  t.set("cluster", "what_if",
+        "{ib_bandwidth_scale: 2.0, straggler: {rank: 1, compute_scale: 1.2}}");
+  const Scenario o = parse(t.text(), {{"cluster.what_if.ib_bandwidth_scale", "4"},
+                                      {"cluster.what_if.straggler.compute_scale", "1.5"}});
+  EXPECT_EQ(o.cluster.what_if.ib_bandwidth_scale, 4.0);
+  EXPECT_EQ(o.cluster.what_if.straggler->compute_scale, 1.5);
+  EXPECT_EQ(o.cluster.what_if.straggler->rank, 1);
+  EXPECT_FALSE(parse(t.text(), {{"cluster.what_if.straggler", "null"}}).cluster.what_if.straggler);
+  EXPECT_FALSE(parse(t.text(), {{"cluster.what_if", "null"}}).cluster.what_if.any());
+  // Errors say --set.
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.ib_bandwidth_scale", "-1"}}),
+              HasSubstr("--set: cluster.what_if.ib_bandwidth_scale: must be > 0"));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.straggler.rank", "8"},
+                                        {"cluster.what_if.straggler.compute_scale", "1.2"}}),
+              HasSubstr("--set: cluster.what_if.straggler.rank: 8 is outside [0, "
+                        "cluster.num_gpus = 8)"));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.straggler.rank", "2"}}),
+              HasSubstr("--set: cluster.what_if.straggler.compute_scale: missing required key"));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.gpu_sped_scale", "2"}}),
+              AllOf(HasSubstr("--set: cluster.what_if.gpu_sped_scale: unknown key; did you mean "
+                              "gpu_speed_scale?"),
+                    HasSubstr("allowed: ib_bandwidth_scale")));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.straggler.ranks", "2"}}),
+              AllOf(HasSubstr("--set: cluster.what_if.straggler.ranks: unknown key; did you mean "
+                              "rank?"),
+                    HasSubstr("allowed: rank, compute_scale")));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if", "2"}}),
+              HasSubstr("--set: cluster.what_if: is a mapping; set its keys, e.g. "
+                        "cluster.what_if.ib_bandwidth_scale"));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.straggler", "{rank: 1}"}}),
+              HasSubstr("--set: cluster.what_if.straggler: expected a scalar value"));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.what_if.ib_bandwidth_scale.x", "2"}}),
+              HasSubstr("--set: cluster.what_if.ib_bandwidth_scale.x: unknown key "
+                        "(cluster.what_if.ib_bandwidth_scale holds a value"));
+  EXPECT_THAT(error_of(ScenarioText(), {{"cluster.num_gpus.x", "2"}}),
+              HasSubstr("--set: cluster.num_gpus.x: unknown key"));
+}
+
+TEST(ScenarioWhatIf, BuiltInCodeIsValidatedToo) {
+  Scenario s = valid_in_code();
+  s.cluster.what_if.gpu_speed_scale = 2.0;
+  s.cluster.what_if.straggler = Straggler{7, 1.2};
+  EXPECT_NO_THROW(validate_scenario(s, "code"));
+  s.cluster.what_if.gpu_speed_scale = -1.0;
+  EXPECT_THAT([&] { validate_scenario(s, "code"); },
+              ::testing::ThrowsMessage<ConfigError>(
+                  HasSubstr("code: cluster.what_if.gpu_speed_scale: must be a finite number > 0")));
+  s.cluster.what_if.gpu_speed_scale = 2.0;
+  s.cluster.what_if.straggler = Straggler{8, 1.2};
+  EXPECT_THAT([&] { validate_scenario(s, "code"); },
+              ::testing::ThrowsMessage<ConfigError>(
+                  HasSubstr("code: cluster.what_if.straggler.rank: 8 is outside")));
+  s.cluster.what_if.straggler.reset();
+  s.cluster.what_if.degraded_link = DegradedLink{"", 0.5};
+  EXPECT_THROW(validate_scenario(s, "code"), ConfigError);
+  s.cluster.what_if.degraded_link = DegradedLink{"node0-nic0-up", std::nan("")};
+  EXPECT_THROW(validate_scenario(s, "code"), ConfigError);
+}
+
+TEST(ScenarioWhatIf, ShippedExampleDoublesInfiniBand) {
+  const Scenario s = load_shipped("whatif-175b-2x-ib");
+  const Scenario base = load_shipped("gpt3-175b-h100-1024");
+  EXPECT_EQ(s.cluster.what_if.ib_bandwidth_scale, 2.0);
+  EXPECT_FALSE(s.cluster.what_if.nvlink_bandwidth_scale || s.cluster.what_if.gpu_speed_scale ||
+               s.cluster.what_if.straggler || s.cluster.what_if.degraded_link);
+  EXPECT_FALSE(base.cluster.what_if.any());
+  // Everything else is the base scenario.
+  EXPECT_EQ(s.parallel.tensor_model_parallel_size, base.parallel.tensor_model_parallel_size);
+  EXPECT_EQ(s.parallel.pipeline_model_parallel_size, base.parallel.pipeline_model_parallel_size);
+  EXPECT_EQ(s.training.global_batch_size, base.training.global_batch_size);
+  EXPECT_EQ(s.cluster.num_gpus, base.cluster.num_gpus);
+  EXPECT_EQ(s.cluster.topology, base.cluster.topology);
 }
 
 }  // namespace

@@ -116,3 +116,28 @@ TEST(Analytical, ContextParallelIsUnsupported) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// What-ifs: gpu_speed_scale halves every compute op, ib_bandwidth_scale speeds the cross-node
+// collectives; a straggler or a degraded link breaks the one-rank-per-stage symmetry and is
+// refused (the replay handles them).
+TEST(AnalyticalWhatIf, ScalesComputeAndLinksAndRefusesAsymmetricKnobs) {
+  const std::string f = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+  const Scenario base = load_scenario(f);
+  const TopologySpec topo = load_topology(base.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const AnalyticalResult b = estimate(base, topo, *costs);
+  const AnalyticalResult fast = estimate(load_scenario(f, {{"cluster.what_if.gpu_speed_scale", "2"}}), topo, *costs);
+  EXPECT_NEAR(fast.critical.compute_s, b.critical.compute_s / 2, 1e-9 * b.critical.compute_s);
+  const AnalyticalResult ib = estimate(load_scenario(f, {{"cluster.what_if.ib_bandwidth_scale", "2"}}), topo, *costs);
+  EXPECT_LT(ib.critical.exposed_dp_s, b.critical.exposed_dp_s);
+  EXPECT_LT(ib.iteration_time_s, b.iteration_time_s);
+  const Scenario straggler = load_scenario(
+      f, {{"cluster.what_if.straggler.rank", "3"}, {"cluster.what_if.straggler.compute_scale", "1.2"}});
+  EXPECT_THROW(estimate(straggler, topo, *costs), UnsupportedError);
+}
+
+}  // namespace
+}  // namespace traintwin

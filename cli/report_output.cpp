@@ -1,0 +1,24 @@
+#include "cli/report_output.hpp"
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "viz/report.hpp"
+
+namespace traintwin::cli {
+
+void write_report_or_warn(const std::filesystem::path& dir, bool announce) {
+  std::filesystem::path vega;
+  try {
+    vega = resolve_vega_dir("");
+  } catch (const Error& e) {
+    fmt::print(stderr, "traintwin: warning: no report.html: {}; then run `traintwin report {}`\n",
+               e.what(), dir.string());
+    return;
+  }
+  const auto written = write_report(dir, vega);
+  if (announce) fmt::print("wrote {}\n", written.string());
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,13 @@
+// Writing report.html at the end of `simulate --out` and `sweep --out`.
+#pragma once
+
+#include <filesystem>
+
+namespace traintwin::cli {
+
+/// Writes DIR/report.html from the JSON files in DIR. When the Vega builds are missing (not
+/// fetched: scripts/fetch_vega.sh) the JSON outputs stay and a warning on stderr says how to get
+/// the report (`traintwin report DIR` afterwards). `announce` prints "wrote DIR/report.html".
+void write_report_or_warn(const std::filesystem::path& dir, bool announce);
+
+}  // namespace traintwin::cli

@@ -1,0 +1,652 @@
+// The HTML report: Vega-Lite spec generation (pure functions), write_report's files and errors,
+// `traintwin report DIR`, and the page rendered in headless Chromium (skipped, saying why, when
+// /usr/bin/chromium or npm is missing).
+#include "viz/report.hpp"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "core/error.hpp"
+#include "tests/cli/run_cli.hpp"
+
+namespace traintwin {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+const fs::path kSource = TRAINTWIN_SOURCE_DIR;
+
+/// A fresh, empty folder for one test (kept afterwards, for a look at what it wrote).
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("traintwin_report_" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+/// A vega folder with stand-in scripts (no npm needed): vega-embed resolves, nothing draws.
+fs::path fake_vega_dir() {
+  const fs::path dir = fresh_dir("fake_vega");
+  write_text(dir / "vega.min.js", "window.vega = {Warn: 2}; /* '</script>' in a string */");
+  write_text(dir / "vega-lite.min.js", "window.vegaLite = {};");
+  write_text(dir / "vega-embed.min.js",
+             "window.vegaEmbed = function () { return Promise.resolve({}); };");
+  return dir;
+}
+
+/// A summary.json with the fields the report reads: PP 2, TP 2, DP 2 (8 GPUs).
+json small_summary() {
+  return json::parse(R"({
+    "scenario": "unit", "num_gpus": 8, "gpu": "H100",
+    "layout": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+               "virtual_pipeline_model_parallel_size": 1, "context_parallel_size": 1,
+               "data_parallel_size": 2, "sequence_parallel": false, "micro_batch_size": 1,
+               "global_batch_size": 8, "num_micro_batches": 4, "recompute_granularity": "none"},
+    "iteration_time_s": 0.5, "tokens_per_s": 12345.6, "tokens_per_s_per_gpu": 1543.2,
+    "model_tflops_per_gpu": 321.0, "mfu": 0.4213, "hfu": 0.4567,
+    "pipeline_bubble_fraction": 0.125,
+    "exposed_comm_s": {"tp": 0.01, "pp": 0.02, "dp": 0.03},
+    "compute_s": 0.4, "optimizer_s": 0.005,
+    "peak_memory_bytes": 42949672960, "fits_in_memory": true, "gpu_memory_bytes": 85899345920,
+    "memory_per_stage": [
+      {"pp_rank": 0, "weights_bytes": 1073741824, "gradients_bytes": 2147483648,
+       "optimizer_bytes": 3221225472, "activations_bytes": 4294967296,
+       "embedding_and_logits_bytes": 536870912, "total_bytes": 11274289152},
+      {"pp_rank": 1, "weights_bytes": 1073741824, "gradients_bytes": 2147483648,
+       "optimizer_bytes": 3221225472, "activations_bytes": 2147483648,
+       "embedding_and_logits_bytes": 1073741824, "total_bytes": 9663676416}],
+    "cost_sources": {"measured": 0.25, "roofline": 0.75},
+    "busiest_links": [{"name": "leaf0-spine1", "tier": "spine", "bytes": 1e9,
+                       "utilization": 0.5},
+                      {"name": "node0-nic0", "tier": "rail", "bytes": 5e8,
+                       "utilization": 0.25}],
+    "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+                      "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
+    "per_stage": [
+      {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
+      {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035}]
+  })");
+}
+
+ReportLayout small_layout() { return report_layout(small_summary(), "summary.json"); }
+
+TimelineEvent op(int64_t rank, const std::string& stream, const std::string& name,
+                 const std::string& category, double start_s, double end_s) {
+  TimelineEvent e;
+  e.rank = rank;
+  e.stream = stream;
+  e.name = name;
+  e.category = category;
+  e.start_s = start_s;
+  e.end_s = end_s;
+  return e;
+}
+
+/// Ranks 0, 1 (stage 0, TP ranks 0 and 1) and 4 (stage 1): `per_block` ops for each of
+/// `micro_batches` forward and backward blocks on the compute stream, plus one TP all-reduce
+/// per block on tp-comm.
+Timeline synthetic_timeline(int micro_batches, int per_block) {
+  Timeline t;
+  t.name = "unit";
+  for (int64_t rank : {0, 1, 4}) {
+    double now = rank == 4 ? 0.001 : 0.0;
+    for (const char* phase : {"fwd", "bwd"}) {
+      for (int mb = 0; mb < micro_batches; ++mb) {
+        for (int l = 0; l < per_block; ++l) {
+          t.events.push_back(op(rank, "compute", fmt::format("{} mb{} L{} mlp", phase, mb, l),
+                                phase[0] == 'f' ? "forward" : "backward", now, now + 1e-3));
+          now += 1e-3;
+        }
+        TimelineEvent ar = op(rank, "tp-comm", fmt::format("{} mb{} tp all-reduce", phase, mb),
+                              "comm", now - 1e-3, now);
+        ar.args["bytes"] = "1048576";
+        ar.args["algorithm"] = "ring";
+        t.events.push_back(ar);
+      }
+    }
+  }
+  return t;
+}
+
+/// Data rows of every stage of a Gantt spec.
+size_t gantt_rows(const json& spec) {
+  size_t n = 0;
+  for (const json& stage : spec.at("vconcat")) n += stage.at("data").at("values").size();
+  return n;
+}
+
+// ----- spec generation --------------------------------------------------------------------------
+
+TEST(ReportSpec, GanttHasOneDataRowPerOpOfTheTracedRanksAndOneChartPerStage) {
+  const Timeline t = synthetic_timeline(4, 3);  // 3 ranks x 2 phases x 4 mbs x (3 + 1) = 96
+  const GanttChart g = gantt_chart(t, small_layout(), "timeline.json");
+  EXPECT_EQ(g.ops, 96u);
+  EXPECT_EQ(g.bars, 96u);
+  EXPECT_FALSE(g.compute_only);
+  EXPECT_FALSE(g.merged);
+  EXPECT_EQ(gantt_rows(g.spec), 96u);
+  ASSERT_EQ(g.spec["vconcat"].size(), 2u);  // stage 0 (ranks 0, 1), stage 1 (rank 4)
+  EXPECT_EQ(g.spec["vconcat"][0]["data"]["values"].size(), 64u);
+  EXPECT_EQ(g.spec["vconcat"][1]["layer"][0]["name"], "gantt_bars_stage1");
+  std::set<std::string> lanes;
+  for (const json& row : g.spec["vconcat"][0]["data"]["values"]) lanes.insert(row["lane"]);
+  EXPECT_EQ(lanes, (std::set<std::string>{"rank 0 compute", "rank 0 tp-comm", "rank 1 compute",
+                                          "rank 1 tp-comm"}));
+  const json& first = g.spec["vconcat"][0]["data"]["values"][0];
+  EXPECT_EQ(first["micro_batch"], 0);
+  EXPECT_EQ(first["category"], "forward");
+  EXPECT_DOUBLE_EQ(first["start_ms"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(first["end_ms"].get<double>(), 1.0);
+}
+
+TEST(ReportSpec, GanttLabelsMicroBatchesAndPutsCommDetailsInTooltips) {
+  const GanttChart g = gantt_chart(synthetic_timeline(2, 2), small_layout(), "timeline.json");
+  for (const json& stage : g.spec["vconcat"]) {
+    for (const json& row : stage["data"]["values"]) {
+      if (row["stream"] == "compute") {
+        // Each op is 1 ms of a ~17 ms iteration: wide enough for its micro-batch number.
+        EXPECT_EQ(row["label"], std::to_string(row["micro_batch"].get<int>())) << row.dump();
+        EXPECT_EQ(row["comm"], "");
+      } else {
+        EXPECT_EQ(row["label"], "");
+        EXPECT_EQ(row["comm"], "1048576 bytes, ring");
+      }
+    }
+  }
+  // The colour scale fixes the categories' order and colours.
+  const json& color = g.spec["vconcat"][0]["layer"][0]["encoding"]["color"];
+  EXPECT_EQ(color["scale"]["domain"],
+            json({"forward", "backward", "recompute", "comm", "optimizer", "other"}));
+}
+
+TEST(ReportSpec, LargeGanttKeepsTheComputeStreamOfTpRankZeroOfEachStage) {
+  const Timeline t = synthetic_timeline(4, 3);  // 96 ops; ranks 0 and 4 have TP rank 0
+  GanttOptions opt;
+  opt.max_bars = 60;
+  const GanttChart g = gantt_chart(t, small_layout(), "timeline.json", opt);
+  EXPECT_TRUE(g.compute_only);
+  EXPECT_FALSE(g.merged);
+  EXPECT_EQ(g.kept_ops, 48u);  // ranks 0 and 4, compute: 2 phases x 4 mbs x 3 layers each
+  EXPECT_EQ(gantt_rows(g.spec), 48u);
+  for (const json& stage : g.spec["vconcat"]) {
+    for (const json& row : stage["data"]["values"]) {
+      EXPECT_EQ(row["stream"], "compute");
+      EXPECT_NE(row["rank"], 1);
+    }
+  }
+}
+
+TEST(ReportSpec, VeryLargeGanttMergesMicroBatchBlocks) {
+  const Timeline t = synthetic_timeline(4, 3);
+  GanttOptions opt;
+  opt.max_bars = 20;
+  const GanttChart g = gantt_chart(t, small_layout(), "timeline.json", opt);
+  EXPECT_TRUE(g.compute_only);
+  EXPECT_TRUE(g.merged);
+  EXPECT_EQ(g.kept_ops, 48u);
+  EXPECT_EQ(g.bars, 16u);  // 2 ranks x 2 phases x 4 micro-batches
+  EXPECT_EQ(gantt_rows(g.spec), 16u);
+  const json& block = g.spec["vconcat"][0]["data"]["values"][1];
+  EXPECT_EQ(block["name"], "fwd mb1 (3 ops)");
+  EXPECT_DOUBLE_EQ(block["duration_ms"].get<double>(), 3.0);
+}
+
+TEST(ReportSpec, GanttRejectsARankOutsideTheLayoutNamingTheFile) {
+  Timeline t = synthetic_timeline(1, 1);
+  t.events.push_back(op(8, "compute", "fwd mb0 L0 mlp", "forward", 0, 1));
+  try {
+    gantt_chart(t, small_layout(), "run/timeline.json");
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("run/timeline.json: rank 8 is outside the layout's 8 ranks"));
+  }
+}
+
+TEST(ReportSpec, SummaryTableHasTheHeadlineNumbers) {
+  const std::string html = summary_table_html(small_summary(), "summary.json");
+  for (const char* text :
+       {"unit", "8 x H100", "TP 2 x CP 1 x PP 2 x DP 2", "500.000 ms", "12346", "1543.2", "42.1 %",
+        "45.7 %", "12.5 %", "10.000 ms / 20.000 ms / 30.000 ms", "40.00 GiB / 80.00 GiB (fits)",
+        "measured 25.0 %, roofline 75.0 %"}) {
+    EXPECT_THAT(html, HasSubstr(text));
+  }
+}
+
+TEST(ReportSpec, SummaryTableNamesTheFileAndKeyOfAMissingField) {
+  json s = small_summary();
+  s.erase("mfu");
+  EXPECT_THROW(
+      {
+        try {
+          summary_table_html(s, "out/summary.json");
+        } catch (const Error& e) {
+          EXPECT_STREQ(e.what(), "out/summary.json: missing key 'mfu'");
+          throw;
+        }
+      },
+      Error);
+  s = small_summary();
+  s["exposed_comm_s"]["pp"] = "fast";
+  EXPECT_THROW(
+      {
+        try {
+          summary_table_html(s, "out/summary.json");
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), HasSubstr("'exposed_comm_s.pp' must be a number"));
+          throw;
+        }
+      },
+      Error);
+}
+
+TEST(ReportSpec, TimeBreakdownHasSixPartsForTheCriticalRankAndEachStage) {
+  const json spec = time_breakdown_spec(small_summary(), "summary.json");
+  const json& values = spec["data"]["values"];
+  ASSERT_EQ(values.size(), 18u);
+  EXPECT_EQ(values[0]["row"], "critical path (rank 4)");
+  EXPECT_EQ(values[0]["part"], "compute");
+  EXPECT_DOUBLE_EQ(values[0]["ms"].get<double>(), 400.0);
+  EXPECT_EQ(values[4]["part"], "pipeline bubble");
+  EXPECT_DOUBLE_EQ(values[4]["ms"].get<double>(), 35.0);
+  EXPECT_EQ(values[17]["row"], "stage 1 (rank 4)");
+  EXPECT_EQ(values[17]["part"], "optimizer");
+}
+
+TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {
+  const json spec = memory_spec(small_summary(), "summary.json");
+  ASSERT_EQ(spec["data"]["values"].size(), 10u);
+  EXPECT_EQ(spec["data"]["values"][3]["part"], "activations");
+  EXPECT_DOUBLE_EQ(spec["data"]["values"][3]["GiB"].get<double>(), 4.0);
+  const json& rule = spec["layer"][1];
+  EXPECT_EQ(rule["mark"]["type"], "rule");
+  EXPECT_DOUBLE_EQ(rule["data"]["values"][0]["GiB"].get<double>(), 80.0);
+  EXPECT_EQ(spec["layer"][2]["data"]["values"][0]["label"], "GPU memory 80.0 GiB");
+}
+
+TEST(ReportSpec, LinksChartListsEveryBusiestLinkAndIsLeftOutWithoutLinks) {
+  const auto spec = links_spec(small_summary(), "summary.json");
+  ASSERT_TRUE(spec.has_value());
+  ASSERT_EQ((*spec)["data"]["values"].size(), 2u);
+  EXPECT_EQ((*spec)["data"]["values"][0]["link"], "leaf0-spine1");
+  EXPECT_DOUBLE_EQ((*spec)["data"]["values"][0]["GB"].get<double>(), 1.0);
+  json s = small_summary();
+  s["busiest_links"] = json::array();
+  EXPECT_FALSE(links_spec(s, "summary.json").has_value());
+}
+
+/// One sweep.json row.
+json sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs, int vpp,
+               double tokens_per_s_per_gpu, double excess_bytes = 0) {
+  json row = {
+      {"rank", rank > 0 ? json(rank) : json(nullptr)},
+      {"status", status},
+      {"configuration",
+       {{"tensor_model_parallel_size", tp},
+        {"pipeline_model_parallel_size", pp},
+        {"virtual_pipeline_model_parallel_size", vpp},
+        {"data_parallel_size", 8 / tp / pp},
+        {"micro_batch_size", mbs},
+        {"recompute_granularity", "none"},
+        {"sequence_parallel", false},
+        {"use_distributed_optimizer", true}}},
+      {"memory", {{"peak_bytes", 1e10}, {"capacity_bytes", 8e10}, {"excess_bytes", excess_bytes}}},
+      {"metrics", nullptr}};
+  if (status == "ranked") {
+    row["metrics"] = {{"tokens_per_s_per_gpu", tokens_per_s_per_gpu},
+                      {"mfu", 0.4},
+                      {"iteration_time_s", 1.5},
+                      {"pipeline_bubble_fraction", 0.1}};
+  }
+  return row;
+}
+
+json small_sweep() {
+  return json::array(
+      {sweep_row("ranked", 2, 1, 1, 1, 1, 900), sweep_row("ranked", 1, 1, 2, 1, 1, 1000),
+       sweep_row("oom", 0, 1, 2, 4, 1, 0, 3 * 1073741824.0),
+       sweep_row("oom", 0, 1, 2, 4, 2, 0, 2 * 1073741824.0),  // same cell
+       sweep_row("ranked", 3, 2, 2, 4, 2, 800),
+       sweep_row("oom", 0, 2, 2, 4, 1, 0, 1e9),  // cell has a ranked row
+       sweep_row("invalid", 0, 4, 4, 1, 1, 0), sweep_row("error", 0, 2, 1, 1, 1, 0)});
+}
+
+TEST(ReportSpec, SweepHeatmapMarksCellsWhereEveryConfigurationIsOom) {
+  const auto spec = sweep_heatmap_spec(small_sweep(), "sweep.json");
+  ASSERT_TRUE(spec.has_value());
+  std::map<std::tuple<int, int, int>, json> cells;
+  for (const json& v : (*spec)["data"]["values"]) {
+    cells[{v["tp"].get<int>(), v["PP"].get<int>(), v["micro_batch_size"].get<int>()}] = v;
+  }
+  ASSERT_EQ(cells.size(), 4u);  // invalid and error rows are left out
+  const json& oom = cells.at({1, 2, 4});
+  EXPECT_EQ(oom["status"], "oom");
+  EXPECT_EQ(oom["label"], "OOM");
+  EXPECT_EQ(oom["oom_configurations"], 2);
+  EXPECT_EQ(oom["detail"], "every configuration OOM; smallest excess 2.00 GiB");
+  EXPECT_FALSE(oom.contains("tokens_per_s_per_gpu"));
+  const json& mixed = cells.at({2, 2, 4});  // one OOM, one ranked: the ranked one is shown
+  EXPECT_EQ(mixed["status"], "ranked");
+  EXPECT_DOUBLE_EQ(mixed["tokens_per_s_per_gpu"].get<double>(), 800);
+  EXPECT_EQ(cells.at({1, 2, 1})["label"], "1000");
+  // Layers: ranked cells, OOM cells, labels; faceted per TP size.
+  EXPECT_EQ((*spec)["spec"]["layer"][0]["name"], "heat_cells");
+  EXPECT_EQ((*spec)["spec"]["layer"][1]["name"], "oom_cells");
+  EXPECT_EQ((*spec)["spec"]["layer"][1]["transform"][0]["filter"], "datum.status == 'oom'");
+  EXPECT_EQ((*spec)["facet"]["column"]["field"], "TP");
+}
+
+TEST(ReportSpec, SweepHeatmapIsLeftOutWhenNothingRanksOrOoms) {
+  EXPECT_FALSE(
+      sweep_heatmap_spec(json::array({sweep_row("invalid", 0, 4, 4, 1, 1, 0)}), "sweep.json")
+          .has_value());
+}
+
+TEST(ReportSpec, SweepTableListsRankedRowsInRankOrderAndCountsTheRest) {
+  const std::string html = sweep_table_html(small_sweep(), "sweep.json");
+  EXPECT_THAT(html, HasSubstr("3 ranked configuration(s), 1 error, 1 invalid, 3 oom."));
+  const auto first = html.find("<td>1</td>");
+  const auto second = html.find("<td>2</td><td>1</td>");
+  ASSERT_NE(first, std::string::npos);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_LT(first, second);
+  EXPECT_THAT(html, HasSubstr("1000.0"));
+  EXPECT_THAT(html, HasSubstr("40.0 %"));
+  EXPECT_THAT(sweep_table_html(small_sweep(), "sweep.json", 1),
+              HasSubstr("3 ranked configuration(s) (the first 1 shown)"));
+}
+
+// ----- the page and write_report ----------------------------------------------------------------
+
+TEST(ReportPage, InlinesTheVegaScriptsAndEscapesScriptEndTags) {
+  Timeline t = synthetic_timeline(1, 1);
+  t.events[0].name = "fwd mb0 </script><b>x";
+  const auto sections = simulation_sections(small_summary(), "summary.json", t, "timeline.json");
+  const std::string html = render_report_html("unit </title>", sections, fake_vega_dir());
+  EXPECT_THAT(html, HasSubstr("window.vegaEmbed = function"));
+  EXPECT_THAT(html, HasSubstr("<\\/script>' in a string"));
+  EXPECT_THAT(html, HasSubstr("fwd mb0 <\\/script><b>x"));
+  EXPECT_THAT(html, HasSubstr("<title>unit &lt;/title&gt;</title>"));
+  // Exactly the script elements the page opens: 1 collector + 3 libraries + specs + embedding.
+  size_t opened = 0;
+  for (auto pos = html.find("<script"); pos != std::string::npos;
+       pos = html.find("<script", pos + 1)) {
+    ++opened;
+  }
+  EXPECT_EQ(opened, 6u);
+  for (const char* id : {"chart-breakdown", "chart-gantt", "chart-memory", "chart-links"}) {
+    EXPECT_THAT(html, HasSubstr(fmt::format("<div class=\"chart\" id=\"{}\">", id)));
+  }
+  EXPECT_THAT(html, HasSubstr("<table class=\"summary\">"));
+}
+
+TEST(ReportPage, WriteReportCombinesSimulationAndSweep) {
+  const fs::path dir = fresh_dir("combined");
+  write_text(dir / "summary.json", small_summary().dump());
+  std::ostringstream trace;
+  write_chrome_trace(synthetic_timeline(2, 2), trace);
+  write_text(dir / "timeline.json", trace.str());
+  write_text(dir / "sweep.json", small_sweep().dump());
+  const fs::path out = write_report(dir, fake_vega_dir());
+  EXPECT_EQ(out, dir / "report.html");
+  const std::string html = slurp(out);
+  for (const char* id : {"chart-breakdown", "chart-gantt", "chart-memory", "chart-links",
+                         "chart-heatmap", "section-ranked", "section-summary"}) {
+    EXPECT_THAT(html, HasSubstr(fmt::format("id=\"{}\"", id)));
+  }
+  EXPECT_THAT(html, HasSubstr("<title>traintwin report: unit</title>"));
+  EXPECT_FALSE(fs::exists(dir / "report.html.tmp"));
+}
+
+TEST(ReportPage, WriteReportErrorsNameTheFile) {
+  const fs::path vega = fake_vega_dir();
+  const fs::path empty = fresh_dir("empty");
+  EXPECT_THAT([&] { write_report(empty, vega); },
+              ::testing::ThrowsMessage<Error>(HasSubstr(empty.string() + ": holds neither")));
+  EXPECT_THAT([&] { write_report(empty / "nope", vega); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("nope: not a directory")));
+  const fs::path bad = fresh_dir("bad");
+  write_text(bad / "summary.json", "{\"scenario\": ");
+  EXPECT_THAT([&] { write_report(bad, vega); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr((bad / "summary.json").string() + ": malformed JSON")));
+  const fs::path ok = fresh_dir("no_vega");
+  write_text(ok / "sweep.json", small_sweep().dump());
+  EXPECT_THAT(
+      [&] { write_report(ok, empty); },
+      ::testing::ThrowsMessage<Error>(HasSubstr((empty / "vega.min.js").string() + ": not found")));
+  EXPECT_THAT([&] { write_report(ok, empty); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("scripts/fetch_vega.sh")));
+}
+
+TEST(ReportCli, RebuildsReportHtmlAndSaysHowToFetchVega) {
+  const fs::path dir = fresh_dir("cli");
+  write_text(dir / "sweep.json", small_sweep().dump());
+  const auto ok =
+      testing::run_cli("report " + dir.string() + " --vega-dir " + fake_vega_dir().string());
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("wrote " + (dir / "report.html").string()));
+  EXPECT_TRUE(fs::exists(dir / "report.html"));
+  // No Vega anywhere: TRAINTWIN_VEGA_DIR points at an empty folder and the binary runs from a
+  // copy outside the source tree, from a folder without data/vega.
+  const fs::path lonely = fresh_dir("lonely");
+  fs::create_directories(lonely / "bin");
+  fs::copy_file(TRAINTWIN_BINARY, lonely / "bin" / "traintwin");
+  const std::string cmd = "cd " + lonely.string() + " && TRAINTWIN_VEGA_DIR=" + lonely.string() +
+                          " " + (lonely / "bin" / "traintwin").string() + " report " +
+                          dir.string() + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
+  const int status = pclose(pipe.release());
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_THAT(out, HasSubstr("run scripts/fetch_vega.sh"));
+  EXPECT_THAT(out, HasSubstr("TRAINTWIN_VEGA_DIR"));
+  const auto missing = testing::run_cli("report " + (dir / "nope").string() + " --vega-dir " +
+                                        fake_vega_dir().string());
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_THAT(missing.output, HasSubstr("nope: not a directory"));
+}
+
+// ----- headless Chromium ------------------------------------------------------------------------
+
+const char* const kChromium = "/usr/bin/chromium";
+
+/// Runs `command` through the shell; its exit status and output.
+testing::CliResult shell(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((command + " 2>&1").c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
+  const int status = pclose(pipe.release());
+  return {WEXITSTATUS(status), out};
+}
+
+/// data/vega of the source tree, fetched by scripts/fetch_vega.sh when missing; "" with
+/// `why` set when it cannot be had (no npm, registry unreachable).
+fs::path vega_dir_or_why(std::string& why) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const fs::path dir = kSource / "data" / "vega";
+  auto complete = [&] {
+    for (const char* f : kVegaFiles) {
+      if (!fs::is_regular_file(dir / f)) return false;
+    }
+    return true;
+  };
+  if (complete()) return dir;
+  if (shell("command -v npm").status != 0) {
+    why = "npm is not installed, so scripts/fetch_vega.sh cannot fetch Vega into " + dir.string() +
+          " (apt-get install npm)";
+    return {};
+  }
+  const auto fetched = shell((kSource / "scripts" / "fetch_vega.sh").string());
+  if (fetched.status != 0 || !complete()) {
+    why = "scripts/fetch_vega.sh could not fetch Vega from the npm registry: " + fetched.output;
+    return {};
+  }
+  return dir;
+}
+
+/// The page after headless Chromium ran its scripts (--dump-dom).
+std::string dump_dom(const fs::path& html, const fs::path& work) {
+  const fs::path profile = work / "chromium-profile";
+  fs::create_directories(profile);
+  const auto r = shell(fmt::format(
+      "{} --headless --no-sandbox --disable-gpu --disable-background-networking "
+      "--disable-component-update --disable-sync --no-first-run --user-data-dir={} "
+      "--virtual-time-budget=10000 --dump-dom file://{} 2>{}",
+      kChromium, profile.string(), fs::absolute(html).string(), (work / "chromium.log").string()));
+  EXPECT_EQ(r.status, 0) << slurp(work / "chromium.log");
+  return r.output;
+}
+
+/// Items of every mark group whose class is `mark-TYPE role-mark NAME...`: the `<ITEM` elements
+/// between each group's start and its `</g>` (rect marks draw <path>, text marks <text>).
+size_t count_marks(const std::string& dom, const std::string& type, const std::string& name_prefix,
+                   const std::string& item) {
+  size_t n = 0;
+  const std::string start = "class=\"mark-" + type + " role-mark " + name_prefix;
+  for (auto pos = dom.find(start); pos != std::string::npos; pos = dom.find(start, pos + 1)) {
+    const auto end = dom.find("</g>", pos);
+    for (auto p = dom.find("<" + item, pos); p != std::string::npos && p < end;
+         p = dom.find("<" + item, p + 1)) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+/// The problems the page's collector wrote into <ul id="report-errors">.
+std::string page_problems(const std::string& dom) {
+  const auto start = dom.find("<ul id=\"report-errors\"");
+  if (start == std::string::npos) return "(no report-errors list in the page)";
+  const auto end = dom.find("</ul>", start);
+  const std::string list = dom.substr(start, end - start);
+  return list.find("<li") == std::string::npos ? "" : list;
+}
+
+TEST(ReportBrowser, RendersEveryChartWithItsMarksAndNoErrors) {
+  if (!fs::exists(kChromium)) {
+    GTEST_SKIP() << kChromium << " is not installed (Debian: apt-get install chromium; "
+                 << "scripts/setup.sh installs it): the headless rendering check is skipped";
+  }
+  std::string why;
+  const fs::path vega = vega_dir_or_why(why);
+  if (vega.empty()) GTEST_SKIP() << why;
+
+  // A real simulation (PP 2) and a sweep with OOM cells, reported together.
+  const fs::path dir = fresh_dir("browser");
+  const auto sim =
+      testing::run_cli("simulate " + (kSource / "scenarios/gpt-1.3b-h200-8.yaml").string() +
+                       " --out " + dir.string());
+  ASSERT_EQ(sim.status, 0) << sim.output;
+  const fs::path sweep_dir = dir / "sweep";
+  const auto sw =
+      testing::run_cli("sweep " + (kSource / "scenarios/gpt-1.3b-h100-8.yaml").string() +
+                       " --micro-batch-size 1,2,4,8,16 --tensor-model-parallel-size 1,2,4 "
+                       "--pipeline-model-parallel-size 1,2,4 --mode analytical --out " +
+                       sweep_dir.string());
+  ASSERT_EQ(sw.status, 0) << sw.output;
+  fs::copy_file(sweep_dir / "sweep.json", dir / "sweep.json");
+  const auto rep = testing::run_cli("report " + dir.string() + " --vega-dir " + vega.string());
+  ASSERT_EQ(rep.status, 0) << rep.output;
+
+  // What the marks must number, from the inputs.
+  const json summary = json::parse(slurp(dir / "summary.json"));
+  std::ifstream trace(dir / "timeline.json");
+  const Timeline timeline = read_chrome_trace(trace, "timeline.json");
+  ASSERT_LE(timeline.events.size(), GanttOptions{}.max_bars) << "one bar per op expected";
+  const json sweep = json::parse(slurp(dir / "sweep.json"));
+  const json cells = sweep_heatmap_spec(sweep, "sweep.json").value()["data"]["values"];
+  size_t oom_cells = 0;
+  for (const json& c : cells) oom_cells += c["status"] == "oom" ? 1 : 0;
+  ASSERT_GT(oom_cells, 0u) << "the sweep grid should have OOM cells";
+  const size_t stages = summary["per_stage"].size();
+
+  const std::string dom = dump_dom(dir / "report.html", dir);
+  write_text(dir / "dom.html", dom);
+  EXPECT_EQ(page_problems(dom), "");
+  EXPECT_THAT(dom, HasSubstr("data-report-status=\"rendered\""));
+  for (const char* id : {"breakdown", "gantt", "memory", "links", "heatmap"}) {
+    EXPECT_THAT(dom, ::testing::ContainsRegex(
+                         fmt::format("id=\"chart-{}\"[^>]*data-rendered=\"true\"", id)));
+  }
+  EXPECT_EQ(count_marks(dom, "rect", "gantt_bars_stage", "path"), timeline.events.size());
+  EXPECT_GT(count_marks(dom, "text", "gantt_labels_stage", "text"), 0u);
+  EXPECT_EQ(count_marks(dom, "rect", "breakdown_marks", "path"), 6 * (1 + stages));
+  EXPECT_EQ(count_marks(dom, "rect", "memory_bars_marks", "path"),
+            5 * summary["memory_per_stage"].size());
+  EXPECT_EQ(count_marks(dom, "rule", "memory_capacity_marks", "line"), 1u);
+  EXPECT_EQ(count_marks(dom, "rect", "links_marks", "path"), summary["busiest_links"].size());
+  EXPECT_EQ(count_marks(dom, "rect", "heat_cells_marks", "path"), cells.size() - oom_cells);
+  EXPECT_EQ(count_marks(dom, "rect", "oom_cells_marks", "path"), oom_cells);
+  EXPECT_EQ(count_marks(dom, "text", "heat_labels_marks", "text"), cells.size());
+  EXPECT_THAT(dom, HasSubstr(">OOM</text>"));
+
+  // A screenshot, for people to look at.
+  const fs::path png = dir / "report.png";
+  const auto shot = shell(fmt::format(
+      "{} --headless --no-sandbox --disable-gpu --disable-background-networking "
+      "--disable-component-update --disable-sync --no-first-run --user-data-dir={} "
+      "--virtual-time-budget=10000 --hide-scrollbars --window-size=1300,2800 --screenshot={} "
+      "file://{} 2>>{}",
+      kChromium, (dir / "chromium-profile").string(), png.string(),
+      fs::absolute(dir / "report.html").string(), (dir / "chromium.log").string()));
+  EXPECT_EQ(shot.status, 0) << shot.output;
+  ASSERT_TRUE(fs::exists(png));
+  EXPECT_GT(fs::file_size(png), 10000u);
+  fs::remove_all(dir / "chromium-profile");
+  std::cout << "report screenshot: " << png.string() << "\n";
+}
+
+TEST(ReportBrowser, ThePageReportsABrokenChart) {
+  // The collector the rendering check relies on: a spec Vega-Lite rejects shows up in the page.
+  if (!fs::exists(kChromium)) GTEST_SKIP() << kChromium << " is not installed";
+  std::string why;
+  const fs::path vega = vega_dir_or_why(why);
+  if (vega.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("broken");
+  ReportSection broken{"broken", "Broken", "", json{{"mark", "no-such-mark"}}, ""};
+  write_text(dir / "report.html", render_report_html("broken", {broken}, vega));
+  const std::string dom = dump_dom(dir / "report.html", dir);
+  EXPECT_THAT(dom, HasSubstr("data-report-status=\"failed\""));
+  EXPECT_THAT(page_problems(dom), HasSubstr("chart broken"));
+  fs::remove_all(dir / "chromium-profile");
+}
+
+}  // namespace
+}  // namespace traintwin

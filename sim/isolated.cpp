@@ -10,9 +10,8 @@
 #include "core/error.hpp"
 
 namespace traintwin {
-namespace {
 
-void write_all(int fd, const std::string& s) {
+void write_fully(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
     const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
@@ -21,8 +20,6 @@ void write_all(int fd, const std::string& s) {
     done += static_cast<size_t>(n);
   }
 }
-
-}  // namespace
 
 std::string run_isolated(const std::function<std::string()>& work) {
   std::fflush(nullptr);  // the child must not write out the parent's buffered output again
@@ -40,7 +37,7 @@ std::string run_isolated(const std::function<std::string()>& work) {
       out = std::string("E") + e.what();
       status = 3;
     }
-    write_all(fds[1], out);
+    write_fully(fds[1], out);
     ::close(fds[1]);
     ::_exit(status);
   }

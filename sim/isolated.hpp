@@ -13,4 +13,8 @@ namespace traintwin {
 /// exit status or signal.
 std::string run_isolated(const std::function<std::string()>& work);
 
+/// Writes all of `s` to file descriptor `fd`, retrying on EINTR and short writes; stops
+/// silently on an error (the reader sees a short message). For children reporting to a pipe.
+void write_fully(int fd, const std::string& s);
+
 }  // namespace traintwin

@@ -1,6 +1,7 @@
 #include "sim/sweep.hpp"
 
 #include "sim/analytical.hpp"
+#include "sim/isolated.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -176,16 +177,6 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
 
 namespace {
 
-void write_all(int fd, const std::string& s) {
-  size_t done = 0;
-  while (done < s.size()) {
-    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
 /// A running child: its pid, the read end of its pipe, the job index, what it wrote so far.
 struct Child {
   pid_t pid = -1;
@@ -263,7 +254,7 @@ Child start_child(const std::function<std::string()>& work, size_t job,
       out = "Ean exception that is not a std::exception";
       status = 3;
     }
-    write_all(fds[1], out);
+    write_fully(fds[1], out);
     ::close(fds[1]);
     ::_exit(status);
   }

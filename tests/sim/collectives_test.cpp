@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim_test_support.hpp"
+
 #include <map>
 
 #include "core/error.hpp"
@@ -13,9 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TopologySpec h100() {
-  return load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
-}
+using testing::h100;
 
 // nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor.
 TEST(Collectives, BusBandwidthFactorsAsNcclTests) {

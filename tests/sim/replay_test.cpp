@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim_test_support.hpp"
+
 #include "core/error.hpp"
 #include "core/schedule.hpp"
 
@@ -14,22 +16,9 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-TopologySpec h100() {
-  return load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
-}
+using testing::h100;
 
-/// Costs by kernel name (seconds); every other kernel is free.
-class TableCostModel : public CostModel {
- public:
-  explicit TableCostModel(std::map<std::string, double> s) : s_(std::move(s)) {}
-  KernelCost duration(const Kernel& k, const GpuSpec&) const override {
-    auto it = s_.find(k.key.name);
-    return {it == s_.end() ? 0.0 : it->second, CostSource::kRoofline};
-  }
-
- private:
-  std::map<std::string, double> s_;
-};
+using testing::TableCostModel;
 
 /// PP stages x DP replicas filling whole 8-GPU nodes (DP = 8 / PP).
 Scenario pipeline_scenario(int64_t pp, int64_t v, int64_t m, int64_t layers) {
@@ -96,7 +85,7 @@ TEST(Replay, CrossNodeAllReduceMatchesAlphaBeta) {
   const TopologySpec t = h100();
   const RankLayout layout(8, 1, 4, 1);
   const int64_t S = 256 << 20;
-  TableCostModel costs({});
+  TableCostModel costs;
   SimulationOptions opts;
   opts.collective_algorithm = "ring";
   const SimulationResult r = simulate_program(one_collective(layout, GroupKind::kDp, S), t, costs, opts);
@@ -128,7 +117,7 @@ TEST(Replay, UnmatchedSendIsAnErrorNamingRankAndOp) {
     }
     prog.ranks.emplace(r, std::move(rp));
   }
-  TableCostModel costs({});
+  TableCostModel costs;
   try {
     simulate_program(prog, h100(), costs);
     FAIL() << "no error";
@@ -151,7 +140,7 @@ TEST(Replay, DependencyOnALaterOpIsAnError) {
   b.what = "second";
   rp.ops = {a, b};
   prog.ranks.emplace(0, rp);
-  TableCostModel costs({});
+  TableCostModel costs;
   try {
     simulate_program(prog, h100(), costs);
     FAIL() << "no error";

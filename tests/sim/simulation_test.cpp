@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim_test_support.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include "sim/collective_bench.hpp"
@@ -14,9 +16,7 @@
 namespace traintwin {
 namespace {
 
-TopologySpec h100() {
-  return load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
-}
+using testing::h100;
 
 /// GPT 2.6B-class on 32 H100 (4 nodes): TP 8, PP 2, DP 2, SP, distributed optimizer.
 Scenario small_cluster() {
@@ -127,10 +127,7 @@ TEST(Simulation, OversubscriptionSlowsTrafficAcrossTheSpine) {
         rp.ops.push_back(op);
         prog.ranks.emplace(r, std::move(rp));
       }
-      class Free : public CostModel {
-       public:
-        KernelCost duration(const Kernel&, const GpuSpec&) const override { return {}; }
-      } costs;
+      const testing::TableCostModel costs;  // no compute
       SimulationOptions opts;
       opts.collective_algorithm = "ring";
       opts.record_timeline = false;

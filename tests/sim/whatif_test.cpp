@@ -3,6 +3,8 @@
 // test: each runs in a child process (run_isolated), since SimGrid allows one engine per process.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "sim_test_support.hpp"
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Link.hpp>
 
@@ -28,22 +30,9 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-TopologySpec h100() {
-  return load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml");
-}
+using testing::h100;
 
-/// Costs by kernel name (seconds); every other kernel is free.
-class TableCostModel : public CostModel {
- public:
-  explicit TableCostModel(std::map<std::string, double> s) : s_(std::move(s)) {}
-  KernelCost duration(const Kernel& k, const GpuSpec&) const override {
-    auto it = s_.find(k.key.name);
-    return {it == s_.end() ? 0.0 : it->second, CostSource::kRoofline};
-  }
-
- private:
-  std::map<std::string, double> s_;
-};
+using testing::TableCostModel;
 
 /// PP stages x DP replicas filling one 8-GPU node (DP = 8 / PP), m micro-batches per pipeline.
 Scenario pipeline_scenario(int64_t pp, int64_t m) {
@@ -93,7 +82,7 @@ Program one_collective(const RankLayout& layout, GroupKind group, int64_t bytes)
 double program_time_s(const Program& prog, const WhatIf& what_if, SimulationOptions opts = {},
                       const CostModel* costs = nullptr) {
   opts.record_timeline = false;
-  const TableCostModel free({});
+  const TableCostModel free;
   return iteration_time_s([&] {
     return simulate_program(prog, h100(), costs ? *costs : free, with_what_if(opts, what_if));
   });

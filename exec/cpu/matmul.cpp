@@ -1,0 +1,109 @@
+// Linear layer through OpenBLAS; see matmul.hpp.
+#include "exec/cpu/matmul.hpp"
+
+#include "exec/cpu/checks.hpp"
+
+#include <cblas.h>
+
+#include <string>
+
+#include "core/checks.hpp"
+#include "core/error.hpp"
+
+namespace traintwin::exec::cpu {
+namespace {
+
+void require_size(size_t actual, int64_t expected, const char* name) {
+  cpu::require_size("matmul", actual, expected, name);
+}
+
+
+void check_sizes(int64_t batch, int64_t seq, int64_t channels, int64_t out_channels) {
+  require_at_least_one(batch, "matmul batch");
+  require_at_least_one(seq, "matmul seq");
+  require_at_least_one(channels, "matmul channels");
+  require_at_least_one(out_channels, "matmul out_channels");
+}
+
+// Row-major C[m, n] = alpha op(A) op(B) + beta C.
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+}  // namespace
+
+template <typename Scalar>
+void matmul_forward(std::span<Scalar> out, std::span<const Scalar> inp,
+                    std::span<const Scalar> weight, std::span<const Scalar> bias, int64_t batch,
+                    int64_t seq, int64_t channels, int64_t out_channels) {
+  check_sizes(batch, seq, channels, out_channels);
+  const int64_t bt = batch * seq;
+  require_size(out.size(), bt * out_channels, "out");
+  require_size(inp.size(), bt * channels, "inp");
+  require_size(weight.size(), out_channels * channels, "weight");
+  if (!bias.empty()) require_size(bias.size(), out_channels, "bias");
+  // out[BT, OC] = inp[BT, C] x weight^T[C, OC]
+  gemm(CblasNoTrans, CblasTrans, bt, out_channels, channels, Scalar{1}, inp.data(), channels,
+       weight.data(), channels, Scalar{0}, out.data(), out_channels);
+  if (!bias.empty()) {
+    for (int64_t i = 0; i < bt; ++i) {
+      Scalar* out_bt = out.data() + i * out_channels;  // [OC]
+      for (int64_t o = 0; o < out_channels; ++o) out_bt[o] += bias[o];
+    }
+  }
+}
+
+template <typename Scalar>
+void matmul_backward(std::span<Scalar> dinp, std::span<Scalar> dweight, std::span<Scalar> dbias,
+                     std::span<const Scalar> dout, std::span<const Scalar> inp,
+                     std::span<const Scalar> weight, int64_t batch, int64_t seq,
+                     int64_t channels, int64_t out_channels) {
+  check_sizes(batch, seq, channels, out_channels);
+  const int64_t bt = batch * seq;
+  require_size(dinp.size(), bt * channels, "dinp");
+  require_size(dweight.size(), out_channels * channels, "dweight");
+  if (!dbias.empty()) require_size(dbias.size(), out_channels, "dbias");
+  require_size(dout.size(), bt * out_channels, "dout");
+  require_size(inp.size(), bt * channels, "inp");
+  require_size(weight.size(), out_channels * channels, "weight");
+  // dinp[BT, C] += dout[BT, OC] x weight[OC, C]
+  gemm(CblasNoTrans, CblasNoTrans, bt, channels, out_channels, Scalar{1}, dout.data(),
+       out_channels, weight.data(), channels, Scalar{1}, dinp.data(), channels);
+  // dweight[OC, C] += dout^T[OC, BT] x inp[BT, C]
+  gemm(CblasTrans, CblasNoTrans, out_channels, channels, bt, Scalar{1}, dout.data(), out_channels,
+       inp.data(), channels, Scalar{1}, dweight.data(), channels);
+  if (!dbias.empty()) {
+    for (int64_t i = 0; i < bt; ++i) {
+      const Scalar* dout_bt = dout.data() + i * out_channels;  // [OC]
+      for (int64_t o = 0; o < out_channels; ++o) dbias[o] += dout_bt[o];
+    }
+  }
+}
+
+template void matmul_forward<float>(std::span<float>, std::span<const float>,
+                                    std::span<const float>, std::span<const float>, int64_t,
+                                    int64_t, int64_t, int64_t);
+template void matmul_forward<double>(std::span<double>, std::span<const double>,
+                                     std::span<const double>, std::span<const double>, int64_t,
+                                     int64_t, int64_t, int64_t);
+template void matmul_backward<float>(std::span<float>, std::span<float>, std::span<float>,
+                                     std::span<const float>, std::span<const float>,
+                                     std::span<const float>, int64_t, int64_t, int64_t, int64_t);
+template void matmul_backward<double>(std::span<double>, std::span<double>, std::span<double>,
+                                      std::span<const double>, std::span<const double>,
+                                      std::span<const double>, int64_t, int64_t, int64_t,
+                                      int64_t);
+
+}  // namespace traintwin::exec::cpu

@@ -1,0 +1,33 @@
+// Linear layer (llm.c matmul_forward/backward) on the CPU through OpenBLAS:
+//   out[B*T, OC] = inp[B*T, C] x weight^T[C, OC] + bias[OC]
+// weight is stored [OC, C] (PyTorch nn.Linear layout). B = batch, T = seq, C = channels,
+// OC = out_channels. Scalar is float (cblas_sgemm) or double (cblas_dgemm).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace traintwin::exec::cpu {
+
+/// Forward: out = inp W^T + bias. `bias` may be empty (no bias, e.g. the tied LM head).
+/// Throws InvalidArgument for a size < 1 or a span whose length does not match its shape.
+template <typename Scalar>
+void matmul_forward(std::span<Scalar> out,          // [B, T, OC]
+                    std::span<const Scalar> inp,     // [B, T, C]
+                    std::span<const Scalar> weight,  // [OC, C]
+                    std::span<const Scalar> bias,    // [OC] or empty
+                    int64_t batch, int64_t seq, int64_t channels, int64_t out_channels);
+
+/// Backward; accumulates (+=) into the gradients, as llm.c does:
+///   dinp += dout W,  dweight += dout^T inp,  dbias += sum over B*T of dout.
+/// `dbias` may be empty (no bias). Throws InvalidArgument as matmul_forward.
+template <typename Scalar>
+void matmul_backward(std::span<Scalar> dinp,           // [B, T, C]
+                     std::span<Scalar> dweight,        // [OC, C]
+                     std::span<Scalar> dbias,          // [OC] or empty
+                     std::span<const Scalar> dout,     // [B, T, OC]
+                     std::span<const Scalar> inp,      // [B, T, C]
+                     std::span<const Scalar> weight,   // [OC, C]
+                     int64_t batch, int64_t seq, int64_t channels, int64_t out_channels);
+
+}  // namespace traintwin::exec::cpu

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "models.hpp"
+
 #include <string>
 
 #include "core/error.hpp"
@@ -39,16 +41,7 @@ ModelSpec Small() {
   return m;
 }
 
-ModelSpec Gpt3_175B() {
-  ModelSpec m;
-  m.num_layers = 96;
-  m.hidden_size = 12288;
-  m.num_attention_heads = 96;
-  m.ffn_hidden_size = 4 * 12288;
-  m.seq_length = 2048;
-  m.vocab_size = 51200;
-  return m;
-}
+ModelSpec Gpt3_175B() { return testing::gpt3_175b(); }
 
 // GPT-3 175B on 1024 GPUs: TP 8, PP 16, DP 8, SP, micro-batch 1, global batch 1536
 // (m = 1536 / (1 * 8) = 192 micro-batches), bf16, distributed optimizer, selective recompute.

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "models.hpp"
+
 #include <string>
 
 #include "core/error.hpp"
@@ -14,16 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-ModelSpec Gpt3_175B() {
-  ModelSpec m;
-  m.num_layers = 96;
-  m.hidden_size = 12288;
-  m.num_attention_heads = 96;
-  m.ffn_hidden_size = 4 * 12288;
-  m.seq_length = 2048;
-  m.vocab_size = 51200;
-  return m;
-}
+ModelSpec Gpt3_175B() { return testing::gpt3_175b(); }
 
 // l = 4, h = 64, a = 8, ffn = 256, s = 32, V = 1000: small enough to count by hand.
 ModelSpec TinyModel() {

@@ -33,4 +33,18 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+/// A communication backend (MPI, NCCL) reported a failure; the message names the operation,
+/// the group and the backend's own error text.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A data file (tokenizer vocabulary, indexed dataset, checkpoint) is missing, truncated,
+/// corrupt or does not belong to the run; the message names the file and what is wrong.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace traintwin

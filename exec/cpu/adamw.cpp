@@ -1,0 +1,105 @@
+// AdamW step and gradient clipping; see adamw.hpp.
+#include "exec/cpu/adamw.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "exec/cpu/checks.hpp"
+
+namespace traintwin::exec::cpu {
+namespace {
+
+constexpr const char* kLayer = "adamw";
+
+// Throws "adamw: <name> must be in <range>, got <value>" unless ok.
+void require(bool ok, const char* name, const char* range, double value) {
+  if (!ok) {
+    throw InvalidArgument(std::string(kLayer) + ": " + name + " must be " + range + ", got " +
+                          std::to_string(value));
+  }
+}
+
+void check(const AdamWParams& h, double lr, int64_t step) {
+  require(h.beta1 >= 0.0 && h.beta1 < 1.0, "beta1", "in [0, 1)", h.beta1);
+  require(h.beta2 >= 0.0 && h.beta2 < 1.0, "beta2", "in [0, 1)", h.beta2);
+  require(h.eps >= 0.0 && std::isfinite(h.eps), "eps", ">= 0 and finite", h.eps);
+  require(h.weight_decay >= 0.0 && std::isfinite(h.weight_decay), "weight_decay", ">= 0 and finite",
+          h.weight_decay);
+  require(lr >= 0.0 && std::isfinite(lr), "lr", ">= 0 and finite", lr);
+  if (step < 1) {
+    throw InvalidArgument(std::string(kLayer) + ": step must be >= 1, got " + std::to_string(step));
+  }
+}
+
+// torch.lerp(start, end, weight) as ATen evaluates it (the branch keeps the result exact at
+// weight 0 and 1).
+template <typename Scalar>
+Scalar lerp(Scalar start, Scalar end, Scalar weight) {
+  return weight < Scalar{0.5} ? start + weight * (end - start)
+                              : end - (end - start) * (Scalar{1} - weight);
+}
+
+template <typename Scalar>
+double sum_squares(std::span<const Scalar> values) {
+  double sum = 0;
+  for (const Scalar x : values) sum += static_cast<double>(x) * static_cast<double>(x);
+  return sum;
+}
+
+template <typename Scalar>
+void scale(std::span<Scalar> values, double factor) {
+  const auto f = static_cast<Scalar>(factor);
+  for (Scalar& x : values) x *= f;
+}
+
+}  // namespace
+
+template <typename Scalar>
+void adamw_step(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> m,
+                std::span<Scalar> v, const AdamWParams& hyper, double lr, int64_t step) {
+  check(hyper, lr, step);
+  require_same(kLayer, params.size(), grads.size(), "params and grads");
+  require_same(kLayer, params.size(), m.size(), "params and m");
+  require_same(kLayer, params.size(), v.size(), "params and v");
+  // Per-tensor constants, in double as in torch's Python code.
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(hyper.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(hyper.beta2, t);
+  const auto decay = static_cast<Scalar>(1.0 - lr * hyper.weight_decay);
+  const auto neg_step_size = static_cast<Scalar>(-(lr / bias_correction1));
+  const auto bias_correction2_sqrt = static_cast<Scalar>(std::sqrt(bias_correction2));
+  const auto beta2 = static_cast<Scalar>(hyper.beta2);
+  const auto one_minus_beta1 = static_cast<Scalar>(1.0 - hyper.beta1);
+  const auto one_minus_beta2 = static_cast<Scalar>(1.0 - hyper.beta2);
+  const auto eps = static_cast<Scalar>(hyper.eps);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Scalar g = grads[i];
+    params[i] *= decay;                                                  // param.mul_
+    m[i] = lerp(m[i], g, one_minus_beta1);                               // exp_avg.lerp_
+    v[i] = v[i] * beta2 + one_minus_beta2 * g * g;                       // mul_, addcmul_
+    const Scalar denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;  // sqrt, div, add_
+    params[i] = params[i] + neg_step_size * m[i] / denom;                // addcdiv_
+  }
+}
+
+double sum_of_squares(std::span<const float> values) { return sum_squares(values); }
+double sum_of_squares(std::span<const double> values) { return sum_squares(values); }
+
+double clip_coefficient(double total_norm, double max_norm) {
+  require(max_norm > 0.0 && std::isfinite(max_norm), "max_norm", "> 0 and finite", max_norm);
+  require(total_norm >= 0.0 && std::isfinite(total_norm), "total_norm", ">= 0 and finite",
+          total_norm);
+  return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+void scale_in_place(std::span<float> values, double factor) { scale(values, factor); }
+void scale_in_place(std::span<double> values, double factor) { scale(values, factor); }
+
+template void adamw_step<float>(std::span<float>, std::span<const float>, std::span<float>,
+                                std::span<float>, const AdamWParams&, double, int64_t);
+template void adamw_step<double>(std::span<double>, std::span<const double>, std::span<double>,
+                                 std::span<double>, const AdamWParams&, double, int64_t);
+
+}  // namespace traintwin::exec::cpu

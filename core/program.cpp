@@ -55,6 +55,38 @@ const char* to_string(Phase p) {
   return "?";
 }
 
+const char* to_string(Role r) {
+  switch (r) {
+    case Role::kNone: return "none";
+    case Role::kEmbedding: return "embedding";
+    case Role::kEmbeddingDropout: return "embedding dropout";
+    case Role::kInputLayerNorm: return "input layernorm";
+    case Role::kQkv: return "qkv";
+    case Role::kAttentionCore: return "attention core";
+    case Role::kAttentionProjection: return "attention projection";
+    case Role::kAttentionResidual: return "attention residual";
+    case Role::kPostAttentionLayerNorm: return "post-attention layernorm";
+    case Role::kFc1: return "fc1";
+    case Role::kGelu: return "gelu";
+    case Role::kFc2: return "fc2";
+    case Role::kMlpResidual: return "mlp residual";
+    case Role::kFinalLayerNorm: return "final layernorm";
+    case Role::kLmHead: return "lm head";
+    case Role::kCrossEntropyMax: return "cross entropy max";
+    case Role::kCrossEntropy: return "cross entropy";
+    case Role::kCrossEntropyTarget: return "cross entropy target";
+    case Role::kCrossEntropySumExp: return "cross entropy sum-exp";
+    case Role::kPipeline: return "pipeline";
+    case Role::kGradBucket: return "grad bucket";
+    case Role::kParamBucket: return "param bucket";
+    case Role::kLayerNormGrads: return "layernorm grads";
+    case Role::kEmbeddingGrads: return "embedding grads";
+    case Role::kGradNorm: return "grad norm";
+    case Role::kOptimizerStep: return "optimizer step";
+  }
+  return "?";
+}
+
 std::string KernelKey::to_string() const {
   std::ostringstream o;
   o << name << '[';
@@ -289,8 +321,8 @@ class RankLowering {
     }
     lower_schedule();
     if (!sc_.training.overlap_grad_reduce) {
-      for (auto& chunk : buckets_) {
-        for (auto& bucket : chunk) issue_grad_reduce(bucket);
+      for (size_t c = 0; c < buckets_.size(); ++c) {
+        for (auto& bucket : buckets_[c]) issue_grad_reduce(static_cast<int64_t>(c), bucket);
       }
     }
     finalize_and_step();
@@ -333,7 +365,11 @@ class RankLowering {
       last_compute_ = open_compute_;
     }
     out_.ops[open_compute_].kernels.push_back(table_.add(kern));
+    out_.ops[open_compute_].kernel_roles.push_back(role_);
   }
+
+  /// The role of the kernels and communication ops that follow.
+  void role(Role r) { role_ = r; }
 
   void close_compute() { open_compute_ = kNoOp; }
 
@@ -356,6 +392,7 @@ class RankLowering {
     out_.ops[id].collective = kind;
     out_.ops[id].group = group;
     out_.ops[id].bytes = bytes;
+    out_.ops[id].role = role_;
     add_dep(id, last_compute_);
     add_dep(id, last_on_stream_[static_cast<size_t>(stream)]);
     last_on_stream_[static_cast<size_t>(stream)] = id;
@@ -387,6 +424,7 @@ class RankLowering {
       out_.ops[id].peer = x.peer;
       out_.ops[id].tag = x.tag;
       out_.ops[id].bytes = x.bytes;
+      out_.ops[id].role = Role::kPipeline;
       add_dep(id, last_compute_);
       ids.push_back(id);
     }
@@ -614,15 +652,25 @@ class RankLowering {
   }
 
   void layer_forward() {
+    role(Role::kInputLayerNorm);
     kernel(k_.layernorm(false), "layernorm");
+    role(Role::kQkv);
     gathered_gemm(3 * d_.h / d_.t, d_.h, "attention");
+    role(Role::kAttentionCore);
     kernel(k_.attention(false), "attention");
+    role(Role::kAttentionProjection);
     gemm_reduced(d_.h, d_.h / d_.t, "attention");
+    role(Role::kAttentionResidual);
     kernel(k_.dropout_add(false), "mlp");
+    role(Role::kPostAttentionLayerNorm);
     kernel(k_.layernorm(false), "mlp");
+    role(Role::kFc1);
     gathered_gemm(d_.ffn / d_.t, d_.h, "mlp");
+    role(Role::kGelu);
     kernel(k_.gelu(false), "mlp");
+    role(Role::kFc2);
     gemm_reduced(d_.h, d_.ffn / d_.t, "mlp");
+    role(Role::kMlpResidual);
     kernel(k_.dropout_add(false), "mlp");
   }
 
@@ -653,52 +701,74 @@ class RankLowering {
   }
 
   void layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
+    role(Role::kMlpResidual);
     kernel(k_.dropout_add(true), "mlp");
+    role(Role::kFc2);
     row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp");
+    role(Role::kGelu);
     kernel(k_.gelu(true), "mlp");
+    role(Role::kFc1);
     column_parallel_backward(d_.ffn / d_.t, d_.h, "mlp");
+    role(Role::kPostAttentionLayerNorm);
     kernel(k_.layernorm(true), "mlp");
+    role(Role::kAttentionResidual);
     kernel(k_.dropout_add(true), "attention");
+    role(Role::kAttentionProjection);
     row_parallel_backward(d_.h, d_.h / d_.t, "attention");
+    role(Role::kAttentionCore);
     if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
       context(Phase::kRecompute, mb, chunk, layer);
       kernel(k_.attention(false), "attention core");
       context(Phase::kBackward, mb, chunk, layer);
     }
     kernel(k_.attention(true), "attention");
+    role(Role::kQkv);
     column_parallel_backward(3 * d_.h / d_.t, d_.h, "attention");
+    role(Role::kInputLayerNorm);
     kernel(k_.layernorm(true), "attention");
   }
 
   // ---- embedding and LM head -----------------------------------------------------------------
 
   void embedding_forward() {
+    role(Role::kEmbedding);
     kernel(k_.embedding(false), "embedding");
     // VocabParallelEmbedding: partial lookups summed over TP (reduce-scatter into SP regions).
     tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
+    role(Role::kEmbeddingDropout);
     kernel(k_.dropout(), "embedding");
   }
 
   void embedding_backward() {
+    role(Role::kEmbedding);
     if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
     kernel(k_.embedding(true), "embedding");
   }
 
   void head_forward() {
+    role(Role::kFinalLayerNorm);
     kernel(k_.layernorm(false), "final layernorm");
+    role(Role::kLmHead);
     gathered_gemm(d_.vocab_local, d_.h, "lm head");
     // Vocab-parallel cross-entropy: all-reduce of the logit max, then of the target logits and
     // of the sum of exponentials (fp32, one value per token each).
+    role(Role::kCrossEntropyMax);
     kernel(k_.elementwise_vocab("cross_entropy_max", 1, 1), "cross entropy");
     tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce max");
+    role(Role::kCrossEntropy);
     kernel(k_.elementwise_vocab("cross_entropy_fwd", 3, 1), "cross entropy");
+    role(Role::kCrossEntropyTarget);
     tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce target");
+    role(Role::kCrossEntropySumExp);
     tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce sum-exp");
   }
 
   void head_backward() {
+    role(Role::kCrossEntropy);
     kernel(k_.elementwise_vocab("cross_entropy_bwd", 3, 2), "cross entropy");
+    role(Role::kLmHead);
     column_parallel_backward(d_.vocab_local, d_.h, "lm head");
+    role(Role::kFinalLayerNorm);
     kernel(k_.layernorm(true), "final layernorm");
   }
 
@@ -742,17 +812,21 @@ class RankLowering {
   void bucket_done(int64_t chunk, int64_t layer) {
     if (!sc_.training.overlap_grad_reduce) return;
     for (auto& bucket : buckets_[static_cast<size_t>(chunk)]) {
-      if (bucket.trigger == layer) issue_grad_reduce(bucket);
+      if (bucket.trigger == layer) issue_grad_reduce(chunk, bucket);
     }
   }
 
-  void issue_grad_reduce(Bucket& bucket) {
-    context(Phase::kGradSync, -1, chunk_, -1);
+  void issue_grad_reduce(int64_t chunk, Bucket& bucket) {
+    context(Phase::kGradSync, -1, chunk, -1);
+    role(Role::kGradBucket);
     const bool dist = sc_.training.use_distributed_optimizer;
     bucket.grad_op = collective(dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
                                 GroupKind::kDpCp, Stream::kDpComm, bucket.params * d_.grad_bytes,
                                 dist ? "dp reduce_scatter grads" : "dp all_reduce grads");
-    if (bucket.grad_op != kNoOp) grad_syncs_.push_back(bucket.grad_op);
+    if (bucket.grad_op != kNoOp) {
+      grad_syncs_.push_back(bucket.grad_op);
+      out_.ops[bucket.grad_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
+    }
   }
 
   void issue_param_gathers(Phase phase) {
@@ -761,9 +835,13 @@ class RankLowering {
       auto& chunk = buckets_[static_cast<size_t>(c)];
       for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
         context(phase, -1, c, -1);
+        role(Role::kParamBucket);
         it->param_gather_op = collective(CollectiveKind::kAllGather, GroupKind::kDpCp,
                                          Stream::kDpComm, it->params * d_.dsize,
                                          "dp all_gather params");
+        if (it->param_gather_op != kNoOp) {
+          out_.ops[it->param_gather_op].bucket_layers.assign(it->layers.begin(), it->layers.end());
+        }
       }
     }
   }
@@ -789,12 +867,14 @@ class RankLowering {
       for (uint32_t x : done) add_dep(op, x);
       done = {op};
     };
+    role(Role::kLayerNormGrads);
     if (d_.sp) {
       int64_t ln_params = d_.v * d_.layers_per_chunk * 6 * d_.h;  // 2 LNs + 2 row-parallel biases
       if (c.pp == d_.p - 1) ln_params += 2 * d_.h;                 // final LN
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                            ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
     }
+    role(Role::kEmbeddingGrads);
     if (d_.p > 1 && (c.pp == 0 || c.pp == d_.p - 1)) {
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding, Stream::kPpComm,
                            d_.vocab_local * d_.h * d_.grad_bytes, "embedding grads all_reduce"));
@@ -805,9 +885,11 @@ class RankLowering {
     const int64_t dp_cp = layout_.size(GroupKind::kDpCp);
     const int64_t params = parameters_on_rank(sc_, c.pp);
     const int64_t local = dist ? ceil_div(params, dp_cp) : params;
+    role(Role::kGradNorm);
     kernel(k_.grad_norm(local), "grad norm");
     wait(collective(CollectiveKind::kAllReduce, dist ? GroupKind::kWorld : GroupKind::kModelParallel,
                     Stream::kDpComm, 4, "grad norm all_reduce"));
+    role(Role::kOptimizerStep);
     kernel(k_.adamw(local), "optimizer step");
     close_compute();
   }
@@ -821,6 +903,7 @@ class RankLowering {
 
   Phase phase_ = Phase::kForward;
   int64_t mb_ = -1, chunk_ = -1, layer_ = -1;
+  Role role_ = Role::kNone;
   uint32_t open_compute_ = kNoOp;
   uint32_t last_compute_ = kNoOp;
   std::vector<uint32_t> waits_;

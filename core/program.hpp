@@ -50,6 +50,44 @@ enum class Phase : uint8_t {
 };
 const char* to_string(Phase p);
 
+/// Which computation of the model an op belongs to: the executor uses it to know which tensors a
+/// kernel or communication op reads and writes (the simulator ignores it). A communication op has
+/// the role of the computation it serves, e.g. the SP all-gather of the QKV GEMM's input and the
+/// backward all-reduce of its input gradient are both kQkv (told apart by phase and collective).
+enum class Role : uint8_t {
+  kNone,
+  // first virtual stage
+  kEmbedding,         ///< vocab-parallel word-embedding lookup; its TP reduce
+  kEmbeddingDropout,  ///< + position embedding, dropout (on the SP shard)
+  // one transformer layer, in forward order
+  kInputLayerNorm,
+  kQkv,                   ///< column-parallel QKV linear
+  kAttentionCore,         ///< causal softmax attention of the local heads
+  kAttentionProjection,   ///< row-parallel output projection
+  kAttentionResidual,     ///< bias + dropout + residual add after the projection
+  kPostAttentionLayerNorm,
+  kFc1,                   ///< column-parallel h -> ffn
+  kGelu,
+  kFc2,                   ///< row-parallel ffn -> h
+  kMlpResidual,           ///< bias + dropout + residual add after FC2
+  // last virtual stage
+  kFinalLayerNorm,
+  kLmHead,                ///< LM head (tied to the word embedding), column-parallel over vocab
+  kCrossEntropyMax,       ///< vocab-parallel cross-entropy: max of the logits (all-reduce MAX)
+  kCrossEntropy,          ///< local sum of exponentials and target logit; backward
+  kCrossEntropyTarget,    ///< all-reduce of the target logits
+  kCrossEntropySumExp,    ///< all-reduce of the sums of exponentials
+  // pipeline, gradient sync, optimizer
+  kPipeline,              ///< send/recv of activations or their gradients
+  kGradBucket,            ///< DP gradient reduce of one bucket (Op::bucket_layers)
+  kParamBucket,           ///< distributed optimizer: parameter all-gather of one bucket
+  kLayerNormGrads,        ///< SP: all-reduce over TP of LayerNorm and row-parallel bias grads
+  kEmbeddingGrads,        ///< tied word-embedding gradient all-reduce (first and last stage)
+  kGradNorm,              ///< global gradient norm (local sum of squares; its all-reduce)
+  kOptimizerStep,         ///< clip + AdamW
+};
+const char* to_string(Role r);
+
 /// The identity of a kernel: the executor times it under this key and the simulator looks it up.
 /// Shapes are listed per kernel name in program.cpp (kernel catalogue), e.g.
 /// gemm_fwd {m, n, k}: Y[m,n] = X[m,k] W[k,n]; attention_fwd {b, heads, s, head_dim}.
@@ -85,8 +123,14 @@ struct Op {
   int32_t micro_batch = -1;  ///< -1 when not tied to a micro-batch
   int32_t model_chunk = -1;
   int32_t layer = -1;        ///< global transformer layer index, -1 for embedding/head/other
-  /// Compute: indices into Program::kernels, run back to back.
+  /// Compute: indices into Program::kernels, run back to back, and the role of each.
   std::vector<uint32_t> kernels;
+  std::vector<Role> kernel_roles;
+  /// Communication: the role of the computation it serves.
+  Role role = Role::kNone;
+  /// kGradBucket / kParamBucket: the bucket's layers in backward order (global layer index;
+  /// -1 = final LayerNorm and the LM-head copy of the last stage, -2 = the embeddings).
+  std::vector<int32_t> bucket_layers;
   /// Collective: kind and group (members: Program::layout.group(group, rank)).
   CollectiveKind collective = CollectiveKind::kAllReduce;
   GroupKind group = GroupKind::kTp;

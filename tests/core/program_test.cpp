@@ -329,6 +329,54 @@ TEST(Program, DataParallelBucketsCoverEveryParameterOnce) {
   }
 }
 
+// Every kernel and communication op carries the role the executor dispatches on: a layer's
+// forward kernels in Megatron's order, each collective tagged with the computation it serves, and
+// every bucket op lists the layers whose gradients it holds (each layer once per chunk).
+TEST(Program, RolesTagEveryKernelAndCommunication) {
+  Knobs k;
+  k.tp = 2, k.pp = 2, k.dp = 2, k.m = 4, k.layers = 4, k.sp = true, k.overlap_grad = true;
+  const Program prog = build_program(make(k));
+  const std::vector<Role> layer_fwd = {
+      Role::kInputLayerNorm, Role::kQkv,   Role::kAttentionCore, Role::kAttentionProjection,
+      Role::kAttentionResidual, Role::kPostAttentionLayerNorm, Role::kFc1, Role::kGelu,
+      Role::kFc2, Role::kMlpResidual};
+  for (const auto& [r, rp] : prog.ranks) {
+    std::map<std::tuple<int, int, int>, std::vector<Role>> fwd;  // (mb, chunk, layer) -> roles
+    std::map<int32_t, int> bucketed;
+    for (const Op& op : rp.ops) {
+      if (op.kind == OpKind::kCompute) {
+        ASSERT_EQ(op.kernel_roles.size(), op.kernels.size());
+        for (size_t i = 0; i < op.kernels.size(); ++i) {
+          EXPECT_NE(op.kernel_roles[i], Role::kNone) << prog.label(op);
+          if (op.phase == Phase::kForward && op.layer >= 0) {
+            fwd[{op.micro_batch, op.model_chunk, op.layer}].push_back(op.kernel_roles[i]);
+          }
+        }
+        continue;
+      }
+      EXPECT_NE(op.role, Role::kNone) << prog.label(op);
+      if (op.kind != OpKind::kCollective) {
+        EXPECT_EQ(op.role, Role::kPipeline);
+      }
+      if (op.role == Role::kGradBucket) {
+        EXPECT_FALSE(op.bucket_layers.empty());
+        for (int32_t l : op.bucket_layers) ++bucketed[l];
+      }
+      if (op.collective == CollectiveKind::kAllGather && op.group == GroupKind::kTp &&
+          op.phase == Phase::kForward) {
+        EXPECT_TRUE(op.role == Role::kQkv || op.role == Role::kFc1 || op.role == Role::kLmHead)
+            << prog.label(op);
+      }
+    }
+    EXPECT_EQ(fwd.size(), 4u * 2u);  // 4 micro-batches x 2 layers of this stage
+    for (const auto& [key, roles] : fwd) EXPECT_EQ(roles, layer_fwd);
+    const int32_t first = static_cast<int32_t>(rp.coord.pp * 2);
+    EXPECT_EQ(bucketed[first], 1);
+    EXPECT_EQ(bucketed[first + 1], 1);
+    EXPECT_EQ(bucketed.count(rp.coord.pp == 0 ? -2 : -1), 1u);
+  }
+}
+
 // Megatron's DDP bucket size: max(40M, 1M x DP x CP) parameters with overlap, else one bucket.
 TEST(Program, BucketSizeAsMegatron) {
   Knobs k;

@@ -30,6 +30,10 @@ void register_sweep_command(CLI::App& app);
 /// `traintwin report DIR`: rebuilds DIR/report.html (self-contained, Vega-Lite inlined) from the
 /// summary.json, timeline.json and sweep.json in DIR.
 void register_report_command(CLI::App& app);
+/// `traintwin preprocess --input F --output-prefix P --tokenizer-type GPT2BPETokenizer
+/// --vocab-file encoder.json --merge-file vocab.bpe [--append-eod]`: Megatron's
+/// tools/preprocess_data.py, writing P_text_document.bin/.idx.
+void register_preprocess_command(CLI::App& app);
 
 /// The folder with the Vega builds the HTML report inlines: `flag` when given, else
 /// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   traintwin::cli::register_topology_command(app);
   traintwin::cli::register_sweep_command(app);
   traintwin::cli::register_report_command(app);
+  traintwin::cli::register_preprocess_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,7 @@
 #include "sim/replay.hpp"
 
+#include "traces/op_event.hpp"
+
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u/Activity.hpp>
 #include <simgrid/s4u/Comm.hpp>
@@ -645,37 +647,16 @@ class Engine {
       const RankState& st = ranks_[static_cast<size_t>(r)];
       const Template& tp = templates_[st.tmpl];
       for (const Op& op : tp.rp->ops) {
-        TimelineEvent e;
-        e.rank = r;
-        e.stream = to_string(op.stream);
-        e.name = prog_.label(op);
-        e.start_s = st.start[op.id];
-        e.end_s = st.t[op.id];
-        switch (op.phase) {
-          case Phase::kForward: e.category = "forward"; break;
-          case Phase::kBackward: e.category = "backward"; break;
-          case Phase::kRecompute: e.category = "recompute"; break;
-          case Phase::kOptimizer: e.category = "optimizer"; break;
-          default: e.category = "comm"; break;
-        }
-        if (op.kind != OpKind::kCompute) {
-          e.category = "comm";
-          e.args["bytes"] = std::to_string(op.bytes);
-        }
-        if (op.kind == OpKind::kCollective) {
-          e.args["collective"] = to_string(op.collective);
-          e.args["group"] = to_string(op.group);
-          auto it = plans_.find(plan_key(op));
-          if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
-        }
+        int64_t peer = -1;
         if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
           RankCoord pc = st.coord;
           pc.pp = tp.peer_pp[op.id];
-          const int64_t peer = prog_.layout.rank(pc);
-          const int64_t src = op.kind == OpKind::kSend ? r : peer;
-          e.args["peer"] = std::to_string(peer);
-          e.flow_id = (src * (world_ + 1) + (op.kind == OpKind::kSend ? peer : r)) * 4096 * 64 + op.tag;
-          e.flow_start = op.kind == OpKind::kSend;
+          peer = prog_.layout.rank(pc);
+        }
+        TimelineEvent e = op_event(prog_, op, r, peer, world_, st.start[op.id], st.t[op.id]);
+        if (op.kind == OpKind::kCollective) {
+          auto it = plans_.find(plan_key(op));
+          if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
         }
         tl.events.push_back(std::move(e));
       }

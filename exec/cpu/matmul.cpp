@@ -66,21 +66,29 @@ void matmul_forward(std::span<Scalar> out, std::span<const Scalar> inp,
 }
 
 template <typename Scalar>
-void matmul_backward(std::span<Scalar> dinp, std::span<Scalar> dweight, std::span<Scalar> dbias,
-                     std::span<const Scalar> dout, std::span<const Scalar> inp,
-                     std::span<const Scalar> weight, int64_t batch, int64_t seq,
-                     int64_t channels, int64_t out_channels) {
+void matmul_backward_data(std::span<Scalar> dinp, std::span<const Scalar> dout,
+                          std::span<const Scalar> weight, int64_t batch, int64_t seq,
+                          int64_t channels, int64_t out_channels) {
   check_sizes(batch, seq, channels, out_channels);
   const int64_t bt = batch * seq;
   require_size(dinp.size(), bt * channels, "dinp");
-  require_size(dweight.size(), out_channels * channels, "dweight");
-  if (!dbias.empty()) require_size(dbias.size(), out_channels, "dbias");
   require_size(dout.size(), bt * out_channels, "dout");
-  require_size(inp.size(), bt * channels, "inp");
   require_size(weight.size(), out_channels * channels, "weight");
   // dinp[BT, C] += dout[BT, OC] x weight[OC, C]
   gemm(CblasNoTrans, CblasNoTrans, bt, channels, out_channels, Scalar{1}, dout.data(),
        out_channels, weight.data(), channels, Scalar{1}, dinp.data(), channels);
+}
+
+template <typename Scalar>
+void matmul_backward_weight(std::span<Scalar> dweight, std::span<Scalar> dbias,
+                            std::span<const Scalar> dout, std::span<const Scalar> inp,
+                            int64_t batch, int64_t seq, int64_t channels, int64_t out_channels) {
+  check_sizes(batch, seq, channels, out_channels);
+  const int64_t bt = batch * seq;
+  require_size(dweight.size(), out_channels * channels, "dweight");
+  if (!dbias.empty()) require_size(dbias.size(), out_channels, "dbias");
+  require_size(dout.size(), bt * out_channels, "dout");
+  require_size(inp.size(), bt * channels, "inp");
   // dweight[OC, C] += dout^T[OC, BT] x inp[BT, C]
   gemm(CblasTrans, CblasNoTrans, out_channels, channels, bt, Scalar{1}, dout.data(), out_channels,
        inp.data(), channels, Scalar{1}, dweight.data(), channels);
@@ -91,6 +99,26 @@ void matmul_backward(std::span<Scalar> dinp, std::span<Scalar> dweight, std::spa
     }
   }
 }
+
+template <typename Scalar>
+void matmul_backward(std::span<Scalar> dinp, std::span<Scalar> dweight, std::span<Scalar> dbias,
+                     std::span<const Scalar> dout, std::span<const Scalar> inp,
+                     std::span<const Scalar> weight, int64_t batch, int64_t seq,
+                     int64_t channels, int64_t out_channels) {
+  matmul_backward_data(dinp, dout, weight, batch, seq, channels, out_channels);
+  matmul_backward_weight(dweight, dbias, dout, inp, batch, seq, channels, out_channels);
+}
+
+#define TRAINTWIN_MATMUL_BACKWARD_PARTS(Scalar)                                                   \
+  template void matmul_backward_data<Scalar>(std::span<Scalar>, std::span<const Scalar>,          \
+                                             std::span<const Scalar>, int64_t, int64_t, int64_t,  \
+                                             int64_t);                                            \
+  template void matmul_backward_weight<Scalar>(std::span<Scalar>, std::span<Scalar>,              \
+                                               std::span<const Scalar>, std::span<const Scalar>,  \
+                                               int64_t, int64_t, int64_t, int64_t);
+TRAINTWIN_MATMUL_BACKWARD_PARTS(float)
+TRAINTWIN_MATMUL_BACKWARD_PARTS(double)
+#undef TRAINTWIN_MATMUL_BACKWARD_PARTS
 
 template void matmul_forward<float>(std::span<float>, std::span<const float>,
                                     std::span<const float>, std::span<const float>, int64_t,

@@ -30,4 +30,21 @@ void matmul_backward(std::span<Scalar> dinp,           // [B, T, C]
                      std::span<const Scalar> weight,   // [OC, C]
                      int64_t batch, int64_t seq, int64_t channels, int64_t out_channels);
 
+/// The input-gradient half of matmul_backward (Megatron's "dgrad" GEMM): dinp += dout W.
+/// Throws InvalidArgument as matmul_forward.
+template <typename Scalar>
+void matmul_backward_data(std::span<Scalar> dinp,          // [B, T, C]
+                          std::span<const Scalar> dout,    // [B, T, OC]
+                          std::span<const Scalar> weight,  // [OC, C]
+                          int64_t batch, int64_t seq, int64_t channels, int64_t out_channels);
+
+/// The weight-gradient half ("wgrad" GEMM): dweight += dout^T inp, dbias += sum of dout
+/// (`dbias` may be empty). Throws InvalidArgument as matmul_forward.
+template <typename Scalar>
+void matmul_backward_weight(std::span<Scalar> dweight,      // [OC, C]
+                            std::span<Scalar> dbias,        // [OC] or empty
+                            std::span<const Scalar> dout,   // [B, T, OC]
+                            std::span<const Scalar> inp,    // [B, T, C]
+                            int64_t batch, int64_t seq, int64_t channels, int64_t out_channels);
+
 }  // namespace traintwin::exec::cpu

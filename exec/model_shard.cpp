@@ -1,0 +1,356 @@
+// The parameters of one rank: layout, TP split and layout-independent initialization as
+// specified in model_shard.hpp.
+//
+// Random stream of a tensor: stream_id({fnv1a64(global name)}) — the FNV-1a 64 hash
+// (exec/checkpoint.hpp) of the tensor's global name, e.g. "layers.3.mlp.linear_fc1.weight", fed as
+// the single part of counter_rng.hpp's stream_id. output_layer.weight draws from the stream of
+// "embedding.word_embeddings.weight", so the LM head's copy starts equal to the embedding.
+// Element (i, j) of the global tensor [rows, cols] is
+//   static_cast<float>(counter_normal(seed, stream, i x cols + j) x std)
+// (product in double, one rounding to float), hence the same bits on every TP/PP layout.
+//
+// Flags follow Megatron-LM: tensor_parallel is set for every column/row/vocab-parallel tensor
+// whatever TP is (megatron/core/tensor_parallel/layers.py sets tensor_model_parallel = True for
+// TP 1 too); sequence_parallel_grad mirrors Megatron's `sequence_parallel` parameter attribute,
+// which LayerNorms and row-parallel biases carry only when sequence parallelism is on
+// (config.sequence_parallel), i.e. exactly the tensors whose gradients need a TP all-reduce.
+#include "exec/model_shard.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/checks.hpp"
+#include "core/error.hpp"
+#include "core/params.hpp"
+#include "exec/checkpoint.hpp"
+#include "exec/counter_rng.hpp"
+
+namespace traintwin::exec {
+namespace {
+
+constexpr const char* kWhere = "exec/model_shard";
+constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
+
+enum class Init { kZeros, kOnes, kNormal };
+
+/// Where the local elements of a tensor sit in its global (unsharded) tensor [*, global_cols]:
+/// local row r is global row (r / block_rows) x block_stride + row_offset + r % block_rows (QKV:
+/// blocks of h/t rows for q, k, v, stride h; otherwise one block), local column c is global
+/// column col_offset + c. Global rows >= valid_rows (padded vocabulary) are 0.
+struct GlobalMap {
+  int64_t block_rows = 0;  ///< 0: the whole tensor is one block
+  int64_t block_stride = 0;
+  int64_t row_offset = 0;
+  int64_t col_offset = 0;
+  int64_t global_cols = 1;
+  int64_t valid_rows = std::numeric_limits<int64_t>::max();
+};
+
+/// A tensor to lay out, with how to initialize it.
+struct TensorSpec {
+  ShardTensor tensor;
+  Init init = Init::kZeros;
+  std::string stream_name;  ///< name whose random stream it draws from (kNormal)
+  double std = 0.0;
+  GlobalMap map;
+};
+
+/// The stream of a tensor: stream_id({FNV-1a 64 of its global name}).
+uint64_t name_stream(const std::string& name) {
+  return stream_id({fnv1a64(name.data(), name.size())});
+}
+
+void require_coord(int64_t value, int64_t size, const char* coord_name, const char* size_name) {
+  if (value < 0 || value >= size) {
+    throw InvalidArgument(fmt::format("{}: rank coordinate {} = {} is outside [0, {} = {})", kWhere,
+                                      coord_name, value, size_name, size));
+  }
+}
+
+/// Fills `out` (the local tensor, row-major `shape`) as the spec says.
+void initialize(const TensorSpec& spec, uint64_t seed, std::span<float> out) {
+  if (spec.init == Init::kZeros) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return;
+  }
+  if (spec.init == Init::kOnes) {
+    std::fill(out.begin(), out.end(), 1.0f);
+    return;
+  }
+  const auto& shape = spec.tensor.shape;
+  const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+  const int64_t cols = shape.size() == 2 ? shape[1] : shape[0];
+  const GlobalMap& m = spec.map;
+  const int64_t block_rows = m.block_rows > 0 ? m.block_rows : rows;
+  const uint64_t stream = name_stream(spec.stream_name);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t grow = (r / block_rows) * m.block_stride + m.row_offset + r % block_rows;
+    float* row = out.data() + r * cols;
+    if (grow >= m.valid_rows) {
+      std::fill(row, row + cols, 0.0f);
+      continue;
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t index = grow * m.global_cols + m.col_offset + c;
+      row[c] =
+          static_cast<float>(counter_normal(seed, stream, static_cast<uint64_t>(index)) * spec.std);
+    }
+  }
+}
+
+}  // namespace
+
+ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
+                       double init_method_std)
+    : scenario_(s), coord_(coord) {
+  const ParallelConfig& par = s.parallel;
+  const ModelSpec& model = s.model;
+  require_valid_model(model);
+  require_at_least_one(par.tensor_model_parallel_size, "tensor_model_parallel_size");
+  require_at_least_one(par.pipeline_model_parallel_size, "pipeline_model_parallel_size");
+  require_at_least_one(par.virtual_pipeline_model_parallel_size,
+                       "virtual_pipeline_model_parallel_size");
+  require_at_least_one(par.context_parallel_size, "context_parallel_size");
+  require_at_least_one(par.data_parallel_size, "data_parallel_size");
+  require_coord(coord.tp, par.tensor_model_parallel_size, "tp", "tensor_model_parallel_size");
+  require_coord(coord.cp, par.context_parallel_size, "cp", "context_parallel_size");
+  require_coord(coord.dp, par.data_parallel_size, "dp", "data_parallel_size");
+  require_coord(coord.pp, par.pipeline_model_parallel_size, "pp", "pipeline_model_parallel_size");
+  // Divisibility of layers, hidden and ffn sizes (throws InvalidArgument naming the field).
+  (void)parameters_on_rank(s, coord.pp);
+  if (model.num_attention_heads % par.tensor_model_parallel_size != 0) {
+    throw InvalidArgument(fmt::format(
+        "{}: num_attention_heads ({}) must be divisible by tensor_model_parallel_size ({})", kWhere,
+        model.num_attention_heads, par.tensor_model_parallel_size));
+  }
+  if (!std::isfinite(init_method_std) || init_method_std < 0.0) {
+    throw InvalidArgument(fmt::format("{}: init_method_std must be finite and >= 0, got {}", kWhere,
+                                      init_method_std));
+  }
+
+  const int64_t t = par.tensor_model_parallel_size;
+  const int64_t p = par.pipeline_model_parallel_size;
+  const int64_t v = par.virtual_pipeline_model_parallel_size;
+  const int64_t h = model.hidden_size;
+  const int64_t ffn = model.ffn_hidden_size;
+  const int64_t hl = h / t;
+  const int64_t ffnl = ffn / t;
+  const int64_t tp = coord.tp;
+  const int64_t layers_per_chunk = s.layers_per_model_chunk();
+  const bool sp = par.sequence_parallel;
+  // Megatron's scaled_init_method_normal: std / sqrt(2 num_layers) for the output layers of
+  // attention and MLP (linear_proj, linear_fc2).
+  const double scaled_std =
+      init_method_std / std::sqrt(2.0 * static_cast<double>(model.num_layers));
+  vocab_local_ = padded_vocab_size(model.vocab_size, t) / t;
+
+  // Factories for the kinds of tensors.
+  auto replicated_1d = [&](std::string name, int32_t item, int64_t n, Init init, bool sp_grad) {
+    TensorSpec spec;
+    spec.tensor.name = std::move(name);
+    spec.tensor.item = item;
+    spec.tensor.shape = {n};
+    spec.tensor.weight_decay = false;
+    spec.tensor.sequence_parallel_grad = sp_grad && sp;
+    spec.init = init;
+    return spec;
+  };
+  auto weight = [&](std::string name, int32_t item, int64_t rows, int64_t cols, double std,
+                    GlobalMap map, bool tensor_parallel) {
+    TensorSpec spec;
+    spec.tensor.name = name;
+    spec.tensor.item = item;
+    spec.tensor.shape = {rows, cols};
+    spec.tensor.tensor_parallel = tensor_parallel;
+    spec.init = Init::kNormal;
+    spec.stream_name = std::move(name);
+    spec.std = std;
+    spec.map = map;
+    return spec;
+  };
+  auto vocab_weight = [&](std::string name, int32_t item) {
+    GlobalMap map;
+    map.row_offset = vocab_start();
+    map.global_cols = h;
+    map.valid_rows = model.vocab_size;
+    TensorSpec spec = weight(std::move(name), item, vocab_local_, h, init_method_std, map, true);
+    spec.stream_name = kWordEmbedding;
+    return spec;
+  };
+
+  const int64_t last_vstage = p * v - 1;
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = c * p + coord.pp;
+    std::vector<TensorSpec> specs;
+    if (vs == last_vstage) {
+      specs.push_back(replicated_1d("final_layernorm.weight", -1, h, Init::kOnes, true));
+      specs.push_back(replicated_1d("final_layernorm.bias", -1, h, Init::kZeros, true));
+      if (p > 1) {
+        TensorSpec head = vocab_weight("output_layer.weight", -1);
+        head.tensor.shared_embedding = true;
+        specs.push_back(std::move(head));
+      }
+    }
+    for (int64_t l = (vs + 1) * layers_per_chunk - 1; l >= vs * layers_per_chunk; --l) {
+      const auto item = static_cast<int32_t>(l);
+      const std::string prefix = fmt::format("layers.{}.", l);
+      auto name = [&](const char* suffix) { return prefix + suffix; };
+      specs.push_back(replicated_1d(name("input_layernorm.weight"), item, h, Init::kOnes, true));
+      specs.push_back(replicated_1d(name("input_layernorm.bias"), item, h, Init::kZeros, true));
+      // QKV, column parallel: local [q | k | v], each this rank's h/t rows of its part.
+      GlobalMap qkv{.block_rows = hl, .block_stride = h, .row_offset = tp * hl, .global_cols = h};
+      specs.push_back(weight(name("self_attention.linear_qkv.weight"), item, 3 * hl, h,
+                             init_method_std, qkv, true));
+      TensorSpec qkv_bias =
+          replicated_1d(name("self_attention.linear_qkv.bias"), item, 3 * hl, Init::kZeros, false);
+      qkv_bias.tensor.tensor_parallel = true;
+      specs.push_back(std::move(qkv_bias));
+      // Projection, row parallel: columns [tp h/t, (tp+1) h/t) of [h, h].
+      GlobalMap proj{.col_offset = tp * hl, .global_cols = h};
+      specs.push_back(
+          weight(name("self_attention.linear_proj.weight"), item, h, hl, scaled_std, proj, true));
+      specs.push_back(
+          replicated_1d(name("self_attention.linear_proj.bias"), item, h, Init::kZeros, true));
+      specs.push_back(replicated_1d(name("pre_mlp_layernorm.weight"), item, h, Init::kOnes, true));
+      specs.push_back(replicated_1d(name("pre_mlp_layernorm.bias"), item, h, Init::kZeros, true));
+      // FC1, column parallel: rows [tp ffn/t, (tp+1) ffn/t) of [ffn, h].
+      GlobalMap fc1{.row_offset = tp * ffnl, .global_cols = h};
+      specs.push_back(
+          weight(name("mlp.linear_fc1.weight"), item, ffnl, h, init_method_std, fc1, true));
+      TensorSpec fc1_bias =
+          replicated_1d(name("mlp.linear_fc1.bias"), item, ffnl, Init::kZeros, false);
+      fc1_bias.tensor.tensor_parallel = true;
+      specs.push_back(std::move(fc1_bias));
+      // FC2, row parallel: columns [tp ffn/t, (tp+1) ffn/t) of [h, ffn].
+      GlobalMap fc2{.col_offset = tp * ffnl, .global_cols = ffn};
+      specs.push_back(weight(name("mlp.linear_fc2.weight"), item, h, ffnl, scaled_std, fc2, true));
+      specs.push_back(replicated_1d(name("mlp.linear_fc2.bias"), item, h, Init::kZeros, true));
+    }
+    if (vs == 0) {
+      specs.push_back(vocab_weight(kWordEmbedding, -2));
+      GlobalMap pos{.global_cols = h};
+      specs.push_back(weight("embedding.position_embeddings.weight", -2, model.seq_length, h,
+                             init_method_std, pos, false));
+    }
+
+    ChunkShard chunk;
+    chunk.chunk = c;
+    chunk.virtual_stage = vs;
+    int64_t offset = 0;
+    for (TensorSpec& spec : specs) {
+      ShardTensor& tensor = spec.tensor;
+      tensor.numel = 1;
+      for (const int64_t d : tensor.shape) tensor.numel *= d;
+      tensor.offset = offset;
+      offset += tensor.numel;
+    }
+    const auto total = static_cast<size_t>(offset);
+    chunk.params.assign(total, 0.0f);
+    chunk.grads.assign(total, 0.0f);
+    chunk.exp_avg.assign(total, 0.0f);
+    chunk.exp_avg_sq.assign(total, 0.0f);
+    chunk.tensors.reserve(specs.size());
+    for (TensorSpec& spec : specs) {
+      initialize(spec, seed,
+                 std::span<float>(chunk.params)
+                     .subspan(static_cast<size_t>(spec.tensor.offset),
+                              static_cast<size_t>(spec.tensor.numel)));
+      chunk.tensors.push_back(std::move(spec.tensor));
+    }
+    chunks_.push_back(std::move(chunk));
+  }
+}
+
+namespace {
+
+const ChunkShard& chunk_at(const std::vector<ChunkShard>& chunks, int64_t chunk) {
+  if (chunk < 0 || chunk >= static_cast<int64_t>(chunks.size())) {
+    throw InvalidArgument(
+        fmt::format("{}: model chunk {} is outside [0, virtual_pipeline_model_parallel_size = {})",
+                    kWhere, chunk, chunks.size()));
+  }
+  return chunks[static_cast<size_t>(chunk)];
+}
+
+/// Distinct items of a chunk in buffer order.
+std::vector<int32_t> chunk_items(const ChunkShard& cs) {
+  std::vector<int32_t> items;
+  for (const ShardTensor& t : cs.tensors) {
+    if (items.empty() || items.back() != t.item) items.push_back(t.item);
+  }
+  return items;
+}
+
+}  // namespace
+
+const ShardTensor& ModelShard::tensor(int64_t chunk, const std::string& name) const {
+  const ChunkShard& cs = chunk_at(chunks_, chunk);
+  for (const ShardTensor& t : cs.tensors) {
+    if (t.name == name) return t;
+  }
+  throw InvalidArgument(fmt::format(
+      "{}: model chunk {} (virtual stage {}, pipeline rank {}) has no tensor '{}'; its items are "
+      "[{}] (-1 final LayerNorm/LM head, -2 embeddings, else layers)",
+      kWhere, chunk, cs.virtual_stage, coord_.pp, name, fmt::join(chunk_items(cs), ", ")));
+}
+
+std::span<float> ModelShard::param(int64_t chunk, const std::string& name) {
+  const ShardTensor& t = tensor(chunk, name);
+  return std::span<float>(chunks_[static_cast<size_t>(chunk)].params)
+      .subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.numel));
+}
+
+std::span<float> ModelShard::grad(int64_t chunk, const std::string& name) {
+  const ShardTensor& t = tensor(chunk, name);
+  return std::span<float>(chunks_[static_cast<size_t>(chunk)].grads)
+      .subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.numel));
+}
+
+std::pair<int64_t, int64_t> ModelShard::item_range(int64_t chunk,
+                                                   std::span<const int32_t> items) const {
+  const ChunkShard& cs = chunk_at(chunks_, chunk);
+  const std::vector<int32_t> order = chunk_items(cs);
+  auto fail = [&](const std::string& what) {
+    return InvalidArgument(fmt::format(
+        "{}: item_range of model chunk {} (virtual stage {}): {}; requested items [{}], the "
+        "chunk's items in buffer order [{}]",
+        kWhere, chunk, cs.virtual_stage, what, fmt::join(items, ", "), fmt::join(order, ", ")));
+  };
+  if (items.empty()) throw fail("no items given");
+  size_t pos = 0;  // index into `order` the next item must have
+  for (size_t k = 0; k < items.size(); ++k) {
+    const auto it = std::find(order.begin(), order.end(), items[k]);
+    if (it == order.end()) throw fail(fmt::format("item {} is not in the chunk", items[k]));
+    const auto at = static_cast<size_t>(it - order.begin());
+    if (k > 0 && at != pos) {
+      throw fail(fmt::format("item {} does not follow item {} in buffer order (not contiguous)",
+                             items[k], items[k - 1]));
+    }
+    pos = at + 1;
+  }
+  int64_t begin = -1;
+  int64_t end = -1;
+  for (const ShardTensor& t : cs.tensors) {
+    if (t.item != items.front() && begin < 0) continue;
+    if (begin < 0) begin = t.offset;
+    if (std::find(items.begin(), items.end(), t.item) == items.end()) break;
+    end = t.offset + t.numel;
+  }
+  return {begin, end};
+}
+
+int64_t ModelShard::num_parameters() const {
+  int64_t total = 0;
+  for (const ChunkShard& cs : chunks_) total += static_cast<int64_t>(cs.params.size());
+  return total;
+}
+
+void ModelShard::zero_grads() {
+  for (ChunkShard& cs : chunks_) std::fill(cs.grads.begin(), cs.grads.end(), 0.0f);
+}
+
+}  // namespace traintwin::exec

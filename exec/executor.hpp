@@ -1,0 +1,105 @@
+// The trainer executor, CPU backend: runs one rank's Program (core/program.hpp) for real — the
+// very ops, in the very order, that the simulator replays.
+//
+// Execution model (Megatron-LM's: one host thread issues the work in program order, the
+// communication library progresses in the background):
+//  - ops are issued in id order; a compute op first waits for every op in its deps, then runs its
+//    kernels back to back on this thread (fp32, OpenBLAS GEMMs);
+//  - collectives and send/recv are started non-blocking when reached and completed when an op
+//    that depends on them is reached (or at the end of the iteration), so the Program's overlap
+//    of DP gradient reduces with backward and of async TP reduces with weight-gradient GEMMs is
+//    kept;
+//  - what a kernel or communication op computes comes from its Role, phase, micro-batch, model
+//    chunk and layer: there is no second, hand-written schedule.
+//
+// Activations use the [b, s, h] layout; sequence-parallel regions hold [b, s/t, h] (positions
+// [tp x s/t, (tp+1) x s/t) of every sample) and are reordered around the SP all-gather and
+// reduce-scatter, whose pieces are member-major.
+//
+// Numerics are layout independent by construction: parameters are initialized per global element
+// (ModelShard), dropout masks are counter-based on global (sample, position, channel)
+// coordinates, padded vocabulary entries are masked out of the softmax, and the loss of every
+// token is weighted 1 / (global batch x seq_length). Different TP/PP/DP layouts therefore train
+// the same model and differ only by floating-point summation order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/program.hpp"
+#include "exec/communicator.hpp"
+#include "exec/cpu/adamw.hpp"
+#include "exec/lr_schedule.hpp"
+#include "exec/model_shard.hpp"
+
+namespace traintwin::exec {
+
+/// Training hyper-parameters the executor needs (from the scenario's training section).
+struct TrainingHyperparameters {
+  uint64_t seed = 1234;
+  double hidden_dropout = 0;        ///< dropout after the embedding and both residual branches
+  double attention_dropout = 0;     ///< must be 0 (attention-probability dropout is not wired yet)
+  double clip_grad = 1.0;           ///< global-norm clipping threshold; 0 = no clipping
+  cpu::AdamWParams adam;
+  LearningRateSchedule lr;
+};
+
+/// Tokens and labels of one micro-batch of this rank's DP replica: `mb` in [0, m); both spans are
+/// [b, s]. Called on the first (tokens) and last (labels) virtual stages only.
+using MicroBatchSource =
+    std::function<void(int64_t mb, std::span<int32_t> tokens, std::span<int32_t> labels)>;
+
+/// When one op ran on this rank (seconds since the executor's clock origin). Communication ops:
+/// from issue to observed completion.
+struct OpSpan {
+  uint32_t op = 0;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+/// What one iteration (or evaluation pass) produced, the same on every rank.
+struct IterationResult {
+  double lm_loss = 0;        ///< mean cross-entropy over the global batch's tokens (nats)
+  double grad_norm = 0;      ///< global L2 norm of the gradients before clipping (training only)
+  double learning_rate = 0;  ///< of this step (training only)
+  std::vector<OpSpan> spans; ///< every op executed on this rank, in issue order
+};
+
+/// Runs one rank's Program. Holds references to the program, communicator and shard, which must
+/// outlive it.
+///
+/// Throws UnsupportedError for Program features the CPU backend does not execute yet:
+/// use_distributed_optimizer, tp_comm_overlap, context parallelism, attention_dropout > 0, a
+/// precision other than fp32 (the CPU backend computes in fp32 only; never silently); and
+/// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to
+/// another rank.
+class Executor {
+ public:
+  Executor(const Program& program, Communicator& comm, ModelShard& shard,
+           TrainingHyperparameters hyper);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// One training iteration: forward/backward of every micro-batch as the schedule orders them,
+  /// gradient reduction, clipping and the AdamW step with learning_rate(lr, iteration).
+  /// `iteration` is 1-based and keys the dropout masks. Throws Error when the gradient norm is
+  /// not finite (the step is not applied).
+  IterationResult train_iteration(int64_t iteration, const MicroBatchSource& data);
+
+  /// Forward only (the Program's forward ops and activation sends/recvs), no dropout, no state
+  /// change: the loss of the micro-batches `data` gives.
+  IterationResult evaluate(const MicroBatchSource& data);
+
+  /// Restarts the clock OpSpan times are measured from.
+  void reset_clock();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace traintwin::exec

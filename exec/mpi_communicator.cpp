@@ -1,0 +1,304 @@
+#include "exec/mpi_communicator.hpp"
+
+#include <climits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace traintwin::exec {
+namespace {
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+/// Throws CommError "MPI communicator: <what> failed: <MPI_Error_string>" for code != success.
+void check(int code, const std::string& what) {
+  if (code != MPI_SUCCESS) {
+    throw CommError("MPI communicator: " + what + " failed: " + mpi_error_text(code));
+  }
+}
+
+std::string members_text(const std::vector<int64_t>& members) {
+  std::string s;
+  for (size_t i = 0; i < members.size(); ++i) s += (i ? "," : "") + std::to_string(members[i]);
+  return s;
+}
+
+int to_count(size_t n, const std::string& what) {
+  if (n > static_cast<size_t>(INT_MAX)) {
+    throw InvalidArgument(
+        "MPI communicator: " + what + ": " + std::to_string(n) +
+        " elements exceed the MPI count limit INT_MAX = " + std::to_string(INT_MAX));
+  }
+  return static_cast<int>(n);
+}
+
+MPI_Op to_mpi(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+const char* to_text(ReduceOp op) { return op == ReduceOp::kMax ? "max" : "sum"; }
+
+/// An MPI_Request in flight. `what` names the operation and group for error messages. A recv
+/// (expected_count >= 0) also checks that the message filled its buffer.
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(MPI_Request request, std::string what, int expected_count = -1)
+      : request_(request), what_(std::move(what)), expected_count_(expected_count) {}
+  ~MpiRequest() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Wait(&request_, MPI_STATUS_IGNORE);  // errors dropped: no throw here
+  }
+
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL) return;  // done (or never started): idempotent
+    MPI_Status status;
+    const int code = MPI_Wait(&request_, &status);
+    request_ = MPI_REQUEST_NULL;  // a failed request is not waited for again
+    check(code, what_ + " (wait)");
+    if (expected_count_ >= 0) {
+      int count = 0;
+      check(MPI_Get_count(&status, MPI_FLOAT, &count), what_ + " (MPI_Get_count)");
+      if (count != expected_count_) {
+        throw CommError("MPI communicator: " + what_ + ": received " + std::to_string(count) +
+                        " floats into a buffer of " + std::to_string(expected_count_) +
+                        " (the send and the recv of one transfer must have the same length)");
+      }
+    }
+  }
+
+ private:
+  MPI_Request request_;
+  std::string what_;
+  int expected_count_;
+};
+
+}  // namespace
+
+MpiEnvironment::MpiEnvironment() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) throw CommError("MPI environment: MPI was already finalized; it cannot restart");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    const int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    if (code != MPI_SUCCESS) {
+      throw CommError("MPI environment: MPI_Init_thread(MPI_THREAD_FUNNELED) failed: " +
+                      mpi_error_text(code));
+    }
+    initialized_here_ = true;
+    if (provided < MPI_THREAD_FUNNELED) {
+      MPI_Finalize();
+      throw CommError("MPI environment: MPI_Init_thread provides thread level " +
+                      std::to_string(provided) + ", less than MPI_THREAD_FUNNELED (" +
+                      std::to_string(MPI_THREAD_FUNNELED) + ")");
+    }
+  }
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  rank_ = rank;
+  size_ = size;
+}
+
+MpiEnvironment::~MpiEnvironment() {
+  if (!initialized_here_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+MpiCommunicator::MpiCommunicator(const RankLayout& layout, MPI_Comm world) : layout_(layout) {
+  comms_.fill(MPI_COMM_NULL);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    throw CommError(std::string("MPI communicator: MPI is ") +
+                    (finalized ? "already finalized" : "not initialized") +
+                    " (create an MpiEnvironment first)");
+  }
+  if (world == MPI_COMM_NULL) throw InvalidArgument("MPI communicator: world is MPI_COMM_NULL");
+  int rank = 0, size = 0;
+  check(MPI_Comm_rank(world, &rank), "MPI_Comm_rank(world)");
+  check(MPI_Comm_size(world, &size), "MPI_Comm_size(world)");
+  rank_ = rank;
+  world_size_ = size;
+  if (layout.world_size() != world_size_) {
+    throw InvalidArgument(
+        "MPI communicator: the layout's world size is " + std::to_string(layout.world_size()) +
+        " (tp=" + std::to_string(layout.size(GroupKind::kTp)) +
+        ", cp=" + std::to_string(layout.size(GroupKind::kCp)) +
+        ", dp=" + std::to_string(layout.size(GroupKind::kDp)) +
+        ", pp=" + std::to_string(layout.size(GroupKind::kPp)) + ") but the MPI world has " +
+        std::to_string(world_size_) + " processes; they must be equal");
+  }
+  try {
+    check(MPI_Comm_dup(world, &world_dup_), "MPI_Comm_dup(world)");
+    check(MPI_Comm_set_errhandler(world_dup_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    void* tag_ub = nullptr;
+    int flag = 0;
+    check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag),
+          "MPI_Comm_get_attr(MPI_TAG_UB)");
+    // MPI_TAG_UB is a predefined attribute of MPI_COMM_WORLD; 32767 is the standard's minimum.
+    max_tag_ = flag ? *static_cast<int*>(tag_ub) : 32767;
+    for (size_t k = 0; k < kNumGroupKinds; ++k) {
+      const auto kind = static_cast<GroupKind>(k);
+      const std::vector<int64_t> members = layout.group(kind, rank_);
+      int color = static_cast<int>(layout.group_index(kind, rank_));
+      int key = 0;
+      bool member = false;
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (members[i] == rank_) {
+          key = static_cast<int>(i);
+          member = true;
+        }
+      }
+      if (!member) color = MPI_UNDEFINED;  // kEmbedding on a middle pipeline stage
+      check(MPI_Comm_split(world_dup_, color, key, &comms_[k]),
+            std::string("MPI_Comm_split for group ") + to_string(kind));
+      if (comms_[k] != MPI_COMM_NULL) {
+        check(MPI_Comm_set_errhandler(comms_[k], MPI_ERRORS_RETURN),
+              std::string("MPI_Comm_set_errhandler for group ") + to_string(kind));
+      }
+    }
+  } catch (...) {
+    free_communicators();
+    throw;
+  }
+}
+
+MpiCommunicator::~MpiCommunicator() { free_communicators(); }
+
+void MpiCommunicator::free_communicators() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm& c : comms_) {
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  }
+  if (world_dup_ != MPI_COMM_NULL) MPI_Comm_free(&world_dup_);
+}
+
+MPI_Comm MpiCommunicator::comm(GroupKind group, const char* op) const {
+  const MPI_Comm c = comms_[static_cast<size_t>(group)];
+  if (c == MPI_COMM_NULL) {
+    throw InvalidArgument(std::string("MPI communicator: ") + op + " on group " + to_string(group) +
+                          ": rank " + std::to_string(rank_) + " is not a member of its " +
+                          to_string(group) + " group {" +
+                          members_text(layout_.group(group, rank_)) +
+                          "} (only the first and last pipeline stages hold the embedding)");
+  }
+  return c;
+}
+
+RequestPtr MpiCommunicator::all_reduce_impl(GroupKind group, void* data, size_t count,
+                                            MPI_Datatype type, ReduceOp op, const char* type_name) {
+  const std::string what = std::string("MPI_Iallreduce(") + to_text(op) + ", " + type_name + ", " +
+                           std::to_string(count) + " elements) on group " + to_string(group);
+  const MPI_Comm c = comm(group, "all_reduce");
+  const int n = to_count(count, what);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(MPI_IN_PLACE, data, n, type, to_mpi(op), c, &request), what);
+  return std::make_unique<MpiRequest>(request, what);
+}
+
+RequestPtr MpiCommunicator::all_reduce(GroupKind group, std::span<float> data, ReduceOp op) {
+  return all_reduce_impl(group, data.data(), data.size(), MPI_FLOAT, op, "float");
+}
+
+RequestPtr MpiCommunicator::all_reduce(GroupKind group, std::span<double> data, ReduceOp op) {
+  return all_reduce_impl(group, data.data(), data.size(), MPI_DOUBLE, op, "double");
+}
+
+RequestPtr MpiCommunicator::all_gather(GroupKind group, std::span<const float> input,
+                                       std::span<float> output) {
+  const std::string what = "MPI_Iallgather(" + std::to_string(input.size()) +
+                           " floats per member) on group " + to_string(group);
+  const MPI_Comm c = comm(group, "all_gather");
+  const auto members = static_cast<size_t>(layout_.size(group));
+  if (output.size() != members * input.size()) {
+    throw InvalidArgument("MPI communicator: all_gather on group " + std::string(to_string(group)) +
+                          ": output has " + std::to_string(output.size()) +
+                          " elements, expected group size " + std::to_string(members) +
+                          " x input " + std::to_string(input.size()) + " = " +
+                          std::to_string(members * input.size()));
+  }
+  const int n = to_count(input.size(), what);
+  to_count(output.size(), what);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(input.data(), n, MPI_FLOAT, output.data(), n, MPI_FLOAT, c, &request), what);
+  return std::make_unique<MpiRequest>(request, what);
+}
+
+RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const float> input,
+                                           std::span<float> output, ReduceOp op) {
+  const std::string what = std::string("MPI_Ireduce_scatter_block(") + to_text(op) + ", " +
+                           std::to_string(output.size()) + " floats per member) on group " +
+                           to_string(group);
+  const MPI_Comm c = comm(group, "reduce_scatter");
+  const auto members = static_cast<size_t>(layout_.size(group));
+  if (input.size() != members * output.size()) {
+    throw InvalidArgument("MPI communicator: reduce_scatter on group " +
+                          std::string(to_string(group)) + ": input has " +
+                          std::to_string(input.size()) + " elements, expected group size " +
+                          std::to_string(members) + " x output " + std::to_string(output.size()) +
+                          " = " + std::to_string(members * output.size()));
+  }
+  const int n = to_count(output.size(), what);
+  to_count(input.size(), what);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(
+      MPI_Ireduce_scatter_block(input.data(), output.data(), n, MPI_FLOAT, to_mpi(op), c, &request),
+      what);
+  return std::make_unique<MpiRequest>(request, what);
+}
+
+void MpiCommunicator::check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const {
+  if (peer < 0 || peer >= world_size_) {
+    throw InvalidArgument(std::string("MPI communicator: ") + op + ": peer rank " +
+                          std::to_string(peer) + " is outside the world [0, " +
+                          std::to_string(world_size_) + ")");
+  }
+  if (tag < 0 || tag > max_tag_) {
+    throw InvalidArgument(std::string("MPI communicator: ") + op + " with rank " +
+                          std::to_string(peer) + ": tag " + std::to_string(tag) +
+                          " is outside [0, MPI_TAG_UB = " + std::to_string(max_tag_) + "]");
+  }
+}
+
+RequestPtr MpiCommunicator::send(int64_t peer, int64_t tag, std::span<const float> data) {
+  check_peer_and_tag("send", peer, tag);
+  const std::string what = "MPI_Isend(" + std::to_string(data.size()) + " floats to rank " +
+                           std::to_string(peer) + ", tag " + std::to_string(tag) +
+                           ") on group world";
+  const int n = to_count(data.size(), what);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Isend(data.data(), n, MPI_FLOAT, static_cast<int>(peer), static_cast<int>(tag),
+                  world_dup_, &request),
+        what);
+  return std::make_unique<MpiRequest>(request, what);
+}
+
+RequestPtr MpiCommunicator::recv(int64_t peer, int64_t tag, std::span<float> data) {
+  check_peer_and_tag("recv", peer, tag);
+  const std::string what = "MPI_Irecv(" + std::to_string(data.size()) + " floats from rank " +
+                           std::to_string(peer) + ", tag " + std::to_string(tag) +
+                           ") on group world";
+  const int n = to_count(data.size(), what);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Irecv(data.data(), n, MPI_FLOAT, static_cast<int>(peer), static_cast<int>(tag),
+                  world_dup_, &request),
+        what);
+  return std::make_unique<MpiRequest>(request, what, n);
+}
+
+}  // namespace traintwin::exec

@@ -1,0 +1,100 @@
+// MPI backend of the Communicator (Open MPI, one process per global rank): one sub-communicator
+// per GroupKind, non-blocking MPI-3 collectives (MPI_Iallreduce, MPI_Iallgather,
+// MPI_Ireduce_scatter_block) and MPI_Isend / MPI_Irecv for point-to-point transfers.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "core/rank_layout.hpp"
+#include "exec/communicator.hpp"
+
+namespace traintwin::exec {
+
+/// Initializes MPI for the lifetime of this object (RAII). When MPI is not initialized yet, the
+/// constructor calls MPI_Init_thread(MPI_THREAD_FUNNELED) and the destructor MPI_Finalize; when
+/// it is (e.g. by the caller), neither happens. Only one thread (the one that created it) may make
+/// MPI calls. Throws CommError when MPI was already finalized, when MPI_Init_thread fails, or
+/// when the library provides less than MPI_THREAD_FUNNELED.
+class MpiEnvironment {
+ public:
+  MpiEnvironment();
+  ~MpiEnvironment();
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+
+  /// Rank of this process in MPI_COMM_WORLD, and the size of MPI_COMM_WORLD.
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  /// True when this object called MPI_Init_thread (and will call MPI_Finalize).
+  bool initialized_here() const { return initialized_here_; }
+
+ private:
+  bool initialized_here_ = false;
+  int64_t rank_ = 0;
+  int64_t size_ = 1;
+};
+
+/// The communicator of one MPI process; its global rank is its rank in `world`. The constructor
+/// is collective over `world` (every process must construct it, with the same layout): it
+/// duplicates `world` (with MPI_ERRORS_RETURN set, so that failures become CommError instead of
+/// aborting; the caller's communicator is not changed) and splits the duplicate once per
+/// GroupKind, color = layout.group_index(kind, rank), key = position in layout.group(kind, rank),
+/// so that the rank of a member in a sub-communicator is its position in the group. A rank that
+/// is not in its embedding group (a middle pipeline stage) gets MPI_COMM_NULL for kEmbedding.
+/// Point-to-point transfers use the world duplicate, so its tags never match the caller's
+/// messages on `world`.
+///
+/// Errors: InvalidArgument for a layout whose world size differs from the size of `world`
+/// (naming both), a collective on a group this rank is not in, buffer lengths that do not match
+/// the group size, a peer outside [0, world size), a tag outside [0, MPI_TAG_UB], or a buffer
+/// longer than INT_MAX elements (MPI counts are int); CommError for an MPI failure (MPI not
+/// initialized, or an MPI error code: the message has the operation, the group and
+/// MPI_Error_string's text), also from Request::wait(), e.g. a recv whose message is longer
+/// (MPI_ERR_TRUNCATE) or shorter than its buffer.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const RankLayout& layout, MPI_Comm world = MPI_COMM_WORLD);
+  /// Frees the sub-communicators (unless MPI is already finalized). Operations in flight
+  /// complete first (MPI_Comm_free semantics).
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int64_t rank() const override { return rank_; }
+  int64_t world_size() const override { return world_size_; }
+  const RankLayout& layout() const override { return layout_; }
+
+  RequestPtr all_reduce(GroupKind group, std::span<float> data, ReduceOp op) override;
+  RequestPtr all_reduce(GroupKind group, std::span<double> data, ReduceOp op) override;
+  RequestPtr all_gather(GroupKind group, std::span<const float> input,
+                        std::span<float> output) override;
+  RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
+                            ReduceOp op) override;
+  RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
+  RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;
+
+  /// The largest tag MPI accepts (the MPI_TAG_UB attribute, >= 32767 by the standard).
+  int64_t max_tag() const { return max_tag_; }
+
+ private:
+  static constexpr size_t kNumGroupKinds = 8;  // GroupKind::kTp .. kWorld
+  /// The sub-communicator of `group`; InvalidArgument when this rank is not in it.
+  MPI_Comm comm(GroupKind group, const char* op) const;
+  RequestPtr all_reduce_impl(GroupKind group, void* data, size_t count, MPI_Datatype type,
+                             ReduceOp op, const char* type_name);
+  void check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const;
+  void free_communicators() noexcept;
+
+  RankLayout layout_;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 0;
+  int64_t max_tag_ = 0;
+  MPI_Comm world_dup_ = MPI_COMM_NULL;
+  std::array<MPI_Comm, kNumGroupKinds> comms_{};
+};
+
+}  // namespace traintwin::exec

@@ -1,5 +1,8 @@
 #include "cli/scenario_options.hpp"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <map>
 
 #include "core/error.hpp"
@@ -26,7 +29,56 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
               "Shard optimizer state over data-parallel ranks (ZeRO-1)");
   g->add_option("--recompute-granularity", o.recompute_granularity, "Activation recomputation")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+
+  auto* t = cmd.add_option_group("Megatron-LM training flags",
+                                 "Shorthands for --set of the training.* and data.* keys");
+  t->add_option("--train-iters", o.train_iters, "Iterations to train (training.train_iters)");
+  t->add_option("--lr", o.lr, "Peak learning rate (training.lr)");
+  t->add_option("--min-lr", o.min_lr, "Learning-rate floor of the decay (training.min_lr)");
+  t->add_option("--lr-decay-style", o.lr_decay_style, "Learning-rate decay after warm-up")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
+  t->add_option("--lr-warmup-iters", o.lr_warmup_iters, "Linear warm-up iterations");
+  t->add_option("--lr-decay-iters", o.lr_decay_iters, "Decay iterations (default: train iters)");
+  t->add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
+  t->add_option("--clip-grad", o.clip_grad, "Largest global gradient norm (0 = no clipping)");
+  t->add_option("--adam-beta1", o.adam_beta1, "Adam beta1");
+  t->add_option("--adam-beta2", o.adam_beta2, "Adam beta2");
+  t->add_option("--adam-eps", o.adam_eps, "Adam epsilon");
+  t->add_option("--hidden-dropout", o.hidden_dropout, "Dropout probability after projections");
+  t->add_option("--attention-dropout", o.attention_dropout, "Dropout probability of attention");
+  t->add_option("--init-method-std", o.init_method_std, "Std of the normal weight init");
+  t->add_option("--seed", o.seed, "Random seed");
+  t->add_option("--log-interval", o.log_interval, "Iterations between log lines");
+  t->add_option("--eval-interval", o.eval_interval, "Iterations between evaluations");
+  t->add_option("--eval-iters", o.eval_iters, "Iterations per evaluation");
+  t->add_option("--save-interval", o.save_interval, "Iterations between checkpoints");
+  t->add_option("--data-path", o.data_path,
+                "Prefix of the .bin/.idx dataset (data.data_path; relative to this directory)");
+  t->add_option("--split", o.split, "Train,validation,test weights, e.g. 969,30,1");
+  t->add_option("--vocab-file", o.vocab_file, "Tokenizer vocabulary (encoder.json)");
+  t->add_option("--merge-file", o.merge_file, "BPE merges (vocab.bpe)");
 }
+
+namespace {
+
+/// `text` as a YAML scalar that reads back as `text`: as is when plain YAML reads it so (e.g.
+/// 969,30,1 or data/doc), else double-quoted with backslash escapes (e.g. "null", "a: b").
+std::string yaml_scalar(const std::string& text) {
+  try {
+    const YAML::Node node = YAML::Load(text);
+    if (!text.empty() && node.IsScalar() && node.Scalar() == text) return text;
+  } catch (const YAML::Exception&) {
+    // not plain YAML: quote it
+  }
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+}  // namespace
 
 std::vector<Override> ScenarioOptions::overrides() const {
   std::vector<Override> out;
@@ -45,6 +97,37 @@ std::vector<Override> ScenarioOptions::overrides() const {
   if (sequence_parallel) out.push_back({"parallelism.sequence_parallel", "true"});
   if (use_distributed_optimizer) out.push_back({"training.use_distributed_optimizer", "true"});
   if (recompute_granularity) out.push_back({"training.recompute_granularity", *recompute_granularity});
+  flag("training.train_iters", train_iters);
+  flag("training.lr_warmup_iters", lr_warmup_iters);
+  flag("training.lr_decay_iters", lr_decay_iters);
+  flag("training.seed", seed);
+  flag("training.log_interval", log_interval);
+  flag("training.eval_interval", eval_interval);
+  flag("training.eval_iters", eval_iters);
+  flag("training.save_interval", save_interval);
+  // Doubles in their shortest round-trip form ("0.0006", "1e-08"), which the reader parses back
+  // to the same value (std::to_string would print 6 decimals).
+  auto real = [&](const char* key, const std::optional<double>& value) {
+    if (value) out.push_back({key, fmt::format("{}", *value)});
+  };
+  real("training.lr", lr);
+  real("training.min_lr", min_lr);
+  real("training.weight_decay", weight_decay);
+  real("training.clip_grad", clip_grad);
+  real("training.adam_beta1", adam_beta1);
+  real("training.adam_beta2", adam_beta2);
+  real("training.adam_eps", adam_eps);
+  real("training.hidden_dropout", hidden_dropout);
+  real("training.attention_dropout", attention_dropout);
+  real("training.init_method_std", init_method_std);
+  auto text = [&](const char* key, const std::optional<std::string>& value) {
+    if (value) out.push_back({key, yaml_scalar(*value)});
+  };
+  text("training.lr_decay_style", lr_decay_style);
+  text("data.data_path", data_path);
+  text("data.split", split);
+  text("data.vocab_file", vocab_file);
+  text("data.merge_file", merge_file);
   std::map<std::string, std::string> seen;
   for (const auto& ov : out) {
     auto [it, inserted] = seen.emplace(ov.key, ov.value);

@@ -22,9 +22,17 @@ struct ScenarioOptions {
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   std::optional<std::string> recompute_granularity;
+  // Live training (training.*) and data (data.*), Megatron-LM's flags.
+  std::optional<int64_t> train_iters, lr_warmup_iters, lr_decay_iters, seed, log_interval,
+      eval_interval, eval_iters, save_interval;
+  std::optional<double> lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps,
+      hidden_dropout, attention_dropout, init_method_std;
+  std::optional<std::string> lr_decay_style, data_path, split, vocab_file, merge_file;
 
-  /// The overrides in effect: --set entries, then the Megatron flags as their dotted keys.
-  /// Throws ConfigError when one key is given twice with different values.
+  /// The overrides in effect: --set entries, then the Megatron flags as their dotted keys
+  /// (numbers in their shortest round-trip spelling, strings as YAML scalars: quoted when plain
+  /// YAML would read them differently). Throws ConfigError when one key is given twice with
+  /// different values.
   std::vector<Override> overrides() const;
 
   /// Loads the scenario with the overrides applied.

@@ -80,6 +80,18 @@ const char* to_string(AttentionBackend a) {
   return a == AttentionBackend::kFlash ? "flash" : "unfused";
 }
 
+const char* to_string(LrDecayStyle s) {
+  switch (s) {
+    case LrDecayStyle::kConstant:
+      return "constant";
+    case LrDecayStyle::kLinear:
+      return "linear";
+    case LrDecayStyle::kCosine:
+      return "cosine";
+  }
+  return "?";
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -88,8 +100,8 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kOverrideOrigin = "--set";
 
-constexpr std::array<std::string_view, 5> kRootKeys = {"name", "model", "parallelism", "training",
-                                                       "cluster"};
+constexpr std::array<std::string_view, 6> kRootKeys = {"name",     "model",   "parallelism",
+                                                       "training", "cluster", "data"};
 constexpr std::array<std::string_view, 7> kModelKeys = {
     "architecture",    "num_layers", "hidden_size", "num_attention_heads",
     "ffn_hidden_size", "seq_length", "vocab_size"};
@@ -103,17 +115,38 @@ constexpr std::array<std::string_view, 9> kParallelismKeys = {
     "data_parallel_size",
     "pipeline_schedule",
     "rank_order"};
-constexpr std::array<std::string_view, 9> kTrainingKeys = {"micro_batch_size",
-                                                           "global_batch_size",
-                                                           "precision",
-                                                           "recompute_granularity",
-                                                           "attention_backend",
-                                                           "use_distributed_optimizer",
-                                                           "overlap_grad_reduce",
-                                                           "overlap_param_gather",
-                                                           "tp_comm_overlap"};
+constexpr std::array<std::string_view, 28> kTrainingKeys = {"micro_batch_size",
+                                                            "global_batch_size",
+                                                            "precision",
+                                                            "recompute_granularity",
+                                                            "attention_backend",
+                                                            "use_distributed_optimizer",
+                                                            "overlap_grad_reduce",
+                                                            "overlap_param_gather",
+                                                            "tp_comm_overlap",
+                                                            "train_iters",
+                                                            "lr",
+                                                            "min_lr",
+                                                            "lr_decay_style",
+                                                            "lr_warmup_iters",
+                                                            "lr_decay_iters",
+                                                            "weight_decay",
+                                                            "clip_grad",
+                                                            "adam_beta1",
+                                                            "adam_beta2",
+                                                            "adam_eps",
+                                                            "hidden_dropout",
+                                                            "attention_dropout",
+                                                            "init_method_std",
+                                                            "seed",
+                                                            "log_interval",
+                                                            "eval_interval",
+                                                            "eval_iters",
+                                                            "save_interval"};
 constexpr std::array<std::string_view, 4> kClusterKeys = {"topology", "num_gpus",
                                                           "collective_algorithm", "what_if"};
+constexpr std::array<std::string_view, 4> kDataKeys = {"data_path", "split", "vocab_file",
+                                                       "merge_file"};
 // cluster.what_if and its two nested mappings.
 constexpr std::string_view kWhatIf = "cluster.what_if";
 constexpr std::string_view kStraggler = "cluster.what_if.straggler";
@@ -134,6 +167,80 @@ constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"}
 constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "full"};
 constexpr std::array<std::string_view, 2> kAttentionBackends = {"unfused", "flash"};
 constexpr std::array<std::string_view, 2> kSchedules = {"gpipe", "1f1b"};
+constexpr std::array<std::string_view, 3> kLrDecayStyles = {"constant", "linear", "cosine"};
+
+/// The allowed values of a real-valued key: finite, from `min` (excluded when min_open) to `max`
+/// (excluded when max_open; infinite = no upper bound).
+struct Interval {
+  double min;
+  bool min_open;
+  double max = std::numeric_limits<double>::infinity();
+  bool max_open = true;
+
+  bool contains(double v) const {
+    return std::isfinite(v) && (min_open ? v > min : v >= min) &&
+           (std::isinf(max) || (max_open ? v < max : v <= max));
+  }
+  /// "> 0", ">= 0" or "in [0, 1)".
+  std::string text() const {
+    if (std::isinf(max)) return fmt::format("{} {}", min_open ? ">" : ">=", min);
+    return fmt::format("in {}{}, {}{}", min_open ? '(' : '[', min, max, max_open ? ')' : ']');
+  }
+};
+
+/// A real-valued key of the training section with a default (Megatron-LM's) and its range.
+struct RealKey {
+  std::string_view key;
+  double TrainingConfig::*field;
+  Interval range;
+  std::string_view note;  ///< what the value is, for messages
+};
+
+constexpr Interval kNonNegative{0, false};
+constexpr Interval kPositive{0, true};
+constexpr Interval kUnitHalfOpen{0, false, 1, true};
+
+const std::array<RealKey, 9> kRealTrainingKeys = {{
+    {"min_lr", &TrainingConfig::min_lr, kNonNegative, "the floor the learning rate decays to"},
+    {"weight_decay", &TrainingConfig::weight_decay, kNonNegative, "AdamW weight decay"},
+    {"clip_grad", &TrainingConfig::clip_grad, kNonNegative,
+     "the largest global gradient norm; 0 = no clipping"},
+    {"adam_beta1", &TrainingConfig::adam_beta1, kUnitHalfOpen, "Adam's first-moment decay"},
+    {"adam_beta2", &TrainingConfig::adam_beta2, kUnitHalfOpen, "Adam's second-moment decay"},
+    {"adam_eps", &TrainingConfig::adam_eps, kPositive, "Adam's denominator term"},
+    {"hidden_dropout", &TrainingConfig::hidden_dropout, kUnitHalfOpen, "a probability"},
+    {"attention_dropout", &TrainingConfig::attention_dropout, kUnitHalfOpen, "a probability"},
+    {"init_method_std", &TrainingConfig::init_method_std, kPositive,
+     "the standard deviation of the weight initialization"},
+}};
+
+/// An integer key of the training section with a default and its minimum.
+struct IntKey {
+  std::string_view key;
+  int64_t TrainingConfig::*field;
+  int64_t min;
+};
+
+const std::array<IntKey, 5> kIntTrainingKeys = {{
+    {"lr_warmup_iters", &TrainingConfig::lr_warmup_iters, 0},
+    {"seed", &TrainingConfig::seed, 0},
+    {"log_interval", &TrainingConfig::log_interval, 1},
+    {"eval_interval", &TrainingConfig::eval_interval, 1},
+    {"eval_iters", &TrainingConfig::eval_iters, 0},
+}};
+
+/// An optional integer key of the training section (no default) and its minimum.
+struct OptionalIntKey {
+  std::string_view key;
+  std::optional<int64_t> TrainingConfig::*field;
+  int64_t min;
+};
+
+const std::array<OptionalIntKey, 3> kOptionalIntTrainingKeys = {{
+    {"train_iters", &TrainingConfig::train_iters, 1},
+    {"lr_decay_iters", &TrainingConfig::lr_decay_iters, 1},
+    {"save_interval", &TrainingConfig::save_interval, 1},
+}};
 
 /// The keys allowed inside the mapping at `path`: a section name of kRootKeys other than "name",
 /// or one of the nested mappings (cluster.what_if and its straggler and degraded_link).
@@ -143,6 +250,7 @@ std::vector<std::string_view> keys_of(std::string_view path) {
   if (path == "parallelism") return vec(kParallelismKeys);
   if (path == "training") return vec(kTrainingKeys);
   if (path == "cluster") return vec(kClusterKeys);
+  if (path == "data") return vec(kDataKeys);
   if (path == kWhatIf) return vec(kWhatIfKeys);
   if (path == kStraggler) return vec(kStragglerKeys);
   if (path == kDegradedLink) return vec(kDegradedLinkKeys);
@@ -155,7 +263,8 @@ bool is_nested_mapping(std::string_view path) {
 }
 
 bool is_section(std::string_view key) {
-  return key == "model" || key == "parallelism" || key == "training" || key == "cluster";
+  return key == "model" || key == "parallelism" || key == "training" || key == "cluster" ||
+         key == "data";
 }
 
 template <typename Range>
@@ -308,6 +417,60 @@ void check_what_if(const Scenario& s, const Locator& where) {
   }
 }
 
+/// The live-training keys: each in its range, min_lr <= lr, and the warm-up shorter than the
+/// decay (Megatron-LM's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps,
+/// megatron/core/optimizer_param_scheduler.py).
+void check_live_training(const TrainingConfig& t, const Locator& where) {
+  for (const OptionalIntKey& k : kOptionalIntTrainingKeys) {
+    const std::optional<int64_t>& v = t.*(k.field);
+    if (v && *v < k.min) {
+      rule_error(where, fmt::format("training.{}", k.key),
+                 fmt::format("must be >= {}, got {}", k.min, *v));
+    }
+  }
+  for (const IntKey& k : kIntTrainingKeys) {
+    const int64_t v = t.*(k.field);
+    if (v < k.min) {
+      rule_error(where, fmt::format("training.{}", k.key),
+                 fmt::format("must be >= {}, got {}", k.min, v));
+    }
+  }
+  if (t.lr && !kPositive.contains(*t.lr)) {
+    rule_error(where, "training.lr",
+               fmt::format("must be a finite number > 0 (the peak learning rate), got {}", *t.lr));
+  }
+  for (const RealKey& k : kRealTrainingKeys) {
+    const double v = t.*(k.field);
+    if (!k.range.contains(v)) {
+      rule_error(where, fmt::format("training.{}", k.key),
+                 fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note, v));
+    }
+  }
+  if (t.lr && t.min_lr > *t.lr) {
+    rule_error(where, "training.min_lr",
+               fmt::format("{} is larger than training.lr = {} (rule: 0 <= min_lr <= lr; the "
+                           "learning rate decays from lr to min_lr)",
+                           t.min_lr, *t.lr));
+  }
+  const std::optional<int64_t> decay_iters = t.lr_decay_iters ? t.lr_decay_iters : t.train_iters;
+  if (decay_iters && t.lr_warmup_iters >= *decay_iters) {
+    rule_error(where, "training.lr_warmup_iters",
+               fmt::format("{} is not smaller than training.lr_decay_iters = {} (train_iters when "
+                           "not given) (rule: lr_warmup_iters < lr_decay_iters, as Megatron-LM's "
+                           "OptimizerParamScheduler asserts)",
+                           t.lr_warmup_iters, *decay_iters));
+  }
+}
+
+/// The data section: a well-formed split (the paths need not exist yet).
+void check_data(const DataConfig& d, const Locator& where) {
+  try {
+    split_fractions(d.split);
+  } catch (const InvalidArgument& e) {
+    rule_error(where, "data.split", e.what());
+  }
+}
+
 /// The rules of validate_scenario(), with messages located by `where`.
 void check_rules(const Scenario& s, const Locator& where) {
   const ModelSpec& m = s.model;
@@ -452,6 +615,8 @@ void check_rules(const Scenario& s, const Locator& where) {
   }
 
   check_what_if(s, where);
+  check_live_training(t, where);
+  check_data(s.data, where);
 
   // Rank order: a permutation of tp, cp, dp, pp, as the rank layout parses it.
   try {
@@ -559,7 +724,7 @@ class Reader {
       } else {
         override_error(o.key, std::string("unknown key (allowed: name, model.KEY, "
                                           "parallelism.KEY, training.KEY, cluster.KEY, "
-                                          "cluster.what_if.KEY[.KEY])"));
+                                          "cluster.what_if.KEY[.KEY], data.KEY)"));
       }
       try {
         item.value = YAML::Load(o.value);
@@ -658,22 +823,36 @@ class Reader {
     t.overlap_grad_reduce = get_bool("training", "overlap_grad_reduce").value_or(false);
     t.overlap_param_gather = get_bool("training", "overlap_param_gather").value_or(false);
     t.tp_comm_overlap = get_bool("training", "tp_comm_overlap").value_or(false);
+    // Live training: types and minimums here, ranges and cross-key rules in check_rules().
+    for (const OptionalIntKey& k : kOptionalIntTrainingKeys) {
+      t.*(k.field) = get_int("training", std::string(k.key), false, k.min);
+    }
+    for (const IntKey& k : kIntTrainingKeys) {
+      if (auto v = get_int("training", std::string(k.key), false, k.min)) t.*(k.field) = *v;
+    }
+    t.lr = get_number("training", "lr", kPositive);
+    for (const RealKey& k : kRealTrainingKeys) {
+      if (auto v = get_number("training", std::string(k.key), k.range)) t.*(k.field) = *v;
+    }
+    if (auto k = get_enum_index("training", "lr_decay_style", kLrDecayStyles)) {
+      t.lr_decay_style = static_cast<LrDecayStyle>(*k);
+    }
+    // Megatron-LM: lr_decay_iters defaults to train_iters.
+    if (!t.lr_decay_iters) t.lr_decay_iters = t.train_iters;
 
     ClusterConfig& c = s.cluster;
     require_section("cluster");
-    const fs::path topology(get_string("cluster", "topology"));
-    // A path from the file is relative to the file's folder; one from --set to the current
-    // directory (it was typed there). The file need not exist yet.
-    if (topology.is_relative() && !base_dir.empty() &&
-        from_override_.count("cluster.topology") == 0) {
-      c.topology = (base_dir / topology).lexically_normal();
-    } else {
-      c.topology = topology;
-    }
+    c.topology = resolve("cluster.topology", get_string("cluster", "topology"), base_dir);
     c.num_gpus = get_int("cluster", "num_gpus").value();
     const auto algo = get_enum_index("cluster", "collective_algorithm", kCollectiveAlgorithms).value_or(0);
     c.collective_algorithm = algo == 0 ? "" : std::string(kCollectiveAlgorithms[algo]);
     c.what_if = extract_what_if();
+
+    DataConfig& d = s.data;  // an optional section of optional keys
+    d.data_path = get_path("data", "data_path", base_dir);
+    d.split = get_string("data", "split", false).value_or(d.split);
+    d.vocab_file = get_path("data", "vocab_file", base_dir);
+    d.merge_file = get_path("data", "merge_file", base_dir);
 
     // v: given directly, or as layers per virtual stage (Megatron-LM:
     // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage).
@@ -922,6 +1101,38 @@ class Reader {
     return w;
   }
 
+  /// A finite number (a plain YAML scalar: "2", "0.5", "1e-8"), or nullopt when absent. Only the
+  /// type is checked here; `range` is named in the message (check_rules() checks it).
+  std::optional<double> get_number(const std::string& sec, const std::string& key,
+                                   const Interval& range) const {
+    const YAML::Node node = value(sec, key);
+    if (!node) return std::nullopt;
+    std::optional<double> parsed;
+    if (node.IsScalar() && !is_string_typed(node)) parsed = parse_number_text(node.Scalar());
+    if (!parsed) {
+      fail(path_of(sec, key),
+           fmt::format("expected a finite number {}, got {}", range.text(), describe(node)));
+    }
+    return parsed;
+  }
+
+  /// `text` as a path: one from the file is relative to the file's folder, one from --set to
+  /// the current directory (it was typed there). The file need not exist yet.
+  fs::path resolve(const std::string& path, const fs::path& text, const fs::path& base_dir) const {
+    if (text.is_relative() && !base_dir.empty() && from_override_.count(path) == 0) {
+      return (base_dir / text).lexically_normal();
+    }
+    return text;
+  }
+
+  /// An optional path key, resolved as resolve() does.
+  std::optional<fs::path> get_path(const std::string& sec, const std::string& key,
+                                   const fs::path& base_dir) const {
+    const std::optional<std::string> text = get_string(sec, key, false);
+    if (!text) return std::nullopt;
+    return resolve(path_of(sec, key), *text, base_dir);
+  }
+
   /// true/false (YAML 1.2 core spellings: true, True, TRUE, false, False, FALSE).
   std::optional<bool> get_bool(const std::string& sec, const std::string& key) const {
     const YAML::Node node = value(sec, key);
@@ -1025,6 +1236,31 @@ Scenario load_scenario(const std::filesystem::path& file, const std::vector<Over
 void validate_scenario(const Scenario& s, const std::string& origin) {
   const std::string where = origin.empty() ? "<scenario>" : origin;
   check_rules(s, [&where](std::string_view) { return where; });
+}
+
+std::array<double, 3> split_fractions(const std::string& split) {
+  const auto invalid = [&split](const std::string& problem) {
+    return InvalidArgument(fmt::format("'{}' is not a valid split: {} (rule: 1 to 3 "
+                                       "comma-separated numbers >= 0, not all zero, for train, "
+                                       "validation and test, e.g. 969,30,1)",
+                                       split, problem));
+  };
+  const std::vector<std::string> fields = traintwin::split(split, ',');
+  if (fields.empty()) throw invalid("it is empty");
+  if (fields.size() > 3) throw invalid(fmt::format("{} fields", fields.size()));
+  std::array<double, 3> weights{0, 0, 0};
+  double sum = 0;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const std::string field = trim(fields[i]);
+    if (field.empty()) throw invalid(fmt::format("field {} is empty", i + 1));
+    const std::optional<double> w = parse_number_text(field);
+    if (!w || *w < 0) throw invalid(fmt::format("'{}' is not a number >= 0", field));
+    weights[i] = *w;
+    sum += *w;
+  }
+  if (!(sum > 0)) throw invalid("every weight is zero");
+  for (double& w : weights) w /= sum;
+  return weights;
 }
 
 Override parse_override(const std::string& text) {

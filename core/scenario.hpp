@@ -2,6 +2,7 @@
 // Key names are Megatron-LM's argument names in snake_case.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -27,6 +28,10 @@ enum class AttentionBackend { kUnfused, kFlash };
 /// Pipeline schedule family. k1F1B becomes interleaved 1F1B when there are > 1 model chunks.
 enum class PipelineScheduleKind { kGPipe, k1F1B };
 
+/// How the learning rate decays after warm-up (Megatron --lr-decay-style; its
+/// OptimizerParamScheduler, megatron/core/optimizer_param_scheduler.py).
+enum class LrDecayStyle { kConstant, kLinear, kCosine };
+
 /// Bytes of one element of `p`: 4 (fp32) or 2 (fp16, bf16).
 int bytes_per_element(Precision p);
 
@@ -38,6 +43,8 @@ const char* to_string(RecomputeGranularity r);
 const char* to_string(PipelineScheduleKind k);
 /// "unfused" | "flash".
 const char* to_string(AttentionBackend a);
+/// "constant" | "linear" | "cosine".
+const char* to_string(LrDecayStyle s);
 
 /// The model (GPT: pre-LN decoder, learned position embeddings, LM head tied to embedding).
 struct ModelSpec {
@@ -78,7 +85,49 @@ struct TrainingConfig {
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
+
+  // Live training (the executor). Megatron-LM's arguments and defaults
+  // (megatron/training/arguments.py); the simulator ignores them.
+  std::optional<int64_t> train_iters;      ///< iterations to run (>= 1); no default
+  std::optional<double> lr;                ///< peak learning rate (> 0); no default
+  double min_lr = 0.0;                     ///< floor of the decay, in [0, lr]
+  LrDecayStyle lr_decay_style = LrDecayStyle::kLinear;
+  int64_t lr_warmup_iters = 0;             ///< linear warm-up from 0 to lr (>= 0)
+  /// Iterations over which lr decays to min_lr (>= 1); train_iters when not given.
+  std::optional<int64_t> lr_decay_iters;
+  double weight_decay = 0.01;              ///< AdamW decoupled weight decay (>= 0)
+  double clip_grad = 1.0;                  ///< max global grad L2 norm; 0 = no clipping
+  double adam_beta1 = 0.9;                 ///< in [0, 1)
+  double adam_beta2 = 0.999;               ///< in [0, 1)
+  double adam_eps = 1e-8;                  ///< > 0
+  double hidden_dropout = 0.1;             ///< in [0, 1)
+  double attention_dropout = 0.1;          ///< in [0, 1)
+  double init_method_std = 0.02;           ///< std of the normal weight init (> 0)
+  int64_t seed = 1234;                     ///< random seed (>= 0)
+  int64_t log_interval = 100;              ///< iterations between log lines (>= 1)
+  int64_t eval_interval = 1000;            ///< iterations between evaluations (>= 1)
+  int64_t eval_iters = 100;                ///< iterations per evaluation (>= 0)
+  std::optional<int64_t> save_interval;    ///< iterations between checkpoints (>= 1); none = never
 };
+
+/// The training data (the `data:` section; Megatron-LM's data arguments). Every key is optional.
+struct DataConfig {
+  /// Prefix of a Megatron indexed dataset: data_path + ".bin" / ".idx". Resolved against the
+  /// scenario file's folder (given by override: against the current directory); need not exist.
+  std::optional<std::filesystem::path> data_path;
+  /// Train/validation/test weights, 1 to 3 comma-separated non-negative numbers, not all zero
+  /// (Megatron --split; split_fractions() normalizes them).
+  std::string split = "969,30,1";
+  std::optional<std::filesystem::path> vocab_file;  ///< tokenizer vocabulary (encoder.json)
+  std::optional<std::filesystem::path> merge_file;  ///< BPE merges (vocab.bpe)
+};
+
+/// The train, validation and test fractions of a --split string such as "969,30,1" or "0.9,0.1":
+/// the weights padded with zeros to three and divided by their sum, as Megatron-LM's
+/// parse_and_normalize_split (megatron/core/datasets/utils.py). Spaces around a number are
+/// allowed. Throws InvalidArgument (naming the text and the rule) for an empty field, a field
+/// that is not a finite non-negative decimal number, more than 3 fields, or all zeros.
+std::array<double, 3> split_fractions(const std::string& split);
 
 /// One rank whose compute runs slower (or faster) than the others (cluster.what_if.straggler).
 struct Straggler {
@@ -129,6 +178,7 @@ struct Scenario {
   ParallelConfig parallel;
   TrainingConfig training;
   ClusterConfig cluster;
+  DataConfig data;  ///< the data: section (all defaults when absent)
 
   /// Micro-batches per pipeline per iteration: B / (b * DP).
   int64_t num_micro_batches() const {
@@ -165,27 +215,45 @@ struct Override {
 ///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-dp-pp]
 ///   training:     micro_batch_size R, global_batch_size R, precision R (fp32 | fp16 | bf16),
 ///                 recompute_granularity [none] (none | selective | full),
+///                 attention_backend [unfused] (unfused | flash),
 ///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,
-///                 tp_comm_overlap [false]
+///                 tp_comm_overlap [false];
+///                 live training (all optional): train_iters (integer >= 1; none),
+///                 lr (number > 0; none), min_lr [0.0] (0 <= min_lr <= lr),
+///                 lr_decay_style [linear] (constant | linear | cosine),
+///                 lr_warmup_iters [0] (integer >= 0; < lr_decay_iters when that is known),
+///                 lr_decay_iters [train_iters] (integer >= 1), weight_decay [0.01] (>= 0),
+///                 clip_grad [1.0] (>= 0; 0 = no clipping), adam_beta1 [0.9],
+///                 adam_beta2 [0.999] (in [0, 1)), adam_eps [1e-8] (> 0), hidden_dropout [0.1],
+///                 attention_dropout [0.1] (in [0, 1)), init_method_std [0.02] (> 0),
+///                 seed [1234] (integer >= 0), log_interval [100], eval_interval [1000]
+///                 (integers >= 1), eval_iters [100] (integer >= 0), save_interval (integer
+///                 >= 1; none)
 ///   cluster:      topology R (path relative to the scenario file; need not exist yet),
 ///                 num_gpus R, collective_algorithm [auto] (auto | ring | tree | nvls),
 ///                 what_if (optional mapping): ib_bandwidth_scale, nvlink_bandwidth_scale,
 ///                 gpu_speed_scale (numbers > 0), straggler {rank R (integer in
 ///                 [0, num_gpus)), compute_scale R (> 0)}, degraded_link {name R (a platform
 ///                 link's name, checked when the platform is built), bandwidth_scale R (> 0)}
-/// Integers are plain YAML integers >= 1 (not quoted, no 1.5 / 1e3 / 0x10); booleans are
+///   data:         (the whole section is optional) data_path (prefix of a .bin/.idx pair,
+///                 relative to the scenario file like cluster.topology; need not exist),
+///                 split ["969,30,1"] (1 to 3 comma-separated numbers >= 0, not all zero),
+///                 vocab_file, merge_file (paths, resolved like data_path)
+/// Integers are plain YAML integers (not quoted, no 1.5 / 1e3 / 0x10), >= 1 unless said;
+/// numbers are plain finite YAML numbers (2, 0.5, 1e-8; not quoted, not .inf); booleans are
 /// true/false (also True/TRUE/False/FALSE; not yes/no/on/off); enums are spelt exactly as listed.
 /// Unknown and duplicate keys are errors.
 ///
-/// Overrides ("section.key", "name", or a dotted path inside cluster.what_if such as
-/// "cluster.what_if.straggler.rank"; the value is a YAML scalar) replace the file's value
-/// before validation, and their messages say "--set" instead of file:line. Setting one of
-/// virtual_pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage removes the
-/// other from the file. A null value ("KEY=null", "KEY=~" or "KEY=") removes the key, back to its
-/// default or derived value. A data_parallel_size given in the file is not re-derived: after an
-/// override of TP/CP/PP or num_gpus it must be overridden too (a number, or null to derive it).
-/// A relative cluster.topology given by override is relative to the current directory. When the
-/// same key is overridden twice, the last one wins.
+/// Overrides ("section.key" such as "data.data_path", "name", or a dotted path inside
+/// cluster.what_if such as "cluster.what_if.straggler.rank"; the value is a YAML scalar)
+/// replace the file's value before validation, and their messages say "--set" instead of
+/// file:line. Setting one of virtual_pipeline_model_parallel_size /
+/// num_layers_per_virtual_pipeline_stage removes the other from the file. A null value
+/// ("KEY=null", "KEY=~" or "KEY=") removes the key, back to its default or derived value. A
+/// data_parallel_size given in the file is not re-derived: after an override of TP/CP/PP or
+/// num_gpus it must be overridden too (a number, or null to derive it).
+/// A relative cluster.topology or data path given by override is relative to the current
+/// directory. When the same key is overridden twice, the last one wins.
 /// Unknown keys, wrong types, values without the allowed spelling and every rule of
 /// validate_scenario() raise ConfigError naming the file, line (when from the file), key and rule.
 /// Overrides are applied to the parsed YAML before validation; an override of an unknown key is
@@ -203,7 +271,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 /// global batch divisible by micro batch x DP; interleaving needs micro-batches divisible by PP;
 /// GPipe has no model chunks; sequence_parallel needs TP > 1; CP divides seq_length; sizes >= 1;
 /// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the
-/// straggler rank in [0, num_gpus), a degraded link named. `origin` prefixes the messages.
+/// straggler rank in [0, num_gpus), a degraded link named; the live-training keys in their
+/// ranges, min_lr <= lr, lr_warmup_iters < lr_decay_iters (or train_iters when lr_decay_iters
+/// is not set; Megatron's OptimizerParamScheduler asserts it), data.split well formed.
+/// `origin` prefixes the messages.
 void validate_scenario(const Scenario& s, const std::string& origin);
 
 /// Parses "KEY=VALUE" (as given to --set). Throws ConfigError when there is no '='.

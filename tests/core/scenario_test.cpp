@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -522,7 +523,7 @@ TEST(ScenarioRequired, MissingKeyIsPlacedAtItsSection) {
 TEST(ScenarioUnknownKeys, RejectedAtEveryLevelWithLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "nmae"},       {"model", "hiden_size"}, {"parallelism", "expert_model_parallel_size"},
-      {"training", "lr"}, {"cluster", "nodes"},
+      {"training", "learning_rate"}, {"cluster", "nodes"}, {"data", "data_prefix"},
   };
   for (const auto& [section, key] : cases) {
     ScenarioText t;
@@ -548,7 +549,7 @@ TEST(ScenarioUnknownKeys, UnknownSection) {
   t.set("optimizer", "lr", "1");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "optimizer") + "optimizer: unknown key"),
                                  HasSubstr("allowed: name, model, parallelism, training, "
-                                           "cluster")));
+                                           "cluster, data")));
 }
 
 TEST(ScenarioUnknownKeys, DuplicateKeyIsRejected) {
@@ -1290,6 +1291,342 @@ TEST(ScenarioWhatIf, ShippedExampleDoublesInfiniBand) {
   EXPECT_EQ(s.training.global_batch_size, base.training.global_batch_size);
   EXPECT_EQ(s.cluster.num_gpus, base.cluster.num_gpus);
   EXPECT_EQ(s.cluster.topology, base.cluster.topology);
+}
+
+// ----- live training (training.*) and data: ----------------------------------------------------
+
+TEST(ScenarioLiveTraining, OptionalKeysTakeMegatronDefaults) {
+  const Scenario s = parse(ScenarioText().text());
+  const TrainingConfig& t = s.training;
+  EXPECT_FALSE(t.train_iters);
+  EXPECT_FALSE(t.lr);
+  EXPECT_EQ(t.min_lr, 0.0);
+  EXPECT_EQ(t.lr_decay_style, LrDecayStyle::kLinear);
+  EXPECT_EQ(t.lr_warmup_iters, 0);
+  EXPECT_FALSE(t.lr_decay_iters);  // train_iters, which is not given either
+  EXPECT_EQ(t.weight_decay, 0.01);
+  EXPECT_EQ(t.clip_grad, 1.0);
+  EXPECT_EQ(t.adam_beta1, 0.9);
+  EXPECT_EQ(t.adam_beta2, 0.999);
+  EXPECT_EQ(t.adam_eps, 1e-8);
+  EXPECT_EQ(t.hidden_dropout, 0.1);
+  EXPECT_EQ(t.attention_dropout, 0.1);
+  EXPECT_EQ(t.init_method_std, 0.02);
+  EXPECT_EQ(t.seed, 1234);
+  EXPECT_EQ(t.log_interval, 100);
+  EXPECT_EQ(t.eval_interval, 1000);
+  EXPECT_EQ(t.eval_iters, 100);
+  EXPECT_FALSE(t.save_interval);
+  EXPECT_FALSE(s.data.data_path);
+  EXPECT_EQ(s.data.split, "969,30,1");
+  EXPECT_FALSE(s.data.vocab_file);
+  EXPECT_FALSE(s.data.merge_file);
+  EXPECT_STREQ(to_string(LrDecayStyle::kConstant), "constant");
+  EXPECT_STREQ(to_string(LrDecayStyle::kLinear), "linear");
+  EXPECT_STREQ(to_string(LrDecayStyle::kCosine), "cosine");
+}
+
+TEST(ScenarioLiveTraining, EveryKeyIsRead) {
+  ScenarioText t;
+  t.set("training", "train_iters", "5000")
+      .set("training", "lr", "6.0e-4")
+      .set("training", "min_lr", "6e-5")
+      .set("training", "lr_decay_style", "cosine")
+      .set("training", "lr_warmup_iters", "0")
+      .set("training", "lr_decay_iters", "4000")
+      .set("training", "weight_decay", "0.1")
+      .set("training", "clip_grad", "0")
+      .set("training", "adam_beta1", "0")
+      .set("training", "adam_beta2", "0.95")
+      .set("training", "adam_eps", "1e-5")
+      .set("training", "hidden_dropout", "0")
+      .set("training", "attention_dropout", "0.25")
+      .set("training", "init_method_std", "0.006")
+      .set("training", "seed", "0")
+      .set("training", "log_interval", "1")
+      .set("training", "eval_interval", "50")
+      .set("training", "eval_iters", "0")
+      .set("training", "save_interval", "250");
+  const TrainingConfig s = parse(t.text()).training;
+  EXPECT_EQ(s.train_iters, 5000);
+  EXPECT_EQ(s.lr, 6.0e-4);
+  EXPECT_EQ(s.min_lr, 6e-5);
+  EXPECT_EQ(s.lr_decay_style, LrDecayStyle::kCosine);
+  EXPECT_EQ(s.lr_warmup_iters, 0);
+  EXPECT_EQ(s.lr_decay_iters, 4000);
+  EXPECT_EQ(s.weight_decay, 0.1);
+  EXPECT_EQ(s.clip_grad, 0.0);
+  EXPECT_EQ(s.adam_beta1, 0.0);
+  EXPECT_EQ(s.adam_beta2, 0.95);
+  EXPECT_EQ(s.adam_eps, 1e-5);
+  EXPECT_EQ(s.hidden_dropout, 0.0);
+  EXPECT_EQ(s.attention_dropout, 0.25);
+  EXPECT_EQ(s.init_method_std, 0.006);
+  EXPECT_EQ(s.seed, 0);
+  EXPECT_EQ(s.log_interval, 1);
+  EXPECT_EQ(s.eval_interval, 50);
+  EXPECT_EQ(s.eval_iters, 0);
+  EXPECT_EQ(s.save_interval, 250);
+  // Integers are numbers too: lr: 1 is 1.0.
+  t.set("training", "lr", "1").set("training", "min_lr", "1");
+  EXPECT_EQ(parse(t.text()).training.lr, 1.0);
+}
+
+TEST(ScenarioLiveTraining, LrDecayItersDefaultsToTrainIters) {
+  ScenarioText t;
+  t.set("training", "train_iters", "500");
+  EXPECT_EQ(parse(t.text()).training.lr_decay_iters, 500);
+  t.set("training", "lr_decay_iters", "300");
+  EXPECT_EQ(parse(t.text()).training.lr_decay_iters, 300);
+  t.erase("training", "train_iters");
+  EXPECT_EQ(parse(t.text()).training.lr_decay_iters, 300);
+}
+
+TEST(ScenarioLiveTraining, EachRangeRuleNamesTheKeyAndTheRule) {
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* problem;
+  };
+  const std::vector<Case> cases = {
+      {"train_iters", "0", "must be >= 1, got 0"},
+      {"lr", "0", "must be a finite number > 0 (the peak learning rate), got 0"},
+      {"lr", "-0.001", "must be a finite number > 0 (the peak learning rate), got -0.001"},
+      {"min_lr", "-1e-5", "must be a finite number >= 0 (the floor the learning rate decays to), "
+                          "got -1e-05"},
+      {"lr_warmup_iters", "-1", "must be >= 0, got -1"},
+      {"lr_decay_iters", "0", "must be >= 1, got 0"},
+      {"weight_decay", "-0.01", "must be a finite number >= 0 (AdamW weight decay), got -0.01"},
+      {"clip_grad", "-1", "must be a finite number >= 0 (the largest global gradient norm; 0 = "
+                          "no clipping), got -1"},
+      {"adam_beta1", "1", "must be a finite number in [0, 1) (Adam's first-moment decay), got 1"},
+      {"adam_beta1", "-0.1", "must be a finite number in [0, 1)"},
+      {"adam_beta2", "1.0",
+       "must be a finite number in [0, 1) (Adam's second-moment decay), got 1"},
+      {"adam_eps", "0", "must be a finite number > 0 (Adam's denominator term), got 0"},
+      {"hidden_dropout", "1", "must be a finite number in [0, 1) (a probability), got 1"},
+      {"attention_dropout", "-0.5", "must be a finite number in [0, 1) (a probability), got -0.5"},
+      {"init_method_std", "0", "must be a finite number > 0 (the standard deviation of the weight "
+                               "initialization), got 0"},
+      {"seed", "-1", "must be >= 0, got -1"},
+      {"log_interval", "0", "must be >= 1, got 0"},
+      {"eval_interval", "0", "must be >= 1, got 0"},
+      {"eval_iters", "-1", "must be >= 0, got -1"},
+      {"save_interval", "0", "must be >= 1, got 0"},
+  };
+  for (const Case& c : cases) {
+    ScenarioText t;
+    t.set("training", c.key, c.value);
+    const std::string path = std::string("training.") + c.key;
+    SCOPED_TRACE(path + " = " + c.value);
+    EXPECT_THAT(error_of(t), HasSubstr(at(t, path) + path + ": " + c.problem));
+  }
+}
+
+TEST(ScenarioLiveTraining, TypesAreChecked) {
+  const auto error_for = [](const std::string& key, const std::string& value) {
+    ScenarioText t;
+    t.set("training", key, value);
+    return error_of(t);
+  };
+  EXPECT_THAT(error_for("lr", "\"3e-4\""),
+              HasSubstr("training.lr: expected a finite number > 0, got the quoted string"));
+  EXPECT_THAT(error_for("lr", "fast"), HasSubstr("training.lr: expected a finite number > 0"));
+  EXPECT_THAT(error_for("lr", ".inf"), HasSubstr("training.lr: expected a finite number > 0"));
+  EXPECT_THAT(error_for("adam_beta2", "[0.9]"),
+              HasSubstr("training.adam_beta2: expected a finite number in [0, 1), got a sequence"));
+  EXPECT_THAT(error_for("train_iters", "1.5"),
+              HasSubstr("training.train_iters: expected an integer >= 1, got '1.5'"));
+  EXPECT_THAT(error_for("seed", "1e3"), HasSubstr("training.seed: expected an integer >= 0"));
+  EXPECT_THAT(error_for("lr_decay_style", "exponential"),
+              HasSubstr("training.lr_decay_style: 'exponential' is not allowed (allowed: "
+                        "constant, linear, cosine)"));
+}
+
+TEST(ScenarioLiveTraining, MinLrIsAtMostLr) {
+  ScenarioText t;
+  t.set("training", "lr", "1e-4").set("training", "min_lr", "1e-3");
+  EXPECT_THAT(error_of(t), HasSubstr(at(t, "training.min_lr") +
+                                     "training.min_lr: 0.001 is larger than training.lr = 0.0001 "
+                                     "(rule: 0 <= min_lr <= lr"));
+  t.set("training", "min_lr", "1e-4");  // equal: a constant floor
+  EXPECT_EQ(parse(t.text()).training.min_lr, 1e-4);
+  t.erase("training", "lr").set("training", "min_lr", "5");  // no lr: nothing to compare
+  EXPECT_EQ(parse(t.text()).training.min_lr, 5.0);
+}
+
+TEST(ScenarioLiveTraining, WarmupEndsBeforeTheDecay) {
+  ScenarioText t;
+  t.set("training", "train_iters", "100").set("training", "lr_warmup_iters", "100");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "training.lr_warmup_iters") +
+                                           "training.lr_warmup_iters: 100 is not smaller than "
+                                           "training.lr_decay_iters = 100 (train_iters when not "
+                                           "given)"),
+                                 HasSubstr("lr_warmup_iters < lr_decay_iters")));
+  t.set("training", "lr_decay_iters", "200");  // warm-up 100 of a 200-iteration decay
+  EXPECT_EQ(parse(t.text()).training.lr_warmup_iters, 100);
+  t.set("training", "lr_decay_iters", "60");
+  EXPECT_THAT(error_of(t), HasSubstr("training.lr_decay_iters = 60"));
+  t.set("training", "lr_warmup_iters", "59");
+  EXPECT_EQ(parse(t.text()).training.lr_decay_iters, 60);
+}
+
+TEST(ScenarioLiveTraining, OverridesSetCheckAndRemoveTheNewKeys) {
+  ScenarioText t;
+  t.set("training", "lr", "1e-3").set("training", "seed", "7");
+  const Scenario s = parse(t.text(), {{"training.train_iters", "1000"},
+                                      {"training.lr", "6e-4"},
+                                      {"training.lr_decay_style", "constant"},
+                                      {"training.adam_eps", "1e-6"},
+                                      {"training.seed", "null"},
+                                      {"training.save_interval", "100"},
+                                      {"data.data_path", "/abs/brown_text_document"},
+                                      {"data.split", "98,2,0"},
+                                      {"data.vocab_file", "gpt2/encoder.json"}});
+  EXPECT_EQ(s.training.train_iters, 1000);
+  EXPECT_EQ(s.training.lr_decay_iters, 1000);
+  EXPECT_EQ(s.training.lr, 6e-4);
+  EXPECT_EQ(s.training.lr_decay_style, LrDecayStyle::kConstant);
+  EXPECT_EQ(s.training.adam_eps, 1e-6);
+  EXPECT_EQ(s.training.seed, 1234);  // removed from the file: back to the default
+  EXPECT_EQ(s.training.save_interval, 100);
+  EXPECT_EQ(s.data.data_path, fs::path("/abs/brown_text_document"));
+  EXPECT_EQ(s.data.split, "98,2,0");
+  EXPECT_EQ(s.data.vocab_file, fs::path("gpt2/encoder.json"));  // typed here: not rebased
+
+  EXPECT_THAT(error_of(t, {{"training.adam_beta2", "1"}}),
+              HasSubstr("--set: training.adam_beta2: must be a finite number in [0, 1)"));
+  EXPECT_THAT(error_of(t, {{"training.lr", "1e-5"}, {"training.min_lr", "1e-4"}}),
+              HasSubstr("--set: training.min_lr: 0.0001 is larger than training.lr = 1e-05"));
+  EXPECT_THAT(error_of(t, {{"training.lr_decay_sytle", "cosine"}}),
+              HasSubstr("--set: training.lr_decay_sytle: unknown key; did you mean "
+                        "lr_decay_style?"));
+  EXPECT_THAT(error_of(t, {{"data.data_pth", "x"}}),
+              AllOf(HasSubstr("--set: data.data_pth: unknown key; did you mean data_path?"),
+                    HasSubstr("(allowed: data_path, split, vocab_file, merge_file)")));
+  EXPECT_THAT(error_of(t, {{"data.split", "1,2,3,4"}}),
+              HasSubstr("--set: data.split: '1,2,3,4' is not a valid split"));
+  EXPECT_THAT(error_of(t, {{"data", "x"}}), HasSubstr("--set: data: is a section"));
+}
+
+TEST(ScenarioData, PathsResolveAgainstTheScenarioFolder) {
+  ScenarioText t;
+  t.set("data", "data_path", "../data/brown_text_document")
+      .set("data", "vocab_file", "../data/gpt2/encoder.json")
+      .set("data", "merge_file", "/abs/vocab.bpe");
+  const Scenario s = parse_scenario(t.text(), kOrigin, "/x/scenarios");
+  EXPECT_EQ(s.data.data_path, fs::path("/x/data/brown_text_document"));
+  EXPECT_EQ(s.data.vocab_file, fs::path("/x/data/gpt2/encoder.json"));
+  EXPECT_EQ(s.data.merge_file, fs::path("/abs/vocab.bpe"));
+  // No base folder (text without a file): kept as written.
+  EXPECT_EQ(parse_scenario(t.text(), kOrigin, "").data.data_path,
+            fs::path("../data/brown_text_document"));
+  // Given by --set: relative to the current directory, not rebased.
+  const Scenario o = parse_scenario(t.text(), kOrigin, "/x/scenarios",
+                                    {{"data.data_path", "my/prefix"}});
+  EXPECT_EQ(o.data.data_path, fs::path("my/prefix"));
+  EXPECT_EQ(o.data.vocab_file, fs::path("/x/data/gpt2/encoder.json"));
+}
+
+TEST(ScenarioData, LoadScenarioResolvesDataNextToTheFile) {
+  const fs::path dir = fs::temp_directory_path() / "traintwin_scenario_data_test";
+  fs::create_directories(dir / "scenarios");
+  const fs::path file = dir / "scenarios" / "s.yaml";
+  ScenarioText t;
+  t.set("data", "data_path", "../data/doc").set("data", "merge_file", "m.bpe");
+  std::ofstream(file) << t.text();
+  const Scenario s = load_scenario(file);
+  EXPECT_EQ(s.data.data_path, (dir / "data" / "doc").lexically_normal());
+  EXPECT_EQ(s.data.merge_file, (dir / "scenarios" / "m.bpe").lexically_normal());
+  EXPECT_FALSE(s.data.vocab_file);
+  fs::remove_all(dir);
+}
+
+TEST(ScenarioData, UnknownKeyIsAnErrorWithLineAndSuggestion) {
+  ScenarioText t;
+  t.set("data", "split", "969,30,1").set("data", "data_pth", "x");
+  EXPECT_THAT(error_of(t),
+              HasSubstr(at(t, "data.data_pth") +
+                        "data.data_pth: unknown key; did you mean data_path? (allowed: "
+                        "data_path, split, vocab_file, merge_file)"));
+  EXPECT_THAT(error_of(ScenarioText().text() + "data: [x]\n"),
+              HasSubstr("data: expected a mapping of data keys, got a sequence"));
+  // An empty section is all defaults.
+  EXPECT_EQ(parse(ScenarioText().text() + "data:\n").data.split, "969,30,1");
+}
+
+TEST(ScenarioData, SplitIsOneToThreeNonNegativeWeightsNotAllZero) {
+  for (const char* good : {"969,30,1", "1", "0.9,0.1", "\"98, 2, 0\"", "0,0,1"}) {
+    ScenarioText t;
+    t.set("data", "split", good);
+    EXPECT_NO_THROW(parse(t.text())) << good;
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"0,0,0", "'0,0,0' is not a valid split: every weight is zero"},
+      {"1,2,3,4", "'1,2,3,4' is not a valid split: 4 fields"},
+      {"1,,2", "'1,,2' is not a valid split: field 2 is empty"},
+      {"98,2,", "'98,2,' is not a valid split: field 3 is empty"},
+      {"a,b", "'a,b' is not a valid split: 'a' is not a number >= 0"},
+      {"-1,2", "'-1,2' is not a valid split: '-1' is not a number >= 0"},
+  };
+  for (const auto& [value, problem] : bad) {
+    ScenarioText t;
+    t.set("data", "split", value);
+    SCOPED_TRACE(value);
+    EXPECT_THAT(error_of(t),
+                AllOf(HasSubstr(at(t, "data.split") + "data.split: " + problem),
+                      HasSubstr("(rule: 1 to 3 comma-separated numbers >= 0, not all zero")));
+  }
+  ScenarioText empty;
+  empty.set("data", "split", "\"\"");
+  EXPECT_THAT(error_of(empty), HasSubstr("data.split: expected a non-empty string"));
+}
+
+TEST(ScenarioData, SplitFractionsAreNormalizedWeightsPaddedToThree) {
+  // 969 + 30 + 1 = 1000.
+  const std::array<double, 3> megatron = split_fractions("969,30,1");
+  EXPECT_DOUBLE_EQ(megatron[0], 0.969);
+  EXPECT_DOUBLE_EQ(megatron[1], 0.030);
+  EXPECT_DOUBLE_EQ(megatron[2], 0.001);
+  EXPECT_EQ(split_fractions("3,1"), (std::array<double, 3>{0.75, 0.25, 0.0}));
+  EXPECT_EQ(split_fractions("7"), (std::array<double, 3>{1.0, 0.0, 0.0}));
+  EXPECT_EQ(split_fractions(" 1 , 1 "), (std::array<double, 3>{0.5, 0.5, 0.0}));
+  EXPECT_EQ(split_fractions("0,0.5,1.5"), (std::array<double, 3>{0.0, 0.25, 0.75}));
+  for (const char* bad : {"", "0", "1,2,3,4", ",1", "x", "1;2", "-0.5,1", "inf,1"}) {
+    EXPECT_THROW(split_fractions(bad), InvalidArgument) << bad;
+  }
+}
+
+TEST(ScenarioLiveTraining, BuiltInCodeIsValidatedToo) {
+  Scenario beta = valid_in_code();
+  beta.training.adam_beta2 = 1.0;
+  try {
+    validate_scenario(beta, "code");
+    FAIL() << "adam_beta2 = 1 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("code: training.adam_beta2: must be a finite number in [0, 1)"));
+  }
+  Scenario nan = valid_in_code();
+  nan.training.lr = std::nan("");
+  EXPECT_THROW(validate_scenario(nan, "code"), ConfigError);
+  Scenario seed = valid_in_code();
+  seed.training.seed = -3;
+  EXPECT_THROW(validate_scenario(seed, "code"), ConfigError);
+  Scenario split = valid_in_code();
+  split.data.split = "1:2";
+  try {
+    validate_scenario(split, "code");
+    FAIL() << "split 1:2 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("code: data.split: '1:2' is not a valid split"));
+  }
+  Scenario warmup = valid_in_code();  // lr_decay_iters unset: train_iters is the decay
+  warmup.training.train_iters = 10;
+  warmup.training.lr_warmup_iters = 10;
+  EXPECT_THROW(validate_scenario(warmup, "code"), ConfigError);
+  warmup.training.lr_warmup_iters = 9;
+  EXPECT_NO_THROW(validate_scenario(warmup, "code"));
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ void register_report_command(CLI::App& app);
 /// --vocab-file encoder.json --merge-file vocab.bpe [--append-eod]`: Megatron's
 /// tools/preprocess_data.py, writing P_text_document.bin/.idx.
 void register_preprocess_command(CLI::App& app);
+/// `traintwin train SCENARIO [--save DIR] [--load DIR] [--timeline FILE]`: live training with the
+/// CPU executor, one process or `mpirun -np N` (one process per rank).
+void register_train_command(CLI::App& app);
 
 /// The folder with the Vega builds the HTML report inlines: `flag` when given, else
 /// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.

@@ -321,8 +321,8 @@ class RankLowering {
     }
     lower_schedule();
     if (!sc_.training.overlap_grad_reduce) {
-      for (size_t c = 0; c < buckets_.size(); ++c) {
-        for (auto& bucket : buckets_[c]) issue_grad_reduce(static_cast<int64_t>(c), bucket);
+      for (size_t chunk = 0; chunk < buckets_.size(); ++chunk) {
+        for (auto& bucket : buckets_[chunk]) issue_grad_reduce(static_cast<int64_t>(chunk), bucket);
       }
     }
     finalize_and_step();

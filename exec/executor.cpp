@@ -163,8 +163,10 @@ class Executor::Impl {
   IterationResult evaluate(const MicroBatchSource& data) {
     begin(0, data, /*training=*/false);
     for (const Op& op : rp_->ops) {
-      if (op.phase != Phase::kForward) continue;
-      if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && op.tag % 2 != 0) continue;
+      // Activation sends/recvs have even tags; a p2p batch may carry them under the phase of the
+      // step it follows (send_backward_recv_forward), so they are picked by tag.
+      const bool p2p = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
+      if (p2p ? op.tag % 2 != 0 : op.phase != Phase::kForward) continue;
       execute(op);
     }
     finish();

@@ -1,0 +1,186 @@
+// `traintwin train SCENARIO`: live training with the CPU executor, in one process or under
+// mpirun/srun (one process per rank). Prints Megatron-LM-style log lines from rank 0.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "cli/scenario_options.hpp"
+#include "cli/sweep_mpi.hpp"
+#include "core/error.hpp"
+#include "exec/local_communicator.hpp"
+#include "exec/mpi_communicator.hpp"
+#include "exec/trainer.hpp"
+#include "traces/timeline.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+struct TrainOptions {
+  ScenarioOptions scenario;
+  std::string save, load, timeline;
+};
+
+/// Averages of the iterations since the last log line (Megatron's training_log).
+struct LogWindow {
+  int64_t iterations = 0;
+  double loss = 0, ms = 0;
+  void add(const exec::IterationLog& l) {
+    ++iterations;
+    loss += l.lm_loss;
+    ms += l.elapsed_ms;
+  }
+};
+
+void print_iteration(const exec::IterationLog& l, const LogWindow& w, int64_t global_batch,
+                     int64_t seq_length) {
+  const double ms = w.ms / static_cast<double>(w.iterations);
+  fmt::print(
+      " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): "
+      "{:.1f} | tokens per second: {:.1f} | learning rate: {:.6E} | global batch size: {:>5} | "
+      "lm loss: {:.6E} | grad norm: {:.3f} |\n",
+      l.iteration, l.train_iters, l.consumed_samples, ms,
+      static_cast<double>(global_batch * seq_length) / (ms / 1000.0), l.learning_rate,
+      global_batch, w.loss / static_cast<double>(w.iterations), l.grad_norm);
+  std::fflush(stdout);
+}
+
+void print_validation(const exec::ValidationLog& v) {
+  const std::string text = fmt::format(" validation loss at iteration {} | lm loss value: {:.6E} | "
+                                       "lm loss PPL: {:.6E} | ",
+                                       v.iteration, v.lm_loss, std::exp(std::min(20.0, v.lm_loss)));
+  const std::string rule(text.size() + 1, '-');
+  fmt::print("{}\n{}\n{}\n", rule, text, rule);
+  std::fflush(stdout);
+}
+
+/// Gathers every rank's events on rank 0 (each rank's trace serialized with the Chrome trace
+/// writer and read back there) and writes them to `path`.
+void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool mpi,
+                    const std::string& path, const std::string& name) {
+  Timeline mine{name, trainer.timeline()};
+  std::ostringstream text;
+  write_chrome_trace(mine, text);
+  Timeline all{name, {}};
+  if (!mpi) {
+    all = mine;
+  } else {
+    const std::string s = text.str();
+    int len = static_cast<int>(s.size());
+    std::vector<int> lens(static_cast<size_t>(comm.world_size()));
+    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<int> displs(lens.size(), 0);
+    for (size_t i = 1; i < lens.size(); ++i) displs[i] = displs[i - 1] + lens[i - 1];
+    std::string buf(comm.rank() == 0 ? static_cast<size_t>(displs.back() + lens.back()) : 0, '\0');
+    MPI_Gatherv(s.data(), len, MPI_CHAR, buf.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                MPI_COMM_WORLD);
+    if (comm.rank() != 0) return;
+    for (size_t r = 0; r < lens.size(); ++r) {
+      std::istringstream in(buf.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r])));
+      Timeline t = read_chrome_trace(in, "timeline of rank " + std::to_string(r));
+      all.events.insert(all.events.end(), t.events.begin(), t.events.end());
+    }
+  }
+  std::ofstream out(path);
+  if (!out) throw Error("--timeline: cannot write " + path);
+  write_chrome_trace(all, out);
+}
+
+/// `env` is null for a single-process run.
+void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
+  const bool mpi = env != nullptr;
+  const Scenario s = o.scenario.load();
+  std::unique_ptr<exec::Communicator> comm;
+  const RankLayout layout(s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+                          s.parallel.data_parallel_size, s.parallel.pipeline_model_parallel_size,
+                          s.parallel.rank_order);
+  if (mpi) {
+    if (env->size() != s.world_size()) {
+      throw ConfigError(fmt::format(
+          "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}) but mpirun started {} processes",
+          s.source.string(), s.world_size(), s.parallel.tensor_model_parallel_size,
+          s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size, env->size()));
+    }
+    comm = std::make_unique<exec::MpiCommunicator>(layout);
+  } else {
+    if (s.world_size() != 1) {
+      throw ConfigError(fmt::format(
+          "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}); run it with mpirun -np {} "
+          "traintwin train ..., or in one process with --tensor-model-parallel-size 1 "
+          "--pipeline-model-parallel-size 1 --set cluster.num_gpus=1",
+          s.source.string(), s.world_size(), s.parallel.tensor_model_parallel_size,
+          s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size, s.world_size()));
+    }
+    comm = std::make_unique<exec::LocalCommunicator>(layout);
+  }
+  const bool root = comm->rank() == 0;
+  exec::TrainerOptions topts;
+  topts.save = o.save;
+  topts.load = o.load;
+  topts.record_timeline = !o.timeline.empty();
+  exec::Trainer trainer(s, *comm, topts);
+  if (root) {
+    fmt::print("training {} on {} rank(s) (TP {}, PP {}, DP {}, {} model chunk(s)), iterations {}..{}, "
+               "{} micro-batch(es) of {} x {} tokens per replica\n",
+               s.name, s.world_size(), s.parallel.tensor_model_parallel_size,
+               s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size,
+               s.parallel.virtual_pipeline_model_parallel_size, trainer.first_iteration(),
+               *s.training.train_iters, s.num_micro_batches(), s.training.micro_batch_size,
+               s.model.seq_length);
+    if (trainer.first_iteration() > 1) {
+      fmt::print("resumed from {} at iteration {}\n", o.load, trainer.first_iteration() - 1);
+    }
+    std::fflush(stdout);
+  }
+  LogWindow window;
+  exec::TrainerCallbacks cb;
+  cb.on_iteration = [&](const exec::IterationLog& l) {
+    window.add(l);
+    if (l.iteration % s.training.log_interval == 0 || l.iteration == l.train_iters) {
+      if (root) print_iteration(l, window, s.training.global_batch_size, s.model.seq_length);
+      window = LogWindow();
+    }
+  };
+  cb.on_validation = [&](const exec::ValidationLog& v) {
+    if (root) print_validation(v);
+  };
+  cb.on_checkpoint = [&](const exec::CheckpointLog& c) {
+    if (root) fmt::print("saved checkpoint at iteration {} to {}\n", c.iteration, c.dir.string());
+  };
+  trainer.train(cb);
+  if (!o.timeline.empty()) {
+    write_timeline(trainer, *comm, mpi, o.timeline, s.name);
+    if (root) fmt::print("timeline written to {}\n", o.timeline);
+  }
+}
+
+}  // namespace
+
+void register_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand(
+      "train", "Train the scenario's model for real on CPU (one process, or mpirun -np N: one per rank)");
+  add_scenario_options(*cmd, o->scenario);
+  cmd->add_option("--save", o->save, "Checkpoint folder (Megatron --save): every save_interval and at the end");
+  cmd->add_option("--load", o->load, "Resume from the latest checkpoint in this folder (Megatron --load)");
+  cmd->add_option("--timeline", o->timeline,
+                  "Write every op of every rank as a Chrome/Perfetto trace (the simulator's format)");
+  cmd->callback([o] {
+    if (!launched_by_mpi()) return run_train(*o, nullptr);
+    const exec::MpiEnvironment env;
+    try {
+      run_train(*o, &env);
+    } catch (const Error& e) {
+      // Other ranks may be waiting in a collective: stop them all.
+      fmt::print(stderr, "traintwin: error: {}\n", e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+  });
+}
+
+}  // namespace traintwin::cli

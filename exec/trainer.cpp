@@ -1,0 +1,282 @@
+// Live training of one rank; see trainer.hpp.
+#include "exec/trainer.hpp"
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "core/error.hpp"
+#include "exec/checkpoint.hpp"
+#include "exec/executor.hpp"
+#include "exec/gpt_dataset.hpp"
+#include "exec/model_shard.hpp"
+#include "traces/op_event.hpp"
+
+namespace traintwin::exec {
+namespace {
+
+LearningRateSchedule::Style lr_style(LrDecayStyle s) {
+  switch (s) {
+    case LrDecayStyle::kConstant: return LearningRateSchedule::kConstant;
+    case LrDecayStyle::kLinear: return LearningRateSchedule::kLinear;
+    case LrDecayStyle::kCosine: return LearningRateSchedule::kCosine;
+  }
+  return LearningRateSchedule::kLinear;
+}
+
+std::string origin_of(const Scenario& s) {
+  return s.source.empty() ? "scenario " + s.name : s.source.string();
+}
+
+TrainingHyperparameters hyperparameters(const Scenario& s) {
+  const TrainingConfig& t = s.training;
+  TrainingHyperparameters h;
+  h.seed = static_cast<uint64_t>(t.seed);
+  h.hidden_dropout = t.hidden_dropout;
+  h.attention_dropout = t.attention_dropout;
+  h.clip_grad = t.clip_grad;
+  h.adam = cpu::AdamWParams{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
+  h.lr.max_lr = *t.lr;
+  h.lr.min_lr = t.min_lr;
+  h.lr.warmup_iters = t.lr_warmup_iters;
+  h.lr.decay_iters = t.lr_decay_iters.value_or(*t.train_iters);
+  h.lr.style = lr_style(t.lr_decay_style);
+  return h;
+}
+
+/// Waits until every rank has reached this point (a world all-reduce).
+void barrier(Communicator& comm) {
+  double x = 0;
+  comm.all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), ReduceOp::kSum)->wait();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& c) {
+  const ParallelConfig& p = s.parallel;
+  auto str = [](int64_t v) { return std::to_string(v); };
+  return {
+      {"model.num_layers", str(s.model.num_layers)},
+      {"model.hidden_size", str(s.model.hidden_size)},
+      {"model.num_attention_heads", str(s.model.num_attention_heads)},
+      {"model.ffn_hidden_size", str(s.model.ffn_hidden_size)},
+      {"model.seq_length", str(s.model.seq_length)},
+      {"model.vocab_size", str(s.model.vocab_size)},
+      {"parallelism.tensor_model_parallel_size", str(p.tensor_model_parallel_size)},
+      {"parallelism.pipeline_model_parallel_size", str(p.pipeline_model_parallel_size)},
+      {"parallelism.virtual_pipeline_model_parallel_size",
+       str(p.virtual_pipeline_model_parallel_size)},
+      {"parallelism.data_parallel_size", str(p.data_parallel_size)},
+      {"parallelism.rank_order", p.rank_order},
+      {"rank.tp", str(c.tp)},
+      {"rank.pp", str(c.pp)},
+      {"rank.dp", str(c.dp)},
+  };
+}
+
+class Trainer::Impl {
+ public:
+  Impl(const Scenario& s, Communicator& comm, TrainerOptions options)
+      : sc_(s), comm_(comm), opts_(std::move(options)) {
+    const std::string origin = origin_of(s);
+    if (!s.training.train_iters) {
+      throw ConfigError(origin + ": training.train_iters is required by `traintwin train`");
+    }
+    if (!s.training.lr) throw ConfigError(origin + ": training.lr is required by `traintwin train`");
+    if (!s.data.data_path) {
+      throw ConfigError(origin + ": data.data_path is required by `traintwin train` (the prefix "
+                                 "of a .bin/.idx pair written by `traintwin preprocess`)");
+    }
+    if (comm_.world_size() != s.world_size()) {
+      throw InvalidArgument(
+          origin + ": cluster.num_gpus = " + std::to_string(s.world_size()) + " (TP " +
+          std::to_string(s.parallel.tensor_model_parallel_size) + " x PP " +
+          std::to_string(s.parallel.pipeline_model_parallel_size) + " x DP " +
+          std::to_string(s.parallel.data_parallel_size) + ") but " +
+          std::to_string(comm_.world_size()) +
+          " processes run it; start it with mpirun -np " + std::to_string(s.world_size()) +
+          " or override the layout (e.g. --tensor-model-parallel-size 1 "
+          "--pipeline-model-parallel-size 1 --set cluster.num_gpus=1)");
+    }
+    program_ = std::make_unique<Program>(build_program(s, {comm_.rank()}));
+    const RankCoord coord = program_->ranks.at(comm_.rank()).coord;
+    shard_ = std::make_unique<ModelShard>(s, coord, static_cast<uint64_t>(s.training.seed),
+                                          s.training.init_method_std);
+    GptDatasetConfig dc;
+    dc.prefix = s.data.data_path->string();
+    dc.seq_length = s.model.seq_length;
+    dc.seed = static_cast<uint64_t>(s.training.seed);
+    dc.split = s.data.split;
+    dc.vocab_size = s.model.vocab_size;
+    data_ = std::make_unique<GptDataset>(
+        dc,
+        GptBatchConfig{s.training.global_batch_size, s.training.micro_batch_size,
+                       s.parallel.data_parallel_size},
+        s.training.eval_iters > 0);
+    executor_ = std::make_unique<Executor>(*program_, comm_, *shard_, hyperparameters(s));
+    signature_ = checkpoint_signature(s, coord);
+    if (!opts_.load.empty()) load();
+  }
+
+  int64_t first_iteration() const { return first_iteration_; }
+
+  void train(const TrainerCallbacks& cb) {
+    const int64_t last = *sc_.training.train_iters;
+    const int64_t gbs = sc_.training.global_batch_size;
+    const int64_t dp_rank = program_->ranks.at(comm_.rank()).coord.dp;
+    barrier(comm_);
+    executor_->reset_clock();  // timeline times from a common start on every rank
+    for (int64_t it = first_iteration_; it <= last; ++it) {
+      const auto t0 = std::chrono::steady_clock::now();
+      IterationResult r = executor_->train_iteration(
+          it, [&](int64_t mb, std::span<int32_t> tokens, std::span<int32_t> labels) {
+            data_->micro_batch(it - 1, mb, dp_rank, tokens, labels);
+          });
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      record(it, r);
+      if (cb.on_iteration) {
+        IterationLog log;
+        log.iteration = it;
+        log.train_iters = last;
+        log.consumed_samples = it * gbs;
+        log.lm_loss = r.lm_loss;
+        log.learning_rate = r.learning_rate;
+        log.grad_norm = r.grad_norm;
+        log.elapsed_ms = ms;
+        log.tokens_per_s =
+            static_cast<double>(gbs * sc_.model.seq_length) / (ms / 1000.0);
+        cb.on_iteration(log);
+      }
+      const bool eval = sc_.training.eval_iters > 0 &&
+                        (it % sc_.training.eval_interval == 0 || it == last);
+      if (eval && cb.on_validation) cb.on_validation({it, evaluate()});
+      const bool save = !opts_.save.empty() &&
+                        ((sc_.training.save_interval && it % *sc_.training.save_interval == 0) ||
+                         it == last);
+      if (save) {
+        this->save(it);
+        if (cb.on_checkpoint) cb.on_checkpoint({it, opts_.save, false});
+      }
+    }
+  }
+
+  const std::vector<TimelineEvent>& timeline() const { return events_; }
+  const Program& program() const { return *program_; }
+
+ private:
+  double evaluate() {
+    const int64_t dp_rank = program_->ranks.at(comm_.rank()).coord.dp;
+    double sum = 0;
+    for (int64_t k = 0; k < sc_.training.eval_iters; ++k) {
+      sum += executor_
+                 ->evaluate([&](int64_t mb, std::span<int32_t> tokens, std::span<int32_t> labels) {
+                   data_->eval_micro_batch(k, mb, dp_rank, tokens, labels);
+                 })
+                 .lm_loss;
+    }
+    return sum / static_cast<double>(sc_.training.eval_iters);
+  }
+
+  void record(int64_t it, const IterationResult& r) {
+    if (!opts_.record_timeline) return;
+    const RankProgram& rp = program_->ranks.at(comm_.rank());
+    for (const OpSpan& span : r.spans) {
+      const Op& op = rp.ops[span.op];
+      TimelineEvent e = op_event(*program_, op, comm_.rank(), op.peer, comm_.world_size(),
+                                 span.start_s, span.end_s);
+      e.name = "it " + std::to_string(it) + " " + e.name;
+      e.args["iteration"] = std::to_string(it);
+      if (e.flow_id >= 0) e.flow_id = e.flow_id * 100003 + it;  // unique across iterations
+      events_.push_back(std::move(e));
+    }
+  }
+
+  // ---- checkpoints -----------------------------------------------------------------------------
+
+  RankCheckpoint snapshot(int64_t it) const {
+    RankCheckpoint ck;
+    ck.signature = signature_;
+    ck.iteration = it;
+    ck.consumed_train_samples = it * sc_.training.global_batch_size;
+    ck.seed = static_cast<uint64_t>(sc_.training.seed);
+    for (const ChunkShard& c : shard_->chunks()) {
+      const std::string pre = "chunk" + std::to_string(c.chunk) + ".";
+      for (const ShardTensor& t : c.tensors) {
+        auto piece = [&](const std::vector<float>& buf) {
+          return std::vector<float>(buf.begin() + t.offset, buf.begin() + t.offset + t.numel);
+        };
+        ck.tensors.push_back({pre + t.name, t.shape, piece(c.params)});
+        ck.tensors.push_back({pre + t.name + ".exp_avg", t.shape, piece(c.exp_avg)});
+        ck.tensors.push_back({pre + t.name + ".exp_avg_sq", t.shape, piece(c.exp_avg_sq)});
+      }
+    }
+    return ck;
+  }
+
+  void save(int64_t it) {
+    write_rank_checkpoint(opts_.save, it, comm_.rank(), snapshot(it));
+    barrier(comm_);  // every rank's file is in place before the tracker names the iteration
+    if (comm_.rank() == 0) write_latest_iteration(opts_.save, it);
+    barrier(comm_);
+  }
+
+  void load() {
+    const int64_t it = read_latest_iteration(opts_.load);
+    const RankCheckpoint ck = read_rank_checkpoint(opts_.load, it, comm_.rank());
+    const std::string origin = rank_checkpoint_path(opts_.load, it, comm_.rank()).string();
+    check_signature(ck, signature_, origin);
+    std::map<std::string, const CheckpointTensor*> by_name;
+    for (const CheckpointTensor& t : ck.tensors) by_name[t.name] = &t;
+    for (ChunkShard& c : shard_->chunks()) {
+      const std::string pre = "chunk" + std::to_string(c.chunk) + ".";
+      for (const ShardTensor& t : c.tensors) {
+        for (auto [suffix, buf] : {std::pair{"", &c.params}, std::pair{".exp_avg", &c.exp_avg},
+                                   std::pair{".exp_avg_sq", &c.exp_avg_sq}}) {
+          const std::string name = pre + t.name + suffix;
+          auto f = by_name.find(name);
+          if (f == by_name.end()) throw DataError(origin + ": tensor " + name + " is missing");
+          if (f->second->shape != t.shape ||
+              static_cast<int64_t>(f->second->data.size()) != t.numel) {
+            throw DataError(origin + ": tensor " + name + " has another shape than this run's");
+          }
+          std::copy(f->second->data.begin(), f->second->data.end(), buf->begin() + t.offset);
+        }
+      }
+    }
+    if (ck.tensors.size() != by_name.size() ||
+        static_cast<int64_t>(ck.tensors.size()) != 3 * num_tensors()) {
+      throw DataError(origin + ": holds " + std::to_string(ck.tensors.size()) +
+                      " tensors, this run has " + std::to_string(3 * num_tensors()));
+    }
+    first_iteration_ = ck.iteration + 1;
+  }
+
+  int64_t num_tensors() const {
+    int64_t n = 0;
+    for (const ChunkShard& c : shard_->chunks()) n += static_cast<int64_t>(c.tensors.size());
+    return n;
+  }
+
+  Scenario sc_;
+  Communicator& comm_;
+  TrainerOptions opts_;
+  std::unique_ptr<Program> program_;
+  std::unique_ptr<ModelShard> shard_;
+  std::unique_ptr<GptDataset> data_;
+  std::unique_ptr<Executor> executor_;
+  std::map<std::string, std::string> signature_;
+  int64_t first_iteration_ = 1;
+  std::vector<TimelineEvent> events_;
+};
+
+Trainer::Trainer(const Scenario& s, Communicator& comm, TrainerOptions options)
+    : impl_(std::make_unique<Impl>(s, comm, std::move(options))) {}
+Trainer::~Trainer() = default;
+int64_t Trainer::first_iteration() const { return impl_->first_iteration(); }
+void Trainer::train(const TrainerCallbacks& callbacks) { impl_->train(callbacks); }
+const std::vector<TimelineEvent>& Trainer::timeline() const { return impl_->timeline(); }
+const Program& Trainer::program() const { return impl_->program(); }
+
+}  // namespace traintwin::exec

@@ -1,0 +1,127 @@
+// The Trainer in one process: checkpoints resume bit-identically; truncated checkpoints, those of
+// another model and scenarios the CPU backend cannot run are refused with clear errors.
+#include "exec/trainer.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "core/scenario.hpp"
+#include "exec/checkpoint.hpp"
+#include "exec/local_communicator.hpp"
+#include "tests/tiny_training.hpp"
+
+namespace traintwin::exec {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("traintwin-trainer-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    prefix_ = testing::write_synthetic_dataset(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Scenario scenario(const std::vector<Override>& overrides = {}) const {
+    return load_scenario(testing::write_tiny_scenario(dir_, prefix_), overrides);
+  }
+
+  /// Losses of iterations first..train_iters (exact doubles).
+  static std::vector<double> run(const Scenario& s, TrainerOptions opts = {}) {
+    LocalCommunicator comm(RankLayout(1, 1, 1, 1, s.parallel.rank_order));
+    Trainer t(s, comm, std::move(opts));
+    std::vector<double> losses;
+    TrainerCallbacks cb;
+    cb.on_iteration = [&](const IterationLog& l) { losses.push_back(l.lm_loss); };
+    t.train(cb);
+    return losses;
+  }
+
+  fs::path dir_;
+  std::string prefix_;
+};
+
+// Train 10 steps and save, resume and train 10 more: the losses of steps 11..20 are bitwise those
+// of 20 steps straight (parameters, AdamW moments, the data position and the dropout masks all
+// come back).
+TEST_F(TrainerTest, ResumeFromCheckpointIsBitIdentical) {
+  const std::vector<double> straight = run(scenario());
+  ASSERT_EQ(straight.size(), 20u);
+  TrainerOptions save;
+  save.save = dir_ / "ckpt";
+  const std::vector<double> first = run(scenario({{"training.train_iters", "10"},
+                                                  {"training.lr_decay_iters", "20"}}),
+                                        save);
+  ASSERT_EQ(first.size(), 10u);
+  EXPECT_EQ(read_latest_iteration(dir_ / "ckpt"), 10);
+  TrainerOptions load;
+  load.load = dir_ / "ckpt";
+  const std::vector<double> rest = run(scenario(), load);
+  ASSERT_EQ(rest.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(first[i], straight[i]) << "step " << i + 1;
+    EXPECT_EQ(rest[i], straight[10 + i]) << "step " << 11 + i;
+  }
+}
+
+TEST_F(TrainerTest, TruncatedCheckpointIsRefused) {
+  TrainerOptions save;
+  save.save = dir_ / "ckpt";
+  run(scenario({{"training.train_iters", "2"}, {"training.lr_decay_iters", "20"}}), save);
+  const fs::path file = rank_checkpoint_path(dir_ / "ckpt", 2, 0);
+  fs::resize_file(file, fs::file_size(file) / 2);
+  TrainerOptions load;
+  load.load = dir_ / "ckpt";
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+  try {
+    Trainer t(scenario(), comm, load);
+    FAIL() << "a truncated checkpoint loaded";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(file.filename().string()));
+  }
+}
+
+TEST_F(TrainerTest, CheckpointOfAnotherModelIsRefusedNamingTheKey) {
+  TrainerOptions save;
+  save.save = dir_ / "ckpt";
+  run(scenario({{"training.train_iters", "1"}, {"training.lr_decay_iters", "20"}}), save);
+  TrainerOptions load;
+  load.load = dir_ / "ckpt";
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+  try {
+    Trainer t(scenario({{"model.hidden_size", "128"}}), comm, load);
+    FAIL() << "a checkpoint of another model loaded";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.hidden_size"));
+  }
+}
+
+TEST_F(TrainerTest, RequiresTheTrainingKeys) {
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+  try {
+    Trainer t(scenario({{"training.lr", "null"}}), comm, {});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("training.lr"));
+  }
+}
+
+TEST_F(TrainerTest, BackendLimitsAreRefusedNotDowngraded) {
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+  EXPECT_THROW(Trainer(scenario({{"training.precision", "bf16"}}), comm, {}), UnsupportedError);
+  EXPECT_THROW(Trainer(scenario({{"training.attention_dropout", "0.1"}}), comm, {}),
+               UnsupportedError);
+}
+
+}  // namespace
+}  // namespace traintwin::exec

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <thread>
 #include <memory>
 #include <sstream>
 
@@ -12,6 +15,7 @@
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "core/error.hpp"
+#include "exec/cpu/matmul.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "exec/trainer.hpp"
@@ -90,6 +94,18 @@ void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool
   write_chrome_trace(all, out);
 }
 
+/// Under mpirun every process would start as many OpenBLAS threads as the node has cores; unless
+/// OPENBLAS_NUM_THREADS says otherwise, the node's cores are shared among its ranks instead
+/// (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE ranks on this node, at least one thread each).
+void share_cores_among_local_ranks() {
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local == nullptr) local = std::getenv("SLURM_NTASKS_PER_NODE");
+  const int ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  exec::cpu::set_gemm_threads(std::max(1, cores / ranks));
+}
+
 /// `env` is null for a single-process run.
 void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   const bool mpi = env != nullptr;
@@ -99,6 +115,7 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
                           s.parallel.data_parallel_size, s.parallel.pipeline_model_parallel_size,
                           s.parallel.rank_order);
   if (mpi) {
+    share_cores_among_local_ranks();
     if (env->size() != s.world_size()) {
       throw ConfigError(fmt::format(
           "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}) but mpirun started {} processes",

@@ -9,23 +9,13 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/scenario.hpp"
 
 namespace traintwin {
 namespace {
 
 constexpr int64_t kVocabularyChunkTokens = int64_t{1} << 20;
 
-std::string split_help() {
-  return "expected up to 3 non-negative weights train,validation,test separated by ',' or '/', "
-         "e.g. \"969,30,1\"";
-}
-
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t");
-  return s.substr(first, last - first + 1);
-}
 
 /// Python's round(): to the nearest integer, ties to even.
 int64_t round_half_even(double x) {
@@ -60,34 +50,11 @@ const char* data_split_name(DataSplit split) {
 }
 
 std::array<double, 3> parse_split_weights(const std::string& split) {
-  auto fail = [&split](const std::string& what) {
-    return ConfigError("data split \"" + split + "\": " + what + "; " + split_help());
-  };
-  if (trim(split).empty()) throw fail("empty");
-  std::vector<double> weights;
-  std::string_view rest = split;
-  for (;;) {
-    const auto sep = rest.find_first_of(",/");
-    const std::string_view field = trim(rest.substr(0, sep));
-    const auto position = std::to_string(weights.size() + 1);
-    if (field.empty()) throw fail("weight " + position + " is empty");
-    double value = 0;
-    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
-    if (ec != std::errc() || end != field.data() + field.size() || !std::isfinite(value)) {
-      throw fail("weight " + position + " (\"" + std::string(field) + "\") is not a number");
-    }
-    if (value < 0) throw fail("weight " + position + " is negative");
-    weights.push_back(value);
-    if (sep == std::string_view::npos) break;
-    rest = rest.substr(sep + 1);
+  try {
+    return split_fractions(split);  // the scenario loader's rule (core/scenario.hpp)
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(std::string("data split: ") + e.what());
   }
-  if (weights.size() > 3) {
-    throw fail(std::to_string(weights.size()) + " weights given, at most 3");
-  }
-  weights.resize(3, 0.0);
-  const double sum = weights[0] + weights[1] + weights[2];
-  if (!(sum > 0)) throw fail("the weights sum to 0");
-  return {weights[0] / sum, weights[1] / sum, weights[2] / sum};
 }
 
 std::array<int64_t, 4> split_document_bounds(const std::array<double, 3>& weights,

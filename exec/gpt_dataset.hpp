@@ -73,9 +73,9 @@ struct GptBatchConfig {
   int64_t data_parallel_size = 0;  ///< D
 };
 
-/// Parses a Megatron --split string into three weights normalized to sum 1 (see the header
-/// comment). Throws ConfigError naming the string for an empty string or field, a field that is
-/// not a finite number, a negative weight, more than three weights, or weights summing to 0.
+/// Parses a Megatron --split string into three weights normalized to sum 1: split_fractions()
+/// of core/scenario.hpp, whose InvalidArgument (an empty string or field, a field that is not a
+/// finite number >= 0, more than three weights, all zero) becomes a ConfigError naming the string.
 std::array<double, 3> parse_split_weights(const std::string& split);
 
 /// Megatron's _get_split_indices over `num_documents` documents: {0, a, b, num_documents}

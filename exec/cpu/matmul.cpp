@@ -120,6 +120,13 @@ TRAINTWIN_MATMUL_BACKWARD_PARTS(float)
 TRAINTWIN_MATMUL_BACKWARD_PARTS(double)
 #undef TRAINTWIN_MATMUL_BACKWARD_PARTS
 
+void set_gemm_threads(int threads) {
+  if (threads < 1) throw InvalidArgument("GEMM threads must be >= 1, got " + std::to_string(threads));
+  openblas_set_num_threads(threads);
+}
+
+int gemm_threads() { return openblas_get_num_threads(); }
+
 template void matmul_forward<float>(std::span<float>, std::span<const float>,
                                     std::span<const float>, std::span<const float>, int64_t,
                                     int64_t, int64_t, int64_t);

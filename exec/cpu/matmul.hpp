@@ -47,4 +47,10 @@ void matmul_backward_weight(std::span<Scalar> dweight,      // [OC, C]
                             std::span<const Scalar> inp,    // [B, T, C]
                             int64_t batch, int64_t seq, int64_t channels, int64_t out_channels);
 
+/// Threads OpenBLAS uses for the GEMMs of this process (openblas_set_num_threads); >= 1 else
+/// InvalidArgument.
+void set_gemm_threads(int threads);
+/// The number of threads OpenBLAS currently uses.
+int gemm_threads();
+
 }  // namespace traintwin::exec::cpu

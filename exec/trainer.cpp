@@ -11,6 +11,7 @@
 #include "exec/executor.hpp"
 #include "exec/gpt_dataset.hpp"
 #include "exec/model_shard.hpp"
+#include "exec/tokenizer.hpp"
 #include "traces/op_event.hpp"
 
 namespace traintwin::exec {
@@ -98,6 +99,18 @@ class Trainer::Impl {
           " processes run it; start it with mpirun -np " + std::to_string(s.world_size()) +
           " or override the layout (e.g. --tensor-model-parallel-size 1 "
           "--pipeline-model-parallel-size 1 --set cluster.num_gpus=1)");
+    }
+    if (s.data.vocab_file || s.data.merge_file) {
+      if (!s.data.vocab_file || !s.data.merge_file) {
+        throw ConfigError(origin + ": data.vocab_file and data.merge_file go together");
+      }
+      const Tokenizer tok = Tokenizer::load(*s.data.vocab_file, *s.data.merge_file);
+      if (tok.vocab_size() > s.model.vocab_size) {
+        throw DataError(origin + ": vocabulary mismatch: the tokenizer " +
+                        s.data.vocab_file->string() + " has " +
+                        std::to_string(tok.vocab_size()) + " ids but model.vocab_size is " +
+                        std::to_string(s.model.vocab_size));
+      }
     }
     program_ = std::make_unique<Program>(build_program(s, {comm_.rank()}));
     const RankCoord coord = program_->ranks.at(comm_.rank()).coord;
@@ -227,6 +240,13 @@ class Trainer::Impl {
     const RankCheckpoint ck = read_rank_checkpoint(opts_.load, it, comm_.rank());
     const std::string origin = rank_checkpoint_path(opts_.load, it, comm_.rank()).string();
     check_signature(ck, signature_, origin);
+    if (ck.consumed_train_samples != ck.iteration * sc_.training.global_batch_size) {
+      throw DataError(origin + ": " + std::to_string(ck.consumed_train_samples) +
+                      " samples consumed in " + std::to_string(ck.iteration) +
+                      " iterations, but this run's training.global_batch_size is " +
+                      std::to_string(sc_.training.global_batch_size) +
+                      " (resuming with another global batch size is not supported)");
+    }
     std::map<std::string, const CheckpointTensor*> by_name;
     for (const CheckpointTensor& t : ck.tensors) by_name[t.name] = &t;
     for (ChunkShard& c : shard_->chunks()) {

@@ -65,7 +65,8 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
 /// Trains the scenario on this rank. Requires training.train_iters, training.lr and
 /// data.data_path (ConfigError naming the key otherwise) and a communicator whose world is the
 /// scenario's (num_gpus ranks; InvalidArgument otherwise). Data errors (missing or corrupt
-/// dataset, vocabulary mismatch) are DataError; a checkpoint from another model or layout is
+/// dataset, a token id >= model.vocab_size, a tokenizer (data.vocab_file + data.merge_file) with
+/// more ids than model.vocab_size) are DataError; a checkpoint from another model or layout is
 /// DataError listing the differing keys; nothing is overwritten before these checks pass.
 class Trainer {
  public:

@@ -116,6 +116,21 @@ TEST_F(TrainerTest, RequiresTheTrainingKeys) {
   }
 }
 
+// A model vocabulary smaller than the tokenizer's is refused before anything runs.
+TEST_F(TrainerTest, TokenizerLargerThanTheModelVocabularyIsRefused) {
+  const fs::path gpt2 = fs::path(TRAINTWIN_SOURCE_DIR) / "data" / "gpt2";
+  if (!fs::exists(gpt2 / "encoder.json")) GTEST_SKIP() << "no " << gpt2 << " (scripts/fetch_data.sh)";
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+  try {
+    Trainer t(scenario({{"data.vocab_file", (gpt2 / "encoder.json").string()},
+                        {"data.merge_file", (gpt2 / "vocab.bpe").string()}}),
+              comm, {});
+    FAIL() << "a 1000-id model accepted the 50257-id GPT-2 tokenizer";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("vocabulary mismatch"));
+  }
+}
+
 TEST_F(TrainerTest, BackendLimitsAreRefusedNotDowngraded) {
   LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
   EXPECT_THROW(Trainer(scenario({{"training.precision", "bf16"}}), comm, {}), UnsupportedError);

@@ -1,0 +1,169 @@
+// LayerNorm; see layernorm.hpp.
+#include "exec/cuda/layernorm.hpp"
+
+#include "exec/cpu/layernorm.hpp"  // kLayerNormEps (header only)
+#include "exec/cuda/common.cuh"
+
+namespace traintwin::exec::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr const char* kLayer = "layernorm";
+constexpr int kWarpsPerBlock = 8;
+
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int64_t rows,
+                                         int64_t channels, float eps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (row >= rows) return;
+  const T* x = inp + row * channels;
+  const float inv_c = 1.0f / static_cast<float>(channels);
+  float sum = 0.0f;
+  for (int64_t c = lane; c < channels; c += 32) sum += to_float(x[c]);
+  const float m = warp_sum(sum) * inv_c;
+  float sq = 0.0f;
+  for (int64_t c = lane; c < channels; c += 32) {
+    const float d = to_float(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = rsqrtf(warp_sum(sq) * inv_c + eps);
+  T* o = out + row * channels;
+  for (int64_t c = lane; c < channels; c += 32) {
+    o[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
+                                                const T* weight, const float* mean,
+                                                const float* rstd, int64_t rows,
+                                                int64_t channels) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (row >= rows) return;
+  const T* dy = dout + row * channels;
+  const T* x = inp + row * channels;
+  T* dx = dinp + row * channels;
+  const float m = mean[row];
+  const float s = rstd[row];
+  float dnorm_sum = 0.0f;
+  float dnorm_norm_sum = 0.0f;
+  for (int64_t c = lane; c < channels; c += 32) {
+    const float norm = (to_float(x[c]) - m) * s;
+    const float dnorm = to_float(weight[c]) * to_float(dy[c]);
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * norm;
+  }
+  const float inv_c = 1.0f / static_cast<float>(channels);
+  const float dnorm_mean = warp_sum(dnorm_sum) * inv_c;
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) * inv_c;
+  for (int64_t c = lane; c < channels; c += 32) {
+    const float norm = (to_float(x[c]) - m) * s;
+    const float dnorm = to_float(weight[c]) * to_float(dy[c]);
+    dx[c] = from_float<T>(to_float(dx[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+  }
+}
+
+// Block (32, 8): threadIdx.x picks the channel, threadIdx.y and blockIdx.y stride over rows.
+template <typename T>
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const T* dout,
+                                                 const T* inp, const float* mean,
+                                                 const float* rstd, int64_t rows,
+                                                 int64_t channels) {
+  __shared__ float dw_part[8][33];
+  __shared__ float db_part[8][33];
+  const int64_t c = blockIdx.x * int64_t{32} + threadIdx.x;
+  float dw = 0.0f;
+  float db = 0.0f;
+  if (c < channels) {
+    for (int64_t row = blockIdx.y * int64_t{8} + threadIdx.y; row < rows;
+         row += int64_t{gridDim.y} * 8) {
+      const float dy = to_float(dout[row * channels + c]);
+      const float norm = (to_float(inp[row * channels + c]) - mean[row]) * rstd[row];
+      dw += norm * dy;
+      db += dy;
+    }
+  }
+  dw_part[threadIdx.y][threadIdx.x] = dw;
+  db_part[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < channels) {
+    for (int y = 1; y < 8; ++y) {
+      dw += dw_part[y][threadIdx.x];
+      db += db_part[y][threadIdx.x];
+    }
+    atomicAdd(&dweight[c], dw);
+    atomicAdd(&dbias[c], db);
+  }
+}
+
+void check(int64_t batch, int64_t seq, int64_t channels) {
+  require_positive(kLayer, batch, "batch");
+  require_positive(kLayer, seq, "seq");
+  require_positive(kLayer, channels, "channels");
+  require_product_fits(kLayer, batch * seq, channels, "batch * seq * channels");
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+}  // namespace
+
+void layernorm_forward(DType dtype, void* out, float* mean, float* rstd, const void* inp,
+                       const void* weight, const void* bias, int64_t batch, int64_t seq,
+                       int64_t channels, cudaStream_t stream) {
+  check(batch, seq, channels);
+  require_pointer(kLayer, out, "out");
+  require_pointer(kLayer, mean, "mean");
+  require_pointer(kLayer, rstd, "rstd");
+  require_pointer(kLayer, inp, "inp");
+  require_pointer(kLayer, weight, "weight");
+  require_pointer(kLayer, bias, "bias");
+  const int64_t rows = batch * seq;
+  dispatch(dtype, kLayer, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_forward_kernel<T><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
+        static_cast<const T*>(weight), static_cast<const T*>(bias), rows, channels,
+        static_cast<float>(cpu::kLayerNormEps));
+    TRAINTWIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void layernorm_backward(DType dtype, void* dinp, float* dweight, float* dbias, const void* dout,
+                        const void* inp, const void* weight, const float* mean, const float* rstd,
+                        int64_t batch, int64_t seq, int64_t channels, cudaStream_t stream) {
+  check(batch, seq, channels);
+  require_pointer(kLayer, dinp, "dinp");
+  require_pointer(kLayer, dweight, "dweight");
+  require_pointer(kLayer, dbias, "dbias");
+  require_pointer(kLayer, dout, "dout");
+  require_pointer(kLayer, inp, "inp");
+  require_pointer(kLayer, weight, "weight");
+  require_pointer(kLayer, mean, "mean");
+  require_pointer(kLayer, rstd, "rstd");
+  const int64_t rows = batch * seq;
+  dispatch(dtype, kLayer, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_backward_input_kernel<T><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+        static_cast<const T*>(weight), mean, rstd, rows, channels);
+    TRAINTWIN_CUDA_CHECK_LAUNCH();
+    const dim3 grid(static_cast<unsigned>((channels + 31) / 32),
+                    static_cast<unsigned>(std::min<int64_t>((rows + 7) / 8, 128)));
+    layernorm_backward_params_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(
+        dweight, dbias, static_cast<const T*>(dout), static_cast<const T*>(inp), mean, rstd,
+        rows, channels);
+    TRAINTWIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace traintwin::exec::cuda

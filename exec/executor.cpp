@@ -32,7 +32,12 @@ Buf zeros(int64_t n) { return Buf(static_cast<size_t>(n), 0.0f); }
 CSpan cs(const Buf& b) { return CSpan(b.data(), b.size()); }
 
 /// Dropout sites (part of the mask's stream id).
-enum DropoutSite : uint64_t { kSiteEmbedding = 0, kSiteAttention = 1, kSiteMlp = 2 };
+enum DropoutSite : uint64_t {
+  kSiteEmbedding = 0,
+  kSiteAttention = 1,  // after the projection
+  kSiteMlp = 2,
+  kSiteAttentionProbabilities = 3,
+};
 
 /// Parameter and gradient views of one transformer layer.
 struct LayerParams {
@@ -67,7 +72,6 @@ struct LayerState {
   Buf d_ln_full;                   // [b, s, H] column-parallel input gradient (partial sums)
   Buf d_ln;                        // [b, Tl, H] after the reduce-scatter (SP)
   Buf d_in;                        // [b, Tl, H]
-  bool forward_done = false;
 };
 
 /// Everything of one micro-batch on one model chunk.
@@ -118,9 +122,6 @@ class Executor::Impl {
     if (sc.training.use_distributed_optimizer) unsupported("training.use_distributed_optimizer");
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
     if (sc.parallel.context_parallel_size > 1) unsupported("context parallelism");
-    if (hyper_.attention_dropout != 0) {
-      unsupported("training.attention_dropout > 0 (attention-probability dropout)");
-    }
     if (sc.training.precision != Precision::kFp32) {
       throw UnsupportedError("scenario " + sc.name + ": training.precision is " +
                              std::string(to_string(sc.training.precision)) +
@@ -341,7 +342,7 @@ class Executor::Impl {
       case Role::kGelu:
       case Role::kFc2:
       case Role::kMlpResidual:
-        return fwd ? layer_forward(op, name, role) : layer_backward(op, name, role);
+        return fwd ? layer_forward(op, role) : layer_backward(op, name, role);
       case Role::kFinalLayerNorm:
       case Role::kLmHead:
       case Role::kCrossEntropyMax:
@@ -385,10 +386,9 @@ class Executor::Impl {
     if (shard.size() != static_cast<size_t>(b_ * tl_ * h_)) unexpected(op, "nothing to gather");
     InFlight f;
     f.buffer = zeros(b_ * s_ * h_);
-    Buf* pieces = nullptr;
     f.request = comm_.all_gather(GroupKind::kTp, cs(shard), std::span<float>(f.buffer));
     start(op, std::move(f));
-    pieces = &inflight_[op.id]->buffer;
+    const Buf* pieces = &inflight_[op.id]->buffer;
     inflight_[op.id]->on_complete = [this, pieces, full] { member_major_to_bsh(*pieces, *full, h_); };
   }
 
@@ -426,6 +426,19 @@ class Executor::Impl {
                               stream_id({static_cast<uint64_t>(iteration_),
                                          static_cast<uint64_t>(layer + 1), site})};
   }
+  /// Attention-probability dropout of micro-batch `mb` in `layer` (null when off); the mask is
+  /// keyed by global heads, so TP shards draw the same mask as one rank.
+  const cpu::AttentionProbabilityDropout* attention_dropout(int64_t mb, int64_t layer) {
+    if (!training_ || hyper_.attention_dropout == 0) return nullptr;
+    att_dropout_ = cpu::AttentionProbabilityDropout{
+        cpu::DropoutParams{hyper_.attention_dropout, hyper_.seed,
+                           stream_id({static_cast<uint64_t>(iteration_),
+                                      static_cast<uint64_t>(layer + 1),
+                                      kSiteAttentionProbabilities})},
+        cpu::AttentionBlock{b_, heads_, s_, first_sample(mb), coord_.tp * heads_, heads_ * t_}};
+    return &att_dropout_;
+  }
+
   cpu::HiddenBlock block(int64_t mb, bool full) const {
     return cpu::HiddenBlock{b_, full ? s_ : tl_, h_, first_sample(mb), full ? 0 : seq_offset(), s_};
   }
@@ -471,7 +484,7 @@ class Executor::Impl {
     return std::move(st.input);
   }
 
-  void layer_forward(const Op& op, const std::string& name, Role role) {
+  void layer_forward(const Op& op, Role role) {
     LayerState& L = layer_state(op);
     const LayerParams& P = layer_params_.at(op.layer);
     const bool recompute = op.phase == Phase::kRecompute;
@@ -495,7 +508,8 @@ class Executor::Impl {
         L.attn = zeros(b_ * s_ * hl_);
         L.preatt = zeros(b_ * heads_ * s_ * s_);
         L.att = zeros(b_ * heads_ * s_ * s_);
-        cpu::attention_forward<float>(L.attn, L.preatt, L.att, cs(L.qkv), b_, s_, hl_, heads_);
+        cpu::attention_forward<float>(L.attn, L.preatt, L.att, cs(L.qkv), b_, s_, hl_, heads_,
+                                      attention_dropout(op.micro_batch, op.layer));
         release(L.preatt);
         // Selective recomputation (and evaluation) keeps no s x s scores.
         if ((op.phase == Phase::kForward &&
@@ -548,7 +562,6 @@ class Executor::Impl {
         cpu::dropout_forward<float>(L.out, cs(y), dropout(kSiteMlp, op.layer),
                                     block(op.micro_batch, false));
         for (size_t i = 0; i < L.out.size(); ++i) L.out[i] += L.resid1[i];
-        L.forward_done = true;
         // Full recomputation (and evaluation) keeps only the layer input.
         if ((op.phase == Phase::kForward && recompute_ == RecomputeGranularity::kFull) ||
             !training_) {
@@ -561,7 +574,6 @@ class Executor::Impl {
       }
       default: unexpected(op, "not a layer-forward role");
     }
-    (void)name;
   }
 
   void add_bias(Buf& y, std::span<const float> bias) const {
@@ -676,7 +688,7 @@ class Executor::Impl {
         if (L.att.empty()) unexpected(op, "attention probabilities were not kept or recomputed");
         L.d_qkv = zeros(b_ * s_ * 3 * hl_);
         cpu::attention_backward<float>(L.d_qkv, cs(L.d_attn), cs(L.qkv), cs(L.att), b_, s_, hl_,
-                                       heads_);
+                                       heads_, attention_dropout(op.micro_batch, op.layer));
         release(L.d_attn);
         release(L.att);
         release(L.attn);
@@ -1003,6 +1015,7 @@ class Executor::Impl {
   double loss_sum_ = 0;
   int64_t loss_tokens_ = 0;
   double sum_sq_ = 0, grad_norm_ = 0, lr_ = 0;
+  cpu::AttentionProbabilityDropout att_dropout_;
 };
 
 Executor::Executor(const Program& program, Communicator& comm, ModelShard& shard,

@@ -41,7 +41,7 @@ namespace traintwin::exec {
 struct TrainingHyperparameters {
   uint64_t seed = 1234;
   double hidden_dropout = 0;        ///< dropout after the embedding and both residual branches
-  double attention_dropout = 0;     ///< must be 0 (attention-probability dropout is not wired yet)
+  double attention_dropout = 0;     ///< dropout of the attention probabilities
   double clip_grad = 1.0;           ///< global-norm clipping threshold; 0 = no clipping
   cpu::AdamWParams adam;
   LearningRateSchedule lr;
@@ -72,8 +72,7 @@ struct IterationResult {
 /// outlive it.
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
-/// use_distributed_optimizer, tp_comm_overlap, context parallelism, attention_dropout > 0, a
-/// precision other than fp32 (the CPU backend computes in fp32 only; never silently); and
+/// use_distributed_optimizer, tp_comm_overlap, context parallelism, a precision other than fp32 (the CPU backend computes in fp32 only; never silently); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to
 /// another rank.
 class Executor {

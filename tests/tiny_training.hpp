@@ -47,7 +47,7 @@ inline std::string write_synthetic_dataset(const std::filesystem::path& dir) {
 }
 
 /// A scenario file for the tiny GPT (4 layers, h 64, 4 heads, s 32, V 1000, global batch 8 of
-/// micro-batches of 2, fp32, 20 iterations, hidden dropout 0.1) on the dataset at `prefix`,
+/// micro-batches of 2, fp32, 20 iterations, hidden and attention dropout 0.1) on the dataset at `prefix`,
 /// single rank; layouts come from command-line overrides. Returns its path.
 inline std::string write_tiny_scenario(const std::filesystem::path& dir, const std::string& prefix,
                                        const std::string& extra_training = "") {
@@ -66,7 +66,7 @@ inline std::string write_tiny_scenario(const std::filesystem::path& dir, const s
        "  lr_decay_style: cosine\n"
        "  lr_warmup_iters: 2\n"
        "  hidden_dropout: 0.1\n"
-       "  attention_dropout: 0.0\n"
+       "  attention_dropout: 0.1\n"
        "  log_interval: 1\n"
        "  eval_interval: 10\n"
        "  eval_iters: 1\n"

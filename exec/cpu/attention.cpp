@@ -30,13 +30,54 @@ void check_sizes(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
   }
 }
 
+/// Per-key factors of one (b, h, t) row under attention dropout: 1/(1-p) kept, 0 dropped; all 1
+/// without dropout.
+template <typename Scalar>
+class DropoutRow {
+ public:
+  DropoutRow(const AttentionProbabilityDropout* d, int64_t batch, int64_t seq, int64_t heads)
+      : d_(d != nullptr && d->params.p > 0 ? d : nullptr), factors_(static_cast<size_t>(seq), Scalar{1}) {
+    if (d_ == nullptr) return;
+    check_p_and_block(batch, seq, heads);
+    scale_ = static_cast<Scalar>(1.0 / (1.0 - d_->params.p));
+  }
+  /// Fills the factors of row (b, h, t) for keys 0..t.
+  const Scalar* row(int64_t b, int64_t h, int64_t t) {
+    if (d_ != nullptr) {
+      for (int64_t t2 = 0; t2 <= t; ++t2) {
+        factors_[static_cast<size_t>(t2)] =
+            dropout_keep(d_->params, attention_dropout_index(d_->block, b, h, t, t2)) ? scale_ : Scalar{0};
+      }
+    }
+    return factors_.data();
+  }
+
+ private:
+  void check_p_and_block(int64_t batch, int64_t seq, int64_t heads) const {
+    if (!(d_->params.p >= 0 && d_->params.p < 1)) {
+      throw InvalidArgument("attention: dropout p must be in [0, 1), got " + std::to_string(d_->params.p));
+    }
+    const AttentionBlock& k = d_->block;
+    if (k.batch != batch || k.seq != seq || k.heads != heads || k.first_sample < 0 ||
+        k.head_offset < 0 || k.head_offset + heads > k.heads_total) {
+      throw InvalidArgument("attention: the dropout block does not match the call (batch " +
+                            std::to_string(batch) + ", heads " + std::to_string(heads) + ", seq " +
+                            std::to_string(seq) + ")");
+    }
+  }
+  const AttentionProbabilityDropout* d_;
+  std::vector<Scalar> factors_;
+  Scalar scale_ = 1;
+};
+
 }  // namespace
 
 template <typename Scalar>
 void attention_forward(std::span<Scalar> out, std::span<Scalar> preatt, std::span<Scalar> att,
                        std::span<const Scalar> inp, int64_t batch, int64_t seq, int64_t channels,
-                       int64_t heads) {
+                       int64_t heads, const AttentionProbabilityDropout* dropout) {
   check_sizes(batch, seq, channels, heads);
+  DropoutRow<Scalar> drop(dropout, batch, seq, heads);
   require_size(out.size(), batch * seq * channels, "out");
   require_size(preatt.size(), batch * heads * seq * seq, "preatt");
   require_size(att.size(), batch * heads * seq * seq, "att");
@@ -75,13 +116,14 @@ void attention_forward(std::span<Scalar> out, std::span<Scalar> preatt, std::spa
         for (int64_t t2 = 0; t2 < seq; ++t2) {
           att_bth[t2] = t2 <= t ? att_bth[t2] * expsum_inv : Scalar{0};
         }
-        // Pass 4: weighted sum of the values.
+        // Pass 4: weighted sum of the values (by the dropped-out probabilities).
+        const Scalar* factor = drop.row(b, h, t);  // [T]
         Scalar* out_bth = out.data() + (b * seq + t) * channels + h * hs;  // [hs]
         for (int64_t i = 0; i < hs; ++i) out_bth[i] = 0;
         for (int64_t t2 = 0; t2 <= t; ++t2) {
           const Scalar* value_t2 =
               inp.data() + (b * seq + t2) * c3 + h * hs + 2 * channels;  // [hs]
-          const Scalar a = att_bth[t2];
+          const Scalar a = att_bth[t2] * factor[t2];
           for (int64_t i = 0; i < hs; ++i) out_bth[i] += a * value_t2[i];
         }
       }
@@ -92,8 +134,10 @@ void attention_forward(std::span<Scalar> out, std::span<Scalar> preatt, std::spa
 template <typename Scalar>
 void attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
                         std::span<const Scalar> inp, std::span<const Scalar> att, int64_t batch,
-                        int64_t seq, int64_t channels, int64_t heads) {
+                        int64_t seq, int64_t channels, int64_t heads,
+                        const AttentionProbabilityDropout* dropout) {
   check_sizes(batch, seq, channels, heads);
+  DropoutRow<Scalar> drop(dropout, batch, seq, heads);
   require_size(dinp.size(), batch * seq * 3 * channels, "dinp");
   require_size(dout.size(), batch * seq * channels, "dout");
   require_size(inp.size(), batch * seq * 3 * channels, "inp");
@@ -110,17 +154,20 @@ void attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
         const Scalar* dout_bth = dout.data() + (b * seq + t) * channels + h * hs;  // [hs]
         const Scalar* query_t = inp.data() + (b * seq + t) * c3 + h * hs;         // [hs]
         Scalar* dquery_t = dinp.data() + (b * seq + t) * c3 + h * hs;             // [hs]
-        // Backward through the value accumulation: datt = v . dout, dv += att * dout.
+        // Backward through the value accumulation and the dropout: with a = att x factor,
+        // datt = factor (v . dout), dv += a dout.
+        const Scalar* factor = drop.row(b, h, t);  // [T]
         for (int64_t t2 = 0; t2 <= t; ++t2) {
           const int64_t v_off = (b * seq + t2) * c3 + h * hs + 2 * channels;
           const Scalar* value_t2 = inp.data() + v_off;  // [hs]
           Scalar* dvalue_t2 = dinp.data() + v_off;      // [hs]
+          const Scalar a = att_bth[t2] * factor[t2];
           Scalar d = 0;
           for (int64_t i = 0; i < hs; ++i) {
             d += value_t2[i] * dout_bth[i];
-            dvalue_t2[i] += att_bth[t2] * dout_bth[i];
+            dvalue_t2[i] += a * dout_bth[i];
           }
-          datt[t2] = d;
+          datt[t2] = d * factor[t2];
         }
         // Backward through the softmax: llm.c's dpreatt[t3] = sum over t2 of
         // att[t2] (1[t2 == t3] - att[t3]) datt[t2], summed here in its O(T) closed form
@@ -144,17 +191,16 @@ void attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
   }
 }
 
-template void attention_forward<float>(std::span<float>, std::span<float>, std::span<float>,
-                                       std::span<const float>, int64_t, int64_t, int64_t,
-                                       int64_t);
-template void attention_forward<double>(std::span<double>, std::span<double>, std::span<double>,
-                                        std::span<const double>, int64_t, int64_t, int64_t,
-                                        int64_t);
-template void attention_backward<float>(std::span<float>, std::span<const float>,
-                                        std::span<const float>, std::span<const float>, int64_t,
-                                        int64_t, int64_t, int64_t);
-template void attention_backward<double>(std::span<double>, std::span<const double>,
-                                         std::span<const double>, std::span<const double>,
-                                         int64_t, int64_t, int64_t, int64_t);
+#define TRAINTWIN_ATTENTION(Scalar)                                                              \
+  template void attention_forward<Scalar>(std::span<Scalar>, std::span<Scalar>, std::span<Scalar>, \
+                                          std::span<const Scalar>, int64_t, int64_t, int64_t,      \
+                                          int64_t, const AttentionProbabilityDropout*);            \
+  template void attention_backward<Scalar>(std::span<Scalar>, std::span<const Scalar>,             \
+                                           std::span<const Scalar>, std::span<const Scalar>,       \
+                                           int64_t, int64_t, int64_t, int64_t,                      \
+                                           const AttentionProbabilityDropout*);
+TRAINTWIN_ATTENTION(float)
+TRAINTWIN_ATTENTION(double)
+#undef TRAINTWIN_ATTENTION
 
 }  // namespace traintwin::exec::cpu

@@ -10,25 +10,39 @@
 #include <cstdint>
 #include <span>
 
+#include "exec/cpu/dropout.hpp"
+
 namespace traintwin::exec::cpu {
 
+/// Dropout of the attention probabilities (Megatron's attention_dropout): the values are weighted
+/// by dropout(att), inverted (kept entries x 1/(1-p)), with the mask of attention_dropout_forward
+/// (dropout.hpp) for `block`, whose batch, heads and seq must be the call's; `att` itself stays
+/// the undropped softmax, which the backward needs.
+struct AttentionProbabilityDropout {
+  DropoutParams params;
+  AttentionBlock block;
+};
+
 /// Forward; saves preatt (masked entries -inf) and att (masked entries 0) for the backward.
-/// Throws InvalidArgument for a size < 1, heads not dividing channels, or a span whose length
-/// does not match its shape.
+/// `dropout` (may be null: none) drops attention probabilities.
+/// Throws InvalidArgument for a size < 1, heads not dividing channels, a span whose length
+/// does not match its shape, or a dropout block of other sizes.
 template <typename Scalar>
 void attention_forward(std::span<Scalar> out,        // [B, T, C]
                        std::span<Scalar> preatt,     // [B, NH, T, T]
                        std::span<Scalar> att,        // [B, NH, T, T]
                        std::span<const Scalar> inp,  // [B, T, 3C]
-                       int64_t batch, int64_t seq, int64_t channels, int64_t heads);
+                       int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                       const AttentionProbabilityDropout* dropout = nullptr);
 
-/// Backward; accumulates (+=) into dinp (the q, k and v parts). Needs only the saved att.
-/// Throws as attention_forward.
+/// Backward; accumulates (+=) into dinp (the q, k and v parts). Needs only the saved att (and
+/// the forward's `dropout`, whose mask it recomputes). Throws as attention_forward.
 template <typename Scalar>
 void attention_backward(std::span<Scalar> dinp,         // [B, T, 3C]
                         std::span<const Scalar> dout,   // [B, T, C]
                         std::span<const Scalar> inp,    // [B, T, 3C]
                         std::span<const Scalar> att,    // [B, NH, T, T]
-                        int64_t batch, int64_t seq, int64_t channels, int64_t heads);
+                        int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                        const AttentionProbabilityDropout* dropout = nullptr);
 
 }  // namespace traintwin::exec::cpu

@@ -76,8 +76,7 @@ void for_each_element(const AttentionBlock& k, Fn&& fn) {
   for (int64_t b = 0; b < k.batch; ++b) {
     for (int64_t h = 0; h < k.heads; ++h) {
       for (int64_t t = 0; t < k.seq; ++t) {
-        const auto row = static_cast<uint64_t>(
-            (((k.first_sample + b) * k.heads_total + k.head_offset + h) * k.seq + t) * k.seq);
+        const uint64_t row = attention_dropout_index(k, b, h, t, 0);
         for (int64_t t2 = 0; t2 < k.seq; ++t2) fn(local++, row + static_cast<uint64_t>(t2));
       }
     }
@@ -97,8 +96,7 @@ void forward(std::span<Scalar> out, std::span<const Scalar> inp, const DropoutPa
   }
   const auto scale = static_cast<Scalar>(1.0 / (1.0 - params.p));
   for_each_element(block, [&](int64_t i, uint64_t global) {
-    const bool keep = counter_uniform(params.seed, params.stream, global) >= params.p;
-    out[i] = keep ? inp[i] * scale : Scalar{0};
+    out[i] = dropout_keep(params, global) ? inp[i] * scale : Scalar{0};
   });
 }
 
@@ -115,7 +113,7 @@ void backward(std::span<Scalar> dinp, std::span<const Scalar> dout, const Dropou
   }
   const auto scale = static_cast<Scalar>(1.0 / (1.0 - params.p));
   for_each_element(block, [&](int64_t i, uint64_t global) {
-    if (counter_uniform(params.seed, params.stream, global) >= params.p) dinp[i] += dout[i] * scale;
+    if (dropout_keep(params, global)) dinp[i] += dout[i] * scale;
   });
 }
 

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <span>
 
+#include "exec/counter_rng.hpp"
+
 namespace traintwin::exec::cpu {
 
 /// Probability and random stream of one dropout site.
@@ -74,5 +76,19 @@ template <typename Scalar>
 void attention_dropout_backward(std::span<Scalar> dinp,        // [B, NH_local, T, T]
                                 std::span<const Scalar> dout,  // [B, NH_local, T, T]
                                 const DropoutParams& params, const AttentionBlock& block);
+
+/// Mask index of element (b, h, t, t2) of an AttentionBlock:
+/// (((first_sample + b) x NH_total + head_offset + h) x T + t) x T + t2.
+inline uint64_t attention_dropout_index(const AttentionBlock& k, int64_t b, int64_t h, int64_t t,
+                                        int64_t t2) {
+  return static_cast<uint64_t>(
+      (((k.first_sample + b) * k.heads_total + k.head_offset + h) * k.seq + t) * k.seq + t2);
+}
+
+/// True when the element with mask index `index` survives: counter_uniform(seed, stream, index)
+/// >= p.
+inline bool dropout_keep(const DropoutParams& params, uint64_t index) {
+  return counter_uniform(params.seed, params.stream, index) >= params.p;
+}
 
 }  // namespace traintwin::exec::cpu

@@ -113,9 +113,9 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
   Scenario s = tiny();
   s.training.precision = Precision::kBf16;
   EXPECT_THROW(Rig{s}, UnsupportedError);
-  TrainingHyperparameters h = hyper();
-  h.attention_dropout = 0.1;
-  EXPECT_THROW(Rig(tiny(), h), UnsupportedError);
+  Scenario dist = tiny();
+  dist.training.use_distributed_optimizer = true;
+  EXPECT_THROW(Rig{dist}, UnsupportedError);
 }
 
 }  // namespace

@@ -190,6 +190,52 @@ TEST(LayerGradTest, Attention) {
   expect_gradient(inp, dinp, loss, "dinp (q, k, v)");
 }
 
+// Attention-probability dropout (p 0.3): the same gradient check with the mask fixed by its
+// seed; and heads computed as two TP shards (head_offset) equal all heads in one call.
+TEST(LayerGradTest, AttentionWithProbabilityDropout) {
+  Vec inp = random_vec(kB * kT * 3 * kC, 53, 1.5);
+  const Vec dout = random_vec(kB * kT * kC, 54);
+  const AttentionProbabilityDropout drop{DropoutParams{0.3, 9, 4}, AttentionBlock{kB, kNH, kT, 5, 0, kNH}};
+  Vec out(dout.size()), preatt(kB * kNH * kT * kT), att(preatt.size());
+  auto loss = [&] {
+    attention_forward<double>(out, preatt, att, inp, kB, kT, kC, kNH, &drop);
+    return dot(out, dout);
+  };
+  loss();
+  Vec plain(out.size()), p2(preatt.size()), a2(att.size());
+  attention_forward<double>(plain, p2, a2, inp, kB, kT, kC, kNH);
+  EXPECT_NE(plain, out) << "p = 0.3 dropped nothing";
+  EXPECT_EQ(a2, att) << "att is the undropped softmax";
+  Vec dinp(inp.size());
+  attention_backward<double>(dinp, dout, inp, att, kB, kT, kC, kNH, &drop);
+  expect_gradient(inp, dinp, loss, "dinp (q, k, v) under dropout");
+
+  // Head h of the whole call = local head h - offset of the shard holding it (llm.c layout:
+  // the shard's q|k|v channels are the whole's channels of its heads).
+  loss();  // out at the unperturbed inputs
+  const int64_t hs = kC / kNH;
+  for (int64_t shard = 0; shard < kNH; ++shard) {
+    Vec inp_s(kB * kT * 3 * hs);
+    for (int64_t bt = 0; bt < kB * kT; ++bt) {
+      for (int64_t part = 0; part < 3; ++part) {
+        for (int64_t i = 0; i < hs; ++i) {
+          inp_s[static_cast<size_t>(bt * 3 * hs + part * hs + i)] =
+              inp[static_cast<size_t>(bt * 3 * kC + part * kC + shard * hs + i)];
+        }
+      }
+    }
+    const AttentionProbabilityDropout d_s{drop.params, AttentionBlock{kB, 1, kT, 5, shard, kNH}};
+    Vec out_s(kB * kT * hs), pre_s(kB * kT * kT), att_s(pre_s.size());
+    attention_forward<double>(out_s, pre_s, att_s, inp_s, kB, kT, hs, 1, &d_s);
+    for (int64_t bt = 0; bt < kB * kT; ++bt) {
+      for (int64_t i = 0; i < hs; ++i) {
+        EXPECT_EQ(out_s[static_cast<size_t>(bt * hs + i)],
+                  out[static_cast<size_t>(bt * kC + shard * hs + i)]);
+      }
+    }
+  }
+}
+
 TEST(LayerGradTest, CrossEntropySoftmax) {
   Vec logits = random_vec(kB * kT * kV, 61, 3.0);
   const std::vector<int32_t> targets = random_tokens(kB * kT, static_cast<int32_t>(kV), 62);

@@ -134,8 +134,6 @@ TEST_F(TrainerTest, TokenizerLargerThanTheModelVocabularyIsRefused) {
 TEST_F(TrainerTest, BackendLimitsAreRefusedNotDowngraded) {
   LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
   EXPECT_THROW(Trainer(scenario({{"training.precision", "bf16"}}), comm, {}), UnsupportedError);
-  EXPECT_THROW(Trainer(scenario({{"training.attention_dropout", "0.1"}}), comm, {}),
-               UnsupportedError);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -119,7 +120,6 @@ class Executor::Impl {
       throw UnsupportedError("scenario " + sc.name + ": " + what +
                              " is not executed by the CPU backend yet");
     };
-    if (sc.training.use_distributed_optimizer) unsupported("training.use_distributed_optimizer");
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
     if (sc.parallel.context_parallel_size > 1) unsupported("context parallelism");
     if (sc.training.precision != Precision::kFp32) {
@@ -147,6 +147,7 @@ class Executor::Impl {
     vtotal_ = vl_ * t_;
     coord_ = rp_->coord;
     recompute_ = sc.training.recompute_granularity;
+    dist_opt_ = sc.training.use_distributed_optimizer;
     resolve_parameters();
   }
 
@@ -175,6 +176,17 @@ class Executor::Impl {
       if (is_last_vstage(key.first) && !st.sum_exp.empty()) count_loss(st);
     }
     return report();
+  }
+
+  void synchronize_parameters() {
+    if (!dist_opt_ || !prog_.scenario.training.overlap_param_gather) return;
+    inflight_.clear();
+    inflight_.resize(rp_->ops.size());
+    for (const Op& op : rp_->ops) {
+      if (op.role == Role::kParamBucket) param_bucket(op);
+    }
+    finish();
+    spans_.clear();
   }
 
   // ---- iteration bookkeeping -------------------------------------------------------------------
@@ -871,6 +883,7 @@ class Executor::Impl {
         return start(op, std::move(f));
       }
       case Role::kGradBucket: return grad_bucket(op);
+      case Role::kParamBucket: return param_bucket(op);
       case Role::kLayerNormGrads: return layernorm_grads(op);
       case Role::kEmbeddingGrads: {
         const bool first = coord_.pp == 0;
@@ -890,17 +903,100 @@ class Executor::Impl {
     }
   }
 
-  void grad_bucket(const Op& op) {
-    if (op.collective != CollectiveKind::kAllReduce) {
-      unexpected(op, "only all-reduce gradient buckets are executed (no distributed optimizer)");
-    }
+  // ---- DP buckets and the distributed optimizer -----------------------------------------------
+  // With the distributed optimizer (ZeRO-1) DP rank d owns piece d of every tensor: elements
+  // [d x P, (d+1) x P) with P = ceil(numel / DP). It updates only those (AdamW, grad norm); the
+  // bucket's gradient reduce-scatter brings it the reduced pieces and the parameter all-gather
+  // brings every rank the others' updated pieces. Sharding per tensor (Megatron shards each
+  // bucket's flat range) makes the word embedding of the first stage and its LM-head copy on the
+  // last stage share one partition, so the tied-embedding all-reduce that follows the DP
+  // reduce-scatter adds matching pieces (Megatron gets the same by giving the shared embedding
+  // its own bucket).
+
+  int64_t piece(const ShardTensor& t) const { return (t.numel + dp_ - 1) / dp_; }
+  /// [begin, end) of the elements of `t` DP rank `d` owns (everything without the distributed
+  /// optimizer).
+  std::pair<int64_t, int64_t> owned(const ShardTensor& t, int64_t d) const {
+    if (!dist_opt_) return {0, t.numel};
+    const int64_t lo = std::min(t.numel, d * piece(t));
+    return {lo, std::min(t.numel, lo + piece(t))};
+  }
+
+  /// The tensors of a bucket op's items.
+  std::vector<const ShardTensor*> bucket_tensors(const Op& op) const {
     const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers);
+    std::vector<const ShardTensor*> out;
+    for (const ShardTensor& t : shard_.chunks()[static_cast<size_t>(op.model_chunk)].tensors) {
+      if (t.offset >= begin && t.offset < end) out.push_back(&t);
+    }
+    return out;
+  }
+
+  void grad_bucket(const Op& op) {
     auto& grads = shard_.chunks()[static_cast<size_t>(op.model_chunk)].grads;
     InFlight f;
-    f.request = comm_.all_reduce(op.group, std::span<float>(grads.data() + begin,
-                                                            static_cast<size_t>(end - begin)),
-                                 ReduceOp::kSum);
+    if (op.collective == CollectiveKind::kAllReduce) {
+      const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers);
+      f.request = comm_.all_reduce(op.group, std::span<float>(grads.data() + begin,
+                                                              static_cast<size_t>(end - begin)),
+                                   ReduceOp::kSum);
+      return start(op, std::move(f));
+    }
+    if (op.collective != CollectiveKind::kReduceScatter) unexpected(op, "unexpected bucket collective");
+    // Member-major input: for each DP rank d, piece d of every tensor (zero-padded).
+    const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
+    int64_t per_member = 0;
+    for (const ShardTensor* t : tensors) per_member += piece(*t);
+    f.buffer = zeros(per_member * dp_);
+    for (int64_t d = 0, k = 0; d < dp_; ++d) {
+      for (const ShardTensor* t : tensors) {
+        const auto [lo, hi] = owned(*t, d);
+        std::copy(grads.begin() + t->offset + lo, grads.begin() + t->offset + hi,
+                  f.buffer.begin() + k);
+        k += piece(*t);
+      }
+    }
+    auto out = std::make_shared<Buf>(zeros(per_member));
+    f.request = comm_.reduce_scatter(op.group, cs(f.buffer), std::span<float>(*out), ReduceOp::kSum);
+    f.on_complete = [this, tensors, out, &grads] {
+      int64_t k = 0;
+      for (const ShardTensor* t : tensors) {
+        const auto [lo, hi] = owned(*t, coord_.dp);
+        std::copy(out->begin() + k, out->begin() + k + (hi - lo), grads.begin() + t->offset + lo);
+        k += piece(*t);
+      }
+    };
     start(op, std::move(f));
+  }
+
+  /// Distributed optimizer: every DP rank's updated pieces of the bucket's parameters to all.
+  void param_bucket(const Op& op) {
+    if (op.collective != CollectiveKind::kAllGather) unexpected(op, "expected an all-gather");
+    auto& params = shard_.chunks()[static_cast<size_t>(op.model_chunk)].params;
+    const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
+    int64_t per_member = 0;
+    for (const ShardTensor* t : tensors) per_member += piece(*t);
+    InFlight f;
+    auto mine = std::make_shared<Buf>(zeros(per_member));
+    for (int64_t k = 0; const ShardTensor* t : tensors) {
+      const auto [lo, hi] = owned(*t, coord_.dp);
+      std::copy(params.begin() + t->offset + lo, params.begin() + t->offset + hi, mine->begin() + k);
+      k += piece(*t);
+    }
+    f.buffer = zeros(per_member * dp_);
+    f.request = comm_.all_gather(op.group, cs(*mine), std::span<float>(f.buffer));
+    start(op, std::move(f));
+    const Buf* gathered = &inflight_[op.id]->buffer;
+    inflight_[op.id]->on_complete = [this, tensors, mine, gathered, &params] {
+      for (int64_t d = 0, k = 0; d < dp_; ++d) {
+        for (const ShardTensor* t : tensors) {
+          const auto [lo, hi] = owned(*t, d);
+          std::copy(gathered->begin() + k, gathered->begin() + k + (hi - lo),
+                    params.begin() + t->offset + lo);
+          k += piece(*t);
+        }
+      }
+    };
   }
 
   /// SP: the gradients of the TP-replicated tensors computed from sequence shards (LayerNorms,
@@ -959,14 +1055,16 @@ class Executor::Impl {
 
   /// Local sum of squares of the gradients this rank owns for the norm: TP-sharded tensors, and
   /// replicated ones on TP rank 0 only; the LM head's copy of the word embedding not at all
-  /// (counted on the first stage), as Megatron's get_grad_norm_fp32.
+  /// (counted on the first stage), as Megatron's get_grad_norm_fp32; with the distributed
+  /// optimizer only this DP rank's pieces (the Program then all-reduces over the world).
   void grad_norm_kernel() {
     sum_sq_ = 0;
     for (const auto& c : shard_.chunks()) {
       for (const auto& t : c.tensors) {
         if (t.shared_embedding) continue;
         if (!t.tensor_parallel && coord_.tp != 0) continue;
-        sum_sq_ += cpu::sum_of_squares(CSpan(c.grads.data() + t.offset, static_cast<size_t>(t.numel)));
+        const auto [lo, hi] = owned(t, coord_.dp);
+        sum_sq_ += cpu::sum_of_squares(CSpan(c.grads.data() + t.offset + lo, static_cast<size_t>(hi - lo)));
       }
     }
   }
@@ -982,7 +1080,11 @@ class Executor::Impl {
     for (auto& c : shard_.chunks()) {
       if (coef < 1.0) cpu::scale_in_place(std::span<float>(c.grads), coef);
       for (const auto& t : c.tensors) {
-        auto slice = [&](Buf& b) { return std::span<float>(b.data() + t.offset, static_cast<size_t>(t.numel)); };
+        const auto [lo, hi] = owned(t, coord_.dp);  // the distributed optimizer's piece
+        if (hi == lo) continue;
+        auto slice = [&](Buf& b) {
+          return std::span<float>(b.data() + t.offset + lo, static_cast<size_t>(hi - lo));
+        };
         cpu::AdamWParams hp = hyper_.adam;
         if (!t.weight_decay) hp.weight_decay = 0;
         cpu::adamw_step<float>(slice(c.params), slice(c.grads), slice(c.exp_avg),
@@ -1002,6 +1104,7 @@ class Executor::Impl {
   int64_t b_ = 0, s_ = 0, h_ = 0, t_ = 0, hl_ = 0, f_ = 0, heads_ = 0, tl_ = 0, p_ = 0, v_ = 0,
           m_ = 0, lpc_ = 0, dp_ = 0, vocab_ = 0, vl_ = 0, vstart_ = 0, vtotal_ = 0;
   bool sp_ = false;
+  bool dist_opt_ = false;
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;
 
@@ -1031,5 +1134,7 @@ IterationResult Executor::train_iteration(int64_t iteration, const MicroBatchSou
 IterationResult Executor::evaluate(const MicroBatchSource& data) { return impl_->evaluate(data); }
 
 void Executor::reset_clock() { impl_->reset_clock(); }
+
+void Executor::synchronize_parameters() { impl_->synchronize_parameters(); }
 
 }  // namespace traintwin::exec

@@ -72,7 +72,8 @@ struct IterationResult {
 /// outlive it.
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
-/// use_distributed_optimizer, tp_comm_overlap, context parallelism, a precision other than fp32 (the CPU backend computes in fp32 only; never silently); and
+/// tp_comm_overlap, context parallelism, a precision other than fp32 (the CPU backend computes
+/// in fp32 only; never silently); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to
 /// another rank.
 class Executor {
@@ -92,6 +93,12 @@ class Executor {
   /// Forward only (the Program's forward ops and activation sends/recvs), no dropout, no state
   /// change: the loss of the micro-batches `data` gives.
   IterationResult evaluate(const MicroBatchSource& data);
+
+  /// With the distributed optimizer and overlap_param_gather, the parameter all-gathers that the
+  /// next iteration would start (each DP rank holds only its own updated pieces until then), done
+  /// now — Megatron's forced param sync before evaluation and checkpointing. No-op otherwise.
+  /// Collective over the DP groups: every rank calls it at the same point.
+  void synchronize_parameters();
 
   /// Restarts the clock OpSpan times are measured from.
   void reset_clock();

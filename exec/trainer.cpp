@@ -164,10 +164,11 @@ class Trainer::Impl {
       }
       const bool eval = sc_.training.eval_iters > 0 &&
                         (it % sc_.training.eval_interval == 0 || it == last);
-      if (eval && cb.on_validation) cb.on_validation({it, evaluate()});
       const bool save = !opts_.save.empty() &&
                         ((sc_.training.save_interval && it % *sc_.training.save_interval == 0) ||
                          it == last);
+      if ((eval && cb.on_validation) || save) executor_->synchronize_parameters();
+      if (eval && cb.on_validation) cb.on_validation({it, evaluate()});
       if (save) {
         this->save(it);
         if (cb.on_checkpoint) cb.on_checkpoint({it, opts_.save, false});

@@ -148,6 +148,51 @@ TEST_F(TrainCli, DataParallelWithOverlappedGradientBuckets) {
   expect_same_losses(train("--set cluster.num_gpus=2 --set training.overlap_grad_reduce=true", 2));
 }
 
+// ZeRO-1: each DP rank updates its piece of every tensor (reduce-scatter of the gradient buckets,
+// parameter all-gather overlapped with the next forward); the tied embedding's pieces on the first
+// and last stage line up.
+TEST_F(TrainCli, DistributedOptimizerOnEightRanks) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                           "--set cluster.num_gpus=8 --use-distributed-optimizer "
+                           "--set training.overlap_grad_reduce=true "
+                           "--set training.overlap_param_gather=true",
+                           8));
+}
+
+TEST_F(TrainCli, DistributedOptimizerOverDataParallelOnly) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train("--set cluster.num_gpus=2 --use-distributed-optimizer", 2));
+}
+
+// Checkpoints on several ranks: 10 steps saved by 2 DP ranks with the distributed optimizer
+// (overlapped parameter gather: the pieces are synchronized before saving), resumed for 10 more,
+// print the same losses as 20 steps straight.
+TEST_F(TrainCli, ResumeOnTwoRanksWithTheDistributedOptimizer) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string layout =
+      "--set cluster.num_gpus=2 --use-distributed-optimizer --set training.overlap_grad_reduce=true "
+      "--set training.overlap_param_gather=true ";
+  const fs::path ckpt = *dir_ / "ckpt-dist";
+  const testing::CliResult straight = train(layout, 2);
+  const testing::CliResult first =
+      train(layout + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), 2);
+  const testing::CliResult rest = train(layout + "--load " + ckpt.string(), 2);
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_THAT(rest.output, HasSubstr("resumed from"));
+  const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
+               b = parse_losses(rest.output);
+  ASSERT_EQ(all.train.size(), 20u);
+  ASSERT_EQ(a.train.size(), 10u);
+  ASSERT_EQ(b.train.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
+    EXPECT_EQ(b.train[i], all.train[10 + i]) << "step " << i + 11;
+  }
+}
+
 TEST_F(TrainCli, FullRecomputation) { expect_same_losses(train("--recompute-granularity full")); }
 
 TEST_F(TrainCli, SelectiveRecomputation) {

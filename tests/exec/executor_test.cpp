@@ -113,9 +113,6 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
   Scenario s = tiny();
   s.training.precision = Precision::kBf16;
   EXPECT_THROW(Rig{s}, UnsupportedError);
-  Scenario dist = tiny();
-  dist.training.use_distributed_optimizer = true;
-  EXPECT_THROW(Rig{dist}, UnsupportedError);
 }
 
 }  // namespace

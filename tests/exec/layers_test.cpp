@@ -21,11 +21,10 @@
 #include "exec/cpu/layernorm.hpp"
 #include "exec/cpu/matmul.hpp"
 #include "exec/cpu/residual.hpp"
+#include "tests/exec/gradient_check.hpp"
 
 namespace traintwin::exec::cpu {
 namespace {
-
-using Vec = std::vector<double>;
 
 // Small shapes: B = 2, T = 4, C = 8, NH = 2, V = 11, OC = 5.
 constexpr int64_t kB = 2;
@@ -34,49 +33,6 @@ constexpr int64_t kC = 8;
 constexpr int64_t kNH = 2;
 constexpr int64_t kV = 11;
 constexpr int64_t kOC = 5;
-
-Vec random_vec(int64_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-scale, scale);
-  Vec v(static_cast<size_t>(n));
-  for (double& x : v) x = dist(gen);
-  return v;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = dist(gen);
-  return v;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Checks every element of `analytic` against the central difference (L(x+h) - L(x-h)) / 2h of
-// `loss` with respect to x[i]; x is restored afterwards.
-void expect_gradient(Vec& x, const Vec& analytic, const std::function<double()>& loss,
-                     const std::string& name) {
-  ASSERT_EQ(x.size(), analytic.size()) << name;
-  constexpr double kH = 1e-6;
-  constexpr double kRtol = 1e-6;
-  constexpr double kAtol = 1e-9;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kH;
-    const double plus = loss();
-    x[i] = saved - kH;
-    const double minus = loss();
-    x[i] = saved;
-    const double numeric = (plus - minus) / (2 * kH);
-    const double tol = kRtol * std::max(std::abs(numeric), std::abs(analytic[i])) + kAtol;
-    EXPECT_NEAR(analytic[i], numeric, tol) << name << "[" << i << "]";
-  }
-}
 
 TEST(LayerGradTest, Matmul) {
   Vec inp = random_vec(kB * kT * kC, 1);

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "exec/posix_file.hpp"
 
 namespace traintwin {
 namespace {
@@ -34,20 +35,6 @@ constexpr int64_t kFormatVersion = 1;
 constexpr size_t kPrefixBytes = 16;   // magic + header length
 constexpr size_t kChecksumBytes = 8;  // trailing FNV-1a 64
 constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
-
-std::string errno_text() { return std::strerror(errno); }
-
-/// fsync of a folder, so that a rename or a new entry in it is durable.
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open folder " + dir.string() + " to sync it: " + errno_text());
-  if (::fsync(fd) != 0) {
-    const std::string why = errno_text();
-    ::close(fd);
-    throw Error("cannot sync folder " + dir.string() + ": " + why);
-  }
-  ::close(fd);
-}
 
 /// Creates `dir` and its missing parents, syncing each parent that gained an entry.
 void create_directories_durably(const fs::path& dir) {
@@ -77,24 +64,14 @@ class AtomicFile {
 
   void write(const void* data, size_t size) {
     hash_ = fnv1a64(data, size, hash_);
-    const auto* p = static_cast<const unsigned char*>(data);
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, p, size);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw Error("cannot write " + tmp_ + ": " + errno_text());
-      }
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
+    write_all(fd_, data, size, tmp_);
   }
   uint64_t hash() const { return hash_; }
 
   void commit() {
-    if (::fsync(fd_) != 0) throw Error("cannot sync " + tmp_ + ": " + errno_text());
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) throw Error("cannot close " + tmp_ + ": " + errno_text());
+    sync_and_close(fd, tmp_);
     if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
       throw Error("cannot rename " + tmp_ + " to " + path_.string() + ": " + errno_text());
     }

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "exec/posix_file.hpp"
 
 namespace traintwin {
 namespace {
@@ -25,32 +26,6 @@ constexpr std::string_view kMagic{"MMIDIDX\x00\x00", 9};
 constexpr uint64_t kVersion = 1;
 constexpr int64_t kHeaderBytes = 34;     // magic 9 + version 8 + code 1 + two counts 8 + 8
 constexpr int64_t kUInt16Limit = 65500;  // Megatron's DType.optimal_dtype threshold
-
-std::string errno_text() { return std::strerror(errno); }
-
-/// Writes all of `size` bytes to `fd`; throws Error naming `path` on failure.
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot write " + path + ": " + errno_text());
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-/// fsync + close; throws Error naming `path`.
-void sync_and_close(int fd, const std::string& path) {
-  if (::fsync(fd) != 0) {
-    const std::string why = errno_text();
-    ::close(fd);
-    throw Error("cannot sync " + path + ": " + why);
-  }
-  if (::close(fd) != 0) throw Error("cannot close " + path + ": " + errno_text());
-}
 
 template <typename T>
 void append_pod(std::vector<unsigned char>& out, const T& value) {

@@ -2,34 +2,20 @@
 
 #include <climits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/error.hpp"
+#include "exec/mpi_groups.hpp"
 
 namespace traintwin::exec {
 namespace {
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<size_t>(length));
-}
+constexpr const char* kWho = "MPI communicator";
 
 /// Throws CommError "MPI communicator: <what> failed: <MPI_Error_string>" for code != success.
-void check(int code, const std::string& what) {
-  if (code != MPI_SUCCESS) {
-    throw CommError("MPI communicator: " + what + " failed: " + mpi_error_text(code));
-  }
-}
-
-std::string members_text(const std::vector<int64_t>& members) {
-  std::string s;
-  for (size_t i = 0; i < members.size(); ++i) s += (i ? "," : "") + std::to_string(members[i]);
-  return s;
-}
+void check(int code, const std::string& what) { check_mpi(code, kWho, what); }
 
 int to_count(size_t n, const std::string& what) {
   if (n > static_cast<size_t>(INT_MAX)) {
@@ -118,29 +104,7 @@ MpiEnvironment::~MpiEnvironment() {
 
 MpiCommunicator::MpiCommunicator(const RankLayout& layout, MPI_Comm world) : layout_(layout) {
   comms_.fill(MPI_COMM_NULL);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) {
-    throw CommError(std::string("MPI communicator: MPI is ") +
-                    (finalized ? "already finalized" : "not initialized") +
-                    " (create an MpiEnvironment first)");
-  }
-  if (world == MPI_COMM_NULL) throw InvalidArgument("MPI communicator: world is MPI_COMM_NULL");
-  int rank = 0, size = 0;
-  check(MPI_Comm_rank(world, &rank), "MPI_Comm_rank(world)");
-  check(MPI_Comm_size(world, &size), "MPI_Comm_size(world)");
-  rank_ = rank;
-  world_size_ = size;
-  if (layout.world_size() != world_size_) {
-    throw InvalidArgument(
-        "MPI communicator: the layout's world size is " + std::to_string(layout.world_size()) +
-        " (tp=" + std::to_string(layout.size(GroupKind::kTp)) +
-        ", cp=" + std::to_string(layout.size(GroupKind::kCp)) +
-        ", dp=" + std::to_string(layout.size(GroupKind::kDp)) +
-        ", pp=" + std::to_string(layout.size(GroupKind::kPp)) + ") but the MPI world has " +
-        std::to_string(world_size_) + " processes; they must be equal");
-  }
+  std::tie(rank_, world_size_) = require_mpi_world(layout, world, kWho);
   try {
     check(MPI_Comm_dup(world, &world_dup_), "MPI_Comm_dup(world)");
     check(MPI_Comm_set_errhandler(world_dup_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -151,24 +115,7 @@ MpiCommunicator::MpiCommunicator(const RankLayout& layout, MPI_Comm world) : lay
     // MPI_TAG_UB is a predefined attribute of MPI_COMM_WORLD; 32767 is the standard's minimum.
     max_tag_ = flag ? *static_cast<int*>(tag_ub) : 32767;
     for (size_t k = 0; k < kNumGroupKinds; ++k) {
-      const auto kind = static_cast<GroupKind>(k);
-      const std::vector<int64_t> members = layout.group(kind, rank_);
-      int color = static_cast<int>(layout.group_index(kind, rank_));
-      int key = 0;
-      bool member = false;
-      for (size_t i = 0; i < members.size(); ++i) {
-        if (members[i] == rank_) {
-          key = static_cast<int>(i);
-          member = true;
-        }
-      }
-      if (!member) color = MPI_UNDEFINED;  // kEmbedding on a middle pipeline stage
-      check(MPI_Comm_split(world_dup_, color, key, &comms_[k]),
-            std::string("MPI_Comm_split for group ") + to_string(kind));
-      if (comms_[k] != MPI_COMM_NULL) {
-        check(MPI_Comm_set_errhandler(comms_[k], MPI_ERRORS_RETURN),
-              std::string("MPI_Comm_set_errhandler for group ") + to_string(kind));
-      }
+      comms_[k] = split_group(world_dup_, layout, static_cast<GroupKind>(k), rank_, kWho);
     }
   } catch (...) {
     free_communicators();

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "exec/cuda/cuda_check.hpp"
+#include "exec/mpi_groups.hpp"
 
 namespace traintwin::exec::cuda {
 namespace nccl_checks {
@@ -67,25 +68,9 @@ void check_nccl(ncclResult_t code, const std::string& what, ncclComm_t comm) {
   throw CommError(nccl_checks::error_text(what, code, last ? last : ""));
 }
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<size_t>(length));
-}
+constexpr const char* kWho = "NCCL communicator";
 
-void check_mpi(int code, const std::string& what) {
-  if (code != MPI_SUCCESS) {
-    throw CommError("NCCL communicator: " + what + " failed: " + mpi_error_text(code));
-  }
-}
-
-std::string members_text(const std::vector<int64_t>& members) {
-  std::string s;
-  for (size_t i = 0; i < members.size(); ++i) s += (i ? "," : "") + std::to_string(members[i]);
-  return s;
-}
+void check_mpi(int code, const std::string& what) { exec::check_mpi(code, kWho, what); }
 
 ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclSum; }
 const char* to_text(ReduceOp op) { return op == ReduceOp::kMax ? "max" : "sum"; }
@@ -169,29 +154,10 @@ NcclCommunicator::NcclCommunicator(const RankLayout& layout, MPI_Comm world, int
     : layout_(layout), compute_stream_(compute_stream) {
   comms_.fill(nullptr);
   streams_.fill(nullptr);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) {
-    throw CommError(std::string("NCCL communicator: MPI is ") +
-                    (finalized ? "already finalized" : "not initialized") +
-                    " (create an MpiEnvironment first; MPI bootstraps NCCL)");
-  }
-  if (world == MPI_COMM_NULL) throw InvalidArgument("NCCL communicator: world is MPI_COMM_NULL");
-  int rank = 0, size = 0;
-  check_mpi(MPI_Comm_rank(world, &rank), "MPI_Comm_rank(world)");
-  check_mpi(MPI_Comm_size(world, &size), "MPI_Comm_size(world)");
+  const auto [rank, size] =
+      require_mpi_world(layout, world, kWho, "; MPI bootstraps NCCL");
   rank_ = rank;
   world_size_ = size;
-  if (layout.world_size() != world_size_) {
-    throw InvalidArgument(
-        "NCCL communicator: the layout's world size is " + std::to_string(layout.world_size()) +
-        " (tp=" + std::to_string(layout.size(GroupKind::kTp)) +
-        ", cp=" + std::to_string(layout.size(GroupKind::kCp)) +
-        ", dp=" + std::to_string(layout.size(GroupKind::kDp)) +
-        ", pp=" + std::to_string(layout.size(GroupKind::kPp)) + ") but the MPI world has " +
-        std::to_string(world_size_) + " processes; they must be equal");
-  }
 
   MPI_Comm world_dup = MPI_COMM_NULL;
   MPI_Comm node = MPI_COMM_NULL;
@@ -205,7 +171,7 @@ NcclCommunicator::NcclCommunicator(const RankLayout& layout, MPI_Comm world, int
     int device_count = 0;
     TRAINTWIN_CUDA_CHECK(cudaGetDeviceCount(&device_count));
     if (device < 0) {
-      check_mpi(MPI_Comm_split_type(world_dup, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+      check_mpi(MPI_Comm_split_type(world_dup, MPI_COMM_TYPE_SHARED, static_cast<int>(rank), MPI_INFO_NULL, &node),
                 "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
       int local_rank = 0;
       check_mpi(MPI_Comm_rank(node, &local_rank), "MPI_Comm_rank(node)");
@@ -221,24 +187,15 @@ NcclCommunicator::NcclCommunicator(const RankLayout& layout, MPI_Comm world, int
     // One NCCL communicator per group kind, as MpiCommunicator splits its MPI communicators.
     for (size_t k = 0; k < kNumGroupKinds; ++k) {
       const auto kind = static_cast<GroupKind>(k);
-      const std::vector<int64_t> members = layout.group(kind, rank_);
-      member_count_[k] = members.size();
-      int color = static_cast<int>(layout.group_index(kind, rank_));
-      int key = -1;
-      for (size_t i = 0; i < members.size(); ++i) {
-        if (members[i] == rank_) key = static_cast<int>(i);
-      }
-      if (key < 0) color = MPI_UNDEFINED;  // kEmbedding on a middle pipeline stage
-      check_mpi(MPI_Comm_split(world_dup, color, key < 0 ? 0 : key, &mpi_groups[k]),
-                std::string("MPI_Comm_split for group ") + to_string(kind));
+      member_count_[k] = layout.group(kind, rank_).size();
+      mpi_groups[k] = split_group(world_dup, layout, kind, rank_, kWho);
       if (mpi_groups[k] == MPI_COMM_NULL) continue;
-      check_mpi(MPI_Comm_set_errhandler(mpi_groups[k], MPI_ERRORS_RETURN),
-                std::string("MPI_Comm_set_errhandler for group ") + to_string(kind));
-      comms_[k] =
-          init_over_mpi(mpi_groups[k], static_cast<int>(members.size()), key, to_string(kind));
+      comms_[k] = init_over_mpi(mpi_groups[k], static_cast<int>(member_count_[k]),
+                                group_position(layout, kind, rank_), to_string(kind));
     }
     // The point-to-point communicator: the whole world again, rank = global rank.
-    p2p_comm_ = init_over_mpi(world_dup, size, rank, "world (point-to-point)");
+    p2p_comm_ = init_over_mpi(world_dup, static_cast<int>(size), static_cast<int>(rank),
+                              "world (point-to-point)");
 
     for (cudaStream_t& s : streams_) {
       TRAINTWIN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -27,6 +27,7 @@
 #include "core/rank_layout.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
+#include "tests/mpi_child_run.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -528,39 +529,7 @@ TEST(MpiRun, CommunicatorTestsPassOnEightRanks) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "mpirun not found: the MpiCommunicator tests need Open MPI's mpirun";
   }
-  // The path of this executable, resolved here: mpirun would resolve /proc/self/exe to itself.
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string cmd =
-      "TRAINTWIN_MPI_CHILD=1 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 8 "
-      "-x TRAINTWIN_MPI_CHILD " +
-      self + " --gtest_filter='MpiCommunicator*' --gtest_color=no --gtest_brief=1 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  ASSERT_TRUE(pipe) << cmd;
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe.release());
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << cmd << "\n" << out;
-  // (The output is printed once, above.)
-  EXPECT_EQ(out.find("[  FAILED  ]"), std::string::npos) << "a rank reported a failed test";
-  // Every rank ran every test of the suite (none skipped): 8 summaries "[  PASSED  ] N tests.".
-  int suite_tests = 0;
-  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
-  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
-    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
-    if (std::string(suite.name()) == "MpiCommunicatorEightRanks") {
-      suite_tests = suite.total_test_count();
-    }
-  }
-  ASSERT_GT(suite_tests, 0);
-  const std::string summary = "[  PASSED  ] " + std::to_string(suite_tests) + " tests.";
-  int summaries = 0;
-  for (size_t pos = out.find(summary); pos != std::string::npos; pos = out.find(summary, pos + 1)) {
-    ++summaries;
-  }
-  EXPECT_EQ(summaries, 8) << "expected 8 lines \"" << summary << "\"";
+  traintwin::testing::expect_suite_passes_on_ranks("TRAINTWIN_MPI_CHILD", "MpiCommunicator", 8);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "exec/cuda/cuda_check.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
+#include "tests/mpi_child_run.hpp"
 
 namespace traintwin::exec::cuda {
 namespace {
@@ -553,36 +554,7 @@ TEST(NcclMpiRun, CommunicatorTestsPassOnEveryDevice) {
     GTEST_SKIP() << "mpirun not found: the N-rank NCCL tests need Open MPI's mpirun";
   }
   const int ranks = std::min(count, 8);
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string cmd =
-      "TRAINTWIN_NCCL_CHILD=1 timeout 300 mpirun --allow-run-as-root --oversubscribe -np " +
-      std::to_string(ranks) + " -x TRAINTWIN_NCCL_CHILD " + self +
-      " --gtest_filter='NcclCommunicatorRanks*' --gtest_color=no "
-      "--gtest_brief=1 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  ASSERT_TRUE(pipe) << cmd;
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe.release());
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << cmd << "\n" << out;
-  EXPECT_EQ(out.find("[  FAILED  ]"), std::string::npos) << "a rank reported a failed test";
-  int suite_tests = 0;
-  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
-  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
-    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
-    if (std::string(suite.name()) == "NcclCommunicatorRanks")
-      suite_tests = suite.total_test_count();
-  }
-  ASSERT_GT(suite_tests, 0);
-  const std::string summary = "[  PASSED  ] " + std::to_string(suite_tests) + " tests.";
-  int summaries = 0;
-  for (size_t pos = out.find(summary); pos != std::string::npos; pos = out.find(summary, pos + 1)) {
-    ++summaries;
-  }
-  EXPECT_EQ(summaries, ranks) << "expected " << ranks << " lines \"" << summary << "\"\n" << out;
+  traintwin::testing::expect_suite_passes_on_ranks("TRAINTWIN_NCCL_CHILD", "NcclCommunicatorRanks", ranks);
 }
 
 }  // namespace

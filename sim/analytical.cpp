@@ -10,10 +10,14 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.hpp"
 #include "core/schedule.hpp"
+#include "sim/attribution.hpp"
+#include "sim/matching.hpp"
+#include "sim/timed_program.hpp"
 
 namespace traintwin {
 namespace {
@@ -56,10 +60,8 @@ struct Instance {
   std::vector<uint32_t> ops;  ///< step ops, ascending ids
   double compute_end_s = 0;   ///< end of its last compute op (p2p batches post then)
   double all_end_s = 0;       ///< end of its last op (pending TP waits included)
-  double compute_s = 0;
-  double optimizer_s = 0;
-  double exposed_tp_s = 0;
-  double bubble_s = 0;
+  TimeBreakdown b;           ///< of the step alone (gaps inside it attributed)
+  WaitedFor last_wait;       ///< what ends at all_end_s (the next step waits for it)
   /// Dependencies on ops outside the steps (parameter all-gathers): (op, start offset of the
   /// op that waits).
   std::vector<std::pair<uint32_t, double>> external;
@@ -77,17 +79,16 @@ struct StageTemplate {
   std::vector<uint32_t> first_fwd, last_bwd;            ///< per chunk: instance or kNone
   std::vector<uint32_t> nonstep;   ///< non-step, non-p2p ops, ascending
   uint32_t first_step_op = kNone;  ///< smallest id of a step or p2p op
-  std::vector<int64_t> seq;        ///< collectives: index among the rank's collectives of kind
+  std::vector<int64_t> seq;        ///< collective_sequence(rp)
 };
 
 class Estimator {
  public:
   Estimator(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
-            const FabricEfficiency& eff)
-      : s_(s), topo_(topo), costs_(costs), eff_(eff),
-        gpu_speed_(s.cluster.what_if.gpu_speed_scale.value_or(1.0)) {}
+            const FabricEfficiency& eff, ComputeScaling compute)
+      : s_(s), topo_(topo), costs_(costs), eff_(eff), compute_(std::move(compute)) {}
 
-  AnalyticalResult run() {
+  IterationMetrics run() {
     const ParallelConfig& pc = s_.parallel;
     p_ = pc.pipeline_model_parallel_size;
     v_ = pc.virtual_pipeline_model_parallel_size;
@@ -105,7 +106,7 @@ class Estimator {
     std::vector<int64_t> reps;
     for (int64_t k : kinds) reps.push_back(layout.rank({0, 0, 0, k}));
     prog_ = build_program(probe, reps);
-    kernel_s_.assign(prog_->kernels.size(), -1.0);
+    timed_.emplace(*prog_, costs_, topo_.gpu, compute_);
     for (size_t i = 0; i < kinds.size(); ++i) {
       tmpl_.push_back(make_template(prog_->ranks.at(reps[i])));
       result_.ops += static_cast<int64_t>(prog_->ranks.at(reps[i]).ops.size());
@@ -123,16 +124,6 @@ class Estimator {
 
  private:
   // ---- costs ----------------------------------------------------------------------------------
-
-  double compute_s(const Op& op) {
-    double d = 0;
-    for (uint32_t k : op.kernels) {
-      double& c = kernel_s_[k];
-      if (c < 0) c = costs_.duration(prog_->kernels[k], topo_.gpu).seconds / gpu_speed_;
-      d += c;
-    }
-    return d;
-  }
 
   /// No-contention time of a collective of `rank`'s group (cached per group kind, kind, bytes:
   /// Megatron layouts are uniform).
@@ -187,13 +178,11 @@ class Estimator {
     t.typical.assign(static_cast<size_t>(2 * v_), kNone);
     t.op_s.assign(n, 0.0);
     t.last_bwd.assign(static_cast<size_t>(v_), kNone);
-    std::array<int64_t, 8> seq_of_kind{};
+    t.seq = collective_sequence(rp);
+    const std::vector<double>& compute = timed_->durations(rp.rank);
     for (const Op& op : rp.ops) {
-      if (op.kind == OpKind::kCompute) t.op_s[op.id] = compute_s(op);
-      if (op.kind == OpKind::kCollective) {
-        t.seq[op.id] = seq_of_kind[static_cast<size_t>(op.group)]++;
-        t.op_s[op.id] = collective_s(op, rp.rank);
-      }
+      if (op.kind == OpKind::kCompute) t.op_s[op.id] = compute[op.id];
+      if (op.kind == OpKind::kCollective) t.op_s[op.id] = collective_s(op, rp.rank);
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
         t.first_step_op = std::min(t.first_step_op, op.id);
         continue;
@@ -207,7 +196,7 @@ class Estimator {
                         op.micro_batch, op.model_chunk};
       auto [it, inserted] = t.by_key.try_emplace(key, static_cast<uint32_t>(t.insts.size()));
       if (inserted) {
-        t.insts.push_back(Instance{key, {}, 0, 0, 0, 0, 0, 0, {}});
+        t.insts.push_back(Instance{key, {}, 0, 0, {}, {}, {}});
         uint32_t& typ = t.typical[static_cast<size_t>(static_cast<int64_t>(key.pass) * v_ + key.model_chunk)];
         if (typ == kNone) typ = it->second;
       }
@@ -253,16 +242,9 @@ class Estimator {
       }
       if (op.kind == OpKind::kCompute) {
         const double dur = t.op_s[id];
-        const double gap = ready - prev_end;
-        if (gap > 0) {
-          if (waited != kNone && rp.ops[waited].kind == OpKind::kCollective) {
-            in.exposed_tp_s += gap;
-          } else {
-            in.bubble_s += gap;
-          }
-        }
-        in.compute_s += dur;
-        if (op.phase == Phase::kOptimizer) in.optimizer_s += dur;
+        attribute_gap(in.b, ready - prev_end, waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]));
+        in.b.compute_s += dur;
+        if (op.phase == Phase::kOptimizer) in.b.optimizer_s += dur;
         t.local_end[id] = ready + dur;
         prev_end = ready + dur;
         in.compute_end_s = prev_end;
@@ -273,7 +255,10 @@ class Estimator {
         }
         t.local_end[id] = ready + t.op_s[id];
       }
-      in.all_end_s = std::max(in.all_end_s, t.local_end[id]);
+      if (t.local_end[id] > in.all_end_s) {
+        in.all_end_s = t.local_end[id];
+        in.last_wait = waited_for(op);
+      }
     }
   }
 
@@ -300,9 +285,11 @@ class Estimator {
     size_t pos = 0;
     double cend = 0;   ///< end of the last compute op
     double ready = 0;  ///< end of every op the next compute op waits for (pending TP included)
+    WaitedFor ready_wait;  ///< the op that ends at `ready`
     std::vector<P2PRef> pending;
     TimeBreakdown b;
     double final_batch_end = 0;
+    double final_batch_transfer_s = 0;  ///< the transfer of the final batch that ends last
     double end = 0;
   };
 
@@ -489,7 +476,11 @@ class Estimator {
       for (const P2PRef& x : st.pending) {
         const auto e = transfer_end(x, r);
         if (!e) throw Error("analytical estimate: a final p2p transfer never matched");
-        st.final_batch_end = std::max(st.final_batch_end, *e);
+        if (*e > st.final_batch_end) {
+          st.final_batch_end = *e;
+          const auto tg = static_cast<size_t>(x.tag);
+          st.final_batch_transfer_s = *e - std::max(send_post_[tg], recv_post_[tg]);
+        }
       }
     }
   }
@@ -498,16 +489,14 @@ class Estimator {
   bool run_step(int64_t r, Stage& st, int64_t i) {
     // Wait for every op of the pending batch(es).
     double start = st.ready;
-    int waited_kind = st.ready > st.cend ? 1 : 0;  // 0 none, 1 TP, 2 p2p, 3 DP
-    double wait_transfer = 0;
+    WaitedFor waited = st.ready > st.cend ? st.ready_wait : WaitedFor{};
     for (const P2PRef& x : st.pending) {
       const auto e = transfer_end(x, r);
       if (!e) return false;
       if (*e > start) {
         start = *e;
-        waited_kind = 2;
         const auto tg = static_cast<size_t>(x.tag);
-        wait_transfer = *e - std::max(send_post_[tg], recv_post_[tg]);
+        waited = {WaitedFor::Kind::kTransfer, *e - std::max(send_post_[tg], recv_post_[tg])};
       }
     }
     const ScheduleStep& step = st.schedule[static_cast<size_t>(i)];
@@ -524,33 +513,23 @@ class Estimator {
         const double need = st.pre_end[dep] - offset;
         if (need > start) {
           start = need;
-          waited_kind = 3;
+          waited = waited_for(t.rp->ops[dep]);
         }
       }
     }
-    const double gap = start - st.cend;
-    if (gap > 0) {
-      switch (waited_kind) {
-        case 1: st.b.exposed_tp_s += gap; break;
-        case 2: {
-          const double exposed = std::min(gap, wait_transfer);
-          st.b.exposed_pp_s += exposed;
-          st.b.bubble_s += gap - exposed;
-          break;
-        }
-        case 3: st.b.exposed_dp_s += gap; break;
-        default: st.b.bubble_s += gap; break;
-      }
-    }
+    attribute_gap(st.b, start - st.cend, waited);
     st.pending.clear();
     if (first_fwd) st.first_fwd_start[c] = start;
     if (last_bwd) st.last_bwd_start[c] = start;
-    st.b.compute_s += in.compute_s;
-    st.b.optimizer_s += in.optimizer_s;
-    st.b.exposed_tp_s += in.exposed_tp_s;
-    st.b.bubble_s += in.bubble_s;
+    st.b.compute_s += in.b.compute_s;
+    st.b.optimizer_s += in.b.optimizer_s;
+    st.b.exposed_tp_s += in.b.exposed_tp_s;
+    st.b.exposed_pp_s += in.b.exposed_pp_s;
+    st.b.exposed_dp_s += in.b.exposed_dp_s;
+    st.b.bubble_s += in.b.bubble_s;
     st.cend = start + in.compute_end_s;
     st.ready = start + in.all_end_s;
+    st.ready_wait = in.last_wait;
     return true;
   }
 
@@ -589,8 +568,10 @@ class Estimator {
       tl.ready.assign(t.rp->ops.size(), 0.0);
       while (tl.pos < t.nonstep.size() && t.nonstep[tl.pos] < t.first_step_op) ++tl.pos;
     }
-    // Cross-stage collectives: (group kind, seq) -> arrivals.
-    std::map<std::pair<int, int64_t>, std::pair<int64_t, double>> arrivals;
+    // Collectives spanning stages: the stages' calls meet (matching rules), then all end at
+    // the last arrival + the collective's time.
+    CollectiveRendezvous<double> rendezvous;
+    std::unordered_map<CollectiveKey, double, CollectiveKeyHash> met;  // key -> last arrival
     bool progress = true;
     while (progress) {
       progress = false;
@@ -606,16 +587,19 @@ class Estimator {
           if (op.kind == OpKind::kCollective) {
             const int64_t gs = group_stages(op.group);
             if (gs > 1) {
-              auto& a = arrivals[{static_cast<int>(op.group), t.seq[id]}];
+              const CollectiveKey key =
+                  collective_key(prog_->layout, stage_rank_[static_cast<size_t>(r)], op, t.seq[id]);
               if (!tl.waiting) {
                 tl.waiting = true;
-                a.first += 1;
-                a.second = std::max(a.second, ready);
+                if (auto calls = rendezvous.arrive(key, ready, gs)) {
+                  met[key] = *std::max_element(calls->begin(), calls->end());
+                }
                 progress = true;
               }
-              if (a.first < gs) break;
+              auto m = met.find(key);
+              if (m == met.end()) break;
               tl.waiting = false;
-              tl.end[id] = a.second + t.op_s[id];
+              tl.end[id] = m->second + t.op_s[id];
               ++tl.pos;
               progress = true;
               continue;
@@ -638,19 +622,12 @@ class Estimator {
     }
   }
 
-  void attribute(TimeBreakdown& b, double gap, const Op* waited) {
-    if (gap <= 0) return;
-    if (waited == nullptr) {
-      b.bubble_s += gap;
-    } else if (waited->kind == OpKind::kCollective && waited->group == GroupKind::kTp) {
-      b.exposed_tp_s += gap;
-    } else if (waited->kind == OpKind::kCollective) {
-      b.exposed_dp_s += gap;
-    } else if (waited->kind == OpKind::kSend || waited->kind == OpKind::kRecv) {
-      b.exposed_pp_s += gap;  // the final sends: their transfer is what is left
-    } else {
-      b.bubble_s += gap;
-    }
+  /// Attributes a gap of stage `r`'s tail to `waited` (a final send/recv: the final batch's
+  /// transfer that ended last).
+  void attribute(int64_t r, double gap, const Op* waited) {
+    Stage& st = stages_[static_cast<size_t>(r)];
+    attribute_gap(st.b, gap, waited == nullptr ? WaitedFor{}
+                                               : waited_for(*waited, st.final_batch_transfer_s));
   }
 
   void tail_breakdown(int64_t r, const Tail& tl) {
@@ -673,8 +650,7 @@ class Estimator {
             waited = &t.rp->ops[d];
           }
         }
-        if (waited != nullptr && waited->kind == OpKind::kCompute) waited = nullptr;
-        attribute(st.b, tl.ready[id] - prev_end, waited);
+        attribute(r, tl.ready[id] - prev_end, waited);
         st.b.compute_s += dur;
         if (op.phase == Phase::kOptimizer) st.b.optimizer_s += dur;
         prev_end = tl.end[id];
@@ -686,7 +662,7 @@ class Estimator {
         last_op = &t.rp->ops[id];
       }
     }
-    attribute(st.b, last_end - prev_end, last_op);
+    attribute(r, last_end - prev_end, last_op);
     st.end = std::max(last_end, prev_end);
   }
 
@@ -701,7 +677,7 @@ class Estimator {
     }
     result_.iteration_time_s = it;
     for (Stage& st : stages_) {
-      st.b.bubble_s += it - st.end;
+      attribute_gap(st.b, it - st.end, WaitedFor{});
       result_.per_stage.push_back(st.b);
     }
     result_.critical = result_.per_stage[crit];
@@ -711,17 +687,17 @@ class Estimator {
   const TopologySpec& topo_;
   const CostModel& costs_;
   const FabricEfficiency& eff_;
-  const double gpu_speed_;  // cluster.what_if.gpu_speed_scale
+  const ComputeScaling compute_;  // cluster.what_if.gpu_speed_scale
   int64_t p_ = 1, v_ = 1, m_ = 1;
   std::optional<Program> prog_;
-  std::vector<double> kernel_s_;
+  std::optional<TimedProgram> timed_;
   std::map<std::tuple<int, int, int64_t>, double> coll_s_;
   std::vector<double> p2p_s_;  ///< by src stage x p + dst stage, < 0 until computed
   std::vector<StageTemplate> tmpl_;
   std::vector<int64_t> stage_rank_;
   std::vector<Stage> stages_;
   std::vector<double> send_post_, recv_post_;
-  AnalyticalResult result_;
+  IterationMetrics result_;
 };
 
 }  // namespace
@@ -731,7 +707,7 @@ double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& to
   return route_latency_s(src, dst, topo) + bytes / route_Bps(src, dst, topo);
 }
 
-AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff) {
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {
@@ -741,11 +717,11 @@ AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const Cos
         " breaks the symmetry the estimator relies on (one rank per stage); use the replay "
         "(simulate, or sweep --mode simulate)");
   }
-  // Bandwidth what-ifs scale the links the closed forms use; gpu_speed_scale the compute.
-  PlatformScaling scaling;
-  scaling.ib_bandwidth = w.ib_bandwidth_scale.value_or(1.0);
-  scaling.nvlink_bandwidth = w.nvlink_bandwidth_scale.value_or(1.0);
-  return Estimator(s, scaled_topology(topo, scaling), costs, eff).run();
+  // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
+  // use, gpu_speed_scale the compute (in the timing layer).
+  const SimulationOptions o = with_what_if(SimulationOptions{}, w);
+  return Estimator(s, scaled_topology(topo, o.scaling), costs, eff,
+                   ComputeScaling{o.gpu_speed_scale, std::nullopt}).run();
 }
 
 }  // namespace traintwin

@@ -45,9 +45,10 @@
 //    micro-batch (true of the lowering: only the first forward and the last backward of a
 //    chunk differ, by their waits and triggers, which it keeps), and that a step's compute
 //    chain shifts as a whole when its start is delayed by a parameter all-gather.
-// The breakdown follows the replay's attribution (sim/replay.cpp): each idle gap of the compute
-// stream goes to the dependency that ended last — TP collective, p2p transfer (the transfer's
-// duration, the rest is bubble), DP/embedding/grad-norm collective, or bubble.
+// Compute durations come from the timing layer (sim/timed_program.hpp) and the breakdown from its
+// attribution (sim/attribution.hpp), as in the replay: each idle gap of the compute stream goes
+// to the dependency that ended last — TP collective, p2p transfer (the transfer's duration, the
+// rest is bubble), DP/embedding/grad-norm collective, or bubble.
 #pragma once
 
 #include <cstdint>
@@ -57,25 +58,18 @@
 #include "core/scenario.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/iteration_metrics.hpp"
 #include "sim/replay.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin {
 
-/// The outcome of an analytical estimate: the replay's metrics without the network detail.
-struct AnalyticalResult {
-  double iteration_time_s = 0;
-  TimeBreakdown critical;                ///< the stage that finishes last (its DP/TP rank 0)
-  std::vector<TimeBreakdown> per_stage;  ///< DP/TP rank 0 of each pipeline stage
-  int64_t ops = 0;  ///< ops of the Program the estimate lowered and evaluated (probe or full)
-};
-
-/// Step-level estimate of one iteration of `s` on `topo` with `costs` (see the file comment).
+/// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo` with `costs` (see the file comment).
 /// Collective algorithms as the replay chooses them (s.cluster.collective_algorithm, else the
 /// tuner). Throws what build_program() throws (UnsupportedError for CP > 1, ...), CostModelError
 /// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
 /// the schedule cannot complete (a p2p or collective never matched).
-AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff = {});
 
 /// Closed-form, no-contention duration of a point-to-point transfer of `bytes` from GPU `src`

@@ -17,6 +17,9 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "sim/attribution.hpp"
+#include "sim/matching.hpp"
+#include "sim/timed_program.hpp"
 
 namespace traintwin {
 namespace {
@@ -26,12 +29,11 @@ constexpr uint32_t kNone = UINT32_MAX;
 /// A Program shared by the ranks of one pipeline stage, with what the engine precomputes.
 struct Template {
   const RankProgram* rp = nullptr;
-  std::vector<double> duration_s;     // compute ops
+  const std::vector<double>* duration_s = nullptr;  // TimedProgram::durations of rp
   std::vector<uint32_t> succ_begin;   // CSR of successors (size ops + 1)
   std::vector<uint32_t> succ;
   std::vector<uint16_t> ndeps;
-  std::vector<int64_t> seq;           // collective: index among its group kind's collectives
-  std::vector<int64_t> peer_pp;       // send/recv: pipeline stage of the peer
+  std::vector<int64_t> seq;           // collective_sequence(rp)
 };
 
 struct RankState {
@@ -42,36 +44,16 @@ struct RankState {
   std::vector<double> start;        // traced ranks only: start time of every op
 };
 
-struct CollKey {
-  int kind;
-  int64_t group;
-  int64_t seq;
-  bool operator==(const CollKey&) const = default;
-};
-struct CollKeyHash {
-  size_t operator()(const CollKey& k) const {
-    return std::hash<int64_t>()((k.group * 8 + k.kind) * 1000003 + k.seq);
-  }
-};
-struct Arrivals {
-  int64_t count = 0;
-  double max_t = 0;
-  std::vector<std::pair<int64_t, uint32_t>> members;  // (rank, op)
-};
-
-struct P2PKey {
-  int64_t src, dst, tag;
-  bool operator==(const P2PKey&) const = default;
-};
-struct P2PKeyHash {
-  size_t operator()(const P2PKey& k) const {
-    return std::hash<int64_t>()((k.src * 1000003 + k.dst) * 1000003 + k.tag);
-  }
-};
+/// A member's call of a collective, or one side of a send/recv, waiting for the others.
 struct PendingP2P {
   int64_t rank;
   uint32_t op;
   double t;
+};
+/// The calls of one collective, once all have arrived.
+struct Arrivals {
+  double max_t = 0;
+  std::vector<std::pair<int64_t, uint32_t>> members;  // (rank, op)
 };
 
 /// Ops completed together when a set of SimGrid flows is done.
@@ -85,9 +67,9 @@ struct FlowGroup {
 
 class Engine {
  public:
-  Engine(const Program& prog, const TopologySpec& topo, const CostModel& costs,
-         const SimulationOptions& opts, Platform& platform)
-      : prog_(prog), topo_(topo), costs_(costs), opts_(opts), platform_(platform) {}
+  Engine(const TimedProgram& timed, const TopologySpec& topo, const SimulationOptions& opts,
+         Platform& platform)
+      : prog_(timed.program()), timed_(timed), topo_(topo), opts_(opts), platform_(platform) {}
 
   SimulationResult run() {
     const auto wall0 = std::chrono::steady_clock::now();
@@ -117,10 +99,6 @@ class Engine {
   void prepare() {
     world_ = prog_.layout.world_size();
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
-    if (opts_.straggler) {
-      straggler_rank_ = opts_.straggler->rank;
-      straggler_scale_ = opts_.straggler->compute_scale;
-    }
     if (opts_.aggregate_tp && tp > 1) {
       if (opts_.straggler || !opts_.scaling.degraded_links.empty()) {
         throw ConfigError(
@@ -188,13 +166,11 @@ class Engine {
   Template make_template(const RankProgram& rp) {
     Template t;
     t.rp = &rp;
+    t.duration_s = &timed_.durations(rp.rank);
+    t.seq = collective_sequence(rp);
     const size_t n = rp.ops.size();
-    t.duration_s.assign(n, 0.0);
     t.ndeps.assign(n, 0);
-    t.seq.assign(n, -1);
-    t.peer_pp.assign(n, -1);
     std::vector<uint32_t> count(n + 1, 0);
-    std::map<int, int64_t> seq_of_kind;
     for (const Op& op : rp.ops) {
       if (op.deps.size() > UINT16_MAX) throw Error("simulate: op with too many dependencies");
       t.ndeps[op.id] = static_cast<uint16_t>(op.deps.size());
@@ -205,17 +181,6 @@ class Engine {
                       ", not an earlier op (dependency cycle or forward reference)");
         }
         ++count[d + 1];
-      }
-      switch (op.kind) {
-        case OpKind::kCompute: {
-          double d = 0;
-          for (uint32_t k : op.kernels) d += kernel_cost(k).seconds;
-          t.duration_s[op.id] = d / opts_.gpu_speed_scale;
-          break;
-        }
-        case OpKind::kCollective: t.seq[op.id] = seq_of_kind[static_cast<int>(op.group)]++; break;
-        case OpKind::kSend:
-        case OpKind::kRecv: t.peer_pp[op.id] = prog_.layout.coord(op.peer).pp; break;
       }
     }
     for (size_t i = 1; i <= n; ++i) count[i] += count[i - 1];
@@ -228,17 +193,14 @@ class Engine {
     return t;
   }
 
-  const KernelCost& kernel_cost(uint32_t k) {
-    if (kernel_costs_.empty()) kernel_costs_.resize(prog_.kernels.size());
-    auto& c = kernel_costs_[k];
-    if (!c) c = costs_.duration(prog_.kernels[k], topo_.gpu);
-    return *c;
+  /// Duration of compute op `id` of `rank` (the timing layer's, every what-if applied).
+  double duration(int64_t rank, const Template& tp, uint32_t id) const {
+    return (*tp.duration_s)[id] * timed_.rank_factor(rank);
   }
 
-  /// Duration of compute op `id` of `rank`: its stage's (GPU speed applied) x the straggler
-  /// factor on the straggler rank.
-  double duration(int64_t rank, const Template& tp, uint32_t id) const {
-    return rank == straggler_rank_ ? tp.duration_s[id] * straggler_scale_ : tp.duration_s[id];
+  /// The peer of send/recv `op` of `tp` when `rank` runs it.
+  int64_t peer_of(int64_t rank, const Template& tp, const Op& op) const {
+    return mapped_peer(prog_.layout, tp.rp->coord, ranks_[static_cast<size_t>(rank)].coord, op);
   }
 
   /// Whether `rank` is replayed (all ranks, or TP rank 0 only with aggregate_tp).
@@ -299,14 +261,14 @@ class Engine {
 
   void arrive(int64_t rank, uint32_t id, const Op& op, double t) {
     const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
-    const CollKey key{static_cast<int>(op.group), prog_.layout.group_index(op.group, rank), tp.seq[id]};
-    Arrivals& a = arrivals_[key];
-    a.count += 1;
-    a.max_t = std::max(a.max_t, t);
-    a.members.emplace_back(rank, id);
-    if (a.count < replayed_size(op.group)) return;
-    Arrivals done = std::move(a);
-    arrivals_.erase(key);
+    auto calls = arrivals_.arrive(collective_key(prog_.layout, rank, op, tp.seq[id]),
+                                  PendingP2P{rank, id, t}, replayed_size(op.group));
+    if (!calls) return;
+    Arrivals done;
+    for (const PendingP2P& c : *calls) {
+      done.max_t = std::max(done.max_t, c.t);
+      done.members.emplace_back(c.rank, c.op);
+    }
     for (auto [r, o] : done.members) {
       const Op& other = op_of(r, o);
       if (other.collective != op.collective || other.bytes != op.bytes) {
@@ -365,24 +327,15 @@ class Engine {
   }
 
   void p2p(int64_t rank, uint32_t id, const Op& op, const Template& tp, double t) {
-    const RankCoord& c = ranks_[static_cast<size_t>(rank)].coord;
-    RankCoord pc = c;
-    pc.pp = tp.peer_pp[id];
-    const int64_t peer = prog_.layout.rank(pc);
-    const bool send = op.kind == OpKind::kSend;
-    const P2PKey key{send ? rank : peer, send ? peer : rank, op.tag};
-    auto& mine = send ? sends_ : recvs_;
-    auto& theirs = send ? recvs_ : sends_;
-    auto it = theirs.find(key);
-    if (it == theirs.end()) {
-      if (!mine.emplace(key, PendingP2P{rank, id, t}).second) {
-        throw Error("simulate: rank " + std::to_string(rank) + " posts " + prog_.label(op) +
-                    " twice (same peer and tag)");
-      }
-      return;
+    const TransferKey key = transfer_key(rank, op, peer_of(rank, tp, op));
+    std::optional<PendingP2P> matched;
+    try {
+      matched = transfers_.post(key, op.kind == OpKind::kSend, PendingP2P{rank, id, t}, prog_.label(op));
+    } catch (const Error& e) {
+      throw Error(std::string("simulate: ") + e.what());
     }
-    const PendingP2P other = it->second;
-    theirs.erase(it);
+    if (!matched) return;
+    const PendingP2P other = *matched;
     const Op& oop = op_of(other.rank, other.op);
     if (oop.bytes != op.bytes) {
       throw Error("simulate: send/recv size mismatch between rank " + std::to_string(rank) + " (" +
@@ -520,14 +473,8 @@ class Engine {
     // with the what-if GPU speed and straggler factors.
     for (int64_t r = 0; r < world_; ++r) {
       if (!replayed(r)) continue;
-      const double factor = (r == straggler_rank_ ? straggler_scale_ : 1.0) /
-                            opts_.gpu_speed_scale * static_cast<double>(tp_stride_);
-      for (const Op& op : templates_[ranks_[static_cast<size_t>(r)].tmpl].rp->ops) {
-        for (uint32_t k : op.kernels) {
-          const KernelCost& c = kernel_cost(k);
-          res.compute_s_by_source[c.source] += c.seconds * factor;
-        }
-      }
+      timed_.add_compute_by_source(r, templates_[ranks_[static_cast<size_t>(r)].tmpl].rp->rank,
+                                   static_cast<double>(tp_stride_), res.compute_s_by_source);
     }
     // Busiest links.
     std::vector<LinkLoad> loads;
@@ -569,9 +516,7 @@ class Engine {
   std::pair<int64_t, uint32_t> matching_p2p(int64_t rank, uint32_t id) const {
     const RankState& st = ranks_[static_cast<size_t>(rank)];
     const Op& op = op_of(rank, id);
-    RankCoord pc = st.coord;
-    pc.pp = templates_[st.tmpl].peer_pp[id];
-    const int64_t peer = prog_.layout.rank(pc);
+    const int64_t peer = peer_of(rank, templates_[st.tmpl], op);
     const OpKind want = op.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
     for (const Op& o : templates_[ranks_[static_cast<size_t>(peer)].tmpl].rp->ops) {
       if (o.kind == want && o.tag == op.tag) return {peer, o.id};
@@ -589,25 +534,18 @@ class Engine {
     auto attribute = [&](double gap, uint32_t waited) {
       if (gap <= 0) return;
       if (waited == kNone) {
-        b.bubble_s += gap;
+        attribute_gap(b, gap, WaitedFor{});
         return;
       }
       const Op& w = tp.rp->ops[waited];
+      double transfer = 0;
       if (w.kind == OpKind::kSend || w.kind == OpKind::kRecv) {
         auto [peer, other] = matching_p2p(rank, waited);
         const double start = std::max(ready_time(rank, waited),
                                       other == kNone ? 0.0 : ready_time(peer, other));
-        const double transfer = std::max(0.0, st.t[waited] - start);
-        const double exposed = std::min(gap, transfer);
-        b.exposed_pp_s += exposed;
-        b.bubble_s += gap - exposed;
-      } else if (w.kind == OpKind::kCollective) {
-        // TP collectives sit inside the layers; every other group (DP, embedding, grad norm)
-        // belongs to the gradient/parameter synchronisation around the optimizer step.
-        (w.group == GroupKind::kTp ? b.exposed_tp_s : b.exposed_dp_s) += gap;
-      } else {
-        b.bubble_s += gap;
+        transfer = st.t[waited] - start;
       }
+      attribute_gap(b, gap, waited_for(w, transfer));
     };
     for (const Op& op : tp.rp->ops) {
       if (op.kind != OpKind::kCompute) continue;
@@ -636,7 +574,7 @@ class Engine {
       }
     }
     attribute(last_end - prev_end, last);
-    b.bubble_s += iteration_s - std::max(last_end, prev_end);
+    attribute_gap(b, iteration_s - std::max(last_end, prev_end), WaitedFor{});
     return b;
   }
 
@@ -648,11 +586,7 @@ class Engine {
       const Template& tp = templates_[st.tmpl];
       for (const Op& op : tp.rp->ops) {
         int64_t peer = -1;
-        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
-          RankCoord pc = st.coord;
-          pc.pp = tp.peer_pp[op.id];
-          peer = prog_.layout.rank(pc);
-        }
+        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) peer = peer_of(r, tp, op);
         TimelineEvent e = op_event(prog_, op, r, peer, world_, st.start[op.id], st.t[op.id]);
         if (op.kind == OpKind::kCollective) {
           auto it = plans_.find(plan_key(op));
@@ -670,22 +604,19 @@ class Engine {
   };
 
   const Program& prog_;
+  const TimedProgram& timed_;
   const TopologySpec& topo_;
-  const CostModel& costs_;
   const SimulationOptions& opts_;
   Platform& platform_;
 
   int64_t world_ = 0;
   int64_t tp_stride_ = 1;  // > 1: only ranks with tp == 0 are replayed
-  int64_t straggler_rank_ = -1;  // what-if: the rank whose compute is x straggler_scale_
-  double straggler_scale_ = 1.0;
   std::vector<Template> templates_;
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;
-  std::vector<std::optional<KernelCost>> kernel_costs_;
   std::vector<std::pair<int64_t, uint32_t>> worklist_;
-  std::unordered_map<CollKey, Arrivals, CollKeyHash> arrivals_;
-  std::unordered_map<P2PKey, PendingP2P, P2PKeyHash> sends_, recvs_;
+  CollectiveRendezvous<PendingP2P> arrivals_;
+  TransferMatcher<PendingP2P> transfers_;
   std::map<std::tuple<int, int, int64_t>, CollectivePlan> plans_;
   std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> plan_members_;
   std::vector<FlowGroup> groups_;
@@ -741,20 +672,9 @@ void check_what_if(const Scenario& s, const TopologySpec& topo, bool aggregate_t
 
 SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
                                   const CostModel& costs, const SimulationOptions& opts) {
-  if (!(opts.gpu_speed_scale > 0) || !std::isfinite(opts.gpu_speed_scale)) {
-    throw ConfigError("simulate: gpu_speed_scale = " + std::to_string(opts.gpu_speed_scale) +
-                      " (allowed: a positive factor)");
-  }
-  if (opts.straggler) {
-    const Straggler& st = opts.straggler.value();
-    if (st.rank < 0 || st.rank >= prog.layout.world_size() || !(st.compute_scale > 0) ||
-        !std::isfinite(st.compute_scale)) {
-      throw ConfigError("simulate: straggler rank " + std::to_string(st.rank) +
-                        " with compute_scale " + std::to_string(st.compute_scale) +
-                        " (allowed: a rank in [0, " + std::to_string(prog.layout.world_size()) +
-                        ") and a positive factor)");
-    }
-  }
+  // The timing layer first: its checks (what-if factors) and the cost model's errors come
+  // before a SimGrid engine exists.
+  const TimedProgram timed(prog, costs, topo.gpu, ComputeScaling{opts.gpu_speed_scale, opts.straggler});
   static bool used = false;
   if (used) throw Error("simulate: SimGrid runs one simulation per process");
   used = true;
@@ -766,7 +686,7 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   auto platform = Platform::build(engine, topo, prog.layout.world_size(), opts.scaling);
   // Closed forms (collectives inside a node, algorithm choice) see the scaled tiers.
   const TopologySpec scaled = scaled_topology(topo, opts.scaling);
-  Engine eng(prog, scaled, costs, opts, *platform);
+  Engine eng(timed, scaled, opts, *platform);
   return eng.run();
 }
 

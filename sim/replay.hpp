@@ -21,6 +21,7 @@
 #include "core/program.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/iteration_metrics.hpp"
 #include "sim/platform.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
@@ -67,17 +68,6 @@ SimulationOptions with_what_if(SimulationOptions opts, const WhatIf& what_if);
 /// ConfigError "<scenario file>: cluster.what_if.<key>: <problem>".
 void check_what_if(const Scenario& s, const TopologySpec& topo, bool aggregate_tp);
 
-/// Where one rank's iteration time went (seconds). compute + exposed comm + bubble = iteration.
-struct TimeBreakdown {
-  int64_t rank = 0;
-  double compute_s = 0;      ///< busy on the compute stream (incl. optimizer)
-  double optimizer_s = 0;    ///< of which grad norm + optimizer step
-  double exposed_tp_s = 0;   ///< compute stream idle waiting for a TP collective
-  double exposed_pp_s = 0;   ///< idle during the transfer of a PP send/recv it waited for
-  double exposed_dp_s = 0;   ///< idle waiting for DP/embedding/grad-norm collectives
-  double bubble_s = 0;       ///< idle waiting for another stage (pipeline fill/drain)
-};
-
 /// Bytes a link carried, and its utilization over the iteration.
 struct LinkLoad {
   std::string name;
@@ -86,14 +76,11 @@ struct LinkLoad {
   double utilization = 0;  ///< bytes / (bandwidth x iteration time)
 };
 
-/// The outcome of one simulated iteration.
-struct SimulationResult {
-  double iteration_time_s = 0;
-  TimeBreakdown critical;                 ///< the rank that finishes last
-  std::vector<TimeBreakdown> per_stage;   ///< DP/TP rank 0 of each pipeline stage
+/// The outcome of one simulated iteration: the engines' common metrics (iteration time,
+/// breakdowns, ops replayed over all replayed ranks) and the network detail of the replay.
+struct SimulationResult : IterationMetrics {
   std::map<CostSource, double> compute_s_by_source;  ///< over all ranks
   std::vector<LinkLoad> busiest_links;    ///< top 10 by bytes
-  int64_t ops = 0;                        ///< ops executed over all replayed ranks
   int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
   int64_t flows = 0;                      ///< SimGrid transfers
   int64_t events = 0;                     ///< ops + flows + timers

@@ -687,7 +687,7 @@ std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string&
 Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<const CostModel> costs,
                                     FabricEfficiency fabric) {
   return [topo, costs = std::move(costs), fabric](const Scenario& s) {
-    const AnalyticalResult a = estimate(s, topo, *costs, fabric);
+    const IterationMetrics a = estimate(s, topo, *costs, fabric);
     SimulationResult r;
     r.iteration_time_s = a.iteration_time_s;
     r.critical = a.critical;

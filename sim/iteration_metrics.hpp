@@ -1,0 +1,36 @@
+// The metrics of one simulated training iteration, as both engines return them: the SimGrid
+// replay (sim/replay.hpp, which adds the network detail in SimulationResult) and the analytical
+// estimator (sim/analytical.hpp). The summary (sim/summary.hpp) and the sweep read only these.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace traintwin {
+
+/// Where one rank's iteration time went (seconds). compute + exposed comm + bubble = iteration.
+/// Every idle gap of the compute stream is attributed by attribute_gap() (sim/attribution.hpp).
+struct TimeBreakdown {
+  int64_t rank = 0;
+  double compute_s = 0;      ///< busy on the compute stream (incl. optimizer)
+  double optimizer_s = 0;    ///< of which grad norm + optimizer step
+  double exposed_tp_s = 0;   ///< compute stream idle waiting for a TP collective
+  double exposed_pp_s = 0;   ///< idle during the transfer of a PP send/recv it waited for
+  double exposed_dp_s = 0;   ///< idle waiting for DP/embedding/grad-norm collectives
+  double bubble_s = 0;       ///< idle waiting for another stage (pipeline fill/drain)
+
+  /// compute + exposed TP/PP/DP + bubble: the iteration time of this rank's breakdown.
+  double total_s() const {
+    return compute_s + exposed_tp_s + exposed_pp_s + exposed_dp_s + bubble_s;
+  }
+};
+
+/// One iteration's time and where it went, whichever engine computed it.
+struct IterationMetrics {
+  double iteration_time_s = 0;
+  TimeBreakdown critical;                ///< the rank that finishes last
+  std::vector<TimeBreakdown> per_stage;  ///< DP/TP rank 0 of each pipeline stage
+  int64_t ops = 0;  ///< ops the engine evaluated (replay: over all replayed ranks; estimator: of its probe)
+};
+
+}  // namespace traintwin

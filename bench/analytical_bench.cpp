@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   const Scenario base = load_scenario(file);
   const TopologySpec topo = load_topology(base.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  const AnalyticalResult a = estimate(base, topo, *costs);
+  const IterationMetrics a = estimate(base, topo, *costs);
   std::printf("%s: iteration %.6f s (compute %.4f, tp %.4f, pp %.4f, dp %.4f, bubble %.4f), "
               "probe ops %lld\n", base.name.c_str(), a.iteration_time_s, a.critical.compute_s,
               a.critical.exposed_tp_s, a.critical.exposed_pp_s, a.critical.exposed_dp_s,
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     pool.emplace_back([&, t] {
       size_t i = static_cast<size_t>(t);
       while (!stop.load(std::memory_order_relaxed)) {
-        const AnalyticalResult r = estimate(configs[i % configs.size()], topo, *costs);
+        const IterationMetrics r = estimate(configs[i % configs.size()], topo, *costs);
         if (r.iteration_time_s <= 0) std::abort();
         ++i;
         done.fetch_add(1, std::memory_order_relaxed);

@@ -26,6 +26,7 @@
 
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/isolated.hpp"
 #include "sim/replay.hpp"
 #include "topologies/topology.hpp"
 
@@ -80,33 +81,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes);
 
-/// How far a concurrent run has got, for a progress bar.
-struct SweepProgress {
-  int64_t done = 0;   ///< configurations finished (successfully or not)
-  int64_t total = 0;  ///< configurations to evaluate
-  double elapsed_s = 0;
-  double rate_per_s = 0;  ///< done / elapsed_s (0 before the first finishes)
-  double eta_s = 0;       ///< (total - done) / rate_per_s (0 before the first finishes)
-};
-/// Called once with done = 0 before the first job starts, then after every finished job, in the
-/// calling thread. It may throw: running children are then killed and reaped.
-using ProgressCallback = std::function<void(const SweepProgress&)>;
-
-/// The outcome of one job of run_isolated_concurrently().
-struct IsolatedOutcome {
-  bool ok = false;
-  std::string output;  ///< what the job returned, when ok
-  std::string error;   ///< the job's exception message, or its exit status / signal, when not ok
-};
-
-/// Runs every job in its own forked child, at most `jobs` at a time, reading each child's result
-/// through a pipe while the others run (poll). Results are in the order of `work`. A job that
-/// throws gives its message, one that crashes or exits early an error naming its signal or exit
-/// status: an outcome with ok = false, never an exception here. Every child is reaped before this
-/// returns or throws. Throws InvalidArgument for jobs < 1, Error when pipe() or fork() fails.
-std::vector<IsolatedOutcome> run_isolated_concurrently(
-    const std::vector<std::function<std::string()>>& work, int jobs,
-    const ProgressCallback& progress = {});
+/// How far a sweep has got (the worker pool's progress, sim/isolated.hpp).
+using SweepProgress = JobProgress;
 
 /// Metrics of one configuration: the fields of summary_json() (`simulate --json`); the sweep
 /// needs "tokens_per_s" (a number) and carries every other field through.

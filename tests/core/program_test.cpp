@@ -11,6 +11,7 @@
 #include "core/flops.hpp"
 #include "core/memory.hpp"
 #include "core/params.hpp"
+#include "sim/matching.hpp"
 
 namespace traintwin {
 namespace {
@@ -60,17 +61,17 @@ size_t replay_all(const Program& prog, std::vector<std::string>& errors) {
   struct RankState {
     std::vector<bool> done;
     std::vector<bool> posted;
+    std::vector<int64_t> seq;  // collective_sequence
   };
   std::map<int64_t, RankState> st;
   for (const auto& [r, rp] : prog.ranks) {
     st[r].done.assign(rp.ops.size(), false);
     st[r].posted.assign(rp.ops.size(), false);
+    st[r].seq = collective_sequence(rp);
   }
-  // Collective instances: (group kind, group index, sequence number) -> arrivals.
-  using CollKey = std::tuple<int, int64_t, int64_t>;
-  std::map<CollKey, std::vector<std::pair<int64_t, uint32_t>>> arrivals;
-  std::map<std::pair<int64_t, int>, int64_t> next_seq;  // (rank, group kind) -> count
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<int64_t, uint32_t>> sends, recvs;
+  // The Program's matching rules (sim/matching.hpp), as the engines apply them.
+  CollectiveRendezvous<std::pair<int64_t, uint32_t>> arrivals;
+  TransferMatcher<std::pair<int64_t, uint32_t>> transfers;
   bool progress = true;
   while (progress) {
     progress = false;
@@ -89,14 +90,12 @@ size_t replay_all(const Program& prog, std::vector<std::string>& errors) {
         switch (op.kind) {
           case OpKind::kCompute: s.done[op.id] = true; break;
           case OpKind::kCollective: {
-            int64_t seq = next_seq[{r, static_cast<int>(op.group)}]++;
-            CollKey key{static_cast<int>(op.group), prog.layout.group_index(op.group, r), seq};
-            auto& arr = arrivals[key];
-            arr.emplace_back(r, op.id);
             const auto members = prog.layout.group(op.group, r);
-            if (arr.size() == members.size()) {
-              const Op& first = prog.ranks.at(arr[0].first).ops[arr[0].second];
-              for (auto [rr, id] : arr) {
+            const auto arr = arrivals.arrive(collective_key(prog.layout, r, op, s.seq[op.id]),
+                                             {r, op.id}, static_cast<int64_t>(members.size()));
+            if (arr) {
+              const Op& first = prog.ranks.at((*arr)[0].first).ops[(*arr)[0].second];
+              for (auto [rr, id] : *arr) {
                 const Op& o = prog.ranks.at(rr).ops[id];
                 if (o.collective != first.collective || o.bytes != first.bytes) {
                   errors.push_back("collective mismatch: " + prog.label(o) + " vs " + prog.label(first));
@@ -108,20 +107,17 @@ size_t replay_all(const Program& prog, std::vector<std::string>& errors) {
           }
           case OpKind::kSend:
           case OpKind::kRecv: {
-            const bool send = op.kind == OpKind::kSend;
-            auto key = send ? std::make_tuple(r, op.peer, op.tag) : std::make_tuple(op.peer, r, op.tag);
-            auto& mine = send ? sends : recvs;
-            auto& theirs = send ? recvs : sends;
-            auto it = theirs.find(key);
-            if (it != theirs.end()) {
-              const Op& other = prog.ranks.at(it->second.first).ops[it->second.second];
-              if (other.bytes != op.bytes) errors.push_back("p2p bytes mismatch: " + prog.label(op));
-              st[it->second.first].done[it->second.second] = true;
-              s.done[op.id] = true;
-              theirs.erase(it);
-            } else {
-              if (mine.count(key)) errors.push_back("duplicate p2p tag: " + prog.label(op));
-              mine[key] = {r, op.id};
+            try {
+              const auto other_side = transfers.post(transfer_key(r, op, op.peer),
+                                                     op.kind == OpKind::kSend, {r, op.id});
+              if (other_side) {
+                const Op& other = prog.ranks.at(other_side->first).ops[other_side->second];
+                if (other.bytes != op.bytes) errors.push_back("p2p bytes mismatch: " + prog.label(op));
+                st[other_side->first].done[other_side->second] = true;
+                s.done[op.id] = true;
+              }
+            } catch (const Error& e) {
+              errors.push_back(std::string("duplicate p2p tag: ") + e.what());
             }
             break;
           }
@@ -139,7 +135,8 @@ size_t replay_all(const Program& prog, std::vector<std::string>& errors) {
   for (auto& [r, s] : st) {
     for (bool d : s.done) undone += d ? 0 : 1;
   }
-  if (!sends.empty() || !recvs.empty()) errors.push_back("unmatched send/recv");
+  if (transfers.pending() != 0) errors.push_back("unmatched send/recv");
+  if (arrivals.pending() != 0) errors.push_back("collective some member never reached");
   return undone;
 }
 

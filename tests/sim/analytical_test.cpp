@@ -38,7 +38,7 @@ TEST_P(AnalyticalVsReplay, IterationTimeWithinFivePercent) {
     return std::string(buf);
   });
   const double replay_s = std::stod(replay_text);
-  const AnalyticalResult a = estimate(s, topo, *costs);
+  const IterationMetrics a = estimate(s, topo, *costs);
   const double diff = (a.iteration_time_s - replay_s) / replay_s;
   std::printf("%-28s replay %10.6f s  analytical %10.6f s  diff %+6.2f %%\n", GetParam(), replay_s,
               a.iteration_time_s, 100 * diff);
@@ -71,7 +71,7 @@ TEST(Analytical, SingleStageHasNoPipelineTime) {
   const Scenario s = load_scenario(scenario_path("gpt-22b-a100-8"));
   const TopologySpec topo = load_topology(s.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  const AnalyticalResult a = estimate(s, topo, *costs);
+  const IterationMetrics a = estimate(s, topo, *costs);
   EXPECT_GT(a.iteration_time_s, 0);
   EXPECT_EQ(a.critical.exposed_pp_s, 0);
   EXPECT_GT(a.critical.exposed_tp_s, 0);
@@ -99,8 +99,8 @@ TEST(Analytical, InterleavingShrinksTheBubble) {
       load_scenario(f, {{"parallelism.virtual_pipeline_model_parallel_size", "2"}});
   const TopologySpec topo = load_topology(one.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  const AnalyticalResult a = estimate(one, topo, *costs);
-  const AnalyticalResult b = estimate(two, topo, *costs);
+  const IterationMetrics a = estimate(one, topo, *costs);
+  const IterationMetrics b = estimate(two, topo, *costs);
   EXPECT_LT(b.critical.bubble_s, a.critical.bubble_s);
 }
 
@@ -128,10 +128,10 @@ TEST(AnalyticalWhatIf, ScalesComputeAndLinksAndRefusesAsymmetricKnobs) {
   const Scenario base = load_scenario(f);
   const TopologySpec topo = load_topology(base.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  const AnalyticalResult b = estimate(base, topo, *costs);
-  const AnalyticalResult fast = estimate(load_scenario(f, {{"cluster.what_if.gpu_speed_scale", "2"}}), topo, *costs);
+  const IterationMetrics b = estimate(base, topo, *costs);
+  const IterationMetrics fast = estimate(load_scenario(f, {{"cluster.what_if.gpu_speed_scale", "2"}}), topo, *costs);
   EXPECT_NEAR(fast.critical.compute_s, b.critical.compute_s / 2, 1e-9 * b.critical.compute_s);
-  const AnalyticalResult ib = estimate(load_scenario(f, {{"cluster.what_if.ib_bandwidth_scale", "2"}}), topo, *costs);
+  const IterationMetrics ib = estimate(load_scenario(f, {{"cluster.what_if.ib_bandwidth_scale", "2"}}), topo, *costs);
   EXPECT_LT(ib.critical.exposed_dp_s, b.critical.exposed_dp_s);
   EXPECT_LT(ib.iteration_time_s, b.iteration_time_s);
   const Scenario straggler = load_scenario(

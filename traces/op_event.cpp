@@ -19,6 +19,10 @@ TimelineEvent op_event(const Program& prog, const Op& op, int64_t rank, int64_t 
     case Phase::kOptimizer: e.category = "optimizer"; break;
     default: e.category = "comm"; break;
   }
+  // What the report and trace readers group by: data, not the label's text.
+  e.args["phase"] = to_string(op.phase);
+  if (op.micro_batch >= 0) e.args["micro_batch"] = std::to_string(op.micro_batch);
+  if (op.model_chunk >= 0) e.args["model_chunk"] = std::to_string(op.model_chunk);
   if (op.kind != OpKind::kCompute) {
     e.category = "comm";
     e.args["bytes"] = std::to_string(op.bytes);

@@ -194,24 +194,22 @@ int stream_order(const std::string& stream) {
   return it == order.end() ? 5 : it->second;
 }
 
-/// The integer after `prefix` in a token of `name` ("fwd mb3 chunk1 L12 mlp", "mb" -> 3), or -1.
-int64_t token_number(const std::string& name, const std::string& prefix) {
-  std::istringstream words(name);
-  std::string w;
-  while (words >> w) {
-    if (w.size() > prefix.size() && w.compare(0, prefix.size(), prefix) == 0 &&
-        std::all_of(w.begin() + static_cast<std::ptrdiff_t>(prefix.size()), w.end(),
-                    [](unsigned char c) { return std::isdigit(c) != 0; })) {
-      return std::stoll(w.substr(prefix.size()));
-    }
+/// The integer arg `key` of an event (micro_batch, model_chunk: op_event() writes them), or -1
+/// when the event has none (an op outside any micro-batch, or a trace from another tool).
+int64_t int_arg(const TimelineEvent& e, const std::string& key) {
+  const auto it = e.args.find(key);
+  if (it == e.args.end()) return -1;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    return -1;
   }
-  return -1;
 }
 
-/// The first word of an op name: its phase ("fwd", "bwd", "recompute", "send", ...).
-std::string first_word(const std::string& name) {
-  const auto end = name.find(' ');
-  return name.substr(0, end);
+/// The phase arg of an event ("fwd", "bwd", "recompute", ...), or its category when it has none.
+std::string phase_of(const TimelineEvent& e) {
+  const auto it = e.args.find("phase");
+  return it == e.args.end() ? e.category : it->second;
 }
 
 }  // namespace
@@ -549,15 +547,15 @@ GanttChart gantt_chart(const Timeline& timeline, const ReportLayout& layout,
       });
       auto block = [&](size_t i) {
         const TimelineEvent& e = timeline.events[i];
-        return std::make_tuple(e.category, first_word(e.name), token_number(e.name, "mb"),
-                               token_number(e.name, "chunk"));
+        return std::make_tuple(e.category, phase_of(e), int_arg(e, "micro_batch"),
+                               int_arg(e, "model_chunk"));
       };
       for (size_t i : idx) {
         const TimelineEvent& e = timeline.events[i];
         if (!bars.empty() && bars.back().first != i &&
             timeline.events[bars.back().first].rank == e.rank &&
             timeline.events[bars.back().first].stream == e.stream &&
-            block(bars.back().first) == block(i) && token_number(e.name, "mb") >= 0) {
+            block(bars.back().first) == block(i) && int_arg(e, "micro_batch") >= 0) {
           bars.back().end_s = std::max(bars.back().end_s, e.end_s);
           bars.back().ops += 1;
           bars.back().busy_s += e.end_s - e.start_s;
@@ -590,12 +588,12 @@ GanttChart gantt_chart(const Timeline& timeline, const ReportLayout& layout,
   for (const Bar& b : bars) {
     const TimelineEvent& e = timeline.events[b.first];
     const int64_t stage = stage_of(e.rank);
-    const int64_t mb = token_number(e.name, "mb");
+    const int64_t mb = int_arg(e, "micro_batch");
     std::string name = e.name;
     if (b.ops > 1) {
       // "fwd mb3 chunk1 L0 qkv" merged with its block -> "fwd mb3 chunk1 (24 ops)".
-      name = first_word(e.name) + (mb >= 0 ? fmt::format(" mb{}", mb) : "");
-      const int64_t chunk = token_number(e.name, "chunk");
+      name = phase_of(e) + (mb >= 0 ? fmt::format(" mb{}", mb) : "");
+      const int64_t chunk = int_arg(e, "model_chunk");
       if (chunk >= 0) name += fmt::format(" chunk{}", chunk);
       name += fmt::format(" ({} ops)", b.ops);
     }

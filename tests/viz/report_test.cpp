@@ -124,14 +124,18 @@ Timeline synthetic_timeline(int micro_batches, int per_block) {
     for (const char* phase : {"fwd", "bwd"}) {
       for (int mb = 0; mb < micro_batches; ++mb) {
         for (int l = 0; l < per_block; ++l) {
-          t.events.push_back(op(rank, "compute", fmt::format("{} mb{} L{} mlp", phase, mb, l),
-                                phase[0] == 'f' ? "forward" : "backward", now, now + 1e-3));
+          TimelineEvent c = op(rank, "compute", fmt::format("{} mb{} L{} mlp", phase, mb, l),
+                               phase[0] == 'f' ? "forward" : "backward", now, now + 1e-3);
+          c.args = {{"phase", phase}, {"micro_batch", std::to_string(mb)}};
+          t.events.push_back(c);
           now += 1e-3;
         }
         TimelineEvent ar = op(rank, "tp-comm", fmt::format("{} mb{} tp all-reduce", phase, mb),
                               "comm", now - 1e-3, now);
         ar.args["bytes"] = "1048576";
         ar.args["algorithm"] = "ring";
+        ar.args["phase"] = phase;
+        ar.args["micro_batch"] = std::to_string(mb);
         t.events.push_back(ar);
       }
     }
@@ -168,6 +172,22 @@ TEST(ReportSpec, GanttHasOneDataRowPerOpOfTheTracedRanksAndOneChartPerStage) {
   EXPECT_EQ(first["category"], "forward");
   EXPECT_DOUBLE_EQ(first["start_ms"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(first["end_ms"].get<double>(), 1.0);
+}
+
+// The micro-batch and phase come from the events' data (op_event's args), never from the label:
+// a label without "mb" still gets its micro-batch, and a label with a misleading "mb" does not.
+TEST(ReportSpec, GanttReadsMicroBatchFromArgsNotFromTheLabel) {
+  Timeline t;
+  TimelineEvent a = op(0, "compute", "attention core", "forward", 0, 1e-3);
+  a.args = {{"phase", "fwd"}, {"micro_batch", "5"}};
+  TimelineEvent b = op(0, "compute", "optimizer mb7 step", "optimizer", 1e-3, 2e-3);
+  b.args = {{"phase", "optimizer"}};
+  t.events = {a, b};
+  const GanttChart g = gantt_chart(t, small_layout(), "timeline.json");
+  const json& rows = g.spec["vconcat"][0]["data"]["values"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["micro_batch"], 5);
+  EXPECT_TRUE(rows[1]["micro_batch"].is_null());
 }
 
 TEST(ReportSpec, GanttLabelsMicroBatchesAndPutsCommDetailsInTooltips) {

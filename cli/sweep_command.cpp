@@ -104,7 +104,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
     if (top > 0 && shown >= top) break;
     ++shown;
     const Scenario& s = r.config.scenario;
-    const auto& m = r.metrics;
+    const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
         "{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10.4f} {:>11.1f} {:>6.1f} {:>11} "
         " {}\n",
@@ -112,8 +112,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
         s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
         s.training.micro_batch_size, to_string(s.training.recompute_granularity),
         on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
-        m.value("iteration_time_s", 0.0), m.value("tokens_per_s_per_gpu", 0.0),
-        100 * m.value("mfu", 0.0), gib(r.config.peak_memory_bytes), "fits");
+        m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes), "fits");
   }
   if (ranked > shown)
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);

@@ -54,7 +54,7 @@ std::vector<SweepRow> mpi_sweep(
                        {"status", to_string(r.status)},
                        {"error", r.error},
                        {"tokens_per_s", r.tokens_per_s},
-                       {"metrics", r.metrics}});
+                       {"evaluation", r.evaluation ? nlohmann::json(*r.evaluation) : nlohmann::json()}});
   }
   const std::string text = payload.dump();
   int length = static_cast<int>(text.size());
@@ -75,7 +75,7 @@ std::vector<SweepRow> mpi_sweep(
   std::vector<SweepRow> rows;
   if (is_root) {
     for (int i = 0; i < size; ++i) {
-      const auto part = nlohmann::ordered_json::parse(
+      const auto part = nlohmann::json::parse(
           all.substr(static_cast<size_t>(offsets[static_cast<size_t>(i)]),
                      static_cast<size_t>(lengths[static_cast<size_t>(i)])));
       for (const auto& j : part) {
@@ -84,7 +84,7 @@ std::vector<SweepRow> mpi_sweep(
         row.status = parse_status(j["status"].get<std::string>());
         row.error = j["error"].get<std::string>();
         row.tokens_per_s = j["tokens_per_s"].get<double>();
-        row.metrics = j["metrics"];
+        if (!j["evaluation"].is_null()) row.evaluation = j["evaluation"].get<SweepEvaluation>();
         rows.push_back(std::move(row));
       }
     }

@@ -13,6 +13,11 @@
 namespace traintwin {
 
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const SimulationResult& r) {
+  return summarize(s, topo, static_cast<const IterationMetrics&>(r), r.compute_s_by_source);
+}
+
+SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const IterationMetrics& r,
+                            const std::map<CostSource, double>& compute_s_by_source) {
   SimulationSummary out;
   const double t = r.iteration_time_s;
   const double gpus = static_cast<double>(s.cluster.num_gpus);
@@ -40,12 +45,70 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
   }
   out.fits_in_memory = out.peak_memory_bytes <= topo.gpu.memory_bytes;
   double total = 0;
-  for (const auto& [src, sec] : r.compute_s_by_source) total += sec;
+  for (const auto& [src, sec] : compute_s_by_source) total += sec;
   for (CostSource src : {CostSource::kMeasured, CostSource::kScaled, CostSource::kRoofline}) {
-    auto it = r.compute_s_by_source.find(src);
-    out.cost_sources[to_string(src)] = total > 0 && it != r.compute_s_by_source.end() ? it->second / total : 0.0;
+    auto it = compute_s_by_source.find(src);
+    out.cost_sources[to_string(src)] = total > 0 && it != compute_s_by_source.end() ? it->second / total : 0.0;
   }
   return out;
+}
+
+nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
+  nlohmann::ordered_json j;
+  j["iteration_time_s"] = m.iteration_time_s;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = m.tokens_per_s_per_gpu;
+  j["model_tflops_per_gpu"] = m.model_tflops_per_gpu;
+  j["mfu"] = m.mfu;
+  j["hfu"] = m.hfu;
+  j["mfu_formula"] =
+      "MFU = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) / (iteration_time x GPUs x dense peak) "
+      "(Korthikanti et al. 2022 model FLOPs; HFU adds recomputed work, Narayanan et al. SC'21 eq. 3 "
+      "for full recomputation)";
+  j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
+  j["exposed_comm_s"] = {{"tp", m.exposed_tp_s}, {"pp", m.exposed_pp_s}, {"dp", m.exposed_dp_s}};
+  j["compute_s"] = m.compute_s;
+  j["optimizer_s"] = m.optimizer_s;
+  j["peak_memory_bytes"] = m.peak_memory_bytes;
+  j["fits_in_memory"] = m.fits_in_memory;
+  j["cost_sources"] = m.cost_sources;
+  return j;
+}
+
+void to_json(nlohmann::json& j, const SimulationSummary& m) {
+  j = nlohmann::json{{"iteration_time_s", m.iteration_time_s},
+                     {"tokens_per_s", m.tokens_per_s},
+                     {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
+                     {"model_tflops_per_gpu", m.model_tflops_per_gpu},
+                     {"mfu", m.mfu},
+                     {"hfu", m.hfu},
+                     {"pipeline_bubble_fraction", m.pipeline_bubble_fraction},
+                     {"exposed_tp_s", m.exposed_tp_s},
+                     {"exposed_pp_s", m.exposed_pp_s},
+                     {"exposed_dp_s", m.exposed_dp_s},
+                     {"compute_s", m.compute_s},
+                     {"optimizer_s", m.optimizer_s},
+                     {"peak_memory_bytes", m.peak_memory_bytes},
+                     {"fits_in_memory", m.fits_in_memory},
+                     {"cost_sources", m.cost_sources}};
+}
+
+void from_json(const nlohmann::json& j, SimulationSummary& m) {
+  j.at("iteration_time_s").get_to(m.iteration_time_s);
+  j.at("tokens_per_s").get_to(m.tokens_per_s);
+  j.at("tokens_per_s_per_gpu").get_to(m.tokens_per_s_per_gpu);
+  j.at("model_tflops_per_gpu").get_to(m.model_tflops_per_gpu);
+  j.at("mfu").get_to(m.mfu);
+  j.at("hfu").get_to(m.hfu);
+  j.at("pipeline_bubble_fraction").get_to(m.pipeline_bubble_fraction);
+  j.at("exposed_tp_s").get_to(m.exposed_tp_s);
+  j.at("exposed_pp_s").get_to(m.exposed_pp_s);
+  j.at("exposed_dp_s").get_to(m.exposed_dp_s);
+  j.at("compute_s").get_to(m.compute_s);
+  j.at("optimizer_s").get_to(m.optimizer_s);
+  j.at("peak_memory_bytes").get_to(m.peak_memory_bytes);
+  j.at("fits_in_memory").get_to(m.fits_in_memory);
+  j.at("cost_sources").get_to(m.cost_sources);
 }
 
 BaseRunMetrics base_run_metrics(const SimulationSummary& m) {
@@ -166,22 +229,10 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
         {"speedup",
          now.iteration_time_s > 0 ? base->iteration_time_s / now.iteration_time_s : 0.0}};
   }
-  j["iteration_time_s"] = m.iteration_time_s;
-  j["tokens_per_s"] = m.tokens_per_s;
-  j["tokens_per_s_per_gpu"] = m.tokens_per_s_per_gpu;
-  j["model_tflops_per_gpu"] = m.model_tflops_per_gpu;
-  j["mfu"] = m.mfu;
-  j["hfu"] = m.hfu;
-  j["mfu_formula"] =
-      "MFU = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) / (iteration_time x GPUs x dense peak) "
-      "(Korthikanti et al. 2022 model FLOPs; HFU adds recomputed work, Narayanan et al. SC'21 eq. 3 "
-      "for full recomputation)";
-  j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
-  j["exposed_comm_s"] = {{"tp", m.exposed_tp_s}, {"pp", m.exposed_pp_s}, {"dp", m.exposed_dp_s}};
-  j["compute_s"] = m.compute_s;
-  j["optimizer_s"] = m.optimizer_s;
-  j["peak_memory_bytes"] = m.peak_memory_bytes;
-  j["fits_in_memory"] = m.fits_in_memory;
+  const nlohmann::ordered_json fields = summary_fields_json(m);
+  for (const auto& [key, value] : fields.items()) {
+    if (key != "cost_sources") j[key] = value;
+  }
   j["gpu_memory_bytes"] = topo.gpu.memory_bytes;
   nlohmann::ordered_json mem = nlohmann::ordered_json::array();
   for (const StageMemory& st : memory_per_stage(s)) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/scenario.hpp"
+#include "sim/iteration_metrics.hpp"
 #include "sim/replay.hpp"
 #include "topologies/topology.hpp"
 
@@ -33,8 +34,23 @@ struct SimulationSummary {
   std::map<std::string, double> cost_sources;  ///< share of compute seconds per source
 };
 
-/// Derives the summary from a result.
+/// Derives the summary from either engine's metrics; `compute_s_by_source` (seconds of compute
+/// per cost source over all ranks, empty when unknown) gives cost_sources.
+SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const IterationMetrics& m,
+                            const std::map<CostSource, double>& compute_s_by_source = {});
+/// Derives the summary from a replay's result (its cost sources included).
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const SimulationResult& r);
+
+/// The summary's own fields as summary.json spells them (iteration_time_s, tokens_per_s,
+/// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
+/// exposed_comm_s {tp, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
+/// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
+nlohmann::ordered_json summary_fields_json(const SimulationSummary& m);
+
+/// A summary through a process boundary (a worker process, an MPI rank): every field, and back.
+/// from_json throws nlohmann's type_error / out_of_range for a missing or mistyped field.
+void to_json(nlohmann::json& j, const SimulationSummary& m);
+void from_json(const nlohmann::json& j, SimulationSummary& m);
 
 /// The figures a what-if run is compared on: those of its base run (the same scenario without
 /// cluster.what_if). Exposed communication is that of the critical rank, as in the summary.

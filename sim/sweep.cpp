@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -12,7 +13,6 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "sim/summary.hpp"
 
 namespace traintwin {
 
@@ -173,8 +173,19 @@ Evaluator make_simulation_evaluator(const TopologySpec& topo,
   opts.record_timeline = false;
   return [topo, costs, opts](const Scenario& s) {
     const SimulationResult r = simulate(s, topo, *costs, opts);
-    return summary_json(s, topo, r);
+    return SweepEvaluation{"simulate", summarize(s, topo, r), summary_json(s, topo, r)};
   };
+}
+
+void to_json(nlohmann::json& j, const SweepEvaluation& e) {
+  // The detail as text: nlohmann::json would sort its keys, sweep.json keeps their order.
+  j = nlohmann::json{{"mode", e.mode}, {"summary", e.summary}, {"detail", e.detail.dump()}};
+}
+
+void from_json(const nlohmann::json& j, SweepEvaluation& e) {
+  j.at("mode").get_to(e.mode);
+  j.at("summary").get_to(e.summary);
+  e.detail = nlohmann::ordered_json::parse(j.at("detail").get<std::string>());
 }
 
 const char* to_string(SweepStatus s) {
@@ -193,15 +204,16 @@ const char* to_string(SweepStatus s) {
 
 namespace {
 
-/// Fills the row from an evaluator's JSON; false (with row.error) when it has no tokens_per_s.
-bool take_metrics(SweepRow& row, nlohmann::ordered_json metrics) {
-  const auto it = metrics.find("tokens_per_s");
-  if (!metrics.is_object() || it == metrics.end() || !it->is_number()) {
-    row.error = "the evaluator returned no numeric tokens_per_s";
+/// Fills the row from an evaluation; false (with row.error) when its tokens_per_s cannot rank.
+bool take_evaluation(SweepRow& row, SweepEvaluation e) {
+  const double t = e.summary.tokens_per_s;
+  if (!(t > 0) || !std::isfinite(t)) {
+    row.error = fmt::format("the evaluation gave tokens_per_s = {} (allowed: a positive finite "
+                            "number; iteration time {} s)", t, e.summary.iteration_time_s);
     return false;
   }
-  row.tokens_per_s = it->get<double>();
-  row.metrics = std::move(metrics);
+  row.tokens_per_s = t;
+  row.evaluation = std::move(e);
   return true;
 }
 
@@ -229,14 +241,14 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
   auto fail = [&rows](size_t i, std::string message) {
     rows[i].status = SweepStatus::kError;
     rows[i].error = std::move(message);
-    rows[i].metrics = nullptr;
+    rows[i].evaluation.reset();
   };
   if (options.isolate) {
     std::vector<std::function<std::string()>> work;
     work.reserve(todo.size());
     for (size_t i : todo) {
       const Scenario* s = &rows[i].config.scenario;
-      work.push_back([s, &evaluate] { return evaluate(*s).dump(); });
+      work.push_back([s, &evaluate] { return nlohmann::json(evaluate(*s)).dump(); });
     }
     const auto outcomes = run_isolated_concurrently(work, options.jobs, options.progress);
     for (size_t k = 0; k < todo.size(); ++k) {
@@ -245,14 +257,14 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
         fail(i, outcomes[k].error);
         continue;
       }
-      nlohmann::ordered_json j;
+      SweepEvaluation e;
       try {
-        j = nlohmann::ordered_json::parse(outcomes[k].output);
-      } catch (const std::exception& e) {
-        fail(i, std::string("the evaluation's output is not JSON: ") + e.what());
+        e = nlohmann::json::parse(outcomes[k].output).get<SweepEvaluation>();
+      } catch (const std::exception& x) {
+        fail(i, std::string("the worker's evaluation cannot be read back: ") + x.what());
         continue;
       }
-      if (!take_metrics(rows[i], std::move(j))) fail(i, rows[i].error);
+      if (!take_evaluation(rows[i], std::move(e))) fail(i, rows[i].error);
     }
   } else {
     const ProgressClock clock(static_cast<int64_t>(todo.size()), options.progress);
@@ -260,7 +272,7 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
     int64_t done = 0;
     for (size_t i : todo) {
       try {
-        if (!take_metrics(rows[i], evaluate(rows[i].config.scenario))) fail(i, rows[i].error);
+        if (!take_evaluation(rows[i], evaluate(rows[i].config.scenario))) fail(i, rows[i].error);
       } catch (const std::exception& e) {
         fail(i, e.what());
       }
@@ -335,7 +347,14 @@ nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
   } else {
     j["reason"] = nullptr;
   }
-  j["metrics"] = row.metrics;
+  if (!row.evaluation) {
+    j["metrics"] = nullptr;
+  } else if (!row.evaluation->detail.is_null()) {
+    j["metrics"] = row.evaluation->detail;
+  } else {
+    j["metrics"] = summary_fields_json(row.evaluation->summary);
+    j["metrics"]["mode"] = row.evaluation->mode;
+  }
   return j;
 }
 
@@ -510,14 +529,7 @@ Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<co
                                     FabricEfficiency fabric) {
   return [topo, costs = std::move(costs), fabric](const Scenario& s) {
     const IterationMetrics a = estimate(s, topo, *costs, fabric);
-    SimulationResult r;
-    r.iteration_time_s = a.iteration_time_s;
-    r.critical = a.critical;
-    r.per_stage = a.per_stage;
-    r.ops = a.ops;
-    nlohmann::ordered_json j = summary_json(s, topo, r, /*include_wall_time=*/false);
-    j["mode"] = "analytical";
-    return j;
+    return SweepEvaluation{"analytical", summarize(s, topo, a), nullptr};
   };
 }
 

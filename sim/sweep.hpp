@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
+#include "sim/summary.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin {
@@ -84,20 +86,31 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
 /// How far a sweep has got (the worker pool's progress, sim/isolated.hpp).
 using SweepProgress = JobProgress;
 
-/// Metrics of one configuration: the fields of summary_json() (`simulate --json`); the sweep
-/// needs "tokens_per_s" (a number) and carries every other field through.
-using Evaluator = std::function<nlohmann::ordered_json(const Scenario&)>;
+/// What an evaluator found for one configuration.
+struct SweepEvaluation {
+  std::string mode;           ///< "simulate" (the replay) or "analytical" (the estimator)
+  SimulationSummary summary;  ///< summary.tokens_per_s ranks the configuration
+  /// Everything else the engine knows, as sweep.json writes it: summary_json() of a replay
+  /// (busiest links, per-stage breakdowns, ...); null when the summary is all there is.
+  nlohmann::ordered_json detail;
+};
+/// A SweepEvaluation through a process boundary (worker process, MPI rank) and back.
+void to_json(nlohmann::json& j, const SweepEvaluation& e);
+void from_json(const nlohmann::json& j, SweepEvaluation& e);
+
+/// Evaluates one configuration.
+using Evaluator = std::function<SweepEvaluation(const Scenario&)>;
 
 /// The SimGrid evaluator: simulate() with `opts` (record_timeline forced off) and `costs` on
-/// `topo`, then summary_json(). simulate() creates a SimGrid engine: call it once per process
+/// `topo`, then summarize() and summary_json() as the detail; mode "simulate". simulate() creates a SimGrid engine: call it once per process
 /// (SweepOptions::isolate = true).
 Evaluator make_simulation_evaluator(const TopologySpec& topo,
                                     std::shared_ptr<const CostModel> costs,
                                     SimulationOptions opts = {});
 
 /// The analytical evaluator (sim/analytical.hpp, no SimGrid, runs in-process): estimate(), then
-/// summary_json() of its iteration time and breakdowns, with "mode": "analytical" (no link
-/// loads, cost sources or event counts: those fields are empty or zero).
+/// summarize() of its iteration time and breakdowns (no link loads or cost sources), mode
+/// "analytical", no detail.
 Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<const CostModel> costs,
                                     FabricEfficiency fabric = {});
 
@@ -128,15 +141,16 @@ struct SweepRow {
   SweepStatus status = SweepStatus::kInvalid;
   int64_t rank = 0;         ///< 1 = fastest among kRanked rows; 0 for every other status
   std::string error;        ///< kError: the evaluation's message
-  double tokens_per_s = 0;  ///< from the metrics; 0 when not evaluated
-  /// The evaluator's JSON; null when not evaluated (invalid, out of memory unless
+  double tokens_per_s = 0;  ///< evaluation->summary.tokens_per_s; 0 when not evaluated
+  /// What the evaluator found; empty when not evaluated (invalid, out of memory unless
   /// evaluate_out_of_memory, error).
-  nlohmann::ordered_json metrics;
+  std::optional<SweepEvaluation> evaluation;
 };
 
 /// Evaluates every valid configuration (and those out of memory when asked) with `evaluate`, up
 /// to options.jobs at once, and returns every configuration as a row in rank_rows() order. An
-/// evaluation that throws, crashes, or returns no numeric "tokens_per_s" becomes a kError row.
+/// evaluation that throws, crashes, or gives a tokens_per_s that is not a positive finite number
+/// becomes a kError row.
 /// Throws InvalidArgument for options.jobs < 1, Error when processes cannot be started.
 std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
                                 const Evaluator& evaluate, const SweepOptions& options = {});
@@ -153,7 +167,8 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows);
 /// One row as sweep.json holds it: rank (null unless ranked), status, index, configuration
 /// (TP, CP, PP, VPP, DP, micro-batch size, global batch size, recompute, SP, distributed
 /// optimizer, GPUs per replica), memory (peak, capacity, excess in bytes, fits), adjustments,
-/// reason (invalid or error; null otherwise) and metrics (the evaluator's JSON or null).
+/// reason (invalid or error; null otherwise) and metrics: the evaluation's detail when it has one,
+/// else summary_fields_json() of its summary plus "mode"; null when not evaluated.
 nlohmann::ordered_json sweep_row_json(const SweepRow& row);
 /// sweep.json: the array of sweep_row_json(), in the rows' order.
 nlohmann::ordered_json sweep_json(const std::vector<SweepRow>& rows);

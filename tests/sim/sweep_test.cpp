@@ -195,10 +195,11 @@ Evaluator fake_evaluator(std::map<std::tuple<int64_t, int64_t, int64_t>, double>
     const auto key =
         std::make_tuple(s.parallel.tensor_model_parallel_size,
                         s.parallel.pipeline_model_parallel_size, s.training.micro_batch_size);
-    nlohmann::ordered_json j;
-    j["tokens_per_s"] = tokens.at(key);
-    j["iteration_time_s"] = 1.0 / tokens.at(key);
-    return j;
+    SweepEvaluation e;
+    e.mode = "fake";
+    e.summary.tokens_per_s = tokens.at(key);
+    e.summary.iteration_time_s = 1.0 / tokens.at(key);
+    return e;
   };
 }
 
@@ -232,14 +233,21 @@ TEST(Sweep, RankingByTokensPerSecondWithStableTieOrder) {
   }
   EXPECT_EQ(order, (std::vector<int64_t>{5, 1, 2, 3, 4, 6, 0, 7}));
   EXPECT_DOUBLE_EQ(rows[0].tokens_per_s, 500);
-  EXPECT_DOUBLE_EQ(rows[0].metrics["iteration_time_s"].get<double>(), 1.0 / 500);
+  EXPECT_DOUBLE_EQ(rows[0].evaluation->summary.iteration_time_s, 1.0 / 500);
+  EXPECT_DOUBLE_EQ(sweep_row_json(rows[0])["metrics"]["iteration_time_s"].get<double>(), 1.0 / 500);
 
-  // The same through forked children: same order.
+  // The same through forked children: same order, the evaluations read back whole.
   options.isolate = true;
   options.jobs = 3;
   const auto forked = run_sweep(configs, eval, options);
   ASSERT_EQ(forked.size(), rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(forked[i].config.index, order[i]);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(forked[i].config.index, order[i]);
+    ASSERT_TRUE(forked[i].evaluation.has_value());
+    EXPECT_EQ(forked[i].evaluation->mode, "fake");
+    EXPECT_DOUBLE_EQ(forked[i].evaluation->summary.iteration_time_s,
+                     rows[i].evaluation->summary.iteration_time_s);
+  }
   expect_no_children();
 }
 
@@ -254,10 +262,12 @@ TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
   configs[1].excess_memory_bytes = 2e9;  // tp 1 mbs 2
   configs[5].excess_memory_bytes = 1e9;  // tp 2 mbs 2
   int calls = 0;
-  const Evaluator eval = [&calls](const Scenario& s) -> nlohmann::ordered_json {
+  const Evaluator eval = [&calls](const Scenario& s) {
     ++calls;
     if (s.parallel.tensor_model_parallel_size == 2) throw Error("evaluation failed on purpose");
-    return {{"tokens_per_s", 10.0}};
+    SweepEvaluation e;
+    e.summary.tokens_per_s = 10.0;
+    return e;
   };
   SweepOptions options;
   options.isolate = false;
@@ -270,7 +280,7 @@ TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
   EXPECT_EQ(rows[1].config.index, 5);  // 1 GB over comes first
   EXPECT_EQ(rows[2].status, SweepStatus::kOutOfMemory);
   EXPECT_EQ(rows[2].config.index, 1);
-  EXPECT_TRUE(rows[2].metrics.is_null());
+  EXPECT_FALSE(rows[2].evaluation.has_value());
   EXPECT_EQ(rows[3].status, SweepStatus::kError);
   EXPECT_EQ(rows[3].config.index, 4);
   EXPECT_THAT(rows[3].error, HasSubstr("on purpose"));
@@ -288,24 +298,20 @@ TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
   for (const auto& r : with_oom) by_index[r.config.index] = &r;
   EXPECT_EQ(by_index[1]->status, SweepStatus::kOutOfMemory);
   EXPECT_DOUBLE_EQ(by_index[1]->tokens_per_s, 10.0);
-  EXPECT_FALSE(by_index[1]->metrics.is_null());
+  EXPECT_TRUE(by_index[1]->evaluation.has_value());
   EXPECT_EQ(by_index[5]->status, SweepStatus::kError);  // evaluated, and failed
   EXPECT_DOUBLE_EQ(by_index[5]->config.excess_memory_bytes, 1e9);
 }
 
-TEST(Sweep, AnEvaluatorWithoutTokensPerSecondGivesAnErrorRow) {
+TEST(Sweep, AnEvaluationWithoutPositiveTokensPerSecondGivesAnErrorRow) {
   const auto configs = enumerate_configurations(small_scenario(), {}, 1e15);
   SweepOptions options;
   options.isolate = false;
   const auto rows = run_sweep(
-      configs,
-      [](const Scenario&) {
-        return nlohmann::ordered_json{{"x", 1}};
-      },
-      options);
+      configs, [](const Scenario&) { return SweepEvaluation{}; }, options);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].status, SweepStatus::kError);
-  EXPECT_THAT(rows[0].error, HasSubstr("tokens_per_s"));
+  EXPECT_THAT(rows[0].error, HasSubstr("tokens_per_s = 0"));
 
   // In a forked child, a crashing evaluation is an error row too.
   options.isolate = true;
@@ -396,10 +402,13 @@ TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
   const auto rows = run_sweep(
       configs,
       [](const Scenario&) {
-        return nlohmann::ordered_json{{"tokens_per_s", 5.0},
-                                      {"exposed_comm_s", {{"tp", 0.5}}},
-                                      {"scenario", "a, \"quoted\" name"},
-                                      {"busiest_links", nlohmann::ordered_json::array({1, 2})}};
+        SweepEvaluation e;
+        e.summary.tokens_per_s = 5.0;
+        e.detail = nlohmann::ordered_json{{"tokens_per_s", 5.0},
+                                          {"exposed_comm_s", {{"tp", 0.5}}},
+                                          {"scenario", "a, \"quoted\" name"},
+                                          {"busiest_links", nlohmann::ordered_json::array({1, 2})}};
+        return e;
       },
       options);
   const auto j = sweep_json(rows);

@@ -30,6 +30,7 @@ struct SimulateOptions {
   std::string trace_ranks;
   std::string collective_algorithm;
   bool aggregate_tp = false;
+  bool no_link_contention = false;
   std::string cost_db;
   std::string cost_db_topology;
 };
@@ -141,6 +142,9 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_flag("--aggregate-tp", o->aggregate_tp,
                 "Replay TP rank 0 of each TP group only (exact when TP fills a node; 8x faster)");
+  cmd->add_flag("--no-link-contention", o->no_link_contention,
+                "Time every transfer and collective by its uncontended closed form (the analytical "
+                "estimator's rule) instead of sharing links between flows");
   cmd->add_option("--collective-algorithm", o->collective_algorithm, "Force an NCCL algorithm for every collective")
       ->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
@@ -150,6 +154,7 @@ void register_simulate_command(CLI::App& app) {
     SimulationOptions opts;
     opts.collective_algorithm = o->collective_algorithm;
     opts.aggregate_tp = o->aggregate_tp;
+    opts.link_contention = !o->no_link_contention;
     opts.record_timeline = !o->out_dir.empty();
     if (o->trace_ranks == "all") {
       opts.trace_all_ranks = true;

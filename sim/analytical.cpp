@@ -25,24 +25,6 @@ namespace {
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr double kUnposted = -1.0;
 
-/// Route latency of a transfer between two GPUs (see the header: NVLink inside a node; two NICs
-/// and one leaf inside a scalable unit, plus two spine hops across units).
-double route_latency_s(int64_t src, int64_t dst, const TopologySpec& t) {
-  const int64_t gpn = t.node.gpus_per_node;
-  const int64_t ns = src / gpn, nd = dst / gpn;
-  if (ns == nd) return t.node.nvlink_latency_s;
-  const int64_t su = std::max<int64_t>(1, t.fabric.nodes_per_scalable_unit);
-  const double hops = ns / su == nd / su ? 1.0 : 3.0;
-  return 2.0 * t.nic.latency_s + hops * t.fabric.hop_latency_s;
-}
-
-/// Bottleneck bandwidth of a transfer between two GPUs.
-double route_Bps(int64_t src, int64_t dst, const TopologySpec& t) {
-  const int64_t gpn = t.node.gpus_per_node;
-  if (src / gpn == dst / gpn) return t.node.nvlink_bandwidth_Bps;
-  return std::min(t.nic.line_rate_Bps, t.fabric.link_rate_Bps);
-}
-
 /// Which schedule step an op of the probe belongs to.
 struct StepKey {
   Pass pass;
@@ -134,11 +116,7 @@ class Estimator {
     const std::vector<int64_t> members = prog_->layout.group(op.group, rank);
     const CollectivePlan plan = plan_collective(op.collective, op.bytes, members, topo_, eff_,
                                                 s_.cluster.collective_algorithm);
-    double flows = 0;
-    for (const CollectiveFlow& f : plan.flows) {
-      flows = std::max(flows, route_latency_s(f.src, f.dst, topo_) + f.bytes / route_Bps(f.src, f.dst, topo_));
-    }
-    const double t = std::max(flows, plan.local_time_s) + plan.latency_s;
+    const double t = uncontended_time_s(plan, topo_);
     coll_s_.emplace(key, t);
     return t;
   }
@@ -418,8 +396,8 @@ class Estimator {
     const double bytes = static_cast<double>(s_.model.seq_length * s_.training.micro_batch_size *
                                              s_.model.hidden_size * bytes_per_element(s_.training.precision)) /
                          (s_.parallel.sequence_parallel ? static_cast<double>(s_.parallel.tensor_model_parallel_size) : 1.0);
-    const double t = p2p_time_s(stage_rank_[static_cast<size_t>(src_stage)],
-                                stage_rank_[static_cast<size_t>(dst_stage)], bytes, topo_);
+    const double t = uncontended_transfer_s(stage_rank_[static_cast<size_t>(src_stage)],
+                                            stage_rank_[static_cast<size_t>(dst_stage)], bytes, topo_);
     cached = t;
     return t;
   }
@@ -701,11 +679,6 @@ class Estimator {
 };
 
 }  // namespace
-
-double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo) {
-  if (src == dst) throw InvalidArgument("p2p_time_s: source and destination are both GPU " + std::to_string(src));
-  return route_latency_s(src, dst, topo) + bytes / route_Bps(src, dst, topo);
-}
 
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff) {

@@ -28,16 +28,12 @@
 // steps, but build_program() alone takes ~0.5 s for GPT-3 175B with 192 micro-batches.)
 //
 // Where it differs from the replay, and why:
-//  - No link contention. A collective lasts its plan's no-contention time (plan_collective():
-//    max over its flows of route latency + bytes / bottleneck bandwidth, or the NVLink closed
-//    form inside a node, plus the plan's step latency); a p2p transfer lasts route latency +
-//    bytes / bottleneck bandwidth (NVLink inside a node, min(NIC, fabric link) rate across
-//    nodes). The replay shares links max-min between concurrent flows (DP buckets of several
-//    stages on one rail, p2p beside DP traffic), so it can only be slower; the shipped
-//    rail-optimized layouts put each TP rank on its own rail, so the difference stays small.
-//  - Route latency across nodes is taken as two NICs + three switches (leaf-spine-leaf) for
-//    nodes of different scalable units and two NICs + one leaf inside one unit; a three-tier
-//    core crossing (two more hops, ~0.3 us) is not distinguished.
+//  - No link contention. Collectives and p2p transfers take their uncontended closed forms
+//    (uncontended_time_s / uncontended_transfer_s, sim/collectives.hpp). The replay with
+//    SimulationOptions::link_contention = false uses the very same rule and then agrees with the
+//    estimate exactly (tests/sim/analytical_test.cpp); with contention it shares links max-min
+//    between concurrent flows (DP buckets of several stages on one rail, p2p beside DP traffic)
+//    and can only be slower (0-2.6 % on the shipped scenarios).
 //  - Symmetry: the ranks of one stage are taken to run in lockstep (the replay shows it: they
 //    run the same ops at the same times up to contention), so collectives inside one stage
 //    (TP, DP) start when the representative arrives.
@@ -71,9 +67,5 @@ namespace traintwin {
 /// the schedule cannot complete (a p2p or collective never matched).
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff = {});
-
-/// Closed-form, no-contention duration of a point-to-point transfer of `bytes` from GPU `src`
-/// to GPU `dst` (see the file comment). InvalidArgument for src == dst.
-double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo);
 
 }  // namespace traintwin

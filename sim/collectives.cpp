@@ -204,4 +204,41 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
   return plan;
 }
 
+namespace {
+
+/// Route latency of a transfer between two GPUs (see the header: NVLink inside a node; two NICs
+/// and one leaf inside a scalable unit, plus two spine hops across units).
+double route_latency_s(int64_t src, int64_t dst, const TopologySpec& t) {
+  const int64_t gpn = t.node.gpus_per_node;
+  const int64_t ns = src / gpn, nd = dst / gpn;
+  if (ns == nd) return t.node.nvlink_latency_s;
+  const int64_t su = std::max<int64_t>(1, t.fabric.nodes_per_scalable_unit);
+  const double hops = ns / su == nd / su ? 1.0 : 3.0;
+  return 2.0 * t.nic.latency_s + hops * t.fabric.hop_latency_s;
+}
+
+/// Bottleneck bandwidth of a transfer between two GPUs.
+double route_Bps(int64_t src, int64_t dst, const TopologySpec& t) {
+  const int64_t gpn = t.node.gpus_per_node;
+  if (src / gpn == dst / gpn) return t.node.nvlink_bandwidth_Bps;
+  return std::min(t.nic.line_rate_Bps, t.fabric.link_rate_Bps);
+}
+
+}  // namespace
+
+double uncontended_transfer_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo) {
+  if (src == dst) {
+    throw InvalidArgument("uncontended_transfer_s: source and destination are both GPU " + std::to_string(src));
+  }
+  return route_latency_s(src, dst, topo) + bytes / route_Bps(src, dst, topo);
+}
+
+double uncontended_time_s(const CollectivePlan& plan, const TopologySpec& topo) {
+  double flows = 0;
+  for (const CollectiveFlow& f : plan.flows) {
+    flows = std::max(flows, uncontended_transfer_s(f.src, f.dst, f.bytes, topo));
+  }
+  return std::max(flows, plan.local_time_s) + plan.latency_s;
+}
+
 }  // namespace traintwin

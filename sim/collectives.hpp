@@ -109,4 +109,18 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
                                const TopologySpec& topo, const FabricEfficiency& eff,
                                const std::string& forced = "");
 
+/// Duration of one transfer of `bytes` from GPU `src` to GPU `dst` alone on its route (no other
+/// traffic): route latency + bytes / bottleneck bandwidth. Inside a node: NVLink latency and
+/// bandwidth. Across nodes: two NIC latencies plus one leaf hop inside a scalable unit or
+/// leaf-spine-leaf (three hops) across units (a three-tier core crossing, ~0.3 us more, is not
+/// distinguished), at min(NIC line rate, fabric link rate). Both engines time uncontended
+/// communication with it (the estimator always, the replay without link contention).
+/// InvalidArgument for src == dst.
+double uncontended_transfer_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo);
+
+/// Duration of a planned collective with no other traffic on its links: max(max over its flows
+/// of uncontended_transfer_s, plan.local_time_s) + plan.latency_s (the contention-free case of
+/// CollectivePlan's rule).
+double uncontended_time_s(const CollectivePlan& plan, const TopologySpec& topo);
+
 }  // namespace traintwin

@@ -283,8 +283,8 @@ class Engine {
       RankState& st = ranks_[static_cast<size_t>(r)];
       if (!st.start.empty()) st.start[o] = done.max_t;
     }
-    if (plan.flows.empty()) {
-      const double end = done.max_t + plan.local_time_s + plan.latency_s;
+    if (plan.flows.empty() || !opts_.link_contention) {
+      const double end = done.max_t + uncontended_time_s(plan, topo_);
       for (auto [r, o] : done.members) finish(r, o, end);
       return;
     }
@@ -345,6 +345,12 @@ class Engine {
     for (auto [r, o] : {std::pair{rank, id}, std::pair{other.rank, other.op}}) {
       RankState& st = ranks_[static_cast<size_t>(r)];
       if (!st.start.empty()) st.start[o] = start;
+    }
+    if (!opts_.link_contention) {
+      const double end = start + uncontended_transfer_s(key.src, key.dst, static_cast<double>(op.bytes), topo_);
+      finish(rank, id, end);
+      finish(other.rank, other.op, end);
+      return;
     }
     FlowGroup g;
     g.start = start;

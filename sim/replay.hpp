@@ -55,6 +55,11 @@ struct SimulationOptions {
   /// Throws ConfigError when the layout does not allow it, or with a straggler or a degraded link
   /// (both break the symmetry it relies on). Link loads are then those of rail 0.
   bool aggregate_tp = false;
+  /// Flow-level link sharing (SimGrid). false: every transfer and collective takes its
+  /// uncontended closed form (uncontended_transfer_s / uncontended_time_s, sim/collectives.hpp),
+  /// the rule the analytical estimator uses, and no link loads are recorded — the replay then
+  /// differs from the estimator only by how it walks the Program (every op of every rank).
+  bool link_contention = true;
 };
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU

@@ -266,6 +266,61 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
       }
       if (!take_evaluation(rows[i], std::move(e))) fail(i, rows[i].error);
     }
+  } else if (options.jobs > 1 && todo.size() > 1) {
+    // Shares of the configurations, several per worker so that the workers stay balanced and the
+    // progress moves; share k holds todo[k], todo[k + shares], ...
+    const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * 8);
+    std::vector<std::function<std::string()>> work;
+    for (size_t k = 0; k < shares; ++k) {
+      work.push_back([&rows, &todo, &evaluate, k, shares] {
+        nlohmann::json out = nlohmann::json::array();
+        for (size_t x = k; x < todo.size(); x += shares) {
+          try {
+            out.push_back({{"evaluation", evaluate(rows[todo[x]].config.scenario)}});
+          } catch (const std::exception& e) {
+            out.push_back({{"error", e.what()}});
+          }
+        }
+        return out.dump();
+      });
+    }
+    // Progress in configurations: a share of n / shares configurations per finished share.
+    ProgressCallback per_share;
+    if (options.progress) {
+      per_share = [&options, &todo, shares](const JobProgress& p) {
+        JobProgress q = p;
+        const double scale = static_cast<double>(todo.size()) / static_cast<double>(shares);
+        q.total = static_cast<int64_t>(todo.size());
+        q.done = std::min<int64_t>(q.total, static_cast<int64_t>(static_cast<double>(p.done) * scale));
+        q.rate_per_s = p.rate_per_s * scale;
+        options.progress(q);
+      };
+    }
+    const auto outcomes = run_isolated_concurrently(work, options.jobs, per_share);
+    for (size_t k = 0; k < shares; ++k) {
+      nlohmann::json results;
+      std::string failure;
+      if (!outcomes[k].ok) {
+        failure = outcomes[k].error;
+      } else {
+        try {
+          results = nlohmann::json::parse(outcomes[k].output);
+        } catch (const std::exception& x) {
+          failure = std::string("the worker's evaluations cannot be read back: ") + x.what();
+        }
+      }
+      size_t n = 0;
+      for (size_t x = k; x < todo.size(); x += shares, ++n) {
+        const size_t i = todo[x];
+        if (!failure.empty()) {
+          fail(i, failure);
+        } else if (results.at(n).contains("error")) {
+          fail(i, results.at(n).at("error").get<std::string>());
+        } else if (!take_evaluation(rows[i], results.at(n).at("evaluation").get<SweepEvaluation>())) {
+          fail(i, rows[i].error);
+        }
+      }
+    }
   } else {
     const ProgressClock clock(static_cast<int64_t>(todo.size()), options.progress);
     clock.report(0);

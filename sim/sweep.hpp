@@ -115,9 +115,12 @@ Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<co
                                     FabricEfficiency fabric = {});
 
 struct SweepOptions {
-  int jobs = 1;  ///< worker processes at once (isolate), >= 1
-  /// Evaluate each configuration in its own forked child (needed by the SimGrid evaluator); false
-  /// evaluates in this process, one after the other (an analytical evaluator).
+  int jobs = 1;  ///< worker processes at once, >= 1
+  /// Evaluate each configuration in its own forked child (needed by the SimGrid evaluator, one
+  /// engine per process). false (an evaluator that can run many times in one process: the
+  /// analytical one): with jobs = 1 in this process, one after the other; with jobs > 1 in
+  /// `jobs` worker processes at once, each evaluating a share of the configurations in turn
+  /// (the same worker pool, run_isolated_concurrently).
   bool isolate = true;
   /// Evaluate configurations that do not fit the GPU's memory too (default: only listed with
   /// their excess).

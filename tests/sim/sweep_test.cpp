@@ -236,6 +236,22 @@ TEST(Sweep, RankingByTokensPerSecondWithStableTieOrder) {
   EXPECT_DOUBLE_EQ(rows[0].evaluation->summary.iteration_time_s, 1.0 / 500);
   EXPECT_DOUBLE_EQ(sweep_row_json(rows[0])["metrics"]["iteration_time_s"].get<double>(), 1.0 / 500);
 
+  // In-process evaluations shared out to 3 worker processes: same rows.
+  options.jobs = 3;
+  std::vector<int64_t> progress_done;
+  options.progress = [&progress_done](const SweepProgress& p) { progress_done.push_back(p.done); };
+  const auto shared = run_sweep(configs, eval, options);
+  ASSERT_EQ(shared.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(shared[i].config.index, order[i]);
+    EXPECT_DOUBLE_EQ(shared[i].tokens_per_s, rows[i].tokens_per_s);
+  }
+  ASSERT_FALSE(progress_done.empty());
+  EXPECT_EQ(progress_done.front(), 0);
+  EXPECT_EQ(progress_done.back(), 8);
+  options.progress = nullptr;
+  expect_no_children();
+
   // The same through forked children: same order, the evaluations read back whole.
   options.isolate = true;
   options.jobs = 3;

@@ -1,0 +1,103 @@
+// Speed of the analytical sweep (Google Benchmark; CMake target `sweep_bench`): the 4,608-row
+// grid of GPT-3 175B on 1024 H100 (scenarios/gpt3-175b-h100-1024.yaml), TP 1,2,4,8 x PP
+// 1,2,4,8,16,32 x micro-batch 1,2,4,8 x VPP 1,2,3,4 x recompute none/selective/full x SP on/off x
+// distributed optimizer on/off, as `traintwin sweep --mode analytical` runs it:
+// enumerate_configurations() (scenario rules and memory model of every row), then run_sweep()
+// with the analytical evaluator on `jobs` workers.
+//
+//   build/sweep_bench                                   # every benchmark
+//   build/sweep_bench --benchmark_filter=Grid/2         # the grid on 2 workers
+//
+// Counters: rows/s (every row of the grid, rejected layouts included), evaluated/s (ranked + out
+// of memory rows: the configurations the sweep ranks or lists with their excess), and the counts
+// of each. BM_Estimate times one estimate() of the base layout.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "core/scenario.hpp"
+#include "sim/analytical.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/sweep.hpp"
+
+namespace traintwin {
+namespace {
+
+struct Fixture {
+  Scenario base;
+  TopologySpec topo;
+  std::shared_ptr<const CostModel> costs;
+  SweepAxes axes;
+
+  Fixture() {
+    base = load_scenario(std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml");
+    topo = load_topology(base.cluster.topology);
+    costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+    axes.tp = {1, 2, 4, 8};
+    axes.pp = {1, 2, 4, 8, 16, 32};
+    axes.mbs = {1, 2, 4, 8};
+    axes.vpp = {1, 2, 3, 4};
+    axes.recompute = {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
+                      RecomputeGranularity::kFull};
+    axes.sequence_parallel = {true, false};
+    axes.distributed_optimizer = {true, false};
+  }
+};
+
+const Fixture& fixture() {
+  static const Fixture f;
+  return f;
+}
+
+void BM_AnalyticalSweepGrid(benchmark::State& state) {
+  const Fixture& f = fixture();
+  SweepOptions options;
+  options.isolate = false;
+  options.jobs = static_cast<int>(state.range(0));
+  const Evaluator eval = make_analytical_evaluator(f.topo, f.costs);
+  int64_t rows = 0, evaluated = 0, ranked = 0;
+  for (auto _ : state) {
+    const auto configs = enumerate_configurations(f.base, f.axes, f.topo.gpu.memory_bytes);
+    const auto out = run_sweep(configs, eval, options);
+    rows = static_cast<int64_t>(out.size());
+    evaluated = ranked = 0;
+    for (const SweepRow& r : out) {
+      evaluated += r.status == SweepStatus::kRanked || r.status == SweepStatus::kOutOfMemory;
+      ranked += r.status == SweepStatus::kRanked;
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["rows"] = static_cast<double>(rows);
+  state.counters["evaluated"] = static_cast<double>(evaluated);
+  state.counters["ranked"] = static_cast<double>(ranked);
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(rows) * n, benchmark::Counter::kIsRate);
+  state.counters["evaluated/s"] =
+      benchmark::Counter(static_cast<double>(evaluated) * n, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AnalyticalSweepGrid)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_EnumerateGrid(benchmark::State& state) {
+  const Fixture& f = fixture();
+  for (auto _ : state) {
+    const auto configs = enumerate_configurations(f.base, f.axes, f.topo.gpu.memory_bytes);
+    benchmark::DoNotOptimize(configs.data());
+  }
+}
+BENCHMARK(BM_EnumerateGrid)->Unit(benchmark::kMillisecond);
+
+void BM_Estimate(benchmark::State& state) {
+  const Fixture& f = fixture();
+  for (auto _ : state) {
+    const IterationMetrics m = estimate(f.base, f.topo, *f.costs);
+    benchmark::DoNotOptimize(m.iteration_time_s);
+  }
+}
+BENCHMARK(BM_Estimate)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace traintwin
+
+BENCHMARK_MAIN();

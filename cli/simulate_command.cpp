@@ -132,8 +132,8 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   cmd->add_option("--out", o->out_dir, "Write summary.json and timeline.json (Perfetto) into DIR");
   cmd->add_option("--trace-ranks", o->trace_ranks,
-                  "Ranks in timeline.json: all, stages (TP/DP rank 0 of every stage), or a list 0,8,16 "
-                  "(default: the TP group of DP rank 0 of every stage)");
+                  "Ranks in timeline.json: all, stages (TP/DP rank 0 of every stage, the default), or "
+                  "a list 0,8,16");
   cmd->add_option("--cost-db", o->cost_db,
                   "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
       ->check(CLI::ExistingFile);
@@ -183,26 +183,35 @@ void register_simulate_command(CLI::App& app) {
       base_opts.record_timeline = false;
       const std::string text = run_isolated([&] {
         const SimulationResult b = simulate(base_scenario, topo, *costs, base_opts);
-        return summary_json(base_scenario, topo, b, /*include_wall_time=*/false).dump();
+        return nlohmann::json(summarize(base_scenario, topo, b)).dump();
       });
-      base = base_run_metrics(nlohmann::json::parse(text));
+      base = base_run_metrics(nlohmann::json::parse(text).get<SimulationSummary>());
     }
     const BaseRunMetrics* base_ptr = base ? &*base : nullptr;
+    // The timeline goes to timeline.json event by event as the replay hands it over.
+    std::ofstream trace_file;
+    std::optional<ChromeTraceWriter> trace;
+    const auto dir = std::filesystem::path(o->out_dir);
+    if (!o->out_dir.empty()) {
+      std::filesystem::create_directories(dir);
+      trace_file.open(dir / "timeline.json");
+      if (!trace_file) throw Error("simulate: cannot write " + (dir / "timeline.json").string());
+      trace.emplace(trace_file, s.name);
+      opts.timeline_sink = [&trace](const TimelineEvent& e) { trace->write(e); };
+    }
     const SimulationResult r = simulate(s, topo, *costs, opts);
+    if (trace) {
+      trace->finish();
+      trace_file.close();
+    }
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r, true, base_ptr).dump(2));
     } else {
       print_text(s, topo, r, base);
     }
     if (!o->out_dir.empty()) {
-      std::filesystem::create_directories(o->out_dir);
-      const auto dir = std::filesystem::path(o->out_dir);
       std::ofstream(dir / "summary.json")
           << summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) << "\n";
-      {
-        std::ofstream trace(dir / "timeline.json");
-        write_chrome_trace(r.timeline, trace);
-      }
       if (!o->json) fmt::print("wrote {} and {}\n", (dir / "summary.json").string(), (dir / "timeline.json").string());
       write_report_or_warn(dir, !o->json);
     }

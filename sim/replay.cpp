@@ -130,7 +130,7 @@ class Engine {
       if (opts_.trace_ranks.empty()) {
         for (int64_t r = 0; r < world_; ++r) {
           const RankCoord c = prog_.layout.coord(r);
-          traced[static_cast<size_t>(r)] = c.dp == 0 && c.cp == 0;
+          traced[static_cast<size_t>(r)] = c.dp == 0 && c.cp == 0 && c.tp == 0;
         }
       } else {
         for (int64_t r : opts_.trace_ranks) {
@@ -598,7 +598,11 @@ class Engine {
           auto it = plans_.find(plan_key(op));
           if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
         }
-        tl.events.push_back(std::move(e));
+        if (opts_.timeline_sink) {
+          opts_.timeline_sink(e);
+        } else {
+          tl.events.push_back(std::move(e));
+        }
       }
     }
     return tl;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -44,10 +45,15 @@ struct SimulationOptions {
   /// Force one NCCL algorithm for every collective ("" = the scenario's
   /// cluster.collective_algorithm, whose default chooses per call like NCCL's tuner).
   std::string collective_algorithm;
-  /// Ranks whose ops go to the timeline; empty = the TP group of DP rank 0 in every stage.
+  /// Ranks whose ops go to the timeline; empty = TP rank 0 of DP rank 0 in every pipeline stage
+  /// (one process per stage: a trace Perfetto opens at 1024+ GPUs).
   std::vector<int64_t> trace_ranks;
   bool trace_all_ranks = false;
   bool record_timeline = true;
+  /// When set (and record_timeline), the traced ranks' events are handed to it one by one at the
+  /// end of the replay, straight from the engine's per-op times, and SimulationResult::timeline
+  /// stays empty: a trace of any size is written without being held in memory.
+  std::function<void(const TimelineEvent&)> timeline_sink;
   /// Replay only TP rank 0 of every TP group. Exact when the TP group fills whole rails of one
   /// node (rank order starting with tp, TP = GPUs per node): the TP ranks of a node then run the
   /// same ops at the same times, their inter-node flows on separate rail planes that never

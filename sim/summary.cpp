@@ -122,24 +122,6 @@ BaseRunMetrics base_run_metrics(const SimulationSummary& m) {
   return b;
 }
 
-BaseRunMetrics base_run_metrics(const nlohmann::json& summary) {
-  const auto number = [&summary](const nlohmann::json::json_pointer& at) {
-    if (!summary.contains(at) || !summary.at(at).is_number()) {
-      throw Error("base run summary: no numeric field " + at.to_string());
-    }
-    return summary.at(at).get<double>();
-  };
-  using ptr = nlohmann::json::json_pointer;
-  BaseRunMetrics b;
-  b.iteration_time_s = number(ptr("/iteration_time_s"));
-  b.tokens_per_s_per_gpu = number(ptr("/tokens_per_s_per_gpu"));
-  b.mfu = number(ptr("/mfu"));
-  b.exposed_tp_s = number(ptr("/exposed_comm_s/tp"));
-  b.exposed_pp_s = number(ptr("/exposed_comm_s/pp"));
-  b.exposed_dp_s = number(ptr("/exposed_comm_s/dp"));
-  return b;
-}
-
 nlohmann::ordered_json what_if_json(const WhatIf& w) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   if (w.ib_bandwidth_scale) j["ib_bandwidth_scale"] = *w.ib_bandwidth_scale;

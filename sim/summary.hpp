@@ -65,9 +65,6 @@ struct BaseRunMetrics {
 
 /// The comparison figures of a summary.
 BaseRunMetrics base_run_metrics(const SimulationSummary& m);
-/// The comparison figures read back from summary_json() (e.g. the base run's, returned by a
-/// child process). Throws Error naming a missing or non-numeric field.
-BaseRunMetrics base_run_metrics(const nlohmann::json& summary);
 
 /// The knobs of cluster.what_if that are given, as the scenario file spells them, e.g.
 /// {"ib_bandwidth_scale": 2.0, "straggler": {"rank": 17, "compute_scale": 1.2}}.

@@ -42,19 +42,6 @@ std::string Dump(const OrderedJson& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-/// Thread ids per stream name: the fixed streams first, the others in first-seen order.
-std::map<std::string, int64_t> AssignThreadIds(const std::vector<TimelineEvent>& events) {
-  std::map<std::string, int64_t> tids;
-  for (size_t i = 0; i < kFixedStreams.size(); ++i) {
-    tids.emplace(std::string(kFixedStreams[i]), static_cast<int64_t>(i));
-  }
-  auto next = static_cast<int64_t>(kFixedStreams.size());
-  for (const TimelineEvent& e : events) {
-    if (tids.emplace(e.stream, next).second) ++next;
-  }
-  return tids;
-}
-
 /// Rejects what the format cannot carry faithfully; `i` is the event's index in `t.events`.
 void ValidateEvents(const Timeline& t) {
   std::set<std::pair<int64_t, bool>> flow_sides;
@@ -277,57 +264,104 @@ class TraceReader {
 
 }  // namespace
 
-void write_chrome_trace(const Timeline& t, std::ostream& out) {
-  ValidateEvents(t);
-  const std::map<std::string, int64_t> tids = AssignThreadIds(t.events);
+ChromeTraceWriter::ChromeTraceWriter(std::ostream& out, std::string name)
+    : out_(out), name_(std::move(name)) {
+  for (size_t i = 0; i < kFixedStreams.size(); ++i) {
+    tids_.emplace(std::string(kFixedStreams[i]), static_cast<int64_t>(i));
+  }
+  out_ << "{\"traceEvents\": [";
+}
 
-  // rank -> stream tids present on that rank (sorted, hence the metadata order).
-  std::map<int64_t, std::map<int64_t, std::string>> tracks;
-  for (const TimelineEvent& e : t.events) tracks[e.rank].emplace(tids.at(e.stream), e.stream);
+int64_t ChromeTraceWriter::tid(const std::string& stream) {
+  auto [it, added] = tids_.emplace(stream, static_cast<int64_t>(tids_.size()));
+  return it->second;
+}
 
-  std::vector<std::string> lines;
+void ChromeTraceWriter::line(const std::string& text) {
+  out_ << (lines_ == 0 ? "\n" : ",\n") << text;
+  ++lines_;
+}
+
+void ChromeTraceWriter::write_metadata(int64_t rank, int64_t tid, const std::string& stream) {
+  if (metadata_.count(rank) == 0) {
+    line(Dump(Metadata("process_name", rank, 0, {{"name", fmt::format("rank {}", rank)}})));
+    line(Dump(Metadata("process_sort_index", rank, 0, {{"sort_index", rank}})));
+  }
+  if (metadata_[rank].insert(tid).second) {
+    line(Dump(Metadata("thread_name", rank, tid, {{"name", stream}})));
+    line(Dump(Metadata("thread_sort_index", rank, tid, {{"sort_index", tid}})));
+  }
+}
+
+void ChromeTraceWriter::write_tracks(const std::vector<TimelineEvent>& events) {
+  std::map<int64_t, std::map<int64_t, std::string>> tracks;  // sorted: the metadata order
+  for (const TimelineEvent& e : events) tracks[e.rank].emplace(tid(e.stream), e.stream);
   for (const auto& [rank, threads] : tracks) {
-    lines.push_back(
-        Dump(Metadata("process_name", rank, 0, {{"name", fmt::format("rank {}", rank)}})));
-    lines.push_back(Dump(Metadata("process_sort_index", rank, 0, {{"sort_index", rank}})));
-    for (const auto& [tid, stream] : threads) {
-      lines.push_back(Dump(Metadata("thread_name", rank, tid, {{"name", stream}})));
-      lines.push_back(Dump(Metadata("thread_sort_index", rank, tid, {{"sort_index", tid}})));
-    }
+    for (const auto& [t, stream] : threads) write_metadata(rank, t, stream);
   }
-  for (const TimelineEvent& e : t.events) {
-    const double ts = ToMicros(e.start_s);
-    const double dur = ToMicros(e.end_s - e.start_s);
-    const int64_t tid = tids.at(e.stream);
-    OrderedJson x;
-    x["name"] = e.name;
-    x["cat"] = e.category;
-    x["ph"] = "X";
-    x["ts"] = ts;
-    x["dur"] = dur;
-    x["pid"] = e.rank;
-    x["tid"] = tid;
-    x["args"] = OrderedJson::object();
-    for (const auto& [key, value] : e.args) x["args"][key] = value;
-    lines.push_back(Dump(x));
-    if (e.flow_id < 0) continue;
-    OrderedJson flow;
-    flow["name"] = kFlowName;
-    flow["cat"] = kFlowName;
-    flow["ph"] = e.flow_start ? "s" : "f";
-    flow["ts"] = ts + dur / 2;  // strictly inside the slice (see the header)
-    flow["pid"] = e.rank;
-    flow["tid"] = tid;
-    flow["id"] = e.flow_id;
-    if (!e.flow_start) flow["bp"] = "e";
-    lines.push_back(Dump(flow));
-  }
+}
 
-  out << "{\"traceEvents\": [";
-  for (size_t i = 0; i < lines.size(); ++i) out << (i == 0 ? "\n" : ",\n") << lines[i];
+void ChromeTraceWriter::write(const TimelineEvent& e) {
+  auto fail = [&](const std::string& what) {
+    throw InvalidArgument(
+        fmt::format("write_chrome_trace: event {} (\"{}\"): {}", events_, e.name, what));
+  };
+  if (e.rank < 0) fail(fmt::format("negative rank {}", e.rank));
+  if (!std::isfinite(e.start_s) || !std::isfinite(e.end_s)) {
+    fail(fmt::format("non-finite time (start_s {}, end_s {})", e.start_s, e.end_s));
+  }
+  if (e.end_s < e.start_s) fail(fmt::format("end_s {} is before start_s {}", e.end_s, e.start_s));
+  if (e.flow_id >= 0 && !flow_sides_.emplace(e.flow_id, e.flow_start).second) {
+    fail(fmt::format("flow id {} already used on the {} side", e.flow_id,
+                     e.flow_start ? "send (flow_start)" : "recv"));
+  }
+  const int64_t t = tid(e.stream);
+  auto seen = seen_.find(e.rank);
+  if (seen == seen_.end() || seen->second.count(t) == 0) seen_[e.rank].emplace(t, e.stream);
+  const double ts = ToMicros(e.start_s);
+  const double dur = ToMicros(e.end_s - e.start_s);
+  OrderedJson x;
+  x["name"] = e.name;
+  x["cat"] = e.category;
+  x["ph"] = "X";
+  x["ts"] = ts;
+  x["dur"] = dur;
+  x["pid"] = e.rank;
+  x["tid"] = t;
+  x["args"] = OrderedJson::object();
+  for (const auto& [key, value] : e.args) x["args"][key] = value;
+  line(Dump(x));
+  ++events_;
+  if (e.flow_id < 0) return;
+  OrderedJson flow;
+  flow["name"] = kFlowName;
+  flow["cat"] = kFlowName;
+  flow["ph"] = e.flow_start ? "s" : "f";
+  flow["ts"] = ts + dur / 2;  // strictly inside the slice (see the header)
+  flow["pid"] = e.rank;
+  flow["tid"] = t;
+  flow["id"] = e.flow_id;
+  if (!e.flow_start) flow["bp"] = "e";
+  line(Dump(flow));
+}
+
+void ChromeTraceWriter::finish() {
+  if (finished_) return;
+  finished_ = true;
+  for (const auto& [rank, threads] : seen_) {
+    for (const auto& [t, stream] : threads) write_metadata(rank, t, stream);
+  }
   OrderedJson other;
-  other["name"] = t.name;
-  out << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << Dump(other) << "}\n";
+  other["name"] = name_;
+  out_ << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << Dump(other) << "}\n";
+}
+
+void write_chrome_trace(const Timeline& t, std::ostream& out) {
+  ValidateEvents(t);  // before the first byte: a bad timeline writes nothing
+  ChromeTraceWriter w(out, t.name);
+  w.write_tracks(t.events);
+  for (const TimelineEvent& e : t.events) w.write(e);
+  w.finish();
 }
 
 Timeline read_chrome_trace(std::istream& in, const std::string& origin) {

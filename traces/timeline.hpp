@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,37 @@ struct Timeline {
 /// InvalidArgument naming the event index on a negative rank, a non-finite time, end_s <
 /// start_s, or a flow id used twice on the same side.
 void write_chrome_trace(const Timeline& t, std::ostream& out);
+
+/// Writes a Chrome trace one event at a time, without holding the events: the header when
+/// constructed, each event (and its flow event) as write() is called, then at finish() the
+/// metadata of every (rank, stream) seen that write_tracks() did not announce, and the footer.
+/// Thread ids as write_chrome_trace (fixed streams, then others in first-seen order). write()
+/// throws InvalidArgument as write_chrome_trace does, naming the event by its write order.
+/// Without finish() the document is left unterminated.
+class ChromeTraceWriter {
+ public:
+  ChromeTraceWriter(std::ostream& out, std::string name);
+  /// Writes now the metadata of every (rank, stream) of `events` (sorted by rank, then tid), so
+  /// that it comes before the events (write_chrome_trace's layout).
+  void write_tracks(const std::vector<TimelineEvent>& events);
+  void write(const TimelineEvent& e);
+  void finish();
+  int64_t events() const { return events_; }
+
+ private:
+  int64_t tid(const std::string& stream);
+  void line(const std::string& text);
+  void write_metadata(int64_t rank, int64_t tid, const std::string& stream);
+
+  std::ostream& out_;
+  std::string name_;
+  std::map<std::string, int64_t> tids_;
+  std::map<int64_t, std::set<int64_t>> metadata_;             ///< rank -> tids announced
+  std::map<int64_t, std::map<int64_t, std::string>> seen_;    ///< rank -> tid -> stream
+  std::set<std::pair<int64_t, bool>> flow_sides_;
+  int64_t lines_ = 0, events_ = 0;
+  bool finished_ = false;
+};
 
 /// Reads a trace written by write_chrome_trace back (for replay and tests): every "X" event
 /// becomes a TimelineEvent in file order, rank = pid, stream = the "thread_name" of its

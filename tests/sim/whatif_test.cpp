@@ -428,11 +428,16 @@ TEST(WhatIf, SummaryJsonCarriesTheKnobsTheBaseAndTheDelta) {
   EXPECT_DOUBLE_EQ(j["delta_vs_base"]["tokens_per_s_relative"].get<double>(),
                    (tokens - base.tokens_per_s_per_gpu) / base.tokens_per_s_per_gpu);
   EXPECT_DOUBLE_EQ(j["delta_vs_base"]["exposed_comm_delta_s"].get<double>(), -1.0);
-  // Read back as a child process returns it.
-  const BaseRunMetrics back = base_run_metrics(nlohmann::json::parse(j.dump()));
+  // Read back as a child process returns it: the summary, typed, through JSON text.
+  const SimulationSummary m = summarize(s, h100(), r);
+  const auto round = nlohmann::json::parse(nlohmann::json(m).dump()).get<SimulationSummary>();
+  const BaseRunMetrics back = base_run_metrics(round);
   EXPECT_DOUBLE_EQ(back.iteration_time_s, 8.0);
   EXPECT_DOUBLE_EQ(back.exposed_comm_s(), 1.5);
-  EXPECT_THROW(base_run_metrics(nlohmann::json::parse(R"({"iteration_time_s": 1})")), Error);
+  EXPECT_DOUBLE_EQ(round.tokens_per_s, m.tokens_per_s);
+  EXPECT_EQ(round.cost_sources, m.cost_sources);
+  EXPECT_THROW(nlohmann::json::parse(R"({"iteration_time_s": 1})").get<SimulationSummary>(),
+               nlohmann::json::exception);
   EXPECT_EQ(describe_what_if(s.cluster.what_if),
             "ib_bandwidth_scale 2, straggler rank 7 x 1.2 compute");
   // Without what-if knobs: none of these fields.

@@ -383,3 +383,42 @@ TEST(TimelineTest, WriterRejectsWhatTheFormatCannotCarry) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// The streaming writer (what `simulate --out` uses): events written one at a time, metadata at
+// the end; the trace reads back to the same events as write_chrome_trace's.
+TEST(TimelineTest, StreamingWriterReadsBackLikeTheWholeTimeline) {
+  const Timeline t = Sample();
+  std::ostringstream streamed;
+  ChromeTraceWriter w(streamed, t.name);
+  for (const TimelineEvent& e : t.events) w.write(e);
+  w.finish();
+  EXPECT_EQ(w.events(), static_cast<int64_t>(t.events.size()));
+  std::istringstream a(streamed.str());
+  std::istringstream b(Write(t));
+  const Timeline x = read_chrome_trace(a, "streamed");
+  const Timeline y = read_chrome_trace(b, "whole");
+  EXPECT_EQ(x.name, t.name);
+  ASSERT_EQ(x.events.size(), y.events.size());
+  for (size_t i = 0; i < x.events.size(); ++i) {
+    EXPECT_EQ(x.events[i].name, y.events[i].name);
+    EXPECT_EQ(x.events[i].rank, y.events[i].rank);
+    EXPECT_EQ(x.events[i].stream, y.events[i].stream);
+    EXPECT_EQ(x.events[i].start_s, y.events[i].start_s);
+    EXPECT_EQ(x.events[i].end_s, y.events[i].end_s);
+    EXPECT_EQ(x.events[i].flow_id, y.events[i].flow_id);
+    EXPECT_EQ(x.events[i].args, y.events[i].args);
+  }
+  // A bad event is refused with its write order, as write_chrome_trace names it.
+  std::ostringstream sink;
+  ChromeTraceWriter bad(sink, "bad");
+  bad.write(t.events[0]);
+  TimelineEvent back = t.events[0];
+  back.end_s = -1;
+  EXPECT_THROW(bad.write(back), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace traintwin

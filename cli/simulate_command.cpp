@@ -112,9 +112,27 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   std::string algos;
   for (const auto& [name, n] : r.collective_algorithms) algos += fmt::format("{}{} {}", algos.empty() ? "" : ", ", name, n);
   fmt::print("collectives        {}\n", algos);
-  fmt::print("busiest links\n");
-  for (const LinkLoad& l : r.busiest_links) {
-    fmt::print("  {:<32} {:<10} {:>10}B  {:5.1f} % busy\n", l.name, l.tier, si(l.bytes), 100 * l.utilization);
+  if (!r.link_tiers.empty()) {
+    fmt::print("links per tier     {:<11} {:>6} {:>11} {:>11} {:>8} {:>8} {:>8}\n", "tier", "links",
+               "bytes mean", "bytes max", "util mean", "p99", "max");
+    for (const TierTraffic& t : r.link_tiers) {
+      fmt::print("                   {:<11} {:>6} {:>10}B {:>10}B {:>7.1f}% {:>7.1f}% {:>7.1f}%\n", t.tier, t.links,
+                 si(t.bytes_mean), si(t.bytes_max), 100 * t.utilization_mean, 100 * t.utilization_p99,
+                 100 * t.utilization_max);
+    }
+  }
+  if (!r.link_tiers.empty()) {
+    fmt::print("                   (flows only: collectives inside a node take closed forms and are "
+               "not counted on NVLink links)\n");
+  }
+  if (r.hot_links.empty()) {
+    fmt::print("hot links          none (no link at 2x or more of its tier's mean utilization)\n");
+  } else {
+    fmt::print("hot links          (>= 2x their tier's mean utilization)\n");
+    for (const LinkLoad& l : r.hot_links) {
+      fmt::print("  {:<32} {:<10} {:>10}B  {:5.1f} % busy, {:.1f}x its tier's mean\n", l.name, l.tier,
+                 si(l.bytes), 100 * l.utilization, l.vs_tier_mean);
+    }
   }
   fmt::print("simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows, {} events\n", r.sim_wall_s,
              r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.events);

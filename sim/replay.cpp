@@ -394,7 +394,8 @@ class Engine {
     auto comm = simgrid::s4u::Comm::sendto_init(from, to);
     comm->set_payload_size(static_cast<uint64_t>(std::llround(std::max(bytes, 1.0))));
     comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(live_.size())));
-    live_.push_back({comm, gid});
+    live_.push_back({comm, gid, static_cast<uint32_t>(flow_records_.size())});
+    flow_records_.push_back({from, to, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
     ++flows_;
     comm->start();
   }
@@ -418,9 +419,10 @@ class Engine {
     for (size_t s : to_release_) live_[s].comm = nullptr;
     to_release_.clear();
     to_release_.push_back(slot);
+    const double now = simgrid::s4u::Engine::get_clock();
+    flow_records_[live_[slot].record].end_s = now;
     FlowGroup& g = groups_[live_[slot].group];
     if (--g.remaining > 0) return;
-    const double now = simgrid::s4u::Engine::get_clock();
     const double end = std::max(now, g.min_end) + g.latency_s;
     const uint32_t gid = live_[slot].group;
     auto ops = std::move(g.ops);
@@ -482,25 +484,7 @@ class Engine {
       timed_.add_compute_by_source(r, templates_[ranks_[static_cast<size_t>(r)].tmpl].rp->rank,
                                    static_cast<double>(tp_stride_), res.compute_s_by_source);
     }
-    // Busiest links.
-    std::vector<LinkLoad> loads;
-    std::unordered_map<const simgrid::s4u::Link*, const PlatformLink*> info;
-    for (const PlatformLink& l : platform_.links()) info[l.link] = &l;
-    for (const auto& [link, bytes] : link_bytes_) {
-      LinkLoad ll;
-      ll.bytes = bytes;
-      auto it = info.find(link);
-      ll.name = it != info.end() ? it->second->name : link->get_name();
-      ll.tier = it != info.end() ? it->second->tier : "";
-      const double bw = it != info.end() ? it->second->bandwidth_Bps : link->get_bandwidth();
-      ll.utilization = res.iteration_time_s > 0 ? bytes / (bw * res.iteration_time_s) : 0;
-      loads.push_back(ll);
-    }
-    std::sort(loads.begin(), loads.end(), [](const LinkLoad& a, const LinkLoad& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
-    });
-    if (loads.size() > 10) loads.resize(10);
-    res.busiest_links = std::move(loads);
+    link_results(res);
     res.ops = ops_;
     res.flows = flows_;
     res.replayed_ranks = world_ / tp_stride_;
@@ -508,6 +492,62 @@ class Engine {
     res.collective_algorithms = algorithms_;
     if (opts_.record_timeline) res.timeline = timeline();
     return res;
+  }
+
+  /// Link loads of every platform link (idle ones included), per tier, hot links, the busiest
+  /// by bytes, and the utilization over time of the 5 busiest by utilization.
+  void link_results(SimulationResult& res) const {
+    const double T = res.iteration_time_s;
+    std::vector<LinkLoad> all;
+    std::unordered_map<const simgrid::s4u::Link*, size_t> index;
+    for (const PlatformLink& l : platform_.links()) {
+      LinkLoad ll;
+      ll.name = l.name;
+      ll.tier = l.tier;
+      ll.bandwidth_Bps = l.bandwidth_Bps;
+      auto it = link_bytes_.find(l.link);
+      ll.bytes = it == link_bytes_.end() ? 0.0 : it->second;
+      ll.utilization = T > 0 ? ll.bytes / (l.bandwidth_Bps * T) : 0;
+      index[l.link] = all.size();
+      all.push_back(ll);
+    }
+    res.link_tiers = tier_traffic(all);
+    res.hot_links = hot_links(all, res.link_tiers);
+    std::vector<size_t> order;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i].bytes > 0 && all[i].tier != "loopback") order.push_back(i);
+    }
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return all[a].bytes != all[b].bytes ? all[a].bytes > all[b].bytes : all[a].name < all[b].name;
+    });
+    for (size_t k = 0; k < order.size() && k < 10; ++k) res.busiest_links.push_back(all[order[k]]);
+    // Series of the 5 busiest by utilization, from the flows that crossed them.
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return all[a].utilization > all[b].utilization;
+    });
+    if (order.size() > 5) order.resize(5);
+    if (order.empty() || !(T > 0)) return;
+    constexpr int kBins = 100;
+    std::unordered_map<const simgrid::s4u::Link*, size_t> series_of;
+    for (size_t i : order) {
+      LinkSeries ls;
+      ls.name = all[i].name;
+      ls.tier = all[i].tier;
+      ls.bin_s = T / kBins;
+      ls.utilization.assign(kBins, 0.0);
+      series_of[platform_.links()[i].link] = res.link_series.size();
+      res.link_series.push_back(std::move(ls));
+    }
+    for (const FlowRecord& f : flow_records_) {
+      auto route = routes_.find({f.from, f.to});
+      if (route == routes_.end()) continue;
+      for (const simgrid::s4u::Link* l : route->second) {
+        auto s = series_of.find(l);
+        if (s == series_of.end()) continue;
+        add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
+                      f.end_s, f.bytes);
+      }
+    }
   }
 
   /// Ready time of op `id` of `rank`: the latest end among its deps.
@@ -611,6 +651,13 @@ class Engine {
   struct LiveComm {
     simgrid::s4u::CommPtr comm;
     uint32_t group;
+    uint32_t record;  // index in flow_records_
+  };
+  /// A flow's endpoints, lifetime and bytes (for the link utilization series).
+  struct FlowRecord {
+    simgrid::s4u::Host* from;
+    simgrid::s4u::Host* to;
+    double start_s, end_s, bytes;
   };
 
   const Program& prog_;
@@ -633,6 +680,7 @@ class Engine {
   std::vector<uint32_t> free_groups_;
   std::vector<LiveComm> live_;
   std::vector<size_t> to_release_;
+  std::vector<FlowRecord> flow_records_;
   std::map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, std::vector<simgrid::s4u::Link*>> routes_;
   std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
   std::map<std::string, int64_t> algorithms_;

@@ -23,6 +23,7 @@
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/iteration_metrics.hpp"
+#include "sim/link_traffic.hpp"
 #include "sim/platform.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
@@ -79,19 +80,14 @@ SimulationOptions with_what_if(SimulationOptions opts, const WhatIf& what_if);
 /// ConfigError "<scenario file>: cluster.what_if.<key>: <problem>".
 void check_what_if(const Scenario& s, const TopologySpec& topo, bool aggregate_tp);
 
-/// Bytes a link carried, and its utilization over the iteration.
-struct LinkLoad {
-  std::string name;
-  std::string tier;
-  double bytes = 0;
-  double utilization = 0;  ///< bytes / (bandwidth x iteration time)
-};
-
 /// The outcome of one simulated iteration: the engines' common metrics (iteration time,
 /// breakdowns, ops replayed over all replayed ranks) and the network detail of the replay.
 struct SimulationResult : IterationMetrics {
   std::map<CostSource, double> compute_s_by_source;  ///< over all ranks
   std::vector<LinkLoad> busiest_links;    ///< top 10 by bytes
+  std::vector<TierTraffic> link_tiers;    ///< per tier: max / mean / p99 utilization and bytes
+  std::vector<LinkLoad> hot_links;        ///< >= 2x their tier's mean utilization, top 10
+  std::vector<LinkSeries> link_series;    ///< utilization over the iteration of the 5 busiest links
   int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
   int64_t flows = 0;                      ///< SimGrid transfers
   int64_t events = 0;                     ///< ops + flows + timers

@@ -236,6 +236,30 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
     links.push_back({{"name", l.name}, {"tier", l.tier}, {"bytes", l.bytes}, {"utilization", l.utilization}});
   }
   j["busiest_links"] = links;
+  nlohmann::ordered_json tiers = nlohmann::ordered_json::array();
+  for (const TierTraffic& t : r.link_tiers) {
+    tiers.push_back({{"tier", t.tier},
+                     {"links", t.links},
+                     {"bytes_total", t.bytes_total},
+                     {"bytes_mean", t.bytes_mean},
+                     {"bytes_max", t.bytes_max},
+                     {"utilization_mean", t.utilization_mean},
+                     {"utilization_p99", t.utilization_p99},
+                     {"utilization_max", t.utilization_max}});
+  }
+  j["link_tiers"] = tiers;
+  nlohmann::ordered_json hot = nlohmann::ordered_json::array();
+  for (const LinkLoad& l : r.hot_links) {
+    hot.push_back({{"name", l.name}, {"tier", l.tier}, {"bytes", l.bytes},
+                   {"utilization", l.utilization}, {"vs_tier_mean", l.vs_tier_mean}});
+  }
+  j["hot_links"] = hot;
+  nlohmann::ordered_json series = nlohmann::ordered_json::array();
+  for (const LinkSeries& ls : r.link_series) {
+    series.push_back({{"name", ls.name}, {"tier", ls.tier}, {"bin_s", ls.bin_s},
+                      {"utilization", ls.utilization}});
+  }
+  j["link_series"] = series;
   j["critical_rank"] = breakdown_json(r.critical);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const TimeBreakdown& b : r.per_stage) stages.push_back(breakdown_json(b));

@@ -77,7 +77,10 @@ std::string describe_what_if(const WhatIf& what_if);
 double relative_change(double value, double base);
 
 /// summary.json: the summary's fields plus `memory_per_stage` (the memory model's breakdown),
-/// `gpu_memory_bytes`, `busiest_links`, `sim_wall_s`, `events`, `flows`,
+/// `gpu_memory_bytes`, `busiest_links` (top 10 by bytes), `link_tiers` (per tier: links,
+/// bytes total/mean/max, utilization mean/p99/max), `hot_links` (>= 2x their tier's mean
+/// utilization, with vs_tier_mean), `link_series` (utilization of the 5 busiest links in 100
+/// bins of the iteration), `sim_wall_s`, `events`, `flows`,
 /// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout and
 /// `mfu_formula`. `include_wall_time` false leaves sim_wall_s out (for byte-identical files).
 /// With what-if knobs in the scenario: `what_if` (what_if_json()); with `base` also `base`

@@ -487,6 +487,84 @@ std::optional<json> links_spec(const json& summary, const std::string& origin) {
   return spec;
 }
 
+std::optional<json> link_series_spec(const json& summary, const std::string& origin) {
+  if (!summary.contains("link_series")) return std::nullopt;
+  const json& series = array(summary, "link_series", origin);
+  if (series.empty()) return std::nullopt;
+  json values = json::array();
+  for (size_t i = 0; i < series.size(); ++i) {
+    const std::string path = fmt::format("link_series[{}]", i);
+    const std::string name = at(series[i], "name", origin, path).get<std::string>();
+    const double bin_s = number(series[i], "bin_s", origin, path);
+    const json& u = array(series[i], "utilization", origin, path);
+    for (size_t b = 0; b < u.size(); ++b) {
+      if (!u[b].is_number()) {
+        throw Error(fmt::format("{}: '{}.utilization[{}]' must be a number", origin, path, b));
+      }
+      values.push_back({{"link", name},
+                        {"tier", text_of(series[i], "tier")},
+                        {"time_ms", (static_cast<double>(b) + 0.5) * bin_s * 1e3},
+                        {"utilization", u[b].get<double>()}});
+    }
+  }
+  json spec = base_spec("Utilization of the busiest links over the iteration");
+  spec["width"] = 700;
+  spec["height"] = 220;
+  spec["data"] = {{"values", values}};
+  spec["name"] = "link_series";
+  spec["mark"] = {{"type", "line"}, {"interpolate", "step-after"}, {"tooltip", true}};
+  spec["encoding"] = {
+      {"x", {{"field", "time_ms"}, {"type", "quantitative"}, {"title", "time in the iteration (ms)"}}},
+      {"y",
+       {{"field", "utilization"},
+        {"type", "quantitative"},
+        {"axis", {{"format", "%"}}},
+        {"title", "utilization (mean over each 1 % of the iteration)"}}},
+      {"color", {{"field", "link"}, {"type", "nominal"}, {"legend", {{"orient", "bottom"}}}}},
+      {"tooltip", json::array({{{"field", "link"}},
+                               {{"field", "tier"}},
+                               {{"field", "time_ms"}, {"format", ".1f"}},
+                               {{"field", "utilization"}, {"format", ".1%"}}})}};
+  return spec;
+}
+
+std::string link_tiers_html(const json& summary, const std::string& origin) {
+  if (!summary.contains("link_tiers")) return "";
+  const json& tiers = array(summary, "link_tiers", origin);
+  if (tiers.empty()) return "";
+  std::string html =
+      "<table class=\"ranked\">\n<tr><th>tier</th><th>links</th><th>GB mean</th><th>GB max</th>"
+      "<th>utilization mean</th><th>p99</th><th>max</th></tr>\n";
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const std::string path = fmt::format("link_tiers[{}]", i);
+    const json& t = tiers[i];
+    html += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        escape_html(text_of(t, "tier")), escape_html(text_of(t, "links")),
+        number(t, "bytes_mean", origin, path) / 1e9, number(t, "bytes_max", origin, path) / 1e9,
+        format_percent(number(t, "utilization_mean", origin, path)),
+        format_percent(number(t, "utilization_p99", origin, path)),
+        format_percent(number(t, "utilization_max", origin, path)));
+  }
+  html += "</table>\n";
+  const json empty = json::array();
+  const json& hot = summary.contains("hot_links") ? array(summary, "hot_links", origin) : empty;
+  if (hot.empty()) {
+    html += "<p>No hot link: every link is below twice its tier's mean utilization.</p>\n";
+  } else {
+    html += "<p>Hot links (at least twice their tier's mean utilization):</p>\n<ul>\n";
+    for (size_t i = 0; i < hot.size(); ++i) {
+      const std::string path = fmt::format("hot_links[{}]", i);
+      html += fmt::format("<li>{} ({}): {} busy, {:.1f}x its tier's mean</li>\n",
+                          escape_html(text_of(hot[i], "name")), escape_html(text_of(hot[i], "tier")),
+                          format_percent(number(hot[i], "utilization", origin, path)),
+                          number(hot[i], "vs_tier_mean", origin, path));
+    }
+    html += "</ul>\n";
+  }
+  return html;
+}
+
 GanttChart gantt_chart(const Timeline& timeline, const ReportLayout& layout,
                        const std::string& origin, const GanttOptions& options) {
   const RankLayout ranks(layout.tensor_model_parallel_size, layout.context_parallel_size,
@@ -950,6 +1028,19 @@ std::vector<ReportSection> simulation_sections(const json& summary, const std::s
                    "This summary.json has no memory_per_stage (an older traintwin wrote it): "
                    "simulate again to see it.",
                    std::nullopt, ""});
+  }
+  const std::string tiers = link_tiers_html(summary, origin);
+  if (!tiers.empty()) {
+    out.push_back({"link-tiers", "Links per tier",
+                   "Every link of each tier, idle ones included (flows only: collectives inside "
+                   "a node take closed forms and are not counted on NVLink links).",
+                   std::nullopt, tiers});
+  }
+  if (auto series = link_series_spec(summary, origin)) {
+    out.push_back({"link-series", "Busiest links over the iteration",
+                   "Utilization of the five busiest links in 100 time bins (each flow's bytes "
+                   "spread evenly over its lifetime).",
+                   *series, ""});
   }
   if (auto links = links_spec(summary, origin)) {
     out.push_back({"links", "Busiest links",

@@ -87,6 +87,14 @@ nlohmann::json memory_spec(const nlohmann::json& summary, const std::string& ori
 /// nullopt when summary.json lists no link (e.g. an analytical estimate).
 std::optional<nlohmann::json> links_spec(const nlohmann::json& summary, const std::string& origin);
 
+/// Lines of the busiest links' utilization over the iteration (summary.json link_series);
+/// nullopt when there is none (an analytical estimate, or no flow).
+std::optional<nlohmann::json> link_series_spec(const nlohmann::json& summary, const std::string& origin);
+
+/// An HTML table of link_tiers (links, GB mean/max, utilization mean/p99/max per tier) and the
+/// hot links; "" when summary.json has no link_tiers.
+std::string link_tiers_html(const nlohmann::json& summary, const std::string& origin);
+
 /// The pipeline schedule of one iteration as a Gantt chart: a vconcat of one chart per pipeline
 /// stage (in stage order, sharing the time axis) with one lane per traced rank and stream, bars
 /// coloured by category (forward, backward, recompute, comm, optimizer, other) with the

@@ -670,3 +670,42 @@ TEST(ReportBrowser, ThePageReportsABrokenChart) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// Link traffic per tier, hot links and the busiest links over time, from summary.json's data.
+TEST(ReportSpec, LinkTiersTableAndSeriesComeFromTheSummary) {
+  json summary = small_summary();
+  summary["link_tiers"] = json::array({{{"tier", "nic"},
+                                        {"links", 16},
+                                        {"bytes_total", 16e9},
+                                        {"bytes_mean", 1e9},
+                                        {"bytes_max", 3e9},
+                                        {"utilization_mean", 0.05},
+                                        {"utilization_p99", 0.15},
+                                        {"utilization_max", 0.15}}});
+  summary["hot_links"] = json::array({{{"name", "node3-nic2-up"},
+                                       {"tier", "nic"},
+                                       {"bytes", 3e9},
+                                       {"utilization", 0.15},
+                                       {"vs_tier_mean", 3.0}}});
+  summary["link_series"] = json::array(
+      {{{"name", "node3-nic2-up"}, {"tier", "nic"}, {"bin_s", 0.01}, {"utilization", {0.0, 0.5, 0.25}}}});
+  const std::string html = link_tiers_html(summary, "summary.json");
+  EXPECT_THAT(html, HasSubstr("<td>nic</td><td>16</td><td>1.000</td><td>3.000</td><td>5.0 %</td>"
+                              "<td>15.0 %</td><td>15.0 %</td>"));
+  EXPECT_THAT(html, HasSubstr("node3-nic2-up (nic): 15.0 % busy, 3.0x its tier's mean"));
+  const auto spec = link_series_spec(summary, "summary.json");
+  ASSERT_TRUE(spec.has_value());
+  const json& values = (*spec)["data"]["values"];
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_DOUBLE_EQ(values[1]["time_ms"].get<double>(), 15.0);
+  EXPECT_DOUBLE_EQ(values[1]["utilization"].get<double>(), 0.5);
+  summary["link_series"][0]["utilization"][1] = "x";
+  EXPECT_THROW(link_series_spec(summary, "summary.json"), Error);
+  EXPECT_EQ(link_tiers_html(small_summary(), "summary.json"), "");
+}
+
+}  // namespace
+}  // namespace traintwin

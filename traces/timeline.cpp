@@ -42,26 +42,20 @@ std::string Dump(const OrderedJson& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-/// Rejects what the format cannot carry faithfully; `i` is the event's index in `t.events`.
-void ValidateEvents(const Timeline& t) {
-  std::set<std::pair<int64_t, bool>> flow_sides;
-  for (size_t i = 0; i < t.events.size(); ++i) {
-    const TimelineEvent& e = t.events[i];
-    auto fail = [&](const std::string& what) {
-      throw InvalidArgument(
-          fmt::format("write_chrome_trace: event {} (\"{}\"): {}", i, e.name, what));
-    };
-    if (e.rank < 0) fail(fmt::format("negative rank {}", e.rank));
-    if (!std::isfinite(e.start_s) || !std::isfinite(e.end_s)) {
-      fail(fmt::format("non-finite time (start_s {}, end_s {})", e.start_s, e.end_s));
-    }
-    if (e.end_s < e.start_s) {
-      fail(fmt::format("end_s {} is before start_s {}", e.end_s, e.start_s));
-    }
-    if (e.flow_id >= 0 && !flow_sides.emplace(e.flow_id, e.flow_start).second) {
-      fail(fmt::format("flow id {} already used on the {} side", e.flow_id,
-                       e.flow_start ? "send (flow_start)" : "recv"));
-    }
+/// Rejects what the format cannot carry faithfully: event `i` (its index in the timeline, or
+/// its write order) and the flow sides already used.
+void CheckEvent(const TimelineEvent& e, size_t i, std::set<std::pair<int64_t, bool>>& flow_sides) {
+  auto fail = [&](const std::string& what) {
+    throw InvalidArgument(fmt::format("write_chrome_trace: event {} (\"{}\"): {}", i, e.name, what));
+  };
+  if (e.rank < 0) fail(fmt::format("negative rank {}", e.rank));
+  if (!std::isfinite(e.start_s) || !std::isfinite(e.end_s)) {
+    fail(fmt::format("non-finite time (start_s {}, end_s {})", e.start_s, e.end_s));
+  }
+  if (e.end_s < e.start_s) fail(fmt::format("end_s {} is before start_s {}", e.end_s, e.start_s));
+  if (e.flow_id >= 0 && !flow_sides.emplace(e.flow_id, e.flow_start).second) {
+    fail(fmt::format("flow id {} already used on the {} side", e.flow_id,
+                     e.flow_start ? "send (flow_start)" : "recv"));
   }
 }
 
@@ -302,19 +296,7 @@ void ChromeTraceWriter::write_tracks(const std::vector<TimelineEvent>& events) {
 }
 
 void ChromeTraceWriter::write(const TimelineEvent& e) {
-  auto fail = [&](const std::string& what) {
-    throw InvalidArgument(
-        fmt::format("write_chrome_trace: event {} (\"{}\"): {}", events_, e.name, what));
-  };
-  if (e.rank < 0) fail(fmt::format("negative rank {}", e.rank));
-  if (!std::isfinite(e.start_s) || !std::isfinite(e.end_s)) {
-    fail(fmt::format("non-finite time (start_s {}, end_s {})", e.start_s, e.end_s));
-  }
-  if (e.end_s < e.start_s) fail(fmt::format("end_s {} is before start_s {}", e.end_s, e.start_s));
-  if (e.flow_id >= 0 && !flow_sides_.emplace(e.flow_id, e.flow_start).second) {
-    fail(fmt::format("flow id {} already used on the {} side", e.flow_id,
-                     e.flow_start ? "send (flow_start)" : "recv"));
-  }
+  CheckEvent(e, static_cast<size_t>(events_), flow_sides_);
   const int64_t t = tid(e.stream);
   auto seen = seen_.find(e.rank);
   if (seen == seen_.end() || seen->second.count(t) == 0) seen_[e.rank].emplace(t, e.stream);
@@ -357,7 +339,9 @@ void ChromeTraceWriter::finish() {
 }
 
 void write_chrome_trace(const Timeline& t, std::ostream& out) {
-  ValidateEvents(t);  // before the first byte: a bad timeline writes nothing
+  // Every event checked before the first byte: a bad timeline writes nothing.
+  std::set<std::pair<int64_t, bool>> flow_sides;
+  for (size_t i = 0; i < t.events.size(); ++i) CheckEvent(t.events[i], i, flow_sides);
   ChromeTraceWriter w(out, t.name);
   w.write_tracks(t.events);
   for (const TimelineEvent& e : t.events) w.write(e);

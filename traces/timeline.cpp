@@ -72,16 +72,62 @@ OrderedJson Metadata(std::string_view name, int64_t pid, int64_t tid, OrderedJso
 
 // ---- reading --------------------------------------------------------------------------------
 
-/// Reads a trace; owns the error context (origin, event index).
+/// Reads a trace one event at a time (read_chrome_trace hands each element of traceEvents over
+/// as the parser finishes it, then drops it); owns the error context (origin, event index).
+/// Slices are kept as TimelineEvents, thread names and flow events as small records; streams
+/// and flows are resolved at the end (metadata and flows may come anywhere in the file).
 class TraceReader {
  public:
-  TraceReader(const Json& events, const std::string& origin) : events_(events), origin_(origin) {}
+  TraceReader(Timeline& t, const std::string& origin) : t_(t), origin_(origin) {}
 
-  /// Fills `t.events` from the trace events.
-  void Read(Timeline& t) {
-    ReadMetadata();
-    ReadSlices(t);
-    ReadFlows(t);
+  /// Event `i` of traceEvents.
+  void Add(const Json& ev, size_t i) {
+    const std::string ph = Phase(ev, i);
+    if (ph == "M") {
+      AddMetadata(ev, i);
+    } else if (ph == "X") {
+      AddSlice(ev, i);
+    } else if (ph == "s" || ph == "f") {
+      const Track track{Int(ev, i, "pid", ph), Int(ev, i, "tid", ph)};
+      const double ts = Number(ev, i, "ts", ph);
+      const int64_t id = Int(ev, i, "id", ph);
+      if (id < 0) Fail(i, fmt::format("\"{}\" event has negative \"id\" {}", ph, id));
+      flows_.push_back(Flow{i, track, ts, id, ph == "s"});
+    } else {
+      Fail(i, fmt::format("unsupported phase \"{}\" (expected X, M, s or f)", ph));
+    }
+  }
+
+  /// Resolves every slice's stream and binds every flow to its slice.
+  void Finish() {
+    for (const auto& [track, slices] : slices_) {
+      auto stream = streams_.find(track);
+      for (const Slice& sl : slices) {
+        if (stream == streams_.end()) {
+          Fail(sl.file_index, fmt::format("no \"thread_name\" metadata for pid {} tid {}",
+                                          track.first, track.second));
+        }
+        t_.events[sl.event_index].stream = stream->second;
+      }
+    }
+    // Flows in file order, so that errors name the first bad one.
+    for (const Flow& f : flows_) {
+      const char* ph = f.start ? "s" : "f";
+      const std::optional<size_t> bound = Bind(f.track, f.ts_us, f.file_index);
+      if (!bound) {
+        Fail(f.file_index, fmt::format("\"{}\" event (id {}) at ts {} us lies in no \"X\" slice of "
+                                       "pid {} tid {}",
+                                       ph, f.id, f.ts_us, f.track.first, f.track.second));
+      }
+      TimelineEvent& e = t_.events[*bound];
+      if (e.flow_id >= 0) {
+        Fail(f.file_index, fmt::format("\"{}\" event (id {}) binds to slice \"{}\", which already "
+                                       "has flow id {}",
+                                       ph, f.id, e.name, e.flow_id));
+      }
+      e.flow_id = f.id;
+      e.flow_start = f.start;
+    }
   }
 
  private:
@@ -94,22 +140,28 @@ class TraceReader {
     double ts_us;
     double end_us;
   };
+  /// One "s"/"f" flow event.
+  struct Flow {
+    size_t file_index;
+    Track track;
+    double ts_us;
+    int64_t id;
+    bool start;
+  };
 
   [[noreturn]] void Fail(size_t i, const std::string& what) const {
     throw Error(fmt::format("{}: traceEvents[{}]: {}", origin_, i, what));
   }
 
-  /// The phase of event `i` ("X", "M", ...), checking that the event is an object.
-  std::string Phase(size_t i) const {
-    const Json& ev = events_[i];
+  /// The phase of an event ("X", "M", ...), checking that the event is an object.
+  std::string Phase(const Json& ev, size_t i) const {
     if (!ev.is_object()) Fail(i, "not a JSON object");
     auto it = ev.find("ph");
     if (it == ev.end() || !it->is_string()) Fail(i, "missing or non-string \"ph\"");
     return it->get<std::string>();
   }
 
-  int64_t Int(size_t i, const char* key, const std::string& ph) const {
-    const Json& ev = events_[i];
+  int64_t Int(const Json& ev, size_t i, const char* key, const std::string& ph) const {
     auto it = ev.find(key);
     if (it == ev.end()) Fail(i, fmt::format("\"{}\" event has no \"{}\"", ph, key));
     if (it->is_number_unsigned()) {
@@ -124,8 +176,7 @@ class TraceReader {
                         it->dump(-1, ' ', false, Json::error_handler_t::replace)));
   }
 
-  double Number(size_t i, const char* key, const std::string& ph) const {
-    const Json& ev = events_[i];
+  double Number(const Json& ev, size_t i, const char* key, const std::string& ph) const {
     auto it = ev.find(key);
     if (it == ev.end()) Fail(i, fmt::format("\"{}\" event has no \"{}\"", ph, key));
     if (!it->is_number()) {
@@ -137,8 +188,8 @@ class TraceReader {
     return v;
   }
 
-  std::string String(size_t i, const char* key, const std::string& ph, bool required) const {
-    const Json& ev = events_[i];
+  std::string String(const Json& ev, size_t i, const char* key, const std::string& ph,
+                     bool required) const {
     auto it = ev.find(key);
     if (it == ev.end()) {
       if (required) Fail(i, fmt::format("\"{}\" event has no \"{}\"", ph, key));
@@ -148,61 +199,47 @@ class TraceReader {
     return it->get<std::string>();
   }
 
-  /// Pass 1: the stream name of every (pid, tid) from "thread_name" metadata.
-  void ReadMetadata() {
-    for (size_t i = 0; i < events_.size(); ++i) {
-      if (Phase(i) != "M" || String(i, "name", "M", true) != "thread_name") continue;
-      const Track track{Int(i, "pid", "M"), Int(i, "tid", "M")};
-      auto args = events_[i].find("args");
-      if (args == events_[i].end() || !args->is_object() || !args->contains("name") ||
-          !(*args)["name"].is_string()) {
-        Fail(i, "\"thread_name\" metadata has no string args.name");
-      }
-      const std::string stream = (*args)["name"].get<std::string>();
-      auto [it, inserted] = streams_.emplace(track, stream);
-      if (!inserted && it->second != stream) {
-        Fail(i, fmt::format("pid {} tid {} named both \"{}\" and \"{}\"", track.first, track.second,
-                            it->second, stream));
-      }
+  /// "thread_name" metadata: the stream name of a (pid, tid).
+  void AddMetadata(const Json& ev, size_t i) {
+    if (String(ev, i, "name", "M", true) != "thread_name") return;
+    const Track track{Int(ev, i, "pid", "M"), Int(ev, i, "tid", "M")};
+    auto args = ev.find("args");
+    if (args == ev.end() || !args->is_object() || !args->contains("name") ||
+        !(*args)["name"].is_string()) {
+      Fail(i, "\"thread_name\" metadata has no string args.name");
+    }
+    const std::string stream = (*args)["name"].get<std::string>();
+    auto [it, inserted] = streams_.emplace(track, stream);
+    if (!inserted && it->second != stream) {
+      Fail(i, fmt::format("pid {} tid {} named both \"{}\" and \"{}\"", track.first, track.second,
+                          it->second, stream));
     }
   }
 
-  /// Pass 2: every "X" event, in file order; rejects unsupported phases.
-  void ReadSlices(Timeline& t) {
-    for (size_t i = 0; i < events_.size(); ++i) {
-      const std::string ph = Phase(i);
-      if (ph == "M" || ph == "s" || ph == "f") continue;
-      if (ph != "X") {
-        Fail(i, fmt::format("unsupported phase \"{}\" (expected X, M, s or f)", ph));
+  /// An "X" event, in file order (its stream is resolved in Finish()).
+  void AddSlice(const Json& ev, size_t i) {
+    const std::string ph = "X";
+    TimelineEvent e;
+    const double ts = Number(ev, i, "ts", ph);
+    const double dur = Number(ev, i, "dur", ph);
+    if (dur < 0) Fail(i, fmt::format("\"X\" event has negative \"dur\" {}", dur));
+    const Track track{Int(ev, i, "pid", ph), Int(ev, i, "tid", ph)};
+    e.rank = track.first;
+    e.name = String(ev, i, "name", ph, true);
+    e.category = String(ev, i, "cat", ph, false);
+    e.start_s = ts / 1e6;
+    e.end_s = (ts + dur) / 1e6;
+    auto args = ev.find("args");
+    if (args != ev.end()) {
+      if (!args->is_object()) Fail(i, "\"X\" event: \"args\" is not an object");
+      for (const auto& [key, value] : args->items()) {
+        e.args[key] = value.is_string()
+                          ? value.get<std::string>()
+                          : value.dump(-1, ' ', false, Json::error_handler_t::replace);
       }
-      TimelineEvent e;
-      const double ts = Number(i, "ts", ph);
-      const double dur = Number(i, "dur", ph);
-      if (dur < 0) Fail(i, fmt::format("\"X\" event has negative \"dur\" {}", dur));
-      const Track track{Int(i, "pid", ph), Int(i, "tid", ph)};
-      auto stream = streams_.find(track);
-      if (stream == streams_.end()) {
-        Fail(i, fmt::format("no \"thread_name\" metadata for pid {} tid {}", track.first,
-                            track.second));
-      }
-      e.rank = track.first;
-      e.stream = stream->second;
-      e.name = String(i, "name", ph, true);
-      e.category = String(i, "cat", ph, false);
-      e.start_s = ts / 1e6;
-      e.end_s = (ts + dur) / 1e6;
-      auto args = events_[i].find("args");
-      if (args != events_[i].end()) {
-        if (!args->is_object()) Fail(i, "\"X\" event: \"args\" is not an object");
-        for (const auto& [key, value] : args->items()) {
-          e.args[key] = value.is_string()
-                            ? value.get<std::string>()
-                            : value.dump(-1, ' ', false, Json::error_handler_t::replace);
-        }
-      }
-      slices_[track].push_back(Slice{i, t.events.size(), ts, ts + dur});
-      t.events.push_back(std::move(e));
     }
+    slices_[track].push_back(Slice{i, t_.events.size(), ts, ts + dur});
+    t_.events.push_back(std::move(e));
   }
 
   /// The slice on `track` containing `ts_us` for the flow event at file index `i`: the last
@@ -224,36 +261,11 @@ class TraceReader {
     return std::nullopt;
   }
 
-  /// Pass 3: binds each "s"/"f" event to its slice.
-  void ReadFlows(Timeline& t) {
-    for (size_t i = 0; i < events_.size(); ++i) {
-      const std::string ph = Phase(i);
-      if (ph != "s" && ph != "f") continue;
-      const Track track{Int(i, "pid", ph), Int(i, "tid", ph)};
-      const double ts = Number(i, "ts", ph);
-      const int64_t id = Int(i, "id", ph);
-      if (id < 0) Fail(i, fmt::format("\"{}\" event has negative \"id\" {}", ph, id));
-      const std::optional<size_t> bound = Bind(track, ts, i);
-      if (!bound) {
-        Fail(i, fmt::format("\"{}\" event (id {}) at ts {} us lies in no \"X\" slice of pid {} "
-                            "tid {}",
-                            ph, id, ts, track.first, track.second));
-      }
-      TimelineEvent& e = t.events[*bound];
-      if (e.flow_id >= 0) {
-        Fail(i, fmt::format("\"{}\" event (id {}) binds to slice \"{}\", which already has "
-                            "flow id {}",
-                            ph, id, e.name, e.flow_id));
-      }
-      e.flow_id = id;
-      e.flow_start = ph == "s";
-    }
-  }
-
-  const Json& events_;
+  Timeline& t_;
   const std::string& origin_;
   std::map<Track, std::string> streams_;
   std::map<Track, std::vector<Slice>> slices_;
+  std::vector<Flow> flows_;
 };
 
 }  // namespace
@@ -349,9 +361,34 @@ void write_chrome_trace(const Timeline& t, std::ostream& out) {
 }
 
 Timeline read_chrome_trace(std::istream& in, const std::string& origin) {
+  // Streaming: each element of the top-level "traceEvents" array goes to the reader as soon as
+  // the parser has it and is then dropped, so a trace of any size never sits whole in memory.
+  Timeline t;
+  TraceReader reader(t, origin);
+  std::string key;        // the current key of the top-level object
+  bool in_events = false;  // inside the top-level traceEvents array
+  size_t index = 0;
+  const Json::parser_callback_t cb = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key) {
+      key = parsed.get<std::string>();
+      return true;
+    }
+    if (depth == 1 && event == Json::parse_event_t::array_start) in_events = key == "traceEvents";
+    if (depth == 1 && event == Json::parse_event_t::array_end) in_events = false;
+    if (in_events && depth == 2 &&
+        (event == Json::parse_event_t::object_end || event == Json::parse_event_t::value)) {
+      reader.Add(parsed, index++);
+      return false;  // handled: drop it
+    }
+    if (in_events && depth == 2 && event == Json::parse_event_t::array_end) {
+      reader.Add(parsed, index++);  // an array element: not an object (Add says so)
+      return false;
+    }
+    return true;
+  };
   Json doc;
   try {
-    doc = Json::parse(in);
+    doc = Json::parse(in, cb);
   } catch (const Json::parse_error& e) {
     throw Error(fmt::format("{}: malformed JSON: {}", origin, e.what()));
   }
@@ -359,14 +396,12 @@ Timeline read_chrome_trace(std::istream& in, const std::string& origin) {
   auto events = doc.find("traceEvents");
   if (events == doc.end()) throw Error(fmt::format("{}: no \"traceEvents\"", origin));
   if (!events->is_array()) throw Error(fmt::format("{}: \"traceEvents\" is not an array", origin));
-
-  Timeline t;
+  reader.Finish();
   auto other = doc.find("otherData");
   if (other != doc.end() && other->is_object()) {
     auto name = other->find("name");
     if (name != other->end() && name->is_string()) t.name = name->get<std::string>();
   }
-  TraceReader(*events, origin).Read(t);
   return t;
 }
 

@@ -47,7 +47,10 @@ struct Fixture {
 };
 
 const Fixture& fixture() {
-  static const Fixture f;
+  static const Fixture f = [] {
+    retain_freed_memory();  // as `traintwin sweep` runs
+    return Fixture();
+  }();
   return f;
 }
 

@@ -235,6 +235,7 @@ void register_sweep_command(CLI::App& app) {
       "--simulate-oom", o->simulate_oom,
       "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
   cmd->callback([o] {
+    retain_freed_memory();  // many evaluations in one process (sim/sweep.hpp)
     if (o->jobs < 1)
       throw ConfigError(
           fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o->jobs));

@@ -2,7 +2,6 @@
 #include "sim/analytical.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <map>

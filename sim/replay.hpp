@@ -1,7 +1,9 @@
 // The replay engine: runs every rank's Program for one iteration on the SimGrid platform.
 //
 // How time is computed. Within a rank an op starts when its dependencies are done (the Program's
-// semantics); compute ops take their cost-model duration; collectives inside one node take
+// semantics, matched by sim/matching.hpp); compute ops take their duration from the timing layer
+// (sim/timed_program.hpp: cost model, what-if factors applied once); idle time is attributed by
+// sim/attribution.hpp, as in the analytical estimator; collectives inside one node take
 // their closed form (sim/collectives.hpp) once every member has arrived; point-to-point
 // transfers and collectives across nodes become SimGrid flows that share links (flow-level
 // max-min sharing, network model pinned). Everything that does not touch the network is

@@ -115,10 +115,10 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   if (!r.link_tiers.empty()) {
     fmt::print("links per tier     {:<11} {:>6} {:>11} {:>11} {:>8} {:>8} {:>8}\n", "tier", "links",
                "bytes mean", "bytes max", "util mean", "p99", "max");
-    for (const TierTraffic& t : r.link_tiers) {
-      fmt::print("                   {:<11} {:>6} {:>10}B {:>10}B {:>7.1f}% {:>7.1f}% {:>7.1f}%\n", t.tier, t.links,
-                 si(t.bytes_mean), si(t.bytes_max), 100 * t.utilization_mean, 100 * t.utilization_p99,
-                 100 * t.utilization_max);
+    for (const TierTraffic& tier : r.link_tiers) {
+      fmt::print("                   {:<11} {:>6} {:>10}B {:>10}B {:>7.1f}% {:>7.1f}% {:>7.1f}%\n", tier.tier,
+                 tier.links, si(tier.bytes_mean), si(tier.bytes_max), 100 * tier.utilization_mean,
+                 100 * tier.utilization_p99, 100 * tier.utilization_max);
     }
   }
   if (!r.link_tiers.empty()) {

@@ -1,5 +1,10 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
+#include <thread>
+#include <vector>
+
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -63,19 +68,24 @@ void register_collective_command(CLI::App& app) {
     fmt::print("#\n# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}  {}\n", "size", "count", "type", "redop",
                "time", "algbw", "busbw", "algorithm");
     fmt::print("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)");
-    for (int64_t bytes : nccl_tests_sizes(parse_size(o->min_bytes), parse_size(o->max_bytes))) {
-      const auto j = nlohmann::json::parse(run_isolated([&] {
+    // One worker process per size (SimGrid: one engine per process), as many at once as cores.
+    const std::vector<int64_t> sizes = nccl_tests_sizes(parse_size(o->min_bytes), parse_size(o->max_bytes));
+    std::vector<std::function<std::string()>> work;
+    for (int64_t bytes : sizes) {
+      work.push_back([&o, &topo, kind, group, bytes] {
         SimulationOptions opts;
         opts.collective_algorithm = o->algorithm;
-        const CollectiveRow r = simulate_collective(topo, o->num_gpus, kind, group, bytes, opts);
-        return nlohmann::json{{"time_us", r.time_us}, {"algbw", r.algbw_GBps}, {"busbw", r.busbw_GBps},
-                              {"algorithm", r.algorithm}}.dump();
-      }));
-      fmt::print("  {:>12} {:>12} {:>8} {:>6} {:>10.2f} {:>9.2f} {:>9.2f}  {}\n", bytes, bytes / 4, "float",
+        return nlohmann::json(simulate_collective(topo, o->num_gpus, kind, group, bytes, opts)).dump();
+      });
+    }
+    const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const auto outcomes = run_isolated_concurrently(work, jobs);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (!outcomes[i].ok) throw Error(outcomes[i].error);
+      const auto r = nlohmann::json::parse(outcomes[i].output).get<CollectiveRow>();
+      fmt::print("  {:>12} {:>12} {:>8} {:>6} {:>10.2f} {:>9.2f} {:>9.2f}  {}\n", r.bytes, r.bytes / 4, "float",
                  kind == CollectiveKind::kAllGather || kind == CollectiveKind::kBroadcast ? "none" : "sum",
-                 j["time_us"].get<double>(), j["algbw"].get<double>(), j["busbw"].get<double>(),
-                 j["algorithm"].get<std::string>());
-      std::fflush(stdout);
+                 r.time_us, r.algbw_GBps, r.busbw_GBps, r.algorithm);
     }
   });
 }

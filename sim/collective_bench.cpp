@@ -85,4 +85,19 @@ std::vector<int64_t> nccl_tests_sizes(int64_t min_bytes, int64_t max_bytes) {
   return sizes;
 }
 
+void to_json(nlohmann::json& j, const CollectiveRow& r) {
+  j = nlohmann::json{{"bytes", r.bytes},           {"count", r.count},
+                     {"time_us", r.time_us},       {"algbw_GBps", r.algbw_GBps},
+                     {"busbw_GBps", r.busbw_GBps}, {"algorithm", r.algorithm}};
+}
+
+void from_json(const nlohmann::json& j, CollectiveRow& r) {
+  j.at("bytes").get_to(r.bytes);
+  j.at("count").get_to(r.count);
+  j.at("time_us").get_to(r.time_us);
+  j.at("algbw_GBps").get_to(r.algbw_GBps);
+  j.at("busbw_GBps").get_to(r.busbw_GBps);
+  j.at("algorithm").get_to(r.algorithm);
+}
+
 }  // namespace traintwin

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct CollectiveRow {
   double busbw_GBps = 0;
   std::string algorithm;
 };
+
+/// A row through a process boundary (a worker process) and back; from_json throws nlohmann's
+/// exceptions for a missing or mistyped field.
+void to_json(nlohmann::json& j, const CollectiveRow& r);
+void from_json(const nlohmann::json& j, CollectiveRow& r);
 
 /// The members of `group` on a cluster of `num_gpus` GPUs.
 std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus);

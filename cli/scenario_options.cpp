@@ -21,6 +21,15 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
                 "Model chunks per pipeline rank (interleaved 1F1B when > 1)");
   g->add_option("--num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage,
                 "Layers per virtual pipeline stage (interleaved 1F1B)");
+  g->add_option("--decoder-first-pipeline-num-layers", o.decoder_first_pipeline_num_layers,
+                "Transformer layers of the first pipeline stage (uneven split)");
+  g->add_option("--decoder-last-pipeline-num-layers", o.decoder_last_pipeline_num_layers,
+                "Transformer layers of the last pipeline stage (uneven split)");
+  g->add_flag("--account-for-embedding-in-pipeline-split",
+              o.account_for_embedding_in_pipeline_split,
+              "Count the embedding as one layer in the pipeline split");
+  g->add_flag("--account-for-loss-in-pipeline-split", o.account_for_loss_in_pipeline_split,
+              "Count the LM head and loss as one layer in the pipeline split");
   g->add_option("--micro-batch-size", o.micro_batch_size, "Samples per micro-batch");
   g->add_option("--global-batch-size", o.global_batch_size, "Samples per iteration");
   g->add_option("--num-gpus", o.num_gpus, "Cluster size (cluster.num_gpus)");
@@ -91,6 +100,14 @@ std::vector<Override> ScenarioOptions::overrides() const {
   flag("parallelism.context_parallel_size", context_parallel_size);
   flag("parallelism.virtual_pipeline_model_parallel_size", virtual_pipeline_model_parallel_size);
   flag("parallelism.num_layers_per_virtual_pipeline_stage", num_layers_per_virtual_pipeline_stage);
+  flag("parallelism.decoder_first_pipeline_num_layers", decoder_first_pipeline_num_layers);
+  flag("parallelism.decoder_last_pipeline_num_layers", decoder_last_pipeline_num_layers);
+  if (account_for_embedding_in_pipeline_split) {
+    out.push_back({"parallelism.account_for_embedding_in_pipeline_split", "true"});
+  }
+  if (account_for_loss_in_pipeline_split) {
+    out.push_back({"parallelism.account_for_loss_in_pipeline_split", "true"});
+  }
   flag("training.micro_batch_size", micro_batch_size);
   flag("training.global_batch_size", global_batch_size);
   flag("cluster.num_gpus", num_gpus);

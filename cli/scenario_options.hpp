@@ -18,7 +18,10 @@ struct ScenarioOptions {
   std::vector<std::string> set;
   std::optional<int64_t> tensor_model_parallel_size, pipeline_model_parallel_size,
       context_parallel_size, micro_batch_size, global_batch_size,
-      num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size, num_gpus;
+      num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size, num_gpus,
+      decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   std::optional<std::string> recompute_granularity;

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,9 @@ struct UnevenCase {
   const char* name;
   std::vector<Override> overrides;
 };
+
+/// gtest prints the case by its name (not its bytes) in test names and failures.
+void PrintTo(const UnevenCase& c, std::ostream* os) { *os << c.name; }
 
 class UnevenAnalyticalVsReplay : public ::testing::TestWithParam<UnevenCase> {};
 

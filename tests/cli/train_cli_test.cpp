@@ -165,15 +165,17 @@ TEST_F(TrainCli, UnevenInterleavedStagesAccountingForEmbeddingAndLoss) {
 }
 
 // 2 layers on PP 2 x VP 2 with both flags: one layer per virtual stage, so the first chunk holds
-// only the embedding and the last only the final LayerNorm, LM head and loss (chunks 0, 1, 1, 0).
+// only the embedding and the last only the final LayerNorm, LM head and loss (chunks 0, 1, 1, 0);
+// with TP 2 and sequence parallelism (the embedding's gradient is gathered from the received one).
 TEST_F(TrainCli, UnevenStagesWithChunksHoldingOnlyTheEmbeddingOrTheLoss) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const std::string model = "--set model.num_layers=2";
-  expect_same_losses(train(model + " --pipeline-model-parallel-size 2 "
+  expect_same_losses(train(model + " --tensor-model-parallel-size 2 --sequence-parallel "
+                                   "--pipeline-model-parallel-size 2 "
                                    "--virtual-pipeline-model-parallel-size 2 "
                                    "--account-for-embedding-in-pipeline-split "
-                                   "--account-for-loss-in-pipeline-split --set cluster.num_gpus=2",
-                           2),
+                                   "--account-for-loss-in-pipeline-split --set cluster.num_gpus=4",
+                           4),
                      model);
 }
 

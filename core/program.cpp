@@ -397,6 +397,12 @@ class RankLowering {
     out_.ops[id].role = role_;
     add_dep(id, last_compute_);
     add_dep(id, last_on_stream_[static_cast<size_t>(stream)]);
+    // A collective issued before any compute consumes a received tensor reads it: the SP
+    // all-gather of the embedding's output gradient in a first chunk that holds no transformer
+    // layer (uneven pipeline split) follows the recv of that gradient directly.
+    for (uint32_t w : waits_) {
+      if (out_.ops[w].kind == OpKind::kRecv) add_dep(id, w);
+    }
     last_on_stream_[static_cast<size_t>(stream)] = id;
     return id;
   }

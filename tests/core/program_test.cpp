@@ -264,6 +264,54 @@ TEST(Program, UnevenSplitLowersEachChunksOwnLayers) {
   }
 }
 
+/// True when op `later` of `rp` depends on op `earlier`, directly or through other ops.
+bool depends_on(const RankProgram& rp, uint32_t later, uint32_t earlier) {
+  std::vector<uint32_t> todo = {later};
+  std::set<uint32_t> seen;
+  while (!todo.empty()) {
+    const uint32_t id = todo.back();
+    todo.pop_back();
+    if (id == earlier) return true;
+    if (!seen.insert(id).second) continue;
+    for (uint32_t d : rp.ops[id].deps) todo.push_back(d);
+  }
+  return false;
+}
+
+// Every op that reads a received tensor runs after its recv, also where a chunk holds no
+// transformer layer: with SP, the embedding's backward starts with the all-gather of the output
+// gradient, which in an embedding-only first chunk comes straight from the next stage.
+TEST(Program, UnevenSplitEmbeddingOnlyChunkWaitsForItsGradient) {
+  for (const Knobs& base : uneven_knobs()) {
+    for (bool sp : {false, true}) {
+      Knobs k = base;
+      k.tp = 2, k.sp = sp;
+      const Program prog = build_program(make(k));
+      for (const auto& [r, rp] : prog.ranks) {
+        if (rp.coord.pp != 0) continue;
+        std::map<int32_t, uint32_t> recv_grad;  // micro-batch -> recv of chunk 0's output grad
+        for (const Op& op : rp.ops) {
+          // Tag (mb x stages + sender's virtual stage 1) x 2 + 1: vs 1 sends vs 0 its input grad.
+          if (op.kind == OpKind::kRecv && op.tag % 2 == 1 && (op.tag / 2) % (k.pp * k.v) == 1) {
+            recv_grad[static_cast<int32_t>(op.tag / 2 / (k.pp * k.v))] = op.id;
+          }
+        }
+        int checked = 0;
+        for (const Op& op : rp.ops) {
+          const bool embedding = op.role == Role::kEmbedding ||
+                                 (!op.kernel_roles.empty() && op.kernel_roles.front() == Role::kEmbedding);
+          if (op.phase != Phase::kBackward || op.model_chunk != 0 || !embedding) continue;
+          ASSERT_TRUE(recv_grad.count(op.micro_batch)) << "layers " << k.layers;
+          EXPECT_TRUE(depends_on(rp, op.id, recv_grad[op.micro_batch]))
+              << "layers " << k.layers << " sp " << sp << " op " << prog.label(op);
+          ++checked;
+        }
+        EXPECT_GE(checked, k.m);
+      }
+    }
+  }
+}
+
 // Under an uneven split the FLOPs still add up to the model's, and the DP buckets of each rank
 // carry its own parameters (parameters_on_rank follows the split) once.
 TEST(Program, UnevenSplitFlopsAndBucketsFollowTheSplit) {

@@ -78,7 +78,8 @@ ChunkLayers chunk_layers(const Scenario& s, int64_t pp_rank, int64_t chunk);
 /// chunk_layers.
 int64_t layers_on_stage(const Scenario& s, int64_t pp_rank);
 
-/// True when the split is not the plain l / (p v) per chunk (any of the four keys changes it).
+/// True when any of the four uneven-split keys is set (the split may still come out even, e.g.
+/// both account flags with PP 1).
 bool uneven_pipeline_split(const ParallelConfig& p);
 
 /// The transformer layers of each pipeline rank joined by '/', rank 0 first, for summaries and

@@ -108,6 +108,7 @@ class Backend {
   virtual void fill_2d(FSpan dst, int64_t pitch, int64_t width, int64_t height, float value) = 0;
   /// Host to device: device = host (equal sizes).
   virtual void upload(std::span<int32_t> device, std::span<const int32_t> host) = 0;
+  virtual void upload(FSpan device, CFSpan host) = 0;
   /// Device to host: host = device (equal sizes); waits for the kernels writing `device`.
   virtual void download(std::span<float> host, CFSpan device) = 0;
 

@@ -70,6 +70,11 @@ void CpuBackend::upload(std::span<int32_t> device, std::span<const int32_t> host
   std::copy(host.begin(), host.end(), device.begin());
 }
 
+void CpuBackend::upload(FSpan device, CFSpan host) {
+  require_same("cpu backend upload", device.size(), host.size(), "device and host");
+  std::copy(host.begin(), host.end(), device.begin());
+}
+
 void CpuBackend::download(std::span<float> host, CFSpan device) {
   require_same("cpu backend download", host.size(), device.size(), "host and device");
   std::copy(device.begin(), device.end(), host.begin());

@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
                int64_t height) override;
   void fill_2d(FSpan dst, int64_t pitch, int64_t width, int64_t height, float value) override;
   void upload(std::span<int32_t> device, std::span<const int32_t> host) override;
+  void upload(FSpan device, CFSpan host) override;
   void download(std::span<float> host, CFSpan device) override;
 
   void vocab_parallel_embedding_forward(FSpan out, CISpan tokens, CFSpan wte_local, int64_t batch,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/validate_live.hpp"
 #include "core/error.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -25,16 +26,44 @@ void register_validate_command(CLI::App& app) {
     std::optional<double> gemm, attention, memory, launch_us;
   };
   auto o = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("validate", "Simulate published runs and compare with what they measured");
+  auto live = std::make_shared<ValidateLiveOptions>();
+  auto* cmd = app.add_subcommand(
+      "validate",
+      "Simulate published runs and compare with what they measured; --live: run a scenario here "
+      "and compare with its simulation on this host's topology");
   cmd->add_option("file", o->file, "Calibration file (../shared/validation/calibration.yaml)")
-      ->required()->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--live", live->scenario.file,
+                  "Run this scenario live on this machine (mpirun -np N for N ranks) and compare "
+                  "with its simulation on this host's topology and measured database")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", live->scenario.set, "With --live: override a scenario key (KEY=VALUE)");
+  cmd->add_option("--topology", live->topology,
+                  "With --live: this host's topology (traintwin profile --topology-out; default: "
+                  "the scenario's cluster.topology)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--iterations", live->iterations, "With --live: timed live iterations")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", live->warmup, "With --live: untimed live iterations first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", live->threads,
+                  "With --live: GEMM threads per rank (default: the cores shared among the ranks, "
+                  "as train)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeline", live->timeline,
+                  "With --live: write rank 0's live ops (with kernel durations) as a Chrome/Perfetto "
+                  "trace, for simulate --costs-from-timeline");
   cmd->add_option("--topologies", o->topologies, "Folder with the dgx-*-superpod.yaml files")->capture_default_str();
   cmd->add_option("--case", o->only, "Only the cases whose id contains this text");
   cmd->add_option("--gemm-efficiency", o->gemm, "Roofline: fraction of dense peak reached by GEMMs");
   cmd->add_option("--attention-efficiency", o->attention, "Roofline: fraction of dense peak reached by attention");
   cmd->add_option("--memory-efficiency", o->memory, "Roofline: fraction of HBM bandwidth reached by memory-bound kernels");
   cmd->add_option("--launch-overhead-us", o->launch_us, "Roofline: fixed time per kernel (us)");
-  cmd->callback([o] {
+  cmd->callback([o, live] {
+    if (!live->scenario.file.empty()) return run_validate_live(*live);
+    if (o->file.empty()) throw ConfigError("validate: give a calibration FILE or --live SCENARIO");
     const auto cases = load_validation_cases(o->file, o->topologies);
     fmt::print("{:<58} {:>9} {:>10} {:>10} {:>8} {:>7}\n", "case", "GPUs", "measured", "predicted", "error", "MFU");
     double sum_abs = 0;

@@ -147,12 +147,17 @@ class Executor::Impl {
     for (uint32_t d : op.deps) complete(d);
     switch (op.kind) {
       case OpKind::kCompute: {
-        const double t0 = now_s();
+        OpSpan span{op.id, now_s(), 0, std::vector<double>(op.kernels.size())};
+        double t = span.start_s;
         for (size_t i = 0; i < op.kernels.size(); ++i) {
           run_kernel(op, prog_.kernels[op.kernels[i]].key.name, op.kernel_roles[i]);
+          backend_.synchronize();
+          const double now = now_s();
+          span.kernel_s[i] = now - t;
+          t = now;
         }
-        backend_.synchronize();
-        spans_.push_back({op.id, t0, now_s()});
+        span.end_s = t;
+        spans_.push_back(std::move(span));
         break;
       }
       case OpKind::kCollective: issue_collective(op); break;
@@ -174,7 +179,7 @@ class Executor::Impl {
     if (!slot) return;
     slot->request->wait();
     if (slot->on_complete) slot->on_complete();
-    spans_.push_back({id, slot->start_s, now_s()});
+    spans_.push_back({id, slot->start_s, now_s(), {}});
     slot.reset();
   }
 

@@ -46,6 +46,8 @@ struct OpSpan {
   uint32_t op = 0;
   double start_s = 0;
   double end_s = 0;
+  /// Compute ops: the duration of each of its kernels (Op::kernels order), each synchronized.
+  std::vector<double> kernel_s;
 };
 
 /// What one iteration (or evaluation pass) produced, the same on every rank.

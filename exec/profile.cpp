@@ -13,6 +13,7 @@
 #include "core/rank_layout.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/host_device.hpp"
+#include "traces/timeline_costs.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -265,12 +266,6 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
   return c;
 }
 
-double percentile(const std::vector<double>& sorted, double q) {
-  // Nearest rank: the smallest value with at least q of the samples at or below it.
-  const auto n = static_cast<double>(sorted.size());
-  const auto idx = static_cast<size_t>(std::max(0.0, std::ceil(q * n) - 1.0));
-  return sorted[std::min(idx, sorted.size() - 1)];
-}
 
 }  // namespace
 
@@ -294,25 +289,6 @@ std::vector<ProfileTarget> profile_targets(const Scenario& s) {
     }
   }
   return out;
-}
-
-KernelMeasurement summarize_samples(const Kernel& kernel, std::vector<double> samples_us) {
-  if (samples_us.empty()) throw InvalidArgument("profile: no samples of " + kernel.key.to_string());
-  std::sort(samples_us.begin(), samples_us.end());
-  KernelMeasurement m;
-  m.key = kernel.key;
-  m.median_us = percentile(samples_us, 0.5);
-  m.p10_us = percentile(samples_us, 0.1);
-  m.p90_us = percentile(samples_us, 0.9);
-  // A timer tick below the clock's resolution reads 0; a row needs times > 0.
-  constexpr double kFloorUs = 1e-3;
-  m.median_us = std::max(m.median_us, kFloorUs);
-  m.p10_us = std::clamp(m.p10_us, kFloorUs, m.median_us);
-  m.p90_us = std::max(m.p90_us, m.median_us);
-  m.samples = static_cast<int64_t>(samples_us.size());
-  m.flops = kernel.flops;
-  m.bytes = kernel.bytes;
-  return m;
 }
 
 KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
@@ -348,7 +324,7 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
     samples.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
-  return summarize_samples(target.kernel, std::move(samples));
+  return measurement_from_samples(target.kernel, std::move(samples));
 }
 
 std::vector<CollectiveTiming> profile_collectives(Communicator& comm,

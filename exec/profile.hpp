@@ -45,9 +45,6 @@ struct ProfileOptions {
 KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
                                  const ProfileOptions& options);
 
-/// Median (nearest-rank p50), p10 and p90 of `samples_us` (not empty) as a row of `key`.
-KernelMeasurement summarize_samples(const Kernel& kernel, std::vector<double> samples_us);
-
 /// One collective timed over the world of a communicator, in nccl-tests' terms.
 struct CollectiveTiming {
   std::string op;       ///< all_reduce | all_gather | reduce_scatter | send_recv

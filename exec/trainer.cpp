@@ -12,7 +12,7 @@
 #include "exec/gpt_dataset.hpp"
 #include "exec/model_shard.hpp"
 #include "exec/tokenizer.hpp"
-#include "traces/op_event.hpp"
+#include "exec/live_events.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -195,15 +195,8 @@ class Trainer::Impl {
 
   void record(int64_t it, const IterationResult& r) {
     if (!opts_.record_timeline) return;
-    const RankProgram& rp = program_->ranks.at(comm_.rank());
     for (const OpSpan& span : r.spans) {
-      const Op& op = rp.ops[span.op];
-      TimelineEvent e = op_event(*program_, op, comm_.rank(), op.peer, comm_.world_size(),
-                                 span.start_s, span.end_s);
-      e.name = "it " + std::to_string(it) + " " + e.name;
-      e.args["iteration"] = std::to_string(it);
-      if (e.flow_id >= 0) e.flow_id = e.flow_id * 100003 + it;  // unique across iterations
-      events_.push_back(std::move(e));
+      events_.push_back(live_event(*program_, comm_.rank(), comm_.world_size(), span, it));
     }
   }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "traces/cost_db.hpp"
+#include "traces/timeline_costs.hpp"
 
 namespace traintwin {
 
@@ -262,6 +263,16 @@ std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
   if (file.empty()) return roofline;
   auto db = std::make_shared<const CostDatabase>(CostDatabase::load(file));
   return make_database_cost_model(std::move(db), db_gpu ? *db_gpu : target, std::move(roofline));
+}
+
+std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
+                                                    const GpuSpec& target) {
+  auto db = std::make_shared<CostDatabase>(
+      CostDbDevice{"live timeline " + live.name, 1, 1, 1, std::nullopt, std::nullopt, std::nullopt},
+      CostDbVersions{"n/a", "n/a", "n/a", "n/a", "n/a", std::nullopt});
+  for (KernelMeasurement& m : kernel_rows_from_timeline(live)) db->add(std::move(m));
+  return make_database_cost_model(std::move(db), recorded_on,
+                                  make_roofline_cost_model(default_roofline_efficiency(target)));
 }
 
 }  // namespace traintwin

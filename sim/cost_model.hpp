@@ -21,6 +21,7 @@
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "traces/timeline.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin {
@@ -134,5 +135,13 @@ std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
                                                       const std::filesystem::path& db_dir,
                                                       const std::filesystem::path& db_file = {},
                                                       const GpuSpec* db_gpu = nullptr);
+
+/// The cost model of a recorded live run (Lumos-style replay): a database of the kernel
+/// durations in `live`'s "kernels" args (traces/timeline_costs.hpp; every rank and iteration,
+/// median per KernelKey) measured on `recorded_on`, looked up and interpolated as
+/// make_database_cost_model() does (scaled when the target GPU differs), with the calibrated
+/// roofline of the target as fallback. Throws Error when the timeline has no kernel durations.
+std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
+                                                    const GpuSpec& target);
 
 }  // namespace traintwin

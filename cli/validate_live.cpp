@@ -190,6 +190,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
   row("compute");
   row("pipeline bubble and waits");
   nlohmann::json summary{{"live_iteration_s", live_s},
+                         {"live_fastest_iteration_s", times.front()},
                          {"predicted_iteration_s", predicted_s},
                          {"error", err},
                          {"measured_share", share}};

@@ -265,6 +265,24 @@ std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
   return make_database_cost_model(std::move(db), db_gpu ? *db_gpu : target, std::move(roofline));
 }
 
+std::vector<LeaveOneOutRow> leave_one_out(const CostDatabase& db, const GpuSpec& device,
+                                          const DatabaseCostOptions& options) {
+  std::vector<LeaveOneOutRow> out;
+  for (const KernelMeasurement& m : db.kernels()) {
+    auto others = std::make_shared<CostDatabase>(db);
+    others->erase(m.key);
+    const auto model = make_database_cost_model(others, device, nullptr, options);
+    LeaveOneOutRow r{m, std::nullopt};
+    try {
+      r.predicted_us = model->duration(Kernel{m.key, m.flops, m.bytes}, device).seconds * 1e6;
+    } catch (const CostModelError&) {
+      // no row of its family within reach
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
                                                     const GpuSpec& target) {
   auto db = std::make_shared<CostDatabase>(

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -144,7 +145,10 @@ void profile_collectives(const ProfileCliOptions& o) {
     const auto timings = exec::profile_collectives(comm, sizes, o.warmup, o.repeats);
     if (!root) return;
     const CostDbDevice device = exec::cpu::host_device(threads);
-    const std::filesystem::path file = database_path(o, device, nullptr);
+    // With a SCENARIO, the database beside its topologies folder (where its kernels go).
+    std::optional<Scenario> s;
+    if (!o.scenario.file.empty()) s = o.scenario.load();
+    const std::filesystem::path file = database_path(o, device, s ? &*s : nullptr);
     CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
     std::vector<CollectiveMeasurement> rows;
     std::string last_op;

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/model_shard.hpp"
+#include "exec/trainer.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -17,21 +18,6 @@ namespace {
 double world_max(Communicator& comm, double x) {
   comm.all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), ReduceOp::kMax)->wait();
   return x;
-}
-
-TrainingHyperparameters live_hyperparameters(const Scenario& s) {
-  const TrainingConfig& t = s.training;
-  TrainingHyperparameters h;
-  h.seed = static_cast<uint64_t>(t.seed);
-  h.hidden_dropout = t.hidden_dropout;
-  h.attention_dropout = t.attention_dropout;
-  h.clip_grad = t.clip_grad;
-  h.adam = cpu::AdamWParams{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
-  h.lr.max_lr = t.lr.value_or(1e-4);
-  h.lr.min_lr = std::min(t.min_lr, h.lr.max_lr);
-  h.lr.warmup_iters = 0;
-  h.lr.decay_iters = 1 << 20;
-  return h;
 }
 
 }  // namespace
@@ -51,7 +37,13 @@ LiveRun run_live(const Scenario& s, Communicator& comm, int warmup, int iteratio
   run.program = prog;
   const RankCoord coord = prog->ranks.at(comm.rank()).coord;
   ModelShard shard(s, coord, static_cast<uint64_t>(s.training.seed), s.training.init_method_std);
-  Executor executor(*prog, comm, shard, live_hyperparameters(s));
+  // The scenario's hyper-parameters; a scenario written for simulation only gets a learning rate
+  // (the step's cost does not depend on it).
+  Scenario trained = s;
+  if (!trained.training.lr) trained.training.lr = 1e-4;
+  if (!trained.training.train_iters) trained.training.train_iters = 1 << 20;
+  trained.training.min_lr = std::min(trained.training.min_lr, *trained.training.lr);
+  Executor executor(*prog, comm, shard, hyperparameters(trained));
   const int64_t vocab = s.model.vocab_size;
   int64_t it = 0;
   const MicroBatchSource data = [&](int64_t mb, std::span<int32_t> tokens,

@@ -30,8 +30,13 @@ std::string origin_of(const Scenario& s) {
   return s.source.empty() ? "scenario " + s.name : s.source.string();
 }
 
+}  // namespace
+
 TrainingHyperparameters hyperparameters(const Scenario& s) {
   const TrainingConfig& t = s.training;
+  if (!t.lr || !t.train_iters) {
+    throw ConfigError(origin_of(s) + ": training.lr and training.train_iters are required to train");
+  }
   TrainingHyperparameters h;
   h.seed = static_cast<uint64_t>(t.seed);
   h.hidden_dropout = t.hidden_dropout;
@@ -45,6 +50,8 @@ TrainingHyperparameters hyperparameters(const Scenario& s) {
   h.lr.style = lr_style(t.lr_decay_style);
   return h;
 }
+
+namespace {
 
 /// Waits until every rank has reached this point (a world all-reduce).
 void barrier(Communicator& comm) {

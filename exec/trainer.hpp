@@ -15,6 +15,7 @@
 #include "core/program.hpp"
 #include "core/scenario.hpp"
 #include "exec/communicator.hpp"
+#include "exec/gpt_model.hpp"
 #include "traces/timeline.hpp"
 
 namespace traintwin::exec {
@@ -61,6 +62,11 @@ struct TrainerCallbacks {
 /// The checkpoint signature of a rank: what must match for a checkpoint to load (model sizes,
 /// parallel layout and this rank's coordinates).
 std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& coord);
+
+/// The executor's hyper-parameters from the scenario's training section (Megatron's defaults
+/// where the file is silent). Throws ConfigError naming the scenario when training.lr or
+/// training.train_iters is missing.
+TrainingHyperparameters hyperparameters(const Scenario& s);
 
 /// Trains the scenario on this rank. Requires training.train_iters, training.lr and
 /// data.data_path (ConfigError naming the key otherwise) and a communicator whose world is the

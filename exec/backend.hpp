@@ -16,8 +16,8 @@
 //
 // Adding a kernel (a Llama layer, say): a pure virtual here with its shapes, the CPU layer in
 // exec/cpu/ and its override in CpuBackend, the CUDA launcher in exec/cuda/ — the walk does not
-// change, the model math calls it, and `traintwin profile` needs the KernelKey's name mapped in
-// exec/kernel_runner.cpp.
+// change, the model math calls it, and `traintwin profile` needs the KernelKey's inputs set up
+// in exec/profile.cpp (make_call).
 #pragma once
 
 #include <cstddef>

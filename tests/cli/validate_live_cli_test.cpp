@@ -98,7 +98,7 @@ TEST_F(ValidateLiveCli, OneProcessPredictionUsesMeasuredCostsAndReplaysItsTimeli
   const std::string topo = profile(1);
   const fs::path live = *dir_ / "live.json";
   const testing::CliResult r = testing::run_cli(
-      "validate --live " + *scenario_ + " --topology " + topo + " --iterations 4 --timeline " +
+      "validate --live " + *scenario_ + " --topology " + topo + " --iterations 10 --timeline " +
       live.string());
   expect_close_with_measured_costs(r, 3.0);
   // The recorded run replayed: every kernel cost from the live timeline.
@@ -119,7 +119,7 @@ TEST_F(ValidateLiveCli, DataParallelOnTwoRanksUnderMpirun) {
   const std::string topo = profile(2);
   const testing::CliResult r = testing::run_mpi_cli(
       2, "validate --live " + *scenario_ + " --set cluster.num_gpus=2 --topology " + topo +
-             " --iterations 4");
+             " --iterations 10");
   // Two ranks busy-polling MPI on two shared cores suffer any other load most: 0.28 to 0.32 at
   // load 6-8, 0.12 beside another test under ctest -j2. Only the measured share and the op
   // classes are checked here; the one-process test carries the loose bound.

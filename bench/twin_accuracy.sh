@@ -7,13 +7,15 @@
 # database, this host's topology written from it, then validate --live (N live iterations after
 # one warm-up) against the simulation. Prints predicted vs live (median and fastest iteration)
 # and the error per layout. Everything lives in a temporary folder: traces/db/ is not touched.
-# Usage: bench/twin_accuracy.sh [build dir] [timed iterations]   (default: build 3)
+# Usage: bench/twin_accuracy.sh [build dir] [timed iterations] [layouts]
+#        (default: build 3 "1-process DP-2 TP-2 PP-2")
 # Noise: run it on a quiet machine; other processes slow the live iterations (tens of ms) far
 # more than the profiled kernels (medians of short runs), which shows as negative errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 iters=${2:-3}
+layouts=${3:-1-process DP-2 TP-2 PP-2}
 bin=$(realpath "$build/traintwin")
 [ -x "$bin" ] || { echo "bench: $bin not built" >&2; exit 1; }
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2)
@@ -55,8 +57,13 @@ print(f"{name:<10} {live*1e3:12.1f} {fast*1e3:12.1f} {pred*1e3:12.1f} {100*(pred
       f"{100*(pred-fast)/fast:+8.1f}% {100*j['measured_share']:7.1f}%")
 PY
 }
-run_layout "1-process" 1
-run_layout "DP-2" 2
-run_layout "TP-2" 2 parallelism.tensor_model_parallel_size=2
-run_layout "PP-2" 2 parallelism.pipeline_model_parallel_size=2
+for l in $layouts; do
+  case $l in
+    1-process) run_layout "$l" 1 ;;
+    DP-2) run_layout "$l" 2 ;;
+    TP-2) run_layout "$l" 2 parallelism.tensor_model_parallel_size=2 ;;
+    PP-2) run_layout "$l" 2 parallelism.pipeline_model_parallel_size=2 ;;
+    *) echo "bench: unknown layout $l (allowed: 1-process DP-2 TP-2 PP-2)" >&2; exit 1 ;;
+  esac
+done
 uptime

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -73,8 +74,11 @@ void check_backend(const std::string& backend) {
   }
 }
 
-void profile_kernels(const ProfileCliOptions& o) {
+/// `comm`: under mpirun, every rank times every kernel at the same time (a barrier before each)
+/// so the ranks share the host as they do in a live run; the rows average the ranks' figures.
+void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   check_backend(o.backend);
+  const bool root = comm == nullptr || comm->rank() == 0;
   const Scenario s = o.scenario.load();
   const int threads =
       o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(s.world_size()));
@@ -84,10 +88,15 @@ void profile_kernels(const ProfileCliOptions& o) {
   // Refuse a foreign or malformed database before measuring anything.
   CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
   const std::vector<exec::ProfileTarget> targets = exec::profile_targets(s);
-  fmt::print("profiling {} kernels of {} on {} ({} GEMM thread(s) per rank), {} warm-up + {} "
+  if (root) {
+    fmt::print("profiling {} kernels of {} on {} ({} GEMM thread(s) per rank), {} warm-up + {} "
              "timed runs each\n",
              targets.size(), s.name, device.name, threads, o.warmup, o.repeats);
-  std::fflush(stdout);
+    if (comm != nullptr) {
+      fmt::print("on {} ranks at once (mean of their figures)\n", comm->world_size());
+    }
+    std::fflush(stdout);
+  }
   exec::cpu::CpuBackend backend;
   exec::ProfileOptions popts;
   popts.warmup = o.warmup;
@@ -97,9 +106,23 @@ void profile_kernels(const ProfileCliOptions& o) {
   for (size_t i = 0; i < targets.size(); ++i) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress(i, targets.size(), elapsed, targets[i].kernel.key.to_string());
-    rows.push_back(exec::profile_kernel(backend, s, targets[i], popts));
+    if (root) progress(i, targets.size(), elapsed, targets[i].kernel.key.to_string());
+    if (comm != nullptr) {  // barrier: the ranks time this kernel together
+      double x = 0;
+      comm->all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), exec::ReduceOp::kSum)->wait();
+    }
+    KernelMeasurement m = exec::profile_kernel(backend, s, targets[i], popts);
+    if (comm != nullptr) {
+      std::array<double, 3> t{m.median_us, m.p10_us, m.p90_us};
+      comm->all_reduce(GroupKind::kWorld, std::span<double>(t), exec::ReduceOp::kSum)->wait();
+      const auto n = static_cast<double>(comm->world_size());
+      m.median_us = t[0] / n;
+      m.p10_us = std::min(t[1] / n, m.median_us);
+      m.p90_us = std::max(t[2] / n, m.median_us);
+    }
+    rows.push_back(std::move(m));
   }
+  if (!root) return;
   progress(targets.size(), targets.size(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "done");
   fmt::print("{:<44} {:>10} {:>10} {:>10} {:>10}\n", "kernel", "median_us", "p10_us", "p90_us",
@@ -228,7 +251,16 @@ void register_profile_command(CLI::App& app) {
     if (o->scenario.file.empty()) {
       throw ConfigError("profile: give a SCENARIO (its kernels are profiled) or --collectives");
     }
-    profile_kernels(*o);
+    if (!launched_by_mpi()) return profile_kernels(*o, nullptr);
+    const exec::MpiEnvironment env;
+    try {
+      exec::MpiCommunicator comm(RankLayout(1, 1, env.size(), 1));
+      profile_kernels(*o, &comm);
+    } catch (const Error& e) {
+      fmt::print(stderr, "traintwin: error: {}\n", e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
   });
 }
 

@@ -154,6 +154,19 @@ TEST_F(ProfileCli, CollectiveRowsFollowNcclTestsBusbwFactors) {
   EXPECT_EQ(db.collectives().size(), 4u * 14u);
 }
 
+TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path db_file = dir_ / "two.json";
+  const testing::CliResult r = testing::run_mpi_cli(
+      2, "profile " + scenario_ + " --set cluster.num_gpus=2 --warmup 1 --repeats 3 --out " +
+             db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("on 2 ranks at once"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"}}));
+  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(2));
+}
+
 TEST_F(ProfileCli, TopologyOutDescribesThisHostWithTheDatabaseDevice) {
   const fs::path db_file = dir_ / "cpu.json", topo_file = dir_ / "local.yaml";
   const testing::CliResult r =

@@ -45,20 +45,23 @@ class ValidateLiveCli : public ::testing::Test {
   }
 
   /// Profiles the tiny scenario for `ranks` ranks on this host into traces/db/<device>.json and
-  /// writes topologies/local-<ranks>.yaml; returns the topology path.
+  /// writes topologies/local-<ranks>.yaml; returns the topology path. One GEMM thread per rank
+  /// (kThreads): two OpenBLAS threads on two loaded cores stall each other for whole scheduler
+  /// slices, which made a profiled GEMM median 50x too long once.
   static std::string profile(int ranks) {
-    const int threads = exec::cpu::threads_per_rank(ranks);
+    const int threads = kThreads;
     const fs::path db = *dir_ / "traces" / "db" /
                         (exec::cpu::device_id(exec::cpu::host_device(threads)) + ".json");
     const fs::path topo = *dir_ / "topologies" / ("local-" + std::to_string(ranks) + ".yaml");
     if (ranks > 1) {
       const testing::CliResult c = testing::run_mpi_cli(
-          ranks, "profile --collectives -e 1M --warmup 2 --repeats 5 --out " + db.string());
+          ranks, "profile --collectives -e 1M --warmup 2 --repeats 5 --threads 1 --out " + db.string());
       EXPECT_EQ(c.status, 0) << c.output;
     }
     const testing::CliResult r = testing::run_cli(
         "profile " + *scenario_ + " --set cluster.num_gpus=" + std::to_string(ranks) +
-        " --warmup 2 --repeats 10 --out " + db.string() + " --topology-out " + topo.string());
+        " --threads 1 --warmup 2 --repeats 20 --out " + db.string() + " --topology-out " +
+        topo.string());
     EXPECT_EQ(r.status, 0) << r.output;
     return topo.string();
   }
@@ -87,6 +90,7 @@ class ValidateLiveCli : public ::testing::Test {
     }
   }
 
+  static constexpr int kThreads = 1;
   static fs::path* dir_;
   static std::string* scenario_;
 };
@@ -98,12 +102,15 @@ TEST_F(ValidateLiveCli, OneProcessPredictionUsesMeasuredCostsAndReplaysItsTimeli
   const std::string topo = profile(1);
   const fs::path live = *dir_ / "live.json";
   const testing::CliResult r = testing::run_cli(
-      "validate --live " + *scenario_ + " --topology " + topo + " --iterations 10 --timeline " +
+      "validate --live " + *scenario_ + " --threads 1 --topology " + topo +
+      " --iterations 10 --timeline " +
       live.string());
   expect_close_with_measured_costs(r, 3.0);
-  // The recorded run replayed: every kernel cost from the live timeline.
-  const testing::CliResult s = testing::run_cli("simulate " + *scenario_ + " --set cluster.topology=" +
-                                                topo + " --costs-from-timeline " + live.string());
+  // The recorded run replayed at another scale (DP 2: both ranks of this host's node): every
+  // kernel cost from the live timeline.
+  const testing::CliResult s = testing::run_cli(
+      "simulate " + *scenario_ + " --set cluster.num_gpus=2 --set cluster.topology=" + topo +
+      " --costs-from-timeline " + live.string());
   ASSERT_EQ(s.status, 0) << s.output;
   EXPECT_THAT(s.output, HasSubstr("compute costs      measured 100.0 %"));
   // And on another topology and scale: scaled from the recorded device.
@@ -118,7 +125,7 @@ TEST_F(ValidateLiveCli, DataParallelOnTwoRanksUnderMpirun) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
   const std::string topo = profile(2);
   const testing::CliResult r = testing::run_mpi_cli(
-      2, "validate --live " + *scenario_ + " --set cluster.num_gpus=2 --topology " + topo +
+      2, "validate --live " + *scenario_ + " --set cluster.num_gpus=2 --threads 1 --topology " + topo +
              " --iterations 10");
   // Two ranks busy-polling MPI on two shared cores suffer any other load most: 0.28 to 0.32 at
   // load 6-8, 0.12 beside another test under ctest -j2. Only the measured share and the op

@@ -261,7 +261,7 @@ class Executor::Impl {
       case Role::kEmbedding: {
         ChunkState& st = model_->chunk(op.model_chunk, op.micro_batch);
         if (fwd) return reduce_tp(op, st.emb, &st.emb_rs);
-        return gather_sp(op, st.layers.front().d_in, &st.d_emb_full);
+        return gather_sp(op, model_->chunk_input_grad(st, op.model_chunk), &st.d_emb_full);
       }
       case Role::kQkv:
       case Role::kFc1: {
@@ -451,10 +451,10 @@ class Executor::Impl {
     InFlight f;
     if (op.kind == OpKind::kSend) {
       if (backward) {
-        f.buffer = std::move(st.layers.front().d_in);
-        st.layers.front() = LayerState();
+        f.buffer = std::move(model_->chunk_input_grad(st, chunk));
+        if (!st.layers.empty()) st.layers.front() = LayerState();
       } else {
-        const Tensor& out = st.layers.back().out;
+        const Tensor& out = model_->chunk_output(st, chunk);
         f.buffer = zeros(static_cast<int64_t>(out.size()));
         backend_.copy(f.buffer, out);
       }

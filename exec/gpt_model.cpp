@@ -39,7 +39,7 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.p = sc.parallel.pipeline_model_parallel_size;
   g_.v = sc.parallel.virtual_pipeline_model_parallel_size;
   g_.m = sc.num_micro_batches();
-  g_.lpc = sc.layers_per_model_chunk();
+  for (int64_t c = 0; c < g_.v; ++c) chunk_layers_.push_back(chunk_layers(sc, coord_.pp, c));
   g_.dp = sc.parallel.data_parallel_size;
   g_.vocab = sc.model.vocab_size;
   g_.vl = shard_.vocab_local();
@@ -50,7 +50,7 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   const auto& chunks = shard_.chunks();
   for (size_t c = 0; c < chunks.size(); ++c) {
     const int64_t chunk = static_cast<int64_t>(c);
-    for (int64_t l = first_layer(chunk); l < first_layer(chunk) + g_.lpc; ++l) {
+    for (int64_t l = first_layer(chunk); l < first_layer(chunk) + num_layers(chunk); ++l) {
       const std::string pre = "layers." + std::to_string(l) + ".";
       for (bool grad : {false, true}) {
         auto view = [&](const char* name) {
@@ -90,7 +90,7 @@ ChunkState& GptModel::chunk(int64_t chunk, int64_t mb) {
   auto [it, inserted] = chunks_.try_emplace({chunk, mb});
   if (inserted) {
     ChunkState& st = it->second;
-    st.layers.resize(static_cast<size_t>(g_.lpc));
+    st.layers.resize(static_cast<size_t>(num_layers(chunk)));
     if (vstage(chunk) == 0 || is_last_vstage(chunk)) {
       const auto n = static_cast<size_t>(g_.b * g_.s);
       host_tokens_.assign(n, 0);
@@ -103,6 +103,16 @@ ChunkState& GptModel::chunk(int64_t chunk, int64_t mb) {
     }
   }
   return it->second;
+}
+
+Tensor& GptModel::chunk_output(ChunkState& st, int64_t chunk) {
+  if (!st.layers.empty()) return st.layers.back().out;
+  return vstage(chunk) == 0 ? st.emb_out : st.input;
+}
+
+Tensor& GptModel::chunk_input_grad(ChunkState& st, int64_t chunk) {
+  if (!st.layers.empty()) return st.layers.front().d_in;
+  return is_last_vstage(chunk) ? st.d_last : st.d_output;
 }
 
 LayerState& GptModel::layer(const Op& op) {
@@ -216,7 +226,7 @@ void GptModel::embedding_dropout(const Op& op) {
 void GptModel::embedding_backward(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   // The gradient of the embedding output over the whole sequence (SP: all-gathered).
-  const Tensor& d_out = g_.sp ? st.d_emb_full : st.layers.front().d_in;
+  const Tensor& d_out = g_.sp ? st.d_emb_full : chunk_input_grad(st, op.model_chunk);
   Tensor d_e = zeros(g_.b * g_.s * g_.h);
   backend_.bias_dropout_add_backward(d_e, {}, {}, d_out, dropout(kSiteEmbedding, -1),
                                      block(op.micro_batch, true));
@@ -227,7 +237,7 @@ void GptModel::embedding_backward(const Op& op) {
       shard_.grad(op.model_chunk, "embedding.word_embeddings.weight"), d_e, st.tokens, g_.b, g_.s,
       g_.h, g_.vstart, g_.vl, g_.vtotal);
   st.d_emb_full.reset();
-  st.layers.front() = LayerState();
+  if (!st.layers.empty()) st.layers.front() = LayerState();
 }
 
 // ---- transformer layer ---------------------------------------------------------------------------
@@ -335,7 +345,7 @@ void GptModel::layer_forward(const Op& op, Role role) {
 Tensor GptModel::take_output_grad(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   const int64_t i = op.layer - first_layer(op.model_chunk);
-  if (i + 1 < g_.lpc) return std::move(st.layers[static_cast<size_t>(i + 1)].d_in);
+  if (i + 1 < num_layers(op.model_chunk)) return std::move(st.layers[static_cast<size_t>(i + 1)].d_in);
   if (is_last_vstage(op.model_chunk)) return std::move(st.d_last);
   return std::move(st.d_output);
 }
@@ -469,7 +479,7 @@ void GptModel::head_forward(const Op& op, const std::string& kernel, Role role) 
       st.lnf = zeros(g_.b * g_.tl * g_.h);
       st.lnf_mean = zeros(g_.b * g_.tl);
       st.lnf_rstd = zeros(g_.b * g_.tl);
-      backend_.layernorm_forward(st.lnf, st.lnf_mean, st.lnf_rstd, st.layers.back().out,
+      backend_.layernorm_forward(st.lnf, st.lnf_mean, st.lnf_rstd, chunk_output(st, op.model_chunk),
                                  shard_.param(op.model_chunk, "final_layernorm.weight"),
                                  shard_.param(op.model_chunk, "final_layernorm.bias"), g_.b, g_.tl,
                                  g_.h);
@@ -558,7 +568,8 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
       backend_.layernorm_backward(
           st.d_last, shard_.grad(op.model_chunk, "final_layernorm.weight"),
           shard_.grad(op.model_chunk, "final_layernorm.bias"), reduced(st.d_lnf_full, st.d_lnf),
-          st.layers.back().out, shard_.param(op.model_chunk, "final_layernorm.weight"), st.lnf_mean,
+          chunk_output(st, op.model_chunk), shard_.param(op.model_chunk, "final_layernorm.weight"),
+          st.lnf_mean,
           st.lnf_rstd, g_.b, g_.tl, g_.h);
       st.d_lnf_full.reset();
       st.d_lnf.reset();

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/pipeline_split.hpp"
 #include "core/program.hpp"
 #include "exec/backend.hpp"
 #include "exec/cpu/adamw.hpp"
@@ -58,7 +59,6 @@ struct ShardGeometry {
   int64_t p = 0;       ///< pipeline-parallel size
   int64_t v = 0;       ///< virtual pipeline stages per rank
   int64_t m = 0;       ///< micro-batches per iteration
-  int64_t lpc = 0;     ///< layers per model chunk
   int64_t dp = 0;      ///< data-parallel size
   int64_t vocab = 0;   ///< real vocabulary size
   int64_t vl = 0;      ///< vocabulary entries of this TP shard (padded)
@@ -154,10 +154,23 @@ class GptModel {
   bool is_last_vstage(int64_t chunk) const { return vstage(chunk) == g_.p * g_.v - 1; }
   /// The word embedding's gradient on the first stage, the LM head's copy on the last.
   std::span<float> embedding_grad_to_reduce();
+  /// The transformer layers of this rank's `chunk` (core/pipeline_split.hpp: uneven under an
+  /// uneven split; none in an embedding-only or loss-only chunk).
+  int64_t first_layer(int64_t chunk) const {
+    return chunk_layers_[static_cast<size_t>(chunk)].first_layer;
+  }
+  int64_t num_layers(int64_t chunk) const {
+    return chunk_layers_[static_cast<size_t>(chunk)].num_layers;
+  }
+  /// The activation a chunk hands on (to the next virtual stage or to the final LayerNorm): its
+  /// last layer's output or, for a chunk without transformer layers, its input.
+  Tensor& chunk_output(ChunkState& st, int64_t chunk);
+  /// The gradient of a chunk's input: its first layer's or, for a chunk without transformer
+  /// layers, the gradient of its output (from the final LayerNorm or received).
+  Tensor& chunk_input_grad(ChunkState& st, int64_t chunk);
 
  private:
   [[noreturn]] void unexpected(const Op& op, const std::string& what) const;
-  int64_t first_layer(int64_t chunk) const { return vstage(chunk) * g_.lpc; }
   int64_t seq_offset() const { return g_.sp ? coord_.tp * g_.tl : 0; }
   int64_t first_sample(int64_t mb) const;
   Tensor zeros(int64_t n) { return Tensor(backend_, n); }
@@ -186,6 +199,7 @@ class GptModel {
   Backend& backend_;
   const TrainingHyperparameters& hyper_;
   ShardGeometry g_;
+  std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;
 

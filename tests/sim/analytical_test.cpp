@@ -65,13 +65,25 @@ Replayed replay(const Scenario& s, const TopologySpec& topo, const CostModel& co
   return r;
 }
 
-TEST_P(AnalyticalVsReplay, AgreeWithinHalfAPercentWithoutContention) {
-  const Scenario s = load_scenario(scenario_path(GetParam()));
+/// The replay without and with link contention, and the estimate, of one scenario (roofline costs).
+struct Compared {
+  Replayed exact, shared;
+  IterationMetrics estimate;
+};
+
+Compared compare(const Scenario& s) {
   const TopologySpec topo = load_topology(s.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  const Replayed exact = replay(s, topo, *costs, /*contention=*/false);
-  const Replayed shared = replay(s, topo, *costs, /*contention=*/true);
-  const IterationMetrics a = estimate(s, topo, *costs);
+  return {replay(s, topo, *costs, /*contention=*/false), replay(s, topo, *costs, /*contention=*/true),
+          estimate(s, topo, *costs)};
+}
+
+TEST_P(AnalyticalVsReplay, AgreeWithinHalfAPercentWithoutContention) {
+  const Scenario s = load_scenario(scenario_path(GetParam()));
+  const Compared c = compare(s);
+  const Replayed& exact = c.exact;
+  const Replayed& shared = c.shared;
+  const IterationMetrics& a = c.estimate;
   const double diff = (a.iteration_time_s - exact.iteration_s) / exact.iteration_s;
   std::printf("%-26s replay %10.6f s  estimate %10.6f s  diff %+7.3f %%\n", GetParam(),
               exact.iteration_s, a.iteration_time_s, 100 * diff);
@@ -122,11 +134,10 @@ class UnevenAnalyticalVsReplay : public ::testing::TestWithParam<UnevenCase> {};
 
 TEST_P(UnevenAnalyticalVsReplay, AgreeWithoutContentionAndComputeFollowsLayers) {
   const Scenario s = load_scenario(scenario_path("gpt3-175b-h100-128"), GetParam().overrides);
-  const TopologySpec topo = load_topology(s.cluster.topology);
-  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  const Replayed exact = replay(s, topo, *costs, /*contention=*/false);
-  const Replayed shared = replay(s, topo, *costs, /*contention=*/true);
-  const IterationMetrics a = estimate(s, topo, *costs);
+  const Compared c = compare(s);
+  const Replayed& exact = c.exact;
+  const Replayed& shared = c.shared;
+  const IterationMetrics& a = c.estimate;
   const double diff = (a.iteration_time_s - exact.iteration_s) / exact.iteration_s;
   std::printf("%-24s layers %s: replay %10.6f s  estimate %10.6f s  diff %+7.3f %%; with link "
               "contention the replay is %+.3f %% slower (flows sharing links)\n",
@@ -140,7 +151,9 @@ TEST_P(UnevenAnalyticalVsReplay, AgreeWithoutContentionAndComputeFollowsLayers) 
   ASSERT_EQ(a.per_stage.size(), 8u);
   const Scenario even = load_scenario(scenario_path("gpt3-175b-h100-128"),
                                       {{"parallelism.virtual_pipeline_model_parallel_size", "2"}});
-  const IterationMetrics e = estimate(even, topo, *costs);
+  const TopologySpec topo = load_topology(even.cluster.topology);
+  const IterationMetrics e =
+      estimate(even, topo, *make_roofline_cost_model(default_roofline_efficiency(topo.gpu)));
   auto layer_compute_s = [](const TimeBreakdown& b) { return b.compute_s - b.optimizer_s; };
   const double even_per_layer = layer_compute_s(e.per_stage[1]) / 12.0;
   for (int64_t r = 1; r < 7; ++r) {

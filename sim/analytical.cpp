@@ -733,6 +733,7 @@ double p2p_time_s(int64_t src, int64_t dst, double bytes, const TopologySpec& to
 
 AnalyticalResult estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff) {
+  check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {
     throw UnsupportedError(

@@ -657,7 +657,7 @@ class RankLowering {
       for (int64_t l = first_layer; l <= last_layer; ++l) {
         context(Phase::kForward, st.micro_batch, st.model_chunk, l);
         if (first_forward) wait_param_gather(st.model_chunk, l);
-        layer_forward(first_forward);
+        layer_forward();
       }
       if (is_last_vs) {
         context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
@@ -814,13 +814,8 @@ class RankLowering {
     wait(collective(kind, GroupKind::kCp, Stream::kCpComm, bytes, what));
   }
 
-  void layer_forward(bool first_forward = false) {
+  void layer_forward() {
     const bool f8 = fp8();
-    if (f8 && first_forward) {
-      // Transformer Engine casts the weights once per iteration (first micro-batch).
-      role(Role::kNone);
-      kernel(k_.fp8_cast(layer_gemm_weights_on_rank(d_.model, d_.t), true), "fp8 weights");
-    }
     role(Role::kInputLayerNorm);
     kernel(k_.norm(false), "layernorm");
     role(Role::kQkv);
@@ -1079,6 +1074,14 @@ class RankLowering {
                     Stream::kDpComm, 4, "grad norm all_reduce"));
     role(Role::kOptimizerStep);
     kernel(k_.adamw(local), "optimizer step");
+    if (fp8()) {
+      // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
+      // iteration from the updated weights: what Megatron's FP8 parameters do after the step
+      // (and, without them, Transformer Engine on the first micro-batch: the same work).
+      const int64_t layers = d_.v * d_.layers_per_chunk;
+      kernel(k_.fp8_cast(layers * layer_gemm_weights_on_rank(d_.model, d_.t), true),
+             "fp8 weight cast");
+    }
     close_compute();
   }
 

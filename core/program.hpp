@@ -205,8 +205,9 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// wide FC1 or squared ReLU, an untied LM head with its own gradient (no embedding-gradient
 /// all-reduce), no biases. FP8 (training.fp8_format): the transformer layers' GEMMs have dtype
 /// fp8 (costed at the FP8 peak), preceded by casts of their inputs (E4M3) and of the output
-/// gradients (E5M2 in hybrid), the weights cast once per iteration (first micro-batch of each
-/// chunk), the delayed recipe's amax-history/scale update per layer and micro-batch, the
+/// gradients (E5M2 in hybrid), the weights cast once per iteration after the optimizer step
+/// (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
+/// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch, the
 /// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit.
 /// Context parallelism (CP > 1): every op runs on s/CP tokens (the 2 x CP chunks of the causal
 /// load balance); attention by parallel.cp_comm_type — p2p: CP blocks of s/CP queries x s/CP keys

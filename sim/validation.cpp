@@ -91,9 +91,11 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
     std::string moe_key;
     for (const auto& kv : c["model"]) {
       const auto key = kv.first.as<std::string>();
-      if (key == "num_moe_experts" || key.rfind("moe_", 0) == 0) moe_key = "model." + key;
+      if (moe_key.empty() && (key == "num_moe_experts" || key.rfind("moe_", 0) == 0)) {
+        moe_key = "model." + key;
+      }
     }
-    if (c["parallelism"]["expert_model_parallel_size"]) {
+    if (moe_key.empty() && c["parallelism"]["expert_model_parallel_size"]) {
       moe_key = "parallelism.expert_model_parallel_size";
     }
     if (!moe_key.empty()) {

@@ -172,9 +172,12 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   if (tr.fp8()) {
     // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight and, on
     // Hopper (TN-only FP8 GEMMs), its transpose for the backward: 2 bytes per GEMM weight.
-    mem.fp8_weight_copies_bytes = 2.0 * static_cast<double>(mem.layers) *
-                                  static_cast<double>(layer_gemm_weights_on_rank(
-                                      s.model, par.tensor_model_parallel_size));
+    // With FP8 parameters those are the weights: no 16-bit copy of the GEMM weights remains.
+    const double gemm = static_cast<double>(mem.layers) *
+                        static_cast<double>(layer_gemm_weights_on_rank(
+                            s.model, par.tensor_model_parallel_size));
+    mem.fp8_weight_copies_bytes = 2.0 * gemm;
+    if (tr.fp8_param_gather) mem.weights_bytes -= gemm * bpp.weights;
   }
 
   // Transformer-layer activations at the peak of the stage's schedule.

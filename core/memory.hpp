@@ -71,7 +71,8 @@ struct StageMemory {
   int64_t in_flight = 0;   ///< peak (micro-batch, chunk) activation sets held
                            ///< (max_in_flight of the stage's schedule)
   double weights_bytes = 0;
-  /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights.
+  /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights. With
+  /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).
   double fp8_weight_copies_bytes = 0;
   double gradients_bytes = 0;
   double optimizer_bytes = 0;

@@ -381,6 +381,7 @@ struct P2P {
 /// (layer -1: the LM head copy; -2: the embeddings).
 struct Bucket {
   int64_t params = 0;
+  int64_t gemm_weights = 0;  // of which transformer-layer GEMM weights (FP8 with fp8_param_gather)
   int64_t trigger = 0;
   std::vector<int64_t> layers;  // layers in the bucket (embedding -2, head -1)
   uint32_t grad_op = kNoOp;
@@ -963,6 +964,7 @@ class RankLowering {
       const int64_t vs = vstage(c);
       // (layer id, params) in the order their gradients become ready.
       std::vector<std::pair<int64_t, int64_t>> items;
+      const int64_t gemm_per_layer = layer_gemm_weights_on_rank(sc_.model, d_.t);
       if (vs == num_vstages() - 1) {
         // Final norm, plus the LM head: its own weight when untied, the tied copy when the
         // embedding lives on another stage.
@@ -980,6 +982,7 @@ class RankLowering {
       for (const auto& [id, n] : items) {
         if (bucket_size > 0 && chunk.back().params >= bucket_size) chunk.emplace_back();
         chunk.back().params += n;
+        if (id >= 0) chunk.back().gemm_weights += gemm_per_layer;
         chunk.back().layers.push_back(id);
         chunk.back().trigger = id;
       }
@@ -1015,8 +1018,11 @@ class RankLowering {
       for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
         context(phase, -1, c, -1);
         role(Role::kParamBucket);
+        // FP8 parameters are gathered in FP8 (1 byte), the rest in the training precision.
+        const int64_t fp8_params = sc_.training.fp8_param_gather ? it->gemm_weights : 0;
         it->param_gather_op = collective(CollectiveKind::kAllGather, GroupKind::kDpCp,
-                                         Stream::kDpComm, it->params * d_.dsize,
+                                         Stream::kDpComm,
+                                         (it->params - fp8_params) * d_.dsize + fp8_params,
                                          "dp all_gather params");
         if (it->param_gather_op != kNoOp) {
           out_.ops[it->param_gather_op].bucket_layers.assign(it->layers.begin(), it->layers.end());

@@ -208,7 +208,8 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// gradients (E5M2 in hybrid), the weights cast once per iteration after the optimizer step
 /// (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
 /// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch, the
-/// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit.
+/// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit; with
+/// fp8_param_gather the distributed optimizer all-gathers the GEMM weights in FP8.
 /// Context parallelism (CP > 1): every op runs on s/CP tokens (the 2 x CP chunks of the causal
 /// load balance); attention by parallel.cp_comm_type — p2p: CP blocks of s/CP queries x s/CP keys
 /// (the same FLOPs each, full count) with the KV block for the next one exchanged around the CP

@@ -173,7 +173,7 @@ constexpr std::array<std::string_view, 10> kParallelismKeys = {
     "data_parallel_size",
     "pipeline_schedule",
     "rank_order"};
-constexpr std::array<std::string_view, 30> kTrainingKeys = {"micro_batch_size",
+constexpr std::array<std::string_view, 31> kTrainingKeys = {"micro_batch_size",
                                                             "global_batch_size",
                                                             "precision",
                                                             "recompute_granularity",
@@ -184,6 +184,7 @@ constexpr std::array<std::string_view, 30> kTrainingKeys = {"micro_batch_size",
                                                             "tp_comm_overlap",
                                                             "fp8_format",
                                                             "fp8_recipe",
+                                                            "fp8_param_gather",
                                                             "train_iters",
                                                             "lr",
                                                             "min_lr",
@@ -685,6 +686,10 @@ void check_rules(const Scenario& s, const Locator& where) {
                            "run on top of 16-bit training, as Megatron-LM's --fp8-format)",
                            to_string(*t.fp8_format)));
   }
+  if (t.fp8_param_gather && !t.fp8()) {
+    rule_error(where, "training.fp8_param_gather",
+               "true needs training.fp8_format (rule: FP8 parameters exist only in FP8 training)");
+  }
   if (t.precision == Precision::kFp8) {
     rule_error(where, "training.precision",
                "fp8 is not a training precision (allowed: fp32, fp16, bf16); use "
@@ -993,6 +998,7 @@ class Reader {
       }
       t.fp8_recipe = static_cast<Fp8Recipe>(*r);
     }
+    t.fp8_param_gather = get_bool("training", "fp8_param_gather").value_or(false);
     t.use_distributed_optimizer = get_bool("training", "use_distributed_optimizer").value_or(false);
     t.overlap_grad_reduce = get_bool("training", "overlap_grad_reduce").value_or(false);
     t.overlap_param_gather = get_bool("training", "overlap_param_gather").value_or(false);

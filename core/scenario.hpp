@@ -149,6 +149,9 @@ struct TrainingConfig {
   /// FP8 GEMMs on top of `precision` (Megatron --fp8-format); none = no FP8.
   std::optional<Fp8Format> fp8_format;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< Megatron --fp8-recipe (needs fp8_format)
+  /// FP8 parameters (Megatron --fp8-param-gather, NeMo fp8_params): the layers' GEMM weights are
+  /// kept in FP8 (no 16-bit copy) and the distributed optimizer all-gathers them in FP8.
+  bool fp8_param_gather = false;
 
   bool fp8() const { return fp8_format.has_value(); }
 
@@ -297,7 +300,7 @@ struct Override {
 ///                 attention_backend (unfused | flash; [flash] for llama and nemotron,
 ///                 [unfused] for gpt), fp8_format (hybrid | e4m3; none = no FP8),
 ///                 fp8_recipe [delayed] (delayed | tensorwise | blockwise | mxfp8; needs
-///                 fp8_format),
+///                 fp8_format), fp8_param_gather [false] (needs fp8_format),
 ///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,
 ///                 tp_comm_overlap [false];
 ///                 live training (all optional): train_iters (integer >= 1; none),
@@ -354,7 +357,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 /// GPipe has no model chunks; sequence_parallel needs TP > 1; 2 x CP divides seq_length when
 /// CP > 1; query groups divide heads and TP divides query groups; rope needs an even head_dim;
 /// cp_comm_type a2a needs CP to divide the heads and query groups per TP rank; fp8_format needs
-/// bf16 or fp16; sizes >= 1;
+/// bf16 or fp16; fp8_param_gather needs fp8_format; sizes >= 1;
 /// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the
 /// straggler rank in [0, num_gpus), a degraded link named; the live-training keys in their
 /// ranges, min_lr <= lr, lr_warmup_iters < lr_decay_iters (or train_iters when lr_decay_iters

@@ -92,6 +92,11 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64
     s.training.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
   } else {
     s.training.fp8_format.reset();
+    if (s.training.fp8_param_gather) {
+      s.training.fp8_param_gather = false;
+      c.adjustments.push_back(
+          "training.fp8_param_gather: true -> false (needs training.fp8_format)");
+    }
   }
   if (base.training.use_distributed_optimizer && !distributed_optimizer &&
       s.training.overlap_param_gather) {

@@ -54,6 +54,8 @@ void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::N
     set_default("overlap_param_gather", training["use_distributed_optimizer"].as<bool>());
     const bool sp = parallelism["sequence_parallel"] && parallelism["sequence_parallel"].as<bool>();
     set_default("tp_comm_overlap", sp);
+    // The file's FP8 rows ran with FP8 parameters (NeMo fp8_params).
+    if (training["fp8_format"]) set_default("fp8_param_gather", true);
   } else if (source.rfind("dgxc_h100", 0) == 0) {
     // NVIDIA's NeMo/Megatron-Core recipe: distributed optimizer with overlapped grad reduce and
     // param gather, Transformer Engine TP communication overlap and flash attention.

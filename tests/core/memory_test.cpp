@@ -205,6 +205,12 @@ TEST(MemoryTest, Fp8WeightCopiesAndUntiedHead) {
             plain.total_bytes() - plain.activations_bytes + fp8.fp8_weight_copies_bytes);
   // Untied: parameters include the LM head's 1024 x 64.
   EXPECT_EQ(plain.parameters, parameter_count(s.model));
+  // FP8 parameters: the FP8 copies are the GEMM weights; their 2-byte bf16 copies are gone.
+  s.training.fp8_param_gather = true;
+  const StageMemory params8 = stage_memory(s, 0);
+  EXPECT_EQ(params8.fp8_weight_copies_bytes, fp8.fp8_weight_copies_bytes);
+  EXPECT_EQ(params8.weights_bytes,
+            plain.weights_bytes - 2.0 * 4 * layer_gemm_weights_on_rank(s.model, 1));
 }
 
 // --- bytes per parameter (Megatron distributed-optimizer docs) -------------------------------

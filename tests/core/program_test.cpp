@@ -743,6 +743,26 @@ TEST(Program, ContextParallelCommunicationPerLayer) {
   EXPECT_TRUE(found);
 }
 
+// FP8 parameters: the distributed optimizer's parameter all-gather carries the layers' GEMM
+// weights in 1 byte and the rest (norms, embedding, LM head) in 2.
+TEST(Program, Fp8ParamGatherBytes) {
+  LlamaKnobs k;
+  k.dp = 2, k.dist_opt = true, k.fp8 = true;
+  Scenario s = make_llama(k);
+  const auto gathered = [](const Program& prog) {
+    int64_t bytes = 0;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.kind == OpKind::kCollective && op.phase == Phase::kParamSync) bytes += op.bytes;
+    }
+    return bytes;
+  };
+  const int64_t params = parameters_on_rank(s, 0);
+  EXPECT_EQ(gathered(build_program(s, {0})), 2 * params);
+  s.training.fp8_param_gather = true;
+  const int64_t gemm = 2 * layer_gemm_weights_on_rank(s.model, 1);  // 2 layers
+  EXPECT_EQ(gathered(build_program(s, {0})), 2 * (params - gemm) + gemm);
+}
+
 // FP8: the transformer layers' GEMMs have dtype fp8 (1-byte operands), each preceded by a cast;
 // the LM head stays bf16; the weights are cast once, after the optimizer step; the delayed
 // recipe updates its scales per layer, tensorwise adds an amax pass before every cast.

@@ -902,12 +902,18 @@ TEST(ScenarioModern, Fp8KeysAndRules) {
   EXPECT_EQ(gemm_precision(s.training), Precision::kFp8);
   t.set("training", "fp8_recipe", "blockwise");
   EXPECT_EQ(parse(t.text()).training.fp8_recipe, Fp8Recipe::kBlockwise);
+  t.set("training", "fp8_param_gather", "true");
+  EXPECT_TRUE(parse(t.text()).training.fp8_param_gather);
+  t.erase("training", "fp8_param_gather");
   t.set("training", "precision", "fp32");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.fp8_format"),
                                  HasSubstr("needs training.precision bf16 or fp16")));
   // A recipe without a format would silently run no FP8: refused.
   t.set("training", "precision", "bf16").erase("training", "fp8_format");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.fp8_recipe"),
+                                 HasSubstr("needs training.fp8_format")));
+  t.erase("training", "fp8_recipe").set("training", "fp8_param_gather", "true");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.fp8_param_gather"),
                                  HasSubstr("needs training.fp8_format")));
 }
 

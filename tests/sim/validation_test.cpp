@@ -135,6 +135,7 @@ TEST(Validation, ModernCasesDefaultsTflopsAndUnsupportedRows) {
       8192.0 * (12.0 * 32 * 4096.0 * 4096 * 4 + 18.0 * 32 * 11008 * 4096 + 6.0 * 32000 * 4096);
   EXPECT_NEAR(cases[1].measured_iteration_time_s / (512 * per_sample / (730e12 * 8)), 1.0, 1e-12);
   EXPECT_TRUE(cases[1].scenario.training.fp8());
+  EXPECT_TRUE(cases[1].scenario.training.fp8_param_gather);  // the file's FP8 rows
   EXPECT_FALSE(cases[1].scenario.training.tp_comm_overlap);  // no SP, nothing to overlap
   EXPECT_EQ(cases[2].id, "moe");
   EXPECT_THAT(cases[2].unsupported, HasSubstr("mixture of experts (model.num_moe_experts)"));

@@ -58,6 +58,7 @@ int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t t) {
   require_at_least_one(t, "tensor_model_parallel_size");
   require_divisible(m.hidden_size, "hidden_size", t, "tensor_model_parallel_size");
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
+  require_divisible(m.num_attention_heads, "num_attention_heads", t, "tensor_model_parallel_size");
   require_divisible(m.query_groups(), "num_query_groups", t, "tensor_model_parallel_size");
   const int64_t h = m.hidden_size;
   const int64_t ffn = m.ffn_hidden_size;

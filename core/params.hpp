@@ -40,7 +40,7 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t tp,
 /// Parameters of one transformer layer on one TP rank (tp = TP size): column-parallel QKV and
 /// FC1 weights and biases and row-parallel projection and FC2 weights divided by tp; the
 /// row-parallel biases and both norms replicated. Throws InvalidArgument when tp does not
-/// divide hidden_size, ffn_hidden_size or the query groups.
+/// divide hidden_size, ffn_hidden_size, the heads or the query groups.
 int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t tp);
 
 /// The GEMM weights (QKV, projection, FC1, FC2; no biases, no norms) of one transformer layer

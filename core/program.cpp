@@ -703,17 +703,27 @@ class RankLowering {
     return k_.layer_gemm(name, m, n, k, fp8);
   }
 
+  /// Where a GEMM operand's FP8 cast happens: in its own kernel, or fused into the kernel that
+  /// produces it (Transformer Engine: the norm of LayerNormLinear writes the QKV and FC1 inputs
+  /// in FP8, the activation of LayerNormMLP writes FC2's input and, in backward, FC1's output
+  /// gradient in FP8, with their transposes: the same bytes as the 16-bit output).
+  enum class Cast { kSeparate, kFused };
+
   /// FP8: the cast (and transpose, for the backward's other operand) of a GEMM operand of n
-  /// elements, after its amax pass under tensorwise scaling.
-  void fp8_cast(int64_t n, const char* what) {
-    if (sc_.training.fp8_recipe == Fp8Recipe::kTensorwise) kernel(k_.fp8_amax(n), what);
+  /// elements. Tensorwise (current) scaling needs the tensor's amax before the cast, so it never
+  /// fuses: an amax pass and a cast kernel for every operand.
+  void fp8_cast(int64_t n, const char* what, Cast where) {
+    const bool current = sc_.training.fp8_recipe == Fp8Recipe::kTensorwise;
+    if (where == Cast::kFused && !current) return;
+    if (current) kernel(k_.fp8_amax(n), what);
     kernel(k_.fp8_cast(n, true), what);
   }
 
   /// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
   /// for gather piece i only. FP8 (`fp8`): the input is cast first.
+  /// FP8 (`fp8`): the input, a norm's output, is cast by the norm (Cast::kFused).
   void gathered_gemm(int64_t n, int64_t k, const char* what, bool fp8 = false) {
-    if (fp8) fp8_cast(d_.tokens_sp * k, what);
+    if (fp8) fp8_cast(d_.tokens_sp * k, what, Cast::kFused);
     if (!d_.sp) {
       kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
       return;
@@ -731,8 +741,9 @@ class RankLowering {
   }
 
   /// GEMM + TP all-reduce (reduce-scatter with SP), chunked with tp_comm_overlap.
-  void gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8 = false) {
-    if (fp8) fp8_cast(d_.tokens * k, what);
+  void gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8 = false,
+                    Cast cast = Cast::kSeparate) {
+    if (fp8) fp8_cast(d_.tokens * k, what, cast);
     if (!(d_.sp && sc_.training.tp_comm_overlap)) {
       kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
       tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
@@ -834,7 +845,7 @@ class RankLowering {
     role(Role::kGelu);
     kernel(k_.activation(false), "mlp");
     role(Role::kFc2);
-    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp", f8);
+    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp", f8, Cast::kFused);  // cast by the activation
     role(Role::kMlpResidual);
     kernel(k_.dropout_add(false), "mlp");
     if (f8 && sc_.training.fp8_recipe == Fp8Recipe::kDelayed) {
@@ -847,7 +858,7 @@ class RankLowering {
   /// then dgrad and wgrad GEMMs (FP8: the output gradient cast first).
   void row_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false) {
     if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
-    if (fp8) fp8_cast(d_.tokens * n, what);
+    if (fp8) fp8_cast(d_.tokens * n, what, Cast::kSeparate);  // the residual stream's gradient
     kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
     kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
   }
@@ -856,13 +867,14 @@ class RankLowering {
   /// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
   /// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
   /// overlapped with the wgrad GEMM, then wait.
-  void column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false) {
+  void column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false,
+                                Cast cast = Cast::kSeparate) {
     uint32_t gather = kNoOp;
     if (d_.sp) {
       gather = collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
                           act_bytes(d_.h), "sp all_gather input");
     }
-    if (fp8) fp8_cast(d_.tokens * n, what);
+    if (fp8) fp8_cast(d_.tokens * n, what, cast);
     kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
     const uint32_t reduce = collective(tp_reduce(), GroupKind::kTp, Stream::kTpComm,
                                        act_bytes(k), d_.sp ? "sp reduce_scatter grad" : "tp all_reduce grad");
@@ -880,7 +892,7 @@ class RankLowering {
     role(Role::kGelu);
     kernel(k_.activation(true), "mlp");
     role(Role::kFc1);
-    column_parallel_backward(d_.fc1_local, d_.h, "mlp", f8);
+    column_parallel_backward(d_.fc1_local, d_.h, "mlp", f8, Cast::kFused);  // by its backward
     role(Role::kPostAttentionLayerNorm);
     kernel(k_.norm(true), "mlp");
     role(Role::kAttentionResidual);

@@ -205,7 +205,9 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// wide FC1 or squared ReLU, an untied LM head with its own gradient (no embedding-gradient
 /// all-reduce), no biases. FP8 (training.fp8_format): the transformer layers' GEMMs have dtype
 /// fp8 (costed at the FP8 peak), preceded by casts of their inputs (E4M3) and of the output
-/// gradients (E5M2 in hybrid), the weights cast once per iteration after the optimizer step
+/// gradients (E5M2 in hybrid) — separate kernels for the projection input and the QKV, projection
+/// and FC2 output gradients, fused into the norm / activation that produces the others as
+/// Transformer Engine does (tensorwise scaling never fuses: an amax pass and a cast each), the weights cast once per iteration after the optimizer step
 /// (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
 /// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch, the
 /// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit; with

@@ -54,11 +54,13 @@ int64_t layer_gemm_weights_on_rank(const ModelSpec& m, int64_t tp);
 /// the last stage the untied LM head V/TP*h or, tied and PP > 1, the embedding's copy; learned
 /// position embedding on the first stage; final norm on the last stage. Per layer and rank
 /// (GPT): QKV 3h*h/t + 3h/t, projection h*h/t + h, FC1 h*ffn/t + ffn/t, FC2 ffn*h/t + h,
-/// 2 LayerNorms 4h (layer_parameters_on_rank has the general form). Stage r holds v chunks of
-/// layers_per_model_chunk() layers (l/PP in all). Unlike parameter_count(), the embedding rows
-/// are those Megatron allocates: padded_vocab_size(V, TP) / TP per rank.
-/// Throws InvalidArgument for pp_rank outside [0, PP), a parallel size < 1, num_layers not
-/// divisible by PP * v, or hidden_size / ffn_hidden_size not divisible by TP.
+/// 2 LayerNorms 4h (layer_parameters_on_rank has the general form). Stage r holds
+/// layers_on_stage(s, r) layers (l/PP for an even split; core/pipeline_split.hpp). Unlike
+/// parameter_count(), the embedding rows are those Megatron allocates: padded_vocab_size(V, TP)
+/// / TP per rank.
+/// Throws InvalidArgument for pp_rank outside [0, PP), a parallel size < 1, an impossible
+/// pipeline split (PipelineSplitError), or hidden_size / ffn_hidden_size / the heads / the query
+/// groups not divisible by TP.
 int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank);
 
 }  // namespace traintwin

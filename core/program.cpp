@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_split.hpp"
 
 namespace traintwin {
 
@@ -162,7 +163,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// Sizes used by the lowering, named as in Korthikanti et al.: s, b, h, a, t, ...
 struct Dims {
-  int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local, layers_per_chunk;
+  int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local;
+  std::vector<ChunkLayers> split;  // the layers of each virtual stage (core/pipeline_split.hpp)
   int64_t cp;          // context-parallel size
   int64_t s_full;      // the whole sequence (s is the local s / CP)
   int64_t g;           // query groups (K/V heads)
@@ -196,7 +198,7 @@ struct Dims {
     hd = sc.model.head_dim();
     ffn = sc.model.ffn_hidden_size;
     vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
-    layers_per_chunk = sc.layers_per_model_chunk();
+    split = pipeline_layer_split(sc.model, sc.parallel);
     dtype = sc.training.precision;
     dsize = bytes_per_element(dtype);
     grad_bytes = static_cast<int64_t>(bytes_per_parameter(dtype, false, 1).gradients);
@@ -477,6 +479,12 @@ class RankLowering {
     out_.ops[id].role = role_;
     add_dep(id, last_compute_);
     add_dep(id, last_on_stream_[static_cast<size_t>(stream)]);
+    // A collective issued before any compute consumes a received tensor reads it: the SP
+    // all-gather of the embedding's output gradient in a first chunk that holds no transformer
+    // layer (uneven pipeline split) follows the recv of that gradient directly.
+    for (uint32_t w : waits_) {
+      if (out_.ops[w].kind == OpKind::kRecv) add_dep(id, w);
+    }
     last_on_stream_[static_cast<size_t>(stream)] = id;
     return id;
   }
@@ -517,6 +525,10 @@ class RankLowering {
 
   int64_t num_vstages() const { return d_.p * d_.v; }
   int64_t vstage(int64_t chunk) const { return chunk * d_.p + out_.coord.pp; }
+  /// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
+  const ChunkLayers& layers_of(int64_t chunk) const {
+    return d_.split[static_cast<size_t>(vstage(chunk))];
+  }
   int64_t rank_of_vstage(int64_t vs) const {
     RankCoord c = out_.coord;
     c.pp = vs % d_.p;
@@ -644,8 +656,8 @@ class RankLowering {
 
   void lower_step(const ScheduleStep& st) {
     const int64_t vs = vstage(st.model_chunk);
-    const int64_t first_layer = vs * d_.layers_per_chunk;
-    const int64_t last_layer = first_layer + d_.layers_per_chunk - 1;
+    const int64_t first_layer = layers_of(st.model_chunk).first_layer;
+    const int64_t last_layer = layers_of(st.model_chunk).end_layer() - 1;
     const bool is_last_vs = vs == num_vstages() - 1;
     if (st.pass == Pass::kForward) {
       const bool first_forward = !forwarded_chunk_[static_cast<size_t>(st.model_chunk)];
@@ -983,12 +995,15 @@ class RankLowering {
         const bool head = sc_.model.untie_embeddings_and_output_weights || d_.p > 1;
         items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0));
       }
-      for (int64_t l = (vs + 1) * d_.layers_per_chunk - 1; l >= vs * d_.layers_per_chunk; --l) {
+      const ChunkLayers& layers = layers_of(c);
+      for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
         items.emplace_back(l, layer_parameters_on_rank(sc_.model, d_.t));
       }
       const bool learned_positions =
           sc_.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
       if (vs == 0) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0));
+      // Never empty: a chunk left with no transformer layer by the uneven split holds the
+      // embedding or the LM head.
       auto& chunk = buckets_[static_cast<size_t>(c)];
       chunk.emplace_back();
       for (const auto& [id, n] : items) {
@@ -1066,10 +1081,11 @@ class RankLowering {
     };
     role(Role::kLayerNormGrads);
     if (d_.sp) {
-      // 2 norms + the 2 row-parallel biases (projection, FC2) of every layer; the final norm.
+      // 2 norms + the 2 row-parallel biases (projection, FC2) of every layer of this stage;
+      // the final norm.
       const int64_t per_layer =
           2 * sc_.model.norm_parameters() + (sc_.model.add_bias_linear ? 2 * d_.h : 0);
-      int64_t ln_params = d_.v * d_.layers_per_chunk * per_layer;
+      int64_t ln_params = layers_on_stage(sc_, c.pp) * per_layer;
       if (c.pp == d_.p - 1) ln_params += sc_.model.norm_parameters();
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                            ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
@@ -1096,7 +1112,7 @@ class RankLowering {
       // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
       // iteration from the updated weights: what Megatron's FP8 parameters do after the step
       // (and, without them, Transformer Engine on the first micro-batch: the same work).
-      const int64_t layers = d_.v * d_.layers_per_chunk;
+      const int64_t layers = layers_on_stage(sc_, out_.coord.pp);
       kernel(k_.fp8_cast(layers * layer_gemm_weights_on_rank(d_.model, d_.t), true),
              "fp8 weight cast");
     }

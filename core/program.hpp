@@ -188,7 +188,9 @@ struct RankProgramStats {
 /// Sums the ops of `rp` (a rank of `prog`).
 RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 
-/// Lowers the scenario to the Programs of `ranks` (all ranks when empty), Megatron-LM style:
+/// Lowers the scenario to the Programs of `ranks` (all ranks when empty), Megatron-LM style,
+/// each model chunk over the transformer layers the pipeline split gives it
+/// (pipeline_layer_split(), core/pipeline_split.hpp; possibly none beside the embedding or head):
 /// per layer, LN -> QKV -> attention core -> projection -> TP all-reduce (reduce-scatter with SP,
 /// all-gather before the next LN) -> LN -> FC1 -> GELU -> FC2 -> TP all-reduce/reduce-scatter;
 /// backward mirrored with the column-parallel backward's async dgrad all-reduce/reduce-scatter
@@ -207,8 +209,8 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// fp8 (costed at the FP8 peak), preceded by casts of their inputs (E4M3) and of the output
 /// gradients (E5M2 in hybrid) — separate kernels for the projection input and the QKV, projection
 /// and FC2 output gradients, fused into the norm / activation that produces the others as
-/// Transformer Engine does (tensorwise scaling never fuses: an amax pass and a cast each), the weights cast once per iteration after the optimizer step
-/// (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
+/// Transformer Engine does (tensorwise scaling never fuses: an amax pass and a cast each), the
+/// weights cast once per iteration after the optimizer step (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
 /// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch, the
 /// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit; with
 /// fp8_param_gather the distributed optimizer all-gathers the GEMM weights in FP8.
@@ -222,7 +224,7 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// to a/(t CP) heads of the whole sequence before attention and of its output after (and the
 /// reverse in backward). The DP gradient reduce and distributed optimizer run over DP x CP.
 /// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
-/// rank outside the world.
+/// rank outside the world; PipelineSplitError for an impossible pipeline split.
 Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {});
 
 /// Megatron's DDP bucket size in parameters: max(40,000,000, 1,000,000 x DP x CP) with

@@ -59,7 +59,8 @@ struct TrainerCallbacks {
 };
 
 /// The checkpoint signature of a rank: what must match for a checkpoint to load (model sizes,
-/// parallel layout and this rank's coordinates).
+/// parallel layout with the layers of every virtual pipeline stage, and this rank's
+/// coordinates). Throws PipelineSplitError for an impossible pipeline split.
 std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& coord);
 
 /// Trains the scenario on this rank. Requires training.train_iters, training.lr and

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/format.hpp"
 #include "core/error.hpp"
 #include "sim/collective_bench.hpp"
 #include "sim/isolated.hpp"
@@ -18,18 +19,6 @@ CollectiveKind parse_op(const std::string& op) {
   if (op == "reduce_scatter") return CollectiveKind::kReduceScatter;
   if (op == "broadcast") return CollectiveKind::kBroadcast;
   throw ConfigError("--op: '" + op + "' unknown (allowed: all_reduce, all_gather, reduce_scatter, broadcast)");
-}
-
-int64_t parse_size(const std::string& text) {
-  size_t used = 0;
-  const double v = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  double mult = 1;
-  if (unit == "K") mult = 1024.0;
-  else if (unit == "M") mult = 1024.0 * 1024;
-  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw ConfigError("size '" + text + "': unit must be K, M or G (as nccl-tests -b/-e)");
-  return static_cast<int64_t>(v * mult);
 }
 
 }  // namespace
@@ -60,10 +49,8 @@ void register_collective_command(CLI::App& app) {
     const auto members = bench_group_members(group, topo, o->num_gpus);
     fmt::print("# traintwin collective (simulated): {} over {} GPUs ({} group of {} x {})\n", o->op,
                members.size(), o->group, o->num_gpus, topo.gpu.name);
-    fmt::print("#\n# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}  {}\n", "size", "count", "type", "redop",
-               "time", "algbw", "busbw", "algorithm");
-    fmt::print("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)");
-    for (int64_t bytes : nccl_tests_sizes(parse_size(o->min_bytes), parse_size(o->max_bytes))) {
+    fmt::print("#\n{}", nccl_tests_header("algorithm"));
+    for (int64_t bytes : nccl_tests_sizes(parse_nccl_size(o->min_bytes), parse_nccl_size(o->max_bytes))) {
       const auto j = nlohmann::json::parse(run_isolated([&] {
         SimulationOptions opts;
         opts.collective_algorithm = o->algorithm;
@@ -71,10 +58,11 @@ void register_collective_command(CLI::App& app) {
         return nlohmann::json{{"time_us", r.time_us}, {"algbw", r.algbw_GBps}, {"busbw", r.busbw_GBps},
                               {"algorithm", r.algorithm}}.dump();
       }));
-      fmt::print("  {:>12} {:>12} {:>8} {:>6} {:>10.2f} {:>9.2f} {:>9.2f}  {}\n", bytes, bytes / 4, "float",
-                 kind == CollectiveKind::kAllGather || kind == CollectiveKind::kBroadcast ? "none" : "sum",
-                 j["time_us"].get<double>(), j["algbw"].get<double>(), j["busbw"].get<double>(),
-                 j["algorithm"].get<std::string>());
+      fmt::print("{}", nccl_tests_row(
+                           bytes, bytes / 4,
+                           kind == CollectiveKind::kAllGather || kind == CollectiveKind::kBroadcast ? "none" : "sum",
+                           j["time_us"].get<double>(), j["algbw"].get<double>(), j["busbw"].get<double>(),
+                           j["algorithm"].get<std::string>()));
       std::fflush(stdout);
     }
   });

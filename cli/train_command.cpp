@@ -15,6 +15,7 @@
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "core/error.hpp"
+#include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
@@ -102,8 +103,7 @@ void share_cores_among_local_ranks() {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (local == nullptr) local = std::getenv("SLURM_NTASKS_PER_NODE");
   const int ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  exec::cpu::set_gemm_threads(std::max(1, cores / ranks));
+  exec::cpu::set_gemm_threads(exec::cpu::threads_per_rank(ranks));
 }
 
 /// `env` is null for a single-process run.

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -16,9 +17,9 @@ struct CliResult {
   std::string output;
 };
 
-/// Runs `traintwin <args>` (TRAINTWIN_BINARY) through the shell.
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(TRAINTWIN_BINARY) + " " + args + " 2>&1";
+/// Runs the shell command `command` (stderr into the output).
+inline CliResult run_cli_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   std::string out;
   std::array<char, 4096> buf;
@@ -27,5 +28,19 @@ inline CliResult run_cli(const std::string& args) {
   const int status = pclose(pipe.release());
   return {WEXITSTATUS(status), out};
 }
+
+/// Runs `traintwin <args>` (TRAINTWIN_BINARY) through the shell.
+inline CliResult run_cli(const std::string& args) {
+  return run_cli_command(std::string(TRAINTWIN_BINARY) + " " + args);
+}
+
+/// Runs `mpirun -np <ranks> traintwin <args>` (oversubscribed, as root allowed).
+inline CliResult run_mpi_cli(int ranks, const std::string& args) {
+  return run_cli_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) +
+                         " " + TRAINTWIN_BINARY + " " + args);
+}
+
+/// Whether mpirun is on the PATH.
+inline bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
 
 }  // namespace traintwin::testing

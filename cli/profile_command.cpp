@@ -154,7 +154,7 @@ void profile_collectives(const ProfileCliOptions& o) {
                       "it under mpirun -np N (N >= 2)");
   }
   const exec::MpiEnvironment env;
-  try {
+  run_or_abort_all([&] {
     const int threads = o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(env.size()));
     const RankLayout layout(1, 1, env.size(), 1);
     exec::MpiCommunicator comm(layout);
@@ -202,11 +202,7 @@ void profile_collectives(const ProfileCliOptions& o) {
     std::filesystem::create_directories(std::filesystem::absolute(file).parent_path());
     db.save(file);
     fmt::print("wrote {} collective rows to {}\n", rows.size(), file.string());
-  } catch (const Error& e) {
-    fmt::print(stderr, "traintwin: error: {}\n", e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
+  });
 }
 
 }  // namespace
@@ -253,14 +249,10 @@ void register_profile_command(CLI::App& app) {
     }
     if (!launched_by_mpi()) return profile_kernels(*o, nullptr);
     const exec::MpiEnvironment env;
-    try {
+    run_or_abort_all([&] {
       exec::MpiCommunicator comm(RankLayout(1, 1, env.size(), 1));
       profile_kernels(*o, &comm);
-    } catch (const Error& e) {
-      fmt::print(stderr, "traintwin: error: {}\n", e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    });
   });
 }
 

@@ -1,6 +1,9 @@
 #include "cli/sweep_mpi.hpp"
 
+#include <fmt/format.h>
 #include <mpi.h>
+
+#include <cstdio>
 
 #include <cstdlib>
 #include <string>
@@ -32,6 +35,16 @@ SweepStatus parse_status(const std::string& s) {
 bool launched_by_mpi() {
   return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 ||
          env_int("PMIX_SIZE") > 1 || env_int("SLURM_NTASKS") > 1;
+}
+
+void run_or_abort_all(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const Error& e) {
+    fmt::print(stderr, "traintwin: error: {}\n", e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
 }
 
 std::vector<SweepRow> mpi_sweep(

@@ -189,14 +189,7 @@ void register_train_command(CLI::App& app) {
   cmd->callback([o] {
     if (!launched_by_mpi()) return run_train(*o, nullptr);
     const exec::MpiEnvironment env;
-    try {
-      run_train(*o, &env);
-    } catch (const Error& e) {
-      // Other ranks may be waiting in a collective: stop them all.
-      fmt::print(stderr, "traintwin: error: {}\n", e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    run_or_abort_all([&] { run_train(*o, &env); });
   });
 }
 

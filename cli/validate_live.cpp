@@ -211,7 +211,7 @@ void run_validate_live(const ValidateLiveOptions& o) {
     return run(o, comm, false);
   }
   const exec::MpiEnvironment env;
-  try {
+  run_or_abort_all([&] {
     const Scenario s = o.scenario.load();
     if (env.size() != s.world_size()) {
       throw ConfigError(fmt::format("{}: cluster.num_gpus = {} but mpirun started {} processes",
@@ -222,11 +222,7 @@ void run_validate_live(const ValidateLiveOptions& o) {
                             s.parallel.rank_order);
     exec::MpiCommunicator comm(layout);
     run(o, comm, true);
-  } catch (const Error& e) {
-    fmt::print(stderr, "traintwin: error: {}\n", e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
+  });
 }
 
 }  // namespace traintwin::cli

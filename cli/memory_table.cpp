@@ -24,10 +24,16 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
     const bool fits = m.total_bytes() <= capacity;
     out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",
                        m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
-                       gib(m.weights_bytes), gib(m.gradients_bytes), gib(m.optimizer_bytes),
-                       m.in_flight, m.in_flight_layers, gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
+                       gib(m.weights_bytes + m.fp8_weight_copies_bytes), gib(m.gradients_bytes),
+                       gib(m.optimizer_bytes), m.in_flight, m.in_flight_layers,
+                       gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
                        gib(m.total_bytes()), fits ? "yes" : "OOM");
     if (!worst || m.total_bytes() > worst->total_bytes()) worst = &m;
+  }
+  if (s.training.fp8() && !stages.empty()) {
+    out += fmt::format("weights include the FP8 copies and transposes of the layers' GEMM weights "
+                       "({} on stage 0)\n",
+                       gib(stages.front().fp8_weight_copies_bytes));
   }
   if (worst) {
     if (worst->total_bytes() <= capacity) {

@@ -55,6 +55,14 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
               "Shard optimizer state over data-parallel ranks (ZeRO-1)");
   g->add_option("--recompute-granularity", o.recompute_granularity, "Activation recomputation")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  g->add_option("--cp-comm-type", o.cp_comm_type, "Context-parallel attention exchange")
+      ->check(CLI::IsMember({"p2p", "a2a", "all_gather"}));
+  g->add_option("--fp8-format", o.fp8_format, "FP8 GEMMs: hybrid (E4M3 fwd, E5M2 grads) or e4m3")
+      ->check(CLI::IsMember({"hybrid", "e4m3"}));
+  g->add_option("--fp8-recipe", o.fp8_recipe, "FP8 scaling recipe")
+      ->check(CLI::IsMember({"delayed", "tensorwise", "blockwise", "mxfp8"}));
+  g->add_flag("--fp8-param-gather", o.fp8_param_gather,
+              "Keep the GEMM weights in FP8 and all-gather them in FP8");
 
   auto* t = cmd.add_option_group("Megatron-LM training flags",
                                  "Shorthands for --set of the training.* and data.* keys");
@@ -124,6 +132,10 @@ std::vector<Override> ScenarioOptions::overrides() const {
   if (sequence_parallel) out.push_back({"parallelism.sequence_parallel", "true"});
   if (use_distributed_optimizer) out.push_back({"training.use_distributed_optimizer", "true"});
   if (recompute_granularity) out.push_back({"training.recompute_granularity", *recompute_granularity});
+  if (cp_comm_type) out.push_back({"parallelism.cp_comm_type", *cp_comm_type});
+  if (fp8_format) out.push_back({"training.fp8_format", *fp8_format});
+  if (fp8_recipe) out.push_back({"training.fp8_recipe", *fp8_recipe});
+  if (fp8_param_gather) out.push_back({"training.fp8_param_gather", "true"});
   flag("training.train_iters", train_iters);
   flag("training.lr_warmup_iters", lr_warmup_iters);
   flag("training.lr_decay_iters", lr_decay_iters);

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "core/flops.hpp"
 #include "cli/report_output.hpp"
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
@@ -137,8 +138,9 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   }
   fmt::print("simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows, {} events\n", r.sim_wall_s,
              r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.events);
-  fmt::print("MFU = model FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) (Korthikanti et al. 2022) / "
-             "(iteration time x GPUs x {} dense peak)\n", si(topo.gpu.peak_FLOPs(s.training.precision)));
+  fmt::print("MFU = model FLOPs / (iteration time x GPUs x {} dense {} peak); {}\n",
+             si(topo.gpu.peak_FLOPs(gemm_precision(s.training))),
+             to_string(gemm_precision(s.training)), model_flops_formula(s.model));
   if (base) print_what_if(s, m, *base);
 }
 

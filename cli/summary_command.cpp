@@ -53,9 +53,16 @@ void print_summary(const Scenario& s) {
   check_cluster_size(topo, s.cluster.num_gpus);
 
   fmt::print("scenario   {} ({})\n", s.name, s.source.string());
-  fmt::print("model      {}: {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {}: {} parameters\n",
-             m.architecture, m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size,
-             m.seq_length, m.vocab_size, si(static_cast<double>(parameter_count(m))));
+  fmt::print("model      {}: {} layers, hidden {}, {} heads ({} query groups), ffn {}, seq {}, "
+             "vocab {}: {} parameters\n",
+             m.architecture, m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups(),
+             m.ffn_hidden_size, m.seq_length, m.vocab_size,
+             si(static_cast<double>(parameter_count(m))));
+  fmt::print("layers     {}, {}, {} positions, {} embeddings and LM head, {}linear biases\n",
+             to_string(m.normalization), to_string(m.activation),
+             to_string(m.position_embedding_type),
+             m.untie_embeddings_and_output_weights ? "untied" : "tied",
+             m.add_bias_linear ? "" : "no ");
   fmt::print("cluster    {} x {} ({}), topology {}\n", s.cluster.num_gpus, topo.gpu.name,
              topo.name, s.cluster.topology.string());
   fmt::print("layout     TP {} x CP {} x PP {} x DP {} (order {}), {} model chunk(s) per stage, "
@@ -73,19 +80,24 @@ void print_summary(const Scenario& s) {
              t.global_batch_size, t.micro_batch_size, mbs, sched,
              100.0 * ideal_bubble_fraction(p.pipeline_schedule, p.pipeline_model_parallel_size, mbs,
                                            p.virtual_pipeline_model_parallel_size));
-  fmt::print("training   {}, recompute {}, distributed optimizer {}, overlap grad reduce {}, "
-             "overlap param gather {}, TP comm overlap {}\n",
-             to_string(t.precision), to_string(t.recompute_granularity),
+  fmt::print("training   {}{}, recompute {}, attention {}, distributed optimizer {}, overlap grad "
+             "reduce {}, overlap param gather {}, TP comm overlap {}\n",
+             to_string(t.precision),
+             t.fp8() ? fmt::format(" + FP8 GEMMs ({} format, {} recipe)", to_string(*t.fp8_format),
+                                   to_string(t.fp8_recipe))
+                     : std::string(),
+             to_string(t.recompute_granularity), to_string(t.attention_backend),
              t.use_distributed_optimizer ? "on" : "off", t.overlap_grad_reduce ? "on" : "off",
              t.overlap_param_gather ? "on" : "off", t.tp_comm_overlap ? "on" : "off");
   const double model_flops = model_flops_per_iteration(m, t.global_batch_size);
   const double hw_flops = hardware_flops_per_iteration(m, t.global_batch_size, t.recompute_granularity);
-  fmt::print("FLOPs      model {} per iteration (Korthikanti et al. 2022), hardware {} "
-             "(with recomputation); {} model FLOPs per GPU\n",
-             si(model_flops), si(hw_flops), si(model_flops / static_cast<double>(s.cluster.num_gpus)));
-  const double peak = topo.gpu.peak_FLOPs(t.precision);
+  fmt::print("FLOPs      model {} per iteration, hardware {} (with recomputation); {} model FLOPs "
+             "per GPU\n           {}\n",
+             si(model_flops), si(hw_flops), si(model_flops / static_cast<double>(s.cluster.num_gpus)),
+             model_flops_formula(m));
+  const double peak = topo.gpu.peak_FLOPs(gemm_precision(t));
   fmt::print("peak       {} FLOP/s per GPU ({}): an iteration takes at least {:.3f} s at 100 % MFU\n",
-             si(peak), to_string(t.precision),
+             si(peak), to_string(gemm_precision(t)),
              model_flops / (peak * static_cast<double>(s.cluster.num_gpus)));
 
   // The Program of the first and the last pipeline stage (TP/DP rank 0).

@@ -32,7 +32,7 @@ namespace {
 struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
-  std::optional<std::string> tp, pp, mbs, vpp, recompute, sp, distributed_optimizer;
+  std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8;
   PipelineSplitFlags pipeline_split;  // kept for every layout
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int top = 20;
@@ -46,12 +46,13 @@ const char* on_off(bool b) { return b ? "on" : "off"; }
 
 /// "TP 2 PP 4 VPP 1 DP 8 mbs 1 recompute none SP off DO on": a configuration in one phrase.
 std::string layout_phrase(const Scenario& s) {
-  return fmt::format("TP {} PP {} VPP {} DP {} mbs {} recompute {} SP {} dist-opt {}",
-                     s.parallel.tensor_model_parallel_size, s.parallel.pipeline_model_parallel_size,
+  return fmt::format("TP {} CP {} PP {} VPP {} DP {} mbs {} recompute {} SP {} dist-opt {} fp8 {}",
+                     s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+                     s.parallel.pipeline_model_parallel_size,
                      s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
                      s.training.micro_batch_size, to_string(s.training.recompute_granularity),
                      on_off(s.parallel.sequence_parallel),
-                     on_off(s.training.use_distributed_optimizer));
+                     on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()));
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
@@ -97,9 +98,10 @@ ProgressCallback progress_bar() {
 
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
   fmt::print(
-      "{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10} {:>11} {:>6} {:>11}  {}\n",
-      "rank", "TP", "PP", "VPP", "DP", "mbs", "recompute", "SP", "DO", "iter (s)", "tok/s/GPU",
-      "MFU %", "peak mem", "memory");
+      "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10} {:>11} {:>6} "
+      "{:>11}  {}\n",
+      "rank", "TP", "CP", "PP", "VPP", "DP", "mbs", "recompute", "SP", "DO", "FP8", "iter (s)",
+      "tok/s/GPU", "MFU %", "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
     if (r.status != SweepStatus::kRanked) continue;
@@ -108,13 +110,15 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
     const Scenario& s = r.config.scenario;
     const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
-        "{:>4} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:>10.4f} {:>11.1f} {:>6.1f} {:>11} "
-        " {}\n",
-        r.rank, s.parallel.tensor_model_parallel_size, s.parallel.pipeline_model_parallel_size,
-        s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
-        s.training.micro_batch_size, to_string(s.training.recompute_granularity),
-        on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
-        m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes), "fits");
+        "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10.4f} {:>11.1f} "
+        "{:>6.1f} {:>11}  {}\n",
+        r.rank, s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+        s.parallel.pipeline_model_parallel_size, s.parallel.virtual_pipeline_model_parallel_size,
+        s.parallel.data_parallel_size, s.training.micro_batch_size,
+        to_string(s.training.recompute_granularity), on_off(s.parallel.sequence_parallel),
+        on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()),
+        m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
+        "fits");
   }
   if (ranked > shown)
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);
@@ -207,6 +211,7 @@ void register_sweep_command(CLI::App& app) {
   auto* g = cmd->add_option_group(
       "Swept values", "Comma-separated lists; an axis not given keeps the scenario's value");
   g->add_option("--tensor-model-parallel-size", o->tp, "TP sizes, e.g. 1,2,4,8")->type_name("LIST");
+  g->add_option("--context-parallel-size", o->cp, "CP sizes, e.g. 1,2,4,8")->type_name("LIST");
   g->add_option("--pipeline-model-parallel-size", o->pp, "PP sizes, e.g. 1,2,4,8,16")
       ->type_name("LIST");
   g->add_option("--micro-batch-size", o->mbs, "Micro-batch sizes, e.g. 1,2,4")->type_name("LIST");
@@ -217,6 +222,9 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--sequence-parallel", o->sp, "on,off")->type_name("LIST");
   g->add_option("--use-distributed-optimizer", o->distributed_optimizer, "on,off")
+      ->type_name("LIST");
+  g->add_option("--fp8", o->fp8,
+                "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")
       ->type_name("LIST");
   auto* split = cmd->add_option_group(
       "Pipeline split", "Megatron-LM's uneven split flags, kept for every swept layout");
@@ -248,6 +256,7 @@ void register_sweep_command(CLI::App& app) {
       throw ConfigError(fmt::format("--top: {} is not allowed (allowed: an integer >= 0)", o->top));
     SweepAxes axes;
     if (o->tp) axes.tp = parse_sweep_integers("--tensor-model-parallel-size", *o->tp);
+    if (o->cp) axes.cp = parse_sweep_integers("--context-parallel-size", *o->cp);
     if (o->pp) axes.pp = parse_sweep_integers("--pipeline-model-parallel-size", *o->pp);
     if (o->mbs) axes.mbs = parse_sweep_integers("--micro-batch-size", *o->mbs);
     if (o->vpp) axes.vpp = parse_sweep_integers("--virtual-pipeline-model-parallel-size", *o->vpp);
@@ -258,6 +267,7 @@ void register_sweep_command(CLI::App& app) {
       axes.distributed_optimizer =
           parse_sweep_switch("--use-distributed-optimizer", *o->distributed_optimizer);
     }
+    if (o->fp8) axes.fp8 = parse_sweep_switch("--fp8", *o->fp8);
     std::vector<Override> overrides;
     for (const auto& s : o->set) overrides.push_back(parse_override(s));
     o->pipeline_split.append_overrides(overrides);
@@ -265,6 +275,12 @@ void register_sweep_command(CLI::App& app) {
     const Scenario base = load_scenario(o->file, overrides);
     const TopologySpec topo = load_topology(base.cluster.topology);
     check_cluster_size(topo, base.cluster.num_gpus);
+    // FP8 on a GPU without it fails before any simulation, naming the GPU.
+    if (std::find(axes.fp8.begin(), axes.fp8.end(), true) != axes.fp8.end()) {
+      TrainingConfig with_fp8 = base.training;
+      with_fp8.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
+      check_gpu_supports(topo, with_fp8);
+    }
     const auto configurations = enumerate_configurations(base, axes, topo.gpu.memory_bytes);
 
     // The evaluator: the SimGrid replay in worker processes, the analytical estimator in this

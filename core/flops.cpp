@@ -38,9 +38,10 @@ double layer_forward_flops(const ModelSpec& m, int64_t samples) {
   const double s = static_cast<double>(m.seq_length);
   const double h = static_cast<double>(m.hidden_size);
   const double ffn = static_cast<double>(m.ffn_hidden_size);
-  const double qkv = 6.0 * b * s * h * h;
+  const double qkv = 2.0 * b * s * h * static_cast<double>(m.qkv_width());  // 6Bsh^2 for MHA
   const double projection = 2.0 * b * s * h * h;
-  const double mlp = 2.0 * b * s * h * ffn + 2.0 * b * s * ffn * h;  // FC1 + FC2
+  // FC1 (2 ffn wide for SwiGLU's gate and up) + FC2.
+  const double mlp = 2.0 * b * s * h * static_cast<double>(m.fc1_width()) + 2.0 * b * s * ffn * h;
   return qkv + attention_core_forward_flops(m, samples) + projection + mlp;
 }
 
@@ -64,6 +65,18 @@ double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
       return model + l * layer_forward_flops(m, global_batch);
   }
   throw InvalidArgument("recompute_granularity has an unknown value");
+}
+
+std::string model_flops_formula(const ModelSpec& m) {
+  const std::string attention = "12 L s h (attention, full s x s: not halved for causal masking)";
+  const std::string mlp = m.activation == Activation::kSwiglu ? "18 L F h (SwiGLU MLP)"
+                                                              : "12 L F h (MLP)";
+  const std::string qkv = m.query_groups() == m.num_attention_heads
+                              ? "24 L h^2 (QKV, projection)"
+                              : "12 L h^2 (1 + G/H) (GQA QKV, projection)";
+  return "model FLOPs per token = " + qkv + " + " + attention + " + " + mlp +
+         " + 6 V h (LM head); fwd + bwd = 3 x fwd, no recomputation (Narayanan et al. SC'21; "
+         "NVIDIA DGX Cloud recipes' formula for Llama)";
 }
 
 double narayanan_eq3_flops(const ModelSpec& m, int64_t global_batch) {

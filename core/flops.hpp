@@ -1,21 +1,26 @@
 // FLOP model of GPT training.
 //
 // Forward FLOPs of one transformer layer for B*s tokens (GEMMs only, as in the sources):
-//   QKV 6Bsh^2 + attention scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2
-//   + FC1 2Bsh*ffn + FC2 2Bsh*ffn  (= 24Bsh^2 + 4Bs^2h for ffn = 4h);
+//   QKV 2Bsh(a + 2g)d (= 6Bsh^2 for multi-head attention; g query groups, d = h/a)
+//   + attention scores 2Bs^2h + attention over values 2Bs^2h + projection 2Bsh^2
+//   + FC1 2Bsh*ffn (x2 for SwiGLU's gate and up) + FC2 2Bsh*ffn
+//   (= 24Bsh^2 + 4Bs^2h for GPT with ffn = 4h). The attention terms count the full s x s matrix
+//   (not halved for the causal mask), as Narayanan et al. and NVIDIA's DGX Cloud recipes do:
+//   for Llama the per-sample model FLOPs are s [12 L h^2 (1 + G/H + s/h) + 18 L F h + 6 V h].
 // LM head 2BshV. Backward = 2x forward.
 // Model FLOPs (Korthikanti et al. 2022, sec. 6): 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
 // With full recomputation (Narayanan et al. SC'21, eq. 3): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/scenario.hpp"
 
 namespace traintwin {
 
 /// Forward FLOPs of one transformer layer for `samples` = B samples of s = seq_length tokens:
-/// 8Bsh^2 + 4Bs^2h + 4Bsh*ffn. Every function here throws InvalidArgument, naming the argument
+/// 2Bsh(a+2g)d + 2Bsh^2 + 4Bs^2h + 2Bsh*fc1_width + 2Bsh*ffn (8Bsh^2 + 4Bs^2h + 4Bsh*ffn for GPT). Every function here throws InvalidArgument, naming the argument
 /// or field, for a batch < 1 or a model size (num_layers, hidden_size, ffn_hidden_size,
 /// seq_length, vocab_size) < 1; the paper formulas (eq. 3, Korthikanti) do not use ffn and
 /// assume ffn = 4h.
@@ -30,6 +35,10 @@ double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch);
 /// For kFull and ffn = 4h this equals Narayanan et al. eq. 3.
 double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
                                     RecomputeGranularity r);
+
+/// The formula model_flops_per_iteration() evaluates for `m`, as text for the output (which
+/// terms, whether attention is causal-halved: it is not).
+std::string model_flops_formula(const ModelSpec& m);
 
 /// Narayanan et al. SC'21 eq. 3 verbatim: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
 double narayanan_eq3_flops(const ModelSpec& m, int64_t global_batch);

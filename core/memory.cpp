@@ -21,8 +21,10 @@ double activation_element_bytes(Precision p) {
       return 2.0;
     case Precision::kFp32:
       return 4.0;
+    case Precision::kFp8:
+      break;
   }
-  throw InvalidArgument("precision has an unknown value");
+  throw InvalidArgument("precision: fp8 is not a training precision (allowed: fp32, fp16, bf16)");
 }
 
 /// Dropout masks are stored as 1 byte per element whatever the precision.
@@ -55,7 +57,7 @@ std::vector<ScheduleStep> steps_of_chunk(const std::vector<ScheduleStep>& schedu
 
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
                               bool sequence_parallel, RecomputeGranularity r, Precision p,
-                              AttentionBackend backend) {
+                              AttentionBackend backend, bool fp8) {
   require_at_least_one(m.hidden_size, "hidden_size");
   require_at_least_one(m.num_attention_heads, "num_attention_heads");
   require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
@@ -65,6 +67,7 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
   const double b = static_cast<double>(micro_batch_size);
   const double h = static_cast<double>(m.hidden_size);
   const double a = static_cast<double>(m.num_attention_heads);
+  const double g = static_cast<double>(m.query_groups());
   const double ffn = static_cast<double>(m.ffn_hidden_size);
   const double t = static_cast<double>(tp);
   const double e = activation_element_bytes(p);
@@ -76,18 +79,27 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
     return e * sbh / sp_divisor;  // only the layer input is kept (2sbh in 16 bits)
   }
 
-  // Korthikanti et al. 2022, sec. 4.1 (bytes, with e = 2: 34 sbh + 5 a s^2 b in all).
+  // Korthikanti et al. 2022, sec. 4.1 (bytes, with e = 2: 34 sbh + 5 a s^2 b in all for GPT).
+  // GEMM inputs saved for the weight gradient are FP8 (1 byte) under FP8 training: Transformer
+  // Engine's Linear/LayerNormLinear keep the cast input, not the 16-bit one.
+  const double gemm_in = fp8 ? 1.0 : e;
   // Outside the TP region (/t only with SP), 10 sbh:
-  const double layer_norm_inputs = 2.0 * e * sbh;       // inputs of the 2 LayerNorms: 4sbh
-  const double qkv_input = e * sbh;                     // LN output, input of the QKV GEMM: 2sbh
-  const double fc1_input = e * sbh;                     // LN output, input of FC1: 2sbh
+  const double layer_norm_inputs = 2.0 * e * sbh;       // inputs of the 2 norms: 4sbh
+  const double qkv_input = gemm_in * sbh;               // norm output, input of QKV: 2sbh
+  const double fc1_input = gemm_in * sbh;               // norm output, input of FC1: 2sbh
   const double dropout_masks = 2.0 * kMaskBytes * sbh;  // after attention and MLP: 2 x sbh
   const double outside_tp_region = layer_norm_inputs + qkv_input + fc1_input + dropout_masks;
-  // Inside the TP region (/t), 24 sbh for ffn = 4h:
-  const double q_k_v = 3.0 * e * sbh;                      // Q, K (for Q K^T) and V: 6sbh
-  const double projection_input = e * sbh;                 // attention output: 2sbh
-  const double gelu_input_output = 2.0 * e * s * b * ffn;  // FC1 output, FC2 input: 16sbh
-  const double inside_tp_region = q_k_v + projection_input + gelu_input_output;
+  // Inside the TP region (/t), 24 sbh for GPT with ffn = 4h. The same method applied to the
+  // Llama-style layer: Q is sbh, K and V are sbh g/a each under grouped-query attention; RoPE
+  // rotates Q and K in place (the rotated ones are what attention saves; its backward is the
+  // inverse rotation and needs no input); SwiGLU keeps its 2 ffn-wide input (gate and up) and
+  // its ffn-wide output, squared ReLU and GeLU their ffn-wide input and output.
+  const double q_k_v = e * sbh * (1.0 + 2.0 * g / a);      // 6sbh for multi-head attention
+  const double projection_input = gemm_in * sbh;           // attention output: 2sbh
+  const double act_input = (m.activation == Activation::kSwiglu ? 2.0 : 1.0) * e * s * b * ffn;
+  const double fc2_input = gemm_in * s * b * ffn;          // activation output
+  const double mlp = act_input + fc2_input;                // 16sbh for GeLU, ffn = 4h
+  const double inside_tp_region = q_k_v + projection_input + mlp;
   // Attention core, sharded over heads (/t): softmax output 2as^2b, its dropout mask as^2b,
   // dropout output 2as^2b. Selective recomputation recomputes these instead of storing them.
   const double as2b = a * s * s * b;
@@ -161,6 +173,16 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   mem.weights_bytes = params * bpp.weights;
   mem.gradients_bytes = params * bpp.gradients;
   mem.optimizer_bytes = params * bpp.optimizer;
+  if (tr.fp8()) {
+    // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight and, on
+    // Hopper (TN-only FP8 GEMMs), its transpose for the backward: 2 bytes per GEMM weight.
+    // With FP8 parameters those are the weights: no 16-bit copy of the GEMM weights remains.
+    const double gemm = static_cast<double>(mem.layers) *
+                        static_cast<double>(layer_gemm_weights_on_rank(
+                            s.model, par.tensor_model_parallel_size));
+    mem.fp8_weight_copies_bytes = 2.0 * gemm;
+    if (tr.fp8_param_gather) mem.weights_bytes -= gemm * bpp.weights;
+  }
 
   // Transformer-layer activations at the peak of the stage's schedule.
   const std::vector<ScheduleStep> schedule =
@@ -169,7 +191,8 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   mem.in_flight_layers = max_in_flight_weighted(schedule, layers_of_chunk);
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
-      par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend);
+      par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
+      tr.fp8());
   mem.activations_bytes = static_cast<double>(mem.in_flight_layers) * per_layer;
 
   // Outside the transformer layers (Korthikanti et al. 2022, sec. 4.3), counted for each

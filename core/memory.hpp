@@ -1,6 +1,9 @@
 // Memory model per GPU: weights, gradients, optimizer states, activations, and the embedding /
 // LM-head / logits buffers, per pipeline stage.
 //
+// Llama-style layers (GQA, SwiGLU, RMSNorm, RoPE) and FP8 extend Korthikanti's term-by-term
+// method as layer_activation_bytes() states. With CP the local sequence is s/CP.
+//
 // Sources: bytes per parameter from Megatron-LM's distributed-optimizer documentation
 // (fp16 params+grads: 20, or 4 + 16/d distributed; bf16 params with fp32 grads: 18, or 6 + 12/d;
 // fp32: 16, or 8 + 8/d). Activations per transformer layer from Korthikanti et al. 2022,
@@ -48,7 +51,8 @@ namespace traintwin {
 /// < 1 or seq_length not divisible by cp.
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
                               bool sequence_parallel, RecomputeGranularity r, Precision p,
-                              AttentionBackend backend = AttentionBackend::kUnfused);
+                              AttentionBackend backend = AttentionBackend::kUnfused,
+                              bool fp8 = false);
 
 /// Bytes per parameter of weights, gradients and optimizer state (see file comment).
 struct BytesPerParameter {
@@ -71,6 +75,9 @@ struct StageMemory {
   /// chunk's layers (max_in_flight_weighted); in_flight x layers per chunk for an even split.
   int64_t in_flight_layers = 0;
   double weights_bytes = 0;
+  /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights. With
+  /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).
+  double fp8_weight_copies_bytes = 0;
   double gradients_bytes = 0;
   double optimizer_bytes = 0;
   double activations_bytes = 0;  ///< transformer layers, at the in-flight peak
@@ -78,7 +85,8 @@ struct StageMemory {
   /// inputs and fp32 logits (last stage).
   double embedding_and_logits_bytes = 0;
   double total_bytes() const {
-    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes +
+    return weights_bytes + fp8_weight_copies_bytes + gradients_bytes + optimizer_bytes +
+           activations_bytes +
            embedding_and_logits_bytes;
   }
 };

@@ -22,23 +22,18 @@ void require_divisible(int64_t value, const char* value_name, int64_t divisor,
 }  // namespace
 
 int64_t layer_parameter_count(const ModelSpec& m) {
-  require_valid_model(m);
-  const int64_t h = m.hidden_size;
-  const int64_t ffn = m.ffn_hidden_size;
-  const int64_t qkv = 3 * h * h + 3 * h;              // fused QKV weight + bias
-  const int64_t projection = h * h + h;               // attention output projection
-  const int64_t fc1 = h * ffn + ffn;                  // MLP h -> ffn
-  const int64_t fc2 = ffn * h + h;                    // MLP ffn -> h
-  const int64_t layer_norms = 2 * (2 * h);            // 2 LayerNorms, gamma + beta
-  return qkv + projection + fc1 + fc2 + layer_norms;  // 4h^2 + 2h ffn + 9h + ffn
+  return layer_parameters_on_rank(m, 1);
 }
 
 int64_t parameter_count(const ModelSpec& m) {
   const int64_t layers = m.num_layers * layer_parameter_count(m);  // validates m
-  const int64_t word_embedding = m.vocab_size * m.hidden_size;     // tied with the LM head
-  const int64_t position_embedding = m.seq_length * m.hidden_size;
-  const int64_t final_layer_norm = 2 * m.hidden_size;
-  return layers + word_embedding + position_embedding + final_layer_norm;
+  const int64_t h = m.hidden_size;
+  const int64_t word_embedding = m.vocab_size * h;
+  const int64_t output_layer = m.untie_embeddings_and_output_weights ? m.vocab_size * h : 0;
+  const int64_t position_embedding =
+      m.position_embedding_type == PositionEmbedding::kLearnedAbsolute ? m.seq_length * h : 0;
+  const int64_t final_norm = m.norm_parameters();
+  return layers + word_embedding + output_layer + position_embedding + final_norm;
 }
 
 double parameter_count_narayanan(const ModelSpec& m) {
@@ -64,16 +59,28 @@ int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t t) {
   require_at_least_one(t, "tensor_model_parallel_size");
   require_divisible(m.hidden_size, "hidden_size", t, "tensor_model_parallel_size");
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
+  require_divisible(m.num_attention_heads, "num_attention_heads", t, "tensor_model_parallel_size");
+  require_divisible(m.query_groups(), "num_query_groups", t, "tensor_model_parallel_size");
   const int64_t h = m.hidden_size;
   const int64_t ffn = m.ffn_hidden_size;
+  const int64_t bias = m.add_bias_linear ? 1 : 0;
+  const int64_t qkv_local = m.qkv_width() / t;  // (a + 2g) d / t: whole heads per rank
+  const int64_t fc1_local = m.fc1_width() / t;  // SwiGLU: gate and up shards of ffn / t each
   // Sharded over TP: column-parallel QKV and FC1 (weights and biases), row-parallel projection
-  // and FC2 weights. Replicated: row-parallel biases (projection, FC2) and the 2 LayerNorms.
-  const int64_t qkv = 3 * h * (h / t) + 3 * (h / t);
-  const int64_t projection = (h / t) * h + h;
-  const int64_t fc1 = h * (ffn / t) + ffn / t;
-  const int64_t fc2 = (ffn / t) * h + h;
-  const int64_t layer_norms = 4 * h;
-  return qkv + projection + fc1 + fc2 + layer_norms;
+  // and FC2 weights. Replicated: row-parallel biases (projection, FC2) and the 2 norms.
+  const int64_t qkv = h * qkv_local + bias * qkv_local;
+  const int64_t projection = (h / t) * h + bias * h;
+  const int64_t fc1 = h * fc1_local + bias * fc1_local;
+  const int64_t fc2 = (ffn / t) * h + bias * h;
+  const int64_t norms = 2 * m.norm_parameters();
+  return qkv + projection + fc1 + fc2 + norms;
+}
+
+int64_t layer_gemm_weights_on_rank(const ModelSpec& m, int64_t t) {
+  layer_parameters_on_rank(m, t);  // the same checks
+  const int64_t h = m.hidden_size;
+  return h * (m.qkv_width() / t) + (h / t) * h + h * (m.fc1_width() / t) +
+         (m.ffn_hidden_size / t) * h;
 }
 
 int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
@@ -100,9 +107,12 @@ int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   const int64_t word_embedding_rows = padded_vocab_size(m.vocab_size, t) / t;
   const bool first = pp_rank == 0;
   const bool last = pp_rank == p - 1;
-  if (first) total += word_embedding_rows * h + m.seq_length * h;  // word + position embedding
-  if (last && p > 1) total += word_embedding_rows * h;             // tied copy for the LM head
-  if (last) total += 2 * h;                                        // final LayerNorm
+  const bool learned_positions = m.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
+  if (first) total += word_embedding_rows * h + (learned_positions ? m.seq_length * h : 0);
+  // The LM head: its own weight when untied; when tied, a copy of the word embedding on the
+  // last stage when that is another stage (Megatron's shared embedding).
+  if (last && (m.untie_embeddings_and_output_weights || p > 1)) total += word_embedding_rows * h;
+  if (last) total += m.norm_parameters();  // final norm
   return total;
 }
 

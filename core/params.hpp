@@ -10,14 +10,18 @@ namespace traintwin {
 /// Megatron's default --make-vocab-size-divisible-by.
 inline constexpr int64_t kMakeVocabSizeDivisibleBy = 128;
 
-/// Parameters of one transformer layer (QKV, projection, FC1, FC2 weights and biases, 2 LNs):
-/// 4h^2 + 2h*ffn + 9h + ffn  (= 12h^2 + 13h for ffn = 4h).
+/// Parameters of one transformer layer (QKV, projection, FC1, FC2 weights and biases when
+/// add_bias_linear, 2 norms): QKV h (a + 2g) d [+ (a + 2g) d], projection h^2 [+ h], FC1
+/// h f1 [+ f1] with f1 = 2 ffn for SwiGLU else ffn, FC2 ffn h [+ h], norms 2 x (2h LayerNorm |
+/// h RMSNorm). GPT (MHA, biases, LayerNorm, GeLU): 4h^2 + 2h*ffn + 9h + ffn (= 12h^2 + 13h for
+/// ffn = 4h). Llama: h^2 (2 + 2g/a) + 3 h ffn + 2h.
 /// Every function here throws InvalidArgument, naming the field, when a model size it uses
 /// (num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, vocab_size) is < 1.
 int64_t layer_parameter_count(const ModelSpec& m);
 
-/// Exact parameter count of the model: l layers + word embedding V*h (tied with the LM head)
-/// + position embedding s*h + final LayerNorm 2h.
+/// Exact parameter count of the model: l layers + word embedding V*h + the LM head V*h when
+/// untied + position embedding s*h when learned_absolute + the final norm (2h or h), with the
+/// unpadded V (as model cards count: Llama 3.1 8B 8.03e9, 70B 70.55e9, 405B 405.85e9).
 int64_t parameter_count(const ModelSpec& m);
 
 /// Narayanan et al. SC'21, section 5.1: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)).
@@ -35,20 +39,28 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t tp,
 
 /// Parameters of one transformer layer on one TP rank (tp = TP size): column-parallel QKV and
 /// FC1 weights and biases and row-parallel projection and FC2 weights divided by tp; the
-/// row-parallel biases and both LayerNorms replicated. Throws InvalidArgument when tp does not
-/// divide hidden_size or ffn_hidden_size.
+/// row-parallel biases and both norms replicated. Throws InvalidArgument when tp does not
+/// divide hidden_size, ffn_hidden_size, the heads or the query groups.
 int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t tp);
 
+/// The GEMM weights (QKV, projection, FC1, FC2; no biases, no norms) of one transformer layer
+/// on one TP rank: h (a + 2g) d / t + h^2 / t + h f1 / t + ffn h / t. Same errors as
+/// layer_parameters_on_rank().
+int64_t layer_gemm_weights_on_rank(const ModelSpec& m, int64_t tp);
+
 /// Parameters one GPU holds in pipeline stage `pp_rank` (all its model chunks) under TP:
-/// column-parallel weights/biases and row-parallel weights divided by TP; LayerNorms and
-/// row-parallel biases replicated; vocab-parallel word embedding V/TP*h on the first stage and,
-/// when PP > 1, its tied copy on the last stage; position embedding on the first stage; final LN
-/// on the last stage. Per layer and rank: QKV 3h*h/t + 3h/t, projection h*h/t + h, FC1
-/// h*ffn/t + ffn/t, FC2 ffn*h/t + h, 2 LayerNorms 4h. Stage r holds layers_on_stage(s, r)
-/// layers (l/PP for an even split; core/pipeline_split.hpp). Unlike parameter_count(), the
-/// embedding rows are those Megatron allocates: padded_vocab_size(V, TP) / TP per rank.
+/// column-parallel weights/biases and row-parallel weights divided by TP; norms and
+/// row-parallel biases replicated; vocab-parallel word embedding V/TP*h on the first stage; on
+/// the last stage the untied LM head V/TP*h or, tied and PP > 1, the embedding's copy; learned
+/// position embedding on the first stage; final norm on the last stage. Per layer and rank
+/// (GPT): QKV 3h*h/t + 3h/t, projection h*h/t + h, FC1 h*ffn/t + ffn/t, FC2 ffn*h/t + h,
+/// 2 LayerNorms 4h (layer_parameters_on_rank has the general form). Stage r holds
+/// layers_on_stage(s, r) layers (l/PP for an even split; core/pipeline_split.hpp). Unlike
+/// parameter_count(), the embedding rows are those Megatron allocates: padded_vocab_size(V, TP)
+/// / TP per rank.
 /// Throws InvalidArgument for pp_rank outside [0, PP), a parallel size < 1, an impossible
-/// pipeline split (PipelineSplitError), or hidden_size / ffn_hidden_size not divisible by TP.
+/// pipeline split (PipelineSplitError), or hidden_size / ffn_hidden_size / the heads / the query
+/// groups not divisible by TP.
 int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank);
 
 }  // namespace traintwin

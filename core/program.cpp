@@ -40,6 +40,7 @@ const char* to_string(CollectiveKind k) {
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kRingExchange: return "ring_exchange";
   }
   return "?";
 }
@@ -68,7 +69,7 @@ const char* to_string(Role r) {
     case Role::kAttentionResidual: return "attention residual";
     case Role::kPostAttentionLayerNorm: return "post-attention layernorm";
     case Role::kFc1: return "fc1";
-    case Role::kGelu: return "gelu";
+    case Role::kGelu: return "activation";
     case Role::kFc2: return "fc2";
     case Role::kMlpResidual: return "mlp residual";
     case Role::kFinalLayerNorm: return "final layernorm";
@@ -164,6 +165,12 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct Dims {
   int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local;
   std::vector<ChunkLayers> split;  // the layers of each virtual stage (core/pipeline_split.hpp)
+  int64_t cp;          // context-parallel size
+  int64_t s_full;      // the whole sequence (s is the local s / CP)
+  int64_t g;           // query groups (K/V heads)
+  int64_t qkv_local;   // QKV GEMM output width per TP rank: (a + 2g) d / t
+  int64_t fc1_local;   // FC1 output width per TP rank: 2 ffn / t (SwiGLU) or ffn / t
+  ModelSpec model;
   int64_t dsize;       // bytes per activation/parameter element
   int64_t grad_bytes;  // bytes per gradient element in the DP reduce
   bool sp;
@@ -177,9 +184,15 @@ struct Dims {
     p = sc.parallel.pipeline_model_parallel_size;
     v = sc.parallel.virtual_pipeline_model_parallel_size;
     t = sc.parallel.tensor_model_parallel_size;
+    cp = sc.parallel.context_parallel_size;
     m = sc.num_micro_batches();
     b = sc.training.micro_batch_size;
-    s = sc.model.seq_length;
+    s_full = sc.model.seq_length;
+    s = s_full / cp;
+    model = sc.model;
+    g = sc.model.query_groups();
+    qkv_local = sc.model.qkv_width() / t;
+    fc1_local = sc.model.fc1_width() / t;
     h = sc.model.hidden_size;
     a = sc.model.num_attention_heads;
     hd = sc.model.head_dim();
@@ -226,24 +239,98 @@ struct KernelFactory {
     return make(name, {m, n, k}, 2.0 * fm * fn * fk,
                 (fm * fk + fk * fn + fm * fn) * static_cast<double>(d.dsize));
   }
-  // Attention core for b samples, heads local heads, s tokens, head_dim hd: QK^T and
-  // attention-over-values, 2 * 2 * b * heads * s^2 * hd FLOPs forward (full s x s, as the
-  // papers count), twice that backward. Unfused ("attention_fwd/bwd"): the s x s scores are
-  // written and read by the softmax and dropout (forward: scores, softmax, mask, dropout output;
-  // backward about twice that). Flash ("flash_attention_fwd/bwd", Dao et al. 2022): Q, K, V, O
-  // (+ dO, dQ, dK, dV backward) only.
-  Kernel attention(bool backward) const {
+  // A transformer-layer GEMM: FP8 under training.fp8_format (both operands 1 byte, the output
+  // 16-bit; dtype fp8 in its key, so the cost model takes the FP8 peak), else gemm().
+  Kernel layer_gemm(const char* name, int64_t m, int64_t n, int64_t k, bool fp8) const {
+    if (!fp8) return gemm(name, m, n, k);
+    const double fm = static_cast<double>(m), fn = static_cast<double>(n),
+                 fk = static_cast<double>(k);
+    return Kernel{KernelKey{name, {m, n, k}, Precision::kFp8, d.t}, 2.0 * fm * fn * fk,
+                  fm * fk + fk * fn + fm * fn * static_cast<double>(d.dsize)};
+  }
+  // FP8 cast of n 16-bit elements (reads 2 bytes, writes 1; with the transpose Hopper's FP8
+  // GEMMs need for the weight-gradient and dgrad operands another byte): Transformer Engine's
+  // cast / cast_transpose, which also records the amax.
+  Kernel fp8_cast(int64_t n, bool transpose) const {
+    const double fn = static_cast<double>(n);
+    return make(transpose ? "fp8_cast_transpose" : "fp8_cast", {n}, 2 * fn,
+                fn * (static_cast<double>(d.dsize) + (transpose ? 2.0 : 1.0)));
+  }
+  // Tensorwise (current) scaling: the amax of a tensor before its cast, one more read.
+  Kernel fp8_amax(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("fp8_amax", {n}, fn, fn * static_cast<double>(d.dsize));
+  }
+  // Delayed scaling: roll the amax history (1024 entries) and recompute the scales of the n
+  // FP8 tensors of one layer (fp32).
+  Kernel fp8_scale_update(int64_t tensors) const {
+    const double n = static_cast<double>(tensors) * 1024.0;
+    return make("fp8_scale_update", {tensors}, 2 * n, 8 * n);
+  }
+  // Attention core for b samples, `heads` local query heads (kv_heads K/V heads), sq queries
+  // against sq keys, head_dim hd: QK^T and attention-over-values, 2 * 2 * b * heads * sq^2 * hd
+  // FLOPs forward (full sq x sq, as the papers count), twice that backward. Unfused
+  // ("attention_fwd/bwd"): the sq x sq scores are written and read by the softmax and dropout
+  // (forward: scores, softmax, mask, dropout output; backward about twice that). Flash
+  // ("flash_attention_fwd/bwd", Dao et al. 2022): Q, K, V, O (+ dO, dQ, dK, dV backward) only.
+  // A CP block of ring attention is this kernel with sq = s / CP.
+  Kernel attention(bool backward, int64_t heads, int64_t kv_heads, int64_t sq) const {
     const bool flash = d.backend == AttentionBackend::kFlash;
     const char* name = flash ? (backward ? "flash_attention_bwd" : "flash_attention_fwd")
                              : (backward ? "attention_bwd" : "attention_fwd");
-    const int64_t heads = d.a / d.t;
-    const double qkvo = static_cast<double>(d.b * heads * d.s * d.hd * d.dsize);
-    const double scores = static_cast<double>(d.b * heads) * static_cast<double>(d.s) *
-                          static_cast<double>(d.s) * (3.0 * static_cast<double>(d.dsize) + 1.0);
-    const double f = 4.0 * static_cast<double>(d.b * heads) * static_cast<double>(d.s) *
-                     static_cast<double>(d.s) * static_cast<double>(d.hd);
-    const double bytes = (backward ? 8 * qkvo : 4 * qkvo) + (flash ? 0.0 : (backward ? 2 : 1) * scores);
-    return make(name, {d.b, heads, d.s, d.hd}, backward ? 2 * f : f, bytes);
+    const double per_head = static_cast<double>(d.b * sq * d.hd * d.dsize);
+    const double qo = 2.0 * static_cast<double>(heads) * per_head;     // Q and O
+    const double kv = 2.0 * static_cast<double>(kv_heads) * per_head;  // K and V
+    const double scores = static_cast<double>(d.b * heads) * static_cast<double>(sq) *
+                          static_cast<double>(sq) * (3.0 * static_cast<double>(d.dsize) + 1.0);
+    const double f = 4.0 * static_cast<double>(d.b * heads) * static_cast<double>(sq) *
+                     static_cast<double>(sq) * static_cast<double>(d.hd);
+    const double bytes = (backward ? 2 * (qo + kv) : qo + kv) +
+                         (flash ? 0.0 : (backward ? 2 : 1) * scores);
+    return make(name, {d.b, heads, sq, d.hd}, backward ? 2 * f : f, bytes);
+  }
+  // Ring attention: merge a block's partial output into the running one by their log-sum-exps
+  // (Transformer Engine's out correction): reads both outputs, writes one.
+  Kernel attention_merge(int64_t heads) const {
+    const double n = static_cast<double>(d.b * d.s * heads * d.hd);
+    return make("cp_attention_merge", {d.b, heads, d.s, d.hd}, 4 * n,
+                3 * n * static_cast<double>(d.dsize));
+  }
+  // Rotary position embedding (Su et al. 2021) on the local Q and K heads: a rotation of each
+  // pair of channels, 6 FLOPs per pair; reads and writes the tensors (cos/sin tables cached).
+  Kernel rope(bool backward) const {
+    const int64_t n = d.tokens * (d.a / d.t + d.g / d.t) * d.hd;
+    const double fn = static_cast<double>(n);
+    return make(backward ? "rope_bwd" : "rope_fwd", {n}, 3 * fn,
+                2 * fn * static_cast<double>(d.dsize));
+  }
+  // The MLP activation on the FC1 output of the local tokens: GeLU (8 FLOPs per element, reads
+  // x and writes y; backward reads x, dy, writes dx), SwiGLU silu(gate) * up (reads 2 ffn,
+  // writes ffn; backward reads 2 ffn + dy, writes 2 ffn), squared ReLU (reads x, writes y).
+  Kernel activation(bool backward) const {
+    const int64_t n = d.tokens * d.ffn / d.t;  // elements of the activation output
+    const double fn = static_cast<double>(n);
+    const double e = static_cast<double>(d.dsize);
+    switch (d.model.activation) {
+      case Activation::kSwiglu:
+        return make(backward ? "swiglu_bwd" : "swiglu_fwd", {n}, backward ? 16 * fn : 8 * fn,
+                    (backward ? 5 : 3) * fn * e);
+      case Activation::kSquaredRelu:
+        return make(backward ? "squared_relu_bwd" : "squared_relu_fwd", {n}, 2 * fn,
+                    (backward ? 3 : 2) * fn * e);
+      case Activation::kGelu:
+        break;
+    }
+    return make(backward ? "gelu_bwd" : "gelu_fwd", {n}, 8 * fn, (backward ? 3 : 2) * fn * e);
+  }
+  // LayerNorm (mean and variance) or RMSNorm (root mean square only) over the LN region.
+  Kernel norm(bool backward) const {
+    if (d.model.normalization == Normalization::kRmsNorm) {
+      const double n = static_cast<double>(d.tokens_sp * d.h);
+      return make(backward ? "rmsnorm_bwd" : "rmsnorm_fwd", {d.tokens_sp, d.h},
+                  backward ? 8 * n : 4 * n, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
+    }
+    return layernorm(backward);
   }
   Kernel layernorm(bool backward) const {
     const double n = static_cast<double>(d.tokens_sp * d.h);
@@ -256,12 +343,6 @@ struct KernelFactory {
     const double fn = static_cast<double>(n);
     return make(backward ? "dropout_add_bwd" : "dropout_add_fwd", {n}, 2 * fn,
                 (backward ? 2 : 3) * fn * static_cast<double>(d.dsize) + fn);
-  }
-  Kernel gelu(bool backward) const {
-    const int64_t n = d.tokens * d.ffn / d.t;
-    const double fn = static_cast<double>(n);
-    return make(backward ? "gelu_bwd" : "gelu_fwd", {n}, 8 * fn,
-                (backward ? 3 : 2) * fn * static_cast<double>(d.dsize));
   }
   Kernel elementwise_vocab(const char* name, double flops_per_elem, double passes) const {
     const double n = static_cast<double>(d.tokens * d.vocab_local);
@@ -302,6 +383,7 @@ struct P2P {
 /// (layer -1: the LM head copy; -2: the embeddings).
 struct Bucket {
   int64_t params = 0;
+  int64_t gemm_weights = 0;  // of which transformer-layer GEMM weights (FP8 with fp8_param_gather)
   int64_t trigger = 0;
   std::vector<int64_t> layers;  // layers in the bucket (embedding -2, head -1)
   uint32_t grad_op = kNoOp;
@@ -628,116 +710,222 @@ class RankLowering {
   }
   int64_t act_bytes(int64_t width) const { return d_.tokens * width * d_.dsize; }
 
+  /// A GEMM of the transformer layers (FP8 when training.fp8_format) or of the LM head (16-bit).
+  Kernel gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k, bool fp8) const {
+    return k_.layer_gemm(name, m, n, k, fp8);
+  }
+
+  /// Where a GEMM operand's FP8 cast happens: in its own kernel, or fused into the kernel that
+  /// produces it (Transformer Engine: the norm of LayerNormLinear writes the QKV and FC1 inputs
+  /// in FP8, the activation of LayerNormMLP writes FC2's input and, in backward, FC1's output
+  /// gradient in FP8, with their transposes: the same bytes as the 16-bit output).
+  enum class Cast { kSeparate, kFused };
+
+  /// FP8: the cast (and transpose, for the backward's other operand) of a GEMM operand of n
+  /// elements. Tensorwise (current) scaling needs the tensor's amax before the cast, so it never
+  /// fuses: an amax pass and a cast kernel for every operand.
+  void fp8_cast(int64_t n, const char* what, Cast where) {
+    const bool current = sc_.training.fp8_recipe == Fp8Recipe::kTensorwise;
+    if (where == Cast::kFused && !current) return;
+    if (current) kernel(k_.fp8_amax(n), what);
+    kernel(k_.fp8_cast(n, true), what);
+  }
+
   /// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
-  /// for gather piece i only.
-  void gathered_gemm(int64_t n, int64_t k, const char* what) {
+  /// for gather piece i only. FP8 (`fp8`): the input is cast first.
+  /// FP8 (`fp8`): the input, a norm's output, is cast by the norm (Cast::kFused).
+  void gathered_gemm(int64_t n, int64_t k, const char* what, bool fp8 = false) {
+    if (fp8) fp8_cast(d_.tokens_sp * k, what, Cast::kFused);
     if (!d_.sp) {
-      kernel(k_.gemm("gemm_fwd", d_.tokens, n, k), what);
+      kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
       return;
     }
     if (!sc_.training.tp_comm_overlap) {
       tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather");
-      kernel(k_.gemm("gemm_fwd", d_.tokens, n, k), what);
+      kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
       return;
     }
     for (int64_t i = 0; i < d_.t; ++i) {
       wait(collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
                       act_bytes(d_.h) / d_.t, "sp all_gather (overlapped)"));
-      kernel(k_.gemm("gemm_fwd", d_.tokens / d_.t, n, k), what);
+      kernel(gemm_kernel("gemm_fwd", d_.tokens / d_.t, n, k, fp8), what);
     }
   }
 
   /// GEMM + TP all-reduce (reduce-scatter with SP), chunked with tp_comm_overlap.
-  void gemm_reduced(int64_t n, int64_t k, const char* what) {
+  void gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8 = false,
+                    Cast cast = Cast::kSeparate) {
+    if (fp8) fp8_cast(d_.tokens * k, what, cast);
     if (!(d_.sp && sc_.training.tp_comm_overlap)) {
-      kernel(k_.gemm("gemm_fwd", d_.tokens, n, k), what);
+      kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
       tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
       return;
     }
     std::vector<uint32_t> pieces;
     for (int64_t i = 0; i < d_.t; ++i) {
-      kernel(k_.gemm("gemm_fwd", d_.tokens / d_.t, n, k), what);
+      kernel(gemm_kernel("gemm_fwd", d_.tokens / d_.t, n, k, fp8), what);
       pieces.push_back(collective(CollectiveKind::kReduceScatter, GroupKind::kTp, Stream::kTpComm,
                                   act_bytes(d_.h) / d_.t, "sp reduce_scatter (overlapped)"));
     }
     for (uint32_t p : pieces) wait(p);
   }
 
+  bool fp8() const { return sc_.training.fp8(); }
+
+  /// The attention core between QKV and the projection, forward or backward, by CP and
+  /// cp_comm_type (see build_program()). RoPE on Q and K before it (after it in backward).
+  void attention_core(bool backward) {
+    const int64_t heads = d_.a / d_.t;
+    const int64_t kv_heads = d_.g / d_.t;
+    const bool rope = d_.model.position_embedding_type == PositionEmbedding::kRope;
+    if (rope && !backward) kernel(k_.rope(false), "attention");
+    if (d_.cp == 1) {
+      kernel(k_.attention(backward, heads, kv_heads, d_.s), "attention");
+    } else {
+      // K and V of the local s / CP tokens (bytes of one block).
+      const int64_t kv_bytes = 2 * d_.b * d_.s * kv_heads * d_.hd * d_.dsize;
+      switch (sc_.parallel.cp_comm_type) {
+        case CpCommType::kA2a: {
+          // Ulysses: sequence-sharded Q, K, V -> head-sharded over the whole sequence, and back.
+          const int64_t qkv_bytes = act_bytes(d_.qkv_local);
+          const int64_t out_bytes = act_bytes(d_.h / d_.t);
+          cp_blocking(CollectiveKind::kAllToAll, backward ? out_bytes : qkv_bytes,
+                      backward ? "cp all_to_all grad" : "cp all_to_all qkv");
+          kernel(k_.attention(backward, heads / d_.cp, kv_heads / d_.cp, d_.s_full), "attention");
+          cp_blocking(CollectiveKind::kAllToAll, backward ? qkv_bytes : out_bytes,
+                      backward ? "cp all_to_all qkv grad" : "cp all_to_all output");
+          break;
+        }
+        case CpCommType::kAllGather: {
+          cp_blocking(CollectiveKind::kAllGather, d_.cp * kv_bytes, "cp all_gather kv");
+          for (int64_t i = 0; i < d_.cp; ++i) {
+            kernel(k_.attention(backward, heads, kv_heads, d_.s), "attention");
+          }
+          if (backward) {
+            cp_blocking(CollectiveKind::kReduceScatter, d_.cp * kv_bytes, "cp reduce_scatter dkv");
+          }
+          break;
+        }
+        case CpCommType::kP2p: {
+          // Ring attention: block i uses the KV that arrived in exchange i-1; exchange i (for
+          // block i+1) runs on the cp-comm stream while block i computes.
+          uint32_t dkv = kNoOp;
+          for (int64_t i = 0; i < d_.cp; ++i) {
+            uint32_t next = kNoOp;
+            if (i + 1 < d_.cp) {
+              next = collective(CollectiveKind::kRingExchange, GroupKind::kCp, Stream::kCpComm,
+                                kv_bytes, backward ? "cp ring exchange kv (bwd)" : "cp ring exchange kv");
+            }
+            kernel(k_.attention(backward, heads, kv_heads, d_.s), "attention");
+            if (!backward && i > 0) kernel(k_.attention_merge(heads), "attention");
+            if (backward && i > 0) {
+              // The dK, dV accumulated for the KV block this rank holds travel on with it.
+              dkv = collective(CollectiveKind::kRingExchange, GroupKind::kCp, Stream::kCpComm,
+                               kv_bytes, "cp ring exchange dkv");
+            }
+            wait(next);
+          }
+          wait(dkv);
+          break;
+        }
+      }
+    }
+    if (rope && backward) kernel(k_.rope(true), "attention");
+  }
+
+  /// A blocking CP collective on the critical path (cp-comm stream).
+  void cp_blocking(CollectiveKind kind, int64_t bytes, const char* what) {
+    wait(collective(kind, GroupKind::kCp, Stream::kCpComm, bytes, what));
+  }
+
   void layer_forward() {
+    const bool f8 = fp8();
     role(Role::kInputLayerNorm);
-    kernel(k_.layernorm(false), "layernorm");
+    kernel(k_.norm(false), "layernorm");
     role(Role::kQkv);
-    gathered_gemm(3 * d_.h / d_.t, d_.h, "attention");
+    gathered_gemm(d_.qkv_local, d_.h, "attention", f8);
     role(Role::kAttentionCore);
-    kernel(k_.attention(false), "attention");
+    attention_core(false);
     role(Role::kAttentionProjection);
-    gemm_reduced(d_.h, d_.h / d_.t, "attention");
+    gemm_reduced(d_.h, d_.h / d_.t, "attention", f8);
     role(Role::kAttentionResidual);
     kernel(k_.dropout_add(false), "mlp");
     role(Role::kPostAttentionLayerNorm);
-    kernel(k_.layernorm(false), "mlp");
+    kernel(k_.norm(false), "mlp");
     role(Role::kFc1);
-    gathered_gemm(d_.ffn / d_.t, d_.h, "mlp");
+    gathered_gemm(d_.fc1_local, d_.h, "mlp", f8);
     role(Role::kGelu);
-    kernel(k_.gelu(false), "mlp");
+    kernel(k_.activation(false), "mlp");
     role(Role::kFc2);
-    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp");
+    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp", f8, Cast::kFused);  // cast by the activation
     role(Role::kMlpResidual);
     kernel(k_.dropout_add(false), "mlp");
+    if (f8 && sc_.training.fp8_recipe == Fp8Recipe::kDelayed) {
+      role(Role::kNone);
+      kernel(k_.fp8_scale_update(8), "fp8 scales");  // 4 GEMM inputs + 4 weights
+    }
   }
 
   /// Backward of a row-parallel linear {tokens, n, k}: (SP) all-gather of the output gradient,
-  /// then dgrad and wgrad GEMMs.
-  void row_parallel_backward(int64_t n, int64_t k, const char* what) {
+  /// then dgrad and wgrad GEMMs (FP8: the output gradient cast first).
+  void row_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false) {
     if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
-    kernel(k_.gemm("gemm_dgrad", d_.tokens, n, k), what);
-    kernel(k_.gemm("gemm_wgrad", d_.tokens, n, k), what);
+    if (fp8) fp8_cast(d_.tokens * n, what, Cast::kSeparate);  // the residual stream's gradient
+    kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
+    kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
   }
 
   /// Backward of a column-parallel linear {tokens, n, k} as Megatron's
   /// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
   /// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
   /// overlapped with the wgrad GEMM, then wait.
-  void column_parallel_backward(int64_t n, int64_t k, const char* what) {
+  void column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false,
+                                Cast cast = Cast::kSeparate) {
     uint32_t gather = kNoOp;
     if (d_.sp) {
       gather = collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
                           act_bytes(d_.h), "sp all_gather input");
     }
-    kernel(k_.gemm("gemm_dgrad", d_.tokens, n, k), what);
+    if (fp8) fp8_cast(d_.tokens * n, what, cast);
+    kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
     const uint32_t reduce = collective(tp_reduce(), GroupKind::kTp, Stream::kTpComm,
                                        act_bytes(k), d_.sp ? "sp reduce_scatter grad" : "tp all_reduce grad");
     wait(gather);
-    kernel(k_.gemm("gemm_wgrad", d_.tokens, n, k), what);
+    kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
     wait(reduce);
   }
 
   void layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
+    const bool f8 = fp8();
     role(Role::kMlpResidual);
     kernel(k_.dropout_add(true), "mlp");
     role(Role::kFc2);
-    row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp");
+    row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp", f8);
     role(Role::kGelu);
-    kernel(k_.gelu(true), "mlp");
+    kernel(k_.activation(true), "mlp");
     role(Role::kFc1);
-    column_parallel_backward(d_.ffn / d_.t, d_.h, "mlp");
+    column_parallel_backward(d_.fc1_local, d_.h, "mlp", f8, Cast::kFused);  // by its backward
     role(Role::kPostAttentionLayerNorm);
-    kernel(k_.layernorm(true), "mlp");
+    kernel(k_.norm(true), "mlp");
     role(Role::kAttentionResidual);
     kernel(k_.dropout_add(true), "attention");
     role(Role::kAttentionProjection);
-    row_parallel_backward(d_.h, d_.h / d_.t, "attention");
+    row_parallel_backward(d_.h, d_.h / d_.t, "attention", f8);
     role(Role::kAttentionCore);
     if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
       context(Phase::kRecompute, mb, chunk, layer);
-      kernel(k_.attention(false), "attention core");
+      attention_core(false);
       context(Phase::kBackward, mb, chunk, layer);
     }
-    kernel(k_.attention(true), "attention");
+    attention_core(true);
     role(Role::kQkv);
-    column_parallel_backward(3 * d_.h / d_.t, d_.h, "attention");
+    column_parallel_backward(d_.qkv_local, d_.h, "attention", f8);
     role(Role::kInputLayerNorm);
-    kernel(k_.layernorm(true), "attention");
+    kernel(k_.norm(true), "attention");
+    if (f8 && sc_.training.fp8_recipe == Fp8Recipe::kDelayed) {
+      role(Role::kNone);
+      kernel(k_.fp8_scale_update(4), "fp8 scales");  // 4 output gradients
+    }
   }
 
   // ---- embedding and LM head -----------------------------------------------------------------
@@ -759,7 +947,7 @@ class RankLowering {
 
   void head_forward() {
     role(Role::kFinalLayerNorm);
-    kernel(k_.layernorm(false), "final layernorm");
+    kernel(k_.norm(false), "final layernorm");
     role(Role::kLmHead);
     gathered_gemm(d_.vocab_local, d_.h, "lm head");
     // Vocab-parallel cross-entropy: all-reduce of the logit max, then of the target logits and
@@ -781,7 +969,7 @@ class RankLowering {
     role(Role::kLmHead);
     column_parallel_backward(d_.vocab_local, d_.h, "lm head");
     role(Role::kFinalLayerNorm);
-    kernel(k_.layernorm(true), "final layernorm");
+    kernel(k_.norm(true), "final layernorm");
   }
 
   // ---- DP buckets, finalize, optimizer -------------------------------------------------------
@@ -800,15 +988,20 @@ class RankLowering {
       const int64_t vs = vstage(c);
       // (layer id, params) in the order their gradients become ready.
       std::vector<std::pair<int64_t, int64_t>> items;
+      const int64_t gemm_per_layer = layer_gemm_weights_on_rank(sc_.model, d_.t);
       if (vs == num_vstages() - 1) {
-        // Final LN, plus the tied LM-head copy when the embedding lives on another stage.
-        items.emplace_back(-1, 2 * d_.h + (d_.p > 1 ? emb_local : 0));
+        // Final norm, plus the LM head: its own weight when untied, the tied copy when the
+        // embedding lives on another stage.
+        const bool head = sc_.model.untie_embeddings_and_output_weights || d_.p > 1;
+        items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0));
       }
       const ChunkLayers& layers = layers_of(c);
       for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
         items.emplace_back(l, layer_parameters_on_rank(sc_.model, d_.t));
       }
-      if (vs == 0) items.emplace_back(-2, emb_local + d_.s * d_.h);
+      const bool learned_positions =
+          sc_.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
+      if (vs == 0) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0));
       // Never empty: a chunk left with no transformer layer by the uneven split holds the
       // embedding or the LM head.
       auto& chunk = buckets_[static_cast<size_t>(c)];
@@ -816,6 +1009,7 @@ class RankLowering {
       for (const auto& [id, n] : items) {
         if (bucket_size > 0 && chunk.back().params >= bucket_size) chunk.emplace_back();
         chunk.back().params += n;
+        if (id >= 0) chunk.back().gemm_weights += gemm_per_layer;
         chunk.back().layers.push_back(id);
         chunk.back().trigger = id;
       }
@@ -851,8 +1045,11 @@ class RankLowering {
       for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
         context(phase, -1, c, -1);
         role(Role::kParamBucket);
+        // FP8 parameters are gathered in FP8 (1 byte), the rest in the training precision.
+        const int64_t fp8_params = sc_.training.fp8_param_gather ? it->gemm_weights : 0;
         it->param_gather_op = collective(CollectiveKind::kAllGather, GroupKind::kDpCp,
-                                         Stream::kDpComm, it->params * d_.dsize,
+                                         Stream::kDpComm,
+                                         (it->params - fp8_params) * d_.dsize + fp8_params,
                                          "dp all_gather params");
         if (it->param_gather_op != kNoOp) {
           out_.ops[it->param_gather_op].bucket_layers.assign(it->layers.begin(), it->layers.end());
@@ -884,14 +1081,18 @@ class RankLowering {
     };
     role(Role::kLayerNormGrads);
     if (d_.sp) {
-      // 2 LNs + 2 row-parallel biases per layer of this stage
-      int64_t ln_params = layers_on_stage(sc_, c.pp) * 6 * d_.h;
-      if (c.pp == d_.p - 1) ln_params += 2 * d_.h;                 // final LN
+      // 2 norms + the 2 row-parallel biases (projection, FC2) of every layer of this stage;
+      // the final norm.
+      const int64_t per_layer =
+          2 * sc_.model.norm_parameters() + (sc_.model.add_bias_linear ? 2 * d_.h : 0);
+      int64_t ln_params = layers_on_stage(sc_, c.pp) * per_layer;
+      if (c.pp == d_.p - 1) ln_params += sc_.model.norm_parameters();
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                            ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
     }
     role(Role::kEmbeddingGrads);
-    if (d_.p > 1 && (c.pp == 0 || c.pp == d_.p - 1)) {
+    if (!sc_.model.untie_embeddings_and_output_weights && d_.p > 1 &&
+        (c.pp == 0 || c.pp == d_.p - 1)) {
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding, Stream::kPpComm,
                            d_.vocab_local * d_.h * d_.grad_bytes, "embedding grads all_reduce"));
     }
@@ -907,6 +1108,14 @@ class RankLowering {
                     Stream::kDpComm, 4, "grad norm all_reduce"));
     role(Role::kOptimizerStep);
     kernel(k_.adamw(local), "optimizer step");
+    if (fp8()) {
+      // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
+      // iteration from the updated weights: what Megatron's FP8 parameters do after the step
+      // (and, without them, Transformer Engine on the first micro-batch: the same work).
+      const int64_t layers = layers_on_stage(sc_, out_.coord.pp);
+      kernel(k_.fp8_cast(layers * layer_gemm_weights_on_rank(d_.model, d_.t), true),
+             "fp8 weight cast");
+    }
     close_compute();
   }
 
@@ -934,11 +1143,6 @@ class RankLowering {
 }  // namespace
 
 Program build_program(const Scenario& s, const std::vector<int64_t>& ranks) {
-  if (s.parallel.context_parallel_size > 1) {
-    throw UnsupportedError(
-        "parallelism.context_parallel_size = " + std::to_string(s.parallel.context_parallel_size) +
-        ": context parallelism (ring attention) is not lowered to a Program yet; use 1");
-  }
   if (s.training.tp_comm_overlap && !s.parallel.sequence_parallel) {
     throw UnsupportedError(
         "training.tp_comm_overlap needs parallelism.sequence_parallel: true (as Megatron-LM's "

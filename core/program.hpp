@@ -10,7 +10,8 @@
 //  - A collective completes when all members of its group have reached it; members issue the
 //    collectives of a group in the same order (as NCCL requires). `bytes` is the nccl-tests
 //    "size": the whole (unsharded) buffer for all_reduce, all_gather (output) and reduce_scatter
-//    (input).
+//    (input); for all_to_all the buffer each member sends (= receives); for ring_exchange what
+//    each member sends to its successor (= receives from its predecessor).
 //  - A send and the recv on `peer` with the same tag form one transfer of `bytes`.
 #pragma once
 
@@ -35,8 +36,18 @@ const char* to_string(Stream s);
 enum class OpKind : uint8_t { kCompute, kCollective, kSend, kRecv };
 const char* to_string(OpKind k);
 
-enum class CollectiveKind : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
-/// "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "all_to_all".
+/// kRingExchange: every member sends `bytes` to the next member of the group (in group order,
+/// cyclically) and receives `bytes` from the previous one, as one batch of NCCL send/recv
+/// (ring attention's KV exchange under context parallelism, Megatron-Core cp_comm_type p2p).
+enum class CollectiveKind : uint8_t {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kAllToAll,
+  kRingExchange
+};
+/// "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "all_to_all" | "ring_exchange".
 const char* to_string(CollectiveKind k);
 
 /// What part of the iteration an op belongs to.
@@ -67,7 +78,7 @@ enum class Role : uint8_t {
   kAttentionResidual,     ///< bias + dropout + residual add after the projection
   kPostAttentionLayerNorm,
   kFc1,                   ///< column-parallel h -> ffn
-  kGelu,
+  kGelu,                  ///< the MLP activation (GeLU, SwiGLU or squared ReLU)
   kFc2,                   ///< row-parallel ffn -> h
   kMlpResidual,           ///< bias + dropout + residual add after FC2
   // last virtual stage
@@ -191,9 +202,29 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// step; distributed-optimizer parameter all-gather after the step or, with
 /// overlap_param_gather, at the start of the iteration ahead of each bucket's first forward.
 /// Collectives over a group of one rank are left out.
-/// Throws UnsupportedError for context_parallel_size > 1 (ring attention is not lowered yet) and
-/// for tp_comm_overlap without sequence_parallel; InvalidArgument for a rank outside the world;
-/// PipelineSplitError for an impossible pipeline split.
+/// Llama-style layers (Megatron-Core with Transformer Engine): RMSNorm kernels, the fused QKV
+/// GEMM of width (a + 2g) d / t under grouped-query attention, RoPE on Q and K, SwiGLU's 2 ffn
+/// wide FC1 or squared ReLU, an untied LM head with its own gradient (no embedding-gradient
+/// all-reduce), no biases. FP8 (training.fp8_format): the transformer layers' GEMMs have dtype
+/// fp8 (costed at the FP8 peak), preceded by casts of their inputs (E4M3) and of the output
+/// gradients (E5M2 in hybrid) — separate kernels for the projection input and the QKV, projection
+/// and FC2 output gradients, fused into the norm / activation that produces the others as
+/// Transformer Engine does (tensorwise scaling never fuses: an amax pass and a cast each), the
+/// weights cast once per iteration after the optimizer step (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
+/// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch, the
+/// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit; with
+/// fp8_param_gather the distributed optimizer all-gathers the GEMM weights in FP8.
+/// Context parallelism (CP > 1): every op runs on s/CP tokens (the 2 x CP chunks of the causal
+/// load balance); attention by parallel.cp_comm_type — p2p: CP blocks of s/CP queries x s/CP keys
+/// (the same FLOPs each, full count) with the KV block for the next one exchanged around the CP
+/// ring on the cp-comm stream while the current one computes (ring_exchange collectives over
+/// the CP group), the block partial outputs merged; backward: KV exchanged ahead of each block
+/// and the accumulated dKV passed on after it; all_gather: K, V all-gathered over CP before
+/// attention and dK, dV reduce-scattered after its backward; a2a (Ulysses): all-to-all of Q, K, V
+/// to a/(t CP) heads of the whole sequence before attention and of its output after (and the
+/// reverse in backward). The DP gradient reduce and distributed optimizer run over DP x CP.
+/// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
+/// rank outside the world; PipelineSplitError for an impossible pipeline split.
 Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {});
 
 /// Megatron's DDP bucket size in parameters: max(40,000,000, 1,000,000 x DP x CP) with

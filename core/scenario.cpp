@@ -39,6 +39,8 @@ int bytes_per_element(Precision p) {
     case Precision::kFp16:
     case Precision::kBf16:
       return 2;
+    case Precision::kFp8:
+      return 1;
   }
   throw InvalidArgument("bytes_per_element: unknown Precision value");
 }
@@ -51,6 +53,56 @@ const char* to_string(Precision p) {
       return "fp16";
     case Precision::kBf16:
       return "bf16";
+    case Precision::kFp8:
+      return "fp8";
+  }
+  return "?";
+}
+
+const char* to_string(Normalization n) {
+  return n == Normalization::kRmsNorm ? "rmsnorm" : "layernorm";
+}
+
+const char* to_string(Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kSwiglu:
+      return "swiglu";
+    case Activation::kSquaredRelu:
+      return "squared_relu";
+  }
+  return "?";
+}
+
+const char* to_string(PositionEmbedding p) {
+  return p == PositionEmbedding::kRope ? "rope" : "learned_absolute";
+}
+
+const char* to_string(Fp8Format f) { return f == Fp8Format::kE4m3 ? "e4m3" : "hybrid"; }
+
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed:
+      return "delayed";
+    case Fp8Recipe::kTensorwise:
+      return "tensorwise";
+    case Fp8Recipe::kBlockwise:
+      return "blockwise";
+    case Fp8Recipe::kMxfp8:
+      return "mxfp8";
+  }
+  return "?";
+}
+
+const char* to_string(CpCommType c) {
+  switch (c) {
+    case CpCommType::kP2p:
+      return "p2p";
+    case CpCommType::kA2a:
+      return "a2a";
+    case CpCommType::kAllGather:
+      return "all_gather";
   }
   return "?";
 }
@@ -103,10 +155,15 @@ constexpr std::string_view kOverrideOrigin = "--set";
 
 constexpr std::array<std::string_view, 6> kRootKeys = {"name",     "model",   "parallelism",
                                                        "training", "cluster", "data"};
-constexpr std::array<std::string_view, 7> kModelKeys = {
-    "architecture",    "num_layers", "hidden_size", "num_attention_heads",
-    "ffn_hidden_size", "seq_length", "vocab_size"};
-constexpr std::array<std::string_view, 13> kParallelismKeys = {
+constexpr std::array<std::string_view, 13> kModelKeys = {
+    "architecture",       "num_layers",
+    "hidden_size",        "num_attention_heads",
+    "num_query_groups",   "ffn_hidden_size",
+    "seq_length",         "vocab_size",
+    "normalization",      "activation",
+    "position_embedding_type", "untie_embeddings_and_output_weights",
+    "add_bias_linear"};
+constexpr std::array<std::string_view, 14> kParallelismKeys = {
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size",
@@ -116,11 +173,12 @@ constexpr std::array<std::string_view, 13> kParallelismKeys = {
     "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split",
     "context_parallel_size",
+    "cp_comm_type",
     "sequence_parallel",
     "data_parallel_size",
     "pipeline_schedule",
     "rank_order"};
-constexpr std::array<std::string_view, 28> kTrainingKeys = {"micro_batch_size",
+constexpr std::array<std::string_view, 31> kTrainingKeys = {"micro_batch_size",
                                                             "global_batch_size",
                                                             "precision",
                                                             "recompute_granularity",
@@ -129,6 +187,9 @@ constexpr std::array<std::string_view, 28> kTrainingKeys = {"micro_batch_size",
                                                             "overlap_grad_reduce",
                                                             "overlap_param_gather",
                                                             "tp_comm_overlap",
+                                                            "fp8_format",
+                                                            "fp8_recipe",
+                                                            "fp8_param_gather",
                                                             "train_iters",
                                                             "lr",
                                                             "min_lr",
@@ -167,7 +228,40 @@ constexpr std::array<std::string_view, 4> kCollectiveAlgorithms = {"auto", "ring
 constexpr std::string_view kVirtualSize = "virtual_pipeline_model_parallel_size";
 constexpr std::string_view kLayersPerVirtualStage = "num_layers_per_virtual_pipeline_stage";
 
-constexpr std::array<std::string_view, 1> kArchitectures = {"gpt"};
+constexpr std::array<std::string_view, 3> kArchitectures = {"gpt", "llama", "nemotron"};
+constexpr std::array<std::string_view, 2> kNormalizations = {"layernorm", "rmsnorm"};
+constexpr std::array<std::string_view, 3> kActivations = {"gelu", "swiglu", "squared_relu"};
+constexpr std::array<std::string_view, 2> kPositionEmbeddings = {"learned_absolute", "rope"};
+constexpr std::array<std::string_view, 2> kFp8Formats = {"hybrid", "e4m3"};
+constexpr std::array<std::string_view, 4> kFp8Recipes = {"delayed", "tensorwise", "blockwise",
+                                                         "mxfp8"};
+constexpr std::array<std::string_view, 3> kCpCommTypes = {"p2p", "a2a", "all_gather"};
+
+/// What an architecture preset sets (explicit keys in the file win). gpt: GPT-3 / Megatron's
+/// defaults; llama: Llama 2/3 (Touvron et al. 2023; Meta's Llama 3 paper, 2024); nemotron:
+/// Nemotron-4 (Parmar et al. 2024). Transformer Engine's fused attention is Megatron-Core's
+/// attention for the latter two.
+struct ArchitecturePreset {
+  Normalization normalization;
+  Activation activation;
+  PositionEmbedding position_embedding_type;
+  bool untie_embeddings_and_output_weights;
+  bool add_bias_linear;
+  AttentionBackend attention_backend;
+};
+
+ArchitecturePreset preset_of(std::string_view architecture) {
+  if (architecture == "llama") {
+    return {Normalization::kRmsNorm, Activation::kSwiglu, PositionEmbedding::kRope, true, false,
+            AttentionBackend::kFlash};
+  }
+  if (architecture == "nemotron") {
+    return {Normalization::kLayerNorm, Activation::kSquaredRelu, PositionEmbedding::kRope, true,
+            false, AttentionBackend::kFlash};
+  }
+  return {Normalization::kLayerNorm, Activation::kGelu, PositionEmbedding::kLearnedAbsolute,
+          false, true, AttentionBackend::kUnfused};
+}
 constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"};
 constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "full"};
 constexpr std::array<std::string_view, 2> kAttentionBackends = {"unfused", "flash"};
@@ -487,6 +581,7 @@ void check_rules(const Scenario& s, const Locator& where) {
   check_positive(where, "model.hidden_size", m.hidden_size);
   check_positive(where, "model.num_attention_heads", m.num_attention_heads);
   check_positive(where, "model.ffn_hidden_size", m.ffn_hidden_size);
+  check_positive(where, "model.num_query_groups", m.query_groups());
   check_positive(where, "model.seq_length", m.seq_length);
   check_positive(where, "model.vocab_size", m.vocab_size);
   check_positive(where, "parallelism.tensor_model_parallel_size", p.tensor_model_parallel_size);
@@ -525,6 +620,27 @@ void check_rules(const Scenario& s, const Locator& where) {
                            "(rule: num_attention_heads % tensor_model_parallel_size == 0)",
                            tp, m.num_attention_heads));
   }
+  // Grouped-query attention: each K/V head serves a / g query heads, and TP splits K/V heads.
+  const int64_t g = m.query_groups();
+  if (m.num_attention_heads % g != 0) {
+    rule_error(where, "model.num_query_groups",
+               fmt::format("{} does not divide model.num_attention_heads = {} "
+                           "(rule: num_attention_heads % num_query_groups == 0)",
+                           g, m.num_attention_heads));
+  }
+  if (g % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.num_query_groups = {} "
+                           "(rule: num_query_groups % tensor_model_parallel_size == 0; each TP "
+                           "rank holds whole K/V heads, as Megatron-LM asserts)",
+                           tp, g));
+  }
+  if (m.position_embedding_type == PositionEmbedding::kRope && m.head_dim() % 2 != 0) {
+    rule_error(where, "model.position_embedding_type",
+               fmt::format("rope needs an even head dimension hidden_size / num_attention_heads,"
+                           " got {} (rule: RoPE rotates pairs of channels)",
+                           m.head_dim()));
+  }
   if (m.ffn_hidden_size % tp != 0) {
     rule_error(where, "parallelism.tensor_model_parallel_size",
                fmt::format("{} does not divide model.ffn_hidden_size = {} "
@@ -545,11 +661,44 @@ void check_rules(const Scenario& s, const Locator& where) {
                "true needs parallelism.sequence_parallel: true "
                "(rule: TP communication/GEMM overlap works on sequence-parallel collectives)");
   }
-  if (m.seq_length % cp != 0) {
+  // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
+  // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
+  if (cp > 1 && m.seq_length % mul(2, cp) != 0) {
     rule_error(where, "parallelism.context_parallel_size",
-               fmt::format("{} does not divide model.seq_length = {} "
-                           "(rule: seq_length % context_parallel_size == 0)",
-                           cp, m.seq_length));
+               fmt::format("{} needs model.seq_length = {} divisible by 2 x context_parallel_size"
+                           " = {} (rule: the sequence is split into 2 x CP chunks for causal load"
+                           " balance)",
+                           cp, m.seq_length, mul(2, cp)));
+  }
+  if (cp > 1 && p.cp_comm_type == CpCommType::kA2a && (m.num_attention_heads / tp) % cp != 0) {
+    rule_error(where, "parallelism.cp_comm_type",
+               fmt::format("a2a needs context_parallel_size = {} to divide the attention heads "
+                           "per TP rank, num_attention_heads / tensor_model_parallel_size = {} "
+                           "(rule: the all-to-all re-shards heads over CP)",
+                           cp, m.num_attention_heads / tp));
+  }
+  if (cp > 1 && p.cp_comm_type == CpCommType::kA2a && (g / tp) % cp != 0) {
+    rule_error(where, "parallelism.cp_comm_type",
+               fmt::format("a2a needs context_parallel_size = {} to divide the query groups per "
+                           "TP rank, num_query_groups / tensor_model_parallel_size = {} "
+                           "(rule: the all-to-all re-shards K/V heads over CP)",
+                           cp, g / tp));
+  }
+  // FP8 runs its GEMMs in FP8 on top of a 16-bit model (Transformer Engine).
+  if (t.fp8() && t.precision == Precision::kFp32) {
+    rule_error(where, "training.fp8_format",
+               fmt::format("{} needs training.precision bf16 or fp16, got fp32 (rule: FP8 GEMMs "
+                           "run on top of 16-bit training, as Megatron-LM's --fp8-format)",
+                           to_string(*t.fp8_format)));
+  }
+  if (t.fp8_param_gather && !t.fp8()) {
+    rule_error(where, "training.fp8_param_gather",
+               "true needs training.fp8_format (rule: FP8 parameters exist only in FP8 training)");
+  }
+  if (t.precision == Precision::kFp8) {
+    rule_error(where, "training.precision",
+               "fp8 is not a training precision (allowed: fp32, fp16, bf16); use "
+               "training.fp8_format on top of bf16");
   }
 
   // Pipeline split: Megatron-Core's rules, even or uneven (core/pipeline_split.hpp).
@@ -791,9 +940,24 @@ class Reader {
     m.num_layers = get_int("model", "num_layers").value();
     m.hidden_size = get_int("model", "hidden_size").value();
     m.num_attention_heads = get_int("model", "num_attention_heads").value();
+    m.num_query_groups =
+        get_int("model", "num_query_groups", false).value_or(m.num_attention_heads);
     m.ffn_hidden_size = get_int("model", "ffn_hidden_size", false).value_or(4 * m.hidden_size);
     m.seq_length = get_int("model", "seq_length").value();
     m.vocab_size = get_int("model", "vocab_size").value();
+    const ArchitecturePreset preset = preset_of(m.architecture);
+    m.normalization = static_cast<Normalization>(
+        get_enum_index("model", "normalization", kNormalizations)
+            .value_or(static_cast<int>(preset.normalization)));
+    m.activation = static_cast<Activation>(get_enum_index("model", "activation", kActivations)
+                                               .value_or(static_cast<int>(preset.activation)));
+    m.position_embedding_type = static_cast<PositionEmbedding>(
+        get_enum_index("model", "position_embedding_type", kPositionEmbeddings)
+            .value_or(static_cast<int>(preset.position_embedding_type)));
+    m.untie_embeddings_and_output_weights =
+        get_bool("model", "untie_embeddings_and_output_weights")
+            .value_or(preset.untie_embeddings_and_output_weights);
+    m.add_bias_linear = get_bool("model", "add_bias_linear").value_or(preset.add_bias_linear);
 
     ParallelConfig& p = s.parallel;
     p.tensor_model_parallel_size =
@@ -801,6 +965,8 @@ class Reader {
     p.pipeline_model_parallel_size =
         get_int("parallelism", "pipeline_model_parallel_size", false).value_or(1);
     p.context_parallel_size = get_int("parallelism", "context_parallel_size", false).value_or(1);
+    p.cp_comm_type = static_cast<CpCommType>(
+        get_enum_index("parallelism", "cp_comm_type", kCpCommTypes).value_or(0));
     p.sequence_parallel = get_bool("parallelism", "sequence_parallel").value_or(false);
     if (auto k = get_enum_index("parallelism", "pipeline_schedule", kSchedules)) {
       p.pipeline_schedule = *k == 0 ? PipelineScheduleKind::kGPipe : PipelineScheduleKind::k1F1B;
@@ -829,7 +995,21 @@ class Reader {
     t.recompute_granularity = static_cast<RecomputeGranularity>(
         get_enum_index("training", "recompute_granularity", kRecomputes).value_or(0));
     t.attention_backend = static_cast<AttentionBackend>(
-        get_enum_index("training", "attention_backend", kAttentionBackends).value_or(0));
+        get_enum_index("training", "attention_backend", kAttentionBackends)
+            .value_or(static_cast<int>(preset.attention_backend)));
+    if (auto f = get_enum_index("training", "fp8_format", kFp8Formats)) {
+      t.fp8_format = static_cast<Fp8Format>(*f);
+    }
+    if (auto r = get_enum_index("training", "fp8_recipe", kFp8Recipes)) {
+      if (!t.fp8_format) {
+        fail("training.fp8_recipe",
+             fmt::format("{} needs training.fp8_format (allowed: {}); without it no GEMM runs in "
+                         "FP8",
+                         kFp8Recipes[static_cast<size_t>(*r)], join(kFp8Formats)));
+      }
+      t.fp8_recipe = static_cast<Fp8Recipe>(*r);
+    }
+    t.fp8_param_gather = get_bool("training", "fp8_param_gather").value_or(false);
     t.use_distributed_optimizer = get_bool("training", "use_distributed_optimizer").value_or(false);
     t.overlap_grad_reduce = get_bool("training", "overlap_grad_reduce").value_or(false);
     t.overlap_param_gather = get_bool("training", "overlap_param_gather").value_or(false);

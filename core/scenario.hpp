@@ -13,7 +13,9 @@
 namespace traintwin {
 
 /// Numeric precision of parameters and activations (Megatron --fp16 / --bf16, else fp32).
-enum class Precision { kFp32, kFp16, kBf16 };
+/// kFp8 is never a training precision: it is the dtype of the FP8 GEMM kernels (KernelKey) that
+/// training.fp8_format adds on top of bf16/fp16 (Transformer Engine; 1 byte per element).
+enum class Precision { kFp32, kFp16, kBf16, kFp8 };
 
 /// Activation recomputation (Megatron --recompute-granularity; Korthikanti et al. 2022).
 /// kSelective recomputes the attention core only, kFull the whole transformer layer.
@@ -32,11 +34,34 @@ enum class PipelineScheduleKind { kGPipe, k1F1B };
 /// OptimizerParamScheduler, megatron/core/optimizer_param_scheduler.py).
 enum class LrDecayStyle { kConstant, kLinear, kCosine };
 
-/// Bytes of one element of `p`: 4 (fp32) or 2 (fp16, bf16).
+/// Bytes of one element of `p`: 4 (fp32), 2 (fp16, bf16) or 1 (fp8).
 int bytes_per_element(Precision p);
 
-/// "fp32" | "fp16" | "bf16".
+/// "fp32" | "fp16" | "bf16" | "fp8".
 const char* to_string(Precision p);
+
+/// Normalization of the transformer layers (Megatron --normalization). LayerNorm: (x - mean) /
+/// std * gamma + beta (2h parameters); RMSNorm (Zhang & Sennrich 2019): x / rms(x) * gamma (h).
+enum class Normalization { kLayerNorm, kRmsNorm };
+/// MLP activation. kGelu: FC1 h -> ffn, GeLU. kSwiglu (Shazeer 2020; Megatron --swiglu): FC1
+/// h -> 2 ffn (gate and up projections fused), silu(gate) * up. kSquaredRelu (So et al. 2021,
+/// Nemotron-4; Megatron --squared-relu): FC1 h -> ffn, relu(x)^2.
+enum class Activation { kGelu, kSwiglu, kSquaredRelu };
+/// Position embedding (Megatron --position-embedding-type): a learned s x h table added after
+/// the word embedding, or rotary embeddings (Su et al. 2021) applied to Q and K in attention.
+enum class PositionEmbedding { kLearnedAbsolute, kRope };
+/// FP8 format (Megatron --fp8-format, Transformer Engine): kHybrid = E4M3 forward, E5M2 for
+/// gradients; kE4m3 = E4M3 everywhere.
+enum class Fp8Format { kHybrid, kE4m3 };
+/// FP8 scaling recipe (Megatron --fp8-recipe): delayed (per-tensor scale from an amax history),
+/// tensorwise (per-tensor current scaling), blockwise (1x128/128x128 block scales, DeepSeek-V3
+/// style), mxfp8 (MX 1x32 blocks with E8M0 scales, Blackwell).
+enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise, kMxfp8 };
+/// How context-parallel attention exchanges K and V (Megatron --cp-comm-type): p2p = ring
+/// attention, KV blocks passed around the CP ring overlapped with the attention blocks; a2a =
+/// DeepSpeed-Ulysses all-to-all of Q, K, V from sequence to head sharding and of the output
+/// back; all_gather = K and V all-gathered over CP before attention (reduce-scatter of dK, dV).
+enum class CpCommType { kP2p, kA2a, kAllGather };
 /// "none" | "selective" | "full".
 const char* to_string(RecomputeGranularity r);
 /// "gpipe" | "1f1b".
@@ -45,18 +70,53 @@ const char* to_string(PipelineScheduleKind k);
 const char* to_string(AttentionBackend a);
 /// "constant" | "linear" | "cosine".
 const char* to_string(LrDecayStyle s);
+/// "layernorm" | "rmsnorm".
+const char* to_string(Normalization n);
+/// "gelu" | "swiglu" | "squared_relu".
+const char* to_string(Activation a);
+/// "learned_absolute" | "rope".
+const char* to_string(PositionEmbedding p);
+/// "hybrid" | "e4m3".
+const char* to_string(Fp8Format f);
+/// "delayed" | "tensorwise" | "blockwise" | "mxfp8".
+const char* to_string(Fp8Recipe r);
+/// "p2p" | "a2a" | "all_gather".
+const char* to_string(CpCommType c);
 
-/// The model (GPT: pre-LN decoder, learned position embeddings, LM head tied to embedding).
+/// The model: a pre-norm decoder-only transformer. The defaults are GPT-3's (LayerNorm, GeLU,
+/// learned positions, multi-head attention, LM head tied to the word embedding, linear biases);
+/// the loader's `architecture` presets set the others (llama, nemotron; see load_scenario()).
 struct ModelSpec {
-  std::string architecture = "gpt";  ///< only "gpt" for now
+  std::string architecture = "gpt";  ///< gpt | llama | nemotron (the preset the file named)
   int64_t num_layers = 0;            ///< l
   int64_t hidden_size = 0;           ///< h
   int64_t num_attention_heads = 0;   ///< a
-  int64_t ffn_hidden_size = 0;       ///< MLP width; 4h when not given in the file
+  int64_t ffn_hidden_size = 0;       ///< MLP width (of each of SwiGLU's two halves); 4h default
   int64_t seq_length = 0;            ///< s, tokens per sample
   int64_t vocab_size = 0;            ///< V
+  /// Query groups g (grouped-query attention, Ainslie et al. 2023): K and V have g heads, each
+  /// shared by a/g query heads. a = multi-head attention, 1 = multi-query. 0 (a ModelSpec built
+  /// in code) means a; the loader always sets it.
+  int64_t num_query_groups = 0;
+  Normalization normalization = Normalization::kLayerNorm;
+  Activation activation = Activation::kGelu;
+  PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
+  bool untie_embeddings_and_output_weights = false;  ///< LM head has its own V x h weight
+  bool add_bias_linear = true;                        ///< biases in QKV, projection, FC1, FC2
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  /// g: num_query_groups, or a when 0.
+  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  /// Output width of the fused QKV linear: (a + 2 g) x head_dim (= 3h for MHA).
+  int64_t qkv_width() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
+  /// Output width of FC1: 2 ffn for SwiGLU (gate and up), else ffn.
+  int64_t fc1_width() const {
+    return activation == Activation::kSwiglu ? 2 * ffn_hidden_size : ffn_hidden_size;
+  }
+  /// Parameters of one normalization layer: 2h (LayerNorm gamma, beta) or h (RMSNorm gamma).
+  int64_t norm_parameters() const {
+    return normalization == Normalization::kLayerNorm ? 2 * hidden_size : hidden_size;
+  }
 };
 
 /// How the model is split over GPUs (Megatron-LM names).
@@ -65,6 +125,7 @@ struct ParallelConfig {
   int64_t pipeline_model_parallel_size = 1;        ///< PP
   int64_t virtual_pipeline_model_parallel_size = 1;///< model chunks per pipeline rank (v)
   int64_t context_parallel_size = 1;               ///< CP
+  CpCommType cp_comm_type = CpCommType::kP2p;      ///< how CP attention exchanges K and V
   int64_t data_parallel_size = 1;                  ///< DP, = num_gpus / (TP*CP*PP)
   bool sequence_parallel = false;                  ///< SP (needs TP > 1)
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
@@ -94,6 +155,14 @@ struct TrainingConfig {
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
+  /// FP8 GEMMs on top of `precision` (Megatron --fp8-format); none = no FP8.
+  std::optional<Fp8Format> fp8_format;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< Megatron --fp8-recipe (needs fp8_format)
+  /// FP8 parameters (Megatron --fp8-param-gather, NeMo fp8_params): the layers' GEMM weights are
+  /// kept in FP8 (no 16-bit copy) and the distributed optimizer all-gathers them in FP8.
+  bool fp8_param_gather = false;
+
+  bool fp8() const { return fp8_format.has_value(); }
 
   // Live training (the executor). Megatron-LM's arguments and defaults
   // (megatron/training/arguments.py); the simulator ignores them.
@@ -118,6 +187,13 @@ struct TrainingConfig {
   int64_t eval_iters = 100;                ///< iterations per evaluation (>= 0)
   std::optional<int64_t> save_interval;    ///< iterations between checkpoints (>= 1); none = never
 };
+
+/// The dtype the GEMMs of the transformer layers run in: kFp8 with training.fp8_format, else
+/// training.precision. MFU is taken against this dtype's dense peak (as NVIDIA's DGX Cloud
+/// recipes report FP8 runs against the FP8 peak).
+inline Precision gemm_precision(const TrainingConfig& t) {
+  return t.fp8() ? Precision::kFp8 : t.precision;
+}
 
 /// The training data (the `data:` section; Megatron-LM's data arguments). Every key is optional.
 struct DataConfig {
@@ -208,9 +284,15 @@ struct Override {
 /// File format (scenarios/README.md has the full reference). Sections and keys, R = required,
 /// otherwise the default in brackets (Megatron-LM's defaults):
 ///   name: R (string)
-///   model:        architecture [gpt] (allowed: gpt), num_layers R, hidden_size R,
-///                 num_attention_heads R, ffn_hidden_size [4 x hidden_size], seq_length R,
-///                 vocab_size R
+///   model:        architecture [gpt] (gpt | llama | nemotron), num_layers R, hidden_size R,
+///                 num_attention_heads R, num_query_groups [num_attention_heads],
+///                 ffn_hidden_size [4 x hidden_size], seq_length R, vocab_size R,
+///                 normalization (layernorm | rmsnorm), activation (gelu | swiglu |
+///                 squared_relu), position_embedding_type (learned_absolute | rope),
+///                 untie_embeddings_and_output_weights, add_bias_linear: defaults from the
+///                 architecture preset — gpt: layernorm, gelu, learned_absolute, tied, biases;
+///                 llama: rmsnorm, swiglu, rope, untied, no biases; nemotron: layernorm,
+///                 squared_relu, rope, untied, no biases
 ///   parallelism:  (the whole section is optional) tensor_model_parallel_size [1],
 ///                 pipeline_model_parallel_size [1], virtual_pipeline_model_parallel_size [1]
 ///                 or num_layers_per_virtual_pipeline_stage N (v = num_layers / (PP x N); not
@@ -223,7 +305,10 @@ struct Override {
 ///                 the account flags N counts the embedding/loss: v = (l + flags) / (PP x N))
 ///   training:     micro_batch_size R, global_batch_size R, precision R (fp32 | fp16 | bf16),
 ///                 recompute_granularity [none] (none | selective | full),
-///                 attention_backend [unfused] (unfused | flash),
+///                 attention_backend (unfused | flash; [flash] for llama and nemotron,
+///                 [unfused] for gpt), fp8_format (hybrid | e4m3; none = no FP8),
+///                 fp8_recipe [delayed] (delayed | tensorwise | blockwise | mxfp8; needs
+///                 fp8_format), fp8_param_gather [false] (needs fp8_format),
 ///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,
 ///                 tp_comm_overlap [false];
 ///                 live training (all optional): train_iters (integer >= 1; none),
@@ -278,7 +363,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 /// TP divides heads and ffn_hidden_size; the pipeline split possible (pipeline_layer_split():
 /// num_layers divisible by PP x v, or Megatron-Core's uneven rules); num_gpus = TP x CP x PP x DP;
 /// global batch divisible by micro batch x DP; interleaving needs micro-batches divisible by PP;
-/// GPipe has no model chunks; sequence_parallel needs TP > 1; CP divides seq_length; sizes >= 1;
+/// GPipe has no model chunks; sequence_parallel needs TP > 1; 2 x CP divides seq_length when
+/// CP > 1; query groups divide heads and TP divides query groups; rope needs an even head_dim;
+/// cp_comm_type a2a needs CP to divide the heads and query groups per TP rank; fp8_format needs
+/// bf16 or fp16; fp8_param_gather needs fp8_format; sizes >= 1;
 /// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the
 /// straggler rank in [0, num_gpus), a degraded link named; the live-training keys in their
 /// ranges, min_lr <= lr, lr_warmup_iters < lr_decay_iters (or train_iters when lr_decay_iters

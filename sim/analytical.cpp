@@ -392,9 +392,15 @@ class Estimator {
   double transfer_s(int64_t src_stage, int64_t dst_stage) {
     double& cached = p2p_s_[static_cast<size_t>(src_stage * p_ + dst_stage)];
     if (cached >= 0) return cached;
-    const double bytes = static_cast<double>(s_.model.seq_length * s_.training.micro_batch_size *
-                                             s_.model.hidden_size * bytes_per_element(s_.training.precision)) /
-                         (s_.parallel.sequence_parallel ? static_cast<double>(s_.parallel.tensor_model_parallel_size) : 1.0);
+    // The Program's own payload (core/program.cpp's rule: CP, SP and the activation dtype
+    // included), taken from a send or recv of the probe.
+    double bytes = 0;
+    for (const StageTemplate& t : tmpl_) {
+      for (const Op& op : t.rp->ops) {
+        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) bytes = static_cast<double>(op.bytes);
+      }
+      if (bytes > 0) break;
+    }
     const double t = uncontended_transfer_s(stage_rank_[static_cast<size_t>(src_stage)],
                                             stage_rank_[static_cast<size_t>(dst_stage)], bytes, topo_);
     cached = t;
@@ -681,6 +687,7 @@ class Estimator {
 
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff) {
+  check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {
     throw UnsupportedError(

@@ -9,14 +9,18 @@
 namespace traintwin {
 namespace {
 
-/// Steps of latency of a ring: 2(n-1) for all-reduce, n-1 for the others.
+/// Steps of latency of a ring: 2(n-1) for all-reduce, 1 for a ring exchange (one send/recv
+/// step), n-1 for the others.
 int64_t ring_steps(CollectiveKind kind, int64_t n) {
+  if (kind == CollectiveKind::kRingExchange) return n > 1 ? 1 : 0;
   return kind == CollectiveKind::kAllReduce ? 2 * (n - 1) : (n - 1);
 }
 
 /// Ring data factor: each rank sends factor x bytes over its ring edge.
 double ring_factor(CollectiveKind kind, int64_t n) {
-  if (kind == CollectiveKind::kBroadcast) return n > 1 ? 1.0 : 0.0;
+  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kRingExchange) {
+    return n > 1 ? 1.0 : 0.0;
+  }
   return busbw_factor(kind, n);
 }
 
@@ -62,7 +66,8 @@ double busbw_factor(CollectiveKind kind, int64_t n) {
     case CollectiveKind::kAllGather:
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllToAll: return (dn - 1) / dn;
-    case CollectiveKind::kBroadcast: return 1.0;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kRingExchange: return 1.0;
   }
   return 1.0;
 }

@@ -17,6 +17,10 @@
 namespace traintwin {
 
 /// nccl-tests' bus-bandwidth factor of `kind` over `n` ranks (n >= 1, else InvalidArgument).
+/// A ring exchange (each rank sends its buffer to its successor) moves 1 x bytes per ring edge
+/// in one step, like nccl-tests' sendrecv (factor 1); with several members per node the plan
+/// spreads the inter-node edge over the node's NICs as for the other ring collectives (exact
+/// when the group has one member per node, as CP groups across nodes do).
 double busbw_factor(CollectiveKind kind, int64_t n);
 
 /// NCCL algorithms modelled.

@@ -750,6 +750,7 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
 
 SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const SimulationOptions& opts) {
+  check_gpu_supports(topo, s.training);
   const ParallelConfig& p = s.parallel;
   const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
                           p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);

@@ -23,7 +23,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   const double t = r.iteration_time_s;
   const double gpus = static_cast<double>(s.cluster.num_gpus);
   const double tokens = static_cast<double>(s.training.global_batch_size * s.model.seq_length);
-  const double peak = topo.gpu.peak_FLOPs(s.training.precision);
+  const double peak = topo.gpu.peak_FLOPs(gemm_precision(s.training));
   const double model = model_flops_per_iteration(s.model, s.training.global_batch_size);
   const double hardware = hardware_flops_per_iteration(s.model, s.training.global_batch_size,
                                                        s.training.recompute_granularity);
@@ -54,7 +54,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   return out;
 }
 
-nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
+nlohmann::ordered_json summary_fields_json(const Scenario& s, const SimulationSummary& m) {
   nlohmann::ordered_json j;
   j["iteration_time_s"] = m.iteration_time_s;
   j["tokens_per_s"] = m.tokens_per_s;
@@ -62,10 +62,11 @@ nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
   j["model_tflops_per_gpu"] = m.model_tflops_per_gpu;
   j["mfu"] = m.mfu;
   j["hfu"] = m.hfu;
-  j["mfu_formula"] =
-      "MFU = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) / (iteration_time x GPUs x dense peak) "
-      "(Korthikanti et al. 2022 model FLOPs; HFU adds recomputed work, Narayanan et al. SC'21 eq. 3 "
-      "for full recomputation)";
+  j["mfu_formula"] = fmt::format(
+      "MFU = model FLOPs / (iteration_time x GPUs x dense {} peak); {} (for GPT with ffn = 4h: "
+      "72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Korthikanti et al. 2022); HFU adds recomputed "
+      "work (Narayanan et al. SC'21 eq. 3 for full recomputation)",
+      to_string(gemm_precision(s.training)), model_flops_formula(s.model));
   j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
   j["exposed_comm_s"] = {{"tp", m.exposed_tp_s}, {"pp", m.exposed_pp_s}, {"dp", m.exposed_dp_s}};
   j["compute_s"] = m.compute_s;
@@ -232,7 +233,7 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
         {"speedup",
          now.iteration_time_s > 0 ? base->iteration_time_s / now.iteration_time_s : 0.0}};
   }
-  const nlohmann::ordered_json fields = summary_fields_json(m);
+  const nlohmann::ordered_json fields = summary_fields_json(s, m);
   for (const auto& [key, value] : fields.items()) {
     if (key != "cost_sources") j[key] = value;
   }
@@ -245,6 +246,7 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                    {"in_flight", st.in_flight},
                    {"in_flight_layers", st.in_flight_layers},
                    {"weights_bytes", st.weights_bytes},
+                   {"fp8_weight_copies_bytes", st.fp8_weight_copies_bytes},
                    {"gradients_bytes", st.gradients_bytes},
                    {"optimizer_bytes", st.optimizer_bytes},
                    {"activations_bytes", st.activations_bytes},

@@ -45,7 +45,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
 /// exposed_comm_s {tp, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
 /// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
-nlohmann::ordered_json summary_fields_json(const SimulationSummary& m);
+nlohmann::ordered_json summary_fields_json(const Scenario& s, const SimulationSummary& m);
 
 /// A summary through a process boundary (a worker process, an MPI rank): every field, and back.
 /// from_json throws nlohmann's type_error / out_of_range for a missing or mistyped field.

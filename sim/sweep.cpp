@@ -62,9 +62,10 @@ std::string strip_origin(const std::string& message) {
 }
 
 /// Applies one combination to a copy of the base, derives DP, checks the rules and memory.
-SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64_t tp, int64_t pp,
-                                      int64_t vpp, int64_t mbs, RecomputeGranularity recompute,
-                                      bool sp, bool distributed_optimizer,
+SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64_t tp, int64_t cp,
+                                      int64_t pp, int64_t vpp, int64_t mbs,
+                                      RecomputeGranularity recompute, bool sp,
+                                      bool distributed_optimizer, bool fp8,
                                       double gpu_memory_bytes) {
   SweepConfiguration c;
   c.index = index;
@@ -72,12 +73,23 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64
   Scenario& s = c.scenario;
   s = base;
   s.parallel.tensor_model_parallel_size = tp;
+  s.parallel.context_parallel_size = cp;
   s.parallel.pipeline_model_parallel_size = pp;
   s.parallel.virtual_pipeline_model_parallel_size = vpp;
   s.parallel.sequence_parallel = sp;
   s.training.micro_batch_size = mbs;
   s.training.recompute_granularity = recompute;
   s.training.use_distributed_optimizer = distributed_optimizer;
+  if (fp8) {
+    s.training.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
+  } else {
+    s.training.fp8_format.reset();
+    if (s.training.fp8_param_gather) {
+      s.training.fp8_param_gather = false;
+      c.adjustments.push_back(
+          "training.fp8_param_gather: true -> false (needs training.fp8_format)");
+    }
+  }
   if (base.training.use_distributed_optimizer && !distributed_optimizer &&
       s.training.overlap_param_gather) {
     s.training.overlap_param_gather = false;
@@ -130,31 +142,40 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
         "enumerate_configurations: gpu_memory_bytes must be > 0, got {}", gpu_memory_bytes));
   }
   check_axis("tp", axes.tp);
+  check_axis("cp", axes.cp);
   check_axis("pp", axes.pp);
   check_axis("vpp", axes.vpp);
   check_axis("mbs", axes.mbs);
   check_unique("recompute", axes.recompute);
   check_unique("sequence_parallel", axes.sequence_parallel);
   check_unique("distributed_optimizer", axes.distributed_optimizer);
+  check_unique("fp8", axes.fp8);
   const auto tps = or_base(axes.tp, base.parallel.tensor_model_parallel_size);
+  const auto cps = or_base(axes.cp, base.parallel.context_parallel_size);
   const auto pps = or_base(axes.pp, base.parallel.pipeline_model_parallel_size);
   const auto vpps = or_base(axes.vpp, base.parallel.virtual_pipeline_model_parallel_size);
   const auto mbss = or_base(axes.mbs, base.training.micro_batch_size);
   const auto recomputes = or_base(axes.recompute, base.training.recompute_granularity);
   const auto sps = or_base(axes.sequence_parallel, base.parallel.sequence_parallel);
   const auto dos = or_base(axes.distributed_optimizer, base.training.use_distributed_optimizer);
+  const auto fp8s = or_base(axes.fp8, base.training.fp8());
   std::vector<SweepConfiguration> out;
-  out.reserve(tps.size() * pps.size() * vpps.size() * mbss.size() * recomputes.size() * sps.size() *
-              dos.size());
+  out.reserve(tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
+              recomputes.size() * sps.size() * dos.size() * fp8s.size());
   for (int64_t tp : tps) {
-    for (int64_t pp : pps) {
-      for (int64_t vpp : vpps) {
-        for (int64_t mbs : mbss) {
-          for (RecomputeGranularity r : recomputes) {
-            for (bool sp : sps) {
-              for (bool d : dos) {
-                out.push_back(make_configuration(base, static_cast<int64_t>(out.size()), tp, pp,
-                                                 vpp, mbs, r, sp, d, gpu_memory_bytes));
+    for (int64_t cp : cps) {
+      for (int64_t pp : pps) {
+        for (int64_t vpp : vpps) {
+          for (int64_t mbs : mbss) {
+            for (RecomputeGranularity r : recomputes) {
+              for (bool sp : sps) {
+                for (bool d : dos) {
+                  for (bool f8 : fp8s) {
+                    out.push_back(make_configuration(base, static_cast<int64_t>(out.size()), tp,
+                                                     cp, pp, vpp, mbs, r, sp, d, f8,
+                                                     gpu_memory_bytes));
+                  }
+                }
               }
             }
           }
@@ -396,6 +417,7 @@ nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
       {"recompute_granularity", to_string(s.training.recompute_granularity)},
       {"sequence_parallel", s.parallel.sequence_parallel},
       {"use_distributed_optimizer", s.training.use_distributed_optimizer},
+      {"fp8_format", s.training.fp8() ? to_string(*s.training.fp8_format) : "none"},
       {"gpus_per_replica", row.config.gpus_per_replica()}};
   j["memory"] = {{"peak_bytes", row.config.peak_memory_bytes},
                  {"capacity_bytes", row.config.memory_capacity_bytes},
@@ -414,7 +436,7 @@ nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
   } else if (!row.evaluation->detail.is_null()) {
     j["metrics"] = row.evaluation->detail;
   } else {
-    j["metrics"] = summary_fields_json(row.evaluation->summary);
+    j["metrics"] = summary_fields_json(row.config.scenario, row.evaluation->summary);
     j["metrics"]["mode"] = row.evaluation->mode;
   }
   return j;

@@ -37,12 +37,16 @@ namespace traintwin {
 /// The values to sweep. An empty axis keeps the base scenario's value.
 struct SweepAxes {
   std::vector<int64_t> tp;   ///< parallelism.tensor_model_parallel_size
+  std::vector<int64_t> cp;   ///< parallelism.context_parallel_size
   std::vector<int64_t> pp;   ///< parallelism.pipeline_model_parallel_size
   std::vector<int64_t> mbs;  ///< training.micro_batch_size
   std::vector<int64_t> vpp;  ///< parallelism.virtual_pipeline_model_parallel_size
   std::vector<RecomputeGranularity> recompute;  ///< training.recompute_granularity
   std::vector<bool> sequence_parallel;          ///< parallelism.sequence_parallel
   std::vector<bool> distributed_optimizer;      ///< training.use_distributed_optimizer
+  /// FP8 GEMMs on or off: on keeps the base's training.fp8_format, or hybrid when the base has
+  /// none (Megatron's recommended format; the base's fp8_recipe stays); off removes it.
+  std::vector<bool> fp8;
 };
 
 /// One combination of the axes applied to the base scenario.
@@ -71,7 +75,8 @@ struct SweepConfiguration {
 };
 
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
-/// tp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer. For each: DP is derived
+/// tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8. For each: DP
+/// is derived
 /// (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming cluster.num_gpus); a switch of
 /// the base that needs one the axes turned off is turned off too and listed in `adjustments`
 /// (overlap_param_gather needs use_distributed_optimizer; tp_comm_overlap needs

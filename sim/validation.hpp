@@ -21,13 +21,20 @@ struct ValidationCase {
   /// turned into a time with their eq. 3: T = F / (TFLOP/s x GPUs).
   double measured_iteration_time_s = 0;
   std::string measured_as;  ///< "tflops_per_gpu 148" / "iteration_time_s 8.309" ...
+  /// Non-empty when the case uses a feature traintwin does not build yet (e.g. "mixture of
+  /// experts"): `scenario` is then empty and the case is reported, not simulated.
+  std::string unsupported;
 };
 
-/// Reads calibration.yaml's `cases` and builds one ValidationCase per measurement: A100 cases on
-/// `topologies_dir`/dgx-a100-superpod.yaml, H100 on dgx-h100-superpod.yaml. Settings the
-/// sources leave implicit are those of the Megatron-LM of the paper (documented per source in
-/// validation.cpp). Unknown keys or GPUs, or a case without a measurement, are ConfigError
-/// naming the case and key.
+/// Reads calibration.yaml's (or calibration-modern.yaml's) `cases` and builds one ValidationCase
+/// per measurement: A100 cases on `topologies_dir`/dgx-a100-superpod.yaml, H100 on
+/// dgx-h100-superpod.yaml. Settings the sources leave implicit are those of the Megatron-LM /
+/// NeMo of the source (documented per source in validation.cpp). Measurements: an iteration
+/// time; Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
+/// model_tflops_per_gpu (turned into a time with model_flops_per_iteration(), NeMo's formula).
+/// Cases with mixture-of-experts keys (num_moe_experts, moe_*, expert_model_parallel_size) are
+/// returned with `unsupported` set. Unknown keys or GPUs, or a case without a measurement, are
+/// ConfigError naming the case and key.
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir);
 

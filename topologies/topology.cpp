@@ -241,11 +241,13 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
   }
   t.gpu.hbm_bandwidth_Bps = gpu.bandwidth_Bps("hbm_bandwidth");
   const Mapping peak =
-      gpu.child("peak_flops", {{"fp32", true}, {"tf32", false}, {"fp16", true}, {"bf16", true}});
+      gpu.child("peak_flops", {{"fp32", true}, {"tf32", false}, {"fp16", true}, {"bf16", true},
+                               {"fp8", false}});
   t.gpu.peak.fp32_FLOPs = peak.flop_rate_FLOPs("fp32");
   if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.flop_rate_FLOPs("tf32");
   t.gpu.peak.fp16_FLOPs = peak.flop_rate_FLOPs("fp16");
   t.gpu.peak.bf16_FLOPs = peak.flop_rate_FLOPs("bf16");
+  if (peak.has("fp8")) t.gpu.peak.fp8_FLOPs = peak.flop_rate_FLOPs("fp8");
 
   // --- node ---
   const Mapping node = top.child("node", {{"gpus_per_node", true},
@@ -339,8 +341,27 @@ double GpuSpec::peak_FLOPs(Precision p) const {
       return peak.fp16_FLOPs;
     case Precision::kBf16:
       return peak.bf16_FLOPs;
+    case Precision::kFp8:
+      return peak.fp8_FLOPs.value_or(0.0);
   }
   throw InvalidArgument("GpuSpec::peak_FLOPs: unknown precision");
+}
+
+void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
+  if (!training.fp8()) return;
+  if (!t.gpu.peak.fp8_FLOPs) {
+    throw ConfigError(fmt::format(
+        "training.fp8_format: {}: {} has no FP8 tensor cores (topology {} gives no "
+        "gpu.peak_flops.fp8); FP8 training needs Hopper (H100, H200) or later",
+        to_string(*training.fp8_format), t.gpu.name, t.name));
+  }
+  const bool blackwell = t.gpu.name.rfind("B", 0) == 0 || t.gpu.name.rfind("GB", 0) == 0;
+  if (training.fp8_recipe == Fp8Recipe::kMxfp8 && !blackwell) {
+    throw ConfigError(fmt::format(
+        "training.fp8_recipe: mxfp8 needs Blackwell's MX block scaling (B200, GB200); {} has "
+        "none (allowed here: delayed, tensorwise, blockwise)",
+        t.gpu.name));
+  }
 }
 
 TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin) {

@@ -31,6 +31,7 @@
 //       tf32: 494.5TFLOPs                       # optional, tensor-core TF32
 //       fp16: 989TFLOPs
 //       bf16: 989TFLOPs
+//       fp8: 1979TFLOPs                         # optional, tensor-core FP8 (Hopper and later)
 //   node:
 //     gpus_per_node: 8
 //     nvlink_bandwidth: 450GBps                 # per GPU, per direction
@@ -66,6 +67,7 @@ struct PeakFlops {
   std::optional<double> tf32_FLOPs;  ///< tensor-core TF32, when the file gives it
   double fp16_FLOPs = 0;
   double bf16_FLOPs = 0;
+  std::optional<double> fp8_FLOPs;   ///< tensor-core FP8 (E4M3/E5M2), when the GPU has it
 };
 
 /// One GPU.
@@ -75,7 +77,8 @@ struct GpuSpec {
   double hbm_bandwidth_Bps = 0;  ///< peak HBM bandwidth
   PeakFlops peak;
 
-  /// Dense peak for the training precision: fp32 -> fp32_FLOPs, fp16, bf16.
+  /// Dense peak for a kernel dtype: fp32 -> fp32_FLOPs, fp16, bf16, fp8 (0 when the GPU has no
+  /// FP8 tensor cores; the cost model then refuses FP8 kernels).
   double peak_FLOPs(Precision p) const;
 };
 
@@ -144,6 +147,12 @@ int64_t max_nodes(const TopologySpec& t);
 /// Checks that `num_gpus` GPUs can be built from this topology: at least one, a multiple of
 /// gpus_per_node, and no more nodes than max_nodes(). Throws ConfigError with the numbers.
 void check_cluster_size(const TopologySpec& t, int64_t num_gpus);
+
+/// Checks that the GPU of `t` can run what `training` asks of it: FP8 GEMMs
+/// (training.fp8_format) need an FP8 peak (gpu.peak_flops.fp8: Hopper and later; an A100 has
+/// none), and the mxfp8 recipe needs Blackwell's MX block scaling (a GPU named B*/GB*).
+/// Throws ConfigError naming the key, the GPU and the topology file's key.
+void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training);
 
 /// Human-readable summary for the CLI and reports: a title line (name: description), then one
 /// line each for gpu, node, nic, fabric and size (capacity); every line ends in '\n'.

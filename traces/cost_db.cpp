@@ -23,7 +23,8 @@ using ordered_json = nlohmann::ordered_json;
 constexpr const char* kFormat = "traintwin-costdb";
 constexpr int64_t kVersion = 1;
 
-constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16};
+constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16,
+                                     Precision::kFp8};
 const char* const kCollectiveOps[] = {"all_reduce", "all_gather", "reduce_scatter",
                                       "broadcast",  "all_to_all", "send_recv"};
 
@@ -185,7 +186,7 @@ Precision get_dtype(const json& obj, const Place& p) {
   for (Precision q : kPrecisions) {
     if (s == to_string(q)) return q;
   }
-  p.fail("dtype", fmt::format("unknown dtype \"{}\" (allowed: fp32, fp16, bf16)", s));
+  p.fail("dtype", fmt::format("unknown dtype \"{}\" (allowed: fp32, fp16, bf16, fp8)", s));
 }
 
 KernelMeasurement read_kernel(const json& v, const Place& p) {

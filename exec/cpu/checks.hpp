@@ -17,6 +17,14 @@ inline void require_size(const char* layer, size_t actual, int64_t expected, con
   }
 }
 
+/// Throws InvalidArgument "<layer>: <name> must be >= 1, got N" when value < 1.
+inline void require_positive(const char* layer, int64_t value, const char* name) {
+  if (value < 1) {
+    throw InvalidArgument(std::string(layer) + ": " + name + " must be >= 1, got " +
+                          std::to_string(value));
+  }
+}
+
 /// Throws InvalidArgument "<layer>: <what> lengths differ: a vs b" when a != b.
 inline void require_same(const char* layer, size_t a, size_t b, const char* what) {
   if (a != b) {

@@ -88,10 +88,16 @@ TEST(Cli, BadInputIsAClearError) {
   Result heads = run("summary " + kDefault + " --tensor-model-parallel-size 7");
   EXPECT_EQ(heads.status, 2);
   EXPECT_THAT(heads.output, HasSubstr("tensor_model_parallel_size"));
+  // CP 3 cannot split the sequence into 2 x CP chunks; FP8 on an A100 has no FP8 tensor cores.
   Result cp = run("program " + kDefault +
-                  " --context-parallel-size 2 --set parallelism.data_parallel_size=4");
+                  " --context-parallel-size 3 --set parallelism.data_parallel_size=null"
+                  " --num-gpus 384");
   EXPECT_EQ(cp.status, 2);
-  EXPECT_THAT(cp.output, HasSubstr("context parallelism (ring attention) is not lowered"));
+  EXPECT_THAT(cp.output, HasSubstr("divisible by 2 x context_parallel_size = 6"));
+  const std::string a100 = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-22b-a100-8.yaml";
+  Result fp8 = run("simulate " + a100 + " --fp8-format hybrid");
+  EXPECT_NE(fp8.status, 0);
+  EXPECT_THAT(fp8.output, HasSubstr("A100-SXM-80GB has no FP8 tensor cores"));
   Result rank = run("program " + kDefault + " --rank 1024");
   EXPECT_EQ(rank.status, 2);
   EXPECT_THAT(rank.output, HasSubstr("outside [0, 1024)"));

@@ -80,6 +80,22 @@ TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
   fs::remove_all(dir);
 }
 
+// The CP and FP8 axes on the Llama 3.1 8B scenario: CP 1, 2, 4 x FP8 off/on, all valid on 8 H100;
+// the table has CP and FP8 columns and FP8 on ranks above off at the same CP.
+TEST(SweepCli, ContextParallelAndFp8Axes) {
+  const std::string llama = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-8b-h100-8.yaml";
+  const Result r = run("sweep " + llama +
+                       " --context-parallel-size 1,2,4 --fp8 off,on --mode analytical --jobs 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("6 configurations: "), HasSubstr(" CP "),
+                              HasSubstr(" FP8 ")));
+  // FP8 on A100 is refused before any simulation.
+  const std::string a100 = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-22b-a100-8.yaml";
+  const Result bad = run("sweep " + a100 + " --fp8 on --mode analytical");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("A100-SXM-80GB has no FP8 tensor cores"));
+}
+
 TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
   // A 1.3B model with a global batch that allows large micro-batches: mbs 32 without
   // recomputation does not fit 80 GB.

@@ -9,10 +9,12 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "models.hpp"
 
 namespace traintwin {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 ModelSpec Gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v) {
@@ -137,6 +139,46 @@ TEST(FlopsTest, DgxcGpt3_175BH100Mfu) {
       model_flops_utilization(model_flops_per_iteration(Gpt3_175B(), 256), 8.309, 128, 989e12);
   EXPECT_NEAR(mfu, 0.53654, 1e-4);
   EXPECT_NEAR(mfu, 0.5354, 0.005);
+}
+
+// NVIDIA's DGX Cloud recipe formula for Llama (dgxc-benchmarking llama3.1 README), per sample:
+// s [12 L h^2 (1 + G/H + s/h) + 18 L F h + 6 V h], no causal halving. Ours equals it exactly, and
+// with calibration-modern.yaml's dgxc-llama3.1-8B-bf16-8 (B 128, 8 GPUs, 12.78 s, 989 TFLOP/s)
+// it gives the published MFU: 474422087516160 x 128 / (12.78 x 8 x 989e12) = 0.60056 (59.99 %
+// printed), and the FP8 case (9.44 s, 1979 TFLOP/s) 0.40632 (40.59 %).
+TEST(FlopsTest, LlamaMatchesTheDgxCloudFormula) {
+  for (const ModelSpec& m : {testing::llama31_8b(), testing::llama31_70b(), testing::llama31_405b()}) {
+    const double s = static_cast<double>(m.seq_length), L = static_cast<double>(m.num_layers),
+                 h = static_cast<double>(m.hidden_size), F = static_cast<double>(m.ffn_hidden_size),
+                 V = static_cast<double>(m.vocab_size),
+                 gh = static_cast<double>(m.num_query_groups) /
+                      static_cast<double>(m.num_attention_heads);
+    const double per_sample = s * (12 * L * h * h * (1 + gh + s / h) + 18 * L * F * h + 6 * V * h);
+    EXPECT_NEAR(model_flops_per_iteration(m, 128) / (128 * per_sample), 1.0, 1e-12);
+  }
+  const double f8b = model_flops_per_iteration(testing::llama31_8b(), 128);
+  EXPECT_NEAR(f8b / 128, 474422087516160.0, 1.0);
+  EXPECT_NEAR(model_flops_utilization(f8b, 12.78, 8, 989e12), 0.5999, 0.001);
+  EXPECT_NEAR(model_flops_utilization(f8b, 9.44, 8, 1979e12), 0.4059, 0.001);
+  // 70B, 64 GPUs, 14.61 s: 54.52 % printed.
+  EXPECT_NEAR(model_flops_utilization(model_flops_per_iteration(testing::llama31_70b(), 128), 14.61,
+                                      64, 989e12),
+              0.5452, 0.001);
+  EXPECT_THAT(model_flops_formula(testing::llama31_8b()),
+              AllOf(HasSubstr("not halved"), HasSubstr("18 L F h"), HasSubstr("1 + G/H")));
+}
+
+// Squared ReLU (Nemotron) has no gate: FC1 is h x ffn, as GeLU's.
+TEST(FlopsTest, SquaredReluHasNoGate) {
+  ModelSpec m = testing::llama(2, 64, 256, 8, 8, 32, 1024);
+  m.activation = Activation::kSquaredRelu;
+  ModelSpec gelu = m;
+  gelu.activation = Activation::kGelu;
+  EXPECT_DOUBLE_EQ(layer_forward_flops(m, 1), layer_forward_flops(gelu, 1));
+  ModelSpec swiglu = m;
+  swiglu.activation = Activation::kSwiglu;
+  // SwiGLU adds one h x ffn GEMM: 2 s h ffn = 2 x 32 x 64 x 256.
+  EXPECT_DOUBLE_EQ(layer_forward_flops(swiglu, 1) - layer_forward_flops(m, 1), 2.0 * 32 * 64 * 256);
 }
 
 TEST(FlopsTest, MfuArithmetic) {

@@ -160,6 +160,59 @@ TEST(MemoryTest, GenericFfnScalesTheMlpTerms) {
   EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kNone, Precision::kBf16), 147456.0);
 }
 
+// Korthikanti's term-by-term method on a Llama-style layer: h 64, a 4, g 2 query groups, ffn 256,
+// s 32, b 2 (s b h = 4096), bf16, no TP. Outside the TP region 10 sbh = 40960 as GPT's (RMSNorm
+// keeps its input as LayerNorm does). Inside: Q, K, V 2 sbh (1 + 2g/a) = 16384, projection input
+// 2 sbh = 8192, SwiGLU input 2 x 2 s b ffn = 65536 and output 2 s b ffn = 32768 (RoPE: nothing
+// extra) -> 122880. Unfused scores 5 a s^2 b = 40960: 204800 in all; flash keeps the fp32 LSE
+// 4 a s b = 1024 instead: 164864. FP8: the 4 GEMM inputs 1 byte: QKV and FC1 inputs 4096 each,
+// projection 4096, FC2 16384 -> 32768 + 102400 + 1024 = 136192.
+TEST(MemoryTest, LlamaLayerByKorthikantisMethod) {
+  const ModelSpec m = testing::llama(8, 64, 256, 4, 2, 32, 1024);
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kNone, Precision::kBf16), 204800.0);
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kNone, Precision::kBf16,
+                                   AttentionBackend::kFlash),
+            164864.0);
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kNone, Precision::kBf16,
+                                   AttentionBackend::kFlash, true),
+            136192.0);
+  // TP 2 + SP divides every term by 2; CP 2 halves s (the scores by 4).
+  EXPECT_EQ(layer_activation_bytes(m, 2, 2, 1, true, R::kNone, Precision::kBf16,
+                                   AttentionBackend::kFlash),
+            164864.0 / 2);
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 2, false, R::kNone, Precision::kBf16,
+                                   AttentionBackend::kFlash),
+            164864.0 / 2);
+}
+
+// FP8 keeps an FP8 copy and transpose of every layer GEMM weight (2 bytes each); the untied LM
+// head sits on the last stage with its own weights, gradients and optimizer state.
+TEST(MemoryTest, Fp8WeightCopiesAndUntiedHead) {
+  Scenario s;
+  s.name = "llama";
+  s.model = testing::llama(4, 64, 256, 4, 2, 32, 1024);
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 1;
+  s.training.attention_backend = AttentionBackend::kFlash;
+  s.cluster.num_gpus = 1;
+  const StageMemory plain = stage_memory(s, 0);
+  EXPECT_EQ(plain.fp8_weight_copies_bytes, 0.0);
+  s.training.fp8_format = Fp8Format::kHybrid;
+  const StageMemory fp8 = stage_memory(s, 0);
+  EXPECT_EQ(fp8.fp8_weight_copies_bytes, 2.0 * 4 * layer_gemm_weights_on_rank(s.model, 1));
+  EXPECT_LT(fp8.activations_bytes, plain.activations_bytes);
+  EXPECT_EQ(fp8.total_bytes() - fp8.activations_bytes,
+            plain.total_bytes() - plain.activations_bytes + fp8.fp8_weight_copies_bytes);
+  // Untied: parameters include the LM head's 1024 x 64.
+  EXPECT_EQ(plain.parameters, parameter_count(s.model));
+  // FP8 parameters: the FP8 copies are the GEMM weights; their 2-byte bf16 copies are gone.
+  s.training.fp8_param_gather = true;
+  const StageMemory params8 = stage_memory(s, 0);
+  EXPECT_EQ(params8.fp8_weight_copies_bytes, fp8.fp8_weight_copies_bytes);
+  EXPECT_EQ(params8.weights_bytes,
+            plain.weights_bytes - 2.0 * 4 * layer_gemm_weights_on_rank(s.model, 1));
+}
+
 // --- bytes per parameter (Megatron distributed-optimizer docs) -------------------------------
 
 TEST(MemoryTest, BytesPerParameterTable) {

@@ -224,6 +224,38 @@ TEST(ParamsTest, Gpt3_175BOnTp8Pp16) {
   EXPECT_EQ(parameters_on_rank(s, 15), 1438129152);
 }
 
+// Llama 3.1 as Meta's model cards count it (8.03B, 70.55B, 405.85B; unpadded vocabulary):
+// 8B: layer = 4096 x 6144 (GQA QKV) + 4096^2 + 3 x 4096 x 14336 + 2 x 4096 = 218112000;
+// 32 layers + 2 x 128256 x 4096 (untied) + 4096 = 8030261248.
+TEST(ParamsTest, Llama31ModelCards) {
+  EXPECT_EQ(layer_parameter_count(testing::llama31_8b()), 218112000);
+  EXPECT_EQ(parameter_count(testing::llama31_8b()), 8030261248);
+  EXPECT_NEAR(static_cast<double>(parameter_count(testing::llama31_8b())) / 8.03e9, 1.0, 5e-4);
+  EXPECT_NEAR(static_cast<double>(parameter_count(testing::llama31_70b())) / 70.55e9, 1.0, 5e-4);
+  EXPECT_NEAR(static_cast<double>(parameter_count(testing::llama31_405b())) / 405.85e9, 1.0,
+              5e-4);
+  // 70B by hand: layer 8192 x 10240 + 8192^2 + 3 x 8192 x 28672 + 2 x 8192 = 855654400.
+  EXPECT_EQ(parameter_count(testing::llama31_70b()), 80 * 855654400LL + 2 * 128256LL * 8192 + 8192);
+}
+
+// A tiny Llama per rank by hand: h 64, 8 heads of 8, 2 query groups, ffn 96, V 1024, TP 2:
+// QKV 64 x (8 + 4) x 8 / 2 = 3072, projection 32 x 64 = 2048, FC1 64 x 192 / 2 = 6144, FC2
+// 48 x 64 = 3072, 2 RMSNorms 128: 14464 per layer; no biases, no position table; the untied
+// LM head 512 x 64 on the last stage even without a pipeline.
+TEST(ParamsTest, TinyLlamaPerRankByHand) {
+  const ModelSpec m = testing::llama(4, 64, 96, 8, 2, 32, 1024);
+  EXPECT_EQ(layer_parameters_on_rank(m, 2), 14464);
+  EXPECT_EQ(layer_gemm_weights_on_rank(m, 2), 14464 - 128);
+  EXPECT_EQ(layer_parameters_on_rank(m, 1), 2 * 14464 - 128);
+  const int64_t emb = 512 * 64;
+  EXPECT_EQ(parameters_on_rank(MakeScenario(m, 2, 1), 0), 4 * 14464 + emb + emb + 64);
+  const Scenario pp2 = MakeScenario(m, 2, 2);
+  EXPECT_EQ(parameters_on_rank(pp2, 0), 2 * 14464 + emb);
+  EXPECT_EQ(parameters_on_rank(pp2, 1), 2 * 14464 + emb + 64);
+  // TP must divide the query groups: 4 does not divide 2.
+  ExpectInvalidArgument([&] { layer_parameters_on_rank(m, 4); }, "num_query_groups");
+}
+
 TEST(ParamsTest, RejectsInvalidArguments) {
   const Scenario s = MakeScenario(TinyModel(), 2, 2);
   ExpectInvalidArgument([&] { parameters_on_rank(s, 2); }, "pp_rank");

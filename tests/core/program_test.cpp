@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -636,15 +637,6 @@ TEST(Program, RefusesWhatItCannotLower) {
   Knobs k;
   k.tp = 2;
   Scenario s = make(k);
-  s.parallel.context_parallel_size = 2;
-  s.cluster.num_gpus = 4;
-  try {
-    build_program(s);
-    FAIL() << "context parallel accepted";
-  } catch (const UnsupportedError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("context_parallel_size"));
-  }
-  s = make(k);
   s.training.tp_comm_overlap = true;
   EXPECT_THROW(build_program(s), UnsupportedError);
   EXPECT_THROW(build_program(make(k), {2}), InvalidArgument);
@@ -688,6 +680,277 @@ TEST(Program, HandWrittenSingleLayer) {
       "optimizer optimizer step",
   };
   EXPECT_EQ(labels, expected);
+}
+
+
+// ---- Llama-style layers, context parallelism, FP8 ---------------------------------------------
+
+struct LlamaKnobs {
+  int64_t tp = 1, cp = 1, pp = 1, dp = 1, v = 1, m = 2;
+  bool sp = false, flash = false, fp8 = false;
+  CpCommType cp_comm = CpCommType::kP2p;
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  bool dist_opt = false, overlap = false;
+  Fp8Recipe recipe = Fp8Recipe::kDelayed;
+};
+
+// A tiny Llama: 4 layers (x v x pp / 4 as needed), h 64, 8 heads of 8, 4 query groups, ffn 96,
+// s 32, V 1024; bf16.
+Scenario make_llama(const LlamaKnobs& k) {
+  Scenario s;
+  s.name = "llama-test";
+  ModelSpec& m = s.model;
+  m.architecture = "llama";
+  m.num_layers = 2 * k.pp * k.v;
+  m.hidden_size = 64;
+  m.num_attention_heads = 8;
+  m.num_query_groups = 4;
+  m.ffn_hidden_size = 96;
+  m.seq_length = 32;
+  m.vocab_size = 1024;
+  m.normalization = Normalization::kRmsNorm;
+  m.activation = Activation::kSwiglu;
+  m.position_embedding_type = PositionEmbedding::kRope;
+  m.untie_embeddings_and_output_weights = true;
+  m.add_bias_linear = false;
+  s.parallel.tensor_model_parallel_size = k.tp;
+  s.parallel.context_parallel_size = k.cp;
+  s.parallel.cp_comm_type = k.cp_comm;
+  s.parallel.pipeline_model_parallel_size = k.pp;
+  s.parallel.virtual_pipeline_model_parallel_size = k.v;
+  s.parallel.data_parallel_size = k.dp;
+  s.parallel.sequence_parallel = k.sp;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = k.m * k.dp;
+  s.training.recompute_granularity = k.recompute;
+  s.training.attention_backend = k.flash ? AttentionBackend::kFlash : AttentionBackend::kUnfused;
+  s.training.use_distributed_optimizer = k.dist_opt;
+  s.training.overlap_grad_reduce = k.overlap;
+  if (k.fp8) s.training.fp8_format = Fp8Format::kHybrid;
+  s.training.fp8_recipe = k.recipe;
+  s.cluster.num_gpus = k.tp * k.cp * k.pp * k.dp;
+  validate_scenario(s, "make_llama");
+  return s;
+}
+
+bool is_matmul(const Kernel& kern) {
+  const std::string& n = kern.key.name;
+  return n.rfind("gemm", 0) == 0 || n.rfind("attention", 0) == 0 || n.rfind("flash_attention", 0) == 0;
+}
+
+// Every CP layout and comm type, with TP/SP, PP, VPP, DP and the distributed optimizer, replays
+// to completion with matched collectives; over all ranks the GEMM and attention FLOPs equal the
+// FLOP model's hardware FLOPs (GQA QKV, SwiGLU's doubled FC1, the LM head; CP blocks add up to the
+// full s x s attention).
+TEST(Program, LlamaAndContextParallelLayoutsReplayAndCountFlops) {
+  int cases = 0;
+  for (int64_t cp : {1, 2, 4}) {
+    for (CpCommType comm : {CpCommType::kP2p, CpCommType::kAllGather, CpCommType::kA2a}) {
+      if (cp == 1 && comm != CpCommType::kP2p) continue;
+      for (auto [tp, pp, v, dp] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+               {1, 1, 1, 1}, {2, 1, 1, 2}, {1, 2, 2, 1}, {2, 2, 1, 1}}) {
+        if (comm == CpCommType::kA2a && (4 / tp) % cp != 0) continue;  // query groups per rank
+        for (auto rc : {RecomputeGranularity::kNone, RecomputeGranularity::kSelective}) {
+          for (bool fp8 : {false, true}) {
+            LlamaKnobs k;
+            k.tp = tp, k.cp = cp, k.pp = pp, k.v = v, k.dp = dp, k.sp = tp > 1, k.cp_comm = comm;
+            k.recompute = rc, k.fp8 = fp8, k.dist_opt = dp > 1, k.overlap = dp > 1, k.m = 4;
+            k.flash = fp8;
+            const Scenario s = make_llama(k);
+            const Program prog = build_program(s);
+            std::vector<std::string> errors;
+            ASSERT_EQ(replay_all(prog, errors), 0u) << "cp " << cp << " tp " << tp << " pp " << pp;
+            ASSERT_TRUE(errors.empty()) << errors.front();
+            double flops = 0;
+            for (const auto& [r, rp] : prog.ranks) {
+              for (const Op& op : rp.ops) {
+                for (uint32_t id : op.kernels) {
+                  if (is_matmul(prog.kernels[id])) flops += prog.kernels[id].flops;
+                }
+              }
+            }
+            const double expected = hardware_flops_per_iteration(
+                s.model, s.training.global_batch_size, rc);
+            EXPECT_NEAR(flops / expected, 1.0, 1e-12) << "cp " << cp << " tp " << tp;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 40);
+}
+
+// The layer as Megatron-Core runs Llama: RMSNorm, QKV of (a + 2g) d / t = (8 + 8) x 8 / 2 = 64
+// columns, RoPE, SwiGLU with FC1 of 2 ffn / t = 96 columns, FC2 of ffn / t = 48 rows.
+TEST(Program, LlamaLayerKernels) {
+  LlamaKnobs k;
+  k.tp = 2;
+  const Program prog = build_program(make_llama(k), {0});
+  std::set<std::string> names;
+  std::set<std::vector<int64_t>> gemm_fwd;
+  for (const Kernel& kern : prog.kernels) {
+    names.insert(kern.key.name);
+    if (kern.key.name == "gemm_fwd") gemm_fwd.insert(kern.key.shape);
+  }
+  for (const char* n : {"rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "swiglu_fwd",
+                        "swiglu_bwd"}) {
+    EXPECT_TRUE(names.count(n)) << n;
+  }
+  for (const char* n : {"layernorm_fwd", "gelu_fwd"}) EXPECT_FALSE(names.count(n)) << n;
+  const std::set<std::vector<int64_t>> want = {
+      {32, 64, 64},   // QKV: 32 tokens x (8 + 2 x 4) x 8 / 2
+      {32, 64, 32},   // projection: h x h / t
+      {32, 96, 64},   // FC1: 2 x 96 / 2
+      {32, 64, 48},   // FC2
+      {32, 512, 64},  // LM head: 1024 / 2 vocabulary rows
+  };
+  EXPECT_EQ(gemm_fwd, want);
+}
+
+// Untied embeddings: no embedding-gradient all-reduce between the first and last stage, and the
+// DP buckets still hold every parameter of the rank once (the LM head in the last stage's).
+TEST(Program, UntiedHeadHasItsOwnGradient) {
+  LlamaKnobs k;
+  k.pp = 2, k.dp = 2, k.m = 4, k.overlap = true;
+  const Scenario s = make_llama(k);
+  const Program prog = build_program(s);
+  for (const auto& [r, rp] : prog.ranks) {
+    int64_t grad_bytes = 0;
+    for (const Op& op : rp.ops) {
+      EXPECT_NE(op.group == GroupKind::kEmbedding && op.kind == OpKind::kCollective, true)
+          << prog.label(op);
+      if (op.kind == OpKind::kCollective && op.phase == Phase::kGradSync &&
+          op.group == GroupKind::kDpCp) {
+        grad_bytes += op.bytes;
+      }
+    }
+    EXPECT_EQ(grad_bytes, parameters_on_rank(s, rp.coord.pp) * 4) << "rank " << r;
+  }
+}
+
+// CP communication per layer and micro-batch on the cp-comm stream: p2p ring attention exchanges
+// KV CP - 1 times forward and KV + dKV 2 (CP - 1) times backward, overlapped with the blocks
+// (the exchange for block i + 1 is issued before block i computes); all_gather gathers KV once
+// forward, and gathers KV and reduce-scatters dKV backward; a2a has two all-to-alls each way.
+TEST(Program, ContextParallelCommunicationPerLayer) {
+  struct Want {
+    CpCommType comm;
+    CollectiveKind fwd_kind;
+    int64_t fwd, bwd;
+  };
+  for (const Want& w : {Want{CpCommType::kP2p, CollectiveKind::kRingExchange, 3, 6},
+                        Want{CpCommType::kAllGather, CollectiveKind::kAllGather, 1, 2},
+                        Want{CpCommType::kA2a, CollectiveKind::kAllToAll, 2, 2}}) {
+    LlamaKnobs k;
+    k.cp = 4, k.cp_comm = w.comm, k.m = 1;
+    const Scenario s = make_llama(k);
+    const Program prog = build_program(s, {0});
+    const RankProgram& rp = prog.ranks.at(0);
+    int64_t fwd = 0, bwd = 0;
+    for (const Op& op : rp.ops) {
+      if (op.kind != OpKind::kCollective || op.group != GroupKind::kCp) continue;
+      EXPECT_EQ(op.stream, Stream::kCpComm);
+      if (op.layer != 0) continue;
+      if (op.phase == Phase::kForward) {
+        ++fwd;
+        EXPECT_EQ(op.collective, w.fwd_kind);
+      }
+      if (op.phase == Phase::kBackward) ++bwd;
+    }
+    EXPECT_EQ(fwd, w.fwd) << to_string(w.comm);
+    EXPECT_EQ(bwd, w.bwd) << to_string(w.comm);
+    // KV of the local 8 tokens: 2 x 8 x 4 groups x 8 x 2 bytes = 1024 per ring exchange.
+    if (w.comm == CpCommType::kP2p) {
+      for (const Op& op : rp.ops) {
+        if (op.collective == CollectiveKind::kRingExchange && op.kind == OpKind::kCollective) {
+          EXPECT_EQ(op.bytes, 1024);
+        }
+      }
+      // Overlap: the first forward exchange of layer 0 and the first attention block both follow
+      // the QKV GEMM, and the second block waits for that exchange.
+      uint32_t x = UINT32_MAX;
+      for (const Op& op : rp.ops) {
+        if (op.kind == OpKind::kCollective && op.group == GroupKind::kCp && op.layer == 0 &&
+            op.phase == Phase::kForward) {
+          x = op.id;
+          break;
+        }
+      }
+      ASSERT_NE(x, UINT32_MAX);
+      bool waited = false;
+      for (const Op& op : rp.ops) {
+        if (op.kind == OpKind::kCompute && std::find(op.deps.begin(), op.deps.end(), x) != op.deps.end()) {
+          waited = true;
+          EXPECT_EQ(op.layer, 0);
+        }
+      }
+      EXPECT_TRUE(waited);
+    }
+  }
+  // Every op runs on s / CP = 8 tokens: the QKV GEMM has 8 rows.
+  LlamaKnobs k;
+  k.cp = 4;
+  const Program prog = build_program(make_llama(k), {0});
+  bool found = false;
+  for (const Kernel& kern : prog.kernels) {
+    if (kern.key.name == "gemm_fwd" && kern.key.shape[1] == 128) {  // (8 + 8) x 8 columns
+      EXPECT_EQ(kern.key.shape[0], 8);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+// FP8 parameters: the distributed optimizer's parameter all-gather carries the layers' GEMM
+// weights in 1 byte and the rest (norms, embedding, LM head) in 2.
+TEST(Program, Fp8ParamGatherBytes) {
+  LlamaKnobs k;
+  k.dp = 2, k.dist_opt = true, k.fp8 = true;
+  Scenario s = make_llama(k);
+  const auto gathered = [](const Program& prog) {
+    int64_t bytes = 0;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.kind == OpKind::kCollective && op.phase == Phase::kParamSync) bytes += op.bytes;
+    }
+    return bytes;
+  };
+  const int64_t params = parameters_on_rank(s, 0);
+  EXPECT_EQ(gathered(build_program(s, {0})), 2 * params);
+  s.training.fp8_param_gather = true;
+  const int64_t gemm = 2 * layer_gemm_weights_on_rank(s.model, 1);  // 2 layers
+  EXPECT_EQ(gathered(build_program(s, {0})), 2 * (params - gemm) + gemm);
+}
+
+// FP8: the transformer layers' GEMMs have dtype fp8 (1-byte operands), their operands cast;
+// the LM head stays bf16; the weights are cast once, after the optimizer step; the delayed
+// recipe updates its scales per layer, tensorwise adds an amax pass before every cast.
+TEST(Program, Fp8GemmsAndTheirCasts) {
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise}) {
+    LlamaKnobs k;
+    k.fp8 = true, k.recipe = recipe, k.m = 3;
+    const Program prog = build_program(make_llama(k), {0});
+    std::map<std::string, int64_t> launches;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      for (uint32_t id : op.kernels) {
+        const Kernel& kern = prog.kernels[id];
+        ++launches[kern.key.name];
+        if (kern.key.name.rfind("gemm_", 0) == 0) {
+          const bool head = kern.key.shape[1] == 1024;  // vocabulary columns
+          EXPECT_EQ(kern.key.dtype, head ? Precision::kBf16 : Precision::kFp8) << kern.key.to_string();
+        }
+      }
+    }
+    const int64_t layers = 2, mbs = 3;
+    // Per layer and micro-batch, delayed: 1 separate input cast forward (the projection's; the
+    // norms and the activation write the others in FP8) and 3 output-gradient casts backward
+    // (FC2, projection, QKV; FC1's is fused into the activation backward); tensorwise: all 8,
+    // each after an amax pass. Plus one cast of the rank's layer weights after the step.
+    const int64_t casts = recipe == Fp8Recipe::kDelayed ? 4 : 8;
+    EXPECT_EQ(launches["fp8_cast_transpose"], layers * mbs * casts + 1);
+    EXPECT_EQ(launches["fp8_scale_update"], recipe == Fp8Recipe::kDelayed ? layers * mbs * 2 : 0);
+    EXPECT_EQ(launches["fp8_amax"], recipe == Fp8Recipe::kTensorwise ? layers * mbs * 8 : 0);
+  }
 }
 
 }  // namespace

@@ -541,8 +541,11 @@ TEST(ScenarioUnknownKeys, ListsAllowedKeysAndSuggestsTheClosest) {
   t.set("model", "hiden_size", "1");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("did you mean hidden_size?"),
                                  HasSubstr("allowed: architecture, num_layers, hidden_size, "
-                                           "num_attention_heads, ffn_hidden_size, seq_length, "
-                                           "vocab_size")));
+                                           "num_attention_heads, num_query_groups, "
+                                           "ffn_hidden_size, seq_length, vocab_size, "
+                                           "normalization, activation, position_embedding_type, "
+                                           "untie_embeddings_and_output_weights, "
+                                           "add_bias_linear")));
 }
 
 TEST(ScenarioUnknownKeys, UnknownSection) {
@@ -640,7 +643,12 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
     std::string section, key, bad, allowed;
   };
   const std::vector<Case> cases = {
-      {"model", "architecture", "llama", "(allowed: gpt)"},
+      {"model", "architecture", "mixtral", "(allowed: gpt, llama, nemotron)"},
+      {"model", "normalization", "ln", "(allowed: layernorm, rmsnorm)"},
+      {"model", "activation", "relu", "(allowed: gelu, swiglu, squared_relu)"},
+      {"model", "position_embedding_type", "alibi", "(allowed: learned_absolute, rope)"},
+      {"parallelism", "cp_comm_type", "ring", "(allowed: p2p, a2a, all_gather)"},
+      {"training", "fp8_format", "e5m2", "(allowed: hybrid, e4m3)"},
       {"training", "precision", "fp8", "(allowed: fp32, fp16, bf16)"},
       {"training", "precision", "BF16", "(allowed: fp32, fp16, bf16)"},
       {"training", "recompute_granularity", "partial", "(allowed: none, selective, full)"},
@@ -898,7 +906,115 @@ TEST(ScenarioRules, ContextParallelDividesSeqLength) {
   t.set("parallelism", "context_parallel_size", "3").set("cluster", "num_gpus", "12");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "parallelism.context_parallel_size") +
                                            "parallelism.context_parallel_size"),
-                                 HasSubstr("3 does not divide model.seq_length = 128")));
+                                 HasSubstr("3 needs model.seq_length = 128 divisible by 2 x "
+                                           "context_parallel_size = 6")));
+  // 2 x CP must divide s (the 2 x CP chunks of the causal load balance): CP 2 with s 130 fails,
+  // with 128 it loads.
+  t.set("parallelism", "context_parallel_size", "2").set("cluster", "num_gpus", "16");
+  EXPECT_NO_THROW(parse(t.text()));
+  t.set("model", "seq_length", "130");
+  EXPECT_THAT(error_of(t), HasSubstr("divisible by 2 x context_parallel_size = 4"));
+}
+
+// Architecture presets fill the layer keys; keys given in the file win.
+TEST(ScenarioModern, ArchitecturePresets) {
+  ScenarioText t;
+  Scenario s = parse(t.text());
+  EXPECT_EQ(s.model.normalization, Normalization::kLayerNorm);
+  EXPECT_EQ(s.model.activation, Activation::kGelu);
+  EXPECT_EQ(s.model.position_embedding_type, PositionEmbedding::kLearnedAbsolute);
+  EXPECT_FALSE(s.model.untie_embeddings_and_output_weights);
+  EXPECT_TRUE(s.model.add_bias_linear);
+  EXPECT_EQ(s.model.num_query_groups, 8);
+  EXPECT_EQ(s.training.attention_backend, AttentionBackend::kUnfused);
+  EXPECT_FALSE(s.training.fp8());
+
+  t.set("model", "architecture", "llama").set("model", "num_query_groups", "2");
+  s = parse(t.text());
+  EXPECT_EQ(s.model.normalization, Normalization::kRmsNorm);
+  EXPECT_EQ(s.model.activation, Activation::kSwiglu);
+  EXPECT_EQ(s.model.position_embedding_type, PositionEmbedding::kRope);
+  EXPECT_TRUE(s.model.untie_embeddings_and_output_weights);
+  EXPECT_FALSE(s.model.add_bias_linear);
+  EXPECT_EQ(s.model.num_query_groups, 2);
+  EXPECT_EQ(s.training.attention_backend, AttentionBackend::kFlash);
+
+  t.set("model", "architecture", "nemotron");
+  s = parse(t.text());
+  EXPECT_EQ(s.model.normalization, Normalization::kLayerNorm);
+  EXPECT_EQ(s.model.activation, Activation::kSquaredRelu);
+  EXPECT_EQ(s.model.position_embedding_type, PositionEmbedding::kRope);
+  EXPECT_TRUE(s.model.untie_embeddings_and_output_weights);
+
+  // Explicit keys win over the preset, from the file and from --set.
+  t.set("model", "architecture", "llama")
+      .set("model", "normalization", "layernorm")
+      .set("model", "add_bias_linear", "true")
+      .set("training", "attention_backend", "unfused");
+  s = parse(t.text(), {{"model.activation", "gelu"}});
+  EXPECT_EQ(s.model.normalization, Normalization::kLayerNorm);
+  EXPECT_TRUE(s.model.add_bias_linear);
+  EXPECT_EQ(s.model.activation, Activation::kGelu);
+  EXPECT_EQ(s.training.attention_backend, AttentionBackend::kUnfused);
+  EXPECT_EQ(s.model.position_embedding_type, PositionEmbedding::kRope);
+}
+
+TEST(ScenarioModern, QueryGroupRules) {
+  ScenarioText t;
+  t.set("model", "num_query_groups", "3");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "model.num_query_groups")),
+                                 HasSubstr("3 does not divide model.num_attention_heads = 8")));
+  t.set("model", "num_query_groups", "1");  // MQA: TP 2 cannot split one K/V head
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("parallelism.tensor_model_parallel_size"),
+                                 HasSubstr("does not divide model.num_query_groups = 1")));
+  t.set("parallelism", "tensor_model_parallel_size", "1").set("cluster", "num_gpus", "4");
+  EXPECT_EQ(parse(t.text()).model.query_groups(), 1);
+  t.set("model", "num_query_groups", "0");
+  EXPECT_THAT(error_of(t), HasSubstr("model.num_query_groups"));
+}
+
+TEST(ScenarioModern, RopeNeedsAnEvenHeadDim) {
+  ScenarioText t;
+  t.set("model", "hidden_size", "24").set("model", "position_embedding_type", "rope");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("model.position_embedding_type"),
+                                 HasSubstr("even head dimension")));
+}
+
+TEST(ScenarioModern, Fp8KeysAndRules) {
+  ScenarioText t;
+  t.set("training", "fp8_format", "hybrid");
+  Scenario s = parse(t.text());
+  ASSERT_TRUE(s.training.fp8());
+  EXPECT_EQ(*s.training.fp8_format, Fp8Format::kHybrid);
+  EXPECT_EQ(s.training.fp8_recipe, Fp8Recipe::kDelayed);
+  EXPECT_EQ(gemm_precision(s.training), Precision::kFp8);
+  t.set("training", "fp8_recipe", "blockwise");
+  EXPECT_EQ(parse(t.text()).training.fp8_recipe, Fp8Recipe::kBlockwise);
+  t.set("training", "fp8_param_gather", "true");
+  EXPECT_TRUE(parse(t.text()).training.fp8_param_gather);
+  t.erase("training", "fp8_param_gather");
+  t.set("training", "precision", "fp32");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.fp8_format"),
+                                 HasSubstr("needs training.precision bf16 or fp16")));
+  // A recipe without a format would silently run no FP8: refused.
+  t.set("training", "precision", "bf16").erase("training", "fp8_format");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.fp8_recipe"),
+                                 HasSubstr("needs training.fp8_format")));
+  t.erase("training", "fp8_recipe").set("training", "fp8_param_gather", "true");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.fp8_param_gather"),
+                                 HasSubstr("needs training.fp8_format")));
+}
+
+TEST(ScenarioModern, ContextParallelCommTypeRules) {
+  ScenarioText t;
+  t.set("parallelism", "context_parallel_size", "2").set("cluster", "num_gpus", "16");
+  EXPECT_EQ(parse(t.text()).parallel.cp_comm_type, CpCommType::kP2p);
+  t.set("parallelism", "cp_comm_type", "a2a");
+  EXPECT_EQ(parse(t.text()).parallel.cp_comm_type, CpCommType::kA2a);
+  // a2a re-shards heads over CP: 8 heads / TP 2 = 4 per rank, CP 8 does not divide them.
+  t.set("parallelism", "context_parallel_size", "8").set("cluster", "num_gpus", "64");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("parallelism.cp_comm_type"),
+                                 HasSubstr("a2a needs context_parallel_size = 8")));
 }
 
 TEST(ScenarioRules, RankOrderIsAPermutation) {
@@ -977,7 +1093,7 @@ TEST(ScenarioValidate, BuiltInCode) {
   }
 
   Scenario arch = valid_in_code();
-  arch.model.architecture = "llama";
+  arch.model.architecture = "mixtral";
   EXPECT_THROW(validate_scenario(arch, "code"), ConfigError);
 
   Scenario gpipe = valid_in_code();
@@ -1127,7 +1243,7 @@ TEST(ScenarioOverrides, OverrideIntoAbsentSectionThenRuleErrorSaysDashDashSet) {
   t.set("cluster", "num_gpus", "3");
   EXPECT_THAT(error_of(t, {{"parallelism.context_parallel_size", "3"},
                            {"parallelism.sequence_parallel", "false"}}),
-              HasSubstr("--set: parallelism.context_parallel_size: 3 does not divide"));
+              HasSubstr("--set: parallelism.context_parallel_size: 3 needs model.seq_length"));
 }
 
 TEST(ScenarioOverrides, OverriddenTopologyIsNotRebased) {

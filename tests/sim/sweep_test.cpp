@@ -299,6 +299,37 @@ TEST(Sweep, RankingByTokensPerSecondWithStableTieOrder) {
   expect_no_children();
 }
 
+// The CP and FP8 axes: CP sizes derive DP as num_gpus / (TP x CP x PP), a CP that does not
+// split the sequence into 2 x CP chunks is invalid with its rule, and FP8 on keeps the base's
+// format (hybrid when the base has none) while off removes it.
+TEST(Sweep, ContextParallelAndFp8Axes) {
+  const Scenario base =
+      load_scenario(std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-8b-h100-8.yaml");
+  SweepAxes axes;
+  axes.cp = {1, 2, 8};
+  axes.fp8 = {false, true};
+  const auto configs = enumerate_configurations(base, axes, 80e9);
+  ASSERT_EQ(configs.size(), 6u);
+  for (const auto& c : configs) {
+    const int64_t cp = c.scenario.parallel.context_parallel_size;
+    EXPECT_EQ(c.scenario.parallel.data_parallel_size, 8 / cp);
+    EXPECT_EQ(c.scenario.training.fp8(), c.index % 2 == 1);
+    if (c.scenario.training.fp8()) {
+      EXPECT_EQ(*c.scenario.training.fp8_format, Fp8Format::kHybrid);
+    }
+  }
+  // CP 8 with DP 1: global batch 128 / (1 x 1) is fine; all valid.
+  for (const auto& c : configs) EXPECT_TRUE(c.valid) << c.invalid_reason;
+  Scenario odd = base;
+  odd.model.seq_length = 8200;  // 8200 % 16 != 0
+  axes.fp8 = {};
+  const auto bad = enumerate_configurations(odd, axes, 80e9);
+  EXPECT_TRUE(bad[0].valid) << bad[0].invalid_reason;
+  EXPECT_FALSE(bad[2].valid);
+  EXPECT_NE(bad[2].invalid_reason.find("2 x context_parallel_size = 16"), std::string::npos)
+      << bad[2].invalid_reason;
+}
+
 TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
   const Scenario base = small_scenario();
   SweepAxes axes;

@@ -84,5 +84,62 @@ TEST(Validation, BadFilesNameTheCaseAndKey) {
   }
 }
 
+// calibration-modern.yaml's kinds of case: a DGX Cloud Llama row (the recipe's implicit overlaps,
+// flash attention from the llama preset), a NeMo long-context row measured in model TFLOP/s per
+// GPU (turned into a time with the model FLOPs: Llama 2 7B, s 8192, B 512, 8 GPUs, 730 TFLOP/s:
+// F = 512 x 8192 x [12 x 32 x 4096^2 x (1 + 1 + 2) + 18 x 32 x 11008 x 4096 + 6 x 32000 x 4096]
+// -> T = F / (730e12 x 8)), and a mixture-of-experts row, kept and marked unsupported.
+TEST(Validation, ModernCasesDefaultsTflopsAndUnsupportedRows) {
+  const fs::path dir = fs::temp_directory_path() / "traintwin-validation-modern-test";
+  fs::create_directories(dir);
+  const fs::path file = dir / "modern.yaml";
+  std::ofstream(file)
+      << "cases:\n"
+         "  - id: llama\n    source: dgxc v25.02 llama3.1/README_70b.md\n"
+         "    model: {architecture: llama, num_layers: 80, hidden_size: 8192, ffn_hidden_size: 28672,\n"
+         "            num_attention_heads: 64, num_query_groups: 8, seq_length: 8192, vocab_size: 128256}\n"
+         "    parallelism: {tensor_model_parallel_size: 4, pipeline_model_parallel_size: 4,\n"
+         "                  context_parallel_size: 2, virtual_pipeline_model_parallel_size: 5,\n"
+         "                  sequence_parallel: true}\n"
+         "    training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16,\n"
+         "               use_distributed_optimizer: true}\n"
+         "    cluster: {gpu: H100-SXM-80GB, num_gpus: 64}\n"
+         "    measured: {iteration_time_s: 14.61, mfu_percent: 54.52}\n"
+         "  - id: long\n    source: nemo_long_context (seq 8K row)\n"
+         "    model: {architecture: llama, num_layers: 32, hidden_size: 4096, ffn_hidden_size: 11008,\n"
+         "            num_attention_heads: 32, num_query_groups: 32, seq_length: 8192, vocab_size: 32000}\n"
+         "    parallelism: {tensor_model_parallel_size: 1, pipeline_model_parallel_size: 2}\n"
+         "    training: {micro_batch_size: 1, global_batch_size: 512, precision: bf16,\n"
+         "               fp8_format: hybrid, fp8_recipe: delayed}\n"
+         "    cluster: {gpu: H100-SXM-80GB, num_gpus: 8}\n"
+         "    measured: {model_tflops_per_gpu: 730}\n"
+         "  - id: moe\n    source: \"dgxc v25.02 grok1 (proxy: 2 layers)\"\n"
+         "    model: {architecture: llama, num_layers: 2, hidden_size: 64, num_attention_heads: 4,\n"
+         "            seq_length: 32, vocab_size: 128, num_moe_experts: 8, moe_router_topk: 2}\n"
+         "    parallelism: {tensor_model_parallel_size: 1, expert_model_parallel_size: 2}\n"
+         "    training: {micro_batch_size: 1, global_batch_size: 8, precision: bf16}\n"
+         "    cluster: {gpu: H100-SXM-80GB, num_gpus: 8}\n"
+         "    measured: {iteration_time_s: 24.0}\n";
+  const auto cases = load_validation_cases(file, kSource / "topologies");
+  ASSERT_EQ(cases.size(), 3u);
+  const Scenario& llama = cases[0].scenario;
+  EXPECT_TRUE(cases[0].unsupported.empty());
+  EXPECT_EQ(llama.model.activation, Activation::kSwiglu);
+  EXPECT_EQ(llama.training.attention_backend, AttentionBackend::kFlash);
+  EXPECT_TRUE(llama.training.overlap_grad_reduce);
+  EXPECT_TRUE(llama.training.overlap_param_gather);
+  EXPECT_TRUE(llama.training.tp_comm_overlap);
+  EXPECT_EQ(llama.parallel.data_parallel_size, 2);
+  EXPECT_DOUBLE_EQ(cases[0].measured_iteration_time_s, 14.61);
+  const double per_sample =
+      8192.0 * (12.0 * 32 * 4096.0 * 4096 * 4 + 18.0 * 32 * 11008 * 4096 + 6.0 * 32000 * 4096);
+  EXPECT_NEAR(cases[1].measured_iteration_time_s / (512 * per_sample / (730e12 * 8)), 1.0, 1e-12);
+  EXPECT_TRUE(cases[1].scenario.training.fp8());
+  EXPECT_TRUE(cases[1].scenario.training.fp8_param_gather);  // the file's FP8 rows
+  EXPECT_FALSE(cases[1].scenario.training.tp_comm_overlap);  // no SP, nothing to overlap
+  EXPECT_EQ(cases[2].id, "moe");
+  EXPECT_THAT(cases[2].unsupported, HasSubstr("mixture of experts (model.num_moe_experts)"));
+}
+
 }  // namespace
 }  // namespace traintwin

@@ -183,6 +183,30 @@ TEST(ShippedTopologies, DgxH200SuperPod) {
   EXPECT_EQ(max_nodes(t), 8192);
 }
 
+// FP8: H100 and H200 give their dense FP8 peak (datasheet 1979 TFLOP/s); the A100 has none, and
+// FP8 training on it is refused naming the GPU; mxfp8 needs Blackwell.
+TEST(ShippedTopologies, Fp8PeakAndSupport) {
+  const TopologySpec h100 = load_topology(kTopologies / "dgx-h100-superpod.yaml");
+  const TopologySpec h200 = load_topology(kTopologies / "dgx-h200-superpod.yaml");
+  const TopologySpec a100 = load_topology(kTopologies / "dgx-a100-superpod.yaml");
+  EXPECT_EQ(h100.gpu.peak_FLOPs(Precision::kFp8), 1979e12);
+  EXPECT_EQ(h200.gpu.peak_FLOPs(Precision::kFp8), 1979e12);
+  EXPECT_EQ(a100.gpu.peak_FLOPs(Precision::kFp8), 0.0);
+  EXPECT_FALSE(a100.gpu.peak.fp8_FLOPs.has_value());
+  TrainingConfig t;
+  EXPECT_NO_THROW(check_gpu_supports(a100, t));  // no FP8 asked
+  t.fp8_format = Fp8Format::kHybrid;
+  EXPECT_NO_THROW(check_gpu_supports(h100, t));
+  try {
+    check_gpu_supports(a100, t);
+    ADD_FAILURE() << "FP8 on A100 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("training.fp8_format: hybrid: A100-SXM-80GB has no FP8"));
+  }
+  t.fp8_recipe = Fp8Recipe::kMxfp8;
+  EXPECT_THROW(check_gpu_supports(h100, t), ConfigError);
+}
+
 TEST(ParseTopology, ValidTextAndOptionalKeys) {
   const TopologySpec t = parse_topology(kValid, "t.yaml");
   EXPECT_EQ(t.name, "test-pod");
@@ -220,8 +244,8 @@ TEST(ParseTopology, UnknownKeyNamesFileLineAndAllowedKeys) {
   EXPECT_THAT(error_for(kValid + "color: green\n"),
               AllOf(HasSubstr("t.yaml:28: color: unknown key"), Not(HasSubstr("did you mean")),
                     HasSubstr("description (optional)")));
-  EXPECT_THAT(error_for(with("    fp16:", "    fp8: 1979TFLOPs\n    fp16:")),
-              HasSubstr("t.yaml:8: gpu.peak_flops.fp8: unknown key"));
+  EXPECT_THAT(error_for(with("    fp16:", "    fp4: 3958TFLOPs\n    fp16:")),
+              HasSubstr("t.yaml:8: gpu.peak_flops.fp4: unknown key"));
 }
 
 TEST(ParseTopology, MissingKeyIsNamed) {

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <cctype>
+#include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -20,16 +22,34 @@ CollectiveKind parse_op(const std::string& op) {
   throw ConfigError("--op: '" + op + "' unknown (allowed: all_reduce, all_gather, reduce_scatter, broadcast)");
 }
 
-int64_t parse_size(const std::string& text) {
-  size_t used = 0;
-  const double v = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  double mult = 1;
-  if (unit == "K") mult = 1024.0;
-  else if (unit == "M") mult = 1024.0 * 1024;
-  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw ConfigError("size '" + text + "': unit must be K, M or G (as nccl-tests -b/-e)");
-  return static_cast<int64_t>(v * mult);
+/// The largest message size a sweep may reach: 1 TiB (nccl-tests' own sizes end far below).
+constexpr int64_t kMaxCollectiveBytes = int64_t{1} << 40;
+
+/// A message size of nccl-tests -b/-e: a positive integer with an optional K, M or G
+/// (2^10 steps), at most 1 TiB. Throws ConfigError naming the flag and the allowed form.
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  const auto invalid = [&](const std::string& why) {
+    return ConfigError(flag + " '" + text + "': " + why +
+                       " (allowed: an integer number of bytes from 1 to 1T, with an optional "
+                       "unit K, M or G as nccl-tests -b/-e, e.g. 8, 64K, 8G)");
+  };
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0) throw invalid("not a size");
+  const std::string unit = text.substr(digits);
+  int shift = 0;
+  if (unit == "K") shift = 10;
+  else if (unit == "M") shift = 20;
+  else if (unit == "G") shift = 30;
+  else if (!unit.empty()) throw invalid("unknown unit '" + unit + "'");
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + digits, value);
+  if (ec != std::errc() || end != text.data() + digits ||
+      value > (kMaxCollectiveBytes >> shift)) {
+    throw invalid("larger than 1 TiB");
+  }
+  if (value == 0) throw invalid("zero bytes");
+  return value << shift;
 }
 
 }  // namespace
@@ -45,7 +65,7 @@ void register_collective_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
-  cmd->add_option("--topology", o->topology, "Topology file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--topology", o->topology, "Topology file")->required();
   cmd->add_option("--num-gpus", o->num_gpus, "Cluster size")->capture_default_str();
   cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast")->capture_default_str();
   cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
@@ -53,6 +73,13 @@ void register_collective_command(CLI::App& app) {
   cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls")->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
+    const int64_t min_bytes = parse_size("-b/--minbytes", o->min_bytes);
+    const int64_t max_bytes = parse_size("-e/--maxbytes", o->max_bytes);
+    if (min_bytes > max_bytes) {
+      throw ConfigError(fmt::format("-b/--minbytes {} ({} bytes) is larger than -e/--maxbytes {} "
+                                    "({} bytes) (rule: minbytes <= maxbytes)",
+                                    o->min_bytes, min_bytes, o->max_bytes, max_bytes));
+    }
     const TopologySpec topo = load_topology(o->topology);
     check_cluster_size(topo, o->num_gpus);
     const CollectiveKind kind = parse_op(o->op);
@@ -63,7 +90,7 @@ void register_collective_command(CLI::App& app) {
     fmt::print("#\n# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}  {}\n", "size", "count", "type", "redop",
                "time", "algbw", "busbw", "algorithm");
     fmt::print("# {:>12} {:>12} {:>8} {:>6} {:>10} {:>9} {:>9}\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)");
-    for (int64_t bytes : nccl_tests_sizes(parse_size(o->min_bytes), parse_size(o->max_bytes))) {
+    for (int64_t bytes : nccl_tests_sizes(min_bytes, max_bytes)) {
       const auto j = nlohmann::json::parse(run_isolated([&] {
         SimulationOptions opts;
         opts.collective_algorithm = o->algorithm;

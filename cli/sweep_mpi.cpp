@@ -6,14 +6,10 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "exec/launch_env.hpp"
 
 namespace traintwin::cli {
 namespace {
-
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : 0;
-}
 
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw Error(std::string("sweep over MPI: ") + what + " failed");
@@ -29,10 +25,7 @@ SweepStatus parse_status(const std::string& s) {
 
 }  // namespace
 
-bool launched_by_mpi() {
-  return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 ||
-         env_int("PMIX_SIZE") > 1 || env_int("SLURM_NTASKS") > 1;
-}
+bool launched_by_mpi() { return exec::read_launch_environment().distributed(); }
 
 std::vector<SweepRow> mpi_sweep(
     const std::vector<SweepConfiguration>& configurations,

@@ -1082,7 +1082,8 @@ class Executor::Impl {
       for (const auto& t : c.tensors) {
         const auto [lo, hi] = owned(t, coord_.dp);  // the distributed optimizer's piece
         if (hi == lo) continue;
-        auto slice = [&](Buf& b) {
+        // Copies, not the bindings: C++20 lambdas cannot capture structured bindings in clang 14.
+        auto slice = [&t, lo = lo, hi = hi](Buf& b) {
           return std::span<float>(b.data() + t.offset + lo, static_cast<size_t>(hi - lo));
         };
         cpu::AdamWParams hp = hyper_.adam;

@@ -16,9 +16,10 @@ struct CliResult {
   std::string output;
 };
 
-/// Runs `traintwin <args>` (TRAINTWIN_BINARY) through the shell.
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(TRAINTWIN_BINARY) + " " + args + " 2>&1";
+/// Runs `command` through the shell; its exit status (128 + N when killed by signal N, as the
+/// shell reports it) and its output.
+inline CliResult run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   std::string out;
   std::array<char, 4096> buf;
@@ -26,6 +27,19 @@ inline CliResult run_cli(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
   const int status = pclose(pipe.release());
   return {WEXITSTATUS(status), out};
+}
+
+/// Runs `traintwin <args>` (TRAINTWIN_BINARY) through the shell, in folder `cwd` when given.
+inline CliResult run_cli(const std::string& args, const std::string& cwd = "") {
+  return run_shell((cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(TRAINTWIN_BINARY) +
+                   " " + args);
+}
+
+/// run_cli() killed after `seconds` (status 124, as timeout(1)): a hang fails the test instead
+/// of stalling the suite.
+inline CliResult run_cli_limited(const std::string& args, int seconds) {
+  return run_shell("timeout " + std::to_string(seconds) + " " + std::string(TRAINTWIN_BINARY) +
+                   " " + args);
 }
 
 }  // namespace traintwin::testing

@@ -157,18 +157,29 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   }
   LogWindow window;
   exec::TrainerCallbacks cb;
+  // Every log line is flushed at once (as Megatron's print_rank_0 with flush=True): under mpirun
+  // or into a file, progress shows live, and a job that dies keeps its last lines.
   cb.on_iteration = [&](const exec::IterationLog& l) {
     window.add(l);
     if (l.iteration % s.training.log_interval == 0 || l.iteration == l.train_iters) {
-      if (root) print_iteration(l, window, s.training.global_batch_size, s.model.seq_length);
+      if (root) {
+        print_iteration(l, window, s.training.global_batch_size, s.model.seq_length);
+        std::fflush(stdout);
+      }
       window = LogWindow();
     }
   };
   cb.on_validation = [&](const exec::ValidationLog& v) {
-    if (root) print_validation(v);
+    if (root) {
+      print_validation(v);
+      std::fflush(stdout);
+    }
   };
   cb.on_checkpoint = [&](const exec::CheckpointLog& c) {
-    if (root) fmt::print("saved checkpoint at iteration {} to {}\n", c.iteration, c.dir.string());
+    if (root) {
+      fmt::print("saved checkpoint at iteration {} to {}\n", c.iteration, c.dir.string());
+      std::fflush(stdout);
+    }
   };
   trainer.train(cb);
   if (!o.timeline.empty()) {

@@ -5,6 +5,6 @@
 # pipeline stage (the full TP groups, the default of `simulate --out`, make a ~600 MB trace).
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/setup.sh
+scripts/setup.sh traintwin   # the binary only: the test suites are ./test.sh's
 scenario=${1:-scenarios/gpt3-175b-h100-1024.yaml}
 ./build/traintwin simulate "$scenario" --out out --trace-ranks stages

@@ -14,16 +14,18 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
       "memory per GPU ({} {}, {} precision, {}optimizer, recompute {}):\n", topo.gpu.name,
       gib(capacity), to_string(s.training.precision),
       s.training.use_distributed_optimizer ? "distributed " : "", to_string(s.training.recompute_granularity));
-  out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} {:>11}  {}\n", "stage",
-                     "layers", "params", "weights", "grads", "optimizer", "in-flight",
-                     "activations", "emb+logits", "total", "fits");
+  // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
+  // activations they hold (each chunk's own layers under an uneven pipeline split).
+  out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",
+                     "stage", "layers", "params", "weights", "grads", "optimizer", "in-flight",
+                     "x layers", "activations", "emb+logits", "total", "fits");
   const StageMemory* worst = nullptr;
   for (const auto& m : stages) {
     const bool fits = m.total_bytes() <= capacity;
-    out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} {:>11}  {}\n",
+    out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",
                        m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
                        gib(m.weights_bytes), gib(m.gradients_bytes), gib(m.optimizer_bytes),
-                       m.in_flight, gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
+                       m.in_flight, m.in_flight_layers, gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
                        gib(m.total_bytes()), fits ? "yes" : "OOM");
     if (!worst || m.total_bytes() > worst->total_bytes()) worst = &m;
   }

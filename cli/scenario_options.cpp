@@ -9,6 +9,31 @@
 
 namespace traintwin::cli {
 
+void PipelineSplitFlags::add_to(CLI::Option_group& g) {
+  g.add_option("--decoder-first-pipeline-num-layers", decoder_first_pipeline_num_layers,
+               "Transformer layers of the first pipeline stage (uneven split)");
+  g.add_option("--decoder-last-pipeline-num-layers", decoder_last_pipeline_num_layers,
+               "Transformer layers of the last pipeline stage (uneven split)");
+  g.add_flag("--account-for-embedding-in-pipeline-split", account_for_embedding_in_pipeline_split,
+             "Count the embedding as one layer in the pipeline split");
+  g.add_flag("--account-for-loss-in-pipeline-split", account_for_loss_in_pipeline_split,
+             "Count the LM head and loss as one layer in the pipeline split");
+}
+
+void PipelineSplitFlags::append_overrides(std::vector<Override>& out) const {
+  for (const auto& [key, value] :
+       {std::pair{"parallelism.decoder_first_pipeline_num_layers", decoder_first_pipeline_num_layers},
+        std::pair{"parallelism.decoder_last_pipeline_num_layers", decoder_last_pipeline_num_layers}}) {
+    if (value) out.push_back({key, std::to_string(*value)});
+  }
+  if (account_for_embedding_in_pipeline_split) {
+    out.push_back({"parallelism.account_for_embedding_in_pipeline_split", "true"});
+  }
+  if (account_for_loss_in_pipeline_split) {
+    out.push_back({"parallelism.account_for_loss_in_pipeline_split", "true"});
+  }
+}
+
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("scenario", o.file, "Scenario file (scenarios/*.yaml)")->required();
   cmd.add_option("--set", o.set, "Override any scenario key: --set parallelism.tensor_model_parallel_size=4")
@@ -21,6 +46,7 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
                 "Model chunks per pipeline rank (interleaved 1F1B when > 1)");
   g->add_option("--num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage,
                 "Layers per virtual pipeline stage (interleaved 1F1B)");
+  o.pipeline_split.add_to(*g);
   g->add_option("--micro-batch-size", o.micro_batch_size, "Samples per micro-batch");
   g->add_option("--global-batch-size", o.global_batch_size, "Samples per iteration");
   g->add_option("--num-gpus", o.num_gpus, "Cluster size (cluster.num_gpus)");
@@ -91,6 +117,7 @@ std::vector<Override> ScenarioOptions::overrides() const {
   flag("parallelism.context_parallel_size", context_parallel_size);
   flag("parallelism.virtual_pipeline_model_parallel_size", virtual_pipeline_model_parallel_size);
   flag("parallelism.num_layers_per_virtual_pipeline_stage", num_layers_per_virtual_pipeline_stage);
+  pipeline_split.append_overrides(out);
   flag("training.micro_batch_size", micro_batch_size);
   flag("training.global_batch_size", global_batch_size);
   flag("cluster.num_gpus", num_gpus);
@@ -128,15 +155,19 @@ std::vector<Override> ScenarioOptions::overrides() const {
   text("data.split", split);
   text("data.vocab_file", vocab_file);
   text("data.merge_file", merge_file);
+  check_given_once(out);
+  return out;
+}
+
+void check_given_once(const std::vector<Override>& overrides) {
   std::map<std::string, std::string> seen;
-  for (const auto& ov : out) {
+  for (const auto& ov : overrides) {
     auto [it, inserted] = seen.emplace(ov.key, ov.value);
     if (!inserted && it->second != ov.value) {
       throw ConfigError("command line: " + ov.key + " is given twice with different values ('" +
                         it->second + "' and '" + ov.value + "')");
     }
   }
-  return out;
 }
 
 Scenario ScenarioOptions::load() const { return load_scenario(file, overrides()); }

@@ -12,6 +12,20 @@
 
 namespace traintwin::cli {
 
+/// Megatron-LM's four flags of the uneven pipeline split (core/pipeline_split.hpp), shared by
+/// the subcommands that read a scenario and by `sweep` (which keeps them for every layout).
+struct PipelineSplitFlags {
+  std::optional<int64_t> decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+
+  /// Adds --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers,
+  /// --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split.
+  void add_to(CLI::Option_group& group);
+  /// Appends the flags given as their parallelism.* overrides.
+  void append_overrides(std::vector<Override>& out) const;
+};
+
 /// Values of the scenario options of one subcommand.
 struct ScenarioOptions {
   std::string file;
@@ -19,6 +33,7 @@ struct ScenarioOptions {
   std::optional<int64_t> tensor_model_parallel_size, pipeline_model_parallel_size,
       context_parallel_size, micro_batch_size, global_batch_size,
       num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size, num_gpus;
+  PipelineSplitFlags pipeline_split;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   std::optional<std::string> recompute_granularity;
@@ -38,6 +53,10 @@ struct ScenarioOptions {
   /// Loads the scenario with the overrides applied.
   Scenario load() const;
 };
+
+/// Throws ConfigError naming the key when `overrides` give one key two different values (a
+/// --set and a Megatron flag, say).
+void check_given_once(const std::vector<Override>& overrides);
 
 /// Adds the positional SCENARIO argument and the override flags to `cmd`.
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts);

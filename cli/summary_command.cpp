@@ -1,6 +1,9 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
@@ -8,12 +11,39 @@
 #include "cli/scenario_options.hpp"
 #include "core/flops.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_split.hpp"
 #include "core/program.hpp"
 #include "core/schedule.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin::cli {
 namespace {
+
+/// The layers of each pipeline stage and, under an uneven split, of each model chunk.
+void print_pipeline_split(const Scenario& s) {
+  const ParallelConfig& p = s.parallel;
+  std::vector<std::string> flags;
+  if (p.decoder_first_pipeline_num_layers) {
+    flags.push_back(fmt::format("decoder_first_pipeline_num_layers {}",
+                                *p.decoder_first_pipeline_num_layers));
+  }
+  if (p.decoder_last_pipeline_num_layers) {
+    flags.push_back(fmt::format("decoder_last_pipeline_num_layers {}",
+                                *p.decoder_last_pipeline_num_layers));
+  }
+  if (p.account_for_embedding_in_pipeline_split) flags.emplace_back("embedding counted as a layer");
+  if (p.account_for_loss_in_pipeline_split) flags.emplace_back("loss counted as a layer");
+  fmt::print("pipeline   transformer layers per stage {} ({})\n", layers_per_stage_text(s),
+             flags.empty() ? std::string("even split") : fmt::format("uneven: {}", fmt::join(flags, ", ")));
+  if (!uneven_pipeline_split(p) || p.virtual_pipeline_model_parallel_size == 1) return;
+  for (int64_t r = 0; r < p.pipeline_model_parallel_size; ++r) {
+    std::vector<int64_t> chunks;
+    for (int64_t c = 0; c < p.virtual_pipeline_model_parallel_size; ++c) {
+      chunks.push_back(chunk_layers(s, r, c).num_layers);
+    }
+    fmt::print("  stage {:>2}: model chunks of {} layers\n", r, fmt::join(chunks, "+"));
+  }
+}
 
 void print_summary(const Scenario& s) {
   const ModelSpec& m = s.model;
@@ -33,6 +63,7 @@ void print_summary(const Scenario& s) {
              p.tensor_model_parallel_size, p.context_parallel_size, p.pipeline_model_parallel_size,
              p.data_parallel_size, p.rank_order, p.virtual_pipeline_model_parallel_size,
              p.sequence_parallel ? "on" : "off");
+  print_pipeline_split(s);
   const int64_t mbs = s.num_micro_batches();
   const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe
                           ? "GPipe"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/scenario_options.hpp"
 #include "cli/report_output.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "cli/format.hpp"
@@ -33,6 +34,7 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, pp, mbs, vpp, recompute, sp, distributed_optimizer;
+  PipelineSplitFlags pipeline_split;  // kept for every layout
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int top = 20;
   std::string out_dir;
@@ -218,6 +220,9 @@ void register_sweep_command(CLI::App& app) {
   g->add_option("--sequence-parallel", o->sp, "on,off")->type_name("LIST");
   g->add_option("--use-distributed-optimizer", o->distributed_optimizer, "on,off")
       ->type_name("LIST");
+  auto* split = cmd->add_option_group(
+      "Pipeline split", "Megatron-LM's uneven split flags, kept for every swept layout");
+  o->pipeline_split.add_to(*split);
   cmd->add_option("--jobs", o->jobs, "Simulations at once (default: the number of cores)")
       ->capture_default_str();
   cmd->add_option("--top", o->top, "Ranked (and out-of-memory) configurations listed; 0 = all")
@@ -255,6 +260,8 @@ void register_sweep_command(CLI::App& app) {
     }
     std::vector<Override> overrides;
     for (const auto& s : o->set) overrides.push_back(parse_override(s));
+    o->pipeline_split.append_overrides(overrides);
+    check_given_once(overrides);
     const Scenario base = load_scenario(o->file, overrides);
     // The output folder is checked before the sweep, not after it.
     if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");

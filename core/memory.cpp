@@ -6,6 +6,7 @@
 #include "core/checks.hpp"
 #include "core/error.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_split.hpp"
 #include "core/schedule.hpp"
 
 namespace traintwin {
@@ -145,8 +146,11 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   }
   const int64_t p = par.pipeline_model_parallel_size;
   const int64_t v = par.virtual_pipeline_model_parallel_size;
-  const int64_t layers_per_chunk = s.layers_per_model_chunk();
-  mem.layers = v * layers_per_chunk;
+  // The transformer layers of each of the stage's chunks (uneven under Megatron-Core's uneven
+  // pipeline split, core/pipeline_split.hpp).
+  std::vector<int64_t> layers_of_chunk;
+  for (int64_t c = 0; c < v; ++c) layers_of_chunk.push_back(chunk_layers(s, pp_rank, c).num_layers);
+  mem.layers = layers_on_stage(s, pp_rank);
 
   // Weights, gradients, optimizer state. The distributed optimizer shards over the DP x CP group
   // (Megatron reduces gradients and shards the optimizer over data_parallel_group with CP).
@@ -162,10 +166,11 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   const std::vector<ScheduleStep> schedule =
       build_schedule(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v);
   mem.in_flight = max_in_flight(schedule);
+  mem.in_flight_layers = max_in_flight_weighted(schedule, layers_of_chunk);
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend);
-  mem.activations_bytes = static_cast<double>(mem.in_flight * layers_per_chunk) * per_layer;
+  mem.activations_bytes = static_cast<double>(mem.in_flight_layers) * per_layer;
 
   // Outside the transformer layers (Korthikanti et al. 2022, sec. 4.3), counted for each
   // micro-batch in flight in the model chunk that holds them.

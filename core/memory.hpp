@@ -20,7 +20,8 @@
 // The number of (micro-batch, chunk) activation sets in flight is taken from the stage's actual
 // schedule (max_in_flight), which for the first stage is p under 1F1B, m under GPipe, and
 // p v + p - 1 chunks of l/(p v) layers under interleaving, i.e. p (l/p) (1 + (p-1)/(p v))
-// layers (Korthikanti sec. 4.2.3).
+// layers (Korthikanti sec. 4.2.3). Under an uneven pipeline split (core/pipeline_split.hpp) each
+// in-flight set counts the layers of its own chunk (max_in_flight_weighted).
 // Outside the transformer layers (sec. 4.3), per micro-batch in flight in the chunk holding them:
 // first stage: the embedding dropout mask s b h (1 byte, /t with SP); last stage: the inputs of
 // the final LayerNorm and of the LM head, 2sbh each (/t with SP: the LM head, a column-parallel
@@ -66,6 +67,9 @@ struct StageMemory {
   int64_t layers = 0;      ///< transformer layers held (all chunks)
   int64_t in_flight = 0;   ///< peak (micro-batch, chunk) activation sets held
                            ///< (max_in_flight of the stage's schedule)
+  /// Peak transformer-layer activation sets held: each in-flight (micro-batch, chunk) counts the
+  /// chunk's layers (max_in_flight_weighted); in_flight x layers per chunk for an even split.
+  int64_t in_flight_layers = 0;
   double weights_bytes = 0;
   double gradients_bytes = 0;
   double optimizer_bytes = 0;

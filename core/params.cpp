@@ -5,6 +5,7 @@
 
 #include "core/checks.hpp"
 #include "core/error.hpp"
+#include "core/pipeline_split.hpp"
 
 namespace traintwin {
 namespace {
@@ -88,14 +89,12 @@ int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
     throw InvalidArgument("pp_rank must be in [0, pipeline_model_parallel_size = " +
                           std::to_string(p) + "), got " + std::to_string(pp_rank));
   }
-  require_divisible(m.num_layers, "num_layers", p * v,
-                    "pipeline_model_parallel_size * virtual_pipeline_model_parallel_size");
   require_divisible(m.hidden_size, "hidden_size", t, "tensor_model_parallel_size");
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
 
   const int64_t h = m.hidden_size;
   const int64_t per_layer = layer_parameters_on_rank(m, t);
-  const int64_t layers_on_rank = v * s.layers_per_model_chunk();  // = l / p
+  const int64_t layers_on_rank = layers_on_stage(s, pp_rank);  // l / p when even
 
   int64_t total = layers_on_rank * per_layer;
   const int64_t word_embedding_rows = padded_vocab_size(m.vocab_size, t) / t;

@@ -44,11 +44,11 @@ int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t tp);
 /// row-parallel biases replicated; vocab-parallel word embedding V/TP*h on the first stage and,
 /// when PP > 1, its tied copy on the last stage; position embedding on the first stage; final LN
 /// on the last stage. Per layer and rank: QKV 3h*h/t + 3h/t, projection h*h/t + h, FC1
-/// h*ffn/t + ffn/t, FC2 ffn*h/t + h, 2 LayerNorms 4h. Stage r holds v chunks of
-/// layers_per_model_chunk() layers (l/PP in all). Unlike parameter_count(), the embedding rows
-/// are those Megatron allocates: padded_vocab_size(V, TP) / TP per rank.
-/// Throws InvalidArgument for pp_rank outside [0, PP), a parallel size < 1, num_layers not
-/// divisible by PP * v, or hidden_size / ffn_hidden_size not divisible by TP.
+/// h*ffn/t + ffn/t, FC2 ffn*h/t + h, 2 LayerNorms 4h. Stage r holds layers_on_stage(s, r)
+/// layers (l/PP for an even split; core/pipeline_split.hpp). Unlike parameter_count(), the
+/// embedding rows are those Megatron allocates: padded_vocab_size(V, TP) / TP per rank.
+/// Throws InvalidArgument for pp_rank outside [0, PP), a parallel size < 1, an impossible
+/// pipeline split (PipelineSplitError), or hidden_size / ffn_hidden_size not divisible by TP.
 int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank);
 
 }  // namespace traintwin

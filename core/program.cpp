@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_split.hpp"
 
 namespace traintwin {
 
@@ -162,7 +163,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// Sizes used by the lowering, named as in Korthikanti et al.: s, b, h, a, t, ...
 struct Dims {
-  int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local, layers_per_chunk;
+  int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local;
+  std::vector<ChunkLayers> split;  // the layers of each virtual stage (core/pipeline_split.hpp)
   int64_t dsize;       // bytes per activation/parameter element
   int64_t grad_bytes;  // bytes per gradient element in the DP reduce
   bool sp;
@@ -184,7 +186,7 @@ struct Dims {
     hd = sc.model.head_dim();
     ffn = sc.model.ffn_hidden_size;
     vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
-    layers_per_chunk = sc.layers_per_model_chunk();
+    split = pipeline_layer_split(sc.model, sc.parallel);
     dtype = sc.training.precision;
     dsize = bytes_per_element(dtype);
     grad_bytes = static_cast<int64_t>(bytes_per_parameter(dtype, false, 1).gradients);
@@ -396,6 +398,12 @@ class RankLowering {
     out_.ops[id].role = role_;
     add_dep(id, last_compute_);
     add_dep(id, last_on_stream_[static_cast<size_t>(stream)]);
+    // A collective issued before any compute consumes a received tensor reads it: the SP
+    // all-gather of the embedding's output gradient in a first chunk that holds no transformer
+    // layer (uneven pipeline split) follows the recv of that gradient directly.
+    for (uint32_t w : waits_) {
+      if (out_.ops[w].kind == OpKind::kRecv) add_dep(id, w);
+    }
     last_on_stream_[static_cast<size_t>(stream)] = id;
     return id;
   }
@@ -436,6 +444,10 @@ class RankLowering {
 
   int64_t num_vstages() const { return d_.p * d_.v; }
   int64_t vstage(int64_t chunk) const { return chunk * d_.p + out_.coord.pp; }
+  /// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
+  const ChunkLayers& layers_of(int64_t chunk) const {
+    return d_.split[static_cast<size_t>(vstage(chunk))];
+  }
   int64_t rank_of_vstage(int64_t vs) const {
     RankCoord c = out_.coord;
     c.pp = vs % d_.p;
@@ -563,8 +575,8 @@ class RankLowering {
 
   void lower_step(const ScheduleStep& st) {
     const int64_t vs = vstage(st.model_chunk);
-    const int64_t first_layer = vs * d_.layers_per_chunk;
-    const int64_t last_layer = first_layer + d_.layers_per_chunk - 1;
+    const int64_t first_layer = layers_of(st.model_chunk).first_layer;
+    const int64_t last_layer = layers_of(st.model_chunk).end_layer() - 1;
     const bool is_last_vs = vs == num_vstages() - 1;
     if (st.pass == Pass::kForward) {
       const bool first_forward = !forwarded_chunk_[static_cast<size_t>(st.model_chunk)];
@@ -795,10 +807,13 @@ class RankLowering {
         // Final LN, plus the tied LM-head copy when the embedding lives on another stage.
         items.emplace_back(-1, 2 * d_.h + (d_.p > 1 ? emb_local : 0));
       }
-      for (int64_t l = (vs + 1) * d_.layers_per_chunk - 1; l >= vs * d_.layers_per_chunk; --l) {
+      const ChunkLayers& layers = layers_of(c);
+      for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
         items.emplace_back(l, layer_parameters_on_rank(sc_.model, d_.t));
       }
       if (vs == 0) items.emplace_back(-2, emb_local + d_.s * d_.h);
+      // Never empty: a chunk left with no transformer layer by the uneven split holds the
+      // embedding or the LM head.
       auto& chunk = buckets_[static_cast<size_t>(c)];
       chunk.emplace_back();
       auto& of_layer = bucket_of_layer_[static_cast<size_t>(c)];
@@ -879,7 +894,8 @@ class RankLowering {
     };
     role(Role::kLayerNormGrads);
     if (d_.sp) {
-      int64_t ln_params = d_.v * d_.layers_per_chunk * 6 * d_.h;  // 2 LNs + 2 row-parallel biases
+      // 2 LNs + 2 row-parallel biases per layer of this stage
+      int64_t ln_params = layers_on_stage(sc_, c.pp) * 6 * d_.h;
       if (c.pp == d_.p - 1) ln_params += 2 * d_.h;                 // final LN
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                            ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));

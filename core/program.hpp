@@ -177,7 +177,9 @@ struct RankProgramStats {
 /// Sums the ops of `rp` (a rank of `prog`).
 RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 
-/// Lowers the scenario to the Programs of `ranks` (all ranks when empty), Megatron-LM style:
+/// Lowers the scenario to the Programs of `ranks` (all ranks when empty), Megatron-LM style,
+/// each model chunk over the transformer layers the pipeline split gives it
+/// (pipeline_layer_split(), core/pipeline_split.hpp; possibly none beside the embedding or head):
 /// per layer, LN -> QKV -> attention core -> projection -> TP all-reduce (reduce-scatter with SP,
 /// all-gather before the next LN) -> LN -> FC1 -> GELU -> FC2 -> TP all-reduce/reduce-scatter;
 /// backward mirrored with the column-parallel backward's async dgrad all-reduce/reduce-scatter
@@ -190,7 +192,8 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// overlap_param_gather, at the start of the iteration ahead of each bucket's first forward.
 /// Collectives over a group of one rank are left out.
 /// Throws UnsupportedError for context_parallel_size > 1 (ring attention is not lowered yet) and
-/// for tp_comm_overlap without sequence_parallel; InvalidArgument for a rank outside the world.
+/// for tp_comm_overlap without sequence_parallel; InvalidArgument for a rank outside the world;
+/// PipelineSplitError for an impossible pipeline split.
 Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {});
 
 /// Megatron's DDP bucket size in parameters: max(40,000,000, 1,000,000 x DP x CP) with

@@ -27,6 +27,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
 #include "core/text.hpp"
 #include "core/yaml_document.hpp"
@@ -107,11 +108,15 @@ constexpr std::array<std::string_view, 6> kRootKeys = {"name",     "model",   "p
 constexpr std::array<std::string_view, 7> kModelKeys = {
     "architecture",    "num_layers", "hidden_size", "num_attention_heads",
     "ffn_hidden_size", "seq_length", "vocab_size"};
-constexpr std::array<std::string_view, 9> kParallelismKeys = {
+constexpr std::array<std::string_view, 13> kParallelismKeys = {
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size",
     "num_layers_per_virtual_pipeline_stage",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
     "context_parallel_size",
     "sequence_parallel",
     "data_parallel_size",
@@ -549,13 +554,11 @@ void check_rules(const Scenario& s, const Locator& where) {
                            cp, m.seq_length));
   }
 
-  // Pipeline split.
-  if (m.num_layers % mul(pp, v) != 0) {
-    rule_error(where, "model.num_layers",
-               fmt::format("{} is not divisible by pipeline_model_parallel_size x "
-                           "virtual_pipeline_model_parallel_size = {} x {} = {} "
-                           "(rule: every model chunk holds the same number of layers)",
-                           m.num_layers, pp, v, mul(pp, v)));
+  // Pipeline split: Megatron-Core's rules, even or uneven (core/pipeline_split.hpp).
+  try {
+    pipeline_layer_split(m, p);
+  } catch (const PipelineSplitError& e) {
+    rule_error(where, e.key(), e.problem());
   }
 
   // World size.
@@ -825,6 +828,14 @@ class Reader {
       p.pipeline_schedule = *k == 0 ? PipelineScheduleKind::kGPipe : PipelineScheduleKind::k1F1B;
     }
     p.rank_order = get_string("parallelism", "rank_order", false).value_or("tp-cp-dp-pp");
+    p.decoder_first_pipeline_num_layers =
+        get_int("parallelism", "decoder_first_pipeline_num_layers", false);
+    p.decoder_last_pipeline_num_layers =
+        get_int("parallelism", "decoder_last_pipeline_num_layers", false);
+    p.account_for_embedding_in_pipeline_split =
+        get_bool("parallelism", "account_for_embedding_in_pipeline_split").value_or(false);
+    p.account_for_loss_in_pipeline_split =
+        get_bool("parallelism", "account_for_loss_in_pipeline_split").value_or(false);
 
     const std::optional<int64_t> given_v = get_int("parallelism", std::string(kVirtualSize), false);
     const std::optional<int64_t> layers_per_stage =
@@ -877,19 +888,42 @@ class Reader {
     d.merge_file = get_path("data", "merge_file", base_dir);
 
     // v: given directly, or as layers per virtual stage (Megatron-LM:
-    // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage).
+    // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage, the embedding and loss
+    // counted as layers when accounted for in the split).
     const int64_t pp = p.pipeline_model_parallel_size;
     if (layers_per_stage) {
+      const std::string key = fmt::format("parallelism.{}", kLayersPerVirtualStage);
+      if (p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers) {
+        fail(key, fmt::format("cannot be used with parallelism.{} (at {}); give the model chunks "
+                              "per pipeline rank as parallelism.{} (rule: as Megatron-LM, which "
+                              "asks for --num-virtual-stages-per-pipeline-rank with uneven "
+                              "first/last stages)",
+                              p.decoder_first_pipeline_num_layers
+                                  ? "decoder_first_pipeline_num_layers"
+                                  : "decoder_last_pipeline_num_layers",
+                              locate(p.decoder_first_pipeline_num_layers
+                                         ? "parallelism.decoder_first_pipeline_num_layers"
+                                         : "parallelism.decoder_last_pipeline_num_layers"),
+                              kVirtualSize));
+      }
+      const int64_t accounted = (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                                (p.account_for_loss_in_pipeline_split ? 1 : 0);
+      const int64_t counted = m.num_layers + accounted;
+      const std::string counted_text =
+          accounted == 0 ? fmt::format("model.num_layers = {}", m.num_layers)
+                         : fmt::format("model.num_layers + {} (embedding/loss accounted in the "
+                                       "split) = {}",
+                                       accounted, counted);
       const int64_t per_pp_n = mul(pp, *layers_per_stage);
-      if (m.num_layers % per_pp_n != 0) {
-        fail(fmt::format("parallelism.{}", kLayersPerVirtualStage),
-             fmt::format("{}: model.num_layers = {} is not divisible by "
+      if (counted % per_pp_n != 0) {
+        fail(key,
+             fmt::format("{}: {} is not divisible by "
                          "pipeline_model_parallel_size x num_layers_per_virtual_pipeline_stage = "
                          "{} x {} = {} (rule: v = num_layers / (PP x N) model chunks per "
                          "pipeline rank)",
-                         *layers_per_stage, m.num_layers, pp, *layers_per_stage, per_pp_n));
+                         *layers_per_stage, counted_text, pp, *layers_per_stage, per_pp_n));
       }
-      p.virtual_pipeline_model_parallel_size = m.num_layers / per_pp_n;
+      p.virtual_pipeline_model_parallel_size = counted / per_pp_n;
     } else {
       p.virtual_pipeline_model_parallel_size = given_v.value_or(1);
     }

@@ -69,6 +69,15 @@ struct ParallelConfig {
   bool sequence_parallel = false;                  ///< SP (needs TP > 1)
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
   std::string rank_order = "tp-cp-dp-pp";          ///< fastest-varying first (Megatron order)
+  /// Uneven pipeline split (core/pipeline_split.hpp has the rules). Transformer layers of
+  /// pipeline rank 0 / rank PP-1 (Megatron --decoder-first-pipeline-num-layers /
+  /// --decoder-last-pipeline-num-layers); none = the middle ranks' share.
+  std::optional<int64_t> decoder_first_pipeline_num_layers;
+  std::optional<int64_t> decoder_last_pipeline_num_layers;
+  /// Count the embedding / the LM head + loss as one layer each in the split (Megatron
+  /// --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
 
   /// True when 1F1B runs with > 1 model chunk per pipeline rank (interleaved 1F1B).
   bool interleaved() const { return virtual_pipeline_model_parallel_size > 1; }
@@ -185,11 +194,6 @@ struct Scenario {
     return training.global_batch_size /
            (training.micro_batch_size * parallel.data_parallel_size);
   }
-  /// Transformer layers per model chunk: l / (PP * v).
-  int64_t layers_per_model_chunk() const {
-    return model.num_layers /
-           (parallel.pipeline_model_parallel_size * parallel.virtual_pipeline_model_parallel_size);
-  }
   int64_t world_size() const { return cluster.num_gpus; }
 };
 
@@ -212,7 +216,11 @@ struct Override {
 ///                 or num_layers_per_virtual_pipeline_stage N (v = num_layers / (PP x N); not
 ///                 both in one source), context_parallel_size [1], sequence_parallel [false],
 ///                 data_parallel_size [num_gpus / (TP x CP x PP); must equal it when given],
-///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-dp-pp]
+///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-dp-pp],
+///                 decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers
+///                 (integers; none = even split), account_for_embedding_in_pipeline_split,
+///                 account_for_loss_in_pipeline_split [false] (core/pipeline_split.hpp; with
+///                 the account flags N counts the embedding/loss: v = (l + flags) / (PP x N))
 ///   training:     micro_batch_size R, global_batch_size R, precision R (fp32 | fp16 | bf16),
 ///                 recompute_granularity [none] (none | selective | full),
 ///                 attention_backend [unfused] (unfused | flash),
@@ -273,7 +281,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 inline constexpr int64_t kMaxLayerPassesPerRank = int64_t{1} << 17;
 
 /// Checks the cross-key rules (throws ConfigError naming the key(s) and the rule):
-/// TP divides heads and ffn_hidden_size; num_layers divisible by PP x v; num_gpus = TP x CP x PP x DP;
+/// TP divides heads and ffn_hidden_size; the pipeline split possible (pipeline_layer_split():
+/// num_layers divisible by PP x v, or Megatron-Core's uneven rules); num_gpus = TP x CP x PP x DP;
 /// global batch divisible by micro batch x DP; interleaving needs micro-batches divisible by PP;
 /// GPipe has no model chunks; sequence_parallel needs TP > 1; CP divides seq_length; sizes >= 1;
 /// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the

@@ -160,18 +160,39 @@ int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
   return interleaved_warmup(pp_size, pp_rank, num_micro_batches, num_model_chunks);
 }
 
-int64_t max_in_flight(const std::vector<ScheduleStep>& schedule) {
-  int64_t in_flight = 0;
+int64_t max_in_flight_weighted(const std::vector<ScheduleStep>& schedule,
+                               const std::vector<int64_t>& weight_of_chunk) {
+  for (int64_t w : weight_of_chunk) {
+    if (w < 0) throw InvalidArgument(fmt::format("max_in_flight: negative chunk weight {}", w));
+  }
+  int64_t in_flight = 0;  // outstanding forwards
+  int64_t weight = 0;     // their summed weights
   int64_t peak = 0;
   for (const ScheduleStep& s : schedule) {
+    if (s.model_chunk < 0 || s.model_chunk >= static_cast<int64_t>(weight_of_chunk.size())) {
+      throw InvalidArgument(fmt::format("max_in_flight: step {} names a model chunk outside the "
+                                        "{} weighted ones",
+                                        to_string(s), weight_of_chunk.size()));
+    }
+    const int64_t w = weight_of_chunk[static_cast<size_t>(s.model_chunk)];
     if (s.pass == Pass::kForward) {
-      peak = std::max(peak, ++in_flight);
-    } else if (--in_flight < 0) {
-      throw InvalidArgument(fmt::format(
-          "max_in_flight: backward {} runs before any forward is outstanding", to_string(s)));
+      ++in_flight;
+      peak = std::max(peak, weight += w);
+    } else {
+      if (--in_flight < 0) {
+        throw InvalidArgument(fmt::format(
+            "max_in_flight: backward {} runs before any forward is outstanding", to_string(s)));
+      }
+      weight -= w;
     }
   }
   return peak;
+}
+
+int64_t max_in_flight(const std::vector<ScheduleStep>& schedule) {
+  int64_t chunks = 0;
+  for (const ScheduleStep& s : schedule) chunks = std::max(chunks, s.model_chunk + 1);
+  return max_in_flight_weighted(schedule, std::vector<int64_t>(static_cast<size_t>(chunks), 1));
 }
 
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,

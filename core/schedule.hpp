@@ -79,6 +79,14 @@ int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
 /// backward precedes its forward (more backwards than forwards so far).
 int64_t max_in_flight(const std::vector<ScheduleStep>& schedule);
 
+/// The same peak weighted by the chunks' sizes: the largest sum, over the (micro-batch, chunk)
+/// forwards whose backward has not yet run, of `weight_of_chunk[chunk]` (e.g. the chunk's
+/// transformer layers, which differ between chunks under an uneven pipeline split). With all
+/// weights 1 it is max_in_flight(). Throws InvalidArgument as max_in_flight, and for a chunk
+/// outside weight_of_chunk or a negative weight.
+int64_t max_in_flight_weighted(const std::vector<ScheduleStep>& schedule,
+                               const std::vector<int64_t>& weight_of_chunk);
+
 /// Megatron's bound on max_in_flight for this rank: GPipe m; 1F1B min(p - rank, m);
 /// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v). The schedules above reach it
 /// exactly. Same argument checks as build_schedule.

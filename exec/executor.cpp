@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/pipeline_split.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/attention.hpp"
 #include "exec/cpu/dropout.hpp"
@@ -139,7 +140,7 @@ class Executor::Impl {
     p_ = sc.parallel.pipeline_model_parallel_size;
     v_ = sc.parallel.virtual_pipeline_model_parallel_size;
     m_ = sc.num_micro_batches();
-    lpc_ = sc.layers_per_model_chunk();
+    for (int64_t c = 0; c < v_; ++c) chunk_layers_.push_back(chunk_layers(sc, rp_->coord.pp, c));
     dp_ = sc.parallel.data_parallel_size;
     vocab_ = sc.model.vocab_size;
     vl_ = shard_.vocab_local();
@@ -231,7 +232,25 @@ class Executor::Impl {
 
   int64_t vstage(int64_t chunk) const { return chunk * p_ + coord_.pp; }
   bool is_last_vstage(int64_t chunk) const { return vstage(chunk) == p_ * v_ - 1; }
-  int64_t first_layer(int64_t chunk) const { return vstage(chunk) * lpc_; }
+  /// The chunk's transformer layers (core/pipeline_split.hpp; uneven under an uneven split).
+  int64_t first_layer(int64_t chunk) const {
+    return chunk_layers_[static_cast<size_t>(chunk)].first_layer;
+  }
+  int64_t num_layers(int64_t chunk) const {
+    return chunk_layers_[static_cast<size_t>(chunk)].num_layers;
+  }
+  /// The activation a chunk hands on (to the next virtual stage or to the final LayerNorm): its
+  /// last layer's output or, for a chunk without transformer layers, its input.
+  Buf& chunk_output(ChunkState& st, int64_t chunk) {
+    if (!st.layers.empty()) return st.layers.back().out;
+    return vstage(chunk) == 0 ? st.emb_out : st.input;
+  }
+  /// The gradient of a chunk's input: its first layer's or, for a chunk without transformer
+  /// layers, the gradient of its output (from the final LayerNorm or received).
+  Buf& chunk_input_grad(ChunkState& st, int64_t chunk) {
+    if (!st.layers.empty()) return st.layers.front().d_in;
+    return is_last_vstage(chunk) ? st.d_last : st.d_output;
+  }
   int64_t seq_offset() const { return sp_ ? coord_.tp * tl_ : 0; }
   /// Global index of the first sample of micro-batch `mb` of this DP replica (Megatron's
   /// pretraining sampler: each step of b x DP samples is split over the DP ranks).
@@ -243,7 +262,7 @@ class Executor::Impl {
   ChunkState& chunk_state(int64_t chunk, int64_t mb) {
     auto [it, inserted] = chunks_.try_emplace({chunk, mb});
     if (inserted) {
-      it->second.layers.resize(static_cast<size_t>(lpc_));
+      it->second.layers.resize(static_cast<size_t>(num_layers(chunk)));
       const bool first = vstage(chunk) == 0, last = is_last_vstage(chunk);
       if (first || last) {
         it->second.tokens.assign(static_cast<size_t>(b_ * s_), 0);
@@ -265,7 +284,7 @@ class Executor::Impl {
     const auto& chunks = shard_.chunks();
     for (size_t c = 0; c < chunks.size(); ++c) {
       const int64_t chunk = static_cast<int64_t>(c);
-      for (int64_t l = first_layer(chunk); l < first_layer(chunk) + lpc_; ++l) {
+      for (int64_t l = first_layer(chunk); l < first_layer(chunk) + num_layers(chunk); ++l) {
         const std::string pre = "layers." + std::to_string(l) + ".";
         auto view = [&](const std::string& name, bool grad) {
           return grad ? shard_.grad(chunk, pre + name) : shard_.param(chunk, pre + name);
@@ -471,7 +490,7 @@ class Executor::Impl {
   void embedding_backward(const Op& op) {
     ChunkState& st = chunk_state(op.model_chunk, op.micro_batch);
     // The gradient of the embedding output over the whole sequence (SP: all-gathered).
-    Buf& d_out = sp_ ? st.d_emb_full : st.layers.front().d_in;
+    Buf& d_out = sp_ ? st.d_emb_full : chunk_input_grad(st, op.model_chunk);
     Buf d_e = zeros(b_ * s_ * h_);
     cpu::dropout_backward<float>(d_e, cs(d_out), dropout(kSiteEmbedding, -1),
                                  block(op.micro_batch, true));
@@ -481,7 +500,7 @@ class Executor::Impl {
         shard_.grad(op.model_chunk, "embedding.word_embeddings.weight"), cs(d_e), st.tokens, b_,
         s_, h_, vstart_, vl_, vtotal_);
     release(st.d_emb_full);
-    st.layers.front() = LayerState();
+    if (!st.layers.empty()) st.layers.front() = LayerState();
   }
 
   // ---- transformer layer -----------------------------------------------------------------------
@@ -610,7 +629,7 @@ class Executor::Impl {
   Buf take_output_grad(const Op& op) {
     ChunkState& st = chunk_state(op.model_chunk, op.micro_batch);
     const int64_t i = op.layer - first_layer(op.model_chunk);
-    if (i + 1 < lpc_) return std::move(st.layers[static_cast<size_t>(i + 1)].d_in);
+    if (i + 1 < num_layers(op.model_chunk)) return std::move(st.layers[static_cast<size_t>(i + 1)].d_in);
     if (is_last_vstage(op.model_chunk)) return std::move(st.d_last);
     return std::move(st.d_output);
   }
@@ -739,7 +758,7 @@ class Executor::Impl {
     const int64_t rows = b_ * s_;
     switch (role) {
       case Role::kFinalLayerNorm: {
-        const Buf& x = st.layers.back().out;
+        const Buf& x = chunk_output(st, op.model_chunk);
         st.lnf = zeros(b_ * tl_ * h_);
         st.lnf_mean = zeros(b_ * tl_);
         st.lnf_rstd = zeros(b_ * tl_);
@@ -828,7 +847,7 @@ class Executor::Impl {
         cpu::layernorm_backward<float>(
             st.d_last, shard_.grad(op.model_chunk, "final_layernorm.weight"),
             shard_.grad(op.model_chunk, "final_layernorm.bias"), cs(reduced(st.d_lnf_full, st.d_lnf)),
-            cs(st.layers.back().out), shard_.param(op.model_chunk, "final_layernorm.weight"),
+            cs(chunk_output(st, op.model_chunk)), shard_.param(op.model_chunk, "final_layernorm.weight"),
             cs(st.lnf_mean), cs(st.lnf_rstd), b_, tl_, h_);
         release(st.d_lnf_full);
         release(st.d_lnf);
@@ -847,7 +866,7 @@ class Executor::Impl {
       case Role::kEmbedding: {
         ChunkState& st = chunk_state(op.model_chunk, op.micro_batch);
         if (fwd) return reduce_tp(op, st.emb, &st.emb_rs);
-        return gather_sp(op, st.layers.front().d_in, &st.d_emb_full);
+        return gather_sp(op, chunk_input_grad(st, op.model_chunk), &st.d_emb_full);
       }
       case Role::kQkv:
       case Role::kFc1: {
@@ -1040,8 +1059,8 @@ class Executor::Impl {
     ChunkState& st = chunk_state(chunk, mb);
     InFlight f;
     if (op.kind == OpKind::kSend) {
-      f.buffer = backward ? std::move(st.layers.front().d_in) : st.layers.back().out;
-      if (backward) st.layers.front() = LayerState();
+      f.buffer = backward ? std::move(chunk_input_grad(st, chunk)) : chunk_output(st, chunk);
+      if (backward && !st.layers.empty()) st.layers.front() = LayerState();
       f.request = comm_.send(op.peer, op.tag, cs(f.buffer));
     } else {
       Buf& dst = backward ? st.d_output : st.input;
@@ -1103,10 +1122,11 @@ class Executor::Impl {
   RankCoord coord_;
 
   int64_t b_ = 0, s_ = 0, h_ = 0, t_ = 0, hl_ = 0, f_ = 0, heads_ = 0, tl_ = 0, p_ = 0, v_ = 0,
-          m_ = 0, lpc_ = 0, dp_ = 0, vocab_ = 0, vl_ = 0, vstart_ = 0, vtotal_ = 0;
+          m_ = 0, dp_ = 0, vocab_ = 0, vl_ = 0, vstart_ = 0, vtotal_ = 0;
   bool sp_ = false;
   bool dist_opt_ = false;
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
+  std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;
 
   // per iteration

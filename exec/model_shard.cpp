@@ -26,6 +26,7 @@
 #include "core/checks.hpp"
 #include "core/error.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_split.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/counter_rng.hpp"
 
@@ -140,7 +141,6 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
   const int64_t hl = h / t;
   const int64_t ffnl = ffn / t;
   const int64_t tp = coord.tp;
-  const int64_t layers_per_chunk = s.layers_per_model_chunk();
   const bool sp = par.sequence_parallel;
   // Megatron's scaled_init_method_normal: std / sqrt(2 num_layers) for the output layers of
   // attention and MLP (linear_proj, linear_fc2).
@@ -195,7 +195,8 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         specs.push_back(std::move(head));
       }
     }
-    for (int64_t l = (vs + 1) * layers_per_chunk - 1; l >= vs * layers_per_chunk; --l) {
+    const ChunkLayers layers = chunk_layers(s, coord.pp, c);  // core/pipeline_split.hpp
+    for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
       const auto item = static_cast<int32_t>(l);
       const std::string prefix = fmt::format("layers.{}.", l);
       auto name = [&](const char* suffix) { return prefix + suffix; };

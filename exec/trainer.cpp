@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/pipeline_split.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/executor.hpp"
 #include "exec/gpt_dataset.hpp"
@@ -66,6 +67,12 @@ void barrier(Communicator& comm) {
 std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& c) {
   const ParallelConfig& p = s.parallel;
   auto str = [](int64_t v) { return std::to_string(v); };
+  // The layers of every virtual stage (core/pipeline_split.hpp): one split written by different
+  // keys (e.g. an even split, or account flags with PP 1) resumes; another split does not.
+  std::string split;
+  for (const ChunkLayers& chunk : pipeline_layer_split(s.model, p)) {
+    split += (split.empty() ? "" : ",") + str(chunk.num_layers);
+  }
   return {
       {"model.num_layers", str(s.model.num_layers)},
       {"model.hidden_size", str(s.model.hidden_size)},
@@ -79,6 +86,7 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
        str(p.virtual_pipeline_model_parallel_size)},
       {"parallelism.data_parallel_size", str(p.data_parallel_size)},
       {"parallelism.rank_order", p.rank_order},
+      {"parallelism.layers_per_virtual_stage", split},
       // The data a run trains on (Megatron checks its own arguments on load the same way): the
       // same seed, dataset and split, or the resumed run would not continue the saved one.
       {"training.seed", str(s.training.seed)},

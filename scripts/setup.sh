@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what traintwin needs on Debian 12 (only what is missing) and builds it (Release).
-# Used by ./run.sh and ./test.sh. Environment: BUILD_DIR (default build), JOBS (default: cores).
+# Used by ./run.sh and ./test.sh. Arguments: the CMake targets to build (default: all, i.e. the
+# traintwin binary and every test suite); ./run.sh builds only `traintwin`.
+# Environment: BUILD_DIR (default build), JOBS (default: cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,4 +38,6 @@ build_dir=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
 # CUDA is optional: found under /usr/local/cuda when present; CI compiles for one arch only.
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$jobs"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "core/memory.hpp"
+#include "core/pipeline_split.hpp"
 
 namespace traintwin {
 
@@ -146,6 +147,26 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                  {"num_micro_batches", s.num_micro_batches()},
                  {"recompute_granularity", to_string(s.training.recompute_granularity)},
                  {"rank_order", s.parallel.rank_order}};
+  // The pipeline split (core/pipeline_split.hpp): Megatron's four keys and its result.
+  const ParallelConfig& par = s.parallel;
+  auto optional_int = [](const std::optional<int64_t>& v) {
+    return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+  };
+  j["layout"]["decoder_first_pipeline_num_layers"] =
+      optional_int(par.decoder_first_pipeline_num_layers);
+  j["layout"]["decoder_last_pipeline_num_layers"] = optional_int(par.decoder_last_pipeline_num_layers);
+  j["layout"]["account_for_embedding_in_pipeline_split"] =
+      par.account_for_embedding_in_pipeline_split;
+  j["layout"]["account_for_loss_in_pipeline_split"] = par.account_for_loss_in_pipeline_split;
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (int64_t stage = 0; stage < par.pipeline_model_parallel_size; ++stage) {
+    nlohmann::ordered_json chunks = nlohmann::ordered_json::array();
+    for (int64_t c = 0; c < par.virtual_pipeline_model_parallel_size; ++c) {
+      chunks.push_back(chunk_layers(s, stage, c).num_layers);
+    }
+    layers.push_back(chunks);
+  }
+  j["layout"]["layers_per_model_chunk"] = layers;  // [stage][chunk]
   if (s.cluster.what_if.any()) j["what_if"] = what_if_json(s.cluster.what_if);
   if (base != nullptr) {
     const BaseRunMetrics now = base_run_metrics(m);
@@ -189,6 +210,7 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                    {"layers", st.layers},
                    {"parameters", st.parameters},
                    {"in_flight", st.in_flight},
+                   {"in_flight_layers", st.in_flight_layers},
                    {"weights_bytes", st.weights_bytes},
                    {"gradients_bytes", st.gradients_bytes},
                    {"optimizer_bytes", st.optimizer_bytes},

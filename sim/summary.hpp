@@ -65,7 +65,8 @@ double relative_change(double value, double base);
 
 /// summary.json: the summary's fields plus `memory_per_stage` (the memory model's breakdown),
 /// `gpu_memory_bytes`, `busiest_links`, `sim_wall_s`, `events`, `flows`,
-/// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout and
+/// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout (with the
+/// pipeline split: the four Megatron keys and `layers_per_model_chunk` [stage][chunk]) and
 /// `mfu_formula`. `include_wall_time` false leaves sim_wall_s out (for byte-identical files).
 /// With what-if knobs in the scenario: `what_if` (what_if_json()); with `base` also `base`
 /// (iteration_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s {tp, pp, dp, total}) and

@@ -1,6 +1,7 @@
 #include "viz/report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -225,8 +226,63 @@ ReportLayout report_layout(const json& summary, const std::string& origin) {
     out.context_parallel_size = integer(l, "context_parallel_size", origin, "layout");
   }
   if (l.contains("rank_order")) out.rank_order = at(l, "rank_order", origin).get<std::string>();
+  if (l.contains("layers_per_model_chunk")) {
+    const json& stages = at(l, "layers_per_model_chunk", origin, "layout");
+    if (!stages.is_array()) {
+      throw Error(fmt::format("{}: 'layout.layers_per_model_chunk' must be an array, got {}",
+                              origin, stages.dump()));
+    }
+    for (const json& chunks : stages) {
+      int64_t total = 0;
+      for (const json& n : chunks) {
+        if (!n.is_number_integer()) {
+          throw Error(fmt::format("{}: 'layout.layers_per_model_chunk' must hold arrays of "
+                                  "integers, got {}",
+                                  origin, chunks.dump()));
+        }
+        total += n.get<int64_t>();
+      }
+      out.layers_per_stage.push_back(total);
+    }
+  }
   return out;
 }
+
+namespace {
+
+/// "15 layers (chunks 1+2+2+...)" style text of a stage's layers from layout.layers_per_model_chunk;
+/// "" when the summary has no such field.
+std::string pipeline_split_text(const json& layout) {
+  if (!layout.contains("layers_per_model_chunk")) return "";
+  std::vector<std::string> stages;
+  for (const json& chunks : layout["layers_per_model_chunk"]) {
+    std::vector<std::string> parts;
+    for (const json& n : chunks) parts.push_back(n.dump());
+    stages.push_back(fmt::format("{}", fmt::join(parts, "+")));
+  }
+  std::vector<std::string> how;
+  if (layout.contains("decoder_first_pipeline_num_layers") &&
+      !layout["decoder_first_pipeline_num_layers"].is_null()) {
+    how.push_back("decoder_first_pipeline_num_layers " +
+                  layout["decoder_first_pipeline_num_layers"].dump());
+  }
+  if (layout.contains("decoder_last_pipeline_num_layers") &&
+      !layout["decoder_last_pipeline_num_layers"].is_null()) {
+    how.push_back("decoder_last_pipeline_num_layers " +
+                  layout["decoder_last_pipeline_num_layers"].dump());
+  }
+  if (layout.value("account_for_embedding_in_pipeline_split", false)) {
+    how.emplace_back("embedding counted as a layer");
+  }
+  if (layout.value("account_for_loss_in_pipeline_split", false)) {
+    how.emplace_back("loss counted as a layer");
+  }
+  return fmt::format("transformer layers per stage (model chunks joined by +): {} ({})",
+                     fmt::join(stages, " / "),
+                     how.empty() ? std::string("even split") : fmt::format("{}", fmt::join(how, ", ")));
+}
+
+}  // namespace
 
 std::string summary_table_html(const json& summary, const std::string& origin) {
   const json& layout = at(summary, "layout", origin);
@@ -249,6 +305,9 @@ std::string summary_table_html(const json& summary, const std::string& origin) {
                   "micro-batches, recompute {}",
                   text_of(layout, "micro_batch_size"), text_of(layout, "global_batch_size"),
                   text_of(layout, "num_micro_batches"), text_of(layout, "recompute_granularity")));
+  if (const std::string split = pipeline_split_text(layout); !split.empty()) {
+    rows.emplace_back("pipeline split", split);
+  }
   if (summary.contains("mode")) rows.emplace_back("mode", text_of(summary, "mode"));
   rows.emplace_back("iteration time", format_seconds(number(summary, "iteration_time_s", origin)));
   rows.emplace_back("tokens/s", fmt::format("{:.0f}", number(summary, "tokens_per_s", origin)));
@@ -382,8 +441,13 @@ json memory_spec(const json& summary, const std::string& origin) {
     const std::string path = fmt::format("memory_per_stage[{}]", i);
     const int64_t stage = integer(stages[i], "pp_rank", origin, path);
     const double total = number(stages[i], "total_bytes", origin, path);
+    // The stage's transformer layers in its label (they differ under an uneven split).
+    const std::string label =
+        stages[i].contains("layers")
+            ? fmt::format("stage {} ({} layers)", stage, integer(stages[i], "layers", origin, path))
+            : fmt::format("stage {}", stage);
     for (size_t k = 0; k < parts.size(); ++k) {
-      values.push_back({{"stage", fmt::format("stage {}", stage)},
+      values.push_back({{"stage", label},
                         {"stage_order", stage},
                         {"part", parts[k].second},
                         {"part_order", k},
@@ -678,7 +742,10 @@ GanttChart gantt_chart(const Timeline& timeline, const ReportLayout& layout,
                           {"y", y},
                           {"text", {{"field", "label"}}}}}};
     stages.push_back({{"title",
-                       {{"text", fmt::format("pipeline stage {}", stage)},
+                       {{"text", stage < static_cast<int64_t>(layout.layers_per_stage.size())
+                                     ? fmt::format("pipeline stage {} ({} layers)", stage,
+                                                   layout.layers_per_stage[static_cast<size_t>(stage)])
+                                     : fmt::format("pipeline stage {}", stage)},
                         {"anchor", "start"},
                         {"fontSize", 12}}},
                       {"width", 1000},

@@ -65,6 +65,9 @@ struct ReportLayout {
   int64_t data_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
   std::string rank_order = "tp-cp-dp-pp";  ///< layout.rank_order when present, else Megatron's
+  /// Transformer layers of each pipeline stage (summed layout.layers_per_model_chunk); empty
+  /// when the summary has none (an older traintwin wrote it).
+  std::vector<int64_t> layers_per_stage;
 };
 
 /// Reads summary["layout"]; throws Error starting with `origin` when a size is missing.

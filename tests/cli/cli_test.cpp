@@ -97,6 +97,35 @@ TEST(Cli, BadInputIsAClearError) {
   EXPECT_THAT(rank.output, HasSubstr("outside [0, 1024)"));
 }
 
+// The user story: 126 layers on PP 8 x VP 8 is refused with the way out named, and
+// Megatron's two account flags make it NVIDIA's Llama 3.1 405B split.
+TEST(Cli, UnevenPipelineStagesFromMegatronFlags) {
+  const std::string layout = " --set model.num_layers=126 --pipeline-model-parallel-size 8 "
+                             "--virtual-pipeline-model-parallel-size 8 "
+                             "--set parallelism.data_parallel_size=null";
+  Result refused = run("summary " + kDefault + layout);
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_THAT(refused.output,
+              AllOf(HasSubstr("model.num_layers: 126 is not divisible by"),
+                    HasSubstr("account_for_embedding/loss_in_pipeline_split")));
+  const std::string flags =
+      " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
+  Result r = run("summary " + kDefault + layout + flags);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("transformer layers per stage 15/16/16/16/16/16/16/15 (uneven: "
+                              "embedding counted as a layer, loss counted as a layer)"),
+                    HasSubstr("stage  0: model chunks of 1+2+2+2+2+2+2+2 layers"),
+                    HasSubstr("stage  7: model chunks of 2+2+2+2+2+2+2+1 layers")));
+  Result first = run("memory " + kDefault +
+                     " --set model.num_layers=98 --pipeline-model-parallel-size 8 "
+                     "--set parallelism.data_parallel_size=null "
+                     "--decoder-first-pipeline-num-layers 8 --decoder-last-pipeline-num-layers 6");
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_THAT(first.output, AllOf(HasSubstr("\n    0      8 "), HasSubstr("\n    1     14 "),
+                                  HasSubstr("\n    7      6 ")));
+}
+
 // A 175B model on TP 1 / PP 1 cannot fit: memory says so, naming the stage and the excess.
 TEST(Cli, MemorySaysWhatDoesNotFit) {
   Result r = run("memory " + kDefault +

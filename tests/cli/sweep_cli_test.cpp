@@ -112,6 +112,27 @@ namespace {
 
 // The analytical mode ranks in-process; auto replays the top K with the simulator, whose
 // iteration time then appears in sweep.json with "mode" absent (replayed) for those rows.
+// Megatron's uneven-split flags apply to every swept layout: 22 layers + embedding + loss = 24
+// split over PP 2, 4 and 8 (without the flags only PP 2 divides 22).
+TEST(SweepCli, PipelineSplitFlagsApplyToEveryLayout) {
+  const std::string sweep = "sweep " + kScenario +
+                            " --set model.num_layers=22 --pipeline-model-parallel-size 2,4,8"
+                            " --mode analytical";
+  const Result even = run(sweep);
+  ASSERT_EQ(even.status, 0) << even.output;
+  EXPECT_THAT(even.output, AllOf(HasSubstr("3 configurations: 1 ranked"),
+                                 HasSubstr("2 invalid"), HasSubstr("model.num_layers")));
+  const Result uneven = run(sweep +
+                            " --account-for-embedding-in-pipeline-split"
+                            " --account-for-loss-in-pipeline-split");
+  ASSERT_EQ(uneven.status, 0) << uneven.output;
+  EXPECT_THAT(uneven.output, HasSubstr("3 configurations: 3 ranked"));
+  const Result twice = run(sweep + " --decoder-first-pipeline-num-layers 2"
+                                   " --set parallelism.decoder_first_pipeline_num_layers=4");
+  EXPECT_EQ(twice.status, 2);
+  EXPECT_THAT(twice.output, HasSubstr("parallelism.decoder_first_pipeline_num_layers is given twice"));
+}
+
 TEST(SweepCli, AnalyticalAndAutoModes) {
   const std::string scenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h100-8.yaml";
   const Result a = run("sweep " + scenario + " --micro-batch-size 1,2,4 --mode analytical");

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -61,20 +62,24 @@ class TrainCli : public ::testing::Test {
     return {WEXITSTATUS(status), out};
   }
 
-  /// The single-process TP = PP = DP = 1 run every layout is compared with (run once).
-  static const Losses& baseline() {
-    static const Losses l = [] {
-      const testing::CliResult r = train("");
+  /// The single-process TP = PP = DP = 1 run every layout is compared with (run once per
+  /// `model_args`, the overrides that change the model itself, e.g. its number of layers).
+  static const Losses& baseline(const std::string& model_args = "") {
+    static std::map<std::string, Losses> runs;
+    auto it = runs.find(model_args);
+    if (it == runs.end()) {
+      const testing::CliResult r = train(model_args);
       EXPECT_EQ(r.status, 0) << r.output;
-      return parse_losses(r.output);
-    }();
-    return l;
+      it = runs.emplace(model_args, parse_losses(r.output)).first;
+    }
+    return it->second;
   }
 
-  static void expect_same_losses(const testing::CliResult& r) {
+  /// Checks that `r` printed the losses of the one-process run of the same model (`model_args`).
+  static void expect_same_losses(const testing::CliResult& r, const std::string& model_args = "") {
     ASSERT_EQ(r.status, 0) << r.output;
     const Losses l = parse_losses(r.output);
-    const Losses& base = baseline();
+    const Losses& base = baseline(model_args);
     ASSERT_EQ(base.train.size(), 20u);
     ASSERT_EQ(l.train.size(), base.train.size()) << r.output;
     double worst = 0;
@@ -128,6 +133,47 @@ TEST_F(TrainCli, InterleavedPipelineWithTwoModelChunks) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   expect_same_losses(train("--pipeline-model-parallel-size 2 "
                            "--virtual-pipeline-model-parallel-size 2 --set cluster.num_gpus=2",
+                           2));
+}
+
+// Uneven pipeline stages (core/pipeline_split.hpp), trained for real. NVIDIA's Llama 3.1 405B
+// split (126 layers, PP 8 x VP 8, embedding and loss each counted as a layer) shrunk to 6 layers
+// on PP 2 x VP 2: stage 0 chunk 0 holds the embedding and layer 0, the last chunk layer 5 and the
+// loss, the other two chunks 2 layers; with TP 2 and sequence parallelism on 4 ranks.
+TEST_F(TrainCli, UnevenInterleavedStagesAccountingForEmbeddingAndLoss) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string model = "--set model.num_layers=6";
+  const testing::CliResult r =
+      train(model + " --tensor-model-parallel-size 2 --sequence-parallel "
+                    "--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 "
+                    "--account-for-embedding-in-pipeline-split "
+                    "--account-for-loss-in-pipeline-split --set cluster.num_gpus=4",
+            4);
+  expect_same_losses(r, model);
+}
+
+// 2 layers on PP 2 x VP 2 with both flags: one layer per virtual stage, so the first chunk holds
+// only the embedding and the last only the final LayerNorm, LM head and loss (chunks 0, 1, 1, 0);
+// with TP 2 and sequence parallelism (the embedding's gradient is gathered from the received one).
+TEST_F(TrainCli, UnevenStagesWithChunksHoldingOnlyTheEmbeddingOrTheLoss) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string model = "--set model.num_layers=2";
+  expect_same_losses(train(model + " --tensor-model-parallel-size 2 --sequence-parallel "
+                                   "--pipeline-model-parallel-size 2 "
+                                   "--virtual-pipeline-model-parallel-size 2 "
+                                   "--account-for-embedding-in-pipeline-split "
+                                   "--account-for-loss-in-pipeline-split --set cluster.num_gpus=4",
+                           4),
+                     model);
+}
+
+// --decoder-first-pipeline-num-layers 1: stage 0 holds 1 layer, stage 1 the other 3, with the
+// distributed optimizer and overlapped gradient buckets.
+TEST_F(TrainCli, UnevenFirstStageLayerCount) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1 "
+                           "--set cluster.num_gpus=2 --use-distributed-optimizer "
+                           "--set training.overlap_grad_reduce=true",
                            2));
 }
 

@@ -281,6 +281,55 @@ TEST(MemoryTest, InterleavedFirstStageMatchesKorthikanti423) {
   }
 }
 
+// NVIDIA's Llama 3.1 405B split on a 126-layer GPT-3-shaped model: PP 8 x VP 8, embedding and
+// loss each counted as a layer (core/pipeline_split.hpp): stage 0 chunks 1+2+...+2 = 15 layers,
+// stage 7 2+...+2+1 = 15, the others 16. m = 16.
+// Stage 0's peak (interleaved warm-up (p-1) 2 + (v-1) p = 70 forwards, then one more): the 71
+// chunk forwards in flight are virtual micro-batches 0..70, i.e. 15 of chunk 0 (1 layer) and 8 of
+// each of chunks 1..7 (2 layers): 15 + 7 x 8 x 2 = 127 layer-activation sets (an even split of
+// 2 per chunk would hold 142). Stage 7: warm-up 56 = 8 micro-batches of chunks 0..6 (112 sets);
+// in the steady state the forward of chunk 0 (2 layers) follows the backward of chunk 7 (1
+// layer), so the peak is 114.
+TEST(MemoryTest, UnevenSplitActivationsCountEachChunksLayers) {
+  Scenario s = Gpt3_175BOn1024();
+  s.model.num_layers = 126;
+  s.parallel.pipeline_model_parallel_size = 8;
+  s.parallel.virtual_pipeline_model_parallel_size = 8;
+  s.parallel.data_parallel_size = 16;
+  s.training.global_batch_size = 256;  // m = 16
+  s.parallel.account_for_embedding_in_pipeline_split = true;
+  s.parallel.account_for_loss_in_pipeline_split = true;
+  const double per_layer = 106954752.0;  // SP + selective, s 2048, h 12288, t 8 (above)
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  ASSERT_EQ(stages.size(), 8u);
+  EXPECT_EQ(stages[0].layers, 15);
+  EXPECT_EQ(stages[7].layers, 15);
+  for (int64_t r = 1; r < 7; ++r) EXPECT_EQ(stages[r].layers, 16) << r;
+  EXPECT_EQ(stages[0].in_flight, 71);
+  EXPECT_EQ(stages[0].in_flight_layers, 127);
+  EXPECT_EQ(stages[0].activations_bytes, 127 * per_layer);
+  EXPECT_EQ(stages[7].in_flight, 57);
+  EXPECT_EQ(stages[7].in_flight_layers, 114);
+  EXPECT_EQ(stages[7].activations_bytes, 114 * per_layer);
+  // Weights follow the layers: stage 0 holds one layer less than stage 1 plus the embeddings.
+  const int64_t layer = layer_parameters_on_rank(s.model, 8);
+  const int64_t embedding_rows = 51200 / 8;
+  EXPECT_EQ(stages[1].parameters, 16 * layer);
+  EXPECT_EQ(stages[0].parameters, 15 * layer + embedding_rows * 12288 + 2048 * 12288);
+  EXPECT_EQ(stages[7].parameters, 15 * layer + embedding_rows * 12288 + 2 * 12288);
+
+  // Without interleaving: 30 layers + 2 on PP 4 = 7, 8, 8, 7; 1F1B holds p - rank micro-batches
+  // of the stage's whole layer set: stage 0 4 x 7 = 28, stage 3 1 x 7.
+  s.model.num_layers = 30;
+  s.parallel.pipeline_model_parallel_size = 4;
+  s.parallel.virtual_pipeline_model_parallel_size = 1;
+  s.parallel.data_parallel_size = 32;
+  EXPECT_EQ(stage_memory(s, 0).in_flight_layers, 28);
+  EXPECT_EQ(stage_memory(s, 0).activations_bytes, 28 * per_layer);
+  EXPECT_EQ(stage_memory(s, 1).in_flight_layers, 24);
+  EXPECT_EQ(stage_memory(s, 3).in_flight_layers, 7);
+}
+
 TEST(MemoryTest, GpipeHoldsAllMicroBatches) {
   Scenario s = Gpt3_175BOn1024();
   s.parallel.pipeline_schedule = PipelineScheduleKind::kGPipe;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -11,6 +12,7 @@
 #include "core/flops.hpp"
 #include "core/memory.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_split.hpp"
 
 namespace traintwin {
 namespace {
@@ -25,6 +27,9 @@ struct Knobs {
   bool dist_opt = false, overlap_grad = false, overlap_param = false, tp_overlap = false;
   Precision precision = Precision::kBf16;
   std::string order = "tp-cp-dp-pp";
+  // Uneven pipeline split (core/pipeline_split.hpp).
+  std::optional<int64_t> first, last;
+  bool account_embedding = false, account_loss = false;
 };
 
 // A small GPT: h 64, 8 heads, ffn 4h, s 32, V 1024 (a multiple of 128 x TP, so no padding).
@@ -39,6 +44,10 @@ Scenario make(const Knobs& k) {
   s.parallel.sequence_parallel = k.sp;
   s.parallel.pipeline_schedule = k.schedule;
   s.parallel.rank_order = k.order;
+  s.parallel.decoder_first_pipeline_num_layers = k.first;
+  s.parallel.decoder_last_pipeline_num_layers = k.last;
+  s.parallel.account_for_embedding_in_pipeline_split = k.account_embedding;
+  s.parallel.account_for_loss_in_pipeline_split = k.account_loss;
   s.training.micro_batch_size = k.b;
   s.training.global_batch_size = k.m * k.b * k.dp;
   s.training.precision = k.precision;
@@ -178,6 +187,159 @@ TEST(Program, EveryLayoutReplaysWithoutDeadlockOrMismatch) {
     }
   }
   EXPECT_GT(cases, 100);
+}
+
+/// Uneven pipeline splits: the 126-layer PP 8 x VP 8 recipe shrunk to 6 layers on PP 2 x VP 2
+/// with both account flags (chunks 1, 2, 2, 1), chunks holding only the embedding or only the
+/// loss (2 layers: 0, 1, 1, 0), and first/last stage counts with and without interleaving.
+std::vector<Knobs> uneven_knobs() {
+  std::vector<Knobs> out;
+  Knobs k;
+  k.pp = 2, k.v = 2, k.m = 4, k.layers = 6, k.account_embedding = true, k.account_loss = true;
+  out.push_back(k);
+  k.layers = 2;
+  out.push_back(k);
+  k = Knobs();
+  k.pp = 4, k.m = 4, k.layers = 10, k.first = 1, k.last = 3;  // 1, 3, 3, 3
+  out.push_back(k);
+  k = Knobs();
+  k.pp = 4, k.v = 2, k.m = 4, k.layers = 16, k.first = 2, k.last = 2;  // 2, 6, 6, 2
+  out.push_back(k);
+  k = Knobs();
+  k.pp = 4, k.m = 4, k.layers = 7, k.account_embedding = true;  // 1, 2, 2, 2
+  out.push_back(k);
+  return out;
+}
+
+TEST(Program, UnevenSplitsReplayWithoutDeadlockOrMismatch) {
+  for (const Knobs& base : uneven_knobs()) {
+    for (int flags = 0; flags < 8; ++flags) {
+      Knobs k = base;
+      k.tp = 2, k.dp = 2, k.sp = flags & 4;
+      k.dist_opt = flags & 1;
+      k.overlap_grad = flags & 2;
+      k.overlap_param = k.dist_opt && k.overlap_grad;
+      k.recompute = flags & 1 ? RecomputeGranularity::kFull : RecomputeGranularity::kSelective;
+      const Program prog = build_program(make(k));
+      std::vector<std::string> errors;
+      ASSERT_EQ(replay_all(prog, errors), 0u) << "layers " << k.layers << " flags " << flags;
+      ASSERT_TRUE(errors.empty()) << errors.front();
+    }
+  }
+}
+
+// Each rank runs the forward and backward of exactly the layers the split gives its chunks, the
+// embedding on virtual stage 0 and the LM head on the last one; every layer runs on one stage.
+TEST(Program, UnevenSplitLowersEachChunksOwnLayers) {
+  for (const Knobs& k : uneven_knobs()) {
+    const Scenario s = make(k);
+    const Program prog = build_program(s);
+    std::map<int64_t, int64_t> stage_of_layer;
+    for (const auto& [r, rp] : prog.ranks) {
+      std::map<int64_t, std::set<int64_t>> forward_layers;  // chunk -> layers
+      std::set<int64_t> head_chunks, embedding_chunks;
+      for (const Op& op : rp.ops) {
+        if (op.kind != OpKind::kCompute || op.phase != Phase::kForward) continue;
+        if (op.layer >= 0) forward_layers[op.model_chunk].insert(op.layer);
+        for (Role role : op.kernel_roles) {
+          if (role == Role::kLmHead) head_chunks.insert(op.model_chunk);
+          if (role == Role::kEmbedding) embedding_chunks.insert(op.model_chunk);
+        }
+      }
+      for (int64_t c = 0; c < k.v; ++c) {
+        const ChunkLayers want = chunk_layers(s, rp.coord.pp, c);
+        std::set<int64_t> expected;
+        for (int64_t l = want.first_layer; l < want.end_layer(); ++l) {
+          expected.insert(l);
+          stage_of_layer[l] = rp.coord.pp;
+        }
+        EXPECT_EQ(forward_layers[c], expected) << "layers " << k.layers << " stage "
+                                               << rp.coord.pp << " chunk " << c;
+        const int64_t vs = c * k.pp + rp.coord.pp;
+        EXPECT_EQ(embedding_chunks.count(c), vs == 0 ? 1u : 0u);
+        EXPECT_EQ(head_chunks.count(c), vs == k.pp * k.v - 1 ? 1u : 0u);
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(stage_of_layer.size()), k.layers);
+  }
+}
+
+/// True when op `later` of `rp` depends on op `earlier`, directly or through other ops.
+bool depends_on(const RankProgram& rp, uint32_t later, uint32_t earlier) {
+  std::vector<uint32_t> todo = {later};
+  std::set<uint32_t> seen;
+  while (!todo.empty()) {
+    const uint32_t id = todo.back();
+    todo.pop_back();
+    if (id == earlier) return true;
+    if (!seen.insert(id).second) continue;
+    for (uint32_t d : rp.ops[id].deps) todo.push_back(d);
+  }
+  return false;
+}
+
+// Every op that reads a received tensor runs after its recv, also where a chunk holds no
+// transformer layer: with SP, the embedding's backward starts with the all-gather of the output
+// gradient, which in an embedding-only first chunk comes straight from the next stage.
+TEST(Program, UnevenSplitEmbeddingOnlyChunkWaitsForItsGradient) {
+  for (const Knobs& base : uneven_knobs()) {
+    for (bool sp : {false, true}) {
+      Knobs k = base;
+      k.tp = 2, k.sp = sp;
+      const Program prog = build_program(make(k));
+      for (const auto& [r, rp] : prog.ranks) {
+        if (rp.coord.pp != 0) continue;
+        std::map<int32_t, uint32_t> recv_grad;  // micro-batch -> recv of chunk 0's output grad
+        for (const Op& op : rp.ops) {
+          // Tag (mb x stages + sender's virtual stage 1) x 2 + 1: vs 1 sends vs 0 its input grad.
+          if (op.kind == OpKind::kRecv && op.tag % 2 == 1 && (op.tag / 2) % (k.pp * k.v) == 1) {
+            recv_grad[static_cast<int32_t>(op.tag / 2 / (k.pp * k.v))] = op.id;
+          }
+        }
+        int checked = 0;
+        for (const Op& op : rp.ops) {
+          const bool embedding = op.role == Role::kEmbedding ||
+                                 (!op.kernel_roles.empty() && op.kernel_roles.front() == Role::kEmbedding);
+          if (op.phase != Phase::kBackward || op.model_chunk != 0 || !embedding) continue;
+          ASSERT_TRUE(recv_grad.count(op.micro_batch)) << "layers " << k.layers;
+          EXPECT_TRUE(depends_on(rp, op.id, recv_grad[op.micro_batch]))
+              << "layers " << k.layers << " sp " << sp << " op " << prog.label(op);
+          ++checked;
+        }
+        EXPECT_GE(checked, k.m);
+      }
+    }
+  }
+}
+
+// Under an uneven split the FLOPs still add up to the model's, and the DP buckets of each rank
+// carry its own parameters (parameters_on_rank follows the split) once.
+TEST(Program, UnevenSplitFlopsAndBucketsFollowTheSplit) {
+  for (Knobs k : uneven_knobs()) {
+    k.dp = 2, k.overlap_grad = true;
+    const Scenario s = make(k);
+    const Program prog = build_program(s);
+    double matmul_flops = 0;
+    for (const auto& [r, rp] : prog.ranks) {
+      int64_t grad_bytes = 0;
+      for (const Op& op : rp.ops) {
+        for (uint32_t id : op.kernels) {
+          const Kernel& kern = prog.kernels[id];
+          if (kern.key.name.rfind("gemm", 0) == 0 || kern.key.name.rfind("attention", 0) == 0) {
+            matmul_flops += kern.flops;
+          }
+        }
+        if (op.kind == OpKind::kCollective && op.phase == Phase::kGradSync &&
+            op.group == GroupKind::kDpCp) {
+          grad_bytes += op.bytes;
+        }
+      }
+      EXPECT_EQ(grad_bytes, parameters_on_rank(s, rp.coord.pp) * 4) << "rank " << r;
+    }
+    const double expected =
+        hardware_flops_per_iteration(s.model, s.training.global_batch_size, k.recompute);
+    EXPECT_NEAR(matmul_flops / expected, 1.0, 1e-12) << "layers " << k.layers;
+  }
 }
 
 TEST(Program, GPipeReplaysToo) {

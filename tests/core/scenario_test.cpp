@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/pipeline_split.hpp"
 
 namespace traintwin {
 namespace {
@@ -248,7 +249,7 @@ TEST(ScenarioShipped, Gpt3_175bH100_1024) {
   EXPECT_EQ(s.cluster.topology,
             (kSourceDir / "topologies/dgx-h100-superpod.yaml").lexically_normal());
   EXPECT_EQ(s.num_micro_batches(), 192);
-  EXPECT_EQ(s.layers_per_model_chunk(), 6);
+  EXPECT_EQ(chunk_layers(s, 0, 0).num_layers, 6);
   EXPECT_EQ(s.world_size(), 1024);
 }
 
@@ -271,7 +272,7 @@ TEST(ScenarioShipped, Gpt3_175bH100_128DgxCloudRecipe) {
   EXPECT_TRUE(s.training.tp_comm_overlap);
   EXPECT_EQ(s.cluster.num_gpus, 128);
   EXPECT_EQ(s.num_micro_batches(), 64);
-  EXPECT_EQ(s.layers_per_model_chunk(), 1);
+  EXPECT_EQ(chunk_layers(s, 0, 0).num_layers, 1);
 }
 
 // Narayanan et al., SC'21, Table 1, 145.6B row.
@@ -284,7 +285,7 @@ TEST(ScenarioShipped, Megatron145bA100_1536NarayananTable1) {
   EXPECT_EQ(s.parallel.tensor_model_parallel_size, 8);
   EXPECT_EQ(s.parallel.pipeline_model_parallel_size, 8);
   EXPECT_EQ(s.parallel.virtual_pipeline_model_parallel_size, 2);  // 80 / (8 * 5)
-  EXPECT_EQ(s.layers_per_model_chunk(), 5);
+  EXPECT_EQ(chunk_layers(s, 0, 0).num_layers, 5);
   EXPECT_EQ(s.parallel.data_parallel_size, 24);
   EXPECT_FALSE(s.parallel.sequence_parallel);
   EXPECT_EQ(s.training.micro_batch_size, 2);
@@ -422,7 +423,7 @@ TEST(ScenarioDerived, LayersPerVirtualStageGivesModelChunks) {
       .set("training", "global_batch_size", "4");
   const Scenario s = parse(t.text());
   EXPECT_EQ(s.parallel.virtual_pipeline_model_parallel_size, 4);  // 16 / (2 * 2)
-  EXPECT_EQ(s.layers_per_model_chunk(), 2);
+  EXPECT_EQ(chunk_layers(s, 0, 0).num_layers, 2);
   EXPECT_TRUE(s.parallel.interleaved());
 }
 
@@ -716,6 +717,93 @@ TEST(ScenarioRules, NumLayersDivisibleByPipelineTimesLayersPerVirtualStage) {
                     HasSubstr("model.num_layers = 8 is not divisible by "
                               "pipeline_model_parallel_size x "
                               "num_layers_per_virtual_pipeline_stage = 2 x 3 = 6")));
+}
+
+// ----- uneven pipeline split (core/pipeline_split.hpp has the rules and their tests) -----------
+
+/// A 126-layer model on TP 2 x PP 8 x VP 8 with both account flags: NVIDIA's Llama 3.1 405B
+/// recipe's split, shrunk to 16 GPUs.
+ScenarioText llama_split_text() {
+  ScenarioText t;
+  t.set("model", "num_layers", "126")
+      .set("parallelism", "pipeline_model_parallel_size", "8")
+      .set("parallelism", "virtual_pipeline_model_parallel_size", "8")
+      .set("parallelism", "account_for_embedding_in_pipeline_split", "true")
+      .set("parallelism", "account_for_loss_in_pipeline_split", "true")
+      .set("cluster", "num_gpus", "16");
+  return t;
+}
+
+TEST(ScenarioUnevenSplit, Llama405bLayoutIsAccepted) {
+  const Scenario s = parse(llama_split_text().text());
+  EXPECT_TRUE(s.parallel.account_for_embedding_in_pipeline_split);
+  EXPECT_TRUE(s.parallel.account_for_loss_in_pipeline_split);
+  EXPECT_FALSE(s.parallel.decoder_first_pipeline_num_layers.has_value());
+  EXPECT_EQ(chunk_layers(s, 0, 0), (ChunkLayers{0, 1}));
+  EXPECT_EQ(chunk_layers(s, 7, 7), (ChunkLayers{125, 1}));
+  EXPECT_EQ(layers_per_stage_text(s), "15/16/16/16/16/16/16/15");
+  // Without the flags the same layout is refused, naming the way out.
+  EXPECT_THAT(error_of(llama_split_text(),
+                       {{"parallelism.account_for_embedding_in_pipeline_split", "null"},
+                        {"parallelism.account_for_loss_in_pipeline_split", "false"}}),
+              AllOf(HasSubstr(at(llama_split_text(), "model.num_layers") +
+                              "model.num_layers: 126 is not divisible by "
+                              "pipeline_model_parallel_size x virtual_pipeline_model_parallel_size "
+                              "= 8 x 8 = 64"),
+                    HasSubstr("account_for_embedding/loss_in_pipeline_split")));
+}
+
+TEST(ScenarioUnevenSplit, LayersPerVirtualStageCountsTheAccountedEmbeddingAndLoss) {
+  // Megatron: v = (126 + 2) / 8 / 2 = 8.
+  const Scenario s = parse(llama_split_text().text(),
+                           {{"parallelism.num_layers_per_virtual_pipeline_stage", "2"}});
+  EXPECT_EQ(s.parallel.virtual_pipeline_model_parallel_size, 8);
+  EXPECT_EQ(layers_on_stage(s, 0), 15);
+  EXPECT_THAT(error_of(llama_split_text(),
+                       {{"parallelism.num_layers_per_virtual_pipeline_stage", "3"}}),
+              HasSubstr("--set: parallelism.num_layers_per_virtual_pipeline_stage: 3: "
+                        "model.num_layers + 2 (embedding/loss accounted in the split) = 128 is not "
+                        "divisible by pipeline_model_parallel_size x "
+                        "num_layers_per_virtual_pipeline_stage = 8 x 3 = 24"));
+}
+
+TEST(ScenarioUnevenSplit, FirstAndLastStageCounts) {
+  ScenarioText t;
+  t.set("model", "num_layers", "30")
+      .set("parallelism", "pipeline_model_parallel_size", "4")
+      .set("parallelism", "decoder_first_pipeline_num_layers", "6")
+      .set("parallelism", "decoder_last_pipeline_num_layers", "6")
+      .set("cluster", "num_gpus", "8");
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.parallel.decoder_first_pipeline_num_layers, 6);
+  EXPECT_EQ(s.parallel.decoder_last_pipeline_num_layers, 6);
+  EXPECT_EQ(layers_per_stage_text(s), "6/9/9/6");
+  // A rule broken in the file names file:line and the key.
+  t.set("parallelism", "decoder_first_pipeline_num_layers", "5");
+  EXPECT_THAT(error_of(t),
+              HasSubstr(at(t, "parallelism.decoder_first_pipeline_num_layers") +
+                        "parallelism.decoder_first_pipeline_num_layers: the 19 layers left by "
+                        "decoder_first_pipeline_num_layers + decoder_last_pipeline_num_layers = "
+                        "5 + 6 (of model.num_layers = 30) are not divisible by the 2 middle "
+                        "pipeline stage(s)"));
+  // Not with the account flags (Megatron-Core refuses the combination).
+  EXPECT_THAT(error_of(t, {{"parallelism.decoder_first_pipeline_num_layers", "6"},
+                           {"parallelism.account_for_loss_in_pipeline_split", "true"}}),
+              HasSubstr("--set: parallelism.decoder_first_pipeline_num_layers: cannot be combined "
+                        "with parallelism.account_for_loss_in_pipeline_split"));
+  // Not with num_layers_per_virtual_pipeline_stage (Megatron asks for the chunk count).
+  EXPECT_THAT(error_of(t, {{"parallelism.decoder_first_pipeline_num_layers", "6"},
+                           {"parallelism.num_layers_per_virtual_pipeline_stage", "3"}}),
+              AllOf(HasSubstr("--set: parallelism.num_layers_per_virtual_pipeline_stage: cannot be "
+                              "used with parallelism.decoder_first_pipeline_num_layers (at --set)"),
+                    HasSubstr("virtual_pipeline_model_parallel_size")));
+  // Counts are integers >= 1.
+  EXPECT_THAT(error_of(t, {{"parallelism.decoder_last_pipeline_num_layers", "0"}}),
+              HasSubstr("--set: parallelism.decoder_last_pipeline_num_layers: must be"));
+  // One pipeline stage: refused.
+  EXPECT_THAT(error_of(t, {{"parallelism.decoder_first_pipeline_num_layers", "6"},
+                           {"parallelism.pipeline_model_parallel_size", "1"}}),
+              HasSubstr("needs parallelism.pipeline_model_parallel_size > 1, got 1"));
 }
 
 TEST(ScenarioRules, NumGpusDivisibleByModelParallelWhenDataParallelDerived) {
@@ -1052,7 +1140,7 @@ TEST(ScenarioOverrides, LoadScenarioAppliesOverrides) {
   const Scenario s = load_scenario(kSourceDir / "scenarios" / "gpt3-175b-h100-128.yaml",
                                    {{"parallelism.virtual_pipeline_model_parallel_size", "6"}});
   EXPECT_EQ(s.parallel.virtual_pipeline_model_parallel_size, 6);
-  EXPECT_EQ(s.layers_per_model_chunk(), 2);
+  EXPECT_EQ(chunk_layers(s, 0, 0).num_layers, 2);
   try {
     load_scenario(kSourceDir / "scenarios" / "gpt3-175b-h100-1024.yaml",
                   {{"parallelism.tensor_model_parallel_size", "4"}});

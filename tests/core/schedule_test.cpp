@@ -425,6 +425,21 @@ TEST(ScheduleTest, MaxInFlightCountsOutstandingForwards) {
   EXPECT_EQ(max_in_flight(one_f_one_b_schedule(8, 2, 16)), 6);
 }
 
+TEST(ScheduleTest, MaxInFlightWeightedSumsTheChunksWeights) {
+  // F0.0 (3) F0.1 (5) B0.1 F1.0 (3) F1.1 (5): peak 3 + 3 + 5 = 11 after the last forward.
+  const std::vector<ScheduleStep> steps = {{Pass::kForward, 0, 0}, {Pass::kForward, 0, 1},
+                                           {Pass::kBackward, 0, 1}, {Pass::kForward, 1, 0},
+                                           {Pass::kForward, 1, 1}, {Pass::kBackward, 1, 1}};
+  EXPECT_EQ(max_in_flight_weighted(steps, {3, 5}), 11);
+  EXPECT_EQ(max_in_flight_weighted(steps, {1, 1}), max_in_flight(steps));
+  EXPECT_EQ(max_in_flight_weighted(steps, {0, 4}), 4);
+  // Equal weights w: w x max_in_flight, over real schedules.
+  const auto interleaved = interleaved_1f1b_schedule(4, 1, 8, 3);
+  EXPECT_EQ(max_in_flight_weighted(interleaved, {2, 2, 2}), 2 * max_in_flight(interleaved));
+  EXPECT_THROW(max_in_flight_weighted(steps, {1}), InvalidArgument);
+  EXPECT_THROW(max_in_flight_weighted(steps, {1, -1}), InvalidArgument);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------------------------

@@ -161,6 +161,23 @@ TEST_F(TrainerTest, ResumeAcceptsTheSameDataPathSpelledDifferently) {
   EXPECT_EQ(rest.size(), 1u);
 }
 
+// The signature carries the layers of every virtual pipeline stage: a checkpoint of another
+// split of the same model does not load, one split given by other keys does.
+TEST_F(TrainerTest, CheckpointSignatureNamesThePipelineSplit) {
+  const std::vector<Override> pp2 = {{"parallelism.pipeline_model_parallel_size", "2"},
+                                     {"cluster.num_gpus", "2"}};
+  std::vector<Override> uneven = pp2;
+  uneven.push_back({"parallelism.decoder_first_pipeline_num_layers", "1"});
+  const std::string key = "parallelism.layers_per_virtual_stage";
+  EXPECT_EQ(checkpoint_signature(scenario(pp2), {}).at(key), "2,2");
+  EXPECT_EQ(checkpoint_signature(scenario(uneven), {}).at(key), "1,3");
+  // 4 layers + embedding + loss on PP 2 = 3 + 3 counted: 2 transformer layers each, as even.
+  std::vector<Override> accounted = pp2;
+  accounted.push_back({"parallelism.account_for_embedding_in_pipeline_split", "true"});
+  accounted.push_back({"parallelism.account_for_loss_in_pipeline_split", "true"});
+  EXPECT_EQ(checkpoint_signature(scenario(accounted), {}), checkpoint_signature(scenario(pp2), {}));
+}
+
 TEST_F(TrainerTest, RequiresTheTrainingKeys) {
   LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
   try {

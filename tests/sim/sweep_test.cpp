@@ -124,6 +124,38 @@ TEST(Sweep, EmptyAxesKeepTheScenarioValues) {
   EXPECT_EQ(configs[0].scenario.parallel.data_parallel_size, 8);
 }
 
+// An uneven pipeline split of the base (core/pipeline_split.hpp) is kept in every combination and
+// checked per layout: 10 layers + embedding + loss = 12 counted layers are valid exactly when PP
+// divides 12 and v divides 12 / PP; the others are invalid naming the flag, and the valid ones'
+// memory follows the split (stage 0 holds one layer less than stage 1).
+TEST(Sweep, UnevenPipelineSplitOfTheBaseIsValidatedPerLayout) {
+  Scenario base = small_scenario();
+  base.model.num_layers = 10;
+  base.parallel.account_for_embedding_in_pipeline_split = true;
+  base.parallel.account_for_loss_in_pipeline_split = true;
+  SweepAxes axes;
+  axes.pp = {2, 4, 8};
+  axes.vpp = {1, 2, 3};
+  int valid = 0;
+  for (const SweepConfiguration& c : enumerate_configurations(base, axes, 80e9)) {
+    const int64_t pp = c.scenario.parallel.pipeline_model_parallel_size;
+    const int64_t v = c.scenario.parallel.virtual_pipeline_model_parallel_size;
+    EXPECT_TRUE(c.scenario.parallel.account_for_embedding_in_pipeline_split);
+    // m = 16 / (1 x DP) micro-batches must be divisible by PP when interleaved: always here.
+    const bool ok = 12 % pp == 0 && (12 / pp) % v == 0;
+    EXPECT_EQ(c.valid, ok) << "pp " << pp << " v " << v << ": " << c.invalid_reason;
+    if (!ok) {
+      EXPECT_THAT(c.invalid_reason, HasSubstr("parallelism.account_for_embedding_in_pipeline_split"));
+      continue;
+    }
+    ++valid;
+    const std::vector<StageMemory> stages = memory_per_stage(c.scenario);
+    EXPECT_EQ(stages[0].layers, 12 / pp - 1);
+    EXPECT_EQ(stages[1].layers, pp == 2 ? 12 / pp - 1 : 12 / pp);
+  }
+  EXPECT_EQ(valid, 5);  // PP 2 with v 1, 2, 3; PP 4 with v 1, 3
+}
+
 TEST(Sweep, DependentSwitchesAreTurnedOffAndListed) {
   const Scenario base = small_scenario(
       "  use_distributed_optimizer: true\n  overlap_grad_reduce: true\n"

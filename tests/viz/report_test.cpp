@@ -294,6 +294,36 @@ TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {
   EXPECT_EQ(spec["layer"][2]["data"]["values"][0]["label"], "GPU memory 80.0 GiB");
 }
 
+// An uneven pipeline split (summary.json's layout.layers_per_model_chunk and memory_per_stage
+// layers, as `simulate --out` writes them): the summary table states it, the memory bars and the
+// Gantt charts name each stage's layers.
+TEST(ReportSpec, UnevenPipelineSplitIsShownPerStage) {
+  json summary = small_summary();
+  summary["layout"]["virtual_pipeline_model_parallel_size"] = 2;
+  summary["layout"]["decoder_first_pipeline_num_layers"] = nullptr;
+  summary["layout"]["decoder_last_pipeline_num_layers"] = nullptr;
+  summary["layout"]["account_for_embedding_in_pipeline_split"] = true;
+  summary["layout"]["account_for_loss_in_pipeline_split"] = true;
+  summary["layout"]["layers_per_model_chunk"] = json::array({json::array({1, 2}), json::array({2, 1})});
+  summary["memory_per_stage"][0]["layers"] = 3;
+  summary["memory_per_stage"][1]["layers"] = 3;
+  EXPECT_THAT(summary_table_html(summary, "summary.json"),
+              HasSubstr("transformer layers per stage (model chunks joined by +): 1+2 / 2+1 "
+                        "(embedding counted as a layer, loss counted as a layer)"));
+  const json memory = memory_spec(summary, "summary.json");
+  EXPECT_EQ(memory["data"]["values"][0]["stage"], "stage 0 (3 layers)");
+  const ReportLayout layout = report_layout(summary, "summary.json");
+  EXPECT_EQ(layout.layers_per_stage, (std::vector<int64_t>{3, 3}));
+  const GanttChart g = gantt_chart(synthetic_timeline(2, 2), layout, "timeline.json");
+  EXPECT_EQ(g.spec["vconcat"][0]["title"]["text"], "pipeline stage 0 (3 layers)");
+  // Older summaries without the split keep the plain labels.
+  EXPECT_EQ(memory_spec(small_summary(), "summary.json")["data"]["values"][0]["stage"], "stage 0");
+  EXPECT_THAT(summary_table_html(small_summary(), "summary.json"),
+              ::testing::Not(HasSubstr("pipeline split")));
+  summary["layout"]["layers_per_model_chunk"] = json::array({json::array({1, "x"})});
+  EXPECT_THROW(report_layout(summary, "summary.json"), Error);
+}
+
 TEST(ReportSpec, LinksChartListsEveryBusiestLinkAndIsLeftOutWithoutLinks) {
   const auto spec = links_spec(small_summary(), "summary.json");
   ASSERT_TRUE(spec.has_value());

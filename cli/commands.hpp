@@ -37,6 +37,10 @@ void register_preprocess_command(CLI::App& app);
 /// `traintwin train SCENARIO [--save DIR] [--load DIR] [--timeline FILE]`: live training with the
 /// CPU executor, one process or `mpirun -np N` (one process per rank).
 void register_train_command(CLI::App& app);
+/// `traintwin profile SCENARIO [--backend cpu] [--out FILE] [--warmup N] [--repeats N]
+/// [--topology-out FILE]`: every kernel of the Program timed into traces/db/<device>.json;
+/// `mpirun -np N traintwin profile --collectives`: the communicator's nccl-tests table.
+void register_profile_command(CLI::App& app);
 
 /// The folder with the Vega builds the HTML report inlines: `flag` when given, else
 /// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.

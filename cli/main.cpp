@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   traintwin::cli::register_report_command(app);
   traintwin::cli::register_preprocess_command(app);
   traintwin::cli::register_train_command(app);
+  traintwin::cli::register_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

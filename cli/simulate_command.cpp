@@ -32,6 +32,7 @@ struct SimulateOptions {
   std::string collective_algorithm;
   bool aggregate_tp = false;
   std::string cost_db;
+  std::string costs_from_timeline;
   std::string cost_db_topology;
 };
 
@@ -135,7 +136,14 @@ void register_simulate_command(CLI::App& app) {
                   "Ranks in timeline.json: all, stages (TP/DP rank 0 of every stage), or a list 0,8,16 "
                   "(default: the TP group of DP rank 0 of every stage)");
   cmd->add_option("--cost-db", o->cost_db,
-                  "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)");
+                  "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--costs-from-timeline", o->costs_from_timeline,
+                  "Kernel costs from a recorded live timeline (train --timeline, validate --live "
+                  "--timeline) instead of the cost model: replay a recorded run on this topology or "
+                  "scale (measured on --cost-db-topology's GPU, default the scenario's)")
+      ->check(CLI::ExistingFile)
+      ->excludes("--cost-db");
   cmd->add_option("--cost-db-topology", o->cost_db_topology,
                   "Topology whose GPU the database was measured on (default: the scenario's)");
   cmd->add_flag("--aggregate-tp", o->aggregate_tp,
@@ -167,7 +175,14 @@ void register_simulate_command(CLI::App& app) {
     std::optional<TopologySpec> db_topo;
     if (!o->cost_db_topology.empty()) db_topo = load_topology(o->cost_db_topology);
     const auto db_dir = std::filesystem::absolute(s.cluster.topology).parent_path().parent_path() / "traces" / "db";
-    const auto costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db, db_topo ? &db_topo->gpu : nullptr);
+    std::unique_ptr<CostModel> costs;
+    if (!o->costs_from_timeline.empty()) {
+      std::ifstream in(o->costs_from_timeline);
+      const Timeline live = read_chrome_trace(in, o->costs_from_timeline);
+      costs = make_timeline_cost_model(live, db_topo ? db_topo->gpu : topo.gpu, topo.gpu);
+    } else {
+      costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db, db_topo ? &db_topo->gpu : nullptr);
+    }
     // With what-if knobs, the base (the scenario without them) runs first in a child process:
     // SimGrid allows one engine per process, and this one simulates the what-if.
     std::optional<BaseRunMetrics> base;

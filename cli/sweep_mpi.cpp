@@ -1,6 +1,9 @@
 #include "cli/sweep_mpi.hpp"
 
+#include <fmt/format.h>
 #include <mpi.h>
+
+#include <cstdio>
 
 #include <cstdlib>
 #include <string>
@@ -26,6 +29,16 @@ SweepStatus parse_status(const std::string& s) {
 }  // namespace
 
 bool launched_by_mpi() { return exec::read_launch_environment().distributed(); }
+
+void run_or_abort_all(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {  // any exception: the other ranks may be waiting
+    fmt::print(stderr, "traintwin: error: {}\n", e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+}
 
 std::vector<SweepRow> mpi_sweep(
     const std::vector<SweepConfiguration>& configurations,

@@ -15,6 +15,11 @@ namespace traintwin::cli {
 /// job step, PMIX_SIZE / PMI_SIZE > 1).
 bool launched_by_mpi();
 
+/// Runs `work` on this MPI rank; an Error it throws is printed ("traintwin: error: ...") and
+/// ends every rank with MPI_Abort (others may be waiting in a collective). For the commands that
+/// run one process per rank (train, profile, validate --live).
+void run_or_abort_all(const std::function<void()>& work);
+
 /// Runs `sweep` on this rank's share of `configurations` (index mod size == rank) and gathers
 /// every row on rank 0. Returns the ranked rows on rank 0 and an empty vector on the others;
 /// `is_root` tells which. Initializes and finalizes MPI.

@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/posix_file.hpp"
 #include "exec/launch_env.hpp"
+#include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
@@ -103,8 +104,7 @@ void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool
 void share_cores_among_local_ranks() {
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
   const int ranks = static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size));
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  exec::cpu::set_gemm_threads(std::max(1, cores / ranks));
+  exec::cpu::set_gemm_threads(exec::cpu::threads_per_rank(ranks));
 }
 
 /// `env` is null for a single-process run.
@@ -207,14 +207,7 @@ void register_train_command(CLI::App& app) {
   cmd->callback([o] {
     if (!launched_by_mpi()) return run_train(*o, nullptr);
     const exec::MpiEnvironment env;
-    try {
-      run_train(*o, &env);
-    } catch (const std::exception& e) {
-      // Other ranks may be waiting in a collective: stop them all.
-      fmt::print(stderr, "traintwin: error: {}\n", e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    run_or_abort_all([&] { run_train(*o, &env); });
   });
 }
 

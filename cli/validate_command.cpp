@@ -1,14 +1,18 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <set>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/validate_live.hpp"
 #include "core/error.hpp"
 #include "sim/cost_model.hpp"
+#include "traces/cost_db.hpp"
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
@@ -25,20 +29,49 @@ void register_validate_command(CLI::App& app) {
     std::optional<double> gemm, attention, memory, launch_us;
   };
   auto o = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("validate", "Simulate published runs and compare with what they measured");
+  auto live = std::make_shared<ValidateLiveOptions>();
+  auto* cmd = app.add_subcommand(
+      "validate",
+      "Simulate published runs and compare with what they measured; --live: run a scenario here "
+      "and compare with its simulation on this host's topology");
   cmd->add_option("file", o->file, "Calibration file (../shared/validation/calibration.yaml)")
-      ->required()->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--live", live->scenario.file,
+                  "Run this scenario live on this machine (mpirun -np N for N ranks) and compare "
+                  "with its simulation on this host's topology and measured database")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", live->scenario.set, "With --live: override a scenario key (KEY=VALUE)");
+  cmd->add_option("--topology", live->topology,
+                  "With --live: this host's topology (traintwin profile --topology-out; default: "
+                  "the scenario's cluster.topology)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--iterations", live->iterations, "With --live: timed live iterations")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", live->warmup, "With --live: untimed live iterations first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", live->threads,
+                  "With --live: GEMM threads per rank (default: the cores shared among the ranks, "
+                  "as train)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeline", live->timeline,
+                  "With --live: write rank 0's live ops (with kernel durations) as a Chrome/Perfetto "
+                  "trace, for simulate --costs-from-timeline");
   cmd->add_option("--topologies", o->topologies, "Folder with the dgx-*-superpod.yaml files")->capture_default_str();
   cmd->add_option("--case", o->only, "Only the cases whose id contains this text");
   cmd->add_option("--gemm-efficiency", o->gemm, "Roofline: fraction of dense peak reached by GEMMs");
   cmd->add_option("--attention-efficiency", o->attention, "Roofline: fraction of dense peak reached by attention");
   cmd->add_option("--memory-efficiency", o->memory, "Roofline: fraction of HBM bandwidth reached by memory-bound kernels");
   cmd->add_option("--launch-overhead-us", o->launch_us, "Roofline: fixed time per kernel (us)");
-  cmd->callback([o] {
+  cmd->callback([o, live] {
+    if (!live->scenario.file.empty()) return run_validate_live(*live);
+    if (o->file.empty()) throw ConfigError("validate: give a calibration FILE or --live SCENARIO");
     const auto cases = load_validation_cases(o->file, o->topologies);
     fmt::print("{:<58} {:>9} {:>10} {:>10} {:>8} {:>7}\n", "case", "GPUs", "measured", "predicted", "error", "MFU");
     double sum_abs = 0;
     int n = 0;
+    std::set<std::string> sources_seen;
     for (const ValidationCase& c : cases) {
       if (!o->only.empty() && c.id.find(o->only) == std::string::npos) continue;
       const TopologySpec topo = load_topology(c.scenario.cluster.topology);
@@ -48,7 +81,16 @@ void register_validate_command(CLI::App& app) {
         if (o->attention) eff.attention = *o->attention;
         if (o->memory) eff.memory = *o->memory;
         if (o->launch_us) eff.launch_overhead_s = *o->launch_us * 1e-6;
-        const auto costs = make_roofline_cost_model(eff);
+        // The measured database of the case's GPU when there is one (traces/db beside the
+        // topologies folder), the calibrated roofline (with the flags above) for what it lacks.
+        const std::filesystem::path db_file = std::filesystem::absolute(o->topologies).parent_path() /
+                                              "traces" / "db" / (topo.gpu.name + ".json");
+        std::unique_ptr<CostModel> costs = make_roofline_cost_model(eff);
+        if (std::filesystem::exists(db_file)) {
+          costs = make_database_cost_model(
+              std::make_shared<const CostDatabase>(CostDatabase::load(db_file)), topo.gpu,
+              std::move(costs));
+        }
         SimulationOptions opts;
         opts.record_timeline = false;
         const SimulationResult r = simulate(c.scenario, topo, *costs, opts);
@@ -56,6 +98,7 @@ void register_validate_command(CLI::App& app) {
       });
       const auto j = nlohmann::json::parse(out);
       const double predicted = j["iteration_time_s"].get<double>();
+      if (j.contains("cost_sources")) sources_seen.insert(j["cost_sources"].dump());
       const double err = (predicted - c.measured_iteration_time_s) / c.measured_iteration_time_s;
       sum_abs += std::abs(err);
       ++n;
@@ -65,7 +108,8 @@ void register_validate_command(CLI::App& app) {
     }
     if (n > 0) fmt::print("MAPE over {} cases: {:.1f} %\n", n, 100 * sum_abs / n);
     fmt::print("measured = the paper's iteration time, or Narayanan et al.'s TFLOP/s per GPU turned into a "
-               "time with their eq. 3; compute costs: roofline (no measured database yet)\n");
+               "time with their eq. 3; compute costs (share of compute time by source): {}\n",
+               fmt::join(sources_seen, " "));
   });
 }
 

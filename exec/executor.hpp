@@ -1,5 +1,8 @@
-// The trainer executor, CPU backend: runs one rank's Program (core/program.hpp) for real — the
-// very ops, in the very order, that the simulator replays.
+// The trainer executor's walk: runs one rank's Program (core/program.hpp) for real — the very
+// ops, in the very order, that the simulator replays. Three parts: this walk (issue order,
+// dependencies, communication and its completion, the SP reorderings around TP collectives, the
+// DP buckets), the model math (exec/gpt_model.hpp: what each Role computes) and the Backend
+// (exec/backend.hpp: cpu today, cuda in the GPU issue) through which every kernel runs.
 //
 // Execution model (Megatron-LM's: one host thread issues the work in program order, the
 // communication library progresses in the background):
@@ -30,27 +33,12 @@
 #include <vector>
 
 #include "core/program.hpp"
+#include "exec/backend.hpp"
 #include "exec/communicator.hpp"
-#include "exec/cpu/adamw.hpp"
-#include "exec/lr_schedule.hpp"
+#include "exec/gpt_model.hpp"
 #include "exec/model_shard.hpp"
 
 namespace traintwin::exec {
-
-/// Training hyper-parameters the executor needs (from the scenario's training section).
-struct TrainingHyperparameters {
-  uint64_t seed = 1234;
-  double hidden_dropout = 0;        ///< dropout after the embedding and both residual branches
-  double attention_dropout = 0;     ///< dropout of the attention probabilities
-  double clip_grad = 1.0;           ///< global-norm clipping threshold; 0 = no clipping
-  cpu::AdamWParams adam;
-  LearningRateSchedule lr;
-};
-
-/// Tokens and labels of one micro-batch of this rank's DP replica: `mb` in [0, m); both spans are
-/// [b, s]. Called on the first (tokens) and last (labels) virtual stages only.
-using MicroBatchSource =
-    std::function<void(int64_t mb, std::span<int32_t> tokens, std::span<int32_t> labels)>;
 
 /// When one op ran on this rank (seconds since the executor's clock origin). Communication ops:
 /// from issue to observed completion.
@@ -58,6 +46,8 @@ struct OpSpan {
   uint32_t op = 0;
   double start_s = 0;
   double end_s = 0;
+  /// Compute ops: the duration of each of its kernels (Op::kernels order), each synchronized.
+  std::vector<double> kernel_s;
 };
 
 /// What one iteration (or evaluation pass) produced, the same on every rank.
@@ -78,8 +68,12 @@ struct IterationResult {
 /// another rank.
 class Executor {
  public:
+  /// On the CPU backend (exec/cpu/cpu_backend.hpp), owned by the executor.
   Executor(const Program& program, Communicator& comm, ModelShard& shard,
            TrainingHyperparameters hyper);
+  /// On `backend`, which must outlive the executor.
+  Executor(const Program& program, Communicator& comm, ModelShard& shard,
+           TrainingHyperparameters hyper, Backend& backend);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

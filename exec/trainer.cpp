@@ -14,7 +14,7 @@
 #include "exec/gpt_dataset.hpp"
 #include "exec/model_shard.hpp"
 #include "exec/tokenizer.hpp"
-#include "traces/op_event.hpp"
+#include "exec/live_events.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -32,8 +32,13 @@ std::string origin_of(const Scenario& s) {
   return s.source.empty() ? "scenario " + s.name : s.source.string();
 }
 
+}  // namespace
+
 TrainingHyperparameters hyperparameters(const Scenario& s) {
   const TrainingConfig& t = s.training;
+  if (!t.lr || !t.train_iters) {
+    throw ConfigError(origin_of(s) + ": training.lr and training.train_iters are required to train");
+  }
   TrainingHyperparameters h;
   h.seed = static_cast<uint64_t>(t.seed);
   h.hidden_dropout = t.hidden_dropout;
@@ -47,6 +52,8 @@ TrainingHyperparameters hyperparameters(const Scenario& s) {
   h.lr.style = lr_style(t.lr_decay_style);
   return h;
 }
+
+namespace {
 
 /// Waits until every rank has reached this point (a world all-reduce).
 /// The dataset prefix as a signature value: absolute and normalized, so that the same files
@@ -217,15 +224,8 @@ class Trainer::Impl {
 
   void record(int64_t it, const IterationResult& r) {
     if (!opts_.record_timeline) return;
-    const RankProgram& rp = program_->ranks.at(comm_.rank());
     for (const OpSpan& span : r.spans) {
-      const Op& op = rp.ops[span.op];
-      TimelineEvent e = op_event(*program_, op, comm_.rank(), op.peer, comm_.world_size(),
-                                 span.start_s, span.end_s);
-      e.name = "it " + std::to_string(it) + " " + e.name;
-      e.args["iteration"] = std::to_string(it);
-      if (e.flow_id >= 0) e.flow_id = e.flow_id * 100003 + it;  // unique across iterations
-      events_.push_back(std::move(e));
+      events_.push_back(live_event(*program_, comm_.rank(), comm_.world_size(), span, it));
     }
   }
 

@@ -15,6 +15,7 @@
 #include "core/program.hpp"
 #include "core/scenario.hpp"
 #include "exec/communicator.hpp"
+#include "exec/gpt_model.hpp"
 #include "traces/timeline.hpp"
 
 namespace traintwin::exec {
@@ -64,6 +65,11 @@ struct TrainerCallbacks {
 /// also refuses a training.train_iters that is not past the checkpoint's iteration (ConfigError:
 /// nothing would be trained). Throws PipelineSplitError for an impossible pipeline split.
 std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& coord);
+
+/// The executor's hyper-parameters from the scenario's training section (Megatron's defaults
+/// where the file is silent). Throws ConfigError naming the scenario when training.lr or
+/// training.train_iters is missing.
+TrainingHyperparameters hyperparameters(const Scenario& s);
 
 /// Trains the scenario on this rank. Requires training.train_iters, training.lr and
 /// data.data_path (ConfigError naming the key otherwise) and a communicator whose world is the

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "traces/cost_db.hpp"
+#include "traces/timeline_costs.hpp"
 
 namespace traintwin {
 
@@ -262,6 +263,34 @@ std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
   if (file.empty()) return roofline;
   auto db = std::make_shared<const CostDatabase>(CostDatabase::load(file));
   return make_database_cost_model(std::move(db), db_gpu ? *db_gpu : target, std::move(roofline));
+}
+
+std::vector<LeaveOneOutRow> leave_one_out(const CostDatabase& db, const GpuSpec& device,
+                                          const DatabaseCostOptions& options) {
+  std::vector<LeaveOneOutRow> out;
+  for (const KernelMeasurement& m : db.kernels()) {
+    auto others = std::make_shared<CostDatabase>(db);
+    others->erase(m.key);
+    const auto model = make_database_cost_model(others, device, nullptr, options);
+    LeaveOneOutRow r{m, std::nullopt};
+    try {
+      r.predicted_us = model->duration(Kernel{m.key, m.flops, m.bytes}, device).seconds * 1e6;
+    } catch (const CostModelError&) {
+      // no row of its family within reach
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
+                                                    const GpuSpec& target) {
+  auto db = std::make_shared<CostDatabase>(
+      CostDbDevice{"live timeline " + live.name, 1, 1, 1, std::nullopt, std::nullopt, std::nullopt},
+      CostDbVersions{"n/a", "n/a", "n/a", "n/a", "n/a", std::nullopt});
+  for (KernelMeasurement& m : kernel_rows_from_timeline(live)) db->add(std::move(m));
+  return make_database_cost_model(std::move(db), recorded_on,
+                                  make_roofline_cost_model(default_roofline_efficiency(target)));
 }
 
 }  // namespace traintwin

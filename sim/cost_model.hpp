@@ -16,16 +16,19 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 #include <string_view>
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "traces/cost_db.hpp"
+#include "traces/timeline.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin {
 
-class CostDatabase;  // traces/cost_db.hpp
 
 /// Where a kernel's duration came from.
 enum class CostSource {
@@ -134,5 +137,26 @@ std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
                                                       const std::filesystem::path& db_dir,
                                                       const std::filesystem::path& db_file = {},
                                                       const GpuSpec* db_gpu = nullptr);
+
+/// One row of a leave-one-out check of a measured database.
+struct LeaveOneOutRow {
+  KernelMeasurement row;                ///< the measured row left out
+  std::optional<double> predicted_us;   ///< from the other rows; none when no row of its family
+                                        ///< (name, dtype, tp) is within reach
+};
+
+/// Each kernel row of `db` predicted by make_database_cost_model() from the other rows (no
+/// fallback, on the database's own device `device`): how well the interpolation rules predict
+/// an unseen shape on this database. Rows in database order.
+std::vector<LeaveOneOutRow> leave_one_out(const CostDatabase& db, const GpuSpec& device,
+                                          const DatabaseCostOptions& options = {});
+
+/// The cost model of a recorded live run (Lumos-style replay): a database of the kernel
+/// durations in `live`'s "kernels" args (traces/timeline_costs.hpp; every rank and iteration,
+/// median per KernelKey) measured on `recorded_on`, looked up and interpolated as
+/// make_database_cost_model() does (scaled when the target GPU differs), with the calibrated
+/// roofline of the target as fallback. Throws Error when the timeline has no kernel durations.
+std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
+                                                    const GpuSpec& target);
 
 }  // namespace traintwin

@@ -123,6 +123,10 @@ void check_device(const CostDbDevice& d, const Place& p) {
   if (d.compute_capability && d.compute_capability->empty()) {
     p.fail("compute_capability", "must not be empty");
   }
+  if (d.kind && *d.kind != "gpu" && *d.kind != "cpu") {
+    p.fail("kind", fmt::format("unknown device kind \"{}\" (allowed: cpu, gpu)", *d.kind));
+  }
+  if (d.threads) check_at_least(p, "threads", *d.threads, 1);
 }
 
 // ---- reader ---------------------------------------------------------------------------------
@@ -229,7 +233,8 @@ CollectiveMeasurement read_collective(const json& v, const Place& p) {
 }
 
 CostDbDevice read_device(const json& v, const Place& p) {
-  check_object(v, p, {"name", "sm_count", "clock_mhz", "memory_bytes"}, {"compute_capability"});
+  check_object(v, p, {"name", "sm_count", "clock_mhz", "memory_bytes"},
+               {"compute_capability", "kind", "threads"});
   CostDbDevice d;
   d.name = get_string(v, p, "name");
   d.sm_count = get_int(v, p, "sm_count");
@@ -238,15 +243,19 @@ CostDbDevice read_device(const json& v, const Place& p) {
   if (v.contains("compute_capability")) {
     d.compute_capability = get_string(v, p, "compute_capability");
   }
+  if (v.contains("kind")) d.kind = get_string(v, p, "kind");
+  if (v.contains("threads")) d.threads = get_int(v, p, "threads");
   check_device(d, p);
   return d;
 }
 
 CostDbVersions read_versions(const json& v, const Place& p) {
-  check_object(v, p, {"driver", "cuda", "cublas", "nccl", "traintwin"});
-  return CostDbVersions{get_string(v, p, "driver"), get_string(v, p, "cuda"),
-                        get_string(v, p, "cublas"), get_string(v, p, "nccl"),
-                        get_string(v, p, "traintwin")};
+  check_object(v, p, {"driver", "cuda", "cublas", "nccl", "traintwin"}, {"blas"});
+  CostDbVersions r{get_string(v, p, "driver"), get_string(v, p, "cuda"),
+                   get_string(v, p, "cublas"), get_string(v, p, "nccl"),
+                   get_string(v, p, "traintwin"), std::nullopt};
+  if (v.contains("blas")) r.blas = get_string(v, p, "blas");
+  return r;
 }
 
 /// nlohmann::json keeps the last of duplicate object keys; a cost database must not have any.
@@ -333,6 +342,11 @@ void write_rows(std::ostream& out, const char* name, const std::vector<T>& rows,
 
 // ---- CostDatabase -------------------------------------------------------------------------
 
+bool CostDbDevice::same_device(const CostDbDevice& o) const {
+  return name == o.name && kind.value_or("gpu") == o.kind.value_or("gpu") &&
+         sm_count == o.sm_count && memory_bytes == o.memory_bytes && threads == o.threads;
+}
+
 CostDatabase::CostDatabase(CostDbDevice device, CostDbVersions versions)
     : device_(std::move(device)), versions_(std::move(versions)) {
   check_device(device_, Place{"CostDatabase", "device"});
@@ -413,12 +427,15 @@ void CostDatabase::write(std::ostream& out) const {
   device["clock_mhz"] = number(device_.clock_mhz);
   device["memory_bytes"] = device_.memory_bytes;
   if (device_.compute_capability) device["compute_capability"] = *device_.compute_capability;
+  if (device_.kind) device["kind"] = *device_.kind;
+  if (device_.threads) device["threads"] = *device_.threads;
   ordered_json versions;
   versions["driver"] = versions_.driver;
   versions["cuda"] = versions_.cuda;
   versions["cublas"] = versions_.cublas;
   versions["nccl"] = versions_.nccl;
   versions["traintwin"] = versions_.traintwin;
+  if (versions_.blas) versions["blas"] = *versions_.blas;
 
   out << "{\n";
   out << "  \"format\": " << ordered_json(kFormat).dump() << ",\n";
@@ -481,6 +498,16 @@ bool CostDatabase::erase(const KernelKey& key) {
   const KernelMeasurement* m = find(key);
   if (m == nullptr) return false;
   kernels_.erase(kernels_.begin() + (m - kernels_.data()));
+  return true;
+}
+
+bool CostDatabase::erase(const CollectiveMeasurement& row) {
+  auto it = std::find_if(collectives_.begin(), collectives_.end(),
+                         [&](const CollectiveMeasurement& c) {
+                           return collective_order(c) == collective_order(row);
+                         });
+  if (it == collectives_.end()) return false;
+  collectives_.erase(it);
   return true;
 }
 

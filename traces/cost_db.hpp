@@ -30,14 +30,21 @@ class CostDatabaseError : public Error {
   using Error::Error;
 };
 
-/// The GPU the database was measured on, as the CUDA runtime reports it (cudaDeviceProp).
+/// The device the database was measured on: a GPU as the CUDA runtime reports it
+/// (cudaDeviceProp), or a CPU (kind "cpu") as /proc/cpuinfo and /proc/meminfo report it, with
+/// the threads each rank's kernels ran on.
 struct CostDbDevice {
-  std::string name;                               ///< e.g. "NVIDIA H100 80GB HBM3"
-  int64_t sm_count = 0;                           ///< multiProcessorCount, >= 1
-  double clock_mhz = 0;                           ///< SM clock during the measurement, > 0
-  int64_t memory_bytes = 0;                       ///< totalGlobalMem, >= 1
+  std::string name;                               ///< e.g. "NVIDIA H100 80GB HBM3", CPU model name
+  int64_t sm_count = 0;                           ///< multiProcessorCount; CPU: cores, >= 1
+  double clock_mhz = 0;                           ///< SM (CPU) clock during the measurement, > 0
+  int64_t memory_bytes = 0;                       ///< totalGlobalMem; CPU: MemTotal, >= 1
   std::optional<std::string> compute_capability;  ///< e.g. "9.0" (optional in the file)
+  std::optional<std::string> kind;                ///< "gpu" (when absent) or "cpu" (optional)
+  std::optional<int64_t> threads;                 ///< CPU: threads per rank (GEMM threads), >= 1
   bool operator==(const CostDbDevice&) const = default;
+  /// Whether two device blocks describe the same device measured the same way: name, kind,
+  /// sm_count, memory and threads (not the clock, which moves between reads).
+  bool same_device(const CostDbDevice& o) const;
 };
 
 /// Software the measurements were taken with (free-form strings, "n/a" when absent).
@@ -47,6 +54,7 @@ struct CostDbVersions {
   std::string cublas;     ///< e.g. "12.4.5"
   std::string nccl;       ///< e.g. "2.21.5"
   std::string traintwin;  ///< e.g. "0.1.0"
+  std::optional<std::string> blas;  ///< CPU: BLAS library and version (optional)
   bool operator==(const CostDbVersions&) const = default;
 };
 
@@ -108,6 +116,9 @@ class CostDatabase {
   void add(CollectiveMeasurement c);
   /// Removes the measurement of `key`; false when there was none.
   bool erase(const KernelKey& key);
+  /// Removes the collective row with the same op, ranks, nodes, algorithm and bytes as `row`;
+  /// false when there was none.
+  bool erase(const CollectiveMeasurement& row);
 
   /// All kernel measurements, sorted by (name, dtype, tp, shape).
   const std::vector<KernelMeasurement>& kernels() const { return kernels_; }

@@ -143,6 +143,73 @@ void attention_dropout_backward(std::span<Scalar> dinp, std::span<const Scalar> 
   backward(dinp, dout, params, block);
 }
 
+template <typename Scalar>
+void bias_dropout_add_forward(std::span<Scalar> out, std::span<const Scalar> inp,
+                              std::span<const Scalar> bias, std::span<const Scalar> residual,
+                              const DropoutParams& params, const HiddenBlock& block) {
+  check_p(params.p);
+  const int64_t n = check_block(block);
+  require_size(kLayer, out.size(), n, "out");
+  require_size(kLayer, inp.size(), n, "inp");
+  if (!bias.empty()) require_size(kLayer, bias.size(), block.channels, "bias");
+  if (!residual.empty()) require_size(kLayer, residual.size(), n, "residual");
+  const int64_t c_count = block.channels;
+  auto biased = [&](int64_t i) -> Scalar {
+    return bias.empty() ? inp[i] : static_cast<Scalar>(inp[i] + bias[i % c_count]);
+  };
+  if (params.p == 0.0) {
+    for (int64_t i = 0; i < n; ++i) out[i] = biased(i);
+  } else {
+    const auto scale = static_cast<Scalar>(1.0 / (1.0 - params.p));
+    for_each_element(block, [&](int64_t i, uint64_t global) {
+      out[i] = dropout_keep(params, global) ? biased(i) * scale : Scalar{0};
+    });
+  }
+  if (!residual.empty()) {
+    for (int64_t i = 0; i < n; ++i) out[i] += residual[i];
+  }
+}
+
+template <typename Scalar>
+void bias_dropout_add_backward(std::span<Scalar> dinp, std::span<Scalar> dbias,
+                               std::span<Scalar> dresidual, std::span<const Scalar> dout,
+                               const DropoutParams& params, const HiddenBlock& block) {
+  check_p(params.p);
+  const int64_t n = check_block(block);
+  require_size(kLayer, dinp.size(), n, "dinp");
+  require_size(kLayer, dout.size(), n, "dout");
+  if (!dbias.empty()) require_size(kLayer, dbias.size(), block.channels, "dbias");
+  if (!dresidual.empty()) require_size(kLayer, dresidual.size(), n, "dresidual");
+  if (!dresidual.empty()) {
+    for (int64_t i = 0; i < n; ++i) dresidual[i] += dout[i];
+  }
+  const int64_t c_count = block.channels;
+  auto add = [&](int64_t i, Scalar g) {
+    dinp[i] += g;
+    if (!dbias.empty()) dbias[i % c_count] += g;
+  };
+  if (params.p == 0.0) {
+    for (int64_t i = 0; i < n; ++i) add(i, dout[i]);
+    return;
+  }
+  const auto scale = static_cast<Scalar>(1.0 / (1.0 - params.p));
+  for_each_element(block, [&](int64_t i, uint64_t global) {
+    add(i, dropout_keep(params, global) ? dout[i] * scale : Scalar{0});
+  });
+}
+
+template void bias_dropout_add_forward<float>(std::span<float>, std::span<const float>,
+                                              std::span<const float>, std::span<const float>,
+                                              const DropoutParams&, const HiddenBlock&);
+template void bias_dropout_add_forward<double>(std::span<double>, std::span<const double>,
+                                               std::span<const double>, std::span<const double>,
+                                               const DropoutParams&, const HiddenBlock&);
+template void bias_dropout_add_backward<float>(std::span<float>, std::span<float>,
+                                               std::span<float>, std::span<const float>,
+                                               const DropoutParams&, const HiddenBlock&);
+template void bias_dropout_add_backward<double>(std::span<double>, std::span<double>,
+                                                std::span<double>, std::span<const double>,
+                                                const DropoutParams&, const HiddenBlock&);
 template void dropout_forward<float>(std::span<float>, std::span<const float>, const DropoutParams&,
                                      const HiddenBlock&);
 template void dropout_forward<double>(std::span<double>, std::span<const double>,

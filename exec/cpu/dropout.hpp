@@ -77,6 +77,29 @@ void attention_dropout_backward(std::span<Scalar> dinp,        // [B, NH_local, 
                                 std::span<const Scalar> dout,  // [B, NH_local, T, T]
                                 const DropoutParams& params, const AttentionBlock& block);
 
+/// Megatron's bias_dropout_add on hidden states (exec/cuda/dropout.hpp has the same contract):
+///   out = residual + keep ? (inp + bias[c]) / (1 - p) : 0
+/// `bias` ([C]) and `residual` may be empty (then that term is absent); `out` must not alias
+/// `inp` or `residual`. The sum inp + bias is rounded to Scalar before the scale, as the unfused
+/// sequence (bias add, dropout_forward, residual add) does, so both give identical bits.
+/// Throws InvalidArgument as dropout_forward, or for a bias of other than C elements.
+template <typename Scalar>
+void bias_dropout_add_forward(std::span<Scalar> out,             // [B, T_local, C]
+                              std::span<const Scalar> inp,       // [B, T_local, C]
+                              std::span<const Scalar> bias,      // [C] or empty
+                              std::span<const Scalar> residual,  // [B, T_local, C] or empty
+                              const DropoutParams& params, const HiddenBlock& block);
+
+/// Backward of bias_dropout_add_forward, accumulating:
+///   dinp += g,  dresidual += dout,  dbias[c] += sum over rows of g,  g = keep dout / (1 - p)
+/// with the rows summed in memory order. dbias and dresidual may be empty.
+template <typename Scalar>
+void bias_dropout_add_backward(std::span<Scalar> dinp,       // [B, T_local, C]
+                               std::span<Scalar> dbias,      // [C] or empty
+                               std::span<Scalar> dresidual,  // [B, T_local, C] or empty
+                               std::span<const Scalar> dout, // [B, T_local, C]
+                               const DropoutParams& params, const HiddenBlock& block);
+
 /// Mask index of element (b, h, t, t2) of an AttentionBlock:
 /// (((first_sample + b) x NH_total + head_offset + h) x T + t) x T + t2.
 inline uint64_t attention_dropout_index(const AttentionBlock& k, int64_t b, int64_t h, int64_t t,

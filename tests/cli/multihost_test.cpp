@@ -30,7 +30,7 @@ using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-int sh(const std::string& cmd) { return testing::run_shell(cmd).status; }
+int sh(const std::string& cmd) { return testing::run_cli_command(cmd).status; }
 
 /// Two network namespaces joined by a veth pair, removed on destruction.
 class TwoHosts {
@@ -52,7 +52,7 @@ class TwoHosts {
       return;
     }
     const std::string va = "tt" + id + "va", vb = "tt" + id + "vb";
-    const testing::CliResult r = testing::run_shell(
+    const testing::CliResult r = testing::run_cli_command(
         "set -e; ip netns add " + ns_a_ + "; ip netns add " + ns_b_ + "; ip link add " + va +
         " type veth peer name " + vb + "; ip link set " + va + " netns " + ns_a_ +
         "; ip link set " + vb + " netns " + ns_b_ + "; ip -n " + ns_a_ + " addr add " + ip_a_ +
@@ -131,7 +131,7 @@ TEST_F(MultiHost, DataParallelOverTcpAcrossTwoNamespacesKillAndResume) {
   // DP 2 across the hosts: the losses of one process.
   const testing::CliResult one = testing::run_cli("train " + scenario);
   ASSERT_EQ(one.status, 0) << one.output;
-  const testing::CliResult two = testing::run_shell(testing::kMpirunEnvironment + "timeout 300 " + hosts.mpirun(agent) + bin + dp2);
+  const testing::CliResult two = testing::run_cli_command(testing::kMpirunEnvironment + "timeout 300 " + hosts.mpirun(agent) + bin + dp2);
   ASSERT_EQ(two.status, 0) << two.output;
   const testing::Losses a = testing::parse_losses(one.output), b = testing::parse_losses(two.output);
   ASSERT_EQ(a.train.size(), 20u);
@@ -143,7 +143,7 @@ TEST_F(MultiHost, DataParallelOverTcpAcrossTwoNamespacesKillAndResume) {
   // A longer run (so that the kill lands mid-run): the uninterrupted reference, then the same
   // run killed on host B after the checkpoint of iteration 5: the job ends promptly, saying so.
   const std::string longer = dp2 + "--train-iters 200 --lr-decay-iters 200 --eval-interval 100 ";
-  const testing::CliResult reference = testing::run_shell(
+  const testing::CliResult reference = testing::run_cli_command(
       testing::kMpirunEnvironment + "timeout 300 " + hosts.mpirun(agent) + bin + longer);
   ASSERT_EQ(reference.status, 0) << reference.output;
   const testing::Losses ref = testing::parse_losses(reference.output);
@@ -156,7 +156,7 @@ TEST_F(MultiHost, DataParallelOverTcpAcrossTwoNamespacesKillAndResume) {
                               "/rank$OMPI_COMM_WORLD_RANK.pid; exec \"$0\" \"$@\"' " + bin;
   ASSERT_EQ(sh("(" + testing::kMpirunEnvironment + "timeout 300 " + hosts.mpirun(agent) + wrapped +
                longer + save + " > " + log.string() + " 2>&1; echo $? > " + log.string() +
-               ".rc) < /dev/null > /dev/null 2>&1 &"),  // detached: run_shell returns at once
+               ".rc) < /dev/null > /dev/null 2>&1 &"),  // detached: run_cli_command returns at once
             0);
   const auto slurp = [](const fs::path& p) {
     std::ifstream in(p);
@@ -172,7 +172,7 @@ TEST_F(MultiHost, DataParallelOverTcpAcrossTwoNamespacesKillAndResume) {
   // Host B's rank (MPI rank 1), by the pid its launch wrapper wrote; it must be in namespace B.
   const std::string pid = slurp(dir_ / "rank1.pid").substr(0, slurp(dir_ / "rank1.pid").find('\n'));
   ASSERT_FALSE(pid.empty()) << "no pid file of rank 1";
-  const testing::CliResult killed = testing::run_shell(
+  const testing::CliResult killed = testing::run_cli_command(
       "[ \"$(readlink /proc/" + pid + "/ns/net)\" = \"$(ip netns exec " + hosts.ns_b() +
       " readlink /proc/self/ns/net)\" ] && echo in-namespace-B; kill -9 " + pid + " && echo killed");
   ASSERT_THAT(killed.output, HasSubstr("killed"))
@@ -194,7 +194,7 @@ TEST_F(MultiHost, DataParallelOverTcpAcrossTwoNamespacesKillAndResume) {
   ASSERT_LT(before.train.size(), 200u) << "the run finished before the kill";
 
   // Resume from the last checkpoint: every later loss is the uninterrupted run's, bit for bit.
-  const testing::CliResult resumed = testing::run_shell(
+  const testing::CliResult resumed = testing::run_cli_command(
       testing::kMpirunEnvironment + "timeout 300 " + hosts.mpirun(agent) + bin + longer +
       " --load " + ckpt.string());
   ASSERT_EQ(resumed.status, 0) << resumed.output;

@@ -50,16 +50,7 @@ class TrainCli : public ::testing::Test {
   }
 
   static testing::CliResult run_mpi(int ranks, const std::string& args) {
-    const std::string cmd = testing::kMpirunEnvironment +
-                            "mpirun --allow-run-as-root --oversubscribe -np " +
-                            std::to_string(ranks) + " " + TRAINTWIN_BINARY + " " + args + " 2>&1";
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
-    const int status = pclose(pipe.release());
-    return {WEXITSTATUS(status), out};
+    return testing::run_mpi_cli(ranks, args);
   }
 
   /// The single-process TP = PP = DP = 1 run every layout is compared with (run once per
@@ -95,7 +86,7 @@ class TrainCli : public ::testing::Test {
     }
   }
 
-  static bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+  static bool have_mpirun() { return testing::have_mpirun(); }
 
   static fs::path* dir_;
   static std::string* prefix_;

@@ -375,3 +375,65 @@ TEST(CostDbLookup, NearestShapesOfTheSameFamily) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// ---- CPU devices (traintwin profile on the CPU backend) ------------------------------------------
+
+CostDatabase cpu_db(int64_t threads) {
+  CostDbDevice d{"AMD EPYC 7B13", 2, 2450.5, 8589934592, std::nullopt, "cpu", threads};
+  CostDbVersions v{"n/a", "n/a", "n/a", "n/a", "0.1.0", "OpenBLAS 0.3.21 NO_AFFINITY Zen"};
+  return CostDatabase(d, v);
+}
+
+TEST(CostDbCpuDevice, KindThreadsAndBlasRoundTrip) {
+  CostDatabase db = cpu_db(1);
+  db.add(KernelMeasurement{KernelKey{"gelu_fwd", {16384}, Precision::kFp32, 1}, 27.5, 27, 29, 20,
+                           131072, 131072});
+  const std::string text = db.to_json();
+  EXPECT_THAT(text, HasSubstr("\"kind\":\"cpu\",\"threads\":1"));
+  EXPECT_THAT(text, HasSubstr("\"blas\":\"OpenBLAS 0.3.21 NO_AFFINITY Zen\""));
+  const CostDatabase back = CostDatabase::parse(text, "cpu");
+  EXPECT_EQ(back, db);
+  EXPECT_EQ(back.to_json(), text);
+}
+
+TEST(CostDbCpuDevice, SameDeviceIgnoresTheClockButNotTheThreads) {
+  CostDbDevice a = cpu_db(1).device(), b = a;
+  b.clock_mhz = 3000;
+  EXPECT_TRUE(a.same_device(b));
+  b.threads = 2;
+  EXPECT_FALSE(a.same_device(b));
+  EXPECT_FALSE(a.same_device(small_db().device()));
+}
+
+TEST(CostDbCpuDevice, UnknownKindAndZeroThreadsAreRefused) {
+  std::string text = cpu_db(1).to_json();
+  std::string bad_kind = text;
+  bad_kind.replace(bad_kind.find("\"cpu\""), 5, "\"tpu\"");
+  EXPECT_THAT([&] { CostDatabase::parse(bad_kind, "f.json"); },
+              ::testing::ThrowsMessage<CostDatabaseError>(
+                  HasSubstr("f.json: device.kind: unknown device kind \"tpu\" (allowed: cpu, gpu)")));
+  std::string zero = text;
+  zero.replace(zero.find("\"threads\":1"), 11, "\"threads\":0");
+  EXPECT_THAT([&] { CostDatabase::parse(zero, "f.json"); },
+              ::testing::ThrowsMessage<CostDatabaseError>(HasSubstr("device.threads: must be >= 1")));
+}
+
+TEST(CostDbWrite, EraseOfACollectiveRow) {
+  CostDatabase db = small_db();
+  const CollectiveMeasurement row{"send_recv", 1 << 20, 2, 1, "mpi", 100, 10.48, 10.48};
+  db.add(row);
+  CollectiveMeasurement again = row;
+  again.time_us = 90;
+  EXPECT_THROW(db.add(again), CostDatabaseError);
+  EXPECT_TRUE(db.erase(row));
+  EXPECT_FALSE(db.erase(row));
+  db.add(again);
+  ASSERT_EQ(db.collectives().size(), 1u);
+  EXPECT_EQ(db.collectives()[0].time_us, 90);
+}
+
+}  // namespace
+}  // namespace traintwin

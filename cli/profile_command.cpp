@@ -1,0 +1,260 @@
+// `traintwin profile SCENARIO`: every distinct kernel of the scenario's Program timed alone on the
+// local backend into traces/db/<device>.json; `mpirun -np N traintwin profile --collectives`:
+// nccl-tests' table of the communicator's collectives, stored in the same database.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/scenario_options.hpp"
+#include "cli/sweep_mpi.hpp"
+#include "core/error.hpp"
+#include "exec/cpu/cpu_backend.hpp"
+#include "exec/cpu/host_device.hpp"
+#include "exec/cpu/matmul.hpp"
+#include "exec/local_topology.hpp"
+#include "exec/mpi_communicator.hpp"
+#include "exec/profile.hpp"
+#include "sim/collective_bench.hpp"
+#include "sim/collectives.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+struct ProfileCliOptions {
+  ScenarioOptions scenario;
+  std::string backend = "cpu";
+  std::string out;
+  int warmup = 3;
+  int repeats = 20;
+  int threads = 0;
+  bool collectives = false;
+  std::string min_bytes = "8", max_bytes = "128M";
+  std::string topology_out;
+};
+
+/// The database file: --out, else traces/db/<device>.json beside the scenario's topologies/
+/// folder (where simulate looks), else under the current directory.
+std::filesystem::path database_path(const ProfileCliOptions& o, const CostDbDevice& device,
+                                    const Scenario* s) {
+  if (!o.out.empty()) return o.out;
+  const std::filesystem::path dir =
+      s != nullptr
+          ? std::filesystem::absolute(s->cluster.topology).parent_path().parent_path() / "traces" / "db"
+          : std::filesystem::path("traces") / "db";
+  return dir / (exec::cpu::device_id(device) + ".json");
+}
+
+/// "[=====>    ] 12/40  ETA 0:31  gemm_fwd[...]" on one stderr line.
+void progress(size_t done, size_t total, double elapsed_s, const std::string& what) {
+  constexpr int kWidth = 30;
+  const int filled = total == 0 ? kWidth : static_cast<int>(kWidth * done / total);
+  const double eta = done == 0 ? 0 : elapsed_s / static_cast<double>(done) *
+                                         static_cast<double>(total - done);
+  const auto eta_s = static_cast<int64_t>(eta + 0.5);
+  fmt::print(stderr, "\r[{:=<{}}{:<{}}] {}/{}  ETA {}:{:02}  {:<60.60}", "", filled, "",
+             kWidth - filled, done, total, eta_s / 60, eta_s % 60, what);
+  if (done == total) fmt::print(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void check_backend(const std::string& backend) {
+  if (backend != "cpu") {
+    throw UnsupportedError("--backend " + backend +
+                           ": this traintwin has only the cpu backend in its executor (the cuda "
+                           "backend is filled in by the GPU issue); not falling back to cpu");
+  }
+}
+
+/// `comm`: under mpirun, every rank times every kernel at the same time (a barrier before each)
+/// so the ranks share the host as they do in a live run; the rows average the ranks' figures.
+void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
+  check_backend(o.backend);
+  const bool root = comm == nullptr || comm->rank() == 0;
+  const Scenario s = o.scenario.load();
+  const int threads =
+      o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(s.world_size()));
+  exec::cpu::set_gemm_threads(threads);
+  const CostDbDevice device = exec::cpu::host_device(threads);
+  const std::filesystem::path file = database_path(o, device, &s);
+  // Refuse a foreign or malformed database before measuring anything.
+  CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
+  const std::vector<exec::ProfileTarget> targets = exec::profile_targets(s);
+  if (root) {
+    fmt::print("profiling {} kernels of {} on {} ({} GEMM thread(s) per rank), {} warm-up + {} "
+             "timed runs each\n",
+             targets.size(), s.name, device.name, threads, o.warmup, o.repeats);
+    if (comm != nullptr) {
+      fmt::print("on {} ranks at once (mean of their figures)\n", comm->world_size());
+    }
+    std::fflush(stdout);
+  }
+  exec::cpu::CpuBackend backend;
+  exec::ProfileOptions popts;
+  popts.warmup = o.warmup;
+  popts.repeats = o.repeats;
+  std::vector<KernelMeasurement> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (root) progress(i, targets.size(), elapsed, targets[i].kernel.key.to_string());
+    if (comm != nullptr) {  // barrier: the ranks time this kernel together
+      double x = 0;
+      comm->all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), exec::ReduceOp::kSum)->wait();
+    }
+    KernelMeasurement m = exec::profile_kernel(backend, s, targets[i], popts);
+    if (comm != nullptr) {
+      std::array<double, 3> t{m.median_us, m.p10_us, m.p90_us};
+      comm->all_reduce(GroupKind::kWorld, std::span<double>(t), exec::ReduceOp::kSum)->wait();
+      const auto n = static_cast<double>(comm->world_size());
+      m.median_us = t[0] / n;
+      m.p10_us = std::min(t[1] / n, m.median_us);
+      m.p90_us = std::max(t[2] / n, m.median_us);
+    }
+    rows.push_back(std::move(m));
+  }
+  if (!root) return;
+  progress(targets.size(), targets.size(),
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "done");
+  fmt::print("{:<44} {:>10} {:>10} {:>10} {:>10}\n", "kernel", "median_us", "p10_us", "p90_us",
+             "GFLOP/s");
+  for (const KernelMeasurement& m : rows) {
+    fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", m.key.to_string(), m.median_us,
+               m.p10_us, m.p90_us, m.flops / m.median_us * 1e-3);
+  }
+  exec::merge_measurements(db, rows);
+  std::filesystem::create_directories(std::filesystem::absolute(file).parent_path());
+  db.save(file);
+  fmt::print("wrote {} kernel rows to {} ({} rows, {} collective rows in all)\n", rows.size(),
+             file.string(), db.kernels().size(), db.collectives().size());
+  if (!o.topology_out.empty()) {
+    const exec::LocalTopology t =
+        exec::local_topology(db, device, exec::cpu::device_id(device));
+    exec::write_topology(o.topology_out, t);
+    fmt::print("wrote {}: {} ranks of {} thread(s), {:.1f} GFLOP/s and {:.1f} GB/s measured, link "
+               "{:.2f} GB/s and {:.1f} us {}\n",
+               o.topology_out, t.ranks_per_node, threads, t.peak_FLOPs * 1e-9,
+               t.memory_Bps * 1e-9, t.link_Bps * 1e-9, t.link_latency_s * 1e6, t.link_source);
+  }
+}
+
+void profile_collectives(const ProfileCliOptions& o) {
+  check_backend(o.backend);
+  if (!launched_by_mpi()) {
+    throw ConfigError("profile --collectives measures the communicator between processes: run "
+                      "it under mpirun -np N (N >= 2)");
+  }
+  const exec::MpiEnvironment env;
+  run_or_abort_all([&] {
+    const int threads = o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(env.size()));
+    const RankLayout layout(1, 1, env.size(), 1);
+    exec::MpiCommunicator comm(layout);
+    const bool root = comm.rank() == 0;
+    std::vector<int64_t> sizes;
+    const int64_t unit = 4 * env.size();
+    const auto [min_bytes, max_bytes] = parse_nccl_size_range(o.min_bytes, o.max_bytes);
+    for (int64_t b : nccl_tests_sizes(min_bytes, max_bytes)) {
+      const int64_t r = std::max(unit, b / unit * unit);
+      if (sizes.empty() || sizes.back() != r) sizes.push_back(r);
+    }
+    const auto timings = exec::profile_collectives(comm, sizes, o.warmup, o.repeats);
+    if (!root) return;
+    const CostDbDevice device = exec::cpu::host_device(threads);
+    // With a SCENARIO, the database beside its topologies folder (where its kernels go).
+    std::optional<Scenario> s;
+    if (!o.scenario.file.empty()) s = o.scenario.load();
+    const std::filesystem::path file = database_path(o, device, s ? &*s : nullptr);
+    CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
+    std::vector<CollectiveMeasurement> rows;
+    std::string last_op;
+    for (const exec::CollectiveTiming& t : timings) {
+      if (t.op != last_op) {
+        fmt::print("# traintwin profile --collectives: {} over {} MPI ranks ({})\n#\n{}", t.op,
+                   t.ranks, device.name, nccl_tests_header());
+        last_op = t.op;
+      }
+      double factor = 1.0;  // send_recv
+      if (t.op == "all_reduce") factor = busbw_factor(CollectiveKind::kAllReduce, t.ranks);
+      if (t.op == "all_gather") factor = busbw_factor(CollectiveKind::kAllGather, t.ranks);
+      if (t.op == "reduce_scatter") factor = busbw_factor(CollectiveKind::kReduceScatter, t.ranks);
+      CollectiveMeasurement m;
+      m.op = t.op;
+      m.bytes = t.bytes;
+      m.ranks = t.ranks;
+      m.nodes = 1;
+      m.algorithm = "mpi";
+      m.time_us = t.time_us;
+      m.algbw_GBps = static_cast<double>(t.bytes) / (t.time_us * 1e-6) * 1e-9;
+      m.busbw_GBps = m.algbw_GBps * factor;
+      fmt::print("{}", nccl_tests_row(t.bytes, t.count, t.op == "all_gather" || t.op == "send_recv" ? "none" : "sum",
+                                      t.time_us, m.algbw_GBps, m.busbw_GBps));
+      rows.push_back(std::move(m));
+    }
+    exec::merge_measurements(db, rows);
+    std::filesystem::create_directories(std::filesystem::absolute(file).parent_path());
+    db.save(file);
+    fmt::print("wrote {} collective rows to {}\n", rows.size(), file.string());
+  });
+}
+
+}  // namespace
+
+void register_profile_command(CLI::App& app) {
+  auto o = std::make_shared<ProfileCliOptions>();
+  auto* cmd = app.add_subcommand(
+      "profile",
+      "Time every kernel of the scenario's Program on this machine's backend into "
+      "traces/db/<device>.json; under mpirun with --collectives, the communicator's collectives");
+  add_scenario_options(*cmd, o->scenario);
+  cmd->get_option("scenario")->required(false);
+  cmd->add_option("--backend", o->backend, "Executor backend: cpu (cuda: the GPU issue)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--out", o->out,
+                  "Database to write and merge into (default: traces/db/<device>.json beside "
+                  "the scenario's topologies/ folder)");
+  cmd->add_option("--warmup", o->warmup, "Untimed runs per kernel (collectives: nccl-tests -w)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Timed runs per kernel (collectives: nccl-tests -n)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads,
+                  "GEMM threads per rank (default: this host's cores shared among the "
+                  "scenario's ranks, as train under mpirun)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--collectives", o->collectives,
+                "Measure all_reduce, all_gather, reduce_scatter and send/recv over the MPI world "
+                "(mpirun -np N) at nccl-tests' sizes instead of kernels");
+  cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest collective size (nccl-tests -b)")
+      ->capture_default_str();
+  cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest collective size (nccl-tests -e)")
+      ->capture_default_str();
+  cmd->add_option("--topology-out", o->topology_out,
+                  "Also write this host as a topology (ranks pinned to cores, measured peak "
+                  "FLOP/s and memory bandwidth, intra-node link fitted from the database's "
+                  "collective rows), e.g. topologies/local-<host>.yaml");
+  cmd->callback([o] {
+    if (o->collectives) return profile_collectives(*o);
+    if (o->scenario.file.empty()) {
+      throw ConfigError("profile: give a SCENARIO (its kernels are profiled) or --collectives");
+    }
+    if (!launched_by_mpi()) return profile_kernels(*o, nullptr);
+    const exec::MpiEnvironment env;
+    run_or_abort_all([&] {
+      exec::MpiCommunicator comm(RankLayout(1, 1, env.size(), 1));
+      profile_kernels(*o, &comm);
+    });
+  });
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,268 @@
+// The Backend seam of the trainer executor: every kernel the executor runs, and every byte of
+// activation memory it holds, goes through one Backend. The walk (exec/executor.cpp) and the
+// model math (exec/gpt_model.cpp) never call a layer directly, so the CPU backend
+// (exec/cpu/cpu_backend.hpp: OpenBLAS and the llm.c-style layers of exec/cpu/) and a CUDA backend
+// (cuBLAS(Lt) and the kernels of exec/cuda/, whose launchers take the same shapes) are
+// interchangeable, and `traintwin profile` times exactly the kernels `train` runs.
+//
+// Conventions (those of exec/cpu/ and exec/cuda/): row-major tensors, shapes as trailing
+// comments ([B, T, C] = micro-batch, sequence positions, channels), fp32 storage and compute
+// (the executor's only precision today), weights in PyTorch nn.Linear layout [OC, C]. Spans are
+// views of the backend's memory (host memory for cpu, device memory for cuda: never
+// dereferenced by the caller); host data crosses the seam only through upload() and download().
+// "+=" marks kernels that accumulate into their output, as the layers they wrap. Every kernel
+// checks its sizes and throws InvalidArgument naming the layer and the operand; a backend's
+// device errors are its own Error subclass (CudaError).
+//
+// Adding a kernel (a Llama layer, say): a pure virtual here with its shapes, the CPU layer in
+// exec/cpu/ and its override in CpuBackend, the CUDA launcher in exec/cuda/ — the walk does not
+// change, the model math calls it, and `traintwin profile` needs the KernelKey's inputs set up
+// in exec/profile.cpp (make_call).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "exec/cpu/adamw.hpp"
+#include "exec/cpu/attention.hpp"
+#include "exec/cpu/dropout.hpp"
+
+namespace traintwin::exec {
+
+class Backend;
+
+/// An owning, zero-initialized array of `T` in a Backend's memory (move-only; freed by the
+/// backend that allocated it, which must outlive it). Default-constructed: empty.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  /// `n` zeros of T in `backend`'s memory. Throws what Backend::allocate_zeroed throws.
+  DeviceBuffer(Backend& backend, int64_t n);
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : backend_(std::exchange(o.backend_, nullptr)), data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = std::exchange(o.backend_, nullptr);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  /// Frees the memory now (the buffer becomes empty).
+  void reset() noexcept;
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::span<T> span() { return {data_, size_}; }
+  std::span<const T> span() const { return {data_, size_}; }
+  operator std::span<T>() { return span(); }              // NOLINT: a view, as std::vector's
+  operator std::span<const T>() const { return span(); }  // NOLINT
+
+ private:
+  Backend* backend_ = nullptr;
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// An fp32 activation or gradient tensor.
+using Tensor = DeviceBuffer<float>;
+using FSpan = std::span<float>;
+using CFSpan = std::span<const float>;
+using CISpan = std::span<const int32_t>;
+
+/// The kernels of the GPT model and its optimizer on one device. Not thread-safe: one per rank
+/// (host thread). Kernels may run asynchronously on the backend's stream; download() and
+/// synchronize() wait for them.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "cpu" or "cuda".
+  virtual std::string name() const = 0;
+  /// Waits until every kernel issued so far has finished (a no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  // ---- memory ----------------------------------------------------------------------------------
+  /// `bytes` of zeroed device memory (nullptr for 0 bytes). Throws Error when out of memory.
+  virtual void* allocate_zeroed(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
+  /// dst = src (equal sizes, else InvalidArgument).
+  virtual void copy(FSpan dst, CFSpan src) = 0;
+  /// `height` rows of `width` elements from src (rows `src_pitch` apart) to dst (rows `dst_pitch`
+  /// apart): cudaMemcpy2D's contract, in elements. Throws InvalidArgument when a row would leave
+  /// its span.
+  virtual void copy_2d(FSpan dst, int64_t dst_pitch, CFSpan src, int64_t src_pitch, int64_t width,
+                       int64_t height) = 0;
+  /// `height` rows of `width` elements of dst, rows `pitch` apart, set to `value`.
+  virtual void fill_2d(FSpan dst, int64_t pitch, int64_t width, int64_t height, float value) = 0;
+  /// Host to device: device = host (equal sizes).
+  virtual void upload(std::span<int32_t> device, std::span<const int32_t> host) = 0;
+  virtual void upload(FSpan device, CFSpan host) = 0;
+  /// Device to host: host = device (equal sizes); waits for the kernels writing `device`.
+  virtual void download(std::span<float> host, CFSpan device) = 0;
+
+  // ---- embedding (exec/cpu/vocab_parallel_embedding.hpp, position_embedding.hpp) ---------------
+  /// out[b, t] = wte_local[token - vocab_start] for tokens of this vocabulary shard, else 0.
+  virtual void vocab_parallel_embedding_forward(FSpan out,        // [B, T, C]
+                                                CISpan tokens,    // [B, T]
+                                                CFSpan wte_local, // [V_local, C]
+                                                int64_t batch, int64_t seq, int64_t channels,
+                                                int64_t vocab_start, int64_t vocab_local,
+                                                int64_t vocab_total) = 0;
+  /// dwte_local += scatter of dout by token (this shard's tokens only).
+  virtual void vocab_parallel_embedding_backward(FSpan dwte_local,  // [V_local, C]
+                                                 CFSpan dout,       // [B, T, C]
+                                                 CISpan tokens,     // [B, T]
+                                                 int64_t batch, int64_t seq, int64_t channels,
+                                                 int64_t vocab_start, int64_t vocab_local,
+                                                 int64_t vocab_total) = 0;
+  /// out[b, t] += wpe[seq_offset + t].
+  virtual void position_embedding_forward(FSpan out,   // [B, T_local, C]
+                                          CFSpan wpe,  // [maxT, C]
+                                          int64_t batch, int64_t seq_local, int64_t channels,
+                                          int64_t seq_offset) = 0;
+  /// dwpe[seq_offset + t] += sum over b of dout[b, t].
+  virtual void position_embedding_backward(FSpan dwpe,   // [maxT, C]
+                                           CFSpan dout,  // [B, T_local, C]
+                                           int64_t batch, int64_t seq_local, int64_t channels,
+                                           int64_t seq_offset) = 0;
+
+  // ---- LayerNorm (Ba et al. 2016; exec/cpu/layernorm.hpp) ---------------------------------------
+  virtual void layernorm_forward(FSpan out,      // [B, T, C]
+                                 FSpan mean,     // [B, T]
+                                 FSpan rstd,     // [B, T]
+                                 CFSpan inp,     // [B, T, C]
+                                 CFSpan weight,  // [C]
+                                 CFSpan bias,    // [C]
+                                 int64_t batch, int64_t seq, int64_t channels) = 0;
+  /// dinp, dweight, dbias +=.
+  virtual void layernorm_backward(FSpan dinp,     // [B, T, C]
+                                  FSpan dweight,  // [C]
+                                  FSpan dbias,    // [C]
+                                  CFSpan dout,    // [B, T, C]
+                                  CFSpan inp,     // [B, T, C]
+                                  CFSpan weight,  // [C]
+                                  CFSpan mean,    // [B, T]
+                                  CFSpan rstd,    // [B, T]
+                                  int64_t batch, int64_t seq, int64_t channels) = 0;
+
+  // ---- linear layers (exec/cpu/matmul.hpp, exec/cuda/gemm.hpp) ----------------------------------
+  /// out = inp W^T + bias (bias may be empty). KernelKey "gemm_fwd".
+  virtual void matmul_forward(FSpan out,      // [B, T, OC]
+                              CFSpan inp,     // [B, T, C]
+                              CFSpan weight,  // [OC, C]
+                              CFSpan bias,    // [OC] or empty
+                              int64_t batch, int64_t seq, int64_t channels,
+                              int64_t out_channels) = 0;
+  /// dinp += dout W. KernelKey "gemm_dgrad".
+  virtual void matmul_backward_data(FSpan dinp,     // [B, T, C]
+                                    CFSpan dout,    // [B, T, OC]
+                                    CFSpan weight,  // [OC, C]
+                                    int64_t batch, int64_t seq, int64_t channels,
+                                    int64_t out_channels) = 0;
+  /// dweight += dout^T inp, dbias += column sums of dout (dbias may be empty). "gemm_wgrad".
+  virtual void matmul_backward_weight(FSpan dweight,  // [OC, C]
+                                      FSpan dbias,    // [OC] or empty
+                                      CFSpan dout,    // [B, T, OC]
+                                      CFSpan inp,     // [B, T, C]
+                                      int64_t batch, int64_t seq, int64_t channels,
+                                      int64_t out_channels) = 0;
+
+  // ---- attention (causal softmax(q k^T / sqrt(hs)) v; exec/cpu/attention.hpp) ------------------
+  /// `dropout` (may be null): attention-probability dropout with its global mask.
+  virtual void attention_forward(FSpan out,     // [B, T, C]
+                                 FSpan preatt,  // [B, NH, T, T]
+                                 FSpan att,     // [B, NH, T, T] saved for the backward
+                                 CFSpan inp,    // [B, T, 3C] q, k, v
+                                 int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                                 const cpu::AttentionProbabilityDropout* dropout) = 0;
+  /// dinp +=.
+  virtual void attention_backward(FSpan dinp,   // [B, T, 3C]
+                                  CFSpan dout,  // [B, T, C]
+                                  CFSpan inp,   // [B, T, 3C]
+                                  CFSpan att,   // [B, NH, T, T]
+                                  int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                                  const cpu::AttentionProbabilityDropout* dropout) = 0;
+
+  // ---- elementwise ------------------------------------------------------------------------------
+  /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 and Megatron.
+  virtual void gelu_forward(FSpan out, CFSpan inp) = 0;                     // [N]
+  /// dinp += gelu'(inp) dout.
+  virtual void gelu_backward(FSpan dinp, CFSpan inp, CFSpan dout) = 0;     // [N]
+  /// Megatron's bias_dropout_add: out = residual + dropout(inp + bias) with the counter mask of
+  /// `block` (exec/cpu/dropout.hpp); bias and residual may be empty (absent). out must not alias.
+  virtual void bias_dropout_add_forward(FSpan out,       // [B, T_local, C]
+                                        CFSpan inp,      // [B, T_local, C]
+                                        CFSpan bias,     // [C] or empty
+                                        CFSpan residual, // [B, T_local, C] or empty
+                                        const cpu::DropoutParams& params,
+                                        const cpu::HiddenBlock& block) = 0;
+  /// Its backward, accumulating: dinp += keep dout / (1 - p); dresidual += dout; dbias += sums
+  /// over rows of keep dout / (1 - p) (dbias and dresidual may be empty).
+  virtual void bias_dropout_add_backward(FSpan dinp,       // [B, T_local, C]
+                                         FSpan dbias,      // [C] or empty
+                                         FSpan dresidual,  // [B, T_local, C] or empty
+                                         CFSpan dout,      // [B, T_local, C]
+                                         const cpu::DropoutParams& params,
+                                         const cpu::HiddenBlock& block) = 0;
+
+  // ---- vocab-parallel cross-entropy (Megatron; exec/cpu/vocab_parallel_cross_entropy.hpp) ------
+  virtual void vocab_parallel_logits_max(FSpan logits_max_local,  // [B, T]
+                                         CFSpan logits_local,     // [B, T, V_local]
+                                         int64_t batch, int64_t seq, int64_t vocab_local) = 0;
+  virtual void vocab_parallel_sum_exp(FSpan sum_exp_local,       // [B, T]
+                                      FSpan target_logit_local,  // [B, T]
+                                      CFSpan logits_local,       // [B, T, V_local]
+                                      CFSpan logits_max,         // [B, T] global
+                                      CISpan targets,            // [B, T]
+                                      int64_t batch, int64_t seq, int64_t vocab_start,
+                                      int64_t vocab_local, int64_t vocab_total) = 0;
+  virtual void vocab_parallel_cross_entropy_loss(FSpan losses,         // [B, T]
+                                                 CFSpan sum_exp,       // [B, T] global
+                                                 CFSpan logits_max,    // [B, T] global
+                                                 CFSpan target_logit,  // [B, T] global
+                                                 int64_t batch, int64_t seq) = 0;
+  virtual void vocab_parallel_cross_entropy_backward(FSpan dlogits_local,  // [B, T, V_local]
+                                                     CFSpan dlosses,       // [B, T]
+                                                     CFSpan logits_local,  // [B, T, V_local]
+                                                     CFSpan logits_max,    // [B, T] global
+                                                     CFSpan sum_exp,       // [B, T] global
+                                                     CISpan targets,       // [B, T]
+                                                     int64_t batch, int64_t seq,
+                                                     int64_t vocab_start, int64_t vocab_local,
+                                                     int64_t vocab_total) = 0;
+
+  // ---- optimizer (exec/cpu/adamw.hpp) -----------------------------------------------------------
+  /// Sum of squares in double (for the global gradient norm); waits for the result.
+  virtual double sum_of_squares(CFSpan values) = 0;
+  virtual void scale_in_place(FSpan values, double factor) = 0;
+  /// One AdamW step (Loshchilov & Hutter 2019) at 1-based `step` with bias correction.
+  virtual void adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
+                          const cpu::AdamWParams& hyper, double lr, int64_t step) = 0;
+};
+
+template <typename T>
+DeviceBuffer<T>::DeviceBuffer(Backend& backend, int64_t n)
+    : backend_(&backend), size_(static_cast<size_t>(n)) {
+  data_ = static_cast<T*>(backend.allocate_zeroed(size_ * sizeof(T)));
+}
+
+template <typename T>
+void DeviceBuffer<T>::reset() noexcept {
+  if (backend_ != nullptr && data_ != nullptr) backend_->deallocate(data_, size_ * sizeof(T));
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace traintwin::exec

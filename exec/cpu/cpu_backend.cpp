@@ -1,0 +1,210 @@
+// The CPU backend; see cpu_backend.hpp.
+#include "exec/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "core/error.hpp"
+#include "exec/cpu/checks.hpp"
+#include "exec/cpu/gelu.hpp"
+#include "exec/cpu/layernorm.hpp"
+#include "exec/cpu/matmul.hpp"
+#include "exec/cpu/position_embedding.hpp"
+#include "exec/cpu/vocab_parallel_cross_entropy.hpp"
+#include "exec/cpu/vocab_parallel_embedding.hpp"
+
+namespace traintwin::exec::cpu {
+namespace {
+
+/// Throws unless `rows` rows of `width` elements, `pitch` apart, lie inside `size` elements.
+void check_2d(const char* what, size_t size, int64_t pitch, int64_t width, int64_t height) {
+  if (width < 0 || height < 0 || pitch < width) {
+    throw InvalidArgument(std::string("cpu backend ") + what + ": width " + std::to_string(width) +
+                          ", height " + std::to_string(height) + " and pitch " +
+                          std::to_string(pitch) + " must satisfy 0 <= width <= pitch");
+  }
+  if (height > 0 && static_cast<int64_t>(size) < (height - 1) * pitch + width) {
+    throw InvalidArgument(std::string("cpu backend ") + what + ": " + std::to_string(height) +
+                          " rows of " + std::to_string(width) + " elements, " +
+                          std::to_string(pitch) + " apart, leave a span of " +
+                          std::to_string(size) + " elements");
+  }
+}
+
+}  // namespace
+
+void* CpuBackend::allocate_zeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = std::calloc(bytes, 1);
+  if (p == nullptr) {
+    throw Error("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
+  }
+  return p;
+}
+
+void CpuBackend::deallocate(void* ptr, size_t /*bytes*/) noexcept { std::free(ptr); }
+
+void CpuBackend::copy(FSpan dst, CFSpan src) {
+  require_same("cpu backend copy", dst.size(), src.size(), "dst and src");
+  std::copy(src.begin(), src.end(), dst.begin());
+}
+
+void CpuBackend::copy_2d(FSpan dst, int64_t dst_pitch, CFSpan src, int64_t src_pitch,
+                         int64_t width, int64_t height) {
+  check_2d("copy_2d dst", dst.size(), dst_pitch, width, height);
+  check_2d("copy_2d src", src.size(), src_pitch, width, height);
+  for (int64_t r = 0; r < height; ++r) {
+    std::copy_n(src.data() + r * src_pitch, width, dst.data() + r * dst_pitch);
+  }
+}
+
+void CpuBackend::fill_2d(FSpan dst, int64_t pitch, int64_t width, int64_t height, float value) {
+  check_2d("fill_2d", dst.size(), pitch, width, height);
+  for (int64_t r = 0; r < height; ++r) std::fill_n(dst.data() + r * pitch, width, value);
+}
+
+void CpuBackend::upload(std::span<int32_t> device, std::span<const int32_t> host) {
+  require_same("cpu backend upload", device.size(), host.size(), "device and host");
+  std::copy(host.begin(), host.end(), device.begin());
+}
+
+void CpuBackend::upload(FSpan device, CFSpan host) {
+  require_same("cpu backend upload", device.size(), host.size(), "device and host");
+  std::copy(host.begin(), host.end(), device.begin());
+}
+
+void CpuBackend::download(std::span<float> host, CFSpan device) {
+  require_same("cpu backend download", host.size(), device.size(), "host and device");
+  std::copy(device.begin(), device.end(), host.begin());
+}
+
+void CpuBackend::vocab_parallel_embedding_forward(FSpan out, CISpan tokens, CFSpan wte_local,
+                                                  int64_t batch, int64_t seq, int64_t channels,
+                                                  int64_t vocab_start, int64_t vocab_local,
+                                                  int64_t vocab_total) {
+  cpu::vocab_parallel_embedding_forward<float>(out, tokens, wte_local, batch, seq, channels,
+                                               vocab_start, vocab_local, vocab_total);
+}
+
+void CpuBackend::vocab_parallel_embedding_backward(FSpan dwte_local, CFSpan dout, CISpan tokens,
+                                                   int64_t batch, int64_t seq, int64_t channels,
+                                                   int64_t vocab_start, int64_t vocab_local,
+                                                   int64_t vocab_total) {
+  cpu::vocab_parallel_embedding_backward<float>(dwte_local, dout, tokens, batch, seq, channels,
+                                                vocab_start, vocab_local, vocab_total);
+}
+
+void CpuBackend::position_embedding_forward(FSpan out, CFSpan wpe, int64_t batch,
+                                            int64_t seq_local, int64_t channels,
+                                            int64_t seq_offset) {
+  cpu::position_embedding_forward<float>(out, wpe, batch, seq_local, channels, seq_offset);
+}
+
+void CpuBackend::position_embedding_backward(FSpan dwpe, CFSpan dout, int64_t batch,
+                                             int64_t seq_local, int64_t channels,
+                                             int64_t seq_offset) {
+  cpu::position_embedding_backward<float>(dwpe, dout, batch, seq_local, channels, seq_offset);
+}
+
+void CpuBackend::layernorm_forward(FSpan out, FSpan mean, FSpan rstd, CFSpan inp, CFSpan weight,
+                                   CFSpan bias, int64_t batch, int64_t seq, int64_t channels) {
+  cpu::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, batch, seq, channels);
+}
+
+void CpuBackend::layernorm_backward(FSpan dinp, FSpan dweight, FSpan dbias, CFSpan dout,
+                                    CFSpan inp, CFSpan weight, CFSpan mean, CFSpan rstd,
+                                    int64_t batch, int64_t seq, int64_t channels) {
+  cpu::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, batch, seq,
+                                 channels);
+}
+
+void CpuBackend::matmul_forward(FSpan out, CFSpan inp, CFSpan weight, CFSpan bias, int64_t batch,
+                                int64_t seq, int64_t channels, int64_t out_channels) {
+  cpu::matmul_forward<float>(out, inp, weight, bias, batch, seq, channels, out_channels);
+}
+
+void CpuBackend::matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan weight, int64_t batch,
+                                      int64_t seq, int64_t channels, int64_t out_channels) {
+  cpu::matmul_backward_data<float>(dinp, dout, weight, batch, seq, channels, out_channels);
+}
+
+void CpuBackend::matmul_backward_weight(FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp,
+                                        int64_t batch, int64_t seq, int64_t channels,
+                                        int64_t out_channels) {
+  cpu::matmul_backward_weight<float>(dweight, dbias, dout, inp, batch, seq, channels,
+                                     out_channels);
+}
+
+void CpuBackend::attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,
+                                   int64_t seq, int64_t channels, int64_t heads,
+                                   const AttentionProbabilityDropout* dropout) {
+  cpu::attention_forward<float>(out, preatt, att, inp, batch, seq, channels, heads, dropout);
+}
+
+void CpuBackend::attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att,
+                                    int64_t batch, int64_t seq, int64_t channels, int64_t heads,
+                                    const AttentionProbabilityDropout* dropout) {
+  cpu::attention_backward<float>(dinp, dout, inp, att, batch, seq, channels, heads, dropout);
+}
+
+void CpuBackend::gelu_forward(FSpan out, CFSpan inp) { cpu::gelu_forward<float>(out, inp); }
+
+void CpuBackend::gelu_backward(FSpan dinp, CFSpan inp, CFSpan dout) {
+  cpu::gelu_backward<float>(dinp, inp, dout);
+}
+
+void CpuBackend::bias_dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,
+                                          const DropoutParams& params,
+                                          const HiddenBlock& block) {
+  cpu::bias_dropout_add_forward<float>(out, inp, bias, residual, params, block);
+}
+
+void CpuBackend::bias_dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CFSpan dout,
+                                           const DropoutParams& params,
+                                           const HiddenBlock& block) {
+  cpu::bias_dropout_add_backward<float>(dinp, dbias, dresidual, dout, params, block);
+}
+
+void CpuBackend::vocab_parallel_logits_max(FSpan logits_max_local, CFSpan logits_local,
+                                           int64_t batch, int64_t seq, int64_t vocab_local) {
+  cpu::vocab_parallel_logits_max<float>(logits_max_local, logits_local, batch, seq, vocab_local);
+}
+
+void CpuBackend::vocab_parallel_sum_exp(FSpan sum_exp_local, FSpan target_logit_local,
+                                        CFSpan logits_local, CFSpan logits_max, CISpan targets,
+                                        int64_t batch, int64_t seq, int64_t vocab_start,
+                                        int64_t vocab_local, int64_t vocab_total) {
+  cpu::vocab_parallel_sum_exp<float>(sum_exp_local, target_logit_local, logits_local, logits_max,
+                                     targets, batch, seq, vocab_start, vocab_local, vocab_total);
+}
+
+void CpuBackend::vocab_parallel_cross_entropy_loss(FSpan losses, CFSpan sum_exp,
+                                                   CFSpan logits_max, CFSpan target_logit,
+                                                   int64_t batch, int64_t seq) {
+  cpu::vocab_parallel_cross_entropy_loss<float>(losses, sum_exp, logits_max, target_logit, batch,
+                                                seq);
+}
+
+void CpuBackend::vocab_parallel_cross_entropy_backward(
+    FSpan dlogits_local, CFSpan dlosses, CFSpan logits_local, CFSpan logits_max, CFSpan sum_exp,
+    CISpan targets, int64_t batch, int64_t seq, int64_t vocab_start, int64_t vocab_local,
+    int64_t vocab_total) {
+  cpu::vocab_parallel_cross_entropy_backward<float>(dlogits_local, dlosses, logits_local,
+                                                    logits_max, sum_exp, targets, batch, seq,
+                                                    vocab_start, vocab_local, vocab_total);
+}
+
+double CpuBackend::sum_of_squares(CFSpan values) { return cpu::sum_of_squares(values); }
+
+void CpuBackend::scale_in_place(FSpan values, double factor) {
+  cpu::scale_in_place(values, factor);
+}
+
+void CpuBackend::adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
+                            const AdamWParams& hyper, double lr, int64_t step) {
+  cpu::adamw_step<float>(params, grads, exp_avg, exp_avg_sq, hyper, lr, step);
+}
+
+}  // namespace traintwin::exec::cpu

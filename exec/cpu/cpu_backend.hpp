@@ -1,0 +1,82 @@
+// The CPU backend: the Backend interface (exec/backend.hpp) over the llm.c-style fp32 layers of
+// exec/cpu/ (OpenBLAS GEMMs, loops elsewhere) in host memory. The reference every machine has.
+#pragma once
+
+#include <string>
+
+#include "exec/backend.hpp"
+
+namespace traintwin::exec::cpu {
+
+/// Backend running every kernel on the calling thread (GEMMs on OpenBLAS's threads,
+/// set_gemm_threads). Memory is host memory, zeroed on allocation.
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  void synchronize() override {}
+
+  void* allocate_zeroed(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) noexcept override;
+  void copy(FSpan dst, CFSpan src) override;
+  void copy_2d(FSpan dst, int64_t dst_pitch, CFSpan src, int64_t src_pitch, int64_t width,
+               int64_t height) override;
+  void fill_2d(FSpan dst, int64_t pitch, int64_t width, int64_t height, float value) override;
+  void upload(std::span<int32_t> device, std::span<const int32_t> host) override;
+  void upload(FSpan device, CFSpan host) override;
+  void download(std::span<float> host, CFSpan device) override;
+
+  void vocab_parallel_embedding_forward(FSpan out, CISpan tokens, CFSpan wte_local, int64_t batch,
+                                        int64_t seq, int64_t channels, int64_t vocab_start,
+                                        int64_t vocab_local, int64_t vocab_total) override;
+  void vocab_parallel_embedding_backward(FSpan dwte_local, CFSpan dout, CISpan tokens,
+                                         int64_t batch, int64_t seq, int64_t channels,
+                                         int64_t vocab_start, int64_t vocab_local,
+                                         int64_t vocab_total) override;
+  void position_embedding_forward(FSpan out, CFSpan wpe, int64_t batch, int64_t seq_local,
+                                  int64_t channels, int64_t seq_offset) override;
+  void position_embedding_backward(FSpan dwpe, CFSpan dout, int64_t batch, int64_t seq_local,
+                                   int64_t channels, int64_t seq_offset) override;
+  void layernorm_forward(FSpan out, FSpan mean, FSpan rstd, CFSpan inp, CFSpan weight, CFSpan bias,
+                         int64_t batch, int64_t seq, int64_t channels) override;
+  void layernorm_backward(FSpan dinp, FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp,
+                          CFSpan weight, CFSpan mean, CFSpan rstd, int64_t batch, int64_t seq,
+                          int64_t channels) override;
+  void matmul_forward(FSpan out, CFSpan inp, CFSpan weight, CFSpan bias, int64_t batch,
+                      int64_t seq, int64_t channels, int64_t out_channels) override;
+  void matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan weight, int64_t batch, int64_t seq,
+                            int64_t channels, int64_t out_channels) override;
+  void matmul_backward_weight(FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp, int64_t batch,
+                              int64_t seq, int64_t channels, int64_t out_channels) override;
+  void attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,
+                         int64_t seq, int64_t channels, int64_t heads,
+                         const AttentionProbabilityDropout* dropout) override;
+  void attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att, int64_t batch,
+                          int64_t seq, int64_t channels, int64_t heads,
+                          const AttentionProbabilityDropout* dropout) override;
+  void gelu_forward(FSpan out, CFSpan inp) override;
+  void gelu_backward(FSpan dinp, CFSpan inp, CFSpan dout) override;
+  void bias_dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,
+                                const DropoutParams& params, const HiddenBlock& block) override;
+  void bias_dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CFSpan dout,
+                                 const DropoutParams& params, const HiddenBlock& block) override;
+  void vocab_parallel_logits_max(FSpan logits_max_local, CFSpan logits_local, int64_t batch,
+                                 int64_t seq, int64_t vocab_local) override;
+  void vocab_parallel_sum_exp(FSpan sum_exp_local, FSpan target_logit_local, CFSpan logits_local,
+                              CFSpan logits_max, CISpan targets, int64_t batch, int64_t seq,
+                              int64_t vocab_start, int64_t vocab_local,
+                              int64_t vocab_total) override;
+  void vocab_parallel_cross_entropy_loss(FSpan losses, CFSpan sum_exp, CFSpan logits_max,
+                                         CFSpan target_logit, int64_t batch,
+                                         int64_t seq) override;
+  void vocab_parallel_cross_entropy_backward(FSpan dlogits_local, CFSpan dlosses,
+                                             CFSpan logits_local, CFSpan logits_max,
+                                             CFSpan sum_exp, CISpan targets, int64_t batch,
+                                             int64_t seq, int64_t vocab_start,
+                                             int64_t vocab_local, int64_t vocab_total) override;
+  double sum_of_squares(CFSpan values) override;
+  void scale_in_place(FSpan values, double factor) override;
+  void adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
+                  const AdamWParams& hyper, double lr, int64_t step) override;
+};
+
+}  // namespace traintwin::exec::cpu

@@ -1,0 +1,106 @@
+// This host as a device of the CPU backend; see host_device.hpp.
+#include "exec/cpu/host_device.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/error.hpp"
+
+namespace traintwin::exec::cpu {
+namespace {
+
+/// The value of the first line of `file` starting with `key` (after the ':'), trimmed; "" if none.
+std::string proc_value(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    v.erase(v.find_last_not_of(" \t\r\n") + 1);
+    return v;
+  }
+  return {};
+}
+
+/// "32768K" / "1M" / "512" (sysfs cache size) in bytes; 0 when unreadable.
+int64_t sysfs_size(const std::string& file) {
+  std::ifstream in(file);
+  int64_t n = 0;
+  char unit = 0;
+  if (!(in >> n)) return 0;
+  in >> unit;
+  if (unit == 'K') return n << 10;
+  if (unit == 'M') return n << 20;
+  return n;
+}
+
+}  // namespace
+
+int host_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+int threads_per_rank(int local_ranks) {
+  if (local_ranks < 1) {
+    throw InvalidArgument("ranks on this host must be >= 1, got " + std::to_string(local_ranks));
+  }
+  return std::max(1, host_cores() / local_ranks);
+}
+
+int64_t last_level_cache_bytes() {
+  for (const char* index : {"index3", "index2"}) {
+    const int64_t b =
+        sysfs_size(std::string("/sys/devices/system/cpu/cpu0/cache/") + index + "/size");
+    if (b > 0) return b;
+  }
+  return int64_t{32} << 20;
+}
+
+CostDbDevice host_device(int threads) {
+  if (threads < 1) throw InvalidArgument("threads must be >= 1, got " + std::to_string(threads));
+  CostDbDevice d;
+  d.name = proc_value("/proc/cpuinfo", "model name");
+  if (d.name.empty()) d.name = "unknown CPU";
+  d.sm_count = host_cores();
+  const std::string mhz = proc_value("/proc/cpuinfo", "cpu MHz");
+  d.clock_mhz = mhz.empty() ? 1.0 : std::max(1.0, std::stod(mhz));
+  const std::string mem = proc_value("/proc/meminfo", "MemTotal");  // "131891092 kB"
+  d.memory_bytes = mem.empty() ? 1 : std::max<int64_t>(1, std::stoll(mem) * 1024);
+  d.kind = "cpu";
+  d.threads = threads;
+  return d;
+}
+
+CostDbVersions host_versions() {
+  CostDbVersions v{"n/a", "n/a", "n/a", "n/a", TRAINTWIN_VERSION, std::nullopt};
+  std::string blas = openblas_get_config();
+  blas.erase(blas.find_last_not_of(" ") + 1);
+  v.blas = blas;
+  return v;
+}
+
+std::string device_id(const CostDbDevice& device) {
+  if (!device.threads) throw InvalidArgument("device " + device.name + " has no thread count");
+  std::string id = "cpu-";
+  bool dash = false;
+  for (char c : device.name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u)) {
+      if (dash && id.back() != '-') id += '-';
+      id += static_cast<char>(std::tolower(u));
+      dash = false;
+    } else {
+      dash = true;
+    }
+  }
+  if (id.back() != '-') id += '-';
+  return id + std::to_string(*device.threads) + "t";
+}
+
+}  // namespace traintwin::exec::cpu

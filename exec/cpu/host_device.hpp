@@ -1,0 +1,40 @@
+// This host as a device of the CPU backend: its identity for a cost database (CPU model, cores,
+// clock, memory, the GEMM threads each rank runs on, the BLAS library) and the rule that shares
+// its cores among the ranks it runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "traces/cost_db.hpp"
+
+namespace traintwin::exec::cpu {
+
+/// Cores of this host (std::thread::hardware_concurrency, at least 1).
+int host_cores();
+
+/// GEMM threads of each of `local_ranks` ranks on this host: the cores shared among them, at
+/// least one each (the rule `traintwin train` applies under mpirun and `traintwin profile`
+/// measures with). Throws InvalidArgument for local_ranks < 1.
+int threads_per_rank(int local_ranks);
+
+/// Last-level cache of this host in bytes (sysfs cache/index3, else index2), 32 MiB when sysfs
+/// does not say.
+int64_t last_level_cache_bytes();
+
+/// This CPU as a cost-database device: name = /proc/cpuinfo "model name", sm_count = cores,
+/// clock_mhz = "cpu MHz" of CPU 0 now, memory_bytes = /proc/meminfo MemTotal, kind "cpu",
+/// threads = `threads`. Throws InvalidArgument for threads < 1.
+CostDbDevice host_device(int threads);
+
+/// Versions block of a CPU database: "n/a" for driver, CUDA, cuBLAS and NCCL, traintwin's
+/// version, and the BLAS library (openblas_get_config()).
+CostDbVersions host_versions();
+
+/// The device's name in traintwin: the stem of traces/db/<id>.json and the gpu.name of the
+/// topology `traintwin profile --topology-out` writes: "cpu-" + the model name in lower case
+/// with runs of other characters than [a-z0-9] as one '-', + "-<threads>t", e.g.
+/// "cpu-amd-epyc-7b13-1t". Throws InvalidArgument for a device without threads.
+std::string device_id(const CostDbDevice& device);
+
+}  // namespace traintwin::exec::cpu

@@ -1,0 +1,64 @@
+// The optimizer side of one rank's shard: the distributed optimizer's (ZeRO-1) partition of every
+// tensor over the DP ranks, the local part of the global gradient norm, clipping and the AdamW
+// step, every kernel through the Backend.
+//
+// With the distributed optimizer DP rank d owns piece d of every tensor: elements
+// [d x P, (d+1) x P) with P = ceil(numel / DP). It updates only those (AdamW, grad norm); the
+// bucket's gradient reduce-scatter brings it the reduced pieces and the parameter all-gather
+// brings every rank the others' updated pieces (the walk, exec/executor.cpp). Sharding per tensor
+// (Megatron shards each bucket's flat range) makes the word embedding of the first stage and its
+// LM-head copy on the last stage share one partition, so the tied-embedding all-reduce that
+// follows the DP reduce-scatter adds matching pieces (Megatron gets the same by giving the shared
+// embedding its own bucket).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "core/rank_layout.hpp"
+#include "exec/backend.hpp"
+#include "exec/gpt_model.hpp"
+#include "exec/model_shard.hpp"
+
+namespace traintwin::exec {
+
+/// Partition, gradient norm and step of one rank's shard. Holds references to the shard,
+/// backend and hyper-parameters, which must outlive it.
+class ShardOptimizer {
+ public:
+  /// `distributed`: the distributed optimizer (ZeRO-1) over `dp` ranks, else every rank owns
+  /// every element.
+  ShardOptimizer(ModelShard& shard, Backend& backend, const RankCoord& coord, int64_t dp,
+                 bool distributed, const TrainingHyperparameters& hyper);
+
+  /// Elements of `t` in each DP rank's piece (ceil(numel / DP)).
+  int64_t piece(const ShardTensor& t) const { return (t.numel + dp_ - 1) / dp_; }
+  /// [begin, end) of the elements of `t` DP rank `d` owns (everything without the distributed
+  /// optimizer).
+  std::pair<int64_t, int64_t> owned(const ShardTensor& t, int64_t d) const;
+
+  /// Local sum of squares of the gradients this rank owns for the norm: TP-sharded tensors, and
+  /// replicated ones on TP rank 0 only; the LM head's copy of the word embedding not at all
+  /// (counted on the first stage), as Megatron's get_grad_norm_fp32; with the distributed
+  /// optimizer only this DP rank's pieces (the Program then all-reduces over the world).
+  double local_sum_of_squares();
+
+  struct Step {
+    double grad_norm = 0;      ///< global L2 norm before clipping
+    double learning_rate = 0;  ///< of this step
+  };
+  /// Clips to hyper.clip_grad (global norm sqrt(global_sum_of_squares)) and applies AdamW with
+  /// learning_rate(hyper.lr, iteration) to the owned pieces. Throws Error, before touching
+  /// anything, when the norm is not finite.
+  Step step(double global_sum_of_squares, int64_t iteration);
+
+ private:
+  ModelShard& shard_;
+  Backend& backend_;
+  RankCoord coord_;
+  int64_t dp_ = 1;
+  bool distributed_ = false;
+  const TrainingHyperparameters& hyper_;
+};
+
+}  // namespace traintwin::exec

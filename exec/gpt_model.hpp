@@ -1,0 +1,217 @@
+// The model math of the trainer executor: the forward and backward of every Role of the GPT model
+// (GPT-2 / Megatron-LM's GPTModel: vocab-parallel embedding + learned positions, pre-LN
+// transformer layers with column/row-parallel attention and MLP, final LayerNorm, LM head tied to
+// the word embedding, vocab-parallel cross-entropy) on one micro-batch of one model chunk, with
+// every kernel run through the Backend (exec/backend.hpp). The walk (exec/executor.cpp) decides
+// when each Role runs and moves the tensors between ranks; this file decides what it computes,
+// and reads top-down like llm.c's gpt2_forward / gpt2_backward: layer_forward lists a layer's
+// Roles in forward order, layer_backward in backward order.
+//
+// Layouts: activations [b, s, h]; sequence-parallel regions [b, s/t, h] (Tl = s/t with SP, else
+// s); Hl = h/t, F = ffn/t, V_local = padded vocabulary / t (shapes as trailing comments). Tensors
+// whose last use is passed are freed at once, so the activation memory follows the schedule's
+// in-flight micro-batches as the simulator's memory model counts them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/pipeline_split.hpp"
+#include "core/program.hpp"
+#include "exec/backend.hpp"
+#include "exec/cpu/adamw.hpp"
+#include "exec/lr_schedule.hpp"
+#include "exec/model_shard.hpp"
+
+namespace traintwin::exec {
+
+/// Training hyper-parameters the executor needs (from the scenario's training section).
+struct TrainingHyperparameters {
+  uint64_t seed = 1234;
+  double hidden_dropout = 0;        ///< dropout after the embedding and both residual branches
+  double attention_dropout = 0;     ///< dropout of the attention probabilities
+  double clip_grad = 1.0;           ///< global-norm clipping threshold; 0 = no clipping
+  cpu::AdamWParams adam;
+  LearningRateSchedule lr;
+};
+
+/// Tokens and labels of one micro-batch of this rank's DP replica: `mb` in [0, m); both spans are
+/// [b, s]. Called on the first (tokens) and last (labels) virtual stages only.
+using MicroBatchSource =
+    std::function<void(int64_t mb, std::span<int32_t> tokens, std::span<int32_t> labels)>;
+
+/// Sizes of this rank's shard of the model and of one micro-batch.
+struct ShardGeometry {
+  int64_t b = 0;       ///< micro-batch size
+  int64_t s = 0;       ///< sequence length
+  int64_t h = 0;       ///< hidden size
+  int64_t t = 0;       ///< tensor-parallel size
+  int64_t hl = 0;      ///< h / t
+  int64_t f = 0;       ///< ffn_hidden_size / t
+  int64_t heads = 0;   ///< attention heads / t
+  int64_t tl = 0;      ///< positions held in SP regions: s / t with SP, else s
+  bool sp = false;     ///< sequence parallelism
+  int64_t p = 0;       ///< pipeline-parallel size
+  int64_t v = 0;       ///< virtual pipeline stages per rank
+  int64_t m = 0;       ///< micro-batches per iteration
+  int64_t dp = 0;      ///< data-parallel size
+  int64_t vocab = 0;   ///< real vocabulary size
+  int64_t vl = 0;      ///< vocabulary entries of this TP shard (padded)
+  int64_t vstart = 0;  ///< first vocabulary id of this TP shard
+  int64_t vtotal = 0;  ///< padded vocabulary (vl x t)
+};
+
+/// Parameter (or gradient) views of one transformer layer in the shard's memory.
+struct LayerParams {
+  std::span<float> ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w,
+      fc2_b;
+};
+
+/// Saved activations and gradients of one layer for one micro-batch.
+struct LayerState {
+  Tensor in;                          // [b, Tl, H] layer input (residual stream)
+  Tensor ln1, ln1_mean, ln1_rstd;     // [b, Tl, H], [b*Tl]
+  Tensor ln1_full;                    // [b, s, H] SP-gathered QKV input
+  Tensor qkv;                         // [b, s, 3Hl]
+  Tensor preatt, att;                 // [b, a/t, s, s]
+  Tensor attn;                        // [b, s, Hl]
+  Tensor proj;                        // [b, s, H] partial, all-reduced in place without SP
+  Tensor proj_rs;                     // [b, Tl, H] SP reduce-scatter output
+  Tensor resid1;                      // [b, Tl, H]
+  Tensor ln2, ln2_mean, ln2_rstd, ln2_full;
+  Tensor fc1, gelu;                   // [b, s, F]
+  Tensor fc2, fc2_rs;                 // like proj, proj_rs
+  Tensor out;                         // [b, Tl, H]
+  // backward
+  Tensor d_resid1;                    // [b, Tl, H]
+  Tensor d_branch;                    // [b, Tl, H] gradient of the dropout input (row-parallel output)
+  Tensor d_branch_full;               // [b, s, H] SP-gathered d_branch
+  Tensor d_gelu, d_fc1;               // [b, s, F]
+  Tensor d_attn;                      // [b, s, Hl]
+  Tensor d_qkv;                       // [b, s, 3Hl]
+  Tensor d_ln_full;                   // [b, s, H] column-parallel input gradient (partial sums)
+  Tensor d_ln;                        // [b, Tl, H] after the reduce-scatter (SP)
+  Tensor d_in;                        // [b, Tl, H]
+};
+
+/// Everything of one micro-batch on one model chunk.
+struct ChunkState {
+  DeviceBuffer<int32_t> tokens, labels;  // [b, s]
+  Tensor input;                          // [b, Tl, H] received activation (vs > 0)
+  Tensor d_output;                       // [b, Tl, H] received output gradient (not last vs)
+  std::vector<LayerState> layers;        // layers of the chunk, first layer first
+  // embedding (vs == 0)
+  Tensor emb, emb_rs, emb_out;           // [b, s, H], [b, Tl, H], [b, Tl, H]
+  Tensor d_emb_full;                     // [b, s, H]
+  // head (last vs)
+  Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits;  // logits [b, s, V_local]
+  Tensor lmax, sum_exp, target;          // [b, s]
+  Tensor d_logits, d_lnf_full, d_lnf, d_last;
+  bool loss_counted = false;
+};
+
+/// The GPT model's math on one rank: per (model chunk, micro-batch) state and the kernels of each
+/// Role. Holds references to the program, shard and backend, which must outlive it.
+class GptModel {
+ public:
+  /// Throws InvalidArgument when the shard lacks a tensor of the Program's layers.
+  GptModel(const Program& program, const RankProgram& rank, ModelShard& shard, Backend& backend,
+           const TrainingHyperparameters& hyper);
+
+  /// Starts an iteration (1-based; 0 for evaluation) or an evaluation pass: forgets every
+  /// micro-batch's state and the loss totals.
+  void begin(int64_t iteration, const MicroBatchSource& data, bool training);
+  /// Frees every micro-batch's state.
+  void clear() { chunks_.clear(); }
+
+  /// Runs the kernel `kernel` ("gemm_fwd", "gemm_dgrad", "gemm_wgrad", ...) of `role` for the
+  /// compute op `op` (its phase, model chunk, micro-batch and layer). Throws InvalidArgument for
+  /// a role or kernel this model does not have.
+  void run(const Op& op, const std::string& kernel, Role role);
+
+  /// Evaluation: counts the loss of every micro-batch whose cross-entropy ran (the backward,
+  /// which counts it in training, does not run).
+  void count_pending_losses();
+  /// Sum of the token losses counted on this rank (TP rank 0 of the last stage) and their count.
+  double loss_sum() const { return loss_sum_; }
+  int64_t loss_tokens() const { return loss_tokens_; }
+
+  /// State of micro-batch `mb` on `chunk`, created (with its tokens and labels on the first and
+  /// last virtual stages) on first use.
+  ChunkState& chunk(int64_t chunk, int64_t mb);
+  /// State of the layer of `op` (its model chunk, micro-batch and global layer).
+  LayerState& layer(const Op& op);
+
+  const ShardGeometry& geometry() const { return g_; }
+  Backend& backend() { return backend_; }
+  /// Virtual pipeline stage of this rank's `chunk`.
+  int64_t vstage(int64_t chunk) const { return chunk * g_.p + coord_.pp; }
+  bool is_last_vstage(int64_t chunk) const { return vstage(chunk) == g_.p * g_.v - 1; }
+  /// The word embedding's gradient on the first stage, the LM head's copy on the last.
+  std::span<float> embedding_grad_to_reduce();
+  /// The transformer layers of this rank's `chunk` (core/pipeline_split.hpp: uneven under an
+  /// uneven split; none in an embedding-only or loss-only chunk).
+  int64_t first_layer(int64_t chunk) const {
+    return chunk_layers_[static_cast<size_t>(chunk)].first_layer;
+  }
+  int64_t num_layers(int64_t chunk) const {
+    return chunk_layers_[static_cast<size_t>(chunk)].num_layers;
+  }
+  /// The activation a chunk hands on (to the next virtual stage or to the final LayerNorm): its
+  /// last layer's output or, for a chunk without transformer layers, its input.
+  Tensor& chunk_output(ChunkState& st, int64_t chunk);
+  /// The gradient of a chunk's input: its first layer's or, for a chunk without transformer
+  /// layers, the gradient of its output (from the final LayerNorm or received).
+  Tensor& chunk_input_grad(ChunkState& st, int64_t chunk);
+
+ private:
+  [[noreturn]] void unexpected(const Op& op, const std::string& what) const;
+  int64_t seq_offset() const { return g_.sp ? coord_.tp * g_.tl : 0; }
+  int64_t first_sample(int64_t mb) const;
+  Tensor zeros(int64_t n) { return Tensor(backend_, n); }
+  Tensor clone(const Tensor& x);
+  cpu::DropoutParams dropout(uint64_t site, int64_t layer) const;
+  const cpu::AttentionProbabilityDropout* attention_dropout(int64_t mb, int64_t layer);
+  cpu::HiddenBlock block(int64_t mb, bool full) const;
+  std::span<float> head_weight(int64_t chunk, bool grad);
+  Tensor& reduced(Tensor& partial, Tensor& shard) { return g_.sp ? shard : partial; }
+  Tensor take_layer_input(const Op& op);
+  Tensor take_output_grad(const Op& op);
+  void count_loss(ChunkState& st);
+
+  void embedding_forward(const Op& op);
+  void embedding_dropout(const Op& op);
+  void embedding_backward(const Op& op);
+  void layer_forward(const Op& op, Role role);
+  void layer_backward(const Op& op, const std::string& kernel, Role role);
+  void head_forward(const Op& op, const std::string& kernel, Role role);
+  void head_backward(const Op& op, const std::string& kernel, Role role);
+
+  const Program& prog_;
+  int64_t rank_ = 0;
+  RankCoord coord_;
+  ModelShard& shard_;
+  Backend& backend_;
+  const TrainingHyperparameters& hyper_;
+  ShardGeometry g_;
+  std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
+  RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
+  std::map<int64_t, LayerParams> layer_params_, layer_grads_;
+
+  int64_t iteration_ = 0;
+  const MicroBatchSource* data_ = nullptr;
+  bool training_ = false;
+  std::map<std::pair<int64_t, int64_t>, ChunkState> chunks_;  // (chunk, mb)
+  double loss_sum_ = 0;
+  int64_t loss_tokens_ = 0;
+  cpu::AttentionProbabilityDropout att_dropout_;
+  std::vector<int32_t> host_tokens_, host_labels_;
+  std::vector<float> host_losses_;
+};
+
+}  // namespace traintwin::exec

@@ -1,0 +1,37 @@
+// Live-run timeline events; see live_events.hpp.
+#include "exec/live_events.hpp"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.hpp"
+#include "traces/op_event.hpp"
+
+namespace traintwin::exec {
+
+TimelineEvent live_event(const Program& prog, int64_t rank, int64_t world_size, const OpSpan& span,
+                         int64_t iteration) {
+  const Op& op = prog.ranks.at(rank).ops[span.op];
+  TimelineEvent e = op_event(prog, op, rank, op.peer, world_size, span.start_s, span.end_s);
+  e.name = "it " + std::to_string(iteration) + " " + e.name;
+  e.args["iteration"] = std::to_string(iteration);
+  if (e.flow_id >= 0) e.flow_id = e.flow_id * 100003 + iteration;  // unique across iterations
+  if (!span.kernel_s.empty()) {
+    nlohmann::json kernels = nlohmann::json::array();
+    for (size_t i = 0; i < span.kernel_s.size() && i < op.kernels.size(); ++i) {
+      const Kernel& k = prog.kernels[op.kernels[i]];
+      kernels.push_back({{"name", k.key.name},
+                         {"shape", k.key.shape},
+                         {"dtype", to_string(k.key.dtype)},
+                         {"tp", k.key.tp},
+                         {"flops", k.flops},
+                         {"bytes", k.bytes},
+                         {"us", span.kernel_s[i] * 1e6}});
+    }
+    e.args["kernels"] = kernels.dump();
+  }
+  return e;
+}
+
+}  // namespace traintwin::exec

@@ -1,0 +1,422 @@
+// Profile mode of the executor; see profile.hpp.
+#include "exec/profile.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <string>
+#include <unordered_set>
+
+#include "core/error.hpp"
+#include "core/rank_layout.hpp"
+#include "exec/counter_rng.hpp"
+#include "exec/cpu/host_device.hpp"
+#include "traces/timeline_costs.hpp"
+
+namespace traintwin::exec {
+namespace {
+
+/// One set of inputs of a kernel and the call that runs it on them.
+struct KernelCall {
+  std::vector<Tensor> t;
+  std::vector<DeviceBuffer<int32_t>> ids;
+  std::function<void(KernelCall&)> run;
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const Tensor& x : t) b += static_cast<int64_t>(x.size() * sizeof(float));
+    for (const auto& x : ids) b += static_cast<int64_t>(x.size() * sizeof(int32_t));
+    return b;
+  }
+};
+
+/// Fills device tensors with counter-based uniform values (exec/counter_rng.hpp), a fresh stream
+/// per tensor.
+class InputMaker {
+ public:
+  InputMaker(Backend& be, uint64_t seed) : be_(be), seed_(seed) {}
+  /// n values uniform in [lo, hi).
+  Tensor uniform(int64_t n, double lo = -1.0, double hi = 1.0) {
+    host_.resize(static_cast<size_t>(n));
+    const uint64_t stream = next_++;
+    for (int64_t i = 0; i < n; ++i) {
+      host_[static_cast<size_t>(i)] = static_cast<float>(
+          lo + (hi - lo) * counter_uniform(seed_, stream, static_cast<uint64_t>(i)));
+    }
+    Tensor x(be_, n);
+    be_.upload(x, host_);
+    return x;
+  }
+  /// Output (or accumulated-into) tensor: zeros are what the model hands the kernel.
+  Tensor zeros(int64_t n) { return Tensor(be_, n); }
+  /// n ids uniform in [0, range).
+  DeviceBuffer<int32_t> ids(int64_t n, int64_t range) {
+    std::vector<int32_t> h(static_cast<size_t>(n));
+    const uint64_t stream = next_++;
+    for (int64_t i = 0; i < n; ++i) {
+      h[static_cast<size_t>(i)] = static_cast<int32_t>(std::min<double>(
+          static_cast<double>(range) - 1,
+          std::floor(static_cast<double>(range) *
+                     counter_uniform(seed_, stream, static_cast<uint64_t>(i)))));
+    }
+    DeviceBuffer<int32_t> x(be_, n);
+    be_.upload(x, h);
+    return x;
+  }
+
+ private:
+  Backend& be_;
+  uint64_t seed_;
+  uint64_t next_ = 0;
+  std::vector<float> host_;
+};
+
+/// The tensors, moved into a vector (an initializer list would copy them).
+template <typename... Ts>
+std::vector<Tensor> list(Ts&&... xs) {
+  std::vector<Tensor> v;
+  v.reserve(sizeof...(xs));
+  (v.push_back(std::forward<Ts>(xs)), ...);
+  return v;
+}
+
+bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
+
+[[noreturn]] void unsupported(const KernelKey& key) {
+  throw UnsupportedError("profile: kernel " + key.to_string() +
+                         " is not run by the executor's model (no profile for it)");
+}
+
+/// The kernel of `target` on fresh inputs, with the Backend calls exec/gpt_model.cpp makes for
+/// its Role.
+KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
+                     InputMaker& in) {
+  const KernelKey& key = target.kernel.key;
+  const std::vector<int64_t>& d = key.shape;
+  const std::string& name = key.name;
+  const int64_t h = sc.model.hidden_size;
+  const int64_t b = sc.training.micro_batch_size;
+  const int64_t t = key.tp;
+  const double p_hidden = sc.training.hidden_dropout, p_att = sc.training.attention_dropout;
+  KernelCall c;
+  auto need = [&](size_t dims) {
+    if (d.size() != dims) unsupported(key);
+  };
+  if (name == "gemm_fwd" || name == "gemm_dgrad" || name == "gemm_wgrad") {
+    need(3);
+    const int64_t m = d[0], n = d[1], k = d[2];
+    const bool bias = has_bias(target.role);
+    if (name == "gemm_fwd") {
+      c.t = list(in.zeros(m * n), in.uniform(m * k), in.uniform(n * k));
+      if (bias) c.t.push_back(in.uniform(n));
+      c.run = [&be, m, n, k, bias](KernelCall& x) {
+        be.matmul_forward(x.t[0], x.t[1], x.t[2], bias ? CFSpan(x.t[3]) : CFSpan(), 1, m, k, n);
+      };
+    } else if (name == "gemm_dgrad") {
+      c.t = list(in.zeros(m * k), in.uniform(m * n), in.uniform(n * k));
+      c.run = [&be, m, n, k](KernelCall& x) {
+        be.matmul_backward_data(x.t[0], x.t[1], x.t[2], 1, m, k, n);
+      };
+    } else {
+      c.t = list(in.zeros(n * k), in.zeros(bias ? n : 0), in.uniform(m * n), in.uniform(m * k));
+      c.run = [&be, m, n, k](KernelCall& x) {
+        be.matmul_backward_weight(x.t[0], x.t[1], x.t[2], x.t[3], 1, m, k, n);
+      };
+    }
+  } else if (name == "attention_fwd" || name == "attention_bwd") {
+    need(4);
+    const int64_t bb = d[0], heads = d[1], s = d[2], C = d[1] * d[3];
+    auto drop = std::make_shared<cpu::AttentionProbabilityDropout>(cpu::AttentionProbabilityDropout{
+        cpu::DropoutParams{p_att, 1, 3}, cpu::AttentionBlock{bb, heads, s, 0, 0, heads}});
+    const cpu::AttentionProbabilityDropout* dp = p_att > 0 ? drop.get() : nullptr;
+    if (name == "attention_fwd") {
+      c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s * s), in.zeros(bb * heads * s * s),
+             in.uniform(bb * s * 3 * C));
+      c.run = [&be, bb, s, C, heads, drop, dp](KernelCall& x) {
+        be.attention_forward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, C, heads, dp);
+      };
+    } else {
+      c.t = list(in.zeros(bb * s * 3 * C), in.uniform(bb * s * C), in.uniform(bb * s * 3 * C),
+             in.uniform(bb * heads * s * s, 0.0, 1.0));
+      c.run = [&be, bb, s, C, heads, drop, dp](KernelCall& x) {
+        be.attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, C, heads, dp);
+      };
+    }
+  } else if (name == "layernorm_fwd" || name == "layernorm_bwd") {
+    need(2);
+    const int64_t rows = d[0], C = d[1];
+    if (name == "layernorm_fwd") {
+      c.t = list(in.zeros(rows * C), in.zeros(rows), in.zeros(rows), in.uniform(rows * C),
+             in.uniform(C), in.uniform(C));
+      c.run = [&be, rows, C](KernelCall& x) {
+        be.layernorm_forward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], x.t[5], 1, rows, C);
+      };
+    } else {
+      c.t = list(in.zeros(rows * C), in.zeros(C),       in.zeros(C),
+             in.uniform(rows * C), in.uniform(rows * C), in.uniform(C),
+             in.uniform(rows),   in.uniform(rows, 0.5, 2.0));
+      c.run = [&be, rows, C](KernelCall& x) {
+        be.layernorm_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], x.t[5], x.t[6], x.t[7], 1,
+                              rows, C);
+      };
+    }
+  } else if (name == "dropout_add_fwd" || name == "dropout_add_bwd") {
+    need(1);
+    const int64_t n = d[0], rows = n / h;
+    if (rows * h != n) unsupported(key);
+    const cpu::DropoutParams params{p_hidden, 1, 1};
+    const cpu::HiddenBlock block{1, rows, h, 0, 0, rows};
+    if (name == "dropout_add_fwd") {
+      c.t = list(in.zeros(n), in.uniform(n), in.uniform(h), in.uniform(n));
+      c.run = [&be, params, block](KernelCall& x) {
+        be.bias_dropout_add_forward(x.t[0], x.t[1], x.t[2], x.t[3], params, block);
+      };
+    } else {
+      c.t = list(in.zeros(n), in.zeros(h), in.zeros(n), in.uniform(n));
+      c.run = [&be, params, block](KernelCall& x) {
+        be.bias_dropout_add_backward(x.t[0], x.t[1], x.t[2], x.t[3], params, block);
+      };
+    }
+  } else if (name == "dropout_fwd") {  // the embedding's positions + dropout (Role kEmbeddingDropout)
+    need(1);
+    const int64_t n = d[0], rows = n / h, tl = rows / b;
+    if (tl * b * h != n) unsupported(key);
+    const cpu::DropoutParams params{p_hidden, 1, 0};
+    const cpu::HiddenBlock block{b, tl, h, 0, 0, tl};
+    c.t = list(in.uniform(n), in.uniform(tl * h), in.zeros(n));
+    c.run = [&be, params, block, b, tl, h](KernelCall& x) {
+      be.position_embedding_forward(x.t[0], x.t[1], b, tl, h, 0);
+      be.bias_dropout_add_forward(x.t[2], x.t[0], {}, {}, params, block);
+    };
+  } else if (name == "gelu_fwd" || name == "gelu_bwd") {
+    need(1);
+    const int64_t n = d[0];
+    if (name == "gelu_fwd") {
+      c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0));
+      c.run = [&be](KernelCall& x) { be.gelu_forward(x.t[0], x.t[1]); };
+    } else {
+      c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0), in.uniform(n));
+      c.run = [&be](KernelCall& x) { be.gelu_backward(x.t[0], x.t[1], x.t[2]); };
+    }
+  } else if (name == "embedding_fwd" || name == "embedding_bwd") {
+    need(3);
+    const int64_t tokens = d[0], C = d[1], vl = d[2], s = tokens / b;
+    if (s * b != tokens) unsupported(key);
+    c.ids.push_back(in.ids(tokens, vl * t));
+    if (name == "embedding_fwd") {
+      c.t = list(in.zeros(tokens * C), in.uniform(vl * C));
+      c.run = [&be, b, s, C, vl, t](KernelCall& x) {
+        be.vocab_parallel_embedding_forward(x.t[0], x.ids[0], x.t[1], b, s, C, 0, vl, vl * t);
+      };
+    } else {  // dropout backward, positions, words (GptModel::embedding_backward)
+      const cpu::DropoutParams params{p_hidden, 1, 0};
+      const cpu::HiddenBlock block{b, s, C, 0, 0, s};
+      c.t = list(in.zeros(tokens * C), in.uniform(tokens * C), in.zeros(s * C), in.zeros(vl * C));
+      c.run = [&be, b, s, C, vl, t, params, block](KernelCall& x) {
+        be.bias_dropout_add_backward(x.t[0], {}, {}, x.t[1], params, block);
+        be.position_embedding_backward(x.t[2], x.t[0], b, s, C, 0);
+        be.vocab_parallel_embedding_backward(x.t[3], x.t[0], x.ids[0], b, s, C, 0, vl, vl * t);
+      };
+    }
+  } else if (name == "cross_entropy_max" || name == "cross_entropy_fwd" ||
+             name == "cross_entropy_bwd") {
+    need(2);
+    const int64_t rows = d[0], vl = d[1];
+    c.ids.push_back(in.ids(rows, vl * t));
+    if (name == "cross_entropy_max") {
+      c.t = list(in.zeros(rows), in.uniform(rows * vl));
+      c.run = [&be, rows, vl](KernelCall& x) {
+        be.vocab_parallel_logits_max(x.t[0], x.t[1], 1, rows, vl);
+      };
+    } else if (name == "cross_entropy_fwd") {
+      c.t = list(in.zeros(rows), in.zeros(rows), in.uniform(rows * vl), in.uniform(rows, 1.0, 1.0001));
+      c.run = [&be, rows, vl, t](KernelCall& x) {
+        be.vocab_parallel_sum_exp(x.t[0], x.t[1], x.t[2], x.t[3], x.ids[0], 1, rows, 0, vl,
+                                  vl * t);
+      };
+    } else {  // loss, its gradient weights, the logits' gradient (GptModel::head_backward)
+      c.t = list(in.zeros(rows * vl),        in.zeros(rows),
+             in.uniform(rows * vl),      in.uniform(rows, 1.0, 1.0001),
+             in.uniform(rows, 0.3 * static_cast<double>(vl), 0.4 * static_cast<double>(vl)),
+             in.uniform(rows),           in.zeros(rows));
+      c.run = [&be, rows, vl, t](KernelCall& x) {
+        be.vocab_parallel_cross_entropy_loss(x.t[6], x.t[4], x.t[3], x.t[5], 1, rows);
+        be.fill_2d(x.t[1], rows, rows, 1, 1.0f / static_cast<float>(rows));
+        be.vocab_parallel_cross_entropy_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], x.ids[0],
+                                                 1, rows, 0, vl, vl * t);
+      };
+    }
+  } else if (name == "grad_norm") {
+    need(1);
+    c.t = list(in.uniform(d[0]));
+    c.run = [&be](KernelCall& x) { (void)be.sum_of_squares(x.t[0]); };
+  } else if (name == "adamw_step") {
+    need(1);
+    const int64_t n = d[0];
+    const cpu::AdamWParams hyper{sc.training.adam_beta1, sc.training.adam_beta2,
+                                 sc.training.adam_eps, sc.training.weight_decay};
+    c.t = list(in.uniform(n), in.uniform(n), in.uniform(n, -0.01, 0.01), in.uniform(n, 0.0, 1e-4));
+    c.run = [&be, hyper](KernelCall& x) {
+      be.adamw_step(x.t[0], x.t[1], x.t[2], x.t[3], hyper, 1e-4, 10);
+    };
+  } else {
+    unsupported(key);
+  }
+  return c;
+}
+
+
+}  // namespace
+
+std::vector<ProfileTarget> profile_targets(const Scenario& s) {
+  const RankLayout layout(s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+                          s.parallel.data_parallel_size, s.parallel.pipeline_model_parallel_size,
+                          s.parallel.rank_order);
+  std::vector<int64_t> ranks;
+  for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
+    ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
+  }
+  const Program prog = build_program(s, ranks);
+  std::vector<ProfileTarget> out;
+  std::unordered_set<KernelKey, KernelKeyHash> seen;
+  for (const auto& [rank, rp] : prog.ranks) {
+    for (const Op& op : rp.ops) {
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        const Kernel& k = prog.kernels[op.kernels[i]];
+        if (seen.insert(k.key).second) out.push_back({k, op.kernel_roles[i]});
+      }
+    }
+  }
+  return out;
+}
+
+KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
+                                 const ProfileOptions& options) {
+  if (options.warmup < 0 || options.repeats < 1 || options.rotate_bytes < 0) {
+    throw InvalidArgument("profile: --warmup must be >= 0 and --repeats >= 1 (got " +
+                          std::to_string(options.warmup) + ", " + std::to_string(options.repeats) +
+                          ")");
+  }
+  const int64_t rotate =
+      options.rotate_bytes > 0 ? options.rotate_bytes : 2 * cpu::last_level_cache_bytes();
+  InputMaker in(backend, options.seed);
+  std::vector<KernelCall> sets;
+  int64_t bytes = 0;
+  // At least two sets, so consecutive runs never share inputs; at most 4096.
+  while ((bytes <= rotate || sets.size() < 2) && sets.size() < 4096) {
+    sets.push_back(make_call(backend, s, target, in));
+    bytes += sets.back().bytes();
+  }
+  size_t next = 0;
+  auto run_once = [&] {
+    KernelCall& c = sets[next];
+    next = (next + 1) % sets.size();
+    c.run(c);
+    backend.synchronize();
+  };
+  for (int i = 0; i < options.warmup; ++i) run_once();
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(options.repeats));
+  for (int i = 0; i < options.repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_once();
+    samples.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return measurement_from_samples(target.kernel, std::move(samples));
+}
+
+std::vector<CollectiveTiming> profile_collectives(Communicator& comm,
+                                                  const std::vector<int64_t>& sizes, int warmup,
+                                                  int repeats) {
+  const int64_t n = comm.world_size(), me = comm.rank();
+  if (n < 2) throw InvalidArgument("profile --collectives: needs >= 2 ranks (mpirun -np N)");
+  if (warmup < 0 || repeats < 1) {
+    throw InvalidArgument("profile --collectives: --warmup must be >= 0 and --repeats >= 1");
+  }
+  auto barrier = [&comm] {
+    double x = 0;
+    comm.all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), ReduceOp::kSum)->wait();
+  };
+  std::vector<CollectiveTiming> rows;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    const std::string name = op;
+    for (int64_t bytes : sizes) {
+      if (bytes < 4 * n || bytes % (4 * n) != 0) {
+        throw InvalidArgument("profile --collectives: " + std::to_string(bytes) +
+                              " bytes is not a multiple of 4 x " + std::to_string(n) + " ranks");
+      }
+      const int64_t count = bytes / 4, piece = count / n;
+      std::vector<float> a(static_cast<size_t>(count)), b(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        a[static_cast<size_t>(i)] = static_cast<float>(
+            counter_uniform(7, static_cast<uint64_t>(me), static_cast<uint64_t>(i)));
+      }
+      auto run = [&] {
+        if (name == "all_reduce") {
+          comm.all_reduce(GroupKind::kWorld, std::span<float>(a), ReduceOp::kSum)->wait();
+        } else if (name == "all_gather") {
+          comm.all_gather(GroupKind::kWorld,
+                          std::span<const float>(a.data(), static_cast<size_t>(piece)),
+                          std::span<float>(b.data(), static_cast<size_t>(piece * n)))
+              ->wait();
+        } else if (name == "reduce_scatter") {
+          comm.reduce_scatter(GroupKind::kWorld,
+                              std::span<const float>(a.data(), static_cast<size_t>(piece * n)),
+                              std::span<float>(b.data(), static_cast<size_t>(piece)),
+                              ReduceOp::kSum)
+              ->wait();
+        } else {
+          RequestPtr r = comm.recv((me + n - 1) % n, 0, std::span<float>(b));
+          RequestPtr s = comm.send((me + 1) % n, 0, std::span<const float>(a));
+          s->wait();
+          r->wait();
+        }
+      };
+      for (int i = 0; i < warmup; ++i) run();
+      barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < repeats; ++i) run();
+      double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          repeats;
+      comm.all_reduce(GroupKind::kWorld, std::span<double>(&us, 1), ReduceOp::kMax)->wait();
+      rows.push_back({name, bytes, count, n, us});
+    }
+  }
+  return rows;
+}
+
+void merge_measurements(CostDatabase& db, const std::vector<KernelMeasurement>& rows) {
+  for (const KernelMeasurement& m : rows) {
+    db.erase(m.key);
+    db.add(m);
+  }
+}
+
+void merge_measurements(CostDatabase& db, const std::vector<CollectiveMeasurement>& rows) {
+  for (const CollectiveMeasurement& c : rows) {
+    db.erase(c);
+    db.add(c);
+  }
+}
+
+CostDatabase open_database_for(const std::filesystem::path& file, const CostDbDevice& device,
+                               const CostDbVersions& versions) {
+  if (!std::filesystem::exists(file)) return CostDatabase(device, versions);
+  CostDatabase db = CostDatabase::load(file);
+  if (!db.device().same_device(device)) {
+    auto describe = [](const CostDbDevice& d) {
+      return "\"" + d.name + "\" (" + d.kind.value_or("gpu") + ", " + std::to_string(d.sm_count) +
+             " cores/SMs" + (d.threads ? ", " + std::to_string(*d.threads) + " threads" : "") +
+             ")";
+    };
+    throw CostDatabaseError(file.string() + ": measured on " + describe(db.device()) +
+                            ", not on this device " + describe(device) +
+                            "; refusing to merge (write to another --out file)");
+  }
+  return db;
+}
+
+}  // namespace traintwin::exec

@@ -1,0 +1,80 @@
+// Profile mode of the executor: every distinct kernel of a scenario's Program timed alone through
+// the Backend, the way `train` runs it (the same Backend calls as exec/gpt_model.cpp with the
+// Program's shapes), into cost-database rows (traces/cost_db.hpp) under the Program's KernelKey.
+//
+// Method (as nccl-tests and the usual GPU micro-benchmarks): fresh random inputs (never zeros:
+// uniform in [-1, 1), positive where the kernel needs it, token ids in range), rotated over as
+// many input sets as make their bytes exceed twice the last-level cache, so no timed run finds
+// its inputs in cache from the previous one; `warmup` untimed runs, then `repeats` timed runs
+// (each synchronized); median, p10 and p90 of those (nearest-rank percentiles).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/program.hpp"
+#include "core/scenario.hpp"
+#include "exec/backend.hpp"
+#include "exec/communicator.hpp"
+#include "traces/cost_db.hpp"
+
+namespace traintwin::exec {
+
+/// A kernel of a Program and the Role of its first use (the Role picks the variant the model
+/// runs: a linear layer with or without bias, the embedding's position add, ...).
+struct ProfileTarget {
+  Kernel kernel;
+  Role role = Role::kNone;
+};
+
+/// Every distinct KernelKey of the scenario's Program over all pipeline stages (the ranks of
+/// TP, CP and DP rank 0: the others run the same kernels), in order of first use.
+std::vector<ProfileTarget> profile_targets(const Scenario& s);
+
+struct ProfileOptions {
+  int warmup = 3;            ///< untimed runs, >= 0
+  int repeats = 20;          ///< timed runs, >= 1
+  int64_t rotate_bytes = 0;  ///< input sets are added until their bytes exceed this (0: 2 x LLC)
+  uint64_t seed = 1;         ///< of the random inputs
+};
+
+/// Times `target` alone on `backend` (scenario `s` gives what the key does not: hidden size,
+/// micro-batch, dropout probabilities, AdamW settings). The row carries the Program's FLOPs and
+/// bytes. Throws UnsupportedError for a kernel name the model does not run, InvalidArgument for
+/// bad options.
+KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
+                                 const ProfileOptions& options);
+
+/// One collective timed over the world of a communicator, in nccl-tests' terms.
+struct CollectiveTiming {
+  std::string op;       ///< all_reduce | all_gather | reduce_scatter | send_recv
+  int64_t bytes = 0;    ///< nccl-tests "size": all_reduce the buffer, all_gather the output,
+                        ///< reduce_scatter the input, send_recv the message
+  int64_t count = 0;    ///< fp32 elements of `bytes`
+  int64_t ranks = 0;    ///< world size
+  double time_us = 0;   ///< mean over the timed runs, the slowest rank's
+};
+
+/// Times all_reduce (sum), all_gather, reduce_scatter (sum) and send_recv (each rank sends to
+/// rank + 1 and receives from rank - 1, as nccl-tests' sendrecv) over the world of `comm`
+/// (kWorld) at every size: `warmup` untimed runs, then `repeats` runs timed together between
+/// barriers (nccl-tests' -w and -n), buffers of random values. Collective over the world: every
+/// rank calls it with the same arguments and gets the same rows. Throws InvalidArgument for a
+/// world of one rank or bad counts.
+std::vector<CollectiveTiming> profile_collectives(Communicator& comm,
+                                                  const std::vector<int64_t>& sizes, int warmup,
+                                                  int repeats);
+
+/// Adds `rows` to `db`, replacing rows of the same key (a second profile run updates a
+/// database instead of failing on duplicates).
+void merge_measurements(CostDatabase& db, const std::vector<KernelMeasurement>& rows);
+/// Same for collective rows (same op, ranks, nodes, algorithm and bytes replaced).
+void merge_measurements(CostDatabase& db, const std::vector<CollectiveMeasurement>& rows);
+
+/// The database at `file` when it exists, else an empty one of `device`; refuses (throws
+/// CostDatabaseError naming the file and both devices) one of another device
+/// (CostDbDevice::same_device), and rethrows a malformed file's CostDatabaseError.
+CostDatabase open_database_for(const std::filesystem::path& file, const CostDbDevice& device,
+                               const CostDbVersions& versions);
+
+}  // namespace traintwin::exec

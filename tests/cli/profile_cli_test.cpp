@@ -1,0 +1,188 @@
+// `traintwin profile`: every distinct KernelKey of a Program (all pipeline stages) once in the
+// database, a second run merging into it, malformed and foreign-device databases refused naming
+// the file, the collective rows under mpirun following nccl-tests' busbw factors, and the local
+// topology loading as a topology whose device is the database's.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "core/program.hpp"
+#include "core/scenario.hpp"
+#include "exec/cpu/host_device.hpp"
+#include "sim/collectives.hpp"
+#include "tests/cli/run_cli.hpp"
+#include "tests/tiny_training.hpp"
+#include "topologies/topology.hpp"
+#include "traces/cost_db.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class ProfileCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("traintwin-profile-cli-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    scenario_ = testing::write_tiny_scenario(dir_, (dir_ / "none").string());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  testing::CliResult profile(const std::string& args) {
+    return testing::run_cli("profile " + scenario_ + " --warmup 1 --repeats 3 " + args);
+  }
+
+  /// The KernelKeys of every rank of the scenario with `overrides`.
+  std::set<std::string> program_keys(const std::vector<Override>& overrides) {
+    const Program prog = build_program(load_scenario(scenario_, overrides));
+    std::set<std::string> keys;
+    for (const Kernel& k : prog.kernels) keys.insert(k.key.to_string());
+    return keys;
+  }
+
+  static std::set<std::string> db_keys(const CostDatabase& db) {
+    std::set<std::string> keys;
+    for (const KernelMeasurement& m : db.kernels()) keys.insert(m.key.to_string());
+    return keys;
+  }
+
+  fs::path dir_;
+  std::string scenario_;
+};
+
+TEST_F(ProfileCli, EveryKernelKeyOfEveryStageAppearsOnce) {
+  const fs::path db_file = dir_ / "db.json";
+  const std::string layout =
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel "
+      "--set cluster.num_gpus=4 ";
+  const testing::CliResult r = profile(layout + "--out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ETA"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  const std::set<std::string> want = program_keys(
+      {{"parallelism.tensor_model_parallel_size", "2"},
+       {"parallelism.pipeline_model_parallel_size", "2"},
+       {"parallelism.sequence_parallel", "true"},
+       {"cluster.num_gpus", "4"}});
+  EXPECT_EQ(db_keys(db), want);
+  EXPECT_EQ(db.kernels().size(), want.size());  // once each
+  // Both stages' kernels: the embedding (first) and the cross-entropy (last).
+  EXPECT_THAT(db_keys(db), ::testing::Contains(HasSubstr("embedding_fwd")));
+  EXPECT_THAT(db_keys(db), ::testing::Contains(HasSubstr("cross_entropy_bwd")));
+  for (const KernelMeasurement& m : db.kernels()) {
+    EXPECT_EQ(m.samples, 3) << m.key.to_string();
+    EXPECT_GT(m.median_us, 0) << m.key.to_string();
+    EXPECT_LE(m.p10_us, m.median_us);
+    EXPECT_LE(m.median_us, m.p90_us);
+  }
+  // The device block is this CPU's.
+  EXPECT_EQ(db.device().kind, std::optional<std::string>("cpu"));
+  ASSERT_TRUE(db.device().threads.has_value());
+  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(4));
+  ASSERT_TRUE(db.versions().blas.has_value());
+  EXPECT_THAT(*db.versions().blas, HasSubstr("OpenBLAS"));
+}
+
+TEST_F(ProfileCli, ASecondRunMergesIntoTheDatabase) {
+  const fs::path db_file = dir_ / "db.json";
+  ASSERT_EQ(profile("--threads 1 --out " + db_file.string()).status, 0);
+  const std::set<std::string> first = db_keys(CostDatabase::load(db_file));
+  const testing::CliResult r = profile("--threads 1 --micro-batch-size 4 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::set<std::string> second = program_keys({{"training.micro_batch_size", "4"}});
+  std::set<std::string> both = first;
+  both.insert(second.begin(), second.end());
+  EXPECT_GT(both.size(), first.size());
+  EXPECT_EQ(db_keys(CostDatabase::load(db_file)), both);
+}
+
+TEST_F(ProfileCli, AMalformedDatabaseIsRefusedNamingTheFile) {
+  const fs::path db_file = dir_ / "broken.json";
+  std::ofstream(db_file) << "{\"format\": \"traintwin-costdb\", ";
+  const testing::CliResult r = profile("--out " + db_file.string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr(db_file.string()));
+  EXPECT_THAT(r.output, HasSubstr("not valid JSON"));
+}
+
+TEST_F(ProfileCli, AForeignDeviceDatabaseIsRefusedNamingTheFile) {
+  const fs::path db_file = dir_ / "h100.json";
+  CostDatabase h100(CostDbDevice{"NVIDIA H100 80GB HBM3", 132, 1980, 85520809984, "9.0"},
+                    CostDbVersions{"550.54.15", "12.4", "12.4.5", "2.21.5", "0.1.0"});
+  h100.save(db_file);
+  const std::string before = CostDatabase::load(db_file).to_json();
+  const testing::CliResult r = profile("--out " + db_file.string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr(db_file.string()));
+  EXPECT_THAT(r.output, HasSubstr("NVIDIA H100 80GB HBM3"));
+  EXPECT_THAT(r.output, HasSubstr("refusing to merge"));
+  EXPECT_EQ(CostDatabase::load(db_file).to_json(), before);  // untouched
+}
+
+TEST_F(ProfileCli, CollectiveRowsFollowNcclTestsBusbwFactors) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path db_file = dir_ / "coll.json";
+  const testing::CliResult r = testing::run_mpi_cli(
+      2, "profile --collectives -b 8 -e 64K --warmup 1 --repeats 3 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("algbw"));
+  EXPECT_THAT(r.output, HasSubstr("busbw"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  std::set<std::string> ops;
+  for (const CollectiveMeasurement& c : db.collectives()) {
+    ops.insert(c.op);
+    EXPECT_EQ(c.ranks, 2);
+    EXPECT_EQ(c.bytes % 8, 0) << "one fp32 per rank at least";
+    EXPECT_NEAR(c.algbw_GBps, static_cast<double>(c.bytes) / (c.time_us * 1e3), 1e-9 * c.algbw_GBps);
+    double factor = 1.0;
+    if (c.op == "all_reduce") factor = busbw_factor(CollectiveKind::kAllReduce, 2);  // 2(n-1)/n = 1
+    if (c.op == "all_gather") factor = busbw_factor(CollectiveKind::kAllGather, 2);  // (n-1)/n = 0.5
+    if (c.op == "reduce_scatter") factor = busbw_factor(CollectiveKind::kReduceScatter, 2);
+    EXPECT_DOUBLE_EQ(c.busbw_GBps, c.algbw_GBps * factor) << c.op << " " << c.bytes;
+  }
+  EXPECT_EQ(ops, (std::set<std::string>{"all_gather", "all_reduce", "reduce_scatter", "send_recv"}));
+  // 8 B .. 64 KiB doubling (8 B is one fp32 per rank).
+  EXPECT_EQ(db.collectives().size(), 4u * 14u);
+}
+
+TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path db_file = dir_ / "two.json";
+  const testing::CliResult r = testing::run_mpi_cli(
+      2, "profile " + scenario_ + " --set cluster.num_gpus=2 --warmup 1 --repeats 3 --out " +
+             db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("on 2 ranks at once"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"}}));
+  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(2));
+}
+
+TEST_F(ProfileCli, TopologyOutDescribesThisHostWithTheDatabaseDevice) {
+  const fs::path db_file = dir_ / "cpu.json", topo_file = dir_ / "local.yaml";
+  const testing::CliResult r =
+      profile("--threads 1 --out " + db_file.string() + " --topology-out " + topo_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const TopologySpec topo = load_topology(topo_file);
+  const CostDatabase db = CostDatabase::load(db_file);
+  EXPECT_EQ(topo.gpu.name, exec::cpu::device_id(db.device()));
+  EXPECT_EQ(topo.node.gpus_per_node, exec::cpu::host_cores());  // one rank per core at 1 thread
+  double best_gemm = 0;
+  for (const KernelMeasurement& m : db.kernels()) {
+    if (m.key.name.rfind("gemm_", 0) == 0) best_gemm = std::max(best_gemm, m.flops / (m.median_us * 1e-6));
+  }
+  EXPECT_NEAR(topo.gpu.peak.fp32_FLOPs, best_gemm, 1e-5 * best_gemm);
+  EXPECT_GT(topo.gpu.hbm_bandwidth_Bps, 0);
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -217,6 +217,13 @@ TEST_F(ReliabilityCli, EveryDocumentedCommandPassesValidation) {
   for (std::string cmd : commands) {
     SCOPED_TRACE(cmd);
     one_process |= cmd.find("--set parallelism.sequence_parallel=false") != std::string::npos;
+    // Lines with shell variables ($S, $(hostname)) depend on the text around them, and the
+    // live measurement commands (profile, validate --live) need mpirun and minutes: listed, not run.
+    if (cmd.find('$') != std::string::npos || cmd.rfind("profile", 0) == 0 ||
+        cmd.rfind("validate --live", 0) == 0) {
+      std::printf("not run (shell variables or a live measurement): %s\n", cmd.c_str());
+      continue;
+    }
     if (cmd.rfind("simulate ", 0) == 0) cmd = "summary " + cmd.substr(9);
     if (cmd.rfind("train ", 0) == 0) cmd = "program " + cmd.substr(6) + " --rank 0 --summary";
     const CliResult r = traintwin::testing::run_cli(cmd, kSource);

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -39,7 +41,7 @@ void register_collective_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
-  cmd->add_option("--topology", o->topology, "Topology file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--topology", o->topology, "Topology file")->required();
   cmd->add_option("--num-gpus", o->num_gpus, "Cluster size")->capture_default_str();
   cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast")->capture_default_str();
   cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
@@ -47,6 +49,7 @@ void register_collective_command(CLI::App& app) {
   cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls")->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
+    const auto [min_bytes, max_bytes] = parse_nccl_size_range(o->min_bytes, o->max_bytes);
     const TopologySpec topo = load_topology(o->topology);
     check_cluster_size(topo, o->num_gpus);
     const CollectiveKind kind = parse_op(o->op);
@@ -57,7 +60,7 @@ void register_collective_command(CLI::App& app) {
     fmt::print("#\n{}", nccl_tests_header("algorithm"));
     // One worker process per size (SimGrid: one engine per process), as many at once as cores.
     const std::vector<int64_t> sizes =
-        nccl_tests_sizes(parse_nccl_size(o->min_bytes), parse_nccl_size(o->max_bytes));
+        nccl_tests_sizes(min_bytes, max_bytes);
     std::vector<std::function<std::string()>> work;
     for (int64_t bytes : sizes) {
       work.push_back([&o, &topo, kind, group, bytes] {

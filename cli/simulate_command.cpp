@@ -13,6 +13,7 @@
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -165,8 +166,7 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes("--cost-db");
   cmd->add_option("--cost-db-topology", o->cost_db_topology,
-                  "Topology whose GPU the database was measured on (default: the scenario's)")
-      ->check(CLI::ExistingFile);
+                  "Topology whose GPU the database was measured on (default: the scenario's)");
   cmd->add_flag("--aggregate-tp", o->aggregate_tp,
                 "Replay TP rank 0 of each TP group only (exact when TP fills a node; 8x faster)");
   cmd->add_flag("--no-link-contention", o->no_link_contention,
@@ -176,6 +176,8 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
+    // The output folder is checked before the simulation, not after it.
+    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     const TopologySpec topo = load_topology(s.cluster.topology);
     check_cluster_size(topo, s.cluster.num_gpus);
     SimulationOptions opts;
@@ -223,29 +225,28 @@ void register_simulate_command(CLI::App& app) {
     }
     const BaseRunMetrics* base_ptr = base ? &*base : nullptr;
     // The timeline goes to timeline.json event by event as the replay hands it over.
-    std::ofstream trace_file;
+    // (written whole or not at all: an AtomicFile renamed into place once complete).
+    std::optional<AtomicFile> trace_file;
     std::optional<ChromeTraceWriter> trace;
     const auto dir = std::filesystem::path(o->out_dir);
     if (!o->out_dir.empty()) {
-      std::filesystem::create_directories(dir);
-      trace_file.open(dir / "timeline.json");
-      if (!trace_file) throw Error("simulate: cannot write " + (dir / "timeline.json").string());
-      trace.emplace(trace_file, s.name);
+      trace_file.emplace(dir / "timeline.json");
+      trace.emplace(trace_file->stream(), s.name);
       opts.timeline_sink = [&trace](const TimelineEvent& e) { trace->write(e); };
     }
     const SimulationResult r = simulate(s, topo, *costs, opts);
-    if (trace) {
-      trace->finish();
-      trace_file.close();
-    }
+    if (trace) trace->finish();
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r, true, base_ptr).dump(2));
     } else {
       print_text(s, topo, r, base);
     }
     if (!o->out_dir.empty()) {
-      std::ofstream(dir / "summary.json")
-          << summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) << "\n";
+      prepare_output_directory(dir, "--out");  // again: it may have gone during the simulation
+      AtomicFile summary(dir / "summary.json");
+      summary.write(summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) + "\n");
+      summary.commit();
+      trace_file->commit();
       if (!o->json) fmt::print("wrote {} and {}\n", (dir / "summary.json").string(), (dir / "timeline.json").string());
       write_report_or_warn(dir, !o->json);
     }

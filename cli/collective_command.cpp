@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <cctype>
+#include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -34,7 +36,7 @@ void register_collective_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
-  cmd->add_option("--topology", o->topology, "Topology file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--topology", o->topology, "Topology file")->required();
   cmd->add_option("--num-gpus", o->num_gpus, "Cluster size")->capture_default_str();
   cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast")->capture_default_str();
   cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
@@ -42,6 +44,7 @@ void register_collective_command(CLI::App& app) {
   cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls")->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
+    const auto [min_bytes, max_bytes] = parse_nccl_size_range(o->min_bytes, o->max_bytes);
     const TopologySpec topo = load_topology(o->topology);
     check_cluster_size(topo, o->num_gpus);
     const CollectiveKind kind = parse_op(o->op);
@@ -50,7 +53,7 @@ void register_collective_command(CLI::App& app) {
     fmt::print("# traintwin collective (simulated): {} over {} GPUs ({} group of {} x {})\n", o->op,
                members.size(), o->group, o->num_gpus, topo.gpu.name);
     fmt::print("#\n{}", nccl_tests_header("algorithm"));
-    for (int64_t bytes : nccl_tests_sizes(parse_nccl_size(o->min_bytes), parse_nccl_size(o->max_bytes))) {
+    for (int64_t bytes : nccl_tests_sizes(min_bytes, max_bytes)) {
       const auto j = nlohmann::json::parse(run_isolated([&] {
         SimulationOptions opts;
         opts.collective_algorithm = o->algorithm;

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -23,23 +25,45 @@ inline std::string si(double x) {
   return fmt::format("{:.2f}{}", x, suffix[i]);
 }
 
-/// A size as nccl-tests' -b/-e take it: "8", "64K", "128M", "8G" (2^10 multiples). Throws
-/// ConfigError naming the value otherwise.
-inline int64_t parse_nccl_size(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw ConfigError("size '" + text + "': expected a number with an optional K, M or G (as nccl-tests -b/-e)");
+/// A size as nccl-tests' -b/-e take it: a positive integer with an optional K, M or G (2^10
+/// steps), at most 1 TiB: "8", "64K", "128M", "8G". Throws ConfigError naming `flag` and the
+/// value otherwise (zero, negative, NaN, a fraction, "1e21" or an unknown unit).
+inline int64_t parse_nccl_size(const std::string& text, const std::string& flag = "size") {
+  constexpr int64_t kMaxBytes = int64_t{1} << 40;
+  const auto invalid = [&](const std::string& why) {
+    return ConfigError(flag + " '" + text + "': " + why +
+                       " (allowed: an integer number of bytes from 1 to 1T, with an optional "
+                       "unit K, M or G as nccl-tests -b/-e, e.g. 8, 64K, 8G)");
+  };
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) throw invalid("not a size");
+  const std::string unit = text.substr(digits);
+  int shift = 0;
+  if (unit == "K") shift = 10;
+  else if (unit == "M") shift = 20;
+  else if (unit == "G") shift = 30;
+  else if (!unit.empty()) throw invalid("unknown unit '" + unit + "'");
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + digits, value);
+  if (ec != std::errc() || end != text.data() + digits || value > (kMaxBytes >> shift)) {
+    throw invalid("larger than 1 TiB");
   }
-  const std::string unit = text.substr(used);
-  double mult = 1;
-  if (unit == "K") mult = 1024.0;
-  else if (unit == "M") mult = 1024.0 * 1024;
-  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw ConfigError("size '" + text + "': unit must be K, M or G (as nccl-tests -b/-e)");
-  return static_cast<int64_t>(v * mult);
+  if (value == 0) throw invalid("zero bytes");
+  return value << shift;
+}
+
+/// -b and -e of an nccl-tests style command as a size range; ConfigError unless min <= max.
+inline std::pair<int64_t, int64_t> parse_nccl_size_range(const std::string& min_text,
+                                                         const std::string& max_text) {
+  const int64_t lo = parse_nccl_size(min_text, "-b/--minbytes");
+  const int64_t hi = parse_nccl_size(max_text, "-e/--maxbytes");
+  if (lo > hi) {
+    throw ConfigError(fmt::format("-b/--minbytes {} ({} bytes) is larger than -e/--maxbytes {} "
+                                  "({} bytes) (rule: minbytes <= maxbytes)",
+                                  min_text, lo, max_text, hi));
+  }
+  return {lo, hi};
 }
 
 /// The two header lines of an nccl-tests table (size count type redop time algbw busbw), the

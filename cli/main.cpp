@@ -2,6 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <exception>
+#include <new>
+
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 
@@ -25,6 +28,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const traintwin::Error& e) {
+    fmt::print(stderr, "traintwin: error: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // The libraries bound their inputs; this is what is left (a machine short of memory).
+    fmt::print(stderr, "traintwin: error: out of memory\n");
+    return 2;
+  } catch (const std::exception& e) {
+    // A library error that was not turned into a traintwin::Error (a bug to report): a message
+    // and exit status 2, never an abort.
     fmt::print(stderr, "traintwin: error: {}\n", e.what());
     return 2;
   }

@@ -170,7 +170,7 @@ void run_preprocess(const PreprocessOptions& o) {
       nlohmann::json doc;
       try {
         doc = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // also out_of_range (e.g. 1e999)
         throw DataError(where + ": malformed JSON: " + e.what());
       }
       if (!doc.is_object()) {

@@ -161,7 +161,8 @@ void profile_collectives(const ProfileCliOptions& o) {
     const bool root = comm.rank() == 0;
     std::vector<int64_t> sizes;
     const int64_t unit = 4 * env.size();
-    for (int64_t b : nccl_tests_sizes(parse_nccl_size(o.min_bytes), parse_nccl_size(o.max_bytes))) {
+    const auto [min_bytes, max_bytes] = parse_nccl_size_range(o.min_bytes, o.max_bytes);
+    for (int64_t b : nccl_tests_sizes(min_bytes, max_bytes)) {
       const int64_t r = std::max(unit, b / unit * unit);
       if (sizes.empty() || sizes.back() != r) sizes.push_back(r);
     }

@@ -35,7 +35,7 @@ void PipelineSplitFlags::append_overrides(std::vector<Override>& out) const {
 }
 
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
-  cmd.add_option("scenario", o.file, "Scenario file (scenarios/*.yaml)")->required()->check(CLI::ExistingFile);
+  cmd.add_option("scenario", o.file, "Scenario file (scenarios/*.yaml)")->required();
   cmd.add_option("--set", o.set, "Override any scenario key: --set parallelism.tensor_model_parallel_size=4")
       ->type_name("KEY=VALUE");
   auto* g = cmd.add_option_group("Megatron-LM flags", "Shorthands for --set of the common keys");

@@ -13,6 +13,7 @@
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -146,14 +147,15 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes("--cost-db");
   cmd->add_option("--cost-db-topology", o->cost_db_topology,
-                  "Topology whose GPU the database was measured on (default: the scenario's)")
-      ->check(CLI::ExistingFile);
+                  "Topology whose GPU the database was measured on (default: the scenario's)");
   cmd->add_flag("--aggregate-tp", o->aggregate_tp,
                 "Replay TP rank 0 of each TP group only (exact when TP fills a node; 8x faster)");
   cmd->add_option("--collective-algorithm", o->collective_algorithm, "Force an NCCL algorithm for every collective")
       ->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
+    // The output folder is checked before the simulation, not after it.
+    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     const TopologySpec topo = load_topology(s.cluster.topology);
     check_cluster_size(topo, s.cluster.num_gpus);
     SimulationOptions opts;
@@ -206,14 +208,14 @@ void register_simulate_command(CLI::App& app) {
       print_text(s, topo, r, base);
     }
     if (!o->out_dir.empty()) {
-      std::filesystem::create_directories(o->out_dir);
       const auto dir = std::filesystem::path(o->out_dir);
-      std::ofstream(dir / "summary.json")
-          << summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) << "\n";
-      {
-        std::ofstream trace(dir / "timeline.json");
-        write_chrome_trace(r.timeline, trace);
-      }
+      prepare_output_directory(dir, "--out");  // again: it may have gone during the simulation
+      AtomicFile summary(dir / "summary.json");
+      summary.write(summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) + "\n");
+      summary.commit();
+      AtomicFile trace(dir / "timeline.json");
+      write_chrome_trace(r.timeline, trace.stream());
+      trace.commit();
       if (!o->json) fmt::print("wrote {} and {}\n", (dir / "summary.json").string(), (dir / "timeline.json").string());
       write_report_or_warn(dir, !o->json);
     }

@@ -22,6 +22,7 @@
 #include "cli/sweep_mpi.hpp"
 #include "cli/format.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sweep.hpp"
 #include "topologies/topology.hpp"
@@ -186,12 +187,13 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
 
 void write_outputs(const std::string& dir_name, const std::vector<SweepRow>& rows) {
   const std::filesystem::path dir(dir_name);
-  std::filesystem::create_directories(dir);
-  std::ofstream json(dir / "sweep.json");
-  json << sweep_json(rows).dump(2) << "\n";
-  std::ofstream csv(dir / "sweep.csv");
-  csv << sweep_csv(rows);
-  if (!json || !csv) throw Error("sweep: cannot write into " + dir.string());
+  prepare_output_directory(dir, "--out");
+  AtomicFile json(dir / "sweep.json");
+  json.write(sweep_json(rows).dump(2) + "\n");
+  json.commit();
+  AtomicFile csv(dir / "sweep.csv");
+  csv.write(sweep_csv(rows));
+  csv.commit();
   fmt::print("\nwrote {} and {} ({} rows)\n", (dir / "sweep.json").string(),
              (dir / "sweep.csv").string(), rows.size());
 }
@@ -203,8 +205,7 @@ void register_sweep_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sweep", "Simulate every combination of parallel layouts and knobs; rank them by tokens/s");
   cmd->add_option("scenario", o->file, "Base scenario file (scenarios/*.yaml)")
-      ->required()
-      ->check(CLI::ExistingFile);
+      ->required();
   cmd->add_option("--set", o->set,
                   "Override a key of the base scenario: --set training.global_batch_size=512")
       ->type_name("KEY=VALUE");
@@ -237,8 +238,7 @@ void register_sweep_command(CLI::App& app) {
                   "Write sweep.json and sweep.csv (one row per configuration) into DIR");
   cmd->add_option(
          "--cost-db", o->cost_db,
-         "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
-      ->check(CLI::ExistingFile);
+         "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)");
   cmd->add_option("--mode", o->mode,
                   "simulate (SimGrid replay of each), analytical (closed form, fast), auto "
                   "(analytical ranking, the top K replayed)")
@@ -272,6 +272,8 @@ void register_sweep_command(CLI::App& app) {
     o->pipeline_split.append_overrides(overrides);
     check_given_once(overrides);
     const Scenario base = load_scenario(o->file, overrides);
+    // The output folder is checked before the sweep, not after it.
+    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     const TopologySpec topo = load_topology(base.cluster.topology);
     check_cluster_size(topo, base.cluster.num_gpus);
     // FP8 on a GPU without it fails before any simulation, naming the GPU.

@@ -9,14 +9,10 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "exec/launch_env.hpp"
 
 namespace traintwin::cli {
 namespace {
-
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : 0;
-}
 
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw Error(std::string("sweep over MPI: ") + what + " failed");
@@ -32,15 +28,12 @@ SweepStatus parse_status(const std::string& s) {
 
 }  // namespace
 
-bool launched_by_mpi() {
-  return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 ||
-         env_int("PMIX_SIZE") > 1 || env_int("SLURM_NTASKS") > 1;
-}
+bool launched_by_mpi() { return exec::read_launch_environment().distributed(); }
 
 void run_or_abort_all(const std::function<void()>& work) {
   try {
     work();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // any exception: the other ranks may be waiting
     fmt::print(stderr, "traintwin: error: {}\n", e.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 2);

@@ -11,7 +11,8 @@
 namespace traintwin::cli {
 
 /// True when this process was started by an MPI launcher (mpirun / srun) with more than one rank
-/// (Open MPI's OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX / Slurm's SLURM_NTASKS > 1).
+/// (exec::read_launch_environment(): Open MPI's OMPI_COMM_WORLD_SIZE, srun's SLURM_NTASKS with a
+/// job step, PMIX_SIZE / PMI_SIZE > 1).
 bool launched_by_mpi();
 
 /// Runs `work` on this MPI rank; an Error it throws is printed ("traintwin: error: ...") and

@@ -16,8 +16,7 @@ void register_topology_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("topology", "Describe a cluster topology file");
   cmd->add_option("file", o->file, "Topology file (topologies/*.yaml)")
-      ->required()
-      ->check(CLI::ExistingFile);
+      ->required();
   cmd->add_option("--num-gpus", o->num_gpus,
                   "Check that a cluster of this size fits the fabric and summarize its graph: "
                   "switches and links per tier, bandwidths, bisection, route hop counts");

@@ -15,6 +15,8 @@
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
+#include "exec/launch_env.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
 #include "exec/local_communicator.hpp"
@@ -28,6 +30,7 @@ namespace {
 struct TrainOptions {
   ScenarioOptions scenario;
   std::string save, load, timeline;
+  double distributed_timeout_minutes = exec::kDefaultDistributedTimeoutMinutes;
 };
 
 /// Averages of the iterations since the last log line (Megatron's training_log).
@@ -90,19 +93,17 @@ void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool
       all.events.insert(all.events.end(), t.events.begin(), t.events.end());
     }
   }
-  std::ofstream out(path);
-  if (!out) throw Error("--timeline: cannot write " + path);
-  write_chrome_trace(all, out);
+  AtomicFile out(path);
+  write_chrome_trace(all, out.stream());
+  out.commit();
 }
 
 /// Under mpirun every process would start as many OpenBLAS threads as the node has cores; unless
 /// OPENBLAS_NUM_THREADS says otherwise, the node's cores are shared among its ranks instead
-/// (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE ranks on this node, at least one thread each).
+/// (the launcher's count of ranks on this node: mpirun or srun, at least one thread each).
 void share_cores_among_local_ranks() {
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local == nullptr) local = std::getenv("SLURM_NTASKS_PER_NODE");
-  const int ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  const int ranks = static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size));
   exec::cpu::set_gemm_threads(exec::cpu::threads_per_rank(ranks));
 }
 
@@ -122,7 +123,8 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
           s.source.string(), s.world_size(), s.parallel.tensor_model_parallel_size,
           s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size, env->size()));
     }
-    comm = std::make_unique<exec::MpiCommunicator>(layout);
+    comm = std::make_unique<exec::MpiCommunicator>(layout, MPI_COMM_WORLD,
+                                                   o.distributed_timeout_minutes);
   } else {
     if (s.world_size() != 1) {
       throw ConfigError(fmt::format(
@@ -155,18 +157,29 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   }
   LogWindow window;
   exec::TrainerCallbacks cb;
+  // Every log line is flushed at once (as Megatron's print_rank_0 with flush=True): under mpirun
+  // or into a file, progress shows live, and a job that dies keeps its last lines.
   cb.on_iteration = [&](const exec::IterationLog& l) {
     window.add(l);
     if (l.iteration % s.training.log_interval == 0 || l.iteration == l.train_iters) {
-      if (root) print_iteration(l, window, s.training.global_batch_size, s.model.seq_length);
+      if (root) {
+        print_iteration(l, window, s.training.global_batch_size, s.model.seq_length);
+        std::fflush(stdout);
+      }
       window = LogWindow();
     }
   };
   cb.on_validation = [&](const exec::ValidationLog& v) {
-    if (root) print_validation(v);
+    if (root) {
+      print_validation(v);
+      std::fflush(stdout);
+    }
   };
   cb.on_checkpoint = [&](const exec::CheckpointLog& c) {
-    if (root) fmt::print("saved checkpoint at iteration {} to {}\n", c.iteration, c.dir.string());
+    if (root) {
+      fmt::print("saved checkpoint at iteration {} to {}\n", c.iteration, c.dir.string());
+      std::fflush(stdout);
+    }
   };
   trainer.train(cb);
   if (!o.timeline.empty()) {
@@ -186,6 +199,11 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--load", o->load, "Resume from the latest checkpoint in this folder (Megatron --load)");
   cmd->add_option("--timeline", o->timeline,
                   "Write every op of every rank as a Chrome/Perfetto trace (the simulator's format)");
+  cmd->add_option("--distributed-timeout-minutes", o->distributed_timeout_minutes,
+                  "Under mpirun/srun: a rank that waits longer than this on a collective or "
+                  "send/recv aborts the job, naming the op, group and missing ranks (Megatron-LM)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([o] {
     if (!launched_by_mpi()) return run_train(*o, nullptr);
     const exec::MpiEnvironment env;

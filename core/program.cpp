@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -979,6 +980,8 @@ class RankLowering {
     const int64_t bucket_size = ddp_bucket_size_params(sc_);
     const int64_t emb_local = d_.vocab_local * d_.h;
     buckets_.assign(static_cast<size_t>(d_.v), {});
+    bucket_of_layer_.assign(static_cast<size_t>(d_.v), {});
+    bucket_of_trigger_.assign(static_cast<size_t>(d_.v), {});
     forwarded_chunk_.assign(static_cast<size_t>(d_.v), false);
     last_backward_mb_.assign(static_cast<size_t>(d_.v), -1);
     for (const auto& st : out_.schedule) {
@@ -1006,12 +1009,19 @@ class RankLowering {
       // embedding or the LM head.
       auto& chunk = buckets_[static_cast<size_t>(c)];
       chunk.emplace_back();
+      auto& of_layer = bucket_of_layer_[static_cast<size_t>(c)];
       for (const auto& [id, n] : items) {
         if (bucket_size > 0 && chunk.back().params >= bucket_size) chunk.emplace_back();
         chunk.back().params += n;
         if (id >= 0) chunk.back().gemm_weights += gemm_per_layer;
         chunk.back().layers.push_back(id);
         chunk.back().trigger = id;
+        of_layer[id] = chunk.size() - 1;
+      }
+      // Each id is added once, so a bucket's trigger (its last id) names it alone.
+      auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(c)];
+      for (size_t b = 0; b < chunk.size(); ++b) {
+        if (!chunk[b].layers.empty()) of_trigger[chunk[b].trigger] = b;
       }
     }
   }
@@ -1020,8 +1030,9 @@ class RankLowering {
   /// with overlap_grad_reduce, starts the reduce of the bucket this completes.
   void bucket_done(int64_t chunk, int64_t layer) {
     if (!sc_.training.overlap_grad_reduce) return;
-    for (auto& bucket : buckets_[static_cast<size_t>(chunk)]) {
-      if (bucket.trigger == layer) issue_grad_reduce(chunk, bucket);
+    const auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(chunk)];
+    if (auto it = of_trigger.find(layer); it != of_trigger.end()) {
+      issue_grad_reduce(chunk, buckets_[static_cast<size_t>(chunk)][it->second]);
     }
   }
 
@@ -1060,10 +1071,9 @@ class RankLowering {
 
   /// With overlap_param_gather, the first forward through `layer` waits for its bucket's gather.
   void wait_param_gather(int64_t chunk, int64_t layer) {
-    for (const auto& bucket : buckets_[static_cast<size_t>(chunk)]) {
-      if (std::find(bucket.layers.begin(), bucket.layers.end(), layer) != bucket.layers.end()) {
-        wait(bucket.param_gather_op);
-      }
+    const auto& of_layer = bucket_of_layer_[static_cast<size_t>(chunk)];
+    if (auto it = of_layer.find(layer); it != of_layer.end()) {
+      wait(buckets_[static_cast<size_t>(chunk)][it->second].param_gather_op);
     }
   }
 
@@ -1135,6 +1145,10 @@ class RankLowering {
   std::array<uint32_t, 5> last_on_stream_{kNoOp, kNoOp, kNoOp, kNoOp, kNoOp};
 
   std::vector<std::vector<Bucket>> buckets_;  // per model chunk
+  // Per model chunk: the bucket index of each layer id, and of each bucket's trigger id (so that
+  // the lowering stays linear in layers and micro-batches: no bucket list is rescanned).
+  std::vector<std::unordered_map<int64_t, size_t>> bucket_of_layer_;
+  std::vector<std::unordered_map<int64_t, size_t>> bucket_of_trigger_;
   std::vector<bool> forwarded_chunk_;
   std::vector<int64_t> last_backward_mb_;
   std::vector<uint32_t> grad_syncs_;

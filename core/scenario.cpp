@@ -26,9 +26,11 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
 #include "core/text.hpp"
+#include "core/yaml_document.hpp"
 
 namespace traintwin {
 
@@ -728,6 +730,26 @@ void check_rules(const Scenario& s, const Locator& where) {
                            t.global_batch_size, t.micro_batch_size, dp, per_step));
   }
 
+  // Work bound: a rank's Program holds ~20 ops per layer, micro-batch and pass; past
+  // kMaxLayerPassesPerRank it would not fit a machine's memory (rather than dying of bad_alloc
+  // minutes later, the file is refused here, naming the key that is out of scale).
+  if (t.global_batch_size % per_step == 0 && m.num_layers % mul(pp, v) == 0) {
+    const int64_t micro_batches = t.global_batch_size / per_step;
+    const int64_t layers_per_stage = m.num_layers / pp;
+    const int64_t passes = mul(micro_batches, layers_per_stage);
+    if (passes > kMaxLayerPassesPerRank) {
+      const bool batch = micro_batches >= layers_per_stage;
+      rule_error(where, batch ? "training.global_batch_size" : "model.num_layers",
+                 fmt::format("{} micro-batches (global_batch_size / (micro_batch_size x DP) = {} / "
+                             "({} x {})) x {} layers per pipeline stage (num_layers / PP = {} / {}) "
+                             "= {} layer passes per rank and iteration, more than the {} a "
+                             "Program may hold (rule: micro-batches x num_layers / PP <= {})",
+                             micro_batches, t.global_batch_size, t.micro_batch_size, dp,
+                             layers_per_stage, m.num_layers, pp, passes, kMaxLayerPassesPerRank,
+                             kMaxLayerPassesPerRank));
+    }
+  }
+
   // Interleaved 1F1B (v > 1 model chunks per pipeline rank).
   if (v > 1) {
     const std::string_view vkey = "parallelism.virtual_pipeline_model_parallel_size";
@@ -1417,12 +1439,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
                         const std::filesystem::path& base_dir,
                         const std::vector<Override>& overrides) {
   const std::string where = origin.empty() ? "<scenario>" : origin;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}:{}: YAML syntax error: {}", where, e.mark.line + 1, e.msg));
-  }
+  const YAML::Node root = load_single_yaml_document(yaml_text, where, "scenario file");
   Reader reader(where, root);
   Scenario s;
   try {
@@ -1437,12 +1454,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 }
 
 Scenario load_scenario(const std::filesystem::path& file, const std::vector<Override>& overrides) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open scenario file", file.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read scenario file", file.string()));
-  Scenario s = parse_scenario(text.str(), file.string(), file.parent_path(), overrides);
+  const std::string text = read_input_file(file, "scenario file", kMaxConfigFileBytes);
+  Scenario s = parse_scenario(text, file.string(), file.parent_path(), overrides);
   s.source = file;
   return s;
 }
@@ -1463,16 +1476,20 @@ std::array<double, 3> split_fractions(const std::string& split) {
   if (fields.empty()) throw invalid("it is empty");
   if (fields.size() > 3) throw invalid(fmt::format("{} fields", fields.size()));
   std::array<double, 3> weights{0, 0, 0};
-  double sum = 0;
+  double largest = 0;
   for (size_t i = 0; i < fields.size(); ++i) {
     const std::string field = trim(fields[i]);
     if (field.empty()) throw invalid(fmt::format("field {} is empty", i + 1));
     const std::optional<double> w = parse_number_text(field);
     if (!w || *w < 0) throw invalid(fmt::format("'{}' is not a number >= 0", field));
+    if (!std::isfinite(*w)) throw invalid(fmt::format("'{}' is not finite", field));
     weights[i] = *w;
-    sum += *w;
+    largest = std::max(largest, *w);
   }
-  if (!(sum > 0)) throw invalid("every weight is zero");
+  if (!(largest > 0)) throw invalid("every weight is zero");
+  // Scaled by the largest weight first, so that the sum cannot overflow (1e308,1e308,1e308).
+  double sum = 0;
+  for (double& w : weights) sum += (w /= largest);
   for (double& w : weights) w /= sum;
   return weights;
 }

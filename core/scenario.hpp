@@ -359,6 +359,12 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
                         const std::filesystem::path& base_dir,
                         const std::vector<Override>& overrides = {});
 
+/// The most layer passes (micro-batches x layers per pipeline stage) one rank's Program may hold
+/// per iteration: 2^17, about 100x the largest shipped scenario. Memory grows ~14 KB per layer
+/// pass (`summary` of gpt-tiny-brown: 2^16 passes, 0.93 GB peak and 2.5 s; 2^20, 14 GB): at the
+/// bound about 2 GB, beyond it a machine would run out of memory or time.
+inline constexpr int64_t kMaxLayerPassesPerRank = int64_t{1} << 17;
+
 /// Checks the cross-key rules (throws ConfigError naming the key(s) and the rule):
 /// TP divides heads and ffn_hidden_size; the pipeline split possible (pipeline_layer_split():
 /// num_layers divisible by PP x v, or Megatron-Core's uneven rules); num_gpus = TP x CP x PP x DP;
@@ -370,7 +376,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
 /// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the
 /// straggler rank in [0, num_gpus), a degraded link named; the live-training keys in their
 /// ranges, min_lr <= lr, lr_warmup_iters < lr_decay_iters (or train_iters when lr_decay_iters
-/// is not set; Megatron's OptimizerParamScheduler asserts it), data.split well formed.
+/// is not set; Megatron's OptimizerParamScheduler asserts it), data.split well formed;
+/// micro-batches x num_layers / PP <= kMaxLayerPassesPerRank.
 /// `origin` prefixes the messages.
 void validate_scenario(const Scenario& s, const std::string& origin);
 

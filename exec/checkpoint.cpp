@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
-#include "exec/posix_file.hpp"
+#include "core/posix_file.hpp"
 
 namespace traintwin {
 namespace {
@@ -47,43 +47,19 @@ void create_directories_durably(const fs::path& dir) {
   sync_directory(dir.parent_path().empty() ? fs::path(".") : dir.parent_path());
 }
 
-/// "<path>.tmp" written, synced and renamed over `path`; removed unless commit() succeeds.
-/// Keeps a running FNV-1a 64 of what was written.
-class AtomicFile {
+/// An AtomicFile (core/posix_file.hpp) that keeps a running FNV-1a 64 of what was written.
+class HashedAtomicFile {
  public:
-  explicit AtomicFile(fs::path path) : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot create " + tmp_ + ": " + errno_text());
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
+  explicit HashedAtomicFile(fs::path path) : file_(std::move(path)) {}
   void write(const void* data, size_t size) {
     hash_ = fnv1a64(data, size, hash_);
-    write_all(fd_, data, size, tmp_);
+    file_.write(data, size);
   }
   uint64_t hash() const { return hash_; }
-
-  void commit() {
-    const int fd = fd_;
-    fd_ = -1;
-    sync_and_close(fd, tmp_);
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      throw Error("cannot rename " + tmp_ + " to " + path_.string() + ": " + errno_text());
-    }
-    committed_ = true;
-    sync_directory(path_.parent_path().empty() ? fs::path(".") : path_.parent_path());
-  }
+  void commit() { file_.commit(); }
 
  private:
-  fs::path path_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
+  AtomicFile file_;
   uint64_t hash_ = kFnv1a64Basis;
 };
 
@@ -111,6 +87,27 @@ int64_t element_count(const std::vector<int64_t>& shape) {
     count *= d;
   }
   return count;
+}
+
+/// `j` as an integer of type T; throws json::type_error unless it is a JSON integer that T
+/// holds (a float such as 1e300 would be an undefined conversion).
+template <typename T>
+T integer(const json& j) {
+  if (j.is_number_unsigned()) {
+    const auto v = j.get<uint64_t>();
+    if (v <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(v);
+  } else if (j.is_number_integer()) {
+    const auto v = j.get<int64_t>();
+    if (v >= 0 || std::numeric_limits<T>::is_signed) return static_cast<T>(v);
+  }
+  throw json::type_error::create(302, "expected an integer in range, got " + j.dump(), &j);
+}
+
+std::vector<int64_t> integers(const json& j) {
+  if (!j.is_array()) throw json::type_error::create(302, "expected an array, got " + j.dump(), &j);
+  std::vector<int64_t> out;
+  for (const json& e : j) out.push_back(integer<int64_t>(e));
+  return out;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -203,7 +200,7 @@ void write_rank_checkpoint(const fs::path& dir, int64_t iteration, int64_t rank,
   text.append((8 - (kPrefixBytes + text.size()) % 8) % 8, ' ');
 
   create_directories_durably(path.parent_path());
-  AtomicFile file(path);
+  HashedAtomicFile file(path);
   std::string prefix(kMagic);
   put<uint64_t>(prefix, text.size());
   file.write(prefix.data(), prefix.size());
@@ -279,7 +276,7 @@ RankCheckpoint read_rank_checkpoint(const fs::path& dir, int64_t iteration, int6
   try {
     header = json::parse(bytes.begin() + kPrefixBytes,
                          bytes.begin() + static_cast<ptrdiff_t>(kPrefixBytes + header_bytes));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
     throw fail(std::string(checksum_ok() ? "" : "checksum mismatch, and ") +
                "the header is not valid JSON: " + e.what());
   }
@@ -291,12 +288,12 @@ RankCheckpoint read_rank_checkpoint(const fs::path& dir, int64_t iteration, int6
   };
   std::vector<Entry> entries;
   try {
-    const auto version = header.at("format_version").get<int64_t>();
+    const auto version = integer<int64_t>(header.at("format_version"));
     if (version != kFormatVersion) {
       throw fail("unknown format version " + std::to_string(version) + " (this build reads " +
                  std::to_string(kFormatVersion) + ")");
     }
-    data_bytes = header.at("data_bytes").get<uint64_t>();
+    data_bytes = integer<uint64_t>(header.at("data_bytes"));
     const uint64_t expected = kPrefixBytes + header_bytes + data_bytes + kChecksumBytes;
     if (data_bytes > size || size < expected) {
       throw fail("truncated: the header describes " + std::to_string(kPrefixBytes + header_bytes) +
@@ -313,16 +310,16 @@ RankCheckpoint read_rank_checkpoint(const fs::path& dir, int64_t iteration, int6
           "file is corrupt)");
     }
     ckpt.signature = header.at("signature").get<std::map<std::string, std::string>>();
-    ckpt.iteration = header.at("iteration").get<int64_t>();
-    ckpt.consumed_train_samples = header.at("consumed_train_samples").get<int64_t>();
-    ckpt.seed = header.at("seed").get<uint64_t>();
+    ckpt.iteration = integer<int64_t>(header.at("iteration"));
+    ckpt.consumed_train_samples = integer<int64_t>(header.at("consumed_train_samples"));
+    ckpt.seed = integer<uint64_t>(header.at("seed"));
     std::set<std::string> names;
     uint64_t next = 0;
     for (const json& t : header.at("tensors")) {
       CheckpointTensor tensor;
       tensor.name = t.at("name").get<std::string>();
-      tensor.shape = t.at("shape").get<std::vector<int64_t>>();
-      Entry entry{t.at("offset_bytes").get<uint64_t>(), t.at("count").get<int64_t>()};
+      tensor.shape = integers(t.at("shape"));
+      Entry entry{integer<uint64_t>(t.at("offset_bytes")), integer<int64_t>(t.at("count"))};
       if (!names.insert(tensor.name).second) {
         throw fail("duplicate tensor name \"" + tensor.name + "\"");
       }
@@ -353,6 +350,7 @@ RankCheckpoint read_rank_checkpoint(const fs::path& dir, int64_t iteration, int6
   for (size_t k = 0; k < entries.size(); ++k) {
     auto& values = ckpt.tensors[k].data;
     values.resize(static_cast<size_t>(entries[k].count));
+    if (values.empty()) continue;  // data() may be null: no memcpy(null, ..., 0)
     std::memcpy(values.data(), data + entries[k].offset_bytes, values.size() * sizeof(float));
   }
   return ckpt;

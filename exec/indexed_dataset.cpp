@@ -6,6 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csetjmp>
+#include <csignal>
+#include <mutex>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -14,7 +18,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
-#include "exec/posix_file.hpp"
+#include "core/posix_file.hpp"
 
 namespace traintwin {
 namespace {
@@ -38,6 +42,55 @@ T load(const unsigned char* p) {
   T value;
   std::memcpy(&value, p, sizeof(T));
   return value;
+}
+
+// A .bin truncated while it is mapped raises SIGBUS on the next read of a lost page. Reads from
+// the mapping go through copy_from_mapping(), which turns that fault into a return value, so the
+// reader can throw an error naming the file instead of the process dying without a word.
+// volatile, and fenced below: the compiler must not drop the store before memcpy as dead.
+thread_local sigjmp_buf* volatile t_mapping_fault = nullptr;
+struct sigaction g_previous_sigbus {};
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  if (t_mapping_fault != nullptr) siglongjmp(*t_mapping_fault, 1);
+  // Not a read of ours: behave as before the handler was installed.
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN &&
+      g_previous_sigbus.sa_handler != nullptr) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // the fault repeats and ends the process
+}
+
+void install_sigbus_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+}
+
+/// memcpy from a memory mapping; false when the mapped file shrank under it (SIGBUS).
+bool copy_from_mapping(void* dst, const unsigned char* src, size_t size) {
+  install_sigbus_handler();
+  sigjmp_buf jump;
+  if (sigsetjmp(jump, 1) != 0) {
+    t_mapping_fault = nullptr;
+    return false;
+  }
+  t_mapping_fault = &jump;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, size);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_mapping_fault = nullptr;
+  return true;
 }
 
 /// The whole content of `path`; throws Error naming it when it is missing or unreadable.
@@ -123,27 +176,13 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, int64_t vocab_siz
     throw InvalidArgument("vocab_size must be <= 2^31 (token ids are int32), got " +
                           std::to_string(vocab_size));
   }
-  const std::string tmp = indexed_dataset_bin_path(prefix_) + ".tmp";
-  bin_fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (bin_fd_ < 0) throw Error("cannot create " + tmp + ": " + errno_text());
+  bin_ = std::make_unique<AtomicFile>(indexed_dataset_bin_path(prefix_));
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (!finalized_) remove_temporaries();
-}
-
-void IndexedDatasetWriter::remove_temporaries() noexcept {
-  if (bin_fd_ >= 0) {
-    ::close(bin_fd_);
-    bin_fd_ = -1;
-  }
-  ::unlink((indexed_dataset_bin_path(prefix_) + ".tmp").c_str());
-  ::unlink((indexed_dataset_idx_path(prefix_) + ".tmp").c_str());
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;  // an uncommitted AtomicFile removes itself
 
 void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
-  const std::string tmp = indexed_dataset_bin_path(prefix_) + ".tmp";
-  if (finalized_ || bin_fd_ < 0) {
+  if (finalized_ || !bin_) {
     throw Error("indexed dataset " + prefix_ + ": add_document after finalize");
   }
   const int64_t doc = num_documents();
@@ -169,7 +208,7 @@ void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
     }
   }
   if (!tokens.empty()) {
-    write_all(bin_fd_, buffer_.data(), buffer_.size(), tmp);
+    bin_->write(buffer_.data(), buffer_.size());
     sequence_lengths_.push_back(static_cast<int32_t>(tokens.size()));
     num_tokens_ += static_cast<int64_t>(tokens.size());
   }
@@ -177,57 +216,32 @@ void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
 }
 
 void IndexedDatasetWriter::finalize() {
-  if (finalized_ || bin_fd_ < 0) {
+  if (finalized_ || !bin_) {
     throw Error("indexed dataset " + prefix_ + ": finalize called twice");
   }
-  const std::string bin_tmp = indexed_dataset_bin_path(prefix_) + ".tmp";
-  const std::string idx_tmp = indexed_dataset_idx_path(prefix_) + ".tmp";
-  try {
-    const int fd = bin_fd_;
-    bin_fd_ = -1;
-    sync_and_close(fd, bin_tmp);
-
-    const uint64_t n = sequence_lengths_.size();
-    std::vector<unsigned char> idx;
-    idx.reserve(static_cast<size_t>(kHeaderBytes) + n * 12 + document_indices_.size() * 8);
-    idx.insert(idx.end(), kMagic.begin(), kMagic.end());
-    append_pod(idx, kVersion);
-    append_pod(idx, static_cast<uint8_t>(dtype_));
-    append_pod(idx, n);
-    append_pod(idx, static_cast<uint64_t>(document_indices_.size()));
-    for (int32_t len : sequence_lengths_) append_pod(idx, len);
-    const auto item = static_cast<int64_t>(token_dtype_size(dtype_));
-    int64_t pointer = 0;
-    for (int32_t len : sequence_lengths_) {
-      append_pod(idx, pointer);
-      pointer += len * item;
-    }
-    for (int64_t d : document_indices_) append_pod(idx, d);
-
-    const int idx_fd = ::open(idx_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (idx_fd < 0) throw Error("cannot create " + idx_tmp + ": " + errno_text());
-    try {
-      write_all(idx_fd, idx.data(), idx.size(), idx_tmp);
-    } catch (...) {
-      ::close(idx_fd);
-      throw;
-    }
-    sync_and_close(idx_fd, idx_tmp);
-
-    const std::string bin = indexed_dataset_bin_path(prefix_);
-    const std::string index = indexed_dataset_idx_path(prefix_);
-    if (std::rename(bin_tmp.c_str(), bin.c_str()) != 0) {
-      throw Error("cannot rename " + bin_tmp + " to " + bin + ": " + errno_text());
-    }
-    if (std::rename(idx_tmp.c_str(), index.c_str()) != 0) {
-      throw Error("cannot rename " + idx_tmp + " to " + index + ": " + errno_text());
-    }
-  } catch (...) {
-    remove_temporaries();
-    finalized_ = true;
-    throw;
-  }
   finalized_ = true;
+  const std::unique_ptr<AtomicFile> bin = std::move(bin_);  // removed on an error below
+  const uint64_t n = sequence_lengths_.size();
+  std::vector<unsigned char> idx;
+  idx.reserve(static_cast<size_t>(kHeaderBytes) + n * 12 + document_indices_.size() * 8);
+  idx.insert(idx.end(), kMagic.begin(), kMagic.end());
+  append_pod(idx, kVersion);
+  append_pod(idx, static_cast<uint8_t>(dtype_));
+  append_pod(idx, n);
+  append_pod(idx, static_cast<uint64_t>(document_indices_.size()));
+  for (int32_t len : sequence_lengths_) append_pod(idx, len);
+  const auto item = static_cast<int64_t>(token_dtype_size(dtype_));
+  int64_t pointer = 0;
+  for (int32_t len : sequence_lengths_) {
+    append_pod(idx, pointer);
+    pointer += len * item;
+  }
+  for (int64_t d : document_indices_) append_pod(idx, d);
+
+  AtomicFile index(indexed_dataset_idx_path(prefix_));
+  index.write(idx.data(), idx.size());
+  bin->commit();
+  index.commit();
 }
 
 // --- reader ---------------------------------------------------------------------------------
@@ -284,20 +298,20 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   }
   if (d < 1) throw fail("the document indices are empty (they start with 0)");
 
+  // Copies guarded by the count: an empty vector's data() may be null, and memcpy(null, p, 0)
+  // is undefined (an empty corpus has no sequences).
   const unsigned char* p = idx.data() + kHeaderBytes;
-  ds.sequence_lengths_.resize(n);
-  std::memcpy(ds.sequence_lengths_.data(), p, n * 4);
-  p += n * 4;
-  ds.sequence_pointers_.resize(n);
-  std::memcpy(ds.sequence_pointers_.data(), p, n * 8);
-  p += n * 8;
-  ds.document_indices_.resize(d);
-  std::memcpy(ds.document_indices_.data(), p, d * 8);
-  p += d * 8;
+  auto copy_into = [&p](auto& vec, uint64_t count) {
+    vec.resize(count);
+    if (count > 0) std::memcpy(vec.data(), p, count * sizeof(vec[0]));
+    p += count * sizeof(vec[0]);
+  };
+  copy_into(ds.sequence_lengths_, n);
+  copy_into(ds.sequence_pointers_, n);
+  copy_into(ds.document_indices_, d);
   if (rest == n && n > 0) {
     ds.has_modes_ = true;
-    ds.sequence_modes_.resize(n);
-    std::memcpy(ds.sequence_modes_.data(), p, n);
+    copy_into(ds.sequence_modes_, n);
   }
 
   // Document indices: 0, non-decreasing, ending at the sequence count.
@@ -442,7 +456,7 @@ void IndexedDataset::read_stream(int64_t first, std::span<int32_t> out) const {
   convert(bin_ + first * item, out, first);
 }
 
-void IndexedDataset::convert(const unsigned char* src, std::span<int32_t> out,
+void IndexedDataset::convert(const unsigned char* mapped, std::span<int32_t> out,
                              int64_t first_token) const {
   if (out.empty()) return;
   auto bad = [&](size_t k, int64_t value) -> Error {
@@ -451,6 +465,18 @@ void IndexedDataset::convert(const unsigned char* src, std::span<int32_t> out,
                  std::to_string(value) + ", not a token id (negative or beyond int32)");
   };
   const size_t n = out.size();
+  // Copy the bytes out of the mapping first (one guarded read), then convert them.
+  thread_local std::vector<unsigned char> bytes;
+  bytes.resize(n * token_dtype_size(dtype_));
+  if (!copy_from_mapping(bytes.data(), mapped, bytes.size())) {
+    struct stat st {};
+    const std::string now =
+        ::stat(bin_path_.c_str(), &st) == 0 ? std::to_string(st.st_size) + " bytes" : errno_text();
+    throw DataError("indexed dataset data " + bin_path_ + ": the file shrank while it was " +
+                    "memory-mapped (" + std::to_string(bin_size_) + " bytes when opened, now " +
+                    now + "): it was truncated or rewritten during the run");
+  }
+  const unsigned char* src = bytes.data();
   switch (dtype_) {
     case TokenDType::kUInt8:
       for (size_t k = 0; k < n; ++k) out[k] = src[k];

@@ -36,10 +36,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/posix_file.hpp"
 
 namespace traintwin {
 
@@ -73,12 +76,13 @@ std::string indexed_dataset_bin_path(const std::string& prefix);
 /// without sentence splitting: each non-empty document is one sequence; an empty document adds a
 /// document of zero sequences (as Megatron does for a text with no tokens).
 ///
-/// Nothing at the prefix is touched until finalize(): tokens go to "<prefix>.bin.tmp", the index
-/// to "<prefix>.idx.tmp", and finalize() syncs and renames both into place. A writer destroyed
-/// before finalize() (e.g. on an exception) removes its temporary files. Never prints.
+/// Nothing at the prefix is touched until finalize(): tokens and the index go to temporaries
+/// created exclusively beside them ("<prefix>.bin.tmp.XXXXXX", AtomicFile: a planted symlink is
+/// never followed), and finalize() syncs and renames both into place. A writer destroyed before
+/// finalize() (e.g. on an exception) removes its temporary files. Never prints.
 class IndexedDatasetWriter {
  public:
-  /// Opens "<prefix>.bin.tmp" for writing; the dtype follows optimal_token_dtype(vocab_size).
+  /// Creates the temporary .bin; the dtype follows optimal_token_dtype(vocab_size).
   /// Throws InvalidArgument for vocab_size < 1 or > 2^31, Error when the file cannot be created.
   IndexedDatasetWriter(std::string prefix, int64_t vocab_size);
   ~IndexedDatasetWriter();
@@ -100,12 +104,10 @@ class IndexedDatasetWriter {
   int64_t num_tokens() const { return num_tokens_; }
 
  private:
-  void remove_temporaries() noexcept;
-
   std::string prefix_;
   int64_t vocab_size_;
   TokenDType dtype_;
-  int bin_fd_ = -1;
+  std::unique_ptr<AtomicFile> bin_;  // null after finalize()
   bool finalized_ = false;
   int64_t num_tokens_ = 0;
   std::vector<int32_t> sequence_lengths_;
@@ -117,7 +119,8 @@ class IndexedDatasetWriter {
 /// memory-mapped. Every structural problem is an Error naming the file and what is wrong (bad
 /// magic, version or dtype code, truncated or oversized index, negative lengths, document
 /// indices that do not cover the sequences, pointers outside the .bin or not back to back, a
-/// .bin whose size does not match the index). Movable, not copyable. Never prints.
+/// .bin whose size does not match the index). A .bin truncated while mapped is reported by the
+/// next read as a DataError naming it (not a SIGBUS). Movable, not copyable. Never prints.
 class IndexedDataset {
  public:
   /// Opens "<prefix>.idx" and "<prefix>.bin". Throws Error as described above.
@@ -166,7 +169,9 @@ class IndexedDataset {
 
  private:
   IndexedDataset() = default;
-  void convert(const unsigned char* src, std::span<int32_t> out, int64_t first_token) const;
+  /// Copies tokens from the mapping at `mapped` into `out` as int32. Throws DataError naming the
+  /// .bin when the file shrank while mapped (the read faulted with SIGBUS, caught here).
+  void convert(const unsigned char* mapped, std::span<int32_t> out, int64_t first_token) const;
 
   std::string prefix_;
   std::string bin_path_;

@@ -1,6 +1,8 @@
 #include "exec/mpi_communicator.hpp"
 
 #include <climits>
+#include <exception>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -8,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "exec/mpi_groups.hpp"
+#include "exec/mpi_watchdog.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -29,23 +32,32 @@ int to_count(size_t n, const std::string& what) {
 MPI_Op to_mpi(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
 const char* to_text(ReduceOp op) { return op == ReduceOp::kMax ? "max" : "sum"; }
 
-/// An MPI_Request in flight. `what` names the operation and group for error messages. A recv
-/// (expected_count >= 0) also checks that the message filled its buffer.
+/// An MPI_Request in flight. `op.what` names the operation and group for error messages. A recv
+/// (expected_count >= 0) also checks that the message filled its buffer. Waiting goes through the
+/// communicator's watchdog (the distributed timeout).
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MPI_Request request, std::string what, int expected_count = -1)
-      : request_(request), what_(std::move(what)), expected_count_(expected_count) {}
+  MpiRequest(MPI_Request request, std::shared_ptr<MpiWatchdog> watchdog, PendingOp op,
+             int expected_count = -1)
+      : request_(request),
+        watchdog_(std::move(watchdog)),
+        op_(std::move(op)),
+        what_(op_.what),
+        expected_count_(expected_count) {}
   ~MpiRequest() override {
     if (request_ == MPI_REQUEST_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Wait(&request_, MPI_STATUS_IGNORE);  // errors dropped: no throw here
+    // Not after a timeout, nor while an exception unwinds (the job is about to be aborted): the
+    // peers of this request may never come, and waiting here would hang the exit.
+    if (finalized || watchdog_->broken() || std::uncaught_exceptions() > 0) return;
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);  // errors dropped: no throw here
   }
 
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;  // done (or never started): idempotent
     MPI_Status status;
-    const int code = MPI_Wait(&request_, &status);
+    const int code = watchdog_->wait(request_, status, op_);
     request_ = MPI_REQUEST_NULL;  // a failed request is not waited for again
     check(code, what_ + " (wait)");
     if (expected_count_ >= 0) {
@@ -61,6 +73,8 @@ class MpiRequest final : public Request {
 
  private:
   MPI_Request request_;
+  std::shared_ptr<MpiWatchdog> watchdog_;
+  PendingOp op_;
   std::string what_;
   int expected_count_;
 };
@@ -102,9 +116,12 @@ MpiEnvironment::~MpiEnvironment() {
   if (!finalized) MPI_Finalize();
 }
 
-MpiCommunicator::MpiCommunicator(const RankLayout& layout, MPI_Comm world) : layout_(layout) {
+MpiCommunicator::MpiCommunicator(const RankLayout& layout, MPI_Comm world,
+                                 double distributed_timeout_minutes)
+    : layout_(layout) {
   comms_.fill(MPI_COMM_NULL);
   std::tie(rank_, world_size_) = require_mpi_world(layout, world, kWho);
+  watchdog_ = std::make_shared<MpiWatchdog>(world, distributed_timeout_minutes);
   try {
     check(MPI_Comm_dup(world, &world_dup_), "MPI_Comm_dup(world)");
     check(MPI_Comm_set_errhandler(world_dup_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -135,6 +152,11 @@ void MpiCommunicator::free_communicators() noexcept {
   if (world_dup_ != MPI_COMM_NULL) MPI_Comm_free(&world_dup_);
 }
 
+PendingOp MpiCommunicator::pending(GroupKind group, const std::string& what) {
+  return PendingOp{what, static_cast<int>(group), watchdog_->enter(static_cast<int>(group)),
+                   layout_.group(group, rank_)};
+}
+
 MPI_Comm MpiCommunicator::comm(GroupKind group, const char* op) const {
   const MPI_Comm c = comms_[static_cast<size_t>(group)];
   if (c == MPI_COMM_NULL) {
@@ -155,7 +177,7 @@ RequestPtr MpiCommunicator::all_reduce_impl(GroupKind group, void* data, size_t 
   const int n = to_count(count, what);
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Iallreduce(MPI_IN_PLACE, data, n, type, to_mpi(op), c, &request), what);
-  return std::make_unique<MpiRequest>(request, what);
+  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what));
 }
 
 RequestPtr MpiCommunicator::all_reduce(GroupKind group, std::span<float> data, ReduceOp op) {
@@ -183,7 +205,7 @@ RequestPtr MpiCommunicator::all_gather(GroupKind group, std::span<const float> i
   to_count(output.size(), what);
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Iallgather(input.data(), n, MPI_FLOAT, output.data(), n, MPI_FLOAT, c, &request), what);
-  return std::make_unique<MpiRequest>(request, what);
+  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what));
 }
 
 RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const float> input,
@@ -206,7 +228,7 @@ RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const floa
   check(
       MPI_Ireduce_scatter_block(input.data(), output.data(), n, MPI_FLOAT, to_mpi(op), c, &request),
       what);
-  return std::make_unique<MpiRequest>(request, what);
+  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what));
 }
 
 void MpiCommunicator::check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const {
@@ -232,7 +254,7 @@ RequestPtr MpiCommunicator::send(int64_t peer, int64_t tag, std::span<const floa
   check(MPI_Isend(data.data(), n, MPI_FLOAT, static_cast<int>(peer), static_cast<int>(tag),
                   world_dup_, &request),
         what);
-  return std::make_unique<MpiRequest>(request, what);
+  return std::make_unique<MpiRequest>(request, watchdog_, PendingOp{what, -1, 0, {peer}});
 }
 
 RequestPtr MpiCommunicator::recv(int64_t peer, int64_t tag, std::span<float> data) {
@@ -245,7 +267,7 @@ RequestPtr MpiCommunicator::recv(int64_t peer, int64_t tag, std::span<float> dat
   check(MPI_Irecv(data.data(), n, MPI_FLOAT, static_cast<int>(peer), static_cast<int>(tag),
                   world_dup_, &request),
         what);
-  return std::make_unique<MpiRequest>(request, what, n);
+  return std::make_unique<MpiRequest>(request, watchdog_, PendingOp{what, -1, 0, {peer}}, n);
 }
 
 }  // namespace traintwin::exec

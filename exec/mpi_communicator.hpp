@@ -7,10 +7,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/rank_layout.hpp"
 #include "exec/communicator.hpp"
+#include "exec/mpi_watchdog.hpp"
 
 namespace traintwin::exec {
 
@@ -55,9 +57,15 @@ class MpiEnvironment {
 /// initialized, or an MPI error code: the message has the operation, the group and
 /// MPI_Error_string's text), also from Request::wait(), e.g. a recv whose message is longer
 /// (MPI_ERR_TRUNCATE) or shorter than its buffer.
+///
+/// Distributed timeout (Megatron-LM's --distributed-timeout-minutes, default 10): a wait() longer
+/// than `distributed_timeout_minutes` throws CommError naming the operation, the group (its
+/// ranks) and the ranks that did not arrive (see exec/mpi_watchdog.hpp); the caller then aborts
+/// the job (MPI_Abort). InvalidArgument for a timeout that is not finite and > 0.
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(const RankLayout& layout, MPI_Comm world = MPI_COMM_WORLD);
+  explicit MpiCommunicator(const RankLayout& layout, MPI_Comm world = MPI_COMM_WORLD,
+                           double distributed_timeout_minutes = kDefaultDistributedTimeoutMinutes);
   /// Frees the sub-communicators (unless MPI is already finalized). Operations in flight
   /// complete first (MPI_Comm_free semantics).
   ~MpiCommunicator() override;
@@ -87,6 +95,8 @@ class MpiCommunicator final : public Communicator {
   RequestPtr all_reduce_impl(GroupKind group, void* data, size_t count, MPI_Datatype type,
                              ReduceOp op, const char* type_name);
   void check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const;
+  /// Counts a collective on `group` with the watchdog; what its request waits for.
+  PendingOp pending(GroupKind group, const std::string& what);
   void free_communicators() noexcept;
 
   RankLayout layout_;
@@ -95,6 +105,7 @@ class MpiCommunicator final : public Communicator {
   int64_t max_tag_ = 0;
   MPI_Comm world_dup_ = MPI_COMM_NULL;
   std::array<MPI_Comm, kNumGroupKinds> comms_{};
+  std::shared_ptr<MpiWatchdog> watchdog_;  // shared with the requests in flight
 };
 
 }  // namespace traintwin::exec

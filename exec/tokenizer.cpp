@@ -12,6 +12,9 @@
 #include <sstream>
 #include <utility>
 
+#include "core/error.hpp"
+#include "core/input_file.hpp"
+
 namespace traintwin {
 namespace {
 
@@ -204,14 +207,11 @@ const std::array<std::string, 256>& byte_symbols() {
 }
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw TokenizerError(path.string() + ": cannot open: " + std::strerror(errno));
+  try {
+    return read_input_file(path, "tokenizer file", kMaxDataFileBytes);
+  } catch (const ConfigError& e) {
+    throw TokenizerError(e.what());
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw TokenizerError(path.string() + ": read error");
-  return text.str();
 }
 
 std::string pair_key(const std::string& a, const std::string& b) {

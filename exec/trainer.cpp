@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <utility>
 
 #include "core/error.hpp"
@@ -55,6 +56,14 @@ TrainingHyperparameters hyperparameters(const Scenario& s) {
 namespace {
 
 /// Waits until every rank has reached this point (a world all-reduce).
+/// The dataset prefix as a signature value: absolute and normalized, so that the same files
+/// named from another working folder or scenario folder compare equal.
+std::string data_path_identity(const std::filesystem::path& prefix) {
+  std::error_code ec;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(prefix, ec);
+  return (ec ? std::filesystem::absolute(prefix) : canonical).lexically_normal().string();
+}
+
 void barrier(Communicator& comm) {
   double x = 0;
   comm.all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), ReduceOp::kSum)->wait();
@@ -85,6 +94,11 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"parallelism.data_parallel_size", str(p.data_parallel_size)},
       {"parallelism.rank_order", p.rank_order},
       {"parallelism.layers_per_virtual_stage", split},
+      // The data a run trains on (Megatron checks its own arguments on load the same way): the
+      // same seed, dataset and split, or the resumed run would not continue the saved one.
+      {"training.seed", str(s.training.seed)},
+      {"data.data_path", s.data.data_path ? data_path_identity(*s.data.data_path) : ""},
+      {"data.split", s.data.split},
       {"rank.tp", str(c.tp)},
       {"rank.pp", str(c.pp)},
       {"rank.dp", str(c.dp)},
@@ -249,6 +263,19 @@ class Trainer::Impl {
     const RankCheckpoint ck = read_rank_checkpoint(opts_.load, it, comm_.rank());
     const std::string origin = rank_checkpoint_path(opts_.load, it, comm_.rank()).string();
     check_signature(ck, signature_, origin);
+    if (ck.seed != static_cast<uint64_t>(sc_.training.seed)) {
+      throw DataError(origin + ": the checkpoint was trained with training.seed " +
+                      std::to_string(ck.seed) + ", this run has " +
+                      std::to_string(sc_.training.seed) +
+                      " (resuming with another seed is not supported)");
+    }
+    if (*sc_.training.train_iters <= ck.iteration) {
+      throw ConfigError(origin + ": the checkpoint is at iteration " +
+                        std::to_string(ck.iteration) + " and training.train_iters is " +
+                        std::to_string(*sc_.training.train_iters) +
+                        ": nothing is left to train (rule: train_iters > the checkpoint's "
+                        "iteration; raise --train-iters to continue)");
+    }
     if (ck.consumed_train_samples != ck.iteration * sc_.training.global_batch_size) {
       throw DataError(origin + ": " + std::to_string(ck.consumed_train_samples) +
                       " samples consumed in " + std::to_string(ck.iteration) +

@@ -60,8 +60,10 @@ struct TrainerCallbacks {
 };
 
 /// The checkpoint signature of a rank: what must match for a checkpoint to load (model sizes,
-/// parallel layout with the layers of every virtual pipeline stage, and this rank's
-/// coordinates). Throws PipelineSplitError for an impossible pipeline split.
+/// parallel layout with the layers of every virtual pipeline stage, this rank's coordinates, and
+/// the data: training.seed, data.data_path as an absolute normalized path, data.split). Loading
+/// also refuses a training.train_iters that is not past the checkpoint's iteration (ConfigError:
+/// nothing would be trained). Throws PipelineSplitError for an impossible pipeline split.
 std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& coord);
 
 /// The executor's hyper-parameters from the scenario's training section (Megatron's defaults

@@ -80,8 +80,15 @@ CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, Co
 }
 
 std::vector<int64_t> nccl_tests_sizes(int64_t min_bytes, int64_t max_bytes) {
+  if (min_bytes < 1 || max_bytes < min_bytes) {
+    throw InvalidArgument("nccl_tests_sizes: need 1 <= min_bytes <= max_bytes, got " +
+                          std::to_string(min_bytes) + " and " + std::to_string(max_bytes));
+  }
   std::vector<int64_t> sizes;
-  for (int64_t b = min_bytes; b <= max_bytes; b *= 2) sizes.push_back(b);
+  for (int64_t b = min_bytes;; b *= 2) {
+    sizes.push_back(b);
+    if (b > max_bytes / 2) break;  // the next size would pass max_bytes (or overflow)
+  }
   return sizes;
 }
 

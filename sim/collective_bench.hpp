@@ -35,7 +35,8 @@ std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& t
 CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, CollectiveKind kind,
                                   BenchGroup group, int64_t bytes, const SimulationOptions& opts = {});
 
-/// nccl-tests' default sizes: 8 B to 8 GiB, doubling (-b 8 -e 8G -f 2).
+/// nccl-tests' sizes: min_bytes, doubling, up to max_bytes (default 8 B to 8 GiB: -b 8 -e 8G -f 2).
+/// Throws InvalidArgument unless 1 <= min_bytes <= max_bytes.
 std::vector<int64_t> nccl_tests_sizes(int64_t min_bytes = 8, int64_t max_bytes = int64_t{8} << 30);
 
 }  // namespace traintwin

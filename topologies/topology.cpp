@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/yaml_document.hpp"
 #include "core/text.hpp"
 #include "core/units.hpp"
 
@@ -365,13 +367,7 @@ void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
 }
 
 TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
-    throw ConfigError(fmt::format("{}: YAML syntax error: {}", place(origin, line), e.msg));
-  }
+  const YAML::Node root = load_single_yaml_document(yaml_text, origin, "topology file");
   try {
     return parse_root(root, origin);
   } catch (const YAML::Exception& e) {  // defensive: yaml-cpp conversions we did not foresee
@@ -381,13 +377,8 @@ TopologySpec parse_topology(const std::string& yaml_text, const std::string& ori
 }
 
 TopologySpec load_topology(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    throw ConfigError(fmt::format("{}: cannot open topology file", file.string()));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  TopologySpec t = parse_topology(text.str(), file.string());
+  TopologySpec t =
+      parse_topology(read_input_file(file, "topology file", kMaxConfigFileBytes), file.string());
   t.source = file;
   return t;
 }

@@ -14,6 +14,9 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/input_file.hpp"
+#include "core/posix_file.hpp"
+
 namespace traintwin {
 namespace {
 
@@ -351,11 +354,13 @@ CostDatabase::CostDatabase(CostDbDevice device, CostDbVersions versions)
 }
 
 CostDatabase CostDatabase::load(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw CostDatabaseError(fmt::format("{}: cannot open for reading", file.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), file.string());
+  std::string text;
+  try {
+    text = read_input_file(file, "cost database", kMaxDataFileBytes);
+  } catch (const ConfigError& e) {
+    throw CostDatabaseError(e.what());
+  }
+  return parse(text, file.string());
 }
 
 CostDatabase CostDatabase::parse(const std::string& json_text, const std::string& origin) {
@@ -453,11 +458,15 @@ std::string CostDatabase::to_json() const {
 }
 
 void CostDatabase::save(const std::filesystem::path& file) const {
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) throw CostDatabaseError(fmt::format("{}: cannot open for writing", file.string()));
-  write(out);
-  out.flush();
-  if (!out) throw CostDatabaseError(fmt::format("{}: write failed", file.string()));
+  try {
+    AtomicFile out(file);
+    write(out.stream());
+    out.commit();
+  } catch (const CostDatabaseError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CostDatabaseError(e.what());
+  }
 }
 
 void CostDatabase::add(KernelMeasurement m) {

@@ -334,7 +334,7 @@ Timeline read_chrome_trace(std::istream& in, const std::string& origin) {
   Json doc;
   try {
     doc = Json::parse(in);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     throw Error(fmt::format("{}: malformed JSON: {}", origin, e.what()));
   }
   if (!doc.is_object()) throw Error(fmt::format("{}: top level is not a JSON object", origin));

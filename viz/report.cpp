@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 
 namespace traintwin {
@@ -80,12 +82,7 @@ std::string text_of(const json& j, const std::string& key) {
 }
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open for reading", path.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{}: read failed", path.string()));
-  return s.str();
+  return read_input_file(path, "report input", kMaxDataFileBytes);
 }
 
 json read_json(const std::filesystem::path& path) {
@@ -1191,17 +1188,9 @@ std::filesystem::path write_report(const std::filesystem::path& dir,
   }
   const std::string html = render_report_html(title, sections, vega_dir);
   const auto out_path = dir / "report.html";
-  const auto tmp_path = dir / "report.html.tmp";
-  {
-    std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("{}: cannot open for writing", tmp_path.string()));
-    out << html;
-    out.close();
-    if (!out) throw Error(fmt::format("{}: write failed", tmp_path.string()));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp_path, out_path, ec);
-  if (ec) throw Error(fmt::format("{}: cannot write: {}", out_path.string(), ec.message()));
+  AtomicFile out(out_path);  // never follows a planted temporary; "no space left" names it
+  out.write(html);
+  out.commit();
   return out_path;
 }
 

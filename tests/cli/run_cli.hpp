@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "tests/mpi_child_run.hpp"
+
 namespace traintwin::testing {
 
 /// Exit status and output (stdout and stderr together) of one command.
@@ -17,7 +19,8 @@ struct CliResult {
   std::string output;
 };
 
-/// Runs the shell command `command` (stderr into the output).
+/// Runs the shell command `command` (stderr into the output); its exit status (128 + N when
+/// killed by signal N, as the shell reports it) and its output.
 inline CliResult run_cli_command(const std::string& command) {
   const std::string cmd = command + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
@@ -29,15 +32,24 @@ inline CliResult run_cli_command(const std::string& command) {
   return {WEXITSTATUS(status), out};
 }
 
-/// Runs `traintwin <args>` (TRAINTWIN_BINARY) through the shell.
-inline CliResult run_cli(const std::string& args) {
-  return run_cli_command(std::string(TRAINTWIN_BINARY) + " " + args);
+/// Runs `traintwin <args>` (TRAINTWIN_BINARY) through the shell, in folder `cwd` when given.
+inline CliResult run_cli(const std::string& args, const std::string& cwd = "") {
+  return run_cli_command((cwd.empty() ? "" : "cd '" + cwd + "' && ") +
+                         std::string(TRAINTWIN_BINARY) + " " + args);
 }
 
-/// Runs `mpirun -np <ranks> traintwin <args>` (oversubscribed, as root allowed).
+/// run_cli() killed after `seconds` (status 124, as timeout(1)): a hang fails the test instead
+/// of stalling the suite.
+inline CliResult run_cli_limited(const std::string& args, int seconds) {
+  return run_cli_command("timeout " + std::to_string(seconds) + " " +
+                         std::string(TRAINTWIN_BINARY) + " " + args);
+}
+
+/// Runs `mpirun -np <ranks> traintwin <args>` (oversubscribed, as root allowed; LeakSanitizer
+/// off in the children: kMpirunEnvironment).
 inline CliResult run_mpi_cli(int ranks, const std::string& args) {
-  return run_cli_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) +
-                         " " + TRAINTWIN_BINARY + " " + args);
+  return run_cli_command(kMpirunEnvironment + "mpirun --allow-run-as-root --oversubscribe -np " +
+                         std::to_string(ranks) + " " + TRAINTWIN_BINARY + " " + args);
 }
 
 /// Whether mpirun is on the PATH.

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "tests/cli/run_cli.hpp"
+#include "tests/cli/train_log.hpp"
+#include "tests/mpi_child_run.hpp"
 #include "tests/tiny_training.hpp"
 
 namespace traintwin {
@@ -24,23 +26,8 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-struct Losses {
-  std::vector<double> train;       // per iteration (log_interval 1)
-  std::vector<double> validation;  // per evaluation
-};
-
-Losses parse_losses(const std::string& out) {
-  Losses l;
-  const std::regex train(R"(iteration +\d+/ +\d+ \|.*\| lm loss: ([-+0-9.Ee]+) \|)");
-  const std::regex valid(R"(validation loss at iteration \d+ \| lm loss value: ([-+0-9.Ee]+))");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), train); it != std::sregex_iterator(); ++it) {
-    l.train.push_back(std::stod((*it)[1]));
-  }
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), valid); it != std::sregex_iterator(); ++it) {
-    l.validation.push_back(std::stod((*it)[1]));
-  }
-  return l;
-}
+using testing::Losses;
+using testing::parse_losses;
 
 class TrainCli : public ::testing::Test {
  protected:

@@ -21,9 +21,13 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tests/no_temporaries.hpp"
 
 namespace traintwin {
 namespace {
+
+using traintwin::testing::no_temporaries;
+
 
 namespace fs = std::filesystem;
 using ::testing::AllOf;
@@ -211,7 +215,7 @@ TEST_F(CheckpointTest, WriterRefusesInconsistentState) {
   c.tensors[3].shape = {-1, 0};
   EXPECT_THROW(write_rank_checkpoint(dir_, 10, 3, c), InvalidArgument);
   EXPECT_FALSE(fs::exists(rank_checkpoint_path(dir_, 10, 3)));
-  EXPECT_FALSE(fs::exists(rank_checkpoint_path(dir_, 10, 3).string() + ".tmp"));
+  EXPECT_TRUE(no_temporaries(rank_checkpoint_path(dir_, 10, 3).parent_path()));
 }
 
 TEST_F(CheckpointTest, TruncatedFilesAreRefused) {
@@ -333,7 +337,7 @@ TEST_F(CheckpointTest, LatestIterationRoundTrip) {
   EXPECT_EQ(read_latest_iteration(dir_), 123456789012LL);
   const auto text = slurp(latest_iteration_path(dir_));
   EXPECT_EQ(std::string(text.begin(), text.end()), "123456789012");  // as Megatron writes it
-  EXPECT_FALSE(fs::exists(latest_iteration_path(dir_).string() + ".tmp"));
+  EXPECT_TRUE(no_temporaries(dir_));
   // Megatron's own file may end in a newline; "release" (a converted checkpoint) is refused.
   spit(latest_iteration_path(dir_), {'7', '\n'});
   EXPECT_EQ(read_latest_iteration(dir_), 7);

@@ -9,8 +9,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -424,6 +427,48 @@ TEST_F(MpiCommunicatorEightRanks, ARecvOfTheWrongLengthIsACommError) {
                   AllOf(HasSubstr("received 2 floats into a buffer of 4"), HasSubstr("tag 6")));
     }
     r->wait();  // idempotent after a failure: the request is done
+  }
+}
+
+// Issue 14 defect 10: Megatron's --distributed-timeout-minutes. The even rank of each TP pair
+// starts a TP all-reduce its partner never joins and gives up after the timeout, naming the
+// operation, the group and the partner: first alive (it answers from its own wait, at
+// collective 0 of the group), then stopped (SIGSTOP: no answer).
+TEST_F(MpiCommunicatorEightRanks, DistributedTimeoutNamesTheOpGroupAndMissingRanks) {
+  const bool even = rank_ % 2 == 0;
+  const int64_t peer = even ? rank_ + 1 : rank_ - 1;
+  int64_t pids[8] = {};
+  const int64_t pid = getpid();
+  MPI_Allgather(&pid, 1, MPI_INT64_T, pids, 1, MPI_INT64_T, MPI_COMM_WORLD);
+  for (const bool stopped : {false, true}) {
+    SCOPED_TRACE(stopped ? "partner stopped" : "partner alive");
+    // One communicator per rank and round (its construction is collective over the world).
+    if (even) {
+      MpiCommunicator c(layout_, MPI_COMM_WORLD, 0.02);  // 1.2 s
+      std::vector<float> x = {1, 2};
+      RequestPtr r = c.all_reduce(GroupKind::kTp, x, ReduceOp::kSum);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        r->wait();
+        ADD_FAILURE() << "an all-reduce without its partner completed " << at();
+      } catch (const CommError& e) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_GE(s, 1.2);
+        EXPECT_LT(s, 30.0);
+        EXPECT_THAT(e.what(), AllOf(HasSubstr("MPI_Iallreduce"), HasSubstr("tp group"),
+                                    HasSubstr("--distributed-timeout-minutes"),
+                                    HasSubstr("did not arrive: " + std::to_string(peer))));
+        EXPECT_THAT(e.what(), HasSubstr(stopped ? "no answer" : "alive, at collective 0"));
+      }
+      if (stopped) kill(static_cast<pid_t>(pids[peer]), SIGCONT);
+      const std::vector<float> one = {1};
+      c.send(peer, 9, one)->wait();  // point-to-point still works after the timeout
+    } else {
+      MpiCommunicator release(layout_);
+      if (stopped) raise(SIGSTOP);  // until the even rank sends SIGCONT
+      std::vector<float> buf(1);
+      release.recv(peer, 9, buf)->wait();  // answers the partner's query meanwhile
+    }
   }
 }
 

@@ -15,9 +15,13 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tests/no_temporaries.hpp"
 
 namespace traintwin {
 namespace {
+
+using traintwin::testing::no_temporaries;
+
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
@@ -141,8 +145,7 @@ void round_trip(const std::string& pre, int64_t vocab, TokenDType want, size_t i
     EXPECT_EQ(w.num_tokens(), 12);
     w.finalize();
   }
-  EXPECT_FALSE(fs::exists(pre + ".bin.tmp"));
-  EXPECT_FALSE(fs::exists(pre + ".idx.tmp"));
+  EXPECT_TRUE(no_temporaries(fs::path(pre).parent_path()));
   EXPECT_EQ(fs::file_size(pre + ".bin"), 12 * item);
   EXPECT_EQ(fs::file_size(pre + ".idx"), 34u + 12 * 4 + 8 * 6);
 

@@ -106,6 +106,61 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelIsRefusedNamingTheKey) {
   }
 }
 
+// Issue 14 defect 6: resuming with other data settings is refused naming the key (the seed, the
+// dataset path and the split are in the signature and the saved seed is compared), and a
+// train_iters that is not past the checkpoint is refused instead of training nothing.
+TEST_F(TrainerTest, ResumeWithOtherDataSettingsIsRefusedNamingTheKey) {
+  TrainerOptions save;
+  save.save = dir_ / "ckpt";
+  run(scenario({{"training.train_iters", "3"}, {"training.lr_decay_iters", "20"}}), save);
+  TrainerOptions load;
+  load.load = dir_ / "ckpt";
+  const std::string other_data = testing::write_synthetic_dataset(dir_ / "other");
+  const std::vector<std::pair<std::vector<Override>, std::string>> cases = {
+      {{{"training.seed", "7"}}, "training.seed"},
+      {{{"data.split", "80,20,0"}}, "data.split"},
+      {{{"data.data_path", other_data}}, "data.data_path"},
+  };
+  for (const auto& [overrides, key] : cases) {
+    SCOPED_TRACE(key);
+    LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+    try {
+      Trainer t(scenario(overrides), comm, load);
+      FAIL() << "resumed with another " << key;
+    } catch (const DataError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(key));
+    }
+  }
+  for (const char* iters : {"2", "3"}) {
+    SCOPED_TRACE(iters);
+    LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
+    try {
+      Trainer t(scenario({{"training.train_iters", iters}, {"training.lr_decay_iters", "20"}}),
+                comm, load);
+      FAIL() << "resumed at iteration 3 with train_iters " << iters;
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("training.train_iters is " + std::string(iters)));
+      EXPECT_THAT(e.what(), HasSubstr("at iteration 3"));
+    }
+  }
+}
+
+// The signature's data path is absolute and normalized: the same files named another way load.
+TEST_F(TrainerTest, ResumeAcceptsTheSameDataPathSpelledDifferently) {
+  TrainerOptions save;
+  save.save = dir_ / "ckpt";
+  run(scenario({{"training.train_iters", "1"}, {"training.lr_decay_iters", "20"}}), save);
+  TrainerOptions load;
+  load.load = dir_ / "ckpt";
+  const std::string spelled = (dir_ / "." / "sub" / ".." / "synthetic").string();
+  fs::create_directories(dir_ / "sub");
+  const std::vector<double> rest = run(
+      scenario({{"data.data_path", spelled}, {"training.train_iters", "2"},
+                {"training.lr_decay_iters", "20"}}),
+      load);
+  EXPECT_EQ(rest.size(), 1u);
+}
+
 // The signature carries the layers of every virtual pipeline stage: a checkpoint of another
 // split of the same model does not load, one split given by other keys does.
 TEST_F(TrainerTest, CheckpointSignatureNamesThePipelineSplit) {

@@ -1,10 +1,12 @@
 #include "sim/collectives.hpp"
+#include "sim/collective_bench.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "sim_test_support.hpp"
 
+#include <limits>
 #include <map>
 
 #include "core/error.hpp"
@@ -125,6 +127,27 @@ TEST(Collectives, TreeHasTwoBinaryTrees) {
   EXPECT_EQ(p.flows.size(), 2u * 4 * 2);
   const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
   EXPECT_NEAR(p.latency_s, 2 * 3 * alpha, 1e-15);  // ceil(log2 5) = 3
+}
+
+}  // namespace
+}  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// Issue 14 defect 2: `for (b = min; b <= max; b *= 2)` looped forever for min 0 and overflowed
+// near INT64_MAX. nccl-tests' doubling sizes from min to max, both included when reached.
+TEST(Collectives, NcclTestsSizesDoubleFromMinToMaxAndRefuseEmptyRanges) {
+  EXPECT_EQ(nccl_tests_sizes(8, 64), (std::vector<int64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(nccl_tests_sizes(8, 100), (std::vector<int64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(nccl_tests_sizes(5, 5), (std::vector<int64_t>{5}));
+  EXPECT_EQ(nccl_tests_sizes().size(), 31u);  // 8 B .. 8 GiB: 2^3 .. 2^33
+  const auto all = nccl_tests_sizes(1, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(all.size(), 63u);  // 2^0 .. 2^62, no overflow
+  EXPECT_EQ(all.back(), int64_t{1} << 62);
+  EXPECT_THROW(nccl_tests_sizes(0, 8), InvalidArgument);
+  EXPECT_THROW(nccl_tests_sizes(-8, 8), InvalidArgument);
+  EXPECT_THROW(nccl_tests_sizes(16, 8), InvalidArgument);
 }
 
 }  // namespace

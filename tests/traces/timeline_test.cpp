@@ -383,3 +383,25 @@ TEST(TimelineTest, WriterRejectsWhatTheFormatCannotCarry) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// Issue 14 defect 1: "ts": 1e999 made nlohmann throw out_of_range, which escaped the reader
+// (only parse_error was caught) and aborted `traintwin report`.
+TEST(TimelineReliability, NumberOutOfRangeIsAnErrorNamingTheFile) {
+  for (const std::string text :
+       {R"({"traceEvents": [{"ph": "X", "ts": 1e999, "dur": 1, "pid": 0, "tid": 0}]})",
+        R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": -1e999, "pid": 0, "tid": 0}]})"}) {
+    std::istringstream in(text);
+    try {
+      read_chrome_trace(in, "out/timeline.json");
+      FAIL() << "accepted " << text;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("out/timeline.json"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace traintwin

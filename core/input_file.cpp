@@ -1,0 +1,61 @@
+#include "core/input_file.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace traintwin {
+
+std::string read_input_file(const std::filesystem::path& file, std::string_view what,
+                            uint64_t max_bytes) {
+  const std::string name = file.string();
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    throw ConfigError(fmt::format("{}: cannot open {}: {}", name, what, std::strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw ConfigError(fmt::format("{}: cannot stat {}: {}", name, what, std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) throw ConfigError(fmt::format("{}: is a folder, not a {}", name, what));
+  if (!S_ISREG(st.st_mode)) {
+    throw ConfigError(fmt::format("{}: is not a regular file (a device, FIFO or socket); a {} "
+                                  "must be a regular file",
+                                  name, what));
+  }
+  const auto too_large = [&](uint64_t bytes) {
+    return ConfigError(fmt::format("{}: {} bytes, more than the {} bytes a {} may have", name,
+                                   bytes, max_bytes, what));
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    throw too_large(static_cast<uint64_t>(st.st_size));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::string text;
+  text.reserve(static_cast<size_t>(st.st_size));
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ConfigError(fmt::format("{}: cannot read {}: {}", name, what, std::strerror(errno)));
+    }
+    if (n == 0) break;
+    text.append(chunk, static_cast<size_t>(n));
+    if (text.size() > max_bytes) throw too_large(text.size());  // it grew while being read
+  }
+  return text;
+}
+
+}  // namespace traintwin

@@ -157,6 +157,21 @@ class Backend {
                                   CFSpan rstd,    // [B, T]
                                   int64_t batch, int64_t seq, int64_t channels) = 0;
 
+  // ---- RMSNorm (Zhang & Sennrich 2019; exec/cpu/rmsnorm.hpp), Llama's norm -----------------------
+  virtual void rmsnorm_forward(FSpan out,      // [B, T, C]
+                               FSpan rrms,     // [B, T] saved 1 / rms
+                               CFSpan inp,     // [B, T, C]
+                               CFSpan weight,  // [C]
+                               int64_t batch, int64_t seq, int64_t channels) = 0;
+  /// dinp, dweight +=.
+  virtual void rmsnorm_backward(FSpan dinp,     // [B, T, C]
+                                FSpan dweight,  // [C]
+                                CFSpan dout,    // [B, T, C]
+                                CFSpan inp,     // [B, T, C]
+                                CFSpan weight,  // [C]
+                                CFSpan rrms,    // [B, T]
+                                int64_t batch, int64_t seq, int64_t channels) = 0;
+
   // ---- linear layers (exec/cpu/matmul.hpp, exec/cuda/gemm.hpp) ----------------------------------
   /// out = inp W^T + bias (bias may be empty). KernelKey "gemm_fwd".
   virtual void matmul_forward(FSpan out,      // [B, T, OC]
@@ -195,11 +210,49 @@ class Backend {
                                   int64_t batch, int64_t seq, int64_t channels, int64_t heads,
                                   const cpu::AttentionProbabilityDropout* dropout) = 0;
 
+  /// Causal grouped-query attention (Ainslie et al. 2023; exec/cpu/gqa_attention.hpp) on
+  /// [q (NH D) | k (G D) | v (G D)] rows; K/V head g serves query heads [g NH/G, (g+1) NH/G).
+  /// No attention-probability dropout.
+  virtual void gqa_attention_forward(FSpan out,   // [B, T, NH D]
+                                     FSpan att,   // [B, NH, T, T] saved for the backward
+                                     CFSpan inp,  // [B, T, (NH + 2G) D]
+                                     int64_t batch, int64_t seq, int64_t heads,
+                                     int64_t query_groups, int64_t head_dim) = 0;
+  /// dinp +=.
+  virtual void gqa_attention_backward(FSpan dinp,   // [B, T, (NH + 2G) D]
+                                      CFSpan dout,  // [B, T, NH D]
+                                      CFSpan inp,   // [B, T, (NH + 2G) D]
+                                      CFSpan att,   // [B, NH, T, T]
+                                      int64_t batch, int64_t seq, int64_t heads,
+                                      int64_t query_groups, int64_t head_dim) = 0;
+
+  // ---- rotary position embedding (Su et al. 2021; exec/cpu/rope.hpp) -----------------------------
+  /// out = rotation of inp's heads at positions position_offset + t (Megatron-Core's
+  /// rotate_half form, base `rotary_base`).
+  virtual void rope_forward(FSpan out,   // [B, T, H, D]
+                            CFSpan inp,  // [B, T, H, D]
+                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                            int64_t position_offset, double rotary_base) = 0;
+  /// dinp += the inverse rotation of dout.
+  virtual void rope_backward(FSpan dinp,   // [B, T, H, D]
+                             CFSpan dout,  // [B, T, H, D]
+                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                             int64_t position_offset, double rotary_base) = 0;
+
   // ---- elementwise ------------------------------------------------------------------------------
   /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 and Megatron.
   virtual void gelu_forward(FSpan out, CFSpan inp) = 0;                     // [N]
   /// dinp += gelu'(inp) dout.
   virtual void gelu_backward(FSpan dinp, CFSpan inp, CFSpan dout) = 0;     // [N]
+  /// SwiGLU (Shazeer 2020): out = silu(gate) * up on rows [gate (F) | up (F)].
+  virtual void swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t width) = 0;  // [R, F], [R, 2F]
+  /// dinp +=.
+  virtual void swiglu_backward(FSpan dinp, CFSpan dout, CFSpan inp, int64_t rows,
+                               int64_t width) = 0;  // [R, 2F], [R, F], [R, 2F]
+  /// Squared ReLU (So et al. 2021, Primer): out = max(inp, 0)^2.
+  virtual void squared_relu_forward(FSpan out, CFSpan inp) = 0;                  // [N]
+  /// dinp += 2 max(inp, 0) dout.
+  virtual void squared_relu_backward(FSpan dinp, CFSpan inp, CFSpan dout) = 0;  // [N]
   /// Megatron's bias_dropout_add: out = residual + dropout(inp + bias) with the counter mask of
   /// `block` (exec/cpu/dropout.hpp); bias and residual may be empty (absent). out must not alias.
   virtual void bias_dropout_add_forward(FSpan out,       // [B, T_local, C]

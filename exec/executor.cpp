@@ -56,21 +56,6 @@ class Executor::Impl {
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
     if (sc.parallel.context_parallel_size > 1) unsupported("context parallelism");
     if (sc.training.fp8()) unsupported("training.fp8_format (FP8 needs a GPU with FP8 tensor cores)");
-    const ModelSpec& model = sc.model;
-    if (model.normalization != Normalization::kLayerNorm) unsupported("model.normalization: rmsnorm");
-    if (model.activation != Activation::kGelu) {
-      unsupported(std::string("model.activation: ") + to_string(model.activation));
-    }
-    if (model.position_embedding_type != PositionEmbedding::kLearnedAbsolute) {
-      unsupported("model.position_embedding_type: rope");
-    }
-    if (model.query_groups() != model.num_attention_heads) {
-      unsupported("grouped-query attention (model.num_query_groups < num_attention_heads)");
-    }
-    if (model.untie_embeddings_and_output_weights) {
-      unsupported("model.untie_embeddings_and_output_weights: true");
-    }
-    if (!model.add_bias_linear) unsupported("model.add_bias_linear: false");
     if (sc.training.precision != Precision::kFp32) {
       throw UnsupportedError("scenario " + sc.name + ": training.precision is " +
                              std::string(to_string(sc.training.precision)) + "; the " +

@@ -62,8 +62,7 @@ struct IterationResult {
 /// outlive it.
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
-/// tp_comm_overlap, context parallelism, FP8, the Llama-style layer keys (rmsnorm, swiglu,
-/// squared_relu, rope, grouped-query attention, untied embeddings, no linear biases), a
+/// tp_comm_overlap, context parallelism, FP8, attention dropout with grouped-query attention, a
 /// precision other than fp32 (the CPU backend computes in fp32 only; never silently); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to
 /// another rank.

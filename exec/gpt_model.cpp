@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "exec/counter_rng.hpp"
+#include "exec/cpu/rope.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -34,6 +35,20 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.hl = g_.h / g_.t;
   g_.f = sc.model.ffn_hidden_size / g_.t;
   g_.heads = sc.model.num_attention_heads / g_.t;
+  g_.groups = sc.model.query_groups() / g_.t;
+  g_.hd = sc.model.head_dim();
+  g_.qkv = (g_.heads + 2 * g_.groups) * g_.hd;
+  g_.activation = sc.model.activation;
+  g_.fc1 = g_.activation == Activation::kSwiglu ? 2 * g_.f : g_.f;
+  g_.rmsnorm = sc.model.normalization == Normalization::kRmsNorm;
+  g_.rope = sc.model.position_embedding_type == PositionEmbedding::kRope;
+  g_.gqa = g_.groups != g_.heads;
+  g_.untied = sc.model.untie_embeddings_and_output_weights;
+  if (g_.gqa && hyper_.attention_dropout > 0) {
+    throw UnsupportedError("scenario " + sc.name +
+                           ": attention_dropout > 0 with grouped-query attention "
+                           "(model.num_query_groups < num_attention_heads) is not executed yet");
+  }
   g_.sp = sc.parallel.sequence_parallel;
   g_.tl = g_.sp ? g_.s / g_.t : g_.s;
   g_.p = sc.parallel.pipeline_model_parallel_size;
@@ -53,16 +68,19 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
     for (int64_t l = first_layer(chunk); l < first_layer(chunk) + num_layers(chunk); ++l) {
       const std::string pre = "layers." + std::to_string(l) + ".";
       for (bool grad : {false, true}) {
-        auto view = [&](const char* name) {
+        auto view = [&](const char* name, bool present = true) {
+          if (!present) return std::span<float>();
           return grad ? shard_.grad(chunk, pre + name) : shard_.param(chunk, pre + name);
         };
+        const bool nb = !g_.rmsnorm, lb = sc.model.add_bias_linear;
         (grad ? layer_grads_ : layer_params_)[l] = LayerParams{
-            view("input_layernorm.weight"),           view("input_layernorm.bias"),
-            view("self_attention.linear_qkv.weight"), view("self_attention.linear_qkv.bias"),
-            view("self_attention.linear_proj.weight"), view("self_attention.linear_proj.bias"),
-            view("pre_mlp_layernorm.weight"),         view("pre_mlp_layernorm.bias"),
-            view("mlp.linear_fc1.weight"),            view("mlp.linear_fc1.bias"),
-            view("mlp.linear_fc2.weight"),            view("mlp.linear_fc2.bias")};
+            view("input_layernorm.weight"),           view("input_layernorm.bias", nb),
+            view("self_attention.linear_qkv.weight"), view("self_attention.linear_qkv.bias", lb),
+            view("self_attention.linear_proj.weight"),
+            view("self_attention.linear_proj.bias", lb),
+            view("pre_mlp_layernorm.weight"),         view("pre_mlp_layernorm.bias", nb),
+            view("mlp.linear_fc1.weight"),            view("mlp.linear_fc1.bias", lb),
+            view("mlp.linear_fc2.weight"),            view("mlp.linear_fc2.bias", lb)};
       }
     }
   }
@@ -126,10 +144,10 @@ Tensor GptModel::clone(const Tensor& x) {
   return y;
 }
 
-/// The word embedding (first stage) or the LM head's weight on the last stage: the copy when
-/// PP > 1, the word embedding itself (chunk 0) when PP == 1.
+/// The LM head's weight on the last stage: its own (untied) weight, else the word embedding's
+/// copy when PP > 1, the word embedding itself (chunk 0) when PP == 1.
 std::span<float> GptModel::head_weight(int64_t chunk, bool grad) {
-  if (g_.p > 1) {
+  if (g_.untied || g_.p > 1) {
     return grad ? shard_.grad(chunk, "output_layer.weight")
                 : shard_.param(chunk, "output_layer.weight");
   }
@@ -167,6 +185,41 @@ cpu::HiddenBlock GptModel::block(int64_t mb, bool full) const {
                           full ? 0 : seq_offset(), g_.s};
 }
 
+void GptModel::norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, CFSpan inp, CFSpan weight,
+                            CFSpan bias) {
+  out = zeros(g_.b * g_.tl * g_.h);
+  rstd = zeros(g_.b * g_.tl);
+  if (g_.rmsnorm) {
+    backend_.rmsnorm_forward(out, rstd, inp, weight, g_.b, g_.tl, g_.h);
+    return;
+  }
+  mean = zeros(g_.b * g_.tl);
+  backend_.layernorm_forward(out, mean, rstd, inp, weight, bias, g_.b, g_.tl, g_.h);
+}
+
+void GptModel::norm_backward(FSpan dinp, FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp,
+                             CFSpan weight, const Tensor& mean, const Tensor& rstd) {
+  if (g_.rmsnorm) {
+    backend_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, g_.b, g_.tl, g_.h);
+  } else {
+    backend_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, g_.b, g_.tl,
+                                g_.h);
+  }
+}
+
+void GptModel::rope(FSpan out, CFSpan in, bool backward) {
+  // q and k heads are adjacent in each row: [q (heads hd) | k (groups hd) | v].
+  const int64_t rows = g_.b * g_.s, heads = g_.heads + g_.groups, width = heads * g_.hd;
+  Tensor qk = zeros(rows * width), rotated = zeros(rows * width);
+  backend_.copy_2d(qk, width, in, g_.qkv, width, rows);
+  if (backward) {
+    backend_.rope_backward(rotated, qk, g_.b, g_.s, heads, g_.hd, 0, cpu::kRotaryBase);
+  } else {
+    backend_.rope_forward(rotated, qk, g_.b, g_.s, heads, g_.hd, 0, cpu::kRotaryBase);
+  }
+  backend_.copy_2d(out, g_.qkv, rotated, width, width, rows);
+}
+
 void GptModel::unexpected(const Op& op, const std::string& what) const {
   throw InvalidArgument("executor: rank " + std::to_string(rank_) +
                         " op " + std::to_string(op.id) + " (" + prog_.label(op) + "): " + what);
@@ -189,7 +242,7 @@ void GptModel::run(const Op& op, const std::string& kernel, Role role) {
     case Role::kGelu:
     case Role::kFc2:
     case Role::kMlpResidual:
-      return fwd ? layer_forward(op, role) : layer_backward(op, kernel, role);
+      return fwd ? layer_forward(op, kernel, role) : layer_backward(op, kernel, role);
     case Role::kFinalLayerNorm:
     case Role::kLmHead:
     case Role::kCrossEntropyMax:
@@ -213,9 +266,11 @@ void GptModel::embedding_forward(const Op& op) {
 void GptModel::embedding_dropout(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   Tensor& e = reduced(st.emb, st.emb_rs);
-  backend_.position_embedding_forward(
-      e, shard_.param(op.model_chunk, "embedding.position_embeddings.weight"), g_.b, g_.tl, g_.h,
-      seq_offset());
+  if (!g_.rope) {  // RoPE models rotate q and k in attention instead
+    backend_.position_embedding_forward(
+        e, shard_.param(op.model_chunk, "embedding.position_embeddings.weight"), g_.b, g_.tl,
+        g_.h, seq_offset());
+  }
   st.emb_out = zeros(g_.b * g_.tl * g_.h);
   backend_.bias_dropout_add_forward(st.emb_out, e, {}, {}, dropout(kSiteEmbedding, -1),
                                     block(op.micro_batch, false));
@@ -230,9 +285,11 @@ void GptModel::embedding_backward(const Op& op) {
   Tensor d_e = zeros(g_.b * g_.s * g_.h);
   backend_.bias_dropout_add_backward(d_e, {}, {}, d_out, dropout(kSiteEmbedding, -1),
                                      block(op.micro_batch, true));
-  backend_.position_embedding_backward(
-      shard_.grad(op.model_chunk, "embedding.position_embeddings.weight"), d_e, g_.b, g_.s, g_.h,
-      0);
+  if (!g_.rope) {
+    backend_.position_embedding_backward(
+        shard_.grad(op.model_chunk, "embedding.position_embeddings.weight"), d_e, g_.b, g_.s,
+        g_.h, 0);
+  }
   backend_.vocab_parallel_embedding_backward(
       shard_.grad(op.model_chunk, "embedding.word_embeddings.weight"), d_e, st.tokens, g_.b, g_.s,
       g_.h, g_.vstart, g_.vl, g_.vtotal);
@@ -254,7 +311,7 @@ Tensor GptModel::take_layer_input(const Op& op) {
 
 /// The forward of one layer, Role by Role (between them the walk runs the TP collectives: the
 /// SP all-gathers before QKV and FC1, the reduces after the projection and FC2).
-void GptModel::layer_forward(const Op& op, Role role) {
+void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role) {
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
   const int64_t b = g_.b, s = g_.s, h = g_.h;
@@ -262,29 +319,38 @@ void GptModel::layer_forward(const Op& op, Role role) {
   switch (role) {
     case Role::kInputLayerNorm:
       if (op.phase != Phase::kRecompute) L.in = take_layer_input(op);
-      L.ln1 = zeros(b * tl * h);
-      L.ln1_mean = zeros(b * tl);
-      L.ln1_rstd = zeros(b * tl);
-      backend_.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, L.in, P.ln1_w, P.ln1_b, b, tl, h);
+      norm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, L.in, P.ln1_w, P.ln1_b);
       return;
     case Role::kQkv:  // column-parallel
-      L.qkv = zeros(b * s * 3 * hl);
-      backend_.matmul_forward(L.qkv, g_.sp ? L.ln1_full : L.ln1, P.qkv_w, P.qkv_b, b, s, h, 3 * hl);
+      L.qkv = zeros(b * s * g_.qkv);
+      backend_.matmul_forward(L.qkv, g_.sp ? L.ln1_full : L.ln1, P.qkv_w, P.qkv_b, b, s, h, g_.qkv);
       L.ln1_full.reset();
       return;
-    case Role::kAttentionCore:
+    case Role::kAttentionCore: {
+      if (kernel == "rope_fwd") {  // before the attention kernel; L.qkv stays unrotated
+        L.qkv_rope = clone(L.qkv);
+        rope(L.qkv_rope, L.qkv, /*backward=*/false);
+        return;
+      }
+      const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
       L.attn = zeros(b * s * hl);
-      L.preatt = zeros(b * heads * s * s);
       L.att = zeros(b * heads * s * s);
-      backend_.attention_forward(L.attn, L.preatt, L.att, L.qkv, b, s, hl, heads,
-                                 attention_dropout(op.micro_batch, op.layer));
-      L.preatt.reset();
+      if (g_.gqa) {
+        backend_.gqa_attention_forward(L.attn, L.att, qkv, b, s, heads, g_.groups, g_.hd);
+      } else {
+        L.preatt = zeros(b * heads * s * s);
+        backend_.attention_forward(L.attn, L.preatt, L.att, qkv, b, s, hl, heads,
+                                   attention_dropout(op.micro_batch, op.layer));
+        L.preatt.reset();
+      }
       // Selective recomputation (and evaluation) keeps no s x s scores.
       if ((op.phase == Phase::kForward && recompute_ == RecomputeGranularity::kSelective) ||
           !training_) {
         L.att.reset();
+        L.qkv_rope.reset();
       }
       return;
+    }
     case Role::kAttentionProjection:  // row-parallel: partial sums, reduced by the walk
       L.proj = zeros(b * s * h);
       backend_.matmul_forward(L.proj, L.attn, P.proj_w, {}, b, s, hl, h);
@@ -300,20 +366,20 @@ void GptModel::layer_forward(const Op& op, Role role) {
       return;
     }
     case Role::kPostAttentionLayerNorm:
-      L.ln2 = zeros(b * tl * h);
-      L.ln2_mean = zeros(b * tl);
-      L.ln2_rstd = zeros(b * tl);
-      backend_.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.resid1, P.ln2_w, P.ln2_b, b, tl,
-                                 h);
+      norm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.resid1, P.ln2_w, P.ln2_b);
       return;
     case Role::kFc1:  // column-parallel
-      L.fc1 = zeros(b * s * f);
-      backend_.matmul_forward(L.fc1, g_.sp ? L.ln2_full : L.ln2, P.fc1_w, P.fc1_b, b, s, h, f);
+      L.fc1 = zeros(b * s * g_.fc1);
+      backend_.matmul_forward(L.fc1, g_.sp ? L.ln2_full : L.ln2, P.fc1_w, P.fc1_b, b, s, h, g_.fc1);
       L.ln2_full.reset();
       return;
     case Role::kGelu:
       L.gelu = zeros(b * s * f);
-      backend_.gelu_forward(L.gelu, L.fc1);
+      switch (g_.activation) {
+        case Activation::kGelu: backend_.gelu_forward(L.gelu, L.fc1); break;
+        case Activation::kSwiglu: backend_.swiglu_forward(L.gelu, L.fc1, b * s, f); break;
+        case Activation::kSquaredRelu: backend_.squared_relu_forward(L.gelu, L.fc1); break;
+      }
       return;
     case Role::kFc2:  // row-parallel
       L.fc2 = zeros(b * s * h);
@@ -386,18 +452,26 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       }
       return;
     case Role::kGelu:
-      L.d_fc1 = zeros(b * s * f);
-      backend_.gelu_backward(L.d_fc1, L.fc1, L.d_gelu);
+      L.d_fc1 = zeros(b * s * g_.fc1);
+      switch (g_.activation) {
+        case Activation::kGelu: backend_.gelu_backward(L.d_fc1, L.fc1, L.d_gelu); break;
+        case Activation::kSwiglu:
+          backend_.swiglu_backward(L.d_fc1, L.d_gelu, L.fc1, b * s, f);
+          break;
+        case Activation::kSquaredRelu:
+          backend_.squared_relu_backward(L.d_fc1, L.fc1, L.d_gelu);
+          break;
+      }
       L.d_gelu.reset();
       L.fc1.reset();
       return;
     case Role::kFc1:
       if (dgrad) {
         L.d_ln_full = zeros(b * s * h);
-        backend_.matmul_backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, f);
+        backend_.matmul_backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, g_.fc1);
       } else if (wgrad) {
         backend_.matmul_backward_weight(G.fc1_w, G.fc1_b, L.d_fc1, g_.sp ? L.ln2_full : L.ln2, b,
-                                        s, h, f);
+                                        s, h, g_.fc1);
         L.d_fc1.reset();
         L.ln2_full.reset();
       } else {
@@ -405,8 +479,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       }
       return;
     case Role::kPostAttentionLayerNorm:
-      backend_.layernorm_backward(L.d_resid1, G.ln2_w, G.ln2_b, reduced(L.d_ln_full, L.d_ln),
-                                  L.resid1, P.ln2_w, L.ln2_mean, L.ln2_rstd, b, tl, h);
+      norm_backward(L.d_resid1, G.ln2_w, G.ln2_b, reduced(L.d_ln_full, L.d_ln), L.resid1, P.ln2_w,
+                    L.ln2_mean, L.ln2_rstd);
       L.d_ln_full.reset();
       L.d_ln.reset();
       L.ln2.reset();
@@ -434,22 +508,34 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         bad_kernel();
       }
       return;
-    case Role::kAttentionCore:
+    case Role::kAttentionCore: {
+      if (kernel == "rope_bwd") {  // after the attention kernel: d(rotated q, k) -> d(q, k)
+        rope(L.d_qkv, L.d_qkv, /*backward=*/true);
+        return;
+      }
       if (L.att.empty()) unexpected(op, "attention probabilities were not kept or recomputed");
-      L.d_qkv = zeros(b * s * 3 * hl);
-      backend_.attention_backward(L.d_qkv, L.d_attn, L.qkv, L.att, b, s, hl, heads,
-                                  attention_dropout(op.micro_batch, op.layer));
+      const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
+      L.d_qkv = zeros(b * s * g_.qkv);
+      if (g_.gqa) {
+        backend_.gqa_attention_backward(L.d_qkv, L.d_attn, qkv, L.att, b, s, heads, g_.groups,
+                                        g_.hd);
+      } else {
+        backend_.attention_backward(L.d_qkv, L.d_attn, qkv, L.att, b, s, hl, heads,
+                                    attention_dropout(op.micro_batch, op.layer));
+      }
       L.d_attn.reset();
       L.att.reset();
       L.attn.reset();
+      L.qkv_rope.reset();
       return;
+    }
     case Role::kQkv:
       if (dgrad) {
         L.d_ln_full = zeros(b * s * h);
-        backend_.matmul_backward_data(L.d_ln_full, L.d_qkv, P.qkv_w, b, s, h, 3 * hl);
+        backend_.matmul_backward_data(L.d_ln_full, L.d_qkv, P.qkv_w, b, s, h, g_.qkv);
       } else if (wgrad) {
         backend_.matmul_backward_weight(G.qkv_w, G.qkv_b, L.d_qkv, g_.sp ? L.ln1_full : L.ln1, b,
-                                        s, h, 3 * hl);
+                                        s, h, g_.qkv);
         L.d_qkv.reset();
         L.ln1_full.reset();
         L.qkv.reset();
@@ -458,8 +544,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       }
       return;
     case Role::kInputLayerNorm: {
-      backend_.layernorm_backward(L.d_in, G.ln1_w, G.ln1_b, reduced(L.d_ln_full, L.d_ln), L.in,
-                                  P.ln1_w, L.ln1_mean, L.ln1_rstd, b, tl, h);
+      norm_backward(L.d_in, G.ln1_w, G.ln1_b, reduced(L.d_ln_full, L.d_ln), L.in, P.ln1_w,
+                    L.ln1_mean, L.ln1_rstd);
       Tensor d_in = std::move(L.d_in);
       L = LayerState();
       L.d_in = std::move(d_in);
@@ -476,13 +562,10 @@ void GptModel::head_forward(const Op& op, const std::string& kernel, Role role) 
   const int64_t rows = g_.b * g_.s;
   switch (role) {
     case Role::kFinalLayerNorm:
-      st.lnf = zeros(g_.b * g_.tl * g_.h);
-      st.lnf_mean = zeros(g_.b * g_.tl);
-      st.lnf_rstd = zeros(g_.b * g_.tl);
-      backend_.layernorm_forward(st.lnf, st.lnf_mean, st.lnf_rstd, chunk_output(st, op.model_chunk),
-                                 shard_.param(op.model_chunk, "final_layernorm.weight"),
-                                 shard_.param(op.model_chunk, "final_layernorm.bias"), g_.b, g_.tl,
-                                 g_.h);
+      norm_forward(st.lnf, st.lnf_mean, st.lnf_rstd, chunk_output(st, op.model_chunk),
+                   shard_.param(op.model_chunk, "final_layernorm.weight"),
+                   g_.rmsnorm ? std::span<float>()
+                              : shard_.param(op.model_chunk, "final_layernorm.bias"));
       return;
     case Role::kLmHead: {
       st.logits = zeros(rows * g_.vl);
@@ -565,12 +648,12 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
       return;
     case Role::kFinalLayerNorm:
       st.d_last = zeros(g_.b * g_.tl * g_.h);
-      backend_.layernorm_backward(
-          st.d_last, shard_.grad(op.model_chunk, "final_layernorm.weight"),
-          shard_.grad(op.model_chunk, "final_layernorm.bias"), reduced(st.d_lnf_full, st.d_lnf),
-          chunk_output(st, op.model_chunk), shard_.param(op.model_chunk, "final_layernorm.weight"),
-          st.lnf_mean,
-          st.lnf_rstd, g_.b, g_.tl, g_.h);
+      norm_backward(st.d_last, shard_.grad(op.model_chunk, "final_layernorm.weight"),
+                    g_.rmsnorm ? std::span<float>()
+                               : shard_.grad(op.model_chunk, "final_layernorm.bias"),
+                    reduced(st.d_lnf_full, st.d_lnf), chunk_output(st, op.model_chunk),
+                    shard_.param(op.model_chunk, "final_layernorm.weight"), st.lnf_mean,
+                    st.lnf_rstd);
       st.d_lnf_full.reset();
       st.d_lnf.reset();
       st.lnf.reset();

@@ -54,6 +54,15 @@ struct ShardGeometry {
   int64_t hl = 0;      ///< h / t
   int64_t f = 0;       ///< ffn_hidden_size / t
   int64_t heads = 0;   ///< attention heads / t
+  int64_t groups = 0;  ///< query groups (key/value heads) / t
+  int64_t hd = 0;      ///< head_dim
+  int64_t qkv = 0;     ///< local QKV width (heads + 2 groups) hd
+  int64_t fc1 = 0;     ///< local FC1 width: 2 f with SwiGLU, else f
+  bool rmsnorm = false;   ///< RMSNorm (no bias) instead of LayerNorm
+  bool rope = false;      ///< rotary position embedding instead of learned positions
+  bool gqa = false;       ///< grouped-query attention kernel (query groups < heads)
+  bool untied = false;    ///< the LM head has its own weight (output_layer.weight)
+  Activation activation = Activation::kGelu;
   int64_t tl = 0;      ///< positions held in SP regions: s / t with SP, else s
   bool sp = false;     ///< sequence parallelism
   int64_t p = 0;       ///< pipeline-parallel size
@@ -75,25 +84,26 @@ struct LayerParams {
 /// Saved activations and gradients of one layer for one micro-batch.
 struct LayerState {
   Tensor in;                          // [b, Tl, H] layer input (residual stream)
-  Tensor ln1, ln1_mean, ln1_rstd;     // [b, Tl, H], [b*Tl]
+  Tensor ln1, ln1_mean, ln1_rstd;     // [b, Tl, H], [b*Tl] (RMSNorm: rstd holds 1/rms, no mean)
   Tensor ln1_full;                    // [b, s, H] SP-gathered QKV input
-  Tensor qkv;                         // [b, s, 3Hl]
+  Tensor qkv;                         // [b, s, qkv]
+  Tensor qkv_rope;                    // [b, s, qkv] with RoPE applied to q and k (RoPE only)
   Tensor preatt, att;                 // [b, a/t, s, s]
   Tensor attn;                        // [b, s, Hl]
   Tensor proj;                        // [b, s, H] partial, all-reduced in place without SP
   Tensor proj_rs;                     // [b, Tl, H] SP reduce-scatter output
   Tensor resid1;                      // [b, Tl, H]
   Tensor ln2, ln2_mean, ln2_rstd, ln2_full;
-  Tensor fc1, gelu;                   // [b, s, F]
+  Tensor fc1, gelu;                   // [b, s, fc1], [b, s, F] (gelu: the activation output)
   Tensor fc2, fc2_rs;                 // like proj, proj_rs
   Tensor out;                         // [b, Tl, H]
   // backward
   Tensor d_resid1;                    // [b, Tl, H]
   Tensor d_branch;                    // [b, Tl, H] gradient of the dropout input (row-parallel output)
   Tensor d_branch_full;               // [b, s, H] SP-gathered d_branch
-  Tensor d_gelu, d_fc1;               // [b, s, F]
+  Tensor d_gelu, d_fc1;               // [b, s, F], [b, s, fc1]
   Tensor d_attn;                      // [b, s, Hl]
-  Tensor d_qkv;                       // [b, s, 3Hl]
+  Tensor d_qkv;                       // [b, s, qkv]
   Tensor d_ln_full;                   // [b, s, H] column-parallel input gradient (partial sums)
   Tensor d_ln;                        // [b, Tl, H] after the reduce-scatter (SP)
   Tensor d_in;                        // [b, Tl, H]
@@ -178,6 +188,15 @@ class GptModel {
   cpu::DropoutParams dropout(uint64_t site, int64_t layer) const;
   const cpu::AttentionProbabilityDropout* attention_dropout(int64_t mb, int64_t layer);
   cpu::HiddenBlock block(int64_t mb, bool full) const;
+  /// LayerNorm or RMSNorm (by the model) over [b, Tl, H]; allocates out, mean (LayerNorm) and
+  /// rstd (1 / rms for RMSNorm). Backward accumulates into dinp, dweight, dbias.
+  void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, CFSpan inp, CFSpan weight,
+                    CFSpan bias);
+  void norm_backward(FSpan dinp, FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp,
+                     CFSpan weight, const Tensor& mean, const Tensor& rstd);
+  /// RoPE on the q and k parts of [b, s, qkv] rows: forward out = rotated in (v copied by the
+  /// caller), backward out = inverse rotation of in (may alias: q and k parts only).
+  void rope(FSpan qkv_out, CFSpan qkv_in, bool backward);
   std::span<float> head_weight(int64_t chunk, bool grad);
   Tensor& reduced(Tensor& partial, Tensor& shard) { return g_.sp ? shard : partial; }
   Tensor take_layer_input(const Op& op);
@@ -187,7 +206,7 @@ class GptModel {
   void embedding_forward(const Op& op);
   void embedding_dropout(const Op& op);
   void embedding_backward(const Op& op);
-  void layer_forward(const Op& op, Role role);
+  void layer_forward(const Op& op, const std::string& kernel, Role role);
   void layer_backward(const Op& op, const std::string& kernel, Role role);
   void head_forward(const Op& op, const std::string& kernel, Role role);
   void head_backward(const Op& op, const std::string& kernel, Role role);

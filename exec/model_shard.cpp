@@ -45,6 +45,9 @@ enum class Init { kZeros, kOnes, kNormal };
 struct GlobalMap {
   int64_t block_rows = 0;  ///< 0: the whole tensor is one block
   int64_t block_stride = 0;
+  /// When set, the local rows are consecutive segments {rows, first global row} (a fused
+  /// [q | k | v] or [gate | up] shard whose parts differ in size); block_* and row_offset unused.
+  std::vector<std::pair<int64_t, int64_t>> segments;
   int64_t row_offset = 0;
   int64_t col_offset = 0;
   int64_t global_cols = 1;
@@ -88,8 +91,17 @@ void initialize(const TensorSpec& spec, uint64_t seed, std::span<float> out) {
   const GlobalMap& m = spec.map;
   const int64_t block_rows = m.block_rows > 0 ? m.block_rows : rows;
   const uint64_t stream = name_stream(spec.stream_name);
+  auto global_row = [&](int64_t r) {
+    if (m.segments.empty()) return (r / block_rows) * m.block_stride + m.row_offset + r % block_rows;
+    for (const auto& [n, first] : m.segments) {
+      if (r < n) return first + r;
+      r -= n;
+    }
+    throw InvalidArgument(fmt::format("{}: {} has more rows than its segments", kWhere,
+                                      spec.tensor.name));
+  };
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t grow = (r / block_rows) * m.block_stride + m.row_offset + r % block_rows;
+    const int64_t grow = global_row(r);
     float* row = out.data() + r * cols;
     if (grow >= m.valid_rows) {
       std::fill(row, row + cols, 0.0f);
@@ -186,56 +198,95 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * p + coord.pp;
     std::vector<TensorSpec> specs;
+    // Norms carry a bias only as LayerNorm; linear layers only with add_bias_linear
+    // (Llama: RMSNorm, no biases); learned positions only without RoPE.
+    const bool norm_bias = model.normalization == Normalization::kLayerNorm;
+    const bool linear_bias = model.add_bias_linear;
     if (vs == last_vstage) {
       specs.push_back(replicated_1d("final_layernorm.weight", -1, h, Init::kOnes, true));
-      specs.push_back(replicated_1d("final_layernorm.bias", -1, h, Init::kZeros, true));
-      if (p > 1) {
+      if (norm_bias) {
+        specs.push_back(replicated_1d("final_layernorm.bias", -1, h, Init::kZeros, true));
+      }
+      if (model.untie_embeddings_and_output_weights) {
+        // Its own weight, drawn from its own stream.
+        TensorSpec head = vocab_weight("output_layer.weight", -1);
+        head.stream_name = "output_layer.weight";
+        specs.push_back(std::move(head));
+      } else if (p > 1) {
         TensorSpec head = vocab_weight("output_layer.weight", -1);
         head.tensor.shared_embedding = true;
         specs.push_back(std::move(head));
       }
     }
+    const int64_t hd = model.head_dim();
+    const int64_t heads = model.num_attention_heads;
+    const int64_t groups = model.query_groups();
+    const int64_t ql = heads / t * hd;   // local query rows
+    const int64_t kvl = groups / t * hd; // local key (and value) rows
+    const bool gated = model.activation == Activation::kSwiglu;
     const ChunkLayers layers = chunk_layers(s, coord.pp, c);  // core/pipeline_split.hpp
     for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
       const auto item = static_cast<int32_t>(l);
       const std::string prefix = fmt::format("layers.{}.", l);
       auto name = [&](const char* suffix) { return prefix + suffix; };
       specs.push_back(replicated_1d(name("input_layernorm.weight"), item, h, Init::kOnes, true));
-      specs.push_back(replicated_1d(name("input_layernorm.bias"), item, h, Init::kZeros, true));
-      // QKV, column parallel: local [q | k | v], each this rank's h/t rows of its part.
-      GlobalMap qkv{.block_rows = hl, .block_stride = h, .row_offset = tp * hl, .global_cols = h};
-      specs.push_back(weight(name("self_attention.linear_qkv.weight"), item, 3 * hl, h,
+      if (norm_bias) {
+        specs.push_back(replicated_1d(name("input_layernorm.bias"), item, h, Init::kZeros, true));
+      }
+      // QKV, column parallel: local [q | k | v], this rank's heads / t query heads and
+      // groups / t key/value heads of the global [q (a d) | k (g d) | v (g d)].
+      GlobalMap qkv{.segments = {{ql, tp * ql}, {kvl, heads * hd + tp * kvl},
+                                 {kvl, (heads + groups) * hd + tp * kvl}},
+                    .global_cols = h};
+      const int64_t qkv_rows = ql + 2 * kvl;
+      specs.push_back(weight(name("self_attention.linear_qkv.weight"), item, qkv_rows, h,
                              init_method_std, qkv, true));
-      TensorSpec qkv_bias =
-          replicated_1d(name("self_attention.linear_qkv.bias"), item, 3 * hl, Init::kZeros, false);
-      qkv_bias.tensor.tensor_parallel = true;
-      specs.push_back(std::move(qkv_bias));
+      if (linear_bias) {
+        TensorSpec qkv_bias = replicated_1d(name("self_attention.linear_qkv.bias"), item, qkv_rows,
+                                            Init::kZeros, false);
+        qkv_bias.tensor.tensor_parallel = true;
+        specs.push_back(std::move(qkv_bias));
+      }
       // Projection, row parallel: columns [tp h/t, (tp+1) h/t) of [h, h].
       GlobalMap proj{.col_offset = tp * hl, .global_cols = h};
       specs.push_back(
           weight(name("self_attention.linear_proj.weight"), item, h, hl, scaled_std, proj, true));
-      specs.push_back(
-          replicated_1d(name("self_attention.linear_proj.bias"), item, h, Init::kZeros, true));
+      if (linear_bias) {
+        specs.push_back(
+            replicated_1d(name("self_attention.linear_proj.bias"), item, h, Init::kZeros, true));
+      }
       specs.push_back(replicated_1d(name("pre_mlp_layernorm.weight"), item, h, Init::kOnes, true));
-      specs.push_back(replicated_1d(name("pre_mlp_layernorm.bias"), item, h, Init::kZeros, true));
-      // FC1, column parallel: rows [tp ffn/t, (tp+1) ffn/t) of [ffn, h].
-      GlobalMap fc1{.row_offset = tp * ffnl, .global_cols = h};
+      if (norm_bias) {
+        specs.push_back(replicated_1d(name("pre_mlp_layernorm.bias"), item, h, Init::kZeros, true));
+      }
+      // FC1, column parallel: rows [tp ffn/t, (tp+1) ffn/t) of [ffn, h]; SwiGLU: of the gate
+      // and of the up halves of [2 ffn, h] (local [gate | up], as Megatron's chunk(2)).
+      GlobalMap fc1{.global_cols = h};
+      fc1.segments = {{ffnl, tp * ffnl}};
+      if (gated) fc1.segments.emplace_back(ffnl, ffn + tp * ffnl);
+      const int64_t fc1_rows = gated ? 2 * ffnl : ffnl;
       specs.push_back(
-          weight(name("mlp.linear_fc1.weight"), item, ffnl, h, init_method_std, fc1, true));
-      TensorSpec fc1_bias =
-          replicated_1d(name("mlp.linear_fc1.bias"), item, ffnl, Init::kZeros, false);
-      fc1_bias.tensor.tensor_parallel = true;
-      specs.push_back(std::move(fc1_bias));
+          weight(name("mlp.linear_fc1.weight"), item, fc1_rows, h, init_method_std, fc1, true));
+      if (linear_bias) {
+        TensorSpec fc1_bias =
+            replicated_1d(name("mlp.linear_fc1.bias"), item, fc1_rows, Init::kZeros, false);
+        fc1_bias.tensor.tensor_parallel = true;
+        specs.push_back(std::move(fc1_bias));
+      }
       // FC2, row parallel: columns [tp ffn/t, (tp+1) ffn/t) of [h, ffn].
       GlobalMap fc2{.col_offset = tp * ffnl, .global_cols = ffn};
       specs.push_back(weight(name("mlp.linear_fc2.weight"), item, h, ffnl, scaled_std, fc2, true));
-      specs.push_back(replicated_1d(name("mlp.linear_fc2.bias"), item, h, Init::kZeros, true));
+      if (linear_bias) {
+        specs.push_back(replicated_1d(name("mlp.linear_fc2.bias"), item, h, Init::kZeros, true));
+      }
     }
     if (vs == 0) {
       specs.push_back(vocab_weight(kWordEmbedding, -2));
-      GlobalMap pos{.global_cols = h};
-      specs.push_back(weight("embedding.position_embeddings.weight", -2, model.seq_length, h,
-                             init_method_std, pos, false));
+      if (model.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
+        GlobalMap pos{.global_cols = h};
+        specs.push_back(weight("embedding.position_embeddings.weight", -2, model.seq_length, h,
+                               init_method_std, pos, false));
+      }
     }
 
     ChunkShard chunk;

@@ -13,6 +13,7 @@
 #include "core/rank_layout.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/host_device.hpp"
+#include "exec/cpu/rope.hpp"
 #include "traces/timeline_costs.hpp"
 
 namespace traintwin::exec {
@@ -124,13 +125,33 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
         be.matmul_backward_weight(x.t[0], x.t[1], x.t[2], x.t[3], 1, m, k, n);
       };
     }
-  } else if (name == "attention_fwd" || name == "attention_bwd") {
+  } else if (name == "attention_fwd" || name == "attention_bwd" ||
+             name == "flash_attention_fwd" || name == "flash_attention_bwd") {
+    // attention_backend: flash computes the same exact attention; the CPU backend runs it with
+    // its one attention kernel (which keeps the probabilities).
     need(4);
+    const bool fwd = name == "attention_fwd" || name == "flash_attention_fwd";
     const int64_t bb = d[0], heads = d[1], s = d[2], C = d[1] * d[3];
     auto drop = std::make_shared<cpu::AttentionProbabilityDropout>(cpu::AttentionProbabilityDropout{
         cpu::DropoutParams{p_att, 1, 3}, cpu::AttentionBlock{bb, heads, s, 0, 0, heads}});
     const cpu::AttentionProbabilityDropout* dp = p_att > 0 ? drop.get() : nullptr;
-    if (name == "attention_fwd") {
+    const int64_t a = sc.model.num_attention_heads, g = sc.model.query_groups();
+    if (g != a) {  // grouped-query attention (GptModel: the gqa kernel, no probability dropout)
+      const int64_t hd = d[3], kv = heads * g / a, width = (heads + 2 * kv) * hd;
+      if (kv * a != heads * g) unsupported(key);
+      if (fwd) {
+        c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s * s), in.uniform(bb * s * width));
+        c.run = [&be, bb, s, heads, kv, hd](KernelCall& x) {
+          be.gqa_attention_forward(x.t[0], x.t[1], x.t[2], bb, s, heads, kv, hd);
+        };
+      } else {
+        c.t = list(in.zeros(bb * s * width), in.uniform(bb * s * C), in.uniform(bb * s * width),
+                   in.uniform(bb * heads * s * s, 0.0, 1.0));
+        c.run = [&be, bb, s, heads, kv, hd](KernelCall& x) {
+          be.gqa_attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, heads, kv, hd);
+        };
+      }
+    } else if (fwd) {
       c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s * s), in.zeros(bb * heads * s * s),
              in.uniform(bb * s * 3 * C));
       c.run = [&be, bb, s, C, heads, drop, dp](KernelCall& x) {
@@ -161,6 +182,54 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
                               rows, C);
       };
     }
+  } else if (name == "rmsnorm_fwd" || name == "rmsnorm_bwd") {
+    need(2);
+    const int64_t rows = d[0], C = d[1];
+    if (name == "rmsnorm_fwd") {
+      c.t = list(in.zeros(rows * C), in.zeros(rows), in.uniform(rows * C), in.uniform(C));
+      c.run = [&be, rows, C](KernelCall& x) {
+        be.rmsnorm_forward(x.t[0], x.t[1], x.t[2], x.t[3], 1, rows, C);
+      };
+    } else {
+      c.t = list(in.zeros(rows * C), in.zeros(C), in.uniform(rows * C), in.uniform(rows * C),
+                 in.uniform(C), in.uniform(rows, 0.5, 2.0));
+      c.run = [&be, rows, C](KernelCall& x) {
+        be.rmsnorm_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], x.t[5], 1, rows, C);
+      };
+    }
+  } else if (name == "swiglu_fwd" || name == "swiglu_bwd") {
+    need(1);
+    const int64_t n = d[0];  // output elements; the input holds [gate | up]
+    if (name == "swiglu_fwd") {
+      c.t = list(in.zeros(n), in.uniform(2 * n, -3.0, 3.0));
+      c.run = [&be, n](KernelCall& x) { be.swiglu_forward(x.t[0], x.t[1], 1, n); };
+    } else {
+      c.t = list(in.zeros(2 * n), in.uniform(n), in.uniform(2 * n, -3.0, 3.0));
+      c.run = [&be, n](KernelCall& x) { be.swiglu_backward(x.t[0], x.t[1], x.t[2], 1, n); };
+    }
+  } else if (name == "squared_relu_fwd" || name == "squared_relu_bwd") {
+    need(1);
+    const int64_t n = d[0];
+    if (name == "squared_relu_fwd") {
+      c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0));
+      c.run = [&be](KernelCall& x) { be.squared_relu_forward(x.t[0], x.t[1]); };
+    } else {
+      c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0), in.uniform(n));
+      c.run = [&be](KernelCall& x) { be.squared_relu_backward(x.t[0], x.t[1], x.t[2]); };
+    }
+  } else if (name == "rope_fwd" || name == "rope_bwd") {
+    need(1);  // the q and k heads of the local tokens
+    const int64_t n = d[0], hd = sc.model.head_dim(), rows = n / hd;
+    if (rows * hd != n) unsupported(key);
+    const bool fwd = name == "rope_fwd";
+    c.t = list(in.zeros(n), in.uniform(n));
+    c.run = [&be, rows, hd, fwd](KernelCall& x) {
+      if (fwd) {
+        be.rope_forward(x.t[0], x.t[1], 1, 1, rows, hd, 0, cpu::kRotaryBase);
+      } else {
+        be.rope_backward(x.t[0], x.t[1], 1, 1, rows, hd, 0, cpu::kRotaryBase);
+      }
+    };
   } else if (name == "dropout_add_fwd" || name == "dropout_add_bwd") {
     need(1);
     const int64_t n = d[0], rows = n / h;

@@ -4,14 +4,21 @@
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "exec/cpu/checks.hpp"
 #include "exec/cpu/gelu.hpp"
+#include "exec/cpu/gqa_attention.hpp"
 #include "exec/cpu/layernorm.hpp"
 #include "exec/cpu/matmul.hpp"
 #include "exec/cpu/position_embedding.hpp"
+#include "exec/cpu/rmsnorm.hpp"
+#include "exec/cpu/rope.hpp"
+#include "exec/cpu/squared_relu.hpp"
+#include "exec/cpu/swiglu.hpp"
 #include "exec/cpu/vocab_parallel_cross_entropy.hpp"
 #include "exec/cpu/vocab_parallel_embedding.hpp"
 
@@ -147,6 +154,68 @@ void CpuBackend::attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan 
                                     int64_t batch, int64_t seq, int64_t channels, int64_t heads,
                                     const AttentionProbabilityDropout* dropout) {
   cpu::attention_backward<float>(dinp, dout, inp, att, batch, seq, channels, heads, dropout);
+}
+
+void CpuBackend::rmsnorm_forward(FSpan out, FSpan rrms, CFSpan inp, CFSpan weight,
+                                 int64_t batch, int64_t seq, int64_t channels) {
+  cpu::rmsnorm_forward<float>(out, rrms, inp, weight, batch, seq, channels);
+}
+
+void CpuBackend::rmsnorm_backward(FSpan dinp, FSpan dweight, CFSpan dout, CFSpan inp,
+                                  CFSpan weight, CFSpan rrms, int64_t batch, int64_t seq,
+                                  int64_t channels) {
+  cpu::rmsnorm_backward<float>(dinp, dweight, dout, inp, weight, rrms, batch, seq, channels);
+}
+
+void CpuBackend::gqa_attention_forward(FSpan out, FSpan att, CFSpan inp, int64_t batch,
+                                       int64_t seq, int64_t heads, int64_t query_groups,
+                                       int64_t head_dim) {
+  cpu::gqa_attention_forward<float>(out, att, inp, batch, seq, heads, query_groups, head_dim);
+}
+
+void CpuBackend::gqa_attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att,
+                                        int64_t batch, int64_t seq, int64_t heads,
+                                        int64_t query_groups, int64_t head_dim) {
+  cpu::gqa_attention_backward<float>(dinp, dout, inp, att, batch, seq, heads, query_groups,
+                                     head_dim);
+}
+
+namespace {
+/// Positions offset, offset + 1, ..., offset + seq - 1.
+std::vector<int64_t> positions(int64_t seq, int64_t offset) {
+  std::vector<int64_t> p(static_cast<size_t>(std::max<int64_t>(seq, 0)));
+  std::iota(p.begin(), p.end(), offset);
+  return p;
+}
+}  // namespace
+
+void CpuBackend::rope_forward(FSpan out, CFSpan inp, int64_t batch, int64_t seq, int64_t heads,
+                              int64_t head_dim, int64_t position_offset, double rotary_base) {
+  cpu::rope_forward<float>(out, inp, positions(seq, position_offset), batch, seq, heads, head_dim,
+                           rotary_base);
+}
+
+void CpuBackend::rope_backward(FSpan dinp, CFSpan dout, int64_t batch, int64_t seq, int64_t heads,
+                               int64_t head_dim, int64_t position_offset, double rotary_base) {
+  cpu::rope_backward<float>(dinp, dout, positions(seq, position_offset), batch, seq, heads,
+                            head_dim, rotary_base);
+}
+
+void CpuBackend::swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t width) {
+  cpu::swiglu_forward<float>(out, inp, rows, width);
+}
+
+void CpuBackend::swiglu_backward(FSpan dinp, CFSpan dout, CFSpan inp, int64_t rows,
+                                 int64_t width) {
+  cpu::swiglu_backward<float>(dinp, dout, inp, rows, width);
+}
+
+void CpuBackend::squared_relu_forward(FSpan out, CFSpan inp) {
+  cpu::squared_relu_forward<float>(out, inp);
+}
+
+void CpuBackend::squared_relu_backward(FSpan dinp, CFSpan inp, CFSpan dout) {
+  cpu::squared_relu_backward<float>(dinp, inp, dout);
 }
 
 void CpuBackend::gelu_forward(FSpan out, CFSpan inp) { cpu::gelu_forward<float>(out, inp); }

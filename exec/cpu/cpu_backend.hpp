@@ -53,6 +53,23 @@ class CpuBackend final : public Backend {
   void attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att, int64_t batch,
                           int64_t seq, int64_t channels, int64_t heads,
                           const AttentionProbabilityDropout* dropout) override;
+  void rmsnorm_forward(FSpan out, FSpan rrms, CFSpan inp, CFSpan weight, int64_t batch,
+                       int64_t seq, int64_t channels) override;
+  void rmsnorm_backward(FSpan dinp, FSpan dweight, CFSpan dout, CFSpan inp, CFSpan weight,
+                        CFSpan rrms, int64_t batch, int64_t seq, int64_t channels) override;
+  void gqa_attention_forward(FSpan out, FSpan att, CFSpan inp, int64_t batch, int64_t seq,
+                             int64_t heads, int64_t query_groups, int64_t head_dim) override;
+  void gqa_attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att, int64_t batch,
+                              int64_t seq, int64_t heads, int64_t query_groups,
+                              int64_t head_dim) override;
+  void rope_forward(FSpan out, CFSpan inp, int64_t batch, int64_t seq, int64_t heads,
+                    int64_t head_dim, int64_t position_offset, double rotary_base) override;
+  void rope_backward(FSpan dinp, CFSpan dout, int64_t batch, int64_t seq, int64_t heads,
+                     int64_t head_dim, int64_t position_offset, double rotary_base) override;
+  void swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t width) override;
+  void swiglu_backward(FSpan dinp, CFSpan dout, CFSpan inp, int64_t rows, int64_t width) override;
+  void squared_relu_forward(FSpan out, CFSpan inp) override;
+  void squared_relu_backward(FSpan dinp, CFSpan inp, CFSpan dout) override;
   void gelu_forward(FSpan out, CFSpan inp) override;
   void gelu_backward(FSpan dinp, CFSpan inp, CFSpan dout) override;
   void bias_dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,

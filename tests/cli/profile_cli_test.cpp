@@ -92,6 +92,27 @@ TEST_F(ProfileCli, EveryKernelKeyOfEveryStageAppearsOnce) {
   EXPECT_THAT(*db.versions().blas, HasSubstr("OpenBLAS"));
 }
 
+// A Llama (RMSNorm, SwiGLU, RoPE, GQA with 2 groups for 4 heads) under TP 2: every kernel the
+// executor runs for it is profiled, once.
+TEST_F(ProfileCli, LlamaKernelsAreProfiled) {
+  const fs::path db_file = dir_ / "db.json";
+  const testing::CliResult r = profile(
+      "--set model.architecture=llama --set model.num_query_groups=2 "
+      "--set training.attention_dropout=0 --tensor-model-parallel-size 2 "
+      "--set cluster.num_gpus=2 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const CostDatabase db = CostDatabase::load(db_file);
+  const std::set<std::string> want = program_keys({{"model.architecture", "llama"},
+                                                   {"model.num_query_groups", "2"},
+                                                   {"training.attention_dropout", "0"},
+                                                   {"parallelism.tensor_model_parallel_size", "2"},
+                                                   {"cluster.num_gpus", "2"}});
+  EXPECT_EQ(db_keys(db), want);
+  for (const char* k : {"rmsnorm_bwd", "swiglu_fwd", "rope_bwd", "attention_bwd"}) {
+    EXPECT_THAT(db_keys(db), ::testing::Contains(HasSubstr(k)));
+  }
+}
+
 TEST_F(ProfileCli, ASecondRunMergesIntoTheDatabase) {
   const fs::path db_file = dir_ / "db.json";
   ASSERT_EQ(profile("--threads 1 --out " + db_file.string()).status, 0);

@@ -37,9 +37,17 @@ rc=0
 # (-ignore_timeouts=1) instead of ending the run: yaml-cpp 0.7 has inputs that make it loop (see
 # tests/fuzz/README.md); crashes, sanitizer reports, leaks and out-of-memory still fail.
 # LeakSanitizer stays on: the readers must not leak either.
-"$bin" -fork=1 -ignore_timeouts=1 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-  -max_len=65536 -artifact_prefix="$corpus/../crashes/$target-" "$@" \
+# -print_funcs=0: the fork-mode parent symbolizes every NEW_FUNC through llvm-symbolizer, and
+# that deadlocked once (parent in a futex, symbolizer on its pipe) until ctest's timeout; crash
+# reports are still symbolized. The outer timeout bounds the harness itself: a stall after the
+# run is judged on the statistics printed so far.
+timeout --kill-after=10 $((seconds + 60)) \
+  "$bin" -fork=1 -ignore_timeouts=1 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  -print_funcs=0 -max_len=65536 -artifact_prefix="$corpus/../crashes/$target-" "$@" \
   "$corpus" "${existing[@]}" > "$log" 2>&1 || rc=$?
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  echo "run_fuzz: $target: the libFuzzer harness did not exit $((seconds + 60)) s after a ${seconds} s run; judged on its last statistics" >&2
+fi
 stats=$(grep -E "^#[0-9]+: .*oom/timeout/crash" "$log" | tail -1 || true)
 runs=$(sed -n 's/^#\([0-9]*\):.*/\1/p' <<< "$stats")
 read -r ooms timeouts crashes < <(sed -n 's|.*oom/timeout/crash: \([0-9]*\)/\([0-9]*\)/\([0-9]*\).*|\1 \2 \3|p' <<< "$stats")

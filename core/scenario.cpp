@@ -109,6 +109,26 @@ const char* to_string(CpCommType c) {
   return "?";
 }
 
+const char* to_string(MoeTokenDispatcher d) {
+  switch (d) {
+    case MoeTokenDispatcher::kAllToAll:
+      return "alltoall";
+    case MoeTokenDispatcher::kAllGather:
+      return "allgather";
+  }
+  return "?";
+}
+
+const char* to_string(MoeLoadBalancing b) {
+  switch (b) {
+    case MoeLoadBalancing::kAuxLoss:
+      return "aux_loss";
+    case MoeLoadBalancing::kNone:
+      return "none";
+  }
+  return "?";
+}
+
 const char* to_string(RecomputeGranularity r) {
   switch (r) {
     case RecomputeGranularity::kNone:

@@ -82,6 +82,18 @@ const char* to_string(Fp8Format f);
 const char* to_string(Fp8Recipe r);
 /// "p2p" | "a2a" | "all_gather".
 const char* to_string(CpCommType c);
+/// How MoE tokens reach their experts (Megatron --moe-token-dispatcher-type). kAllToAll: each
+/// rank permutes its tokens by expert and exchanges them over the expert-parallel group with an
+/// all-to-all (and back after the experts); kAllGather: every rank all-gathers the tokens of the
+/// EP x ETP group, keeps those routed to its local experts, and reduce-scatters the outputs.
+enum class MoeTokenDispatcher { kAllToAll, kAllGather };
+/// "alltoall" | "allgather".
+const char* to_string(MoeTokenDispatcher d);
+/// MoE load balancing (Megatron --moe-router-load-balancing-type). kAuxLoss: the Switch
+/// Transformer auxiliary loss (Fedus et al. 2021, eq. 4) times moe_aux_loss_coeff; kNone.
+enum class MoeLoadBalancing { kAuxLoss, kNone };
+/// "aux_loss" | "none".
+const char* to_string(MoeLoadBalancing b);
 
 /// The model: a pre-norm decoder-only transformer. The defaults are GPT-3's (LayerNorm, GeLU,
 /// learned positions, multi-head attention, LM head tied to the word embedding, linear biases);
@@ -103,6 +115,44 @@ struct ModelSpec {
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
   bool untie_embeddings_and_output_weights = false;  ///< LM head has its own V x h weight
   bool add_bias_linear = true;                        ///< biases in QKV, projection, FC1, FC2
+
+  // Mixture of experts (Megatron-LM's --num-moe-experts and --moe-* arguments). A layer is an
+  // MoE layer when moe_layer_pattern says so: its MLP becomes a router (h -> E GEMM, top-k),
+  // E routed experts of width moe_ffn_hidden_size (each the model's MLP kind: SwiGLU experts
+  // for llama) and, when moe_shared_expert_intermediate_size > 0, one shared expert that sees
+  // every token. 0 experts = a dense model (every other moe_* key must then be absent).
+  int64_t num_moe_experts = 0;                 ///< E; 0 = dense
+  int64_t moe_router_topk = 2;                 ///< k experts per token (Megatron default 2)
+  int64_t moe_ffn_hidden_size = 0;             ///< width of one routed expert; 0 = ffn_hidden_size
+  int64_t moe_shared_expert_intermediate_size = 0;  ///< width of the shared expert(s); 0 = none
+  /// Per layer (num_layers entries) 1 = MoE, 0 = dense: the file's moe_layer_freq, an integer f
+  /// (layer i is MoE when i % f == 0, Megatron's rule) or an explicit 0/1 list. Empty = every
+  /// layer MoE (f = 1) when num_moe_experts > 0.
+  std::vector<int> moe_layer_pattern;
+  /// Expert capacity factor (Megatron --moe-expert-capacity-factor): each expert takes at most
+  /// ceil(tokens x k / E x factor) tokens, the rest are dropped; none = dropless.
+  std::optional<double> moe_expert_capacity_factor;
+  bool moe_pad_expert_input_to_capacity = false;  ///< pad every expert to its capacity
+  MoeTokenDispatcher moe_token_dispatcher_type = MoeTokenDispatcher::kAllGather;
+  MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::kAuxLoss;
+  double moe_aux_loss_coeff = 0.0;             ///< Megatron default 0.0
+  bool moe_grouped_gemm = false;               ///< local experts in one grouped GEMM
+  /// DeepSeek-V3's multi-latent attention (Megatron --multi-latent-attention): refused, not
+  /// supported yet.
+  bool multi_latent_attention = false;
+
+  /// True when the model has routed experts.
+  bool is_moe() const { return num_moe_experts > 0; }
+  /// True when global layer `layer` (0-based, in [0, num_layers)) is an MoE layer.
+  bool is_moe_layer(int64_t layer) const {
+    if (!is_moe()) return false;
+    if (moe_layer_pattern.empty()) return true;
+    return moe_layer_pattern.at(static_cast<size_t>(layer)) != 0;
+  }
+  /// Width of one routed expert: moe_ffn_hidden_size, or ffn_hidden_size when 0.
+  int64_t moe_expert_ffn() const {
+    return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size;
+  }
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   /// g: num_query_groups, or a when 0.
@@ -126,6 +176,11 @@ struct ParallelConfig {
   int64_t virtual_pipeline_model_parallel_size = 1;///< model chunks per pipeline rank (v)
   int64_t context_parallel_size = 1;               ///< CP
   CpCommType cp_comm_type = CpCommType::kP2p;      ///< how CP attention exchanges K and V
+  /// EP: ranks the routed experts are split over (Megatron --expert-model-parallel-size).
+  int64_t expert_model_parallel_size = 1;
+  /// ETP: tensor parallelism inside each expert (Megatron --expert-tensor-parallel-size);
+  /// none = TP, as Megatron defaults it.
+  std::optional<int64_t> expert_tensor_parallel_size;
   int64_t data_parallel_size = 1;                  ///< DP, = num_gpus / (TP*CP*PP)
   bool sequence_parallel = false;                  ///< SP (needs TP > 1)
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
@@ -142,6 +197,16 @@ struct ParallelConfig {
 
   /// True when 1F1B runs with > 1 model chunk per pipeline rank (interleaved 1F1B).
   bool interleaved() const { return virtual_pipeline_model_parallel_size > 1; }
+  /// ETP: expert_tensor_parallel_size, or TP when not given.
+  int64_t expert_tp() const {
+    return expert_tensor_parallel_size ? *expert_tensor_parallel_size : tensor_model_parallel_size;
+  }
+  /// Expert-data-parallel size under Megatron-Core's parallel folding: the ranks of one pipeline
+  /// stage (TP x CP x DP) regrouped as ETP x EP x expert-DP, so = TP x CP x DP / (ETP x EP).
+  int64_t expert_data_parallel_size() const {
+    return tensor_model_parallel_size * context_parallel_size * data_parallel_size /
+           (expert_tp() * expert_model_parallel_size);
+  }
 };
 
 /// Batch, precision and optimizer/communication switches.
@@ -237,11 +302,15 @@ struct WhatIf {
   std::optional<double> gpu_speed_scale;
   std::optional<Straggler> straggler;
   std::optional<DegradedLink> degraded_link;
+  /// MoE routing imbalance: tokens of the busiest expert over the mean (>= 1; 1 = balanced).
+  /// Dropless MoE layers take the busiest expert's time, so the expert GEMMs and the dispatch
+  /// all-to-all of every rank are scaled by it (capped by the capacity when one is set).
+  std::optional<double> moe_load_imbalance;
 
   /// True when any knob is given (even at its neutral value).
   bool any() const {
     return ib_bandwidth_scale || nvlink_bandwidth_scale || gpu_speed_scale || straggler ||
-           degraded_link;
+           degraded_link || moe_load_imbalance;
   }
 };
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "exec/cpu/cpu_backend.hpp"
@@ -54,7 +55,12 @@ class Executor::Impl {
                              backend_.name() + " backend yet");
     };
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
-    if (sc.parallel.context_parallel_size > 1) unsupported("context parallelism");
+    if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type != CpCommType::kP2p) {
+      throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is " +
+                             to_string(sc.parallel.cp_comm_type) + "; the " + backend_.name() +
+                             " backend executes context parallelism with p2p (ring attention) "
+                             "only (set parallelism.cp_comm_type: p2p)");
+    }
     if (sc.training.fp8()) unsupported("training.fp8_format (FP8 needs a GPU with FP8 tensor cores)");
     if (sc.training.precision != Precision::kFp32) {
       throw UnsupportedError("scenario " + sc.name + ": training.precision is " +
@@ -63,8 +69,15 @@ class Executor::Impl {
                              " backend computes in fp32 only (set precision: fp32)");
     }
     coord_ = rp_->coord;
+    // Gradients are reduced, and the distributed optimizer shards its state, over DP x CP (the
+    // CP ranks of a replica hold the same weights): member dp_cp_index_ of dp_cp_size_.
+    const std::vector<int64_t> dp_cp = comm_.layout().group(GroupKind::kDpCp, rp_->rank);
+    dp_cp_size_ = static_cast<int64_t>(dp_cp.size());
+    dp_cp_index_ = std::find(dp_cp.begin(), dp_cp.end(), rp_->rank) - dp_cp.begin();
+    RankCoord zero_coord = coord_;
+    zero_coord.dp = dp_cp_index_;
     model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
-    optimizer_.emplace(shard_, backend_, coord_, sc.parallel.data_parallel_size,
+    optimizer_.emplace(shard_, backend_, zero_coord, dp_cp_size_,
                        sc.training.use_distributed_optimizer, hyper_);
   }
 
@@ -298,6 +311,16 @@ class Executor::Impl {
         start(op, std::move(f));
         return;
       }
+      case Role::kAttentionCore: {  // ring attention's K/V (dK/dV) exchange over CP
+        if (op.collective != CollectiveKind::kRingExchange) unexpected(op, "expected a ring exchange");
+        RingTransfer t = model_->ring_transfer(op);
+        InFlight f;
+        f.buffer = std::move(t.send);
+        f.request = comm_.ring_exchange(op.group, f.buffer.span(), t.recv);
+        f.on_complete = std::move(t.on_complete);
+        start(op, std::move(f));
+        return;
+      }
       case Role::kGradBucket: return grad_bucket(op);
       case Role::kParamBucket: return param_bucket(op);
       case Role::kLayerNormGrads: return layernorm_grads(op);
@@ -373,13 +396,13 @@ class Executor::Impl {
     // Member-major input: for each DP rank d, piece d of every tensor (zero-padded).
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = g().dp;
+    const int64_t dp = dp_cp_size_;
     f.buffer = zeros(per_member * dp);
     for (int64_t d = 0; d < dp; ++d) copy_pieces(grads, tensors, d, f.buffer, d * per_member, true);
     auto out = std::make_shared<Tensor>(zeros(per_member));
     f.request = comm_.reduce_scatter(op.group, f.buffer, out->span(), ReduceOp::kSum);
     f.on_complete = [this, tensors, out, &grads] {
-      copy_pieces(grads, tensors, coord_.dp, out->span(), 0, false);
+      copy_pieces(grads, tensors, dp_cp_index_, out->span(), 0, false);
     };
     start(op, std::move(f));
   }
@@ -390,9 +413,9 @@ class Executor::Impl {
     auto& params = shard_.chunks()[static_cast<size_t>(op.model_chunk)].params;
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = g().dp;
+    const int64_t dp = dp_cp_size_;
     auto mine = std::make_shared<Tensor>(zeros(per_member));
-    copy_pieces(params, tensors, coord_.dp, mine->span(), 0, true);
+    copy_pieces(params, tensors, dp_cp_index_, mine->span(), 0, true);
     InFlight f;
     f.buffer = zeros(per_member * dp);
     f.request = comm_.all_gather(op.group, mine->span(), f.buffer.span());
@@ -477,6 +500,7 @@ class Executor::Impl {
   const RankProgram* rp_ = nullptr;
   std::chrono::steady_clock::time_point origin_;
   RankCoord coord_;
+  int64_t dp_cp_size_ = 1, dp_cp_index_ = 0;  // this rank in its DP x CP group
   std::optional<GptModel> model_;
   std::optional<ShardOptimizer> optimizer_;
 

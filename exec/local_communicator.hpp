@@ -40,6 +40,9 @@ class LocalCommunicator final : public Communicator {
   /// Copies input to output (input.size() must equal output.size()).
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
+  /// Copies send to recv (the member's own successor and predecessor is itself).
+  RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
+                           std::span<float> recv) override;
   /// Always InvalidArgument: a world of one rank has no peer.
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;

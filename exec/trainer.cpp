@@ -1,6 +1,8 @@
 // Live training of one rank; see trainer.hpp.
 #include "exec/trainer.hpp"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -87,7 +89,20 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"model.ffn_hidden_size", str(s.model.ffn_hidden_size)},
       {"model.seq_length", str(s.model.seq_length)},
       {"model.vocab_size", str(s.model.vocab_size)},
+      {"model.num_query_groups", str(s.model.query_groups())},
+      {"model.normalization", to_string(s.model.normalization)},
+      {"model.activation", to_string(s.model.activation)},
+      {"model.position_embedding_type", to_string(s.model.position_embedding_type)},
+      // RoPE's angles: another base trains another model (shortest round-trip text).
+      {"model.rotary_base",
+       s.model.position_embedding_type == PositionEmbedding::kRope
+           ? fmt::format("{}", s.model.rotary_base)
+           : ""},
+      {"model.untie_embeddings_and_output_weights",
+       s.model.untie_embeddings_and_output_weights ? "true" : "false"},
+      {"model.add_bias_linear", s.model.add_bias_linear ? "true" : "false"},
       {"parallelism.tensor_model_parallel_size", str(p.tensor_model_parallel_size)},
+      {"parallelism.context_parallel_size", str(p.context_parallel_size)},
       {"parallelism.pipeline_model_parallel_size", str(p.pipeline_model_parallel_size)},
       {"parallelism.virtual_pipeline_model_parallel_size",
        str(p.virtual_pipeline_model_parallel_size)},
@@ -100,6 +115,7 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"data.data_path", s.data.data_path ? data_path_identity(*s.data.data_path) : ""},
       {"data.split", s.data.split},
       {"rank.tp", str(c.tp)},
+      {"rank.cp", str(c.cp)},
       {"rank.pp", str(c.pp)},
       {"rank.dp", str(c.dp)},
   };

@@ -121,6 +121,10 @@ class NcclCommunicator final : public Communicator {
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
   /// ncclSend / ncclRecv on the PP stream, each in its own ncclGroupStart/End.
+  /// ncclSend to the next member and ncclRecv from the previous one (group order) on the
+  /// group's communicator, in one ncclGroupStart/End, on the group's stream.
+  RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
+                           std::span<float> recv) override;
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;
 

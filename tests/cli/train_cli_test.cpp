@@ -303,6 +303,21 @@ TEST_F(TrainCli, ContextParallelWithDistributedOptimizerOverDataAndContextRanks)
                            4));
 }
 
+// model.rotary_base reaches the executor's RoPE: Llama 3's base 500000 trains another model
+// than the default 10000 (same data, same initialization).
+TEST_F(TrainCli, LlamaRotaryBaseChangesTheModel) {
+  const testing::CliResult r = train(std::string(kLlama) + " --set model.rotary_base=500000");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Losses l = parse_losses(r.output);
+  const Losses& base = baseline(kLlama);
+  ASSERT_EQ(l.train.size(), base.train.size());
+  double most = 0;
+  for (size_t i = 0; i < l.train.size(); ++i) {
+    most = std::max(most, std::abs(l.train[i] - base.train[i]) / base.train[i]);
+  }
+  EXPECT_GT(most, 1e-4);
+}
+
 TEST_F(TrainCli, ContextParallelOtherThanP2pIsRefused) {
   const testing::CliResult r =
       train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "

@@ -202,38 +202,31 @@ std::span<T> part(std::span<T> x, int64_t offset, int64_t n) {
 }
 }  // namespace
 
-void GptModel::dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,
-                                   const cpu::DropoutParams& params, int64_t mb, bool full) {
-  if (g_.cp == 1) {
-    backend_.bias_dropout_add_forward(out, inp, bias, residual, params, block(mb, full));
-    return;
-  }
+void GptModel::hidden_pieces(int64_t mb, bool full, const HiddenPieceFn& f) const {
+  if (g_.cp == 1) return f(0, g_.b * (full ? g_.s : g_.tl) * g_.h, block(mb, full));
   const int64_t rows = full ? g_.s : g_.tl, first = full ? 0 : seq_offset(), h = g_.h;
   for (int64_t b = 0; b < g_.b; ++b) {
     for (const CpSequence::Run& r : seq_.runs(first, rows)) {
-      const int64_t at = (b * rows + r.local - first) * h, n = r.length * h;
-      backend_.bias_dropout_add_forward(
-          part(out, at, n), part(inp, at, n), bias, part(residual, at, n), params,
-          cpu::HiddenBlock{1, r.length, h, first_sample(mb) + b, r.global, g_.s_full});
+      f((b * rows + r.local - first) * h, r.length * h,
+        cpu::HiddenBlock{1, r.length, h, first_sample(mb) + b, r.global, g_.s_full});
     }
   }
 }
 
+void GptModel::dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,
+                                   const cpu::DropoutParams& params, int64_t mb, bool full) {
+  hidden_pieces(mb, full, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.bias_dropout_add_forward(part(out, at, n), part(inp, at, n), bias,
+                                      part(residual, at, n), params, k);
+  });
+}
+
 void GptModel::dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CFSpan dout,
                                     const cpu::DropoutParams& params, int64_t mb, bool full) {
-  if (g_.cp == 1) {
-    backend_.bias_dropout_add_backward(dinp, dbias, dresidual, dout, params, block(mb, full));
-    return;
-  }
-  const int64_t rows = full ? g_.s : g_.tl, first = full ? 0 : seq_offset(), h = g_.h;
-  for (int64_t b = 0; b < g_.b; ++b) {
-    for (const CpSequence::Run& r : seq_.runs(first, rows)) {
-      const int64_t at = (b * rows + r.local - first) * h, n = r.length * h;
-      backend_.bias_dropout_add_backward(
-          part(dinp, at, n), dbias, part(dresidual, at, n), part(dout, at, n), params,
-          cpu::HiddenBlock{1, r.length, h, first_sample(mb) + b, r.global, g_.s_full});
-    }
-  }
+  hidden_pieces(mb, full, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.bias_dropout_add_backward(part(dinp, at, n), dbias, part(dresidual, at, n),
+                                       part(dout, at, n), params, k);
+  });
 }
 
 void GptModel::positions_forward(FSpan e, int64_t chunk, int64_t first, int64_t n) {

@@ -218,6 +218,11 @@ class GptModel {
   cpu::DropoutParams dropout(uint64_t site, int64_t layer) const;
   const cpu::AttentionProbabilityDropout* attention_dropout(int64_t mb, int64_t layer);
   cpu::HiddenBlock block(int64_t mb, bool full) const;
+  /// The pieces of a [b, Tl, H] block (`full`: [b, s, H]) of micro-batch `mb` whose global
+  /// positions are consecutive, as (element offset, element count, their HiddenBlock): the
+  /// whole block when CP = 1, else one per sample and run (cp_sequence.hpp).
+  using HiddenPieceFn = std::function<void(int64_t, int64_t, const cpu::HiddenBlock&)>;
+  void hidden_pieces(int64_t mb, bool full, const HiddenPieceFn& f) const;
   /// Megatron's bias_dropout_add over a [b, Tl, H] block (`full`: [b, s, H]) of micro-batch
   /// `mb`, with the mask on global positions: one call, or under CP one per sample and run of
   /// consecutive global positions (cp_sequence.hpp).

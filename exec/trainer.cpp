@@ -82,6 +82,11 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
   for (const ChunkLayers& chunk : pipeline_layer_split(s.model, p)) {
     split += (split.empty() ? "" : ",") + str(chunk.num_layers);
   }
+  // RoPE's angles: another base trains another model (shortest round-trip text).
+  std::string rotary_base;
+  if (s.model.position_embedding_type == PositionEmbedding::kRope) {
+    rotary_base = fmt::format("{}", s.model.rotary_base);
+  }
   return {
       {"model.num_layers", str(s.model.num_layers)},
       {"model.hidden_size", str(s.model.hidden_size)},
@@ -93,11 +98,7 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"model.normalization", to_string(s.model.normalization)},
       {"model.activation", to_string(s.model.activation)},
       {"model.position_embedding_type", to_string(s.model.position_embedding_type)},
-      // RoPE's angles: another base trains another model (shortest round-trip text).
-      {"model.rotary_base",
-       s.model.position_embedding_type == PositionEmbedding::kRope
-           ? fmt::format("{}", s.model.rotary_base)
-           : ""},
+      {"model.rotary_base", rotary_base},
       {"model.untie_embeddings_and_output_weights",
        s.model.untie_embeddings_and_output_weights ? "true" : "false"},
       {"model.add_bias_linear", s.model.add_bias_linear ? "true" : "false"},

@@ -55,11 +55,11 @@ class Executor::Impl {
                              backend_.name() + " backend yet");
     };
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
-    if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type != CpCommType::kP2p) {
-      throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is " +
-                             to_string(sc.parallel.cp_comm_type) + "; the " + backend_.name() +
+    if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
+      throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
+                             "(Ulysses); the " + backend_.name() +
                              " backend executes context parallelism with p2p (ring attention) "
-                             "only (set parallelism.cp_comm_type: p2p)");
+                             "or all_gather only");
     }
     if (sc.training.fp8()) unsupported("training.fp8_format (FP8 needs a GPU with FP8 tensor cores)");
     if (sc.training.precision != Precision::kFp32) {
@@ -311,12 +311,22 @@ class Executor::Impl {
         start(op, std::move(f));
         return;
       }
-      case Role::kAttentionCore: {  // ring attention's K/V (dK/dV) exchange over CP
-        if (op.collective != CollectiveKind::kRingExchange) unexpected(op, "expected a ring exchange");
-        RingTransfer t = model_->ring_transfer(op);
+      case Role::kAttentionCore: {  // context parallelism: K/V (dK/dV) over the CP group
+        CpTransfer t = model_->cp_transfer(op);
         InFlight f;
         f.buffer = std::move(t.send);
-        f.request = comm_.ring_exchange(op.group, f.buffer.span(), t.recv);
+        switch (op.collective) {
+          case CollectiveKind::kRingExchange:
+            f.request = comm_.ring_exchange(op.group, f.buffer.span(), t.recv);
+            break;
+          case CollectiveKind::kAllGather:
+            f.request = comm_.all_gather(op.group, f.buffer.span(), t.recv);
+            break;
+          case CollectiveKind::kReduceScatter:
+            f.request = comm_.reduce_scatter(op.group, f.buffer.span(), t.recv, ReduceOp::kSum);
+            break;
+          default: unexpected(op, "unexpected CP collective");
+        }
         f.on_complete = std::move(t.on_complete);
         start(op, std::move(f));
         return;

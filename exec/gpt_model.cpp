@@ -9,6 +9,8 @@
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/rope.hpp"
 
+#include <memory>
+
 namespace traintwin::exec {
 namespace {
 
@@ -35,6 +37,7 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   seq_ = CpSequence(g_.s_full, g_.cp, coord_.cp);
   g_.blockwise = g_.cp > 1 || sc.training.attention_backend == AttentionBackend::kFlash;
   g_.rotary_base = sc.model.rotary_base;
+  all_gather_ = g_.cp > 1 && sc.parallel.cp_comm_type == CpCommType::kAllGather;
   g_.h = sc.model.hidden_size;
   g_.t = sc.parallel.tensor_model_parallel_size;
   g_.hl = g_.h / g_.t;
@@ -372,8 +375,12 @@ void GptModel::embedding_backward(const Op& op) {
 // block's owner and is added to the owner's step-0 part. The Program's op order (core/program.cpp
 // attention_core) fixes the sequence: forward [kv x0] b0 [kv x1] b1+merge ... ; backward
 // [kv x0] b0 [kv x1] b1 [dkv x1] [kv x2] b2 [dkv x2] ... b(CP-1) [dkv x(CP-1)].
+// cp_comm_type all_gather (Megatron-Core's all-gather CP): K/V of every CP rank all-gathered
+// before the CP blocks (block i = CP rank i's K/V, merged at once: the Program lists no merge
+// kernel), and in the backward each block's dK/dV reduce-scattered onto its owner.
 
 CpSequence GptModel::ring_source(int64_t step) const {
+  if (all_gather_) return CpSequence(g_.s_full, g_.cp, step);  // the gathered blocks in CP order
   return CpSequence(g_.s_full, g_.cp, ((coord_.cp - step) % g_.cp + g_.cp) % g_.cp);
 }
 
@@ -397,11 +404,14 @@ void GptModel::pack_ring_inputs(LayerState& L) {
 void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
   const int64_t rows = g_.b * g_.s;
   const int64_t i = L.ring_step;
-  if (merge) {
+  auto merge_block = [&] {
     if (i == 0 || L.block_out.empty()) unexpected(op, "ring attention merge without a block");
     backend_.attention_merge(L.attn, L.lse, L.block_out, L.block_lse, g_.b, g_.s, g_.heads, g_.hd);
     L.block_out.reset();
     L.block_lse.reset();
+  };
+  if (merge) {
+    merge_block();
   } else {
     if (i >= g_.cp) unexpected(op, "more ring attention blocks than CP ranks");
     pack_ring_inputs(L);
@@ -416,7 +426,10 @@ void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
     backend_.block_attention_forward(out, lse, L.q, L.kv_steps[static_cast<size_t>(i)], seq_,
                                      ring_source(i), block_shape(), drop);
     L.kv_steps[static_cast<size_t>(i)].reset();  // its exchange sent a copy
-    if (i > 0) return;  // the merge ends the step
+    if (i > 0) {
+      if (!all_gather_) return;  // the merge kernel ends the step
+      merge_block();             // all_gather: the Program lists no merge kernel
+    }
   }
   if (++L.ring_step < g_.cp) return;
   // The pass is done: the backward repacks its inputs; selective recomputation and evaluation
@@ -441,19 +454,29 @@ void GptModel::blockwise_backward(const Op& op, LayerState& L) {
     unexpected(op, "the K/V block of ring step " + std::to_string(i) + " has not arrived");
   }
   const int64_t kv_size = g_.b * g_.s * 2 * g_.groups * g_.hd;
-  Tensor* dkv = nullptr;
   if (i == 0) {
     L.dq = zeros(g_.b * g_.s * g_.heads * g_.hd);
     L.dkv_own = zeros(kv_size);
-    dkv = &L.dkv_own;
+  }
+  FSpan dkv_span;
+  if (all_gather_) {
+    // Block i is CP rank i's: its dK/dV goes to piece i of the reduce-scatter input, which sums
+    // every rank's pieces onto their owners (dkv_own stays zero).
+    if (i == 0) L.dkv_block = zeros(g_.cp * kv_size);
+    dkv_span = L.dkv_block.span().subspan(static_cast<size_t>(i * kv_size),
+                                          static_cast<size_t>(kv_size));
+  } else if (i == 0) {
+    dkv_span = L.dkv_own.span();
   } else {
     // From step 2 on, the partial dK/dV of this block from the ranks before arrived (the dkv
     // exchange of the previous step completed before this step's K/V exchange was issued).
     L.dkv_block = i >= 2 ? std::move(L.dkv_recv) : zeros(kv_size);
-    if (L.dkv_block.empty()) unexpected(op, "the partial dK/dV of ring step " + std::to_string(i) + " has not arrived");
-    dkv = &L.dkv_block;
+    if (L.dkv_block.empty()) {
+      unexpected(op, "the partial dK/dV of ring step " + std::to_string(i) + " has not arrived");
+    }
+    dkv_span = L.dkv_block.span();
   }
-  backend_.block_attention_backward(L.dq, *dkv, L.d_attn, L.q, L.kv_steps[static_cast<size_t>(i)],
+  backend_.block_attention_backward(L.dq, dkv_span, L.d_attn, L.q, L.kv_steps[static_cast<size_t>(i)],
                                     L.attn, L.lse, seq_, ring_source(i), block_shape(),
                                     attention_dropout(op.micro_batch, op.layer));
   L.kv_steps[static_cast<size_t>(i)].reset();
@@ -485,15 +508,43 @@ void GptModel::finish_blockwise_backward(LayerState& L) {
   L.qkv_rope.reset();
 }
 
-RingTransfer GptModel::ring_transfer(const Op& op) {
-  if (op.role != Role::kAttentionCore || op.collective != CollectiveKind::kRingExchange) {
-    unexpected(op, "not a ring exchange of the attention core");
+CpTransfer GptModel::cp_transfer(const Op& op) {
+  if (op.role != Role::kAttentionCore || !g_.blockwise || g_.cp < 2) {
+    unexpected(op, "not a context-parallel collective of the attention core");
   }
-  if (!g_.blockwise || g_.cp < 2) unexpected(op, "ring exchange without context parallelism");
   LayerState& L = layer(op);
   const int64_t kv_size = g_.b * g_.s * 2 * g_.groups * g_.hd;
-  RingTransfer t;
-  // Backward: after block i >= 1 (ring_step = i + 1) comes that block's dK/dV exchange.
+  CpTransfer t;
+  if (all_gather_) {
+    if (op.collective == CollectiveKind::kAllGather) {  // every CP rank's K/V, in CP order
+      pack_ring_inputs(L);
+      t.send = clone(L.kv_steps[0]);
+      auto gathered = std::make_shared<Tensor>(zeros(g_.cp * kv_size));
+      t.recv = gathered->span();
+      LayerState* state = &L;
+      t.on_complete = [this, state, gathered, kv_size] {
+        state->kv_steps.clear();
+        for (int64_t j = 0; j < g_.cp; ++j) {
+          state->kv_steps.push_back(zeros(kv_size));
+          backend_.copy(state->kv_steps.back(),
+                        gathered->span().subspan(static_cast<size_t>(j * kv_size),
+                                                 static_cast<size_t>(kv_size)));
+        }
+      };
+      return t;
+    }
+    if (op.collective == CollectiveKind::kReduceScatter && !is_forward(op.phase)) {
+      if (L.ring_step != g_.cp || L.dkv_block.empty()) unexpected(op, "no dK/dV to reduce");
+      t.send = std::move(L.dkv_block);
+      L.dkv_recv = zeros(kv_size);
+      t.recv = L.dkv_recv.span();
+      LayerState* state = &L;
+      t.on_complete = [this, state] { finish_blockwise_backward(*state); };
+      return t;
+    }
+    unexpected(op, "expected the all_gather of K/V or the reduce_scatter of dK/dV");
+  }
+  if (op.collective != CollectiveKind::kRingExchange) unexpected(op, "expected a ring exchange");
   const bool dkv = !is_forward(op.phase) && L.ring_step >= 2 && L.dkv_exchanges < L.ring_step - 1;
   if (dkv) {
     if (L.dkv_block.empty()) unexpected(op, "no dK/dV to pass on");

@@ -142,9 +142,11 @@ struct ChunkState {
   bool loss_counted = false;
 };
 
-/// What one ring_exchange op of ring attention sends and receives (the walk issues it over the
-/// CP group): a K/V block for the next ring step, or a partial dK/dV passed on in the backward.
-struct RingTransfer {
+/// What one CP collective of the attention core sends and receives (the walk issues it over the
+/// CP group): a ring_exchange of a K/V block for the next ring step or of a partial dK/dV in the
+/// backward (p2p); the all_gather of the K/V blocks or the reduce_scatter of their dK/dV
+/// (all_gather).
+struct CpTransfer {
   Tensor send;                       ///< owned copy, alive until the exchange completes
   std::span<float> recv;             ///< in the layer's state
   std::function<void()> on_complete; ///< run once it completed (may be empty)
@@ -169,10 +171,10 @@ class GptModel {
   /// a role or kernel this model does not have.
   void run(const Op& op, const std::string& kernel, Role role);
 
-  /// The K/V (or dK/dV) block a ring_exchange collective of `op`'s attention core sends, and
-  /// where its predecessor's arrives (ring attention, cp_comm_type p2p; see gpt_model.cpp).
-  /// Throws InvalidArgument when the op does not fit the ring's state.
-  RingTransfer ring_transfer(const Op& op);
+  /// What a CP collective of `op`'s attention core sends and where the result arrives (ring
+  /// attention, cp_comm_type p2p or all_gather; see gpt_model.cpp). Throws InvalidArgument when
+  /// the op does not fit the attention's state.
+  CpTransfer cp_transfer(const Op& op);
 
   /// Evaluation: counts the loss of every micro-batch whose cross-entropy ran (the backward,
   /// which counts it in training, does not run).
@@ -273,6 +275,7 @@ class GptModel {
   const TrainingHyperparameters& hyper_;
   ShardGeometry g_;
   CpSequence seq_;  // this rank's positions of the sequence
+  bool all_gather_ = false;  // CP attention by all-gathered K/V (else the p2p ring)
   std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;

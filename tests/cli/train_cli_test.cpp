@@ -276,6 +276,16 @@ TEST_F(TrainCli, LlamaContextParallel) {
                      kLlama);
 }
 
+// cp_comm_type all_gather: K/V of every CP rank all-gathered, dK/dV reduce-scattered.
+TEST_F(TrainCli, LlamaContextParallelAllGather) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--set parallelism.cp_comm_type=all_gather "
+                                                 "--set cluster.num_gpus=2",
+                           2),
+                     kLlama);
+}
+
 TEST_F(TrainCli, LlamaContextAndTensorParallelWithSequenceParallel) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
@@ -318,7 +328,7 @@ TEST_F(TrainCli, LlamaRotaryBaseChangesTheModel) {
   EXPECT_GT(most, 1e-4);
 }
 
-TEST_F(TrainCli, ContextParallelOtherThanP2pIsRefused) {
+TEST_F(TrainCli, ContextParallelA2aIsRefused) {
   const testing::CliResult r =
       train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
                                   "--set parallelism.cp_comm_type=a2a --set cluster.num_gpus=2", 2);

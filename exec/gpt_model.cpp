@@ -232,33 +232,20 @@ void GptModel::dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CF
   });
 }
 
-void GptModel::positions_forward(FSpan e, int64_t chunk, int64_t first, int64_t n) {
+void GptModel::positions_forward(FSpan e, int64_t chunk, int64_t mb) {
   const std::span<float> wpe = shard_.param(chunk, "embedding.position_embeddings.weight");
-  if (g_.cp == 1) {
-    backend_.position_embedding_forward(e, wpe, g_.b, n, g_.h, first);
-    return;
-  }
-  for (int64_t b = 0; b < g_.b; ++b) {
-    for (const CpSequence::Run& r : seq_.runs(first, n)) {
-      backend_.position_embedding_forward(part(e, (b * n + r.local - first) * g_.h, r.length * g_.h),
-                                          wpe, 1, r.length, g_.h, r.global);
-    }
-  }
+  hidden_pieces(mb, false, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.position_embedding_forward(part(e, at, n), wpe, k.batch, k.seq_local, g_.h,
+                                        k.seq_offset);
+  });
 }
 
-void GptModel::positions_backward(CFSpan d_e, int64_t chunk, int64_t first, int64_t n) {
+void GptModel::positions_backward(CFSpan d_e, int64_t chunk, int64_t mb) {
   const std::span<float> dwpe = shard_.grad(chunk, "embedding.position_embeddings.weight");
-  if (g_.cp == 1) {
-    backend_.position_embedding_backward(dwpe, d_e, g_.b, n, g_.h, first);
-    return;
-  }
-  for (int64_t b = 0; b < g_.b; ++b) {
-    for (const CpSequence::Run& r : seq_.runs(first, n)) {
-      backend_.position_embedding_backward(
-          dwpe, part(d_e, (b * n + r.local - first) * g_.h, r.length * g_.h), 1, r.length, g_.h,
-          r.global);
-    }
-  }
+  hidden_pieces(mb, true, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.position_embedding_backward(dwpe, part(d_e, at, n), k.batch, k.seq_local, g_.h,
+                                         k.seq_offset);
+  });
 }
 
 void GptModel::norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, CFSpan inp, CFSpan weight,
@@ -342,7 +329,7 @@ void GptModel::embedding_forward(const Op& op) {
 void GptModel::embedding_dropout(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   Tensor& e = reduced(st.emb, st.emb_rs);
-  if (!g_.rope) positions_forward(e, op.model_chunk, seq_offset(), g_.tl);  // RoPE: in attention
+  if (!g_.rope) positions_forward(e, op.model_chunk, op.micro_batch);  // RoPE: in attention
   st.emb_out = zeros(g_.b * g_.tl * g_.h);
   dropout_add_forward(st.emb_out, e, {}, {}, dropout(kSiteEmbedding, -1), op.micro_batch, false);
   st.emb.reset();
@@ -355,7 +342,7 @@ void GptModel::embedding_backward(const Op& op) {
   const Tensor& d_out = g_.sp ? st.d_emb_full : chunk_input_grad(st, op.model_chunk);
   Tensor d_e = zeros(g_.b * g_.s * g_.h);
   dropout_add_backward(d_e, {}, {}, d_out, dropout(kSiteEmbedding, -1), op.micro_batch, true);
-  if (!g_.rope) positions_backward(d_e, op.model_chunk, 0, g_.s);
+  if (!g_.rope) positions_backward(d_e, op.model_chunk, op.micro_batch);
   backend_.vocab_parallel_embedding_backward(
       shard_.grad(op.model_chunk, "embedding.word_embeddings.weight"), d_e, st.tokens, g_.b, g_.s,
       g_.h, g_.vstart, g_.vl, g_.vtotal);

@@ -232,10 +232,11 @@ class GptModel {
                            const cpu::DropoutParams& params, int64_t mb, bool full);
   void dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CFSpan dout,
                             const cpu::DropoutParams& params, int64_t mb, bool full);
-  /// Learned positions added to (forward) or gradient taken from (backward) a [b, n, H] block at
-  /// local positions [first, first + n).
-  void positions_forward(FSpan e, int64_t chunk, int64_t first, int64_t n);
-  void positions_backward(CFSpan d_e, int64_t chunk, int64_t first, int64_t n);
+  /// Learned positions added to (forward: the [b, Tl, H] SP block) or gradient taken from
+  /// (backward: the [b, s, H] gradient) the embedding output of micro-batch `mb`, by global
+  /// position (hidden_pieces).
+  void positions_forward(FSpan e, int64_t chunk, int64_t mb);
+  void positions_backward(CFSpan d_e, int64_t chunk, int64_t mb);
   /// Blockwise attention (flash, ring): the sequence of the CP rank whose K/V block a ring step
   /// holds, the kernel's shape, the queries and local K/V packed from the QKV rows.
   CpSequence ring_source(int64_t step) const;

@@ -11,6 +11,9 @@
 // s); Hl = h/t, F = ffn/t, V_local = padded vocabulary / t (shapes as trailing comments). Tensors
 // whose last use is passed are freed at once, so the activation memory follows the schedule's
 // in-flight micro-batches as the simulator's memory model counts them.
+// Under context parallelism s is this CP rank's s / CP positions (Megatron-Core's load-balanced
+// chunks, cp_sequence.hpp), and the attention core is ring attention (or all-gather CP) over the
+// CP group, one blockwise-attention block per K/V block (see gpt_model.cpp).
 #pragma once
 
 #include <cstdint>

@@ -29,6 +29,7 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
   exit 1
 fi
 scripts/prepare_brown.sh "$build" > /dev/null
+cores=$(nproc)
 export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
@@ -60,7 +61,7 @@ run_pytorch() {
     awk '/^step / && !/warm-up/ {print $6}' | median
 }
 
-echo "threads $threads, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+echo "threads $threads, $cores cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
      "$("$py" -c 'import torch; print("PyTorch", torch.__version__)')"
 printf '%-10s %6s %14s %14s %8s\n' model repeat pytorch_tok_s traintwin_tok_s ratio
 for model in $models; do
@@ -73,6 +74,6 @@ for model in $models; do
     ratios+=("$ratio")
     printf '%-10s %6d %14.1f %14.1f %8s\n' "$model" "$r" "$pt" "$tt" "$ratio"
   done
-  printf '%-10s %6s %14s %14s %8s\n' "$model" median "" "" "$(printf '%s\n' "${ratios[@]}" | median)"
+  printf '%-10s %6s %14s %14s %8s\n' "$model" median "" "" "$(printf "%.3f" "$(printf "%s\n" "${ratios[@]}" | median)")"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -44,6 +44,9 @@ class AttentionDropoutRow {
     scale_ = static_cast<Scalar>(1.0 / (1.0 - d_->params.p));
   }
 
+  /// Whether any entry is dropped (a non-null `dropout` with p > 0).
+  bool active() const { return d_ != nullptr; }
+
   /// Fills the factors of row (b, local head h, query position t) for `n` keys at positions
   /// `key_positions[0..n)` (null: positions 0..n-1) and returns them.
   const Scalar* row(int64_t b, int64_t h, int64_t t, int64_t n,

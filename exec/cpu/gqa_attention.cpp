@@ -4,8 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "exec/cpu/attention_dropout_row.hpp"
+#include "exec/cpu/causal_head_attention.hpp"
 #include "exec/cpu/checks.hpp"
 
 namespace traintwin::exec::cpu {
@@ -52,36 +54,19 @@ void gqa_attention_forward(std::span<Scalar> out, std::span<Scalar> att,
   AttentionDropoutRow<Scalar> drop(kLayer, dropout, batch, heads, seq, seq);
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(head_dim));
   const int64_t c = heads * head_dim;
+  std::vector<Scalar> weighted;  // [T, T] att x dropout factors, with dropout only
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = l.group_of(h);
-      for (int64_t t = 0; t < seq; ++t) {
-        const Scalar* q = inp.data() + (b * seq + t) * l.row + l.q(h);
-        Scalar* a = att.data() + ((b * heads + h) * seq + t) * seq;
-        Scalar max = -std::numeric_limits<Scalar>::infinity();
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const Scalar* k = inp.data() + (b * seq + t2) * l.row + l.k(g);
-          Scalar dot = 0;
-          for (int64_t i = 0; i < head_dim; ++i) dot += q[i] * k[i];
-          a[t2] = dot * scale;
-          if (a[t2] > max) max = a[t2];
-        }
-        Scalar sum = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          a[t2] = std::exp(a[t2] - max);
-          sum += a[t2];
-        }
-        for (int64_t t2 = 0; t2 < seq; ++t2) a[t2] = t2 <= t ? a[t2] / sum : Scalar{0};
-        // The values weighted by the dropped-out probabilities (att itself stays undropped).
-        const Scalar* factor = drop.row(b, h, t, t + 1);
-        Scalar* o = out.data() + (b * seq + t) * c + h * head_dim;
-        for (int64_t i = 0; i < head_dim; ++i) o[i] = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const Scalar* v = inp.data() + (b * seq + t2) * l.row + l.v(g);
-          const Scalar w = a[t2] * factor[t2];
-          for (int64_t i = 0; i < head_dim; ++i) o[i] += w * v[i];
-        }
-      }
+      const Scalar* row0 = inp.data() + b * seq * l.row;  // token 0 of sample b
+      Scalar* a = att.data() + ((b * heads + h) * seq) * seq;
+      auto factors = [&](int64_t t) -> const Scalar* {
+        return drop.active() ? drop.row(b, h, t, t + 1) : nullptr;
+      };
+      // The scores are written into att and normalized in place (no preatt is kept).
+      causal_head_attention_forward(out.data() + b * seq * c + h * head_dim, c, a, a,
+                                    row0 + l.q(h), row0 + l.k(g), row0 + l.v(g), l.row, seq,
+                                    head_dim, scale, factors, weighted);
     }
   }
 }
@@ -97,44 +82,21 @@ void gqa_attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout
   require_size(kLayer, dinp.size(), batch * seq * l.row, "dinp");
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(head_dim));
   const int64_t c = heads * head_dim;
+  std::vector<Scalar> weighted;  // [T, T] att x dropout factors, with dropout only
+  std::vector<Scalar> dscores;   // [T, T]
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = l.group_of(h);
-      for (int64_t t = 0; t < seq; ++t) {
-        const Scalar* a = att.data() + ((b * heads + h) * seq + t) * seq;
-        const Scalar* d_o = dout.data() + (b * seq + t) * c + h * head_dim;
-        // With dropout factors z (1/(1-p) kept, 0 dropped): d att[t2] = z (dout . v_t2);
-        // dv_t2 += att[t2] z dout.
-        const Scalar* factor = drop.row(b, h, t, t + 1);
-        Scalar datt_dot_att = 0;
-        // First pass: datt values (recomputed per t2) and their att-weighted sum.
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const Scalar* v = inp.data() + (b * seq + t2) * l.row + l.v(g);
-          Scalar datt = 0;
-          for (int64_t i = 0; i < head_dim; ++i) datt += d_o[i] * v[i];
-          datt *= factor[t2];
-          datt_dot_att += datt * a[t2];
-          Scalar* dv = dinp.data() + (b * seq + t2) * l.row + l.v(g);
-          const Scalar w = a[t2] * factor[t2];
-          for (int64_t i = 0; i < head_dim; ++i) dv[i] += w * d_o[i];
-        }
-        // Softmax backward: dpreatt = att (datt - sum att datt); then q and k.
-        const Scalar* q = inp.data() + (b * seq + t) * l.row + l.q(h);
-        Scalar* dq = dinp.data() + (b * seq + t) * l.row + l.q(h);
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const Scalar* v = inp.data() + (b * seq + t2) * l.row + l.v(g);
-          Scalar datt = 0;
-          for (int64_t i = 0; i < head_dim; ++i) datt += d_o[i] * v[i];
-          datt *= factor[t2];
-          const Scalar dpre = a[t2] * (datt - datt_dot_att) * scale;
-          const Scalar* k = inp.data() + (b * seq + t2) * l.row + l.k(g);
-          Scalar* dk = dinp.data() + (b * seq + t2) * l.row + l.k(g);
-          for (int64_t i = 0; i < head_dim; ++i) {
-            dq[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
-        }
-      }
+      const int64_t row0 = b * seq * l.row;  // token 0 of sample b
+      auto factors = [&](int64_t t) -> const Scalar* {
+        return drop.active() ? drop.row(b, h, t, t + 1) : nullptr;
+      };
+      // The heads of a group accumulate into the group's dk and dv in turn.
+      causal_head_attention_backward(
+          dinp.data() + row0 + l.q(h), dinp.data() + row0 + l.k(g), dinp.data() + row0 + l.v(g),
+          dout.data() + b * seq * c + h * head_dim, c, att.data() + ((b * heads + h) * seq) * seq,
+          inp.data() + row0 + l.q(h), inp.data() + row0 + l.k(g), inp.data() + row0 + l.v(g),
+          l.row, seq, head_dim, scale, factors, weighted, dscores);
     }
   }
 }

@@ -3,7 +3,7 @@
 
 #include "exec/cpu/checks.hpp"
 
-#include <cblas.h>
+#include "exec/cpu/gemm.hpp"
 
 #include <string>
 
@@ -23,23 +23,6 @@ void check_sizes(int64_t batch, int64_t seq, int64_t channels, int64_t out_chann
   require_at_least_one(seq, "matmul seq");
   require_at_least_one(channels, "matmul channels");
   require_at_least_one(out_channels, "matmul out_channels");
-}
-
-// Row-major C[m, n] = alpha op(A) op(B) + beta C.
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
-          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
-          int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 }  // namespace

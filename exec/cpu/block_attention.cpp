@@ -9,6 +9,7 @@
 
 #include "exec/cpu/attention_dropout_row.hpp"
 #include "exec/cpu/checks.hpp"
+#include "exec/cpu/gemm.hpp"
 
 namespace traintwin::exec::cpu {
 namespace {
@@ -49,6 +50,21 @@ void check(const BlockAttentionShape& s, size_t q, size_t kv, size_t out, size_t
 /// The keys a query at `position` sees: a prefix of the non-decreasing key positions.
 int64_t visible_keys(std::span<const int64_t> k_positions, int64_t position) {
   return std::upper_bound(k_positions.begin(), k_positions.end(), position) - k_positions.begin();
+}
+
+/// Query rows per GEMM tile (FlashAttention's B_r): bounds the score scratch to
+/// kQueryTile x Tk per call whatever the sequence length.
+constexpr int64_t kQueryTile = 128;
+
+/// The keys a tile of query rows [t0, t0 + m) sees together: the prefix visible to its latest
+/// position (the keys beyond are masked for every row of the tile and are skipped).
+int64_t tile_keys(std::span<const int64_t> q_positions, std::span<const int64_t> k_positions,
+                  int64_t t0, int64_t m) {
+  int64_t latest = q_positions[static_cast<size_t>(t0)];
+  for (int64_t t = t0 + 1; t < t0 + m; ++t) {
+    latest = std::max(latest, q_positions[static_cast<size_t>(t)]);
+  }
+  return visible_keys(k_positions, latest);
 }
 
 /// Largest position of the call (for the dropout block's bound).
@@ -92,42 +108,55 @@ void block_attention_forward(std::span<Scalar> out, std::span<Scalar> lse,
   const int64_t per_group = s.heads / s.groups;
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(d));
   const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
-  std::vector<Scalar> p(static_cast<size_t>(s.seq_k));  // one row's scores, then probabilities
+  // One (sample, head) and one tile of query rows at a time: S = scale Q K^T by one GEMM over the
+  // tile's rows and the keys its last row can see (the causal prefix, at tile granularity), the
+  // row softmax over each row's visible prefix (the rest zeroed), out = (P o Z) V by a second.
+  std::vector<Scalar> p(static_cast<size_t>(std::min(s.seq_q, kQueryTile) * s.seq_k));
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t kcol = (h / per_group) * d, vcol = (s.groups + h / per_group) * d;
-      for (int64_t t = 0; t < s.seq_q; ++t) {
-        const int64_t pos = q_positions[static_cast<size_t>(t)];
-        const int64_t n = visible_keys(k_positions, pos);
-        const Scalar* qt = q.data() + (b * s.seq_q + t) * qrow + h * d;
-        Scalar* o = out.data() + (b * s.seq_q + t) * qrow + h * d;
-        Scalar& l = lse[static_cast<size_t>((b * s.heads + h) * s.seq_q + t)];
-        for (int64_t i = 0; i < d; ++i) o[i] = 0;
-        if (n == 0) {
-          l = neg_inf;
+      const Scalar* kvb = kv.data() + b * s.seq_k * kvrow;  // token 0 of the block
+      for (int64_t t0 = 0; t0 < s.seq_q; t0 += kQueryTile) {
+        const int64_t m = std::min(kQueryTile, s.seq_q - t0);
+        const int64_t off = (b * s.seq_q + t0) * qrow + h * d;  // [m, D] blocks, stride qrow
+        const int64_t keys = tile_keys(q_positions, k_positions, t0, m);
+        if (keys == 0) {
+          for (int64_t t = t0; t < t0 + m; ++t) {
+            lse[static_cast<size_t>((b * s.heads + h) * s.seq_q + t)] = neg_inf;
+            for (int64_t i = 0; i < d; ++i) out[static_cast<size_t>(off + (t - t0) * qrow + i)] = 0;
+          }
           continue;
         }
-        Scalar max = neg_inf;
-        for (int64_t j = 0; j < n; ++j) {
-          const Scalar* k = kv.data() + (b * s.seq_k + j) * kvrow + kcol;
-          Scalar dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += qt[i] * k[i];
-          p[static_cast<size_t>(j)] = dot * scale;
-          max = std::max(max, p[static_cast<size_t>(j)]);
+        gemm(CblasNoTrans, CblasTrans, m, keys, d, scale, q.data() + off, qrow, kvb + kcol, kvrow,
+             Scalar{0}, p.data(), keys);
+        for (int64_t t = t0; t < t0 + m; ++t) {
+          const int64_t pos = q_positions[static_cast<size_t>(t)];
+          const int64_t n = visible_keys(k_positions, pos);
+          Scalar* pt = p.data() + (t - t0) * keys;
+          Scalar& l = lse[static_cast<size_t>((b * s.heads + h) * s.seq_q + t)];
+          for (int64_t j = n; j < keys; ++j) pt[j] = 0;
+          if (n == 0) {
+            l = neg_inf;
+            continue;
+          }
+          Scalar max = neg_inf;
+          for (int64_t j = 0; j < n; ++j) max = std::max(max, pt[j]);
+          Scalar sum = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            pt[j] = std::exp(pt[j] - max);
+            sum += pt[j];
+          }
+          l = max + std::log(sum);
+          const Scalar inv = Scalar{1} / sum;
+          if (drop.active()) {
+            const Scalar* z = drop.row(b, h, pos, n, k_positions.data());
+            for (int64_t j = 0; j < n; ++j) pt[j] = pt[j] * inv * z[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) pt[j] *= inv;
+          }
         }
-        Scalar sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - max);
-          sum += p[static_cast<size_t>(j)];
-        }
-        l = max + std::log(sum);
-        const Scalar* z = drop.row(b, h, pos, n, k_positions.data());
-        const Scalar inv = Scalar{1} / sum;
-        for (int64_t j = 0; j < n; ++j) {
-          const Scalar w = p[static_cast<size_t>(j)] * inv * z[j];
-          const Scalar* v = kv.data() + (b * s.seq_k + j) * kvrow + vcol;
-          for (int64_t i = 0; i < d; ++i) o[i] += w * v[i];
-        }
+        gemm(CblasNoTrans, CblasNoTrans, m, d, keys, Scalar{1}, p.data(), keys, kvb + vcol, kvrow,
+             Scalar{0}, out.data() + off, qrow);
       }
     }
   }
@@ -181,42 +210,51 @@ void block_attention_backward(std::span<Scalar> dq, std::span<Scalar> dkv,
   const int64_t per_group = s.heads / s.groups;
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(d));
   const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+  // One (sample, head) and one tile of query rows at a time (the forward's tiles), with GEMMs:
+  // S = scale Q K^T and dP = dout V^T over the tile's visible keys, then per row P and dS (zero
+  // beyond the row's visible prefix; FlashAttention-2's backward), then dV += (P o Z)^T dout,
+  // dQ += dS K, dK += dS^T Q.
+  const auto rect = static_cast<size_t>(std::min(s.seq_q, kQueryTile) * s.seq_k);
+  std::vector<Scalar> p(rect), dp(rect);  // P (then P o Z), dP (then dS)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t kcol = (h / per_group) * d, vcol = (s.groups + h / per_group) * d;
-      for (int64_t t = 0; t < s.seq_q; ++t) {
-        const int64_t pos = q_positions[static_cast<size_t>(t)];
-        const int64_t n = visible_keys(k_positions, pos);
-        const Scalar l = lse[static_cast<size_t>((b * s.heads + h) * s.seq_q + t)];
-        if (n == 0 || l == neg_inf) continue;
-        const int64_t row = (b * s.seq_q + t) * qrow + h * d;
-        const Scalar* qt = q.data() + row;
-        const Scalar* o = out.data() + row;
-        const Scalar* d_o = dout.data() + row;
-        Scalar* dqt = dq.data() + row;
-        Scalar dsum = 0;  // D = dout . out
-        for (int64_t i = 0; i < d; ++i) dsum += d_o[i] * o[i];
-        const Scalar* z = drop.row(b, h, pos, n, k_positions.data());
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t kvr = (b * s.seq_k + j) * kvrow;
-          const Scalar* k = kv.data() + kvr + kcol;
-          const Scalar* v = kv.data() + kvr + vcol;
-          Scalar* dk = dkv.data() + kvr + kcol;
-          Scalar* dv = dkv.data() + kvr + vcol;
-          Scalar dot = 0, dp = 0;
-          for (int64_t i = 0; i < d; ++i) {
-            dot += qt[i] * k[i];
-            dp += d_o[i] * v[i];
-          }
-          const Scalar p = std::exp(dot * scale - l);
-          const Scalar pz = p * z[j];
-          for (int64_t i = 0; i < d; ++i) dv[i] += pz * d_o[i];
-          const Scalar ds = p * (dp * z[j] - dsum) * scale;
-          for (int64_t i = 0; i < d; ++i) {
-            dqt[i] += ds * k[i];
-            dk[i] += ds * qt[i];
+      const int64_t kvoff = b * s.seq_k * kvrow;  // token 0 of the block
+      for (int64_t t0 = 0; t0 < s.seq_q; t0 += kQueryTile) {
+        const int64_t m = std::min(kQueryTile, s.seq_q - t0);
+        const int64_t off = (b * s.seq_q + t0) * qrow + h * d;  // [m, D] blocks, stride qrow
+        const int64_t keys = tile_keys(q_positions, k_positions, t0, m);
+        if (keys == 0) continue;
+        gemm(CblasNoTrans, CblasTrans, m, keys, d, scale, q.data() + off, qrow,
+             kv.data() + kvoff + kcol, kvrow, Scalar{0}, p.data(), keys);
+        gemm(CblasNoTrans, CblasTrans, m, keys, d, Scalar{1}, dout.data() + off, qrow,
+             kv.data() + kvoff + vcol, kvrow, Scalar{0}, dp.data(), keys);
+        for (int64_t t = t0; t < t0 + m; ++t) {
+          const int64_t pos = q_positions[static_cast<size_t>(t)];
+          const Scalar l = lse[static_cast<size_t>((b * s.heads + h) * s.seq_q + t)];
+          const int64_t n = l == neg_inf ? 0 : visible_keys(k_positions, pos);
+          Scalar* pt = p.data() + (t - t0) * keys;
+          Scalar* dst = dp.data() + (t - t0) * keys;
+          for (int64_t j = n; j < keys; ++j) pt[j] = dst[j] = 0;
+          if (n == 0) continue;
+          const Scalar* o = out.data() + off + (t - t0) * qrow;
+          const Scalar* d_o = dout.data() + off + (t - t0) * qrow;
+          Scalar dsum = 0;  // D = dout . out
+          for (int64_t i = 0; i < d; ++i) dsum += d_o[i] * o[i];
+          const Scalar* z = drop.active() ? drop.row(b, h, pos, n, k_positions.data()) : nullptr;
+          for (int64_t j = 0; j < n; ++j) {
+            const Scalar pj = std::exp(pt[j] - l);
+            const Scalar zj = z == nullptr ? Scalar{1} : z[j];
+            dst[j] = pj * (dst[j] * zj - dsum) * scale;
+            pt[j] = pj * zj;
           }
         }
+        gemm(CblasTrans, CblasNoTrans, keys, d, m, Scalar{1}, p.data(), keys, dout.data() + off,
+             qrow, Scalar{1}, dkv.data() + kvoff + vcol, kvrow);
+        gemm(CblasNoTrans, CblasNoTrans, m, d, keys, Scalar{1}, dp.data(), keys,
+             kv.data() + kvoff + kcol, kvrow, Scalar{1}, dq.data() + off, qrow);
+        gemm(CblasTrans, CblasNoTrans, keys, d, m, Scalar{1}, dp.data(), keys, q.data() + off,
+             qrow, Scalar{1}, dkv.data() + kvoff + kcol, kvrow);
       }
     }
   }

@@ -23,6 +23,9 @@
 // columns of a fused QKV row, exchanged as one block); lse [B, NH, Tq]. Dropout masks use
 // attention_dropout_index() on global positions (the dropout block's seq is the whole sequence),
 // the mask of attention.hpp and gqa_attention.hpp. Scalar is float or double.
+// Computation: per (sample, head) and tile of 128 query rows (FlashAttention's B_r), Q K^T,
+// P V and the backward's products are BLAS GEMMs over the tile's rows and the keys visible to its
+// latest row; the score scratch is 128 x Tk per call (nothing T x T is kept between calls).
 #pragma once
 
 #include <cstdint>

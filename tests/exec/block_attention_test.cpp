@@ -175,6 +175,24 @@ INSTANTIATE_TEST_SUITE_P(CpGroupsDropout, RingAttention,
                                             ::testing::Values<int64_t>(4, 2, 1),
                                             ::testing::Bool()));
 
+// Sequences longer than the kernel's query tile (128 rows per GEMM, with the keys beyond a
+// tile's last visible one skipped): 300 positions make three tiles, the last one partial, under
+// CP 1 (one block) and CP 2 (two chunks per rank, so a tile holds rows of both), with dropout,
+// against the untiled full attention.
+TEST(BlockAttentionTest, LongSequencesAcrossQueryTilesEqualFullAttention) {
+  for (const int64_t cp : {int64_t{1}, int64_t{2}}) {
+    const Dims m{2, 1, 4, 300};
+    const Vec inp = random_vec(kB * m.seq * m.row(), 311, 1.5);
+    const Vec dout = random_vec(kB * m.seq * m.qw(), 312);
+    const AttentionProbabilityDropout drop = dropout_of(m.heads, m.seq);
+    Vec out_full, d_full, out_ring, d_ring;
+    full_attention(m, inp, dout, &drop, out_full, d_full);
+    ring_attention(m, cp, inp, &dout, &drop, out_ring, d_ring);
+    expect_close(out_ring, out_full, 1e-12, "out, cp " + std::to_string(cp));
+    expect_close(d_ring, d_full, 1e-11, "dinp, cp " + std::to_string(cp));
+  }
+}
+
 // The block backward is the gradient of the merged forward: central differences of
 // L = sum out . dout over q and both K/V blocks, for two blocks of a CP 2 ring (rank 1: its own
 // block, then rank 0's), with dropout.

@@ -100,6 +100,15 @@ TEST_F(ReliabilityCli, InputFilesAreCheckedWithClearMessages) {
   text << in.rdbuf() << "---\nname: another\n";
   std::ofstream(dir_ / "two.yaml") << text.str();
   expect_clear_error(run("topology " + (dir_ / "two.yaml").string()), {"second YAML document"});
+  // The live timeline of --costs-from-timeline is streamed (any size) but checked the same way: a
+  // missing file said "malformed JSON: attempting to parse an empty input".
+  const std::string sim = "simulate " + kTinyScenario + " --costs-from-timeline ";
+  expect_clear_error(run(sim + (dir_ / "missing.json").string()),
+                     {"missing.json: cannot open live timeline", "No such file or directory"});
+  expect_clear_error(run(sim + dir_.string()), {"is a folder, not a live timeline"});
+  expect_clear_error(run(sim + "/dev/zero"), {"/dev/zero", "not a regular file"});
+  // validate's calibration file too (it read any size, and devices, with yaml-cpp's LoadFile).
+  expect_clear_error(run("validate /dev/zero"), {"/dev/zero", "not a regular file"});
 }
 
 // Defect 4: --out at a file, under a file or at /proc aborted after the whole simulation.

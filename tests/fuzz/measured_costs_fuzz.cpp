@@ -2,8 +2,9 @@
 // (cost_db_fuzz): `simulate --cost-db FILE` (make_simulation_cost_model: every kernel costed by
 // exact hit, by interpolation on shapes at other sizes, scaled to another GPU, or by the roofline
 // fallback), the leave-one-out check of `validate`, and `profile`'s reopening of a database to
-// update it (exec/profile: open_database_for, merge_measurements). Every duration must be finite
-// and >= 0.
+// update it (exec/profile: open_database_for, merge_measurements), and its collective rows as
+// the simulator times collectives inside a node with them (sim/measured_collectives: each row's
+// op and group size at its size, half and 4x it). Every duration must be finite and >= 0.
 #include <cmath>
 
 #include "exec/profile.hpp"
@@ -49,6 +50,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const LeaveOneOutRow& r : leave_one_out(db, h100)) {
       fuzz::require(!r.predicted_us || (std::isfinite(*r.predicted_us) && *r.predicted_us >= 0),
                     "a leave-one-out prediction is finite and >= 0");
+    }
+    if (const auto measured = make_simulation_measured_collectives(h100, fuzz::scratch_dir(), file)) {
+      for (const CollectiveMeasurement& c : db.collectives()) {
+        for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                                    CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
+                                    CollectiveKind::kAllToAll, CollectiveKind::kRingExchange}) {
+          if (c.op != to_string(kind) && !(c.op == "send_recv" && kind == CollectiveKind::kRingExchange)) {
+            continue;
+          }
+          for (int64_t bytes : {c.bytes, c.bytes / 2, c.bytes > (int64_t{1} << 50) ? c.bytes : c.bytes * 4}) {
+            const auto t = measured->time_s(kind, c.ranks, bytes);
+            fuzz::require(!t || (std::isfinite(*t) && *t >= 0),
+                          "a measured collective's time is finite and >= 0");
+          }
+        }
+      }
     }
     CostDatabase reopened = exec::open_database_for(file, db.device(), db.versions());
     exec::merge_measurements(reopened, db.kernels());

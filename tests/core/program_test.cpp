@@ -953,5 +953,148 @@ TEST(Program, Fp8GemmsAndTheirCasts) {
   }
 }
 
+// ---- Mixture of experts -------------------------------------------------------------------
+
+struct MoeKnobs {
+  int64_t tp = 1, cp = 1, pp = 1, v = 1, dp = 1, m = 2, ep = 1;
+  std::optional<int64_t> etp;
+  int64_t experts = 4, topk = 2, shared = 0;
+  MoeTokenDispatcher dispatcher = MoeTokenDispatcher::kAllToAll;
+  std::optional<double> capacity;
+  bool pad = false, grouped = true, alternate = false, aux = true, fp8 = false;
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  bool dist_opt = false, overlap = false;
+  std::optional<double> imbalance;
+};
+
+// A tiny Llama MoE: make_llama's model (h 64, 8 heads, 4 groups, s 32, V 1024) with E experts
+// of width 48, top-k, every layer MoE (or every other one), SP whenever TP > 1.
+Scenario make_moe(const MoeKnobs& k) {
+  LlamaKnobs lk;
+  lk.tp = k.tp, lk.cp = k.cp, lk.pp = k.pp, lk.v = k.v, lk.dp = k.dp, lk.m = k.m, lk.sp = k.tp > 1;
+  lk.recompute = k.recompute, lk.dist_opt = k.dist_opt, lk.overlap = k.overlap, lk.fp8 = k.fp8;
+  Scenario s = make_llama(lk);
+  ModelSpec& md = s.model;
+  md.num_moe_experts = k.experts;
+  md.moe_router_topk = k.topk;
+  md.moe_ffn_hidden_size = 48;
+  md.moe_shared_expert_intermediate_size = k.shared;
+  if (k.alternate) {
+    md.moe_layer_pattern.clear();
+    for (int64_t l = 0; l < md.num_layers; ++l) md.moe_layer_pattern.push_back(l % 2 == 0);
+  }
+  md.moe_expert_capacity_factor = k.capacity;
+  md.moe_pad_expert_input_to_capacity = k.pad;
+  md.moe_token_dispatcher_type = k.dispatcher;
+  md.moe_router_load_balancing_type = k.aux ? MoeLoadBalancing::kAuxLoss : MoeLoadBalancing::kNone;
+  md.moe_grouped_gemm = k.grouped;
+  s.parallel.expert_model_parallel_size = k.ep;
+  s.parallel.expert_tensor_parallel_size = k.etp;
+  s.parallel.rank_order = "tp-cp-ep-dp-pp";  // Megatron's default order
+  s.cluster.what_if.moe_load_imbalance = k.imbalance;
+  validate_scenario(s, "make_moe");
+  return s;
+}
+
+// Model FLOPs of an iteration's GEMMs and attention with MoE layers, worked by hand from the
+// dense model's: per token and MoE layer, the dense MLP's 2 h (fc1 + ffn) forward FLOPs become
+// the router's 2 h E + k routed experts' 2 h (fc1_e + ffn_e) + the shared expert's
+// 2 h (fc1_s + f_s); backward twice the forward, full recomputation one forward more.
+double moe_matmul_flops(const Scenario& s, RecomputeGranularity rc) {
+  ModelSpec dense = s.model;
+  dense.num_moe_experts = 0;
+  double flops = hardware_flops_per_iteration(dense, s.training.global_batch_size, rc);
+  const ModelSpec& m = s.model;
+  const double h = static_cast<double>(m.hidden_size);
+  auto mlp = [&](int64_t ffn) {
+    return 2.0 * h * static_cast<double>(m.fc1_width() / m.ffn_hidden_size * ffn + ffn);
+  };
+  const double per_token = 2.0 * h * static_cast<double>(m.num_moe_experts) +
+                           static_cast<double>(m.moe_router_topk) * mlp(m.moe_expert_ffn()) +
+                           (m.moe_shared_expert_intermediate_size > 0
+                                ? mlp(m.moe_shared_expert_intermediate_size) : 0.0) -
+                           mlp(m.ffn_hidden_size);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l);
+  const double passes = rc == RecomputeGranularity::kFull ? 4.0 : 3.0;
+  const double tokens = static_cast<double>(s.training.global_batch_size * m.seq_length);
+  return flops + passes * tokens * static_cast<double>(moe_layers) * per_token;
+}
+
+double matmul_flops(const Program& prog) {
+  double flops = 0;
+  for (const auto& [r, rp] : prog.ranks) {
+    for (const Op& op : rp.ops) {
+      for (uint32_t id : op.kernels) {
+        const std::string& n = prog.kernels[id].key.name;
+        if (is_matmul(prog.kernels[id]) || n.rfind("grouped_gemm", 0) == 0) {
+          flops += prog.kernels[id].flops;
+        }
+      }
+    }
+  }
+  return flops;
+}
+
+// Hand-worked: T = 64 tokens, k = 2, E = 8 -> expected 16 per expert.
+TEST(MoeProgram, TokensPerExpert) {
+  ModelSpec m;
+  m.num_moe_experts = 8;
+  m.moe_router_topk = 2;
+  EXPECT_EQ(moe_tokens_per_expert(64, m), 16);
+  EXPECT_EQ(moe_tokens_per_expert(64, m, 1.5), 24);   // dropless: the busiest expert
+  EXPECT_EQ(moe_tokens_per_expert(60, m), 15);
+  EXPECT_EQ(moe_tokens_per_expert(61, m), 16);        // ceil(15.25)
+  m.moe_expert_capacity_factor = 1.25;                // C = ceil(16 x 1.25) = 20
+  EXPECT_EQ(moe_tokens_per_expert(64, m, 1.0), 16);   // below the capacity
+  EXPECT_EQ(moe_tokens_per_expert(64, m, 2.0), 20);   // capped
+  m.moe_pad_expert_input_to_capacity = true;
+  EXPECT_EQ(moe_tokens_per_expert(64, m, 1.0), 20);   // padded
+  EXPECT_EQ(moe_tokens_per_expert(64, ModelSpec{}), 0);
+  EXPECT_THROW(moe_tokens_per_expert(64, m, 0.5), InvalidArgument);
+}
+
+// A grid of EP / ETP / TP / CP / PP / VP / dispatcher / capacity / recompute / optimizer layouts
+// replays to completion with matched collectives, and over all ranks the GEMM FLOPs equal the
+// model FLOPs worked by hand (balanced routing: T k / E is whole in every case here).
+TEST(MoeProgram, LayoutsReplayAndCountModelFlops) {
+  int cases = 0;
+  struct Layout { int64_t tp, cp, pp, v, dp, ep; std::optional<int64_t> etp; };
+  const std::vector<Layout> layouts = {
+      {1, 1, 1, 1, 1, 1, {}}, {1, 1, 1, 1, 2, 2, {}}, {2, 1, 1, 1, 2, 2, {}},
+      {2, 1, 1, 1, 2, 2, 1},  {2, 1, 1, 1, 2, 4, 1},  {2, 2, 1, 1, 1, 2, {}},
+      {1, 2, 2, 1, 2, 4, {}}, {2, 1, 2, 2, 2, 2, 2},  {1, 1, 2, 1, 4, 4, {}}};
+  for (const Layout& l : layouts) {
+    for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        MoeKnobs k;
+        k.tp = l.tp, k.cp = l.cp, k.pp = l.pp, k.v = l.v, k.dp = l.dp, k.ep = l.ep, k.etp = l.etp;
+        k.dispatcher = disp;
+        k.m = 4;
+        k.recompute = variant == 1 ? RecomputeGranularity::kFull
+                                   : variant == 2 ? RecomputeGranularity::kSelective
+                                                  : RecomputeGranularity::kNone;
+        k.dist_opt = variant >= 2, k.overlap = variant == 3;
+        k.shared = variant == 1 || variant == 3 ? 32 : 0;
+        k.alternate = variant == 2;
+        k.grouped = variant != 1;
+        if (variant == 2) k.capacity = 1.0, k.pad = true;
+        if (variant == 3) k.capacity = 1.5;
+        const Scenario s = make_moe(k);
+        const Program prog = build_program(s);
+        std::vector<std::string> errors;
+        const std::string where = "tp " + std::to_string(l.tp) + " cp " + std::to_string(l.cp) +
+                                  " pp " + std::to_string(l.pp) + " ep " + std::to_string(l.ep) +
+                                  " variant " + std::to_string(variant);
+        ASSERT_EQ(replay_all(prog, errors), 0u) << where;
+        ASSERT_TRUE(errors.empty()) << where << ": " << errors.front();
+        EXPECT_NEAR(matmul_flops(prog) / moe_matmul_flops(s, k.recompute), 1.0, 1e-12) << where;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 72);
+}
+
 }  // namespace
 }  // namespace traintwin

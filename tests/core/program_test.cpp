@@ -1096,5 +1096,164 @@ TEST(MoeProgram, LayoutsReplayAndCountModelFlops) {
   EXPECT_EQ(cases, 72);
 }
 
+// One MoE layer's communication, worked by hand: TP 2 (SP), DP 2, EP 2, ETP = TP 2; s 32, so
+// T = 16 router rows, k 2 of E 4 -> P = 8 copies per expert, E P = 32 rows sent (x 64 x 2 B =
+// 4096 B); R = ETP EP P = 32 rows per local expert, 2 local experts.
+TEST(MoeProgram, LayerCommunicationAndGemmsByHand) {
+  using C = CollectiveKind;
+  using G = GroupKind;
+  struct Coll {
+    Role role;
+    C kind;
+    G group;
+    int64_t bytes;
+    bool operator==(const Coll&) const = default;
+  };
+  for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 2, k.ep = 2, k.dispatcher = disp;
+    const Program prog = build_program(make_moe(k), {0});
+    std::vector<Coll> fwd, bwd;
+    std::vector<std::vector<int64_t>> fc1;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.layer != 0 || op.micro_batch != 0) continue;
+      if (op.kind == OpKind::kCollective && op.stream == Stream::kEpComm) {
+        (op.phase == Phase::kForward ? fwd : bwd).push_back({op.role, op.collective, op.group, op.bytes});
+      }
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        if (op.kernel_roles[i] == Role::kExpertFc1 && op.phase == Phase::kForward) {
+          const Kernel& kern = prog.kernels[op.kernels[i]];
+          EXPECT_EQ(kern.key.name, "grouped_gemm_fwd");
+          EXPECT_EQ(kern.key.tp, 2);
+          fc1.push_back(kern.key.shape);
+        }
+      }
+    }
+    if (disp == MoeTokenDispatcher::kAllToAll) {
+      EXPECT_EQ(fwd, (std::vector<Coll>{{Role::kMoeDispatch, C::kAllToAll, G::kEp, 4096},
+                                        {Role::kMoeDispatch, C::kAllGather, G::kEtp, 8192},
+                                        {Role::kMoeCombine, C::kReduceScatter, G::kEtp, 8192},
+                                        {Role::kMoeCombine, C::kAllToAll, G::kEp, 4096}}));
+      EXPECT_EQ(bwd, (std::vector<Coll>{{Role::kMoeCombine, C::kAllToAll, G::kEp, 4096},
+                                        {Role::kMoeCombine, C::kAllGather, G::kEtp, 8192},
+                                        {Role::kMoeDispatch, C::kReduceScatter, G::kEtp, 8192},
+                                        {Role::kMoeDispatch, C::kAllToAll, G::kEp, 4096}}));
+    } else {
+      // The ETP x EP group's 4 x 16 rows gathered: 8192 B.
+      EXPECT_EQ(fwd, (std::vector<Coll>{{Role::kMoeDispatch, C::kAllGather, G::kEtpEp, 8192},
+                                        {Role::kMoeCombine, C::kReduceScatter, G::kEtpEp, 8192}}));
+      EXPECT_EQ(bwd, (std::vector<Coll>{{Role::kMoeCombine, C::kAllGather, G::kEtpEp, 8192},
+                                        {Role::kMoeDispatch, C::kReduceScatter, G::kEtpEp, 8192}}));
+    }
+    // 2 local experts x 32 rows, SwiGLU FC1 of 2 x 48 / ETP = 48 columns, h = 64.
+    EXPECT_EQ(fc1, (std::vector<std::vector<int64_t>>{{2, 32, 48, 64}}));
+  }
+}
+
+// The forward kernels of an MoE layer in order, per dispatcher (the executor's contract).
+TEST(MoeProgram, LayerRolesInOrder) {
+  for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 2, k.ep = 2, k.dispatcher = disp, k.shared = 32;
+    const Program prog = build_program(make_moe(k), {0});
+    std::vector<Role> roles;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.layer != 0 || op.micro_batch != 0 || op.phase != Phase::kForward) continue;
+      for (Role r : op.kernel_roles) {
+        if (roles.empty() || roles.back() != r) roles.push_back(r);
+      }
+      if (op.kind == OpKind::kCollective && op.role != roles.back()) roles.push_back(op.role);
+    }
+    const bool a2a = disp == MoeTokenDispatcher::kAllToAll;
+    std::vector<Role> expected = {Role::kInputLayerNorm, Role::kQkv, Role::kAttentionCore,
+                                  Role::kAttentionProjection, Role::kAttentionResidual,
+                                  Role::kPostAttentionLayerNorm, Role::kRouter};
+    for (Role r : a2a ? std::vector<Role>{Role::kMoePermute, Role::kMoeDispatch}
+                      : std::vector<Role>{Role::kMoeDispatch, Role::kMoePermute}) {
+      expected.push_back(r);
+    }
+    for (Role r : {Role::kExpertFc1, Role::kExpertActivation, Role::kExpertFc2}) expected.push_back(r);
+    for (Role r : a2a ? std::vector<Role>{Role::kMoeCombine, Role::kMoeUnpermute}
+                      : std::vector<Role>{Role::kMoeUnpermute, Role::kMoeCombine}) {
+      expected.push_back(r);
+    }
+    for (Role r : {Role::kFc1, Role::kGelu, Role::kFc2, Role::kMlpResidual}) expected.push_back(r);
+    EXPECT_EQ(roles, expected) << to_string(disp);
+  }
+}
+
+// Dropless timing follows the busiest expert: moe_load_imbalance 1.5 makes the expert GEMMs and
+// the dispatch 1.5 x (P 8 -> 12); a capacity factor of 1.25 caps it at C = 10, and padding to
+// the capacity makes every expert C even when balanced.
+TEST(MoeProgram, LoadImbalanceAndCapacityScaleExpertsAndDispatch) {
+  auto measure = [](const MoeKnobs& k) {
+    const Program prog = build_program(make_moe(k), {0});
+    double expert_flops = 0;
+    int64_t a2a_bytes = 0;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        const Role r = op.kernel_roles[i];
+        if (r == Role::kExpertFc1 || r == Role::kExpertFc2) expert_flops += prog.kernels[op.kernels[i]].flops;
+      }
+      if (op.kind == OpKind::kCollective && op.group == GroupKind::kEp) a2a_bytes += op.bytes;
+    }
+    return std::pair{expert_flops, a2a_bytes};
+  };
+  MoeKnobs k;
+  k.tp = 2, k.dp = 2, k.ep = 2;
+  const auto [f1, b1] = measure(k);
+  k.imbalance = 1.5;
+  const auto [f15, b15] = measure(k);
+  EXPECT_DOUBLE_EQ(f15 / f1, 1.5);
+  EXPECT_EQ(b15 * 2, b1 * 3);
+  k.capacity = 1.25;
+  const auto [fc, bc] = measure(k);
+  EXPECT_DOUBLE_EQ(fc / f1, 10.0 / 8);
+  EXPECT_EQ(bc * 8, b1 * 10);
+  k.imbalance.reset();
+  k.pad = true;
+  const auto [fp, bp] = measure(k);
+  EXPECT_DOUBLE_EQ(fp / f1, 10.0 / 8);
+  EXPECT_EQ(bp * 8, b1 * 10);
+}
+
+// Expert parameters in DDP buckets of their own over expert-DP, dense ones over DP x CP:
+// TP 2, DP 4, EP 2, ETP 1 -> expert-DP 8 / 2 = 4. Per layer and rank: 2 local experts of
+// h x 2 x 48 + 48 x h = 9216 parameters; the dense part: the dense layer's minus its MLP
+// (64 x 192 / 2 + 96 / 2 x 64 = 9216) plus the router (4 x 64 = 256).
+TEST(MoeProgram, ExpertGradientsReducedOverExpertDataParallel) {
+  for (bool dist : {false, true}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 4, k.ep = 2, k.etp = 1, k.dist_opt = dist, k.overlap = true, k.m = 4;
+    const Scenario s = make_moe(k);
+    Scenario dense_s = s;
+    dense_s.model.num_moe_experts = 0;
+    const int64_t layers = s.model.num_layers;
+    const Program prog = build_program(s, {0});
+    int64_t expert_grads = 0, dense_grads = 0, expert_gathers = 0, dense_gathers = 0;
+    std::map<int32_t, int> expert_layers;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.kind != OpKind::kCollective) continue;
+      if (op.role == Role::kGradBucket) {
+        EXPECT_EQ(op.collective, dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce);
+        (op.group == GroupKind::kEdp ? expert_grads : dense_grads) += op.bytes;
+        EXPECT_TRUE(op.group == GroupKind::kEdp || op.group == GroupKind::kDpCp);
+        if (op.group == GroupKind::kEdp) {
+          for (int32_t l : op.bucket_layers) ++expert_layers[l];
+        }
+      }
+      if (op.role == Role::kParamBucket) {
+        (op.group == GroupKind::kEdp ? expert_gathers : dense_gathers) += op.bytes;
+      }
+    }
+    EXPECT_EQ(prog.layout.size(GroupKind::kEdp), 4);
+    EXPECT_EQ(expert_grads, layers * 2 * 9216 * 4);  // fp32 gradients
+    EXPECT_EQ(dense_grads, (parameters_on_rank(dense_s, 0) - layers * (9216 - 256)) * 4);
+    EXPECT_EQ(expert_gathers, dist ? layers * 2 * 9216 * 2 : 0);  // bf16 parameters
+    EXPECT_EQ(dense_gathers, dist ? (parameters_on_rank(dense_s, 0) - layers * (9216 - 256)) * 2 : 0);
+    EXPECT_EQ(expert_layers, (std::map<int32_t, int>{{0, 1}, {1, 1}}));
+  }
+}
+
 }  // namespace
 }  // namespace traintwin

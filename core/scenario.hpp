@@ -115,6 +115,10 @@ struct ModelSpec {
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
   bool untie_embeddings_and_output_weights = false;  ///< LM head has its own V x h weight
   bool add_bias_linear = true;                        ///< biases in QKV, projection, FC1, FC2
+  /// Channels per attention head d (Megatron --kv-channels); 0 = hidden_size / heads. Qwen3
+  /// sets it apart from h/a (128 with h 2048, a 32): the QKV output is (a + 2g) d wide and the
+  /// projection's input a d, not h.
+  int64_t kv_channels = 0;
 
   // Mixture of experts (Megatron-LM's --num-moe-experts and --moe-* arguments). A layer is an
   // MoE layer when moe_layer_pattern says so: its MLP becomes a router (h -> E GEMM, top-k),
@@ -154,14 +158,23 @@ struct ModelSpec {
     return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size;
   }
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  /// d: kv_channels, or hidden_size / num_attention_heads when 0.
+  int64_t head_dim() const {
+    return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads;
+  }
+  /// Width of the attention core's output (the projection's input): a x d (= h unless
+  /// kv_channels says otherwise).
+  int64_t attention_width() const { return num_attention_heads * head_dim(); }
   /// g: num_query_groups, or a when 0.
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   /// Output width of the fused QKV linear: (a + 2 g) x head_dim (= 3h for MHA).
   int64_t qkv_width() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
   /// Output width of FC1: 2 ffn for SwiGLU (gate and up), else ffn.
-  int64_t fc1_width() const {
-    return activation == Activation::kSwiglu ? 2 * ffn_hidden_size : ffn_hidden_size;
+  int64_t fc1_width() const { return fc1_width_of(ffn_hidden_size); }
+  /// Output width of an FC1 of inner width `ffn` in this model's MLP kind: 2 ffn for SwiGLU
+  /// (gate and up), else ffn (also routed experts and the shared expert).
+  int64_t fc1_width_of(int64_t ffn) const {
+    return activation == Activation::kSwiglu ? 2 * ffn : ffn;
   }
   /// Parameters of one normalization layer: 2h (LayerNorm gamma, beta) or h (RMSNorm gamma).
   int64_t norm_parameters() const {

@@ -203,6 +203,11 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                  {"num_micro_batches", s.num_micro_batches()},
                  {"recompute_granularity", to_string(s.training.recompute_granularity)},
                  {"rank_order", s.parallel.rank_order}};
+  if (s.model.is_moe()) {
+    j["layout"]["expert_model_parallel_size"] = s.parallel.expert_model_parallel_size;
+    j["layout"]["expert_tensor_parallel_size"] = s.parallel.expert_tp();
+    j["layout"]["expert_data_parallel_size"] = s.parallel.expert_data_parallel_size();
+  }
   // The pipeline split (core/pipeline_split.hpp): Megatron's four keys and its result.
   const ParallelConfig& par = s.parallel;
   auto optional_int = [](const std::optional<int64_t>& v) {
@@ -263,6 +268,8 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                    {"optimizer_bytes", st.optimizer_bytes},
                    {"activations_bytes", st.activations_bytes},
                    {"embedding_and_logits_bytes", st.embedding_and_logits_bytes},
+                   {"expert_parameters", st.expert_parameters},
+                   {"moe_dispatch_buffers_bytes", st.moe_dispatch_buffers_bytes},
                    {"total_bytes", st.total_bytes()}});
   }
   j["memory_per_stage"] = mem;

@@ -174,7 +174,8 @@ INSTANTIATE_TEST_SUITE_P(ShippedScenarios, AnalyticalVsReplay,
                                            "megatron-145b-a100-1536", "whatif-175b-2x-ib",
                                            "llama3.1-8b-h100-8", "llama3.1-70b-h100-64",
                                            "nemotron4-15b-h100-16",
-                                           "llama3.1-8b-128k-h100-64"),
+                                           "llama3.1-8b-128k-h100-64", "mixtral-8x7b-h100-64",
+                                           "qwen3-30b-a3b-h100-16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {

@@ -37,13 +37,16 @@ const char* to_text(ReduceOp op) { return op == ReduceOp::kMax ? "max" : "sum"; 
 /// communicator's watchdog (the distributed timeout).
 class MpiRequest final : public Request {
  public:
+  /// `keep_alive`: arrays MPI reads until the operation completes (MPI_Ialltoallv's counts and
+  /// displacements).
   MpiRequest(MPI_Request request, std::shared_ptr<MpiWatchdog> watchdog, PendingOp op,
-             int expected_count = -1)
+             int expected_count = -1, std::vector<int> keep_alive = {})
       : request_(request),
         watchdog_(std::move(watchdog)),
         op_(std::move(op)),
         what_(op_.what),
-        expected_count_(expected_count) {}
+        expected_count_(expected_count),
+        keep_alive_(std::move(keep_alive)) {}
   ~MpiRequest() override {
     if (request_ == MPI_REQUEST_NULL) return;
     int finalized = 0;
@@ -77,6 +80,7 @@ class MpiRequest final : public Request {
   PendingOp op_;
   std::string what_;
   int expected_count_;
+  std::vector<int> keep_alive_;
 };
 
 }  // namespace
@@ -229,6 +233,38 @@ RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const floa
       MPI_Ireduce_scatter_block(input.data(), output.data(), n, MPI_FLOAT, to_mpi(op), c, &request),
       what);
   return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what));
+}
+
+RequestPtr MpiCommunicator::all_to_all_v(GroupKind group, std::span<const float> input,
+                                         std::span<const int64_t> send_counts,
+                                         std::span<float> output,
+                                         std::span<const int64_t> recv_counts) {
+  const std::string what = "MPI_Ialltoallv(" + std::to_string(input.size()) + " floats out, " +
+                           std::to_string(output.size()) + " in) on group " + to_string(group);
+  const MPI_Comm c = comm(group, "all_to_all_v");
+  const auto members = static_cast<size_t>(layout_.size(group));
+  const std::vector<int64_t> sdispl =
+      all_to_all_displacements(kWho, group, members, "send_counts", send_counts, input.size());
+  const std::vector<int64_t> rdispl =
+      all_to_all_displacements(kWho, group, members, "recv_counts", recv_counts, output.size());
+  to_count(input.size(), what);
+  to_count(output.size(), what);
+  // One array: send counts, send displacements, recv counts, recv displacements.
+  std::vector<int> arrays(4 * members);
+  for (size_t j = 0; j < members; ++j) {
+    arrays[j] = static_cast<int>(send_counts[j]);
+    arrays[members + j] = static_cast<int>(sdispl[j]);
+    arrays[2 * members + j] = static_cast<int>(recv_counts[j]);
+    arrays[3 * members + j] = static_cast<int>(rdispl[j]);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ialltoallv(input.data(), arrays.data(), arrays.data() + members, MPI_FLOAT,
+                       output.data(), arrays.data() + 2 * members, arrays.data() + 3 * members,
+                       MPI_FLOAT, c, &request),
+        what);
+  // The vector's heap block moves with it: the pointers MPI holds stay valid.
+  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what), -1,
+                                      std::move(arrays));
 }
 
 void MpiCommunicator::check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const {

@@ -82,6 +82,11 @@ class MpiCommunicator final : public Communicator {
                         std::span<float> output) override;
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
+  /// MPI_Ialltoallv on the group's sub-communicator (the request keeps the int counts and
+  /// displacements alive until it completes).
+  RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
+                          std::span<const int64_t> send_counts, std::span<float> output,
+                          std::span<const int64_t> recv_counts) override;
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;
 

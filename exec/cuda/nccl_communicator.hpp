@@ -120,6 +120,12 @@ class NcclCommunicator final : public Communicator {
   /// ncclReduceScatter: input = group size x output.
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
+  /// All-to-all with variable counts as NCCL runs it (nccl-tests alltoall, Megatron's
+  /// all_to_all): one ncclSend and one ncclRecv per member of the group, its own piece included,
+  /// in ONE ncclGroupStart/End on the group's communicator and stream (zero counts skipped).
+  RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
+                          std::span<const int64_t> send_counts, std::span<float> output,
+                          std::span<const int64_t> recv_counts) override;
   /// ncclSend / ncclRecv on the PP stream, each in its own ncclGroupStart/End.
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;

@@ -66,6 +66,11 @@ class Executor::Impl {
     model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
     optimizer_.emplace(shard_, backend_, coord_, sc.parallel.data_parallel_size,
                        sc.training.use_distributed_optimizer, hyper_);
+    // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
+    // experts outside TP x PP): which replicas count their squares (ShardOptimizer).
+    for (const Op& op : rp_->ops) {
+      if (op.role == Role::kGradNorm && op.kind == OpKind::kCollective) grad_norm_group_ = op.group;
+    }
   }
 
   IterationResult train(int64_t iteration, const MicroBatchSource& data) {
@@ -169,7 +174,9 @@ class Executor::Impl {
 
   void run_kernel(const Op& op, const std::string& name, Role role) {
     switch (role) {
-      case Role::kGradNorm: sum_sq_ = optimizer_->local_sum_of_squares(); return;
+      case Role::kGradNorm:
+        sum_sq_ = optimizer_->local_sum_of_squares(grad_norm_group_ == GroupKind::kWorld);
+        return;
       case Role::kOptimizerStep: step_ = optimizer_->step(sum_sq_, iteration_); return;
       default: model_->run(op, name, role);
     }
@@ -320,9 +327,12 @@ class Executor::Impl {
 
   // ---- DP buckets and the distributed optimizer's pieces (distributed_optimizer.hpp) -----------
 
+  /// A bucket of routed experts' weights (reduced over expert-DP) rather than dense ones.
+  static bool expert_bucket(const Op& op) { return op.group == GroupKind::kWorld && false; }
   /// The tensors of a bucket op's items.
   std::vector<const ShardTensor*> bucket_tensors(const Op& op) const {
-    const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers);
+    const auto [begin, end] =
+        shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
     std::vector<const ShardTensor*> out;
     for (const ShardTensor& t : shard_.chunks()[static_cast<size_t>(op.model_chunk)].tensors) {
       if (t.offset >= begin && t.offset < end) out.push_back(&t);
@@ -353,6 +363,10 @@ class Executor::Impl {
     }
   }
 
+  /// This rank's position in a bucket's group: its DP or expert-DP coordinate.
+  int64_t bucket_member(const Op& op) const {
+    return expert_bucket(op) ? shard_.expert_coord().edp : coord_.dp;
+  }
   int64_t pieces_per_member(const std::vector<const ShardTensor*>& tensors) const {
     int64_t n = 0;
     for (const ShardTensor* t : tensors) n += optimizer_->piece(*t);
@@ -363,23 +377,26 @@ class Executor::Impl {
     auto& grads = shard_.chunks()[static_cast<size_t>(op.model_chunk)].grads;
     InFlight f;
     if (op.collective == CollectiveKind::kAllReduce) {
-      const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers);
+      const auto [begin, end] =
+          shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
       f.request = comm_.all_reduce(
           op.group, FSpan(grads.data() + begin, static_cast<size_t>(end - begin)), ReduceOp::kSum);
       start(op, std::move(f));
       return;
     }
     if (op.collective != CollectiveKind::kReduceScatter) unexpected(op, "unexpected bucket collective");
-    // Member-major input: for each DP rank d, piece d of every tensor (zero-padded).
+    // Member-major input: for each member d of the group (DP, or expert-DP for an expert
+    // bucket), piece d of every tensor (zero-padded).
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = g().dp;
+    const int64_t dp = comm_.layout().size(op.group);
+    const int64_t me = bucket_member(op);
     f.buffer = zeros(per_member * dp);
     for (int64_t d = 0; d < dp; ++d) copy_pieces(grads, tensors, d, f.buffer, d * per_member, true);
     auto out = std::make_shared<Tensor>(zeros(per_member));
     f.request = comm_.reduce_scatter(op.group, f.buffer, out->span(), ReduceOp::kSum);
-    f.on_complete = [this, tensors, out, &grads] {
-      copy_pieces(grads, tensors, coord_.dp, out->span(), 0, false);
+    f.on_complete = [this, tensors, out, &grads, me] {
+      copy_pieces(grads, tensors, me, out->span(), 0, false);
     };
     start(op, std::move(f));
   }
@@ -390,9 +407,9 @@ class Executor::Impl {
     auto& params = shard_.chunks()[static_cast<size_t>(op.model_chunk)].params;
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = g().dp;
+    const int64_t dp = comm_.layout().size(op.group);
     auto mine = std::make_shared<Tensor>(zeros(per_member));
-    copy_pieces(params, tensors, coord_.dp, mine->span(), 0, true);
+    copy_pieces(params, tensors, bucket_member(op), mine->span(), 0, true);
     InFlight f;
     f.buffer = zeros(per_member * dp);
     f.request = comm_.all_gather(op.group, mine->span(), f.buffer.span());
@@ -486,6 +503,7 @@ class Executor::Impl {
   std::vector<OpSpan> spans_;
   double sum_sq_ = 0;
   ShardOptimizer::Step step_;
+  GroupKind grad_norm_group_ = GroupKind::kModelParallel;
 };
 
 Executor::Executor(const Program& program, Communicator& comm, ModelShard& shard,

@@ -189,8 +189,7 @@ void register_simulate_command(CLI::App& app) {
       opts.trace_all_ranks = true;
     } else if (o->trace_ranks == "stages") {
       const ParallelConfig& p = s.parallel;
-      const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
-                              p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
+      const RankLayout layout = layout_of(s);
       for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) {
         opts.trace_ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
       }

@@ -101,8 +101,7 @@ void print_summary(const Scenario& s) {
              model_flops / (peak * static_cast<double>(s.cluster.num_gpus)));
 
   // The Program of the first and the last pipeline stage (TP/DP rank 0).
-  const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
-                          p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
+  const RankLayout layout = layout_of(s);
   std::vector<int64_t> ranks = {0};
   RankCoord last{};
   last.pp = p.pipeline_model_parallel_size - 1;

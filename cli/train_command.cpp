@@ -112,9 +112,7 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   const bool mpi = env != nullptr;
   const Scenario s = o.scenario.load();
   std::unique_ptr<exec::Communicator> comm;
-  const RankLayout layout(s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
-                          s.parallel.data_parallel_size, s.parallel.pipeline_model_parallel_size,
-                          s.parallel.rank_order);
+  const RankLayout layout = layout_of(s);
   if (mpi) {
     share_cores_among_local_ranks();
     if (env->size() != s.world_size()) {

@@ -217,9 +217,7 @@ void run_validate_live(const ValidateLiveOptions& o) {
       throw ConfigError(fmt::format("{}: cluster.num_gpus = {} but mpirun started {} processes",
                                     o.scenario.file, s.world_size(), env.size()));
     }
-    const RankLayout layout(s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
-                            s.parallel.data_parallel_size, s.parallel.pipeline_model_parallel_size,
-                            s.parallel.rank_order);
+    const RankLayout layout = layout_of(s);
     exec::MpiCommunicator comm(layout);
     run(o, comm, true);
   });

@@ -1162,10 +1162,8 @@ Program build_program(const Scenario& s, const std::vector<int64_t>& ranks) {
         "training.tp_comm_overlap needs parallelism.sequence_parallel: true (as Megatron-LM's "
         "--tp-comm-overlap)");
   }
-  const ParallelConfig& pc = s.parallel;
   Program prog{s,
-               RankLayout(pc.tensor_model_parallel_size, pc.context_parallel_size,
-                          pc.data_parallel_size, pc.pipeline_model_parallel_size, pc.rank_order),
+               layout_of(s),
                {},
                {}};
   if (prog.layout.world_size() != s.cluster.num_gpus) {

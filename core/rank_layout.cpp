@@ -4,29 +4,37 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/scenario.hpp"
 
 namespace traintwin {
 namespace {
 
-constexpr std::array<const char*, 4> kDimNames = {"tp", "cp", "dp", "pp"};
-constexpr int kTp = 0, kCp = 1, kDp = 2, kPp = 3;
+constexpr std::array<const char*, 5> kDimNames = {"tp", "cp", "ep", "dp", "pp"};
+constexpr int kTp = 0, kCp = 1, kEp = 2, kDp = 3, kPp = 4;
 
-int64_t get(const RankCoord& c, int dim) {
-  switch (dim) {
-    case kTp: return c.tp;
-    case kCp: return c.cp;
-    case kDp: return c.dp;
-    default: return c.pp;
-  }
-}
+/// The dims a group of kind `g` spans, and whether it is an expert-generator group.
+struct GroupDims {
+  std::array<bool, 5> in{};
+  bool expert = false;
+};
 
-void set(RankCoord& c, int dim, int64_t v) {
-  switch (dim) {
-    case kTp: c.tp = v; break;
-    case kCp: c.cp = v; break;
-    case kDp: c.dp = v; break;
-    default: c.pp = v; break;
+GroupDims dims_of(GroupKind g) {
+  GroupDims d;
+  switch (g) {
+    case GroupKind::kTp: d.in[kTp] = true; break;
+    case GroupKind::kCp: d.in[kCp] = true; break;
+    case GroupKind::kDp: d.in[kDp] = true; break;
+    case GroupKind::kPp: d.in[kPp] = true; break;
+    case GroupKind::kDpCp: d.in[kDp] = d.in[kCp] = true; break;
+    case GroupKind::kEmbedding: d.in[kPp] = true; break;
+    case GroupKind::kModelParallel: d.in[kTp] = d.in[kPp] = true; break;
+    case GroupKind::kWorld: d.in = {true, true, true, true, true}; break;
+    case GroupKind::kEp: d.in[kEp] = true; d.expert = true; break;
+    case GroupKind::kEtp: d.in[kTp] = true; d.expert = true; break;
+    case GroupKind::kEdp: d.in[kDp] = true; d.expert = true; break;
+    case GroupKind::kEtpEp: d.in[kTp] = d.in[kEp] = true; d.expert = true; break;
   }
+  return d;
 }
 
 }  // namespace
@@ -41,19 +49,35 @@ const char* to_string(GroupKind g) {
     case GroupKind::kEmbedding: return "embd";
     case GroupKind::kModelParallel: return "mp";
     case GroupKind::kWorld: return "world";
+    case GroupKind::kEp: return "ep";
+    case GroupKind::kEtp: return "etp";
+    case GroupKind::kEdp: return "edp";
+    case GroupKind::kEtpEp: return "etp-ep";
   }
   return "?";
 }
 
-RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order)
-    : tp_(tp), cp_(cp), dp_(dp), pp_(pp), order_(order) {
-  if (tp < 1 || cp < 1 || dp < 1 || pp < 1) {
+RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order,
+                       int64_t ep, int64_t etp)
+    : tp_(tp), cp_(cp), dp_(dp), pp_(pp), ep_(ep), etp_(etp == 0 ? tp : etp), edp_(1),
+      order_(order) {
+  if (tp < 1 || cp < 1 || dp < 1 || pp < 1 || ep < 1 || etp < 0) {
     std::ostringstream m;
     m << "rank layout: every parallel size must be >= 1 (tp=" << tp << ", cp=" << cp
-      << ", dp=" << dp << ", pp=" << pp << ")";
+      << ", dp=" << dp << ", pp=" << pp << ", ep=" << ep << ", etp=" << etp << ")";
     throw InvalidArgument(m.str());
   }
-  // Parse "tp-cp-dp-pp": a permutation of the four names, dash separated.
+  if ((tp_ * cp_ * dp_) % (etp_ * ep_) != 0) {
+    std::ostringstream m;
+    m << "rank layout: expert-tensor-parallel x expert-model-parallel size (" << etp_ << " x "
+      << ep_ << ") must divide tp x cp x dp (" << tp_ << " x " << cp_ << " x " << dp_
+      << ", the ranks of one pipeline stage; Megatron-Core parallel folding)";
+    throw InvalidArgument(m.str());
+  }
+  edp_ = tp_ * cp_ * dp_ / (etp_ * ep_);
+  dense_size_ = {tp_, cp_, 1, dp_, pp_};
+  expert_size_ = {etp_, 1, ep_, edp_, pp_};
+  // Parse "tp-cp-ep-dp-pp": a permutation of the five names, dash separated.
   std::vector<std::string> parts;
   std::string cur;
   for (char ch : order) {
@@ -66,14 +90,12 @@ RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std
   }
   parts.push_back(cur);
   const std::string rule = "rank order '" + order +
-                           "' is not a permutation of tp, cp, dp, pp (dash-separated, "
-                           "fastest-varying first, e.g. tp-cp-dp-pp; a dimension of size 1 may "
-                           "be left out)";
-  const std::array<int64_t, 4> dim_sizes = {tp_, cp_, dp_, pp_};
-  std::array<bool, 4> seen{};
+                           "' is not a permutation of tp, cp, ep, dp, pp (dash-separated, "
+                           "fastest-varying first, e.g. tp-cp-ep-dp-pp; a dimension of size 1 "
+                           "may be left out)";
+  std::array<bool, 5> seen{};
   size_t pos = 0;
   for (const std::string& part : parts) {
-    if (part == "ep") throw InvalidArgument(rule + ": expert parallelism (ep) is not supported");
     auto it = std::find(kDimNames.begin(), kDimNames.end(), part);
     if (it == kDimNames.end()) throw InvalidArgument(rule + ": unknown dimension '" + part + "'");
     int dim = static_cast<int>(it - kDimNames.begin());
@@ -81,21 +103,37 @@ RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std
     seen[dim] = true;
     dim_of_position_[pos++] = dim;
   }
-  // As Megatron's RankGenerator: a dimension left out of the order must have size 1; it is
-  // appended (slowest), which changes no rank since its coordinate is always 0.
-  for (int dim = 0; dim < 4; ++dim) {
+  // As Megatron's RankGenerator: a dimension left out of the order must have size 1 (in both
+  // generators); it is appended (slowest), which changes no rank since its coordinate is 0.
+  for (int dim = 0; dim < 5; ++dim) {
     if (seen[dim]) continue;
-    if (dim_sizes[dim] != 1) {
-      throw InvalidArgument(rule + ": " + kDimNames[dim] + " has size " +
-                            std::to_string(dim_sizes[dim]) + " but is not in the order");
+    const int64_t size = std::max(dense_size_[dim], expert_size_[dim]);
+    if (size != 1) {
+      throw InvalidArgument(rule + ": " + kDimNames[dim] + " has size " + std::to_string(size) +
+                            " but is not in the order");
     }
     dim_of_position_[pos++] = dim;
   }
   // The first dimension in the order varies fastest (Megatron's RankGenerator).
-  int64_t stride = 1;
-  for (int p = 0; p < 4; ++p) {
-    stride_[dim_of_position_[p]] = stride;
-    stride *= dim_sizes[dim_of_position_[p]];
+  int64_t dense = 1, expert = 1;
+  for (int p = 0; p < 5; ++p) {
+    const int dim = dim_of_position_[p];
+    dense_stride_[dim] = dense;
+    expert_stride_[dim] = expert;
+    dense *= dense_size_[dim];
+    expert *= expert_size_[dim];
+  }
+  // Both generators must put every rank on the same pipeline stage, as Megatron-Core asserts
+  // (decoder and expert 'pp' groups equal; it holds when the order ends with pp, or when
+  // expert-DP = DP). Checked when expert groups are used (check_expert_groups()).
+  for (int64_t r = 0; r < world_size() && expert_error_.empty(); ++r) {
+    if (coords(r, false)[kPp] != coords(r, true)[kPp]) {
+      expert_error_ = "rank order '" + order + "': the expert groups (etp=" +
+                      std::to_string(etp_) + ", ep=" + std::to_string(ep_) + ", expert-dp=" +
+                      std::to_string(edp_) + ") would put rank " + std::to_string(r) +
+                      " on another pipeline stage than its attention groups; put pp last in "
+                      "the order (Megatron-Core requires the same pp groups)";
+    }
   }
 }
 
@@ -109,84 +147,97 @@ int64_t RankLayout::size(GroupKind g) const {
     case GroupKind::kEmbedding: return pp_ > 1 ? 2 : 1;
     case GroupKind::kModelParallel: return tp_ * pp_;
     case GroupKind::kWorld: return world_size();
+    case GroupKind::kEp: return ep_;
+    case GroupKind::kEtp: return etp_;
+    case GroupKind::kEdp: return edp_;
+    case GroupKind::kEtpEp: return etp_ * ep_;
   }
   return 0;
 }
 
-RankCoord RankLayout::coord(int64_t rank) const {
+RankLayout::Dims RankLayout::coords(int64_t rank, bool expert) const {
   if (rank < 0 || rank >= world_size()) {
     throw InvalidArgument("rank " + std::to_string(rank) + " outside [0, " +
                           std::to_string(world_size()) + ")");
   }
-  const std::array<int64_t, 4> sizes = {tp_, cp_, dp_, pp_};
-  RankCoord c;
-  for (int dim = 0; dim < 4; ++dim) set(c, dim, (rank / stride_[dim]) % sizes[dim]);
+  const Dims& size = expert ? expert_size_ : dense_size_;
+  const Dims& stride = expert ? expert_stride_ : dense_stride_;
+  Dims c{};
+  for (int dim = 0; dim < 5; ++dim) c[dim] = (rank / stride[dim]) % size[dim];
   return c;
 }
 
-int64_t RankLayout::rank(const RankCoord& c) const {
-  const std::array<int64_t, 4> sizes = {tp_, cp_, dp_, pp_};
+int64_t RankLayout::rank_of(const Dims& c, bool expert) const {
+  const Dims& size = expert ? expert_size_ : dense_size_;
+  const Dims& stride = expert ? expert_stride_ : dense_stride_;
   int64_t r = 0;
-  for (int dim = 0; dim < 4; ++dim) {
-    int64_t v = get(c, dim);
-    if (v < 0 || v >= sizes[dim]) {
-      throw InvalidArgument(std::string("coordinate ") + kDimNames[dim] + "=" + std::to_string(v) +
-                            " outside [0, " + std::to_string(sizes[dim]) + ")");
+  for (int dim = 0; dim < 5; ++dim) {
+    if (c[dim] < 0 || c[dim] >= size[dim]) {
+      throw InvalidArgument(std::string("coordinate ") + kDimNames[dim] + "=" +
+                            std::to_string(c[dim]) + " outside [0, " + std::to_string(size[dim]) +
+                            ")");
     }
-    r += v * stride_[dim];
+    r += c[dim] * stride[dim];
   }
   return r;
 }
 
+RankCoord RankLayout::coord(int64_t rank) const {
+  const Dims c = coords(rank, false);
+  return RankCoord{c[kTp], c[kCp], c[kDp], c[kPp]};
+}
+
+void RankLayout::check_expert_groups() const {
+  if (!expert_error_.empty()) throw InvalidArgument(expert_error_);
+}
+
+ExpertCoord RankLayout::expert_coord(int64_t rank) const {
+  check_expert_groups();
+  const Dims c = coords(rank, true);
+  return ExpertCoord{c[kTp], c[kEp], c[kDp], c[kPp]};
+}
+
+int64_t RankLayout::rank(const RankCoord& c) const {
+  return rank_of(Dims{c.tp, c.cp, 0, c.dp, c.pp}, false);
+}
+
 std::vector<int64_t> RankLayout::group(GroupKind g, int64_t rank_id) const {
-  const RankCoord base = coord(rank_id);
   std::vector<int64_t> members;
-  auto vary = [&](int dim, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      RankCoord c = base;
-      set(c, dim, i);
-      members.push_back(rank(c));
-    }
-  };
-  switch (g) {
-    case GroupKind::kTp: vary(kTp, tp_); break;
-    case GroupKind::kCp: vary(kCp, cp_); break;
-    case GroupKind::kDp: vary(kDp, dp_); break;
-    case GroupKind::kPp: vary(kPp, pp_); break;
-    case GroupKind::kDpCp:
-      for (int64_t d = 0; d < dp_; ++d) {
-        for (int64_t c = 0; c < cp_; ++c) {
-          RankCoord x = base;
-          x.dp = d;
-          x.cp = c;
-          members.push_back(rank(x));
-        }
-      }
-      std::sort(members.begin(), members.end());
-      break;
-    case GroupKind::kModelParallel:
-      for (int64_t p = 0; p < pp_; ++p) {
-        for (int64_t t = 0; t < tp_; ++t) {
-          RankCoord x = base;
-          x.pp = p;
-          x.tp = t;
-          members.push_back(rank(x));
-        }
-      }
-      std::sort(members.begin(), members.end());
-      break;
-    case GroupKind::kWorld:
-      for (int64_t r = 0; r < world_size(); ++r) members.push_back(r);
-      break;
-    case GroupKind::kEmbedding: {
-      RankCoord first = base, last = base;
-      first.pp = 0;
-      last.pp = pp_ - 1;
-      members.push_back(rank(first));
-      if (pp_ > 1) members.push_back(rank(last));
-      break;
-    }
+  if (g == GroupKind::kWorld) {
+    (void)coords(rank_id, false);  // range check
+    for (int64_t r = 0; r < world_size(); ++r) members.push_back(r);
+    return members;
   }
+  if (g == GroupKind::kEmbedding) {
+    Dims first = coords(rank_id, false), last = first;
+    first[kPp] = 0;
+    last[kPp] = pp_ - 1;
+    members.push_back(rank_of(first, false));
+    if (pp_ > 1) members.push_back(rank_of(last, false));
+    return members;
+  }
+  // Every combination of the group's dims, the others fixed at this rank's coordinates.
+  const GroupDims gd = dims_of(g);
+  if (gd.expert) check_expert_groups();
+  const Dims& size = gd.expert ? expert_size_ : dense_size_;
+  const Dims base = coords(rank_id, gd.expert);
+  std::vector<Dims> combos = {base};
+  for (int dim = 0; dim < 5; ++dim) {
+    if (!gd.in[dim]) continue;
+    std::vector<Dims> next;
+    for (const Dims& c : combos) {
+      for (int64_t i = 0; i < size[dim]; ++i) {
+        Dims x = c;
+        x[dim] = i;
+        next.push_back(x);
+      }
+    }
+    combos = std::move(next);
+  }
+  for (const Dims& c : combos) members.push_back(rank_of(c, gd.expert));
+  // One-dimension groups are in increasing coordinate order; larger ones sorted by rank.
+  const int spanned = static_cast<int>(std::count(gd.in.begin(), gd.in.end(), true));
+  if (spanned > 1) std::sort(members.begin(), members.end());
   return members;
 }
 
@@ -210,28 +261,26 @@ std::vector<std::vector<int64_t>> RankLayout::all_groups(GroupKind g) const {
 int64_t RankLayout::group_index(GroupKind g, int64_t rank_id) const {
   // The index of a group = rank of its smallest member among groups ordered by smallest member;
   // computed arithmetically from the coordinates outside the group's dimensions.
-  const RankCoord c = coord(rank_id);
-  const std::array<int64_t, 4> sizes = {tp_, cp_, dp_, pp_};
-  std::array<bool, 4> in_group{};
-  switch (g) {
-    case GroupKind::kTp: in_group[kTp] = true; break;
-    case GroupKind::kCp: in_group[kCp] = true; break;
-    case GroupKind::kDp: in_group[kDp] = true; break;
-    case GroupKind::kPp: in_group[kPp] = true; break;
-    case GroupKind::kDpCp: in_group[kDp] = in_group[kCp] = true; break;
-    case GroupKind::kEmbedding: in_group[kPp] = true; break;
-    case GroupKind::kModelParallel: in_group[kTp] = in_group[kPp] = true; break;
-    case GroupKind::kWorld: in_group = {true, true, true, true}; break;
-  }
+  const GroupDims gd = dims_of(g);
+  if (gd.expert) check_expert_groups();
+  const Dims& size = gd.expert ? expert_size_ : dense_size_;
+  const Dims c = coords(rank_id, gd.expert);
   // Mixed-radix number over the remaining dims in rank-order significance.
   int64_t index = 0, scale = 1;
-  for (int pos = 0; pos < 4; ++pos) {
+  for (int pos = 0; pos < 5; ++pos) {
     int dim = dim_of_position_[pos];
-    if (in_group[dim]) continue;
-    index += get(c, dim) * scale;
-    scale *= sizes[dim];
+    if (gd.in[dim]) continue;
+    index += c[dim] * scale;
+    scale *= size[dim];
   }
   return index;
+}
+
+RankLayout layout_of(const Scenario& s) {
+  const ParallelConfig& p = s.parallel;
+  return RankLayout(p.tensor_model_parallel_size, p.context_parallel_size, p.data_parallel_size,
+                    p.pipeline_model_parallel_size, p.rank_order, p.expert_model_parallel_size,
+                    p.expert_tp());
 }
 
 }  // namespace traintwin

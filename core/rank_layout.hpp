@@ -1,6 +1,10 @@
 // Rank layout: which (tp, cp, dp, pp) coordinates each global rank has, and the process groups.
 // A pure function of the sizes and an order string, as Megatron-LM's RankGenerator
 // (megatron/core/parallel_state.py): the first dimension in the order varies fastest.
+// Expert parallelism follows Megatron-Core's parallel folding: the same ranks are regrouped by a
+// second generator (expert_decoder_rank_generator) with sizes tp = ETP, cp = 1, ep = EP,
+// dp = expert-DP, pp = PP and the same order string, so expert groups are formed independently
+// of the attention groups (EP x ETP x expert-DP = TP x CP x DP ranks of each pipeline stage).
 #pragma once
 
 #include <array>
@@ -13,10 +17,15 @@ namespace traintwin {
 /// A process group kind. kDpCp is the combined DP x CP group over which Megatron reduces
 /// gradients; kEmbedding is the first and last pipeline stage of one pipeline (tied embedding);
 /// kModelParallel is TP x PP (Megatron's model-parallel group, e.g. for the grad norm);
-/// kWorld is every rank.
-enum class GroupKind { kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld };
+/// kWorld is every rank. Expert groups (from the expert generator): kEp the expert-model-parallel
+/// group (the routed experts are split over it; the all-to-all dispatch runs in it), kEtp the
+/// expert-tensor-parallel group, kEdp the expert-data-parallel group (expert gradients are
+/// reduced over it), kEtpEp the ETP x EP group (the allgather token dispatcher's group).
+enum class GroupKind {
+  kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld, kEp, kEtp, kEdp, kEtpEp
+};
 
-/// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world".
+/// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world" | "ep" | "etp" | "edp" | "etp-ep".
 const char* to_string(GroupKind g);
 
 /// Coordinates of one rank, each in [0, size of that dimension).
@@ -25,13 +34,22 @@ struct RankCoord {
   bool operator==(const RankCoord&) const = default;
 };
 
-/// The rank layout for sizes TP, CP, DP, PP and an order such as "tp-cp-dp-pp".
+/// Coordinates of one rank in the expert generator, each in [0, size of that dimension).
+struct ExpertCoord {
+  int64_t etp = 0, ep = 0, edp = 0, pp = 0;
+  bool operator==(const ExpertCoord&) const = default;
+};
+
+/// The rank layout for sizes TP, CP, DP, PP (and EP, ETP) and an order such as "tp-cp-ep-dp-pp".
 class RankLayout {
  public:
-  /// Throws InvalidArgument when a size is < 1 or `order` is not a dash-separated permutation of
-  /// tp, cp, dp, pp; as in Megatron, a dimension of size 1 may be left out of the order, and ep
-  /// (expert parallelism) is rejected as not supported.
-  RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order = "tp-cp-dp-pp");
+  /// `ep`: expert-model-parallel size; `etp`: expert-tensor-parallel size, 0 = tp. The
+  /// expert-data-parallel size is tp x cp x dp / (etp x ep).
+  /// Throws InvalidArgument when a size is < 1 (etp < 0), etp x ep does not divide tp x cp x dp,
+  /// or `order` is not a dash-separated permutation of tp, cp, ep, dp, pp; as in Megatron, a
+  /// dimension of size 1 (in both generators) may be left out of the order.
+  RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order = "tp-cp-dp-pp",
+             int64_t ep = 1, int64_t etp = 0);
 
   int64_t world_size() const { return tp_ * cp_ * dp_ * pp_; }
   int64_t size(GroupKind g) const;  ///< members of one group of kind g
@@ -41,6 +59,15 @@ class RankLayout {
   RankCoord coord(int64_t rank) const;
   /// Global rank of `c` (inverse of coord()).
   int64_t rank(const RankCoord& c) const;
+  /// Coordinates of `rank` in the expert generator (0 <= rank < world_size(), else
+  /// InvalidArgument; also check_expert_groups()).
+  ExpertCoord expert_coord(int64_t rank) const;
+  /// Throws InvalidArgument when the expert generator would put a rank on another pipeline
+  /// stage than the attention generator (an order with pp before another dimension whose
+  /// sizes differ between the two; Megatron-Core asserts equal pp groups). Dense models never
+  /// need the expert groups, so the constructor does not throw for it; group(), group_index(),
+  /// all_groups() of an expert kind and expert_coord() do.
+  void check_expert_groups() const;
 
   /// The group of kind `g` that contains `rank`, members in increasing coordinate order
   /// (for kPp: stage 0 first; for kEmbedding: {first stage, last stage}, one member when PP == 1).
@@ -52,10 +79,20 @@ class RankLayout {
   std::vector<std::vector<int64_t>> all_groups(GroupKind g) const;
 
  private:
-  int64_t tp_, cp_, dp_, pp_;
+  using Dims = std::array<int64_t, 5>;  // indexed 0 tp, 1 cp, 2 ep, 3 dp, 4 pp
+  Dims coords(int64_t rank, bool expert) const;
+  int64_t rank_of(const Dims& c, bool expert) const;
+
+  int64_t tp_, cp_, dp_, pp_, ep_, etp_, edp_;
   std::string order_;
-  std::array<int, 4> dim_of_position_{};  // position in order -> dim index (0 tp,1 cp,2 dp,3 pp)
-  std::array<int64_t, 4> stride_{};        // stride of dim index in the global rank
+  std::string expert_error_;  // why the expert groups are unusable ("" = usable)
+  std::array<int, 5> dim_of_position_{};  // position in order -> dim index
+  Dims dense_size_{}, expert_size_{};     // sizes of the two generators
+  Dims dense_stride_{}, expert_stride_{};  // stride of each dim in the global rank
 };
+
+struct Scenario;
+/// The layout of a scenario's ranks: its parallelism sizes, rank_order, EP and ETP.
+RankLayout layout_of(const Scenario& s);
 
 }  // namespace traintwin

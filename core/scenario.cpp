@@ -812,10 +812,9 @@ void check_rules(const Scenario& s, const Locator& where) {
   check_live_training(t, where);
   check_data(s.data, where);
 
-  // Rank order: a permutation of tp, cp, dp, pp, as the rank layout parses it.
+  // Rank order: a permutation of tp, cp, ep, dp, pp, as the rank layout parses it.
   try {
-    RankLayout(p.tensor_model_parallel_size, p.context_parallel_size, p.data_parallel_size,
-               p.pipeline_model_parallel_size, p.rank_order);
+    (void)layout_of(s);
   } catch (const InvalidArgument& e) {
     rule_error(where, "parallelism.rank_order", e.what());
   }

@@ -339,9 +339,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
 }  // namespace
 
 std::vector<ProfileTarget> profile_targets(const Scenario& s) {
-  const RankLayout layout(s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
-                          s.parallel.data_parallel_size, s.parallel.pipeline_model_parallel_size,
-                          s.parallel.rank_order);
+  const RankLayout layout = layout_of(s);
   std::vector<int64_t> ranks;
   for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
     ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));

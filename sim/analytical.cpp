@@ -79,8 +79,7 @@ class Estimator {
     const int64_t m_probe = std::min<int64_t>(m_, v_ > 1 ? p_ : 1);
     probe.training.global_batch_size =
         m_probe * s_.training.micro_batch_size * pc.data_parallel_size;
-    const RankLayout layout(pc.tensor_model_parallel_size, pc.context_parallel_size,
-                            pc.data_parallel_size, p_, pc.rank_order);
+    const RankLayout layout = layout_of(s_);
     std::vector<int64_t> kinds = {0};
     if (p_ > 1) kinds.push_back(1);
     if (p_ > 2) kinds.push_back(p_ - 1);
@@ -121,13 +120,18 @@ class Estimator {
   }
 
   /// Number of pipeline stages a group of kind `g` spans (Megatron's groups: TP, CP, DP inside a
-  /// stage; the embedding group the first and last stage; PP, model-parallel and world all).
+  /// stage, and the expert groups EP, ETP, expert-DP and ETP x EP; the embedding group the first
+  /// and last stage; PP, model-parallel and world all).
   int64_t group_stages(GroupKind g) const {
     switch (g) {
       case GroupKind::kTp:
       case GroupKind::kCp:
       case GroupKind::kDp:
-      case GroupKind::kDpCp: return 1;
+      case GroupKind::kDpCp:
+      case GroupKind::kEp:
+      case GroupKind::kEtp:
+      case GroupKind::kEdp:
+      case GroupKind::kEtpEp: return 1;
       case GroupKind::kEmbedding: return std::min<int64_t>(p_, 2);
       case GroupKind::kPp:
       case GroupKind::kModelParallel:

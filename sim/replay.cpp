@@ -752,8 +752,7 @@ SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const Cos
                           const SimulationOptions& opts) {
   check_gpu_supports(topo, s.training);
   const ParallelConfig& p = s.parallel;
-  const RankLayout layout(p.tensor_model_parallel_size, p.context_parallel_size,
-                          p.data_parallel_size, p.pipeline_model_parallel_size, p.rank_order);
+  const RankLayout layout = layout_of(s);
   std::vector<int64_t> reps;
   for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
   check_what_if(s, topo, opts.aggregate_tp);

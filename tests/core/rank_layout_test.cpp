@@ -114,10 +114,84 @@ TEST(RankLayout, RejectsBadOrdersAndSizes) {
   };
   EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-dp-xx"); }), HasSubstr("unknown dimension 'xx'"));
   EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-tp-dp-pp"); }), HasSubstr("appears twice"));
-  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-ep-dp-pp"); }), HasSubstr("expert parallelism"));
+  // ep of size 1 may stand in the order (Megatron's default order has it); ep > 1 must.
+  EXPECT_EQ(RankLayout(2, 1, 2, 2, "tp-cp-ep-dp-pp").coord(5), (RankCoord{1, 0, 0, 1}));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-dp-pp", 2); }),
+              HasSubstr("ep has size 2 but is not in the order"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-ep-dp-pp", 3); }),
+              HasSubstr("must divide tp x cp x dp"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-ep-dp-pp", 1, 8); }),
+              HasSubstr("must divide tp x cp x dp"));
+  EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-ep-pp-dp", 4, 1).group(GroupKind::kEp, 0); }),
+              HasSubstr("put pp last"));
   EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2, "tp-cp-dp"); }), HasSubstr("pp has size 2 but is not in the order"));
   EXPECT_THAT(message([] { RankLayout(0, 1, 2, 2); }), HasSubstr(">= 1"));
   EXPECT_THAT(message([] { RankLayout(2, 1, 2, 2).coord(8); }), HasSubstr("outside [0, 8)"));
+}
+
+// Parallel folding (Megatron-Core expert_decoder_rank_generator), worked by hand for 16 ranks,
+// TP 2, DP 4, PP 2, order tp-cp-ep-dp-pp: dense rank = tp + 2 dp + 8 pp.
+TEST(RankLayout, ExpertGroupsFoldOverTheSameRanks) {
+  // EP 4, ETP 1: expert-DP = 2 x 4 / 4 = 2; expert rank = ep + 4 edp + 8 pp.
+  const RankLayout a(2, 1, 4, 2, "tp-cp-ep-dp-pp", 4, 1);
+  EXPECT_EQ(a.size(GroupKind::kEdp), 2);
+  EXPECT_THAT(a.group(GroupKind::kEp, 0), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(a.group(GroupKind::kEp, 13), ElementsAre(12, 13, 14, 15));
+  EXPECT_THAT(a.group(GroupKind::kEdp, 0), ElementsAre(0, 4));
+  EXPECT_THAT(a.group(GroupKind::kEtp, 6), ElementsAre(6));
+  EXPECT_THAT(a.group(GroupKind::kEtpEp, 6), ElementsAre(4, 5, 6, 7));
+  EXPECT_EQ(a.expert_coord(13), (ExpertCoord{0, 1, 1, 1}));
+  // The dense TP group of rank 0 ({0, 1}) lies inside its EP group: attention and experts fold
+  // over the same ranks.
+  EXPECT_THAT(a.group(GroupKind::kTp, 0), ElementsAre(0, 1));
+  // EP 2, ETP 2 (= TP, Megatron's default): expert rank = etp + 2 ep + 4 edp + 8 pp.
+  const RankLayout b(2, 1, 4, 2, "tp-cp-ep-dp-pp", 2);
+  EXPECT_EQ(b.size(GroupKind::kEtp), 2);
+  EXPECT_THAT(b.group(GroupKind::kEp, 5), ElementsAre(5, 7));
+  EXPECT_THAT(b.group(GroupKind::kEtp, 5), ElementsAre(4, 5));
+  EXPECT_THAT(b.group(GroupKind::kEdp, 5), ElementsAre(1, 5));
+  EXPECT_THAT(b.group(GroupKind::kEtpEp, 5), ElementsAre(4, 5, 6, 7));
+  EXPECT_EQ(b.expert_coord(5), (ExpertCoord{1, 0, 1, 0}));
+  // CP folds into the expert groups too: TP 1, CP 2, DP 2, EP 4 -> one EP group per stage.
+  const RankLayout c(1, 2, 2, 1, "tp-cp-ep-dp-pp", 4);
+  EXPECT_THAT(c.group(GroupKind::kEp, 3), ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(c.size(GroupKind::kEdp), 1);
+}
+
+TEST(RankLayout, ExpertGroupsPartitionEveryStage) {
+  for (auto [tp, cp, dp, pp, ep, etp] : std::vector<std::array<int64_t, 6>>{
+           {2, 1, 4, 2, 4, 1}, {2, 1, 4, 2, 2, 2}, {4, 2, 2, 2, 8, 2}, {1, 2, 4, 1, 4, 2},
+           {8, 1, 8, 1, 8, 8}}) {
+    for (const char* order : {"tp-cp-ep-dp-pp", "tp-ep-cp-dp-pp", "tp-cp-ep-pp-dp"}) {
+      const bool stages_differ = std::string(order) == "tp-cp-ep-pp-dp" && pp > 1 &&
+                                 tp * cp != etp * ep;
+      if (stages_differ) {
+        EXPECT_THROW(RankLayout(tp, cp, dp, pp, order, ep, etp).check_expert_groups(),
+                     InvalidArgument) << order;
+        continue;
+      }
+      const RankLayout layout(tp, cp, dp, pp, order, ep, etp);
+      const int64_t world = layout.world_size();
+      EXPECT_EQ(layout.size(GroupKind::kEtp) * layout.size(GroupKind::kEp) *
+                    layout.size(GroupKind::kEdp),
+                tp * cp * dp);
+      for (GroupKind g : {GroupKind::kEp, GroupKind::kEtp, GroupKind::kEdp, GroupKind::kEtpEp}) {
+        const auto groups = layout.all_groups(g);
+        ASSERT_EQ(static_cast<int64_t>(groups.size()), world / layout.size(g)) << order;
+        std::set<int64_t> seen;
+        for (size_t i = 0; i < groups.size(); ++i) {
+          for (int64_t m : groups[i]) {
+            ASSERT_TRUE(seen.insert(m).second) << "rank in two groups";
+            ASSERT_EQ(layout.group_index(g, m), static_cast<int64_t>(i)) << order;
+            // Every expert group stays inside one pipeline stage.
+            ASSERT_EQ(layout.coord(m).pp, layout.coord(groups[i][0]).pp);
+            ASSERT_EQ(layout.expert_coord(m).pp, layout.coord(m).pp);
+          }
+        }
+        ASSERT_EQ(static_cast<int64_t>(seen.size()), world);
+      }
+    }
+  }
 }
 
 }  // namespace

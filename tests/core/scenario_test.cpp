@@ -1025,7 +1025,7 @@ TEST(ScenarioRules, RankOrderIsAPermutation) {
     SCOPED_TRACE(bad);
     EXPECT_THAT(error_of(t),
                 AllOf(HasSubstr(at(t, "parallelism.rank_order") + "parallelism.rank_order"),
-                      HasSubstr("not a permutation of tp, cp, dp, pp")));
+                      HasSubstr("not a permutation of tp, cp, ep, dp, pp")));
   }
   for (const std::string good : {"tp-cp-dp-pp", "pp-dp-cp-tp", "tp-pp-dp-cp"}) {
     ScenarioText t;
@@ -1034,11 +1034,11 @@ TEST(ScenarioRules, RankOrderIsAPermutation) {
   }
 }
 
-TEST(ScenarioRules, RankOrderRejectsExpertParallelism) {
+TEST(ScenarioRules, RankOrderMayNameEpOfSizeOne) {
+  // Megatron's default order names ep; a dense model has EP 1.
   ScenarioText t;
   t.set("parallelism", "rank_order", "tp-cp-ep-dp-pp");
-  EXPECT_THAT(error_of(t), AllOf(HasSubstr("parallelism.rank_order"),
-                                 HasSubstr("expert parallelism (ep) is not supported")));
+  EXPECT_EQ(parse(t.text()).parallel.rank_order, "tp-cp-ep-dp-pp");
 }
 
 TEST(ScenarioRules, BothSpellingsOfVirtualPipelineInTheFileAreAnError) {

@@ -165,6 +165,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// Sizes used by the lowering, named as in Korthikanti et al.: s, b, h, a, t, ...
 struct Dims {
   int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local;
+  int64_t aw;  ///< attention width a x hd (the projection's input; = h unless kv_channels)
   std::vector<ChunkLayers> split;  // the layers of each virtual stage (core/pipeline_split.hpp)
   int64_t cp;          // context-parallel size
   int64_t s_full;      // the whole sequence (s is the local s / CP)
@@ -197,6 +198,7 @@ struct Dims {
     h = sc.model.hidden_size;
     a = sc.model.num_attention_heads;
     hd = sc.model.head_dim();
+    aw = sc.model.attention_width();
     ffn = sc.model.ffn_hidden_size;
     vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
     split = pipeline_layer_split(sc.model, sc.parallel);
@@ -789,7 +791,7 @@ class RankLowering {
         case CpCommType::kA2a: {
           // Ulysses: sequence-sharded Q, K, V -> head-sharded over the whole sequence, and back.
           const int64_t qkv_bytes = act_bytes(d_.qkv_local);
-          const int64_t out_bytes = act_bytes(d_.h / d_.t);
+          const int64_t out_bytes = act_bytes(d_.aw / d_.t);
           cp_blocking(CollectiveKind::kAllToAll, backward ? out_bytes : qkv_bytes,
                       backward ? "cp all_to_all grad" : "cp all_to_all qkv");
           kernel(k_.attention(backward, heads / d_.cp, kv_heads / d_.cp, d_.s_full), "attention");
@@ -848,7 +850,7 @@ class RankLowering {
     role(Role::kAttentionCore);
     attention_core(false);
     role(Role::kAttentionProjection);
-    gemm_reduced(d_.h, d_.h / d_.t, "attention", f8);
+    gemm_reduced(d_.h, d_.aw / d_.t, "attention", f8);
     role(Role::kAttentionResidual);
     kernel(k_.dropout_add(false), "mlp");
     role(Role::kPostAttentionLayerNorm);
@@ -911,7 +913,7 @@ class RankLowering {
     role(Role::kAttentionResidual);
     kernel(k_.dropout_add(true), "attention");
     role(Role::kAttentionProjection);
-    row_parallel_backward(d_.h, d_.h / d_.t, "attention", f8);
+    row_parallel_backward(d_.h, d_.aw / d_.t, "attention", f8);
     role(Role::kAttentionCore);
     if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
       context(Phase::kRecompute, mb, chunk, layer);

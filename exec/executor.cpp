@@ -55,6 +55,10 @@ class Executor::Impl {
     };
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
     if (sc.parallel.context_parallel_size > 1) unsupported("context parallelism");
+    if (sc.model.attention_width() != sc.model.hidden_size) {
+      unsupported("model.kv_channels (a head dimension other than hidden_size / "
+                  "num_attention_heads)");
+    }
     if (sc.training.fp8()) unsupported("training.fp8_format (FP8 needs a GPU with FP8 tensor cores)");
     if (sc.training.precision != Precision::kFp32) {
       throw UnsupportedError("scenario " + sc.name + ": training.precision is " +

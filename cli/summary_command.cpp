@@ -110,10 +110,11 @@ void print_summary(const Scenario& s) {
   fmt::print("Program    one iteration per rank:\n");
   for (const auto& [r, rp] : prog.ranks) {
     const RankProgramStats st = program_stats(prog, rp);
-    fmt::print("  rank {:>5} (pp stage {:>2}): {:>7} ops ({} compute, {} tp-comm, {} pp-comm, {} dp-comm), "
-               "{} kernels, {} FLOP, TP {}B, PP {}B, DP {}B\n",
-               r, rp.coord.pp, rp.ops.size(), st.ops[0], st.ops[1], st.ops[3], st.ops[4], st.kernels,
-               si(st.flops), si(st.comm_bytes[1]), si(st.comm_bytes[3]), si(st.comm_bytes[4]));
+    fmt::print("  rank {:>5} (pp stage {:>2}): {:>7} ops ({} compute, {} tp-comm, {} cp-comm, {} pp-comm, "
+               "{} dp-comm, {} ep-comm), {} kernels, {} FLOP, TP {}B, CP {}B, PP {}B, DP {}B, EP {}B\n",
+               r, rp.coord.pp, rp.ops.size(), st.ops[0], st.ops[1], st.ops[2], st.ops[3], st.ops[4],
+               st.ops[5], st.kernels, si(st.flops), si(st.comm_bytes[1]), si(st.comm_bytes[2]),
+               si(st.comm_bytes[3]), si(st.comm_bytes[4]), si(st.comm_bytes[5]));
   }
   fmt::print("  {} distinct kernels (KernelKeys) to cost\n", prog.kernels.size());
   fmt::print("{}", memory_table(s, topo));

@@ -1018,8 +1018,11 @@ void check_rules(const Scenario& s, const Locator& where) {
   check_data(s.data, where);
 
   // Rank order: a permutation of tp, cp, ep, dp, pp, as the rank layout parses it.
+  // An MoE model needs its expert groups (Megatron-Core asserts the two generators agree on the
+  // pipeline groups).
   try {
-    (void)layout_of(s);
+    const RankLayout layout = layout_of(s);
+    if (m.is_moe()) layout.check_expert_groups();
   } catch (const InvalidArgument& e) {
     rule_error(where, "parallelism.rank_order", e.what());
   }
@@ -1231,7 +1234,7 @@ class Reader {
         require_experts("parallelism", key);
       }
     }
-    p.rank_order = get_string("parallelism", "rank_order", false).value_or("tp-cp-dp-pp");
+    p.rank_order = get_string("parallelism", "rank_order", false).value_or(p.rank_order);
     p.decoder_first_pipeline_num_layers =
         get_int("parallelism", "decoder_first_pipeline_num_layers", false);
     p.decoder_last_pipeline_num_layers =

@@ -197,7 +197,8 @@ struct ParallelConfig {
   int64_t data_parallel_size = 1;                  ///< DP, = num_gpus / (TP*CP*PP)
   bool sequence_parallel = false;                  ///< SP (needs TP > 1)
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
-  std::string rank_order = "tp-cp-dp-pp";          ///< fastest-varying first (Megatron order)
+  /// Fastest-varying first (Megatron-LM's default order; ep may be left out when EP = 1).
+  std::string rank_order = "tp-cp-ep-dp-pp";
   /// Uneven pipeline split (core/pipeline_split.hpp has the rules). Transformer layers of
   /// pipeline rank 0 / rank PP-1 (Megatron --decoder-first-pipeline-num-layers /
   /// --decoder-last-pipeline-num-layers); none = the middle ranks' share.
@@ -390,7 +391,7 @@ struct Override {
 ///                 expert_model_parallel_size [1], expert_tensor_parallel_size
 ///                 [tensor_model_parallel_size], sequence_parallel [false],
 ///                 data_parallel_size [num_gpus / (TP x CP x PP); must equal it when given],
-///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-dp-pp],
+///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-ep-dp-pp],
 ///                 decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers
 ///                 (integers; none = even split), account_for_embedding_in_pipeline_split,
 ///                 account_for_loss_in_pipeline_split [false] (core/pipeline_split.hpp; with

@@ -356,7 +356,7 @@ TEST(ScenarioDefaults, OptionalKeysTakeMegatronDefaults) {
   EXPECT_EQ(s.parallel.data_parallel_size, 1);
   EXPECT_FALSE(s.parallel.sequence_parallel);
   EXPECT_EQ(s.parallel.pipeline_schedule, PipelineScheduleKind::k1F1B);
-  EXPECT_EQ(s.parallel.rank_order, "tp-cp-dp-pp");
+  EXPECT_EQ(s.parallel.rank_order, "tp-cp-ep-dp-pp");
   EXPECT_EQ(s.training.recompute_granularity, RecomputeGranularity::kNone);
   EXPECT_EQ(s.training.attention_backend, AttentionBackend::kUnfused);
   EXPECT_EQ(s.cluster.collective_algorithm, "");
@@ -1036,11 +1036,12 @@ TEST(ScenarioRules, RankOrderIsAPermutation) {
   }
 }
 
-TEST(ScenarioRules, RankOrderMayNameEpOfSizeOne) {
-  // Megatron's default order names ep; a dense model has EP 1.
+TEST(ScenarioRules, RankOrderMayNameExpertParallelism) {
+  // Megatron's default order names ep; a dense model (EP 1) may give it or leave it out.
   ScenarioText t;
   t.set("parallelism", "rank_order", "tp-cp-ep-dp-pp");
   EXPECT_EQ(parse(t.text()).parallel.rank_order, "tp-cp-ep-dp-pp");
+  EXPECT_EQ(parse(ScenarioText().text()).parallel.rank_order, "tp-cp-ep-dp-pp");  // default
 }
 
 TEST(ScenarioRules, BothSpellingsOfVirtualPipelineInTheFileAreAnError) {
@@ -1897,6 +1898,24 @@ TEST(ScenarioMoe, KeysAreReadWithMegatronDefaults) {
   // null capacity factor = dropless, as absent.
   EXPECT_FALSE(parse(moe_text().set("model", "moe_expert_capacity_factor", "null").text())
                    .model.moe_expert_capacity_factor);
+}
+
+TEST(ScenarioMoe, ExpertParallelLayoutsLoadWithTheDefaultOrder) {
+  // TP 2 x DP 2 per stage = 4 ranks: EP 2 with ETP 2 (expert DP 1), EP 4 with ETP 1 (1).
+  ScenarioText t = moe_text();
+  t.set("parallelism", "expert_model_parallel_size", "2");
+  Scenario s = parse(t.text());
+  EXPECT_EQ(s.parallel.expert_model_parallel_size, 2);
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 1);
+  t.set("parallelism", "expert_model_parallel_size", "4")
+      .set("parallelism", "expert_tensor_parallel_size", "1");
+  s = parse(t.text());
+  EXPECT_EQ(s.parallel.expert_tp(), 1);
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 1);
+  // The flags' overrides.
+  s = parse(moe_text().text(), {{"parallelism.expert_model_parallel_size", "2"},
+                                {"parallelism.expert_tensor_parallel_size", "1"}});
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 2);
 }
 
 TEST(ScenarioMoe, LayerFreqIntegerOrList) {

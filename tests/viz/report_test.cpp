@@ -74,7 +74,7 @@ json small_summary() {
     "iteration_time_s": 0.5, "tokens_per_s": 12345.6, "tokens_per_s_per_gpu": 1543.2,
     "model_tflops_per_gpu": 321.0, "mfu": 0.4213, "hfu": 0.4567,
     "pipeline_bubble_fraction": 0.125,
-    "exposed_comm_s": {"tp": 0.01, "pp": 0.02, "dp": 0.03},
+    "exposed_comm_s": {"tp": 0.01, "cp": 0.0, "ep": 0.0, "pp": 0.02, "dp": 0.03},
     "compute_s": 0.4, "optimizer_s": 0.005,
     "peak_memory_bytes": 42949672960, "fits_in_memory": true, "gpu_memory_bytes": 85899345920,
     "memory_per_stage": [
@@ -89,12 +89,12 @@ json small_summary() {
                        "utilization": 0.5},
                       {"name": "node0-nic0", "tier": "rail", "bytes": 5e8,
                        "utilization": 0.25}],
-    "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+    "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
                       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
     "per_stage": [
-      {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+      {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
        "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
-      {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+      {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
        "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035}]
   })");
 }

@@ -164,6 +164,11 @@ PendingOp MpiCommunicator::pending(GroupKind group, const std::string& what) {
 MPI_Comm MpiCommunicator::comm(GroupKind group, const char* op) const {
   const MPI_Comm c = comms_[static_cast<size_t>(group)];
   if (c == MPI_COMM_NULL) {
+    const std::string reason = unusable_group_reason(layout_, group);
+    if (!reason.empty()) {
+      throw InvalidArgument(std::string("MPI communicator: ") + op + " on group " +
+                            to_string(group) + ": " + reason);
+    }
     throw InvalidArgument(std::string("MPI communicator: ") + op + " on group " + to_string(group) +
                           ": rank " + std::to_string(rank_) + " is not a member of its " +
                           to_string(group) + " group {" +

@@ -12,6 +12,7 @@
 
 #include "core/rank_layout.hpp"
 #include "exec/communicator.hpp"
+#include "exec/mpi_groups.hpp"
 #include "exec/mpi_watchdog.hpp"
 
 namespace traintwin::exec {
@@ -94,7 +95,6 @@ class MpiCommunicator final : public Communicator {
   int64_t max_tag() const { return max_tag_; }
 
  private:
-  static constexpr size_t kNumGroupKinds = 8;  // GroupKind::kTp .. kWorld
   /// The sub-communicator of `group`; InvalidArgument when this rank is not in it.
   MPI_Comm comm(GroupKind group, const char* op) const;
   RequestPtr all_reduce_impl(GroupKind group, void* data, size_t count, MPI_Datatype type,

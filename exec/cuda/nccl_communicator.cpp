@@ -187,6 +187,7 @@ NcclCommunicator::NcclCommunicator(const RankLayout& layout, MPI_Comm world, int
     // One NCCL communicator per group kind, as MpiCommunicator splits its MPI communicators.
     for (size_t k = 0; k < kNumGroupKinds; ++k) {
       const auto kind = static_cast<GroupKind>(k);
+      if (!unusable_group_reason(layout, kind).empty()) continue;  // on every rank alike
       member_count_[k] = layout.group(kind, rank_).size();
       mpi_groups[k] = split_group(world_dup, layout, kind, rank_, kWho);
       if (mpi_groups[k] == MPI_COMM_NULL) continue;
@@ -238,6 +239,11 @@ void NcclCommunicator::destroy() noexcept {
 ncclComm_t NcclCommunicator::comm(GroupKind group, const char* op) const {
   const ncclComm_t c = comms_[static_cast<size_t>(group)];
   if (c == nullptr) {
+    const std::string reason = unusable_group_reason(layout_, group);
+    if (!reason.empty()) {
+      throw InvalidArgument(std::string("NCCL communicator: ") + op + " on group " +
+                            to_string(group) + ": " + reason);
+    }
     throw InvalidArgument(std::string("NCCL communicator: ") + op + " on group " +
                           to_string(group) + ": rank " + std::to_string(rank_) +
                           " is not a member of its " + to_string(group) + " group {" +

@@ -36,6 +36,7 @@
 
 #include "core/rank_layout.hpp"
 #include "exec/communicator.hpp"
+#include "exec/mpi_groups.hpp"
 
 namespace traintwin::exec::cuda {
 
@@ -152,7 +153,6 @@ class NcclCommunicator final : public Communicator {
   void synchronize();
 
  private:
-  static constexpr size_t kNumGroupKinds = 8;  // GroupKind::kTp .. kWorld
   /// The NCCL communicator of `group`; InvalidArgument when this rank is not in it.
   ncclComm_t comm(GroupKind group, const char* op) const;
   size_t members(GroupKind group) const { return member_count_[static_cast<size_t>(group)]; }

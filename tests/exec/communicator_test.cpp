@@ -39,14 +39,10 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr std::array<GroupKind, 8> kAllKinds = {GroupKind::kTp,
-                                                GroupKind::kCp,
-                                                GroupKind::kDp,
-                                                GroupKind::kPp,
-                                                GroupKind::kDpCp,
-                                                GroupKind::kEmbedding,
-                                                GroupKind::kModelParallel,
-                                                GroupKind::kWorld};
+constexpr std::array<GroupKind, 12> kAllKinds = {
+    GroupKind::kTp,        GroupKind::kCp,    GroupKind::kDp,    GroupKind::kPp,
+    GroupKind::kDpCp,      GroupKind::kEmbedding, GroupKind::kModelParallel, GroupKind::kWorld,
+    GroupKind::kEp,        GroupKind::kEtp,   GroupKind::kEdp,   GroupKind::kEtpEp};
 
 // --- LocalCommunicator ------------------------------------------------------------------------
 
@@ -342,8 +338,19 @@ TEST_F(MpiCommunicatorEightRanks, AllToAllVDeliversVariablePiecesInMemberOrder) 
   // included; q receives from each p exactly those, in member order.
   MpiCommunicator c(layout_);
   const int64_t r = rank_;
-  for (GroupKind kind : {GroupKind::kTp, GroupKind::kModelParallel, GroupKind::kWorld}) {
-    const std::vector<int64_t> members = layout_.group(kind, r);
+  // An expert layout on the same 8 ranks: EP 2, ETP 1 (expert-DP 2), as MoE dispatch uses it.
+  const RankLayout experts(2, 1, 2, 2, "tp-cp-ep-dp-pp", 2, 1);
+  MpiCommunicator ce(experts);
+  struct Case {
+    MpiCommunicator* comm;
+    const RankLayout* layout;
+    GroupKind kind;
+  };
+  for (const Case& k : {Case{&c, &layout_, GroupKind::kTp}, Case{&c, &layout_, GroupKind::kModelParallel},
+                        Case{&c, &layout_, GroupKind::kWorld}, Case{&ce, &experts, GroupKind::kEp},
+                        Case{&ce, &experts, GroupKind::kEdp}}) {
+    const GroupKind kind = k.kind;
+    const std::vector<int64_t> members = k.layout->group(kind, r);
     const auto n = static_cast<int64_t>(members.size());
     const int64_t p = std::find(members.begin(), members.end(), r) - members.begin();
     auto count = [](int64_t from, int64_t to) { return (from + 2 * to) % 3; };
@@ -358,9 +365,13 @@ TEST_F(MpiCommunicatorEightRanks, AllToAllVDeliversVariablePiecesInMemberOrder) 
       }
     }
     std::vector<float> out(expected.size(), -1.0f);
-    c.all_to_all_v(kind, in, send_counts, out, recv_counts)->wait();
+    k.comm->all_to_all_v(kind, in, send_counts, out, recv_counts)->wait();
     EXPECT_EQ(out, expected) << to_string(kind) << " " << at();
   }
+  // By hand: the expert generator (etp 1, ep 2, edp 2, pp 2; ep fastest) puts rank r at
+  // ep = r % 2, edp = (r / 2) % 2: EP group {r - r % 2, +1}, expert-DP group {r - (r & 2), +2}.
+  EXPECT_EQ(experts.group(GroupKind::kEp, r), (std::vector<int64_t>{r - r % 2, r - r % 2 + 1}));
+  EXPECT_EQ(experts.group(GroupKind::kEdp, r), (std::vector<int64_t>{r - (r & 2), r - (r & 2) + 2}));
   // Two in flight at once on different groups (dispatch over one group while another finishes).
   const std::vector<float> one = {static_cast<float>(r)};
   const std::vector<int64_t> ones_tp = {1, 1}, ones_world(8, 1);

@@ -118,8 +118,8 @@ void initialize(const TensorSpec& spec, uint64_t seed, std::span<float> out) {
 }  // namespace
 
 ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
-                       double init_method_std, const ExpertShardCoord& expert)
-    : scenario_(s), coord_(coord), expert_(expert) {
+                       double init_method_std)
+    : scenario_(s), coord_(coord) {
   const ParallelConfig& par = s.parallel;
   const ModelSpec& model = s.model;
   require_valid_model(model);
@@ -160,10 +160,8 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
     divides(etp_size, "expert_tensor_parallel_size", ffn_e, "moe_ffn_hidden_size");
     divides(par.tensor_model_parallel_size, "tensor_model_parallel_size", ffn_s,
             "moe_shared_expert_intermediate_size");
-    require_coord(expert.etp, etp_size, "etp", "expert_tensor_parallel_size");
-    require_coord(expert.ep, ep_size, "ep", "expert_model_parallel_size");
-    require_coord(expert.edp, std::max<int64_t>(par.expert_data_parallel_size(), 1), "edp",
-                  "expert_data_parallel_size");
+    const RankLayout layout = layout_of(s);  // throws InvalidArgument for a folding that fails
+    expert_ = layout.expert_coord(layout.rank(coord));
     if (model.add_bias_linear) {
       throw UnsupportedError(fmt::format(
           "{}: model.add_bias_linear with num_moe_experts > 0: MoE layers have no linear biases "
@@ -171,8 +169,6 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
           kWhere));
     }
     local_experts_ = model.num_moe_experts / ep_size;
-  } else if (expert.etp != 0 || expert.ep != 0 || expert.edp != 0) {
-    throw InvalidArgument(fmt::format("{}: expert coordinates given for a dense model", kWhere));
   }
   if (!std::isfinite(init_method_std) || init_method_std < 0.0) {
     throw InvalidArgument(fmt::format("{}: init_method_std must be finite and >= 0, got {}", kWhere,
@@ -351,8 +347,8 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         for (int64_t j = 0; j < local_experts_; ++j) {
           const int64_t x = first_local_expert() + j;
           GlobalMap fc1{.global_cols = h};
-          fc1.segments = {{fel, expert.etp * fel}};
-          if (gated) fc1.segments.emplace_back(fel, ffn_e + expert.etp * fel);
+          fc1.segments = {{fel, expert_.etp * fel}};
+          if (gated) fc1.segments.emplace_back(fel, ffn_e + expert_.etp * fel);
           TensorSpec w = weight(fmt::format("layers.{}.mlp.experts.linear_fc1.weight{}", l, x),
                                 item, gated ? 2 * fel : fel, h, init_method_std, fc1, true);
           w.tensor.expert = true;
@@ -360,7 +356,7 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         }
         for (int64_t j = 0; j < local_experts_; ++j) {
           const int64_t x = first_local_expert() + j;
-          GlobalMap fc2{.col_offset = expert.etp * fel, .global_cols = ffn_e};
+          GlobalMap fc2{.col_offset = expert_.etp * fel, .global_cols = ffn_e};
           TensorSpec w = weight(fmt::format("layers.{}.mlp.experts.linear_fc2.weight{}", l, x),
                                 item, h, fel, scaled_std, fc2, true);
           w.tensor.expert = true;

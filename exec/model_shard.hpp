@@ -80,13 +80,6 @@ struct ShardTensor {
   bool expert = false;
 };
 
-/// A rank's coordinates in the expert groups (Megatron-Core parallel folding: the TP x CP x DP
-/// ranks of a pipeline stage regrouped as ETP x EP x expert-DP). All 0 for a dense model.
-struct ExpertShardCoord {
-  int64_t etp = 0;  ///< in [0, expert_tp())
-  int64_t ep = 0;   ///< in [0, expert_model_parallel_size)
-  int64_t edp = 0;  ///< in [0, expert_data_parallel_size())
-};
 
 /// Flat buffers of one model chunk: parameters, gradients and AdamW moments, same layout.
 struct ChunkShard {
@@ -96,18 +89,20 @@ struct ChunkShard {
   std::vector<float> params, grads, exp_avg, exp_avg_sq;
 };
 
-/// The parameters of one rank. Throws InvalidArgument when the scenario's layout does not divide
-/// the model (as parameters_on_rank; for MoE also: EP must divide num_moe_experts, ETP the expert
-/// and shared-expert widths) or `coord` / `expert` is outside it; UnsupportedError for an MoE
-/// model with model.add_bias_linear.
+/// The parameters of one rank. An MoE model's rank takes its expert coordinates (ETP, EP and
+/// expert-DP ranks) from layout_of(s).expert_coord() of its global rank (Megatron-Core's parallel
+/// folding). Throws InvalidArgument when the scenario's layout does not divide the model (as
+/// parameters_on_rank; for MoE also: EP must divide num_moe_experts, ETP the expert width, TP the
+/// shared expert's) or `coord` is outside it; UnsupportedError for an MoE model with
+/// model.add_bias_linear.
 class ModelShard {
  public:
-  ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed, double init_method_std,
-             const ExpertShardCoord& expert = {});
+  ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed, double init_method_std);
 
   const Scenario& scenario() const { return scenario_; }
   const RankCoord& coord() const { return coord_; }
-  const ExpertShardCoord& expert_coord() const { return expert_; }
+  /// This rank's coordinates in the expert groups (all 0 for a dense model).
+  const ExpertCoord& expert_coord() const { return expert_; }
   /// Routed experts held by this rank per MoE layer (E / EP; 0 for a dense model) and the first
   /// one's global index.
   int64_t local_experts() const { return local_experts_; }
@@ -140,7 +135,7 @@ class ModelShard {
  private:
   Scenario scenario_;
   RankCoord coord_;
-  ExpertShardCoord expert_;
+  ExpertCoord expert_;
   int64_t local_experts_ = 0;
   int64_t vocab_local_ = 0;
   std::vector<ChunkShard> chunks_;

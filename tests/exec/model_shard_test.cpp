@@ -550,13 +550,24 @@ Scenario make_moe(int64_t tp, int64_t ep, int64_t etp, bool sp) {
   s.model.moe_layer_pattern = {1, 0};
   s.parallel.expert_model_parallel_size = ep;
   s.parallel.expert_tensor_parallel_size = etp;
+  s.parallel.rank_order = "tp-cp-ep-dp-pp";
   return s;
 }
 
+RankCoord at(int64_t tp, int64_t dp) {
+  RankCoord c;
+  c.tp = tp;
+  c.dp = dp;
+  return c;
+}
+
 TEST(ModelShardMoe, RouterSharedExpertAndLocalExpertsInTheirOwnRegion) {
-  // EP 2, ETP 1 on 4 ranks (TP 1, DP 4): expert-DP 2; rank with ep 1 holds experts 2 and 3.
+  // EP 2, ETP 1 on 4 ranks (TP 1, DP 4): expert-DP 2; the expert generator (order
+  // tp-cp-ep-dp-pp, sizes etp 1, ep 2, edp 2) puts rank 3 (DP rank 3) at ep 1, edp 1: it holds
+  // experts 2 and 3.
   const Scenario s = make_moe(1, 2, 1, false);
-  const ModelShard m(s, RankCoord{}, kSeed, kStd, ExpertShardCoord{0, 1, 1});
+  const ModelShard m(s, at(0, 3), kSeed, kStd);
+  EXPECT_EQ(m.expert_coord(), (ExpertCoord{0, 1, 1, 0}));
   EXPECT_EQ(m.local_experts(), 2);
   EXPECT_EQ(m.first_local_expert(), 2);
   const auto& ts = m.chunks()[0].tensors;
@@ -598,12 +609,12 @@ TEST(ModelShardMoe, RouterSharedExpertAndLocalExpertsInTheirOwnRegion) {
 TEST(ModelShardMoe, ExpertParallelShardsHoldTheSingleRankExperts) {
   // EP 1 (every expert on one rank) against EP 2 and EP 4, and ETP 2 (rows of [gate | up] and
   // columns of FC2 split as the dense MLP's): bitwise the same weights.
-  const ModelShard one(make_moe(1, 1, 1, false), RankCoord{}, kSeed, kStd,
-                       ExpertShardCoord{0, 0, 0});
+  const ModelShard one(make_moe(1, 1, 1, false), RankCoord{}, kSeed, kStd);
   for (int64_t ep : {2, 4}) {
     for (int64_t e = 0; e < ep; ++e) {
-      const ModelShard m(make_moe(1, ep, 1, false), RankCoord{}, kSeed, kStd,
-                         ExpertShardCoord{0, e, 0});
+      // DP rank e is EP rank e (TP 1, order tp-cp-ep-dp-pp).
+      const ModelShard m(make_moe(1, ep, 1, false), at(0, e), kSeed, kStd);
+      ASSERT_EQ(m.expert_coord().ep, e);
       for (const ShardTensor& t : m.chunks()[0].tensors) {
         SCOPED_TRACE(t.name + " ep " + std::to_string(ep));
         EXPECT_TRUE(same_bits(copy(const_cast<ModelShard&>(m).param(0, t.name)),
@@ -614,9 +625,8 @@ TEST(ModelShardMoe, ExpertParallelShardsHoldTheSingleRankExperts) {
   // ETP 2 with TP 2 (SP): expert 1's FC1 rows [gate | up] and FC2 columns from two ETP ranks.
   std::vector<ModelShard> etp;
   for (int64_t r = 0; r < 2; ++r) {
-    RankCoord c;
-    c.tp = r;
-    etp.emplace_back(make_moe(2, 2, 2, true), c, kSeed, kStd, ExpertShardCoord{r, 0, 0});
+    etp.emplace_back(make_moe(2, 2, 2, true), at(r, 0), kSeed, kStd);
+    ASSERT_EQ(etp.back().expert_coord().etp, r);
   }
   const std::vector<float> fc1 = copy(const_cast<ModelShard&>(one).param(0, "layers.0.mlp.experts.linear_fc1.weight1"));
   const std::vector<float> fc2 = copy(const_cast<ModelShard&>(one).param(0, "layers.0.mlp.experts.linear_fc2.weight1"));
@@ -639,17 +649,14 @@ TEST(ModelShardMoe, ExpertParallelShardsHoldTheSingleRankExperts) {
 }
 
 TEST(ModelShardMoe, Errors) {
-  Scenario s = make_moe(1, 3, 1, false);  // 4 experts over EP 3
-  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd, ExpertShardCoord{}); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("num_moe_experts (4)")));
+  Scenario s = make_moe(1, 4, 1, false);
+  s.model.num_moe_experts = 6;  // 6 experts over EP 4
+  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("num_moe_experts (6)")));
   s = make_moe(1, 2, 1, false);
-  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd, ExpertShardCoord{0, 2, 0}); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("expert_model_parallel_size")));
   s.model.add_bias_linear = true;
-  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd, ExpertShardCoord{}); },
+  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd); },
               ::testing::ThrowsMessage<UnsupportedError>(HasSubstr("add_bias_linear")));
-  EXPECT_THROW(ModelShard(make({}), RankCoord{}, kSeed, kStd, ExpertShardCoord{0, 1, 0}),
-               InvalidArgument);
 }
 
 }  // namespace

@@ -32,6 +32,22 @@ int64_t check(std::span<const int64_t> rows_per_group, size_t weight, size_t in_
   return rows;
 }
 
+/// Calls f(g, first_row, rows) for every group with rows > 0.
+template <typename F>
+void for_each_group(std::span<const int64_t> rows_per_group, F f) {
+  int64_t row = 0;
+  for (size_t g = 0; g < rows_per_group.size(); ++g) {
+    if (rows_per_group[g] > 0) f(g, row, rows_per_group[g]);
+    row += rows_per_group[g];
+  }
+}
+
+/// Rows [first, first + rows) of a [M, width] span.
+template <typename T>
+std::span<T> rows_of(std::span<T> x, int64_t first, int64_t rows, int64_t width) {
+  return x.subspan(static_cast<size_t>(first * width), static_cast<size_t>(rows * width));
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -41,17 +57,12 @@ void grouped_matmul_forward(std::span<Scalar> out, std::span<const Scalar> inp,
                             int64_t out_channels) {
   check(rows_per_group, weight.size(), inp.size(), "inp", out.size(), "out", channels,
         out_channels);
-  const auto c = static_cast<size_t>(channels), oc = static_cast<size_t>(out_channels);
-  size_t row = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    const auto r = static_cast<size_t>(rows_per_group[g]);
-    if (r > 0) {
-      matmul_forward<Scalar>(out.subspan(row * oc, r * oc), inp.subspan(row * c, r * c),
-                             weight.subspan(g * oc * c, oc * c), {}, 1, rows_per_group[g],
-                             channels, out_channels);
-    }
-    row += r;
-  }
+  const int64_t w = out_channels * channels;
+  for_each_group(rows_per_group, [&](size_t g, int64_t first, int64_t rows) {
+    matmul_forward<Scalar>(rows_of(out, first, rows, out_channels),
+                           rows_of(inp, first, rows, channels), rows_of(weight, g, 1, w), {}, 1,
+                           rows, channels, out_channels);
+  });
 }
 
 template <typename Scalar>
@@ -61,17 +72,12 @@ void grouped_matmul_backward_data(std::span<Scalar> dinp, std::span<const Scalar
                                   int64_t out_channels) {
   check(rows_per_group, weight.size(), dinp.size(), "dinp", dout.size(), "dout", channels,
         out_channels);
-  const auto c = static_cast<size_t>(channels), oc = static_cast<size_t>(out_channels);
-  size_t row = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    const auto r = static_cast<size_t>(rows_per_group[g]);
-    if (r > 0) {
-      matmul_backward_data<Scalar>(dinp.subspan(row * c, r * c), dout.subspan(row * oc, r * oc),
-                                   weight.subspan(g * oc * c, oc * c), 1, rows_per_group[g],
-                                   channels, out_channels);
-    }
-    row += r;
-  }
+  const int64_t w = out_channels * channels;
+  for_each_group(rows_per_group, [&](size_t g, int64_t first, int64_t rows) {
+    matmul_backward_data<Scalar>(rows_of(dinp, first, rows, channels),
+                                 rows_of(dout, first, rows, out_channels),
+                                 rows_of(weight, g, 1, w), 1, rows, channels, out_channels);
+  });
 }
 
 template <typename Scalar>
@@ -81,17 +87,13 @@ void grouped_matmul_backward_weight(std::span<Scalar> dweight, std::span<const S
                                     int64_t out_channels) {
   check(rows_per_group, dweight.size(), inp.size(), "inp", dout.size(), "dout", channels,
         out_channels);
-  const auto c = static_cast<size_t>(channels), oc = static_cast<size_t>(out_channels);
-  size_t row = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    const auto r = static_cast<size_t>(rows_per_group[g]);
-    if (r > 0) {
-      matmul_backward_weight<Scalar>(dweight.subspan(g * oc * c, oc * c), {},
-                                     dout.subspan(row * oc, r * oc), inp.subspan(row * c, r * c),
-                                     1, rows_per_group[g], channels, out_channels);
-    }
-    row += r;
-  }
+  const int64_t w = out_channels * channels;
+  for_each_group(rows_per_group, [&](size_t g, int64_t first, int64_t rows) {
+    matmul_backward_weight<Scalar>(rows_of(dweight, g, 1, w), {},
+                                   rows_of(dout, first, rows, out_channels),
+                                   rows_of(inp, first, rows, channels), 1, rows, channels,
+                                   out_channels);
+  });
 }
 
 #define TRAINTWIN_GROUPED_MATMUL(Scalar)                                                          \

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/moe_tokens.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
 
@@ -168,24 +169,6 @@ int64_t ddp_bucket_size_params(const Scenario& s) {
   return std::max<int64_t>(40'000'000, 1'000'000 * dp_cp);
 }
 
-int64_t moe_tokens_per_expert(int64_t tokens, const ModelSpec& m, double load_imbalance) {
-  if (!m.is_moe()) return 0;
-  if (tokens < 1 || !(load_imbalance >= 1.0)) {
-    throw InvalidArgument("moe_tokens_per_expert: tokens (" + std::to_string(tokens) +
-                          ") must be >= 1 and the load imbalance (" +
-                          std::to_string(load_imbalance) + ") >= 1");
-  }
-  const double expected = static_cast<double>(tokens) * static_cast<double>(m.moe_router_topk) /
-                          static_cast<double>(m.num_moe_experts);
-  const auto busiest = static_cast<int64_t>(std::ceil(expected * load_imbalance - 1e-9));
-  if (!m.moe_expert_capacity_factor) return std::max<int64_t>(busiest, 1);
-  // Megatron-Core moe_utils.get_capacity(num_tokens x topk, E, capacity_factor).
-  const auto capacity =
-      static_cast<int64_t>(std::ceil(expected * *m.moe_expert_capacity_factor - 1e-9));
-  if (m.moe_pad_expert_input_to_capacity) return std::max<int64_t>(capacity, 1);
-  return std::max<int64_t>(std::min(busiest, capacity), 1);
-}
-
 namespace {
 
 constexpr uint32_t kNoOp = std::numeric_limits<uint32_t>::max();
@@ -210,7 +193,7 @@ struct Dims {
   int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
   Precision dtype;
   AttentionBackend backend;
-  // Mixture of experts (zeros / ones for a dense model); see moe_tokens_per_expert().
+  // Mixture of experts (zeros / ones for a dense model; build_program() names them).
   int64_t experts = 0;     // E
   int64_t topk = 0;        // k
   int64_t ep = 1, etp = 1;
@@ -219,8 +202,8 @@ struct Dims {
   int64_t expert_fc1_local = 0;  // FC1 output width of an expert per ETP rank
   int64_t shared_ffn = 0;        // shared expert width (0 = none)
   int64_t shared_fc1_local = 0;  // its FC1 output width per TP rank
-  int64_t moe_tokens = 0;        // T: the router's input rows (the SP shard)
-  int64_t per_expert = 0;        // token copies one rank sends to one expert (busiest)
+  int64_t moe_tokens = 0;        // T: the router's input rows (moe_local_tokens)
+  int64_t per_expert = 0;        // P: token copies one rank sends to one expert (busiest)
   int64_t expert_rows = 0;       // rows of one local expert's GEMMs: ETP x EP x per_expert
 
   explicit Dims(const Scenario& sc) {
@@ -251,21 +234,20 @@ struct Dims {
     tokens = s * b;
     tokens_sp = sp ? tokens / t : tokens;
     if (sc.model.is_moe()) {
-      const auto fc1_of = [&](int64_t f) {
-        return sc.model.activation == Activation::kSwiglu ? 2 * f : f;
-      };
       experts = sc.model.num_moe_experts;
       topk = sc.model.moe_router_topk;
       ep = sc.parallel.expert_model_parallel_size;
       etp = sc.parallel.expert_tp();
       local_experts = experts / ep;
       expert_ffn = sc.model.moe_expert_ffn();
-      expert_fc1_local = fc1_of(expert_ffn) / etp;
+      expert_fc1_local = sc.model.fc1_width_of(expert_ffn) / etp;
       shared_ffn = sc.model.moe_shared_expert_intermediate_size;
-      shared_fc1_local = fc1_of(shared_ffn) / t;
-      moe_tokens = tokens_sp;
-      per_expert = moe_tokens_per_expert(moe_tokens, sc.model,
-                                         sc.cluster.what_if.moe_load_imbalance.value_or(1.0));
+      shared_fc1_local = sc.model.fc1_width_of(shared_ffn) / t;
+      moe_tokens = moe_local_tokens(sc);
+      // The busiest rank's expert tokens (core/moe_tokens.hpp: ETP T k x imbalance, capped or
+      // padded at ETP E C) spread over its ETP x E (expert, source ETP rank) pairs, rounded up.
+      per_expert = static_cast<int64_t>(
+          std::ceil(moe_expert_tokens_per_rank(sc) / static_cast<double>(etp * experts) - 1e-9));
       expert_rows = etp * ep * per_expert;
     }
   }
@@ -1320,9 +1302,6 @@ class RankLowering {
     for (const auto& st : out_.schedule) {
       if (st.pass == Pass::kBackward) last_backward_mb_[static_cast<size_t>(st.model_chunk)] = st.micro_batch;
     }
-    const LayerParams dense_layer = dense_layer_params(false);
-    const LayerParams moe_layer = dense_layer_params(true);
-    const LayerParams experts = expert_layer_params();
     for (int64_t c = 0; c < d_.v; ++c) {
       const int64_t vs = vstage(c);
       // (layer id, params, GEMM weights) in the order their gradients become ready.
@@ -1335,10 +1314,9 @@ class RankLowering {
       }
       const ChunkLayers& layers = layers_of(c);
       for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
-        const bool moe = sc_.model.is_moe_layer(l);
-        const LayerParams& lp = moe ? moe_layer : dense_layer;
-        items.emplace_back(l, lp.params, lp.gemm_weights);
-        if (moe) expert_items.emplace_back(l, experts.params, experts.gemm_weights);
+        const RankParameters lp = layer_parameters_on_rank(sc_.model, sc_.parallel, l);
+        items.emplace_back(l, lp.dense, lp.dense_gemm);
+        if (lp.expert > 0) expert_items.emplace_back(l, lp.expert, lp.expert_gemm);
       }
       const bool learned_positions =
           sc_.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
@@ -1371,43 +1349,6 @@ class RankLowering {
       auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(c)];
       for (size_t b = 0; b < chunk.size(); ++b) of_trigger[chunk[b].trigger].push_back(b);
     }
-  }
-
-  /// Parameters of one layer in a DDP bucket on this rank, and of them the transformer GEMM
-  /// weights (FP8 with fp8_param_gather).
-  struct LayerParams {
-    int64_t params = 0, gemm_weights = 0;
-  };
-  /// FC1 + FC2 of an MLP of inner width `ffn` on one of `tp` ranks (column-parallel FC1 of
-  /// width fc1 = 2 ffn for SwiGLU else ffn, row-parallel FC2; biases when add_bias_linear, FC2's
-  /// replicated): h fc1 / tp + ffn h / tp [+ fc1 / tp + h].
-  LayerParams mlp_params(int64_t ffn, int64_t tp) const {
-    const int64_t fc1 = sc_.model.activation == Activation::kSwiglu ? 2 * ffn : ffn;
-    const int64_t gemm = d_.h * fc1 / tp + ffn / tp * d_.h;
-    return {gemm + (sc_.model.add_bias_linear ? fc1 / tp + d_.h : 0), gemm};
-  }
-  /// The dense (DP x CP reduced) parameters of one layer on this rank: a dense layer as
-  /// layer_parameters_on_rank(); an MoE layer without the dense MLP but with the router
-  /// (E x h, replicated over TP) and the shared expert (an MLP of its width over TP).
-  LayerParams dense_layer_params(bool moe) const {
-    LayerParams lp{layer_parameters_on_rank(sc_.model, d_.t),
-                   layer_gemm_weights_on_rank(sc_.model, d_.t)};
-    if (!moe) return lp;
-    const LayerParams mlp = mlp_params(d_.ffn, d_.t);
-    lp.params += d_.experts * d_.h - mlp.params;
-    lp.gemm_weights -= mlp.gemm_weights;
-    if (d_.shared_ffn > 0) {
-      const LayerParams shared = mlp_params(d_.shared_ffn, d_.t);
-      lp.params += shared.params;
-      lp.gemm_weights += shared.gemm_weights;
-    }
-    return lp;
-  }
-  /// The local routed experts of one MoE layer: E / EP MLPs of width ffn_e over ETP.
-  LayerParams expert_layer_params() const {
-    if (!sc_.model.is_moe()) return {};
-    const LayerParams one = mlp_params(d_.expert_ffn, d_.etp);
-    return {d_.local_experts * one.params, d_.local_experts * one.gemm_weights};
   }
 
   /// MoE layers over this rank's model chunks.
@@ -1527,19 +1468,12 @@ class RankLowering {
     context(Phase::kOptimizer, -1, -1, -1);
     const bool dist = sc_.training.use_distributed_optimizer;
     const int64_t dp_cp = layout_.size(GroupKind::kDpCp);
-    int64_t local = 0;
-    if (sc_.model.is_moe()) {
-      // Dense parameters sharded over DP x CP, expert parameters over expert-DP.
-      int64_t dense = 0, expert = 0;
-      for (const auto& chunk : buckets_) {
-        for (const Bucket& b : chunk) (b.group == GroupKind::kEdp ? expert : dense) += b.params;
-      }
-      local = dist ? ceil_div(dense, dp_cp) + ceil_div(expert, layout_.size(GroupKind::kEdp))
-                   : dense + expert;
-    } else {
-      const int64_t params = parameters_on_rank(sc_, c.pp);
-      local = dist ? ceil_div(params, dp_cp) : params;
-    }
+    // Dense parameters sharded over DP x CP, expert parameters over expert-DP.
+    const RankParameters params = stage_parameters_on_rank(sc_, c.pp);
+    const int64_t local =
+        dist ? ceil_div(params.dense, dp_cp) +
+                   (params.expert > 0 ? ceil_div(params.expert, layout_.size(GroupKind::kEdp)) : 0)
+             : params.total();
     role(Role::kGradNorm);
     kernel(k_.grad_norm(local), "grad norm");
     // The norm's sum of squares: over every rank with the distributed optimizer (each holds a
@@ -1555,12 +1489,9 @@ class RankLowering {
       // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
       // iteration from the updated weights: what Megatron's FP8 parameters do after the step
       // (and, without them, Transformer Engine on the first micro-batch: the same work).
-      int64_t weights = layers_on_stage(sc_, out_.coord.pp) * layer_gemm_weights_on_rank(d_.model, d_.t);
-      if (sc_.model.is_moe()) {
-        weights = 0;
-        for (const auto& chunk : buckets_) {
-          for (const Bucket& b : chunk) weights += b.gemm_weights;
-        }
+      int64_t weights = 0;
+      for (const auto& chunk : buckets_) {
+        for (const Bucket& b : chunk) weights += b.gemm_weights;
       }
       kernel(k_.fp8_cast(weights, true), "fp8 weight cast");
     }

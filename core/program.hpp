@@ -242,9 +242,10 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// reverse in backward). The DP gradient reduce and distributed optimizer run over DP x CP.
 /// Mixture of experts (model.num_moe_experts E > 0; Megatron-Core's MoELayer): in an MoE layer
 /// (ModelSpec::is_moe_layer) the MLP after the post-attention norm becomes, on T = the norm's
-/// output rows of this rank (s b / t under SP, s the CP-local sequence), with k = topk,
-/// P = moe_tokens_per_expert(T, ...) token copies this rank sends to each expert (the busiest
-/// expert: balanced x moe_load_imbalance, capped or padded by the capacity), E_l = E / EP local
+/// output rows of this rank (moe_local_tokens(): s b / t under SP, s the CP-local sequence),
+/// with k = topk, P = ceil(moe_expert_tokens_per_rank() / (ETP E)) token copies this rank sends
+/// to each expert (core/moe_tokens.hpp: the busiest rank, T k / E x moe_load_imbalance when
+/// dropless, capped at — or, padded, equal to — the capacity ceil(T k / E x factor)), E_l = E / EP local
 /// experts, R = ETP x EP x P rows per local expert, h the hidden size, all in the activation dtype:
 ///   kRouter       compute: router GEMM gemm_fwd {T, E, h} (replicated over TP, 16-bit),
 ///                 moe_router_topk_fwd {T, E, k}, moe_aux_loss_fwd {T, E} (aux_loss balancing).
@@ -296,16 +297,6 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
 /// rank outside the world; PipelineSplitError for an impossible pipeline split.
 Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {});
-
-/// Token copies one rank routes to one routed expert as the Program sizes an MoE layer: for the
-/// busiest expert. `tokens` = T, the rank's router input rows (s b / t with sequence parallelism,
-/// s = the CP-local sequence); expected = T k / E (balanced top-k routing). Dropless:
-/// ceil(expected x load_imbalance) (cluster.what_if.moe_load_imbalance, the busiest expert's
-/// tokens over the mean). With a capacity factor c: the capacity C = ceil(T k / E x c)
-/// (Megatron-Core moe_utils.get_capacity(num_tokens x topk, E, c), per rank as Megatron's
-/// router computes it); C when moe_pad_expert_input_to_capacity, else min(busiest, C). At least
-/// 1. Returns 0 for a dense model. Throws InvalidArgument for tokens < 1 or load_imbalance < 1.
-int64_t moe_tokens_per_expert(int64_t tokens, const ModelSpec& m, double load_imbalance = 1.0);
 
 /// Megatron's DDP bucket size in parameters: max(40,000,000, 1,000,000 x DP x CP) with
 /// overlap_grad_reduce; otherwise one bucket per model chunk (returns 0).

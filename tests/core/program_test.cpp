@@ -1036,27 +1036,10 @@ double matmul_flops(const Program& prog) {
   return flops;
 }
 
-// Hand-worked: T = 64 tokens, k = 2, E = 8 -> expected 16 per expert.
-TEST(MoeProgram, TokensPerExpert) {
-  ModelSpec m;
-  m.num_moe_experts = 8;
-  m.moe_router_topk = 2;
-  EXPECT_EQ(moe_tokens_per_expert(64, m), 16);
-  EXPECT_EQ(moe_tokens_per_expert(64, m, 1.5), 24);   // dropless: the busiest expert
-  EXPECT_EQ(moe_tokens_per_expert(60, m), 15);
-  EXPECT_EQ(moe_tokens_per_expert(61, m), 16);        // ceil(15.25)
-  m.moe_expert_capacity_factor = 1.25;                // C = ceil(16 x 1.25) = 20
-  EXPECT_EQ(moe_tokens_per_expert(64, m, 1.0), 16);   // below the capacity
-  EXPECT_EQ(moe_tokens_per_expert(64, m, 2.0), 20);   // capped
-  m.moe_pad_expert_input_to_capacity = true;
-  EXPECT_EQ(moe_tokens_per_expert(64, m, 1.0), 20);   // padded
-  EXPECT_EQ(moe_tokens_per_expert(64, ModelSpec{}), 0);
-  EXPECT_THROW(moe_tokens_per_expert(64, m, 0.5), InvalidArgument);
-}
-
 // A grid of EP / ETP / TP / CP / PP / VP / dispatcher / capacity / recompute / optimizer layouts
 // replays to completion with matched collectives, and over all ranks the GEMM FLOPs equal the
-// model FLOPs worked by hand (balanced routing: T k / E is whole in every case here).
+// model FLOPs worked by hand and core/flops' (balanced routing: T k / E is whole in every case
+// here, and the capacities 1.0 padded and 1.5 drop nothing).
 TEST(MoeProgram, LayoutsReplayAndCountModelFlops) {
   int cases = 0;
   struct Layout { int64_t tp, cp, pp, v, dp, ep; std::optional<int64_t> etp; };
@@ -1089,6 +1072,10 @@ TEST(MoeProgram, LayoutsReplayAndCountModelFlops) {
         ASSERT_EQ(replay_all(prog, errors), 0u) << where;
         ASSERT_TRUE(errors.empty()) << where << ": " << errors.front();
         EXPECT_NEAR(matmul_flops(prog) / moe_matmul_flops(s, k.recompute), 1.0, 1e-12) << where;
+        // ... and core/flops' model (router, top-k routed experts, shared expert).
+        EXPECT_NEAR(matmul_flops(prog) /
+                        hardware_flops_per_iteration(s.model, s.training.global_batch_size, k.recompute),
+                    1.0, 1e-12) << where;
         ++cases;
       }
     }

@@ -203,6 +203,11 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                  {"num_micro_batches", s.num_micro_batches()},
                  {"recompute_granularity", to_string(s.training.recompute_granularity)},
                  {"rank_order", s.parallel.rank_order}};
+  if (s.model.is_moe()) {
+    j["layout"]["expert_model_parallel_size"] = s.parallel.expert_model_parallel_size;
+    j["layout"]["expert_tensor_parallel_size"] = s.parallel.expert_tp();
+    j["layout"]["expert_data_parallel_size"] = s.parallel.expert_data_parallel_size();
+  }
   // The pipeline split (core/pipeline_split.hpp): Megatron's four keys and its result.
   const ParallelConfig& par = s.parallel;
   auto optional_int = [](const std::optional<int64_t>& v) {

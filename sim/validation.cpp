@@ -89,26 +89,6 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
     }
     const auto id = c["id"].as<std::string>();
     const auto source = c["source"].as<std::string>();
-    // Mixture of experts is not built yet: the case is listed, not simulated.
-    std::string moe_key;
-    for (const auto& kv : c["model"]) {
-      const auto key = kv.first.as<std::string>();
-      if (moe_key.empty() && (key == "num_moe_experts" || key.rfind("moe_", 0) == 0)) {
-        moe_key = "model." + key;
-      }
-    }
-    if (moe_key.empty() && c["parallelism"]["expert_model_parallel_size"]) {
-      moe_key = "parallelism.expert_model_parallel_size";
-    }
-    if (!moe_key.empty()) {
-      ValidationCase vc;
-      vc.id = id;
-      vc.source = source;
-      vc.gpu = c["cluster"]["gpu"] ? c["cluster"]["gpu"].as<std::string>() : "";
-      vc.unsupported = "mixture of experts (" + moe_key + ")";
-      out.push_back(std::move(vc));
-      continue;
-    }
     const YAML::Node cluster = c["cluster"];
     check_keys(file, cluster, id + ".cluster", {"gpu", "num_gpus"});
     const auto gpu = cluster["gpu"].as<std::string>();

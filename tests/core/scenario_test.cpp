@@ -1918,6 +1918,29 @@ TEST(ScenarioMoe, ExpertParallelLayoutsLoadWithTheDefaultOrder) {
   EXPECT_EQ(s.parallel.expert_data_parallel_size(), 2);
 }
 
+TEST(ScenarioShipped, MoeScenariosMatchTheirPublishedArchitectures) {
+  const Scenario mixtral = load_shipped("mixtral-8x7b-h100-64");
+  EXPECT_EQ(mixtral.model.num_moe_experts, 8);
+  EXPECT_EQ(mixtral.model.moe_router_topk, 2);
+  EXPECT_EQ(mixtral.model.moe_expert_ffn(), 14336);
+  EXPECT_EQ(mixtral.parallel.expert_model_parallel_size, 8);
+  EXPECT_EQ(mixtral.parallel.expert_data_parallel_size(), 2);  // 1 x 1 x 16 / (1 x 8)
+  const Scenario grok = load_shipped("grok1-314b-h100-512");
+  EXPECT_EQ(grok.parallel.tensor_model_parallel_size, 4);
+  EXPECT_EQ(grok.parallel.pipeline_model_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.virtual_pipeline_model_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.context_parallel_size, 2);
+  EXPECT_EQ(grok.parallel.expert_model_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.data_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.expert_data_parallel_size(), 2);  // 4 x 2 x 8 / (4 x 8)
+  const Scenario qwen = load_shipped("qwen3-30b-a3b-h100-16");
+  EXPECT_EQ(qwen.model.head_dim(), 128);
+  EXPECT_EQ(qwen.model.num_moe_experts, 128);
+  EXPECT_EQ(qwen.model.moe_router_topk, 8);
+  EXPECT_EQ(qwen.parallel.expert_tp(), 1);
+  EXPECT_EQ(qwen.parallel.expert_data_parallel_size(), 2);  // 4 x 1 x 2 / (1 x 4)
+}
+
 TEST(ScenarioMoe, LayerFreqIntegerOrList) {
   ScenarioText t = moe_text();
   t.set("model", "moe_layer_freq", "2");

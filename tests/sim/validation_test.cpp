@@ -88,7 +88,8 @@ TEST(Validation, BadFilesNameTheCaseAndKey) {
 // flash attention from the llama preset), a NeMo long-context row measured in model TFLOP/s per
 // GPU (turned into a time with the model FLOPs: Llama 2 7B, s 8192, B 512, 8 GPUs, 730 TFLOP/s:
 // F = 512 x 8192 x [12 x 32 x 4096^2 x (1 + 1 + 2) + 18 x 32 x 11008 x 4096 + 6 x 32000 x 4096]
-// -> T = F / (730e12 x 8)), and a mixture-of-experts row, kept and marked unsupported.
+// -> T = F / (730e12 x 8)), and a mixture-of-experts row (the Grok-1 proxy's kind), read as an MoE
+// scenario.
 TEST(Validation, ModernCasesDefaultsTflopsAndUnsupportedRows) {
   const fs::path dir = fs::temp_directory_path() / "traintwin-validation-modern-test";
   fs::create_directories(dir);
@@ -137,8 +138,13 @@ TEST(Validation, ModernCasesDefaultsTflopsAndUnsupportedRows) {
   EXPECT_TRUE(cases[1].scenario.training.fp8());
   EXPECT_TRUE(cases[1].scenario.training.fp8_param_gather);  // the file's FP8 rows
   EXPECT_FALSE(cases[1].scenario.training.tp_comm_overlap);  // no SP, nothing to overlap
+  // The MoE row is read as an MoE scenario: 8 experts over EP 2, expert TP = TP 1, expert DP 4.
   EXPECT_EQ(cases[2].id, "moe");
-  EXPECT_THAT(cases[2].unsupported, HasSubstr("mixture of experts (model.num_moe_experts)"));
+  EXPECT_TRUE(cases[2].unsupported.empty());
+  EXPECT_EQ(cases[2].scenario.model.num_moe_experts, 8);
+  EXPECT_EQ(cases[2].scenario.parallel.expert_model_parallel_size, 2);
+  EXPECT_EQ(cases[2].scenario.parallel.expert_data_parallel_size(), 4);
+  EXPECT_DOUBLE_EQ(cases[2].measured_iteration_time_s, 24.0);
 }
 
 }  // namespace

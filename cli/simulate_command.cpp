@@ -212,6 +212,8 @@ void register_simulate_command(CLI::App& app) {
       costs = make_timeline_cost_model(live, db_topo ? db_topo->gpu : topo.gpu, topo.gpu);
     } else {
       costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db, db_topo ? &db_topo->gpu : nullptr);
+      // The database's collective rows time this device's collectives; not another device's.
+      if (!db_topo) opts.fabric.measured = make_simulation_measured_collectives(topo.gpu, db_dir, o->cost_db);
     }
     // With what-if knobs, the base (the scenario without them) runs first in a child process:
     // SimGrid allows one engine per process, and this one simulates the what-if.

@@ -4,6 +4,7 @@
 #include "cli/validate_live.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -142,6 +143,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
   const std::string json = run_isolated([&] {
     const auto costs = make_simulation_cost_model(topo.gpu, db_dir);
     SimulationOptions opts;
+    opts.fabric.measured = make_simulation_measured_collectives(topo.gpu, db_dir);
     opts.record_timeline = true;
     opts.trace_ranks = {0};
     const SimulationResult r = simulate(s, topo, *costs, opts);
@@ -168,6 +170,12 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
              s.name, s.world_size(), device, topo_file.string(), o.iterations, o.warmup);
   fmt::print("cost database      {} (measured share of compute {:.1f} %)\n", db_file.string(),
              100 * share);
+  const auto collectives = make_simulation_measured_collectives(topo.gpu, db_dir);
+  fmt::print("collectives        {}\n",
+             collectives ? fmt::format("measured rows of the database ({}), closed forms elsewhere",
+                                       fmt::join(collectives->covered(), ", "))
+                         : "closed forms (no collective rows: mpirun -np N traintwin profile "
+                           "--collectives adds them)");
   fmt::print("iteration time     live {:.2f} ms (median; min {:.2f}, max {:.2f})   predicted "
              "{:.2f} ms   error {:+.1f} %\n",
              live_s * 1e3, times.front() * 1e3, times.back() * 1e3, predicted_s * 1e3, 100 * err);

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <vector>
 
 #include "core/error.hpp"
+#include "traces/collective_fit.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -29,29 +31,12 @@ bool is_attention(const std::string& name) {
 }  // namespace
 
 std::pair<double, double> fit_link(const CostDatabase& db) {
-  // Weighted least squares of t = a + c x (x = bytes, c = 1 / beta), weights w = 1 / t^2.
-  double sw = 0, swx = 0, swxx = 0, swt = 0, swxt = 0;
-  int rows = 0;
+  std::vector<CollectiveMeasurement> rows;
   for (const CollectiveMeasurement& c : db.collectives()) {
-    if (c.op != "send_recv" || c.ranks != 2) continue;
-    const double x = static_cast<double>(c.bytes), t = c.time_us * 1e-6, w = 1.0 / (t * t);
-    sw += w;
-    swx += w * x;
-    swxx += w * x * x;
-    swt += w * t;
-    swxt += w * x * t;
-    ++rows;
+    if (c.op == "send_recv" && c.ranks == 2) rows.push_back(c);
   }
-  if (rows < 2) return {0.0, 0.0};
-  const double det = sw * swxx - swx * swx;
-  if (det <= 0) return {0.0, 0.0};
-  double c = (sw * swxt - swx * swt) / det;
-  double a = (swt - c * swx) / sw;
-  if (a < 0) {  // refit through the origin's latency floor: a = 0
-    a = 0;
-    c = swxt / swxx;
-  }
-  return {c > 0 ? 1.0 / c : 0.0, a};
+  const AlphaBeta fit = fit_alpha_beta(rows);
+  return {fit.beta_Bps, fit.alpha_s};
 }
 
 LocalTopology local_topology(const CostDatabase& db, const CostDbDevice& device,

@@ -25,9 +25,8 @@ struct LocalTopology {
   std::string link_source;     ///< how the link was obtained (fit over which rows, or assumed)
 };
 
-/// Fits time_us = alpha_us + bytes / beta to the send_recv rows of `db` (2 ranks) by least
-/// squares on relative errors (weights 1 / time^2), so small messages set alpha and large ones
-/// beta. Returns {beta_Bps, alpha_s}; {0, 0} when there are fewer than two rows.
+/// fit_alpha_beta (traces/collective_fit.hpp) of the send_recv rows of `db` (2 ranks).
+/// Returns {beta_Bps, alpha_s}; {0, 0} when there are fewer than two rows.
 std::pair<double, double> fit_link(const CostDatabase& db);
 
 /// The local topology of `device` (a CPU database device with threads) from the rows of `db`.

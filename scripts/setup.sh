@@ -2,7 +2,8 @@
 # Installs what traintwin needs on Debian 12 (only what is missing) and builds it (Release).
 # Used by ./run.sh and ./test.sh. Arguments: the CMake targets to build (default: all, i.e. the
 # traintwin binary and every test suite); ./run.sh builds only `traintwin`.
-# Environment: BUILD_DIR (default build), JOBS (default: cores).
+# Environment: BUILD_DIR (default build), JOBS (default: cores), WITH_PYTORCH=1 (also Debian's
+# python3-torch, for bench/cpu_speed_vs_pytorch.sh only: ./run.sh and ./test.sh do not need it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ packages=(build-essential cmake pkg-config git
 # npm fetches Vega for the report; Debian's npm only where no npm exists (a NodeSource nodejs
 # ships its own and conflicts with Debian's).
 command -v npm >/dev/null 2>&1 || packages+=(npm)
+[ "${WITH_PYTORCH:-0}" = 1 ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

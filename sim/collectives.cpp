@@ -1,5 +1,7 @@
 #include "sim/collectives.hpp"
 
+#include <optional>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -187,7 +189,10 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
   plan.algorithm = choose_algorithm(kind, bytes, span, topo, eff, forced);
   if (span.ranks <= 1 || bytes <= 0) return plan;
   if (span.nodes == 1) {
-    plan.local_time_s = collective_time_s(kind, plan.algorithm, bytes, span, topo, eff);
+    const std::optional<double> measured =
+        eff.measured ? eff.measured->time_s(kind, span.ranks, bytes) : std::nullopt;
+    plan.local_time_s =
+        measured ? *measured : collective_time_s(kind, plan.algorithm, bytes, span, topo, eff);
     return plan;
   }
   // Members grouped by node, in rank order; k = members per node (uniform in Megatron layouts).

@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/program.hpp"
+#include "sim/measured_collectives.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin {
@@ -52,6 +54,10 @@ struct FabricEfficiency {
   /// Per-step software latency of one ring/tree step (NCCL Simple protocol, tuning.cc order of
   /// magnitude), added to the link latency.
   double step_overhead_s = 2e-6;
+  /// Measured collective rows of the topology's device (`traintwin profile --collectives`, in
+  /// its cost database; sim/measured_collectives.hpp): a collective inside one node whose op and
+  /// group size they cover takes their time instead of the closed form. Null: closed forms only.
+  std::shared_ptr<const MeasuredCollectives> measured;
 };
 
 /// Where the members of a group sit.
@@ -110,7 +116,8 @@ struct CollectivePlan {
 };
 
 /// Plans a collective over `members` (global ranks, GPU i on node i / gpus_per_node).
-/// Inside one node: no flows, local_time_s = the closed form. Across nodes, NCCL-style with one
+/// Inside one node: no flows, local_time_s = the measured rows' time when eff.measured covers
+/// the op and group size (MeasuredCollectives::time_s), else the closed form. Across nodes, NCCL-style with one
 /// channel per local member (rail): ring = for each edge A -> B of the ring of nodes and each
 /// local index j, a flow A_j -> B_j of factor x bytes / (k x ib efficiency) (factor 2(n-1)/n for
 /// all-reduce, (n-1)/n otherwise; k members per node); tree = for each edge of NCCL's two binary

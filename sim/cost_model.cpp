@@ -250,16 +250,30 @@ std::unique_ptr<CostModel> make_database_cost_model(std::shared_ptr<const CostDa
                                              options);
 }
 
+std::filesystem::path simulation_cost_db_file(const GpuSpec& target,
+                                              const std::filesystem::path& db_dir,
+                                              const std::filesystem::path& db_file) {
+  if (!db_file.empty()) return db_file;
+  if (db_dir.empty()) return {};
+  const std::filesystem::path candidate = db_dir / (target.name + ".json");
+  return std::filesystem::exists(candidate) ? candidate : std::filesystem::path{};
+}
+
+std::shared_ptr<const MeasuredCollectives> make_simulation_measured_collectives(
+    const GpuSpec& target, const std::filesystem::path& db_dir,
+    const std::filesystem::path& db_file) {
+  const std::filesystem::path file = simulation_cost_db_file(target, db_dir, db_file);
+  if (file.empty()) return nullptr;
+  auto m = std::make_shared<const MeasuredCollectives>(CostDatabase::load(file), file.string());
+  return m->empty() ? nullptr : m;
+}
+
 std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
                                                       const std::filesystem::path& db_dir,
                                                       const std::filesystem::path& db_file,
                                                       const GpuSpec* db_gpu) {
   auto roofline = make_roofline_cost_model(default_roofline_efficiency(target));
-  std::filesystem::path file = db_file;
-  if (file.empty() && !db_dir.empty()) {
-    const std::filesystem::path candidate = db_dir / (target.name + ".json");
-    if (std::filesystem::exists(candidate)) file = candidate;
-  }
+  const std::filesystem::path file = simulation_cost_db_file(target, db_dir, db_file);
   if (file.empty()) return roofline;
   auto db = std::make_shared<const CostDatabase>(CostDatabase::load(file));
   return make_database_cost_model(std::move(db), db_gpu ? *db_gpu : target, std::move(roofline));

@@ -23,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "sim/measured_collectives.hpp"
 #include "traces/cost_db.hpp"
 #include "traces/timeline.hpp"
 #include "topologies/topology.hpp"
@@ -128,6 +129,20 @@ std::unique_ptr<CostModel> make_database_cost_model(std::shared_ptr<const CostDa
                                                     const GpuSpec& db_device,
                                                     std::unique_ptr<CostModel> fallback,
                                                     const DatabaseCostOptions& options = {});
+
+/// The database file the simulator uses for `target`: `db_file` when given, else
+/// `db_dir`/<gpu name>.json when it exists, else empty (no database).
+std::filesystem::path simulation_cost_db_file(const GpuSpec& target,
+                                              const std::filesystem::path& db_dir,
+                                              const std::filesystem::path& db_file = {});
+
+/// The collective rows of that database (simulation_cost_db_file) for FabricEfficiency::measured;
+/// null when there is no database or it has no collective rows. Only meaningful when the
+/// database was measured on `target` itself (not scaled from another GPU). Throws
+/// CostDatabaseError for a malformed database.
+std::shared_ptr<const MeasuredCollectives> make_simulation_measured_collectives(
+    const GpuSpec& target, const std::filesystem::path& db_dir,
+    const std::filesystem::path& db_file = {});
 
 /// The cost model the simulator uses for `target`: the measured database `db_file` when given
 /// (measured on `db_gpu`, the target's GPU when not given), else traces/db/<gpu name>.json in

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu/checks.hpp"
+#include "exec/cpu/vector_math.hpp"
 
 namespace traintwin::exec::cpu {
 namespace {
@@ -41,11 +42,48 @@ Scalar lerp(Scalar start, Scalar end, Scalar weight) {
                               : end - (end - start) * (Scalar{1} - weight);
 }
 
+// Sum of x^2 in float64 over kLanes partial sums (element i goes to lane i % kLanes, the lanes
+// added in order at the end): a fixed order, so the compiler vectorizes it and the result does
+// not depend on the vector width.
+constexpr size_t kLanes = 8;
+
+template <typename Scalar>
+TRAINTWIN_CPU_CLONES double sum_squares_lanes(const Scalar* __restrict x, size_t n) {
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      lane[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
+    }
+  }
+  double sum = 0;
+  for (size_t l = 0; l < kLanes; ++l) sum += lane[l];
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return sum;
+}
+
 template <typename Scalar>
 double sum_squares(std::span<const Scalar> values) {
-  double sum = 0;
-  for (const Scalar x : values) sum += static_cast<double>(x) * static_cast<double>(x);
-  return sum;
+  return sum_squares_lanes(values.data(), values.size());
+}
+
+// The element loop of adamw_step (constants as there).
+template <typename Scalar>
+TRAINTWIN_CPU_CLONES void adamw_loop(Scalar* __restrict params, const Scalar* __restrict grads,
+                                     Scalar* __restrict m, Scalar* __restrict v, size_t n,
+                                     Scalar decay, Scalar neg_step_size,
+                                     Scalar bias_correction2_sqrt, Scalar beta2,
+                                     Scalar one_minus_beta1, Scalar one_minus_beta2, Scalar eps) {
+  for (size_t i = 0; i < n; ++i) {
+    const Scalar g = grads[i];
+    const Scalar p = params[i] * decay;                              // param.mul_
+    const Scalar mi = lerp(m[i], g, one_minus_beta1);                // exp_avg.lerp_
+    const Scalar vi = v[i] * beta2 + one_minus_beta2 * g * g;        // mul_, addcmul_
+    const Scalar denom = std::sqrt(vi) / bias_correction2_sqrt + eps;  // sqrt, div, add_
+    params[i] = p + neg_step_size * mi / denom;                      // addcdiv_
+    m[i] = mi;
+    v[i] = vi;
+  }
 }
 
 template <typename Scalar>
@@ -74,14 +112,8 @@ void adamw_step(std::span<Scalar> params, std::span<const Scalar> grads, std::sp
   const auto one_minus_beta1 = static_cast<Scalar>(1.0 - hyper.beta1);
   const auto one_minus_beta2 = static_cast<Scalar>(1.0 - hyper.beta2);
   const auto eps = static_cast<Scalar>(hyper.eps);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Scalar g = grads[i];
-    params[i] *= decay;                                                  // param.mul_
-    m[i] = lerp(m[i], g, one_minus_beta1);                               // exp_avg.lerp_
-    v[i] = v[i] * beta2 + one_minus_beta2 * g * g;                       // mul_, addcmul_
-    const Scalar denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;  // sqrt, div, add_
-    params[i] = params[i] + neg_step_size * m[i] / denom;                // addcdiv_
-  }
+  adamw_loop(params.data(), grads.data(), m.data(), v.data(), params.size(), decay,
+             neg_step_size, bias_correction2_sqrt, beta2, one_minus_beta1, one_minus_beta2, eps);
 }
 
 double sum_of_squares(std::span<const float> values) { return sum_squares(values); }

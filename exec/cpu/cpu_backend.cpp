@@ -44,16 +44,9 @@ void check_2d(const char* what, size_t size, int64_t pitch, int64_t width, int64
 
 }  // namespace
 
-void* CpuBackend::allocate_zeroed(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  void* p = std::calloc(bytes, 1);
-  if (p == nullptr) {
-    throw Error("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
-  }
-  return p;
-}
+void* CpuBackend::allocate_zeroed(size_t bytes) { return blocks_.allocate_zeroed(bytes); }
 
-void CpuBackend::deallocate(void* ptr, size_t /*bytes*/) noexcept { std::free(ptr); }
+void CpuBackend::deallocate(void* ptr, size_t bytes) noexcept { blocks_.deallocate(ptr, bytes); }
 
 void CpuBackend::copy(FSpan dst, CFSpan src) {
   require_same("cpu backend copy", dst.size(), src.size(), "dst and src");

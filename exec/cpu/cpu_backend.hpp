@@ -5,11 +5,13 @@
 #include <string>
 
 #include "exec/backend.hpp"
+#include "exec/cpu/block_cache.hpp"
 
 namespace traintwin::exec::cpu {
 
 /// Backend running every kernel on the calling thread (GEMMs on OpenBLAS's threads,
-/// set_gemm_threads). Memory is host memory, zeroed on allocation.
+/// set_gemm_threads). Memory is host memory, zeroed on allocation, freed blocks of 256 KiB and
+/// more kept for reuse by size (HostBlockCache).
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -131,6 +133,8 @@ class CpuBackend final : public Backend {
   void scale_in_place(FSpan values, double factor) override;
   void adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
                   const AdamWParams& hyper, double lr, int64_t step) override;
+ private:
+  HostBlockCache blocks_;
 };
 
 }  // namespace traintwin::exec::cpu

@@ -1,12 +1,15 @@
 // Vocab-parallel cross-entropy; see vocab_parallel_cross_entropy.hpp.
 #include "exec/cpu/vocab_parallel_cross_entropy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/checks.hpp"
 #include "core/error.hpp"
 #include "exec/cpu/checks.hpp"
+#include "exec/cpu/vector_math.hpp"
 
 namespace traintwin::exec::cpu {
 namespace {
@@ -43,6 +46,49 @@ void check_shard_and_targets(std::span<const int32_t> targets, int64_t rows, int
   }
 }
 
+// fp32 row loops over the vocabulary, vectorized: the reductions keep kLanes partial results
+// (element v goes to lane v % kLanes, lanes combined in order at the end), so the result does
+// not depend on the vector width the CPU has; exp is exp_approx (vector_math.hpp).
+constexpr size_t kLanes = 16;
+
+TRAINTWIN_CPU_CLONES
+float row_max_f32(const float* __restrict x, size_t n) {
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, x[0]);
+  size_t v = 0;
+  for (; v + kLanes <= n; v += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane[l] = x[v + l] > lane[l] ? x[v + l] : lane[l];
+  }
+  float m = lane[0];
+  for (size_t l = 1; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
+  for (; v < n; ++v) m = x[v] > m ? x[v] : m;
+  return m;
+}
+
+TRAINTWIN_CPU_CLONES
+float row_sum_exp_f32(const float* __restrict x, float maxval, size_t n) {
+  float lane[kLanes] = {};
+  size_t v = 0;
+  for (; v + kLanes <= n; v += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane[l] += exp_approx(x[v + l] - maxval);
+  }
+  float sum = 0;
+  for (size_t l = 0; l < kLanes; ++l) sum += lane[l];
+  for (; v < n; ++v) sum += exp_approx(x[v] - maxval);
+  return sum;
+}
+
+// dx += (softmax(x) - onehot(target)) * dloss; target may lie outside [0, n) (another shard).
+TRAINTWIN_CPU_CLONES
+void row_softmax_grad_f32(float* __restrict dx, const float* __restrict x, float maxval,
+                          float inv_sum, float dloss, int64_t target, size_t n) {
+  for (size_t v = 0; v < n; ++v) {
+    const float prob = exp_approx(x[v] - maxval) * inv_sum;
+    const float indicator = static_cast<int64_t>(v) == target ? 1.0f : 0.0f;
+    dx[v] += (prob - indicator) * dloss;
+  }
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -56,6 +102,10 @@ void vocab_parallel_logits_max(std::span<Scalar> logits_max_local,
   require_size(logits_local.size(), rows * vocab_local, "logits_local");
   for (int64_t i = 0; i < rows; ++i) {
     const Scalar* x = logits_local.data() + i * vocab_local;  // [V_local]
+    if constexpr (std::is_same_v<Scalar, float>) {
+      logits_max_local[i] = row_max_f32(x, static_cast<size_t>(vocab_local));
+      continue;
+    }
     Scalar maxval = x[0];
     for (int64_t v = 1; v < vocab_local; ++v) {
       if (x[v] > maxval) maxval = x[v];
@@ -81,7 +131,11 @@ void vocab_parallel_sum_exp(std::span<Scalar> sum_exp_local, std::span<Scalar> t
     const Scalar* x = logits_local.data() + i * vocab_local;  // [V_local]
     const Scalar maxval = logits_max[i];
     Scalar sum = 0;
-    for (int64_t v = 0; v < vocab_local; ++v) sum += std::exp(x[v] - maxval);
+    if constexpr (std::is_same_v<Scalar, float>) {
+      sum = row_sum_exp_f32(x, maxval, static_cast<size_t>(vocab_local));
+    } else {
+      for (int64_t v = 0; v < vocab_local; ++v) sum += std::exp(x[v] - maxval);
+    }
     sum_exp_local[i] = sum;
     const int64_t local = int64_t{targets[i]} - vocab_start;
     target_logit_local[i] = local >= 0 && local < vocab_local ? x[local] : Scalar{0};
@@ -125,6 +179,11 @@ void vocab_parallel_cross_entropy_backward(
     const Scalar inv_sum = Scalar{1} / sum_exp[i];
     const Scalar dloss = dlosses[i];
     const int64_t local_target = int64_t{targets[i]} - vocab_start;  // may be out of [0, V_local)
+    if constexpr (std::is_same_v<Scalar, float>) {
+      row_softmax_grad_f32(dx, x, maxval, inv_sum, dloss, local_target,
+                           static_cast<size_t>(vocab_local));
+      continue;
+    }
     for (int64_t v = 0; v < vocab_local; ++v) {
       const Scalar prob = std::exp(x[v] - maxval) * inv_sum;
       const Scalar indicator = v == local_target ? Scalar{1} : Scalar{0};

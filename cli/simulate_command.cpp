@@ -13,6 +13,7 @@
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
@@ -207,6 +208,7 @@ void register_simulate_command(CLI::App& app) {
     const auto db_dir = std::filesystem::absolute(s.cluster.topology).parent_path().parent_path() / "traces" / "db";
     std::unique_ptr<CostModel> costs;
     if (!o->costs_from_timeline.empty()) {
+      check_input_file(o->costs_from_timeline, "live timeline");  // streamed: any size
       std::ifstream in(o->costs_from_timeline);
       const Timeline live = read_chrome_trace(in, o->costs_from_timeline);
       costs = make_timeline_cost_model(live, db_topo ? db_topo->gpu : topo.gpu, topo.gpu);

@@ -177,13 +177,14 @@ constexpr std::string_view kOverrideOrigin = "--set";
 
 constexpr std::array<std::string_view, 6> kRootKeys = {"name",     "model",   "parallelism",
                                                        "training", "cluster", "data"};
-constexpr std::array<std::string_view, 26> kModelKeys = {
+constexpr std::array<std::string_view, 27> kModelKeys = {
     "architecture",       "num_layers",
     "hidden_size",        "num_attention_heads",
     "num_query_groups",   "kv_channels",
     "ffn_hidden_size",    "seq_length",
     "vocab_size",         "normalization",
     "activation",         "position_embedding_type",
+    "rotary_base",
     "untie_embeddings_and_output_weights", "add_bias_linear",
     "num_moe_experts",    "moe_router_topk",
     "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
@@ -860,6 +861,11 @@ void check_rules(const Scenario& s, const Locator& where) {
                            "rank holds whole K/V heads, as Megatron-LM asserts)",
                            tp, g));
   }
+  if (!kPositive.contains(m.rotary_base)) {
+    rule_error(where, "model.rotary_base",
+               fmt::format("must be a finite number > 0 (RoPE's base, Megatron --rotary-base), "
+                           "got {}", m.rotary_base));
+  }
   if (m.position_embedding_type == PositionEmbedding::kRope && m.head_dim() % 2 != 0) {
     rule_error(where, "model.position_embedding_type",
                fmt::format("rope needs an even head dimension (model.kv_channels, else "
@@ -1207,6 +1213,14 @@ class Reader {
     m.position_embedding_type = static_cast<PositionEmbedding>(
         get_enum_index("model", "position_embedding_type", kPositionEmbeddings)
             .value_or(static_cast<int>(preset.position_embedding_type)));
+    if (auto base = get_number("model", "rotary_base", kPositive)) {
+      if (m.position_embedding_type != PositionEmbedding::kRope) {
+        fail(path_of("model", "rotary_base"),
+             "applies only to position_embedding_type: rope (this model uses learned_absolute "
+             "positions, which have no rotary base)");
+      }
+      m.rotary_base = *base;
+    }
     m.untie_embeddings_and_output_weights =
         get_bool("model", "untie_embeddings_and_output_weights")
             .value_or(preset.untie_embeddings_and_output_weights);

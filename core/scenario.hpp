@@ -113,6 +113,10 @@ struct ModelSpec {
   Normalization normalization = Normalization::kLayerNorm;
   Activation activation = Activation::kGelu;
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
+  /// RoPE's base b (Megatron --rotary-base): channel pair i of a head of dimension D turns by
+  /// position x b^(-2i/D) (Su et al. 2021). 10000 is Megatron's default and Llama 2's; Llama 3
+  /// uses 500000. Only with position_embedding_type rope; no cost in the Program.
+  double rotary_base = 10000.0;
   bool untie_embeddings_and_output_weights = false;  ///< LM head has its own V x h weight
   bool add_bias_linear = true;                        ///< biases in QKV, projection, FC1, FC2
   /// Channels per attention head d (Megatron --kv-channels); 0 = hidden_size / heads. Qwen3

@@ -27,7 +27,9 @@
 #include <utility>
 
 #include "exec/cpu/adamw.hpp"
+#include "exec/cp_sequence.hpp"
 #include "exec/cpu/attention.hpp"
+#include "exec/cpu/block_attention.hpp"
 #include "exec/cpu/dropout.hpp"
 #include "exec/cpu/moe_permute.hpp"
 
@@ -213,32 +215,69 @@ class Backend {
 
   /// Causal grouped-query attention (Ainslie et al. 2023; exec/cpu/gqa_attention.hpp) on
   /// [q (NH D) | k (G D) | v (G D)] rows; K/V head g serves query heads [g NH/G, (g+1) NH/G).
-  /// No attention-probability dropout.
+  /// `dropout` (may be null): attention-probability dropout with attention_forward's mask.
   virtual void gqa_attention_forward(FSpan out,   // [B, T, NH D]
                                      FSpan att,   // [B, NH, T, T] saved for the backward
                                      CFSpan inp,  // [B, T, (NH + 2G) D]
                                      int64_t batch, int64_t seq, int64_t heads,
-                                     int64_t query_groups, int64_t head_dim) = 0;
+                                     int64_t query_groups, int64_t head_dim,
+                                     const cpu::AttentionProbabilityDropout* dropout) = 0;
   /// dinp +=.
   virtual void gqa_attention_backward(FSpan dinp,   // [B, T, (NH + 2G) D]
                                       CFSpan dout,  // [B, T, NH D]
                                       CFSpan inp,   // [B, T, (NH + 2G) D]
                                       CFSpan att,   // [B, NH, T, T]
                                       int64_t batch, int64_t seq, int64_t heads,
-                                      int64_t query_groups, int64_t head_dim) = 0;
+                                      int64_t query_groups, int64_t head_dim,
+                                      const cpu::AttentionProbabilityDropout* dropout) = 0;
+
+  /// Blockwise causal attention with log-sum-exp (exec/cpu/block_attention.hpp): FlashAttention's
+  /// tile without a T x T store, and one block of ring attention under context parallelism. The
+  /// queries are the local positions of `q_positions` (shape.seq_q = q_positions.local()), the
+  /// keys those of `k_positions` (the CP rank the K/V block came from); the causal mask and the
+  /// dropout mask use their global positions. Overwrites out and lse.
+  virtual void block_attention_forward(FSpan out,  // [B, Tq, NH D]
+                                       FSpan lse,  // [B, NH, Tq]
+                                       CFSpan q,   // [B, Tq, NH D]
+                                       CFSpan kv,  // [B, Tk, 2 G D]: [k | v] rows
+                                       const CpSequence& q_positions,
+                                       const CpSequence& k_positions,
+                                       const cpu::BlockAttentionShape& shape,
+                                       const cpu::AttentionProbabilityDropout* dropout) = 0;
+  /// Ring attention's merge of a block's (block_out, block_lse) into the running (out, lse).
+  virtual void attention_merge(FSpan out,         // [B, T, NH D]
+                               FSpan lse,         // [B, NH, T]
+                               CFSpan block_out,  // [B, T, NH D]
+                               CFSpan block_lse,  // [B, NH, T]
+                               int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) = 0;
+  /// dst += src (ring attention: the dK/dV received for the local K/V block added to its own).
+  virtual void add_in_place(FSpan dst, CFSpan src) = 0;  // [N]
+  /// dq +=, dkv += one block's gradients, from the final (merged) out and lse.
+  virtual void block_attention_backward(FSpan dq,     // [B, Tq, NH D]
+                                        FSpan dkv,    // [B, Tk, 2 G D]
+                                        CFSpan dout,  // [B, Tq, NH D]
+                                        CFSpan q,     // [B, Tq, NH D]
+                                        CFSpan kv,    // [B, Tk, 2 G D]
+                                        CFSpan out,   // [B, Tq, NH D]
+                                        CFSpan lse,   // [B, NH, Tq]
+                                        const CpSequence& q_positions,
+                                        const CpSequence& k_positions,
+                                        const cpu::BlockAttentionShape& shape,
+                                        const cpu::AttentionProbabilityDropout* dropout) = 0;
 
   // ---- rotary position embedding (Su et al. 2021; exec/cpu/rope.hpp) -----------------------------
-  /// out = rotation of inp's heads at positions position_offset + t (Megatron-Core's
-  /// rotate_half form, base `rotary_base`).
+  /// out = rotation of inp's heads; local position t is at `positions.global(t)` of the whole
+  /// sequence (seq = positions.local(); CP chunks, exec/cp_sequence.hpp). Megatron-Core's
+  /// rotate_half form, base `rotary_base` (--rotary-base).
   virtual void rope_forward(FSpan out,   // [B, T, H, D]
                             CFSpan inp,  // [B, T, H, D]
                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                            int64_t position_offset, double rotary_base) = 0;
+                            const CpSequence& positions, double rotary_base) = 0;
   /// dinp += the inverse rotation of dout.
   virtual void rope_backward(FSpan dinp,   // [B, T, H, D]
                              CFSpan dout,  // [B, T, H, D]
                              int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                             int64_t position_offset, double rotary_base) = 0;
+                             const CpSequence& positions, double rotary_base) = 0;
 
   // ---- elementwise ------------------------------------------------------------------------------
   /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 and Megatron.

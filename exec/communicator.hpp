@@ -71,6 +71,12 @@ class Communicator {
   virtual RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
                                   std::span<const int64_t> send_counts, std::span<float> output,
                                   std::span<const int64_t> recv_counts) = 0;
+  /// Ring exchange over the members of `group` (the Program's ring_exchange: ring attention's
+  /// K/V and dK/dV pass under context parallelism): sends `send` to the next member in group
+  /// order, cyclically, and receives the previous member's into `recv`. Every member passes the
+  /// same length; `send` and `recv` must not overlap. A group of one copies send into recv.
+  virtual RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
+                                   std::span<float> recv) = 0;
   /// Point-to-point to/from a global rank; the tag is the Program's (>= 0).
   virtual RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) = 0;
   virtual RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) = 0;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "exec/cpu/cpu_backend.hpp"
@@ -54,7 +55,12 @@ class Executor::Impl {
                              backend_.name() + " backend yet");
     };
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
-    if (sc.parallel.context_parallel_size > 1) unsupported("context parallelism");
+    if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
+      throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
+                             "(Ulysses); the " + backend_.name() +
+                             " backend executes context parallelism with p2p (ring attention) "
+                             "or all_gather only");
+    }
     if (sc.model.attention_width() != sc.model.hidden_size) {
       unsupported("model.kv_channels (a head dimension other than hidden_size / "
                   "num_attention_heads)");
@@ -82,8 +88,15 @@ class Executor::Impl {
       }
     }
     coord_ = rp_->coord;
+    // Gradients are reduced, and the distributed optimizer shards its state, over DP x CP (the
+    // CP ranks of a replica hold the same weights): member dp_cp_index_ of dp_cp_size_.
+    const std::vector<int64_t> dp_cp = comm_.layout().group(GroupKind::kDpCp, rp_->rank);
+    dp_cp_size_ = static_cast<int64_t>(dp_cp.size());
+    dp_cp_index_ = std::find(dp_cp.begin(), dp_cp.end(), rp_->rank) - dp_cp.begin();
+    RankCoord zero_coord = coord_;
+    zero_coord.dp = dp_cp_index_;
     model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
-    optimizer_.emplace(shard_, backend_, coord_, sc.parallel.data_parallel_size,
+    optimizer_.emplace(shard_, backend_, zero_coord, dp_cp_size_,
                        sc.training.use_distributed_optimizer, hyper_);
     // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
     // experts outside TP x PP): which replicas count their squares (ShardOptimizer).
@@ -345,6 +358,26 @@ class Executor::Impl {
       }
       case Role::kMoeDispatch: return moe_exchange(op, /*dispatch=*/true, fwd);
       case Role::kMoeCombine: return moe_exchange(op, /*dispatch=*/false, fwd);
+      case Role::kAttentionCore: {  // context parallelism: K/V (dK/dV) over the CP group
+        CpTransfer t = model_->cp_transfer(op);
+        InFlight f;
+        f.buffer = std::move(t.send);
+        switch (op.collective) {
+          case CollectiveKind::kRingExchange:
+            f.request = comm_.ring_exchange(op.group, f.buffer.span(), t.recv);
+            break;
+          case CollectiveKind::kAllGather:
+            f.request = comm_.all_gather(op.group, f.buffer.span(), t.recv);
+            break;
+          case CollectiveKind::kReduceScatter:
+            f.request = comm_.reduce_scatter(op.group, f.buffer.span(), t.recv, ReduceOp::kSum);
+            break;
+          default: unexpected(op, "unexpected CP collective");
+        }
+        f.on_complete = std::move(t.on_complete);
+        start(op, std::move(f));
+        return;
+      }
       case Role::kGradBucket: return grad_bucket(op);
       case Role::kParamBucket: return param_bucket(op);
       case Role::kLayerNormGrads: return layernorm_grads(op);
@@ -509,7 +542,7 @@ class Executor::Impl {
 
   /// This rank's position in a bucket's group: its DP or expert-DP coordinate.
   int64_t bucket_member(const Op& op) const {
-    return expert_bucket(op) ? shard_.expert_coord().edp : coord_.dp;
+    return expert_bucket(op) ? shard_.expert_coord().edp : dp_cp_index_;
   }
   int64_t pieces_per_member(const std::vector<const ShardTensor*>& tensors) const {
     int64_t n = 0;
@@ -533,7 +566,7 @@ class Executor::Impl {
     // bucket), piece d of every tensor (zero-padded).
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = comm_.layout().size(op.group);
+    const int64_t dp = expert_bucket(op) ? comm_.layout().size(op.group) : dp_cp_size_;
     const int64_t me = bucket_member(op);
     f.buffer = zeros(per_member * dp);
     for (int64_t d = 0; d < dp; ++d) copy_pieces(grads, tensors, d, f.buffer, d * per_member, true);
@@ -551,7 +584,7 @@ class Executor::Impl {
     auto& params = shard_.chunks()[static_cast<size_t>(op.model_chunk)].params;
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = comm_.layout().size(op.group);
+    const int64_t dp = expert_bucket(op) ? comm_.layout().size(op.group) : dp_cp_size_;
     auto mine = std::make_shared<Tensor>(zeros(per_member));
     copy_pieces(params, tensors, bucket_member(op), mine->span(), 0, true);
     InFlight f;
@@ -638,6 +671,7 @@ class Executor::Impl {
   const RankProgram* rp_ = nullptr;
   std::chrono::steady_clock::time_point origin_;
   RankCoord coord_;
+  int64_t dp_cp_size_ = 1, dp_cp_index_ = 0;  // this rank in its DP x CP group
   std::optional<GptModel> model_;
   std::optional<ShardOptimizer> optimizer_;
 

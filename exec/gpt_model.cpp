@@ -11,6 +11,8 @@
 #include "exec/cpu/moe_router.hpp"
 #include "exec/cpu/rope.hpp"
 
+#include <memory>
+
 namespace traintwin::exec {
 namespace {
 
@@ -31,7 +33,13 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
     : prog_(program), rank_(rank.rank), coord_(rank.coord), shard_(shard), backend_(backend), hyper_(hyper) {
   const Scenario& sc = prog_.scenario;
   g_.b = sc.training.micro_batch_size;
-  g_.s = sc.model.seq_length;
+  g_.cp = sc.parallel.context_parallel_size;
+  g_.s_full = sc.model.seq_length;
+  g_.s = g_.s_full / g_.cp;
+  seq_ = CpSequence(g_.s_full, g_.cp, coord_.cp);
+  g_.blockwise = g_.cp > 1 || sc.training.attention_backend == AttentionBackend::kFlash;
+  g_.rotary_base = sc.model.rotary_base;
+  all_gather_ = g_.cp > 1 && sc.parallel.cp_comm_type == CpCommType::kAllGather;
   g_.h = sc.model.hidden_size;
   g_.t = sc.parallel.tensor_model_parallel_size;
   g_.hl = g_.h / g_.t;
@@ -46,11 +54,6 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.rope = sc.model.position_embedding_type == PositionEmbedding::kRope;
   g_.gqa = g_.groups != g_.heads;
   g_.untied = sc.model.untie_embeddings_and_output_weights;
-  if (g_.gqa && hyper_.attention_dropout > 0) {
-    throw UnsupportedError("scenario " + sc.name +
-                           ": attention_dropout > 0 with grouped-query attention "
-                           "(model.num_query_groups < num_attention_heads) is not executed yet");
-  }
   g_.sp = sc.parallel.sequence_parallel;
   g_.tl = g_.sp ? g_.s / g_.t : g_.s;
   g_.p = sc.parallel.pipeline_model_parallel_size;
@@ -143,10 +146,18 @@ ChunkState& GptModel::chunk(int64_t chunk, int64_t mb) {
     ChunkState& st = it->second;
     st.layers.resize(static_cast<size_t>(num_layers(chunk)));
     if (vstage(chunk) == 0 || is_last_vstage(chunk)) {
-      const auto n = static_cast<size_t>(g_.b * g_.s);
+      // The micro-batch's whole sequences; under CP this rank keeps its two chunks of each.
+      const auto n = static_cast<size_t>(g_.b * g_.s_full);
       host_tokens_.assign(n, 0);
       host_labels_.assign(n, 0);
       (*data_)(mb, host_tokens_, host_labels_);
+      if (g_.cp > 1) {
+        std::vector<int32_t> t(static_cast<size_t>(g_.b * g_.s)), l(t.size());
+        seq_.slice<int32_t>(t, host_tokens_, g_.b);
+        seq_.slice<int32_t>(l, host_labels_, g_.b);
+        host_tokens_ = std::move(t);
+        host_labels_ = std::move(l);
+      }
       st.tokens = DeviceBuffer<int32_t>(backend_, g_.b * g_.s);
       st.labels = DeviceBuffer<int32_t>(backend_, g_.b * g_.s);
       backend_.upload(st.tokens, host_tokens_);
@@ -208,7 +219,7 @@ const cpu::AttentionProbabilityDropout* GptModel::attention_dropout(int64_t mb, 
                          stream_id({static_cast<uint64_t>(iteration_),
                                     static_cast<uint64_t>(layer + 1),
                                     kSiteAttentionProbabilities})},
-      cpu::AttentionBlock{g_.b, g_.heads, g_.s, first_sample(mb), coord_.tp * g_.heads,
+      cpu::AttentionBlock{g_.b, g_.heads, g_.s_full, first_sample(mb), coord_.tp * g_.heads,
                           g_.heads * g_.t}};
   return &att_dropout_;
 }
@@ -216,6 +227,58 @@ const cpu::AttentionProbabilityDropout* GptModel::attention_dropout(int64_t mb, 
 cpu::HiddenBlock GptModel::block(int64_t mb, bool full) const {
   return cpu::HiddenBlock{g_.b, full ? g_.s : g_.tl, g_.h, first_sample(mb),
                           full ? 0 : seq_offset(), g_.s};
+}
+
+namespace {
+/// Elements [offset, offset + n) of `x` (an empty span stays empty).
+template <typename T>
+std::span<T> part(std::span<T> x, int64_t offset, int64_t n) {
+  if (x.empty()) return x;
+  return x.subspan(static_cast<size_t>(offset), static_cast<size_t>(n));
+}
+}  // namespace
+
+void GptModel::hidden_pieces(int64_t mb, bool full, const HiddenPieceFn& f) const {
+  if (g_.cp == 1) return f(0, g_.b * (full ? g_.s : g_.tl) * g_.h, block(mb, full));
+  const int64_t rows = full ? g_.s : g_.tl, first = full ? 0 : seq_offset(), h = g_.h;
+  for (int64_t b = 0; b < g_.b; ++b) {
+    for (const CpSequence::Run& r : seq_.runs(first, rows)) {
+      f((b * rows + r.local - first) * h, r.length * h,
+        cpu::HiddenBlock{1, r.length, h, first_sample(mb) + b, r.global, g_.s_full});
+    }
+  }
+}
+
+void GptModel::dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,
+                                   const cpu::DropoutParams& params, int64_t mb, bool full) {
+  hidden_pieces(mb, full, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.bias_dropout_add_forward(part(out, at, n), part(inp, at, n), bias,
+                                      part(residual, at, n), params, k);
+  });
+}
+
+void GptModel::dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CFSpan dout,
+                                    const cpu::DropoutParams& params, int64_t mb, bool full) {
+  hidden_pieces(mb, full, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.bias_dropout_add_backward(part(dinp, at, n), dbias, part(dresidual, at, n),
+                                       part(dout, at, n), params, k);
+  });
+}
+
+void GptModel::positions_forward(FSpan e, int64_t chunk, int64_t mb) {
+  const std::span<float> wpe = shard_.param(chunk, "embedding.position_embeddings.weight");
+  hidden_pieces(mb, false, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.position_embedding_forward(part(e, at, n), wpe, k.batch, k.seq_local, g_.h,
+                                        k.seq_offset);
+  });
+}
+
+void GptModel::positions_backward(CFSpan d_e, int64_t chunk, int64_t mb) {
+  const std::span<float> dwpe = shard_.grad(chunk, "embedding.position_embeddings.weight");
+  hidden_pieces(mb, true, [&](int64_t at, int64_t n, const cpu::HiddenBlock& k) {
+    backend_.position_embedding_backward(dwpe, part(d_e, at, n), k.batch, k.seq_local, g_.h,
+                                         k.seq_offset);
+  });
 }
 
 void GptModel::norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, CFSpan inp, CFSpan weight,
@@ -246,9 +309,9 @@ void GptModel::rope(FSpan out, CFSpan in, bool backward) {
   Tensor qk = zeros(rows * width), rotated = zeros(rows * width);
   backend_.copy_2d(qk, width, in, g_.qkv, width, rows);
   if (backward) {
-    backend_.rope_backward(rotated, qk, g_.b, g_.s, heads, g_.hd, 0, cpu::kRotaryBase);
+    backend_.rope_backward(rotated, qk, g_.b, g_.s, heads, g_.hd, seq_, g_.rotary_base);
   } else {
-    backend_.rope_forward(rotated, qk, g_.b, g_.s, heads, g_.hd, 0, cpu::kRotaryBase);
+    backend_.rope_forward(rotated, qk, g_.b, g_.s, heads, g_.hd, seq_, g_.rotary_base);
   }
   backend_.copy_2d(out, g_.qkv, rotated, width, width, rows);
 }
@@ -316,14 +379,9 @@ void GptModel::embedding_forward(const Op& op) {
 void GptModel::embedding_dropout(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   Tensor& e = reduced(st.emb, st.emb_rs);
-  if (!g_.rope) {  // RoPE models rotate q and k in attention instead
-    backend_.position_embedding_forward(
-        e, shard_.param(op.model_chunk, "embedding.position_embeddings.weight"), g_.b, g_.tl,
-        g_.h, seq_offset());
-  }
+  if (!g_.rope) positions_forward(e, op.model_chunk, op.micro_batch);  // RoPE: in attention
   st.emb_out = zeros(g_.b * g_.tl * g_.h);
-  backend_.bias_dropout_add_forward(st.emb_out, e, {}, {}, dropout(kSiteEmbedding, -1),
-                                    block(op.micro_batch, false));
+  dropout_add_forward(st.emb_out, e, {}, {}, dropout(kSiteEmbedding, -1), op.micro_batch, false);
   st.emb.reset();
   st.emb_rs.reset();
 }
@@ -333,18 +391,221 @@ void GptModel::embedding_backward(const Op& op) {
   // The gradient of the embedding output over the whole sequence (SP: all-gathered).
   const Tensor& d_out = g_.sp ? st.d_emb_full : chunk_input_grad(st, op.model_chunk);
   Tensor d_e = zeros(g_.b * g_.s * g_.h);
-  backend_.bias_dropout_add_backward(d_e, {}, {}, d_out, dropout(kSiteEmbedding, -1),
-                                     block(op.micro_batch, true));
-  if (!g_.rope) {
-    backend_.position_embedding_backward(
-        shard_.grad(op.model_chunk, "embedding.position_embeddings.weight"), d_e, g_.b, g_.s,
-        g_.h, 0);
-  }
+  dropout_add_backward(d_e, {}, {}, d_out, dropout(kSiteEmbedding, -1), op.micro_batch, true);
+  if (!g_.rope) positions_backward(d_e, op.model_chunk, op.micro_batch);
   backend_.vocab_parallel_embedding_backward(
       shard_.grad(op.model_chunk, "embedding.word_embeddings.weight"), d_e, st.tokens, g_.b, g_.s,
       g_.h, g_.vstart, g_.vl, g_.vtotal);
   st.d_emb_full.reset();
   if (!st.layers.empty()) st.layers.front() = LayerState();
+}
+
+// ---- blockwise attention: flash and ring attention (context parallelism) -------------------------
+// Flash (CP = 1): one block, the local queries against the local keys. Ring attention
+// (Megatron-Core cp_comm_type p2p; Transformer Engine's AttnFuncWithCPAndKVP2P): at ring step i
+// this CP rank holds the K/V block of CP rank (r - i) mod CP — step 0 its own, each later one
+// received by the ring_exchange op issued before the previous step — and attends its queries to
+// it by their global positions (a causal prefix of the block's keys), merging the block's output
+// into the running one by log-sum-exp. The backward recirculates K/V the same way; the dK/dV of
+// the block held at step i >= 1 goes to the next rank, which holds that block at step i + 1 and
+// adds its own part, until after CP - 1 hops the sum of the other ranks' parts reaches the
+// block's owner and is added to the owner's step-0 part. The Program's op order (core/program.cpp
+// attention_core) fixes the sequence: forward [kv x0] b0 [kv x1] b1+merge ... ; backward
+// [kv x0] b0 [kv x1] b1 [dkv x1] [kv x2] b2 [dkv x2] ... b(CP-1) [dkv x(CP-1)].
+// cp_comm_type all_gather (Megatron-Core's all-gather CP): K/V of every CP rank all-gathered
+// before the CP blocks (block i = CP rank i's K/V, merged at once: the Program lists no merge
+// kernel), and in the backward each block's dK/dV reduce-scattered onto its owner.
+
+CpSequence GptModel::ring_source(int64_t step) const {
+  if (all_gather_) return CpSequence(g_.s_full, g_.cp, step);  // the gathered blocks in CP order
+  return CpSequence(g_.s_full, g_.cp, ((coord_.cp - step) % g_.cp + g_.cp) % g_.cp);
+}
+
+cpu::BlockAttentionShape GptModel::block_shape() const {
+  return cpu::BlockAttentionShape{g_.b, g_.s, g_.s, g_.heads, g_.groups, g_.hd};
+}
+
+/// Packs the (rotated) queries and the local K/V block from the QKV rows, once per pass.
+void GptModel::pack_ring_inputs(LayerState& L) {
+  if (!L.kv_steps.empty()) return;
+  const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
+  if (qkv.empty()) throw InvalidArgument("executor: attention inputs were not kept or recomputed");
+  const int64_t rows = g_.b * g_.s, qw = g_.heads * g_.hd, kvw = 2 * g_.groups * g_.hd;
+  L.q = zeros(rows * qw);
+  backend_.copy_2d(L.q, qw, qkv, g_.qkv, qw, rows);
+  L.kv_steps.push_back(zeros(rows * kvw));
+  backend_.copy_2d(L.kv_steps[0], kvw, qkv.span().subspan(static_cast<size_t>(qw)), g_.qkv, kvw,
+                   rows);
+}
+
+void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
+  const int64_t rows = g_.b * g_.s;
+  const int64_t i = L.ring_step;
+  auto merge_block = [&] {
+    if (i == 0 || L.block_out.empty()) unexpected(op, "ring attention merge without a block");
+    backend_.attention_merge(L.attn, L.lse, L.block_out, L.block_lse, g_.b, g_.s, g_.heads, g_.hd);
+    L.block_out.reset();
+    L.block_lse.reset();
+  };
+  if (merge) {
+    merge_block();
+  } else {
+    if (i >= g_.cp) unexpected(op, "more ring attention blocks than CP ranks");
+    pack_ring_inputs(L);
+    if (static_cast<int64_t>(L.kv_steps.size()) <= i || L.kv_steps[static_cast<size_t>(i)].empty()) {
+      unexpected(op, "the K/V block of ring step " + std::to_string(i) + " has not arrived");
+    }
+    const cpu::AttentionProbabilityDropout* drop = attention_dropout(op.micro_batch, op.layer);
+    Tensor& out = i == 0 ? L.attn : L.block_out;
+    Tensor& lse = i == 0 ? L.lse : L.block_lse;
+    out = zeros(rows * g_.heads * g_.hd);
+    lse = zeros(g_.b * g_.heads * g_.s);
+    backend_.block_attention_forward(out, lse, L.q, L.kv_steps[static_cast<size_t>(i)], seq_,
+                                     ring_source(i), block_shape(), drop);
+    L.kv_steps[static_cast<size_t>(i)].reset();  // its exchange sent a copy
+    if (i > 0) {
+      if (!all_gather_) return;  // the merge kernel ends the step
+      merge_block();             // all_gather: the Program lists no merge kernel
+    }
+  }
+  if (++L.ring_step < g_.cp) return;
+  // The pass is done: the backward repacks its inputs; selective recomputation and evaluation
+  // keep no attention state (the statistics are recomputed).
+  L.ring_step = 0;
+  L.kv_exchanges = 0;
+  L.kv_steps.clear();
+  L.q.reset();
+  if ((op.phase == Phase::kForward && recompute_ == RecomputeGranularity::kSelective) ||
+      !training_) {
+    L.lse.reset();
+    L.qkv_rope.reset();
+  }
+}
+
+void GptModel::blockwise_backward(const Op& op, LayerState& L) {
+  if (L.lse.empty()) unexpected(op, "attention statistics were not kept or recomputed");
+  const int64_t i = L.ring_step;
+  if (i >= g_.cp) unexpected(op, "more ring attention blocks than CP ranks");
+  pack_ring_inputs(L);
+  if (static_cast<int64_t>(L.kv_steps.size()) <= i || L.kv_steps[static_cast<size_t>(i)].empty()) {
+    unexpected(op, "the K/V block of ring step " + std::to_string(i) + " has not arrived");
+  }
+  const int64_t kv_size = g_.b * g_.s * 2 * g_.groups * g_.hd;
+  if (i == 0) {
+    L.dq = zeros(g_.b * g_.s * g_.heads * g_.hd);
+    L.dkv_own = zeros(kv_size);
+  }
+  FSpan dkv_span;
+  if (all_gather_) {
+    // Block i is CP rank i's: its dK/dV goes to piece i of the reduce-scatter input, which sums
+    // every rank's pieces onto their owners (dkv_own stays zero).
+    if (i == 0) L.dkv_block = zeros(g_.cp * kv_size);
+    dkv_span = L.dkv_block.span().subspan(static_cast<size_t>(i * kv_size),
+                                          static_cast<size_t>(kv_size));
+  } else if (i == 0) {
+    dkv_span = L.dkv_own.span();
+  } else {
+    // From step 2 on, the partial dK/dV of this block from the ranks before arrived (the dkv
+    // exchange of the previous step completed before this step's K/V exchange was issued).
+    L.dkv_block = i >= 2 ? std::move(L.dkv_recv) : zeros(kv_size);
+    if (L.dkv_block.empty()) {
+      unexpected(op, "the partial dK/dV of ring step " + std::to_string(i) + " has not arrived");
+    }
+    dkv_span = L.dkv_block.span();
+  }
+  backend_.block_attention_backward(L.dq, dkv_span, L.d_attn, L.q, L.kv_steps[static_cast<size_t>(i)],
+                                    L.attn, L.lse, seq_, ring_source(i), block_shape(),
+                                    attention_dropout(op.micro_batch, op.layer));
+  L.kv_steps[static_cast<size_t>(i)].reset();
+  ++L.ring_step;
+  if (g_.cp == 1) finish_blockwise_backward(L);  // else when the last dK/dV arrives
+}
+
+/// The local K/V's gradient complete (own part + the others' from the last dkv exchange): dq
+/// and dK/dV scattered into the QKV rows' gradient, the layer's attention state freed.
+void GptModel::finish_blockwise_backward(LayerState& L) {
+  if (g_.cp > 1) backend_.add_in_place(L.dkv_own, L.dkv_recv);
+  const int64_t rows = g_.b * g_.s, qw = g_.heads * g_.hd, kvw = 2 * g_.groups * g_.hd;
+  L.d_qkv = zeros(rows * g_.qkv);
+  backend_.copy_2d(L.d_qkv, g_.qkv, L.dq, qw, qw, rows);
+  backend_.copy_2d(L.d_qkv.span().subspan(static_cast<size_t>(qw)), g_.qkv, L.dkv_own, kvw, kvw,
+                   rows);
+  L.dq.reset();
+  L.dkv_own.reset();
+  L.dkv_recv.reset();
+  L.dkv_block.reset();
+  L.kv_steps.clear();
+  L.q.reset();
+  L.ring_step = 0;
+  L.kv_exchanges = 0;
+  L.dkv_exchanges = 0;
+  L.d_attn.reset();
+  L.attn.reset();
+  L.lse.reset();
+  L.qkv_rope.reset();
+}
+
+CpTransfer GptModel::cp_transfer(const Op& op) {
+  if (op.role != Role::kAttentionCore || !g_.blockwise || g_.cp < 2) {
+    unexpected(op, "not a context-parallel collective of the attention core");
+  }
+  LayerState& L = layer(op);
+  const int64_t kv_size = g_.b * g_.s * 2 * g_.groups * g_.hd;
+  CpTransfer t;
+  if (all_gather_) {
+    if (op.collective == CollectiveKind::kAllGather) {  // every CP rank's K/V, in CP order
+      pack_ring_inputs(L);
+      t.send = clone(L.kv_steps[0]);
+      auto gathered = std::make_shared<Tensor>(zeros(g_.cp * kv_size));
+      t.recv = gathered->span();
+      LayerState* state = &L;
+      t.on_complete = [this, state, gathered, kv_size] {
+        state->kv_steps.clear();
+        for (int64_t j = 0; j < g_.cp; ++j) {
+          state->kv_steps.push_back(zeros(kv_size));
+          backend_.copy(state->kv_steps.back(),
+                        gathered->span().subspan(static_cast<size_t>(j * kv_size),
+                                                 static_cast<size_t>(kv_size)));
+        }
+      };
+      return t;
+    }
+    if (op.collective == CollectiveKind::kReduceScatter && !is_forward(op.phase)) {
+      if (L.ring_step != g_.cp || L.dkv_block.empty()) unexpected(op, "no dK/dV to reduce");
+      t.send = std::move(L.dkv_block);
+      L.dkv_recv = zeros(kv_size);
+      t.recv = L.dkv_recv.span();
+      LayerState* state = &L;
+      t.on_complete = [this, state] { finish_blockwise_backward(*state); };
+      return t;
+    }
+    unexpected(op, "expected the all_gather of K/V or the reduce_scatter of dK/dV");
+  }
+  if (op.collective != CollectiveKind::kRingExchange) unexpected(op, "expected a ring exchange");
+  const bool dkv = !is_forward(op.phase) && L.ring_step >= 2 && L.dkv_exchanges < L.ring_step - 1;
+  if (dkv) {
+    if (L.dkv_block.empty()) unexpected(op, "no dK/dV to pass on");
+    t.send = std::move(L.dkv_block);
+    L.dkv_recv = zeros(kv_size);
+    t.recv = L.dkv_recv.span();
+    if (++L.dkv_exchanges == g_.cp - 1) {
+      // The last hop brings the other ranks' parts of this rank's own K/V gradient.
+      LayerState* state = &L;
+      t.on_complete = [this, state] { finish_blockwise_backward(*state); };
+    }
+    return t;
+  }
+  pack_ring_inputs(L);
+  const int64_t k = L.kv_exchanges++;
+  if (k + 1 >= g_.cp || static_cast<int64_t>(L.kv_steps.size()) != k + 1 ||
+      L.kv_steps[static_cast<size_t>(k)].empty()) {
+    unexpected(op, "K/V ring exchange " + std::to_string(k) + " does not follow ring step " +
+                       std::to_string(L.ring_step));
+  }
+  t.send = clone(L.kv_steps[static_cast<size_t>(k)]);
+  L.kv_steps.push_back(zeros(kv_size));
+  t.recv = L.kv_steps.back().span();
+  return t;
 }
 
 // ---- transformer layer ---------------------------------------------------------------------------
@@ -382,11 +643,22 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
         rope(L.qkv_rope, L.qkv, /*backward=*/false);
         return;
       }
+      if (g_.blockwise) {  // flash / ring attention: no s x s store
+        if (kernel == "cp_attention_merge") {
+          blockwise_forward(op, L, /*merge=*/true);
+        } else if (kernel == "attention_fwd" || kernel == "flash_attention_fwd") {
+          blockwise_forward(op, L, /*merge=*/false);
+        } else {
+          unexpected(op, "unexpected kernel " + kernel);
+        }
+        return;
+      }
       const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
       L.attn = zeros(b * s * hl);
       L.att = zeros(b * heads * s * s);
       if (g_.gqa) {
-        backend_.gqa_attention_forward(L.attn, L.att, qkv, b, s, heads, g_.groups, g_.hd);
+        backend_.gqa_attention_forward(L.attn, L.att, qkv, b, s, heads, g_.groups, g_.hd,
+                                       attention_dropout(op.micro_batch, op.layer));
       } else {
         L.preatt = zeros(b * heads * s * s);
         backend_.attention_forward(L.attn, L.preatt, L.att, qkv, b, s, hl, heads,
@@ -410,9 +682,8 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
       L.proj.reset();
       L.proj_rs.reset();
       L.resid1 = zeros(b * tl * h);
-      backend_.bias_dropout_add_forward(L.resid1, y, P.proj_b, L.in,
-                                        dropout(kSiteAttention, op.layer),
-                                        block(op.micro_batch, false));
+      dropout_add_forward(L.resid1, y, P.proj_b, L.in, dropout(kSiteAttention, op.layer),
+                          op.micro_batch, false);
       return;
     }
     case Role::kPostAttentionLayerNorm:
@@ -455,8 +726,8 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
       L.fc2.reset();
       L.fc2_rs.reset();
       L.out = zeros(b * tl * h);
-      backend_.bias_dropout_add_forward(L.out, y, P.fc2_b, L.resid1, dropout(kSiteMlp, op.layer),
-                                        block(op.micro_batch, false));
+      dropout_add_forward(L.out, y, P.fc2_b, L.resid1, dropout(kSiteMlp, op.layer),
+                          op.micro_batch, false);
       // Full recomputation (and evaluation) keeps only the layer input.
       if ((op.phase == Phase::kForward && recompute_ == RecomputeGranularity::kFull) ||
           !training_) {
@@ -498,8 +769,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       Tensor d_out = take_output_grad(op);
       L.d_resid1 = zeros(b * tl * h);
       L.d_branch = zeros(b * tl * h);
-      backend_.bias_dropout_add_backward(L.d_branch, G.fc2_b, L.d_resid1, d_out,
-                                         dropout(kSiteMlp, op.layer), block(op.micro_batch, false));
+      dropout_add_backward(L.d_branch, G.fc2_b, L.d_resid1, d_out, dropout(kSiteMlp, op.layer),
+                           op.micro_batch, false);
       if (moe_layer(op.layer)) {
         // The routed experts' output gradient; d_branch stays for the shared expert.
         L.d_moe = g_.fs > 0 ? clone(L.d_branch) : std::move(L.d_branch);
@@ -574,9 +845,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kAttentionResidual:
       L.d_in = zeros(b * tl * h);
       L.d_branch = zeros(b * tl * h);
-      backend_.bias_dropout_add_backward(L.d_branch, G.proj_b, L.d_in, L.d_resid1,
-                                         dropout(kSiteAttention, op.layer),
-                                         block(op.micro_batch, false));
+      dropout_add_backward(L.d_branch, G.proj_b, L.d_in, L.d_resid1,
+                           dropout(kSiteAttention, op.layer), op.micro_batch, false);
       L.d_resid1.reset();
       L.resid1.reset();
       return;
@@ -599,12 +869,13 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         rope(L.d_qkv, L.d_qkv, /*backward=*/true);
         return;
       }
+      if (g_.blockwise) return blockwise_backward(op, L);
       if (L.att.empty()) unexpected(op, "attention probabilities were not kept or recomputed");
       const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
       L.d_qkv = zeros(b * s * g_.qkv);
       if (g_.gqa) {
         backend_.gqa_attention_backward(L.d_qkv, L.d_attn, qkv, L.att, b, s, heads, g_.groups,
-                                        g_.hd);
+                                        g_.hd, attention_dropout(op.micro_batch, op.layer));
       } else {
         backend_.attention_backward(L.d_qkv, L.d_attn, qkv, L.att, b, s, hl, heads,
                                     attention_dropout(op.micro_batch, op.layer));
@@ -966,8 +1237,10 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
   switch (role) {
     case Role::kCrossEntropy: {
       count_loss(st);
-      // Mean over the global batch's tokens: each token weighs 1 / (b s m DP).
-      const float w = static_cast<float>(1.0 / static_cast<double>(g_.b * g_.s * g_.m * g_.dp));
+      // Mean over the global batch's tokens: each token weighs 1 / (b s m DP) (s the whole
+      // sequence: a CP rank holds s / CP of each sample's tokens).
+      const float w =
+          static_cast<float>(1.0 / static_cast<double>(g_.b * g_.s_full * g_.m * g_.dp));
       Tensor dlosses = zeros(rows);
       backend_.fill_2d(dlosses, rows, rows, 1, w);
       st.d_logits = zeros(rows * g_.vl);

@@ -11,6 +11,9 @@
 // s); Hl = h/t, F = ffn/t, V_local = padded vocabulary / t (shapes as trailing comments). Tensors
 // whose last use is passed are freed at once, so the activation memory follows the schedule's
 // in-flight micro-batches as the simulator's memory model counts them.
+// Under context parallelism s is this CP rank's s / CP positions (Megatron-Core's load-balanced
+// chunks, cp_sequence.hpp), and the attention core is ring attention (or all-gather CP) over the
+// CP group, one blockwise-attention block per K/V block (see gpt_model.cpp).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 
 #include "core/pipeline_split.hpp"
 #include "core/program.hpp"
+#include "exec/cp_sequence.hpp"
 #include "exec/backend.hpp"
 #include "exec/cpu/adamw.hpp"
 #include "exec/cpu/moe_permute.hpp"
@@ -49,7 +53,13 @@ using MicroBatchSource =
 /// Sizes of this rank's shard of the model and of one micro-batch.
 struct ShardGeometry {
   int64_t b = 0;       ///< micro-batch size
-  int64_t s = 0;       ///< sequence length
+  int64_t s = 0;       ///< positions held by this rank: the sequence length / CP
+  int64_t s_full = 0;  ///< the whole sequence length
+  int64_t cp = 1;      ///< context-parallel size (the sequence in 2 CP chunks, cp_sequence.hpp)
+  /// Attention by the blockwise kernel (no s x s store): attention_backend flash, and every
+  /// block of ring attention under CP; else the unfused kernels that keep the probabilities.
+  bool blockwise = false;
+  double rotary_base = 10000.0;  ///< RoPE's base (model.rotary_base)
   int64_t h = 0;       ///< hidden size
   int64_t t = 0;       ///< tensor-parallel size
   int64_t hl = 0;      ///< h / t
@@ -110,7 +120,17 @@ struct LayerState {
   Tensor ln1_full;                    // [b, s, H] SP-gathered QKV input
   Tensor qkv;                         // [b, s, qkv]
   Tensor qkv_rope;                    // [b, s, qkv] with RoPE applied to q and k (RoPE only)
-  Tensor preatt, att;                 // [b, a/t, s, s]
+  Tensor preatt, att;                 // [b, a/t, s, s] (unfused attention only)
+  // Blockwise attention (flash; ring attention under CP, one K/V block per ring step)
+  Tensor lse;                         // [b, a/t, s] log-sum-exp of each query row
+  Tensor q;                           // [b, s, a/t hd] the (rotated) queries
+  std::vector<Tensor> kv_steps;       // [b, s, 2 g/t hd] K/V block of each ring step (0: local)
+  Tensor block_out, block_lse;        // a ring block's partial output before its merge
+  Tensor dq;                          // [b, s, a/t hd]
+  Tensor dkv_own;                     // [b, s, 2 g/t hd] gradient of the local K/V (step 0)
+  Tensor dkv_block, dkv_recv;         // the current block's dK/dV; the partial one received
+  int64_t ring_step = 0;              // blocks done in this pass
+  int64_t kv_exchanges = 0, dkv_exchanges = 0;  // ring exchanges issued in this pass
   Tensor attn;                        // [b, s, Hl]
   Tensor proj;                        // [b, s, H] partial, all-reduced in place without SP
   Tensor proj_rs;                     // [b, Tl, H] SP reduce-scatter output
@@ -166,6 +186,16 @@ struct ChunkState {
   bool loss_counted = false;
 };
 
+/// What one CP collective of the attention core sends and receives (the walk issues it over the
+/// CP group): a ring_exchange of a K/V block for the next ring step or of a partial dK/dV in the
+/// backward (p2p); the all_gather of the K/V blocks or the reduce_scatter of their dK/dV
+/// (all_gather).
+struct CpTransfer {
+  Tensor send;                       ///< owned copy, alive until the exchange completes
+  std::span<float> recv;             ///< in the layer's state
+  std::function<void()> on_complete; ///< run once it completed (may be empty)
+};
+
 /// The GPT model's math on one rank: per (model chunk, micro-batch) state and the kernels of each
 /// Role. Holds references to the program, shard and backend, which must outlive it.
 class GptModel {
@@ -193,6 +223,11 @@ class GptModel {
   /// how many (layer, micro-batch) terms it holds.
   double moe_aux_loss_sum() const { return aux_loss_sum_; }
   int64_t moe_aux_loss_terms() const { return aux_loss_terms_; }
+
+  /// What a CP collective of `op`'s attention core sends and where the result arrives (ring
+  /// attention, cp_comm_type p2p or all_gather; see gpt_model.cpp). Throws InvalidArgument when
+  /// the op does not fit the attention's state.
+  CpTransfer cp_transfer(const Op& op);
 
   /// Evaluation: counts the loss of every micro-batch whose cross-entropy ran (the backward,
   /// which counts it in training, does not run).
@@ -238,6 +273,31 @@ class GptModel {
   cpu::DropoutParams dropout(uint64_t site, int64_t layer) const;
   const cpu::AttentionProbabilityDropout* attention_dropout(int64_t mb, int64_t layer);
   cpu::HiddenBlock block(int64_t mb, bool full) const;
+  /// The pieces of a [b, Tl, H] block (`full`: [b, s, H]) of micro-batch `mb` whose global
+  /// positions are consecutive, as (element offset, element count, their HiddenBlock): the
+  /// whole block when CP = 1, else one per sample and run (cp_sequence.hpp).
+  using HiddenPieceFn = std::function<void(int64_t, int64_t, const cpu::HiddenBlock&)>;
+  void hidden_pieces(int64_t mb, bool full, const HiddenPieceFn& f) const;
+  /// Megatron's bias_dropout_add over a [b, Tl, H] block (`full`: [b, s, H]) of micro-batch
+  /// `mb`, with the mask on global positions: one call, or under CP one per sample and run of
+  /// consecutive global positions (cp_sequence.hpp).
+  void dropout_add_forward(FSpan out, CFSpan inp, CFSpan bias, CFSpan residual,
+                           const cpu::DropoutParams& params, int64_t mb, bool full);
+  void dropout_add_backward(FSpan dinp, FSpan dbias, FSpan dresidual, CFSpan dout,
+                            const cpu::DropoutParams& params, int64_t mb, bool full);
+  /// Learned positions added to (forward: the [b, Tl, H] SP block) or gradient taken from
+  /// (backward: the [b, s, H] gradient) the embedding output of micro-batch `mb`, by global
+  /// position (hidden_pieces).
+  void positions_forward(FSpan e, int64_t chunk, int64_t mb);
+  void positions_backward(CFSpan d_e, int64_t chunk, int64_t mb);
+  /// Blockwise attention (flash, ring): the sequence of the CP rank whose K/V block a ring step
+  /// holds, the kernel's shape, the queries and local K/V packed from the QKV rows.
+  CpSequence ring_source(int64_t step) const;
+  cpu::BlockAttentionShape block_shape() const;
+  void pack_ring_inputs(LayerState& L);
+  void blockwise_forward(const Op& op, LayerState& L, bool merge);
+  void blockwise_backward(const Op& op, LayerState& L);
+  void finish_blockwise_backward(LayerState& L);
   /// LayerNorm or RMSNorm (by the model) over [b, Tl, H]; allocates out, mean (LayerNorm) and
   /// rstd (1 / rms for RMSNorm). Backward accumulates into dinp, dweight, dbias.
   void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, CFSpan inp, CFSpan weight,
@@ -276,6 +336,8 @@ class GptModel {
   Backend& backend_;
   const TrainingHyperparameters& hyper_;
   ShardGeometry g_;
+  CpSequence seq_;  // this rank's positions of the sequence
+  bool all_gather_ = false;  // CP attention by all-gathered K/V (else the p2p ring)
   std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;

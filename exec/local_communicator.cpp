@@ -53,6 +53,17 @@ RequestPtr LocalCommunicator::all_gather(GroupKind group, std::span<const float>
   return std::make_unique<CompletedRequest>();
 }
 
+RequestPtr LocalCommunicator::ring_exchange(GroupKind group, std::span<const float> send,
+                                            std::span<float> recv) {
+  if (send.size() != recv.size()) {
+    throw InvalidArgument(std::string("local communicator: ring_exchange on group ") +
+                          to_string(group) + ": send has " + std::to_string(send.size()) +
+                          " elements, recv " + std::to_string(recv.size()));
+  }
+  std::copy(send.begin(), send.end(), recv.begin());
+  return std::make_unique<CompletedRequest>();
+}
+
 RequestPtr LocalCommunicator::reduce_scatter(GroupKind group, std::span<const float> input,
                                              std::span<float> output, ReduceOp) {
   if (input.size() != output.size()) {

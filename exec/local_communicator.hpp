@@ -44,6 +44,9 @@ class LocalCommunicator final : public Communicator {
   RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
                           std::span<const int64_t> send_counts, std::span<float> output,
                           std::span<const int64_t> recv_counts) override;
+  /// Copies send to recv (the member's own successor and predecessor is itself).
+  RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
+                           std::span<float> recv) override;
   /// Always InvalidArgument: a world of one rank has no peer.
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;

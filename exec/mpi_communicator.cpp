@@ -37,10 +37,10 @@ const char* to_text(ReduceOp op) { return op == ReduceOp::kMax ? "max" : "sum"; 
 /// communicator's watchdog (the distributed timeout).
 class MpiRequest final : public Request {
  public:
-  /// `keep_alive`: arrays MPI reads until the operation completes (MPI_Ialltoallv's counts and
-  /// displacements).
+  /// `keep_alive` holds what MPI reads until completion (the count arrays of a non-blocking
+  /// alltoallv).
   MpiRequest(MPI_Request request, std::shared_ptr<MpiWatchdog> watchdog, PendingOp op,
-             int expected_count = -1, std::vector<int> keep_alive = {})
+             int expected_count = -1, std::shared_ptr<const void> keep_alive = nullptr)
       : request_(request),
         watchdog_(std::move(watchdog)),
         op_(std::move(op)),
@@ -80,7 +80,7 @@ class MpiRequest final : public Request {
   PendingOp op_;
   std::string what_;
   int expected_count_;
-  std::vector<int> keep_alive_;
+  std::shared_ptr<const void> keep_alive_;
 };
 
 }  // namespace
@@ -269,7 +269,7 @@ RequestPtr MpiCommunicator::all_to_all_v(GroupKind group, std::span<const float>
         what);
   // The vector's heap block moves with it: the pointers MPI holds stay valid.
   return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what), -1,
-                                      std::move(arrays));
+                                      std::make_shared<const std::vector<int>>(std::move(arrays)));
 }
 
 void MpiCommunicator::check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const {
@@ -283,6 +283,41 @@ void MpiCommunicator::check_peer_and_tag(const char* op, int64_t peer, int64_t t
                           std::to_string(peer) + ": tag " + std::to_string(tag) +
                           " is outside [0, MPI_TAG_UB = " + std::to_string(max_tag_) + "]");
   }
+}
+
+RequestPtr MpiCommunicator::ring_exchange(GroupKind group, std::span<const float> send,
+                                         std::span<float> recv) {
+  const std::string what = "ring exchange (MPI_Ialltoallv, " + std::to_string(send.size()) +
+                           " floats to the next member) on group " + to_string(group);
+  const MPI_Comm c = comm(group, "ring_exchange");
+  if (send.size() != recv.size()) {
+    throw InvalidArgument("MPI communicator: ring_exchange on group " +
+                          std::string(to_string(group)) + ": send has " +
+                          std::to_string(send.size()) + " elements, recv " +
+                          std::to_string(recv.size()));
+  }
+  const int n = to_count(send.size(), what);
+  int me = 0, members = 0;
+  check(MPI_Comm_rank(c, &me), what);
+  check(MPI_Comm_size(c, &members), what);
+  // Counts and displacements per member; MPI reads them until the request completes.
+  struct Arrays {
+    std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+  };
+  auto a = std::make_shared<Arrays>();
+  const auto m = static_cast<size_t>(members);
+  a->send_counts.assign(m, 0);
+  a->send_displs.assign(m, 0);
+  a->recv_counts.assign(m, 0);
+  a->recv_displs.assign(m, 0);
+  a->send_counts[static_cast<size_t>((me + 1) % members)] = n;
+  a->recv_counts[static_cast<size_t>((me + members - 1) % members)] = n;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ialltoallv(send.data(), a->send_counts.data(), a->send_displs.data(), MPI_FLOAT,
+                       recv.data(), a->recv_counts.data(), a->recv_displs.data(), MPI_FLOAT, c,
+                       &request),
+        what);
+  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what), -1, std::move(a));
 }
 
 RequestPtr MpiCommunicator::send(int64_t peer, int64_t tag, std::span<const float> data) {

@@ -88,6 +88,10 @@ class MpiCommunicator final : public Communicator {
   RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
                           std::span<const int64_t> send_counts, std::span<float> output,
                           std::span<const int64_t> recv_counts) override;
+  /// MPI_Ialltoallv on the group's communicator with one non-empty block each way (to the next
+  /// member, from the previous one): one collective request, so the watchdog names the group.
+  RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
+                           std::span<float> recv) override;
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;
 

@@ -127,28 +127,48 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     }
   } else if (name == "attention_fwd" || name == "attention_bwd" ||
              name == "flash_attention_fwd" || name == "flash_attention_bwd") {
-    // attention_backend: flash computes the same exact attention; the CPU backend runs it with
-    // its one attention kernel (which keeps the probabilities).
     need(4);
     const bool fwd = name == "attention_fwd" || name == "flash_attention_fwd";
+    const bool flash = name == "flash_attention_fwd" || name == "flash_attention_bwd";
     const int64_t bb = d[0], heads = d[1], s = d[2], C = d[1] * d[3];
+    const int64_t a = sc.model.num_attention_heads, g = sc.model.query_groups();
+    const int64_t hd = d[3], kv = heads * g / a, width = (heads + 2 * kv) * hd;
+    if (kv * a != heads * g) unsupported(key);
     auto drop = std::make_shared<cpu::AttentionProbabilityDropout>(cpu::AttentionProbabilityDropout{
         cpu::DropoutParams{p_att, 1, 3}, cpu::AttentionBlock{bb, heads, s, 0, 0, heads}});
     const cpu::AttentionProbabilityDropout* dp = p_att > 0 ? drop.get() : nullptr;
-    const int64_t a = sc.model.num_attention_heads, g = sc.model.query_groups();
-    if (g != a) {  // grouped-query attention (GptModel: the gqa kernel, no probability dropout)
-      const int64_t hd = d[3], kv = heads * g / a, width = (heads + 2 * kv) * hd;
-      if (kv * a != heads * g) unsupported(key);
+    if (flash || sc.parallel.context_parallel_size > 1) {
+      // GptModel runs flash attention, and every block of ring attention, with the blockwise
+      // kernel; a causal block of s queries and keys has the work of a CP ring block (each
+      // visits half of its s x s pairs under the causal load balance).
+      const cpu::BlockAttentionShape shape{bb, s, s, heads, kv, hd};
+      const CpSequence seq(s, 1, 0);
+      if (fwd) {
+        c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s), in.uniform(bb * s * C),
+                   in.uniform(bb * s * 2 * kv * hd));
+        c.run = [&be, shape, seq, drop, dp](KernelCall& x) {
+          be.block_attention_forward(x.t[0], x.t[1], x.t[2], x.t[3], seq, seq, shape, dp);
+        };
+      } else {
+        c.t = list(in.zeros(bb * s * C), in.zeros(bb * s * 2 * kv * hd), in.uniform(bb * s * C),
+                   in.uniform(bb * s * C), in.uniform(bb * s * 2 * kv * hd),
+                   in.uniform(bb * s * C), in.uniform(bb * heads * s, 1.0, 3.0));
+        c.run = [&be, shape, seq, drop, dp](KernelCall& x) {
+          be.block_attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], x.t[5], x.t[6], seq,
+                                      seq, shape, dp);
+        };
+      }
+    } else if (g != a) {  // grouped-query attention (GptModel: the gqa kernel)
       if (fwd) {
         c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s * s), in.uniform(bb * s * width));
-        c.run = [&be, bb, s, heads, kv, hd](KernelCall& x) {
-          be.gqa_attention_forward(x.t[0], x.t[1], x.t[2], bb, s, heads, kv, hd);
+        c.run = [&be, bb, s, heads, kv, hd, drop, dp](KernelCall& x) {
+          be.gqa_attention_forward(x.t[0], x.t[1], x.t[2], bb, s, heads, kv, hd, dp);
         };
       } else {
         c.t = list(in.zeros(bb * s * width), in.uniform(bb * s * C), in.uniform(bb * s * width),
                    in.uniform(bb * heads * s * s, 0.0, 1.0));
-        c.run = [&be, bb, s, heads, kv, hd](KernelCall& x) {
-          be.gqa_attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, heads, kv, hd);
+        c.run = [&be, bb, s, heads, kv, hd, drop, dp](KernelCall& x) {
+          be.gqa_attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, heads, kv, hd, dp);
         };
       }
     } else if (fwd) {
@@ -164,6 +184,14 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
         be.attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, C, heads, dp);
       };
     }
+  } else if (name == "cp_attention_merge") {
+    need(4);  // {b, heads, s, head_dim}
+    const int64_t bb = d[0], heads = d[1], s = d[2], hd = d[3];
+    c.t = list(in.uniform(bb * s * heads * hd), in.uniform(bb * heads * s),
+               in.uniform(bb * s * heads * hd), in.uniform(bb * heads * s));
+    c.run = [&be, bb, s, heads, hd](KernelCall& x) {
+      be.attention_merge(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, heads, hd);
+    };
   } else if (name == "layernorm_fwd" || name == "layernorm_bwd") {
     need(2);
     const int64_t rows = d[0], C = d[1];
@@ -223,11 +251,13 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     if (rows * hd != n) unsupported(key);
     const bool fwd = name == "rope_fwd";
     c.t = list(in.zeros(n), in.uniform(n));
-    c.run = [&be, rows, hd, fwd](KernelCall& x) {
+    const double base = sc.model.rotary_base;
+    c.run = [&be, rows, hd, fwd, base](KernelCall& x) {
+      const CpSequence one(1, 1, 0);
       if (fwd) {
-        be.rope_forward(x.t[0], x.t[1], 1, 1, rows, hd, 0, cpu::kRotaryBase);
+        be.rope_forward(x.t[0], x.t[1], 1, 1, rows, hd, one, base);
       } else {
-        be.rope_backward(x.t[0], x.t[1], 1, 1, rows, hd, 0, cpu::kRotaryBase);
+        be.rope_backward(x.t[0], x.t[1], 1, 1, rows, hd, one, base);
       }
     };
   } else if (name == "dropout_add_fwd" || name == "dropout_add_bwd") {

@@ -1,6 +1,8 @@
 // Live training of one rank; see trainer.hpp.
 #include "exec/trainer.hpp"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -80,6 +82,11 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
   for (const ChunkLayers& chunk : pipeline_layer_split(s.model, p)) {
     split += (split.empty() ? "" : ",") + str(chunk.num_layers);
   }
+  // RoPE's angles: another base trains another model (shortest round-trip text).
+  std::string rotary_base;
+  if (s.model.position_embedding_type == PositionEmbedding::kRope) {
+    rotary_base = fmt::format("{}", s.model.rotary_base);
+  }
   std::map<std::string, std::string> signature = {
       {"model.num_layers", str(s.model.num_layers)},
       {"model.hidden_size", str(s.model.hidden_size)},
@@ -87,7 +94,16 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"model.ffn_hidden_size", str(s.model.ffn_hidden_size)},
       {"model.seq_length", str(s.model.seq_length)},
       {"model.vocab_size", str(s.model.vocab_size)},
+      {"model.num_query_groups", str(s.model.query_groups())},
+      {"model.normalization", to_string(s.model.normalization)},
+      {"model.activation", to_string(s.model.activation)},
+      {"model.position_embedding_type", to_string(s.model.position_embedding_type)},
+      {"model.rotary_base", rotary_base},
+      {"model.untie_embeddings_and_output_weights",
+       s.model.untie_embeddings_and_output_weights ? "true" : "false"},
+      {"model.add_bias_linear", s.model.add_bias_linear ? "true" : "false"},
       {"parallelism.tensor_model_parallel_size", str(p.tensor_model_parallel_size)},
+      {"parallelism.context_parallel_size", str(p.context_parallel_size)},
       {"parallelism.pipeline_model_parallel_size", str(p.pipeline_model_parallel_size)},
       {"parallelism.virtual_pipeline_model_parallel_size",
        str(p.virtual_pipeline_model_parallel_size)},
@@ -100,6 +116,7 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"data.data_path", s.data.data_path ? data_path_identity(*s.data.data_path) : ""},
       {"data.split", s.data.split},
       {"rank.tp", str(c.tp)},
+      {"rank.cp", str(c.cp)},
       {"rank.pp", str(c.pp)},
       {"rank.dp", str(c.dp)},
   };

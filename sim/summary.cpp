@@ -268,6 +268,8 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                    {"optimizer_bytes", st.optimizer_bytes},
                    {"activations_bytes", st.activations_bytes},
                    {"embedding_and_logits_bytes", st.embedding_and_logits_bytes},
+                   {"expert_parameters", st.expert_parameters},
+                   {"moe_dispatch_buffers_bytes", st.moe_dispatch_buffers_bytes},
                    {"total_bytes", st.total_bytes()}});
   }
   j["memory_per_stage"] = mem;

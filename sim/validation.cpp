@@ -6,6 +6,8 @@
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
+#include "core/input_file.hpp"
+#include "core/yaml_document.hpp"
 
 namespace traintwin {
 namespace {
@@ -72,12 +74,10 @@ void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::N
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir) {
   const std::string file = calibration_file.string();
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(file);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(file + ": " + e.what());
-  }
+  // A regular file of at most 4 MiB and one YAML document, like scenarios and topologies.
+  const YAML::Node root = load_single_yaml_document(
+      read_input_file(calibration_file, "calibration file", kMaxConfigFileBytes), file,
+      "calibration file");
   if (!root["cases"] || !root["cases"].IsSequence()) {
     throw ConfigError(file + ": cases: missing or not a list");
   }

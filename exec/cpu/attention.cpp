@@ -1,6 +1,7 @@
 // Causal multi-head self-attention; see attention.hpp.
 #include "exec/cpu/attention.hpp"
 
+#include "exec/cpu/attention_dropout_row.hpp"
 #include "exec/cpu/checks.hpp"
 
 #include <cmath>
@@ -30,46 +31,6 @@ void check_sizes(int64_t batch, int64_t seq, int64_t channels, int64_t heads) {
   }
 }
 
-/// Per-key factors of one (b, h, t) row under attention dropout: 1/(1-p) kept, 0 dropped; all 1
-/// without dropout.
-template <typename Scalar>
-class DropoutRow {
- public:
-  DropoutRow(const AttentionProbabilityDropout* d, int64_t batch, int64_t seq, int64_t heads)
-      : d_(d != nullptr && d->params.p > 0 ? d : nullptr), factors_(static_cast<size_t>(seq), Scalar{1}) {
-    if (d_ == nullptr) return;
-    check_p_and_block(batch, seq, heads);
-    scale_ = static_cast<Scalar>(1.0 / (1.0 - d_->params.p));
-  }
-  /// Fills the factors of row (b, h, t) for keys 0..t.
-  const Scalar* row(int64_t b, int64_t h, int64_t t) {
-    if (d_ != nullptr) {
-      for (int64_t t2 = 0; t2 <= t; ++t2) {
-        factors_[static_cast<size_t>(t2)] =
-            dropout_keep(d_->params, attention_dropout_index(d_->block, b, h, t, t2)) ? scale_ : Scalar{0};
-      }
-    }
-    return factors_.data();
-  }
-
- private:
-  void check_p_and_block(int64_t batch, int64_t seq, int64_t heads) const {
-    if (!(d_->params.p >= 0 && d_->params.p < 1)) {
-      throw InvalidArgument("attention: dropout p must be in [0, 1), got " + std::to_string(d_->params.p));
-    }
-    const AttentionBlock& k = d_->block;
-    if (k.batch != batch || k.seq != seq || k.heads != heads || k.first_sample < 0 ||
-        k.head_offset < 0 || k.head_offset + heads > k.heads_total) {
-      throw InvalidArgument("attention: the dropout block does not match the call (batch " +
-                            std::to_string(batch) + ", heads " + std::to_string(heads) + ", seq " +
-                            std::to_string(seq) + ")");
-    }
-  }
-  const AttentionProbabilityDropout* d_;
-  std::vector<Scalar> factors_;
-  Scalar scale_ = 1;
-};
-
 }  // namespace
 
 template <typename Scalar>
@@ -77,7 +38,7 @@ void attention_forward(std::span<Scalar> out, std::span<Scalar> preatt, std::spa
                        std::span<const Scalar> inp, int64_t batch, int64_t seq, int64_t channels,
                        int64_t heads, const AttentionProbabilityDropout* dropout) {
   check_sizes(batch, seq, channels, heads);
-  DropoutRow<Scalar> drop(dropout, batch, seq, heads);
+  AttentionDropoutRow<Scalar> drop("attention", dropout, batch, heads, seq, seq);
   require_size(out.size(), batch * seq * channels, "out");
   require_size(preatt.size(), batch * heads * seq * seq, "preatt");
   require_size(att.size(), batch * heads * seq * seq, "att");
@@ -117,7 +78,7 @@ void attention_forward(std::span<Scalar> out, std::span<Scalar> preatt, std::spa
           att_bth[t2] = t2 <= t ? att_bth[t2] * expsum_inv : Scalar{0};
         }
         // Pass 4: weighted sum of the values (by the dropped-out probabilities).
-        const Scalar* factor = drop.row(b, h, t);  // [T]
+        const Scalar* factor = drop.row(b, h, t, t + 1);  // [T]
         Scalar* out_bth = out.data() + (b * seq + t) * channels + h * hs;  // [hs]
         for (int64_t i = 0; i < hs; ++i) out_bth[i] = 0;
         for (int64_t t2 = 0; t2 <= t; ++t2) {
@@ -137,7 +98,7 @@ void attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
                         int64_t seq, int64_t channels, int64_t heads,
                         const AttentionProbabilityDropout* dropout) {
   check_sizes(batch, seq, channels, heads);
-  DropoutRow<Scalar> drop(dropout, batch, seq, heads);
+  AttentionDropoutRow<Scalar> drop("attention", dropout, batch, heads, seq, seq);
   require_size(dinp.size(), batch * seq * 3 * channels, "dinp");
   require_size(dout.size(), batch * seq * channels, "dout");
   require_size(inp.size(), batch * seq * 3 * channels, "inp");
@@ -156,7 +117,7 @@ void attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
         Scalar* dquery_t = dinp.data() + (b * seq + t) * c3 + h * hs;             // [hs]
         // Backward through the value accumulation and the dropout: with a = att x factor,
         // datt = factor (v . dout), dv += a dout.
-        const Scalar* factor = drop.row(b, h, t);  // [T]
+        const Scalar* factor = drop.row(b, h, t, t + 1);  // [T]
         for (int64_t t2 = 0; t2 <= t; ++t2) {
           const int64_t v_off = (b * seq + t2) * c3 + h * hs + 2 * channels;
           const Scalar* value_t2 = inp.data() + v_off;  // [hs]

@@ -164,36 +164,70 @@ void CpuBackend::rmsnorm_backward(FSpan dinp, FSpan dweight, CFSpan dout, CFSpan
 
 void CpuBackend::gqa_attention_forward(FSpan out, FSpan att, CFSpan inp, int64_t batch,
                                        int64_t seq, int64_t heads, int64_t query_groups,
-                                       int64_t head_dim) {
-  cpu::gqa_attention_forward<float>(out, att, inp, batch, seq, heads, query_groups, head_dim);
+                                       int64_t head_dim,
+                                       const AttentionProbabilityDropout* dropout) {
+  cpu::gqa_attention_forward<float>(out, att, inp, batch, seq, heads, query_groups, head_dim,
+                                    dropout);
 }
 
 void CpuBackend::gqa_attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att,
                                         int64_t batch, int64_t seq, int64_t heads,
-                                        int64_t query_groups, int64_t head_dim) {
+                                        int64_t query_groups, int64_t head_dim,
+                                        const AttentionProbabilityDropout* dropout) {
   cpu::gqa_attention_backward<float>(dinp, dout, inp, att, batch, seq, heads, query_groups,
-                                     head_dim);
+                                     head_dim, dropout);
 }
 
 namespace {
-/// Positions offset, offset + 1, ..., offset + seq - 1.
-std::vector<int64_t> positions(int64_t seq, int64_t offset) {
-  std::vector<int64_t> p(static_cast<size_t>(std::max<int64_t>(seq, 0)));
-  std::iota(p.begin(), p.end(), offset);
-  return p;
+/// The global positions of a sequence's local positions [0, n).
+std::vector<int64_t> positions(const CpSequence& sequence, int64_t n) {
+  if (n != sequence.local()) {
+    throw InvalidArgument("cpu backend: " + std::to_string(n) + " positions, but the sequence "
+                          "holds " + std::to_string(sequence.local()) + " local positions");
+  }
+  return sequence.positions(0, n);
 }
 }  // namespace
 
+void CpuBackend::block_attention_forward(FSpan out, FSpan lse, CFSpan q, CFSpan kv,
+                                         const CpSequence& q_positions,
+                                         const CpSequence& k_positions,
+                                         const cpu::BlockAttentionShape& shape,
+                                         const AttentionProbabilityDropout* dropout) {
+  cpu::block_attention_forward<float>(out, lse, q, kv, positions(q_positions, shape.seq_q),
+                                      positions(k_positions, shape.seq_k), shape, dropout);
+}
+
+void CpuBackend::attention_merge(FSpan out, FSpan lse, CFSpan block_out, CFSpan block_lse,
+                                 int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  cpu::attention_merge<float>(out, lse, block_out, block_lse, batch, seq, heads, head_dim);
+}
+
+void CpuBackend::add_in_place(FSpan dst, CFSpan src) {
+  cpu::require_same("add_in_place", dst.size(), src.size(), "dst and src");
+  for (size_t i = 0; i < dst.size(); ++i) dst[i] += src[i];
+}
+
+void CpuBackend::block_attention_backward(FSpan dq, FSpan dkv, CFSpan dout, CFSpan q, CFSpan kv,
+                                          CFSpan out, CFSpan lse, const CpSequence& q_positions,
+                                          const CpSequence& k_positions,
+                                          const cpu::BlockAttentionShape& shape,
+                                          const AttentionProbabilityDropout* dropout) {
+  cpu::block_attention_backward<float>(dq, dkv, dout, q, kv, out, lse,
+                                       positions(q_positions, shape.seq_q),
+                                       positions(k_positions, shape.seq_k), shape, dropout);
+}
+
 void CpuBackend::rope_forward(FSpan out, CFSpan inp, int64_t batch, int64_t seq, int64_t heads,
-                              int64_t head_dim, int64_t position_offset, double rotary_base) {
-  cpu::rope_forward<float>(out, inp, positions(seq, position_offset), batch, seq, heads, head_dim,
+                              int64_t head_dim, const CpSequence& sequence, double rotary_base) {
+  cpu::rope_forward<float>(out, inp, positions(sequence, seq), batch, seq, heads, head_dim,
                            rotary_base);
 }
 
 void CpuBackend::rope_backward(FSpan dinp, CFSpan dout, int64_t batch, int64_t seq, int64_t heads,
-                               int64_t head_dim, int64_t position_offset, double rotary_base) {
-  cpu::rope_backward<float>(dinp, dout, positions(seq, position_offset), batch, seq, heads,
-                            head_dim, rotary_base);
+                               int64_t head_dim, const CpSequence& sequence, double rotary_base) {
+  cpu::rope_backward<float>(dinp, dout, positions(sequence, seq), batch, seq, heads, head_dim,
+                            rotary_base);
 }
 
 void CpuBackend::swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t width) {

@@ -60,14 +60,27 @@ class CpuBackend final : public Backend {
   void rmsnorm_backward(FSpan dinp, FSpan dweight, CFSpan dout, CFSpan inp, CFSpan weight,
                         CFSpan rrms, int64_t batch, int64_t seq, int64_t channels) override;
   void gqa_attention_forward(FSpan out, FSpan att, CFSpan inp, int64_t batch, int64_t seq,
-                             int64_t heads, int64_t query_groups, int64_t head_dim) override;
+                             int64_t heads, int64_t query_groups, int64_t head_dim,
+                             const AttentionProbabilityDropout* dropout) override;
   void gqa_attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CFSpan att, int64_t batch,
-                              int64_t seq, int64_t heads, int64_t query_groups,
-                              int64_t head_dim) override;
+                              int64_t seq, int64_t heads, int64_t query_groups, int64_t head_dim,
+                              const AttentionProbabilityDropout* dropout) override;
+  void block_attention_forward(FSpan out, FSpan lse, CFSpan q, CFSpan kv,
+                               const CpSequence& q_positions, const CpSequence& k_positions,
+                               const cpu::BlockAttentionShape& shape,
+                               const AttentionProbabilityDropout* dropout) override;
+  void attention_merge(FSpan out, FSpan lse, CFSpan block_out, CFSpan block_lse, int64_t batch,
+                       int64_t seq, int64_t heads, int64_t head_dim) override;
+  void add_in_place(FSpan dst, CFSpan src) override;
+  void block_attention_backward(FSpan dq, FSpan dkv, CFSpan dout, CFSpan q, CFSpan kv, CFSpan out,
+                                CFSpan lse, const CpSequence& q_positions,
+                                const CpSequence& k_positions,
+                                const cpu::BlockAttentionShape& shape,
+                                const AttentionProbabilityDropout* dropout) override;
   void rope_forward(FSpan out, CFSpan inp, int64_t batch, int64_t seq, int64_t heads,
-                    int64_t head_dim, int64_t position_offset, double rotary_base) override;
+                    int64_t head_dim, const CpSequence& positions, double rotary_base) override;
   void rope_backward(FSpan dinp, CFSpan dout, int64_t batch, int64_t seq, int64_t heads,
-                     int64_t head_dim, int64_t position_offset, double rotary_base) override;
+                     int64_t head_dim, const CpSequence& positions, double rotary_base) override;
   void swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t width) override;
   void swiglu_backward(FSpan dinp, CFSpan dout, CFSpan inp, int64_t rows, int64_t width) override;
   void moe_topk_softmax_forward(FSpan gates, std::span<uint8_t> topk_map,

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "exec/cpu/attention_dropout_row.hpp"
 #include "exec/cpu/checks.hpp"
 
 namespace traintwin::exec::cpu {
@@ -44,9 +45,11 @@ Layout check(size_t inp, size_t out, const char* out_name, size_t att, int64_t b
 template <typename Scalar>
 void gqa_attention_forward(std::span<Scalar> out, std::span<Scalar> att,
                            std::span<const Scalar> inp, int64_t batch, int64_t seq, int64_t heads,
-                           int64_t query_groups, int64_t head_dim) {
+                           int64_t query_groups, int64_t head_dim,
+                           const AttentionProbabilityDropout* dropout) {
   const Layout l =
       check(inp.size(), out.size(), "out", att.size(), batch, seq, heads, query_groups, head_dim);
+  AttentionDropoutRow<Scalar> drop(kLayer, dropout, batch, heads, seq, seq);
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(head_dim));
   const int64_t c = heads * head_dim;
   for (int64_t b = 0; b < batch; ++b) {
@@ -69,11 +72,14 @@ void gqa_attention_forward(std::span<Scalar> out, std::span<Scalar> att,
           sum += a[t2];
         }
         for (int64_t t2 = 0; t2 < seq; ++t2) a[t2] = t2 <= t ? a[t2] / sum : Scalar{0};
+        // The values weighted by the dropped-out probabilities (att itself stays undropped).
+        const Scalar* factor = drop.row(b, h, t, t + 1);
         Scalar* o = out.data() + (b * seq + t) * c + h * head_dim;
         for (int64_t i = 0; i < head_dim; ++i) o[i] = 0;
         for (int64_t t2 = 0; t2 <= t; ++t2) {
           const Scalar* v = inp.data() + (b * seq + t2) * l.row + l.v(g);
-          for (int64_t i = 0; i < head_dim; ++i) o[i] += a[t2] * v[i];
+          const Scalar w = a[t2] * factor[t2];
+          for (int64_t i = 0; i < head_dim; ++i) o[i] += w * v[i];
         }
       }
     }
@@ -84,9 +90,10 @@ template <typename Scalar>
 void gqa_attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
                             std::span<const Scalar> inp, std::span<const Scalar> att,
                             int64_t batch, int64_t seq, int64_t heads, int64_t query_groups,
-                            int64_t head_dim) {
+                            int64_t head_dim, const AttentionProbabilityDropout* dropout) {
   const Layout l =
       check(inp.size(), dout.size(), "dout", att.size(), batch, seq, heads, query_groups, head_dim);
+  AttentionDropoutRow<Scalar> drop(kLayer, dropout, batch, heads, seq, seq);
   require_size(kLayer, dinp.size(), batch * seq * l.row, "dinp");
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(head_dim));
   const int64_t c = heads * head_dim;
@@ -96,16 +103,20 @@ void gqa_attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout
       for (int64_t t = 0; t < seq; ++t) {
         const Scalar* a = att.data() + ((b * heads + h) * seq + t) * seq;
         const Scalar* d_o = dout.data() + (b * seq + t) * c + h * head_dim;
-        // d att[t2] = dout . v_t2; dv_t2 += att[t2] dout.
+        // With dropout factors z (1/(1-p) kept, 0 dropped): d att[t2] = z (dout . v_t2);
+        // dv_t2 += att[t2] z dout.
+        const Scalar* factor = drop.row(b, h, t, t + 1);
         Scalar datt_dot_att = 0;
         // First pass: datt values (recomputed per t2) and their att-weighted sum.
         for (int64_t t2 = 0; t2 <= t; ++t2) {
           const Scalar* v = inp.data() + (b * seq + t2) * l.row + l.v(g);
           Scalar datt = 0;
           for (int64_t i = 0; i < head_dim; ++i) datt += d_o[i] * v[i];
+          datt *= factor[t2];
           datt_dot_att += datt * a[t2];
           Scalar* dv = dinp.data() + (b * seq + t2) * l.row + l.v(g);
-          for (int64_t i = 0; i < head_dim; ++i) dv[i] += a[t2] * d_o[i];
+          const Scalar w = a[t2] * factor[t2];
+          for (int64_t i = 0; i < head_dim; ++i) dv[i] += w * d_o[i];
         }
         // Softmax backward: dpreatt = att (datt - sum att datt); then q and k.
         const Scalar* q = inp.data() + (b * seq + t) * l.row + l.q(h);
@@ -114,6 +125,7 @@ void gqa_attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout
           const Scalar* v = inp.data() + (b * seq + t2) * l.row + l.v(g);
           Scalar datt = 0;
           for (int64_t i = 0; i < head_dim; ++i) datt += d_o[i] * v[i];
+          datt *= factor[t2];
           const Scalar dpre = a[t2] * (datt - datt_dot_att) * scale;
           const Scalar* k = inp.data() + (b * seq + t2) * l.row + l.k(g);
           Scalar* dk = dinp.data() + (b * seq + t2) * l.row + l.k(g);
@@ -127,17 +139,16 @@ void gqa_attention_backward(std::span<Scalar> dinp, std::span<const Scalar> dout
   }
 }
 
-template void gqa_attention_forward<float>(std::span<float>, std::span<float>,
-                                           std::span<const float>, int64_t, int64_t, int64_t,
-                                           int64_t, int64_t);
-template void gqa_attention_forward<double>(std::span<double>, std::span<double>,
-                                            std::span<const double>, int64_t, int64_t, int64_t,
-                                            int64_t, int64_t);
-template void gqa_attention_backward<float>(std::span<float>, std::span<const float>,
-                                            std::span<const float>, std::span<const float>,
-                                            int64_t, int64_t, int64_t, int64_t, int64_t);
-template void gqa_attention_backward<double>(std::span<double>, std::span<const double>,
-                                             std::span<const double>, std::span<const double>,
-                                             int64_t, int64_t, int64_t, int64_t, int64_t);
+#define TRAINTWIN_GQA_ATTENTION(Scalar)                                                           \
+  template void gqa_attention_forward<Scalar>(std::span<Scalar>, std::span<Scalar>,              \
+                                              std::span<const Scalar>, int64_t, int64_t, int64_t, \
+                                              int64_t, int64_t, const AttentionProbabilityDropout*); \
+  template void gqa_attention_backward<Scalar>(                                                   \
+      std::span<Scalar>, std::span<const Scalar>, std::span<const Scalar>,                        \
+      std::span<const Scalar>, int64_t, int64_t, int64_t, int64_t, int64_t,                       \
+      const AttentionProbabilityDropout*);
+TRAINTWIN_GQA_ATTENTION(float)
+TRAINTWIN_GQA_ATTENTION(double)
+#undef TRAINTWIN_GQA_ATTENTION
 
 }  // namespace traintwin::exec::cpu

@@ -388,6 +388,35 @@ RequestPtr NcclCommunicator::all_to_all_v(GroupKind group, std::span<const float
   return finish(s, what);
 }
 
+RequestPtr NcclCommunicator::ring_exchange(GroupKind group, std::span<const float> send,
+                                          std::span<float> recv) {
+  const std::string what = "ring exchange (ncclSend/ncclRecv of " + std::to_string(send.size()) +
+                           " floats) on group " + to_string(group);
+  const ncclComm_t c = comm(group, "ring_exchange");
+  if (send.size() != recv.size()) {
+    throw InvalidArgument("NCCL communicator: ring_exchange on group " +
+                          std::string(to_string(group)) + ": send has " +
+                          std::to_string(send.size()) + " elements, recv " +
+                          std::to_string(recv.size()));
+  }
+  check_pointer("ring_exchange", group, send.data(), send.size());
+  check_pointer("ring_exchange", group, recv.data(), recv.size());
+  int me = 0;
+  check_nccl(ncclCommUserRank(c, &me), "ncclCommUserRank for " + what, c);
+  const int n = static_cast<int>(members(group));
+  const cudaStream_t s = stream(group);
+  order_after_compute(s);
+  if (!send.empty()) {
+    check_nccl(ncclGroupStart(), "ncclGroupStart for " + what, c);
+    const ncclResult_t sent = ncclSend(send.data(), send.size(), ncclFloat, (me + 1) % n, c, s);
+    const ncclResult_t received = ncclRecv(recv.data(), recv.size(), ncclFloat, (me + n - 1) % n, c, s);
+    const ncclResult_t end = ncclGroupEnd();
+    check_nccl(sent != ncclSuccess ? sent : received, what, c);
+    check_nccl(end, "ncclGroupEnd for " + what, c);
+  }
+  return finish(s, what);
+}
+
 RequestPtr NcclCommunicator::send(int64_t peer, int64_t tag, std::span<const float> data) {
   const P2pTransfer t = P2pTransfer::send(peer, tag, data);
   return send_recv_batch(std::span<const P2pTransfer>(&t, 1));

@@ -128,6 +128,10 @@ class NcclCommunicator final : public Communicator {
                           std::span<const int64_t> send_counts, std::span<float> output,
                           std::span<const int64_t> recv_counts) override;
   /// ncclSend / ncclRecv on the PP stream, each in its own ncclGroupStart/End.
+  /// ncclSend to the next member and ncclRecv from the previous one (group order) on the
+  /// group's communicator, in one ncclGroupStart/End, on the group's stream.
+  RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
+                           std::span<float> recv) override;
   RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) override;
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;
 

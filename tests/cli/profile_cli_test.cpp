@@ -113,6 +113,26 @@ TEST_F(ProfileCli, LlamaKernelsAreProfiled) {
   }
 }
 
+// Context parallelism (ring attention) with GQA attention dropout: the blockwise attention
+// kernels and the ring's log-sum-exp merge are timed as train runs them.
+TEST_F(ProfileCli, ContextParallelKernelsAreProfiled) {
+  const fs::path db_file = dir_ / "db.json";
+  const testing::CliResult r = profile(
+      "--set model.architecture=llama --set model.num_query_groups=2 "
+      "--set parallelism.context_parallel_size=2 --set cluster.num_gpus=2 --out " +
+      db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const CostDatabase db = CostDatabase::load(db_file);
+  const std::set<std::string> want = program_keys({{"model.architecture", "llama"},
+                                                   {"model.num_query_groups", "2"},
+                                                   {"parallelism.context_parallel_size", "2"},
+                                                   {"cluster.num_gpus", "2"}});
+  EXPECT_EQ(db_keys(db), want);
+  for (const char* k : {"cp_attention_merge", "flash_attention_fwd", "flash_attention_bwd"}) {
+    EXPECT_THAT(db_keys(db), ::testing::Contains(HasSubstr(k)));
+  }
+}
+
 TEST_F(ProfileCli, ASecondRunMergesIntoTheDatabase) {
   const fs::path db_file = dir_ / "db.json";
   ASSERT_EQ(profile("--threads 1 --out " + db_file.string()).status, 0);

@@ -225,11 +225,11 @@ TEST_F(TrainCli, SelectiveRecomputation) {
 }
 
 // A tiny Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention with 2 query groups for 4 heads,
-// untied LM head, no biases; no attention dropout, which the GQA kernel does not draw) trains and
-// gives the same losses under TP + SP, PP and DP as in one process.
+// untied LM head, no biases; the tiny scenario's hidden and attention dropout 0.1, the attention
+// mask drawn on global (sample, head, query, key) coordinates by every attention kernel) trains
+// and gives the same losses under TP + SP, PP, DP and CP as in one process.
 constexpr const char* kLlama =
-    "--set model.architecture=llama --set model.num_query_groups=2 "
-    "--set training.attention_dropout=0";
+    "--set model.architecture=llama --set model.num_query_groups=2";
 
 TEST_F(TrainCli, LlamaLossStartsAtLnVocabAndFalls) {
   const Losses& l = baseline(kLlama);
@@ -326,12 +326,76 @@ TEST_F(TrainCli, MoeDistributedOptimizerOverExpertDataParallel) {
                      kMoe);
 }
 
-TEST_F(TrainCli, LlamaContextParallelIsRefused) {
+// Context parallelism (cp_comm_type p2p): each CP rank holds Megatron-Core's load-balanced
+// chunks r and 2 CP - 1 - r of every sequence, ring attention passes K/V (and dK/dV in the
+// backward) around the CP group over MPI, gradients are reduced over DP x CP. The llama runs use
+// flash attention (its default backend), which the executor computes blockwise like a ring block.
+TEST_F(TrainCli, LlamaContextParallel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--set cluster.num_gpus=2",
+                           2),
+                     kLlama);
+}
+
+// cp_comm_type all_gather: K/V of every CP rank all-gathered, dK/dV reduce-scattered.
+TEST_F(TrainCli, LlamaContextParallelAllGather) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--set parallelism.cp_comm_type=all_gather "
+                                                 "--set cluster.num_gpus=2",
+                           2),
+                     kLlama);
+}
+
+TEST_F(TrainCli, LlamaContextAndTensorParallelWithSequenceParallel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--tensor-model-parallel-size 2 "
+                                                 "--sequence-parallel --set cluster.num_gpus=4",
+                           4),
+                     kLlama);
+}
+
+TEST_F(TrainCli, LlamaContextAndPipelineParallel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--pipeline-model-parallel-size 2 "
+                                                 "--set cluster.num_gpus=4",
+                           4),
+                     kLlama);
+}
+
+// The GPT (learned absolute positions, multi-head attention, unfused backend at CP 1) under CP 2
+// with DP 2 and the distributed optimizer sharded over the four DP x CP ranks.
+TEST_F(TrainCli, ContextParallelWithDistributedOptimizerOverDataAndContextRanks) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train("--set parallelism.context_parallel_size=2 --set cluster.num_gpus=4 "
+                           "--use-distributed-optimizer",
+                           4));
+}
+
+// model.rotary_base reaches the executor's RoPE: Llama 3's base 500000 trains another model
+// than the default 10000 (same data, same initialization).
+TEST_F(TrainCli, LlamaRotaryBaseChangesTheModel) {
+  const testing::CliResult r = train(std::string(kLlama) + " --set model.rotary_base=500000");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Losses l = parse_losses(r.output);
+  const Losses& base = baseline(kLlama);
+  ASSERT_EQ(l.train.size(), base.train.size());
+  double most = 0;
+  for (size_t i = 0; i < l.train.size(); ++i) {
+    most = std::max(most, std::abs(l.train[i] - base.train[i]) / base.train[i]);
+  }
+  EXPECT_GT(most, 1e-4);
+}
+
+TEST_F(TrainCli, ContextParallelA2aIsRefused) {
   const testing::CliResult r =
       train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
-                                  "--set cluster.num_gpus=2", 2);
+                                  "--set parallelism.cp_comm_type=a2a --set cluster.num_gpus=2", 2);
   EXPECT_NE(r.status, 0);
-  EXPECT_THAT(r.output, HasSubstr("context parallelism is not executed"));
+  EXPECT_THAT(r.output, HasSubstr("parallelism.cp_comm_type is a2a"));
 }
 
 TEST_F(TrainCli, WorldSizeMismatchIsRefusedWithTheFix) {

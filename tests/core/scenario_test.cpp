@@ -545,7 +545,7 @@ TEST(ScenarioUnknownKeys, ListsAllowedKeysAndSuggestsTheClosest) {
                                            "kv_channels, ffn_hidden_size, seq_length, "
                                            "vocab_size, "
                                            "normalization, activation, position_embedding_type, "
-                                           "untie_embeddings_and_output_weights, "
+                                           "rotary_base, untie_embeddings_and_output_weights, "
                                            "add_bias_linear, num_moe_experts, "
                                            "moe_router_topk")));
 }
@@ -980,6 +980,23 @@ TEST(ScenarioModern, RopeNeedsAnEvenHeadDim) {
   t.set("model", "hidden_size", "24").set("model", "position_embedding_type", "rope");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("model.position_embedding_type"),
                                  HasSubstr("even head dimension")));
+}
+
+// model.rotary_base (Megatron --rotary-base): 10000 by default, any base > 0 with RoPE, an error
+// with learned positions (it would be ignored) or when not positive.
+TEST(ScenarioModern, RotaryBase) {
+  ScenarioText t;
+  t.set("model", "position_embedding_type", "rope");
+  EXPECT_EQ(parse(t.text()).model.rotary_base, 10000.0);
+  t.set("model", "rotary_base", "500000");
+  EXPECT_EQ(parse(t.text()).model.rotary_base, 500000.0);
+  EXPECT_EQ(parse(t.text(), {{"model.rotary_base", "1e6"}}).model.rotary_base, 1e6);
+  t.set("model", "rotary_base", "0");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("model.rotary_base"), HasSubstr("> 0")));
+  t.set("model", "rotary_base", "500000").set("model", "position_embedding_type",
+                                               "learned_absolute");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("model.rotary_base"),
+                                 HasSubstr("applies only to position_embedding_type: rope")));
 }
 
 TEST(ScenarioModern, Fp8KeysAndRules) {

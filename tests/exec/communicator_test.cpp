@@ -126,6 +126,16 @@ TEST(LocalCommunicator, AllToAllVCopiesItsOwnPieceAfterCheckingCounts) {
                InvalidArgument);
 }
 
+TEST(LocalCommunicator, RingExchangeOverOneMemberCopies) {
+  LocalCommunicator c(RankLayout(1, 1, 1, 1));
+  const std::vector<float> send = {1.0f, 2.0f};
+  std::vector<float> recv(2);
+  c.ring_exchange(GroupKind::kCp, send, recv)->wait();
+  EXPECT_EQ(recv, send);
+  std::vector<float> wrong(3);
+  EXPECT_THROW(c.ring_exchange(GroupKind::kCp, send, wrong), InvalidArgument);
+}
+
 TEST(LocalCommunicator, SendAndRecvHaveNoPeer) {
   LocalCommunicator c(RankLayout(1, 1, 1, 1));
   std::vector<float> buf(2);
@@ -595,6 +605,26 @@ TEST_F(MpiCommunicatorEightRanks, DestroyingARequestWaitsAndWaitIsIdempotent) {
   r->wait();
   r->wait();
   EXPECT_EQ(again[0], 8.0f) << at();
+}
+
+// Ring exchange (ring attention's K/V pass): each member receives the previous member's buffer,
+// cyclically in group order; CP 4 x TP 2 (rank = tp + 2 cp), and over the 2-member TP group.
+TEST_F(MpiCommunicatorEightRanks, RingExchangeReceivesFromThePreviousMember) {
+  const RankLayout cp4(2, 4, 1, 1);
+  MpiCommunicator c(cp4);
+  const int64_t tp = rank_ % 2, cp = rank_ / 2;
+  const std::vector<float> send = {static_cast<float>(rank_), static_cast<float>(10 * rank_)};
+  std::vector<float> recv(2, -1.0f);
+  RequestPtr r = c.ring_exchange(GroupKind::kCp, send, recv);
+  r->wait();
+  const int64_t previous = tp + 2 * ((cp + 3) % 4);
+  EXPECT_EQ(recv, (std::vector<float>{static_cast<float>(previous),
+                                      static_cast<float>(10 * previous)}))
+      << at();
+  c.ring_exchange(GroupKind::kTp, send, recv)->wait();
+  EXPECT_EQ(recv[0], static_cast<float>(rank_ ^ 1)) << at();
+  std::vector<float> wrong(3);
+  EXPECT_THROW(c.ring_exchange(GroupKind::kCp, send, wrong), InvalidArgument);
 }
 
 TEST_F(MpiCommunicatorEightRanks, EmbeddingGroupIsRefusedOnMiddleStages) {

@@ -108,7 +108,6 @@ Compared expect_agreement(const Scenario& s, const char* name) {
               "estimator has none)\n", shared.iteration_s, 100 * contention);
   EXPECT_GE(shared.iteration_s, exact.iteration_s * (1 - 1e-9));
   // The breakdown adds up to the iteration time on every stage.
-  // (EXPECT, not ASSERT: this helper returns a value.)
   EXPECT_EQ(a.per_stage.size(), static_cast<size_t>(s.parallel.pipeline_model_parallel_size));
   for (const TimeBreakdown& b : a.per_stage) {
     EXPECT_NEAR(b.total_s(), a.iteration_time_s, 1e-9 * a.iteration_time_s);

@@ -2,17 +2,21 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
+#include "core/input_file.hpp"
+#include "tests/bounded_child.hpp"
 
 namespace traintwin {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const fs::path kSource = TRAINTWIN_SOURCE_DIR;
@@ -51,6 +55,36 @@ TEST(Validation, ReadsEveryCaseOfTheSharedCalibrationFile) {
   EXPECT_TRUE(dgxc.scenario.training.tp_comm_overlap);
   EXPECT_EQ(dgxc.scenario.training.attention_backend, AttentionBackend::kFlash);
   EXPECT_DOUBLE_EQ(dgxc.measured_iteration_time_s, 8.309);
+}
+
+// The calibration file is read like scenarios and topologies (issue 14): a regular file of at
+// most 4 MiB, one YAML document, and no ',' on which yaml-cpp 0.7's LoadAll would loop forever
+// (it then allocates about 1 GB/s: the parse runs in a bounded child).
+TEST(Validation, CalibrationFileIsBoundedLikeEveryYamlInput) {
+  const fs::path dir = fs::temp_directory_path() / ("traintwin-validation-bounds-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto error_of = [&](const fs::path& file) {
+    try {
+      load_validation_cases(file, kSource / "topologies");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_THAT(error_of("/dev/zero"), AllOf(HasSubstr("/dev/zero"), HasSubstr("not a regular file")));
+  EXPECT_THAT(error_of(dir), HasSubstr("is a folder, not a calibration file"));
+  std::ofstream(dir / "big.yaml") << std::string(kMaxConfigFileBytes + 1, '#');
+  EXPECT_THAT(error_of(dir / "big.yaml"),
+              HasSubstr("bytes a calibration file may have"));
+  std::ofstream(dir / "two.yaml") << "cases: []\n---\ncases: []\n";
+  EXPECT_THAT(error_of(dir / "two.yaml"),
+              AllOf(HasSubstr("two.yaml:2: a second YAML document"), HasSubstr("calibration file")));
+  std::ofstream(dir / "comma.yaml") << "{\"cases\": []},\n";
+  const auto r = testing::run_bounded([&] { return error_of(dir / "comma.yaml"); }, 20,
+                                      uint64_t{1} << 30);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_THAT(r.text, AllOf(HasSubstr("comma.yaml:1:14: ','"), HasSubstr("cannot start a YAML node")));
+  fs::remove_all(dir);
 }
 
 TEST(Validation, BadFilesNameTheCaseAndKey) {

@@ -35,6 +35,13 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                        "({} on stage 0)\n",
                        gib(stages.front().fp8_weight_copies_bytes));
   }
+  if (s.model.is_moe() && !stages.empty()) {
+    out += fmt::format("MoE: {} routed-expert parameters on stage 0 (their optimizer state over "
+                       "expert DP {}); total includes one MoE layer's dispatcher buffers ({})\n",
+                       si(static_cast<double>(stages.front().expert_parameters)),
+                       s.parallel.expert_data_parallel_size(),
+                       gib(stages.front().moe_dispatch_buffers_bytes));
+  }
   if (worst) {
     if (worst->total_bytes() <= capacity) {
       out += fmt::format("fits: largest stage {} uses {} of {} ({:.1f} %)\n", worst->pp_rank,

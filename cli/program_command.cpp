@@ -22,7 +22,8 @@ void print_program(const Program& prog, const RankProgram& rp, const ProgramOpti
   fmt::print("rank {} (tp {}, cp {}, dp {}, pp {}) of {}: {} ops, {} kernels, {} FLOP\n", rp.rank,
              rp.coord.tp, rp.coord.cp, rp.coord.dp, rp.coord.pp, prog.scenario.name, rp.ops.size(),
              st.kernels, si(st.flops));
-  for (Stream s : {Stream::kCompute, Stream::kTpComm, Stream::kCpComm, Stream::kPpComm, Stream::kDpComm}) {
+  for (Stream s : {Stream::kCompute, Stream::kTpComm, Stream::kCpComm, Stream::kPpComm,
+                   Stream::kDpComm, Stream::kEpComm}) {
     const auto i = static_cast<size_t>(s);
     if (st.ops[i] == 0) continue;
     if (s == Stream::kCompute) {

@@ -34,6 +34,57 @@ void PipelineSplitFlags::append_overrides(std::vector<Override>& out) const {
   }
 }
 
+void MoeFlags::add_to(CLI::Option_group& g) {
+  g.add_option("--num-experts", num_experts, "Routed experts per MoE layer (model.num_moe_experts)");
+  g.add_option("--moe-router-topk", moe_router_topk, "Experts each token is routed to (top-k)");
+  g.add_option("--moe-ffn-hidden-size", moe_ffn_hidden_size, "Width of one routed expert");
+  g.add_option("--moe-shared-expert-intermediate-size", moe_shared_expert_intermediate_size,
+               "Width of the shared expert (0 = none)");
+  g.add_option("--moe-layer-freq", moe_layer_freq,
+               "Every f-th layer is MoE (integer), or a 0/1 list per layer, e.g. [1,0,1,0]");
+  g.add_option("--moe-expert-capacity-factor", moe_expert_capacity_factor,
+               "Expert capacity factor (tokens beyond it are dropped); not given = dropless");
+  g.add_flag("--moe-pad-expert-input-to-capacity", moe_pad_expert_input_to_capacity,
+             "Pad every expert's input to its capacity");
+  g.add_option("--moe-token-dispatcher-type", moe_token_dispatcher_type, "Token dispatcher")
+      ->check(CLI::IsMember({"alltoall", "allgather"}));
+  g.add_option("--moe-router-load-balancing-type", moe_router_load_balancing_type,
+               "Load balancing of the router")
+      ->check(CLI::IsMember({"aux_loss", "none"}));
+  g.add_option("--moe-aux-loss-coeff", moe_aux_loss_coeff, "Weight of the auxiliary loss");
+  g.add_flag("--moe-grouped-gemm", moe_grouped_gemm, "Run the local experts as grouped GEMMs");
+}
+
+void MoeFlags::append_overrides(std::vector<Override>& out) const {
+  for (const auto& [key, value] :
+       {std::pair{"model.num_moe_experts", num_experts},
+        std::pair{"model.moe_router_topk", moe_router_topk},
+        std::pair{"model.moe_ffn_hidden_size", moe_ffn_hidden_size},
+        std::pair{"model.moe_shared_expert_intermediate_size",
+                  moe_shared_expert_intermediate_size}}) {
+    if (value) out.push_back({key, std::to_string(*value)});
+  }
+  if (moe_layer_freq) out.push_back({"model.moe_layer_freq", *moe_layer_freq});
+  // Doubles in their shortest round-trip form (see ScenarioOptions::overrides()).
+  if (moe_expert_capacity_factor) {
+    out.push_back({"model.moe_expert_capacity_factor",
+                   fmt::format("{}", *moe_expert_capacity_factor)});
+  }
+  if (moe_aux_loss_coeff) {
+    out.push_back({"model.moe_aux_loss_coeff", fmt::format("{}", *moe_aux_loss_coeff)});
+  }
+  if (moe_token_dispatcher_type) {
+    out.push_back({"model.moe_token_dispatcher_type", *moe_token_dispatcher_type});
+  }
+  if (moe_router_load_balancing_type) {
+    out.push_back({"model.moe_router_load_balancing_type", *moe_router_load_balancing_type});
+  }
+  if (moe_pad_expert_input_to_capacity) {
+    out.push_back({"model.moe_pad_expert_input_to_capacity", "true"});
+  }
+  if (moe_grouped_gemm) out.push_back({"model.moe_grouped_gemm", "true"});
+}
+
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("scenario", o.file, "Scenario file (scenarios/*.yaml)")->required();
   cmd.add_option("--set", o.set, "Override any scenario key: --set parallelism.tensor_model_parallel_size=4")
@@ -47,6 +98,13 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   g->add_option("--num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage,
                 "Layers per virtual pipeline stage (interleaved 1F1B)");
   o.pipeline_split.add_to(*g);
+  g->add_option("--expert-model-parallel-size", o.expert_model_parallel_size,
+                "EP size: ranks the routed experts are split over");
+  g->add_option("--expert-tensor-parallel-size", o.expert_tensor_parallel_size,
+                "ETP size: tensor parallelism inside each expert (default: TP)");
+  g->add_option("--kv-channels", o.kv_channels,
+                "Channels per attention head (default: hidden size / heads)");
+  o.moe.add_to(*g);
   g->add_option("--micro-batch-size", o.micro_batch_size, "Samples per micro-batch");
   g->add_option("--global-batch-size", o.global_batch_size, "Samples per iteration");
   g->add_option("--num-gpus", o.num_gpus, "Cluster size (cluster.num_gpus)");
@@ -126,6 +184,10 @@ std::vector<Override> ScenarioOptions::overrides() const {
   flag("parallelism.virtual_pipeline_model_parallel_size", virtual_pipeline_model_parallel_size);
   flag("parallelism.num_layers_per_virtual_pipeline_stage", num_layers_per_virtual_pipeline_stage);
   pipeline_split.append_overrides(out);
+  flag("parallelism.expert_model_parallel_size", expert_model_parallel_size);
+  flag("parallelism.expert_tensor_parallel_size", expert_tensor_parallel_size);
+  flag("model.kv_channels", kv_channels);
+  moe.append_overrides(out);
   flag("training.micro_batch_size", micro_batch_size);
   flag("training.global_batch_size", global_batch_size);
   flag("cluster.num_gpus", num_gpus);

@@ -26,6 +26,27 @@ struct PipelineSplitFlags {
   void append_overrides(std::vector<Override>& out) const;
 };
 
+/// Megatron-LM's mixture-of-experts model flags (--num-experts, --moe-*), as the model.*
+/// keys of core/scenario.hpp; shared by the subcommands that read a scenario and by `sweep`.
+struct MoeFlags {
+  std::optional<int64_t> num_experts, moe_router_topk, moe_ffn_hidden_size,
+      moe_shared_expert_intermediate_size;
+  /// An integer f or a list "[1,0,1,0]" (YAML), as model.moe_layer_freq.
+  std::optional<std::string> moe_layer_freq;
+  std::optional<double> moe_expert_capacity_factor, moe_aux_loss_coeff;
+  std::optional<std::string> moe_token_dispatcher_type, moe_router_load_balancing_type;
+  bool moe_pad_expert_input_to_capacity = false;
+  bool moe_grouped_gemm = false;
+
+  /// Adds --num-experts, --moe-router-topk, --moe-ffn-hidden-size,
+  /// --moe-shared-expert-intermediate-size, --moe-layer-freq, --moe-expert-capacity-factor,
+  /// --moe-pad-expert-input-to-capacity, --moe-token-dispatcher-type,
+  /// --moe-router-load-balancing-type, --moe-aux-loss-coeff and --moe-grouped-gemm.
+  void add_to(CLI::Option_group& group);
+  /// Appends the flags given as their model.* overrides.
+  void append_overrides(std::vector<Override>& out) const;
+};
+
 /// Values of the scenario options of one subcommand.
 struct ScenarioOptions {
   std::string file;
@@ -34,6 +55,8 @@ struct ScenarioOptions {
       context_parallel_size, micro_batch_size, global_batch_size,
       num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size, num_gpus;
   PipelineSplitFlags pipeline_split;
+  std::optional<int64_t> expert_model_parallel_size, expert_tensor_parallel_size, kv_channels;
+  MoeFlags moe;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   std::optional<std::string> recompute_granularity;

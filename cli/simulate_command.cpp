@@ -13,6 +13,7 @@
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
@@ -77,6 +78,10 @@ void print_what_if(const Scenario& s, const SimulationSummary& m, const BaseRunM
              now.exposed_comm_s() - base.exposed_comm_s());
   fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which TP", base.exposed_tp_s,
              now.exposed_tp_s, now.exposed_tp_s - base.exposed_tp_s);
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which CP", base.exposed_cp_s,
+             now.exposed_cp_s, now.exposed_cp_s - base.exposed_cp_s);
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which EP", base.exposed_ep_s,
+             now.exposed_ep_s, now.exposed_ep_s - base.exposed_ep_s);
   fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which PP", base.exposed_pp_s,
              now.exposed_pp_s, now.exposed_pp_s - base.exposed_pp_s);
   fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which DP", base.exposed_dp_s,
@@ -101,9 +106,11 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   fmt::print("model TFLOP/s/GPU  {:.1f}   MFU {:.1f} %   HFU {:.1f} %\n", m.model_tflops_per_gpu,
              100 * m.mfu, 100 * m.hfu);
   fmt::print("time of rank {:<5} compute {:.4f} s ({:.1f} %, optimizer {:.4f} s), exposed TP {:.4f} s ({:.1f} %), "
+             "CP {:.4f} s ({:.1f} %), EP {:.4f} s ({:.1f} %), "
              "PP {:.4f} s ({:.1f} %), DP {:.4f} s ({:.1f} %), pipeline bubble {:.4f} s ({:.1f} %)\n",
              r.critical.rank, m.compute_s, pct(m.compute_s), m.optimizer_s, m.exposed_tp_s,
-             pct(m.exposed_tp_s), m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s,
+             pct(m.exposed_tp_s), m.exposed_cp_s, pct(m.exposed_cp_s), m.exposed_ep_s,
+             pct(m.exposed_ep_s), m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s,
              pct(m.exposed_dp_s), r.critical.bubble_s, pct(r.critical.bubble_s));
   fmt::print("memory             peak {} per GPU of {}: {}\n", gib(m.peak_memory_bytes),
              gib(topo.gpu.memory_bytes), m.fits_in_memory ? "fits" : "does NOT fit");
@@ -201,6 +208,7 @@ void register_simulate_command(CLI::App& app) {
     const auto db_dir = std::filesystem::absolute(s.cluster.topology).parent_path().parent_path() / "traces" / "db";
     std::unique_ptr<CostModel> costs;
     if (!o->costs_from_timeline.empty()) {
+      check_input_file(o->costs_from_timeline, "live timeline");  // streamed: any size
       std::ifstream in(o->costs_from_timeline);
       const Timeline live = read_chrome_trace(in, o->costs_from_timeline);
       costs = make_timeline_cost_model(live, db_topo ? db_topo->gpu : topo.gpu, topo.gpu);

@@ -58,6 +58,24 @@ void print_summary(const Scenario& s) {
              m.architecture, m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups(),
              m.ffn_hidden_size, m.seq_length, m.vocab_size,
              si(static_cast<double>(parameter_count(m))));
+  if (m.is_moe()) {
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    fmt::print("experts    {} MoE layer(s) of {}: {} routed experts of width {}, top-{}{}, {}; "
+               "{} dispatcher, {} load balancing; {} parameters active per token of {}\n",
+               moe_layers, m.num_layers, m.num_moe_experts, m.moe_expert_ffn(), m.moe_router_topk,
+               m.moe_shared_expert_intermediate_size > 0
+                   ? fmt::format(", shared expert of width {}",
+                                 m.moe_shared_expert_intermediate_size)
+                   : std::string(),
+               m.moe_expert_capacity_factor
+                   ? fmt::format("capacity factor {}{}", *m.moe_expert_capacity_factor,
+                                 m.moe_pad_expert_input_to_capacity ? " (padded)" : "")
+                   : std::string("dropless"),
+               to_string(m.moe_token_dispatcher_type), to_string(m.moe_router_load_balancing_type),
+               si(static_cast<double>(active_parameter_count(m))),
+               si(static_cast<double>(parameter_count(m))));
+  }
   fmt::print("layers     {}, {}, {} positions, {} embeddings and LM head, {}linear biases\n",
              to_string(m.normalization), to_string(m.activation),
              to_string(m.position_embedding_type),
@@ -70,6 +88,13 @@ void print_summary(const Scenario& s) {
              p.tensor_model_parallel_size, p.context_parallel_size, p.pipeline_model_parallel_size,
              p.data_parallel_size, p.rank_order, p.virtual_pipeline_model_parallel_size,
              p.sequence_parallel ? "on" : "off");
+  if (m.is_moe()) {
+    fmt::print("experts    EP {} x expert TP {} x expert DP {} (parallel folding over the TP x CP "
+               "x DP = {} ranks of a stage): {} local expert(s) per rank\n",
+               p.expert_model_parallel_size, p.expert_tp(), p.expert_data_parallel_size(),
+               p.tensor_model_parallel_size * p.context_parallel_size * p.data_parallel_size,
+               m.num_moe_experts / p.expert_model_parallel_size);
+  }
   print_pipeline_split(s);
   const int64_t mbs = s.num_micro_batches();
   const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe
@@ -110,10 +135,11 @@ void print_summary(const Scenario& s) {
   fmt::print("Program    one iteration per rank:\n");
   for (const auto& [r, rp] : prog.ranks) {
     const RankProgramStats st = program_stats(prog, rp);
-    fmt::print("  rank {:>5} (pp stage {:>2}): {:>7} ops ({} compute, {} tp-comm, {} pp-comm, {} dp-comm), "
-               "{} kernels, {} FLOP, TP {}B, PP {}B, DP {}B\n",
-               r, rp.coord.pp, rp.ops.size(), st.ops[0], st.ops[1], st.ops[3], st.ops[4], st.kernels,
-               si(st.flops), si(st.comm_bytes[1]), si(st.comm_bytes[3]), si(st.comm_bytes[4]));
+    fmt::print("  rank {:>5} (pp stage {:>2}): {:>7} ops ({} compute, {} tp-comm, {} cp-comm, {} pp-comm, "
+               "{} dp-comm, {} ep-comm), {} kernels, {} FLOP, TP {}B, CP {}B, PP {}B, DP {}B, EP {}B\n",
+               r, rp.coord.pp, rp.ops.size(), st.ops[0], st.ops[1], st.ops[2], st.ops[3], st.ops[4],
+               st.ops[5], st.kernels, si(st.flops), si(st.comm_bytes[1]), si(st.comm_bytes[2]),
+               si(st.comm_bytes[3]), si(st.comm_bytes[4]), si(st.comm_bytes[5]));
   }
   fmt::print("  {} distinct kernels (KernelKeys) to cost\n", prog.kernels.size());
   fmt::print("{}", memory_table(s, topo));

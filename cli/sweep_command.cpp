@@ -33,7 +33,8 @@ namespace {
 struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
-  std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8;
+  std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
+      etp;
   PipelineSplitFlags pipeline_split;  // kept for every layout
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int top = 20;
@@ -47,11 +48,16 @@ const char* on_off(bool b) { return b ? "on" : "off"; }
 
 /// "TP 2 PP 4 VPP 1 DP 8 mbs 1 recompute none SP off DO on": a configuration in one phrase.
 std::string layout_phrase(const Scenario& s) {
-  return fmt::format("TP {} CP {} PP {} VPP {} DP {} mbs {} recompute {} SP {} dist-opt {} fp8 {}",
+  const std::string experts =
+      s.model.is_moe() ? fmt::format(" EP {} ETP {}", s.parallel.expert_model_parallel_size,
+                                     s.parallel.expert_tp())
+                       : "";
+  return fmt::format("TP {} CP {} PP {} VPP {} DP {}{} mbs {} recompute {} SP {} dist-opt {} fp8 {}",
                      s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
                      s.parallel.pipeline_model_parallel_size,
                      s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
-                     s.training.micro_batch_size, to_string(s.training.recompute_granularity),
+                     experts, s.training.micro_batch_size,
+                     to_string(s.training.recompute_granularity),
                      on_off(s.parallel.sequence_parallel),
                      on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()));
 }
@@ -224,6 +230,10 @@ void register_sweep_command(CLI::App& app) {
   g->add_option("--sequence-parallel", o->sp, "on,off")->type_name("LIST");
   g->add_option("--use-distributed-optimizer", o->distributed_optimizer, "on,off")
       ->type_name("LIST");
+  g->add_option("--expert-model-parallel-size", o->ep, "EP sizes (MoE), e.g. 1,2,4,8")
+      ->type_name("LIST");
+  g->add_option("--expert-tensor-parallel-size", o->etp, "Expert TP sizes (MoE), e.g. 1,2,4")
+      ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")
       ->type_name("LIST");
@@ -268,6 +278,8 @@ void register_sweep_command(CLI::App& app) {
           parse_sweep_switch("--use-distributed-optimizer", *o->distributed_optimizer);
     }
     if (o->fp8) axes.fp8 = parse_sweep_switch("--fp8", *o->fp8);
+    if (o->ep) axes.ep = parse_sweep_integers("--expert-model-parallel-size", *o->ep);
+    if (o->etp) axes.etp = parse_sweep_integers("--expert-tensor-parallel-size", *o->etp);
     std::vector<Override> overrides;
     for (const auto& s : o->set) overrides.push_back(parse_override(s));
     o->pipeline_split.append_overrides(overrides);

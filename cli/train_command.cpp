@@ -36,11 +36,12 @@ struct TrainOptions {
 /// Averages of the iterations since the last log line (Megatron's training_log).
 struct LogWindow {
   int64_t iterations = 0;
-  double loss = 0, ms = 0;
+  double loss = 0, ms = 0, load_balancing = 0;
   void add(const exec::IterationLog& l) {
     ++iterations;
     loss += l.lm_loss;
     ms += l.elapsed_ms;
+    load_balancing += l.load_balancing_loss.value_or(0.0);
   }
 };
 
@@ -50,10 +51,15 @@ void print_iteration(const exec::IterationLog& l, const LogWindow& w, int64_t gl
   fmt::print(
       " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): "
       "{:.1f} | tokens per second: {:.1f} | learning rate: {:.6E} | global batch size: {:>5} | "
-      "lm loss: {:.6E} | grad norm: {:.3f} |\n",
+      "lm loss: {:.6E} |{} grad norm: {:.3f} |\n",
       l.iteration, l.train_iters, l.consumed_samples, ms,
       static_cast<double>(global_batch * seq_length) / (ms / 1000.0), l.learning_rate,
-      global_batch, w.loss / static_cast<double>(w.iterations), l.grad_norm);
+      global_batch, w.loss / static_cast<double>(w.iterations),
+      // Megatron's MoE metric, after the LM loss.
+      l.load_balancing_loss ? fmt::format(" load_balancing_loss: {:.6E} |",
+                                          w.load_balancing / static_cast<double>(w.iterations))
+                            : std::string(),
+      l.grad_norm);
   std::fflush(stdout);
 }
 

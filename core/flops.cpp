@@ -15,12 +15,21 @@ void require_positive(double value, const char* name) {
   }
 }
 
-/// Forward FLOPs of the attention core (Q K^T and attention over values): 4 B s^2 h.
+/// Forward FLOPs of the attention core (Q K^T and attention over values): 4 B s^2 a d
+/// (= 4 B s^2 h unless kv_channels).
 double attention_core_forward_flops(const ModelSpec& m, int64_t samples) {
   const double b = static_cast<double>(samples);
   const double s = static_cast<double>(m.seq_length);
+  const double ad = static_cast<double>(m.attention_width());
+  return 2.0 * b * s * s * ad + 2.0 * b * s * s * ad;
+}
+
+/// Forward FLOPs of an MLP of inner width `ffn` (the model's kind) on `tokens` tokens:
+/// FC1 2 T h f1 (f1 = 2 ffn for SwiGLU) + FC2 2 T ffn h.
+double mlp_flops(const ModelSpec& m, double tokens, int64_t ffn) {
   const double h = static_cast<double>(m.hidden_size);
-  return 2.0 * b * s * s * h + 2.0 * b * s * s * h;
+  return 2.0 * tokens * h * static_cast<double>(m.fc1_width_of(ffn)) +
+         2.0 * tokens * static_cast<double>(ffn) * h;
 }
 
 /// Forward FLOPs of the LM head (logits over the vocabulary): 2 B s h V.
@@ -31,24 +40,47 @@ double lm_head_forward_flops(const ModelSpec& m, int64_t samples) {
 
 }  // namespace
 
-double layer_forward_flops(const ModelSpec& m, int64_t samples) {
+double mlp_forward_flops(const ModelSpec& m, int64_t samples, int64_t layer) {
   require_valid_model(m);
   require_at_least_one(samples, "samples");
+  if (layer < 0 || layer >= m.num_layers) {
+    throw InvalidArgument("layer must be in [0, num_layers = " + std::to_string(m.num_layers) +
+                          "), got " + std::to_string(layer));
+  }
+  const double tokens = static_cast<double>(samples) * static_cast<double>(m.seq_length);
+  if (!m.is_moe_layer(layer)) return mlp_flops(m, tokens, m.ffn_hidden_size);
+  const double h = static_cast<double>(m.hidden_size);
+  const double router = 2.0 * tokens * h * static_cast<double>(m.num_moe_experts);
+  const double routed =
+      static_cast<double>(m.moe_router_topk) * mlp_flops(m, tokens, m.moe_expert_ffn());
+  const double shared = m.moe_shared_expert_intermediate_size > 0
+                            ? mlp_flops(m, tokens, m.moe_shared_expert_intermediate_size)
+                            : 0.0;
+  return router + routed + shared;
+}
+
+double layer_forward_flops(const ModelSpec& m, int64_t samples, int64_t layer) {
+  const double mlp = mlp_forward_flops(m, samples, layer);  // validates
   const double b = static_cast<double>(samples);
   const double s = static_cast<double>(m.seq_length);
   const double h = static_cast<double>(m.hidden_size);
-  const double ffn = static_cast<double>(m.ffn_hidden_size);
   const double qkv = 2.0 * b * s * h * static_cast<double>(m.qkv_width());  // 6Bsh^2 for MHA
-  const double projection = 2.0 * b * s * h * h;
-  // FC1 (2 ffn wide for SwiGLU's gate and up) + FC2.
-  const double mlp = 2.0 * b * s * h * static_cast<double>(m.fc1_width()) + 2.0 * b * s * ffn * h;
+  const double projection = 2.0 * b * s * static_cast<double>(m.attention_width()) * h;
   return qkv + attention_core_forward_flops(m, samples) + projection + mlp;
+}
+
+double layers_forward_flops(const ModelSpec& m, int64_t samples) {
+  require_valid_model(m);
+  if (!m.is_moe()) return static_cast<double>(m.num_layers) * layer_forward_flops(m, samples, 0);
+  double total = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) total += layer_forward_flops(m, samples, l);
+  return total;
 }
 
 double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
   require_at_least_one(global_batch, "global_batch");
-  const double forward = static_cast<double>(m.num_layers) * layer_forward_flops(m, global_batch) +
-                         lm_head_forward_flops(m, global_batch);
+  const double forward =
+      layers_forward_flops(m, global_batch) + lm_head_forward_flops(m, global_batch);
   return 3.0 * forward;  // forward + backward (2x forward)
 }
 
@@ -62,18 +94,40 @@ double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
     case RecomputeGranularity::kSelective:
       return model + l * attention_core_forward_flops(m, global_batch);
     case RecomputeGranularity::kFull:
-      return model + l * layer_forward_flops(m, global_batch);
+      return model + layers_forward_flops(m, global_batch);
   }
   throw InvalidArgument("recompute_granularity has an unknown value");
 }
 
 std::string model_flops_formula(const ModelSpec& m) {
-  const std::string attention = "12 L s h (attention, full s x s: not halved for causal masking)";
-  const std::string mlp = m.activation == Activation::kSwiglu ? "18 L F h (SwiGLU MLP)"
-                                                              : "12 L F h (MLP)";
-  const std::string qkv = m.query_groups() == m.num_attention_heads
-                              ? "24 L h^2 (QKV, projection)"
-                              : "12 L h^2 (1 + G/H) (GQA QKV, projection)";
+  const bool kv_channels = m.attention_width() != m.hidden_size;
+  const std::string attention =
+      kv_channels ? "12 L s a d (attention, full s x s: not halved for causal masking)"
+                  : "12 L s h (attention, full s x s: not halved for causal masking)";
+  const bool swiglu = m.activation == Activation::kSwiglu;
+  const std::string mlp_kind = swiglu ? "SwiGLU MLP" : "MLP";
+  const std::string per_mlp = swiglu ? "18" : "12";
+  std::string qkv;
+  if (kv_channels) {
+    qkv = "6 L h d (a + 2G) + 6 L a d h (QKV, projection; d = kv_channels)";
+  } else {
+    qkv = m.query_groups() == m.num_attention_heads ? "24 L h^2 (QKV, projection)"
+                                                    : "12 L h^2 (1 + G/H) (GQA QKV, projection)";
+  }
+  std::string mlp;
+  if (!m.is_moe()) {
+    mlp = per_mlp + " L F h (" + mlp_kind + ")";
+  } else {
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    mlp = "L_moe (6 h E (router) + k " + per_mlp + " F_e h (top-k routed " + mlp_kind + " experts)";
+    if (m.moe_shared_expert_intermediate_size > 0) mlp += " + " + per_mlp + " F_s h (shared expert)";
+    mlp += ")";
+    if (moe_layers < m.num_layers) mlp += " + (L - L_moe) " + per_mlp + " F h (dense " + mlp_kind + ")";
+    mlp += " with L_moe = " + std::to_string(moe_layers) + ", E = " +
+           std::to_string(m.num_moe_experts) + ", k = " + std::to_string(m.moe_router_topk) +
+           " (balanced routing, no dropped tokens)";
+  }
   return "model FLOPs per token = " + qkv + " + " + attention + " + " + mlp +
          " + 6 V h (LM head); fwd + bwd = 3 x fwd, no recomputation (Narayanan et al. SC'21; "
          "NVIDIA DGX Cloud recipes' formula for Llama)";

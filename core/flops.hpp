@@ -7,7 +7,8 @@
 //   (= 24Bsh^2 + 4Bs^2h for GPT with ffn = 4h). The attention terms count the full s x s matrix
 //   (not halved for the causal mask), as Narayanan et al. and NVIDIA's DGX Cloud recipes do:
 //   for Llama the per-sample model FLOPs are s [12 L h^2 (1 + G/H + s/h) + 18 L F h + 6 V h].
-// LM head 2BshV. Backward = 2x forward.
+// LM head 2BshV. Backward = 2x forward. Mixture of experts: an MoE layer's MLP is the router
+//   2BshE + k routed experts (each an MLP of width f_e) + the shared expert (mlp_forward_flops).
 // Model FLOPs (Korthikanti et al. 2022, sec. 6): 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
 // With full recomputation (Narayanan et al. SC'21, eq. 3): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
 #pragma once
@@ -19,12 +20,26 @@
 
 namespace traintwin {
 
-/// Forward FLOPs of one transformer layer for `samples` = B samples of s = seq_length tokens:
-/// 2Bsh(a+2g)d + 2Bsh^2 + 4Bs^2h + 2Bsh*fc1_width + 2Bsh*ffn (8Bsh^2 + 4Bs^2h + 4Bsh*ffn for GPT). Every function here throws InvalidArgument, naming the argument
-/// or field, for a batch < 1 or a model size (num_layers, hidden_size, ffn_hidden_size,
+/// Forward FLOPs of the MLP block of global layer `layer` (in [0, num_layers)) for `samples` =
+/// B samples of s tokens (T = B s). A dense layer: FC1 2 T h f1 + FC2 2 T ffn h (f1 = 2 ffn for
+/// SwiGLU, else ffn). An MoE layer (ModelSpec::is_moe_layer): the router GEMM 2 T h E + k routed
+/// experts 2 T h f1_e + 2 T f_e h (f_e = moe_expert_ffn(); balanced routing, no dropped tokens:
+/// model FLOPs count what the model asks for, not what capacity drops or imbalance do) + the
+/// shared expert 2 T h f1_s + 2 T f_s h when moe_shared_expert_intermediate_size = f_s > 0.
+/// Every function here throws InvalidArgument, naming the argument or field, for a batch < 1,
+/// a layer outside [0, num_layers) or a model size (num_layers, hidden_size, ffn_hidden_size,
 /// seq_length, vocab_size) < 1; the paper formulas (eq. 3, Korthikanti) do not use ffn and
 /// assume ffn = 4h.
-double layer_forward_flops(const ModelSpec& m, int64_t samples);
+double mlp_forward_flops(const ModelSpec& m, int64_t samples, int64_t layer);
+
+/// Forward FLOPs of global layer `layer` for `samples` = B samples of s = seq_length tokens:
+/// QKV 2Bsh(a+2g)d + projection 2Bs(ad)h + attention core 4Bs^2(ad) + mlp_forward_flops()
+/// (ad = h unless kv_channels; 8Bsh^2 + 4Bs^2h + 4Bsh*ffn for GPT). Layer 0 stands for every
+/// layer of a dense model.
+double layer_forward_flops(const ModelSpec& m, int64_t samples, int64_t layer = 0);
+
+/// Sum of layer_forward_flops() over the num_layers layers (dense and MoE).
+double layers_forward_flops(const ModelSpec& m, int64_t samples);
 
 /// Model FLOPs of one iteration over `global_batch` samples: fwd + bwd (3x forward) of all layers
 /// and the LM head; no recomputation. Equals Korthikanti's formula for ffn = 4h.

@@ -7,25 +7,37 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "core/error.hpp"
 
 namespace traintwin {
 
-std::string read_input_file(const std::filesystem::path& file, std::string_view what,
-                            uint64_t max_bytes) {
+namespace {
+
+/// Closes a file descriptor at scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int d) : fd(d) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+/// Opens `file` for reading (without waiting on a FIFO) and refuses anything but a regular file;
+/// its size in `st`.
+Fd open_regular_file(const std::filesystem::path& file, std::string_view what, struct stat& st) {
   const std::string name = file.string();
   // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+  Fd f{::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (f.fd < 0) {
     throw ConfigError(fmt::format("{}: cannot open {}: {}", name, what, std::strerror(errno)));
   }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(f.fd, &st) != 0) {
     throw ConfigError(fmt::format("{}: cannot stat {}: {}", name, what, std::strerror(errno)));
   }
   if (S_ISDIR(st.st_mode)) throw ConfigError(fmt::format("{}: is a folder, not a {}", name, what));
@@ -34,6 +46,23 @@ std::string read_input_file(const std::filesystem::path& file, std::string_view 
                                   "must be a regular file",
                                   name, what));
   }
+  return f;
+}
+
+}  // namespace
+
+uint64_t check_input_file(const std::filesystem::path& file, std::string_view what) {
+  struct stat st {};
+  const Fd f = open_regular_file(file, what, st);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+std::string read_input_file(const std::filesystem::path& file, std::string_view what,
+                            uint64_t max_bytes) {
+  const std::string name = file.string();
+  struct stat st {};
+  const Fd f = open_regular_file(file, what, st);
+  const int fd = f.fd;
   const auto too_large = [&](uint64_t bytes) {
     return ConfigError(fmt::format("{}: {} bytes, more than the {} bytes a {} may have", name,
                                    bytes, max_bytes, what));

@@ -24,4 +24,8 @@ inline constexpr uint64_t kMaxDataFileBytes = uint64_t{1} << 30;
 std::string read_input_file(const std::filesystem::path& file, std::string_view what,
                             uint64_t max_bytes);
 
+/// For readers that stream a file of any size (a live timeline): checks that `file` opens and is
+/// a regular file, with read_input_file's messages, and returns its size in bytes.
+uint64_t check_input_file(const std::filesystem::path& file, std::string_view what);
+
 }  // namespace traintwin

@@ -1,10 +1,12 @@
 // Memory model per GPU (see memory.hpp for the sources and the breakdown).
 #include "core/memory.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "core/checks.hpp"
 #include "core/error.hpp"
+#include "core/moe_tokens.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/schedule.hpp"
@@ -51,6 +53,19 @@ std::vector<ScheduleStep> steps_of_chunk(const std::vector<ScheduleStep>& schedu
     if (step.model_chunk == chunk) steps.push_back(step);
   }
   return steps;
+}
+
+/// The MLP terms of layer_activation_bytes() inside the TP region, before the division by TP:
+/// the activation's input (2 ffn wide for SwiGLU) and the FC2 input, s b ffn each.
+double dense_mlp_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp,
+                                  int64_t cp, Precision p, bool fp8) {
+  const double e = activation_element_bytes(p);
+  const double gemm_in = fp8 ? 1.0 : e;
+  const double sb = static_cast<double>(local_seq_length(m, cp)) *
+                    static_cast<double>(micro_batch_size);
+  const double ffn = static_cast<double>(m.ffn_hidden_size);
+  const double act_input = (m.activation == Activation::kSwiglu ? 2.0 : 1.0) * e * sb * ffn;
+  return (act_input + gemm_in * sb * ffn) / static_cast<double>(tp);
 }
 
 }  // namespace
@@ -115,6 +130,59 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
   return bytes;
 }
 
+double moe_mlp_activation_bytes(const Scenario& sc) {
+  const ModelSpec& m = sc.model;
+  const ParallelConfig& par = sc.parallel;
+  const TrainingConfig& tr = sc.training;
+  const double e = activation_element_bytes(tr.precision);
+  const double gemm_in = tr.fp8() ? 1.0 : e;
+  const double h = static_cast<double>(m.hidden_size);
+  const double t = static_cast<double>(par.tensor_model_parallel_size);
+  const double etp = static_cast<double>(par.expert_tp());
+  const double local = static_cast<double>(moe_local_tokens(sc));   // T
+  const double in = moe_expert_tokens_per_rank(sc);                 // T_in (busiest rank)
+  const double k = static_cast<double>(m.moe_router_topk);
+  const double f_e = static_cast<double>(m.moe_expert_ffn());
+  const double f1_e = static_cast<double>(m.fc1_width_of(m.moe_expert_ffn()));
+  // Router: the softmax probabilities over the E experts of the T local tokens (its input, the
+  // norm output, is counted with the layer).
+  const double router = e * local * static_cast<double>(m.num_moe_experts);
+  // The local experts (grouped GEMMs, column-/row-parallel over ETP), the MLP terms of
+  // Korthikanti et al. for T_in token copies: FC1 input, activation input, FC2 input.
+  const double experts = in * (gemm_in * h + e * f1_e / etp + gemm_in * f_e / etp);
+  // Unpermute: the expert outputs of the T k copies, kept to weight them by the probabilities
+  // (and for the probabilities' gradient).
+  const double unpermute = e * local * k * h;
+  double bytes = router + experts + unpermute;
+  if (m.moe_shared_expert_intermediate_size > 0) {
+    // The shared expert: a dense MLP under TP (its input is the norm output, counted).
+    const double sb = static_cast<double>(tr.micro_batch_size) *
+                      static_cast<double>(local_seq_length(m, par.context_parallel_size));
+    const double f_s = static_cast<double>(m.moe_shared_expert_intermediate_size);
+    const double f1_s = static_cast<double>(m.fc1_width_of(m.moe_shared_expert_intermediate_size));
+    bytes += sb * (e * f1_s + gemm_in * f_s) / t;
+  }
+  return bytes;
+}
+
+double moe_dispatch_buffer_bytes(const Scenario& sc) {
+  const ModelSpec& m = sc.model;
+  const double e = activation_element_bytes(sc.training.precision);
+  const double h = static_cast<double>(m.hidden_size);
+  const double local = static_cast<double>(moe_local_tokens(sc));
+  if (m.moe_token_dispatcher_type == MoeTokenDispatcher::kAllGather) {
+    // The hidden states of the whole EP x ETP group, all-gathered before the local experts pick
+    // theirs.
+    return e * h * local * static_cast<double>(sc.parallel.expert_model_parallel_size) *
+           static_cast<double>(sc.parallel.expert_tp());
+  }
+  // alltoall: the permuted send buffer (T k copies) and the all-to-all receive buffer (T_in /
+  // ETP copies before the ETP all-gather, whose output is the experts' input).
+  const double in = moe_expert_tokens_per_rank(sc);
+  return e * h * (local * static_cast<double>(m.moe_router_topk) +
+                  in / static_cast<double>(sc.parallel.expert_tp()));
+}
+
 BytesPerParameter bytes_per_parameter(Precision p, bool distributed_optimizer, int64_t dp) {
   require_at_least_one(dp, "dp");
   BytesPerParameter bpp;
@@ -146,7 +214,9 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   const TrainingConfig& tr = s.training;
   StageMemory mem;
   mem.pp_rank = pp_rank;
-  mem.parameters = parameters_on_rank(s, pp_rank);  // checks pp_rank, TP, PP, v, layers
+  const RankParameters held = stage_parameters_on_rank(s, pp_rank);  // checks pp_rank, TP, ...
+  mem.parameters = held.total();
+  mem.expert_parameters = held.expert;
   require_at_least_one(par.data_parallel_size, "data_parallel_size");
   require_at_least_one(par.context_parallel_size, "context_parallel_size");
   require_at_least_one(tr.micro_batch_size, "micro_batch_size");
@@ -164,22 +234,27 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   for (int64_t c = 0; c < v; ++c) layers_of_chunk.push_back(chunk_layers(s, pp_rank, c).num_layers);
   mem.layers = layers_on_stage(s, pp_rank);
 
-  // Weights, gradients, optimizer state. The distributed optimizer shards over the DP x CP group
-  // (Megatron reduces gradients and shards the optimizer over data_parallel_group with CP).
+  // Weights, gradients, optimizer state. The distributed optimizer shards the dense parameters'
+  // state over the DP x CP group (Megatron reduces gradients and shards the optimizer over
+  // data_parallel_group with CP) and the routed experts' over the expert-data-parallel group
+  // (Megatron-Core's expert_data_parallel_group: TP x CP x DP / (ETP x EP) ranks).
   const BytesPerParameter bpp =
       bytes_per_parameter(tr.precision, tr.use_distributed_optimizer,
                           par.data_parallel_size * par.context_parallel_size);
-  const double params = static_cast<double>(mem.parameters);
-  mem.weights_bytes = params * bpp.weights;
-  mem.gradients_bytes = params * bpp.gradients;
-  mem.optimizer_bytes = params * bpp.optimizer;
+  const BytesPerParameter expert_bpp = bytes_per_parameter(
+      tr.precision, tr.use_distributed_optimizer,
+      s.model.is_moe() ? par.expert_data_parallel_size() : 1);
+  const double dense = static_cast<double>(held.dense);
+  const double expert = static_cast<double>(held.expert);
+  mem.weights_bytes = dense * bpp.weights + expert * expert_bpp.weights;
+  mem.gradients_bytes = dense * bpp.gradients + expert * expert_bpp.gradients;
+  mem.optimizer_bytes = dense * bpp.optimizer + expert * expert_bpp.optimizer;
   if (tr.fp8()) {
-    // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight and, on
-    // Hopper (TN-only FP8 GEMMs), its transpose for the backward: 2 bytes per GEMM weight.
-    // With FP8 parameters those are the weights: no 16-bit copy of the GEMM weights remains.
-    const double gemm = static_cast<double>(mem.layers) *
-                        static_cast<double>(layer_gemm_weights_on_rank(
-                            s.model, par.tensor_model_parallel_size));
+    // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight (the local
+    // experts' too) and, on Hopper (TN-only FP8 GEMMs), its transpose for the backward: 2 bytes
+    // per GEMM weight. With FP8 parameters those are the weights: no 16-bit copy of the GEMM
+    // weights remains.
+    const double gemm = static_cast<double>(held.dense_gemm + held.expert_gemm);
     mem.fp8_weight_copies_bytes = 2.0 * gemm;
     if (tr.fp8_param_gather) mem.weights_bytes -= gemm * bpp.weights;
   }
@@ -193,7 +268,39 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
       tr.fp8());
-  mem.activations_bytes = static_cast<double>(mem.in_flight_layers) * per_layer;
+  int64_t moe_layers = 0;
+  for (int64_t c = 0; c < v; ++c) {
+    const ChunkLayers chunk = chunk_layers(s, pp_rank, c);
+    for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
+      moe_layers += s.model.is_moe_layer(l) ? 1 : 0;
+    }
+  }
+  if (moe_layers == 0) {
+    mem.activations_bytes = static_cast<double>(mem.in_flight_layers) * per_layer;
+  } else {
+    // An MoE layer keeps the dense layer's attention terms; its MLP terms are the router's,
+    // the local experts' and the shared expert's (full recomputation keeps only the input).
+    double moe_layer = per_layer;
+    if (tr.recompute_granularity != RecomputeGranularity::kFull) {
+      moe_layer += moe_mlp_activation_bytes(s) -
+                   dense_mlp_activation_bytes(s.model, tr.micro_batch_size,
+                                              par.tensor_model_parallel_size,
+                                              par.context_parallel_size, tr.precision, tr.fp8());
+    }
+    // The in-flight peak weighted by each chunk's bytes (layers differ between chunks).
+    std::vector<int64_t> bytes_of_chunk;
+    for (int64_t c = 0; c < v; ++c) {
+      const ChunkLayers chunk = chunk_layers(s, pp_rank, c);
+      double bytes = 0;
+      for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
+        bytes += s.model.is_moe_layer(l) ? moe_layer : per_layer;
+      }
+      bytes_of_chunk.push_back(static_cast<int64_t>(std::llround(bytes)));
+    }
+    mem.activations_bytes = static_cast<double>(max_in_flight_weighted(schedule, bytes_of_chunk));
+    // One MoE layer's dispatch buffers at a time (transient: freed after the combine).
+    mem.moe_dispatch_buffers_bytes = moe_dispatch_buffer_bytes(s);
+  }
 
   // Outside the transformer layers (Korthikanti et al. 2022, sec. 4.3), counted for each
   // micro-batch in flight in the model chunk that holds them.

@@ -54,6 +54,25 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
                               AttentionBackend backend = AttentionBackend::kUnfused,
                               bool fp8 = false);
 
+/// Activation bytes of the MLP block of one MoE layer for one micro-batch on one rank (they
+/// replace the dense MLP terms of layer_activation_bytes(); the norm output feeding the router
+/// stays with the layer). Korthikanti et al.'s term-by-term method applied to Megatron-Core's
+/// MoE layer, with e = bytes of an activation element (gemm inputs 1 byte under FP8), T =
+/// moe_local_tokens() and T_in = moe_expert_tokens_per_rank() (top-k copies, x the what-if
+/// imbalance, capped or padded by the capacity):
+///   router probabilities e T E
+///   + local experts T_in (e_gemm h + e f1_e / ETP + e_gemm f_e / ETP) (FC1 input, activation
+///     input, FC2 input of the grouped GEMMs)
+///   + unpermute's expert outputs e T k h
+///   + shared expert s b (e f1_s + e_gemm f_s) / TP.
+/// Throws InvalidArgument for a dense model or the sizes moe_local_tokens() refuses.
+double moe_mlp_activation_bytes(const Scenario& s);
+
+/// Transient dispatcher buffers of one MoE layer on one rank (one layer's at a time, not per
+/// micro-batch): alltoall, the permuted send buffer e T k h and the all-to-all receive buffer
+/// e (T_in / ETP) h; allgather, the hidden states of the EP x ETP group, e T EP ETP h.
+double moe_dispatch_buffer_bytes(const Scenario& s);
+
 /// Bytes per parameter of weights, gradients and optimizer state (see file comment).
 struct BytesPerParameter {
   double weights = 0, gradients = 0, optimizer = 0;
@@ -68,6 +87,7 @@ BytesPerParameter bytes_per_parameter(Precision p, bool distributed_optimizer, i
 struct StageMemory {
   int64_t pp_rank = 0;
   int64_t parameters = 0;  ///< parameters held (parameters_on_rank)
+  int64_t expert_parameters = 0;  ///< of which routed experts' (state sharded over expert DP)
   int64_t layers = 0;      ///< transformer layers held (all chunks)
   int64_t in_flight = 0;   ///< peak (micro-batch, chunk) activation sets held
                            ///< (max_in_flight of the stage's schedule)
@@ -84,16 +104,20 @@ struct StageMemory {
   /// Outside the transformer layers: embedding dropout mask (first stage), final LN and LM-head
   /// inputs and fp32 logits (last stage).
   double embedding_and_logits_bytes = 0;
+  /// MoE: one layer's token-dispatcher buffers (moe_dispatch_buffer_bytes; 0 without MoE layers).
+  double moe_dispatch_buffers_bytes = 0;
   double total_bytes() const {
     return weights_bytes + fp8_weight_copies_bytes + gradients_bytes + optimizer_bytes +
-           activations_bytes +
-           embedding_and_logits_bytes;
+           activations_bytes + embedding_and_logits_bytes + moe_dispatch_buffers_bytes;
   }
 };
 
 /// Memory of one GPU of stage `pp_rank` (throws InvalidArgument if out of range, or for the
 /// argument rules of parameters_on_rank and build_schedule). The distributed optimizer shards
-/// over the DP x CP ranks holding the same parameters (Megatron's data-parallel group with CP).
+/// over the DP x CP ranks holding the same parameters (Megatron's data-parallel group with CP);
+/// the routed experts' state over the expert-data-parallel ranks (TP x CP x DP / (ETP x EP)).
+/// MoE layers' activations are the dense layer's with the MLP terms replaced by
+/// moe_mlp_activation_bytes(); moe_dispatch_buffers_bytes holds one layer's dispatcher buffers.
 StageMemory stage_memory(const Scenario& s, int64_t pp_rank);
 
 /// stage_memory() for every pipeline stage, stage 0 first.

@@ -19,14 +19,51 @@ void require_divisible(int64_t value, const char* value_name, int64_t divisor,
   }
 }
 
+/// The GEMM weights and all parameters of an MLP of inner width `ffn` whose FC1 is
+/// column-parallel and FC2 row-parallel over `t` ranks (FC2's bias replicated).
+struct MlpParameters {
+  int64_t gemm = 0;
+  int64_t all = 0;
+};
+MlpParameters mlp_parameters(const ModelSpec& m, int64_t ffn, int64_t t) {
+  const int64_t h = m.hidden_size;
+  const int64_t bias = m.add_bias_linear ? 1 : 0;
+  const int64_t fc1_local = m.fc1_width_of(ffn) / t;  // SwiGLU: gate and up shards of ffn / t
+  const int64_t gemm = h * fc1_local + (ffn / t) * h;
+  return {gemm, gemm + bias * fc1_local + bias * h};
+}
+
+/// Attention (QKV column-parallel, projection row-parallel over t) and the 2 norms of a layer.
+RankParameters attention_parameters(const ModelSpec& m, int64_t t) {
+  const int64_t h = m.hidden_size;
+  const int64_t bias = m.add_bias_linear ? 1 : 0;
+  const int64_t qkv_local = m.qkv_width() / t;         // (a + 2g) d / t: whole heads per rank
+  const int64_t attention_local = m.attention_width() / t;  // a d / t, the projection's input
+  RankParameters r;
+  r.dense_gemm = h * qkv_local + attention_local * h;
+  // Replicated: the projection's bias and the 2 norms.
+  r.dense = r.dense_gemm + bias * qkv_local + bias * h + 2 * m.norm_parameters();
+  return r;
+}
+
+void require_layer(const ModelSpec& m, int64_t layer) {
+  if (layer < 0 || layer >= m.num_layers) {
+    throw InvalidArgument("layer must be in [0, num_layers = " + std::to_string(m.num_layers) +
+                          "), got " + std::to_string(layer));
+  }
+}
+
 }  // namespace
 
-int64_t layer_parameter_count(const ModelSpec& m) {
-  return layer_parameters_on_rank(m, 1);
+int64_t layer_parameter_count(const ModelSpec& m, int64_t layer) {
+  ParallelConfig one;  // TP = EP = ETP = 1
+  return layer_parameters_on_rank(m, one, layer).total();
 }
 
 int64_t parameter_count(const ModelSpec& m) {
-  const int64_t layers = m.num_layers * layer_parameter_count(m);  // validates m
+  require_valid_model(m);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) layers += layer_parameter_count(m, l);
   const int64_t h = m.hidden_size;
   const int64_t word_embedding = m.vocab_size * h;
   const int64_t output_layer = m.untie_embeddings_and_output_weights ? m.vocab_size * h : 0;
@@ -34,6 +71,15 @@ int64_t parameter_count(const ModelSpec& m) {
       m.position_embedding_type == PositionEmbedding::kLearnedAbsolute ? m.seq_length * h : 0;
   const int64_t final_norm = m.norm_parameters();
   return layers + word_embedding + output_layer + position_embedding + final_norm;
+}
+
+int64_t active_parameter_count(const ModelSpec& m) {
+  const int64_t total = parameter_count(m);  // validates m
+  if (!m.is_moe()) return total;
+  const int64_t one_expert = mlp_parameters(m, m.moe_expert_ffn(), 1).all;
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+  return total - moe_layers * (m.num_moe_experts - m.moe_router_topk) * one_expert;
 }
 
 double parameter_count_narayanan(const ModelSpec& m) {
@@ -61,29 +107,49 @@ int64_t layer_parameters_on_rank(const ModelSpec& m, int64_t t) {
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
   require_divisible(m.num_attention_heads, "num_attention_heads", t, "tensor_model_parallel_size");
   require_divisible(m.query_groups(), "num_query_groups", t, "tensor_model_parallel_size");
-  const int64_t h = m.hidden_size;
-  const int64_t ffn = m.ffn_hidden_size;
-  const int64_t bias = m.add_bias_linear ? 1 : 0;
-  const int64_t qkv_local = m.qkv_width() / t;  // (a + 2g) d / t: whole heads per rank
-  const int64_t fc1_local = m.fc1_width() / t;  // SwiGLU: gate and up shards of ffn / t each
-  // Sharded over TP: column-parallel QKV and FC1 (weights and biases), row-parallel projection
-  // and FC2 weights. Replicated: row-parallel biases (projection, FC2) and the 2 norms.
-  const int64_t qkv = h * qkv_local + bias * qkv_local;
-  const int64_t projection = (h / t) * h + bias * h;
-  const int64_t fc1 = h * fc1_local + bias * fc1_local;
-  const int64_t fc2 = (ffn / t) * h + bias * h;
-  const int64_t norms = 2 * m.norm_parameters();
-  return qkv + projection + fc1 + fc2 + norms;
+  return attention_parameters(m, t).dense + mlp_parameters(m, m.ffn_hidden_size, t).all;
 }
 
 int64_t layer_gemm_weights_on_rank(const ModelSpec& m, int64_t t) {
   layer_parameters_on_rank(m, t);  // the same checks
-  const int64_t h = m.hidden_size;
-  return h * (m.qkv_width() / t) + (h / t) * h + h * (m.fc1_width() / t) +
-         (m.ffn_hidden_size / t) * h;
+  return attention_parameters(m, t).dense_gemm + mlp_parameters(m, m.ffn_hidden_size, t).gemm;
 }
 
-int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
+RankParameters layer_parameters_on_rank(const ModelSpec& m, const ParallelConfig& p,
+                                        int64_t layer) {
+  const int64_t t = p.tensor_model_parallel_size;
+  layer_parameters_on_rank(m, t);  // the dense layer's checks
+  require_layer(m, layer);
+  RankParameters r = attention_parameters(m, t);
+  if (!m.is_moe_layer(layer)) {
+    const MlpParameters mlp = mlp_parameters(m, m.ffn_hidden_size, t);
+    r.dense += mlp.all;
+    r.dense_gemm += mlp.gemm;
+    return r;
+  }
+  const int64_t ep = p.expert_model_parallel_size;
+  const int64_t etp = p.expert_tp();
+  require_at_least_one(ep, "expert_model_parallel_size");
+  require_at_least_one(etp, "expert_tensor_parallel_size");
+  require_divisible(m.num_moe_experts, "num_moe_experts", ep, "expert_model_parallel_size");
+  require_divisible(m.moe_expert_ffn(), "moe_ffn_hidden_size", etp,
+                    "expert_tensor_parallel_size");
+  require_divisible(m.moe_shared_expert_intermediate_size, "moe_shared_expert_intermediate_size",
+                    t, "tensor_model_parallel_size");
+  r.dense += m.num_moe_experts * m.hidden_size;  // the router, replicated over TP
+  if (m.moe_shared_expert_intermediate_size > 0) {
+    const MlpParameters shared = mlp_parameters(m, m.moe_shared_expert_intermediate_size, t);
+    r.dense += shared.all;
+    r.dense_gemm += shared.gemm;
+  }
+  const MlpParameters expert = mlp_parameters(m, m.moe_expert_ffn(), etp);
+  const int64_t local_experts = m.num_moe_experts / ep;
+  r.expert = local_experts * expert.all;
+  r.expert_gemm = local_experts * expert.gemm;
+  return r;
+}
+
+RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   const ModelSpec& m = s.model;
   require_valid_model(m);
   const int64_t t = s.parallel.tensor_model_parallel_size;
@@ -99,21 +165,30 @@ int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   require_divisible(m.hidden_size, "hidden_size", t, "tensor_model_parallel_size");
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
 
+  RankParameters total;
+  for (int64_t c = 0; c < v; ++c) {
+    const ChunkLayers chunk = chunk_layers(s, pp_rank, c);  // l / (p v) layers when even
+    for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
+      total += layer_parameters_on_rank(m, s.parallel, l);
+    }
+  }
   const int64_t h = m.hidden_size;
-  const int64_t per_layer = layer_parameters_on_rank(m, t);
-  const int64_t layers_on_rank = layers_on_stage(s, pp_rank);  // l / p when even
-
-  int64_t total = layers_on_rank * per_layer;
   const int64_t word_embedding_rows = padded_vocab_size(m.vocab_size, t) / t;
   const bool first = pp_rank == 0;
   const bool last = pp_rank == p - 1;
   const bool learned_positions = m.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
-  if (first) total += word_embedding_rows * h + (learned_positions ? m.seq_length * h : 0);
+  if (first) total.dense += word_embedding_rows * h + (learned_positions ? m.seq_length * h : 0);
   // The LM head: its own weight when untied; when tied, a copy of the word embedding on the
   // last stage when that is another stage (Megatron's shared embedding).
-  if (last && (m.untie_embeddings_and_output_weights || p > 1)) total += word_embedding_rows * h;
-  if (last) total += m.norm_parameters();  // final norm
+  if (last && (m.untie_embeddings_and_output_weights || p > 1)) {
+    total.dense += word_embedding_rows * h;
+  }
+  if (last) total.dense += m.norm_parameters();  // final norm
   return total;
+}
+
+int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {
+  return stage_parameters_on_rank(s, pp_rank).total();
 }
 
 }  // namespace traintwin

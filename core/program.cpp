@@ -1,13 +1,17 @@
 #include "core/program.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/moe_tokens.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
 
@@ -20,6 +24,7 @@ const char* to_string(Stream s) {
     case Stream::kCpComm: return "cp-comm";
     case Stream::kPpComm: return "pp-comm";
     case Stream::kDpComm: return "dp-comm";
+    case Stream::kEpComm: return "ep-comm";
   }
   return "?";
 }
@@ -73,6 +78,14 @@ const char* to_string(Role r) {
     case Role::kGelu: return "activation";
     case Role::kFc2: return "fc2";
     case Role::kMlpResidual: return "mlp residual";
+    case Role::kRouter: return "router";
+    case Role::kMoePermute: return "moe permute";
+    case Role::kMoeDispatch: return "moe dispatch";
+    case Role::kExpertFc1: return "expert fc1";
+    case Role::kExpertActivation: return "expert activation";
+    case Role::kExpertFc2: return "expert fc2";
+    case Role::kMoeCombine: return "moe combine";
+    case Role::kMoeUnpermute: return "moe unpermute";
     case Role::kFinalLayerNorm: return "final layernorm";
     case Role::kLmHead: return "lm head";
     case Role::kCrossEntropyMax: return "cross entropy max";
@@ -165,6 +178,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// Sizes used by the lowering, named as in Korthikanti et al.: s, b, h, a, t, ...
 struct Dims {
   int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local;
+  int64_t aw;  ///< attention width a x hd (the projection's input; = h unless kv_channels)
   std::vector<ChunkLayers> split;  // the layers of each virtual stage (core/pipeline_split.hpp)
   int64_t cp;          // context-parallel size
   int64_t s_full;      // the whole sequence (s is the local s / CP)
@@ -179,6 +193,18 @@ struct Dims {
   int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
   Precision dtype;
   AttentionBackend backend;
+  // Mixture of experts (zeros / ones for a dense model; build_program() names them).
+  int64_t experts = 0;     // E
+  int64_t topk = 0;        // k
+  int64_t ep = 1, etp = 1;
+  int64_t local_experts = 0;     // E / EP
+  int64_t expert_ffn = 0;        // ffn_e: one routed expert's inner width
+  int64_t expert_fc1_local = 0;  // FC1 output width of an expert per ETP rank
+  int64_t shared_ffn = 0;        // shared expert width (0 = none)
+  int64_t shared_fc1_local = 0;  // its FC1 output width per TP rank
+  int64_t moe_tokens = 0;        // T: the router's input rows (moe_local_tokens)
+  int64_t per_expert = 0;        // P: token copies one rank sends to one expert (busiest)
+  int64_t expert_rows = 0;       // rows of one local expert's GEMMs: ETP x EP x per_expert
 
   explicit Dims(const Scenario& sc) {
     backend = sc.training.attention_backend;
@@ -197,6 +223,7 @@ struct Dims {
     h = sc.model.hidden_size;
     a = sc.model.num_attention_heads;
     hd = sc.model.head_dim();
+    aw = sc.model.attention_width();
     ffn = sc.model.ffn_hidden_size;
     vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
     split = pipeline_layer_split(sc.model, sc.parallel);
@@ -206,6 +233,23 @@ struct Dims {
     sp = sc.parallel.sequence_parallel;
     tokens = s * b;
     tokens_sp = sp ? tokens / t : tokens;
+    if (sc.model.is_moe()) {
+      experts = sc.model.num_moe_experts;
+      topk = sc.model.moe_router_topk;
+      ep = sc.parallel.expert_model_parallel_size;
+      etp = sc.parallel.expert_tp();
+      local_experts = experts / ep;
+      expert_ffn = sc.model.moe_expert_ffn();
+      expert_fc1_local = sc.model.fc1_width_of(expert_ffn) / etp;
+      shared_ffn = sc.model.moe_shared_expert_intermediate_size;
+      shared_fc1_local = sc.model.fc1_width_of(shared_ffn) / t;
+      moe_tokens = moe_local_tokens(sc);
+      // The busiest rank's expert tokens (core/moe_tokens.hpp: ETP T k x imbalance, capped or
+      // padded at ETP E C) spread over its ETP x E (expert, source ETP rank) pairs, rounded up.
+      per_expert = static_cast<int64_t>(
+          std::ceil(moe_expert_tokens_per_rank(sc) / static_cast<double>(etp * experts) - 1e-9));
+      expert_rows = etp * ep * per_expert;
+    }
   }
 };
 
@@ -309,7 +353,9 @@ struct KernelFactory {
   // x and writes y; backward reads x, dy, writes dx), SwiGLU silu(gate) * up (reads 2 ffn,
   // writes ffn; backward reads 2 ffn + dy, writes 2 ffn), squared ReLU (reads x, writes y).
   Kernel activation(bool backward) const {
-    const int64_t n = d.tokens * d.ffn / d.t;  // elements of the activation output
+    return activation_of(backward, d.tokens * d.ffn / d.t);  // elements of the output
+  }
+  Kernel activation_of(bool backward, int64_t n) const {
     const double fn = static_cast<double>(n);
     const double e = static_cast<double>(d.dsize);
     switch (d.model.activation) {
@@ -360,6 +406,76 @@ struct KernelFactory {
     const double fn = static_cast<double>(n);
     return make("dropout_fwd", {n}, fn, 2 * fn * static_cast<double>(d.dsize) + fn);
   }
+  // ---- MoE kernels (T router rows, E experts, k = topk; fp32 router scores) ----
+  // Router top-k and probabilities on T x E logits: Megatron's default topk-then-softmax (top-k
+  // selection about k comparisons per logit, softmax over the k chosen: 5 FLOPs each), plus,
+  // for the aux loss, a softmax over all E scores (5 per logit); reads the fp32 logits, writes
+  // the k probabilities and indices (fp32 + int32) and the T x E routing map (bool).
+  Kernel router_topk(bool backward, int64_t rows, bool aux_scores) const {
+    const double te = static_cast<double>(rows * d.experts);
+    const double tk = static_cast<double>(rows * d.topk);
+    const double fwd_flops = te * static_cast<double>(d.topk) + 5 * tk + (aux_scores ? 5 * te : 0);
+    if (backward) {
+      // softmax backward over the k chosen (4 each) and over all E for the aux loss; the
+      // gradient scattered back to T x E logits.
+      return make("moe_router_topk_bwd", {rows, d.experts, d.topk},
+                  4 * tk + te + (aux_scores ? 4 * te : 0), te * 4 * (aux_scores ? 2 : 1) + tk * 8);
+    }
+    return make("moe_router_topk_fwd", {rows, d.experts, d.topk}, fwd_flops, te * 5 + tk * 8);
+  }
+  // Switch Transformer load-balancing loss (Fedus et al. 2021, eq. 4; Megatron's
+  // switch_load_balancing_loss_func): per expert the fraction of routed tokens f_i (a sum over
+  // the routing map) and the mean probability P_i (a sum over the scores), then
+  // coeff x E / k x sum_i f_i P_i; backward: d scores = coeff E / (k T) f_i per element.
+  Kernel aux_loss(bool backward, int64_t rows) const {
+    const double te = static_cast<double>(rows * d.experts);
+    if (backward) return make("moe_aux_loss_bwd", {rows, d.experts}, te, te * 8);
+    return make("moe_aux_loss_fwd", {rows, d.experts}, 2 * te, te * 5);
+  }
+  // Permute: gather `rows` token copies (of h elements) into expert order (reads and writes each
+  // row, plus an int32 index per row). Backward: scatter-add them into the `tokens` input rows.
+  Kernel moe_permute(bool backward, int64_t rows, int64_t tokens) const {
+    const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
+                 e = static_cast<double>(d.dsize);
+    if (backward) {
+      return make("moe_permute_bwd", {rows, tokens, d.h}, r * hh,
+                  (r + static_cast<double>(tokens)) * hh * e + 4 * r);
+    }
+    return make("moe_permute_fwd", {rows, tokens, d.h}, 0, 2 * r * hh * e + 4 * r);
+  }
+  // Unpermute: each of `rows` expert outputs times its router probability, summed into the
+  // `tokens` output rows (2 FLOPs per element). Backward: the gradient of each row (1 FLOP per
+  // element) and of each probability (a dot product of the output gradient and the expert
+  // output, 2 per element).
+  Kernel moe_unpermute(bool backward, int64_t rows, int64_t tokens) const {
+    const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
+                 e = static_cast<double>(d.dsize), tok = static_cast<double>(tokens);
+    if (backward) {
+      return make("moe_unpermute_bwd", {rows, tokens, d.h}, 3 * r * hh,
+                  (2 * r + tok) * hh * e + 8 * r);
+    }
+    return make("moe_unpermute_fwd", {rows, tokens, d.h}, 2 * r * hh, (r + tok) * hh * e + 8 * r);
+  }
+  // Grouped GEMM over `groups` experts, each Y[m,n] = X[m,k] W_g[k,n] (Transformer Engine's /
+  // CUTLASS grouped GEMM, Megatron --moe-grouped-gemm): key {groups, m, n, k}, 2 groups m n k
+  // FLOPs; the variants grouped_gemm_fwd / _dgrad / _wgrad as for gemm. `fp8` as layer_gemm.
+  Kernel grouped_gemm(const char* name, int64_t groups, int64_t m, int64_t n, int64_t k,
+                      bool fp8, int64_t tp) const {
+    const double g = static_cast<double>(groups), fm = static_cast<double>(m),
+                 fn = static_cast<double>(n), fk = static_cast<double>(k);
+    const double e = static_cast<double>(d.dsize);
+    const double bytes = fp8 ? g * (fm * fk + fk * fn + fm * fn * e) : g * (fm * fk + fk * fn + fm * fn) * e;
+    return Kernel{KernelKey{name, {groups, m, n, k}, fp8 ? Precision::kFp8 : d.dtype, tp},
+                  2.0 * g * fm * fn * fk, bytes};
+  }
+  // The MLP activation over n output elements (the experts' or the shared expert's), as
+  // activation() for the dense MLP.
+  Kernel activation_n(bool backward, int64_t n, int64_t tp) const {
+    Kernel k = activation_of(backward, n);
+    k.key.tp = tp;
+    return k;
+  }
+
   // Global grad norm over fp32 gradients of n parameters.
   Kernel grad_norm(int64_t n) const {
     const double fn = static_cast<double>(n);
@@ -387,6 +503,7 @@ struct Bucket {
   int64_t gemm_weights = 0;  // of which transformer-layer GEMM weights (FP8 with fp8_param_gather)
   int64_t trigger = 0;
   std::vector<int64_t> layers;  // layers in the bucket (embedding -2, head -1)
+  GroupKind group = GroupKind::kDpCp;  // kEdp: the routed experts' parameters of the layers
   uint32_t grad_op = kNoOp;
   uint32_t param_gather_op = kNoOp;
 };
@@ -789,7 +906,7 @@ class RankLowering {
         case CpCommType::kA2a: {
           // Ulysses: sequence-sharded Q, K, V -> head-sharded over the whole sequence, and back.
           const int64_t qkv_bytes = act_bytes(d_.qkv_local);
-          const int64_t out_bytes = act_bytes(d_.h / d_.t);
+          const int64_t out_bytes = act_bytes(d_.aw / d_.t);
           cp_blocking(CollectiveKind::kAllToAll, backward ? out_bytes : qkv_bytes,
                       backward ? "cp all_to_all grad" : "cp all_to_all qkv");
           kernel(k_.attention(backward, heads / d_.cp, kv_heads / d_.cp, d_.s_full), "attention");
@@ -848,23 +965,213 @@ class RankLowering {
     role(Role::kAttentionCore);
     attention_core(false);
     role(Role::kAttentionProjection);
-    gemm_reduced(d_.h, d_.h / d_.t, "attention", f8);
+    gemm_reduced(d_.h, d_.aw / d_.t, "attention", f8);
     role(Role::kAttentionResidual);
     kernel(k_.dropout_add(false), "mlp");
     role(Role::kPostAttentionLayerNorm);
     kernel(k_.norm(false), "mlp");
-    role(Role::kFc1);
-    gathered_gemm(d_.fc1_local, d_.h, "mlp", f8);
-    role(Role::kGelu);
-    kernel(k_.activation(false), "mlp");
-    role(Role::kFc2);
-    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp", f8, Cast::kFused);  // cast by the activation
+    if (sc_.model.is_moe_layer(layer_)) {
+      moe_forward();
+    } else {
+      role(Role::kFc1);
+      gathered_gemm(d_.fc1_local, d_.h, "mlp", f8);
+      role(Role::kGelu);
+      kernel(k_.activation(false), "mlp");
+      role(Role::kFc2);
+      gemm_reduced(d_.h, d_.ffn / d_.t, "mlp", f8, Cast::kFused);  // cast by the activation
+    }
     role(Role::kMlpResidual);
     kernel(k_.dropout_add(false), "mlp");
     if (f8 && sc_.training.fp8_recipe == Fp8Recipe::kDelayed) {
       role(Role::kNone);
       kernel(k_.fp8_scale_update(8), "fp8 scales");  // 4 GEMM inputs + 4 weights
     }
+  }
+
+  // ---- MoE layer (see build_program() for the op order) ------------------------------------
+
+  bool alltoall() const {
+    return sc_.model.moe_token_dispatcher_type == MoeTokenDispatcher::kAllToAll;
+  }
+  bool aux_loss() const {
+    return sc_.model.moe_router_load_balancing_type == MoeLoadBalancing::kAuxLoss;
+  }
+  /// Bytes of `rows` hidden-state rows.
+  int64_t row_bytes(int64_t rows) const { return rows * d_.h * d_.dsize; }
+  /// Rows the alltoall dispatcher sends (and receives) over EP: per_expert copies for each of
+  /// the E experts (the busiest rank's share).
+  int64_t a2a_rows() const { return d_.experts * d_.per_expert; }
+  /// The hidden states of the ETP x EP group the allgather dispatcher gathers.
+  int64_t gathered_rows() const { return d_.etp * d_.ep * d_.moe_tokens; }
+  /// Rows of the local experts' GEMMs over all local experts.
+  int64_t local_expert_rows() const { return d_.local_experts * d_.expert_rows; }
+
+  /// A blocking MoE dispatch/combine collective on the ep-comm stream.
+  void ep_blocking(CollectiveKind kind, GroupKind group, int64_t bytes, const char* what) {
+    wait(collective(kind, group, Stream::kEpComm, bytes, what));
+  }
+
+  /// The local experts' GEMM {rows per expert, n, k} (`variant` gemm_fwd/_dgrad/_wgrad): one
+  /// grouped GEMM with moe_grouped_gemm, else one GEMM per local expert (Megatron's
+  /// SequentialMLP); tp = ETP.
+  void expert_gemm(const char* variant, int64_t n, int64_t k, bool fp8) {
+    const int64_t m = d_.expert_rows;
+    if (sc_.model.moe_grouped_gemm) {
+      const std::string_view v = variant;
+      const char* grouped = v == "gemm_fwd"     ? "grouped_gemm_fwd"
+                            : v == "gemm_dgrad" ? "grouped_gemm_dgrad"
+                                                : "grouped_gemm_wgrad";
+      kernel(k_.grouped_gemm(grouped, d_.local_experts, m, n, k, fp8, d_.etp), "experts");
+      return;
+    }
+    Kernel one = gemm_kernel(variant, m, n, k, fp8);
+    one.key.tp = d_.etp;
+    for (int64_t e = 0; e < d_.local_experts; ++e) kernel(one, "experts");
+  }
+
+  /// The router and its aux loss on the T local rows.
+  void router_forward() {
+    role(Role::kRouter);
+    kernel(k_.gemm("gemm_fwd", d_.moe_tokens, d_.experts, d_.h), "router");
+    kernel(k_.router_topk(false, d_.moe_tokens, aux_loss()), "router");
+    if (aux_loss()) kernel(k_.aux_loss(false, d_.moe_tokens), "router");
+  }
+
+  /// The routed experts' forward on their dispatched rows.
+  void experts_forward(bool f8) {
+    const int64_t rows = local_expert_rows();
+    role(Role::kExpertFc1);
+    if (f8) fp8_cast(rows * d_.h, "experts", Cast::kSeparate);  // the permuted tokens
+    expert_gemm("gemm_fwd", d_.expert_fc1_local, d_.h, f8);
+    role(Role::kExpertActivation);
+    kernel(k_.activation_n(false, rows * d_.expert_ffn / d_.etp, d_.etp), "experts");
+    role(Role::kExpertFc2);
+    if (f8) fp8_cast(rows * d_.expert_ffn / d_.etp, "experts", Cast::kFused);
+    expert_gemm("gemm_fwd", d_.h, d_.expert_ffn / d_.etp, f8);
+  }
+
+  void experts_backward(bool f8) {
+    const int64_t rows = local_expert_rows();
+    role(Role::kExpertFc2);
+    if (f8) fp8_cast(rows * d_.h, "experts", Cast::kSeparate);  // the output gradient
+    expert_gemm("gemm_dgrad", d_.h, d_.expert_ffn / d_.etp, f8);
+    expert_gemm("gemm_wgrad", d_.h, d_.expert_ffn / d_.etp, f8);
+    role(Role::kExpertActivation);
+    kernel(k_.activation_n(true, rows * d_.expert_ffn / d_.etp, d_.etp), "experts");
+    role(Role::kExpertFc1);
+    if (f8) fp8_cast(rows * d_.expert_fc1_local, "experts", Cast::kFused);
+    expert_gemm("gemm_dgrad", d_.expert_fc1_local, d_.h, f8);
+    expert_gemm("gemm_wgrad", d_.expert_fc1_local, d_.h, f8);
+  }
+
+  /// The shared expert: a dense MLP of width moe_shared_expert_intermediate_size over TP (with
+  /// its SP all-gather / reduce-scatter), on the same input as the router.
+  void shared_expert_forward(bool f8) {
+    if (d_.shared_ffn == 0) return;
+    role(Role::kFc1);
+    gathered_gemm(d_.shared_fc1_local, d_.h, "shared expert", f8);
+    role(Role::kGelu);
+    kernel(k_.activation_n(false, d_.tokens * d_.shared_ffn / d_.t, d_.t), "shared expert");
+    role(Role::kFc2);
+    gemm_reduced(d_.h, d_.shared_ffn / d_.t, "shared expert", f8, Cast::kFused);
+  }
+
+  void shared_expert_backward(bool f8) {
+    if (d_.shared_ffn == 0) return;
+    role(Role::kFc2);
+    row_parallel_backward(d_.h, d_.shared_ffn / d_.t, "shared expert", f8);
+    role(Role::kGelu);
+    kernel(k_.activation_n(true, d_.tokens * d_.shared_ffn / d_.t, d_.t), "shared expert");
+    role(Role::kFc1);
+    column_parallel_backward(d_.shared_fc1_local, d_.h, "shared expert", f8, Cast::kFused);
+  }
+
+  /// The MoE MLP of one layer, after the post-attention norm (see build_program()).
+  void moe_forward() {
+    const bool f8 = fp8();
+    router_forward();
+    if (alltoall()) {
+      role(Role::kMoePermute);
+      kernel(k_.moe_permute(false, a2a_rows(), d_.moe_tokens), "moe permute");
+      role(Role::kMoeDispatch);
+      ep_blocking(CollectiveKind::kAllToAll, GroupKind::kEp, row_bytes(a2a_rows()),
+                  "ep all_to_all dispatch");
+      if (d_.etp > 1) {
+        ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtp, row_bytes(d_.etp * a2a_rows()),
+                    "etp all_gather dispatch");
+      }
+    } else {
+      role(Role::kMoeDispatch);
+      ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtpEp, row_bytes(gathered_rows()),
+                  "etp-ep all_gather dispatch");
+      role(Role::kMoePermute);
+      kernel(k_.moe_permute(false, local_expert_rows(), gathered_rows()), "moe permute");
+    }
+    experts_forward(f8);
+    if (alltoall()) {
+      role(Role::kMoeCombine);
+      if (d_.etp > 1) {
+        ep_blocking(CollectiveKind::kReduceScatter, GroupKind::kEtp,
+                    row_bytes(d_.etp * a2a_rows()), "etp reduce_scatter combine");
+      }
+      ep_blocking(CollectiveKind::kAllToAll, GroupKind::kEp, row_bytes(a2a_rows()),
+                  "ep all_to_all combine");
+      role(Role::kMoeUnpermute);
+      kernel(k_.moe_unpermute(false, a2a_rows(), d_.moe_tokens), "moe unpermute");
+    } else {
+      role(Role::kMoeUnpermute);
+      kernel(k_.moe_unpermute(false, local_expert_rows(), gathered_rows()), "moe unpermute");
+      role(Role::kMoeCombine);
+      ep_blocking(CollectiveKind::kReduceScatter, GroupKind::kEtpEp, row_bytes(gathered_rows()),
+                  "etp-ep reduce_scatter combine");
+    }
+    shared_expert_forward(f8);
+  }
+
+  /// Backward of moe_forward(), mirrored.
+  void moe_backward() {
+    const bool f8 = fp8();
+    shared_expert_backward(f8);
+    if (alltoall()) {
+      role(Role::kMoeUnpermute);
+      kernel(k_.moe_unpermute(true, a2a_rows(), d_.moe_tokens), "moe unpermute");
+      role(Role::kMoeCombine);
+      ep_blocking(CollectiveKind::kAllToAll, GroupKind::kEp, row_bytes(a2a_rows()),
+                  "ep all_to_all combine grad");
+      if (d_.etp > 1) {
+        ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtp, row_bytes(d_.etp * a2a_rows()),
+                    "etp all_gather combine grad");
+      }
+    } else {
+      role(Role::kMoeCombine);
+      ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtpEp, row_bytes(gathered_rows()),
+                  "etp-ep all_gather combine grad");
+      role(Role::kMoeUnpermute);
+      kernel(k_.moe_unpermute(true, local_expert_rows(), gathered_rows()), "moe unpermute");
+    }
+    experts_backward(f8);
+    if (alltoall()) {
+      role(Role::kMoeDispatch);
+      if (d_.etp > 1) {
+        ep_blocking(CollectiveKind::kReduceScatter, GroupKind::kEtp,
+                    row_bytes(d_.etp * a2a_rows()), "etp reduce_scatter dispatch grad");
+      }
+      ep_blocking(CollectiveKind::kAllToAll, GroupKind::kEp, row_bytes(a2a_rows()),
+                  "ep all_to_all dispatch grad");
+      role(Role::kMoePermute);
+      kernel(k_.moe_permute(true, a2a_rows(), d_.moe_tokens), "moe permute");
+    } else {
+      role(Role::kMoePermute);
+      kernel(k_.moe_permute(true, local_expert_rows(), gathered_rows()), "moe permute");
+      role(Role::kMoeDispatch);
+      ep_blocking(CollectiveKind::kReduceScatter, GroupKind::kEtpEp, row_bytes(gathered_rows()),
+                  "etp-ep reduce_scatter dispatch grad");
+    }
+    role(Role::kRouter);
+    if (aux_loss()) kernel(k_.aux_loss(true, d_.moe_tokens), "router");
+    kernel(k_.router_topk(true, d_.moe_tokens, aux_loss()), "router");
+    kernel(k_.gemm("gemm_dgrad", d_.moe_tokens, d_.experts, d_.h), "router");
+    kernel(k_.gemm("gemm_wgrad", d_.moe_tokens, d_.experts, d_.h), "router");
   }
 
   /// Backward of a row-parallel linear {tokens, n, k}: (SP) all-gather of the output gradient,
@@ -900,18 +1207,22 @@ class RankLowering {
     const bool f8 = fp8();
     role(Role::kMlpResidual);
     kernel(k_.dropout_add(true), "mlp");
-    role(Role::kFc2);
-    row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp", f8);
-    role(Role::kGelu);
-    kernel(k_.activation(true), "mlp");
-    role(Role::kFc1);
-    column_parallel_backward(d_.fc1_local, d_.h, "mlp", f8, Cast::kFused);  // by its backward
+    if (sc_.model.is_moe_layer(layer)) {
+      moe_backward();
+    } else {
+      role(Role::kFc2);
+      row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp", f8);
+      role(Role::kGelu);
+      kernel(k_.activation(true), "mlp");
+      role(Role::kFc1);
+      column_parallel_backward(d_.fc1_local, d_.h, "mlp", f8, Cast::kFused);  // by its backward
+    }
     role(Role::kPostAttentionLayerNorm);
     kernel(k_.norm(true), "mlp");
     role(Role::kAttentionResidual);
     kernel(k_.dropout_add(true), "attention");
     role(Role::kAttentionProjection);
-    row_parallel_backward(d_.h, d_.h / d_.t, "attention", f8);
+    row_parallel_backward(d_.h, d_.aw / d_.t, "attention", f8);
     role(Role::kAttentionCore);
     if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
       context(Phase::kRecompute, mb, chunk, layer);
@@ -975,7 +1286,11 @@ class RankLowering {
 
   // ---- DP buckets, finalize, optimizer -------------------------------------------------------
 
-  /// Splits each chunk's parameters, in backward order, into Megatron DDP buckets.
+  /// Splits each chunk's parameters, in backward order, into Megatron DDP buckets: the dense
+  /// parameters (reduced over DP x CP) and, for MoE layers, the local experts' parameters in
+  /// buckets of their own (reduced over the expert-data-parallel group), as Megatron-Core's
+  /// DistributedDataParallel keeps expert-parallel parameters in separate buffers with the same
+  /// bucket size.
   void plan_buckets() {
     const int64_t bucket_size = ddp_bucket_size_params(sc_);
     const int64_t emb_local = d_.vocab_local * d_.h;
@@ -989,50 +1304,70 @@ class RankLowering {
     }
     for (int64_t c = 0; c < d_.v; ++c) {
       const int64_t vs = vstage(c);
-      // (layer id, params) in the order their gradients become ready.
-      std::vector<std::pair<int64_t, int64_t>> items;
-      const int64_t gemm_per_layer = layer_gemm_weights_on_rank(sc_.model, d_.t);
+      // (layer id, params, GEMM weights) in the order their gradients become ready.
+      std::vector<std::tuple<int64_t, int64_t, int64_t>> items, expert_items;
       if (vs == num_vstages() - 1) {
         // Final norm, plus the LM head: its own weight when untied, the tied copy when the
         // embedding lives on another stage.
         const bool head = sc_.model.untie_embeddings_and_output_weights || d_.p > 1;
-        items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0));
+        items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0), 0);
       }
       const ChunkLayers& layers = layers_of(c);
       for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
-        items.emplace_back(l, layer_parameters_on_rank(sc_.model, d_.t));
+        const RankParameters lp = layer_parameters_on_rank(sc_.model, sc_.parallel, l);
+        items.emplace_back(l, lp.dense, lp.dense_gemm);
+        if (lp.expert > 0) expert_items.emplace_back(l, lp.expert, lp.expert_gemm);
       }
       const bool learned_positions =
           sc_.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
-      if (vs == 0) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0));
+      if (vs == 0) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0), 0);
       // Never empty: a chunk left with no transformer layer by the uneven split holds the
       // embedding or the LM head.
       auto& chunk = buckets_[static_cast<size_t>(c)];
-      chunk.emplace_back();
       auto& of_layer = bucket_of_layer_[static_cast<size_t>(c)];
-      for (const auto& [id, n] : items) {
-        if (bucket_size > 0 && chunk.back().params >= bucket_size) chunk.emplace_back();
-        chunk.back().params += n;
-        if (id >= 0) chunk.back().gemm_weights += gemm_per_layer;
-        chunk.back().layers.push_back(id);
-        chunk.back().trigger = id;
-        of_layer[id] = chunk.size() - 1;
-      }
-      // Each id is added once, so a bucket's trigger (its last id) names it alone.
+      auto fill = [&](const std::vector<std::tuple<int64_t, int64_t, int64_t>>& list,
+                      GroupKind group) {
+        if (list.empty()) return;
+        chunk.emplace_back();
+        chunk.back().group = group;
+        for (const auto& [id, n, gemm] : list) {
+          if (bucket_size > 0 && chunk.back().params >= bucket_size) {
+            chunk.emplace_back();
+            chunk.back().group = group;
+          }
+          chunk.back().params += n;
+          chunk.back().gemm_weights += gemm;
+          chunk.back().layers.push_back(id);
+          chunk.back().trigger = id;
+          of_layer[id].push_back(chunk.size() - 1);
+        }
+      };
+      fill(items, GroupKind::kDpCp);
+      fill(expert_items, GroupKind::kEdp);
+      // A bucket's trigger (its last id) is the trigger of at most one dense and one expert
+      // bucket.
       auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(c)];
-      for (size_t b = 0; b < chunk.size(); ++b) {
-        if (!chunk[b].layers.empty()) of_trigger[chunk[b].trigger] = b;
-      }
+      for (size_t b = 0; b < chunk.size(); ++b) of_trigger[chunk[b].trigger].push_back(b);
     }
   }
 
+  /// MoE layers over this rank's model chunks.
+  int64_t moe_layers_on_rank() const {
+    int64_t n = 0;
+    for (int64_t c = 0; c < d_.v; ++c) {
+      const ChunkLayers& layers = layers_of(c);
+      for (int64_t l = layers.first_layer; l < layers.end_layer(); ++l) n += sc_.model.is_moe_layer(l);
+    }
+    return n;
+  }
+
   /// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk:
-  /// with overlap_grad_reduce, starts the reduce of the bucket this completes.
+  /// with overlap_grad_reduce, starts the reduce of the buckets this completes.
   void bucket_done(int64_t chunk, int64_t layer) {
     if (!sc_.training.overlap_grad_reduce) return;
     const auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(chunk)];
     if (auto it = of_trigger.find(layer); it != of_trigger.end()) {
-      issue_grad_reduce(chunk, buckets_[static_cast<size_t>(chunk)][it->second]);
+      for (size_t b : it->second) issue_grad_reduce(chunk, buckets_[static_cast<size_t>(chunk)][b]);
     }
   }
 
@@ -1040,9 +1375,11 @@ class RankLowering {
     context(Phase::kGradSync, -1, chunk, -1);
     role(Role::kGradBucket);
     const bool dist = sc_.training.use_distributed_optimizer;
+    const bool expert = bucket.group == GroupKind::kEdp;
     bucket.grad_op = collective(dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                                GroupKind::kDpCp, Stream::kDpComm, bucket.params * d_.grad_bytes,
-                                dist ? "dp reduce_scatter grads" : "dp all_reduce grads");
+                                bucket.group, Stream::kDpComm, bucket.params * d_.grad_bytes,
+                                dist ? (expert ? "edp reduce_scatter expert grads" : "dp reduce_scatter grads")
+                                     : (expert ? "edp all_reduce expert grads" : "dp all_reduce grads"));
     if (bucket.grad_op != kNoOp) {
       grad_syncs_.push_back(bucket.grad_op);
       out_.ops[bucket.grad_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
@@ -1050,30 +1387,46 @@ class RankLowering {
   }
 
   void issue_param_gathers(Phase phase) {
-    // Forward order: chunk 0 first, buckets from the last (embedding side) to the first.
+    // Forward order: chunk 0 first, each chunk's buckets by the first layer the forward reaches
+    // (embedding, layers ascending, head), a dense bucket before an expert one.
+    auto forward_pos = [](int64_t id) {
+      return id == -2 ? std::numeric_limits<int64_t>::min()
+                      : id == -1 ? std::numeric_limits<int64_t>::max() : id;
+    };
     for (int64_t c = 0; c < d_.v; ++c) {
       auto& chunk = buckets_[static_cast<size_t>(c)];
-      for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
+      std::vector<size_t> order(chunk.size());
+      std::vector<int64_t> first(chunk.size(), std::numeric_limits<int64_t>::max());
+      for (size_t b = 0; b < chunk.size(); ++b) {
+        order[b] = b;
+        for (int64_t id : chunk[b].layers) first[b] = std::min(first[b], forward_pos(id));
+      }
+      std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+        if (first[x] != first[y]) return first[x] < first[y];
+        return chunk[x].group == GroupKind::kDpCp && chunk[y].group != GroupKind::kDpCp;
+      });
+      for (size_t b : order) {
+        Bucket& bucket = chunk[b];
         context(phase, -1, c, -1);
         role(Role::kParamBucket);
         // FP8 parameters are gathered in FP8 (1 byte), the rest in the training precision.
-        const int64_t fp8_params = sc_.training.fp8_param_gather ? it->gemm_weights : 0;
-        it->param_gather_op = collective(CollectiveKind::kAllGather, GroupKind::kDpCp,
-                                         Stream::kDpComm,
-                                         (it->params - fp8_params) * d_.dsize + fp8_params,
-                                         "dp all_gather params");
-        if (it->param_gather_op != kNoOp) {
-          out_.ops[it->param_gather_op].bucket_layers.assign(it->layers.begin(), it->layers.end());
+        const int64_t fp8_params = sc_.training.fp8_param_gather ? bucket.gemm_weights : 0;
+        bucket.param_gather_op = collective(
+            CollectiveKind::kAllGather, bucket.group, Stream::kDpComm,
+            (bucket.params - fp8_params) * d_.dsize + fp8_params,
+            bucket.group == GroupKind::kEdp ? "edp all_gather expert params" : "dp all_gather params");
+        if (bucket.param_gather_op != kNoOp) {
+          out_.ops[bucket.param_gather_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
         }
       }
     }
   }
 
-  /// With overlap_param_gather, the first forward through `layer` waits for its bucket's gather.
+  /// With overlap_param_gather, the first forward through `layer` waits for its buckets' gathers.
   void wait_param_gather(int64_t chunk, int64_t layer) {
     const auto& of_layer = bucket_of_layer_[static_cast<size_t>(chunk)];
     if (auto it = of_layer.find(layer); it != of_layer.end()) {
-      wait(buckets_[static_cast<size_t>(chunk)][it->second].param_gather_op);
+      for (size_t b : it->second) wait(buckets_[static_cast<size_t>(chunk)][b].param_gather_op);
     }
   }
 
@@ -1096,6 +1449,11 @@ class RankLowering {
       const int64_t per_layer =
           2 * sc_.model.norm_parameters() + (sc_.model.add_bias_linear ? 2 * d_.h : 0);
       int64_t ln_params = layers_on_stage(sc_, c.pp) * per_layer;
+      // MoE layers: no dense FC2 bias (the shared expert's instead, if any); the router weight
+      // (E x h, Megatron marks it sequence_parallel).
+      const int64_t moe_layers = moe_layers_on_rank();
+      if (sc_.model.add_bias_linear && d_.shared_ffn == 0) ln_params -= moe_layers * d_.h;
+      ln_params += moe_layers * d_.experts * d_.h;
       if (c.pp == d_.p - 1) ln_params += sc_.model.norm_parameters();
       after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                            ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
@@ -1110,11 +1468,20 @@ class RankLowering {
     context(Phase::kOptimizer, -1, -1, -1);
     const bool dist = sc_.training.use_distributed_optimizer;
     const int64_t dp_cp = layout_.size(GroupKind::kDpCp);
-    const int64_t params = parameters_on_rank(sc_, c.pp);
-    const int64_t local = dist ? ceil_div(params, dp_cp) : params;
+    // Dense parameters sharded over DP x CP, expert parameters over expert-DP.
+    const RankParameters params = stage_parameters_on_rank(sc_, c.pp);
+    const int64_t local =
+        dist ? ceil_div(params.dense, dp_cp) +
+                   (params.expert > 0 ? ceil_div(params.expert, layout_.size(GroupKind::kEdp)) : 0)
+             : params.total();
     role(Role::kGradNorm);
     kernel(k_.grad_norm(local), "grad norm");
-    wait(collective(CollectiveKind::kAllReduce, dist ? GroupKind::kWorld : GroupKind::kModelParallel,
+    // The norm's sum of squares: over every rank with the distributed optimizer (each holds a
+    // shard); else over TP x PP, or every rank when experts are split (EP or ETP x EP differ
+    // from TP: the expert shards live on ranks outside the model-parallel group).
+    const bool expert_split = sc_.model.is_moe() && (d_.ep > 1 || d_.etp != d_.t);
+    wait(collective(CollectiveKind::kAllReduce,
+                    dist || expert_split ? GroupKind::kWorld : GroupKind::kModelParallel,
                     Stream::kDpComm, 4, "grad norm all_reduce"));
     role(Role::kOptimizerStep);
     kernel(k_.adamw(local), "optimizer step");
@@ -1122,9 +1489,11 @@ class RankLowering {
       // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
       // iteration from the updated weights: what Megatron's FP8 parameters do after the step
       // (and, without them, Transformer Engine on the first micro-batch: the same work).
-      const int64_t layers = layers_on_stage(sc_, out_.coord.pp);
-      kernel(k_.fp8_cast(layers * layer_gemm_weights_on_rank(d_.model, d_.t), true),
-             "fp8 weight cast");
+      int64_t weights = 0;
+      for (const auto& chunk : buckets_) {
+        for (const Bucket& b : chunk) weights += b.gemm_weights;
+      }
+      kernel(k_.fp8_cast(weights, true), "fp8 weight cast");
     }
     close_compute();
   }
@@ -1142,13 +1511,13 @@ class RankLowering {
   uint32_t open_compute_ = kNoOp;
   uint32_t last_compute_ = kNoOp;
   std::vector<uint32_t> waits_;
-  std::array<uint32_t, 5> last_on_stream_{kNoOp, kNoOp, kNoOp, kNoOp, kNoOp};
+  std::array<uint32_t, kNumStreams> last_on_stream_{kNoOp, kNoOp, kNoOp, kNoOp, kNoOp, kNoOp};
 
   std::vector<std::vector<Bucket>> buckets_;  // per model chunk
   // Per model chunk: the bucket index of each layer id, and of each bucket's trigger id (so that
   // the lowering stays linear in layers and micro-batches: no bucket list is rescanned).
-  std::vector<std::unordered_map<int64_t, size_t>> bucket_of_layer_;
-  std::vector<std::unordered_map<int64_t, size_t>> bucket_of_trigger_;
+  std::vector<std::unordered_map<int64_t, std::vector<size_t>>> bucket_of_layer_;
+  std::vector<std::unordered_map<int64_t, std::vector<size_t>>> bucket_of_trigger_;
   std::vector<bool> forwarded_chunk_;
   std::vector<int64_t> last_backward_mb_;
   std::vector<uint32_t> grad_syncs_;

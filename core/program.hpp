@@ -28,9 +28,12 @@
 
 namespace traintwin {
 
-/// Where an op runs: one compute stream and one stream per kind of communication.
-enum class Stream : uint8_t { kCompute, kTpComm, kCpComm, kPpComm, kDpComm };
-/// "compute" | "tp-comm" | "cp-comm" | "pp-comm" | "dp-comm".
+/// Where an op runs: one compute stream and one stream per kind of communication. kEpComm
+/// carries the MoE token dispatch and combine (Role kMoeDispatch / kMoeCombine).
+enum class Stream : uint8_t { kCompute, kTpComm, kCpComm, kPpComm, kDpComm, kEpComm };
+/// Number of streams (the size of per-stream arrays).
+inline constexpr size_t kNumStreams = 6;
+/// "compute" | "tp-comm" | "cp-comm" | "pp-comm" | "dp-comm" | "ep-comm".
 const char* to_string(Stream s);
 
 enum class OpKind : uint8_t { kCompute, kCollective, kSend, kRecv };
@@ -81,6 +84,17 @@ enum class Role : uint8_t {
   kGelu,                  ///< the MLP activation (GeLU, SwiGLU or squared ReLU)
   kFc2,                   ///< row-parallel ffn -> h
   kMlpResidual,           ///< bias + dropout + residual add after FC2
+  // one MoE layer's MLP (build_program() gives the op order per dispatcher)
+  kRouter,                ///< router GEMM h -> E (replicated over TP), top-k, capacity, aux loss
+  kMoePermute,            ///< gather token copies into expert order; backward: scatter-add
+  kMoeDispatch,           ///< token dispatch: all-to-all over EP (+ all-gather over ETP), or
+                          ///< all-gather over ETP x EP (allgather dispatcher)
+  kExpertFc1,             ///< the local experts' FC1, column-parallel over ETP (grouped GEMM)
+  kExpertActivation,      ///< the local experts' activation (the model's MLP kind)
+  kExpertFc2,             ///< the local experts' FC2, row-parallel over ETP (grouped GEMM)
+  kMoeCombine,            ///< the reverse of kMoeDispatch (reduce-scatter over ETP, all-to-all
+                          ///< back over EP; or reduce-scatter over ETP x EP)
+  kMoeUnpermute,          ///< scatter expert outputs to token order, sum weighted by the probs
   // last virtual stage
   kFinalLayerNorm,
   kLmHead,                ///< LM head (tied to the word embedding), column-parallel over vocab
@@ -140,7 +154,10 @@ struct Op {
   /// Communication: the role of the computation it serves.
   Role role = Role::kNone;
   /// kGradBucket / kParamBucket: the bucket's layers in backward order (global layer index;
-  /// -1 = final LayerNorm and the LM-head copy of the last stage, -2 = the embeddings).
+  /// -1 = final LayerNorm and the LM-head copy of the last stage, -2 = the embeddings). The
+  /// op's group tells which parameters of those layers: GroupKind::kDpCp the dense ones
+  /// (attention, norms, dense MLP, router, shared expert, embeddings), GroupKind::kEdp the local
+  /// routed experts' weights of MoE layers (Megatron-Core DDP's expert-parallel buffers).
   std::vector<int32_t> bucket_layers;
   /// Collective: kind and group (members: Program::layout.group(group, rank)).
   CollectiveKind collective = CollectiveKind::kAllReduce;
@@ -179,8 +196,8 @@ struct Program {
 
 /// Totals of one rank's Program, per stream (indexed by Stream).
 struct RankProgramStats {
-  std::array<int64_t, 5> ops{};          ///< ops per stream
-  std::array<double, 5> comm_bytes{};    ///< collective/send/recv bytes per stream
+  std::array<int64_t, kNumStreams> ops{};        ///< ops per stream
+  std::array<double, kNumStreams> comm_bytes{};  ///< collective/send/recv bytes per stream
   int64_t kernels = 0;                   ///< kernel launches over all compute ops
   double flops = 0;                      ///< FLOPs of all compute ops
 };
@@ -223,6 +240,60 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// attention and dK, dV reduce-scattered after its backward; a2a (Ulysses): all-to-all of Q, K, V
 /// to a/(t CP) heads of the whole sequence before attention and of its output after (and the
 /// reverse in backward). The DP gradient reduce and distributed optimizer run over DP x CP.
+/// Mixture of experts (model.num_moe_experts E > 0; Megatron-Core's MoELayer): in an MoE layer
+/// (ModelSpec::is_moe_layer) the MLP after the post-attention norm becomes, on T = the norm's
+/// output rows of this rank (moe_local_tokens(): s b / t under SP, s the CP-local sequence),
+/// with k = topk, P = ceil(moe_expert_tokens_per_rank() / (ETP E)) token copies this rank sends
+/// to each expert (core/moe_tokens.hpp: the busiest rank, T k / E x moe_load_imbalance when
+/// dropless, capped at — or, padded, equal to — the capacity ceil(T k / E x factor)), E_l = E / EP local
+/// experts, R = ETP x EP x P rows per local expert, h the hidden size, all in the activation dtype:
+///   kRouter       compute: router GEMM gemm_fwd {T, E, h} (replicated over TP, 16-bit),
+///                 moe_router_topk_fwd {T, E, k}, moe_aux_loss_fwd {T, E} (aux_loss balancing).
+///   alltoall dispatcher (moe_token_dispatcher_type: alltoall):
+///   kMoePermute   compute: moe_permute_fwd {E P, T, h} (gather into expert order)
+///   kMoeDispatch  all_to_all over GroupKind::kEp of E P h bytes (what each member sends); then,
+///                 ETP > 1, all_gather over kEtp of ETP E P h bytes (output)
+///   allgather dispatcher (allgather):
+///   kMoeDispatch  all_gather over kEtpEp of ETP EP T h bytes (output)
+///   kMoePermute   compute: moe_permute_fwd {E_l R, ETP EP T, h}
+///   then, both:
+///   kExpertFc1    the local experts' FC1 {R, fc1_e / ETP, h} (fc1_e = 2 ffn_e for SwiGLU):
+///                 one grouped_gemm_fwd {E_l, R, n, k} with moe_grouped_gemm, else E_l gemm_fwd
+///                 {R, n, k} kernels (Megatron's SequentialMLP); KernelKey::tp = ETP
+///   kExpertActivation  the activation over E_l R ffn_e / ETP elements
+///   kExpertFc2    {R, h, ffn_e / ETP} as FC1 (row-parallel: partial sums over ETP)
+///   alltoall: kMoeCombine: ETP > 1: reduce_scatter over kEtp of ETP E P h bytes (input, sums the
+///                 ETP partial outputs); all_to_all back over kEp of E P h bytes;
+///             kMoeUnpermute: moe_unpermute_fwd {E P, T, h}
+///   allgather: kMoeUnpermute: moe_unpermute_fwd {E_l R, ETP EP T, h};
+///             kMoeCombine: reduce_scatter over kEtpEp of ETP EP T h bytes (input)
+///   shared expert (moe_shared_expert_intermediate_size f_s > 0): kFc1, kGelu, kFc2 as the
+///                 dense MLP (TP, SP all-gather / reduce-scatter) of width f_s, after the
+///                 routed experts; its output is added to theirs in kMlpResidual's kernel.
+/// Dispatch and combine run on Stream::kEpComm and block the compute stream (the next kernel
+/// waits for them). Backward, after kMlpResidual: the shared expert (kFc2, kGelu, kFc1
+/// backward), then the routed path mirrored: alltoall: moe_unpermute_bwd, all_to_all over kEp
+/// (kMoeCombine), ETP > 1 all_gather over kEtp (kMoeCombine); allgather: all_gather over kEtpEp
+/// (kMoeCombine), moe_unpermute_bwd; then kExpertFc2 dgrad + wgrad, kExpertActivation backward,
+/// kExpertFc1 dgrad + wgrad; alltoall: ETP > 1 reduce_scatter over kEtp (kMoeDispatch),
+/// all_to_all over kEp (kMoeDispatch), moe_permute_bwd (scatter-add); allgather:
+/// moe_permute_bwd, reduce_scatter over kEtpEp (kMoeDispatch); then kRouter: moe_aux_loss_bwd,
+/// moe_router_topk_bwd, router gemm_dgrad and gemm_wgrad; the post-attention norm's backward.
+/// Sizes are those of the busiest rank (the executor exchanges the real, variable counts at the
+/// same ops, all-to-all-v). Selective recomputation redoes attention only; full recomputation
+/// the whole layer, dispatch and combine included (as Megatron's). FP8: expert GEMMs in FP8 with
+/// the permuted tokens and the FC2 output gradient cast by their own kernels, the FC2 input and
+/// FC1 output gradient by the activation (as the dense MLP); the router stays 16-bit.
+/// Gradients: the local experts' parameters (E_l MLPs of width ffn_e over ETP) go to DDP buckets
+/// of their own, reduced over GroupKind::kEdp (op group kEdp, Role kGradBucket; distributed
+/// optimizer: reduce_scatter over kEdp and kParamBucket all_gather over kEdp); dense parameters
+/// (attention, norms, router, shared expert) over kDpCp as before. Under SP the router weight's
+/// gradient joins the LayerNorm-gradient all-reduce over TP. The optimizer shards dense state
+/// over DP x CP and expert state over expert-DP; the grad-norm all-reduce spans every rank when
+/// EP > 1 or ETP != TP (the expert shards live outside TP x PP).
+/// Not modelled: the dispatcher's sort of received chunks by local expert after the all-to-all
+/// (when E_l > 1), the all-gather of routing maps/probabilities (allgather dispatcher), the
+/// shared-expert gate and overlap.
 /// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
 /// rank outside the world; PipelineSplitError for an impossible pipeline split.
 Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {});

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ namespace traintwin {
 enum class GroupKind {
   kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld, kEp, kEtp, kEdp, kEtpEp
 };
+/// Number of GroupKind values (the size of per-kind arrays).
+inline constexpr size_t kNumGroupKinds = 12;
 
 /// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world" | "ep" | "etp" | "edp" | "etp-ep".
 const char* to_string(GroupKind g);

@@ -177,15 +177,22 @@ constexpr std::string_view kOverrideOrigin = "--set";
 
 constexpr std::array<std::string_view, 6> kRootKeys = {"name",     "model",   "parallelism",
                                                        "training", "cluster", "data"};
-constexpr std::array<std::string_view, 14> kModelKeys = {
+constexpr std::array<std::string_view, 27> kModelKeys = {
     "architecture",       "num_layers",
     "hidden_size",        "num_attention_heads",
-    "num_query_groups",   "ffn_hidden_size",
-    "seq_length",         "vocab_size",
-    "normalization",      "activation",
-    "position_embedding_type", "rotary_base",
-    "untie_embeddings_and_output_weights", "add_bias_linear"};
-constexpr std::array<std::string_view, 14> kParallelismKeys = {
+    "num_query_groups",   "kv_channels",
+    "ffn_hidden_size",    "seq_length",
+    "vocab_size",         "normalization",
+    "activation",         "position_embedding_type",
+    "rotary_base",
+    "untie_embeddings_and_output_weights", "add_bias_linear",
+    "num_moe_experts",    "moe_router_topk",
+    "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",     "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity", "moe_token_dispatcher_type",
+    "moe_router_load_balancing_type", "moe_aux_loss_coeff",
+    "moe_grouped_gemm",   "multi_latent_attention"};
+constexpr std::array<std::string_view, 16> kParallelismKeys = {
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size",
@@ -196,6 +203,8 @@ constexpr std::array<std::string_view, 14> kParallelismKeys = {
     "account_for_loss_in_pipeline_split",
     "context_parallel_size",
     "cp_comm_type",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
     "sequence_parallel",
     "data_parallel_size",
     "pipeline_schedule",
@@ -239,9 +248,9 @@ constexpr std::array<std::string_view, 4> kDataKeys = {"data_path", "split", "vo
 constexpr std::string_view kWhatIf = "cluster.what_if";
 constexpr std::string_view kStraggler = "cluster.what_if.straggler";
 constexpr std::string_view kDegradedLink = "cluster.what_if.degraded_link";
-constexpr std::array<std::string_view, 5> kWhatIfKeys = {
+constexpr std::array<std::string_view, 6> kWhatIfKeys = {
     "ib_bandwidth_scale", "nvlink_bandwidth_scale", "gpu_speed_scale", "straggler",
-    "degraded_link"};
+    "degraded_link",      "moe_load_imbalance"};
 constexpr std::array<std::string_view, 2> kStragglerKeys = {"rank", "compute_scale"};
 constexpr std::array<std::string_view, 2> kDegradedLinkKeys = {"name", "bandwidth_scale"};
 constexpr std::array<std::string_view, 4> kCollectiveAlgorithms = {"auto", "ring", "tree", "nvls"};
@@ -258,6 +267,21 @@ constexpr std::array<std::string_view, 2> kFp8Formats = {"hybrid", "e4m3"};
 constexpr std::array<std::string_view, 4> kFp8Recipes = {"delayed", "tensorwise", "blockwise",
                                                          "mxfp8"};
 constexpr std::array<std::string_view, 3> kCpCommTypes = {"p2p", "a2a", "all_gather"};
+// Indexed as MoeTokenDispatcher and MoeLoadBalancing.
+constexpr std::array<std::string_view, 2> kMoeDispatchers = {"alltoall", "allgather"};
+constexpr std::array<std::string_view, 2> kMoeLoadBalancings = {"aux_loss", "none"};
+/// The model keys that describe routed experts: each needs model.num_moe_experts.
+constexpr std::array<std::string_view, 10> kMoeModelKeys = {
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "moe_token_dispatcher_type",
+    "moe_router_load_balancing_type",
+    "moe_aux_loss_coeff",
+    "moe_grouped_gemm"};
 
 /// What an architecture preset sets (explicit keys in the file win). gpt: GPT-3 / Megatron's
 /// defaults; llama: Llama 2/3 (Touvron et al. 2023; Meta's Llama 3 paper, 2024); nemotron:
@@ -592,6 +616,179 @@ void check_data(const DataConfig& d, const Locator& where) {
   }
 }
 
+/// The mixture-of-experts rules (Megatron-LM's arguments.py and TransformerConfig checks).
+/// A dense model (num_moe_experts 0) must leave every MoE setting at its default; an MoE model
+/// needs 1 <= topk <= E, EP dividing E, ETP dividing the expert width, TP dividing the shared
+/// expert, ETP x EP dividing TP x CP x DP (parallel folding), sequence parallelism with TP > 1,
+/// ep in the rank order when EP > 1. Multi-latent attention is refused.
+void check_moe(const Scenario& s, const Locator& where) {
+  const ModelSpec& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const std::optional<double>& imbalance = s.cluster.what_if.moe_load_imbalance;
+  if (m.multi_latent_attention) {
+    rule_error(where, "model.multi_latent_attention",
+               "true is not supported yet (DeepSeek-V3's multi-latent attention); remove the key "
+               "or set it to false");
+  }
+  if (m.num_moe_experts < 0) {
+    rule_error(where, "model.num_moe_experts",
+               fmt::format("must be >= 1 (0 in code = a dense model), got {}", m.num_moe_experts));
+  }
+  const int64_t ep = p.expert_model_parallel_size;
+  check_positive(where, "parallelism.expert_model_parallel_size", ep);
+  if (p.expert_tensor_parallel_size) {
+    check_positive(where, "parallelism.expert_tensor_parallel_size",
+                   *p.expert_tensor_parallel_size);
+  }
+  if (!m.is_moe()) {
+    // Every MoE setting away from its default, with the key that holds it.
+    const ModelSpec dense;
+    const std::array<std::pair<std::string_view, bool>, 13> given = {{
+        {"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
+        {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != 0},
+        {"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size != 0},
+        {"model.moe_layer_freq", !m.moe_layer_pattern.empty()},
+        {"model.moe_expert_capacity_factor", m.moe_expert_capacity_factor.has_value()},
+        {"model.moe_pad_expert_input_to_capacity", m.moe_pad_expert_input_to_capacity},
+        {"model.moe_token_dispatcher_type",
+         m.moe_token_dispatcher_type != dense.moe_token_dispatcher_type},
+        {"model.moe_router_load_balancing_type",
+         m.moe_router_load_balancing_type != dense.moe_router_load_balancing_type},
+        {"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
+        {"model.moe_grouped_gemm", m.moe_grouped_gemm},
+        {"parallelism.expert_model_parallel_size", ep != 1},
+        {"parallelism.expert_tensor_parallel_size", p.expert_tensor_parallel_size.has_value()},
+        {"cluster.what_if.moe_load_imbalance", imbalance.has_value()},
+    }};
+    for (const auto& [key, is_given] : given) {
+      if (is_given) {
+        rule_error(where, key,
+                   "needs model.num_moe_experts >= 1 (rule: MoE settings apply to a model with "
+                   "routed experts; this model is dense)");
+      }
+    }
+    return;
+  }
+  const int64_t experts = m.num_moe_experts;
+  if (m.moe_router_topk < 1 || m.moe_router_topk > experts) {
+    rule_error(where, "model.moe_router_topk",
+               fmt::format("{} is outside [1, model.num_moe_experts = {}] (rule: each token goes "
+                           "to k distinct experts)",
+                           m.moe_router_topk, experts));
+  }
+  if (m.moe_ffn_hidden_size < 0) {
+    rule_error(where, "model.moe_ffn_hidden_size",
+               fmt::format("must be >= 1, got {}", m.moe_ffn_hidden_size));
+  }
+  if (m.moe_shared_expert_intermediate_size < 0) {
+    rule_error(where, "model.moe_shared_expert_intermediate_size",
+               fmt::format("must be >= 1, got {}", m.moe_shared_expert_intermediate_size));
+  }
+  if (!m.moe_layer_pattern.empty()) {
+    if (static_cast<int64_t>(m.moe_layer_pattern.size()) != m.num_layers) {
+      rule_error(where, "model.moe_layer_freq",
+                 fmt::format("a list of {} entries for model.num_layers = {} layers (rule: one 0 "
+                             "or 1 per layer)",
+                             m.moe_layer_pattern.size(), m.num_layers));
+    }
+    if (std::any_of(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end(),
+                    [](int e) { return e != 0 && e != 1; })) {
+      rule_error(where, "model.moe_layer_freq",
+                 "entries must be 0 (dense layer) or 1 (MoE layer)");
+    }
+    if (std::none_of(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end(),
+                     [](int e) { return e == 1; })) {
+      rule_error(where, "model.moe_layer_freq",
+                 "has no 1: no layer would be an MoE layer (rule: a dense model leaves "
+                 "model.num_moe_experts out)");
+    }
+  }
+  if (m.moe_expert_capacity_factor && !kPositive.contains(*m.moe_expert_capacity_factor)) {
+    rule_error(where, "model.moe_expert_capacity_factor",
+               fmt::format("must be a finite number > 0 (null = dropless), got {}",
+                           *m.moe_expert_capacity_factor));
+  }
+  if (m.moe_pad_expert_input_to_capacity && !m.moe_expert_capacity_factor) {
+    rule_error(where, "model.moe_pad_expert_input_to_capacity",
+               "true needs model.moe_expert_capacity_factor (rule: as Megatron-Core, padding "
+               "fills each expert to its capacity; a dropless MoE has none)");
+  }
+  if (!kNonNegative.contains(m.moe_aux_loss_coeff)) {
+    rule_error(where, "model.moe_aux_loss_coeff",
+               fmt::format("must be a finite number >= 0, got {}", m.moe_aux_loss_coeff));
+  }
+  if (experts % ep != 0) {
+    rule_error(where, "parallelism.expert_model_parallel_size",
+               fmt::format("{} does not divide model.num_moe_experts = {} (rule: "
+                           "num_moe_experts % expert_model_parallel_size == 0; each EP rank holds "
+                           "E / EP whole experts)",
+                           ep, experts));
+  }
+  const int64_t etp = p.expert_tp();
+  const std::string etp_key = p.expert_tensor_parallel_size
+                                  ? "parallelism.expert_tensor_parallel_size"
+                                  : "parallelism.tensor_model_parallel_size";
+  const std::string etp_text =
+      p.expert_tensor_parallel_size
+          ? fmt::format("expert_tensor_parallel_size = {}", etp)
+          : fmt::format("tensor_model_parallel_size = {} (the expert TP size when "
+                        "expert_tensor_parallel_size is not given)",
+                        etp);
+  if (m.moe_expert_ffn() % etp != 0) {
+    rule_error(where, etp_key,
+               fmt::format("{} does not divide the routed expert width {} = {} (rule: each "
+                           "expert's FC1/FC2 are split over the expert TP ranks)",
+                           etp_text,
+                           m.moe_ffn_hidden_size > 0 ? "model.moe_ffn_hidden_size"
+                                                     : "model.ffn_hidden_size",
+                           m.moe_expert_ffn()));
+  }
+  const int64_t tp = p.tensor_model_parallel_size;
+  if (m.moe_shared_expert_intermediate_size % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.moe_shared_expert_intermediate_size = {} "
+                           "(rule: the shared expert is a dense MLP split over TP)",
+                           tp, m.moe_shared_expert_intermediate_size));
+  }
+  // Megatron-Core's parallel folding: the TP x CP x DP ranks of one pipeline stage are regrouped
+  // as ETP x EP x expert-DP (parallel_state.initialize_model_parallel asserts the divisibility).
+  const int64_t stage_ranks = mul(mul(tp, p.context_parallel_size), p.data_parallel_size);
+  if (stage_ranks % mul(etp, ep) != 0) {
+    rule_error(where, "parallelism.expert_model_parallel_size",
+               fmt::format("{} x {} = {} does not divide tensor_model_parallel_size x "
+                           "context_parallel_size x data_parallel_size = {} x {} x {} = {} "
+                           "(rule: parallel folding regroups the ranks of a pipeline stage as "
+                           "expert TP x EP x expert DP)",
+                           ep, etp_text, mul(etp, ep), tp, p.context_parallel_size,
+                           p.data_parallel_size, stage_ranks));
+  }
+  // Megatron-LM (arguments.py): "When using MoE and tensor parallelism, sequence parallelism
+  // must be used."
+  if (tp > 1 && !p.sequence_parallel) {
+    rule_error(where, "parallelism.sequence_parallel",
+               fmt::format("must be true for an MoE model with tensor_model_parallel_size = {} > 1 "
+                           "(rule: as Megatron-LM asserts, MoE with TP needs sequence "
+                           "parallelism)",
+                           tp));
+  }
+  if (ep > 1) {
+    const std::vector<std::string> dims = split(p.rank_order, '-');
+    if (std::find(dims.begin(), dims.end(), "ep") == dims.end()) {
+      rule_error(where, "parallelism.rank_order",
+                 fmt::format("'{}' has no ep while expert_model_parallel_size = {} > 1 (rule: "
+                             "the order places every dimension of size > 1, e.g. Megatron's "
+                             "tp-cp-ep-dp-pp, the default)",
+                             p.rank_order, ep));
+    }
+  }
+  if (imbalance && !(std::isfinite(*imbalance) && *imbalance >= 1)) {
+    rule_error(where, "cluster.what_if.moe_load_imbalance",
+               fmt::format("must be a finite number >= 1 (the busiest expert's tokens over the "
+                           "mean; 1 = balanced), got {}",
+                           *imbalance));
+  }
+}
+
 /// The rules of validate_scenario(), with messages located by `where`.
 void check_rules(const Scenario& s, const Locator& where) {
   const ModelSpec& m = s.model;
@@ -628,11 +825,18 @@ void check_rules(const Scenario& s, const Locator& where) {
   const int64_t cp = p.context_parallel_size;
   const int64_t dp = p.data_parallel_size;
 
-  // Model shape.
-  if (m.hidden_size % m.num_attention_heads != 0) {
+  // Model shape. With kv_channels the head dimension is given, and h need not be a multiple of
+  // a (Megatron-LM asserts hidden_size % num_attention_heads == 0 only to derive kv_channels).
+  if (m.kv_channels < 0) {
+    rule_error(where, "model.kv_channels",
+               fmt::format("must be >= 1, got {} (0 in code = hidden_size / num_attention_heads)",
+                           m.kv_channels));
+  }
+  if (m.kv_channels == 0 && m.hidden_size % m.num_attention_heads != 0) {
     rule_error(where, "model.hidden_size",
                fmt::format("{} is not divisible by model.num_attention_heads = {} "
-                           "(rule: hidden_size % num_attention_heads == 0)",
+                           "(rule: hidden_size % num_attention_heads == 0 unless "
+                           "model.kv_channels gives the head dimension)",
                            m.hidden_size, m.num_attention_heads));
   }
   // Tensor parallelism splits attention heads and the MLP's inner dimension.
@@ -664,8 +868,9 @@ void check_rules(const Scenario& s, const Locator& where) {
   }
   if (m.position_embedding_type == PositionEmbedding::kRope && m.head_dim() % 2 != 0) {
     rule_error(where, "model.position_embedding_type",
-               fmt::format("rope needs an even head dimension hidden_size / num_attention_heads,"
-                           " got {} (rule: RoPE rotates pairs of channels)",
+               fmt::format("rope needs an even head dimension (model.kv_channels, else "
+                           "hidden_size / num_attention_heads), got {} (rule: RoPE rotates pairs "
+                           "of channels)",
                            m.head_dim()));
   }
   if (m.ffn_hidden_size % tp != 0) {
@@ -813,13 +1018,17 @@ void check_rules(const Scenario& s, const Locator& where) {
                "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
   }
 
+  check_moe(s, where);
   check_what_if(s, where);
   check_live_training(t, where);
   check_data(s.data, where);
 
   // Rank order: a permutation of tp, cp, ep, dp, pp, as the rank layout parses it.
+  // An MoE model needs its expert groups (Megatron-Core asserts the two generators agree on the
+  // pipeline groups).
   try {
-    (void)layout_of(s);
+    const RankLayout layout = layout_of(s);
+    if (m.is_moe()) layout.check_expert_groups();
   } catch (const InvalidArgument& e) {
     rule_error(where, "parallelism.rank_order", e.what());
   }
@@ -929,8 +1138,12 @@ class Reader {
       } catch (const YAML::Exception& e) {
         override_error(o.key, fmt::format("value '{}' is not valid YAML: {}", o.value, e.msg));
       }
-      if (!item.value.IsScalar() && !item.value.IsNull()) {
-        override_error(o.key, fmt::format("expected a scalar value, got {}", describe(item.value)));
+      const bool list_allowed = o.key == "model.moe_layer_freq";
+      if (!item.value.IsScalar() && !item.value.IsNull() &&
+          !(list_allowed && item.value.IsSequence())) {
+        override_error(o.key, fmt::format("expected a scalar value{}, got {}",
+                                          list_allowed ? " or a list" : "",
+                                          describe(item.value)));
       }
       if (is_nested_mapping(o.key) && !item.value.IsNull()) {
         override_error(o.key, fmt::format("is a mapping; set its keys, e.g. {}.{} (allowed: {}), "
@@ -1012,6 +1225,8 @@ class Reader {
         get_bool("model", "untie_embeddings_and_output_weights")
             .value_or(preset.untie_embeddings_and_output_weights);
     m.add_bias_linear = get_bool("model", "add_bias_linear").value_or(preset.add_bias_linear);
+    m.kv_channels = get_int("model", "kv_channels", false).value_or(0);
+    extract_moe(m);
 
     ParallelConfig& p = s.parallel;
     p.tensor_model_parallel_size =
@@ -1025,7 +1240,15 @@ class Reader {
     if (auto k = get_enum_index("parallelism", "pipeline_schedule", kSchedules)) {
       p.pipeline_schedule = *k == 0 ? PipelineScheduleKind::kGPipe : PipelineScheduleKind::k1F1B;
     }
-    p.rank_order = get_string("parallelism", "rank_order", false).value_or("tp-cp-dp-pp");
+    p.expert_model_parallel_size =
+        get_int("parallelism", "expert_model_parallel_size", false).value_or(1);
+    p.expert_tensor_parallel_size = get_int("parallelism", "expert_tensor_parallel_size", false);
+    if (!m.is_moe()) {
+      for (const char* key : {"expert_model_parallel_size", "expert_tensor_parallel_size"}) {
+        require_experts("parallelism", key);
+      }
+    }
+    p.rank_order = get_string("parallelism", "rank_order", false).value_or(p.rank_order);
     p.decoder_first_pipeline_num_layers =
         get_int("parallelism", "decoder_first_pipeline_num_layers", false);
     p.decoder_last_pipeline_num_layers =
@@ -1175,6 +1398,84 @@ class Reader {
   }
 
  private:
+  /// The model's mixture-of-experts keys (types here; ranges and cross-key rules in
+  /// check_moe()). In a dense model (no num_moe_experts) every moe_* key is an error.
+  void extract_moe(ModelSpec& m) const {
+    m.multi_latent_attention = get_bool("model", "multi_latent_attention").value_or(false);
+    m.num_moe_experts = get_int("model", "num_moe_experts", false).value_or(0);
+    if (!m.is_moe()) {
+      for (std::string_view key : kMoeModelKeys) require_experts("model", std::string(key));
+    }
+    m.moe_router_topk = get_int("model", "moe_router_topk", false).value_or(m.moe_router_topk);
+    m.moe_ffn_hidden_size = get_int("model", "moe_ffn_hidden_size", false).value_or(0);
+    m.moe_shared_expert_intermediate_size =
+        get_int("model", "moe_shared_expert_intermediate_size", false).value_or(0);
+    m.moe_layer_pattern = get_moe_layer_pattern(m.num_layers);
+    if (const YAML::Node cf = value("model", "moe_expert_capacity_factor"); cf && !cf.IsNull()) {
+      m.moe_expert_capacity_factor =
+          get_number("model", "moe_expert_capacity_factor", kPositive);
+    }
+    m.moe_pad_expert_input_to_capacity =
+        get_bool("model", "moe_pad_expert_input_to_capacity").value_or(false);
+    if (auto d = get_enum_index("model", "moe_token_dispatcher_type", kMoeDispatchers)) {
+      m.moe_token_dispatcher_type = static_cast<MoeTokenDispatcher>(*d);
+    }
+    if (auto b = get_enum_index("model", "moe_router_load_balancing_type", kMoeLoadBalancings)) {
+      m.moe_router_load_balancing_type = static_cast<MoeLoadBalancing>(*b);
+    }
+    m.moe_aux_loss_coeff =
+        get_number("model", "moe_aux_loss_coeff", kNonNegative).value_or(m.moe_aux_loss_coeff);
+    m.moe_grouped_gemm = get_bool("model", "moe_grouped_gemm").value_or(false);
+  }
+
+  /// Fails when `sec.key` is given (not null) in a model without routed experts.
+  void require_experts(const std::string& sec, const std::string& key) const {
+    const YAML::Node node = value(sec, key);
+    if (node && !node.IsNull()) {
+      fail(path_of(sec, key),
+           "needs model.num_moe_experts (rule: MoE settings apply to a model with routed "
+           "experts; this model is dense)");
+    }
+  }
+
+  /// model.moe_layer_freq as one 0/1 per layer: an integer f >= 1 makes layer i an MoE layer
+  /// when i % f == 0 (Megatron-LM's rule), a list gives every layer; absent = {} (all MoE).
+  std::vector<int> get_moe_layer_pattern(int64_t num_layers) const {
+    const std::string key = "model.moe_layer_freq";
+    const YAML::Node node = value("model", "moe_layer_freq");
+    if (!node || node.IsNull()) return {};
+    const std::string allowed = fmt::format(
+        "an integer f >= 1 (layer i is an MoE layer when i % f == 0) or a list of "
+        "model.num_layers = {} entries, 0 (dense) or 1 (MoE), e.g. [1, 0, 1, 0]",
+        num_layers);
+    std::vector<int> pattern;
+    if (node.IsSequence()) {
+      if (static_cast<int64_t>(node.size()) != num_layers) {
+        fail(key, fmt::format("a list of {} entries; expected {}", node.size(), allowed));
+      }
+      for (size_t i = 0; i < node.size(); ++i) {
+        const YAML::Node e = node[i];
+        const std::optional<int64_t> bit =
+            e.IsScalar() && !is_string_typed(e) ? parse_integer_text(e.Scalar()) : std::nullopt;
+        if (!bit || (*bit != 0 && *bit != 1)) {
+          fail(key, fmt::format("entry {} (layer {}) is {}; expected 0 (dense) or 1 (MoE)", i,
+                                i, describe(e)));
+        }
+        pattern.push_back(static_cast<int>(*bit));
+      }
+      return pattern;
+    }
+    std::optional<int64_t> freq;
+    if (node.IsScalar() && !is_string_typed(node)) freq = parse_integer_text(node.Scalar());
+    if (!freq || *freq < 1) {
+      fail(key, fmt::format("expected {}, got {} (Megatron's Python expressions such as "
+                            "([1]*3+[0]*1)*2 are written as the list)",
+                            allowed, describe(node)));
+    }
+    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(i % *freq == 0 ? 1 : 0);
+    return pattern;
+  }
+
   [[noreturn]] void fail(std::string_view path, const std::string& problem) const {
     throw ConfigError(fmt::format("{}: {}: {}", locate(path), path, problem));
   }
@@ -1352,6 +1653,8 @@ class Reader {
     w.ib_bandwidth_scale = get_scale(sec, "ib_bandwidth_scale");
     w.nvlink_bandwidth_scale = get_scale(sec, "nvlink_bandwidth_scale");
     w.gpu_speed_scale = get_scale(sec, "gpu_speed_scale");
+    // Range (>= 1) and the MoE model it needs: check_moe().
+    w.moe_load_imbalance = get_number(sec, "moe_load_imbalance", Interval{1, false});
     const std::string straggler(kStraggler);
     if (const YAML::Node n = node_at(straggler); n && !n.IsNull()) {
       Straggler st;

@@ -119,6 +119,10 @@ struct ModelSpec {
   double rotary_base = 10000.0;
   bool untie_embeddings_and_output_weights = false;  ///< LM head has its own V x h weight
   bool add_bias_linear = true;                        ///< biases in QKV, projection, FC1, FC2
+  /// Channels per attention head d (Megatron --kv-channels); 0 = hidden_size / heads. Qwen3
+  /// sets it apart from h/a (128 with h 2048, a 32): the QKV output is (a + 2g) d wide and the
+  /// projection's input a d, not h.
+  int64_t kv_channels = 0;
 
   // Mixture of experts (Megatron-LM's --num-moe-experts and --moe-* arguments). A layer is an
   // MoE layer when moe_layer_pattern says so: its MLP becomes a router (h -> E GEMM, top-k),
@@ -158,14 +162,23 @@ struct ModelSpec {
     return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size;
   }
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  /// d: kv_channels, or hidden_size / num_attention_heads when 0.
+  int64_t head_dim() const {
+    return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads;
+  }
+  /// Width of the attention core's output (the projection's input): a x d (= h unless
+  /// kv_channels says otherwise).
+  int64_t attention_width() const { return num_attention_heads * head_dim(); }
   /// g: num_query_groups, or a when 0.
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   /// Output width of the fused QKV linear: (a + 2 g) x head_dim (= 3h for MHA).
   int64_t qkv_width() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
   /// Output width of FC1: 2 ffn for SwiGLU (gate and up), else ffn.
-  int64_t fc1_width() const {
-    return activation == Activation::kSwiglu ? 2 * ffn_hidden_size : ffn_hidden_size;
+  int64_t fc1_width() const { return fc1_width_of(ffn_hidden_size); }
+  /// Output width of an FC1 of inner width `ffn` in this model's MLP kind: 2 ffn for SwiGLU
+  /// (gate and up), else ffn (also routed experts and the shared expert).
+  int64_t fc1_width_of(int64_t ffn) const {
+    return activation == Activation::kSwiglu ? 2 * ffn : ffn;
   }
   /// Parameters of one normalization layer: 2h (LayerNorm gamma, beta) or h (RMSNorm gamma).
   int64_t norm_parameters() const {
@@ -188,7 +201,8 @@ struct ParallelConfig {
   int64_t data_parallel_size = 1;                  ///< DP, = num_gpus / (TP*CP*PP)
   bool sequence_parallel = false;                  ///< SP (needs TP > 1)
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
-  std::string rank_order = "tp-cp-dp-pp";          ///< fastest-varying first (Megatron order)
+  /// Fastest-varying first (Megatron-LM's default order; ep may be left out when EP = 1).
+  std::string rank_order = "tp-cp-ep-dp-pp";
   /// Uneven pipeline split (core/pipeline_split.hpp has the rules). Transformer layers of
   /// pipeline rank 0 / rank PP-1 (Megatron --decoder-first-pipeline-num-layers /
   /// --decoder-last-pipeline-num-layers); none = the middle ranks' share.
@@ -365,13 +379,23 @@ struct Override {
 ///                 untie_embeddings_and_output_weights, add_bias_linear: defaults from the
 ///                 architecture preset — gpt: layernorm, gelu, learned_absolute, tied, biases;
 ///                 llama: rmsnorm, swiglu, rope, untied, no biases; nemotron: layernorm,
-///                 squared_relu, rope, untied, no biases
+///                 squared_relu, rope, untied, no biases; kv_channels [hidden_size /
+///                 num_attention_heads]; mixture of experts: num_moe_experts (none = dense),
+///                 moe_router_topk [2], moe_ffn_hidden_size [ffn_hidden_size],
+///                 moe_shared_expert_intermediate_size [none], moe_layer_freq [1] (integer or a
+///                 list of num_layers 0/1), moe_expert_capacity_factor [null = dropless],
+///                 moe_pad_expert_input_to_capacity [false], moe_token_dispatcher_type
+///                 [allgather] (alltoall | allgather), moe_router_load_balancing_type
+///                 [aux_loss] (aux_loss | none), moe_aux_loss_coeff [0.0], moe_grouped_gemm
+///                 [false], multi_latent_attention [false] (true: not supported yet)
 ///   parallelism:  (the whole section is optional) tensor_model_parallel_size [1],
 ///                 pipeline_model_parallel_size [1], virtual_pipeline_model_parallel_size [1]
 ///                 or num_layers_per_virtual_pipeline_stage N (v = num_layers / (PP x N); not
-///                 both in one source), context_parallel_size [1], sequence_parallel [false],
+///                 both in one source), context_parallel_size [1],
+///                 expert_model_parallel_size [1], expert_tensor_parallel_size
+///                 [tensor_model_parallel_size], sequence_parallel [false],
 ///                 data_parallel_size [num_gpus / (TP x CP x PP); must equal it when given],
-///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-dp-pp],
+///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-ep-dp-pp],
 ///                 decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers
 ///                 (integers; none = even split), account_for_embedding_in_pipeline_split,
 ///                 account_for_loss_in_pipeline_split [false] (core/pipeline_split.hpp; with
@@ -400,7 +424,8 @@ struct Override {
 ///                 what_if (optional mapping): ib_bandwidth_scale, nvlink_bandwidth_scale,
 ///                 gpu_speed_scale (numbers > 0), straggler {rank R (integer in
 ///                 [0, num_gpus)), compute_scale R (> 0)}, degraded_link {name R (a platform
-///                 link's name, checked when the platform is built), bandwidth_scale R (> 0)}
+///                 link's name, checked when the platform is built), bandwidth_scale R (> 0)},
+///                 moe_load_imbalance (>= 1; MoE models only)
 ///   data:         (the whole section is optional) data_path (prefix of a .bin/.idx pair,
 ///                 relative to the scenario file like cluster.topology; need not exist),
 ///                 split ["969,30,1"] (1 to 3 comma-separated numbers >= 0, not all zero),
@@ -446,7 +471,13 @@ inline constexpr int64_t kMaxLayerPassesPerRank = int64_t{1} << 17;
 /// CP > 1; query groups divide heads and TP divides query groups; rope needs an even head_dim;
 /// cp_comm_type a2a needs CP to divide the heads and query groups per TP rank; fp8_format needs
 /// bf16 or fp16; fp8_param_gather needs fp8_format; sizes >= 1;
-/// rank_order is a permutation of tp, cp, dp, pp; what-if scales positive and finite, the
+/// the mixture-of-experts rules (every moe_* setting, EP > 1, ETP and moe_load_imbalance need
+/// num_moe_experts >= 1; 1 <= topk <= E; EP divides E; moe_layer_pattern num_layers 0/1 entries
+/// with a 1; capacity factor > 0 and needed by padding; ETP divides the expert width, TP the
+/// shared expert; ETP x EP divides TP x CP x DP; TP > 1 needs sequence_parallel; EP > 1 needs ep
+/// in rank_order; multi_latent_attention refused; moe_load_imbalance >= 1); kv_channels >= 1
+/// when set (then hidden_size need not be a multiple of the heads);
+/// rank_order is a permutation of tp, cp, dp, pp (and ep); what-if scales positive and finite, the
 /// straggler rank in [0, num_gpus), a degraded link named; the live-training keys in their
 /// ranges, min_lr <= lr, lr_warmup_iters < lr_decay_iters (or train_iters when lr_decay_iters
 /// is not set; Megatron's OptimizerParamScheduler asserts it), data.split well formed;

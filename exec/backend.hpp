@@ -31,6 +31,7 @@
 #include "exec/cpu/attention.hpp"
 #include "exec/cpu/block_attention.hpp"
 #include "exec/cpu/dropout.hpp"
+#include "exec/cpu/moe_permute.hpp"
 
 namespace traintwin::exec {
 
@@ -308,6 +309,65 @@ class Backend {
                                          CFSpan dout,      // [B, T_local, C]
                                          const cpu::DropoutParams& params,
                                          const cpu::HiddenBlock& block) = 0;
+
+  // ---- mixture of experts (exec/cpu/moe_router.hpp, moe_permute.hpp, grouped_matmul.hpp) --------
+  // Routing maps (0/1 bytes), token counts and MoePermutation are HOST memory: the dispatcher
+  // needs them on the host to size its all-to-all (a device backend would copy them back, as
+  // Megatron's .tolist() of the splits does).
+  /// Top-k on the logits then softmax over the k (Megatron-Core's default router), capacity
+  /// (<= 0: dropless) with drop policy "probs" and optional padding; probs = gates x routing_map.
+  virtual void moe_topk_softmax_forward(FSpan gates,                           // [N, E]
+                                        std::span<uint8_t> topk_map,           // [N, E] host
+                                        std::span<uint8_t> routing_map,        // [N, E] host
+                                        FSpan probs,                           // [N, E]
+                                        std::span<int64_t> tokens_per_expert,  // [E] host
+                                        CFSpan logits,                         // [N, E]
+                                        int64_t tokens, int64_t experts, int64_t topk,
+                                        int64_t capacity, bool pad_to_capacity) = 0;
+  /// dlogits += the softmax-over-top-k backward of dprobs.
+  virtual void moe_topk_softmax_backward(FSpan dlogits, CFSpan dprobs, CFSpan gates,
+                                         std::span<const uint8_t> topk_map,
+                                         std::span<const uint8_t> routing_map, int64_t tokens,
+                                         int64_t experts) = 0;
+  /// The Switch load-balancing loss (Fedus et al. 2021 eq. 4, Megatron's
+  /// switch_load_balancing_loss_func) of this rank's tokens; scores = softmax(logits) saved.
+  virtual double moe_switch_aux_loss_forward(FSpan scores, CFSpan logits,
+                                             std::span<const int64_t> tokens_per_expert,
+                                             int64_t tokens, int64_t experts,
+                                             int64_t total_tokens, int64_t topk,
+                                             double coeff) = 0;
+  /// dlogits += daux x d aux / d logits.
+  virtual void moe_switch_aux_loss_backward(FSpan dlogits, double daux, CFSpan scores,
+                                            std::span<const int64_t> tokens_per_expert,
+                                            int64_t tokens, int64_t experts, int64_t total_tokens,
+                                            int64_t topk, double coeff) = 0;
+  /// out[m] = inp[perm.token[m]] (expert-major gather); backward: dinp += scatter-add.
+  virtual void moe_permute_forward(FSpan out, CFSpan inp, const cpu::MoePermutation& perm,
+                                   int64_t tokens, int64_t channels) = 0;
+  virtual void moe_permute_backward(FSpan dinp, CFSpan dout, const cpu::MoePermutation& perm,
+                                    int64_t tokens, int64_t channels) = 0;
+  /// out[n] = sum of probs[n, e] inp[m] over the rows m of token n (overwrites out); backward
+  /// accumulates dinp and dprobs.
+  virtual void moe_unpermute_forward(FSpan out, CFSpan inp, CFSpan probs,
+                                     const cpu::MoePermutation& perm, int64_t tokens,
+                                     int64_t experts, int64_t channels) = 0;
+  virtual void moe_unpermute_backward(FSpan dinp, FSpan dprobs, CFSpan dout, CFSpan inp,
+                                      CFSpan probs, const cpu::MoePermutation& perm,
+                                      int64_t tokens, int64_t experts, int64_t channels) = 0;
+  /// Output chunk j = input chunk order[j] (chunks of chunk_rows rows of `channels`).
+  virtual void moe_sort_chunks(FSpan out, CFSpan inp, std::span<const int64_t> chunk_rows,
+                               std::span<const int64_t> order, int64_t channels) = 0;
+  /// The local experts' grouped GEMM: rows_per_group[g] rows times W_g^T ([G, OC, C]); dgrad
+  /// and wgrad accumulate (+=). KernelKeys grouped_gemm_fwd / _dgrad / _wgrad.
+  virtual void grouped_matmul_forward(FSpan out, CFSpan inp, CFSpan weight,
+                                      std::span<const int64_t> rows_per_group, int64_t channels,
+                                      int64_t out_channels) = 0;
+  virtual void grouped_matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan weight,
+                                            std::span<const int64_t> rows_per_group,
+                                            int64_t channels, int64_t out_channels) = 0;
+  virtual void grouped_matmul_backward_weight(FSpan dweight, CFSpan dout, CFSpan inp,
+                                              std::span<const int64_t> rows_per_group,
+                                              int64_t channels, int64_t out_channels) = 0;
 
   // ---- vocab-parallel cross-entropy (Megatron; exec/cpu/vocab_parallel_cross_entropy.hpp) ------
   virtual void vocab_parallel_logits_max(FSpan logits_max_local,  // [B, T]

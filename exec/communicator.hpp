@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/rank_layout.hpp"
 
@@ -57,6 +58,19 @@ class Communicator {
   /// in the group (n = output.size()).
   virtual RequestPtr reduce_scatter(GroupKind group, std::span<const float> input,
                                     std::span<float> output, ReduceOp op) = 0;
+  /// All-to-all with variable counts (MPI_Alltoallv; the token dispatch and combine of a
+  /// mixture-of-experts layer, Megatron-Core's all_to_all with input/output splits). `input` is
+  /// the concatenation, in member order, of send_counts[j] floats for member j; `output` receives,
+  /// in member order, recv_counts[j] floats from member j (its own piece included: the piece for
+  /// itself is copied). send_counts and recv_counts have one entry per member, >= 0, summing to
+  /// input.size() / output.size(); recv_counts[j] must equal member j's send_counts[position of
+  /// this rank] (the caller exchanges the counts first, e.g. an all_gather of tokens per expert).
+  /// Errors: InvalidArgument for counts of the wrong length, negative counts, or sums that differ
+  /// from the buffer lengths; a mismatch with the peers' counts is undefined (MPI truncation
+  /// error, or a hang on NCCL).
+  virtual RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
+                                  std::span<const int64_t> send_counts, std::span<float> output,
+                                  std::span<const int64_t> recv_counts) = 0;
   /// Ring exchange over the members of `group` (the Program's ring_exchange: ring attention's
   /// K/V and dK/dV pass under context parallelism): sends `send` to the next member in group
   /// order, cyclically, and receives the previous member's into `recv`. Every member passes the
@@ -67,5 +81,13 @@ class Communicator {
   virtual RequestPtr send(int64_t peer, int64_t tag, std::span<const float> data) = 0;
   virtual RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) = 0;
 };
+
+/// The displacements of an all_to_all_v buffer: displacement[j] = sum of counts[0..j). Every
+/// backend checks its counts here (one rule): InvalidArgument "<who>: all_to_all_v on group
+/// <group>: <name> ..." when counts has not `members` entries, a count is negative, or the counts
+/// do not sum to `buffer_size` (naming the sum and the buffer length).
+std::vector<int64_t> all_to_all_displacements(const char* who, GroupKind group, size_t members,
+                                              const char* name, std::span<const int64_t> counts,
+                                              size_t buffer_size);
 
 }  // namespace traintwin::exec

@@ -12,7 +12,12 @@ namespace traintwin::exec {
 ShardOptimizer::ShardOptimizer(ModelShard& shard, Backend& backend, const RankCoord& coord,
                                int64_t dp, bool distributed, const TrainingHyperparameters& hyper)
     : shard_(shard), backend_(backend), coord_(coord), dp_(std::max<int64_t>(dp, 1)),
-      distributed_(distributed), hyper_(hyper) {}
+      distributed_(distributed), hyper_(hyper) {
+  if (shard.scenario().model.is_moe()) {
+    edp_ = std::max<int64_t>(shard.scenario().parallel.expert_data_parallel_size(), 1);
+    edp_rank_ = shard.expert_coord().edp;
+  }
+}
 
 std::pair<int64_t, int64_t> ShardOptimizer::owned(const ShardTensor& t, int64_t d) const {
   if (!distributed_) return {0, t.numel};
@@ -20,13 +25,15 @@ std::pair<int64_t, int64_t> ShardOptimizer::owned(const ShardTensor& t, int64_t 
   return {lo, std::min(t.numel, lo + piece(t))};
 }
 
-double ShardOptimizer::local_sum_of_squares() {
+double ShardOptimizer::local_sum_of_squares(bool over_world) {
   double sum_sq = 0;
   for (const auto& c : shard_.chunks()) {
     for (const auto& t : c.tensors) {
       if (t.shared_embedding) continue;
-      if (!t.tensor_parallel && coord_.tp != 0) continue;
-      const auto [lo, hi] = owned(t, coord_.dp);
+      const int64_t tp_rank = t.expert ? shard_.expert_coord().etp : coord_.tp;
+      if (!t.tensor_parallel && tp_rank != 0) continue;
+      if (over_world && !distributed_ && member(t) != 0) continue;
+      const auto [lo, hi] = owned(t, member(t));
       sum_sq += backend_.sum_of_squares(
           CFSpan(c.grads.data() + t.offset + lo, static_cast<size_t>(hi - lo)));
     }
@@ -47,7 +54,7 @@ ShardOptimizer::Step ShardOptimizer::step(double global_sum_of_squares, int64_t 
   for (auto& c : shard_.chunks()) {
     if (coef < 1.0) backend_.scale_in_place(FSpan(c.grads), coef);
     for (const auto& t : c.tensors) {
-      const auto [lo, hi] = owned(t, coord_.dp);  // the distributed optimizer's piece
+      const auto [lo, hi] = owned(t, member(t));  // the distributed optimizer's piece
       if (hi == lo) continue;
       auto slice = [&t, lo = lo, hi = hi](std::vector<float>& b) {
         return FSpan(b.data() + t.offset + lo, static_cast<size_t>(hi - lo));

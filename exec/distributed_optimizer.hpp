@@ -31,17 +31,25 @@ class ShardOptimizer {
   ShardOptimizer(ModelShard& shard, Backend& backend, const RankCoord& coord, int64_t dp,
                  bool distributed, const TrainingHyperparameters& hyper);
 
-  /// Elements of `t` in each DP rank's piece (ceil(numel / DP)).
-  int64_t piece(const ShardTensor& t) const { return (t.numel + dp_ - 1) / dp_; }
-  /// [begin, end) of the elements of `t` DP rank `d` owns (everything without the distributed
-  /// optimizer).
+  /// The size of the group `t`'s gradients are reduced over: DP, or expert-DP for an expert
+  /// weight.
+  int64_t members(const ShardTensor& t) const { return t.expert ? edp_ : dp_; }
+  /// This rank's position in that group: its DP or expert-DP coordinate.
+  int64_t member(const ShardTensor& t) const { return t.expert ? edp_rank_ : coord_.dp; }
+  /// Elements of `t` in each member's piece (ceil(numel / members(t))).
+  int64_t piece(const ShardTensor& t) const { return (t.numel + members(t) - 1) / members(t); }
+  /// [begin, end) of the elements of `t` member `d` of its group owns (everything without the
+  /// distributed optimizer).
   std::pair<int64_t, int64_t> owned(const ShardTensor& t, int64_t d) const;
 
-  /// Local sum of squares of the gradients this rank owns for the norm: TP-sharded tensors, and
-  /// replicated ones on TP rank 0 only; the LM head's copy of the word embedding not at all
-  /// (counted on the first stage), as Megatron's get_grad_norm_fp32; with the distributed
-  /// optimizer only this DP rank's pieces (the Program then all-reduces over the world).
-  double local_sum_of_squares();
+  /// Local sum of squares of the gradients this rank owns for the norm: TP-sharded tensors (ETP
+  /// for experts), and replicated ones on TP rank 0 only; the LM head's copy of the word
+  /// embedding not at all (counted on the first stage), as Megatron's get_grad_norm_fp32; with
+  /// the distributed optimizer only this rank's pieces. `over_world`: the norm's all-reduce spans
+  /// every rank (the distributed optimizer, or MoE with experts outside TP x PP), so replicas
+  /// over DP (expert-DP) count on DP (expert-DP) rank 0 only; else it spans TP x PP and every
+  /// DP replica computes the whole norm.
+  double local_sum_of_squares(bool over_world);
 
   struct Step {
     double grad_norm = 0;      ///< global L2 norm before clipping
@@ -57,6 +65,8 @@ class ShardOptimizer {
   Backend& backend_;
   RankCoord coord_;
   int64_t dp_ = 1;
+  int64_t edp_ = 1;
+  int64_t edp_rank_ = 0;
   bool distributed_ = false;
   const TrainingHyperparameters& hyper_;
 };

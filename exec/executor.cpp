@@ -61,12 +61,31 @@ class Executor::Impl {
                              " backend executes context parallelism with p2p (ring attention) "
                              "or all_gather only");
     }
+    if (sc.model.attention_width() != sc.model.hidden_size) {
+      unsupported("model.kv_channels (a head dimension other than hidden_size / "
+                  "num_attention_heads)");
+    }
     if (sc.training.fp8()) unsupported("training.fp8_format (FP8 needs a GPU with FP8 tensor cores)");
     if (sc.training.precision != Precision::kFp32) {
       throw UnsupportedError("scenario " + sc.name + ": training.precision is " +
                              std::string(to_string(sc.training.precision)) + "; the " +
                              backend_.name() +
                              " backend computes in fp32 only (set precision: fp32)");
+    }
+    if (sc.model.is_moe()) {
+      if (sc.model.moe_token_dispatcher_type != MoeTokenDispatcher::kAllToAll) {
+        unsupported("model.moe_token_dispatcher_type: allgather (use alltoall)");
+      }
+      if (sc.parallel.expert_tp() != 1) {
+        unsupported("parallelism.expert_tensor_parallel_size = " +
+                    std::to_string(sc.parallel.expert_tp()) +
+                    " (it defaults to TP; set expert_tensor_parallel_size: 1)");
+      }
+      if (sc.parallel.tensor_model_parallel_size > 1 && !sc.parallel.sequence_parallel) {
+        throw UnsupportedError("scenario " + sc.name +
+                               ": MoE with tensor_model_parallel_size > 1 needs "
+                               "parallelism.sequence_parallel: true (as Megatron-LM requires)");
+      }
     }
     coord_ = rp_->coord;
     // Gradients are reduced, and the distributed optimizer shards its state, over DP x CP (the
@@ -79,6 +98,11 @@ class Executor::Impl {
     model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
     optimizer_.emplace(shard_, backend_, zero_coord, dp_cp_size_,
                        sc.training.use_distributed_optimizer, hyper_);
+    // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
+    // experts outside TP x PP): which replicas count their squares (ShardOptimizer).
+    for (const Op& op : rp_->ops) {
+      if (op.role == Role::kGradNorm && op.kind == OpKind::kCollective) grad_norm_group_ = op.group;
+    }
   }
 
   IterationResult train(int64_t iteration, const MicroBatchSource& data) {
@@ -142,10 +166,13 @@ class Executor::Impl {
   /// The loss averaged over the global batch, the same on every rank (a reporting all-reduce
   /// over the world, outside the Program, as Megatron's loss averaging for logging).
   IterationResult report() {
-    std::array<double, 2> totals{model_->loss_sum(), static_cast<double>(model_->loss_tokens())};
+    std::array<double, 4> totals{model_->loss_sum(), static_cast<double>(model_->loss_tokens()),
+                                 model_->moe_aux_loss_sum(),
+                                 static_cast<double>(model_->moe_aux_loss_terms())};
     comm_.all_reduce(GroupKind::kWorld, std::span<double>(totals), ReduceOp::kSum)->wait();
     IterationResult r;
     r.lm_loss = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+    r.load_balancing_loss = totals[3] > 0 ? totals[2] / totals[3] : 0.0;
     r.spans = std::move(spans_);
     model_->clear();
     return r;
@@ -164,7 +191,15 @@ class Executor::Impl {
         OpSpan span{op.id, now_s(), 0, std::vector<double>(op.kernels.size())};
         double t = span.start_s;
         for (size_t i = 0; i < op.kernels.size(); ++i) {
-          run_kernel(op, prog_.kernels[op.kernels[i]].key.name, op.kernel_roles[i]);
+          const std::string& name = prog_.kernels[op.kernels[i]].key.name;
+          int64_t occurrence = 0;  // earlier kernels of the op with this name and role
+          for (size_t j = 0; j < i; ++j) {
+            if (op.kernel_roles[j] == op.kernel_roles[i] &&
+                prog_.kernels[op.kernels[j]].key.name == name) {
+              ++occurrence;
+            }
+          }
+          run_kernel(op, name, op.kernel_roles[i], occurrence);
           backend_.synchronize();
           const double now = now_s();
           span.kernel_s[i] = now - t;
@@ -180,11 +215,21 @@ class Executor::Impl {
     }
   }
 
-  void run_kernel(const Op& op, const std::string& name, Role role) {
+  void run_kernel(const Op& op, const std::string& name, Role role, int64_t occurrence) {
     switch (role) {
-      case Role::kGradNorm: sum_sq_ = optimizer_->local_sum_of_squares(); return;
+      case Role::kGradNorm:
+        sum_sq_ = optimizer_->local_sum_of_squares(grad_norm_group_ == GroupKind::kWorld);
+        return;
       case Role::kOptimizerStep: step_ = optimizer_->step(sum_sq_, iteration_); return;
-      default: model_->run(op, name, role);
+      default: model_->run(op, name, role, occurrence);
+    }
+    if (role == Role::kRouter && name == "moe_router_topk_fwd" && g().sp && g().t > 1) {
+      // Megatron's aux loss under SP: tokens per expert summed over the sequence-partition
+      // (TP) group, inside the router (a small blocking all-reduce the Program does not list).
+      std::vector<int64_t>& counts = model_->layer(op).tokens_per_expert;
+      std::vector<double> c(counts.begin(), counts.end());
+      comm_.all_reduce(GroupKind::kTp, std::span<double>(c), ReduceOp::kSum)->wait();
+      for (size_t i = 0; i < c.size(); ++i) counts[i] = static_cast<int64_t>(c[i]);
     }
   }
 
@@ -311,6 +356,8 @@ class Executor::Impl {
         start(op, std::move(f));
         return;
       }
+      case Role::kMoeDispatch: return moe_exchange(op, /*dispatch=*/true, fwd);
+      case Role::kMoeCombine: return moe_exchange(op, /*dispatch=*/false, fwd);
       case Role::kAttentionCore: {  // context parallelism: K/V (dK/dV) over the CP group
         CpTransfer t = model_->cp_transfer(op);
         InFlight f;
@@ -351,11 +398,118 @@ class Executor::Impl {
     }
   }
 
+  // ---- MoE token dispatch and combine (alltoall dispatcher, ETP 1) ----------------------------
+  // The permuted tokens are expert-major over the global experts, so the rows for EP member r
+  // (experts [r E_l, (r+1) E_l)) are one piece; the all-to-all delivers (source, local expert)
+  // chunks, sorted to (local expert, source) for the grouped GEMM, as Megatron-Core's
+  // MoEAlltoAllTokenDispatcher (sort_chunks_by_idxs). The Program sizes the exchange for the
+  // busiest rank; here the counts are the real ones (all_to_all_v).
+
+  /// Dispatch forward: the EP group's token counts (an all-gather of each member's rows per
+  /// expert, Megatron's gather of num_local_tokens_per_expert), then the plan of the exchange.
+  void plan_exchange(const Op& op, LayerState& L) {
+    const int64_t ep = comm_.layout().size(GroupKind::kEp);
+    const int64_t me = shard_.expert_coord().ep;
+    const int64_t e = g().experts, el = g().el;
+    const std::vector<int64_t>& mine = model_->moe_rows_per_expert(op);
+    std::vector<float> local(mine.begin(), mine.end()), all(static_cast<size_t>(ep * e));
+    comm_.all_gather(GroupKind::kEp, local, all)->wait();
+    MoeExchange& x = L.exchange;
+    x.send_rows.assign(static_cast<size_t>(ep), 0);
+    x.recv_rows.assign(static_cast<size_t>(ep), 0);
+    x.chunk_rows.assign(static_cast<size_t>(ep * el), 0);
+    x.rows_per_local_expert.assign(static_cast<size_t>(el), 0);
+    for (int64_t r = 0; r < ep; ++r) {
+      for (int64_t j = 0; j < el; ++j) {
+        const auto sent = mine[static_cast<size_t>(r * el + j)];
+        const auto got = static_cast<int64_t>(all[static_cast<size_t>(r * e + me * el + j)]);
+        x.send_rows[static_cast<size_t>(r)] += sent;
+        x.recv_rows[static_cast<size_t>(r)] += got;
+        x.chunk_rows[static_cast<size_t>(r * el + j)] = got;
+        x.rows_per_local_expert[static_cast<size_t>(j)] += got;
+      }
+    }
+  }
+
+  /// (source, local expert) chunks <-> (local expert, source) chunks of [rows, h].
+  Tensor sort_chunks(const MoeExchange& x, CFSpan in, bool to_expert_major) {
+    const int64_t ep = static_cast<int64_t>(x.send_rows.size()), el = g().el;
+    std::vector<int64_t> rows(static_cast<size_t>(ep * el)), order(rows.size());
+    for (int64_t r = 0; r < ep; ++r) {
+      for (int64_t j = 0; j < el; ++j) {
+        const auto src = static_cast<size_t>(r * el + j), dst = static_cast<size_t>(j * ep + r);
+        if (to_expert_major) {  // input (r, j)-ordered
+          rows[src] = x.chunk_rows[src];
+          order[dst] = static_cast<int64_t>(src);
+        } else {  // input (j, r)-ordered
+          rows[dst] = x.chunk_rows[src];
+          order[src] = static_cast<int64_t>(dst);
+        }
+      }
+    }
+    Tensor out = zeros(static_cast<int64_t>(in.size()));
+    backend_.moe_sort_chunks(out, in, rows, order, g().h);
+    return out;
+  }
+
+  static std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t h) {
+    std::vector<int64_t> v(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) v[i] = rows[i] * h;
+    return v;
+  }
+
+  /// kMoeDispatch / kMoeCombine: an all-to-all over EP, forward or backward.
+  void moe_exchange(const Op& op, bool dispatch, bool fwd) {
+    if (op.collective != CollectiveKind::kAllToAll || op.group != GroupKind::kEp) {
+      unexpected(op, "expected an all_to_all over ep (alltoall dispatcher, ETP 1)");
+    }
+    LayerState& L = model_->layer(op);
+    const int64_t h = g().h;
+    if (dispatch && fwd) plan_exchange(op, L);
+    const MoeExchange& x = L.exchange;
+    const std::vector<int64_t> sent = times(x.send_rows, h), got = times(x.recv_rows, h);
+    const int64_t m_rows = L.perm.rows();
+    int64_t r_rows = 0;
+    for (int64_t v : x.recv_rows) r_rows += v;
+    InFlight f;
+    // Tokens travel to the experts (dispatch forward, combine backward) or back.
+    const bool to_experts = dispatch == fwd;
+    if (to_experts) {
+      f.buffer = zeros(r_rows * h);
+      CFSpan in = dispatch ? CFSpan(L.permuted) : CFSpan(L.d_combined);
+      f.request = comm_.all_to_all_v(GroupKind::kEp, in, sent, f.buffer, got);
+      InFlight& slot = start(op, std::move(f));
+      Tensor* received = &slot.buffer;
+      slot.on_complete = [this, &L, received, dispatch] {
+        Tensor sorted = sort_chunks(L.exchange, *received, /*to_expert_major=*/true);
+        if (dispatch) {
+          L.dispatched = std::move(sorted);
+          L.permuted.reset();
+        } else {
+          L.d_expert_fc2 = std::move(sorted);
+          L.d_combined.reset();
+        }
+      };
+      return;
+    }
+    // Back from the experts: (local expert, source) -> (source, local expert), then all-to-all.
+    Tensor& from = dispatch ? L.d_dispatched : L.expert_fc2;
+    f.buffer = sort_chunks(x, from, /*to_expert_major=*/false);
+    from.reset();
+    Tensor& into = dispatch ? L.d_permuted : L.combined;
+    into = zeros(m_rows * h);
+    f.request = comm_.all_to_all_v(GroupKind::kEp, f.buffer, got, into, sent);
+    start(op, std::move(f));
+  }
+
   // ---- DP buckets and the distributed optimizer's pieces (distributed_optimizer.hpp) -----------
 
+  /// A bucket of routed experts' weights (reduced over expert-DP) rather than dense ones.
+  static bool expert_bucket(const Op& op) { return op.group == GroupKind::kEdp; }
   /// The tensors of a bucket op's items.
   std::vector<const ShardTensor*> bucket_tensors(const Op& op) const {
-    const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers);
+    const auto [begin, end] =
+        shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
     std::vector<const ShardTensor*> out;
     for (const ShardTensor& t : shard_.chunks()[static_cast<size_t>(op.model_chunk)].tensors) {
       if (t.offset >= begin && t.offset < end) out.push_back(&t);
@@ -386,6 +540,10 @@ class Executor::Impl {
     }
   }
 
+  /// This rank's position in a bucket's group: its DP or expert-DP coordinate.
+  int64_t bucket_member(const Op& op) const {
+    return expert_bucket(op) ? shard_.expert_coord().edp : dp_cp_index_;
+  }
   int64_t pieces_per_member(const std::vector<const ShardTensor*>& tensors) const {
     int64_t n = 0;
     for (const ShardTensor* t : tensors) n += optimizer_->piece(*t);
@@ -396,23 +554,26 @@ class Executor::Impl {
     auto& grads = shard_.chunks()[static_cast<size_t>(op.model_chunk)].grads;
     InFlight f;
     if (op.collective == CollectiveKind::kAllReduce) {
-      const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers);
+      const auto [begin, end] =
+          shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
       f.request = comm_.all_reduce(
           op.group, FSpan(grads.data() + begin, static_cast<size_t>(end - begin)), ReduceOp::kSum);
       start(op, std::move(f));
       return;
     }
     if (op.collective != CollectiveKind::kReduceScatter) unexpected(op, "unexpected bucket collective");
-    // Member-major input: for each DP rank d, piece d of every tensor (zero-padded).
+    // Member-major input: for each member d of the group (DP, or expert-DP for an expert
+    // bucket), piece d of every tensor (zero-padded).
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = dp_cp_size_;
+    const int64_t dp = expert_bucket(op) ? comm_.layout().size(op.group) : dp_cp_size_;
+    const int64_t me = bucket_member(op);
     f.buffer = zeros(per_member * dp);
     for (int64_t d = 0; d < dp; ++d) copy_pieces(grads, tensors, d, f.buffer, d * per_member, true);
     auto out = std::make_shared<Tensor>(zeros(per_member));
     f.request = comm_.reduce_scatter(op.group, f.buffer, out->span(), ReduceOp::kSum);
-    f.on_complete = [this, tensors, out, &grads] {
-      copy_pieces(grads, tensors, dp_cp_index_, out->span(), 0, false);
+    f.on_complete = [this, tensors, out, &grads, me] {
+      copy_pieces(grads, tensors, me, out->span(), 0, false);
     };
     start(op, std::move(f));
   }
@@ -423,9 +584,9 @@ class Executor::Impl {
     auto& params = shard_.chunks()[static_cast<size_t>(op.model_chunk)].params;
     const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
     const int64_t per_member = pieces_per_member(tensors);
-    const int64_t dp = dp_cp_size_;
+    const int64_t dp = expert_bucket(op) ? comm_.layout().size(op.group) : dp_cp_size_;
     auto mine = std::make_shared<Tensor>(zeros(per_member));
-    copy_pieces(params, tensors, dp_cp_index_, mine->span(), 0, true);
+    copy_pieces(params, tensors, bucket_member(op), mine->span(), 0, true);
     InFlight f;
     f.buffer = zeros(per_member * dp);
     f.request = comm_.all_gather(op.group, mine->span(), f.buffer.span());
@@ -520,6 +681,7 @@ class Executor::Impl {
   std::vector<OpSpan> spans_;
   double sum_sq_ = 0;
   ShardOptimizer::Step step_;
+  GroupKind grad_norm_group_ = GroupKind::kModelParallel;
 };
 
 Executor::Executor(const Program& program, Communicator& comm, ModelShard& shard,

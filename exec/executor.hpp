@@ -55,6 +55,10 @@ struct IterationResult {
   double lm_loss = 0;        ///< mean cross-entropy over the global batch's tokens (nats)
   double grad_norm = 0;      ///< global L2 norm of the gradients before clipping (training only)
   double learning_rate = 0;  ///< of this step (training only)
+  /// MoE: the Switch load-balancing loss (x moe_aux_loss_coeff) averaged over the MoE layers and
+  /// micro-batches of the global batch (Megatron logs it as load_balancing_loss); 0 for a dense
+  /// model. Not part of lm_loss; its gradient is part of the step.
+  double load_balancing_loss = 0;
   std::vector<OpSpan> spans; ///< every op executed on this rank, in issue order
 };
 
@@ -63,7 +67,9 @@ struct IterationResult {
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
 /// tp_comm_overlap, context parallelism, FP8, attention dropout with grouped-query attention, a
-/// precision other than fp32 (the CPU backend computes in fp32 only; never silently); and
+/// precision other than fp32 (the CPU backend computes in fp32 only; never silently); for MoE:
+/// the allgather token dispatcher, expert_tensor_parallel_size > 1, and TP > 1 without
+/// sequence_parallel (Megatron requires SP there); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to
 /// another rank.
 class Executor {

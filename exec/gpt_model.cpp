@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "core/error.hpp"
 #include "exec/counter_rng.hpp"
+#include "exec/cpu/moe_router.hpp"
 #include "exec/cpu/rope.hpp"
 
 #include <memory>
@@ -64,6 +66,16 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.vstart = shard_.vocab_start();
   g_.vtotal = g_.vl * g_.t;
   recompute_ = sc.training.recompute_granularity;
+  if (sc.model.is_moe()) {
+    g_.experts = sc.model.num_moe_experts;
+    g_.topk = sc.model.moe_router_topk;
+    g_.ep = sc.parallel.expert_model_parallel_size;
+    g_.el = shard_.local_experts();
+    g_.fe = sc.model.moe_expert_ffn() / sc.parallel.expert_tp();
+    g_.fc1e = g_.activation == Activation::kSwiglu ? 2 * g_.fe : g_.fe;
+    g_.fs = sc.model.moe_shared_expert_intermediate_size / g_.t;
+    g_.fc1s = g_.activation == Activation::kSwiglu ? 2 * g_.fs : g_.fs;
+  }
 
   const auto& chunks = shard_.chunks();
   for (size_t c = 0; c < chunks.size(); ++c) {
@@ -76,14 +88,33 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
           return grad ? shard_.grad(chunk, pre + name) : shard_.param(chunk, pre + name);
         };
         const bool nb = !g_.rmsnorm, lb = sc.model.add_bias_linear;
-        (grad ? layer_grads_ : layer_params_)[l] = LayerParams{
+        const bool moe = moe_layer(l), dense = !moe, shared = moe && g_.fs > 0;
+        LayerParams& lp = (grad ? layer_grads_ : layer_params_)[l];
+        lp = LayerParams{
             view("input_layernorm.weight"),           view("input_layernorm.bias", nb),
             view("self_attention.linear_qkv.weight"), view("self_attention.linear_qkv.bias", lb),
             view("self_attention.linear_proj.weight"),
             view("self_attention.linear_proj.bias", lb),
             view("pre_mlp_layernorm.weight"),         view("pre_mlp_layernorm.bias", nb),
-            view("mlp.linear_fc1.weight"),            view("mlp.linear_fc1.bias", lb),
-            view("mlp.linear_fc2.weight"),            view("mlp.linear_fc2.bias", lb)};
+            dense ? view("mlp.linear_fc1.weight") : view("mlp.shared_experts.linear_fc1.weight", shared),
+            view("mlp.linear_fc1.bias", lb && dense),
+            dense ? view("mlp.linear_fc2.weight") : view("mlp.shared_experts.linear_fc2.weight", shared),
+            view("mlp.linear_fc2.bias", lb && dense)};
+        if (moe) {
+          lp.router_w = view("mlp.router.weight");
+          // The local experts' weights are adjacent in the shard (model_shard.hpp): one array.
+          auto experts = [&](const char* which) {
+            const int64_t x0 = shard_.first_local_expert();
+            const std::string first = pre + "mlp.experts." + which + ".weight" + std::to_string(x0);
+            const std::string last =
+                pre + "mlp.experts." + which + ".weight" + std::to_string(x0 + g_.el - 1);
+            std::span<float> a = grad ? shard_.grad(chunk, first) : shard_.param(chunk, first);
+            std::span<float> b = grad ? shard_.grad(chunk, last) : shard_.param(chunk, last);
+            return std::span<float>(a.data(), static_cast<size_t>(b.data() + b.size() - a.data()));
+          };
+          lp.experts_fc1_w = experts("linear_fc1");
+          lp.experts_fc2_w = experts("linear_fc2");
+        }
       }
     }
   }
@@ -96,6 +127,8 @@ void GptModel::begin(int64_t iteration, const MicroBatchSource& data, bool train
   chunks_.clear();
   loss_sum_ = 0;
   loss_tokens_ = 0;
+  aux_loss_sum_ = 0;
+  aux_loss_terms_ = 0;
 }
 
 // ---- geometry and state --------------------------------------------------------------------------
@@ -290,9 +323,26 @@ void GptModel::unexpected(const Op& op, const std::string& what) const {
 
 // ---- dispatch ------------------------------------------------------------------------------------
 
-void GptModel::run(const Op& op, const std::string& kernel, Role role) {
+int64_t GptModel::mlp_width(int64_t layer) const { return moe_layer(layer) ? g_.fs : g_.f; }
+int64_t GptModel::fc1_width(int64_t layer) const { return moe_layer(layer) ? g_.fc1s : g_.fc1; }
+
+std::span<float> GptModel::expert_slice(std::span<float> all, int64_t experts, int64_t j) {
+  if (j < 0) return all;
+  const size_t n = all.size() / static_cast<size_t>(experts);
+  return all.subspan(static_cast<size_t>(j) * n, n);
+}
+
+void GptModel::run(const Op& op, const std::string& kernel, Role role, int64_t occurrence) {
   const bool fwd = is_forward(op.phase);
   switch (role) {
+    case Role::kRouter:
+    case Role::kMoePermute:
+    case Role::kExpertFc1:
+    case Role::kExpertActivation:
+    case Role::kExpertFc2:
+    case Role::kMoeUnpermute:
+      return fwd ? moe_forward(op, kernel, role, occurrence)
+                 : moe_backward(op, kernel, role, occurrence);
     case Role::kEmbedding: return fwd ? embedding_forward(op) : embedding_backward(op);
     case Role::kEmbeddingDropout: return embedding_dropout(op);
     case Role::kInputLayerNorm:
@@ -576,7 +626,7 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
   const int64_t b = g_.b, s = g_.s, h = g_.h;
-  const int64_t tl = g_.tl, hl = g_.hl, f = g_.f, heads = g_.heads;
+  const int64_t tl = g_.tl, hl = g_.hl, f = mlp_width(op.layer), heads = g_.heads;
   switch (role) {
     case Role::kInputLayerNorm:
       if (op.phase != Phase::kRecompute) L.in = take_layer_input(op);
@@ -639,11 +689,13 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
     case Role::kPostAttentionLayerNorm:
       norm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.resid1, P.ln2_w, P.ln2_b);
       return;
-    case Role::kFc1:  // column-parallel
-      L.fc1 = zeros(b * s * g_.fc1);
-      backend_.matmul_forward(L.fc1, g_.sp ? L.ln2_full : L.ln2, P.fc1_w, P.fc1_b, b, s, h, g_.fc1);
+    case Role::kFc1: {  // column-parallel (in an MoE layer: the shared expert)
+      const int64_t fc1 = fc1_width(op.layer);
+      L.fc1 = zeros(b * s * fc1);
+      backend_.matmul_forward(L.fc1, g_.sp ? L.ln2_full : L.ln2, P.fc1_w, P.fc1_b, b, s, h, fc1);
       L.ln2_full.reset();
       return;
+    }
     case Role::kGelu:
       L.gelu = zeros(b * s * f);
       switch (g_.activation) {
@@ -657,7 +709,20 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
       backend_.matmul_forward(L.fc2, L.gelu, P.fc2_w, {}, b, s, f, h);
       return;
     case Role::kMlpResidual: {
-      Tensor y = std::move(reduced(L.fc2, L.fc2_rs));
+      Tensor y;
+      if (moe_layer(op.layer)) {
+        // The routed output, plus the shared expert's (reduced) output when there is one.
+        y = std::move(L.moe_out);
+        if (g_.fs > 0) {
+          Tensor sum = zeros(b * tl * h);
+          backend_.bias_dropout_add_forward(sum, reduced(L.fc2, L.fc2_rs), {}, y,
+                                            cpu::DropoutParams{0.0, hyper_.seed, 0},
+                                            block(op.micro_batch, false));
+          y = std::move(sum);
+        }
+      } else {
+        y = std::move(reduced(L.fc2, L.fc2_rs));
+      }
       L.fc2.reset();
       L.fc2_rs.reset();
       L.out = zeros(b * tl * h);
@@ -695,7 +760,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
   const LayerParams& P = layer_params_.at(op.layer);
   const LayerParams& G = layer_grads_.at(op.layer);
   const int64_t b = g_.b, s = g_.s, h = g_.h;
-  const int64_t tl = g_.tl, hl = g_.hl, f = g_.f, heads = g_.heads;
+  const int64_t tl = g_.tl, hl = g_.hl, f = mlp_width(op.layer), heads = g_.heads;
+  const int64_t fc1 = fc1_width(op.layer);
   const bool dgrad = kernel == "gemm_dgrad", wgrad = kernel == "gemm_wgrad";
   auto bad_kernel = [&] { unexpected(op, "unexpected kernel " + kernel); };
   switch (role) {
@@ -705,6 +771,10 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       L.d_branch = zeros(b * tl * h);
       dropout_add_backward(L.d_branch, G.fc2_b, L.d_resid1, d_out, dropout(kSiteMlp, op.layer),
                            op.micro_batch, false);
+      if (moe_layer(op.layer)) {
+        // The routed experts' output gradient; d_branch stays for the shared expert.
+        L.d_moe = g_.fs > 0 ? clone(L.d_branch) : std::move(L.d_branch);
+      }
       return;
     }
     case Role::kFc2:
@@ -723,7 +793,7 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       }
       return;
     case Role::kGelu:
-      L.d_fc1 = zeros(b * s * g_.fc1);
+      L.d_fc1 = zeros(b * s * fc1);
       switch (g_.activation) {
         case Activation::kGelu: backend_.gelu_backward(L.d_fc1, L.fc1, L.d_gelu); break;
         case Activation::kSwiglu:
@@ -739,23 +809,39 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kFc1:
       if (dgrad) {
         L.d_ln_full = zeros(b * s * h);
-        backend_.matmul_backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, g_.fc1);
+        backend_.matmul_backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, fc1);
       } else if (wgrad) {
         backend_.matmul_backward_weight(G.fc1_w, G.fc1_b, L.d_fc1, g_.sp ? L.ln2_full : L.ln2, b,
-                                        s, h, g_.fc1);
+                                        s, h, fc1);
         L.d_fc1.reset();
         L.ln2_full.reset();
       } else {
         bad_kernel();
       }
       return;
-    case Role::kPostAttentionLayerNorm:
-      norm_backward(L.d_resid1, G.ln2_w, G.ln2_b, reduced(L.d_ln_full, L.d_ln), L.resid1, P.ln2_w,
-                    L.ln2_mean, L.ln2_rstd);
+    case Role::kPostAttentionLayerNorm: {
+      const Tensor* d_ln = &reduced(L.d_ln_full, L.d_ln);
+      Tensor sum;
+      if (moe_layer(op.layer)) {
+        // The routed path's gradient, plus the shared expert's (reduced) when there is one.
+        if (g_.fs > 0) {
+          sum = zeros(b * tl * h);
+          backend_.bias_dropout_add_forward(sum, *d_ln, {}, L.d_moe_in,
+                                            cpu::DropoutParams{0.0, hyper_.seed, 0},
+                                            block(op.micro_batch, false));
+          d_ln = &sum;
+        } else {
+          d_ln = &L.d_moe_in;
+        }
+      }
+      norm_backward(L.d_resid1, G.ln2_w, G.ln2_b, *d_ln, L.resid1, P.ln2_w, L.ln2_mean,
+                    L.ln2_rstd);
+      L.d_moe_in.reset();
       L.d_ln_full.reset();
       L.d_ln.reset();
       L.ln2.reset();
       return;
+    }
     case Role::kAttentionResidual:
       L.d_in = zeros(b * tl * h);
       L.d_branch = zeros(b * tl * h);
@@ -823,6 +909,265 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       return;
     }
     default: unexpected(op, "not a layer-backward role");
+  }
+}
+
+// ---- MoE layer (routed experts; Megatron-Core MoELayer with the alltoall dispatcher) -------------
+
+/// The routed experts' forward on this rank's N = b Tl rows of ln2, Role by Role (between them
+/// the walk runs the dispatch and combine all-to-alls over EP, exec/executor.cpp):
+///   kRouter: logits = ln2 W_r^T; top-k softmax with capacity (moe_router.hpp); the aux loss.
+///   kMoePermute: the routed copies in expert-major order.
+///   kExpertFc1 / kExpertActivation / kExpertFc2: the local experts' MLPs on the dispatched rows
+///     (grouped GEMM, or local expert j at the j-th GEMM kernel of the op).
+///   kMoeUnpermute: the expert outputs back to token order, weighted by the router probs.
+void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role,
+                           int64_t occurrence) {
+  LayerState& L = layer(op);
+  const LayerParams& P = layer_params_.at(op.layer);
+  const ModelSpec& model = prog_.scenario.model;
+  const int64_t n = g_.b * g_.tl, h = g_.h, e = g_.experts;
+  switch (role) {
+    case Role::kRouter:
+      if (kernel == "gemm_fwd") {
+        L.logits = zeros(n * e);
+        backend_.matmul_forward(L.logits, L.ln2, P.router_w, {}, 1, n, h, e);
+      } else if (kernel == "moe_router_topk_fwd") {
+        const int64_t capacity =
+            model.moe_expert_capacity_factor
+                ? cpu::moe_expert_capacity(n, g_.topk, e, *model.moe_expert_capacity_factor)
+                : 0;
+        L.gates = zeros(n * e);
+        L.probs = zeros(n * e);
+        L.topk_map.assign(static_cast<size_t>(n * e), 0);
+        L.routing_map.assign(static_cast<size_t>(n * e), 0);
+        L.tokens_per_expert.assign(static_cast<size_t>(e), 0);
+        backend_.moe_topk_softmax_forward(L.gates, L.topk_map, L.routing_map, L.probs,
+                                          L.tokens_per_expert, L.logits, n, e, g_.topk, capacity,
+                                          model.moe_pad_expert_input_to_capacity);
+        L.perm = cpu::moe_make_permutation(L.routing_map, n, e);
+        // (the walk sums tokens_per_expert over TP under SP before the aux loss: exec/executor.cpp)
+      } else if (kernel == "moe_aux_loss_fwd") {
+        L.scores = zeros(n * e);
+        const double aux = backend_.moe_switch_aux_loss_forward(
+            L.scores, L.logits, L.tokens_per_expert, n, e, n * (g_.sp ? g_.t : 1), g_.topk,
+            model.moe_aux_loss_coeff);
+        // Under SP the TP shards' terms add up to the micro-batch's loss: one term, on TP rank 0.
+        aux_loss_sum_ += aux;
+        if (coord_.tp == 0) ++aux_loss_terms_;
+      } else {
+        unexpected(op, "unexpected router kernel " + kernel);
+      }
+      return;
+    case Role::kMoePermute:
+      L.permuted = zeros(L.perm.rows() * h);
+      backend_.moe_permute_forward(L.permuted, L.ln2, L.perm, n, h);
+      if (g_.ep == 1) {  // no dispatch op (a group of one): every expert is local
+        L.exchange = MoeExchange{{L.perm.rows()}, {L.perm.rows()}, L.perm.rows_per_expert,
+                                 L.perm.rows_per_expert};
+        L.dispatched = std::move(L.permuted);
+      }
+      return;
+    case Role::kExpertFc1: {
+      const auto& groups = L.exchange.rows_per_local_expert;
+      const int64_t r = L.dispatched.size() / static_cast<size_t>(h);
+      if (L.expert_fc1.empty()) L.expert_fc1 = zeros(r * g_.fc1e);
+      if (kernel == "grouped_gemm_fwd") {
+        backend_.grouped_matmul_forward(L.expert_fc1, L.dispatched, P.experts_fc1_w, groups, h,
+                                        g_.fc1e);
+      } else if (kernel == "gemm_fwd") {  // local expert `occurrence` alone
+        const int64_t first = std::accumulate(groups.begin(), groups.begin() + occurrence, int64_t{0});
+        const int64_t rows = groups[static_cast<size_t>(occurrence)];
+        if (rows > 0) {
+          backend_.matmul_forward(
+              L.expert_fc1.span().subspan(static_cast<size_t>(first * g_.fc1e),
+                                          static_cast<size_t>(rows * g_.fc1e)),
+              L.dispatched.span().subspan(static_cast<size_t>(first * h),
+                                          static_cast<size_t>(rows * h)),
+              expert_slice(P.experts_fc1_w, g_.el, occurrence), {}, 1, rows, h, g_.fc1e);
+        }
+      } else {
+        unexpected(op, "unexpected expert FC1 kernel " + kernel);
+      }
+      return;
+    }
+    case Role::kExpertActivation: {
+      const int64_t r = L.dispatched.size() / static_cast<size_t>(h);
+      L.expert_act = zeros(r * g_.fe);
+      if (r == 0) return;
+      switch (g_.activation) {
+        case Activation::kGelu: backend_.gelu_forward(L.expert_act, L.expert_fc1); break;
+        case Activation::kSwiglu:
+          backend_.swiglu_forward(L.expert_act, L.expert_fc1, r, g_.fe);
+          break;
+        case Activation::kSquaredRelu:
+          backend_.squared_relu_forward(L.expert_act, L.expert_fc1);
+          break;
+      }
+      return;
+    }
+    case Role::kExpertFc2: {
+      const auto& groups = L.exchange.rows_per_local_expert;
+      const int64_t r = L.dispatched.size() / static_cast<size_t>(h);
+      if (L.expert_fc2.empty()) L.expert_fc2 = zeros(r * h);
+      if (kernel == "grouped_gemm_fwd") {
+        backend_.grouped_matmul_forward(L.expert_fc2, L.expert_act, P.experts_fc2_w, groups,
+                                        g_.fe, h);
+      } else if (kernel == "gemm_fwd") {
+        const int64_t first = std::accumulate(groups.begin(), groups.begin() + occurrence, int64_t{0});
+        const int64_t rows = groups[static_cast<size_t>(occurrence)];
+        if (rows > 0) {
+          backend_.matmul_forward(
+              L.expert_fc2.span().subspan(static_cast<size_t>(first * h),
+                                          static_cast<size_t>(rows * h)),
+              L.expert_act.span().subspan(static_cast<size_t>(first * g_.fe),
+                                          static_cast<size_t>(rows * g_.fe)),
+              expert_slice(P.experts_fc2_w, g_.el, occurrence), {}, 1, rows, g_.fe, h);
+        }
+      } else {
+        unexpected(op, "unexpected expert FC2 kernel " + kernel);
+      }
+      return;
+    }
+    case Role::kMoeUnpermute:
+      if (g_.ep == 1) L.combined = std::move(L.expert_fc2);  // no combine op
+      L.moe_out = zeros(n * h);
+      backend_.moe_unpermute_forward(L.moe_out, L.combined, L.probs, L.perm, n, e, h);
+      if (!training_) {
+        L.combined.reset();
+        L.dispatched.reset();
+        L.expert_fc1.reset();
+        L.expert_act.reset();
+      }
+      return;
+    default: unexpected(op, "not an MoE forward role");
+  }
+}
+
+/// The routed experts' backward, mirrored: unpermute (dprobs and the expert outputs' gradient),
+/// the experts' dgrad / wgrad, permute's scatter-add into d_moe_in, then the router: the aux
+/// loss and top-k softmax backward into dlogits, the router's dgrad (into d_moe_in) and wgrad.
+void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role,
+                            int64_t occurrence) {
+  LayerState& L = layer(op);
+  const LayerParams& P = layer_params_.at(op.layer);
+  const LayerParams& G = layer_grads_.at(op.layer);
+  const ModelSpec& model = prog_.scenario.model;
+  const int64_t n = g_.b * g_.tl, h = g_.h, e = g_.experts;
+  const int64_t r = L.dispatched.size() / static_cast<size_t>(h);
+  const auto& groups = L.exchange.rows_per_local_expert;
+  const bool dgrad = kernel == "gemm_dgrad" || kernel == "grouped_gemm_dgrad";
+  const bool wgrad = kernel == "gemm_wgrad" || kernel == "grouped_gemm_wgrad";
+  const bool grouped = kernel.rfind("grouped_", 0) == 0;
+  // One local expert's rows of a [R, width] tensor (grouped: all of them).
+  auto rows_of = [&](Tensor& t, int64_t width) -> FSpan {
+    if (grouped) return t.span();
+    const int64_t first =
+        std::accumulate(groups.begin(), groups.begin() + occurrence, int64_t{0});
+    return t.span().subspan(static_cast<size_t>(first * width),
+                            static_cast<size_t>(groups[static_cast<size_t>(occurrence)] * width));
+  };
+  auto one_group = [&]() -> std::vector<int64_t> {
+    if (grouped) return groups;
+    return {groups[static_cast<size_t>(occurrence)]};
+  };
+  auto weights = [&](std::span<float> all) {
+    return grouped ? all : expert_slice(all, g_.el, occurrence);
+  };
+  switch (role) {
+    case Role::kMoeUnpermute:
+      L.d_combined = zeros(L.perm.rows() * h);
+      L.d_probs = zeros(n * e);
+      backend_.moe_unpermute_backward(L.d_combined, L.d_probs, L.d_moe, L.combined, L.probs,
+                                      L.perm, n, e, h);
+      L.d_moe.reset();
+      L.combined.reset();
+      if (g_.ep == 1) L.d_expert_fc2 = std::move(L.d_combined);  // no combine op
+      return;
+    case Role::kExpertFc2:
+      if (dgrad) {
+        if (L.d_expert_act.empty()) L.d_expert_act = zeros(r * g_.fe);
+        backend_.grouped_matmul_backward_data(rows_of(L.d_expert_act, g_.fe),
+                                              rows_of(L.d_expert_fc2, h), weights(P.experts_fc2_w),
+                                              one_group(), g_.fe, h);
+      } else if (wgrad) {
+        backend_.grouped_matmul_backward_weight(weights(G.experts_fc2_w), rows_of(L.d_expert_fc2, h),
+                                                rows_of(L.expert_act, g_.fe), one_group(), g_.fe,
+                                                h);
+      } else {
+        unexpected(op, "unexpected expert FC2 kernel " + kernel);
+      }
+      return;
+    case Role::kExpertActivation:
+      L.d_expert_fc2.reset();
+      L.expert_act.reset();
+      L.d_expert_fc1 = zeros(r * g_.fc1e);
+      if (r > 0) {
+        switch (g_.activation) {
+          case Activation::kGelu:
+            backend_.gelu_backward(L.d_expert_fc1, L.expert_fc1, L.d_expert_act);
+            break;
+          case Activation::kSwiglu:
+            backend_.swiglu_backward(L.d_expert_fc1, L.d_expert_act, L.expert_fc1, r, g_.fe);
+            break;
+          case Activation::kSquaredRelu:
+            backend_.squared_relu_backward(L.d_expert_fc1, L.expert_fc1, L.d_expert_act);
+            break;
+        }
+      }
+      L.d_expert_act.reset();
+      L.expert_fc1.reset();
+      return;
+    case Role::kExpertFc1:
+      if (dgrad) {
+        if (L.d_dispatched.empty()) L.d_dispatched = zeros(r * h);
+        backend_.grouped_matmul_backward_data(rows_of(L.d_dispatched, h),
+                                              rows_of(L.d_expert_fc1, g_.fc1e),
+                                              weights(P.experts_fc1_w), one_group(), h, g_.fc1e);
+      } else if (wgrad) {
+        backend_.grouped_matmul_backward_weight(weights(G.experts_fc1_w),
+                                                rows_of(L.d_expert_fc1, g_.fc1e),
+                                                rows_of(L.dispatched, h), one_group(), h, g_.fc1e);
+      } else {
+        unexpected(op, "unexpected expert FC1 kernel " + kernel);
+      }
+      return;
+    case Role::kMoePermute:
+      if (g_.ep == 1) L.d_permuted = std::move(L.d_dispatched);  // no dispatch op
+      L.d_moe_in = zeros(n * h);
+      backend_.moe_permute_backward(L.d_moe_in, L.d_permuted, L.perm, n, h);
+      L.d_permuted.reset();
+      return;
+    case Role::kRouter: {
+      const double daux =  // each micro-batch's aux loss weighs 1 / (m DP), as its LM loss
+          1.0 / static_cast<double>(g_.m * g_.dp);
+      if (kernel == "moe_aux_loss_bwd") {
+        if (L.d_logits.empty()) L.d_logits = zeros(n * e);
+        backend_.moe_switch_aux_loss_backward(L.d_logits, daux, L.scores, L.tokens_per_expert, n,
+                                              e, n * (g_.sp ? g_.t : 1), g_.topk,
+                                              model.moe_aux_loss_coeff);
+        L.scores.reset();
+      } else if (kernel == "moe_router_topk_bwd") {
+        if (L.d_logits.empty()) L.d_logits = zeros(n * e);
+        backend_.moe_topk_softmax_backward(L.d_logits, L.d_probs, L.gates, L.topk_map,
+                                           L.routing_map, n, e);
+        L.d_probs.reset();
+      } else if (kernel == "gemm_dgrad") {
+        backend_.matmul_backward_data(L.d_moe_in, L.d_logits, P.router_w, 1, n, h, e);
+      } else if (kernel == "gemm_wgrad") {
+        backend_.matmul_backward_weight(G.router_w, {}, L.d_logits, L.ln2, 1, n, h, e);
+        L.d_logits.reset();
+        L.logits.reset();
+        L.gates.reset();
+        L.probs.reset();
+        L.dispatched.reset();
+        L.d_dispatched.reset();
+      } else {
+        unexpected(op, "unexpected router kernel " + kernel);
+      }
+      return;
+    }
+    default: unexpected(op, "not an MoE backward role");
   }
 }
 

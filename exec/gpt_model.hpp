@@ -29,6 +29,7 @@
 #include "exec/cp_sequence.hpp"
 #include "exec/backend.hpp"
 #include "exec/cpu/adamw.hpp"
+#include "exec/cpu/moe_permute.hpp"
 #include "exec/lr_schedule.hpp"
 #include "exec/model_shard.hpp"
 
@@ -83,12 +84,33 @@ struct ShardGeometry {
   int64_t vl = 0;      ///< vocabulary entries of this TP shard (padded)
   int64_t vstart = 0;  ///< first vocabulary id of this TP shard
   int64_t vtotal = 0;  ///< padded vocabulary (vl x t)
+  // mixture of experts (0 for a dense model)
+  int64_t experts = 0;     ///< E routed experts per MoE layer
+  int64_t topk = 0;        ///< k experts per token
+  int64_t ep = 1;          ///< expert-parallel size
+  int64_t el = 0;          ///< local experts E / EP
+  int64_t fe = 0;          ///< one routed expert's width / ETP
+  int64_t fc1e = 0;        ///< its FC1 width: 2 fe with SwiGLU, else fe
+  int64_t fs = 0;          ///< shared expert width / t (0: none)
+  int64_t fc1s = 0;        ///< its FC1 width
 };
 
-/// Parameter (or gradient) views of one transformer layer in the shard's memory.
+/// Parameter (or gradient) views of one transformer layer in the shard's memory. In an MoE layer
+/// fc1_w / fc2_w are the shared expert's (empty without one), router_w the router's [E, h], and
+/// experts_fc1_w / experts_fc2_w the local experts' weights as one [E/EP, out, in] array each.
 struct LayerParams {
   std::span<float> ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w,
       fc2_b;
+  std::span<float> router_w, experts_fc1_w, experts_fc2_w;
+};
+
+/// The token exchange of one MoE layer's alltoall dispatcher for one micro-batch, in rows of h
+/// (set by the walk at the dispatch, from the EP group's token counts).
+struct MoeExchange {
+  std::vector<int64_t> send_rows;   ///< [EP] rows this rank sends each EP member (dispatch)
+  std::vector<int64_t> recv_rows;   ///< [EP] rows it receives from each
+  std::vector<int64_t> chunk_rows;  ///< [EP x E/EP] received chunks, (source, local expert) order
+  std::vector<int64_t> rows_per_local_expert;  ///< [E/EP] the grouped GEMM's groups
 };
 
 /// Saved activations and gradients of one layer for one micro-batch.
@@ -127,6 +149,25 @@ struct LayerState {
   Tensor d_ln_full;                   // [b, s, H] column-parallel input gradient (partial sums)
   Tensor d_ln;                        // [b, Tl, H] after the reduce-scatter (SP)
   Tensor d_in;                        // [b, Tl, H]
+  // MoE layer: the routed experts on this rank's N = b Tl rows of ln2 (the shared expert uses
+  // fc1 / gelu / fc2 above). M = routed copies of this rank's tokens, R = rows of the local
+  // experts (expert-major), E experts.
+  Tensor logits, gates, probs, scores;         // [N, E] (scores: softmax for the aux loss)
+  std::vector<uint8_t> topk_map, routing_map;  // [N, E] host
+  std::vector<int64_t> tokens_per_expert;      // [E] host: top-k counts over the aux-loss group
+  cpu::MoePermutation perm;                    // host
+  MoeExchange exchange;
+  Tensor permuted;                             // [M, H] dispatch input
+  Tensor dispatched;                           // [R, H]
+  Tensor expert_fc1, expert_act, expert_fc2;   // [R, fc1e], [R, fe], [R, H]
+  Tensor combined;                             // [M, H] expert outputs in permuted order
+  Tensor moe_out;                              // [N, H] routed output
+  Tensor d_moe;                                // [N, H] its gradient
+  Tensor d_combined, d_probs;                  // [M, H], [N, E]
+  Tensor d_expert_fc2, d_expert_act, d_expert_fc1, d_dispatched;  // like the forward
+  Tensor d_permuted;                           // [M, H]
+  Tensor d_logits;                             // [N, E]
+  Tensor d_moe_in;                             // [N, H] routed path's gradient of ln2
 };
 
 /// Everything of one micro-batch on one model chunk.
@@ -170,9 +211,18 @@ class GptModel {
   void clear() { chunks_.clear(); }
 
   /// Runs the kernel `kernel` ("gemm_fwd", "gemm_dgrad", "gemm_wgrad", ...) of `role` for the
-  /// compute op `op` (its phase, model chunk, micro-batch and layer). Throws InvalidArgument for
-  /// a role or kernel this model does not have.
-  void run(const Op& op, const std::string& kernel, Role role);
+  /// compute op `op` (its phase, model chunk, micro-batch and layer). `occurrence`: how many
+  /// kernels of the same name and role came before it in the op (the local experts' GEMMs
+  /// without moe_grouped_gemm: occurrence j is local expert j, Megatron's SequentialMLP). Throws
+  /// InvalidArgument for a role or kernel this model does not have.
+  void run(const Op& op, const std::string& kernel, Role role, int64_t occurrence = 0);
+
+  /// The token counts the router of `op`'s layer routed per expert (after capacity), [E].
+  const std::vector<int64_t>& moe_rows_per_expert(const Op& op) { return layer(op).perm.rows_per_expert; }
+  /// Sum of this rank's MoE aux losses (each micro-batch's, x moe_aux_loss_coeff included) and
+  /// how many (layer, micro-batch) terms it holds.
+  double moe_aux_loss_sum() const { return aux_loss_sum_; }
+  int64_t moe_aux_loss_terms() const { return aux_loss_terms_; }
 
   /// What a CP collective of `op`'s attention core sends and where the result arrives (ring
   /// attention, cp_comm_type p2p or all_gather; see gpt_model.cpp). Throws InvalidArgument when
@@ -268,6 +318,14 @@ class GptModel {
   void embedding_backward(const Op& op);
   void layer_forward(const Op& op, const std::string& kernel, Role role);
   void layer_backward(const Op& op, const std::string& kernel, Role role);
+  void moe_forward(const Op& op, const std::string& kernel, Role role, int64_t occurrence);
+  void moe_backward(const Op& op, const std::string& kernel, Role role, int64_t occurrence);
+  /// Shared expert / dense MLP widths of `layer` (F and the FC1 width).
+  int64_t mlp_width(int64_t layer) const;
+  int64_t fc1_width(int64_t layer) const;
+  bool moe_layer(int64_t layer) const { return prog_.scenario.model.is_moe_layer(layer); }
+  /// The span of local expert j's weight in a [E/EP, out, in] array, or all of it (j < 0).
+  static std::span<float> expert_slice(std::span<float> all, int64_t experts, int64_t j);
   void head_forward(const Op& op, const std::string& kernel, Role role);
   void head_backward(const Op& op, const std::string& kernel, Role role);
 
@@ -290,6 +348,8 @@ class GptModel {
   std::map<std::pair<int64_t, int64_t>, ChunkState> chunks_;  // (chunk, mb)
   double loss_sum_ = 0;
   int64_t loss_tokens_ = 0;
+  double aux_loss_sum_ = 0;
+  int64_t aux_loss_terms_ = 0;
   cpu::AttentionProbabilityDropout att_dropout_;
   std::vector<int32_t> host_tokens_, host_labels_;
   std::vector<float> host_losses_;

@@ -76,6 +76,23 @@ RequestPtr LocalCommunicator::reduce_scatter(GroupKind group, std::span<const fl
   return std::make_unique<CompletedRequest>();
 }
 
+RequestPtr LocalCommunicator::all_to_all_v(GroupKind group, std::span<const float> input,
+                                           std::span<const int64_t> send_counts,
+                                           std::span<float> output,
+                                           std::span<const int64_t> recv_counts) {
+  all_to_all_displacements("local communicator", group, 1, "send_counts", send_counts,
+                           input.size());
+  all_to_all_displacements("local communicator", group, 1, "recv_counts", recv_counts,
+                           output.size());
+  if (output.size() != input.size()) {
+    throw InvalidArgument(std::string("local communicator: all_to_all_v on group ") +
+                          to_string(group) + ": sends " + std::to_string(input.size()) +
+                          " elements to itself but receives " + std::to_string(output.size()));
+  }
+  if (output.data() != input.data()) std::copy(input.begin(), input.end(), output.begin());
+  return std::make_unique<CompletedRequest>();
+}
+
 RequestPtr LocalCommunicator::send(int64_t peer, int64_t tag, std::span<const float>) {
   no_peer("send", peer, tag);
 }

@@ -40,6 +40,10 @@ class LocalCommunicator final : public Communicator {
   /// Copies input to output (input.size() must equal output.size()).
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
+  /// Copies input to output: one member, whose single count must equal both lengths.
+  RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
+                          std::span<const int64_t> send_counts, std::span<float> output,
+                          std::span<const int64_t> recv_counts) override;
   /// Copies send to recv (the member's own successor and predecessor is itself).
   RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
                            std::span<float> recv) override;

@@ -140,6 +140,36 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         "{}: num_attention_heads ({}) must be divisible by tensor_model_parallel_size ({})", kWhere,
         model.num_attention_heads, par.tensor_model_parallel_size));
   }
+  // Mixture of experts: EP splits the experts, ETP each expert's (and TP the shared expert's)
+  // width.
+  const bool moe = model.is_moe();
+  const int64_t ep_size = par.expert_model_parallel_size;
+  const int64_t etp_size = moe ? par.expert_tp() : 1;
+  const int64_t ffn_e = model.moe_expert_ffn();
+  const int64_t ffn_s = model.moe_shared_expert_intermediate_size;
+  if (moe) {
+    require_at_least_one(ep_size, "expert_model_parallel_size");
+    require_at_least_one(etp_size, "expert_tensor_parallel_size");
+    auto divides = [&](int64_t d, const char* d_name, int64_t n, const char* n_name) {
+      if (n % d != 0) {
+        throw InvalidArgument(fmt::format("{}: {} ({}) must be divisible by {} ({})", kWhere,
+                                          n_name, n, d_name, d));
+      }
+    };
+    divides(ep_size, "expert_model_parallel_size", model.num_moe_experts, "num_moe_experts");
+    divides(etp_size, "expert_tensor_parallel_size", ffn_e, "moe_ffn_hidden_size");
+    divides(par.tensor_model_parallel_size, "tensor_model_parallel_size", ffn_s,
+            "moe_shared_expert_intermediate_size");
+    const RankLayout layout = layout_of(s);  // throws InvalidArgument for a folding that fails
+    expert_ = layout.expert_coord(layout.rank(coord));
+    if (model.add_bias_linear) {
+      throw UnsupportedError(fmt::format(
+          "{}: model.add_bias_linear with num_moe_experts > 0: MoE layers have no linear biases "
+          "here (Megatron's grouped GEMM has none; set add_bias_linear: false)",
+          kWhere));
+    }
+    local_experts_ = model.num_moe_experts / ep_size;
+  }
   if (!std::isfinite(init_method_std) || init_method_std < 0.0) {
     throw InvalidArgument(fmt::format("{}: init_method_std must be finite and >= 0, got {}", kWhere,
                                       init_method_std));
@@ -259,6 +289,25 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
       if (norm_bias) {
         specs.push_back(replicated_1d(name("pre_mlp_layernorm.bias"), item, h, Init::kZeros, true));
       }
+      if (model.is_moe_layer(l)) {
+        // Router [E, h], replicated over TP (std as FC1).
+        TensorSpec router = weight(name("mlp.router.weight"), item, model.num_moe_experts, h,
+                                   init_method_std, GlobalMap{.global_cols = h}, false);
+        router.tensor.sequence_parallel_grad = sp;
+        specs.push_back(std::move(router));
+        if (ffn_s > 0) {
+          const int64_t fsl = ffn_s / t;
+          GlobalMap sfc1{.global_cols = h};
+          sfc1.segments = {{fsl, tp * fsl}};
+          if (gated) sfc1.segments.emplace_back(fsl, ffn_s + tp * fsl);
+          specs.push_back(weight(name("mlp.shared_experts.linear_fc1.weight"), item,
+                                 gated ? 2 * fsl : fsl, h, init_method_std, sfc1, true));
+          GlobalMap sfc2{.col_offset = tp * fsl, .global_cols = ffn_s};
+          specs.push_back(weight(name("mlp.shared_experts.linear_fc2.weight"), item, h, fsl,
+                                 scaled_std, sfc2, true));
+        }
+        continue;
+      }
       // FC1, column parallel: rows [tp ffn/t, (tp+1) ffn/t) of [ffn, h]; SwiGLU: of the gate
       // and of the up halves of [2 ffn, h] (local [gate | up], as Megatron's chunk(2)).
       GlobalMap fc1{.global_cols = h};
@@ -286,6 +335,33 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         GlobalMap pos{.global_cols = h};
         specs.push_back(weight("embedding.position_embeddings.weight", -2, model.seq_length, h,
                                init_method_std, pos, false));
+      }
+    }
+
+    // The expert region: local routed experts of the chunk's MoE layers, last layer first.
+    if (moe) {
+      const int64_t fel = ffn_e / etp_size;
+      for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
+        if (!model.is_moe_layer(l)) continue;
+        const auto item = static_cast<int32_t>(l);
+        for (int64_t j = 0; j < local_experts_; ++j) {
+          const int64_t x = first_local_expert() + j;
+          GlobalMap fc1{.global_cols = h};
+          fc1.segments = {{fel, expert_.etp * fel}};
+          if (gated) fc1.segments.emplace_back(fel, ffn_e + expert_.etp * fel);
+          TensorSpec w = weight(fmt::format("layers.{}.mlp.experts.linear_fc1.weight{}", l, x),
+                                item, gated ? 2 * fel : fel, h, init_method_std, fc1, true);
+          w.tensor.expert = true;
+          specs.push_back(std::move(w));
+        }
+        for (int64_t j = 0; j < local_experts_; ++j) {
+          const int64_t x = first_local_expert() + j;
+          GlobalMap fc2{.col_offset = expert_.etp * fel, .global_cols = ffn_e};
+          TensorSpec w = weight(fmt::format("layers.{}.mlp.experts.linear_fc2.weight{}", l, x),
+                                item, h, fel, scaled_std, fc2, true);
+          w.tensor.expert = true;
+          specs.push_back(std::move(w));
+        }
       }
     }
 
@@ -328,10 +404,11 @@ const ChunkShard& chunk_at(const std::vector<ChunkShard>& chunks, int64_t chunk)
   return chunks[static_cast<size_t>(chunk)];
 }
 
-/// Distinct items of a chunk in buffer order.
-std::vector<int32_t> chunk_items(const ChunkShard& cs) {
+/// Distinct items of a chunk's dense tensors (or of its expert region) in buffer order.
+std::vector<int32_t> chunk_items(const ChunkShard& cs, bool experts = false) {
   std::vector<int32_t> items;
   for (const ShardTensor& t : cs.tensors) {
+    if (t.expert != experts) continue;
     if (items.empty() || items.back() != t.item) items.push_back(t.item);
   }
   return items;
@@ -362,15 +439,16 @@ std::span<float> ModelShard::grad(int64_t chunk, const std::string& name) {
       .subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.numel));
 }
 
-std::pair<int64_t, int64_t> ModelShard::item_range(int64_t chunk,
-                                                   std::span<const int32_t> items) const {
+std::pair<int64_t, int64_t> ModelShard::item_range(int64_t chunk, std::span<const int32_t> items,
+                                                   bool experts) const {
   const ChunkShard& cs = chunk_at(chunks_, chunk);
-  const std::vector<int32_t> order = chunk_items(cs);
+  const std::vector<int32_t> order = chunk_items(cs, experts);
   auto fail = [&](const std::string& what) {
     return InvalidArgument(fmt::format(
-        "{}: item_range of model chunk {} (virtual stage {}): {}; requested items [{}], the "
-        "chunk's items in buffer order [{}]",
-        kWhere, chunk, cs.virtual_stage, what, fmt::join(items, ", "), fmt::join(order, ", ")));
+        "{}: item_range of model chunk {} (virtual stage {}, {} parameters): {}; requested items "
+        "[{}], the chunk's items in buffer order [{}]",
+        kWhere, chunk, cs.virtual_stage, experts ? "expert" : "dense", what,
+        fmt::join(items, ", "), fmt::join(order, ", ")));
   };
   if (items.empty()) throw fail("no items given");
   size_t pos = 0;  // index into `order` the next item must have
@@ -387,6 +465,10 @@ std::pair<int64_t, int64_t> ModelShard::item_range(int64_t chunk,
   int64_t begin = -1;
   int64_t end = -1;
   for (const ShardTensor& t : cs.tensors) {
+    if (t.expert != experts) {
+      if (begin < 0) continue;
+      break;  // the region ends (dense tensors come first, then the expert region)
+    }
     if (t.item != items.front() && begin < 0) continue;
     if (begin < 0) begin = t.offset;
     if (std::find(items.begin(), items.end(), t.item) == items.end()) break;

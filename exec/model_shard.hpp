@@ -31,6 +31,23 @@
 // scaled_init_method_normal; Shoeybi et al. 2019); biases 0; LayerNorm weights 1, biases 0;
 // padded vocabulary rows (ids >= V) 0; output_layer.weight is initialized as the word embedding
 // it copies (same name stream: "embedding.word_embeddings.weight").
+//
+// Mixture of experts (model.num_moe_experts E > 0; Megatron-Core's MoELayer names): an MoE layer
+// l (ModelSpec::is_moe_layer) holds, instead of mlp.linear_fc1/fc2,
+//   layers.l.mlp.router.weight [E, h] (replicated over TP; under SP its gradient joins the
+//            LayerNorm-gradient all-reduce, Megatron's `sequence_parallel` attribute; std as FC1),
+//   with a shared expert (moe_shared_expert_intermediate_size f_s > 0):
+//   layers.l.mlp.shared_experts.linear_fc1.weight [f_s/t (x2 SwiGLU), h], .linear_fc2.weight
+//            [h, f_s/t], TP-split as the dense MLP,
+// and, in the chunk's EXPERT region (after every dense tensor of the chunk, own DDP buckets reduced
+// over expert-DP), for each MoE layer of the chunk, last layer first, for the E/EP local experts
+// of this EP rank (global expert index x = ep E/EP + j, j = 0 .. E/EP - 1):
+//   layers.l.mlp.experts.linear_fc1.weight<x> [ffn_e/ETP (x2 SwiGLU), h] for every j, then
+//   layers.l.mlp.experts.linear_fc2.weight<x> [h, ffn_e/ETP] for every j (TEGroupedMLP's names),
+// so each layer's local FC1 (FC2) weights form one [E/EP, out, in] array for the grouped GEMM.
+// ffn_e = moe_expert_ffn(); ETP = expert_tp(). Expert weights are split over ETP as the dense MLP
+// over TP and initialized from their global names, so every EP/ETP layout starts from the same
+// model. MoE layers have no linear biases (Megatron's grouped GEMM has none).
 #pragma once
 
 #include <cstdint>
@@ -53,10 +70,16 @@ struct ShardTensor {
   bool tensor_parallel = false;  ///< sharded over TP (else replicated on every TP rank)
   bool weight_decay = true;      ///< false for biases and LayerNorm parameters (Megatron)
   bool shared_embedding = false; ///< output_layer.weight on the last stage (a copy; PP > 1)
-  /// Replicated over TP but computed from sequence-parallel shards: LayerNorm weights/biases and
-  /// row-parallel biases; their gradients are all-reduced over TP when SP is on.
+  /// Replicated over TP but computed from sequence-parallel shards: LayerNorm weights/biases,
+  /// row-parallel biases and the MoE router weight; their gradients are all-reduced over TP when
+  /// SP is on.
   bool sequence_parallel_grad = false;
+  /// A routed expert's weight: in the chunk's expert region, reduced over expert-DP (GroupKind
+  /// kEdp), its optimizer state sharded over expert-DP; tensor_parallel then means "split over
+  /// ETP".
+  bool expert = false;
 };
+
 
 /// Flat buffers of one model chunk: parameters, gradients and AdamW moments, same layout.
 struct ChunkShard {
@@ -66,14 +89,24 @@ struct ChunkShard {
   std::vector<float> params, grads, exp_avg, exp_avg_sq;
 };
 
-/// The parameters of one rank. Throws InvalidArgument when the scenario's layout does not divide
-/// the model (as parameters_on_rank) or `coord` is outside it.
+/// The parameters of one rank. An MoE model's rank takes its expert coordinates (ETP, EP and
+/// expert-DP ranks) from layout_of(s).expert_coord() of its global rank (Megatron-Core's parallel
+/// folding). Throws InvalidArgument when the scenario's layout does not divide the model (as
+/// parameters_on_rank; for MoE also: EP must divide num_moe_experts, ETP the expert width, TP the
+/// shared expert's) or `coord` is outside it; UnsupportedError for an MoE model with
+/// model.add_bias_linear.
 class ModelShard {
  public:
   ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed, double init_method_std);
 
   const Scenario& scenario() const { return scenario_; }
   const RankCoord& coord() const { return coord_; }
+  /// This rank's coordinates in the expert groups (all 0 for a dense model).
+  const ExpertCoord& expert_coord() const { return expert_; }
+  /// Routed experts held by this rank per MoE layer (E / EP; 0 for a dense model) and the first
+  /// one's global index.
+  int64_t local_experts() const { return local_experts_; }
+  int64_t first_local_expert() const { return local_experts_ * expert_.ep; }
   int64_t vocab_local() const { return vocab_local_; }   ///< padded_vocab_size(V, t) / t
   int64_t vocab_start() const { return vocab_local_ * coord_.tp; }
 
@@ -86,9 +119,12 @@ class ModelShard {
   std::span<float> param(int64_t chunk, const std::string& name);
   std::span<float> grad(int64_t chunk, const std::string& name);
 
-  /// [begin, end) of the chunk's buffers covering the items `items` (as Op::bucket_layers);
-  /// InvalidArgument when an item is not in the chunk or the items are not contiguous.
-  std::pair<int64_t, int64_t> item_range(int64_t chunk, std::span<const int32_t> items) const;
+  /// [begin, end) of the chunk's buffers covering the items `items` (as Op::bucket_layers): of
+  /// the dense tensors, or with `experts` of the expert region (a bucket reduced over kEdp);
+  /// InvalidArgument when an item is not in that part of the chunk or the items are not
+  /// contiguous.
+  std::pair<int64_t, int64_t> item_range(int64_t chunk, std::span<const int32_t> items,
+                                         bool experts = false) const;
 
   /// Total parameters over all chunks (= parameters_on_rank(s, pp)).
   int64_t num_parameters() const;
@@ -99,6 +135,8 @@ class ModelShard {
  private:
   Scenario scenario_;
   RankCoord coord_;
+  ExpertCoord expert_;
+  int64_t local_experts_ = 0;
   int64_t vocab_local_ = 0;
   std::vector<ChunkShard> chunks_;
 };

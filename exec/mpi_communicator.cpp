@@ -164,6 +164,11 @@ PendingOp MpiCommunicator::pending(GroupKind group, const std::string& what) {
 MPI_Comm MpiCommunicator::comm(GroupKind group, const char* op) const {
   const MPI_Comm c = comms_[static_cast<size_t>(group)];
   if (c == MPI_COMM_NULL) {
+    const std::string reason = unusable_group_reason(layout_, group);
+    if (!reason.empty()) {
+      throw InvalidArgument(std::string("MPI communicator: ") + op + " on group " +
+                            to_string(group) + ": " + reason);
+    }
     throw InvalidArgument(std::string("MPI communicator: ") + op + " on group " + to_string(group) +
                           ": rank " + std::to_string(rank_) + " is not a member of its " +
                           to_string(group) + " group {" +
@@ -233,6 +238,38 @@ RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const floa
       MPI_Ireduce_scatter_block(input.data(), output.data(), n, MPI_FLOAT, to_mpi(op), c, &request),
       what);
   return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what));
+}
+
+RequestPtr MpiCommunicator::all_to_all_v(GroupKind group, std::span<const float> input,
+                                         std::span<const int64_t> send_counts,
+                                         std::span<float> output,
+                                         std::span<const int64_t> recv_counts) {
+  const std::string what = "MPI_Ialltoallv(" + std::to_string(input.size()) + " floats out, " +
+                           std::to_string(output.size()) + " in) on group " + to_string(group);
+  const MPI_Comm c = comm(group, "all_to_all_v");
+  const auto members = static_cast<size_t>(layout_.size(group));
+  const std::vector<int64_t> sdispl =
+      all_to_all_displacements(kWho, group, members, "send_counts", send_counts, input.size());
+  const std::vector<int64_t> rdispl =
+      all_to_all_displacements(kWho, group, members, "recv_counts", recv_counts, output.size());
+  to_count(input.size(), what);
+  to_count(output.size(), what);
+  // One array: send counts, send displacements, recv counts, recv displacements.
+  std::vector<int> arrays(4 * members);
+  for (size_t j = 0; j < members; ++j) {
+    arrays[j] = static_cast<int>(send_counts[j]);
+    arrays[members + j] = static_cast<int>(sdispl[j]);
+    arrays[2 * members + j] = static_cast<int>(recv_counts[j]);
+    arrays[3 * members + j] = static_cast<int>(rdispl[j]);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ialltoallv(input.data(), arrays.data(), arrays.data() + members, MPI_FLOAT,
+                       output.data(), arrays.data() + 2 * members, arrays.data() + 3 * members,
+                       MPI_FLOAT, c, &request),
+        what);
+  // The vector's heap block moves with it: the pointers MPI holds stay valid.
+  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what), -1,
+                                      std::make_shared<const std::vector<int>>(std::move(arrays)));
 }
 
 void MpiCommunicator::check_peer_and_tag(const char* op, int64_t peer, int64_t tag) const {

@@ -12,6 +12,7 @@
 
 #include "core/rank_layout.hpp"
 #include "exec/communicator.hpp"
+#include "exec/mpi_groups.hpp"
 #include "exec/mpi_watchdog.hpp"
 
 namespace traintwin::exec {
@@ -82,6 +83,11 @@ class MpiCommunicator final : public Communicator {
                         std::span<float> output) override;
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
+  /// MPI_Ialltoallv on the group's sub-communicator (the request keeps the int counts and
+  /// displacements alive until it completes).
+  RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
+                          std::span<const int64_t> send_counts, std::span<float> output,
+                          std::span<const int64_t> recv_counts) override;
   /// MPI_Ialltoallv on the group's communicator with one non-empty block each way (to the next
   /// member, from the previous one): one collective request, so the watchdog names the group.
   RequestPtr ring_exchange(GroupKind group, std::span<const float> send,
@@ -93,7 +99,6 @@ class MpiCommunicator final : public Communicator {
   int64_t max_tag() const { return max_tag_; }
 
  private:
-  static constexpr size_t kNumGroupKinds = 8;  // GroupKind::kTp .. kWorld
   /// The sub-communicator of `group`; InvalidArgument when this rank is not in it.
   MPI_Comm comm(GroupKind group, const char* op) const;
   RequestPtr all_reduce_impl(GroupKind group, void* data, size_t count, MPI_Datatype type,

@@ -59,8 +59,25 @@ int group_position(const RankLayout& layout, GroupKind kind, int64_t rank) {
   return -1;
 }
 
+bool is_expert_group(GroupKind kind) {
+  return kind == GroupKind::kEp || kind == GroupKind::kEtp || kind == GroupKind::kEdp ||
+         kind == GroupKind::kEtpEp;
+}
+
+std::string unusable_group_reason(const RankLayout& layout, GroupKind kind) {
+  if (!is_expert_group(kind)) return "";
+  try {
+    layout.check_expert_groups();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 MPI_Comm split_group(MPI_Comm world, const RankLayout& layout, GroupKind kind, int64_t rank,
                      const std::string& who) {
+  // The same answer on every rank, so either all of them split or none.
+  if (!unusable_group_reason(layout, kind).empty()) return MPI_COMM_NULL;
   const int key = group_position(layout, kind, rank);
   const int color = key < 0 ? MPI_UNDEFINED : static_cast<int>(layout.group_index(kind, rank));
   MPI_Comm comm = MPI_COMM_NULL;

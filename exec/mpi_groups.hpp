@@ -14,6 +14,17 @@
 
 namespace traintwin::exec {
 
+/// Number of GroupKinds (kTp .. kEtpEp): the size of the communicators' per-group arrays.
+inline constexpr size_t kNumGroupKinds = static_cast<size_t>(GroupKind::kEtpEp) + 1;
+
+/// True for the expert groups (kEp, kEtp, kEdp, kEtpEp).
+bool is_expert_group(GroupKind kind);
+
+/// "" when the groups of `kind` exist in `layout`, else why not: an expert group of a layout
+/// whose expert generator is unusable (RankLayout::check_expert_groups's message; dense models
+/// never use those groups, so the communicators leave them out instead of failing).
+std::string unusable_group_reason(const RankLayout& layout, GroupKind kind);
+
 /// MPI_Error_string of `code` (or "MPI error <code>").
 std::string mpi_error_text(int code);
 
@@ -35,7 +46,8 @@ int group_position(const RankLayout& layout, GroupKind kind, int64_t rank);
 
 /// MPI_Comm_split of `world` into the groups of `kind` (color = group_index, key = position), so
 /// that a member's rank in the result is its position in the group; MPI_ERRORS_RETURN set.
-/// Returns MPI_COMM_NULL for a rank outside its group. Collective over `world`.
+/// Returns MPI_COMM_NULL for a rank outside its group, and on every rank for a group kind that
+/// unusable_group_reason() rules out. Collective over `world`.
 MPI_Comm split_group(MPI_Comm world, const RankLayout& layout, GroupKind kind, int64_t rank,
                      const std::string& who);
 

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/mpi_groups.hpp"
+
 namespace traintwin::exec {
 
 /// Megatron-LM's default --distributed-timeout-minutes.
@@ -33,7 +35,8 @@ struct PendingOp {
 /// collective; one that does not answer within the query time is stopped, hung or dead.
 class MpiWatchdog {
  public:
-  static constexpr size_t kCounters = 9;  ///< GroupKind::kTp .. kWorld, plus point-to-point
+  /// One per GroupKind (kTp .. kEtpEp), plus point-to-point.
+  static constexpr size_t kCounters = kNumGroupKinds + 1;
 
   /// `world` is duplicated (collective over it). timeout_minutes must be > 0 and finite
   /// (InvalidArgument otherwise).

@@ -87,7 +87,7 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
   if (s.model.position_embedding_type == PositionEmbedding::kRope) {
     rotary_base = fmt::format("{}", s.model.rotary_base);
   }
-  return {
+  std::map<std::string, std::string> signature = {
       {"model.num_layers", str(s.model.num_layers)},
       {"model.hidden_size", str(s.model.hidden_size)},
       {"model.num_attention_heads", str(s.model.num_attention_heads)},
@@ -120,6 +120,26 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"rank.pp", str(c.pp)},
       {"rank.dp", str(c.dp)},
   };
+  if (s.model.is_moe()) {
+    const RankLayout layout = layout_of(s);
+    const ExpertCoord expert = layout.expert_coord(layout.rank(c));
+    std::string pattern;
+    for (int64_t l = 0; l < s.model.num_layers; ++l) pattern += s.model.is_moe_layer(l) ? '1' : '0';
+    signature.insert({
+        {"model.num_moe_experts", str(s.model.num_moe_experts)},
+        {"model.moe_router_topk", str(s.model.moe_router_topk)},
+        {"model.moe_ffn_hidden_size", str(s.model.moe_expert_ffn())},
+        {"model.moe_shared_expert_intermediate_size",
+         str(s.model.moe_shared_expert_intermediate_size)},
+        {"model.moe_layer_freq", pattern},
+        {"parallelism.expert_model_parallel_size", str(p.expert_model_parallel_size)},
+        {"parallelism.expert_tensor_parallel_size", str(p.expert_tp())},
+        {"rank.ep", str(expert.ep)},
+        {"rank.etp", str(expert.etp)},
+        {"rank.edp", str(expert.edp)},
+    });
+  }
+  return signature;
 }
 
 class Trainer::Impl {
@@ -203,6 +223,7 @@ class Trainer::Impl {
         log.lm_loss = r.lm_loss;
         log.learning_rate = r.learning_rate;
         log.grad_norm = r.grad_norm;
+        if (sc_.model.is_moe()) log.load_balancing_loss = r.load_balancing_loss;
         log.elapsed_ms = ms;
         log.tokens_per_s =
             static_cast<double>(gbs * sc_.model.seq_length) / (ms / 1000.0);

@@ -35,6 +35,9 @@ struct IterationLog {
   double lm_loss = 0;            ///< mean over the global batch (nats)
   double learning_rate = 0;
   double grad_norm = 0;          ///< before clipping
+  /// MoE models: the Switch aux loss (x its coefficient), mean over MoE layers and micro-batches
+  /// (Megatron's load_balancing_loss); unset for a dense model.
+  std::optional<double> load_balancing_loss;
   double elapsed_ms = 0;         ///< wall time of the iteration on this rank
   double tokens_per_s = 0;       ///< global batch tokens / elapsed
 };
@@ -61,9 +64,13 @@ struct TrainerCallbacks {
 
 /// The checkpoint signature of a rank: what must match for a checkpoint to load (model sizes,
 /// parallel layout with the layers of every virtual pipeline stage, this rank's coordinates, and
-/// the data: training.seed, data.data_path as an absolute normalized path, data.split). Loading
-/// also refuses a training.train_iters that is not past the checkpoint's iteration (ConfigError:
-/// nothing would be trained). Throws PipelineSplitError for an impossible pipeline split.
+/// the data: training.seed, data.data_path as an absolute normalized path, data.split; for an
+/// MoE model also the expert keys that shape its parameters — num_moe_experts, moe_router_topk,
+/// moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq (the per-layer 0/1
+/// pattern), expert_model_parallel_size, expert_tensor_parallel_size — and the rank's expert
+/// coordinates rank.ep, rank.etp, rank.edp from layout_of(s)). Loading also refuses a
+/// training.train_iters that is not past the checkpoint's iteration (ConfigError: nothing would
+/// be trained). Throws PipelineSplitError for an impossible pipeline split.
 std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const RankCoord& coord);
 
 /// The executor's hyper-parameters from the scenario's training section (Megatron's defaults

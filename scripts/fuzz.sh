@@ -9,7 +9,8 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(scenario topology cost_db timeline report indexed_dataset checkpoint tokenizer)
+  targets=(scenario topology cost_db measured_costs timeline timeline_costs report indexed_dataset
+           checkpoint tokenizer)
 fi
 status=0
 for t in "${targets[@]}"; do

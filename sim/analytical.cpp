@@ -511,6 +511,8 @@ class Estimator {
     st.b.compute_s += in.b.compute_s;
     st.b.optimizer_s += in.b.optimizer_s;
     st.b.exposed_tp_s += in.b.exposed_tp_s;
+    st.b.exposed_cp_s += in.b.exposed_cp_s;
+    st.b.exposed_ep_s += in.b.exposed_ep_s;
     st.b.exposed_pp_s += in.b.exposed_pp_s;
     st.b.exposed_dp_s += in.b.exposed_dp_s;
     st.b.bubble_s += in.b.bubble_s;

@@ -14,6 +14,8 @@ struct WaitedFor {
     kNothing,         ///< no dependency ended last (start of the iteration, another stage)
     kCompute,         ///< a compute op (of this rank: the gap is not communication)
     kTpCollective,    ///< a collective of the TP group
+    kCpCollective,    ///< a collective of the CP group (context-parallel attention)
+    kEpCollective,    ///< an MoE dispatch/combine (groups EP, ETP, ETP x EP)
     kSyncCollective,  ///< any other collective (DP buckets, embedding, grad norm, param gather)
     kTransfer,        ///< a PP send/recv; transfer_s is how long its transfer took
   };
@@ -25,7 +27,8 @@ struct WaitedFor {
 WaitedFor waited_for(const Op& op, double transfer_s = 0);
 
 /// Adds an idle gap of `gap_s` seconds (nothing when <= 0) to `b`: a TP collective -> exposed_tp;
-/// another collective -> exposed_dp; a PP transfer -> exposed_pp for min(gap, transfer_s) (the
+/// a CP collective -> exposed_cp; an MoE dispatch/combine -> exposed_ep; another collective
+/// (DP / expert-DP buckets, embedding, grad norm) -> exposed_dp; a PP transfer -> exposed_pp for min(gap, transfer_s) (the
 /// time the data was on the wire) and bubble for the rest (the peer stage was late to post);
 /// nothing or a compute op -> bubble.
 void attribute_gap(TimeBreakdown& b, double gap_s, const WaitedFor& w);

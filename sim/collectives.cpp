@@ -52,6 +52,19 @@ double intra_share_Bps(const TopologySpec& t, const FabricEfficiency& e, int64_t
          static_cast<double>(k - 1);
 }
 
+/// All-to-all: the fraction of its buffer each member sends to other nodes, (n - k)/n.
+double a2a_nic_fraction(const GroupSpan& s) {
+  return static_cast<double>(s.ranks - s.ranks_per_node) / static_cast<double>(s.ranks);
+}
+
+/// All-to-all: the fraction of its buffer each member moves over NVLink: (k - 1)/n to its local
+/// peers, and with PXN (k - 1)/k of its inter-node share to the local GPU on the destination's
+/// rail.
+double a2a_nvlink_fraction(const GroupSpan& s) {
+  const double n = static_cast<double>(s.ranks), k = static_cast<double>(s.ranks_per_node);
+  return ((k - 1) + (n - k) * (k - 1) / k) / n;
+}
+
 int64_t ceil_log2(int64_t n) {
   int64_t l = 0;
   while ((int64_t{1} << l) < n) ++l;
@@ -79,6 +92,7 @@ const char* to_string(CollectiveAlgorithm a) {
     case CollectiveAlgorithm::kRing: return "ring";
     case CollectiveAlgorithm::kTree: return "tree";
     case CollectiveAlgorithm::kNvls: return "nvls";
+    case CollectiveAlgorithm::kP2p: return "p2p";
   }
   return "?";
 }
@@ -104,6 +118,12 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
   switch (algo) {
     case CollectiveAlgorithm::kNvls:
       return alpha_intra_s(topo, eff) + S / (nvlink_Bps * eff.nvls);
+    case CollectiveAlgorithm::kP2p: {
+      const double alpha = span.nodes > 1 ? alpha_inter_s(topo, eff) : alpha_intra_s(topo, eff);
+      const double nic = span.nodes > 1 ? a2a_nic_fraction(span) * S / inter_node_Bps(topo, eff, 1)
+                                        : 0.0;
+      return alpha + std::max(nic, a2a_nvlink_fraction(span) * S / (nvlink_Bps * eff.nvlink_ring));
+    }
     case CollectiveAlgorithm::kTree: {
       const double B =
           span.nodes > 1 ? std::min(inter_node_Bps(topo, eff, span.ranks_per_node),
@@ -132,6 +152,9 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
 CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
                                      const TopologySpec& topo, const FabricEfficiency& eff,
                                      const std::string& forced) {
+  if (kind == CollectiveKind::kAllToAll && (forced.empty() || forced == "ring")) {
+    return CollectiveAlgorithm::kP2p;
+  }
   if (!forced.empty()) {
     if (forced == "ring") return CollectiveAlgorithm::kRing;
     if (forced == "tree") {
@@ -189,6 +212,26 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
                             nb[static_cast<size_t>(j) % nb.size()], per_channel_bytes});
     }
   };
+  if (plan.algorithm == CollectiveAlgorithm::kP2p) {
+    // PXN: node A's messages for B_j (one from each member of A, bytes / n each) leave over
+    // rail j, from A_j.
+    const double per_message = S / static_cast<double>(span.ranks) / eff.ib;
+    for (int64_t a = 0; a < m; ++a) {
+      for (int64_t b = 0; b < m; ++b) {
+        if (a == b) continue;
+        const auto& na = nodes[static_cast<size_t>(a)];
+        const auto& nb = nodes[static_cast<size_t>(b)];
+        for (size_t j = 0; j < nb.size(); ++j) {
+          plan.flows.push_back(
+              {na[j % na.size()], nb[j], per_message * static_cast<double>(na.size())});
+        }
+      }
+    }
+    plan.latency_s = alpha;
+    plan.local_time_s =
+        a2a_nvlink_fraction(span) * S / (topo.node.nvlink_bandwidth_Bps * eff.nvlink_ring);
+    return plan;
+  }
   if (plan.algorithm == CollectiveAlgorithm::kTree) {
     // Two binary trees over the nodes (heap order and its mirror), each carrying half the data
     // up (reduce) and down (broadcast); each node edge split over the k channels.
@@ -245,6 +288,28 @@ double uncontended_transfer_s(int64_t src, int64_t dst, double bytes, const Topo
 
 double uncontended_time_s(const CollectivePlan& plan, const TopologySpec& topo) {
   double flows = 0;
+  if (plan.algorithm == CollectiveAlgorithm::kP2p) {
+    // An all-to-all's flows leave each GPU (NIC) for every other node and arrive from every
+    // other node: each NIC sends and receives its flows one after the other (their bytes
+    // summed), the longest route's latency once.
+    struct Side {
+      double bytes = 0, latency_s = 0, Bps = 1e300;
+    };
+    std::map<int64_t, Side> out, in;  // by GPU
+    for (const CollectiveFlow& f : plan.flows) {
+      for (Side* side : {&out[f.src], &in[f.dst]}) {
+        side->bytes += f.bytes;
+        side->latency_s = std::max(side->latency_s, route_latency_s(f.src, f.dst, topo));
+        side->Bps = std::min(side->Bps, route_Bps(f.src, f.dst, topo));
+      }
+    }
+    for (const auto* sides : {&out, &in}) {
+      for (const auto& [gpu, side] : *sides) {
+        flows = std::max(flows, side.latency_s + side.bytes / side.Bps);
+      }
+    }
+    return std::max(flows, plan.local_time_s) + plan.latency_s;
+  }
   for (const CollectiveFlow& f : plan.flows) {
     flows = std::max(flows, uncontended_transfer_s(f.src, f.dst, f.bytes, topo));
   }

@@ -30,8 +30,9 @@ enum class CollectiveAlgorithm {
   kRing,  ///< ring: n-1 (x2 for all-reduce) steps of bytes/n over each ring edge
   kTree,  ///< NCCL's double binary tree (all-reduce only): pipelined reduce + broadcast
   kNvls,  ///< NVLink SHARP: the NVSwitch reduces/multicasts (all-reduce inside one node)
+  kP2p,   ///< all-to-all: one send/recv per pair of members, all in one NCCL group
 };
-/// "ring" | "tree" | "nvls".
+/// "ring" | "tree" | "nvls" | "p2p".
 const char* to_string(CollectiveAlgorithm a);
 
 /// Bandwidth efficiencies of the fabric model, calibrated on the nccl-tests figures of
@@ -71,7 +72,8 @@ GroupSpan group_span(const std::vector<int64_t>& members, int64_t gpus_per_node)
 
 /// NCCL-tuner-like choice: inside one node, NVLS for all-reduce where the node has it, else
 /// ring; across nodes, the faster of ring and tree by the closed forms for all-reduce, ring for
-/// the others. `forced` (when not empty: "ring" | "tree" | "nvls") overrides it; an override
+/// the others; all-to-all always p2p (NCCL runs it as grouped ncclSend/ncclRecv, which
+/// NCCL_ALGO does not affect, so a forced "ring" leaves it p2p). `forced` (when not empty: "ring" | "tree" | "nvls") overrides it; an override
 /// the group cannot run (tree for all_gather, NVLS across nodes or without NVLS hardware) throws
 /// ConfigError naming the override and why.
 CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
@@ -85,7 +87,14 @@ CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const G
 /// its own NIC; (k-1)/k of a member's ring traffic stays on NVLink); tree all-reduce
 /// 2 ceil(log2 nodes) alpha + 2 bytes / B (NCCL's double binary tree: each tree carries half the
 /// data up and down, so a node moves 2 bytes per direction); NVLS all-reduce
-/// alpha + bytes / (NVLink x nvls).
+/// alpha + bytes / (NVLink x nvls); all-to-all (p2p) alpha + max(NVLink part, NIC part), every
+/// member sending bytes / n to each other member: with k members per node on m nodes the NIC
+/// part is (n - k)/n x bytes / (NIC x ib) (NCCL's PXN: a message for another node first crosses
+/// NVLink to the local GPU on the destination's rail, so each GPU's NIC carries its rail's
+/// share, (n - k)/n x bytes, a rail per member), the NVLink part ((k - 1) + (n - k)(k - 1)/k)/n
+/// x bytes / (NVLink x nvlink_ring) (direct sends to the k - 1 local peers plus the PXN hops);
+/// alpha the inter-node one across nodes, else the NVLink one: all sends are posted in one
+/// group and progress together (one step).
 double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t bytes,
                          const GroupSpan& span, const TopologySpec& topo,
                          const FabricEfficiency& eff);
@@ -115,7 +124,10 @@ struct CollectivePlan {
 /// trees over nodes (heap order and its mirror), bytes/(2k) up and down per local index;
 /// local_time_s = the NVLink part of the ring (0 with one member per node); latency = steps x
 /// alpha (SIMGRID-NOTES.md: one transfer per ring edge carrying the step bytes, latency added
-/// analytically). `forced` as in choose_algorithm().
+/// analytically). All-to-all (p2p) across nodes: for each ordered pair of nodes (A, B) and local
+/// index j, one flow A_j -> B_j of k x bytes / n / ib efficiency — the k messages of node A for
+/// B_j, gathered on A_j by PXN and sent over rail j; local_time_s the NVLink part of
+/// collective_time_s; latency one alpha. `forced` as in choose_algorithm().
 CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
                                const TopologySpec& topo, const FabricEfficiency& eff,
                                const std::string& forced = "");
@@ -131,7 +143,9 @@ double uncontended_transfer_s(int64_t src, int64_t dst, double bytes, const Topo
 
 /// Duration of a planned collective with no other traffic on its links: max(max over its flows
 /// of uncontended_transfer_s, plan.local_time_s) + plan.latency_s (the contention-free case of
-/// CollectivePlan's rule).
+/// CollectivePlan's rule). An all-to-all (p2p) has several flows per GPU, which share its NIC:
+/// instead of one flow's time, per GPU and direction the longest route latency + the bytes of
+/// all its flows / the route bandwidth.
 double uncontended_time_s(const CollectivePlan& plan, const TopologySpec& topo);
 
 }  // namespace traintwin

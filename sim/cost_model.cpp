@@ -39,7 +39,9 @@ const char* to_string(KernelClass c) {
 }
 
 KernelClass kernel_class(std::string_view kernel_name) {
-  if (kernel_name.starts_with("gemm_")) return KernelClass::kGemm;
+  if (kernel_name.starts_with("gemm_") || kernel_name.starts_with("grouped_gemm_")) {
+    return KernelClass::kGemm;
+  }
   if (kernel_name.starts_with("attention_") || kernel_name.starts_with("flash_attention_")) {
     return KernelClass::kAttention;
   }

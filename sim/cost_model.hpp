@@ -4,7 +4,8 @@
 // Two models:
 //  - the roofline (Williams, Waterman, Patterson, "Roofline", CACM 2009) with per-class
 //    efficiencies: duration_s = max(FLOPs / (peak_FLOPs x eff), bytes / (hbm_Bps x eff_memory))
-//    + launch_overhead_s. Classes by kernel name (kernel_class()): gemm_* run on tensor cores at
+//    + launch_overhead_s. Classes by kernel name (kernel_class()): gemm_* and grouped_gemm_* (the
+//    MoE experts' grouped GEMMs) run on tensor cores at
 //    `gemm` x peak(dtype); attention_* and flash_attention_* at `attention` x peak(dtype);
 //    every other kernel (layernorm, dropout, GELU, embedding, cross-entropy, grad norm, AdamW
 //    and any name not listed) is an elementwise/reduction kernel on CUDA cores, bounded by HBM
@@ -65,13 +66,13 @@ class CostModel {
 
 /// Roofline class of a kernel, by name.
 enum class KernelClass {
-  kGemm,       ///< gemm_*: tensor-core GEMM
+  kGemm,       ///< gemm_*, grouped_gemm_*: tensor-core GEMM
   kAttention,  ///< attention_*, flash_attention_*: tensor-core attention core
   kMemory,     ///< everything else: elementwise / reduction kernels, bound by HBM bandwidth
 };
 /// "gemm" | "attention" | "memory".
 const char* to_string(KernelClass c);
-/// The class of a kernel name: prefix "gemm_" -> kGemm; "attention_" or "flash_attention_" ->
+/// The class of a kernel name: prefix "gemm_" or "grouped_gemm_" -> kGemm; "attention_" or "flash_attention_" ->
 /// kAttention; anything else (unknown names included) -> kMemory.
 KernelClass kernel_class(std::string_view kernel_name);
 

@@ -15,14 +15,18 @@ struct TimeBreakdown {
   double compute_s = 0;      ///< busy on the compute stream (incl. optimizer)
   double optimizer_s = 0;    ///< of which grad norm + optimizer step
   double exposed_tp_s = 0;   ///< compute stream idle waiting for a TP collective
+  double exposed_cp_s = 0;   ///< idle waiting for a CP collective (ring exchange, KV gather, a2a)
+  double exposed_ep_s = 0;   ///< idle waiting for an MoE dispatch/combine (EP all-to-all, ETP)
   double exposed_pp_s = 0;   ///< idle during the transfer of a PP send/recv it waited for
   double exposed_dp_s = 0;   ///< idle waiting for DP/embedding/grad-norm collectives
   double bubble_s = 0;       ///< idle waiting for another stage (pipeline fill/drain)
 
-  /// compute + exposed TP/PP/DP + bubble: the iteration time of this rank's breakdown.
-  double total_s() const {
-    return compute_s + exposed_tp_s + exposed_pp_s + exposed_dp_s + bubble_s;
+  /// Exposed communication: TP + CP + EP + PP + DP.
+  double exposed_comm_s() const {
+    return exposed_tp_s + exposed_cp_s + exposed_ep_s + exposed_pp_s + exposed_dp_s;
   }
+  /// compute + exposed communication + bubble: the iteration time of this rank's breakdown.
+  double total_s() const { return compute_s + exposed_comm_s() + bubble_s; }
 };
 
 /// One iteration's time and where it went, whichever engine computed it.

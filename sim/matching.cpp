@@ -6,7 +6,9 @@
 namespace traintwin {
 
 size_t CollectiveKeyHash::operator()(const CollectiveKey& k) const noexcept {
-  return std::hash<int64_t>()((k.group_index * 8 + static_cast<int64_t>(k.group)) * 1000003 + k.seq);
+  return std::hash<int64_t>()(
+      (k.group_index * static_cast<int64_t>(kNumGroupKinds) + static_cast<int64_t>(k.group)) * 1000003 +
+      k.seq);
 }
 
 size_t TransferKeyHash::operator()(const TransferKey& k) const noexcept {
@@ -15,7 +17,7 @@ size_t TransferKeyHash::operator()(const TransferKey& k) const noexcept {
 
 std::vector<int64_t> collective_sequence(const RankProgram& rp) {
   std::vector<int64_t> seq(rp.ops.size(), -1);
-  std::array<int64_t, 8> next{};
+  std::array<int64_t, kNumGroupKinds> next{};
   for (const Op& op : rp.ops) {
     if (op.kind == OpKind::kCollective) seq[op.id] = next[static_cast<size_t>(op.group)]++;
   }

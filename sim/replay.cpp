@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <map>
 #include <sstream>
 #include <unordered_map>
 
@@ -207,13 +208,17 @@ class Engine {
   bool replayed(int64_t rank) const { return tp_stride_ == 1 || rank % tp_stride_ == 0; }
 
   /// Members of a group of kind `g` that are replayed: groups spanning the TP dimension count
-  /// only their TP rank 0 members under aggregation.
-  int64_t replayed_size(GroupKind g) const {
-    const int64_t n = prog_.layout.size(g);
-    if (tp_stride_ == 1) return n;
-    if (g == GroupKind::kTp || g == GroupKind::kModelParallel || g == GroupKind::kWorld) return n / tp_stride_;
-    return n;
+  /// only their TP rank 0 members under aggregation (the expert groups, formed by a second rank
+  /// generator, may span it too: counted on the group of rank 0, layouts being uniform).
+  int64_t replayed_size(GroupKind g) {
+    if (tp_stride_ == 1) return prog_.layout.size(g);
+    auto [it, inserted] = replayed_size_.try_emplace(g, 0);
+    if (inserted) {
+      for (int64_t r : prog_.layout.group(g, 0)) it->second += replayed(r) ? 1 : 0;
+    }
+    return it->second;
   }
+  std::map<GroupKind, int64_t> replayed_size_;
 
   // ---- dataflow -------------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
     out.pipeline_bubble_fraction = r.critical.bubble_s / t;
   }
   out.exposed_tp_s = r.critical.exposed_tp_s;
+  out.exposed_cp_s = r.critical.exposed_cp_s;
+  out.exposed_ep_s = r.critical.exposed_ep_s;
   out.exposed_pp_s = r.critical.exposed_pp_s;
   out.exposed_dp_s = r.critical.exposed_dp_s;
   out.compute_s = r.critical.compute_s;
@@ -68,7 +70,8 @@ nlohmann::ordered_json summary_fields_json(const Scenario& s, const SimulationSu
       "work (Narayanan et al. SC'21 eq. 3 for full recomputation)",
       to_string(gemm_precision(s.training)), model_flops_formula(s.model));
   j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
-  j["exposed_comm_s"] = {{"tp", m.exposed_tp_s}, {"pp", m.exposed_pp_s}, {"dp", m.exposed_dp_s}};
+  j["exposed_comm_s"] = {{"tp", m.exposed_tp_s}, {"cp", m.exposed_cp_s}, {"ep", m.exposed_ep_s},
+                         {"pp", m.exposed_pp_s}, {"dp", m.exposed_dp_s}};
   j["compute_s"] = m.compute_s;
   j["optimizer_s"] = m.optimizer_s;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
@@ -86,6 +89,8 @@ void to_json(nlohmann::json& j, const SimulationSummary& m) {
                      {"hfu", m.hfu},
                      {"pipeline_bubble_fraction", m.pipeline_bubble_fraction},
                      {"exposed_tp_s", m.exposed_tp_s},
+                     {"exposed_cp_s", m.exposed_cp_s},
+                     {"exposed_ep_s", m.exposed_ep_s},
                      {"exposed_pp_s", m.exposed_pp_s},
                      {"exposed_dp_s", m.exposed_dp_s},
                      {"compute_s", m.compute_s},
@@ -104,6 +109,8 @@ void from_json(const nlohmann::json& j, SimulationSummary& m) {
   j.at("hfu").get_to(m.hfu);
   j.at("pipeline_bubble_fraction").get_to(m.pipeline_bubble_fraction);
   j.at("exposed_tp_s").get_to(m.exposed_tp_s);
+  j.at("exposed_cp_s").get_to(m.exposed_cp_s);
+  j.at("exposed_ep_s").get_to(m.exposed_ep_s);
   j.at("exposed_pp_s").get_to(m.exposed_pp_s);
   j.at("exposed_dp_s").get_to(m.exposed_dp_s);
   j.at("compute_s").get_to(m.compute_s);
@@ -119,6 +126,8 @@ BaseRunMetrics base_run_metrics(const SimulationSummary& m) {
   b.tokens_per_s_per_gpu = m.tokens_per_s_per_gpu;
   b.mfu = m.mfu;
   b.exposed_tp_s = m.exposed_tp_s;
+  b.exposed_cp_s = m.exposed_cp_s;
+  b.exposed_ep_s = m.exposed_ep_s;
   b.exposed_pp_s = m.exposed_pp_s;
   b.exposed_dp_s = m.exposed_dp_s;
   return b;
@@ -168,7 +177,8 @@ namespace {
 
 nlohmann::ordered_json breakdown_json(const TimeBreakdown& b) {
   return {{"rank", b.rank},           {"compute_s", b.compute_s},       {"optimizer_s", b.optimizer_s},
-          {"exposed_tp_s", b.exposed_tp_s}, {"exposed_pp_s", b.exposed_pp_s},
+          {"exposed_tp_s", b.exposed_tp_s}, {"exposed_cp_s", b.exposed_cp_s},
+          {"exposed_ep_s", b.exposed_ep_s}, {"exposed_pp_s", b.exposed_pp_s},
           {"exposed_dp_s", b.exposed_dp_s}, {"bubble_s", b.bubble_s}};
 }
 
@@ -193,6 +203,11 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                  {"num_micro_batches", s.num_micro_batches()},
                  {"recompute_granularity", to_string(s.training.recompute_granularity)},
                  {"rank_order", s.parallel.rank_order}};
+  if (s.model.is_moe()) {
+    j["layout"]["expert_model_parallel_size"] = s.parallel.expert_model_parallel_size;
+    j["layout"]["expert_tensor_parallel_size"] = s.parallel.expert_tp();
+    j["layout"]["expert_data_parallel_size"] = s.parallel.expert_data_parallel_size();
+  }
   // The pipeline split (core/pipeline_split.hpp): Megatron's four keys and its result.
   const ParallelConfig& par = s.parallel;
   auto optional_int = [](const std::optional<int64_t>& v) {
@@ -221,6 +236,8 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                  {"mfu", base->mfu},
                  {"exposed_comm_s",
                   {{"tp", base->exposed_tp_s},
+                   {"cp", base->exposed_cp_s},
+                   {"ep", base->exposed_ep_s},
                    {"pp", base->exposed_pp_s},
                    {"dp", base->exposed_dp_s},
                    {"total", base->exposed_comm_s()}}}};
@@ -251,6 +268,8 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
                    {"optimizer_bytes", st.optimizer_bytes},
                    {"activations_bytes", st.activations_bytes},
                    {"embedding_and_logits_bytes", st.embedding_and_logits_bytes},
+                   {"expert_parameters", st.expert_parameters},
+                   {"moe_dispatch_buffers_bytes", st.moe_dispatch_buffers_bytes},
                    {"total_bytes", st.total_bytes()}});
   }
   j["memory_per_stage"] = mem;

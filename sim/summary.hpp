@@ -26,7 +26,8 @@ struct SimulationSummary {
   double mfu = 0;
   double hfu = 0;
   double pipeline_bubble_fraction = 0;  ///< bubble of the critical rank / iteration time
-  double exposed_tp_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
+  /// Exposed communication of the critical rank by kind (TimeBreakdown's categories).
+  double exposed_tp_s = 0, exposed_cp_s = 0, exposed_ep_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
   double compute_s = 0;
   double optimizer_s = 0;
   double peak_memory_bytes = 0;  ///< max over pipeline stages (memory model)
@@ -43,7 +44,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 
 /// The summary's own fields as summary.json spells them (iteration_time_s, tokens_per_s,
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
-/// exposed_comm_s {tp, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
+/// exposed_comm_s {tp, cp, ep, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
 /// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
 nlohmann::ordered_json summary_fields_json(const Scenario& s, const SimulationSummary& m);
 
@@ -58,9 +59,11 @@ struct BaseRunMetrics {
   double iteration_time_s = 0;
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
-  double exposed_tp_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
+  double exposed_tp_s = 0, exposed_cp_s = 0, exposed_ep_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
 
-  double exposed_comm_s() const { return exposed_tp_s + exposed_pp_s + exposed_dp_s; }
+  double exposed_comm_s() const {
+    return exposed_tp_s + exposed_cp_s + exposed_ep_s + exposed_pp_s + exposed_dp_s;
+  }
 };
 
 /// The comparison figures of a summary.
@@ -85,7 +88,7 @@ double relative_change(double value, double base);
 /// pipeline split: the four Megatron keys and `layers_per_model_chunk` [stage][chunk]) and
 /// `mfu_formula`. `include_wall_time` false leaves sim_wall_s out (for byte-identical files).
 /// With what-if knobs in the scenario: `what_if` (what_if_json()); with `base` also `base`
-/// (iteration_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s {tp, pp, dp, total}) and
+/// (iteration_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s {tp, cp, ep, pp, dp, total}) and
 /// `delta_vs_base` (iteration_time_relative, tokens_per_s_relative, mfu_relative: relative
 /// changes of this run against the base; exposed_comm_delta_s: the difference in seconds;
 /// speedup: base iteration time / this one).

@@ -61,12 +61,20 @@ std::string strip_origin(const std::string& message) {
   return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
+/// One combination of the axes' values (etp 0: the base's expert TP setting).
+struct Combination {
+  int64_t tp, cp, pp, vpp, mbs;
+  RecomputeGranularity recompute;
+  bool sp, distributed_optimizer, fp8;
+  int64_t ep, etp;
+};
+
 /// Applies one combination to a copy of the base, derives DP, checks the rules and memory.
-SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64_t tp, int64_t cp,
-                                      int64_t pp, int64_t vpp, int64_t mbs,
-                                      RecomputeGranularity recompute, bool sp,
-                                      bool distributed_optimizer, bool fp8,
+SweepConfiguration make_configuration(const Scenario& base, int64_t index, const Combination& k,
                                       double gpu_memory_bytes) {
+  const int64_t tp = k.tp, cp = k.cp, pp = k.pp, vpp = k.vpp, mbs = k.mbs;
+  const RecomputeGranularity recompute = k.recompute;
+  const bool sp = k.sp, distributed_optimizer = k.distributed_optimizer, fp8 = k.fp8;
   SweepConfiguration c;
   c.index = index;
   c.memory_capacity_bytes = gpu_memory_bytes;
@@ -80,6 +88,8 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, int64
   s.training.micro_batch_size = mbs;
   s.training.recompute_granularity = recompute;
   s.training.use_distributed_optimizer = distributed_optimizer;
+  s.parallel.expert_model_parallel_size = k.ep;
+  if (k.etp > 0) s.parallel.expert_tensor_parallel_size = k.etp;
   if (fp8) {
     s.training.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
   } else {
@@ -150,6 +160,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   check_unique("sequence_parallel", axes.sequence_parallel);
   check_unique("distributed_optimizer", axes.distributed_optimizer);
   check_unique("fp8", axes.fp8);
+  check_axis("ep", axes.ep);
+  check_axis("etp", axes.etp);
   const auto tps = or_base(axes.tp, base.parallel.tensor_model_parallel_size);
   const auto cps = or_base(axes.cp, base.parallel.context_parallel_size);
   const auto pps = or_base(axes.pp, base.parallel.pipeline_model_parallel_size);
@@ -159,9 +171,12 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   const auto sps = or_base(axes.sequence_parallel, base.parallel.sequence_parallel);
   const auto dos = or_base(axes.distributed_optimizer, base.training.use_distributed_optimizer);
   const auto fp8s = or_base(axes.fp8, base.training.fp8());
+  const auto eps = or_base(axes.ep, base.parallel.expert_model_parallel_size);
+  const auto etps = or_base(axes.etp, base.parallel.expert_tensor_parallel_size.value_or(0));
   std::vector<SweepConfiguration> out;
   out.reserve(tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
-              recomputes.size() * sps.size() * dos.size() * fp8s.size());
+              recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() *
+              etps.size());
   for (int64_t tp : tps) {
     for (int64_t cp : cps) {
       for (int64_t pp : pps) {
@@ -171,9 +186,13 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
               for (bool sp : sps) {
                 for (bool d : dos) {
                   for (bool f8 : fp8s) {
-                    out.push_back(make_configuration(base, static_cast<int64_t>(out.size()), tp,
-                                                     cp, pp, vpp, mbs, r, sp, d, f8,
-                                                     gpu_memory_bytes));
+                    for (int64_t ep : eps) {
+                      for (int64_t etp : etps) {
+                        const Combination k{tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp};
+                        out.push_back(make_configuration(
+                            base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                      }
+                    }
                   }
                 }
               }
@@ -418,6 +437,8 @@ nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
       {"sequence_parallel", s.parallel.sequence_parallel},
       {"use_distributed_optimizer", s.training.use_distributed_optimizer},
       {"fp8_format", s.training.fp8() ? to_string(*s.training.fp8_format) : "none"},
+      {"expert_model_parallel_size", s.parallel.expert_model_parallel_size},
+      {"expert_tensor_parallel_size", s.parallel.expert_tp()},
       {"gpus_per_replica", row.config.gpus_per_replica()}};
   j["memory"] = {{"peak_bytes", row.config.peak_memory_bytes},
                  {"capacity_bytes", row.config.memory_capacity_bytes},

@@ -47,6 +47,9 @@ struct SweepAxes {
   /// FP8 GEMMs on or off: on keeps the base's training.fp8_format, or hybrid when the base has
   /// none (Megatron's recommended format; the base's fp8_recipe stays); off removes it.
   std::vector<bool> fp8;
+  std::vector<int64_t> ep;   ///< parallelism.expert_model_parallel_size
+  /// parallelism.expert_tensor_parallel_size (empty: the base's, which may be "= TP").
+  std::vector<int64_t> etp;
 };
 
 /// One combination of the axes applied to the base scenario.
@@ -75,13 +78,15 @@ struct SweepConfiguration {
 };
 
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
-/// tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8. For each: DP
+/// tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep, etp.
+/// For each: DP
 /// is derived
 /// (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming cluster.num_gpus); a switch of
 /// the base that needs one the axes turned off is turned off too and listed in `adjustments`
 /// (overlap_param_gather needs use_distributed_optimizer; tp_comm_overlap needs
 /// sequence_parallel); then validate_scenario() decides (a combination with SP on and TP 1 is
-/// invalid, with its rule); the memory model (memory_per_stage) gives the peak of a valid one,
+/// invalid, with its rule; so are EP not dividing the experts, ETP x EP not dividing TP x CP x
+/// DP, EP > 1 on a dense model); the memory model (memory_per_stage) gives the peak of a valid one,
 /// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). Throws
 /// InvalidArgument for an axis value < 1, a duplicate value in an axis, or gpu_memory_bytes <= 0.
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,

@@ -6,6 +6,8 @@
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
+#include "core/input_file.hpp"
+#include "core/yaml_document.hpp"
 
 namespace traintwin {
 namespace {
@@ -72,12 +74,10 @@ void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::N
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir) {
   const std::string file = calibration_file.string();
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(file);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(file + ": " + e.what());
-  }
+  // A regular file of at most 4 MiB and one YAML document, like scenarios and topologies.
+  const YAML::Node root = load_single_yaml_document(
+      read_input_file(calibration_file, "calibration file", kMaxConfigFileBytes), file,
+      "calibration file");
   if (!root["cases"] || !root["cases"].IsSequence()) {
     throw ConfigError(file + ": cases: missing or not a list");
   }
@@ -89,26 +89,6 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
     }
     const auto id = c["id"].as<std::string>();
     const auto source = c["source"].as<std::string>();
-    // Mixture of experts is not built yet: the case is listed, not simulated.
-    std::string moe_key;
-    for (const auto& kv : c["model"]) {
-      const auto key = kv.first.as<std::string>();
-      if (moe_key.empty() && (key == "num_moe_experts" || key.rfind("moe_", 0) == 0)) {
-        moe_key = "model." + key;
-      }
-    }
-    if (moe_key.empty() && c["parallelism"]["expert_model_parallel_size"]) {
-      moe_key = "parallelism.expert_model_parallel_size";
-    }
-    if (!moe_key.empty()) {
-      ValidationCase vc;
-      vc.id = id;
-      vc.source = source;
-      vc.gpu = c["cluster"]["gpu"] ? c["cluster"]["gpu"].as<std::string>() : "";
-      vc.unsupported = "mixture of experts (" + moe_key + ")";
-      out.push_back(std::move(vc));
-      continue;
-    }
     const YAML::Node cluster = c["cluster"];
     check_keys(file, cluster, id + ".cluster", {"gpu", "num_gpus"});
     const auto gpu = cluster["gpu"].as<std::string>();

@@ -32,9 +32,9 @@ struct ValidationCase {
 /// NeMo of the source (documented per source in validation.cpp). Measurements: an iteration
 /// time; Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
 /// model_tflops_per_gpu (turned into a time with model_flops_per_iteration(), NeMo's formula).
-/// Cases with mixture-of-experts keys (num_moe_experts, moe_*, expert_model_parallel_size) are
-/// returned with `unsupported` set. Unknown keys or GPUs, or a case without a measurement, are
-/// ConfigError naming the case and key.
+/// Mixture-of-experts cases (num_moe_experts, moe_*, expert_model_parallel_size) are read like
+/// any other (the scenario keys of core/scenario.hpp). Unknown keys or GPUs, or a case without a
+/// measurement, are ConfigError naming the case and key.
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir);
 

@@ -26,8 +26,8 @@ using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
 /// Streams with a fixed thread id (their index), so that every trace lays them out alike.
-constexpr std::array<std::string_view, 5> kFixedStreams = {"compute", "tp-comm", "cp-comm",
-                                                           "pp-comm", "dp-comm"};
+constexpr std::array<std::string_view, 6> kFixedStreams = {"compute", "tp-comm", "cp-comm",
+                                                           "pp-comm", "dp-comm", "ep-comm"};
 
 /// Name and category shared by the "s" and "f" halves of a flow (viewers pair them by
 /// id, name and category).

@@ -37,7 +37,7 @@ struct Timeline {
 /// Layout: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"name": t.name}}, one
 /// trace event per line. Each rank is a process (pid = rank) with "process_name" "rank N" and
 /// "process_sort_index" N; each stream is a thread whose tid is the same on every rank:
-/// compute 0, tp-comm 1, cp-comm 2, pp-comm 3, dp-comm 4, then other streams from 5 in
+/// compute 0, tp-comm 1, cp-comm 2, pp-comm 3, dp-comm 4, ep-comm 5, then other streams from 6 in
 /// first-seen order, with "thread_name" (the stream) and "thread_sort_index" (the tid). All
 /// metadata comes first, sorted by pid then tid; then every event, in the given order, as a
 /// complete event {"ph": "X", "ts", "dur"} in microseconds (doubles rounded to the picosecond),

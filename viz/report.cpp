@@ -187,9 +187,10 @@ const std::vector<std::string>& gantt_colors() {
 /// Sort position of a stream inside a rank, as traces/timeline.hpp orders threads.
 int stream_order(const std::string& stream) {
   static const std::map<std::string, int> order = {
-      {"compute", 0}, {"tp-comm", 1}, {"cp-comm", 2}, {"pp-comm", 3}, {"dp-comm", 4}};
+      {"compute", 0}, {"tp-comm", 1}, {"cp-comm", 2}, {"pp-comm", 3}, {"dp-comm", 4},
+      {"ep-comm", 5}};
   const auto it = order.find(stream);
-  return it == order.end() ? 5 : it->second;
+  return it == order.end() ? 6 : it->second;
 }
 
 /// The integer arg `key` of an event (micro_batch, model_chunk: op_event() writes them), or -1
@@ -322,8 +323,11 @@ std::string summary_table_html(const json& summary, const std::string& origin) {
   rows.emplace_back("compute (critical rank)",
                     format_seconds(number(summary, "compute_s", origin)));
   rows.emplace_back(
-      "exposed TP / PP / DP comm",
-      fmt::format("{} / {} / {}", format_seconds(number(exposed, "tp", origin, "exposed_comm_s")),
+      "exposed TP / CP / EP / PP / DP comm",
+      fmt::format("{} / {} / {} / {} / {}",
+                  format_seconds(number(exposed, "tp", origin, "exposed_comm_s")),
+                  format_seconds(number(exposed, "cp", origin, "exposed_comm_s")),
+                  format_seconds(number(exposed, "ep", origin, "exposed_comm_s")),
                   format_seconds(number(exposed, "pp", origin, "exposed_comm_s")),
                   format_seconds(number(exposed, "dp", origin, "exposed_comm_s"))));
   rows.emplace_back("optimizer", format_seconds(number(summary, "optimizer_s", origin)));
@@ -366,6 +370,8 @@ json time_breakdown_spec(const json& summary, const std::string& origin) {
   static const std::vector<std::pair<std::string, std::string>> parts = {
       {"compute_s", "compute"},
       {"exposed_tp_s", "exposed TP comm"},
+      {"exposed_cp_s", "exposed CP comm"},
+      {"exposed_ep_s", "exposed EP comm"},
       {"exposed_pp_s", "exposed PP comm"},
       {"exposed_dp_s", "exposed DP comm"},
       {"bubble_s", "pipeline bubble"},

@@ -12,8 +12,10 @@
 #include "exec/cpu/checks.hpp"
 #include "exec/cpu/gelu.hpp"
 #include "exec/cpu/gqa_attention.hpp"
+#include "exec/cpu/grouped_matmul.hpp"
 #include "exec/cpu/layernorm.hpp"
 #include "exec/cpu/matmul.hpp"
+#include "exec/cpu/moe_router.hpp"
 #include "exec/cpu/position_embedding.hpp"
 #include "exec/cpu/rmsnorm.hpp"
 #include "exec/cpu/rope.hpp"
@@ -235,6 +237,88 @@ void CpuBackend::swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t wid
 void CpuBackend::swiglu_backward(FSpan dinp, CFSpan dout, CFSpan inp, int64_t rows,
                                  int64_t width) {
   cpu::swiglu_backward<float>(dinp, dout, inp, rows, width);
+}
+
+void CpuBackend::moe_topk_softmax_forward(FSpan gates, std::span<uint8_t> topk_map,
+                                          std::span<uint8_t> routing_map, FSpan probs,
+                                          std::span<int64_t> tokens_per_expert, CFSpan logits,
+                                          int64_t tokens, int64_t experts, int64_t topk,
+                                          int64_t capacity, bool pad_to_capacity) {
+  cpu::moe_topk_softmax_forward<float>(gates, topk_map, routing_map, probs, tokens_per_expert,
+                                       logits, tokens, experts, topk, capacity, pad_to_capacity);
+}
+
+void CpuBackend::moe_topk_softmax_backward(FSpan dlogits, CFSpan dprobs, CFSpan gates,
+                                           std::span<const uint8_t> topk_map,
+                                           std::span<const uint8_t> routing_map, int64_t tokens,
+                                           int64_t experts) {
+  cpu::moe_topk_softmax_backward<float>(dlogits, dprobs, gates, topk_map, routing_map, tokens,
+                                        experts);
+}
+
+double CpuBackend::moe_switch_aux_loss_forward(FSpan scores, CFSpan logits,
+                                               std::span<const int64_t> tokens_per_expert,
+                                               int64_t tokens, int64_t experts,
+                                               int64_t total_tokens, int64_t topk, double coeff) {
+  return cpu::moe_switch_aux_loss_forward<float>(scores, logits, tokens_per_expert, tokens,
+                                                 experts, total_tokens, topk, coeff);
+}
+
+void CpuBackend::moe_switch_aux_loss_backward(FSpan dlogits, double daux, CFSpan scores,
+                                              std::span<const int64_t> tokens_per_expert,
+                                              int64_t tokens, int64_t experts,
+                                              int64_t total_tokens, int64_t topk, double coeff) {
+  cpu::moe_switch_aux_loss_backward<float>(dlogits, static_cast<float>(daux), scores,
+                                           tokens_per_expert, tokens, experts, total_tokens, topk,
+                                           coeff);
+}
+
+void CpuBackend::moe_permute_forward(FSpan out, CFSpan inp, const cpu::MoePermutation& perm,
+                                     int64_t tokens, int64_t channels) {
+  cpu::moe_permute_forward<float>(out, inp, perm, tokens, channels);
+}
+
+void CpuBackend::moe_permute_backward(FSpan dinp, CFSpan dout, const cpu::MoePermutation& perm,
+                                      int64_t tokens, int64_t channels) {
+  cpu::moe_permute_backward<float>(dinp, dout, perm, tokens, channels);
+}
+
+void CpuBackend::moe_unpermute_forward(FSpan out, CFSpan inp, CFSpan probs,
+                                       const cpu::MoePermutation& perm, int64_t tokens,
+                                       int64_t experts, int64_t channels) {
+  cpu::moe_unpermute_forward<float>(out, inp, probs, perm, tokens, experts, channels);
+}
+
+void CpuBackend::moe_unpermute_backward(FSpan dinp, FSpan dprobs, CFSpan dout, CFSpan inp,
+                                        CFSpan probs, const cpu::MoePermutation& perm,
+                                        int64_t tokens, int64_t experts, int64_t channels) {
+  cpu::moe_unpermute_backward<float>(dinp, dprobs, dout, inp, probs, perm, tokens, experts,
+                                     channels);
+}
+
+void CpuBackend::moe_sort_chunks(FSpan out, CFSpan inp, std::span<const int64_t> chunk_rows,
+                                 std::span<const int64_t> order, int64_t channels) {
+  cpu::moe_sort_chunks<float>(out, inp, chunk_rows, order, channels);
+}
+
+void CpuBackend::grouped_matmul_forward(FSpan out, CFSpan inp, CFSpan weight,
+                                        std::span<const int64_t> rows_per_group, int64_t channels,
+                                        int64_t out_channels) {
+  cpu::grouped_matmul_forward<float>(out, inp, weight, rows_per_group, channels, out_channels);
+}
+
+void CpuBackend::grouped_matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan weight,
+                                              std::span<const int64_t> rows_per_group,
+                                              int64_t channels, int64_t out_channels) {
+  cpu::grouped_matmul_backward_data<float>(dinp, dout, weight, rows_per_group, channels,
+                                           out_channels);
+}
+
+void CpuBackend::grouped_matmul_backward_weight(FSpan dweight, CFSpan dout, CFSpan inp,
+                                                std::span<const int64_t> rows_per_group,
+                                                int64_t channels, int64_t out_channels) {
+  cpu::grouped_matmul_backward_weight<float>(dweight, dout, inp, rows_per_group, channels,
+                                             out_channels);
 }
 
 void CpuBackend::squared_relu_forward(FSpan out, CFSpan inp) {

@@ -83,6 +83,43 @@ class CpuBackend final : public Backend {
                      int64_t head_dim, const CpSequence& positions, double rotary_base) override;
   void swiglu_forward(FSpan out, CFSpan inp, int64_t rows, int64_t width) override;
   void swiglu_backward(FSpan dinp, CFSpan dout, CFSpan inp, int64_t rows, int64_t width) override;
+  void moe_topk_softmax_forward(FSpan gates, std::span<uint8_t> topk_map,
+                                std::span<uint8_t> routing_map, FSpan probs,
+                                std::span<int64_t> tokens_per_expert, CFSpan logits,
+                                int64_t tokens, int64_t experts, int64_t topk, int64_t capacity,
+                                bool pad_to_capacity) override;
+  void moe_topk_softmax_backward(FSpan dlogits, CFSpan dprobs, CFSpan gates,
+                                 std::span<const uint8_t> topk_map,
+                                 std::span<const uint8_t> routing_map, int64_t tokens,
+                                 int64_t experts) override;
+  double moe_switch_aux_loss_forward(FSpan scores, CFSpan logits,
+                                     std::span<const int64_t> tokens_per_expert, int64_t tokens,
+                                     int64_t experts, int64_t total_tokens, int64_t topk,
+                                     double coeff) override;
+  void moe_switch_aux_loss_backward(FSpan dlogits, double daux, CFSpan scores,
+                                    std::span<const int64_t> tokens_per_expert, int64_t tokens,
+                                    int64_t experts, int64_t total_tokens, int64_t topk,
+                                    double coeff) override;
+  void moe_permute_forward(FSpan out, CFSpan inp, const cpu::MoePermutation& perm, int64_t tokens,
+                           int64_t channels) override;
+  void moe_permute_backward(FSpan dinp, CFSpan dout, const cpu::MoePermutation& perm,
+                            int64_t tokens, int64_t channels) override;
+  void moe_unpermute_forward(FSpan out, CFSpan inp, CFSpan probs, const cpu::MoePermutation& perm,
+                             int64_t tokens, int64_t experts, int64_t channels) override;
+  void moe_unpermute_backward(FSpan dinp, FSpan dprobs, CFSpan dout, CFSpan inp, CFSpan probs,
+                              const cpu::MoePermutation& perm, int64_t tokens, int64_t experts,
+                              int64_t channels) override;
+  void moe_sort_chunks(FSpan out, CFSpan inp, std::span<const int64_t> chunk_rows,
+                       std::span<const int64_t> order, int64_t channels) override;
+  void grouped_matmul_forward(FSpan out, CFSpan inp, CFSpan weight,
+                              std::span<const int64_t> rows_per_group, int64_t channels,
+                              int64_t out_channels) override;
+  void grouped_matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan weight,
+                                    std::span<const int64_t> rows_per_group, int64_t channels,
+                                    int64_t out_channels) override;
+  void grouped_matmul_backward_weight(FSpan dweight, CFSpan dout, CFSpan inp,
+                                      std::span<const int64_t> rows_per_group, int64_t channels,
+                                      int64_t out_channels) override;
   void squared_relu_forward(FSpan out, CFSpan inp) override;
   void squared_relu_backward(FSpan dinp, CFSpan inp, CFSpan dout) override;
   void gelu_forward(FSpan out, CFSpan inp) override;

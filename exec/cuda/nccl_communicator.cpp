@@ -187,6 +187,7 @@ NcclCommunicator::NcclCommunicator(const RankLayout& layout, MPI_Comm world, int
     // One NCCL communicator per group kind, as MpiCommunicator splits its MPI communicators.
     for (size_t k = 0; k < kNumGroupKinds; ++k) {
       const auto kind = static_cast<GroupKind>(k);
+      if (!unusable_group_reason(layout, kind).empty()) continue;  // on every rank alike
       member_count_[k] = layout.group(kind, rank_).size();
       mpi_groups[k] = split_group(world_dup, layout, kind, rank_, kWho);
       if (mpi_groups[k] == MPI_COMM_NULL) continue;
@@ -238,6 +239,11 @@ void NcclCommunicator::destroy() noexcept {
 ncclComm_t NcclCommunicator::comm(GroupKind group, const char* op) const {
   const ncclComm_t c = comms_[static_cast<size_t>(group)];
   if (c == nullptr) {
+    const std::string reason = unusable_group_reason(layout_, group);
+    if (!reason.empty()) {
+      throw InvalidArgument(std::string("NCCL communicator: ") + op + " on group " +
+                            to_string(group) + ": " + reason);
+    }
     throw InvalidArgument(std::string("NCCL communicator: ") + op + " on group " +
                           to_string(group) + ": rank " + std::to_string(rank_) +
                           " is not a member of its " + to_string(group) + " group {" +
@@ -338,6 +344,47 @@ RequestPtr NcclCommunicator::reduce_scatter(GroupKind group, std::span<const flo
         ncclReduceScatter(input.data(), output.data(), output.size(), ncclFloat, to_nccl(op), c, s),
         what, c);
   }
+  return finish(s, what);
+}
+
+RequestPtr NcclCommunicator::all_to_all_v(GroupKind group, std::span<const float> input,
+                                          std::span<const int64_t> send_counts,
+                                          std::span<float> output,
+                                          std::span<const int64_t> recv_counts) {
+  const std::string what = "all_to_all_v(ncclSend/ncclRecv, " + std::to_string(input.size()) +
+                           " floats out, " + std::to_string(output.size()) + " in) on group " +
+                           to_string(group);
+  const ncclComm_t c = comm(group, "all_to_all_v");
+  const size_t n = members(group);
+  const std::vector<int64_t> sdispl =
+      all_to_all_displacements(kWho, group, n, "send_counts", send_counts, input.size());
+  const std::vector<int64_t> rdispl =
+      all_to_all_displacements(kWho, group, n, "recv_counts", recv_counts, output.size());
+  check_pointer("all_to_all_v", group, input.data(), input.size());
+  check_pointer("all_to_all_v", group, output.data(), output.size());
+  const cudaStream_t s = stream(group);
+  order_after_compute(s);
+  check_nccl(ncclGroupStart(), "ncclGroupStart for " + what, c);
+  ncclResult_t first_error = ncclSuccess;
+  for (size_t j = 0; j < n; ++j) {
+    const int peer = static_cast<int>(j);  // the position in the group is the rank in c
+    if (send_counts[j] > 0) {
+      const ncclResult_t code =
+          ncclSend(input.data() + sdispl[j], static_cast<size_t>(send_counts[j]), ncclFloat,
+                   peer, c, s);
+      if (code != ncclSuccess && first_error == ncclSuccess) first_error = code;
+    }
+    if (recv_counts[j] > 0) {
+      const ncclResult_t code =
+          ncclRecv(output.data() + rdispl[j], static_cast<size_t>(recv_counts[j]), ncclFloat,
+                   peer, c, s);
+      if (code != ncclSuccess && first_error == ncclSuccess) first_error = code;
+    }
+  }
+  // ncclGroupEnd always, so that a failed call does not leave the group open.
+  const ncclResult_t end = ncclGroupEnd();
+  check_nccl(first_error, what, c);
+  check_nccl(end, "ncclGroupEnd for " + what, c);
   return finish(s, what);
 }
 

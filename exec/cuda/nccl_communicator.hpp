@@ -36,6 +36,7 @@
 
 #include "core/rank_layout.hpp"
 #include "exec/communicator.hpp"
+#include "exec/mpi_groups.hpp"
 
 namespace traintwin::exec::cuda {
 
@@ -120,6 +121,12 @@ class NcclCommunicator final : public Communicator {
   /// ncclReduceScatter: input = group size x output.
   RequestPtr reduce_scatter(GroupKind group, std::span<const float> input, std::span<float> output,
                             ReduceOp op) override;
+  /// All-to-all with variable counts as NCCL runs it (nccl-tests alltoall, Megatron's
+  /// all_to_all): one ncclSend and one ncclRecv per member of the group, its own piece included,
+  /// in ONE ncclGroupStart/End on the group's communicator and stream (zero counts skipped).
+  RequestPtr all_to_all_v(GroupKind group, std::span<const float> input,
+                          std::span<const int64_t> send_counts, std::span<float> output,
+                          std::span<const int64_t> recv_counts) override;
   /// ncclSend / ncclRecv on the PP stream, each in its own ncclGroupStart/End.
   /// ncclSend to the next member and ncclRecv from the previous one (group order) on the
   /// group's communicator, in one ncclGroupStart/End, on the group's stream.
@@ -150,7 +157,6 @@ class NcclCommunicator final : public Communicator {
   void synchronize();
 
  private:
-  static constexpr size_t kNumGroupKinds = 8;  // GroupKind::kTp .. kWorld
   /// The NCCL communicator of `group`; InvalidArgument when this rank is not in it.
   ncclComm_t comm(GroupKind group, const char* op) const;
   size_t members(GroupKind group) const { return member_count_[static_cast<size_t>(group)]; }

@@ -3,6 +3,7 @@
 // and every documented command line passes validation.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -100,6 +101,15 @@ TEST_F(ReliabilityCli, InputFilesAreCheckedWithClearMessages) {
   text << in.rdbuf() << "---\nname: another\n";
   std::ofstream(dir_ / "two.yaml") << text.str();
   expect_clear_error(run("topology " + (dir_ / "two.yaml").string()), {"second YAML document"});
+  // The live timeline of --costs-from-timeline is streamed (any size) but checked like every
+  // input (CLI11 already refuses a missing file or a folder): a FIFO blocked it forever.
+  const std::string sim = "simulate " + kTinyScenario + " --costs-from-timeline ";
+  expect_clear_error(run(sim + "/dev/zero"), {"/dev/zero", "not a regular file", "live timeline"});
+  ASSERT_EQ(::mkfifo((dir_ / "fifo.json").c_str(), 0600), 0);
+  expect_clear_error(run(sim + (dir_ / "fifo.json").string()),
+                     {"fifo.json", "not a regular file", "live timeline"});
+  // validate's calibration file too (it read any size, and devices, with yaml-cpp's LoadFile).
+  expect_clear_error(run("validate /dev/zero"), {"/dev/zero", "not a regular file"});
 }
 
 // Defect 4: --out at a file, under a file or at /proc aborted after the whole simulation.

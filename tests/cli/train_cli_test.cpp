@@ -264,6 +264,68 @@ TEST_F(TrainCli, LlamaSelectiveRecomputation) {
   expect_same_losses(train(std::string(kLlama) + " --recompute-granularity selective"), kLlama);
 }
 
+// A tiny Llama-style mixture of experts: every layer's MLP is 4 SwiGLU experts of width 96, top-2,
+// the alltoall dispatcher and the Switch aux loss. Expert parallelism moves tokens between ranks
+// but trains the same model, so EP 2 prints the losses of one process (EP 1), dropless and with a
+// capacity (per-rank token counts are the same with TP 1). TP 2 + SP routes each rank's sequence
+// shard (ETP 1: the experts are not split; the aux loss counts tokens over the TP group).
+constexpr const char* kMoe =
+    "--set model.architecture=llama --set model.num_query_groups=2 "
+    "--set training.attention_dropout=0 --set model.num_moe_experts=4 "
+    "--set model.moe_router_topk=2 --set model.moe_ffn_hidden_size=96 "
+    "--set model.moe_token_dispatcher_type=alltoall --set model.moe_aux_loss_coeff=0.01 "
+    "--set model.moe_grouped_gemm=true --set parallelism.rank_order=tp-cp-ep-dp-pp";
+
+TEST_F(TrainCli, MoeLossFallsAndPrintsTheLoadBalancingLoss) {
+  const testing::CliResult r = train(kMoe);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Losses& l = baseline(kMoe);
+  ASSERT_EQ(l.train.size(), 20u);
+  EXPECT_NEAR(l.train.front(), std::log(static_cast<double>(testing::kTinyVocab)), 0.3);
+  EXPECT_LT(l.train.back(), l.train.front() - 0.5);
+  EXPECT_THAT(r.output, HasSubstr("load_balancing_loss: "));
+}
+
+TEST_F(TrainCli, MoeExpertParallelOnTwoRanks) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(
+      train(std::string(kMoe) + " --expert-model-parallel-size 2 --set cluster.num_gpus=2", 2),
+      kMoe);
+}
+
+TEST_F(TrainCli, MoeExpertParallelWithTensorAndSequenceParallel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kMoe) +
+                               " --tensor-model-parallel-size 2 --sequence-parallel "
+                               "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                               "--set cluster.num_gpus=4",
+                           4),
+                     kMoe);
+}
+
+TEST_F(TrainCli, MoeCapacityWithExpertParallel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const std::string mode : {" --set model.moe_expert_capacity_factor=1.0",
+                                 " --set model.moe_expert_capacity_factor=1.0 "
+                                 "--set model.moe_pad_expert_input_to_capacity=true"}) {
+    SCOPED_TRACE(mode);
+    const std::string model = kMoe + mode;
+    expect_same_losses(
+        train(model + " --expert-model-parallel-size 2 --set cluster.num_gpus=2", 2), model);
+  }
+}
+
+// Expert-DP 2 (EP 2 on 4 ranks): the experts' buckets reduce-scatter over expert-DP, the
+// distributed optimizer shards their state there, the parameter all-gather brings them back.
+TEST_F(TrainCli, MoeDistributedOptimizerOverExpertDataParallel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  expect_same_losses(train(std::string(kMoe) +
+                               " --expert-model-parallel-size 2 --set cluster.num_gpus=4 "
+                               "--use-distributed-optimizer --set training.overlap_grad_reduce=true",
+                           4),
+                     kMoe);
+}
+
 // Context parallelism (cp_comm_type p2p): each CP rank holds Megatron-Core's load-balanced
 // chunks r and 2 CP - 1 - r of every sequence, ring attention passes K/V (and dK/dV in the
 // backward) around the CP group over MPI, gradients are reduced over DP x CP. The llama runs use

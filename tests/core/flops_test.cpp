@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/params.hpp"
 #include "models.hpp"
 
 namespace traintwin {
@@ -200,6 +201,50 @@ TEST(FlopsTest, RejectsInvalidArguments) {
   ModelSpec m = Small();
   m.seq_length = 0;
   ExpectInvalidArgument([&] { korthikanti_model_flops(m, 1); }, "seq_length");
+}
+
+
+// ----- mixture of experts (issue 13) ----------------------------------------------------------
+
+TEST(FlopsMoe, MoeLayerCountsRouterTopKExpertsAndSharedExpert) {
+  // llama MoE: h 64, 4 experts top-2 of width 32, shared expert 64, MoE every second layer.
+  ModelSpec m = testing::llama_moe(testing::llama(4, 64, 128, 4, 2, 32, 1000), 4, 2, 32);
+  m.moe_shared_expert_intermediate_size = 64;
+  m.moe_layer_pattern = {1, 0, 1, 0};
+  const double t = 3.0 * 32;  // 3 samples of 32 tokens
+  const double router = 2 * t * 64 * 4;
+  const double expert = 2 * t * 64 * 64 + 2 * t * 32 * 64;  // SwiGLU FC1 64 -> 2 x 32, FC2
+  const double shared = 2 * t * 64 * 128 + 2 * t * 64 * 64;
+  EXPECT_EQ(mlp_forward_flops(m, 3, 0), router + 2 * expert + shared);
+  EXPECT_EQ(mlp_forward_flops(m, 3, 1), 2 * t * 64 * 256 + 2 * t * 128 * 64);  // dense
+  EXPECT_EQ(layer_forward_flops(m, 3, 0) - layer_forward_flops(m, 3, 1),
+            mlp_forward_flops(m, 3, 0) - mlp_forward_flops(m, 3, 1));
+  EXPECT_EQ(layers_forward_flops(m, 3), 2 * layer_forward_flops(m, 3, 0) +
+                                            2 * layer_forward_flops(m, 3, 1));
+  ExpectInvalidArgument([&] { mlp_forward_flops(m, 3, 4); }, "layer");
+  EXPECT_THAT(model_flops_formula(m),
+              AllOf(HasSubstr("6 h E (router)"), HasSubstr("k 18 F_e h"),
+                    HasSubstr("18 F_s h (shared expert)"), HasSubstr("L_moe = 2, E = 4, k = 2")));
+}
+
+TEST(FlopsMoe, MixtralModelFlopsAreSixTimesActiveGemmWeightsPlusAttention) {
+  // Per token, fwd + bwd model FLOPs = 6 x the GEMM weights a token passes through (active
+  // parameters less the input embedding, which is a lookup, and the norms) + the attention core
+  // 12 L s a d (full s x s).
+  const ModelSpec m = testing::mixtral_8x7b();
+  const double tokens = 16.0 * 4096;
+  const double gemm_active = static_cast<double>(active_parameter_count(m)) - 32000.0 * 4096 -
+                             32.0 * 2 * 4096 - 4096;
+  const double expected = 6.0 * gemm_active + 12.0 * 32 * 4096 * 4096;
+  EXPECT_NEAR(model_flops_per_iteration(m, 16) / (tokens * expected), 1.0, 1e-12);
+  // Qwen3-30B-A3B: kv_channels 128 makes the attention width a d = 4096 (not h = 2048).
+  const ModelSpec q = testing::qwen3_30b_a3b();
+  const double q_gemm = static_cast<double>(active_parameter_count(q)) - 151936.0 * 2048 -
+                        48.0 * 2 * 2048 - 2048;
+  EXPECT_NEAR(model_flops_per_iteration(q, 4) / (4.0 * 4096 * (6.0 * q_gemm + 12.0 * 48 * 4096 *
+                                                                                 4096)),
+              1.0, 1e-12);
+  EXPECT_THAT(model_flops_formula(q), HasSubstr("d = kv_channels"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/moe_tokens.hpp"
 #include "core/params.hpp"
 
 namespace traintwin {
@@ -448,6 +449,95 @@ TEST(MemoryTest, RejectsInvalidArguments) {
   Scenario bad_batch = s;
   bad_batch.training.global_batch_size = 1537;
   ExpectInvalidArgument([&] { stage_memory(bad_batch, 0); }, "global_batch_size");
+}
+
+
+// ----- mixture of experts (issue 13) ----------------------------------------------------------
+
+/// A tiny llama MoE worked by hand: l 2, h 64, a 4, g 2, ffn 128, s 32, 4 experts top-2 of width
+/// 32, bf16; TP 2 with SP, EP 4, ETP 1, DP 2 on 4 GPUs (expert DP = 2 x 1 x 2 / (1 x 4) = 1),
+/// micro-batch 1, global batch 4.
+Scenario TinyMoeScenario() {
+  Scenario s;
+  s.name = "tiny-moe";
+  s.model = testing::llama_moe(testing::llama(2, 64, 128, 4, 2, 32, 1000), 4, 2, 32);
+  s.parallel.tensor_model_parallel_size = 2;
+  s.parallel.sequence_parallel = true;
+  s.parallel.expert_model_parallel_size = 4;
+  s.parallel.expert_tensor_parallel_size = 1;
+  s.parallel.data_parallel_size = 2;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 4;
+  s.training.precision = Precision::kBf16;
+  s.cluster.num_gpus = 4;
+  validate_scenario(s, "tiny-moe");
+  return s;
+}
+
+TEST(MemoryMoe, MoeLayerActivationsByHand) {
+  Scenario s = TinyMoeScenario();
+  // T = 32 / TP 2 = 16 local tokens; T_in = ETP 1 x 16 x k 2 = 32 copies; e = 2 bytes.
+  // Router 2 x 16 x 4 = 128; experts 32 x (2 x 64 + 2 x 64 + 2 x 32) = 10240 (FC1 input,
+  // SwiGLU input 2 x 32 wide, FC2 input); unpermute 2 x 16 x 2 x 64 = 4096.
+  EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 10240 + 4096);
+  // alltoall buffers: send 16 x 2 copies + receive 32 copies, 2 x 64 bytes each.
+  s.model.moe_token_dispatcher_type = MoeTokenDispatcher::kAllToAll;
+  EXPECT_EQ(moe_dispatch_buffer_bytes(s), 2.0 * 64 * (32 + 32));
+  // allgather: the EP x ETP = 4 ranks' 16 tokens.
+  s.model.moe_token_dispatcher_type = MoeTokenDispatcher::kAllGather;
+  EXPECT_EQ(moe_dispatch_buffer_bytes(s), 2.0 * 64 * 16 * 4);
+
+  // Dropless with the busiest expert at 1.5 x the mean: 48 copies.
+  s.cluster.what_if.moe_load_imbalance = 1.5;
+  EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 48 * 320 + 4096);
+  // Capacity factor 1: ceil(16 x 2 / 4 x 1) = 8 per expert and source, 4 x 8 = 32 copies at most.
+  s.model.moe_expert_capacity_factor = 1.0;
+  EXPECT_EQ(moe_expert_capacity(s), 8);
+  EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 32 * 320 + 4096);
+  // Padded to a capacity of factor 2: 4 x 16 = 64 copies whatever the routing.
+  s.model.moe_expert_capacity_factor = 2.0;
+  s.model.moe_pad_expert_input_to_capacity = true;
+  EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 64 * 320 + 4096);
+  // A shared expert of width 64 adds its MLP under TP: 32 tokens x (2 x 128 + 2 x 64) / 2.
+  s.model.moe_shared_expert_intermediate_size = 64;
+  EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 64 * 320 + 4096 + 32.0 * (256 + 128) / 2);
+  // fp32 doubles the 2-byte terms.
+  Scenario f = TinyMoeScenario();
+  f.training.precision = Precision::kFp32;
+  EXPECT_EQ(moe_mlp_activation_bytes(f), 2 * (128 + 10240 + 4096));
+}
+
+TEST(MemoryMoe, StageMemoryShardsExpertStateOverExpertDataParallel) {
+  Scenario s = TinyMoeScenario();
+  s.training.use_distributed_optimizer = true;
+  const StageMemory mem = stage_memory(s, 0);
+  const RankParameters held = stage_parameters_on_rank(s, 0);
+  // One local expert (E 4 / EP 4), whole (ETP 1): 64 x 64 + 32 x 64 = 6144 per layer.
+  EXPECT_EQ(held.expert, 2 * 6144);
+  EXPECT_EQ(mem.expert_parameters, held.expert);
+  EXPECT_EQ(mem.parameters, held.total());
+  // bf16: weights 2, grads 4, optimizer 12 / shards: dense over DP x CP = 2, experts over expert
+  // DP = 1 (each expert lives on one rank of its EP group and one expert-DP replica).
+  EXPECT_EQ(mem.weights_bytes, 2.0 * static_cast<double>(held.total()));
+  EXPECT_EQ(mem.gradients_bytes, 4.0 * static_cast<double>(held.total()));
+  EXPECT_EQ(mem.optimizer_bytes,
+            12.0 / 2 * static_cast<double>(held.dense) + 12.0 * static_cast<double>(held.expert));
+  // Activations: PP 1 holds one micro-batch; each MoE layer is the dense layer with its MLP
+  // terms (SwiGLU input 2 x 2 x 32 x 128 + FC2 input 2 x 32 x 128, / TP 2 = 12288) replaced by
+  // the MoE terms (14464).
+  const double dense_layer =
+      layer_activation_bytes(s.model, 1, 2, 1, true, R::kNone, Precision::kBf16,
+                             AttentionBackend::kUnfused);
+  EXPECT_EQ(mem.in_flight, 1);
+  EXPECT_EQ(mem.activations_bytes, 2 * (dense_layer - 12288 + 14464));
+  EXPECT_EQ(mem.moe_dispatch_buffers_bytes, 2.0 * 64 * 16 * 4);  // allgather, the default
+  // Full recomputation keeps only the layer input, MoE or not.
+  s.training.recompute_granularity = R::kFull;
+  EXPECT_EQ(stage_memory(s, 0).activations_bytes, 2 * 2.0 * 32 * 64 / 2);
+  // A dense model has no dispatcher buffers and no expert parameters.
+  const StageMemory dense = stage_memory(Gpt3_175BOn1024(), 0);
+  EXPECT_EQ(dense.expert_parameters, 0);
+  EXPECT_EQ(dense.moe_dispatch_buffers_bytes, 0);
 }
 
 }  // namespace

@@ -275,5 +275,111 @@ TEST(ParamsTest, RejectsInvalidArguments) {
   ExpectInvalidArgument([&] { padded_vocab_size(50257, 0); }, "tensor_model_parallel_size");
 }
 
+
+// ----- mixture of experts (issue 13) ----------------------------------------------------------
+
+// Published totals: Mixtral 8x7B 46.7e9 total / 12.9e9 active (Mistral AI, "Mixtral of
+// experts", 2023-12 release note, and Jiang et al. 2024); Qwen3-30B-A3B 30.5e9 / 3.3e9 (Qwen3
+// model card and technical report, Table 2); Grok-1 314e9 (xAI's open-release announcement,
+// 2024-03). Counted here from the architectures alone: every published figure is rounded to
+// 3 significant digits (2 for Qwen3's active count), so the tolerance is half a unit of the last
+// digit plus the terms the figures may round differently (Grok-1's 4 norms a layer, Qwen3's
+// QK-norm): 0.2 % for the totals of Mixtral and Qwen3, 1 % for Grok-1, 2 % for Qwen3's 3.3e9.
+TEST(ParamsMoe, PublishedTotalAndActiveCounts) {
+  const ModelSpec mixtral = testing::mixtral_8x7b();
+  // Hand count: attention h (a + 2g) d + a d h = 4096 x 6144 + 4096^2 = 41943040, norms 8192,
+  // router 8 x 4096 = 32768, experts 8 x 3 x 4096 x 14336 = 1409286144 -> 1451270144 a layer;
+  // x 32 + embedding and LM head 2 x 32000 x 4096 + final norm 4096.
+  EXPECT_EQ(layer_parameter_count(mixtral, 0), 1451270144);
+  EXPECT_EQ(parameter_count(mixtral), 46702792704);
+  EXPECT_EQ(active_parameter_count(mixtral), 46702792704 - 32LL * 6 * 3 * 4096 * 14336);
+  EXPECT_NEAR(static_cast<double>(parameter_count(mixtral)) / 46.7e9, 1.0, 2e-3);
+  EXPECT_NEAR(static_cast<double>(active_parameter_count(mixtral)) / 12.9e9, 1.0, 2e-3);
+
+  const ModelSpec qwen = testing::qwen3_30b_a3b();
+  // kv_channels 128: QKV 2048 x (32 + 8) x 128, projection 4096 x 2048 (not 2048^2).
+  EXPECT_EQ(layer_parameter_count(qwen, 0),
+            2048LL * 40 * 128 + 4096LL * 2048 + 2 * 2048 + 128 * 2048 + 128LL * 3 * 2048 * 768);
+  EXPECT_NEAR(static_cast<double>(parameter_count(qwen)) / 30.5e9, 1.0, 2e-3);
+  EXPECT_NEAR(static_cast<double>(active_parameter_count(qwen)) / 3.3e9, 1.0, 2e-2);
+
+  EXPECT_NEAR(static_cast<double>(parameter_count(testing::grok1())) / 314e9, 1.0, 1e-2);
+  // A dense model is all active.
+  EXPECT_EQ(active_parameter_count(testing::llama31_8b()), parameter_count(testing::llama31_8b()));
+}
+
+/// A tiny llama MoE worked by hand: l 4, h 64, a 4, g 2 (d 16), ffn 128, 4 experts top-2 of width
+/// 32, a shared expert of width 64, MoE every second layer.
+ModelSpec TinyMoe() {
+  ModelSpec m = testing::llama_moe(testing::llama(4, 64, 128, 4, 2, 32, 1000), 4, 2, 32);
+  m.moe_shared_expert_intermediate_size = 64;
+  m.moe_layer_pattern = {1, 0, 1, 0};
+  return m;
+}
+
+TEST(ParamsMoe, TinyMoeByHand) {
+  const ModelSpec m = TinyMoe();
+  // Attention: QKV 64 x (4 + 4) x 16 = 8192, projection 64 x 64 = 4096, RMSNorms 2 x 64.
+  const int64_t attention = 8192 + 4096 + 128;
+  // Dense layer: SwiGLU FC1 64 x 256 + FC2 128 x 64 = 24576.
+  EXPECT_EQ(layer_parameter_count(m, 1), attention + 24576);
+  // MoE layer: router 4 x 64 = 256, shared expert 64 x 128 + 64 x 64 = 12288, 4 experts of
+  // 64 x 64 + 32 x 64 = 6144 each.
+  EXPECT_EQ(layer_parameter_count(m, 0), attention + 256 + 12288 + 4 * 6144);
+  EXPECT_EQ(parameter_count(m), 2 * (attention + 24576) + 2 * (attention + 256 + 12288 + 24576) +
+                                    2 * 1000 * 64 + 64);
+  EXPECT_EQ(active_parameter_count(m), parameter_count(m) - 2 * 2 * 6144);
+
+  // TP 2, EP 2, ETP 1: attention / 2 (norms replicated), router replicated, shared expert / 2,
+  // 2 local experts, each whole.
+  ParallelConfig p;
+  p.tensor_model_parallel_size = 2;
+  p.expert_model_parallel_size = 2;
+  p.expert_tensor_parallel_size = 1;
+  const RankParameters moe = layer_parameters_on_rank(m, p, 2);
+  EXPECT_EQ(moe.dense, (8192 + 4096) / 2 + 128 + 256 + 12288 / 2);
+  EXPECT_EQ(moe.dense_gemm, (8192 + 4096) / 2 + 12288 / 2);
+  EXPECT_EQ(moe.expert, 2 * 6144);
+  EXPECT_EQ(moe.expert_gemm, 2 * 6144);
+  const RankParameters dense = layer_parameters_on_rank(m, p, 3);
+  EXPECT_EQ(dense.dense, (8192 + 4096) / 2 + 128 + 24576 / 2);
+  EXPECT_EQ(dense.expert, 0);
+  // ETP 2 (the default, = TP) with EP 2: 2 local experts, each halved.
+  p.expert_tensor_parallel_size.reset();
+  EXPECT_EQ(layer_parameters_on_rank(m, p, 0).expert, 2 * 6144 / 2);
+
+  // Whole stages (PP 2: layers 0-1 and 2-3), TP 2 x EP 2: the first holds the embedding.
+  Scenario s = MakeScenario(m, 2, 2);
+  s.parallel.expert_model_parallel_size = 2;
+  s.parallel.sequence_parallel = true;
+  s.parallel.rank_order = "tp-cp-ep-dp-pp";
+  const RankParameters stage0 = stage_parameters_on_rank(s, 0);
+  EXPECT_EQ(stage0.expert, 2 * 6144 / 2);
+  EXPECT_EQ(stage0.dense, layer_parameters_on_rank(m, s.parallel, 0).dense +
+                              layer_parameters_on_rank(m, s.parallel, 1).dense + 512 * 64);
+  EXPECT_EQ(parameters_on_rank(s, 0), stage0.total());
+}
+
+TEST(ParamsMoe, ExpertsShardedOverEpTimesEtpSumToTheModel) {
+  // Summed over the EP x ETP ranks of an expert group, the expert parameters of a layer are the
+  // E experts once (no biases in llama, so nothing is replicated).
+  const ModelSpec m = testing::mixtral_8x7b();
+  const int64_t all_experts = 8LL * 3 * 4096 * 14336;
+  for (int64_t ep : {1, 2, 4, 8}) {
+    for (int64_t etp : {1, 2, 4, 8}) {
+      ParallelConfig p;
+      p.tensor_model_parallel_size = 8;
+      p.expert_model_parallel_size = ep;
+      p.expert_tensor_parallel_size = etp;
+      EXPECT_EQ(layer_parameters_on_rank(m, p, 5).expert * ep * etp, all_experts)
+          << "EP " << ep << " ETP " << etp;
+    }
+  }
+  ParallelConfig bad;
+  bad.expert_model_parallel_size = 3;
+  ExpectInvalidArgument([&] { layer_parameters_on_rank(m, bad, 0); }, "num_moe_experts");
+  ExpectInvalidArgument([&] { layer_parameters_on_rank(m, ParallelConfig{}, 32); }, "layer");
+}
+
 }  // namespace
 }  // namespace traintwin

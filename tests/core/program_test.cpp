@@ -953,5 +953,294 @@ TEST(Program, Fp8GemmsAndTheirCasts) {
   }
 }
 
+// ---- Mixture of experts -------------------------------------------------------------------
+
+struct MoeKnobs {
+  int64_t tp = 1, cp = 1, pp = 1, v = 1, dp = 1, m = 2, ep = 1;
+  std::optional<int64_t> etp;
+  int64_t experts = 4, topk = 2, shared = 0;
+  MoeTokenDispatcher dispatcher = MoeTokenDispatcher::kAllToAll;
+  std::optional<double> capacity;
+  bool pad = false, grouped = true, alternate = false, aux = true, fp8 = false;
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  bool dist_opt = false, overlap = false;
+  std::optional<double> imbalance;
+};
+
+// A tiny Llama MoE: make_llama's model (h 64, 8 heads, 4 groups, s 32, V 1024) with E experts
+// of width 48, top-k, every layer MoE (or every other one), SP whenever TP > 1.
+Scenario make_moe(const MoeKnobs& k) {
+  LlamaKnobs lk;
+  lk.tp = k.tp, lk.cp = k.cp, lk.pp = k.pp, lk.v = k.v, lk.dp = k.dp, lk.m = k.m, lk.sp = k.tp > 1;
+  lk.recompute = k.recompute, lk.dist_opt = k.dist_opt, lk.overlap = k.overlap, lk.fp8 = k.fp8;
+  Scenario s = make_llama(lk);
+  ModelSpec& md = s.model;
+  md.num_moe_experts = k.experts;
+  md.moe_router_topk = k.topk;
+  md.moe_ffn_hidden_size = 48;
+  md.moe_shared_expert_intermediate_size = k.shared;
+  if (k.alternate) {
+    md.moe_layer_pattern.clear();
+    for (int64_t l = 0; l < md.num_layers; ++l) md.moe_layer_pattern.push_back(l % 2 == 0);
+  }
+  md.moe_expert_capacity_factor = k.capacity;
+  md.moe_pad_expert_input_to_capacity = k.pad;
+  md.moe_token_dispatcher_type = k.dispatcher;
+  md.moe_router_load_balancing_type = k.aux ? MoeLoadBalancing::kAuxLoss : MoeLoadBalancing::kNone;
+  md.moe_grouped_gemm = k.grouped;
+  s.parallel.expert_model_parallel_size = k.ep;
+  s.parallel.expert_tensor_parallel_size = k.etp;
+  s.parallel.rank_order = "tp-cp-ep-dp-pp";  // Megatron's default order
+  s.cluster.what_if.moe_load_imbalance = k.imbalance;
+  validate_scenario(s, "make_moe");
+  return s;
+}
+
+// Model FLOPs of an iteration's GEMMs and attention with MoE layers, worked by hand from the
+// dense model's: per token and MoE layer, the dense MLP's 2 h (fc1 + ffn) forward FLOPs become
+// the router's 2 h E + k routed experts' 2 h (fc1_e + ffn_e) + the shared expert's
+// 2 h (fc1_s + f_s); backward twice the forward, full recomputation one forward more.
+double moe_matmul_flops(const Scenario& s, RecomputeGranularity rc) {
+  ModelSpec dense = s.model;
+  dense.num_moe_experts = 0;
+  double flops = hardware_flops_per_iteration(dense, s.training.global_batch_size, rc);
+  const ModelSpec& m = s.model;
+  const double h = static_cast<double>(m.hidden_size);
+  auto mlp = [&](int64_t ffn) {
+    return 2.0 * h * static_cast<double>(m.fc1_width() / m.ffn_hidden_size * ffn + ffn);
+  };
+  const double per_token = 2.0 * h * static_cast<double>(m.num_moe_experts) +
+                           static_cast<double>(m.moe_router_topk) * mlp(m.moe_expert_ffn()) +
+                           (m.moe_shared_expert_intermediate_size > 0
+                                ? mlp(m.moe_shared_expert_intermediate_size) : 0.0) -
+                           mlp(m.ffn_hidden_size);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l);
+  const double passes = rc == RecomputeGranularity::kFull ? 4.0 : 3.0;
+  const double tokens = static_cast<double>(s.training.global_batch_size * m.seq_length);
+  return flops + passes * tokens * static_cast<double>(moe_layers) * per_token;
+}
+
+double matmul_flops(const Program& prog) {
+  double flops = 0;
+  for (const auto& [r, rp] : prog.ranks) {
+    for (const Op& op : rp.ops) {
+      for (uint32_t id : op.kernels) {
+        const std::string& n = prog.kernels[id].key.name;
+        if (is_matmul(prog.kernels[id]) || n.rfind("grouped_gemm", 0) == 0) {
+          flops += prog.kernels[id].flops;
+        }
+      }
+    }
+  }
+  return flops;
+}
+
+// A grid of EP / ETP / TP / CP / PP / VP / dispatcher / capacity / recompute / optimizer layouts
+// replays to completion with matched collectives, and over all ranks the GEMM FLOPs equal the
+// model FLOPs worked by hand and core/flops' (balanced routing: T k / E is whole in every case
+// here, and the capacities 1.0 padded and 1.5 drop nothing).
+TEST(MoeProgram, LayoutsReplayAndCountModelFlops) {
+  int cases = 0;
+  struct Layout { int64_t tp, cp, pp, v, dp, ep; std::optional<int64_t> etp; };
+  const std::vector<Layout> layouts = {
+      {1, 1, 1, 1, 1, 1, {}}, {1, 1, 1, 1, 2, 2, {}}, {2, 1, 1, 1, 2, 2, {}},
+      {2, 1, 1, 1, 2, 2, 1},  {2, 1, 1, 1, 2, 4, 1},  {2, 2, 1, 1, 1, 2, {}},
+      {1, 2, 2, 1, 2, 4, {}}, {2, 1, 2, 2, 2, 2, 2},  {1, 1, 2, 1, 4, 4, {}}};
+  for (const Layout& l : layouts) {
+    for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        MoeKnobs k;
+        k.tp = l.tp, k.cp = l.cp, k.pp = l.pp, k.v = l.v, k.dp = l.dp, k.ep = l.ep, k.etp = l.etp;
+        k.dispatcher = disp;
+        k.m = 4;
+        k.recompute = variant == 1 ? RecomputeGranularity::kFull
+                                   : variant == 2 ? RecomputeGranularity::kSelective
+                                                  : RecomputeGranularity::kNone;
+        k.dist_opt = variant >= 2, k.overlap = variant == 3;
+        k.shared = variant == 1 || variant == 3 ? 32 : 0;
+        k.alternate = variant == 2;
+        k.grouped = variant != 1;
+        if (variant == 2) k.capacity = 1.0, k.pad = true;
+        if (variant == 3) k.capacity = 1.5;
+        const Scenario s = make_moe(k);
+        const Program prog = build_program(s);
+        std::vector<std::string> errors;
+        const std::string where = "tp " + std::to_string(l.tp) + " cp " + std::to_string(l.cp) +
+                                  " pp " + std::to_string(l.pp) + " ep " + std::to_string(l.ep) +
+                                  " variant " + std::to_string(variant);
+        ASSERT_EQ(replay_all(prog, errors), 0u) << where;
+        ASSERT_TRUE(errors.empty()) << where << ": " << errors.front();
+        EXPECT_NEAR(matmul_flops(prog) / moe_matmul_flops(s, k.recompute), 1.0, 1e-12) << where;
+        // ... and core/flops' model (router, top-k routed experts, shared expert).
+        EXPECT_NEAR(matmul_flops(prog) /
+                        hardware_flops_per_iteration(s.model, s.training.global_batch_size, k.recompute),
+                    1.0, 1e-12) << where;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 72);
+}
+
+// One MoE layer's communication, worked by hand: TP 2 (SP), DP 2, EP 2, ETP = TP 2; s 32, so
+// T = 16 router rows, k 2 of E 4 -> P = 8 copies per expert, E P = 32 rows sent (x 64 x 2 B =
+// 4096 B); R = ETP EP P = 32 rows per local expert, 2 local experts.
+TEST(MoeProgram, LayerCommunicationAndGemmsByHand) {
+  using C = CollectiveKind;
+  using G = GroupKind;
+  struct Coll {
+    Role role;
+    C kind;
+    G group;
+    int64_t bytes;
+    bool operator==(const Coll&) const = default;
+  };
+  for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 2, k.ep = 2, k.dispatcher = disp;
+    const Program prog = build_program(make_moe(k), {0});
+    std::vector<Coll> fwd, bwd;
+    std::vector<std::vector<int64_t>> fc1;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.layer != 0 || op.micro_batch != 0) continue;
+      if (op.kind == OpKind::kCollective && op.stream == Stream::kEpComm) {
+        (op.phase == Phase::kForward ? fwd : bwd).push_back({op.role, op.collective, op.group, op.bytes});
+      }
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        if (op.kernel_roles[i] == Role::kExpertFc1 && op.phase == Phase::kForward) {
+          const Kernel& kern = prog.kernels[op.kernels[i]];
+          EXPECT_EQ(kern.key.name, "grouped_gemm_fwd");
+          EXPECT_EQ(kern.key.tp, 2);
+          fc1.push_back(kern.key.shape);
+        }
+      }
+    }
+    if (disp == MoeTokenDispatcher::kAllToAll) {
+      EXPECT_EQ(fwd, (std::vector<Coll>{{Role::kMoeDispatch, C::kAllToAll, G::kEp, 4096},
+                                        {Role::kMoeDispatch, C::kAllGather, G::kEtp, 8192},
+                                        {Role::kMoeCombine, C::kReduceScatter, G::kEtp, 8192},
+                                        {Role::kMoeCombine, C::kAllToAll, G::kEp, 4096}}));
+      EXPECT_EQ(bwd, (std::vector<Coll>{{Role::kMoeCombine, C::kAllToAll, G::kEp, 4096},
+                                        {Role::kMoeCombine, C::kAllGather, G::kEtp, 8192},
+                                        {Role::kMoeDispatch, C::kReduceScatter, G::kEtp, 8192},
+                                        {Role::kMoeDispatch, C::kAllToAll, G::kEp, 4096}}));
+    } else {
+      // The ETP x EP group's 4 x 16 rows gathered: 8192 B.
+      EXPECT_EQ(fwd, (std::vector<Coll>{{Role::kMoeDispatch, C::kAllGather, G::kEtpEp, 8192},
+                                        {Role::kMoeCombine, C::kReduceScatter, G::kEtpEp, 8192}}));
+      EXPECT_EQ(bwd, (std::vector<Coll>{{Role::kMoeCombine, C::kAllGather, G::kEtpEp, 8192},
+                                        {Role::kMoeDispatch, C::kReduceScatter, G::kEtpEp, 8192}}));
+    }
+    // 2 local experts x 32 rows, SwiGLU FC1 of 2 x 48 / ETP = 48 columns, h = 64.
+    EXPECT_EQ(fc1, (std::vector<std::vector<int64_t>>{{2, 32, 48, 64}}));
+  }
+}
+
+// The forward kernels of an MoE layer in order, per dispatcher (the executor's contract).
+TEST(MoeProgram, LayerRolesInOrder) {
+  for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 2, k.ep = 2, k.dispatcher = disp, k.shared = 32;
+    const Program prog = build_program(make_moe(k), {0});
+    std::vector<Role> roles;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.layer != 0 || op.micro_batch != 0 || op.phase != Phase::kForward) continue;
+      for (Role r : op.kernel_roles) {
+        if (roles.empty() || roles.back() != r) roles.push_back(r);
+      }
+      if (op.kind == OpKind::kCollective && op.role != roles.back()) roles.push_back(op.role);
+    }
+    const bool a2a = disp == MoeTokenDispatcher::kAllToAll;
+    std::vector<Role> expected = {Role::kInputLayerNorm, Role::kQkv, Role::kAttentionCore,
+                                  Role::kAttentionProjection, Role::kAttentionResidual,
+                                  Role::kPostAttentionLayerNorm, Role::kRouter};
+    for (Role r : a2a ? std::vector<Role>{Role::kMoePermute, Role::kMoeDispatch}
+                      : std::vector<Role>{Role::kMoeDispatch, Role::kMoePermute}) {
+      expected.push_back(r);
+    }
+    for (Role r : {Role::kExpertFc1, Role::kExpertActivation, Role::kExpertFc2}) expected.push_back(r);
+    for (Role r : a2a ? std::vector<Role>{Role::kMoeCombine, Role::kMoeUnpermute}
+                      : std::vector<Role>{Role::kMoeUnpermute, Role::kMoeCombine}) {
+      expected.push_back(r);
+    }
+    for (Role r : {Role::kFc1, Role::kGelu, Role::kFc2, Role::kMlpResidual}) expected.push_back(r);
+    EXPECT_EQ(roles, expected) << to_string(disp);
+  }
+}
+
+// Dropless timing follows the busiest expert: moe_load_imbalance 1.5 makes the expert GEMMs and
+// the dispatch 1.5 x (P 8 -> 12); a capacity factor of 1.25 caps it at C = 10, and padding to
+// the capacity makes every expert C even when balanced.
+TEST(MoeProgram, LoadImbalanceAndCapacityScaleExpertsAndDispatch) {
+  auto measure = [](const MoeKnobs& k) {
+    const Program prog = build_program(make_moe(k), {0});
+    double expert_flops = 0;
+    int64_t a2a_bytes = 0;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        const Role r = op.kernel_roles[i];
+        if (r == Role::kExpertFc1 || r == Role::kExpertFc2) expert_flops += prog.kernels[op.kernels[i]].flops;
+      }
+      if (op.kind == OpKind::kCollective && op.group == GroupKind::kEp) a2a_bytes += op.bytes;
+    }
+    return std::pair{expert_flops, a2a_bytes};
+  };
+  MoeKnobs k;
+  k.tp = 2, k.dp = 2, k.ep = 2;
+  const auto [f1, b1] = measure(k);
+  k.imbalance = 1.5;
+  const auto [f15, b15] = measure(k);
+  EXPECT_DOUBLE_EQ(f15 / f1, 1.5);
+  EXPECT_EQ(b15 * 2, b1 * 3);
+  k.capacity = 1.25;
+  const auto [fc, bc] = measure(k);
+  EXPECT_DOUBLE_EQ(fc / f1, 10.0 / 8);
+  EXPECT_EQ(bc * 8, b1 * 10);
+  k.imbalance.reset();
+  k.pad = true;
+  const auto [fp, bp] = measure(k);
+  EXPECT_DOUBLE_EQ(fp / f1, 10.0 / 8);
+  EXPECT_EQ(bp * 8, b1 * 10);
+}
+
+// Expert parameters in DDP buckets of their own over expert-DP, dense ones over DP x CP:
+// TP 2, DP 4, EP 2, ETP 1 -> expert-DP 8 / 2 = 4. Per layer and rank: 2 local experts of
+// h x 2 x 48 + 48 x h = 9216 parameters; the dense part: the dense layer's minus its MLP
+// (64 x 192 / 2 + 96 / 2 x 64 = 9216) plus the router (4 x 64 = 256).
+TEST(MoeProgram, ExpertGradientsReducedOverExpertDataParallel) {
+  for (bool dist : {false, true}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 4, k.ep = 2, k.etp = 1, k.dist_opt = dist, k.overlap = true, k.m = 4;
+    const Scenario s = make_moe(k);
+    Scenario dense_s = s;
+    dense_s.model.num_moe_experts = 0;
+    const int64_t layers = s.model.num_layers;
+    const Program prog = build_program(s, {0});
+    int64_t expert_grads = 0, dense_grads = 0, expert_gathers = 0, dense_gathers = 0;
+    std::map<int32_t, int> expert_layers;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.kind != OpKind::kCollective) continue;
+      if (op.role == Role::kGradBucket) {
+        EXPECT_EQ(op.collective, dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce);
+        (op.group == GroupKind::kEdp ? expert_grads : dense_grads) += op.bytes;
+        EXPECT_TRUE(op.group == GroupKind::kEdp || op.group == GroupKind::kDpCp);
+        if (op.group == GroupKind::kEdp) {
+          for (int32_t l : op.bucket_layers) ++expert_layers[l];
+        }
+      }
+      if (op.role == Role::kParamBucket) {
+        (op.group == GroupKind::kEdp ? expert_gathers : dense_gathers) += op.bytes;
+      }
+    }
+    EXPECT_EQ(prog.layout.size(GroupKind::kEdp), 4);
+    EXPECT_EQ(expert_grads, layers * 2 * 9216 * 4);  // fp32 gradients
+    EXPECT_EQ(dense_grads, (parameters_on_rank(dense_s, 0) - layers * (9216 - 256)) * 4);
+    EXPECT_EQ(expert_gathers, dist ? layers * 2 * 9216 * 2 : 0);  // bf16 parameters
+    EXPECT_EQ(dense_gathers, dist ? (parameters_on_rank(dense_s, 0) - layers * (9216 - 256)) * 2 : 0);
+    EXPECT_EQ(expert_layers, (std::map<int32_t, int>{{0, 1}, {1, 1}}));
+  }
+}
+
 }  // namespace
 }  // namespace traintwin

@@ -7,16 +7,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/posix_file.hpp"
 #include "core/program.hpp"
 #include "core/scenario.hpp"
+#include "tests/bounded_child.hpp"
 
 namespace traintwin {
 namespace {
@@ -85,6 +89,40 @@ TEST_F(CoreReliabilityTest, MultiDocumentYamlIsRefused) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("two.yaml:"), HasSubstr("second YAML document")));
   }
+}
+
+// yaml-cpp 0.7 (Debian 12) loops forever, allocating about 1 GB/s, in LoadAll on a document that
+// starts at a token no node consumes: a ',' outside [...] or {...} (yaml-cpp issue #1040), e.g.
+// a scenario written as JSON with a trailing comma. libFuzzer found it as a 372-byte scenario.
+// Each reader refuses it naming the file, line, column and the character; the parse runs in a
+// bounded child so that a regression fails instead of exhausting the machine.
+TEST_F(CoreReliabilityTest, CommaThatHangsYamlCppIsRefusedNamingLineAndColumn) {
+  std::ifstream in(kScenario);
+  const std::string shipped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"name\": \"gpt\", \"model\": {\"num_layers\": 24}},\n", "json.yaml:1:45: ','"},
+      {",\n", "json.yaml:1:1: ','"},
+      {shipped + "---\n[8, 16]\n, 32\n",
+       "json.yaml:" + std::to_string(std::count(shipped.begin(), shipped.end(), '\n') + 3) +
+           ":1: ','"},
+  };
+  for (const auto& [text, where] : cases) {
+    const auto r = testing::run_bounded(
+        [&] {
+          try {
+            parse_scenario(text, "json.yaml", kScenario.parent_path());
+          } catch (const ConfigError& e) {
+            return std::string(e.what());
+          }
+          return std::string("(no error)");
+        },
+        20, uint64_t{1} << 30);
+    ASSERT_TRUE(r.ok) << r.failure << " on:\n" << text;
+    EXPECT_THAT(r.text, AllOf(HasSubstr(where), HasSubstr("cannot start a YAML node"),
+                              HasSubstr("yaml-cpp")));
+  }
+  // A comma inside a flow collection or a quoted scalar is fine.
+  EXPECT_NO_THROW(parse_scenario(shipped + "# a, b\n", "ok.yaml", kScenario.parent_path()));
 }
 
 // Defect 7: split weights of 1e308 overflowed their sum and read as "train split weight 0".

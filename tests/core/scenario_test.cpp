@@ -356,7 +356,7 @@ TEST(ScenarioDefaults, OptionalKeysTakeMegatronDefaults) {
   EXPECT_EQ(s.parallel.data_parallel_size, 1);
   EXPECT_FALSE(s.parallel.sequence_parallel);
   EXPECT_EQ(s.parallel.pipeline_schedule, PipelineScheduleKind::k1F1B);
-  EXPECT_EQ(s.parallel.rank_order, "tp-cp-dp-pp");
+  EXPECT_EQ(s.parallel.rank_order, "tp-cp-ep-dp-pp");
   EXPECT_EQ(s.training.recompute_granularity, RecomputeGranularity::kNone);
   EXPECT_EQ(s.training.attention_backend, AttentionBackend::kUnfused);
   EXPECT_EQ(s.cluster.collective_algorithm, "");
@@ -523,7 +523,7 @@ TEST(ScenarioRequired, MissingKeyIsPlacedAtItsSection) {
 
 TEST(ScenarioUnknownKeys, RejectedAtEveryLevelWithLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", "nmae"},       {"model", "hiden_size"}, {"parallelism", "expert_model_parallel_size"},
+      {"", "nmae"},       {"model", "hiden_size"}, {"parallelism", "expert_parallel_size"},
       {"training", "learning_rate"}, {"cluster", "nodes"}, {"data", "data_prefix"},
   };
   for (const auto& [section, key] : cases) {
@@ -542,10 +542,12 @@ TEST(ScenarioUnknownKeys, ListsAllowedKeysAndSuggestsTheClosest) {
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("did you mean hidden_size?"),
                                  HasSubstr("allowed: architecture, num_layers, hidden_size, "
                                            "num_attention_heads, num_query_groups, "
-                                           "ffn_hidden_size, seq_length, vocab_size, "
+                                           "kv_channels, ffn_hidden_size, seq_length, "
+                                           "vocab_size, "
                                            "normalization, activation, position_embedding_type, "
                                            "rotary_base, untie_embeddings_and_output_weights, "
-                                           "add_bias_linear")));
+                                           "add_bias_linear, num_moe_experts, "
+                                           "moe_router_topk")));
 }
 
 TEST(ScenarioUnknownKeys, UnknownSection) {
@@ -1051,11 +1053,12 @@ TEST(ScenarioRules, RankOrderIsAPermutation) {
   }
 }
 
-TEST(ScenarioRules, RankOrderMayNameEpOfSizeOne) {
-  // Megatron's default order names ep; a dense model has EP 1.
+TEST(ScenarioRules, RankOrderMayNameExpertParallelism) {
+  // Megatron's default order names ep; a dense model (EP 1) may give it or leave it out.
   ScenarioText t;
   t.set("parallelism", "rank_order", "tp-cp-ep-dp-pp");
   EXPECT_EQ(parse(t.text()).parallel.rank_order, "tp-cp-ep-dp-pp");
+  EXPECT_EQ(parse(ScenarioText().text()).parallel.rank_order, "tp-cp-ep-dp-pp");  // default
 }
 
 TEST(ScenarioRules, BothSpellingsOfVirtualPipelineInTheFileAreAnError) {
@@ -1848,6 +1851,274 @@ TEST(ScenarioLiveTraining, BuiltInCodeIsValidatedToo) {
   EXPECT_THROW(validate_scenario(warmup, "code"), ConfigError);
   warmup.training.lr_warmup_iters = 9;
   EXPECT_NO_THROW(validate_scenario(warmup, "code"));
+}
+
+// ----- mixture of experts (issue 13) ----------------------------------------------------------
+
+/// A small llama MoE: 4 layers, 8 experts top-2, TP 2 with SP, 8 GPUs (PP 2, DP 2).
+ScenarioText moe_text() {
+  ScenarioText t;
+  t.set("model", "architecture", "llama")
+      .set("model", "num_layers", "4")
+      .set("model", "num_moe_experts", "8")
+      .set("parallelism", "sequence_parallel", "true");
+  return t;
+}
+
+TEST(ScenarioMoe, KeysAreReadWithMegatronDefaults) {
+  const Scenario dense = parse(ScenarioText().text());
+  EXPECT_FALSE(dense.model.is_moe());
+  const Scenario s = parse(moe_text().text());
+  const ModelSpec& m = s.model;
+  EXPECT_TRUE(m.is_moe());
+  EXPECT_EQ(m.num_moe_experts, 8);
+  EXPECT_EQ(m.moe_router_topk, 2);
+  EXPECT_EQ(m.moe_expert_ffn(), m.ffn_hidden_size);
+  EXPECT_EQ(m.moe_shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(m.moe_layer_pattern.empty());
+  for (int64_t l = 0; l < 4; ++l) EXPECT_TRUE(m.is_moe_layer(l));
+  EXPECT_FALSE(m.moe_expert_capacity_factor.has_value());
+  EXPECT_EQ(m.moe_token_dispatcher_type, MoeTokenDispatcher::kAllGather);
+  EXPECT_EQ(m.moe_router_load_balancing_type, MoeLoadBalancing::kAuxLoss);
+  EXPECT_EQ(m.moe_aux_loss_coeff, 0.0);
+  EXPECT_FALSE(m.moe_grouped_gemm);
+  EXPECT_EQ(s.parallel.expert_model_parallel_size, 1);
+  EXPECT_FALSE(s.parallel.expert_tensor_parallel_size.has_value());
+  EXPECT_EQ(s.parallel.expert_tp(), 2);  // = TP
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 2);  // TP x CP x DP / (ETP x EP) = 4 / 2
+
+  ScenarioText t = moe_text();
+  t.set("model", "moe_router_topk", "3")
+      .set("model", "moe_ffn_hidden_size", "128")
+      .set("model", "moe_shared_expert_intermediate_size", "256")
+      .set("model", "moe_expert_capacity_factor", "1.25")
+      .set("model", "moe_pad_expert_input_to_capacity", "true")
+      .set("model", "moe_token_dispatcher_type", "alltoall")
+      .set("model", "moe_router_load_balancing_type", "none")
+      .set("model", "moe_aux_loss_coeff", "0.01")
+      .set("model", "moe_grouped_gemm", "true")
+      .set("parallelism", "expert_tensor_parallel_size", "1")
+      .set("cluster", "what_if", "{moe_load_imbalance: 1.5}");
+  const Scenario e = parse(t.text());
+  EXPECT_EQ(e.model.moe_router_topk, 3);
+  EXPECT_EQ(e.model.moe_expert_ffn(), 128);
+  EXPECT_EQ(e.model.moe_shared_expert_intermediate_size, 256);
+  EXPECT_EQ(e.model.moe_expert_capacity_factor, 1.25);
+  EXPECT_TRUE(e.model.moe_pad_expert_input_to_capacity);
+  EXPECT_EQ(e.model.moe_token_dispatcher_type, MoeTokenDispatcher::kAllToAll);
+  EXPECT_EQ(e.model.moe_router_load_balancing_type, MoeLoadBalancing::kNone);
+  EXPECT_EQ(e.model.moe_aux_loss_coeff, 0.01);
+  EXPECT_TRUE(e.model.moe_grouped_gemm);
+  EXPECT_EQ(e.parallel.expert_tp(), 1);
+  EXPECT_EQ(e.parallel.expert_data_parallel_size(), 4);
+  EXPECT_EQ(e.cluster.what_if.moe_load_imbalance, 1.5);
+  // null capacity factor = dropless, as absent.
+  EXPECT_FALSE(parse(moe_text().set("model", "moe_expert_capacity_factor", "null").text())
+                   .model.moe_expert_capacity_factor);
+}
+
+TEST(ScenarioMoe, ExpertParallelLayoutsLoadWithTheDefaultOrder) {
+  // TP 2 x DP 2 per stage = 4 ranks: EP 2 with ETP 2 (expert DP 1), EP 4 with ETP 1 (1).
+  ScenarioText t = moe_text();
+  t.set("parallelism", "expert_model_parallel_size", "2");
+  Scenario s = parse(t.text());
+  EXPECT_EQ(s.parallel.expert_model_parallel_size, 2);
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 1);
+  t.set("parallelism", "expert_model_parallel_size", "4")
+      .set("parallelism", "expert_tensor_parallel_size", "1");
+  s = parse(t.text());
+  EXPECT_EQ(s.parallel.expert_tp(), 1);
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 1);
+  // The flags' overrides.
+  s = parse(moe_text().text(), {{"parallelism.expert_model_parallel_size", "2"},
+                                {"parallelism.expert_tensor_parallel_size", "1"}});
+  EXPECT_EQ(s.parallel.expert_data_parallel_size(), 2);
+}
+
+TEST(ScenarioShipped, MoeScenariosMatchTheirPublishedArchitectures) {
+  const Scenario mixtral = load_shipped("mixtral-8x7b-h100-64");
+  EXPECT_EQ(mixtral.model.num_moe_experts, 8);
+  EXPECT_EQ(mixtral.model.moe_router_topk, 2);
+  EXPECT_EQ(mixtral.model.moe_expert_ffn(), 14336);
+  EXPECT_EQ(mixtral.parallel.expert_model_parallel_size, 8);
+  EXPECT_EQ(mixtral.parallel.expert_data_parallel_size(), 2);  // 1 x 1 x 16 / (1 x 8)
+  const Scenario grok = load_shipped("grok1-314b-h100-512");
+  EXPECT_EQ(grok.parallel.tensor_model_parallel_size, 4);
+  EXPECT_EQ(grok.parallel.pipeline_model_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.virtual_pipeline_model_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.context_parallel_size, 2);
+  EXPECT_EQ(grok.parallel.expert_model_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.data_parallel_size, 8);
+  EXPECT_EQ(grok.parallel.expert_data_parallel_size(), 2);  // 4 x 2 x 8 / (4 x 8)
+  const Scenario qwen = load_shipped("qwen3-30b-a3b-h100-16");
+  EXPECT_EQ(qwen.model.head_dim(), 128);
+  EXPECT_EQ(qwen.model.num_moe_experts, 128);
+  EXPECT_EQ(qwen.model.moe_router_topk, 8);
+  EXPECT_EQ(qwen.parallel.expert_tp(), 1);
+  EXPECT_EQ(qwen.parallel.expert_data_parallel_size(), 2);  // 4 x 1 x 2 / (1 x 4)
+}
+
+TEST(ScenarioMoe, LayerFreqIntegerOrList) {
+  ScenarioText t = moe_text();
+  t.set("model", "moe_layer_freq", "2");
+  EXPECT_EQ(parse(t.text()).model.moe_layer_pattern, (std::vector<int>{1, 0, 1, 0}));
+  t.set("model", "moe_layer_freq", "[0, 1, 1, 0]");
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.model.moe_layer_pattern, (std::vector<int>{0, 1, 1, 0}));
+  EXPECT_FALSE(s.model.is_moe_layer(0));
+  EXPECT_TRUE(s.model.is_moe_layer(1));
+  // An override may give the list.
+  EXPECT_EQ(parse(moe_text().text(), {{"model.moe_layer_freq", "[1,1,0,0]"}})
+                .model.moe_layer_pattern,
+            (std::vector<int>{1, 1, 0, 0}));
+
+  for (const auto& [value, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"[1, 0]", "a list of 2 entries"},
+           {"[1, 0, 2, 1]", "entry 2 (layer 2) is '2'; expected 0 (dense) or 1 (MoE)"},
+           {"[0, 0, 0, 0]", "has no 1"},
+           {"0", "expected an integer f >= 1"},
+           {"\"([1]*3+[0]*1)\"", "written as the list"}}) {
+    ScenarioText bad = moe_text();
+    bad.set("model", "moe_layer_freq", value);
+    EXPECT_THAT(error_of(bad), AllOf(HasSubstr(at(bad, "model.moe_layer_freq") +
+                                               "model.moe_layer_freq: "),
+                                     HasSubstr(problem)))
+        << value;
+  }
+}
+
+TEST(ScenarioMoe, EveryMoeKeyNeedsExperts) {
+  for (const auto& [section, key, value] : std::vector<std::array<std::string, 3>>{
+           {"model", "moe_router_topk", "2"},
+           {"model", "moe_ffn_hidden_size", "128"},
+           {"model", "moe_shared_expert_intermediate_size", "128"},
+           {"model", "moe_layer_freq", "1"},
+           {"model", "moe_expert_capacity_factor", "1.0"},
+           {"model", "moe_pad_expert_input_to_capacity", "false"},
+           {"model", "moe_token_dispatcher_type", "alltoall"},
+           {"model", "moe_router_load_balancing_type", "aux_loss"},
+           {"model", "moe_aux_loss_coeff", "0.01"},
+           {"model", "moe_grouped_gemm", "true"},
+           {"parallelism", "expert_model_parallel_size", "1"},
+           {"parallelism", "expert_tensor_parallel_size", "1"}}) {
+    ScenarioText t;
+    t.set(section, key, value);
+    EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, section + "." + key) + section + "." + key),
+                                   HasSubstr("needs model.num_moe_experts")))
+        << key;
+  }
+  ScenarioText w;
+  w.set("cluster", "what_if", "{moe_load_imbalance: 1.5}");
+  EXPECT_THAT(error_of(w), AllOf(HasSubstr("cluster.what_if.moe_load_imbalance: needs "
+                                           "model.num_moe_experts")));
+  // A Scenario built in code: a setting away from its default.
+  Scenario s = parse(ScenarioText().text());
+  s.model.moe_grouped_gemm = true;
+  try {
+    validate_scenario(s, "code");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("code: model.moe_grouped_gemm: needs model.num_moe_experts"));
+  }
+}
+
+TEST(ScenarioMoe, Rules) {
+  struct Case {
+    std::vector<std::array<std::string, 3>> keys;
+    std::string key, problem;
+  };
+  const std::vector<Case> cases = {
+      {{{"model", "moe_router_topk", "9"}},
+       "model.moe_router_topk",
+       "9 is outside [1, model.num_moe_experts = 8]"},
+      {{{"model", "num_moe_experts", "0"}}, "model.num_moe_experts", "must be >= 1"},
+      {{{"model", "moe_expert_capacity_factor", "0"}},
+       "model.moe_expert_capacity_factor",
+       "must be a finite number > 0 (null = dropless), got 0"},
+      {{{"model", "moe_expert_capacity_factor", ".inf"}},
+       "model.moe_expert_capacity_factor",
+       "expected a finite number > 0"},
+      {{{"model", "moe_pad_expert_input_to_capacity", "true"}},
+       "model.moe_pad_expert_input_to_capacity",
+       "true needs model.moe_expert_capacity_factor"},
+      {{{"model", "moe_aux_loss_coeff", "-1"}}, "model.moe_aux_loss_coeff", ">= 0"},
+      {{{"model", "moe_token_dispatcher_type", "flex"}},
+       "model.moe_token_dispatcher_type",
+       "(allowed: alltoall, allgather)"},
+      {{{"model", "moe_router_load_balancing_type", "sinkhorn"}},
+       "model.moe_router_load_balancing_type",
+       "(allowed: aux_loss, none)"},
+      {{{"parallelism", "expert_model_parallel_size", "3"},
+        {"parallelism", "rank_order", "tp-cp-ep-dp-pp"}},
+       "parallelism.expert_model_parallel_size",
+       "3 does not divide model.num_moe_experts = 8"},
+      {{{"model", "moe_ffn_hidden_size", "100"}, {"parallelism", "expert_tensor_parallel_size", "8"}},
+       "parallelism.expert_tensor_parallel_size",
+       "expert_tensor_parallel_size = 8 does not divide the routed expert width "
+       "model.moe_ffn_hidden_size = 100"},
+      {{{"model", "moe_ffn_hidden_size", "101"}},
+       "parallelism.tensor_model_parallel_size",
+       "tensor_model_parallel_size = 2 (the expert TP size when expert_tensor_parallel_size is "
+       "not given) does not divide the routed expert width model.moe_ffn_hidden_size = 101"},
+      {{{"model", "moe_shared_expert_intermediate_size", "99"}},
+       "parallelism.tensor_model_parallel_size",
+       "2 does not divide model.moe_shared_expert_intermediate_size = 99"},
+      {{{"parallelism", "expert_tensor_parallel_size", "1"},
+        {"parallelism", "expert_model_parallel_size", "8"},
+        {"parallelism", "rank_order", "tp-cp-ep-dp-pp"}},
+       "parallelism.expert_model_parallel_size",
+       "8 x expert_tensor_parallel_size = 1 = 8 does not divide tensor_model_parallel_size x "
+       "context_parallel_size x data_parallel_size = 2 x 1 x 2 = 4"},
+      {{{"parallelism", "sequence_parallel", "false"}},
+       "parallelism.sequence_parallel",
+       "must be true for an MoE model with tensor_model_parallel_size = 2 > 1"},
+      {{{"parallelism", "expert_model_parallel_size", "2"},
+        {"parallelism", "rank_order", "tp-cp-dp-pp"}},
+       "parallelism.rank_order",
+       "'tp-cp-dp-pp' has no ep while expert_model_parallel_size = 2 > 1"},
+      {{{"model", "multi_latent_attention", "true"}},
+       "model.multi_latent_attention",
+       "true is not supported yet"},
+      {{{"cluster", "what_if", "{moe_load_imbalance: 0.9}"}},
+       "cluster.what_if.moe_load_imbalance",
+       "must be a finite number >= 1"},
+  };
+  for (const Case& c : cases) {
+    ScenarioText t = moe_text();
+    for (const auto& [section, key, value] : c.keys) t.set(section, key, value);
+    const std::string where = c.key.rfind("cluster.what_if", 0) == 0 ? "" : at(t, c.key);
+    EXPECT_THAT(error_of(t), AllOf(HasSubstr(where + c.key + ": "), HasSubstr(c.problem)))
+        << c.key << ": " << c.problem;
+  }
+  // multi_latent_attention is refused in a dense model too.
+  ScenarioText mla;
+  mla.set("model", "multi_latent_attention", "true");
+  EXPECT_THAT(error_of(mla), HasSubstr("model.multi_latent_attention: true is not supported yet"));
+}
+
+TEST(ScenarioKvChannels, HeadDimensionApartFromHiddenOverHeads) {
+  // Qwen3-30B-A3B: h 2048, 32 heads, 4 query groups, head dimension 128 (a d = 4096 != h).
+  ScenarioText t;
+  t.set("model", "architecture", "llama")
+      .set("model", "hidden_size", "2048")
+      .set("model", "num_attention_heads", "32")
+      .set("model", "num_query_groups", "4")
+      .set("model", "kv_channels", "128");
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.model.head_dim(), 128);
+  EXPECT_EQ(s.model.attention_width(), 4096);
+  EXPECT_EQ(s.model.qkv_width(), (32 + 2 * 4) * 128);
+  EXPECT_EQ(parse(ScenarioText().text()).model.head_dim(), 256 / 8);
+  // With kv_channels h need not be a multiple of a; without it, it must.
+  t.set("model", "hidden_size", "2050").set("model", "ffn_hidden_size", "4096");
+  EXPECT_EQ(parse(t.text()).model.head_dim(), 128);
+  t.erase("model", "kv_channels");
+  EXPECT_THAT(error_of(t), HasSubstr("model.hidden_size: 2050 is not divisible by"));
+  t.set("model", "hidden_size", "2048").set("model", "kv_channels", "0");
+  EXPECT_THAT(error_of(t), HasSubstr(at(t, "model.kv_channels") + "model.kv_channels: must be >= 1"));
+  // RoPE needs an even head dimension: kv_channels decides it.
+  t.set("model", "kv_channels", "127");
+  EXPECT_THAT(error_of(t), HasSubstr("rope needs an even head dimension"));
 }
 
 }  // namespace

@@ -39,14 +39,10 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr std::array<GroupKind, 8> kAllKinds = {GroupKind::kTp,
-                                                GroupKind::kCp,
-                                                GroupKind::kDp,
-                                                GroupKind::kPp,
-                                                GroupKind::kDpCp,
-                                                GroupKind::kEmbedding,
-                                                GroupKind::kModelParallel,
-                                                GroupKind::kWorld};
+constexpr std::array<GroupKind, 12> kAllKinds = {
+    GroupKind::kTp,        GroupKind::kCp,    GroupKind::kDp,    GroupKind::kPp,
+    GroupKind::kDpCp,      GroupKind::kEmbedding, GroupKind::kModelParallel, GroupKind::kWorld,
+    GroupKind::kEp,        GroupKind::kEtp,   GroupKind::kEdp,   GroupKind::kEtpEp};
 
 // --- LocalCommunicator ------------------------------------------------------------------------
 
@@ -105,6 +101,29 @@ TEST(LocalCommunicator, AllGatherAndReduceScatterCopyAfterCheckingLengths) {
   EXPECT_THROW(c.reduce_scatter(GroupKind::kDp, in, wrong, ReduceOp::kSum), InvalidArgument);
   std::vector<float> empty;
   EXPECT_THROW(c.all_gather(GroupKind::kWorld, in, empty), InvalidArgument);
+}
+
+TEST(LocalCommunicator, AllToAllVCopiesItsOwnPieceAfterCheckingCounts) {
+  LocalCommunicator c(RankLayout(1, 1, 1, 1));
+  const std::vector<float> in = {1, 2, 3};
+  std::vector<float> out(3, 0.0f);
+  const std::vector<int64_t> three = {3};
+  c.all_to_all_v(GroupKind::kWorld, in, three, out, three)->wait();
+  EXPECT_EQ(out, in);
+  std::vector<float> none;
+  const std::vector<int64_t> zero = {0};
+  c.all_to_all_v(GroupKind::kTp, none, zero, none, zero)->wait();  // no token routed: fine
+  try {
+    c.all_to_all_v(GroupKind::kDp, in, std::vector<int64_t>{2}, out, three);
+    FAIL() << "send counts summing to 2 for 3 elements were accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("all_to_all_v"), HasSubstr("send_counts"),
+                                HasSubstr("sum to 2"), HasSubstr("3")));
+  }
+  EXPECT_THROW(c.all_to_all_v(GroupKind::kDp, in, std::vector<int64_t>{3, 0}, out, three),
+               InvalidArgument);
+  EXPECT_THROW(c.all_to_all_v(GroupKind::kDp, in, std::vector<int64_t>{-3}, out, three),
+               InvalidArgument);
 }
 
 TEST(LocalCommunicator, RingExchangeOverOneMemberCopies) {
@@ -321,6 +340,61 @@ TEST_F(MpiCommunicatorEightRanks, ReduceScatterGivesEachMemberItsReducedPiece) {
           << to_string(kind) << " j=" << j << " " << at();
     }
   }
+}
+
+TEST_F(MpiCommunicatorEightRanks, AllToAllVDeliversVariablePiecesInMemberOrder) {
+  // Over groups of 2 (tp), 4 (model-parallel) and 8 (world) ranks: member at position p sends
+  // member q the (p + 2 q) % 3 values 1000 r + 10 q + i (i = 0, 1, ...), zero-length pieces
+  // included; q receives from each p exactly those, in member order.
+  MpiCommunicator c(layout_);
+  const int64_t r = rank_;
+  // An expert layout on the same 8 ranks: EP 2, ETP 1 (expert-DP 2), as MoE dispatch uses it.
+  const RankLayout experts(2, 1, 2, 2, "tp-cp-ep-dp-pp", 2, 1);
+  MpiCommunicator ce(experts);
+  struct Case {
+    MpiCommunicator* comm;
+    const RankLayout* layout;
+    GroupKind kind;
+  };
+  for (const Case& k : {Case{&c, &layout_, GroupKind::kTp}, Case{&c, &layout_, GroupKind::kModelParallel},
+                        Case{&c, &layout_, GroupKind::kWorld}, Case{&ce, &experts, GroupKind::kEp},
+                        Case{&ce, &experts, GroupKind::kEdp}}) {
+    const GroupKind kind = k.kind;
+    const std::vector<int64_t> members = k.layout->group(kind, r);
+    const auto n = static_cast<int64_t>(members.size());
+    const int64_t p = std::find(members.begin(), members.end(), r) - members.begin();
+    auto count = [](int64_t from, int64_t to) { return (from + 2 * to) % 3; };
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<float> in, expected;
+    for (int64_t q = 0; q < n; ++q) {
+      send_counts.push_back(count(p, q));
+      recv_counts.push_back(count(q, p));
+      for (int64_t i = 0; i < count(p, q); ++i) in.push_back(static_cast<float>(1000 * r + 10 * q + i));
+      for (int64_t i = 0; i < count(q, p); ++i) {
+        expected.push_back(static_cast<float>(1000 * members[static_cast<size_t>(q)] + 10 * p + i));
+      }
+    }
+    std::vector<float> out(expected.size(), -1.0f);
+    k.comm->all_to_all_v(kind, in, send_counts, out, recv_counts)->wait();
+    EXPECT_EQ(out, expected) << to_string(kind) << " " << at();
+  }
+  // By hand: the expert generator (etp 1, ep 2, edp 2, pp 2; ep fastest) puts rank r at
+  // ep = r % 2, edp = (r / 2) % 2: EP group {r - r % 2, +1}, expert-DP group {r - (r & 2), +2}.
+  EXPECT_EQ(experts.group(GroupKind::kEp, r), (std::vector<int64_t>{r - r % 2, r - r % 2 + 1}));
+  EXPECT_EQ(experts.group(GroupKind::kEdp, r), (std::vector<int64_t>{r - (r & 2), r - (r & 2) + 2}));
+  // Two in flight at once on different groups (dispatch over one group while another finishes).
+  const std::vector<float> one = {static_cast<float>(r)};
+  const std::vector<int64_t> ones_tp = {1, 1}, ones_world(8, 1);
+  std::vector<float> tp_in = {static_cast<float>(r), static_cast<float>(r)}, tp_out(2);
+  std::vector<float> world_in(8, static_cast<float>(r)), world_out(8);
+  RequestPtr a = c.all_to_all_v(GroupKind::kTp, tp_in, ones_tp, tp_out, ones_tp);
+  RequestPtr b = c.all_to_all_v(GroupKind::kWorld, world_in, ones_world, world_out, ones_world);
+  b->wait();
+  a->wait();
+  EXPECT_EQ(tp_out, as_floats({r - r % 2, r - r % 2 + 1})) << at();
+  EXPECT_EQ(world_out, as_floats({0, 1, 2, 3, 4, 5, 6, 7})) << at();
+  EXPECT_THROW(c.all_to_all_v(GroupKind::kTp, one, std::vector<int64_t>{1}, tp_out, ones_tp),
+               InvalidArgument);
 }
 
 TEST_F(MpiCommunicatorEightRanks, BufferLengthsMustMatchTheGroupSize) {

@@ -534,5 +534,130 @@ TEST(ModelShard, Errors) {
   }
 }
 
+// ---- mixture of experts -------------------------------------------------------------------------
+
+// A Llama-style MoE (RMSNorm, SwiGLU, no biases): 2 layers, the second dense (moe_layer_freq
+// [1, 0]), 4 experts of width 96, a shared expert of width 64.
+Scenario make_moe(int64_t tp, int64_t ep, int64_t etp, bool sp) {
+  Scenario s = make({.tp = tp, .dp = 4 / tp, .layers = 2, .sp = sp});
+  s.model.normalization = Normalization::kRmsNorm;
+  s.model.activation = Activation::kSwiglu;
+  s.model.add_bias_linear = false;
+  s.model.num_moe_experts = 4;
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 96;
+  s.model.moe_shared_expert_intermediate_size = 64;
+  s.model.moe_layer_pattern = {1, 0};
+  s.parallel.expert_model_parallel_size = ep;
+  s.parallel.expert_tensor_parallel_size = etp;
+  s.parallel.rank_order = "tp-cp-ep-dp-pp";
+  return s;
+}
+
+RankCoord at(int64_t tp, int64_t dp) {
+  RankCoord c;
+  c.tp = tp;
+  c.dp = dp;
+  return c;
+}
+
+TEST(ModelShardMoe, RouterSharedExpertAndLocalExpertsInTheirOwnRegion) {
+  // EP 2, ETP 1 on 4 ranks (TP 1, DP 4): expert-DP 2; the expert generator (order
+  // tp-cp-ep-dp-pp, sizes etp 1, ep 2, edp 2) puts rank 3 (DP rank 3) at ep 1, edp 1: it holds
+  // experts 2 and 3.
+  const Scenario s = make_moe(1, 2, 1, false);
+  const ModelShard m(s, at(0, 3), kSeed, kStd);
+  EXPECT_EQ(m.expert_coord(), (ExpertCoord{0, 1, 1, 0}));
+  EXPECT_EQ(m.local_experts(), 2);
+  EXPECT_EQ(m.first_local_expert(), 2);
+  const auto& ts = m.chunks()[0].tensors;
+  std::vector<std::string> expert_names;
+  bool in_expert_region = false;
+  for (const ShardTensor& t : ts) {
+    if (t.expert) in_expert_region = true;
+    EXPECT_EQ(t.expert, in_expert_region) << t.name << ": a dense tensor after the expert region";
+    if (t.expert) expert_names.push_back(t.name);
+  }
+  EXPECT_THAT(expert_names, ::testing::ElementsAre("layers.0.mlp.experts.linear_fc1.weight2",
+                                                   "layers.0.mlp.experts.linear_fc1.weight3",
+                                                   "layers.0.mlp.experts.linear_fc2.weight2",
+                                                   "layers.0.mlp.experts.linear_fc2.weight3"));
+  EXPECT_EQ(m.tensor(0, "layers.0.mlp.router.weight").shape, (std::vector<int64_t>{4, 64}));
+  EXPECT_FALSE(m.tensor(0, "layers.0.mlp.router.weight").tensor_parallel);
+  EXPECT_EQ(m.tensor(0, "layers.0.mlp.shared_experts.linear_fc1.weight").shape,
+            (std::vector<int64_t>{128, 64}));  // [gate | up] of 64
+  EXPECT_EQ(m.tensor(0, "layers.0.mlp.experts.linear_fc1.weight3").shape,
+            (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(m.tensor(0, "layers.0.mlp.experts.linear_fc2.weight2").shape,
+            (std::vector<int64_t>{64, 96}));
+  // The dense layer 1 keeps its MLP; the MoE layer 0 has none.
+  EXPECT_NO_THROW(m.tensor(0, "layers.1.mlp.linear_fc1.weight"));
+  EXPECT_THROW(m.tensor(0, "layers.0.mlp.linear_fc1.weight"), InvalidArgument);
+  // Item ranges: the dense part of layer 0 excludes its experts; the expert range is exactly
+  // the expert region.
+  const std::vector<int32_t> l0 = {0};
+  const auto [eb, ee] = m.item_range(0, l0, /*experts=*/true);
+  EXPECT_EQ(eb, m.tensor(0, "layers.0.mlp.experts.linear_fc1.weight2").offset);
+  EXPECT_EQ(ee, static_cast<int64_t>(m.chunks()[0].params.size()));
+  const auto [db, de] = m.item_range(0, l0);
+  EXPECT_LE(de, eb);
+  EXPECT_EQ(db, m.tensor(0, "layers.0.input_layernorm.weight").offset);
+  const std::vector<int32_t> l1 = {1};
+  EXPECT_THROW(m.item_range(0, l1, /*experts=*/true), InvalidArgument);  // dense layer
+}
+
+TEST(ModelShardMoe, ExpertParallelShardsHoldTheSingleRankExperts) {
+  // EP 1 (every expert on one rank) against EP 2 and EP 4, and ETP 2 (rows of [gate | up] and
+  // columns of FC2 split as the dense MLP's): bitwise the same weights.
+  const ModelShard one(make_moe(1, 1, 1, false), RankCoord{}, kSeed, kStd);
+  for (int64_t ep : {2, 4}) {
+    for (int64_t e = 0; e < ep; ++e) {
+      // DP rank e is EP rank e (TP 1, order tp-cp-ep-dp-pp).
+      const ModelShard m(make_moe(1, ep, 1, false), at(0, e), kSeed, kStd);
+      ASSERT_EQ(m.expert_coord().ep, e);
+      for (const ShardTensor& t : m.chunks()[0].tensors) {
+        SCOPED_TRACE(t.name + " ep " + std::to_string(ep));
+        EXPECT_TRUE(same_bits(copy(const_cast<ModelShard&>(m).param(0, t.name)),
+                              copy(const_cast<ModelShard&>(one).param(0, t.name))));
+      }
+    }
+  }
+  // ETP 2 with TP 2 (SP): expert 1's FC1 rows [gate | up] and FC2 columns from two ETP ranks.
+  std::vector<ModelShard> etp;
+  for (int64_t r = 0; r < 2; ++r) {
+    etp.emplace_back(make_moe(2, 2, 2, true), at(r, 0), kSeed, kStd);
+    ASSERT_EQ(etp.back().expert_coord().etp, r);
+  }
+  const std::vector<float> fc1 = copy(const_cast<ModelShard&>(one).param(0, "layers.0.mlp.experts.linear_fc1.weight1"));
+  const std::vector<float> fc2 = copy(const_cast<ModelShard&>(one).param(0, "layers.0.mlp.experts.linear_fc2.weight1"));
+  std::vector<float> fc1_back(fc1.size()), fc2_back(fc2.size());
+  for (int64_t r = 0; r < 2; ++r) {
+    const auto a = etp[static_cast<size_t>(r)].param(0, "layers.0.mlp.experts.linear_fc1.weight1");
+    const auto b = etp[static_cast<size_t>(r)].param(0, "layers.0.mlp.experts.linear_fc2.weight1");
+    ASSERT_EQ(a.size(), 96u * 64u);
+    // local [gate 48 | up 48] rows -> global gate rows [48 r, ...), up rows [96 + 48 r, ...)
+    std::copy(a.begin(), a.begin() + 48 * 64, fc1_back.begin() + 48 * 64 * r);
+    std::copy(a.begin() + 48 * 64, a.end(), fc1_back.begin() + (96 + 48 * r) * 64);
+    for (int64_t row = 0; row < 64; ++row) {
+      std::copy(b.begin() + row * 48, b.begin() + (row + 1) * 48,
+                fc2_back.begin() + row * 96 + 48 * r);
+    }
+  }
+  EXPECT_TRUE(same_bits(fc1_back, fc1));
+  EXPECT_TRUE(same_bits(fc2_back, fc2));
+  EXPECT_TRUE(etp[0].tensor(0, "layers.0.mlp.router.weight").sequence_parallel_grad);
+}
+
+TEST(ModelShardMoe, Errors) {
+  Scenario s = make_moe(1, 4, 1, false);
+  s.model.num_moe_experts = 6;  // 6 experts over EP 4
+  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("num_moe_experts (6)")));
+  s = make_moe(1, 2, 1, false);
+  s.model.add_bias_linear = true;
+  EXPECT_THAT([&] { ModelShard(s, RankCoord{}, kSeed, kStd); },
+              ::testing::ThrowsMessage<UnsupportedError>(HasSubstr("add_bias_linear")));
+}
+
 }  // namespace
 }  // namespace traintwin::exec

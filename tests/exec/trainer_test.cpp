@@ -178,6 +178,28 @@ TEST_F(TrainerTest, CheckpointSignatureNamesThePipelineSplit) {
   EXPECT_EQ(checkpoint_signature(scenario(accounted), {}), checkpoint_signature(scenario(pp2), {}));
 }
 
+// An MoE model's signature adds the expert keys and the rank's expert coordinates (a checkpoint
+// of another expert layout holds other experts); a dense model's has none of them.
+TEST_F(TrainerTest, CheckpointSignatureOfAnMoeModelNamesTheExpertLayout) {
+  Scenario dense = scenario({});
+  EXPECT_EQ(checkpoint_signature(dense, {}).count("model.num_moe_experts"), 0u);
+  Scenario moe = dense;
+  moe.model.num_moe_experts = 4;
+  moe.model.moe_layer_pattern = {1, 0, 1, 0};
+  moe.parallel.expert_model_parallel_size = 2;
+  moe.parallel.data_parallel_size = 2;  // EP 2 folded over DP 2: DP rank d is EP rank d
+  moe.parallel.rank_order = "tp-cp-ep-dp-pp";
+  RankCoord dp1;
+  dp1.dp = 1;
+  const auto sig = checkpoint_signature(moe, dp1);
+  EXPECT_EQ(sig.at("model.num_moe_experts"), "4");
+  EXPECT_EQ(sig.at("model.moe_layer_freq"), "1010");
+  EXPECT_EQ(sig.at("parallelism.expert_model_parallel_size"), "2");
+  EXPECT_EQ(sig.at("rank.ep"), "1");
+  EXPECT_EQ(sig.at("rank.edp"), "0");
+  EXPECT_EQ(checkpoint_signature(moe, {}).at("rank.ep"), "0");
+}
+
 TEST_F(TrainerTest, RequiresTheTrainingKeys) {
   LocalCommunicator comm(RankLayout(1, 1, 1, 1, "tp-cp-dp-pp"));
   try {

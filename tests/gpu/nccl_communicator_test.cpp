@@ -194,6 +194,19 @@ TEST_F(NcclCommunicatorWorldOfOne, AllGatherAndReduceScatterCopyTheInput) {
   }
 }
 
+TEST_F(NcclCommunicatorWorldOfOne, AllToAllVCopiesItsOwnPiece) {
+  NcclCommunicator c(layout_);
+  const std::vector<float> in = {1, 2, 3, 4, 5};
+  DeviceArray<float> src(in), dst(in.size());
+  const std::vector<int64_t> five = {5};
+  c.all_to_all_v(GroupKind::kWorld, src.cspan(), five, dst.span(), five)->wait();
+  EXPECT_EQ(dst.download(), in);
+  EXPECT_THROW(c.all_to_all_v(GroupKind::kWorld, src.cspan(), std::vector<int64_t>{4},
+                              dst.span(), five),
+               InvalidArgument);
+  c.synchronize();
+}
+
 TEST_F(NcclCommunicatorWorldOfOne, OperationsFollowTheComputeStreamAndWaitOrdersIt) {
   // 32 Mi floats: the copies take long enough that a missing order would show stale data.
   NcclCommunicator c(layout_);
@@ -509,6 +522,33 @@ TEST_F(NcclCommunicatorRanks, SeveralOperationsInFlightOnDifferentGroupsAtOnce) 
   // World piece r: sum over ranks m of m r = r N(N-1)/2.
   EXPECT_EQ(world_piece.download()[0], static_cast<float>(r * n_ * (n_ - 1) / 2)) << at();
   EXPECT_EQ(mp_sum.download()[0], static_cast<float>(mp.size())) << at();
+}
+
+// As the MPI test: member p sends member q (p + 2 q) % 3 values 1000 r + 10 q + i, zero-length
+// pieces included, over the world and the TP group.
+TEST_F(NcclCommunicatorRanks, AllToAllVDeliversVariablePiecesInMemberOrder) {
+  NcclCommunicator c(*layout_);
+  const int64_t r = rank_;
+  for (GroupKind kind : {GroupKind::kTp, GroupKind::kWorld}) {
+    const std::vector<int64_t> members = layout_->group(kind, r);
+    const auto n = static_cast<int64_t>(members.size());
+    const int64_t p = std::find(members.begin(), members.end(), r) - members.begin();
+    auto count = [](int64_t from, int64_t to) { return (from + 2 * to) % 3; };
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<float> in, expected;
+    for (int64_t q = 0; q < n; ++q) {
+      send_counts.push_back(count(p, q));
+      recv_counts.push_back(count(q, p));
+      for (int64_t i = 0; i < count(p, q); ++i) in.push_back(static_cast<float>(1000 * r + 10 * q + i));
+      for (int64_t i = 0; i < count(q, p); ++i) {
+        expected.push_back(static_cast<float>(1000 * members[static_cast<size_t>(q)] + 10 * p + i));
+      }
+    }
+    DeviceArray<float> src(in), dst(expected.size());
+    c.all_to_all_v(kind, src.cspan(), send_counts, dst.span(), recv_counts)->wait();
+    EXPECT_EQ(dst.download(), expected) << to_string(kind) << " " << at();
+  }
+  c.synchronize();
 }
 
 TEST_F(NcclCommunicatorRanks, EmbeddingGroupIsRefusedOnMiddleStages) {

@@ -129,6 +129,56 @@ TEST(Collectives, TreeHasTwoBinaryTrees) {
   EXPECT_NEAR(p.latency_s, 2 * 3 * alpha, 1e-15);  // ceil(log2 5) = 3
 }
 
+// All-to-all as NCCL runs it: grouped send/recv to every peer. Inside one node of 8: each GPU
+// sends 7/8 S over NVLink, one alpha. Across 4 nodes with 2 members each (n 8, k 2): PXN flows
+// A_j -> B_j of k S / n per node pair and rail (4 x 3 x 2 = 24 flows), each NIC sending
+// (n - k)/n S = 3/4 S; NVLink ((k-1) + (n-k)(k-1)/k)/n S = (1 + 3)/8 S.
+TEST(Collectives, AllToAllIsPairwiseWithPxnAcrossNodes) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  const double S = 1 << 28;
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllToAll, S, {8, 1, 8}, t, eff), CollectiveAlgorithm::kP2p);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::kAllToAll, S, {8, 1, 8}, t, eff, "ring"), CollectiveAlgorithm::kP2p);
+  EXPECT_THROW(choose_algorithm(CollectiveKind::kAllToAll, S, {8, 1, 8}, t, eff, "tree"), ConfigError);
+  const double intra_alpha = t.node.nvlink_latency_s + eff.step_overhead_s;
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllToAll, CollectiveAlgorithm::kP2p, S, {8, 1, 8}, t, eff),
+              intra_alpha + 7.0 / 8 * S / (t.node.nvlink_bandwidth_Bps * eff.nvlink_ring), 1e-12);
+  const CollectivePlan in_node = plan_collective(CollectiveKind::kAllToAll, S, {0, 1, 2, 3, 4, 5, 6, 7}, t, eff);
+  EXPECT_TRUE(in_node.flows.empty());
+  EXPECT_NEAR(uncontended_time_s(in_node, t),
+              collective_time_s(CollectiveKind::kAllToAll, CollectiveAlgorithm::kP2p, S, {8, 1, 8}, t, eff), 1e-12);
+
+  const std::vector<int64_t> members = {0, 1, 8, 9, 16, 17, 24, 25};
+  const CollectivePlan p = plan_collective(CollectiveKind::kAllToAll, S, members, t, eff);
+  EXPECT_EQ(p.algorithm, CollectiveAlgorithm::kP2p);
+  ASSERT_EQ(p.flows.size(), 24u);
+  std::map<int64_t, double> sent, received;
+  for (const auto& f : p.flows) {
+    EXPECT_EQ(f.src % 8, f.dst % 8) << "rail kept";
+    EXPECT_NE(f.src / 8, f.dst / 8);
+    EXPECT_DOUBLE_EQ(f.bytes, 2 * S / 8 / eff.ib);
+    sent[f.src] += f.bytes;
+    received[f.dst] += f.bytes;
+  }
+  for (int64_t r : members) {
+    EXPECT_DOUBLE_EQ(sent[r], 0.75 * S / eff.ib);
+    EXPECT_DOUBLE_EQ(received[r], 0.75 * S / eff.ib);
+  }
+  const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
+  EXPECT_NEAR(p.latency_s, alpha, 1e-15);
+  EXPECT_NEAR(p.local_time_s, 4.0 / 8 * S / (t.node.nvlink_bandwidth_Bps * eff.nvlink_ring), 1e-12);
+  // Uncontended: each NIC sends its three flows one after another, 3/4 S / ib at line rate
+  // (+ the route latency and the alpha); the closed form agrees up to that route latency.
+  const double Bps = std::min(t.nic.line_rate_Bps, t.fabric.link_rate_Bps);
+  const double nic_s = 0.75 * S / eff.ib / Bps;
+  const double route = uncontended_transfer_s(0, 8, 0, t);
+  EXPECT_NEAR(uncontended_time_s(p, t), std::max(route + nic_s, p.local_time_s) + alpha, 1e-12);
+  const double closed = collective_time_s(CollectiveKind::kAllToAll, CollectiveAlgorithm::kP2p, S,
+                                          group_span(members, 8), t, eff);
+  EXPECT_NEAR(closed, alpha + std::max(0.75 * S / (t.nic.line_rate_Bps * eff.ib), p.local_time_s),
+              1e-12);
+}
+
 }  // namespace
 }  // namespace traintwin
 

@@ -92,6 +92,9 @@ TEST(CostKernelClass, ByNamePrefix) {
   EXPECT_EQ(kernel_class("gemm_fwd"), KernelClass::kGemm);
   EXPECT_EQ(kernel_class("gemm_dgrad"), KernelClass::kGemm);
   EXPECT_EQ(kernel_class("gemm_wgrad"), KernelClass::kGemm);
+  EXPECT_EQ(kernel_class("grouped_gemm_fwd"), KernelClass::kGemm);  // MoE experts
+  EXPECT_EQ(kernel_class("grouped_gemm_wgrad"), KernelClass::kGemm);
+  EXPECT_EQ(kernel_class("moe_permute_fwd"), KernelClass::kMemory);
   EXPECT_EQ(kernel_class("attention_fwd"), KernelClass::kAttention);
   EXPECT_EQ(kernel_class("flash_attention_bwd"), KernelClass::kAttention);
   for (const char* n : {"layernorm_fwd", "dropout_add_bwd", "gelu_fwd", "embedding_bwd",

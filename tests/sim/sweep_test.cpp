@@ -330,6 +330,41 @@ TEST(Sweep, ContextParallelAndFp8Axes) {
       << bad[2].invalid_reason;
 }
 
+TEST(Sweep, ExpertParallelAxes) {
+  // Qwen3-30B-A3B on 16 GPUs: TP 4 x PP 2 x DP 2, 8 ranks per stage, 128 experts.
+  const Scenario base =
+      load_scenario(std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/qwen3-30b-a3b-h100-16.yaml");
+  SweepAxes axes;
+  axes.ep = {1, 2, 4, 8, 16};
+  axes.etp = {1, 2};
+  const auto configs = enumerate_configurations(base, axes, 80e9);
+  ASSERT_EQ(configs.size(), 10u);
+  for (const auto& c : configs) {
+    const ParallelConfig& p = c.scenario.parallel;
+    EXPECT_EQ(p.expert_model_parallel_size, axes.ep[static_cast<size_t>(c.index / 2)]);
+    EXPECT_EQ(p.expert_tp(), axes.etp[static_cast<size_t>(c.index % 2)]);
+    // Parallel folding: valid exactly when ETP x EP divides TP x CP x DP = 8.
+    const bool folds = 8 % (p.expert_model_parallel_size * p.expert_tp()) == 0;
+    EXPECT_EQ(c.valid, folds) << c.invalid_reason;
+    if (!folds) {
+      EXPECT_THAT(c.invalid_reason, HasSubstr("does not divide tensor_model_parallel_size x "
+                                              "context_parallel_size x data_parallel_size"));
+    } else {
+      // The memory model sees the layout: fewer local experts, less expert memory.
+      EXPECT_GT(c.peak_memory_bytes, 0);
+    }
+  }
+  EXPECT_GT(configs[0].peak_memory_bytes, configs[4].peak_memory_bytes);  // EP 1 vs EP 4, ETP 1
+  // A dense model: EP > 1 is skipped with its reason.
+  SweepAxes dense_axes;
+  dense_axes.ep = {1, 2};
+  const auto dense = enumerate_configurations(small_scenario(), dense_axes, 80e9);
+  EXPECT_TRUE(dense[0].valid) << dense[0].invalid_reason;
+  EXPECT_FALSE(dense[1].valid);
+  EXPECT_THAT(dense[1].invalid_reason,
+              HasSubstr("parallelism.expert_model_parallel_size: needs model.num_moe_experts"));
+}
+
 TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
   const Scenario base = small_scenario();
   SweepAxes axes;

@@ -2,17 +2,21 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
+#include "core/input_file.hpp"
+#include "tests/bounded_child.hpp"
 
 namespace traintwin {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const fs::path kSource = TRAINTWIN_SOURCE_DIR;
@@ -53,6 +57,36 @@ TEST(Validation, ReadsEveryCaseOfTheSharedCalibrationFile) {
   EXPECT_DOUBLE_EQ(dgxc.measured_iteration_time_s, 8.309);
 }
 
+// The calibration file is read like scenarios and topologies (issue 14): a regular file of at
+// most 4 MiB, one YAML document, and no ',' on which yaml-cpp 0.7's LoadAll would loop forever
+// (it then allocates about 1 GB/s: the parse runs in a bounded child).
+TEST(Validation, CalibrationFileIsBoundedLikeEveryYamlInput) {
+  const fs::path dir = fs::temp_directory_path() / ("traintwin-validation-bounds-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto error_of = [&](const fs::path& file) {
+    try {
+      load_validation_cases(file, kSource / "topologies");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_THAT(error_of("/dev/zero"), AllOf(HasSubstr("/dev/zero"), HasSubstr("not a regular file")));
+  EXPECT_THAT(error_of(dir), HasSubstr("is a folder, not a calibration file"));
+  std::ofstream(dir / "big.yaml") << std::string(kMaxConfigFileBytes + 1, '#');
+  EXPECT_THAT(error_of(dir / "big.yaml"),
+              HasSubstr("bytes a calibration file may have"));
+  std::ofstream(dir / "two.yaml") << "cases: []\n---\ncases: []\n";
+  EXPECT_THAT(error_of(dir / "two.yaml"),
+              AllOf(HasSubstr("two.yaml:2: a second YAML document"), HasSubstr("calibration file")));
+  std::ofstream(dir / "comma.yaml") << "{\"cases\": []},\n";
+  const auto r = testing::run_bounded([&] { return error_of(dir / "comma.yaml"); }, 20,
+                                      uint64_t{1} << 30);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_THAT(r.text, AllOf(HasSubstr("comma.yaml:1:14: ','"), HasSubstr("cannot start a YAML node")));
+  fs::remove_all(dir);
+}
+
 TEST(Validation, BadFilesNameTheCaseAndKey) {
   const fs::path dir = fs::temp_directory_path() / "traintwin-validation-test";
   fs::create_directories(dir);
@@ -88,7 +122,8 @@ TEST(Validation, BadFilesNameTheCaseAndKey) {
 // flash attention from the llama preset), a NeMo long-context row measured in model TFLOP/s per
 // GPU (turned into a time with the model FLOPs: Llama 2 7B, s 8192, B 512, 8 GPUs, 730 TFLOP/s:
 // F = 512 x 8192 x [12 x 32 x 4096^2 x (1 + 1 + 2) + 18 x 32 x 11008 x 4096 + 6 x 32000 x 4096]
-// -> T = F / (730e12 x 8)), and a mixture-of-experts row, kept and marked unsupported.
+// -> T = F / (730e12 x 8)), and a mixture-of-experts row (the Grok-1 proxy's kind), read as an MoE
+// scenario.
 TEST(Validation, ModernCasesDefaultsTflopsAndUnsupportedRows) {
   const fs::path dir = fs::temp_directory_path() / "traintwin-validation-modern-test";
   fs::create_directories(dir);
@@ -137,8 +172,13 @@ TEST(Validation, ModernCasesDefaultsTflopsAndUnsupportedRows) {
   EXPECT_TRUE(cases[1].scenario.training.fp8());
   EXPECT_TRUE(cases[1].scenario.training.fp8_param_gather);  // the file's FP8 rows
   EXPECT_FALSE(cases[1].scenario.training.tp_comm_overlap);  // no SP, nothing to overlap
+  // The MoE row is read as an MoE scenario: 8 experts over EP 2, expert TP = TP 1, expert DP 4.
   EXPECT_EQ(cases[2].id, "moe");
-  EXPECT_THAT(cases[2].unsupported, HasSubstr("mixture of experts (model.num_moe_experts)"));
+  EXPECT_TRUE(cases[2].unsupported.empty());
+  EXPECT_EQ(cases[2].scenario.model.num_moe_experts, 8);
+  EXPECT_EQ(cases[2].scenario.parallel.expert_model_parallel_size, 2);
+  EXPECT_EQ(cases[2].scenario.parallel.expert_data_parallel_size(), 4);
+  EXPECT_DOUBLE_EQ(cases[2].measured_iteration_time_s, 24.0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tests/bounded_child.hpp"
 
 namespace traintwin {
 namespace {
@@ -86,6 +87,16 @@ std::vector<fs::path> shipped_topologies() {
   }
   std::sort(files.begin(), files.end());
   return files;
+}
+
+// A document starting at ',' (outside [...] or {...}) made yaml-cpp 0.7's LoadAll loop forever
+// with growing memory: refused naming line and column (in a bounded child, in case it regresses).
+TEST(TopologyErrors, CommaThatHangsYamlCppIsRefused) {
+  const auto r = testing::run_bounded(
+      [] { return config_error_of([] { parse_topology("{\"name\": \"x\"},\n", "t.yaml"); }); }, 20,
+      uint64_t{1} << 30);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_THAT(r.text, AllOf(HasSubstr("t.yaml:1:14: ','"), HasSubstr("cannot start a YAML node")));
 }
 
 TEST(ShippedTopologies, EveryFileLoadsAndIsConsistent) {

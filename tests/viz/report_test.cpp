@@ -74,7 +74,7 @@ json small_summary() {
     "iteration_time_s": 0.5, "tokens_per_s": 12345.6, "tokens_per_s_per_gpu": 1543.2,
     "model_tflops_per_gpu": 321.0, "mfu": 0.4213, "hfu": 0.4567,
     "pipeline_bubble_fraction": 0.125,
-    "exposed_comm_s": {"tp": 0.01, "pp": 0.02, "dp": 0.03},
+    "exposed_comm_s": {"tp": 0.01, "cp": 0.004, "ep": 0.006, "pp": 0.02, "dp": 0.03},
     "compute_s": 0.4, "optimizer_s": 0.005,
     "peak_memory_bytes": 42949672960, "fits_in_memory": true, "gpu_memory_bytes": 85899345920,
     "memory_per_stage": [
@@ -89,12 +89,12 @@ json small_summary() {
                        "utilization": 0.5},
                       {"name": "node0-nic0", "tier": "rail", "bytes": 5e8,
                        "utilization": 0.25}],
-    "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+    "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
                       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
     "per_stage": [
-      {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+      {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
        "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
-      {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01,
+      {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
        "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035}]
   })");
 }
@@ -257,7 +257,7 @@ TEST(ReportSpec, SummaryTableHasTheHeadlineNumbers) {
   const std::string html = summary_table_html(small_summary(), "summary.json");
   for (const char* text :
        {"unit", "8 x H100", "TP 2 x CP 1 x PP 2 x DP 2", "500.000 ms", "12346", "1543.2", "42.1 %",
-        "45.7 %", "12.5 %", "10.000 ms / 20.000 ms / 30.000 ms", "40.00 GiB / 80.00 GiB (fits)",
+        "45.7 %", "12.5 %", "10.000 ms / 4.000 ms / 6.000 ms / 20.000 ms / 30.000 ms", "40.00 GiB / 80.00 GiB (fits)",
         "measured 25.0 %, roofline 75.0 %"}) {
     EXPECT_THAT(html, HasSubstr(text));
   }
@@ -290,17 +290,19 @@ TEST(ReportSpec, SummaryTableNamesTheFileAndKeyOfAMissingField) {
       Error);
 }
 
-TEST(ReportSpec, TimeBreakdownHasSixPartsForTheCriticalRankAndEachStage) {
+TEST(ReportSpec, TimeBreakdownHasEightPartsForTheCriticalRankAndEachStage) {
   const json spec = time_breakdown_spec(small_summary(), "summary.json");
   const json& values = spec["data"]["values"];
-  ASSERT_EQ(values.size(), 18u);
+  ASSERT_EQ(values.size(), 24u);
   EXPECT_EQ(values[0]["row"], "critical path (rank 4)");
   EXPECT_EQ(values[0]["part"], "compute");
   EXPECT_DOUBLE_EQ(values[0]["ms"].get<double>(), 400.0);
-  EXPECT_EQ(values[4]["part"], "pipeline bubble");
-  EXPECT_DOUBLE_EQ(values[4]["ms"].get<double>(), 35.0);
-  EXPECT_EQ(values[17]["row"], "stage 1 (rank 4)");
-  EXPECT_EQ(values[17]["part"], "optimizer");
+  EXPECT_EQ(values[2]["part"], "exposed CP comm");
+  EXPECT_EQ(values[3]["part"], "exposed EP comm");
+  EXPECT_EQ(values[6]["part"], "pipeline bubble");
+  EXPECT_DOUBLE_EQ(values[6]["ms"].get<double>(), 35.0);
+  EXPECT_EQ(values[23]["row"], "stage 1 (rank 4)");
+  EXPECT_EQ(values[23]["part"], "optimizer");
 }
 
 TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {
@@ -659,7 +661,7 @@ TEST(ReportBrowser, RendersEveryChartWithItsMarksAndNoErrors) {
   }
   EXPECT_EQ(count_marks(dom, "rect", "gantt_bars_stage", "path"), timeline.events.size());
   EXPECT_GT(count_marks(dom, "text", "gantt_labels_stage", "text"), 0u);
-  EXPECT_EQ(count_marks(dom, "rect", "breakdown_marks", "path"), 6 * (1 + stages));
+  EXPECT_EQ(count_marks(dom, "rect", "breakdown_marks", "path"), 8 * (1 + stages));
   EXPECT_EQ(count_marks(dom, "rect", "memory_bars_marks", "path"),
             5 * summary["memory_per_stage"].size());
   EXPECT_EQ(count_marks(dom, "rule", "memory_capacity_marks", "line"), 1u);

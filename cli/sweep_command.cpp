@@ -105,9 +105,10 @@ ProgressCallback progress_bar() {
 
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
   fmt::print(
-      "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10} {:>11} {:>6} "
-      "{:>11}  {}\n",
-      "rank", "TP", "CP", "PP", "VPP", "DP", "mbs", "recompute", "SP", "DO", "FP8", "iter (s)",
+      "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10} "
+      "{:>11} {:>6} {:>11}  {}\n",
+      "rank", "TP", "CP", "PP", "VPP", "DP", "EP", "ETP", "mbs", "recompute", "SP", "DO", "FP8",
+      "iter (s)",
       "tok/s/GPU", "MFU %", "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
@@ -117,11 +118,13 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
     const Scenario& s = r.config.scenario;
     const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
-        "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10.4f} {:>11.1f} "
-        "{:>6.1f} {:>11}  {}\n",
+        "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10.4f} "
+        "{:>11.1f} {:>6.1f} {:>11}  {}\n",
         r.rank, s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
         s.parallel.pipeline_model_parallel_size, s.parallel.virtual_pipeline_model_parallel_size,
-        s.parallel.data_parallel_size, s.training.micro_batch_size,
+        s.parallel.data_parallel_size, s.parallel.expert_model_parallel_size,
+        s.model.is_moe() ? std::to_string(s.parallel.expert_tp()) : "-",
+        s.training.micro_batch_size,
         to_string(s.training.recompute_granularity), on_off(s.parallel.sequence_parallel),
         on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()),
         m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),

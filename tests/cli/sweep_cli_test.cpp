@@ -96,6 +96,18 @@ TEST(SweepCli, ContextParallelAndFp8Axes) {
   EXPECT_THAT(bad.output, HasSubstr("A100-SXM-80GB has no FP8 tensor cores"));
 }
 
+TEST(SweepCli, ExpertParallelAxesShowInTheTable) {
+  const std::string mixtral =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/mixtral-8x7b-h100-64.yaml";
+  const Result r = run("sweep " + mixtral +
+                       " --expert-model-parallel-size 4,8 --expert-tensor-parallel-size 1 "
+                       "--mode analytical --jobs 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("2 configurations: 2 ranked"), HasSubstr(" EP ETP ")));
+  // The two rows differ in EP (column after DP 16): "  16   4   1 " and "  16   8   1 ".
+  EXPECT_THAT(r.output, AllOf(HasSubstr("  16   4   1 "), HasSubstr("  16   8   1 ")));
+}
+
 TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
   // A 1.3B model with a global batch that allows large micro-batches: mbs 32 without
   // recomputation does not fit 80 GB.

@@ -30,6 +30,7 @@
 #include "core/rank_layout.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
+#include "tests/all_to_all_v_case.hpp"
 #include "tests/mpi_child_run.hpp"
 
 namespace traintwin::exec {
@@ -360,23 +361,10 @@ TEST_F(MpiCommunicatorEightRanks, AllToAllVDeliversVariablePiecesInMemberOrder) 
                         Case{&c, &layout_, GroupKind::kWorld}, Case{&ce, &experts, GroupKind::kEp},
                         Case{&ce, &experts, GroupKind::kEdp}}) {
     const GroupKind kind = k.kind;
-    const std::vector<int64_t> members = k.layout->group(kind, r);
-    const auto n = static_cast<int64_t>(members.size());
-    const int64_t p = std::find(members.begin(), members.end(), r) - members.begin();
-    auto count = [](int64_t from, int64_t to) { return (from + 2 * to) % 3; };
-    std::vector<int64_t> send_counts, recv_counts;
-    std::vector<float> in, expected;
-    for (int64_t q = 0; q < n; ++q) {
-      send_counts.push_back(count(p, q));
-      recv_counts.push_back(count(q, p));
-      for (int64_t i = 0; i < count(p, q); ++i) in.push_back(static_cast<float>(1000 * r + 10 * q + i));
-      for (int64_t i = 0; i < count(q, p); ++i) {
-        expected.push_back(static_cast<float>(1000 * members[static_cast<size_t>(q)] + 10 * p + i));
-      }
-    }
-    std::vector<float> out(expected.size(), -1.0f);
-    k.comm->all_to_all_v(kind, in, send_counts, out, recv_counts)->wait();
-    EXPECT_EQ(out, expected) << to_string(kind) << " " << at();
+    const auto t = traintwin::testing::all_to_all_v_case(k.layout->group(kind, r), r);
+    std::vector<float> out(t.expected.size(), -1.0f);
+    k.comm->all_to_all_v(kind, t.in, t.send_counts, out, t.recv_counts)->wait();
+    EXPECT_EQ(out, t.expected) << to_string(kind) << " " << at();
   }
   // By hand: the expert generator (etp 1, ep 2, edp 2, pp 2; ep fastest) puts rank r at
   // ep = r % 2, edp = (r / 2) % 2: EP group {r - r % 2, +1}, expert-DP group {r - (r & 2), +2}.

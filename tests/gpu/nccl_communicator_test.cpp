@@ -33,6 +33,7 @@
 #include "core/error.hpp"
 #include "core/rank_layout.hpp"
 #include "exec/cuda/cuda_check.hpp"
+#include "tests/all_to_all_v_case.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 #include "tests/mpi_child_run.hpp"
@@ -530,23 +531,10 @@ TEST_F(NcclCommunicatorRanks, AllToAllVDeliversVariablePiecesInMemberOrder) {
   NcclCommunicator c(*layout_);
   const int64_t r = rank_;
   for (GroupKind kind : {GroupKind::kTp, GroupKind::kWorld}) {
-    const std::vector<int64_t> members = layout_->group(kind, r);
-    const auto n = static_cast<int64_t>(members.size());
-    const int64_t p = std::find(members.begin(), members.end(), r) - members.begin();
-    auto count = [](int64_t from, int64_t to) { return (from + 2 * to) % 3; };
-    std::vector<int64_t> send_counts, recv_counts;
-    std::vector<float> in, expected;
-    for (int64_t q = 0; q < n; ++q) {
-      send_counts.push_back(count(p, q));
-      recv_counts.push_back(count(q, p));
-      for (int64_t i = 0; i < count(p, q); ++i) in.push_back(static_cast<float>(1000 * r + 10 * q + i));
-      for (int64_t i = 0; i < count(q, p); ++i) {
-        expected.push_back(static_cast<float>(1000 * members[static_cast<size_t>(q)] + 10 * p + i));
-      }
-    }
-    DeviceArray<float> src(in), dst(expected.size());
-    c.all_to_all_v(kind, src.cspan(), send_counts, dst.span(), recv_counts)->wait();
-    EXPECT_EQ(dst.download(), expected) << to_string(kind) << " " << at();
+    const auto t = traintwin::testing::all_to_all_v_case(layout_->group(kind, r), r);
+    DeviceArray<float> src(t.in), dst(t.expected.size());
+    c.all_to_all_v(kind, src.cspan(), t.send_counts, dst.span(), t.recv_counts)->wait();
+    EXPECT_EQ(dst.download(), t.expected) << to_string(kind) << " " << at();
   }
   c.synchronize();
 }

@@ -46,15 +46,6 @@ int64_t local_seq_length(const ModelSpec& m, int64_t cp) {
   return m.seq_length / cp;
 }
 
-/// The steps of `schedule` that run model chunk `chunk`.
-std::vector<ScheduleStep> steps_of_chunk(const std::vector<ScheduleStep>& schedule, int64_t chunk) {
-  std::vector<ScheduleStep> steps;
-  for (const ScheduleStep& step : schedule) {
-    if (step.model_chunk == chunk) steps.push_back(step);
-  }
-  return steps;
-}
-
 /// The MLP terms of layer_activation_bytes() inside the TP region, before the division by TP:
 /// the activation's input (2 ffn wide for SwiGLU) and the FC2 input, s b ffn each.
 double dense_mlp_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp,
@@ -260,10 +251,19 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   }
 
   // Transformer-layer activations at the peak of the stage's schedule.
-  const std::vector<ScheduleStep> schedule =
-      build_schedule(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v);
-  mem.in_flight = max_in_flight(schedule);
-  mem.in_flight_layers = max_in_flight_weighted(schedule, layers_of_chunk);
+  // (peak_in_flight_weighted: the schedule's peak without building it.)
+  auto peak_of = [&](const std::vector<int64_t>& weight_of_chunk) {
+    return peak_in_flight_weighted(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v,
+                                   weight_of_chunk);
+  };
+  // The micro-batches in flight in chunk c alone.
+  auto in_flight_of_chunk = [&](int64_t c) {
+    std::vector<int64_t> only(static_cast<size_t>(v), 0);
+    only[static_cast<size_t>(c)] = 1;
+    return peak_of(only);
+  };
+  mem.in_flight = peak_of(std::vector<int64_t>(static_cast<size_t>(v), 1));
+  mem.in_flight_layers = peak_of(layers_of_chunk);
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
@@ -297,7 +297,7 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
       }
       bytes_of_chunk.push_back(static_cast<int64_t>(std::llround(bytes)));
     }
-    mem.activations_bytes = static_cast<double>(max_in_flight_weighted(schedule, bytes_of_chunk));
+    mem.activations_bytes = static_cast<double>(peak_of(bytes_of_chunk));
     // One MoE layer's dispatch buffers at a time (transient: freed after the combine).
     mem.moe_dispatch_buffers_bytes = moe_dispatch_buffer_bytes(s);
   }
@@ -311,11 +311,11 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
                      static_cast<double>(s.model.hidden_size);
   if (pp_rank == 0) {
     // Embedding dropout mask, 1 byte per element; sequence-parallel with SP.
-    const double in_flight = static_cast<double>(max_in_flight(steps_of_chunk(schedule, 0)));
+    const double in_flight = static_cast<double>(in_flight_of_chunk(0));
     mem.embedding_and_logits_bytes += in_flight * kMaskBytes * sbh / sp_divisor;
   }
   if (pp_rank == p - 1) {
-    const double in_flight = static_cast<double>(max_in_flight(steps_of_chunk(schedule, v - 1)));
+    const double in_flight = static_cast<double>(in_flight_of_chunk(v - 1));
     const double e = activation_element_bytes(tr.precision);
     // Input of the final LayerNorm and input of the LM head (2sbh each in 16 bits). Without SP
     // both are full-size on every TP rank; with SP the LayerNorm runs sequence-parallel and the

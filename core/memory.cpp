@@ -221,9 +221,15 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   const int64_t v = par.virtual_pipeline_model_parallel_size;
   // The transformer layers of each of the stage's chunks (uneven under Megatron-Core's uneven
   // pipeline split, core/pipeline_split.hpp).
+  // (The split once: chunk_layers() would recompute it for every chunk.)
+  const std::vector<ChunkLayers> split = pipeline_layer_split(s.model, par);
+  std::vector<ChunkLayers> chunks;
   std::vector<int64_t> layers_of_chunk;
-  for (int64_t c = 0; c < v; ++c) layers_of_chunk.push_back(chunk_layers(s, pp_rank, c).num_layers);
-  mem.layers = layers_on_stage(s, pp_rank);
+  for (int64_t c = 0; c < v; ++c) {
+    chunks.push_back(split.at(static_cast<size_t>(c * p + pp_rank)));  // as chunk_layers()
+    layers_of_chunk.push_back(chunks.back().num_layers);
+    mem.layers += chunks.back().num_layers;  // layers_on_stage()
+  }
 
   // Weights, gradients, optimizer state. The distributed optimizer shards the dense parameters'
   // state over the DP x CP group (Megatron reduces gradients and shards the optimizer over
@@ -269,8 +275,7 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
       tr.fp8());
   int64_t moe_layers = 0;
-  for (int64_t c = 0; c < v; ++c) {
-    const ChunkLayers chunk = chunk_layers(s, pp_rank, c);
+  for (const ChunkLayers& chunk : chunks) {
     for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
       moe_layers += s.model.is_moe_layer(l) ? 1 : 0;
     }
@@ -289,8 +294,7 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
     }
     // The in-flight peak weighted by each chunk's bytes (layers differ between chunks).
     std::vector<int64_t> bytes_of_chunk;
-    for (int64_t c = 0; c < v; ++c) {
-      const ChunkLayers chunk = chunk_layers(s, pp_rank, c);
+    for (const ChunkLayers& chunk : chunks) {
       double bytes = 0;
       for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
         bytes += s.model.is_moe_layer(l) ? moe_layer : per_layer;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "bench/sweep_grid.hpp"
 #include "core/scenario.hpp"
 #include "sim/analytical.hpp"
 #include "sim/cost_model.hpp"
@@ -41,14 +42,7 @@ struct Fixture {
     base = load_scenario(std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml");
     topo = load_topology(base.cluster.topology);
     costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-    axes.tp = {1, 2, 4, 8};
-    axes.pp = {1, 2, 4, 8, 16, 32};
-    axes.mbs = {1, 2, 4, 8};
-    axes.vpp = {1, 2, 3, 4};
-    axes.recompute = {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
-                      RecomputeGranularity::kFull};
-    axes.sequence_parallel = {true, false};
-    axes.distributed_optimizer = {true, false};
+    axes = gpt3_175b_speed_grid();
   }
 };
 

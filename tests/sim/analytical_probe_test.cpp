@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sweep_grid.hpp"
 #include "core/program.hpp"
 #include "core/scenario.hpp"
 #include "sim/analytical.hpp"
@@ -117,22 +118,14 @@ TEST(ProbeScope, BoundaryStepsGiveTheFullProbesResultWithEveryStepFeature) {
   }
 }
 
-// A sample of bench/sweep_bench.cpp's grid (every 13th configuration the memory model accepts,
-// fitting or not: ~130 layouts of every TP, PP, VPP, micro-batch, recompute, SP and distributed
-// optimizer value).
+// A sample of the grid bench/sweep_bench.cpp times (bench/sweep_grid.hpp): every 13th
+// configuration the memory model accepts, fitting or not — ~130 layouts with every TP, PP, VPP,
+// micro-batch, recompute, SP and distributed-optimizer value.
 TEST(ProbeScope, BoundaryStepsGiveTheFullProbesResultOnTheSweepGrid) {
   const Scenario base = load_scenario(scenario_path("gpt3-175b-h100-1024"));
   const TopologySpec topo = load_topology(base.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  SweepAxes axes;
-  axes.tp = {1, 2, 4, 8};
-  axes.pp = {1, 2, 4, 8, 16, 32};
-  axes.mbs = {1, 2, 4, 8};
-  axes.vpp = {1, 2, 3, 4};
-  axes.recompute = {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
-                    RecomputeGranularity::kFull};
-  axes.sequence_parallel = {true, false};
-  axes.distributed_optimizer = {true, false};
+  const SweepAxes axes = gpt3_175b_speed_grid();
   int compared = 0, interleaved = 0;
   int64_t valid = 0;
   for (const SweepConfiguration& c :

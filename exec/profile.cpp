@@ -14,6 +14,7 @@
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/rope.hpp"
+#include "exec/profile_inputs.hpp"
 #include "traces/timeline_costs.hpp"
 
 namespace traintwin::exec {
@@ -30,47 +31,6 @@ struct KernelCall {
     for (const auto& x : ids) b += static_cast<int64_t>(x.size() * sizeof(int32_t));
     return b;
   }
-};
-
-/// Fills device tensors with counter-based uniform values (exec/counter_rng.hpp), a fresh stream
-/// per tensor.
-class InputMaker {
- public:
-  InputMaker(Backend& be, uint64_t seed) : be_(be), seed_(seed) {}
-  /// n values uniform in [lo, hi).
-  Tensor uniform(int64_t n, double lo = -1.0, double hi = 1.0) {
-    host_.resize(static_cast<size_t>(n));
-    const uint64_t stream = next_++;
-    for (int64_t i = 0; i < n; ++i) {
-      host_[static_cast<size_t>(i)] = static_cast<float>(
-          lo + (hi - lo) * counter_uniform(seed_, stream, static_cast<uint64_t>(i)));
-    }
-    Tensor x(be_, n);
-    be_.upload(x, host_);
-    return x;
-  }
-  /// Output (or accumulated-into) tensor: zeros are what the model hands the kernel.
-  Tensor zeros(int64_t n) { return Tensor(be_, n); }
-  /// n ids uniform in [0, range).
-  DeviceBuffer<int32_t> ids(int64_t n, int64_t range) {
-    std::vector<int32_t> h(static_cast<size_t>(n));
-    const uint64_t stream = next_++;
-    for (int64_t i = 0; i < n; ++i) {
-      h[static_cast<size_t>(i)] = static_cast<int32_t>(std::min<double>(
-          static_cast<double>(range) - 1,
-          std::floor(static_cast<double>(range) *
-                     counter_uniform(seed_, stream, static_cast<uint64_t>(i)))));
-    }
-    DeviceBuffer<int32_t> x(be_, n);
-    be_.upload(x, h);
-    return x;
-  }
-
- private:
-  Backend& be_;
-  uint64_t seed_;
-  uint64_t next_ = 0;
-  std::vector<float> host_;
 };
 
 /// The tensors, moved into a vector (an initializer list would copy them).
@@ -92,7 +52,7 @@ bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
 /// The kernel of `target` on fresh inputs, with the Backend calls exec/gpt_model.cpp makes for
 /// its Role.
 KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
-                     InputMaker& in) {
+                     ProfileInputs& in) {
   const KernelKey& key = target.kernel.key;
   const std::vector<int64_t>& d = key.shape;
   const std::string& name = key.name;
@@ -397,7 +357,7 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
   }
   const int64_t rotate =
       options.rotate_bytes > 0 ? options.rotate_bytes : 2 * cpu::last_level_cache_bytes();
-  InputMaker in(backend, options.seed);
+  ProfileInputs in(backend, options.seed);
   std::vector<KernelCall> sets;
   int64_t bytes = 0;
   // At least two sets, so consecutive runs never share inputs; at most 4096.

@@ -20,6 +20,7 @@
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
+#include "exec/launch_env.hpp"
 #include "exec/local_topology.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "exec/profile.hpp"
@@ -80,9 +81,12 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   check_backend(o.backend);
   const bool root = comm == nullptr || comm->rank() == 0;
   const Scenario s = o.scenario.load();
-  const int threads =
-      o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(s.world_size()));
-  exec::cpu::set_gemm_threads(threads);
+  // The ranks that will share this host in the live run: the launcher's ranks on this node under
+  // mpirun, else the scenario's.
+  const int local_ranks =
+      comm != nullptr ? static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size))
+                      : static_cast<int>(s.world_size());
+  const int threads = exec::cpu::use_gemm_threads(local_ranks, o.threads);
   const CostDbDevice device = exec::cpu::host_device(threads);
   const std::filesystem::path file = database_path(o, device, &s);
   // Refuse a foreign or malformed database before measuring anything.
@@ -155,7 +159,9 @@ void profile_collectives(const ProfileCliOptions& o) {
   }
   const exec::MpiEnvironment env;
   run_or_abort_all([&] {
-    const int threads = o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(env.size()));
+    const int threads = exec::cpu::use_gemm_threads(
+        static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size)),
+        o.threads);
     const RankLayout layout(1, 1, env.size(), 1);
     exec::MpiCommunicator comm(layout);
     const bool root = comm.rank() == 0;
@@ -229,8 +235,8 @@ void register_profile_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--threads", o->threads,
-                  "GEMM threads per rank (default: this host's cores shared among the "
-                  "scenario's ranks, as train under mpirun)")
+                  "GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else this "
+                  "host's cores shared among the ranks on it, as train)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--collectives", o->collectives,
                 "Measure all_reduce, all_gather, reduce_scatter and send/recv over the MPI world "

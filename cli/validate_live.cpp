@@ -21,6 +21,7 @@
 #include "core/op_class.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
+#include "exec/launch_env.hpp"
 #include "exec/live_events.hpp"
 #include "exec/live_run.hpp"
 #include "exec/local_communicator.hpp"
@@ -32,13 +33,6 @@
 
 namespace traintwin::cli {
 namespace {
-
-int local_ranks() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  }
-  return 1;
-}
 
 /// Rank 0's time per op class in the live run, averaged over the timed iterations.
 std::map<std::string, double> live_classes(const exec::LiveRun& run, int64_t rank) {
@@ -98,9 +92,9 @@ std::map<std::string, double> simulated_classes(const Scenario& s, const Timelin
 void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
   const Scenario s = o.scenario.load();
   const bool root = comm.rank() == 0;
-  const int threads =
-      o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(mpi ? local_ranks() : 1);
-  exec::cpu::set_gemm_threads(threads);
+  const int local_ranks =
+      mpi ? static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size)) : 1;
+  const int threads = exec::cpu::use_gemm_threads(local_ranks, o.threads);
   const std::filesystem::path topo_file =
       o.topology.empty() ? std::filesystem::path(s.cluster.topology) : std::filesystem::path(o.topology);
   TopologySpec topo = load_topology(topo_file);

@@ -87,7 +87,7 @@ TEST_F(ProfileCli, EveryKernelKeyOfEveryStageAppearsOnce) {
   // The device block is this CPU's.
   EXPECT_EQ(db.device().kind, std::optional<std::string>("cpu"));
   ASSERT_TRUE(db.device().threads.has_value());
-  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(4));
+  EXPECT_EQ(*db.device().threads, exec::cpu::gemm_threads_for(4));
   ASSERT_TRUE(db.versions().blas.has_value());
   EXPECT_THAT(*db.versions().blas, HasSubstr("OpenBLAS"));
 }
@@ -195,6 +195,26 @@ TEST_F(ProfileCli, CollectiveRowsFollowNcclTestsBusbwFactors) {
   EXPECT_EQ(db.collectives().size(), 4u * 14u);
 }
 
+// OPENBLAS_NUM_THREADS, which train honours, sets the threads the kernels are timed with, and the
+// database records them (its device id ends in -1t), so the profile matches the live run.
+TEST_F(ProfileCli, TimesWithTheThreadsOpenBlasIsToldToUse) {
+  const fs::path db_file = dir_ / "one-thread.json";
+  const testing::CliResult r = testing::run_cli_command(
+      "OPENBLAS_NUM_THREADS=1 " + std::string(TRAINTWIN_BINARY) + " profile " + scenario_ +
+      " --warmup 0 --repeats 1 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("(1 GEMM thread(s) per rank)"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  ASSERT_TRUE(db.device().threads.has_value());
+  EXPECT_EQ(*db.device().threads, 1);
+  EXPECT_THAT(exec::cpu::device_id(db.device()), ::testing::EndsWith("-1t"));
+  const testing::CliResult bad = testing::run_cli_command(
+      "OPENBLAS_NUM_THREADS=lots " + std::string(TRAINTWIN_BINARY) + " profile " + scenario_ +
+      " --out " + db_file.string());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("OPENBLAS_NUM_THREADS=lots: expected a positive integer"));
+}
+
 TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
   const fs::path db_file = dir_ / "two.json";
@@ -205,7 +225,7 @@ TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
   EXPECT_THAT(r.output, HasSubstr("on 2 ranks at once"));
   const CostDatabase db = CostDatabase::load(db_file);
   EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"}}));
-  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(2));
+  EXPECT_EQ(*db.device().threads, exec::cpu::gemm_threads_for(2));
 }
 
 TEST_F(ProfileCli, TopologyOutDescribesThisHostWithTheDatabaseDevice) {

@@ -6,9 +6,10 @@
 // uniform in [-1, 1), positive where the kernel needs it, token ids in range), rotated over as
 // many input sets as make their bytes exceed twice the last-level cache, so no timed run finds
 // its inputs in cache from the previous one; every buffer written when it is made, so no timed
-// run pays first-touch page faults a live run does not (exec/profile_inputs.hpp); `warmup`
-// untimed runs, then `repeats` timed runs (each synchronized); median, p10 and p90 of those
-// (nearest-rank percentiles).
+// run pays first-touch page faults a live run does not (exec/profile_inputs.hpp); the outputs
+// the model allocates at the kernel allocated again in each timed run, as the live op pays
+// their zeroing; `warmup` untimed runs, then `repeats` timed runs (each synchronized); median,
+// p10 and p90 of those (nearest-rank percentiles) and their mean.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,7 @@ TEST(CostDatabaseModel, LeaveOneOutOnAProfiledCpuDatabase) {
   std::vector<double> all;
   for (const LeaveOneOutRow& r : loo) {
     if (!r.predicted_us) continue;
-    const double err = (*r.predicted_us - r.row.median_us) / r.row.median_us;
+    const double err = (*r.predicted_us - r.row.expected_us()) / r.row.expected_us();
     errors[to_string(kernel_class(r.row.key.name))].push_back(err);
     all.push_back(std::abs(err));
   }

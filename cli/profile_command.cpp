@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -75,8 +76,9 @@ void check_backend(const std::string& backend) {
   }
 }
 
-/// `comm`: under mpirun, every rank times every kernel at the same time (a barrier before each)
-/// so the ranks share the host as they do in a live run; the rows average the ranks' figures.
+/// `comm`: under mpirun, the ranks whose pipeline stage runs a kernel time it at the same time (a
+/// barrier before each; the others wait), so they share the host as they do in a live run; the
+/// rows average the figures of the ranks that timed them.
 void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   check_backend(o.backend);
   const bool root = comm == nullptr || comm->rank() == 0;
@@ -97,15 +99,22 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
              "timed runs each\n",
              targets.size(), s.name, device.name, threads, o.warmup, o.repeats);
     if (comm != nullptr) {
-      fmt::print("on {} ranks at once (mean of their figures)\n", comm->world_size());
+      fmt::print("on {} ranks at once, each kernel on the ranks of the pipeline stages that run "
+                 "it (mean of their figures)\n",
+                 comm->world_size());
     }
     std::fflush(stdout);
   }
+  // This rank's pipeline stage when mpirun started the scenario's ranks; -1: time every kernel.
+  const int64_t my_stage = comm != nullptr && comm->world_size() == s.world_size()
+                               ? layout_of(s).coord(comm->rank()).pp
+                               : -1;
   exec::cpu::CpuBackend backend;
   exec::ProfileOptions popts;
   popts.warmup = o.warmup;
   popts.repeats = o.repeats;
   std::vector<KernelMeasurement> rows;
+  std::vector<int> timed_on;  // ranks that timed each row
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < targets.size(); ++i) {
     const double elapsed =
@@ -115,26 +124,41 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
       double x = 0;
       comm->all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), exec::ReduceOp::kSum)->wait();
     }
-    KernelMeasurement m = exec::profile_kernel(backend, s, targets[i], popts);
+    const std::vector<int64_t>& stages = targets[i].stages;
+    const bool mine =
+        my_stage < 0 || std::find(stages.begin(), stages.end(), my_stage) != stages.end();
+    KernelMeasurement m;
+    if (mine) m = exec::profile_kernel(backend, s, targets[i], popts);
     if (comm != nullptr) {
-      std::array<double, 4> t{m.median_us, m.p10_us, m.p90_us, m.expected_us()};
+      std::array<double, 5> t{m.median_us, m.p10_us, m.p90_us, m.expected_us(), mine ? 1.0 : 0.0};
       comm->all_reduce(GroupKind::kWorld, std::span<double>(t), exec::ReduceOp::kSum)->wait();
-      const auto n = static_cast<double>(comm->world_size());
+      const double n = t[4];  // the ranks that timed it (>= 1: every kernel has a stage)
+      if (!mine) {  // the row of the ranks that timed it
+        m.key = targets[i].kernel.key;
+        m.flops = targets[i].kernel.flops;
+        m.bytes = targets[i].kernel.bytes;
+        m.samples = o.repeats;
+      }
       m.median_us = t[0] / n;
       m.p10_us = std::min(t[1] / n, m.median_us);
       m.p90_us = std::max(t[2] / n, m.median_us);
       m.mean_us = t[3] / n;
+      timed_on.push_back(static_cast<int>(n));
+    } else {
+      timed_on.push_back(1);
     }
     rows.push_back(std::move(m));
   }
   if (!root) return;
   progress(targets.size(), targets.size(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "done");
-  fmt::print("{:<44} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "kernel", "mean_us", "median_us",
-             "p10_us", "p90_us", "GFLOP/s");
-  for (const KernelMeasurement& m : rows) {
-    fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", m.key.to_string(),
-               m.expected_us(), m.median_us, m.p10_us, m.p90_us, m.flops / m.expected_us() * 1e-3);
+  fmt::print("{:<44} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}\n", "kernel", "mean_us", "median_us",
+             "p10_us", "p90_us", "GFLOP/s", "ranks");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const KernelMeasurement& m = rows[i];
+    fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>6}\n", m.key.to_string(),
+               m.expected_us(), m.median_us, m.p10_us, m.p90_us, m.flops / m.expected_us() * 1e-3,
+               timed_on[i]);
   }
   exec::merge_measurements(db, rows);
   std::filesystem::create_directories(std::filesystem::absolute(file).parent_path());

@@ -7,6 +7,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.hpp"
@@ -366,12 +367,15 @@ std::vector<ProfileTarget> profile_targets(const Scenario& s) {
   }
   const Program prog = build_program(s, ranks);
   std::vector<ProfileTarget> out;
-  std::unordered_set<KernelKey, KernelKeyHash> seen;
-  for (const auto& [rank, rp] : prog.ranks) {
-    for (const Op& op : rp.ops) {
+  std::unordered_map<KernelKey, size_t, KernelKeyHash> index;
+  for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
+    for (const Op& op : prog.ranks.at(ranks[static_cast<size_t>(pp)]).ops) {
       for (size_t i = 0; i < op.kernels.size(); ++i) {
         const Kernel& k = prog.kernels[op.kernels[i]];
-        if (seen.insert(k.key).second) out.push_back({k, op.kernel_roles[i]});
+        const auto [it, fresh] = index.emplace(k.key, out.size());
+        if (fresh) out.push_back({k, op.kernel_roles[i], {}});
+        std::vector<int64_t>& stages = out[it->second].stages;
+        if (stages.empty() || stages.back() != pp) stages.push_back(pp);
       }
     }
   }

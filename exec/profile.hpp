@@ -28,10 +28,15 @@ namespace traintwin::exec {
 struct ProfileTarget {
   Kernel kernel;
   Role role = Role::kNone;
+  /// The pipeline stages (pp coordinates, ascending) whose ranks run the kernel: under mpirun it
+  /// is timed on those ranks only, as in the live run (the LM head runs on the last stage while
+  /// the first one waits in its bubble, and a core runs faster while the other one idles).
+  std::vector<int64_t> stages;
 };
 
 /// Every distinct KernelKey of the scenario's Program over all pipeline stages (the ranks of
-/// TP, CP and DP rank 0: the others run the same kernels), in order of first use.
+/// TP, CP and DP rank 0: the others run the same kernels), in order of first use, with the
+/// stages that run each.
 std::vector<ProfileTarget> profile_targets(const Scenario& s);
 
 struct ProfileOptions {

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -226,6 +227,36 @@ TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
   const CostDatabase db = CostDatabase::load(db_file);
   EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"}}));
   EXPECT_EQ(*db.device().threads, exec::cpu::gemm_threads_for(2));
+}
+
+// PP 2 under mpirun: a kernel of one stage only (the loss on the last, the embedding on the
+// first) is timed by that stage's rank, and rank 0 still writes its row from the figures it
+// receives.
+TEST_F(ProfileCli, UnderMpirunEachStageTimesItsOwnKernels) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path db_file = dir_ / "pp.json";
+  const testing::CliResult r = testing::run_mpi_cli(
+      2, "profile " + scenario_ + " --num-gpus 2 --pipeline-model-parallel-size 2 --warmup 1 "
+         "--repeats 3 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("each kernel on the ranks of the pipeline stages that run it"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"},
+                                       {"parallelism.pipeline_model_parallel_size", "2"}}));
+  for (const KernelMeasurement& m : db.kernels()) {
+    EXPECT_EQ(m.samples, 3) << m.key.to_string();
+    EXPECT_GT(m.median_us, 0) << m.key.to_string();
+    ASSERT_TRUE(m.mean_us.has_value()) << m.key.to_string();
+    EXPECT_GT(*m.mean_us, 0) << m.key.to_string();
+    EXPECT_LE(m.p10_us, m.median_us);
+    EXPECT_LE(m.median_us, m.p90_us);
+  }
+  EXPECT_THAT(db_keys(db), ::testing::Contains(HasSubstr("cross_entropy_bwd")));
+  // The table's last column: the ranks that timed the row (the loss: the last stage's only; a
+  // layer GEMM: both).
+  const std::regex loss(R"(\ncross_entropy_bwd\[[^\n]* 1\n)"), gemm(R"(\ngemm_fwd\[[^\n]* 2\n)");
+  EXPECT_TRUE(std::regex_search(r.output, loss)) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, gemm)) << r.output;
 }
 
 TEST_F(ProfileCli, TopologyOutDescribesThisHostWithTheDatabaseDevice) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -37,6 +38,7 @@ struct ProfileCliOptions {
   std::string out;
   int warmup = 3;
   int repeats = 20;
+  double min_time_s = 0.05;
   int threads = 0;
   bool collectives = false;
   std::string min_bytes = "8", max_bytes = "128M";
@@ -96,8 +98,8 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   const std::vector<exec::ProfileTarget> targets = exec::profile_targets(s);
   if (root) {
     fmt::print("profiling {} kernels of {} on {} ({} GEMM thread(s) per rank), {} warm-up + {} "
-             "timed runs each\n",
-             targets.size(), s.name, device.name, threads, o.warmup, o.repeats);
+               "timed runs each, more until they add up to {} s\n",
+               targets.size(), s.name, device.name, threads, o.warmup, o.repeats, o.min_time_s);
     if (comm != nullptr) {
       fmt::print("on {} ranks at once, each kernel on the ranks of the pipeline stages that run "
                  "it (mean of their figures)\n",
@@ -113,6 +115,7 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   exec::ProfileOptions popts;
   popts.warmup = o.warmup;
   popts.repeats = o.repeats;
+  popts.min_time_s = o.min_time_s;
   std::vector<KernelMeasurement> rows;
   std::vector<int> timed_on;  // ranks that timed each row
   const auto t0 = std::chrono::steady_clock::now();
@@ -130,14 +133,15 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
     KernelMeasurement m;
     if (mine) m = exec::profile_kernel(backend, s, targets[i], popts);
     if (comm != nullptr) {
-      std::array<double, 5> t{m.median_us, m.p10_us, m.p90_us, m.expected_us(), mine ? 1.0 : 0.0};
+      std::array<double, 6> t{m.median_us, m.p10_us, m.p90_us, m.expected_us(), mine ? 1.0 : 0.0,
+                              static_cast<double>(m.samples)};
       comm->all_reduce(GroupKind::kWorld, std::span<double>(t), exec::ReduceOp::kSum)->wait();
       const double n = t[4];  // the ranks that timed it (>= 1: every kernel has a stage)
       if (!mine) {  // the row of the ranks that timed it
         m.key = targets[i].kernel.key;
         m.flops = targets[i].kernel.flops;
         m.bytes = targets[i].kernel.bytes;
-        m.samples = o.repeats;
+        m.samples = std::max<int64_t>(1, std::llround(t[5] / n));
       }
       m.median_us = t[0] / n;
       m.p10_us = std::min(t[1] / n, m.median_us);
@@ -258,6 +262,11 @@ void register_profile_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Timed runs per kernel (collectives: nccl-tests -n)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--min-time", o->min_time_s,
+                  "Kernels: more timed runs until they add up to this many seconds (Google "
+                  "Benchmark's and nvbench's min-time), so short kernels are sampled as long")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--threads", o->threads,
                   "GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else this "

@@ -66,6 +66,11 @@ void register_validate_command(CLI::App& app) {
                   "With --live: GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else "
                   "the cores shared among the ranks on this host, as train and profile)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kernels", live->kernels,
+                  "With --live: print the N kernels whose live and simulated times differ most "
+                  "(per call and over an iteration; 0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--timeline", live->timeline,
                   "With --live: write rank 0's live ops (with kernel durations) as a Chrome/Perfetto "
                   "trace, for simulate --costs-from-timeline");

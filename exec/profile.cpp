@@ -389,6 +389,10 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
                           std::to_string(options.warmup) + ", " + std::to_string(options.repeats) +
                           ")");
   }
+  if (!(options.min_time_s >= 0) || !std::isfinite(options.min_time_s)) {
+    throw InvalidArgument("profile: --min-time must be a finite number of seconds >= 0 (got " +
+                          std::to_string(options.min_time_s) + ")");
+  }
   const int64_t rotate =
       options.rotate_bytes > 0 ? options.rotate_bytes : 2 * cpu::last_level_cache_bytes();
   ProfileInputs in(backend, options.seed);
@@ -414,11 +418,15 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
   for (int i = 0; i < options.warmup; ++i) run_once();
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.repeats));
-  for (int i = 0; i < options.repeats; ++i) {
+  double timed_us = 0;
+  for (int i = 0; i < ProfileOptions::kMaxRepeats &&
+                  (i < options.repeats || timed_us < options.min_time_s * 1e6);
+       ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     run_once();
     samples.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    timed_us += samples.back();
   }
   return measurement_from_samples(target.kernel, std::move(samples));
 }

@@ -42,6 +42,11 @@ std::vector<ProfileTarget> profile_targets(const Scenario& s);
 struct ProfileOptions {
   int warmup = 3;            ///< untimed runs, >= 0
   int repeats = 20;          ///< timed runs, >= 1
+  /// More timed runs until their time adds up to this (seconds, >= 0; Google Benchmark's and
+  /// nvbench's min-time), at most kMaxRepeats: the mean of a short kernel then samples the
+  /// host's interruptions over as long a window as a long kernel's does.
+  double min_time_s = 0.05;
+  static constexpr int kMaxRepeats = 100000;
   int64_t rotate_bytes = 0;  ///< input sets are added until their bytes exceed this (0: 2 x LLC)
   uint64_t seed = 1;         ///< of the random inputs
 };
@@ -49,7 +54,7 @@ struct ProfileOptions {
 /// Times `target` alone on `backend` (scenario `s` gives what the key does not: hidden size,
 /// micro-batch, dropout probabilities, AdamW settings). The row carries the Program's FLOPs and
 /// bytes. Throws UnsupportedError for a kernel name the model does not run, InvalidArgument for
-/// bad options.
+/// bad options (warmup < 0, repeats < 1, rotate_bytes < 0, min_time_s < 0 or not finite).
 KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
                                  const ProfileOptions& options);
 

@@ -39,7 +39,7 @@ class ProfileCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   testing::CliResult profile(const std::string& args) {
-    return testing::run_cli("profile " + scenario_ + " --warmup 1 --repeats 3 " + args);
+    return testing::run_cli("profile " + scenario_ + " --warmup 1 --repeats 3 --min-time 0 " + args);
   }
 
   /// The KernelKeys of every rank of the scenario with `overrides`.
@@ -202,7 +202,7 @@ TEST_F(ProfileCli, TimesWithTheThreadsOpenBlasIsToldToUse) {
   const fs::path db_file = dir_ / "one-thread.json";
   const testing::CliResult r = testing::run_cli_command(
       "OPENBLAS_NUM_THREADS=1 " + std::string(TRAINTWIN_BINARY) + " profile " + scenario_ +
-      " --warmup 0 --repeats 1 --out " + db_file.string());
+      " --warmup 0 --repeats 1 --min-time 0 --out " + db_file.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("(1 GEMM thread(s) per rank)"));
   const CostDatabase db = CostDatabase::load(db_file);
@@ -220,7 +220,7 @@ TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
   const fs::path db_file = dir_ / "two.json";
   const testing::CliResult r = testing::run_mpi_cli(
-      2, "profile " + scenario_ + " --set cluster.num_gpus=2 --warmup 1 --repeats 3 --out " +
+      2, "profile " + scenario_ + " --set cluster.num_gpus=2 --warmup 1 --repeats 3 --min-time 0 --out " +
              db_file.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("on 2 ranks at once"));
@@ -237,7 +237,7 @@ TEST_F(ProfileCli, UnderMpirunEachStageTimesItsOwnKernels) {
   const fs::path db_file = dir_ / "pp.json";
   const testing::CliResult r = testing::run_mpi_cli(
       2, "profile " + scenario_ + " --num-gpus 2 --pipeline-model-parallel-size 2 --warmup 1 "
-         "--repeats 3 --out " + db_file.string());
+         "--repeats 3 --min-time 0 --out " + db_file.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("each kernel on the ranks of the pipeline stages that run it"));
   const CostDatabase db = CostDatabase::load(db_file);

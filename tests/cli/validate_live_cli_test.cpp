@@ -89,6 +89,11 @@ class ValidateLiveCli : public ::testing::Test {
                             "pipeline bubble and waits"}) {
       EXPECT_THAT(r.output, HasSubstr(cls));
     }
+    // The per-kernel table (--kernels, 10 rows by default): the tiny model's 20-odd kernels, so
+    // ten rows, GEMMs among them, each with its calls per iteration.
+    EXPECT_THAT(r.output, HasSubstr("the 10 kernels with the largest difference"));
+    const std::regex gemm_row(R"(\ngemm_(fwd|dgrad|wgrad)\[[^\n]*fp32 tp1 +[0-9]+ +[0-9.]+ +[0-9.]+ )");
+    EXPECT_TRUE(std::regex_search(r.output, gemm_row)) << r.output;
   }
 
   static constexpr int kThreads = 1;

@@ -1,14 +1,19 @@
 // exec::profile_targets: every distinct KernelKey of a scenario's Program once, with the
-// pipeline stages that run it (profile times a kernel under mpirun on those stages' ranks only).
+// pipeline stages that run it (profile times a kernel under mpirun on those stages' ranks only);
+// exec::profile_kernel's sampling: --repeats runs at least, more until they add up to
+// --min-time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <unistd.h>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/program.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "core/scenario.hpp"
 #include "exec/profile.hpp"
 #include "tests/tiny_training.hpp"
@@ -46,6 +51,40 @@ TEST(ProfileTargetsTest, EachKernelOnceWithTheStagesThatRunIt) {
   EXPECT_EQ(of("cross_entropy_bwd").size(), 1u);
   EXPECT_FALSE(of("layernorm_bwd").empty());
   for (const auto& [key, st] : stages) EXPECT_FALSE(st.empty()) << key;
+}
+
+Scenario tiny_scenario() {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("traintwin-profile-kernel-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Scenario s = load_scenario(testing::write_tiny_scenario(dir, (dir / "none").string()));
+  std::filesystem::remove_all(dir);
+  return s;
+}
+
+TEST(ProfileKernelTest, RunsUntilTheRepeatsAndTheMinimumTimeAreReached) {
+  const Scenario s = tiny_scenario();
+  const std::vector<ProfileTarget> targets = profile_targets(s);
+  const auto gelu = std::find_if(targets.begin(), targets.end(), [](const ProfileTarget& t) {
+    return t.kernel.key.name == "gelu_fwd";
+  });
+  ASSERT_NE(gelu, targets.end());
+  cpu::CpuBackend be;
+  ProfileOptions o;
+  o.warmup = 0;
+  o.repeats = 4;
+  o.min_time_s = 0;
+  const KernelMeasurement exact = profile_kernel(be, s, *gelu, o);
+  EXPECT_EQ(exact.samples, 4);
+  ASSERT_TRUE(exact.mean_us.has_value());
+  // A few-microsecond kernel: 20 ms of timed runs take far more than 4 of them, and the runs
+  // stop as soon as their sum (samples x mean) reaches it.
+  o.min_time_s = 0.02;
+  const KernelMeasurement timed = profile_kernel(be, s, *gelu, o);
+  EXPECT_GT(timed.samples, 4);
+  EXPECT_GE(static_cast<double>(timed.samples) * *timed.mean_us, 0.02e6 * (1 - 1e-9));
+  o.min_time_s = -1;
+  EXPECT_THROW((void)profile_kernel(be, s, *gelu, o), InvalidArgument);
 }
 
 }  // namespace

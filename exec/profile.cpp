@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/rank_layout.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/host_device.hpp"
@@ -382,6 +383,15 @@ std::vector<ProfileTarget> profile_targets(const Scenario& s) {
   return out;
 }
 
+int64_t rotation_bytes(const Scenario& s, const ProfileTarget& target, int64_t llc_bytes) {
+  double held = 0;
+  for (int64_t pp : target.stages) held = std::max(held, stage_memory(s, pp).total_bytes());
+  if (target.stages.empty()) {
+    for (const StageMemory& m : memory_per_stage(s)) held = std::max(held, m.total_bytes());
+  }
+  return static_cast<int64_t>(std::min(2.0 * static_cast<double>(llc_bytes), held));
+}
+
 KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
                                  const ProfileOptions& options) {
   if (options.warmup < 0 || options.repeats < 1 || options.rotate_bytes < 0) {
@@ -393,8 +403,9 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
     throw InvalidArgument("profile: --min-time must be a finite number of seconds >= 0 (got " +
                           std::to_string(options.min_time_s) + ")");
   }
-  const int64_t rotate =
-      options.rotate_bytes > 0 ? options.rotate_bytes : 2 * cpu::last_level_cache_bytes();
+  const int64_t rotate = options.rotate_bytes > 0
+                             ? options.rotate_bytes
+                             : rotation_bytes(s, target, cpu::last_level_cache_bytes());
   ProfileInputs in(backend, options.seed);
   std::vector<KernelCall> sets;
   int64_t bytes = 0;

@@ -1,7 +1,7 @@
 // exec::profile_targets: every distinct KernelKey of a scenario's Program once, with the
 // pipeline stages that run it (profile times a kernel under mpirun on those stages' ranks only);
 // exec::profile_kernel's sampling: --repeats runs at least, more until they add up to
-// --min-time.
+// --min-time; the memory it rotates its inputs over.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/program.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "core/scenario.hpp"
@@ -60,6 +61,16 @@ Scenario tiny_scenario() {
   Scenario s = load_scenario(testing::write_tiny_scenario(dir, (dir / "none").string()));
   std::filesystem::remove_all(dir);
   return s;
+}
+
+// The rotation covers what the rank holds (the memory model's total), capped at twice the LLC.
+TEST(ProfileKernelTest, RotatesOverTheRanksMemoryCappedAtTwiceTheLastLevelCache) {
+  const Scenario s = tiny_scenario();
+  const ProfileTarget first = profile_targets(s).front();
+  const double held = stage_memory(s, 0).total_bytes();
+  ASSERT_GT(held, 1e6);  // a few MB: 267,648 parameters x 16 bytes, plus activations
+  EXPECT_EQ(rotation_bytes(s, first, int64_t{1} << 30), static_cast<int64_t>(held));
+  EXPECT_EQ(rotation_bytes(s, first, 1000), 2000);
 }
 
 TEST(ProfileKernelTest, RunsUntilTheRepeatsAndTheMinimumTimeAreReached) {

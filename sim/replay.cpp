@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "sim/attribution.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/matching.hpp"
 #include "sim/timed_program.hpp"
 
@@ -75,9 +76,8 @@ class Engine {
   SimulationResult run() {
     const auto wall0 = std::chrono::steady_clock::now();
     prepare();
-    simgrid::s4u::Activity::on_completion_cb([this](const simgrid::s4u::Activity& a) {
-      on_flow_done(a);
-    });
+    net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
+                 opts_.lone_flows_in_closed_form);
     for (int64_t r = 0; r < world_; ++r) {
       if (!replayed(r)) continue;
       const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
@@ -395,41 +395,21 @@ class Engine {
 
   void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes) {
     auto [from, to] = platform_.endpoints(src, dst);
-    account_links(from, to, bytes);
-    auto comm = simgrid::s4u::Comm::sendto_init(from, to);
-    comm->set_payload_size(static_cast<uint64_t>(std::llround(std::max(bytes, 1.0))));
-    comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(live_.size())));
-    live_.push_back({comm, gid, static_cast<uint32_t>(flow_records_.size())});
-    flow_records_.push_back({from, to, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
+    const FlowRoute& route = net_->route(from, to);
+    for (auto* l : route.links) link_bytes_[l] += bytes;
+    const auto record = static_cast<uint64_t>(flow_records_.size());
+    flow_records_.push_back({&route, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
     ++flows_;
-    comm->start();
+    net_->start(from, to, bytes, record);
   }
 
-  void account_links(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes) {
-    auto key = std::make_pair(from, to);
-    auto it = routes_.find(key);
-    if (it == routes_.end()) {
-      std::vector<simgrid::s4u::Link*> links;
-      double latency = 0;
-      from->route_to(to, links, &latency);
-      it = routes_.emplace(key, std::move(links)).first;
-    }
-    for (auto* l : it->second) link_bytes_[l] += bytes;
-  }
-
-  void on_flow_done(const simgrid::s4u::Activity& a) {
-    const auto slot = static_cast<size_t>(reinterpret_cast<uintptr_t>(a.get_data<void>()));
-    if (slot >= live_.size() || live_[slot].comm.get() != &a) return;
-    // Release the comms that completed before this one (not this one: SimGrid still holds it).
-    for (size_t s : to_release_) live_[s].comm = nullptr;
-    to_release_.clear();
-    to_release_.push_back(slot);
-    const double now = simgrid::s4u::Engine::get_clock();
-    flow_records_[live_[slot].record].end_s = now;
-    FlowGroup& g = groups_[live_[slot].group];
+  void on_flow_done(uint64_t record, double now) {
+    FlowRecord& rec = flow_records_[record];
+    rec.end_s = now;
+    FlowGroup& g = groups_[rec.group];
     if (--g.remaining > 0) return;
     const double end = std::max(now, g.min_end) + g.latency_s;
-    const uint32_t gid = live_[slot].group;
+    const uint32_t gid = rec.group;
     auto ops = std::move(g.ops);
     free_groups_.push_back(gid);
     for (auto [r, o] : ops) finish(r, o, end);
@@ -492,6 +472,10 @@ class Engine {
     link_results(res);
     res.ops = ops_;
     res.flows = flows_;
+    if (net_) {
+      res.solver_flows = net_->stats().solver_flows;
+      res.max_solver_flows = net_->stats().max_in_solver;
+    }
     res.replayed_ranks = world_ / tp_stride_;
     res.events = ops_ + flows_ + timers_;
     res.collective_algorithms = algorithms_;
@@ -544,9 +528,7 @@ class Engine {
       res.link_series.push_back(std::move(ls));
     }
     for (const FlowRecord& f : flow_records_) {
-      auto route = routes_.find({f.from, f.to});
-      if (route == routes_.end()) continue;
-      for (const simgrid::s4u::Link* l : route->second) {
+      for (const simgrid::s4u::Link* l : f.route->links) {
         auto s = series_of.find(l);
         if (s == series_of.end()) continue;
         add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
@@ -653,15 +635,10 @@ class Engine {
     return tl;
   }
 
-  struct LiveComm {
-    simgrid::s4u::CommPtr comm;
-    uint32_t group;
-    uint32_t record;  // index in flow_records_
-  };
-  /// A flow's endpoints, lifetime and bytes (for the link utilization series).
+  /// A flow's route, group, lifetime and bytes (for the link utilization series).
   struct FlowRecord {
-    simgrid::s4u::Host* from;
-    simgrid::s4u::Host* to;
+    const FlowRoute* route;
+    uint32_t group;
     double start_s, end_s, bytes;
   };
 
@@ -683,10 +660,8 @@ class Engine {
   std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> plan_members_;
   std::vector<FlowGroup> groups_;
   std::vector<uint32_t> free_groups_;
-  std::vector<LiveComm> live_;
-  std::vector<size_t> to_release_;
+  std::optional<FlowNetwork> net_;
   std::vector<FlowRecord> flow_records_;
-  std::map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, std::vector<simgrid::s4u::Link*>> routes_;
   std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
   std::map<std::string, int64_t> algorithms_;
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;

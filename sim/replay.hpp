@@ -69,6 +69,12 @@ struct SimulationOptions {
   /// the rule the analytical estimator uses, and no link loads are recorded — the replay then
   /// differs from the estimator only by how it walks the Program (every op of every rank).
   bool link_contention = true;
+  /// With link contention: a flow alone on its links is timed in closed form (route latency +
+  /// bytes / slowest link) and handed to SimGrid's solver only when another flow meets it on a
+  /// link (sim/flow_network.hpp), which keeps SimGrid's per-completion work small. false: every
+  /// flow is a SimGrid transfer from its start (the reference; same times up to SimGrid's
+  /// precision).
+  bool lone_flows_in_closed_form = true;
 };
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU
@@ -91,7 +97,9 @@ struct SimulationResult : IterationMetrics {
   std::vector<LinkLoad> hot_links;        ///< >= 2x their tier's mean utilization, top 10
   std::vector<LinkSeries> link_series;    ///< utilization over the iteration of the 5 busiest links
   int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
-  int64_t flows = 0;                      ///< SimGrid transfers
+  int64_t flows = 0;                      ///< flows (inter-node and intra-node transfers)
+  int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
+  int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once
   int64_t events = 0;                     ///< ops + flows + timers
   double sim_wall_s = 0;
   std::map<std::string, int64_t> collective_algorithms;  ///< calls per algorithm

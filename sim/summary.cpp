@@ -313,6 +313,8 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
   j["events"] = r.events;
   j["ops"] = r.ops;
   j["flows"] = r.flows;
+  j["solver_flows"] = r.solver_flows;
+  j["max_solver_flows"] = r.max_solver_flows;
   return j;
 }
 

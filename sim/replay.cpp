@@ -89,8 +89,12 @@ class Engine {
     simgrid::s4u::Engine::get_instance()->run();
     drain();
     check_complete();
+    const auto wall1 = std::chrono::steady_clock::now();
     SimulationResult res = results();
-    res.sim_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    const auto wall2 = std::chrono::steady_clock::now();
+    res.wall_phases_s = {{"replay", std::chrono::duration<double>(wall1 - wall0).count()},
+                         {"results", std::chrono::duration<double>(wall2 - wall1).count()}};
+    res.sim_wall_s = std::chrono::duration<double>(wall2 - wall0).count();
     return res;
   }
 
@@ -99,6 +103,7 @@ class Engine {
 
   void prepare() {
     world_ = prog_.layout.world_size();
+    collective_keys_.emplace(prog_.layout);
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
     if (opts_.aggregate_tp && tp > 1) {
       if (opts_.straggler || !opts_.scaling.degraded_links.empty()) {
@@ -266,7 +271,7 @@ class Engine {
 
   void arrive(int64_t rank, uint32_t id, const Op& op, double t) {
     const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
-    auto calls = arrivals_.arrive(collective_key(prog_.layout, rank, op, tp.seq[id]),
+    auto calls = arrivals_.arrive(collective_keys_->key(rank, op, tp.seq[id]),
                                   PendingP2P{rank, id, t}, replayed_size(op.group));
     if (!calls) return;
     Arrivals done;
@@ -654,6 +659,7 @@ class Engine {
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;
   std::vector<std::pair<int64_t, uint32_t>> worklist_;
+  std::optional<CollectiveKeys> collective_keys_;
   CollectiveRendezvous<PendingP2P> arrivals_;
   TransferMatcher<PendingP2P> transfers_;
   std::map<std::tuple<int, int, int64_t>, CollectivePlan> plans_;
@@ -712,7 +718,10 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
                                   const CostModel& costs, const SimulationOptions& opts) {
   // The timing layer first: its checks (what-if factors) and the cost model's errors come
   // before a SimGrid engine exists.
+  using Clock = std::chrono::steady_clock;
+  const auto wall0 = Clock::now();
   const TimedProgram timed(prog, costs, topo.gpu, ComputeScaling{opts.gpu_speed_scale, opts.straggler});
+  const auto wall1 = Clock::now();
   static bool used = false;
   if (used) throw Error("simulate: SimGrid runs one simulation per process");
   used = true;
@@ -724,8 +733,13 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   auto platform = Platform::build(engine, topo, prog.layout.world_size(), opts.scaling);
   // Closed forms (collectives inside a node, algorithm choice) see the scaled tiers.
   const TopologySpec scaled = scaled_topology(topo, opts.scaling);
+  const auto wall2 = Clock::now();
   Engine eng(timed, scaled, opts, *platform);
-  return eng.run();
+  SimulationResult res = eng.run();
+  res.wall_phases_s.insert(res.wall_phases_s.begin(),
+                           {{"timing", std::chrono::duration<double>(wall1 - wall0).count()},
+                            {"platform", std::chrono::duration<double>(wall2 - wall1).count()}});
+  return res;
 }
 
 SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
@@ -736,10 +750,15 @@ SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const Cos
   std::vector<int64_t> reps;
   for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
   check_what_if(s, topo, opts.aggregate_tp);
+  const auto wall0 = std::chrono::steady_clock::now();
   const Program prog = build_program(s, reps);
+  const double lowering_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   SimulationOptions o = with_what_if(opts, s.cluster.what_if);
   if (o.collective_algorithm.empty()) o.collective_algorithm = s.cluster.collective_algorithm;
-  return simulate_program(prog, topo, costs, o);
+  SimulationResult res = simulate_program(prog, topo, costs, o);
+  res.wall_phases_s.insert(res.wall_phases_s.begin(), {"lowering", lowering_s});
+  return res;
 }
 
 }  // namespace traintwin

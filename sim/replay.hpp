@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/program.hpp"
@@ -101,7 +102,12 @@ struct SimulationResult : IterationMetrics {
   int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
   int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once
   int64_t events = 0;                     ///< ops + flows + timers
-  double sim_wall_s = 0;
+  double sim_wall_s = 0;                  ///< replay + results (wall_phases_s)
+  /// Wall seconds per phase, in order: "lowering" (build_program, simulate() only), "timing"
+  /// (TimedProgram: every kernel through the cost model), "platform" (SimGrid zones), "replay"
+  /// (dataflow of every rank and SimGrid's solver), "results" (breakdowns, link loads, the
+  /// timeline handed to its sink).
+  std::vector<std::pair<std::string, double>> wall_phases_s;
   std::map<std::string, int64_t> collective_algorithms;  ///< calls per algorithm
   Timeline timeline;
 };

@@ -7,9 +7,11 @@
 // their closed form (sim/collectives.hpp) once every member has arrived; point-to-point
 // transfers and collectives across nodes become SimGrid flows that share links (flow-level
 // max-min sharing, network model pinned). Everything that does not touch the network is
-// evaluated as dataflow, ahead of SimGrid's clock; a flow is handed to SimGrid at its start date
-// (a SimGrid kernel timer when that date is in the future), so contention is exact while
-// SimGrid only ever holds the flows that exist (SIMGRID-NOTES.md: its speed depends on that).
+// evaluated as dataflow, ahead of SimGrid's clock; a flow starts at its start date (a SimGrid
+// kernel timer when that date is in the future) through sim/flow_network.hpp, which times it in
+// closed form while it is alone on its links and hands it to SimGrid's solver once another flow
+// meets it, so contention is exact while SimGrid only ever holds the flows that share a link
+// (SIMGRID-NOTES.md: its speed depends on how many transfers it holds).
 // Ranks of one pipeline stage share one lowered Program (their ops differ only in peers and
 // groups, which are mapped per rank).
 #pragma once

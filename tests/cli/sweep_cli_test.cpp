@@ -201,7 +201,8 @@ TEST(SweepCli, SplitsOverMpiRanksWithTheSameResult) {
     pos = end == std::string::npos ? single.output.size() : end + 1;
   }
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(
-      popen(("mpirun --allow-run-as-root --oversubscribe -np 2 " + std::string(TRAINTWIN_BINARY) + args +
+      popen((testing::kMpirunEnvironment + "mpirun --allow-run-as-root --oversubscribe -np 2 " +
+             std::string(TRAINTWIN_BINARY) + args +
              " 2>/dev/null").c_str(), "r"),
       pclose);
   std::string out;

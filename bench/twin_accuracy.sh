@@ -9,8 +9,10 @@
 # and the error per layout. Everything lives in a temporary folder: traces/db/ is not touched.
 # Usage: bench/twin_accuracy.sh [build dir] [timed iterations] [layouts]
 #        (default: build 3 "1-process DP-2 TP-2 PP-2")
-# Noise: run it on a quiet machine; other processes slow the live iterations (tens of ms) far
-# more than the profiled kernels (medians of short runs), which shows as negative errors.
+# Noise: run it on a quiet machine. Other processes slow the live iterations more than the
+# profiled kernels (means of short bursts of runs), and under TP and DP every synchronisation
+# waits for the slower rank, which shows as negative errors; err_fast (against the fastest live
+# iteration) separates that noise from bias.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}

@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
+#include "exec/launch_env.hpp"
 #include "exec/local_topology.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "exec/profile.hpp"
@@ -35,6 +38,7 @@ struct ProfileCliOptions {
   std::string out;
   int warmup = 3;
   int repeats = 20;
+  double min_time_s = 0.05;
   int threads = 0;
   bool collectives = false;
   std::string min_bytes = "8", max_bytes = "128M";
@@ -74,15 +78,19 @@ void check_backend(const std::string& backend) {
   }
 }
 
-/// `comm`: under mpirun, every rank times every kernel at the same time (a barrier before each)
-/// so the ranks share the host as they do in a live run; the rows average the ranks' figures.
+/// `comm`: under mpirun, the ranks whose pipeline stage runs a kernel time it at the same time (a
+/// barrier before each; the others wait), so they share the host as they do in a live run; the
+/// rows average the figures of the ranks that timed them.
 void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   check_backend(o.backend);
   const bool root = comm == nullptr || comm->rank() == 0;
   const Scenario s = o.scenario.load();
-  const int threads =
-      o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(s.world_size()));
-  exec::cpu::set_gemm_threads(threads);
+  // The ranks that will share this host in the live run: the launcher's ranks on this node under
+  // mpirun, else the scenario's.
+  const int local_ranks =
+      comm != nullptr ? static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size))
+                      : static_cast<int>(s.world_size());
+  const int threads = exec::cpu::use_gemm_threads(local_ranks, o.threads);
   const CostDbDevice device = exec::cpu::host_device(threads);
   const std::filesystem::path file = database_path(o, device, &s);
   // Refuse a foreign or malformed database before measuring anything.
@@ -90,18 +98,26 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   const std::vector<exec::ProfileTarget> targets = exec::profile_targets(s);
   if (root) {
     fmt::print("profiling {} kernels of {} on {} ({} GEMM thread(s) per rank), {} warm-up + {} "
-             "timed runs each\n",
-             targets.size(), s.name, device.name, threads, o.warmup, o.repeats);
+               "timed runs each, more until they add up to {} s\n",
+               targets.size(), s.name, device.name, threads, o.warmup, o.repeats, o.min_time_s);
     if (comm != nullptr) {
-      fmt::print("on {} ranks at once (mean of their figures)\n", comm->world_size());
+      fmt::print("on {} ranks at once, each kernel on the ranks of the pipeline stages that run "
+                 "it (mean of their figures)\n",
+                 comm->world_size());
     }
     std::fflush(stdout);
   }
+  // This rank's pipeline stage when mpirun started the scenario's ranks; -1: time every kernel.
+  const int64_t my_stage = comm != nullptr && comm->world_size() == s.world_size()
+                               ? layout_of(s).coord(comm->rank()).pp
+                               : -1;
   exec::cpu::CpuBackend backend;
   exec::ProfileOptions popts;
   popts.warmup = o.warmup;
   popts.repeats = o.repeats;
+  popts.min_time_s = o.min_time_s;
   std::vector<KernelMeasurement> rows;
+  std::vector<int> timed_on;  // ranks that timed each row
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < targets.size(); ++i) {
     const double elapsed =
@@ -111,25 +127,42 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
       double x = 0;
       comm->all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), exec::ReduceOp::kSum)->wait();
     }
-    KernelMeasurement m = exec::profile_kernel(backend, s, targets[i], popts);
+    const std::vector<int64_t>& stages = targets[i].stages;
+    const bool mine =
+        my_stage < 0 || std::find(stages.begin(), stages.end(), my_stage) != stages.end();
+    KernelMeasurement m;
+    if (mine) m = exec::profile_kernel(backend, s, targets[i], popts);
     if (comm != nullptr) {
-      std::array<double, 3> t{m.median_us, m.p10_us, m.p90_us};
+      std::array<double, 6> t{m.median_us, m.p10_us, m.p90_us, m.expected_us(), mine ? 1.0 : 0.0,
+                              static_cast<double>(m.samples)};
       comm->all_reduce(GroupKind::kWorld, std::span<double>(t), exec::ReduceOp::kSum)->wait();
-      const auto n = static_cast<double>(comm->world_size());
+      const double n = t[4];  // the ranks that timed it (>= 1: every kernel has a stage)
+      if (!mine) {  // the row of the ranks that timed it
+        m.key = targets[i].kernel.key;
+        m.flops = targets[i].kernel.flops;
+        m.bytes = targets[i].kernel.bytes;
+        m.samples = std::max<int64_t>(1, std::llround(t[5] / n));
+      }
       m.median_us = t[0] / n;
       m.p10_us = std::min(t[1] / n, m.median_us);
       m.p90_us = std::max(t[2] / n, m.median_us);
+      m.mean_us = t[3] / n;
+      timed_on.push_back(static_cast<int>(n));
+    } else {
+      timed_on.push_back(1);
     }
     rows.push_back(std::move(m));
   }
   if (!root) return;
   progress(targets.size(), targets.size(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "done");
-  fmt::print("{:<44} {:>10} {:>10} {:>10} {:>10}\n", "kernel", "median_us", "p10_us", "p90_us",
-             "GFLOP/s");
-  for (const KernelMeasurement& m : rows) {
-    fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", m.key.to_string(), m.median_us,
-               m.p10_us, m.p90_us, m.flops / m.median_us * 1e-3);
+  fmt::print("{:<44} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}\n", "kernel", "mean_us", "median_us",
+             "p10_us", "p90_us", "GFLOP/s", "ranks");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const KernelMeasurement& m = rows[i];
+    fmt::print("{:<44} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>6}\n", m.key.to_string(),
+               m.expected_us(), m.median_us, m.p10_us, m.p90_us, m.flops / m.expected_us() * 1e-3,
+               timed_on[i]);
   }
   exec::merge_measurements(db, rows);
   std::filesystem::create_directories(std::filesystem::absolute(file).parent_path());
@@ -155,7 +188,9 @@ void profile_collectives(const ProfileCliOptions& o) {
   }
   const exec::MpiEnvironment env;
   run_or_abort_all([&] {
-    const int threads = o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(static_cast<int>(env.size()));
+    const int threads = exec::cpu::use_gemm_threads(
+        static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size)),
+        o.threads);
     const RankLayout layout(1, 1, env.size(), 1);
     exec::MpiCommunicator comm(layout);
     const bool root = comm.rank() == 0;
@@ -228,9 +263,14 @@ void register_profile_command(CLI::App& app) {
   cmd->add_option("--repeats", o->repeats, "Timed runs per kernel (collectives: nccl-tests -n)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--min-time", o->min_time_s,
+                  "Kernels: more timed runs until they add up to this many seconds (Google "
+                  "Benchmark's and nvbench's min-time), so short kernels are sampled as long")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--threads", o->threads,
-                  "GEMM threads per rank (default: this host's cores shared among the "
-                  "scenario's ranks, as train under mpirun)")
+                  "GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else this "
+                  "host's cores shared among the ranks on it, as train)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--collectives", o->collectives,
                 "Measure all_reduce, all_gather, reduce_scatter and send/recv over the MPI world "

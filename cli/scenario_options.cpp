@@ -87,6 +87,10 @@ void MoeFlags::append_overrides(std::vector<Override>& out) const {
 
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("scenario", o.file, "Scenario file (scenarios/*.yaml)")->required();
+  add_scenario_flags(cmd, o);
+}
+
+void add_scenario_flags(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--set", o.set, "Override any scenario key: --set parallelism.tensor_model_parallel_size=4")
       ->type_name("KEY=VALUE");
   auto* g = cmd.add_option_group("Megatron-LM flags", "Shorthands for --set of the common keys");

@@ -86,4 +86,8 @@ void check_given_once(const std::vector<Override>& overrides);
 /// Adds the positional SCENARIO argument and the override flags to `cmd`.
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts);
 
+/// Adds the override flags only (--set and the Megatron-LM flags), for a subcommand that names
+/// its scenario otherwise (validate --live SCENARIO).
+void add_scenario_flags(CLI::App& cmd, ScenarioOptions& opts);
+
 }  // namespace traintwin::cli

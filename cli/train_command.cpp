@@ -104,13 +104,13 @@ void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool
   out.commit();
 }
 
-/// Under mpirun every process would start as many OpenBLAS threads as the node has cores; unless
-/// OPENBLAS_NUM_THREADS says otherwise, the node's cores are shared among its ranks instead
-/// (the launcher's count of ranks on this node: mpirun or srun, at least one thread each).
+/// Under mpirun every process would start as many OpenBLAS threads as the node has cores; the
+/// node's cores are shared among its ranks instead (the launcher's count of ranks on this node:
+/// mpirun or srun), unless OPENBLAS_NUM_THREADS says otherwise (exec::cpu::gemm_threads_for, the
+/// rule profile and validate --live time kernels with).
 void share_cores_among_local_ranks() {
-  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
   const int ranks = static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size));
-  exec::cpu::set_gemm_threads(exec::cpu::threads_per_rank(ranks));
+  exec::cpu::use_gemm_threads(ranks);
 }
 
 /// `env` is null for a single-process run.
@@ -119,8 +119,8 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   const Scenario s = o.scenario.load();
   std::unique_ptr<exec::Communicator> comm;
   const RankLayout layout = layout_of(s);
+  share_cores_among_local_ranks();
   if (mpi) {
-    share_cores_among_local_ranks();
     if (env->size() != s.world_size()) {
       throw ConfigError(fmt::format(
           "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}) but mpirun started {} processes",

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/scenario_options.hpp"
 #include "cli/validate_live.hpp"
 #include "core/error.hpp"
 #include "sim/cost_model.hpp"
@@ -48,7 +49,9 @@ void register_validate_command(CLI::App& app) {
                   "Run this scenario live on this machine (mpirun -np N for N ranks) and compare "
                   "with its simulation on this host's topology and measured database")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--set", live->scenario.set, "With --live: override a scenario key (KEY=VALUE)");
+  // --set and the Megatron-LM flags (--tensor-model-parallel-size, ...) as every command that
+  // reads a scenario; they apply to the --live scenario.
+  add_scenario_flags(*cmd, live->scenario);
   cmd->add_option("--topology", live->topology,
                   "With --live: this host's topology (traintwin profile --topology-out; default: "
                   "the scenario's cluster.topology)")
@@ -60,9 +63,14 @@ void register_validate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--threads", live->threads,
-                  "With --live: GEMM threads per rank (default: the cores shared among the ranks, "
-                  "as train)")
+                  "With --live: GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else "
+                  "the cores shared among the ranks on this host, as train and profile)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kernels", live->kernels,
+                  "With --live: print the N kernels whose live and simulated times differ most "
+                  "(per call and over an iteration; 0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--timeline", live->timeline,
                   "With --live: write rank 0's live ops (with kernel durations) as a Chrome/Perfetto "
                   "trace, for simulate --costs-from-timeline");
@@ -77,6 +85,10 @@ void register_validate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->callback([o, live] {
     if (!live->scenario.file.empty()) return run_validate_live(*live);
+    if (!live->scenario.overrides().empty()) {
+      throw ConfigError("validate: --set and the Megatron-LM flags apply to a --live SCENARIO; a "
+                        "calibration file's cases carry their own layouts");
+    }
     if (o->file.empty()) throw ConfigError("validate: give a calibration FILE or --live SCENARIO");
     std::vector<ValidationCase> cases;
     for (ValidationCase& c : load_validation_cases(o->file, o->topologies)) {

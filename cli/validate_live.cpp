@@ -21,6 +21,7 @@
 #include "core/op_class.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
+#include "exec/launch_env.hpp"
 #include "exec/live_events.hpp"
 #include "exec/live_run.hpp"
 #include "exec/local_communicator.hpp"
@@ -32,13 +33,6 @@
 
 namespace traintwin::cli {
 namespace {
-
-int local_ranks() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  }
-  return 1;
-}
 
 /// Rank 0's time per op class in the live run, averaged over the timed iterations.
 std::map<std::string, double> live_classes(const exec::LiveRun& run, int64_t rank) {
@@ -95,12 +89,48 @@ std::map<std::string, double> simulated_classes(const Scenario& s, const Timelin
   return class_seconds(prog, rp, d, iteration_s);
 }
 
+/// Rank 0's kernels in the live run: per KernelKey (its to_string()), the calls per iteration
+/// and the mean seconds per call over the timed iterations.
+struct KernelTimes {
+  double calls_per_iteration = 0;
+  double mean_s = 0;
+};
+std::map<std::string, KernelTimes> live_kernels(const exec::LiveRun& run, int64_t rank) {
+  const RankProgram& rp = run.program->ranks.at(rank);
+  std::map<std::string, std::pair<int64_t, double>> sum;  // calls, seconds
+  for (const auto& spans : run.spans) {
+    for (const exec::OpSpan& s : spans) {
+      const Op& op = rp.ops[s.op];
+      for (size_t i = 0; i < s.kernel_s.size() && i < op.kernels.size(); ++i) {
+        auto& [calls, seconds] = sum[run.program->kernels[op.kernels[i]].key.to_string()];
+        ++calls;
+        seconds += s.kernel_s[i];
+      }
+    }
+  }
+  std::map<std::string, KernelTimes> out;
+  const auto iterations = static_cast<double>(run.spans.size());
+  for (const auto& [key, cs] : sum) {
+    out[key] = {static_cast<double>(cs.first) / iterations, cs.second / static_cast<double>(cs.first)};
+  }
+  return out;
+}
+
+/// The cost model's seconds per call of each kernel of rank 0's Program, by KernelKey.
+std::map<std::string, double> simulated_kernels(const Scenario& s, const CostModel& costs,
+                                                const GpuSpec& gpu) {
+  const Program prog = build_program(s, {0});
+  std::map<std::string, double> out;
+  for (const Kernel& k : prog.kernels) out[k.key.to_string()] = costs.duration(k, gpu).seconds;
+  return out;
+}
+
 void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
   const Scenario s = o.scenario.load();
   const bool root = comm.rank() == 0;
-  const int threads =
-      o.threads > 0 ? o.threads : exec::cpu::threads_per_rank(mpi ? local_ranks() : 1);
-  exec::cpu::set_gemm_threads(threads);
+  const int local_ranks =
+      mpi ? static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size)) : 1;
+  const int threads = exec::cpu::use_gemm_threads(local_ranks, o.threads);
   const std::filesystem::path topo_file =
       o.topology.empty() ? std::filesystem::path(s.cluster.topology) : std::filesystem::path(o.topology);
   TopologySpec topo = load_topology(topo_file);
@@ -156,6 +186,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
     j["iteration_time_s"] = r.iteration_time_s;
     j["measured_share"] = total > 0 ? measured / total : 0.0;
     j["classes"] = simulated_classes(s, r.timeline, *costs, topo.gpu, r.iteration_time_s);
+    j["kernels"] = simulated_kernels(s, *costs, topo.gpu);
     return j.dump();
   });
   const auto sim = nlohmann::json::parse(json);
@@ -197,6 +228,34 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
   }
   row("compute");
   row("pipeline bubble and waits");
+  // Which kernels carry the compute error: per KernelKey, live mean per call against the cost
+  // model's, and the difference over one iteration's calls; the largest differences first.
+  if (o.kernels > 0) {
+    const auto live_k = live_kernels(live, 0);
+    const auto sim_k = sim["kernels"].get<std::map<std::string, double>>();
+    struct Row {
+      std::string key;
+      double calls, live_us, sim_us, diff_ms;
+    };
+    std::vector<Row> rows;
+    for (const auto& [key, t] : live_k) {
+      const double p = sim_k.count(key) ? sim_k.at(key) : 0.0;
+      rows.push_back({key, t.calls_per_iteration, t.mean_s * 1e6, p * 1e6,
+                      t.calls_per_iteration * (p - t.mean_s) * 1e3});
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const Row& a, const Row& b) { return std::abs(a.diff_ms) > std::abs(b.diff_ms); });
+    fmt::print("\nrank 0, the {} kernels with the largest difference (live: mean per call)\n",
+               std::min<size_t>(rows.size(), static_cast<size_t>(o.kernels)));
+    fmt::print("{:<44} {:>6} {:>12} {:>12} {:>9} {:>14}\n", "kernel", "calls", "live us",
+               "simulated us", "diff", "diff ms/iter");
+    for (size_t i = 0; i < rows.size() && i < static_cast<size_t>(o.kernels); ++i) {
+      const Row& r = rows[i];
+      fmt::print("{:<44} {:>6.0f} {:>12.1f} {:>12.1f} {:>8.1f}% {:>+14.3f}\n", r.key, r.calls,
+                 r.live_us, r.sim_us, r.live_us > 0 ? 100 * (r.sim_us - r.live_us) / r.live_us : 0.0,
+                 r.diff_ms);
+    }
+  }
   nlohmann::json summary{{"live_iteration_s", live_s},
                          {"live_fastest_iteration_s", times.front()},
                          {"predicted_iteration_s", predicted_s},

@@ -15,6 +15,7 @@ struct ValidateLiveOptions {
   int warmup = 1;            ///< untimed live iterations first
   std::string timeline;      ///< write rank 0's live timeline here ("" = no)
   int threads = 0;           ///< GEMM threads per rank (0: the cores shared among the ranks)
+  int kernels = 10;          ///< rows of the per-kernel table (0: none)
 };
 
 /// Runs the scenario live (one process, or one per rank under mpirun), simulates it on the local

@@ -7,13 +7,16 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/rank_layout.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/rope.hpp"
+#include "exec/profile_inputs.hpp"
 #include "traces/timeline_costs.hpp"
 
 namespace traintwin::exec {
@@ -22,6 +25,11 @@ namespace {
 /// One set of inputs of a kernel and the call that runs it on them.
 struct KernelCall {
   std::vector<Tensor> t;
+  /// The tensors of `t` that exec/gpt_model.cpp allocates at this kernel (its outputs, zeroed by
+  /// the backend): allocated again before every run, inside the timed region, as the live op
+  /// pays it. The others (inputs, and the gradient accumulators the model keeps in its shard)
+  /// persist across runs.
+  std::vector<size_t> fresh;
   std::vector<DeviceBuffer<int32_t>> ids;
   std::function<void(KernelCall&)> run;
   int64_t bytes() const {
@@ -30,47 +38,6 @@ struct KernelCall {
     for (const auto& x : ids) b += static_cast<int64_t>(x.size() * sizeof(int32_t));
     return b;
   }
-};
-
-/// Fills device tensors with counter-based uniform values (exec/counter_rng.hpp), a fresh stream
-/// per tensor.
-class InputMaker {
- public:
-  InputMaker(Backend& be, uint64_t seed) : be_(be), seed_(seed) {}
-  /// n values uniform in [lo, hi).
-  Tensor uniform(int64_t n, double lo = -1.0, double hi = 1.0) {
-    host_.resize(static_cast<size_t>(n));
-    const uint64_t stream = next_++;
-    for (int64_t i = 0; i < n; ++i) {
-      host_[static_cast<size_t>(i)] = static_cast<float>(
-          lo + (hi - lo) * counter_uniform(seed_, stream, static_cast<uint64_t>(i)));
-    }
-    Tensor x(be_, n);
-    be_.upload(x, host_);
-    return x;
-  }
-  /// Output (or accumulated-into) tensor: zeros are what the model hands the kernel.
-  Tensor zeros(int64_t n) { return Tensor(be_, n); }
-  /// n ids uniform in [0, range).
-  DeviceBuffer<int32_t> ids(int64_t n, int64_t range) {
-    std::vector<int32_t> h(static_cast<size_t>(n));
-    const uint64_t stream = next_++;
-    for (int64_t i = 0; i < n; ++i) {
-      h[static_cast<size_t>(i)] = static_cast<int32_t>(std::min<double>(
-          static_cast<double>(range) - 1,
-          std::floor(static_cast<double>(range) *
-                     counter_uniform(seed_, stream, static_cast<uint64_t>(i)))));
-    }
-    DeviceBuffer<int32_t> x(be_, n);
-    be_.upload(x, h);
-    return x;
-  }
-
- private:
-  Backend& be_;
-  uint64_t seed_;
-  uint64_t next_ = 0;
-  std::vector<float> host_;
 };
 
 /// The tensors, moved into a vector (an initializer list would copy them).
@@ -92,7 +59,7 @@ bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
 /// The kernel of `target` on fresh inputs, with the Backend calls exec/gpt_model.cpp makes for
 /// its Role.
 KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
-                     InputMaker& in) {
+                     ProfileInputs& in) {
   const KernelKey& key = target.kernel.key;
   const std::vector<int64_t>& d = key.shape;
   const std::string& name = key.name;
@@ -109,12 +76,14 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     const int64_t m = d[0], n = d[1], k = d[2];
     const bool bias = has_bias(target.role);
     if (name == "gemm_fwd") {
+      c.fresh = {0};
       c.t = list(in.zeros(m * n), in.uniform(m * k), in.uniform(n * k));
       if (bias) c.t.push_back(in.uniform(n));
       c.run = [&be, m, n, k, bias](KernelCall& x) {
         be.matmul_forward(x.t[0], x.t[1], x.t[2], bias ? CFSpan(x.t[3]) : CFSpan(), 1, m, k, n);
       };
     } else if (name == "gemm_dgrad") {
+      c.fresh = {0};
       c.t = list(in.zeros(m * k), in.uniform(m * n), in.uniform(n * k));
       c.run = [&be, m, n, k](KernelCall& x) {
         be.matmul_backward_data(x.t[0], x.t[1], x.t[2], 1, m, k, n);
@@ -144,12 +113,14 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
       const cpu::BlockAttentionShape shape{bb, s, s, heads, kv, hd};
       const CpSequence seq(s, 1, 0);
       if (fwd) {
+        c.fresh = {0, 1};
         c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s), in.uniform(bb * s * C),
                    in.uniform(bb * s * 2 * kv * hd));
         c.run = [&be, shape, seq, drop, dp](KernelCall& x) {
           be.block_attention_forward(x.t[0], x.t[1], x.t[2], x.t[3], seq, seq, shape, dp);
         };
       } else {
+        c.fresh = {0, 1};
         c.t = list(in.zeros(bb * s * C), in.zeros(bb * s * 2 * kv * hd), in.uniform(bb * s * C),
                    in.uniform(bb * s * C), in.uniform(bb * s * 2 * kv * hd),
                    in.uniform(bb * s * C), in.uniform(bb * heads * s, 1.0, 3.0));
@@ -160,11 +131,13 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
       }
     } else if (g != a) {  // grouped-query attention (GptModel: the gqa kernel)
       if (fwd) {
+        c.fresh = {0, 1};
         c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s * s), in.uniform(bb * s * width));
         c.run = [&be, bb, s, heads, kv, hd, drop, dp](KernelCall& x) {
           be.gqa_attention_forward(x.t[0], x.t[1], x.t[2], bb, s, heads, kv, hd, dp);
         };
       } else {
+        c.fresh = {0};
         c.t = list(in.zeros(bb * s * width), in.uniform(bb * s * C), in.uniform(bb * s * width),
                    in.uniform(bb * heads * s * s, 0.0, 1.0));
         c.run = [&be, bb, s, heads, kv, hd, drop, dp](KernelCall& x) {
@@ -172,12 +145,14 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
         };
       }
     } else if (fwd) {
+      c.fresh = {0, 1, 2};
       c.t = list(in.zeros(bb * s * C), in.zeros(bb * heads * s * s), in.zeros(bb * heads * s * s),
              in.uniform(bb * s * 3 * C));
       c.run = [&be, bb, s, C, heads, drop, dp](KernelCall& x) {
         be.attention_forward(x.t[0], x.t[1], x.t[2], x.t[3], bb, s, C, heads, dp);
       };
     } else {
+      c.fresh = {0};
       c.t = list(in.zeros(bb * s * 3 * C), in.uniform(bb * s * C), in.uniform(bb * s * 3 * C),
              in.uniform(bb * heads * s * s, 0.0, 1.0));
       c.run = [&be, bb, s, C, heads, drop, dp](KernelCall& x) {
@@ -196,6 +171,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     need(2);
     const int64_t rows = d[0], C = d[1];
     if (name == "layernorm_fwd") {
+      c.fresh = {0, 1, 2};
       c.t = list(in.zeros(rows * C), in.zeros(rows), in.zeros(rows), in.uniform(rows * C),
              in.uniform(C), in.uniform(C));
       c.run = [&be, rows, C](KernelCall& x) {
@@ -214,6 +190,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     need(2);
     const int64_t rows = d[0], C = d[1];
     if (name == "rmsnorm_fwd") {
+      c.fresh = {0, 1};
       c.t = list(in.zeros(rows * C), in.zeros(rows), in.uniform(rows * C), in.uniform(C));
       c.run = [&be, rows, C](KernelCall& x) {
         be.rmsnorm_forward(x.t[0], x.t[1], x.t[2], x.t[3], 1, rows, C);
@@ -229,9 +206,11 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     need(1);
     const int64_t n = d[0];  // output elements; the input holds [gate | up]
     if (name == "swiglu_fwd") {
+      c.fresh = {0};
       c.t = list(in.zeros(n), in.uniform(2 * n, -3.0, 3.0));
       c.run = [&be, n](KernelCall& x) { be.swiglu_forward(x.t[0], x.t[1], 1, n); };
     } else {
+      c.fresh = {0};
       c.t = list(in.zeros(2 * n), in.uniform(n), in.uniform(2 * n, -3.0, 3.0));
       c.run = [&be, n](KernelCall& x) { be.swiglu_backward(x.t[0], x.t[1], x.t[2], 1, n); };
     }
@@ -239,9 +218,11 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     need(1);
     const int64_t n = d[0];
     if (name == "squared_relu_fwd") {
+      c.fresh = {0};
       c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0));
       c.run = [&be](KernelCall& x) { be.squared_relu_forward(x.t[0], x.t[1]); };
     } else {
+      c.fresh = {0};
       c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0), in.uniform(n));
       c.run = [&be](KernelCall& x) { be.squared_relu_backward(x.t[0], x.t[1], x.t[2]); };
     }
@@ -250,6 +231,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     const int64_t n = d[0], hd = sc.model.head_dim(), rows = n / hd;
     if (rows * hd != n) unsupported(key);
     const bool fwd = name == "rope_fwd";
+    c.fresh = {0};
     c.t = list(in.zeros(n), in.uniform(n));
     const double base = sc.model.rotary_base;
     c.run = [&be, rows, hd, fwd, base](KernelCall& x) {
@@ -267,11 +249,13 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     const cpu::DropoutParams params{p_hidden, 1, 1};
     const cpu::HiddenBlock block{1, rows, h, 0, 0, rows};
     if (name == "dropout_add_fwd") {
+      c.fresh = {0};
       c.t = list(in.zeros(n), in.uniform(n), in.uniform(h), in.uniform(n));
       c.run = [&be, params, block](KernelCall& x) {
         be.bias_dropout_add_forward(x.t[0], x.t[1], x.t[2], x.t[3], params, block);
       };
     } else {
+      c.fresh = {0, 2};
       c.t = list(in.zeros(n), in.zeros(h), in.zeros(n), in.uniform(n));
       c.run = [&be, params, block](KernelCall& x) {
         be.bias_dropout_add_backward(x.t[0], x.t[1], x.t[2], x.t[3], params, block);
@@ -283,6 +267,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     if (tl * b * h != n) unsupported(key);
     const cpu::DropoutParams params{p_hidden, 1, 0};
     const cpu::HiddenBlock block{b, tl, h, 0, 0, tl};
+    c.fresh = {2};
     c.t = list(in.uniform(n), in.uniform(tl * h), in.zeros(n));
     c.run = [&be, params, block, b, tl, h](KernelCall& x) {
       be.position_embedding_forward(x.t[0], x.t[1], b, tl, h, 0);
@@ -292,9 +277,11 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     need(1);
     const int64_t n = d[0];
     if (name == "gelu_fwd") {
+      c.fresh = {0};
       c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0));
       c.run = [&be](KernelCall& x) { be.gelu_forward(x.t[0], x.t[1]); };
     } else {
+      c.fresh = {0};
       c.t = list(in.zeros(n), in.uniform(n, -3.0, 3.0), in.uniform(n));
       c.run = [&be](KernelCall& x) { be.gelu_backward(x.t[0], x.t[1], x.t[2]); };
     }
@@ -304,6 +291,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     if (s * b != tokens) unsupported(key);
     c.ids.push_back(in.ids(tokens, vl * t));
     if (name == "embedding_fwd") {
+      c.fresh = {0};
       c.t = list(in.zeros(tokens * C), in.uniform(vl * C));
       c.run = [&be, b, s, C, vl, t](KernelCall& x) {
         be.vocab_parallel_embedding_forward(x.t[0], x.ids[0], x.t[1], b, s, C, 0, vl, vl * t);
@@ -311,6 +299,7 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     } else {  // dropout backward, positions, words (GptModel::embedding_backward)
       const cpu::DropoutParams params{p_hidden, 1, 0};
       const cpu::HiddenBlock block{b, s, C, 0, 0, s};
+      c.fresh = {0};
       c.t = list(in.zeros(tokens * C), in.uniform(tokens * C), in.zeros(s * C), in.zeros(vl * C));
       c.run = [&be, b, s, C, vl, t, params, block](KernelCall& x) {
         be.bias_dropout_add_backward(x.t[0], {}, {}, x.t[1], params, block);
@@ -324,17 +313,20 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     const int64_t rows = d[0], vl = d[1];
     c.ids.push_back(in.ids(rows, vl * t));
     if (name == "cross_entropy_max") {
+      c.fresh = {0};
       c.t = list(in.zeros(rows), in.uniform(rows * vl));
       c.run = [&be, rows, vl](KernelCall& x) {
         be.vocab_parallel_logits_max(x.t[0], x.t[1], 1, rows, vl);
       };
     } else if (name == "cross_entropy_fwd") {
+      c.fresh = {0, 1};
       c.t = list(in.zeros(rows), in.zeros(rows), in.uniform(rows * vl), in.uniform(rows, 1.0, 1.0001));
       c.run = [&be, rows, vl, t](KernelCall& x) {
         be.vocab_parallel_sum_exp(x.t[0], x.t[1], x.t[2], x.t[3], x.ids[0], 1, rows, 0, vl,
                                   vl * t);
       };
     } else {  // loss, its gradient weights, the logits' gradient (GptModel::head_backward)
+      c.fresh = {0, 1, 6};
       c.t = list(in.zeros(rows * vl),        in.zeros(rows),
              in.uniform(rows * vl),      in.uniform(rows, 1.0, 1.0001),
              in.uniform(rows, 0.3 * static_cast<double>(vl), 0.4 * static_cast<double>(vl)),
@@ -376,16 +368,28 @@ std::vector<ProfileTarget> profile_targets(const Scenario& s) {
   }
   const Program prog = build_program(s, ranks);
   std::vector<ProfileTarget> out;
-  std::unordered_set<KernelKey, KernelKeyHash> seen;
-  for (const auto& [rank, rp] : prog.ranks) {
-    for (const Op& op : rp.ops) {
+  std::unordered_map<KernelKey, size_t, KernelKeyHash> index;
+  for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
+    for (const Op& op : prog.ranks.at(ranks[static_cast<size_t>(pp)]).ops) {
       for (size_t i = 0; i < op.kernels.size(); ++i) {
         const Kernel& k = prog.kernels[op.kernels[i]];
-        if (seen.insert(k.key).second) out.push_back({k, op.kernel_roles[i]});
+        const auto [it, fresh] = index.emplace(k.key, out.size());
+        if (fresh) out.push_back({k, op.kernel_roles[i], {}});
+        std::vector<int64_t>& stages = out[it->second].stages;
+        if (stages.empty() || stages.back() != pp) stages.push_back(pp);
       }
     }
   }
   return out;
+}
+
+int64_t rotation_bytes(const Scenario& s, const ProfileTarget& target, int64_t llc_bytes) {
+  double held = 0;
+  for (int64_t pp : target.stages) held = std::max(held, stage_memory(s, pp).total_bytes());
+  if (target.stages.empty()) {
+    for (const StageMemory& m : memory_per_stage(s)) held = std::max(held, m.total_bytes());
+  }
+  return static_cast<int64_t>(std::min(2.0 * static_cast<double>(llc_bytes), held));
 }
 
 KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
@@ -395,9 +399,14 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
                           std::to_string(options.warmup) + ", " + std::to_string(options.repeats) +
                           ")");
   }
-  const int64_t rotate =
-      options.rotate_bytes > 0 ? options.rotate_bytes : 2 * cpu::last_level_cache_bytes();
-  InputMaker in(backend, options.seed);
+  if (!(options.min_time_s >= 0) || !std::isfinite(options.min_time_s)) {
+    throw InvalidArgument("profile: --min-time must be a finite number of seconds >= 0 (got " +
+                          std::to_string(options.min_time_s) + ")");
+  }
+  const int64_t rotate = options.rotate_bytes > 0
+                             ? options.rotate_bytes
+                             : rotation_bytes(s, target, cpu::last_level_cache_bytes());
+  ProfileInputs in(backend, options.seed);
   std::vector<KernelCall> sets;
   int64_t bytes = 0;
   // At least two sets, so consecutive runs never share inputs; at most 4096.
@@ -409,17 +418,26 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
   auto run_once = [&] {
     KernelCall& c = sets[next];
     next = (next + 1) % sets.size();
+    for (size_t i : c.fresh) {  // freed first, so the backend's block cache hands it back
+      const auto n = static_cast<int64_t>(c.t[i].size());
+      c.t[i].reset();
+      c.t[i] = Tensor(backend, n);
+    }
     c.run(c);
     backend.synchronize();
   };
   for (int i = 0; i < options.warmup; ++i) run_once();
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.repeats));
-  for (int i = 0; i < options.repeats; ++i) {
+  double timed_us = 0;
+  for (int i = 0; i < ProfileOptions::kMaxRepeats &&
+                  (i < options.repeats || timed_us < options.min_time_s * 1e6);
+       ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     run_once();
     samples.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    timed_us += samples.back();
   }
   return measurement_from_samples(target.kernel, std::move(samples));
 }

@@ -4,9 +4,13 @@
 //
 // Method (as nccl-tests and the usual GPU micro-benchmarks): fresh random inputs (never zeros:
 // uniform in [-1, 1), positive where the kernel needs it, token ids in range), rotated over as
-// many input sets as make their bytes exceed twice the last-level cache, so no timed run finds
-// its inputs in cache from the previous one; `warmup` untimed runs, then `repeats` timed runs
-// (each synchronized); median, p10 and p90 of those (nearest-rank percentiles).
+// many input sets as make their bytes exceed the working set of a live iteration, capped at
+// twice the last-level cache (rotation_bytes), so a timed run finds its inputs in cache when,
+// and only when, the live run would; every buffer written when it is made, so no timed
+// run pays first-touch page faults a live run does not (exec/profile_inputs.hpp); the outputs
+// the model allocates at the kernel allocated again in each timed run, as the live op pays
+// their zeroing; `warmup` untimed runs, then `repeats` timed runs (each synchronized); median,
+// p10 and p90 of those (nearest-rank percentiles) and their mean.
 #pragma once
 
 #include <cstdint>
@@ -25,23 +29,42 @@ namespace traintwin::exec {
 struct ProfileTarget {
   Kernel kernel;
   Role role = Role::kNone;
+  /// The pipeline stages (pp coordinates, ascending) whose ranks run the kernel: under mpirun it
+  /// is timed on those ranks only, as in the live run (the LM head runs on the last stage while
+  /// the first one waits in its bubble, and a core runs faster while the other one idles).
+  std::vector<int64_t> stages;
 };
 
 /// Every distinct KernelKey of the scenario's Program over all pipeline stages (the ranks of
-/// TP, CP and DP rank 0: the others run the same kernels), in order of first use.
+/// TP, CP and DP rank 0: the others run the same kernels), in order of first use, with the
+/// stages that run each.
 std::vector<ProfileTarget> profile_targets(const Scenario& s);
 
 struct ProfileOptions {
   int warmup = 3;            ///< untimed runs, >= 0
   int repeats = 20;          ///< timed runs, >= 1
-  int64_t rotate_bytes = 0;  ///< input sets are added until their bytes exceed this (0: 2 x LLC)
+  /// More timed runs until their time adds up to this (seconds, >= 0; Google Benchmark's and
+  /// nvbench's min-time), at most kMaxRepeats: the mean of a short kernel then samples the
+  /// host's interruptions over as long a window as a long kernel's does.
+  double min_time_s = 0.05;
+  static constexpr int kMaxRepeats = 100000;
+  /// Input sets are added until their bytes exceed this. 0: rotation_bytes() of the kernel.
+  int64_t rotate_bytes = 0;
   uint64_t seed = 1;         ///< of the random inputs
 };
+
+/// How much memory a kernel's input sets rotate over: the smaller of twice the last-level cache
+/// (`llc_bytes`) and the memory the ranks running it hold (core/memory.hpp stage_memory of the
+/// target's stages, the largest: weights, gradients, optimizer state, activations), the working
+/// set a live iteration cycles through between two runs of the kernel. A rank whose whole state
+/// fits in the cache finds a kernel's inputs there live, and so does the profile (a tiny model's
+/// GEMMs ran 30-80 % longer cold than live); a larger one finds them cold in both.
+int64_t rotation_bytes(const Scenario& s, const ProfileTarget& target, int64_t llc_bytes);
 
 /// Times `target` alone on `backend` (scenario `s` gives what the key does not: hidden size,
 /// micro-batch, dropout probabilities, AdamW settings). The row carries the Program's FLOPs and
 /// bytes. Throws UnsupportedError for a kernel name the model does not run, InvalidArgument for
-/// bad options.
+/// bad options (warmup < 0, repeats < 1, rotate_bytes < 0, min_time_s < 0 or not finite).
 KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const ProfileTarget& target,
                                  const ProfileOptions& options);
 

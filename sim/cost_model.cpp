@@ -118,7 +118,7 @@ double work_of(KernelClass c, double flops, double bytes) {
 /// extrapolation on shapes, see make_database_cost_model), or nullopt.
 std::optional<double> measured_seconds(const CostDatabase& db, const Kernel& k,
                                        double max_extrapolation) {
-  if (const KernelMeasurement* m = db.find(k.key)) return m->median_us * 1e-6;
+  if (const KernelMeasurement* m = db.find(k.key)) return m->expected_us() * 1e-6;
   const KernelClass cls = kernel_class(k.key.name);
   const double w = work_of(cls, k.flops, k.bytes);
   if (!(w > 0)) return std::nullopt;
@@ -136,7 +136,7 @@ std::optional<double> measured_seconds(const CostDatabase& db, const Kernel& k,
     if (lo != nullptr && hi != nullptr) break;
   }
   auto rate = [cls](const KernelMeasurement* e) {  // work per second
-    return work_of(cls, e->flops, e->bytes) / (e->median_us * 1e-6);
+    return work_of(cls, e->flops, e->bytes) / (e->expected_us() * 1e-6);
   };
 
   if (lo != nullptr && hi != nullptr) {

@@ -107,10 +107,11 @@ struct DatabaseCostOptions {
 };
 
 /// Measured database first, then the roofline `fallback`. For `kernel` on `gpu`:
-///  1. Exact hit: the database holds kernel.key -> its median_us.
+///  1. Exact hit: the database holds kernel.key -> its expected_us() (the mean of the timed
+///     runs, the median for rows without one).
 ///  2. Interpolation on shapes among the same name, dtype, tp (CostDatabase::nearest_shapes).
 ///     Work w is FLOPs for kGemm/kAttention kernels and bytes for kMemory kernels; an entry's
-///     achieved rate is r = w / median. lo = the nearest-shape entry with w_lo <= w, hi = the
+///     achieved rate is r = w / expected_us(). lo = the nearest-shape entry with w_lo <= w, hi = the
 ///     nearest-shape entry with w_hi >= w. With both, r is interpolated linearly in ln(w):
 ///     r = r_lo + (r_hi - r_lo) (ln w - ln w_lo) / (ln w_hi - ln w_lo) (r_lo when
 ///     w_lo = w_hi), and duration = w / r: exact at the entries, and a GEMM between two

@@ -91,6 +91,7 @@ void check_kernel(const KernelMeasurement& m, const Place& p) {
     p.fail("p90_us", fmt::format("{} < median_us {} (need p10_us <= median_us <= p90_us)", m.p90_us,
                                  m.median_us));
   }
+  if (m.mean_us) check_positive(p, "mean_us", *m.mean_us);
   check_at_least(p, "samples", m.samples, 1);
   check_non_negative(p, "flops", m.flops);
   check_non_negative(p, "bytes", m.bytes);
@@ -195,7 +196,8 @@ Precision get_dtype(const json& obj, const Place& p) {
 KernelMeasurement read_kernel(const json& v, const Place& p) {
   check_object(v, p,
                {"name", "shape", "dtype", "tp", "median_us", "p10_us", "p90_us", "samples", "flops",
-                "bytes"});
+                "bytes"},
+               {"mean_us"});
   KernelMeasurement m;
   m.key.name = get_string(v, p, "name");
   const json& shape = v.at("shape");
@@ -210,6 +212,7 @@ KernelMeasurement read_kernel(const json& v, const Place& p) {
   m.median_us = get_number(v, p, "median_us");
   m.p10_us = get_number(v, p, "p10_us");
   m.p90_us = get_number(v, p, "p90_us");
+  if (v.contains("mean_us")) m.mean_us = get_number(v, p, "mean_us");
   m.samples = get_int(v, p, "samples");
   m.flops = get_number(v, p, "flops");
   m.bytes = get_number(v, p, "bytes");
@@ -310,6 +313,7 @@ ordered_json kernel_json(const KernelMeasurement& m) {
   o["median_us"] = number(m.median_us);
   o["p10_us"] = number(m.p10_us);
   o["p90_us"] = number(m.p90_us);
+  if (m.mean_us) o["mean_us"] = number(*m.mean_us);
   o["samples"] = m.samples;
   o["flops"] = number(m.flops);
   o["bytes"] = number(m.bytes);

@@ -60,7 +60,7 @@ struct CostDbVersions {
 
 /// One kernel's measured duration over `samples` timed runs, and its work as the Program states
 /// it (FLOPs and bytes from the kernel catalogue in core/program.cpp), so that achieved rates
-/// (FLOPs / median_us, bytes / median_us) can be interpolated between shapes.
+/// (FLOPs / expected_us(), bytes / expected_us()) can be interpolated between shapes.
 struct KernelMeasurement {
   KernelKey key;
   double median_us = 0;  ///< > 0
@@ -69,7 +69,16 @@ struct KernelMeasurement {
   int64_t samples = 0;   ///< >= 1
   double flops = 0;      ///< FLOPs of one run, >= 0
   double bytes = 0;      ///< device-memory bytes of one run, >= 0
+  /// > 0 when present: the mean of the timed runs (optional: rows written before it, or by other
+  /// tools, carry percentiles only).
+  std::optional<double> mean_us;
   bool operator==(const KernelMeasurement&) const = default;
+
+  /// The duration the simulator charges per run: the mean when the row has it, else the median.
+  /// An iteration is a sum of many kernel runs, and a sum's expectation is the sum of the means:
+  /// the rare slow runs (interrupts, preemption on a shared host) that a median drops are paid by
+  /// a live iteration (nccl-tests reports the mean time for the same reason).
+  double expected_us() const { return mean_us.value_or(median_us); }
 };
 
 /// One collective measurement in nccl-tests columns (its README "Performance" definitions):

@@ -34,6 +34,9 @@ KernelMeasurement measurement_from_samples(const Kernel& kernel, std::vector<dou
   m.median_us = std::max(m.median_us, kFloorUs);
   m.p10_us = std::clamp(m.p10_us, kFloorUs, m.median_us);
   m.p90_us = std::max(m.p90_us, m.median_us);
+  double sum = 0;
+  for (double x : samples_us) sum += x;
+  m.mean_us = std::max(sum / static_cast<double>(samples_us.size()), kFloorUs);
   m.samples = static_cast<int64_t>(samples_us.size());
   m.flops = kernel.flops;
   m.bytes = kernel.bytes;

@@ -12,7 +12,7 @@
 
 namespace traintwin {
 
-/// Median, p10 and p90 (nearest-rank percentiles) of `samples_us` as the row of `kernel`
+/// Median, p10 and p90 (nearest-rank percentiles) and the mean of `samples_us` as the row of `kernel`
 /// (its key, FLOPs and bytes); times below 1 ns are raised to 1 ns (a row needs times > 0).
 /// Throws InvalidArgument when there are no samples.
 KernelMeasurement measurement_from_samples(const Kernel& kernel, std::vector<double> samples_us);

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "core/error.hpp"
+#include "exec/cpu/matmul.hpp"
 
 namespace traintwin::exec::cpu {
 namespace {
@@ -51,6 +54,30 @@ int threads_per_rank(int local_ranks) {
     throw InvalidArgument("ranks on this host must be >= 1, got " + std::to_string(local_ranks));
   }
   return std::max(1, host_cores() / local_ranks);
+}
+
+int gemm_threads_for(int local_ranks, int requested) {
+  if (requested < 0) {
+    throw InvalidArgument("GEMM threads must be >= 1, got " + std::to_string(requested));
+  }
+  const int shared = threads_per_rank(local_ranks);  // validates local_ranks
+  if (requested > 0) return requested;
+  if (const char* env = std::getenv("OPENBLAS_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || n < 1 || n > 1024) {
+      throw InvalidArgument(std::string("OPENBLAS_NUM_THREADS=") + env +
+                            ": expected a positive integer (GEMM threads per process, 1-1024)");
+    }
+    return static_cast<int>(n);
+  }
+  return shared;
+}
+
+int use_gemm_threads(int local_ranks, int requested) {
+  set_gemm_threads(gemm_threads_for(local_ranks, requested));
+  return gemm_threads();
 }
 
 int64_t last_level_cache_bytes() {

@@ -18,6 +18,19 @@ int host_cores();
 /// measures with). Throws InvalidArgument for local_ranks < 1.
 int threads_per_rank(int local_ranks);
 
+/// GEMM threads of each of `local_ranks` ranks on this host, the one rule of every command that
+/// runs kernels (train, profile, validate --live), so a profile times its kernels with exactly the
+/// threads the live run of that layout uses: `requested` (a --threads flag) when > 0, else
+/// OPENBLAS_NUM_THREADS when set (as OpenBLAS itself honours it), else threads_per_rank.
+/// Throws InvalidArgument for local_ranks < 1, requested < 0, or an OPENBLAS_NUM_THREADS that is
+/// not a positive integer (naming the variable and its value).
+int gemm_threads_for(int local_ranks, int requested = 0);
+
+/// Applies gemm_threads_for(local_ranks, requested) to OpenBLAS (set_gemm_threads) and returns the
+/// count OpenBLAS then reports (openblas_get_num_threads: what a database's device identity
+/// records). Throws as gemm_threads_for.
+int use_gemm_threads(int local_ranks, int requested = 0);
+
 /// Last-level cache of this host in bytes (sysfs cache/index3, else index2), 32 MiB when sysfs
 /// does not say.
 int64_t last_level_cache_bytes();

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -38,7 +39,7 @@ class ProfileCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   testing::CliResult profile(const std::string& args) {
-    return testing::run_cli("profile " + scenario_ + " --warmup 1 --repeats 3 " + args);
+    return testing::run_cli("profile " + scenario_ + " --warmup 1 --repeats 3 --min-time 0 " + args);
   }
 
   /// The KernelKeys of every rank of the scenario with `overrides`.
@@ -87,7 +88,7 @@ TEST_F(ProfileCli, EveryKernelKeyOfEveryStageAppearsOnce) {
   // The device block is this CPU's.
   EXPECT_EQ(db.device().kind, std::optional<std::string>("cpu"));
   ASSERT_TRUE(db.device().threads.has_value());
-  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(4));
+  EXPECT_EQ(*db.device().threads, exec::cpu::gemm_threads_for(4));
   ASSERT_TRUE(db.versions().blas.has_value());
   EXPECT_THAT(*db.versions().blas, HasSubstr("OpenBLAS"));
 }
@@ -195,17 +196,67 @@ TEST_F(ProfileCli, CollectiveRowsFollowNcclTestsBusbwFactors) {
   EXPECT_EQ(db.collectives().size(), 4u * 14u);
 }
 
+// OPENBLAS_NUM_THREADS, which train honours, sets the threads the kernels are timed with, and the
+// database records them (its device id ends in -1t), so the profile matches the live run.
+TEST_F(ProfileCli, TimesWithTheThreadsOpenBlasIsToldToUse) {
+  const fs::path db_file = dir_ / "one-thread.json";
+  const testing::CliResult r = testing::run_cli_command(
+      "OPENBLAS_NUM_THREADS=1 " + std::string(TRAINTWIN_BINARY) + " profile " + scenario_ +
+      " --warmup 0 --repeats 1 --min-time 0 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("(1 GEMM thread(s) per rank)"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  ASSERT_TRUE(db.device().threads.has_value());
+  EXPECT_EQ(*db.device().threads, 1);
+  EXPECT_THAT(exec::cpu::device_id(db.device()), ::testing::EndsWith("-1t"));
+  const testing::CliResult bad = testing::run_cli_command(
+      "OPENBLAS_NUM_THREADS=lots " + std::string(TRAINTWIN_BINARY) + " profile " + scenario_ +
+      " --out " + db_file.string());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("OPENBLAS_NUM_THREADS=lots: expected a positive integer"));
+}
+
 TEST_F(ProfileCli, UnderMpirunEveryRankTimesTheKernelsTogether) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
   const fs::path db_file = dir_ / "two.json";
   const testing::CliResult r = testing::run_mpi_cli(
-      2, "profile " + scenario_ + " --set cluster.num_gpus=2 --warmup 1 --repeats 3 --out " +
+      2, "profile " + scenario_ + " --set cluster.num_gpus=2 --warmup 1 --repeats 3 --min-time 0 --out " +
              db_file.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("on 2 ranks at once"));
   const CostDatabase db = CostDatabase::load(db_file);
   EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"}}));
-  EXPECT_EQ(*db.device().threads, exec::cpu::threads_per_rank(2));
+  EXPECT_EQ(*db.device().threads, exec::cpu::gemm_threads_for(2));
+}
+
+// PP 2 under mpirun: a kernel of one stage only (the loss on the last, the embedding on the
+// first) is timed by that stage's rank, and rank 0 still writes its row from the figures it
+// receives.
+TEST_F(ProfileCli, UnderMpirunEachStageTimesItsOwnKernels) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path db_file = dir_ / "pp.json";
+  const testing::CliResult r = testing::run_mpi_cli(
+      2, "profile " + scenario_ + " --num-gpus 2 --pipeline-model-parallel-size 2 --warmup 1 "
+         "--repeats 3 --min-time 0 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("each kernel on the ranks of the pipeline stages that run it"));
+  const CostDatabase db = CostDatabase::load(db_file);
+  EXPECT_EQ(db_keys(db), program_keys({{"cluster.num_gpus", "2"},
+                                       {"parallelism.pipeline_model_parallel_size", "2"}}));
+  for (const KernelMeasurement& m : db.kernels()) {
+    EXPECT_EQ(m.samples, 3) << m.key.to_string();
+    EXPECT_GT(m.median_us, 0) << m.key.to_string();
+    ASSERT_TRUE(m.mean_us.has_value()) << m.key.to_string();
+    EXPECT_GT(*m.mean_us, 0) << m.key.to_string();
+    EXPECT_LE(m.p10_us, m.median_us);
+    EXPECT_LE(m.median_us, m.p90_us);
+  }
+  EXPECT_THAT(db_keys(db), ::testing::Contains(HasSubstr("cross_entropy_bwd")));
+  // The table's last column: the ranks that timed the row (the loss: the last stage's only; a
+  // layer GEMM: both).
+  const std::regex loss(R"(\ncross_entropy_bwd\[[^\n]* 1\n)"), gemm(R"(\ngemm_fwd\[[^\n]* 2\n)");
+  EXPECT_TRUE(std::regex_search(r.output, loss)) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, gemm)) << r.output;
 }
 
 TEST_F(ProfileCli, TopologyOutDescribesThisHostWithTheDatabaseDevice) {

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -88,6 +89,11 @@ class ValidateLiveCli : public ::testing::Test {
                             "pipeline bubble and waits"}) {
       EXPECT_THAT(r.output, HasSubstr(cls));
     }
+    // The per-kernel table (--kernels, 10 rows by default): the tiny model's 20-odd kernels, so
+    // ten rows, GEMMs among them, each with its calls per iteration.
+    EXPECT_THAT(r.output, HasSubstr("the 10 kernels with the largest difference"));
+    const std::regex gemm_row(R"(\ngemm_(fwd|dgrad|wgrad)\[[^\n]*fp32 tp1 +[0-9]+ +[0-9.]+ +[0-9.]+ )");
+    EXPECT_TRUE(std::regex_search(r.output, gemm_row)) << r.output;
   }
 
   static constexpr int kThreads = 1;
@@ -125,13 +131,29 @@ TEST_F(ValidateLiveCli, DataParallelOnTwoRanksUnderMpirun) {
   if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
   const std::string topo = profile(2);
   const testing::CliResult r = testing::run_mpi_cli(
-      2, "validate --live " + *scenario_ + " --set cluster.num_gpus=2 --threads 1 --topology " + topo +
+      2, "validate --live " + *scenario_ + " --num-gpus 2 --threads 1 --topology " + topo +
              " --iterations 10");
   // Two ranks busy-polling MPI on two shared cores suffer any other load most: 0.28 to 0.32 at
   // load 6-8, 0.12 beside another test under ctest -j2. Only the measured share and the op
   // classes are checked here; the one-process test carries the loose bound.
   expect_close_with_measured_costs(r, 0.0);
   EXPECT_THAT(r.output, HasSubstr("dp-cp all_reduce"));
+}
+
+// The Megatron-LM flags reach the --live scenario (TP 2 makes it a 2-rank job, which one process
+// refuses naming mpirun), and are refused without --live (a calibration file's cases carry their
+// own layouts).
+TEST_F(ValidateLiveCli, TakesTheParallelismFlagsOfTheOtherCommands) {
+  const testing::CliResult tp = testing::run_cli("validate --live " + *scenario_ +
+                                                 " --tensor-model-parallel-size 2 --num-gpus 2");
+  EXPECT_NE(tp.status, 0);
+  EXPECT_THAT(tp.output, HasSubstr("2 ranks: run validate --live under mpirun -np 2"));
+  const fs::path calibration = *dir_ / "calibration.yaml";
+  std::ofstream(calibration) << "cases: []\n";
+  const testing::CliResult cal = testing::run_cli("validate " + calibration.string() +
+                                                  " --pipeline-model-parallel-size 2");
+  EXPECT_NE(cal.status, 0);
+  EXPECT_THAT(cal.output, HasSubstr("apply to a --live SCENARIO"));
 }
 
 TEST_F(ValidateLiveCli, ATopologyOfAnotherDeviceIsRefusedWithTheFix) {

@@ -228,6 +228,22 @@ TEST(CostDatabaseModel, ExactHitReturnsTheMedian) {
   EXPECT_DOUBLE_EQ(c.seconds, 1234.5e-6);
 }
 
+// A row with the mean of its runs charges the mean (the expected duration a sum of runs adds
+// up to), also through an achieved rate: [2048, 4608, 12288] has half the FLOPs of the row, so
+// it takes 1500 / 2 us at the row's mean rate, not 1234.5 / 2 at its median's.
+TEST(CostDatabaseModel, ARowWithItsMeanChargesTheMean) {
+  auto db = empty_db();
+  const Kernel k = gemm("gemm_dgrad", 8192, 4608, 12288, 8);
+  KernelMeasurement row{k.key, 1234.5, 1200.0, 1300.0, 50, k.flops, k.bytes};
+  row.mean_us = 1500.0;
+  db->add(row);
+  const auto model = h100_db_model(db);
+  EXPECT_DOUBLE_EQ(model->duration(k, h100()).seconds, 1500e-6);
+  const KernelCost half = model->duration(gemm("gemm_dgrad", 4096, 4608, 12288, 8), h100());
+  EXPECT_EQ(half.source, CostSource::kMeasured);
+  expect_rel(half.seconds, 750e-6);
+}
+
 // [2048, 4096, 4096] lies halfway between the entries in ln(FLOPs): 500 TFLOP/s, so
 // 68,719,476,736 / 500e12 = 137.438953472 us.
 TEST(CostDatabaseModel, GemmInterpolatesAchievedRateInLogFlops) {

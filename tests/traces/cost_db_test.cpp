@@ -145,7 +145,7 @@ TEST(CostDbRead, NotJson) {
 TEST(CostDbRead, UnknownKeyNamesEntryAndKey) {
   EXPECT_THAT(second_row_error("\"median_us\"", "\"medain_us\""),
               AllOf(HasSubstr("h100.json: kernels[1]: unknown key \"medain_us\""),
-                    HasSubstr("allowed: bytes, dtype, flops, median_us")));
+                    HasSubstr("allowed: bytes, dtype, flops, mean_us, median_us")));
   EXPECT_THAT(parse_error(std::string(kSample).replace(std::string(kSample).find("\"cuda\""), 6,
                                                        "\"cudnn\"")),
               HasSubstr("h100.json: versions: unknown key \"cudnn\""));
@@ -169,6 +169,13 @@ TEST(CostDbRead, NegativeOrZeroTimes) {
               HasSubstr("h100.json: kernels[1].p10_us: must be > 0 (got 0)"));
   EXPECT_THAT(second_row_error("\"flops\":2147483648", "\"flops\":-2"),
               HasSubstr("kernels[1].flops: must be >= 0"));
+}
+
+TEST(CostDbRead, TheOptionalMeanMustBePositive) {
+  EXPECT_THAT(second_row_error("\"median_us\":10", "\"median_us\":10,\"mean_us\":0"),
+              HasSubstr("h100.json: kernels[1].mean_us: must be > 0 (got 0)"));
+  EXPECT_THAT(second_row_error("\"median_us\":10", "\"median_us\":10,\"mean_us\":\"x\""),
+              HasSubstr("kernels[1].mean_us"));
 }
 
 TEST(CostDbRead, PercentilesMustBeOrdered) {
@@ -264,6 +271,10 @@ TEST(CostDbWrite, RoundTripIsEqualAndByteIdentical) {
   db.add(gemm_row(1024, 4096, 4096, 1.0 / 3.0, 8, Precision::kFp16, "gemm_wgrad"));
   db.add(KernelMeasurement{KernelKey{"adamw_step", {123456789}, Precision::kFp32, 1}, 812.25, 800,
                            830.5, 7, 16.0 * 123456789, 12345678901.5});
+  KernelMeasurement with_mean{KernelKey{"gelu_fwd", {524288}, Precision::kFp32, 1}, 160.5, 150,
+                              170, 20, 4194304, 4194304};
+  with_mean.mean_us = 161.0 + 1.0 / 3.0;  // the mean may lie anywhere in the samples
+  db.add(with_mean);
   db.add(CollectiveMeasurement{"all_gather", 1 << 20, 8, std::nullopt, std::nullopt, 25.1, 41.78,
                                36.56});
   db.add(CollectiveMeasurement{"all_gather", 1 << 20, 16, 2, "ring", 95.75, 10.95, 10.27});

@@ -1,0 +1,36 @@
+// The inputs `traintwin profile` hands a kernel (exec/profile.hpp): device tensors of
+// counter-based random values (exec/counter_rng.hpp, a fresh stream per tensor), token ids, and
+// output buffers. Every buffer is written once when it is made, so its memory is resident
+// before any timed run: a fresh allocation's pages are mapped on first touch (the CPU backend
+// callocs large blocks), and a profile with more input sets than warm-up runs would otherwise
+// time the page faults of each set's outputs, which a live run, whose buffers come back from the
+// backend's block cache already mapped, never pays.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "exec/backend.hpp"
+
+namespace traintwin::exec {
+
+class ProfileInputs {
+ public:
+  /// Inputs on `backend` from the random stream family `seed`.
+  ProfileInputs(Backend& backend, uint64_t seed) : be_(backend), seed_(seed) {}
+  /// n values uniform in [lo, hi) (lo < hi, else InvalidArgument), never all zeros.
+  Tensor uniform(int64_t n, double lo = -1.0, double hi = 1.0);
+  /// An output (or accumulated-into) tensor of n zeros, as the model hands the kernel, written
+  /// through the backend so its pages are resident.
+  Tensor zeros(int64_t n);
+  /// n token ids uniform in [0, range) (range >= 1, else InvalidArgument).
+  DeviceBuffer<int32_t> ids(int64_t n, int64_t range);
+
+ private:
+  Backend& be_;
+  uint64_t seed_;
+  uint64_t next_ = 0;
+  std::vector<float> host_;
+};
+
+}  // namespace traintwin::exec

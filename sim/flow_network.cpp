@@ -103,10 +103,7 @@ void FlowNetwork::hand_over(uint32_t id, double now) {
 
 void FlowNetwork::to_solver(uint32_t id, double remaining_latency_s, double remaining_bytes) {
   Flow& f = flows_[id];
-  for (uint32_t l : f.route->shared_links) {
-    ++links_[l].in_solver;
-    links_[l].solver_xor ^= id;
-  }
+  for (uint32_t l : f.route->shared_links) ++links_[l].in_solver;
   ++stats_.solver_flows;
   stats_.max_in_solver = std::max(stats_.max_in_solver, ++in_solver_);
   const double lat = f.route->latency_s;
@@ -114,9 +111,6 @@ void FlowNetwork::to_solver(uint32_t id, double remaining_latency_s, double rema
   if (lat > 0 && remaining_latency_s < lat) {
     latency_factor_ = std::max(remaining_latency_s, kMinHandoverLatency_s) / lat;
   }
-  const double now = sg4::Engine::get_clock();
-  f.solver_latency_end_s =
-      now + (lat > 0 && remaining_latency_s < lat ? std::max(remaining_latency_s, kMinHandoverLatency_s) : lat);
   f.comm = sg4::Comm::sendto_init(f.from, f.to);
   f.comm->set_payload_size(static_cast<uint64_t>(std::max(1.0, std::round(remaining_bytes))));
   f.comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(id)));
@@ -134,62 +128,8 @@ void FlowNetwork::lone_done(uint32_t id) {
   on_done_(tag, sg4::Engine::get_clock());
 }
 
-void FlowNetwork::leave_solver_links(uint32_t id) {
-  for (uint32_t l : flows_[id].route->shared_links) {
-    --links_[l].in_solver;
-    links_[l].solver_xor ^= id;
-  }
-  --in_solver_;
-}
-
-void FlowNetwork::maybe_pull_back(uint32_t id, double now) {
-  Flow& f = flows_[id];
-  if (!f.comm || now < f.solver_latency_end_s || !(f.route->bandwidth_Bps > 0)) return;
-  for (uint32_t l : f.route->shared_links) {
-    if (links_[l].in_solver != 1 || links_[l].lone != UINT32_MAX) return;
-  }
-  const double bytes_left = f.comm->get_remaining();
-  if (bytes_left < 1.0) return;  // ending now anyway
-  size_t slot;
-  if (!free_cancelled_.empty()) {
-    slot = free_cancelled_.back();
-    free_cancelled_.pop_back();
-  } else {
-    slot = cancelled_.size();
-    cancelled_.emplace_back();
-  }
-  // Tagged so that solver_done() tells it from a live flow: SimGrid calls it once more, failed.
-  f.comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(slot) | kCancelledBit));
-  f.comm->suspend();  // no share in the solve before SimGrid drops it
-  f.comm->cancel();
-  cancelled_[slot] = std::move(f.comm);
-  f.comm = nullptr;
-  leave_solver_links(id);
-  ++stats_.pulled_back;
-  // From here a lone flow whose latency was paid at `now`, with bytes_left to send (what
-  // hand_over() reads if another flow meets it again).
-  f.start_s = now - f.route->latency_s;
-  f.bytes = std::max(0.0, bytes_left);
-  for (uint32_t l : f.route->shared_links) links_[l].lone = id;
-  f.timer = simgrid::kernel::timer::Timer::set(now + f.bytes / f.route->bandwidth_Bps,
-                                               [this, id] { lone_done(id); });
-}
-
 void FlowNetwork::solver_done(const sg4::Activity& a) {
-  const auto data = reinterpret_cast<uintptr_t>(a.get_data<void>());
-  if (data & kCancelledBit) {
-    // A pulled-back flow's transfer: cancelled (now) or reported failed by SimGrid (later, the
-    // last call): drop it at the next report, as below.
-    if (a.get_state() == sg4::Activity::State::CANCELED) return;
-    for (uint32_t s : cancelled_to_release_) {
-      cancelled_[s] = nullptr;
-      free_cancelled_.push_back(s);
-    }
-    cancelled_to_release_.clear();
-    cancelled_to_release_.push_back(static_cast<uint32_t>(data & ~kCancelledBit));
-    return;
-  }
-  const auto id = static_cast<uint32_t>(data);
+  const auto id = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(a.get_data<void>()));
   if (id >= flows_.size() || flows_[id].comm.get() != &a) return;
   // Drop the transfers that ended before this one (not this one: SimGrid still holds it).
   for (uint32_t done : to_release_) {
@@ -198,15 +138,10 @@ void FlowNetwork::solver_done(const sg4::Activity& a) {
   }
   to_release_.clear();
   to_release_.push_back(id);
-  const double now = sg4::Engine::get_clock();
-  leave_solver_links(id);
-  // A flow this one leaves alone on all its links leaves the solver too.
-  if (closed_form_) {
-    for (uint32_t l : flows_[id].route->shared_links) {
-      if (links_[l].in_solver == 1 && links_[l].lone == UINT32_MAX) maybe_pull_back(links_[l].solver_xor, now);
-    }
-  }
-  on_done_(flows_[id].tag, now);
+  Flow& f = flows_[id];
+  for (uint32_t l : f.route->shared_links) --links_[l].in_solver;
+  --in_solver_;
+  on_done_(f.tag, sg4::Engine::get_clock());
 }
 
 }  // namespace traintwin

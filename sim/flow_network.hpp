@@ -15,11 +15,8 @@
 // what it has left: the rest of its latency (at least kMinHandoverLatency_s, see below) and
 // bytes - B x (time since its latency was paid); from then on both share links as SimGrid
 // decides (its sharing penalty is its full route latency, as for a flow started in SimGrid).
-// A flow that finds a link already shared, or held, goes to SimGrid too. When a SimGrid flow
-// ends and leaves another one alone on all its links (its latency paid), that one leaves the
-// solver the same way: its bytes left (Comm::get_remaining) finish at its bandwidth B in closed
-// form; its SimGrid transfer is suspended (so that it takes no share in the next solve) and
-// cancelled. The times are those of the all-in-SimGrid replay (`lone_flows_in_closed_form =
+// A flow that finds a link already shared, or held, goes to SimGrid too, and stays there until
+// it ends. The times are those of the all-in-SimGrid replay (`lone_flows_in_closed_form =
 // false`) up to SimGrid's own precision and the handover latency; tests/sim/flow_network_test
 // compares the two.
 //
@@ -62,7 +59,6 @@ struct FlowNetworkStats {
   int64_t lone_flows = 0;      ///< ended without ever entering SimGrid (closed form)
   int64_t solver_flows = 0;    ///< entered SimGrid (at start, or handed over)
   int64_t handovers = 0;       ///< lone flows handed to SimGrid when another flow met them
-  int64_t pulled_back = 0;     ///< SimGrid flows left alone on their links, timed in closed form
   int64_t max_in_solver = 0;   ///< most flows in SimGrid at once
 };
 
@@ -102,12 +98,10 @@ class FlowNetwork {
     uint64_t tag = 0;
     simgrid::kernel::timer::Timer* timer = nullptr;  // lone flows: their end
     simgrid::s4u::CommPtr comm;                      // flows in SimGrid
-    double solver_latency_end_s = 0;                 // when its latency is paid in SimGrid
   };
   struct LinkState {
     uint32_t lone = UINT32_MAX;  // the lone flow holding it
     uint32_t in_solver = 0;      // SimGrid flows crossing it
-    uint32_t solver_xor = 0;     // xor of their ids: the flow itself when in_solver == 1
   };
   struct PairHash {
     size_t operator()(const std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>& p) const {
@@ -120,20 +114,12 @@ class FlowNetwork {
   void hand_over(uint32_t id, double now);
   void lone_done(uint32_t id);
   void solver_done(const simgrid::s4u::Activity& a);
-  void leave_solver_links(uint32_t id);
-  void maybe_pull_back(uint32_t id, double now);
-
-  static constexpr uintptr_t kCancelledBit = uintptr_t{1} << 62;  // data of cancelled transfers
 
   OnDone on_done_;
   bool closed_form_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_;
   std::vector<uint32_t> to_release_;  // SimGrid flows done, whose CommPtr can be dropped
-  // Cancelled transfers of pulled-back flows, kept until SimGrid reports them failed (it still
-  // calls them then); slots reused through free_cancelled_.
-  std::vector<simgrid::s4u::CommPtr> cancelled_;
-  std::vector<uint32_t> free_cancelled_, cancelled_to_release_;
   std::vector<LinkState> links_;
   std::unordered_map<const simgrid::s4u::Link*, uint32_t> link_id_;
   std::unordered_map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, FlowRoute, PairHash> routes_;

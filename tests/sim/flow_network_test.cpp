@@ -1,7 +1,6 @@
 // Tests of sim/flow_network: a lone flow ends at latency + bytes / bandwidth without entering
 // SimGrid's solver; a lone flow met half-way by a second one is handed over with what it has
-// left, a flow left alone in the solver leaves it, and all end when the hand-worked max-min
-// sharing says (the same numbers with every flow
+// left, and both end when the hand-worked max-min sharing says (the same numbers with every flow
 // in SimGrid from its start, the reference). SimGrid allows one Engine per process; ctest runs
 // each TEST in its own process.
 #include "sim/flow_network.hpp"
@@ -84,35 +83,6 @@ void handover(bool closed_form) {
 
 TEST(FlowNetwork, LoneFlowMetHalfWayIsHandedOverWithWhatItHasLeft) { handover(true); }
 TEST(FlowNetwork, SameSharingWithEveryFlowInSimGrid) { handover(false); }
-
-// A (S bytes) and B (S/2) leave GPU 0's NIC together and share it: B ends at S/B + L, leaving A
-// alone with S/2 to send, in closed form (pulled back from the solver): alone until C (S bytes)
-// starts on the same NIC at t2 = 1.2 S/B + L and meets it (A has 0.3 S left). Hand-worked: A at
-// t2 + 0.6 S/B - L = 1.8 S/B, C at A's end + 0.7 S/B + L = 2.5 S/B + L.
-void pull_back(bool closed_form) {
-  const TopologySpec t = testing::h100();
-  const auto p = Platform::build(engine(), t, 1024);
-  std::map<uint64_t, double> end;
-  FlowNetwork net([&](uint64_t tag, double e) { end[tag] = e; }, closed_form);
-  const double S = kBytes, B = t.nic.line_rate_Bps;
-  const double L = 2 * t.nic.latency_s + t.fabric.hop_latency_s;
-  auto start = [&](int64_t dst_node, double bytes, uint64_t tag) {
-    const auto [from, to] = p->endpoints(0, 8 * dst_node);
-    net.start(from, to, bytes, tag);
-  };
-  start(1, S, 1);
-  start(2, S / 2, 2);
-  simgrid::kernel::timer::Timer::set(1.2 * S / B + L, [&] { start(3, S, 3); });
-  engine().run();
-  EXPECT_NEAR(end.at(2), S / B + L, 1e-9 * S / B);
-  EXPECT_NEAR(end.at(1), 1.8 * S / B, 1e-9 * S / B);
-  EXPECT_NEAR(end.at(3), 2.5 * S / B + L, 1e-9 * S / B);
-  EXPECT_EQ(net.stats().pulled_back, closed_form ? 2 : 0);  // A after B ends, C after A ends
-  EXPECT_EQ(net.stats().handovers, closed_form ? 2 : 0);    // A when B starts, A when C starts
-}
-
-TEST(FlowNetwork, FlowLeftAloneLeavesTheSolverAndIsMetAgain) { pull_back(true); }
-TEST(FlowNetwork, SameTimesWhenEveryFlowStaysInSimGrid) { pull_back(false); }
 
 // Flows on other rails or in the other direction share no link: all stay lone; a third flow on
 // a link a lone flow holds hands that one over, not the others.

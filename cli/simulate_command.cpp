@@ -144,8 +144,12 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
                  si(l.bytes), 100 * l.utilization, l.vs_tier_mean);
     }
   }
-  fmt::print("simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows, {} events\n", r.sim_wall_s,
-             r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.events);
+  fmt::print("simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows ({} in SimGrid's "
+             "solver, the rest alone on their links), {} events\n",
+             r.sim_wall_s, r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.solver_flows, r.events);
+  std::string phases;
+  for (const auto& [phase, sec] : r.wall_phases_s) phases += fmt::format("{}{} {:.2f} s", phases.empty() ? "" : ", ", phase, sec);
+  fmt::print("wall time by phase {}\n", phases);
   fmt::print("MFU = model FLOPs / (iteration time x GPUs x {} dense {} peak); {}\n",
              si(topo.gpu.peak_FLOPs(gemm_precision(s.training))),
              to_string(gemm_precision(s.training)), model_flops_formula(s.model));

@@ -42,6 +42,25 @@ std::vector<int64_t> collective_sequence(const RankProgram& rp);
 /// The key of collective `op` issued by `rank` as its `seq`-th on op.group.
 CollectiveKey collective_key(const RankLayout& layout, int64_t rank, const Op& op, int64_t seq);
 
+/// collective_key() for an engine that arrives at millions of collectives: each rank's group
+/// index per group kind (RankLayout::group_index, ten integer divisions) is computed once, on
+/// first use. Same keys as collective_key().
+class CollectiveKeys {
+ public:
+  explicit CollectiveKeys(const RankLayout& layout)
+      : layout_(&layout),
+        index_(static_cast<size_t>(layout.world_size()) * kNumGroupKinds, -1) {}
+  CollectiveKey key(int64_t rank, const Op& op, int64_t seq) {
+    int64_t& index = index_.at(static_cast<size_t>(rank) * kNumGroupKinds + static_cast<size_t>(op.group));
+    if (index < 0) index = collective_key(*layout_, rank, op, seq).group_index;
+    return {op.group, index, seq};
+  }
+
+ private:
+  const RankLayout* layout_;
+  std::vector<int64_t> index_;
+};
+
 /// One send/recv transfer.
 struct TransferKey {
   int64_t src = 0, dst = 0, tag = 0;

@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "sim/attribution.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/matching.hpp"
 #include "sim/timed_program.hpp"
 
@@ -75,9 +76,8 @@ class Engine {
   SimulationResult run() {
     const auto wall0 = std::chrono::steady_clock::now();
     prepare();
-    simgrid::s4u::Activity::on_completion_cb([this](const simgrid::s4u::Activity& a) {
-      on_flow_done(a);
-    });
+    net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
+                 opts_.lone_flows_in_closed_form);
     for (int64_t r = 0; r < world_; ++r) {
       if (!replayed(r)) continue;
       const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
@@ -89,8 +89,12 @@ class Engine {
     simgrid::s4u::Engine::get_instance()->run();
     drain();
     check_complete();
+    const auto wall1 = std::chrono::steady_clock::now();
     SimulationResult res = results();
-    res.sim_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    const auto wall2 = std::chrono::steady_clock::now();
+    res.wall_phases_s = {{"replay", std::chrono::duration<double>(wall1 - wall0).count()},
+                         {"results", std::chrono::duration<double>(wall2 - wall1).count()}};
+    res.sim_wall_s = std::chrono::duration<double>(wall2 - wall0).count();
     return res;
   }
 
@@ -99,6 +103,7 @@ class Engine {
 
   void prepare() {
     world_ = prog_.layout.world_size();
+    collective_keys_.emplace(prog_.layout);
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
     if (opts_.aggregate_tp && tp > 1) {
       if (opts_.straggler || !opts_.scaling.degraded_links.empty()) {
@@ -266,7 +271,7 @@ class Engine {
 
   void arrive(int64_t rank, uint32_t id, const Op& op, double t) {
     const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
-    auto calls = arrivals_.arrive(collective_key(prog_.layout, rank, op, tp.seq[id]),
+    auto calls = arrivals_.arrive(collective_keys_->key(rank, op, tp.seq[id]),
                                   PendingP2P{rank, id, t}, replayed_size(op.group));
     if (!calls) return;
     Arrivals done;
@@ -395,41 +400,21 @@ class Engine {
 
   void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes) {
     auto [from, to] = platform_.endpoints(src, dst);
-    account_links(from, to, bytes);
-    auto comm = simgrid::s4u::Comm::sendto_init(from, to);
-    comm->set_payload_size(static_cast<uint64_t>(std::llround(std::max(bytes, 1.0))));
-    comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(live_.size())));
-    live_.push_back({comm, gid, static_cast<uint32_t>(flow_records_.size())});
-    flow_records_.push_back({from, to, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
+    const FlowRoute& route = net_->route(from, to);
+    for (auto* l : route.links) link_bytes_[l] += bytes;
+    const auto record = static_cast<uint64_t>(flow_records_.size());
+    flow_records_.push_back({&route, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
     ++flows_;
-    comm->start();
+    net_->start(from, to, bytes, record);
   }
 
-  void account_links(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes) {
-    auto key = std::make_pair(from, to);
-    auto it = routes_.find(key);
-    if (it == routes_.end()) {
-      std::vector<simgrid::s4u::Link*> links;
-      double latency = 0;
-      from->route_to(to, links, &latency);
-      it = routes_.emplace(key, std::move(links)).first;
-    }
-    for (auto* l : it->second) link_bytes_[l] += bytes;
-  }
-
-  void on_flow_done(const simgrid::s4u::Activity& a) {
-    const auto slot = static_cast<size_t>(reinterpret_cast<uintptr_t>(a.get_data<void>()));
-    if (slot >= live_.size() || live_[slot].comm.get() != &a) return;
-    // Release the comms that completed before this one (not this one: SimGrid still holds it).
-    for (size_t s : to_release_) live_[s].comm = nullptr;
-    to_release_.clear();
-    to_release_.push_back(slot);
-    const double now = simgrid::s4u::Engine::get_clock();
-    flow_records_[live_[slot].record].end_s = now;
-    FlowGroup& g = groups_[live_[slot].group];
+  void on_flow_done(uint64_t record, double now) {
+    FlowRecord& rec = flow_records_[record];
+    rec.end_s = now;
+    FlowGroup& g = groups_[rec.group];
     if (--g.remaining > 0) return;
     const double end = std::max(now, g.min_end) + g.latency_s;
-    const uint32_t gid = live_[slot].group;
+    const uint32_t gid = rec.group;
     auto ops = std::move(g.ops);
     free_groups_.push_back(gid);
     for (auto [r, o] : ops) finish(r, o, end);
@@ -492,6 +477,10 @@ class Engine {
     link_results(res);
     res.ops = ops_;
     res.flows = flows_;
+    if (net_) {
+      res.solver_flows = net_->stats().solver_flows;
+      res.max_solver_flows = net_->stats().max_in_solver;
+    }
     res.replayed_ranks = world_ / tp_stride_;
     res.events = ops_ + flows_ + timers_;
     res.collective_algorithms = algorithms_;
@@ -544,9 +533,7 @@ class Engine {
       res.link_series.push_back(std::move(ls));
     }
     for (const FlowRecord& f : flow_records_) {
-      auto route = routes_.find({f.from, f.to});
-      if (route == routes_.end()) continue;
-      for (const simgrid::s4u::Link* l : route->second) {
+      for (const simgrid::s4u::Link* l : f.route->links) {
         auto s = series_of.find(l);
         if (s == series_of.end()) continue;
         add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
@@ -653,15 +640,10 @@ class Engine {
     return tl;
   }
 
-  struct LiveComm {
-    simgrid::s4u::CommPtr comm;
-    uint32_t group;
-    uint32_t record;  // index in flow_records_
-  };
-  /// A flow's endpoints, lifetime and bytes (for the link utilization series).
+  /// A flow's route, group, lifetime and bytes (for the link utilization series).
   struct FlowRecord {
-    simgrid::s4u::Host* from;
-    simgrid::s4u::Host* to;
+    const FlowRoute* route;
+    uint32_t group;
     double start_s, end_s, bytes;
   };
 
@@ -677,16 +659,15 @@ class Engine {
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;
   std::vector<std::pair<int64_t, uint32_t>> worklist_;
+  std::optional<CollectiveKeys> collective_keys_;
   CollectiveRendezvous<PendingP2P> arrivals_;
   TransferMatcher<PendingP2P> transfers_;
   std::map<std::tuple<int, int, int64_t>, CollectivePlan> plans_;
   std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> plan_members_;
   std::vector<FlowGroup> groups_;
   std::vector<uint32_t> free_groups_;
-  std::vector<LiveComm> live_;
-  std::vector<size_t> to_release_;
+  std::optional<FlowNetwork> net_;
   std::vector<FlowRecord> flow_records_;
-  std::map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, std::vector<simgrid::s4u::Link*>> routes_;
   std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
   std::map<std::string, int64_t> algorithms_;
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;
@@ -737,7 +718,10 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
                                   const CostModel& costs, const SimulationOptions& opts) {
   // The timing layer first: its checks (what-if factors) and the cost model's errors come
   // before a SimGrid engine exists.
+  using Clock = std::chrono::steady_clock;
+  const auto wall0 = Clock::now();
   const TimedProgram timed(prog, costs, topo.gpu, ComputeScaling{opts.gpu_speed_scale, opts.straggler});
+  const auto wall1 = Clock::now();
   static bool used = false;
   if (used) throw Error("simulate: SimGrid runs one simulation per process");
   used = true;
@@ -749,8 +733,13 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   auto platform = Platform::build(engine, topo, prog.layout.world_size(), opts.scaling);
   // Closed forms (collectives inside a node, algorithm choice) see the scaled tiers.
   const TopologySpec scaled = scaled_topology(topo, opts.scaling);
+  const auto wall2 = Clock::now();
   Engine eng(timed, scaled, opts, *platform);
-  return eng.run();
+  SimulationResult res = eng.run();
+  res.wall_phases_s.insert(res.wall_phases_s.begin(),
+                           {{"timing", std::chrono::duration<double>(wall1 - wall0).count()},
+                            {"platform", std::chrono::duration<double>(wall2 - wall1).count()}});
+  return res;
 }
 
 SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
@@ -761,10 +750,15 @@ SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const Cos
   std::vector<int64_t> reps;
   for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
   check_what_if(s, topo, opts.aggregate_tp);
+  const auto wall0 = std::chrono::steady_clock::now();
   const Program prog = build_program(s, reps);
+  const double lowering_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   SimulationOptions o = with_what_if(opts, s.cluster.what_if);
   if (o.collective_algorithm.empty()) o.collective_algorithm = s.cluster.collective_algorithm;
-  return simulate_program(prog, topo, costs, o);
+  SimulationResult res = simulate_program(prog, topo, costs, o);
+  res.wall_phases_s.insert(res.wall_phases_s.begin(), {"lowering", lowering_s});
+  return res;
 }
 
 }  // namespace traintwin

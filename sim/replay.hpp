@@ -7,9 +7,11 @@
 // their closed form (sim/collectives.hpp) once every member has arrived; point-to-point
 // transfers and collectives across nodes become SimGrid flows that share links (flow-level
 // max-min sharing, network model pinned). Everything that does not touch the network is
-// evaluated as dataflow, ahead of SimGrid's clock; a flow is handed to SimGrid at its start date
-// (a SimGrid kernel timer when that date is in the future), so contention is exact while
-// SimGrid only ever holds the flows that exist (SIMGRID-NOTES.md: its speed depends on that).
+// evaluated as dataflow, ahead of SimGrid's clock; a flow starts at its start date (a SimGrid
+// kernel timer when that date is in the future) through sim/flow_network.hpp, which times it in
+// closed form while it is alone on its links and hands it to SimGrid's solver once another flow
+// meets it, so contention is exact while SimGrid only ever holds the flows that share a link
+// (SIMGRID-NOTES.md: its speed depends on how many transfers it holds).
 // Ranks of one pipeline stage share one lowered Program (their ops differ only in peers and
 // groups, which are mapped per rank).
 #pragma once
@@ -19,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/program.hpp"
@@ -69,6 +72,12 @@ struct SimulationOptions {
   /// the rule the analytical estimator uses, and no link loads are recorded — the replay then
   /// differs from the estimator only by how it walks the Program (every op of every rank).
   bool link_contention = true;
+  /// With link contention: a flow alone on its links is timed in closed form (route latency +
+  /// bytes / slowest link) and handed to SimGrid's solver only when another flow meets it on a
+  /// link (sim/flow_network.hpp), which keeps SimGrid's per-completion work small. false: every
+  /// flow is a SimGrid transfer from its start (the reference; same times up to SimGrid's
+  /// precision).
+  bool lone_flows_in_closed_form = true;
 };
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU
@@ -91,9 +100,16 @@ struct SimulationResult : IterationMetrics {
   std::vector<LinkLoad> hot_links;        ///< >= 2x their tier's mean utilization, top 10
   std::vector<LinkSeries> link_series;    ///< utilization over the iteration of the 5 busiest links
   int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
-  int64_t flows = 0;                      ///< SimGrid transfers
+  int64_t flows = 0;                      ///< flows (inter-node and intra-node transfers)
+  int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
+  int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once
   int64_t events = 0;                     ///< ops + flows + timers
-  double sim_wall_s = 0;
+  double sim_wall_s = 0;                  ///< replay + results (wall_phases_s)
+  /// Wall seconds per phase, in order: "lowering" (build_program, simulate() only), "timing"
+  /// (TimedProgram: every kernel through the cost model), "platform" (SimGrid zones), "replay"
+  /// (dataflow of every rank and SimGrid's solver), "results" (breakdowns, link loads, the
+  /// timeline handed to its sink).
+  std::vector<std::pair<std::string, double>> wall_phases_s;
   std::map<std::string, int64_t> collective_algorithms;  ///< calls per algorithm
   Timeline timeline;
 };

@@ -308,11 +308,18 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
   for (const TimeBreakdown& b : r.per_stage) stages.push_back(breakdown_json(b));
   j["per_stage"] = stages;
   j["collective_algorithms"] = r.collective_algorithms;
-  if (include_wall_time) j["sim_wall_s"] = r.sim_wall_s;
+  if (include_wall_time) {
+    j["sim_wall_s"] = r.sim_wall_s;
+    nlohmann::ordered_json phases = nlohmann::ordered_json::object();
+    for (const auto& [phase, sec] : r.wall_phases_s) phases[phase] = sec;
+    j["wall_phases_s"] = phases;
+  }
   j["replayed_ranks"] = r.replayed_ranks;
   j["events"] = r.events;
   j["ops"] = r.ops;
   j["flows"] = r.flows;
+  j["solver_flows"] = r.solver_flows;
+  j["max_solver_flows"] = r.max_solver_flows;
   return j;
 }
 

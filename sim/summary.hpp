@@ -83,10 +83,13 @@ double relative_change(double value, double base);
 /// `gpu_memory_bytes`, `busiest_links` (top 10 by bytes), `link_tiers` (per tier: links,
 /// bytes total/mean/max, utilization mean/p99/max), `hot_links` (>= 2x their tier's mean
 /// utilization, with vs_tier_mean), `link_series` (utilization of the 5 busiest links in 100
-/// bins of the iteration), `sim_wall_s`, `events`, `flows`,
+/// bins of the iteration), `sim_wall_s`, `wall_phases_s` (lowering, timing, platform, replay,
+/// results), `events`, `flows`, `solver_flows` and `max_solver_flows` (flows SimGrid's solver
+/// held; the others were alone on their links),
 /// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout (with the
 /// pipeline split: the four Megatron keys and `layers_per_model_chunk` [stage][chunk]) and
-/// `mfu_formula`. `include_wall_time` false leaves sim_wall_s out (for byte-identical files).
+/// `mfu_formula`. `include_wall_time` false leaves sim_wall_s and wall_phases_s out (for byte-identical
+/// files).
 /// With what-if knobs in the scenario: `what_if` (what_if_json()); with `base` also `base`
 /// (iteration_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s {tp, cp, ep, pp, dp, total}) and
 /// `delta_vs_base` (iteration_time_relative, tokens_per_s_relative, mfu_relative: relative

@@ -46,6 +46,11 @@ TimedProgram::TimedProgram(const Program& prog, const CostModel& costs, const Gp
       for (uint32_t k : op.kernels) s += kernel_costs_[k].seconds;
       d[op.id] = s / scaling_.gpu_speed_scale;
     }
+    // Seconds per cost source of the whole RankProgram, summed once (replays add it per rank).
+    std::map<CostSource, double>& by_source = by_source_[r];
+    for (const Op& op : rp.ops) {
+      for (uint32_t k : op.kernels) by_source[kernel_costs_[k].source] += kernel_costs_[k].seconds;
+    }
   }
 }
 
@@ -60,12 +65,11 @@ const std::vector<double>& TimedProgram::durations(int64_t program_rank) const {
 void TimedProgram::add_compute_by_source(int64_t rank, int64_t program_rank, double weight,
                                          std::map<CostSource, double>& out) const {
   const double factor = rank_factor(rank) / scaling_.gpu_speed_scale * weight;
-  for (const Op& op : prog_->ranks.at(program_rank).ops) {
-    for (uint32_t k : op.kernels) {
-      const KernelCost& c = kernel_costs_[k];
-      out[c.source] += c.seconds * factor;
-    }
+  auto it = by_source_.find(program_rank);
+  if (it == by_source_.end()) {
+    throw InvalidArgument("TimedProgram: no Program lowered for rank " + std::to_string(program_rank));
   }
+  for (const auto& [source, seconds] : it->second) out[source] += seconds * factor;
 }
 
 }  // namespace traintwin

@@ -58,7 +58,9 @@ class TimedProgram {
   const KernelCost& kernel_cost(uint32_t k) const { return kernel_costs_[k]; }
 
   /// Adds to `out` the compute seconds per cost source of `rank` running program_rank's ops,
-  /// what-if factors applied, times `weight` (the number of ranks `rank` stands for).
+  /// what-if factors applied, times `weight` (the number of ranks `rank` stands for). O(cost
+  /// sources): the per-source sums of each RankProgram are taken once, in the constructor.
+  /// InvalidArgument for a program_rank without a RankProgram.
   void add_compute_by_source(int64_t rank, int64_t program_rank, double weight,
                              std::map<CostSource, double>& out) const;
 
@@ -67,6 +69,7 @@ class TimedProgram {
   ComputeScaling scaling_;
   std::vector<KernelCost> kernel_costs_;
   std::map<int64_t, std::vector<double>> durations_;
+  std::map<int64_t, std::map<CostSource, double>> by_source_;  // per RankProgram, no factors
 };
 
 }  // namespace traintwin

@@ -75,6 +75,32 @@ TEST(Simulation, TpAggregationMatchesTheFullReplay) {
   EXPECT_NEAR(tb / ta, 1.0, 0.01);
 }
 
+// Flows alone on their links are timed in closed form and handed to SimGrid only when another
+// flow meets them (sim/flow_network.hpp): the same iteration, breakdown and link loads as with
+// every flow in SimGrid from its start, to SimGrid's precision, with fewer flows in the solver.
+TEST(Simulation, LoneFlowsInClosedFormMatchEveryFlowInSimGrid) {
+  const Scenario s = small_cluster();
+  SimulationOptions fast;
+  fast.record_timeline = false;
+  SimulationOptions reference = fast;
+  reference.lone_flows_in_closed_form = false;
+  const auto a = nlohmann::json::parse(simulate_json(s, fast));
+  const auto b = nlohmann::json::parse(simulate_json(s, reference));
+  EXPECT_EQ(a["flows"], b["flows"]);
+  EXPECT_EQ(b["solver_flows"], b["flows"]);
+  EXPECT_LT(a["solver_flows"].get<int64_t>(), a["flows"].get<int64_t>());
+  EXPECT_GT(a["solver_flows"].get<int64_t>(), 0);  // some flows did meet
+  const double ta = a["iteration_time_s"].get<double>(), tb = b["iteration_time_s"].get<double>();
+  EXPECT_NEAR(ta, tb, 1e-9 * tb);
+  for (const char* k : {"tp", "pp", "dp"}) {
+    EXPECT_NEAR(a["exposed_comm_s"][k].get<double>(), b["exposed_comm_s"][k].get<double>(), 1e-9 * tb) << k;
+  }
+  ASSERT_EQ(a["link_tiers"].size(), b["link_tiers"].size());
+  for (size_t i = 0; i < a["link_tiers"].size(); ++i) {
+    EXPECT_EQ(a["link_tiers"][i]["bytes_total"], b["link_tiers"][i]["bytes_total"]);
+  }
+}
+
 // The simulated nccl-tests: NVLS all-reduce inside a DGX H100 reaches the calibration busbw
 // (480.16 GB/s at 8 GiB), the ring over 128 nodes ~ 46-48 GB/s per NIC at 1 GiB.
 TEST(Simulation, CollectiveBenchReproducesNcclTestsFigures) {

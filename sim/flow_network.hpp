@@ -1,0 +1,131 @@
+// Flows between SimGrid hosts, with SimGrid's solver holding only the flows that share a link.
+//
+// Why. SimGrid 3.32 keeps every started host-to-host transfer in one list that it scans on each
+// completion (CommImpl::finish removes the transfer from maestro's activity list), so a
+// completion costs time in proportion to the transfers in flight; with 10^3-10^4 flows in flight
+// (an all-to-all over 64 EP groups, 16,384 ranks' pipeline sends) that scan was 50 % or more of
+// a replay (SIMGRID-NOTES.md). Most flows of a training iteration never meet another one on a
+// link (GPT-3 175B on 1024 GPUs: 98.4 %), and a flow alone on its links is not a problem for a
+// solver at all: under CM02 max-min sharing it waits its route latency L (no bandwidth used),
+// then runs at the bandwidth B of its slowest link, so it ends at start + L + bytes / B.
+//
+// How. A flow whose links (FATPIPE links aside: they share nothing) carry no other flow is a
+// *lone* flow: it is timed by that closed form and ends on a SimGrid kernel timer. When a flow
+// starts on a link a lone flow holds, the lone flow is handed to SimGrid at that instant with
+// what it has left: the rest of its latency (at least kMinHandoverLatency_s, see below) and
+// bytes - B x (time since its latency was paid); from then on both share links as SimGrid
+// decides (its sharing penalty is its full route latency, as for a flow started in SimGrid).
+// A flow that finds a link already shared, or held, goes to SimGrid too, and stays there until
+// it ends. The times are those of the all-in-SimGrid replay (`lone_flows_in_closed_form =
+// false`) up to SimGrid's own precision and the handover latency; tests/sim/flow_network_test
+// compares the two.
+//
+// Handover latency: CM02 gives a transfer of zero latency a sharing penalty of 1 instead of its
+// route latency (network_cm02.cpp, comm_action_set_variable), which would starve it; a handed-
+// over flow therefore keeps at least kMinHandoverLatency_s of latency (set through the model's
+// latency-factor callback, which scales only the latency, not the penalty).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <simgrid/s4u/Comm.hpp>
+
+namespace simgrid::s4u {
+class Activity;
+class Host;
+class Link;
+}  // namespace simgrid::s4u
+namespace simgrid::kernel::timer {
+class Timer;
+}
+
+namespace traintwin {
+
+/// The links and closed-form parameters of a route between two hosts.
+struct FlowRoute {
+  std::vector<simgrid::s4u::Link*> links;  ///< as Host::route_to gives them, directional
+  std::vector<uint32_t> shared_links;      ///< dense ids of the links that share (not FATPIPE)
+  double latency_s = 0;                    ///< sum of the links' latencies
+  double bandwidth_Bps = 0;                ///< the slowest link's bandwidth
+};
+
+/// Counters of a FlowNetwork.
+struct FlowNetworkStats {
+  int64_t flows = 0;           ///< flows started
+  int64_t lone_flows = 0;      ///< ended without ever entering SimGrid (closed form)
+  int64_t solver_flows = 0;    ///< entered SimGrid (at start, or handed over)
+  int64_t handovers = 0;       ///< lone flows handed to SimGrid when another flow met them
+  int64_t max_in_solver = 0;   ///< most flows in SimGrid at once
+};
+
+/// Starts flows between hosts of the current SimGrid engine and reports each one's end. One per
+/// engine (it registers SimGrid's global completion callback and the network model's latency-
+/// factor callback). Create it after the platform, before Engine::run().
+class FlowNetwork {
+ public:
+  /// Called once per flow, at its end (SimGrid's clock = end_s), with the `tag` it started with.
+  using OnDone = std::function<void(uint64_t tag, double end_s)>;
+
+  /// `lone_flows_in_closed_form` false: every flow is a SimGrid transfer from its start (the
+  /// reference behaviour the closed form must reproduce).
+  explicit FlowNetwork(OnDone on_done, bool lone_flows_in_closed_form = true);
+  FlowNetwork(const FlowNetwork&) = delete;
+  FlowNetwork& operator=(const FlowNetwork&) = delete;
+
+  /// Starts a flow of `bytes` (>= 0; rounded to whole bytes, at least 1, as SimGrid counts
+  /// payloads) from `from` to `to` now (Engine::get_clock()).
+  void start(simgrid::s4u::Host* from, simgrid::s4u::Host* to, double bytes, uint64_t tag);
+
+  /// The route between two hosts (cached; Host::route_to on first use).
+  const FlowRoute& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
+
+  const FlowNetworkStats& stats() const { return stats_; }
+
+  /// The least latency a lone flow keeps when handed to SimGrid (see the file comment).
+  static constexpr double kMinHandoverLatency_s = 1e-12;
+
+ private:
+  struct Flow {
+    const FlowRoute* route = nullptr;
+    simgrid::s4u::Host* from = nullptr;
+    simgrid::s4u::Host* to = nullptr;
+    double start_s = 0;
+    double bytes = 0;
+    uint64_t tag = 0;
+    simgrid::kernel::timer::Timer* timer = nullptr;  // lone flows: their end
+    simgrid::s4u::CommPtr comm;                      // flows in SimGrid
+  };
+  struct LinkState {
+    uint32_t lone = UINT32_MAX;  // the lone flow holding it
+    uint32_t in_solver = 0;      // SimGrid flows crossing it
+  };
+  struct PairHash {
+    size_t operator()(const std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>& p) const {
+      return std::hash<const void*>()(p.first) * 31 + std::hash<const void*>()(p.second);
+    }
+  };
+
+  uint32_t new_flow();
+  void to_solver(uint32_t id, double remaining_latency_s, double remaining_bytes);
+  void hand_over(uint32_t id, double now);
+  void lone_done(uint32_t id);
+  void solver_done(const simgrid::s4u::Activity& a);
+
+  OnDone on_done_;
+  bool closed_form_;
+  std::vector<Flow> flows_;
+  std::vector<uint32_t> free_;
+  std::vector<uint32_t> to_release_;  // SimGrid flows done, whose CommPtr can be dropped
+  std::vector<LinkState> links_;
+  std::unordered_map<const simgrid::s4u::Link*, uint32_t> link_id_;
+  std::unordered_map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, FlowRoute, PairHash> routes_;
+  double latency_factor_ = 1.0;  // read by the model's latency-factor callback
+  int64_t in_solver_ = 0;
+  FlowNetworkStats stats_;
+};
+
+}  // namespace traintwin

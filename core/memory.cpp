@@ -46,15 +46,6 @@ int64_t local_seq_length(const ModelSpec& m, int64_t cp) {
   return m.seq_length / cp;
 }
 
-/// The steps of `schedule` that run model chunk `chunk`.
-std::vector<ScheduleStep> steps_of_chunk(const std::vector<ScheduleStep>& schedule, int64_t chunk) {
-  std::vector<ScheduleStep> steps;
-  for (const ScheduleStep& step : schedule) {
-    if (step.model_chunk == chunk) steps.push_back(step);
-  }
-  return steps;
-}
-
 /// The MLP terms of layer_activation_bytes() inside the TP region, before the division by TP:
 /// the activation's input (2 ffn wide for SwiGLU) and the FC2 input, s b ffn each.
 double dense_mlp_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp,
@@ -230,9 +221,15 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   const int64_t v = par.virtual_pipeline_model_parallel_size;
   // The transformer layers of each of the stage's chunks (uneven under Megatron-Core's uneven
   // pipeline split, core/pipeline_split.hpp).
+  // (The split once: chunk_layers() would recompute it for every chunk.)
+  const std::vector<ChunkLayers> split = pipeline_layer_split(s.model, par);
+  std::vector<ChunkLayers> chunks;
   std::vector<int64_t> layers_of_chunk;
-  for (int64_t c = 0; c < v; ++c) layers_of_chunk.push_back(chunk_layers(s, pp_rank, c).num_layers);
-  mem.layers = layers_on_stage(s, pp_rank);
+  for (int64_t c = 0; c < v; ++c) {
+    chunks.push_back(split.at(static_cast<size_t>(c * p + pp_rank)));  // as chunk_layers()
+    layers_of_chunk.push_back(chunks.back().num_layers);
+    mem.layers += chunks.back().num_layers;  // layers_on_stage()
+  }
 
   // Weights, gradients, optimizer state. The distributed optimizer shards the dense parameters'
   // state over the DP x CP group (Megatron reduces gradients and shards the optimizer over
@@ -260,17 +257,25 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   }
 
   // Transformer-layer activations at the peak of the stage's schedule.
-  const std::vector<ScheduleStep> schedule =
-      build_schedule(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v);
-  mem.in_flight = max_in_flight(schedule);
-  mem.in_flight_layers = max_in_flight_weighted(schedule, layers_of_chunk);
+  // (peak_in_flight_weighted: the schedule's peak without building it.)
+  auto peak_of = [&](const std::vector<int64_t>& weight_of_chunk) {
+    return peak_in_flight_weighted(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v,
+                                   weight_of_chunk);
+  };
+  // The micro-batches in flight in chunk c alone.
+  auto in_flight_of_chunk = [&](int64_t c) {
+    std::vector<int64_t> only(static_cast<size_t>(v), 0);
+    only[static_cast<size_t>(c)] = 1;
+    return peak_of(only);
+  };
+  mem.in_flight = peak_of(std::vector<int64_t>(static_cast<size_t>(v), 1));
+  mem.in_flight_layers = peak_of(layers_of_chunk);
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
       tr.fp8());
   int64_t moe_layers = 0;
-  for (int64_t c = 0; c < v; ++c) {
-    const ChunkLayers chunk = chunk_layers(s, pp_rank, c);
+  for (const ChunkLayers& chunk : chunks) {
     for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
       moe_layers += s.model.is_moe_layer(l) ? 1 : 0;
     }
@@ -289,15 +294,14 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
     }
     // The in-flight peak weighted by each chunk's bytes (layers differ between chunks).
     std::vector<int64_t> bytes_of_chunk;
-    for (int64_t c = 0; c < v; ++c) {
-      const ChunkLayers chunk = chunk_layers(s, pp_rank, c);
+    for (const ChunkLayers& chunk : chunks) {
       double bytes = 0;
       for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
         bytes += s.model.is_moe_layer(l) ? moe_layer : per_layer;
       }
       bytes_of_chunk.push_back(static_cast<int64_t>(std::llround(bytes)));
     }
-    mem.activations_bytes = static_cast<double>(max_in_flight_weighted(schedule, bytes_of_chunk));
+    mem.activations_bytes = static_cast<double>(peak_of(bytes_of_chunk));
     // One MoE layer's dispatch buffers at a time (transient: freed after the combine).
     mem.moe_dispatch_buffers_bytes = moe_dispatch_buffer_bytes(s);
   }
@@ -311,11 +315,11 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
                      static_cast<double>(s.model.hidden_size);
   if (pp_rank == 0) {
     // Embedding dropout mask, 1 byte per element; sequence-parallel with SP.
-    const double in_flight = static_cast<double>(max_in_flight(steps_of_chunk(schedule, 0)));
+    const double in_flight = static_cast<double>(in_flight_of_chunk(0));
     mem.embedding_and_logits_bytes += in_flight * kMaskBytes * sbh / sp_divisor;
   }
   if (pp_rank == p - 1) {
-    const double in_flight = static_cast<double>(max_in_flight(steps_of_chunk(schedule, v - 1)));
+    const double in_flight = static_cast<double>(in_flight_of_chunk(v - 1));
     const double e = activation_element_bytes(tr.precision);
     // Input of the final LayerNorm and input of the LM head (2sbh each in 16 bits). Without SP
     // both are full-size on every TP rank; with SP the LayerNorm runs sequence-parallel and the

@@ -524,8 +524,9 @@ struct Bucket {
 /// Lowers one rank's schedule to ops.
 class RankLowering {
  public:
-  RankLowering(const Scenario& sc, const RankLayout& layout, KernelTable& table, RankProgram& out)
-      : sc_(sc), layout_(layout), table_(table), out_(out), d_(sc), k_{d_} {}
+  RankLowering(const Scenario& sc, const RankLayout& layout, KernelTable& table, RankProgram& out,
+               StepScope scope)
+      : sc_(sc), layout_(layout), table_(table), out_(out), scope_(scope), d_(sc), k_{d_} {}
 
   void run() {
     const RankCoord c = out_.coord;
@@ -787,6 +788,11 @@ class RankLowering {
   // ---- one schedule step ---------------------------------------------------------------------
 
   void lower_step(const ScheduleStep& st) {
+    const auto c = static_cast<size_t>(st.model_chunk);
+    if (scope_ == StepScope::kBoundary &&
+        (st.pass == Pass::kForward ? forwarded_chunk_[c] : st.micro_batch != last_backward_mb_[c])) {
+      return;  // neither the chunk's first forward nor its last backward
+    }
     const int64_t vs = vstage(st.model_chunk);
     const int64_t first_layer = layers_of(st.model_chunk).first_layer;
     const int64_t last_layer = layers_of(st.model_chunk).end_layer() - 1;
@@ -1533,6 +1539,7 @@ class RankLowering {
   const RankLayout& layout_;
   KernelTable& table_;
   RankProgram& out_;
+  StepScope scope_;
   Dims d_;
   KernelFactory k_;
 
@@ -1556,7 +1563,7 @@ class RankLowering {
 
 }  // namespace
 
-Program build_program(const Scenario& s, const std::vector<int64_t>& ranks) {
+Program build_program(const Scenario& s, const std::vector<int64_t>& ranks, StepScope scope) {
   if (s.training.tp_comm_overlap && !s.parallel.sequence_parallel) {
     throw UnsupportedError(
         "training.tp_comm_overlap needs parallelism.sequence_parallel: true (as Megatron-LM's "
@@ -1580,7 +1587,7 @@ Program build_program(const Scenario& s, const std::vector<int64_t>& ranks) {
     RankProgram rp;
     rp.rank = r;
     rp.coord = prog.layout.coord(r);  // throws for a rank outside the world
-    RankLowering(prog.scenario, prog.layout, table, rp).run();
+    RankLowering(prog.scenario, prog.layout, table, rp, scope).run();
     prog.ranks.emplace(r, std::move(rp));
   }
   return prog;

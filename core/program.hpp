@@ -207,6 +207,18 @@ struct RankProgramStats {
 /// Sums the ops of `rp` (a rank of `prog`).
 RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 
+/// Which schedule steps build_program() lowers to ops.
+enum class StepScope : uint8_t {
+  kAll,  ///< every step: the Program the replay and the executor run
+  /// Per model chunk, only its first forward step and its last backward step (the ones that
+  /// carry the parameter-gather waits and the DP gradient-bucket triggers); the other steps get
+  /// no ops, their p2p send/recv batches are kept. Every op outside the steps (gradient sync,
+  /// optimizer, parameter gathers) is lowered as with kAll. Only for a reader that takes the ops
+  /// of one step as those of every step of its (pass, model chunk) — the analytical estimator's
+  /// probe (sim/analytical.hpp); nothing can run such a Program.
+  kBoundary,
+};
+
 /// Lowers the scenario to the Programs of `ranks` (all ranks when empty), Megatron-LM style,
 /// each model chunk over the transformer layers the pipeline split gives it
 /// (pipeline_layer_split(), core/pipeline_split.hpp; possibly none beside the embedding or head):
@@ -302,7 +314,10 @@ RankProgramStats program_stats(const Program& prog, const RankProgram& rp);
 /// shared-expert gate and overlap.
 /// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
 /// rank outside the world; PipelineSplitError for an impossible pipeline split.
-Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {});
+/// `scope` (default kAll) chooses the steps that are lowered (StepScope::kBoundary: the
+/// estimator's probe).
+Program build_program(const Scenario& s, const std::vector<int64_t>& ranks = {},
+                      StepScope scope = StepScope::kAll);
 
 /// Megatron's DDP bucket size in parameters: max(40,000,000, 1,000,000 x DP x CP) with
 /// overlap_grad_reduce; otherwise one bucket per model chunk (returns 0).

@@ -125,15 +125,18 @@ RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std
   }
   // Both generators must put every rank on the same pipeline stage, as Megatron-Core asserts
   // (decoder and expert 'pp' groups equal; it holds when the order ends with pp, or when
-  // expert-DP = DP). Checked when expert groups are used (check_expert_groups()).
-  for (int64_t r = 0; r < world_size() && expert_error_.empty(); ++r) {
-    if (coords(r, false)[kPp] != coords(r, true)[kPp]) {
-      expert_error_ = "rank order '" + order + "': the expert groups (etp=" +
-                      std::to_string(etp_) + ", ep=" + std::to_string(ep_) + ", expert-dp=" +
-                      std::to_string(edp_) + ") would put rank " + std::to_string(r) +
-                      " on another pipeline stage than its attention groups; put pp last in "
-                      "the order (Megatron-Core requires the same pp groups)";
-    }
+  // expert-DP = DP). Checked when expert groups are used (check_expert_groups()). A rank's stage
+  // is (rank / pp stride) % pp in each generator: with equal strides (or one stage) every rank
+  // agrees; otherwise the first rank that does not is the smaller stride (stage 1 in one
+  // generator, 0 in the other).
+  const int64_t dense_pp = dense_stride_[kPp], expert_pp = expert_stride_[kPp];
+  if (pp_ > 1 && dense_pp != expert_pp) {
+    expert_error_ = "rank order '" + order + "': the expert groups (etp=" +
+                    std::to_string(etp_) + ", ep=" + std::to_string(ep_) + ", expert-dp=" +
+                    std::to_string(edp_) + ") would put rank " +
+                    std::to_string(std::min(dense_pp, expert_pp)) +
+                    " on another pipeline stage than its attention groups; put pp last in "
+                    "the order (Megatron-Core requires the same pp groups)";
   }
 }
 

@@ -195,6 +195,41 @@ int64_t max_in_flight(const std::vector<ScheduleStep>& schedule) {
   return max_in_flight_weighted(schedule, std::vector<int64_t>(static_cast<size_t>(chunks), 1));
 }
 
+int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
+                                int64_t num_micro_batches, int64_t num_model_chunks,
+                                const std::vector<int64_t>& weight_of_chunk) {
+  const int64_t warmup =
+      num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
+  const int64_t v = num_model_chunks;
+  if (static_cast<int64_t>(weight_of_chunk.size()) < v) {
+    throw InvalidArgument(fmt::format("max_in_flight: {} chunk weights for {} model chunks",
+                                      weight_of_chunk.size(), v));
+  }
+  for (int64_t w : weight_of_chunk) {
+    if (w < 0) throw InvalidArgument(fmt::format("max_in_flight: negative chunk weight {}", w));
+  }
+  const int64_t span = pp_size * v;  // virtual micro-batches of one group through every chunk
+  // Virtual steps 0..n-1 whose chunk is c (virtual_step: chunk (k mod span) / p).
+  auto count = [&](int64_t n, int64_t c) {
+    return (n / span) * pp_size + std::clamp(n % span - c * pp_size, int64_t{0}, pp_size);
+  };
+  // The outstanding weight once forwards 0..a-1 and backwards 0..b-1 have run (a backward's
+  // chunk is v - 1 - that of the forward with its index).
+  auto weight = [&](int64_t a, int64_t b) {
+    int64_t sum = 0;
+    for (int64_t c = 0; c < v; ++c) {
+      sum += weight_of_chunk[static_cast<size_t>(c)] * (count(a, c) - count(b, v - 1 - c));
+    }
+    return sum;
+  };
+  const int64_t total = num_micro_batches * v;
+  int64_t peak = weight(warmup, 0);
+  for (int64_t i = 0; i < std::min(total - warmup, span); ++i) {
+    peak = std::max(peak, weight(warmup + i + 1, i));
+  }
+  return peak;
+}
+
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks) {
   const int64_t warmup =

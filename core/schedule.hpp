@@ -87,6 +87,19 @@ int64_t max_in_flight(const std::vector<ScheduleStep>& schedule);
 int64_t max_in_flight_weighted(const std::vector<ScheduleStep>& schedule,
                                const std::vector<int64_t>& weight_of_chunk);
 
+/// max_in_flight_weighted(build_schedule(kind, pp_size, pp_rank, num_micro_batches,
+/// num_model_chunks), weight_of_chunk) without building the schedule, in O(p v^2) steps whatever
+/// the number of micro-batches (the memory model asks it for every stage of every configuration
+/// of a sweep). Why it is exact: the warm-up's forwards only add (its peak is at its end); in the
+/// steady phase the peak is after a forward, when the virtual forwards 0..W+i and backwards
+/// 0..i-1 have run (W warm-up forwards), and how many of those fall in each chunk changes by
+/// exactly p when both indices grow by p x v (Megatron's groups of p micro-batches per chunk), so
+/// p x v consecutive steady steps hold every value; the cool-down only subtracts. Throws as
+/// build_schedule and as max_in_flight_weighted (a weight for each chunk, none negative).
+int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
+                                int64_t num_micro_batches, int64_t num_model_chunks,
+                                const std::vector<int64_t>& weight_of_chunk);
+
 /// Megatron's bound on max_in_flight for this rank: GPipe m; 1F1B min(p - rank, m);
 /// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v). The schedules above reach it
 /// exactly. Same argument checks as build_schedule.

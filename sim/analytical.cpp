@@ -66,8 +66,9 @@ struct StageTemplate {
 class Estimator {
  public:
   Estimator(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
-            const FabricEfficiency& eff, ComputeScaling compute)
-      : s_(s), topo_(topo), costs_(costs), eff_(eff), compute_(std::move(compute)) {}
+            const FabricEfficiency& eff, ComputeScaling compute, StepScope probe_steps)
+      : s_(s), topo_(topo), costs_(costs), eff_(eff), compute_(std::move(compute)),
+        probe_steps_(probe_steps) {}
 
   IterationMetrics run() {
     const ParallelConfig& pc = s_.parallel;
@@ -85,7 +86,7 @@ class Estimator {
     if (p_ > 2) kinds.push_back(p_ - 1);
     std::vector<int64_t> reps;
     for (int64_t k : kinds) reps.push_back(layout.rank({0, 0, 0, k}));
-    prog_ = build_program(probe, reps);
+    prog_ = build_program(probe, reps, probe_steps_);
     timed_.emplace(*prog_, costs_, topo_.gpu, compute_);
     for (size_t i = 0; i < kinds.size(); ++i) {
       tmpl_.push_back(make_template(prog_->ranks.at(reps[i])));
@@ -685,6 +686,7 @@ class Estimator {
   const CostModel& costs_;
   const FabricEfficiency& eff_;
   const ComputeScaling compute_;  // cluster.what_if.gpu_speed_scale
+  const StepScope probe_steps_;
   int64_t p_ = 1, v_ = 1, m_ = 1;
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
@@ -700,7 +702,7 @@ class Estimator {
 }  // namespace
 
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
-                          const FabricEfficiency& eff) {
+                          const FabricEfficiency& eff, StepScope probe_steps) {
   check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {
@@ -714,7 +716,7 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const Cos
   // use, gpu_speed_scale the compute (in the timing layer).
   const SimulationOptions o = with_what_if(SimulationOptions{}, w);
   return Estimator(s, scaled_topology(topo, o.scaling), costs, eff,
-                   ComputeScaling{o.gpu_speed_scale, std::nullopt}).run();
+                   ComputeScaling{o.gpu_speed_scale, std::nullopt}, probe_steps).run();
 }
 
 }  // namespace traintwin

@@ -8,7 +8,9 @@
 //         representative ranks (TP = CP = DP = 0) of the distinct kinds of pipeline stage: the
 //         first, one middle (all middle stages lower to the same ops) and the last. The ops of
 //         one (pass, micro-batch, model chunk) are the same for every micro-batch, so the probe
-//         holds every schedule step's content.
+//         holds every schedule step's content; of the steps it lowers only, per model chunk, the
+//         first forward and the last backward (StepScope::kBoundary: with interleaving the
+//         probe has PP micro-batches, and lowering all of them cost most of an estimate).
 //      2. Each schedule step of the probe is run as a local dataflow (compute ops with their
 //         cost-model durations, TP collectives with their closed forms, dependencies outside
 //         the step ignored): its duration, its compute seconds and its exposed TP seconds. The
@@ -65,7 +67,10 @@ namespace traintwin {
 /// tuner). Throws what build_program() throws (UnsupportedError for CP > 1, ...), CostModelError
 /// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
 /// the schedule cannot complete (a p2p or collective never matched).
+/// `probe_steps`: the steps of the probe that are lowered; StepScope::kAll (every micro-batch of
+/// the probe) gives the same result, slower — the reference the tests compare with.
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
-                          const FabricEfficiency& eff = {});
+                          const FabricEfficiency& eff = {},
+                          StepScope probe_steps = StepScope::kBoundary);
 
 }  // namespace traintwin

@@ -314,9 +314,14 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
       if (!take_evaluation(rows[i], std::move(e))) fail(i, rows[i].error);
     }
   } else if (options.jobs > 1 && todo.size() > 1) {
-    // Shares of the configurations, several per worker so that the workers stay balanced and the
-    // progress moves; share k holds todo[k], todo[k + shares], ...
-    const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * 8);
+    // Shares of the configurations; share k holds todo[k], todo[k + shares], ... (neighbours in
+    // the enumeration cost about the same, so equal shares take about the same time). Each share
+    // is a forked worker, which costs ~10 ms of CPU (fork, copy-on-write faults of the heap it
+    // writes, its result through a pipe: ~15 analytical estimates, bench/sweep_bench), so a share
+    // holds at least ~500 configurations: one share per worker for a small sweep, up to 8 per
+    // worker on a large one for the progress bar.
+    const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
+    const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * per_worker);
     std::vector<std::function<std::string()>> work;
     for (size_t k = 0; k < shares; ++k) {
       work.push_back([&rows, &todo, &evaluate, k, shares] {

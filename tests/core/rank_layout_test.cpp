@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -192,6 +196,59 @@ TEST(RankLayout, ExpertGroupsPartitionEveryStage) {
       }
     }
   }
+}
+
+// The check that both generators put every rank on the same pipeline stage (Megatron-Core's
+// assert) against rank-by-rank enumeration with Megatron's RankGenerator rule (the first name of
+// the order varies fastest): over every order of the five dimensions and a set of sizes, the
+// layout refuses expert groups exactly when some rank's stages differ, naming the first such rank.
+TEST(RankLayout, ExpertStageCheckMatchesEveryRank) {
+  std::array<std::string, 5> names = {"cp", "dp", "ep", "pp", "tp"};  // sorted: all permutations
+  int refused = 0, accepted = 0;
+  do {
+    const std::string order =
+        names[0] + "-" + names[1] + "-" + names[2] + "-" + names[3] + "-" + names[4];
+    for (auto [tp, cp, dp, pp, ep, etp] : std::vector<std::array<int64_t, 6>>{
+             {2, 1, 4, 2, 4, 1}, {2, 1, 4, 2, 2, 2}, {4, 2, 2, 2, 8, 2}, {1, 2, 4, 3, 4, 2},
+             {2, 2, 2, 4, 2, 1}, {8, 1, 8, 1, 8, 8}, {1, 1, 4, 2, 1, 1}}) {
+      const int64_t edp = tp * cp * dp / (etp * ep);
+      // Sizes by name in the dense and the expert generator (tp = etp, cp = 1, dp = expert-DP).
+      auto stage = [&](int64_t rank, bool expert) {
+        int64_t stride = 1;
+        for (const std::string& n : names) {
+          const int64_t size = n == "tp"   ? (expert ? etp : tp)
+                               : n == "cp" ? (expert ? 1 : cp)
+                               : n == "ep" ? (expert ? ep : 1)
+                               : n == "dp" ? (expert ? edp : dp)
+                                           : pp;
+          if (n == "pp") return (rank / stride) % pp;
+          stride *= size;
+        }
+        return int64_t{-1};
+      };
+      int64_t first_differing = -1;
+      for (int64_t r = 0; r < tp * cp * dp * pp && first_differing < 0; ++r) {
+        if (stage(r, false) != stage(r, true)) first_differing = r;
+      }
+      const RankLayout layout(tp, cp, dp, pp, order, ep, etp);
+      if (first_differing < 0) {
+        EXPECT_NO_THROW(layout.check_expert_groups()) << order;
+        ++accepted;
+        continue;
+      }
+      ++refused;
+      try {
+        layout.check_expert_groups();
+        ADD_FAILURE() << order << ": rank " << first_differing << " changes stage, accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_THAT(e.what(), HasSubstr("would put rank " + std::to_string(first_differing) +
+                                        " on another pipeline stage"))
+            << order;
+      }
+    }
+  } while (std::next_permutation(names.begin(), names.end()));
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(accepted, 100);
 }
 
 }  // namespace

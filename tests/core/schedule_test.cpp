@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <string>
@@ -253,6 +254,29 @@ TEST_P(ScheduleGridTest, InFlightReachesBoundExactly) {
   }
 }
 
+// 3b. The peak without the schedule (peak_in_flight_weighted, periodic in p x v steady steps)
+//     equals the scan of the built schedule, for equal, uneven and one-chunk weights.
+TEST_P(ScheduleGridTest, PeakInFlightWithoutTheScheduleEqualsTheScan) {
+  const Config c = GetParam();
+  for (int64_t r = 0; r < c.p; ++r) {
+    const std::vector<ScheduleStep> schedule = build_schedule(c.kind, c.p, r, c.m, c.v);
+    std::vector<std::vector<int64_t>> weights = {std::vector<int64_t>(static_cast<size_t>(c.v), 1)};
+    std::vector<int64_t> uneven;
+    for (int64_t k = 0; k < c.v; ++k) uneven.push_back(7 + 5 * k - (k == 1 ? 9 : 0));
+    weights.push_back(uneven);
+    for (int64_t k = 0; k < c.v; ++k) {
+      std::vector<int64_t> only(static_cast<size_t>(c.v), 0);
+      only[static_cast<size_t>(k)] = 1;
+      weights.push_back(only);
+    }
+    for (const auto& w : weights) {
+      ASSERT_EQ(peak_in_flight_weighted(c.kind, c.p, r, c.m, c.v, w),
+                max_in_flight_weighted(schedule, w))
+          << "rank " << r << " weights " << ::testing::PrintToString(w);
+    }
+  }
+}
+
 // 4. Bubble fraction.
 //
 // Cost model: a forward and a backward of one (micro-batch, model chunk) each cost 1/v time
@@ -438,6 +462,30 @@ TEST(ScheduleTest, MaxInFlightWeightedSumsTheChunksWeights) {
   EXPECT_EQ(max_in_flight_weighted(interleaved, {2, 2, 2}), 2 * max_in_flight(interleaved));
   EXPECT_THROW(max_in_flight_weighted(steps, {1}), InvalidArgument);
   EXPECT_THROW(max_in_flight_weighted(steps, {1, -1}), InvalidArgument);
+}
+
+// Many micro-batches (the steady phase is many periods of p x v steps long) and the errors of
+// the schedule and of the weights.
+TEST(ScheduleTest, PeakInFlightWithoutTheScheduleOnLongSchedules) {
+  for (auto [p, m, v] : std::vector<std::array<int64_t, 3>>{{8, 64, 3}, {4, 96, 4}, {16, 48, 2},
+                                                            {8, 200, 1}, {1, 9, 1}}) {
+    for (int64_t r = 0; r < p; ++r) {
+      const auto schedule = build_schedule(PipelineScheduleKind::k1F1B, p, r, m, v);
+      std::vector<int64_t> w;
+      for (int64_t k = 0; k < v; ++k) w.push_back(3 + ((k * 5) % 4));
+      EXPECT_EQ(peak_in_flight_weighted(PipelineScheduleKind::k1F1B, p, r, m, v, w),
+                max_in_flight_weighted(schedule, w))
+          << "p " << p << " m " << m << " v " << v << " rank " << r;
+    }
+  }
+  EXPECT_THROW(peak_in_flight_weighted(PipelineScheduleKind::k1F1B, 4, 0, 6, 2, {1, 1}),
+               InvalidArgument);  // m % p != 0 with interleaving
+  EXPECT_THROW(peak_in_flight_weighted(PipelineScheduleKind::k1F1B, 4, 0, 8, 2, {1}),
+               InvalidArgument);  // a weight missing
+  EXPECT_THROW(peak_in_flight_weighted(PipelineScheduleKind::k1F1B, 4, 0, 8, 2, {1, -1}),
+               InvalidArgument);
+  EXPECT_THROW(peak_in_flight_weighted(PipelineScheduleKind::kGPipe, 4, 0, 8, 2, {1, 1}),
+               InvalidArgument);
 }
 
 // ---------------------------------------------------------------------------------------------

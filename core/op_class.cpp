@@ -17,7 +17,10 @@ std::string op_class(const Program& prog, const Op& op, size_t kernel) {
   const std::string& name = prog.kernels[op.kernels[std::min(kernel, op.kernels.size() - 1)]].key.name;
   if (name.rfind("gemm_", 0) == 0) return "GEMM";
   if (name.rfind("attention_", 0) == 0 || name.rfind("flash_attention_", 0) == 0) return "attention";
-  if (name == "grad_norm" || name == "adamw_step") return "optimizer";
+  if (name == "grad_norm" || name == "adamw_step" || name == "zero_grad_buffer" ||
+      name == "grad_clip_scale") {
+    return "optimizer";
+  }
   return "elementwise";
 }
 

@@ -13,7 +13,7 @@
 namespace traintwin {
 
 /// The class of kernel `kernel` of a compute op: "GEMM" (gemm_*), "attention" (attention_*,
-/// flash_attention_*), "optimizer" (grad_norm, adamw_step) or "elementwise" (every other
+/// flash_attention_*), "optimizer" (zero_grad_buffer, grad_norm, grad_clip_scale, adamw_step) or "elementwise" (every other
 /// kernel: LayerNorm, GELU, dropout-add, embedding, cross-entropy); of a communication op (the
 /// kernel index is ignored): "<group> <collective>" such as "tp all_reduce", "dp
 /// reduce_scatter", "embd all_reduce", or "pp send/recv".

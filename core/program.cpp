@@ -99,6 +99,8 @@ const char* to_string(Role r) {
     case Role::kEmbeddingGrads: return "embedding grads";
     case Role::kGradNorm: return "grad norm";
     case Role::kOptimizerStep: return "optimizer step";
+    case Role::kZeroGradBuffer: return "zero grad buffer";
+    case Role::kGradClipScale: return "grad clip scale";
   }
   return "?";
 }
@@ -481,6 +483,17 @@ struct KernelFactory {
     const double fn = static_cast<double>(n);
     return make("grad_norm", {n}, 2 * fn, 4 * fn);
   }
+  // Megatron's zero_grad_buffer + optimizer.zero_grad(): a memset of the gradient buffer of n
+  // parameters, `grad_bytes` each (written once, nothing read, no FLOPs).
+  Kernel zero_grad_buffer(int64_t n) const {
+    return make("zero_grad_buffer", {n}, 0, static_cast<double>(n) * static_cast<double>(d.grad_bytes));
+  }
+  // Megatron clip_grad_norm_fp32's multi_tensor_scale of the fp32 main grads of n parameters by
+  // the clip coefficient: 1 FLOP per element, 4 bytes read and 4 written.
+  Kernel grad_clip_scale(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("grad_clip_scale", {n}, fn, 8 * fn);
+  }
   // AdamW on n parameters: read grad + fp32 master, m, v; write master, m, v and the param copy.
   Kernel adamw(int64_t n) const {
     const double fn = static_cast<double>(n);
@@ -522,6 +535,7 @@ class RankLowering {
     if (sc_.training.use_distributed_optimizer && sc_.training.overlap_param_gather) {
       issue_param_gathers(Phase::kParamSync);
     }
+    zero_grad_buffer();
     lower_schedule();
     if (!sc_.training.overlap_grad_reduce) {
       for (size_t chunk = 0; chunk < buckets_.size(); ++chunk) {
@@ -1436,6 +1450,18 @@ class RankLowering {
     }
   }
 
+  /// Megatron's train_step start: model_chunk.zero_grad_buffer() + optimizer.zero_grad(), a memset
+  /// of the whole local gradient buffer (every parameter this rank holds, also with the
+  /// distributed optimizer), as the first compute op (after the overlapped parameter gathers are
+  /// issued, which it does not delay).
+  void zero_grad_buffer() {
+    context(Phase::kOptimizer, -1, -1, -1);
+    role(Role::kZeroGradBuffer);
+    kernel(k_.zero_grad_buffer(stage_parameters_on_rank(sc_, out_.coord.pp).total()),
+           "zero grad buffer");
+    close_compute();
+  }
+
   /// Megatron's finalize_model_grads (DP grad sync done, then the SP LayerNorm-gradient
   /// all-reduce over TP, then the tied-embedding all-reduce over the first and last stage),
   /// then clip-by-global-norm and the optimizer step.
@@ -1489,6 +1515,11 @@ class RankLowering {
     wait(collective(CollectiveKind::kAllReduce,
                     dist || expert_split ? GroupKind::kWorld : GroupKind::kModelParallel,
                     Stream::kDpComm, 4, "grad norm all_reduce"));
+    if (sc_.training.clip_grad > 0) {
+      // clip_grad_norm_fp32: the grads the step reads scaled by the clip coefficient.
+      role(Role::kGradClipScale);
+      kernel(k_.grad_clip_scale(local), "optimizer step");
+    }
     role(Role::kOptimizerStep);
     kernel(k_.adamw(local), "optimizer step");
     if (fp8()) {

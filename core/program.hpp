@@ -60,7 +60,7 @@ enum class Phase : uint8_t {
   kRecompute,     ///< forward work redone before a backward (selective or full recomputation)
   kGradSync,      ///< DP gradient reduce, embedding/LayerNorm gradient all-reduce
   kParamSync,     ///< distributed-optimizer parameter all-gather
-  kOptimizer,     ///< grad norm + AdamW step
+  kOptimizer,     ///< zero grad buffer (start), grad norm, grad clip scale, AdamW step
 };
 const char* to_string(Phase p);
 
@@ -109,7 +109,9 @@ enum class Role : uint8_t {
   kLayerNormGrads,        ///< SP: all-reduce over TP of LayerNorm and row-parallel bias grads
   kEmbeddingGrads,        ///< tied word-embedding gradient all-reduce (first and last stage)
   kGradNorm,              ///< global gradient norm (local sum of squares; its all-reduce)
-  kOptimizerStep,         ///< clip + AdamW
+  kOptimizerStep,         ///< AdamW
+  kZeroGradBuffer,        ///< memset of the rank's gradient buffer before the first micro-batch
+  kGradClipScale,         ///< grads *= min(1, clip_grad / (norm + 1e-6)) before the step
 };
 const char* to_string(Role r);
 
@@ -228,7 +230,11 @@ enum class StepScope : uint8_t {
 /// Megatron's schedules issue them; DP gradient reduce per bucket (all-reduce, or reduce-scatter
 /// with the distributed optimizer) during the last micro-batch's backward when
 /// overlap_grad_reduce; tied-embedding and (SP) LayerNorm gradient all-reduces; the optimizer
-/// step; distributed-optimizer parameter all-gather after the step or, with
+/// (Megatron's train_step and clip_grad_norm_fp32): zero_grad_buffer {n_rank} (a memset of the
+/// rank's whole gradient buffer, grad dtype bytes each) as the first compute op, then after the
+/// gradient sync grad_norm {n_opt}, its all-reduce, grad_clip_scale {n_opt} (when
+/// training.clip_grad > 0: 8 bytes per element) and adamw_step {n_opt} in one compute op (n_opt:
+/// the parameters this rank's optimizer steps, a DP x CP shard with the distributed optimizer); distributed-optimizer parameter all-gather after the step or, with
 /// overlap_param_gather, at the start of the iteration ahead of each bucket's first forward.
 /// Collectives over a group of one rank are left out.
 /// Llama-style layers (Megatron-Core with Transformer Engine): RMSNorm kernels, the fused QKV

@@ -41,30 +41,54 @@ double ShardOptimizer::local_sum_of_squares(bool over_world) {
   return sum_sq;
 }
 
-ShardOptimizer::Step ShardOptimizer::step(double global_sum_of_squares, int64_t iteration) {
-  Step r;
-  r.grad_norm = std::sqrt(global_sum_of_squares);
-  if (!std::isfinite(r.grad_norm)) {
+double ShardOptimizer::checked_norm(double global_sum_of_squares, int64_t iteration) {
+  const double norm = std::sqrt(global_sum_of_squares);
+  if (!std::isfinite(norm)) {
     throw Error("iteration " + std::to_string(iteration) + ": the gradient norm is " +
-                std::to_string(r.grad_norm) + "; the step was not applied");
+                std::to_string(norm) + "; the step was not applied");
   }
-  const double coef =
-      hyper_.clip_grad > 0 ? cpu::clip_coefficient(r.grad_norm, hyper_.clip_grad) : 1.0;
-  r.learning_rate = learning_rate(hyper_.lr, iteration);
+  return norm;
+}
+
+template <typename F>
+void ShardOptimizer::for_each_owned(F&& f) {
   for (auto& c : shard_.chunks()) {
-    if (coef < 1.0) backend_.scale_in_place(FSpan(c.grads), coef);
     for (const auto& t : c.tensors) {
       const auto [lo, hi] = owned(t, member(t));  // the distributed optimizer's piece
       if (hi == lo) continue;
       auto slice = [&t, lo = lo, hi = hi](std::vector<float>& b) {
         return FSpan(b.data() + t.offset + lo, static_cast<size_t>(hi - lo));
       };
-      cpu::AdamWParams hp = hyper_.adam;
-      if (!t.weight_decay) hp.weight_decay = 0;
-      backend_.adamw_step(slice(c.params), slice(c.grads), slice(c.exp_avg), slice(c.exp_avg_sq),
-                          hp, r.learning_rate, iteration);
+      f(slice(c.params), slice(c.grads), slice(c.exp_avg), slice(c.exp_avg_sq), t);
     }
   }
+}
+
+void ShardOptimizer::zero_grad_buffer() {
+  for (auto& c : shard_.chunks()) {
+    const auto n = static_cast<int64_t>(c.grads.size());
+    if (n > 0) backend_.fill_2d(FSpan(c.grads), n, n, 1, 0.0f);
+  }
+}
+
+void ShardOptimizer::clip(double global_sum_of_squares, int64_t iteration) {
+  const double norm = checked_norm(global_sum_of_squares, iteration);
+  const double coef = hyper_.clip_grad > 0 ? cpu::clip_coefficient(norm, hyper_.clip_grad) : 1.0;
+  for_each_owned([&](FSpan, FSpan grads, FSpan, FSpan, const ShardTensor&) {
+    backend_.scale_in_place(grads, coef);
+  });
+}
+
+ShardOptimizer::Step ShardOptimizer::step(double global_sum_of_squares, int64_t iteration) {
+  Step r;
+  r.grad_norm = checked_norm(global_sum_of_squares, iteration);
+  r.learning_rate = learning_rate(hyper_.lr, iteration);
+  for_each_owned([&](FSpan params, FSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
+                     const ShardTensor& t) {
+    cpu::AdamWParams hp = hyper_.adam;
+    if (!t.weight_decay) hp.weight_decay = 0;
+    backend_.adamw_step(params, grads, exp_avg, exp_avg_sq, hp, r.learning_rate, iteration);
+  });
   return r;
 }
 

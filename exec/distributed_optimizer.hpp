@@ -55,9 +55,17 @@ class ShardOptimizer {
     double grad_norm = 0;      ///< global L2 norm before clipping
     double learning_rate = 0;  ///< of this step
   };
-  /// Clips to hyper.clip_grad (global norm sqrt(global_sum_of_squares)) and applies AdamW with
-  /// learning_rate(hyper.lr, iteration) to the owned pieces. Throws Error, before touching
-  /// anything, when the norm is not finite.
+  /// Megatron's zero_grad_buffer: every gradient of the shard (not only the owned pieces) set to 0.
+  void zero_grad_buffer();
+  /// Megatron clip_grad_norm_fp32's scale: the owned pieces' gradients (what step() reads) times
+  /// min(1, hyper.clip_grad / (norm + 1e-6)) (cpu::clip_coefficient), norm =
+  /// sqrt(global_sum_of_squares); 1 when hyper.clip_grad is 0. The multiply runs also when the
+  /// coefficient is 1 (x * 1.0f == x: the values are unchanged), so the op costs the same on every
+  /// iteration, as the Program's grad_clip_scale kernel. Throws Error, before touching anything,
+  /// when the norm is not finite.
+  void clip(double global_sum_of_squares, int64_t iteration);
+  /// AdamW with learning_rate(hyper.lr, iteration) on the owned pieces (clip() runs before it
+  /// when clipping). Throws Error, before touching anything, when the norm is not finite.
   Step step(double global_sum_of_squares, int64_t iteration);
 
  private:
@@ -69,6 +77,12 @@ class ShardOptimizer {
   int64_t edp_rank_ = 0;
   bool distributed_ = false;
   const TrainingHyperparameters& hyper_;
+
+  /// sqrt(global_sum_of_squares); throws Error naming the iteration when not finite.
+  static double checked_norm(double global_sum_of_squares, int64_t iteration);
+  /// Calls f(params, grads, exp_avg, exp_avg_sq, tensor) on the owned piece of every tensor.
+  template <typename F>
+  void for_each_owned(F&& f);
 };
 
 }  // namespace traintwin::exec

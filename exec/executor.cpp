@@ -100,14 +100,27 @@ class Executor::Impl {
                        sc.training.use_distributed_optimizer, hyper_);
     // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
     // experts outside TP x PP): which replicas count their squares (ShardOptimizer).
+    bool clip_op = false, zero_op = false;
     for (const Op& op : rp_->ops) {
       if (op.role == Role::kGradNorm && op.kind == OpKind::kCollective) grad_norm_group_ = op.group;
+      for (Role r : op.kernel_roles) {
+        clip_op = clip_op || r == Role::kGradClipScale;
+        zero_op = zero_op || r == Role::kZeroGradBuffer;
+      }
+    }
+    // Gradients are zeroed and clipped by the Program's ops (zero grad buffer, grad clip scale):
+    // a Program without them would leave gradients accumulating or unclipped.
+    if (!zero_op) unexpected_program("no zero grad buffer kernel");
+    if (hyper_.clip_grad > 0 && !clip_op) {
+      unexpected_program("clip_grad is " + std::to_string(hyper_.clip_grad) +
+                         " but the Program has no grad clip scale kernel (training.clip_grad "
+                         "of the scenario is " +
+                         std::to_string(sc.training.clip_grad) + ")");
     }
   }
 
   IterationResult train(int64_t iteration, const MicroBatchSource& data) {
     begin(iteration, data, /*training=*/true);
-    shard_.zero_grads();
     for (const Op& op : rp_->ops) execute(op);
     finish();
     IterationResult r = report();
@@ -220,6 +233,8 @@ class Executor::Impl {
       case Role::kGradNorm:
         sum_sq_ = optimizer_->local_sum_of_squares(grad_norm_group_ == GroupKind::kWorld);
         return;
+      case Role::kZeroGradBuffer: optimizer_->zero_grad_buffer(); return;
+      case Role::kGradClipScale: optimizer_->clip(sum_sq_, iteration_); return;
       case Role::kOptimizerStep: step_ = optimizer_->step(sum_sq_, iteration_); return;
       default: model_->run(op, name, role, occurrence);
     }
@@ -247,6 +262,10 @@ class Executor::Impl {
     f.start_s = now_s();
     inflight_[op.id] = std::move(f);
     return *inflight_[op.id];
+  }
+
+  [[noreturn]] void unexpected_program(const std::string& what) const {
+    throw InvalidArgument("executor: rank " + std::to_string(rp_->rank) + ": " + what);
   }
 
   [[noreturn]] void unexpected(const Op& op, const std::string& what) const {

@@ -483,8 +483,4 @@ int64_t ModelShard::num_parameters() const {
   return total;
 }
 
-void ModelShard::zero_grads() {
-  for (ChunkShard& cs : chunks_) std::fill(cs.grads.begin(), cs.grads.end(), 0.0f);
-}
-
 }  // namespace traintwin::exec

@@ -129,9 +129,6 @@ class ModelShard {
   /// Total parameters over all chunks (= parameters_on_rank(s, pp)).
   int64_t num_parameters() const;
 
-  /// Sets every gradient to 0.
-  void zero_grads();
-
  private:
   Scenario scenario_;
   RankCoord coord_;

@@ -342,6 +342,17 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
     need(1);
     c.t = list(in.uniform(d[0]));
     c.run = [&be](KernelCall& x) { (void)be.sum_of_squares(x.t[0]); };
+  } else if (name == "zero_grad_buffer") {  // ShardOptimizer::zero_grad_buffer
+    need(1);
+    const int64_t n = d[0];
+    c.t = list(in.uniform(n));  // the shard's gradients: persistent, not allocated per run
+    c.run = [&be, n](KernelCall& x) { be.fill_2d(x.t[0], n, n, 1, 0.0f); };
+  } else if (name == "grad_clip_scale") {  // ShardOptimizer::clip
+    need(1);
+    c.t = list(in.uniform(d[0]));
+    // Coefficients 0.5 and 2 in turn: the values neither drift to denormals nor overflow over
+    // any number of runs.
+    c.run = [&be, k = 0](KernelCall& x) mutable { be.scale_in_place(x.t[0], (k++ % 2) ? 2.0 : 0.5); };
   } else if (name == "adamw_step") {
     need(1);
     const int64_t n = d[0];

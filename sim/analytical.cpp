@@ -381,8 +381,9 @@ class Estimator {
       if (st.schedule[i].pass == Pass::kForward && st.first_fwd_step[c] < 0) st.first_fwd_step[c] = static_cast<int64_t>(i);
       if (st.schedule[i].pass == Pass::kBackward) st.last_bwd_step[c] = static_cast<int64_t>(i);
     }
-    // Ops before the first step (parameter all-gathers with overlap_param_gather): plain
-    // dataflow from time 0, inside the stage.
+    // Ops before the first step (the zero grad buffer kernel; parameter all-gathers with
+    // overlap_param_gather): plain dataflow from time 0, inside the stage. The steps' compute
+    // follows the compute ops among them (the compute stream is FIFO).
     const StageTemplate& t = tmpl_[st.tmpl];
     st.pre_end.assign(t.rp->ops.size(), 0.0);
     for (uint32_t id : t.nonstep) {
@@ -391,6 +392,13 @@ class Estimator {
       double ready = 0;
       for (uint32_t d : op.deps) ready = std::max(ready, st.pre_end[d]);
       st.pre_end[id] = ready + t.op_s[id];
+      if (op.kind == OpKind::kCompute) {
+        attribute_gap(st.b, ready - st.cend, WaitedFor{});
+        st.b.compute_s += t.op_s[id];
+        if (op.phase == Phase::kOptimizer) st.b.optimizer_s += t.op_s[id];
+        st.cend = st.pre_end[id];
+        st.ready = std::max(st.ready, st.cend);
+      }
     }
   }
 

@@ -650,6 +650,7 @@ TEST(Program, HandWrittenSingleLayer) {
   std::vector<std::string> labels;
   for (const Op& op : prog.ranks.at(0).ops) labels.push_back(prog.label(op));
   const std::vector<std::string> expected = {
+      "optimizer zero grad buffer",                             // memset of the grads
       "fwd mb0 embedding",                                      // lookup of this vocab shard
       "fwd mb0 tp all_reduce [all_reduce tp 4096 B]",           // s*b*h*2 = 32*1*64*2
       "fwd mb0 embedding",                                      // dropout
@@ -677,9 +678,66 @@ TEST(Program, HandWrittenSingleLayer) {
       "bwd mb0 embedding",
       "optimizer grad norm",
       "optimizer grad norm all_reduce [all_reduce mp 4 B]",
-      "optimizer optimizer step",
+      "optimizer optimizer step",                               // grad clip scale, AdamW
   };
   EXPECT_EQ(labels, expected);
+}
+
+// Megatron's train_step: zero_grad_buffer first, then clip_grad_norm_fp32's scale between the
+// norm's all-reduce and the step. TP 2, one layer (h 64, V 1024, s 32, biases): TP rank 0 holds
+// word embedding 512 x 64 = 32768, positions 32 x 64 = 2048, LN1 + LN2 2 x 128, QKV 64 x 96 +
+// 96, projection 32 x 64 + 64, FC1 64 x 128 + 128, FC2 128 x 64 + 64, final LN 128:
+// 60128 parameters; bf16 training keeps fp32 gradients (Megatron's main_grad buffer).
+TEST(Program, ZeroGradBufferAndGradClipScale) {
+  for (const bool dist : {false, true}) {
+    Knobs k;
+    k.tp = 2, k.layers = 1, k.m = 1, k.dp = 2, k.dist_opt = dist;
+    const Program prog = build_program(make(k), {0});
+    const RankProgram& rp = prog.ranks.at(0);
+    // The distributed optimizer steps (and clips) its DP shard, but zeroes the whole buffer.
+    const int64_t n_rank = 60128, n_opt = dist ? 60128 / 2 : 60128;
+    ASSERT_FALSE(rp.ops.empty());
+    const Op& zero = rp.ops.front();
+    ASSERT_EQ(zero.kind, OpKind::kCompute);
+    ASSERT_EQ(zero.kernels.size(), 1u);
+    EXPECT_EQ(zero.kernel_roles[0], Role::kZeroGradBuffer);
+    EXPECT_EQ(zero.phase, Phase::kOptimizer);
+    const Kernel& zk = prog.kernels[zero.kernels[0]];
+    EXPECT_EQ(zk.key.name, "zero_grad_buffer");
+    EXPECT_EQ(zk.key.shape, std::vector<int64_t>{n_rank});
+    EXPECT_EQ(zk.flops, 0.0);
+    EXPECT_EQ(zk.bytes, 4.0 * n_rank);  // written once
+    // ... norm, its all-reduce, then one op: grad_clip_scale, adamw_step.
+    constexpr uint32_t kNone = UINT32_MAX;
+    uint32_t norm_ar = kNone, step = kNone;
+    for (const Op& op : rp.ops) {
+      if (op.kind == OpKind::kCollective && op.role == Role::kGradNorm) norm_ar = op.id;
+      for (Role r : op.kernel_roles) {
+        if (r == Role::kGradClipScale) step = op.id;
+        if (r == Role::kZeroGradBuffer) EXPECT_EQ(op.id, zero.id);
+      }
+    }
+    ASSERT_NE(norm_ar, kNone);
+    ASSERT_NE(step, kNone);
+    const Op& so = rp.ops[step];
+    EXPECT_EQ(so.id, rp.ops.size() - (dist ? 2 : 1));  // dist: the param all-gather follows
+    EXPECT_NE(std::find(so.deps.begin(), so.deps.end(), norm_ar), so.deps.end());
+    ASSERT_EQ(so.kernel_roles, (std::vector<Role>{Role::kGradClipScale, Role::kOptimizerStep}));
+    const Kernel& ck = prog.kernels[so.kernels[0]];
+    EXPECT_EQ(ck.key.name, "grad_clip_scale");
+    EXPECT_EQ(ck.key.shape, std::vector<int64_t>{n_opt});
+    EXPECT_EQ(ck.flops, 1.0 * n_opt);
+    EXPECT_EQ(ck.bytes, 8.0 * n_opt);  // fp32 read + write
+    EXPECT_EQ(prog.kernels[so.kernels[1]].key.shape, std::vector<int64_t>{n_opt});
+  }
+  // No clipping, no scale; the zero op stays.
+  Knobs k;
+  k.layers = 1;
+  Scenario s = make(k);
+  s.training.clip_grad = 0;
+  const Program prog = build_program(s, {0});
+  for (const Kernel& kern : prog.kernels) EXPECT_NE(kern.key.name, "grad_clip_scale");
+  EXPECT_EQ(prog.kernels[prog.ranks.at(0).ops.front().kernels[0]].key.name, "zero_grad_buffer");
 }
 
 

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -20,6 +21,8 @@
 #include "core/program.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/counter_rng.hpp"
+#include "exec/cpu/cpu_backend.hpp"
+#include "exec/distributed_optimizer.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -487,7 +490,7 @@ TEST(ModelShard, WeightStatisticsMatchTheInitStd) {
   EXPECT_NEAR(sd / kStd, 1.0, 0.02);
 }
 
-TEST(ModelShard, ViewsAndZeroGrads) {
+TEST(ModelShard, Views) {
   ModelShard m = shard({.pp = 2}, 0, 1);
   const ShardTensor& t = m.tensor(0, "layers.3.mlp.linear_fc2.bias");
   std::span<float> g = m.grad(0, "layers.3.mlp.linear_fc2.bias");
@@ -497,8 +500,29 @@ TEST(ModelShard, ViewsAndZeroGrads) {
   EXPECT_EQ(p.data(), m.chunks()[0].params.data() + t.offset);
   for (float& x : g) x = 3.0f;
   EXPECT_EQ(m.chunks()[0].grads[static_cast<size_t>(t.offset + 1)], 3.0f);
-  m.zero_grads();
-  EXPECT_EQ(m.chunks()[0].grads, std::vector<float>(m.chunks()[0].grads.size(), 0.0f));
+}
+
+// The Program's zero grad buffer and grad clip scale ops (ShardOptimizer): every gradient to 0;
+// grads times min(1, clip / (norm + 1e-6)) rounded to float, and exactly unchanged below the
+// threshold.
+TEST(ModelShard, OptimizerZeroesAndClipsTheGradients) {
+  ModelShard m = shard({.pp = 2}, 0, 1);
+  cpu::CpuBackend backend;
+  TrainingHyperparameters hyper;
+  hyper.clip_grad = 1.0;
+  ShardOptimizer opt(m, backend, m.coord(), 1, false, hyper);
+  std::vector<float>& grads = m.chunks()[0].grads;
+  ASSERT_GT(grads.size(), 2u);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  const std::vector<float> before = grads;
+  opt.clip(0.25, 1);  // norm 0.5 < 1: coefficient 1, bit-identical
+  EXPECT_EQ(0, std::memcmp(grads.data(), before.data(), grads.size() * sizeof(float)));
+  opt.clip(16.0, 1);  // norm 4: coefficient 1 / (4 + 1e-6)
+  const auto coef = static_cast<float>(1.0 / (4.0 + 1e-6));
+  for (size_t i = 0; i < grads.size(); ++i) ASSERT_EQ(grads[i], before[i] * coef) << i;
+  opt.zero_grad_buffer();
+  EXPECT_EQ(grads, std::vector<float>(grads.size(), 0.0f));
+  EXPECT_THROW(opt.clip(std::numeric_limits<double>::infinity(), 3), Error);
 }
 
 TEST(ModelShard, Errors) {

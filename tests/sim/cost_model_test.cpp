@@ -416,4 +416,38 @@ TEST(CostDatabaseModel, FallbackUsesTheTargetGpu) {
 }
 
 }  // namespace
+// The optimizer's zero grad buffer and grad clip scale kernels go through the memory-bound
+// roofline like every elementwise kernel. GPT h 64, 1 layer, 8 heads, ffn 256, s 32, V 1024,
+// TP 2, bf16: TP rank 0 holds 60,128 parameters (tests/core/program_test.cpp
+// ZeroGradBufferAndGradClipScale). zero_grad_buffer writes 60,128 x 4 = 240,512 bytes
+// / (3350e9 x 0.8) = 89.743 ns + 4 us; grad_clip_scale reads and writes 8 x 60,128 = 481,024
+// bytes -> 179.487 ns (its 60,128 FLOPs / (67e12 x 0.5) = 1.8 ns are below) + 4 us.
+TEST(CostRoofline, ZeroGradBufferAndGradClipScaleAreMemoryBound) {
+  Scenario s;
+  s.name = "optimizer-kernels";
+  s.model = ModelSpec{"gpt", 1, 64, 8, 256, 32, 1024};
+  s.parallel.tensor_model_parallel_size = 2;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 1;
+  s.training.precision = Precision::kBf16;
+  s.cluster.num_gpus = 2;
+  const Program prog = build_program(s, {0});
+  const auto model = make_roofline_cost_model();
+  int found = 0;
+  for (const Kernel& k : prog.kernels) {
+    if (k.key.name == "zero_grad_buffer") {
+      ++found;
+      EXPECT_EQ(k.bytes, 240512.0);
+      expect_rel(model->duration(k, h100()).seconds, 240512.0 / (3350e9 * 0.8) + 4e-6);
+      expect_rel(model->duration(k, h100()).seconds, 4.089743283582089e-6);
+    } else if (k.key.name == "grad_clip_scale") {
+      ++found;
+      EXPECT_EQ(k.bytes, 481024.0);
+      expect_rel(model->duration(k, h100()).seconds, 481024.0 / (3350e9 * 0.8) + 4e-6);
+      expect_rel(model->duration(k, h100()).seconds, 4.179486567164179e-6);
+    }
+  }
+  EXPECT_EQ(found, 2);
+}
+
 }  // namespace traintwin

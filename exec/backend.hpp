@@ -100,6 +100,11 @@ class Backend {
   /// `bytes` of zeroed device memory (nullptr for 0 bytes). Throws Error when out of memory.
   virtual void* allocate_zeroed(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
+  /// Frees the blocks a caching allocator keeps for reuse (none in use are touched), as
+  /// torch.cuda.empty_cache(): `profile` calls it before each kernel, so the blocks of the
+  /// kernels timed before cannot crowd out the blocks this one frees and takes back. Default:
+  /// nothing to free.
+  virtual void empty_cache() {}
   /// dst = src (equal sizes, else InvalidArgument).
   virtual void copy(FSpan dst, CFSpan src) = 0;
   /// `height` rows of `width` elements from src (rows `src_pitch` apart) to dst (rows `dst_pitch`

@@ -58,6 +58,13 @@ void HostBlockCache::deallocate(void* ptr, size_t bytes) noexcept {
   std::free(ptr);
 }
 
+void HostBlockCache::release_cached() noexcept {
+  std::lock_guard lock(mutex_);
+  for (auto& [bytes, ptr] : free_) std::free(ptr);
+  free_.clear();
+  cached_bytes_ = 0;
+}
+
 size_t HostBlockCache::cached_bytes() const {
   std::lock_guard lock(mutex_);
   return cached_bytes_;

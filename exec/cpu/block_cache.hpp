@@ -32,6 +32,8 @@ class HostBlockCache {
   void deallocate(void* ptr, size_t bytes) noexcept;
   /// Bytes held in the cache now (blocks not in use).
   size_t cached_bytes() const;
+  /// Frees every cached block (blocks in use stay valid; the peak in use is kept).
+  void release_cached() noexcept;
 
  private:
   mutable std::mutex mutex_;

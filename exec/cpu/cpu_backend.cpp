@@ -48,6 +48,8 @@ void* CpuBackend::allocate_zeroed(size_t bytes) { return blocks_.allocate_zeroed
 
 void CpuBackend::deallocate(void* ptr, size_t bytes) noexcept { blocks_.deallocate(ptr, bytes); }
 
+void CpuBackend::empty_cache() { blocks_.release_cached(); }
+
 void CpuBackend::copy(FSpan dst, CFSpan src) {
   require_same("cpu backend copy", dst.size(), src.size(), "dst and src");
   std::copy(src.begin(), src.end(), dst.begin());

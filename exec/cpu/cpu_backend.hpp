@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
 
   void* allocate_zeroed(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) noexcept override;
+  void empty_cache() override;
   void copy(FSpan dst, CFSpan src) override;
   void copy_2d(FSpan dst, int64_t dst_pitch, CFSpan src, int64_t src_pitch, int64_t width,
                int64_t height) override;

@@ -74,5 +74,21 @@ TEST(HostBlockCacheTest, HoldsAtMostThePeakInUse) {
   EXPECT_EQ(one_off.cached_bytes(), 2 * kBig);
 }
 
+TEST(HostBlockCacheTest, ReleaseCachedFreesTheCacheAndKeepsThePeak) {
+  HostBlockCache cache;
+  void* a = cache.allocate_zeroed(kBig);
+  void* b = cache.allocate_zeroed(kBig * 2);  // peak 3 kBig
+  cache.deallocate(a, kBig);
+  EXPECT_EQ(cache.cached_bytes(), kBig);
+  cache.release_cached();
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  // The peak stays 3 kBig: a freed block of up to that fits again, and is handed back.
+  cache.deallocate(b, kBig * 2);
+  EXPECT_EQ(cache.cached_bytes(), 2 * kBig);
+  void* c = cache.allocate_zeroed(kBig * 2);
+  EXPECT_EQ(c, b);
+  cache.deallocate(c, kBig * 2);
+}
+
 }  // namespace
 }  // namespace traintwin::exec::cpu

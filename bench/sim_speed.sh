@@ -37,7 +37,7 @@ for run in "${runs[@]}"; do
   flows=$(json_int flows "$log.json")
   solver=$(json_int solver_flows "$log.json")
   phases=$(sed -n '/"wall_phases_s"/,/}/p' "$log.json" | grep -v wall_phases_s | tr -d '",}' |
-           awk '{printf "%s %.2f  ", $1, $2}')
+           awk 'NF == 2 {printf "%s %.2f  ", $1, $2}')
   printf '%-28s %8.2f %8.2f %8.0f %11d %9d %8d %11.0f  %s\n' "$name" "$wall" "$(echo "$user + $sys" | bc -l)" \
     "$(echo "$rss / 1024" | bc -l)" "$events" "$flows" "$solver" "$(echo "$events / $wall" | bc -l)" "$phases"
   rm -f "$log" "$log.json"

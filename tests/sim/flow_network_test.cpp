@@ -14,19 +14,14 @@
 
 #include "sim/platform.hpp"
 #include "sim_test_support.hpp"
+#include "simgrid_test_engine.hpp"
 
 namespace traintwin {
 namespace {
 
 namespace sg4 = simgrid::s4u;
 
-sg4::Engine& engine() {
-  static int argc = 1;
-  static char* argv[] = {const_cast<char*>("test"), nullptr};
-  xbt_log_control_set("root.thresh:warning");
-  static sg4::Engine e(&argc, argv);
-  return e;
-}
+sg4::Engine& engine() { return testing::simgrid_test_engine(); }
 
 constexpr double kBytes = 1e9;
 

@@ -24,6 +24,7 @@
 #include <xbt/config.hpp>
 
 #include "core/error.hpp"
+#include "simgrid_test_engine.hpp"
 #include "topologies/graph.hpp"
 
 namespace traintwin {
@@ -43,14 +44,7 @@ TopologySpec small(int tiers, int radix, int nodes_per_su, const std::string& ov
   return testing::small_topology(tiers, radix, nodes_per_su, oversubscription, rails);
 }
 
-/// The one Engine of this test process, with SimGrid's logging below warnings silenced.
-sg4::Engine& engine() {
-  static int argc = 1;
-  static char* argv[] = {const_cast<char*>("test"), nullptr};
-  xbt_log_control_set("root.thresh:warning");
-  static sg4::Engine e(&argc, argv);
-  return e;
-}
+sg4::Engine& engine() { return testing::simgrid_test_engine(); }
 
 /// Starts a transfer of `bytes` from GPU `src` to GPU `dst` now.
 sg4::CommPtr transfer(const Platform& p, int64_t src, int64_t dst, double bytes = kBytes) {

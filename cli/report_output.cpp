@@ -8,7 +8,8 @@
 
 namespace traintwin::cli {
 
-void write_report_or_warn(const std::filesystem::path& dir, bool announce) {
+void write_report_or_warn(const std::filesystem::path& dir, bool announce,
+                          std::optional<Timeline> timeline) {
   std::filesystem::path vega;
   try {
     vega = resolve_vega_dir("");
@@ -17,7 +18,7 @@ void write_report_or_warn(const std::filesystem::path& dir, bool announce) {
                e.what(), dir.string());
     return;
   }
-  const auto written = write_report(dir, vega);
+  const auto written = write_report(dir, vega, {}, std::move(timeline));
   if (announce) fmt::print("wrote {}\n", written.string());
 }
 

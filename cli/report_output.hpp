@@ -2,12 +2,17 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
+
+#include "traces/timeline.hpp"
 
 namespace traintwin::cli {
 
 /// Writes DIR/report.html from the JSON files in DIR. When the Vega builds are missing (not
 /// fetched: scripts/fetch_vega.sh) the JSON outputs stay and a warning on stderr says how to get
 /// the report (`traintwin report DIR` afterwards). `announce` prints "wrote DIR/report.html".
-void write_report_or_warn(const std::filesystem::path& dir, bool announce);
+/// `timeline`: DIR/timeline.json's events when the caller still has them (not read back).
+void write_report_or_warn(const std::filesystem::path& dir, bool announce,
+                          std::optional<Timeline> timeline = std::nullopt);
 
 }  // namespace traintwin::cli

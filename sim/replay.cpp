@@ -631,7 +631,7 @@ class Engine {
           if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
         }
         if (opts_.timeline_sink) {
-          opts_.timeline_sink(e);
+          opts_.timeline_sink(std::move(e));
         } else {
           tl.events.push_back(std::move(e));
         }

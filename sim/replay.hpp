@@ -59,7 +59,7 @@ struct SimulationOptions {
   /// When set (and record_timeline), the traced ranks' events are handed to it one by one at the
   /// end of the replay, straight from the engine's per-op times, and SimulationResult::timeline
   /// stays empty: a trace of any size is written without being held in memory.
-  std::function<void(const TimelineEvent&)> timeline_sink;
+  std::function<void(TimelineEvent&&)> timeline_sink;
   /// Replay only TP rank 0 of every TP group. Exact when the TP group fills whole rails of one
   /// node (rank order starting with tp, TP = GPUs per node): the TP ranks of a node then run the
   /// same ops at the same times, their inter-node flows on separate rail planes that never

@@ -1244,7 +1244,7 @@ window.addEventListener('unhandledrejection', function (e) {
 
 std::filesystem::path write_report(const std::filesystem::path& dir,
                                    const std::filesystem::path& vega_dir,
-                                   const GanttOptions& gantt) {
+                                   const GanttOptions& gantt, std::optional<Timeline> timeline) {
   if (!std::filesystem::is_directory(dir)) {
     throw Error(fmt::format("{}: not a directory", dir.string()));
   }
@@ -1263,8 +1263,7 @@ std::filesystem::path write_report(const std::filesystem::path& dir,
   std::string title = "traintwin report";
   if (has_summary) {
     const json summary = read_json(summary_path);
-    std::optional<Timeline> timeline;
-    if (std::filesystem::is_regular_file(timeline_path)) {
+    if (!timeline && std::filesystem::is_regular_file(timeline_path)) {
       std::ifstream in(timeline_path);
       if (!in) throw Error(fmt::format("{}: cannot open for reading", timeline_path.string()));
       timeline = read_chrome_trace(in, timeline_path.string());

@@ -145,11 +145,14 @@ std::string render_report_html(const std::string& title, const std::vector<Repor
 
 /// Builds DIR/report.html from the files DIR holds: summary.json (+ timeline.json when present)
 /// for a simulation, sweep.json for a sweep, both when both are there. Returns the path written.
-/// Throws Error naming the file on a missing directory, no summary.json nor sweep.json, malformed
-/// JSON or trace, a missing field, missing Vega builds, or a write failure.
+/// `timeline`, when given, stands for DIR/timeline.json (the events its writer was handed, as
+/// `simulate --out` keeps them), so the file is not read back. Throws Error naming the file on a
+/// missing directory, no summary.json nor sweep.json, malformed JSON or trace, a missing field,
+/// missing Vega builds, or a write failure.
 std::filesystem::path write_report(const std::filesystem::path& dir,
                                    const std::filesystem::path& vega_dir,
-                                   const GanttOptions& gantt = {});
+                                   const GanttOptions& gantt = {},
+                                   std::optional<Timeline> timeline = std::nullopt);
 
 /// Where the Vega builds are looked for, in order: $TRAINTWIN_VEGA_DIR when set, then
 /// data/vega beside the parent of `executable`'s folder (build/traintwin -> data/vega) and the

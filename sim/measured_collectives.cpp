@@ -61,8 +61,13 @@ std::optional<double> MeasuredCollectives::time_s(CollectiveKind kind, int64_t r
     return t0 + (t1 - t0) * (x - x0) / (x1 - x0);
   }
   if (hi == p.begin()) return p.front().second;  // below the smallest size: latency-bound
+  // Above the largest size: the last segment continued (the marginal cost per byte at the top
+  // of the measured curve), else the largest row's algorithm bandwidth.
   const auto& [xr, tr] = p.back();
-  if (s->fit.beta_Bps > 0) return tr + (x - xr) / s->fit.beta_Bps;
+  if (p.size() >= 2) {
+    const auto& [xq, tq] = p[p.size() - 2];
+    if (tr > tq) return tr + (tr - tq) * (x - xr) / (xr - xq);
+  }
   return tr * x / xr;
 }
 

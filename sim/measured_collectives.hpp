@@ -26,10 +26,14 @@ class MeasuredCollectives {
   /// Time in seconds of `kind` over `ranks` ranks of one node moving `bytes` (nccl-tests size):
   /// nullopt when no row has that op and group size (or bytes <= 0, ranks < 2). Between two
   /// measured sizes: linear in bytes between them (exact at the rows). Below the smallest: its
-  /// time (latency-bound). Above the largest: the bandwidth of the alpha-beta fit of the op's
-  /// rows (fit_alpha_beta) from the largest row, t = t_row + (bytes - bytes_row) / beta (the
-  /// row's time scaled by the bytes ratio when the rows give no beta). A ring_exchange is looked
-  /// up as send_recv.
+  /// time (latency-bound). Above the largest: the segment between the two largest sizes
+  /// continued, t = t_r + (t_r - t_q) (bytes - bytes_r) / (bytes_r - bytes_q), i.e. the marginal
+  /// bandwidth at the top of the measured curve (the largest row's time scaled by the bytes
+  /// ratio when there is one size only or the top segment does not rise). Not the alpha-beta
+  /// fit's beta: that fit weighs every row's relative error alike, so its bandwidth is set by
+  /// the mid sizes, which on a CPU host still run in cache (Open MPI on 2 Zen 5 cores: 6 GB/s
+  /// all_reduce at 1-4 MB, 1.2 GB/s from 32 MB up, where a 204 MB gradient bucket lands).
+  /// A ring_exchange is looked up as send_recv.
   std::optional<double> time_s(CollectiveKind kind, int64_t ranks, int64_t bytes) const;
 
   /// The alpha-beta fit of (op, ranks) ({0, 0} without at least two sizes).

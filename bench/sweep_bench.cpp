@@ -24,6 +24,7 @@
 #include <string>
 
 #include "bench/sweep_grid.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/scenario.hpp"
 #include "sim/analytical.hpp"
 #include "sim/cost_model.hpp"

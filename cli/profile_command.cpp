@@ -18,6 +18,7 @@
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/cpu/host_device.hpp"
@@ -284,6 +285,7 @@ void register_profile_command(CLI::App& app) {
                   "FLOP/s and memory bandwidth, intra-node link fitted from the database's "
                   "collective rows), e.g. topologies/local-<host>.yaml");
   cmd->callback([o] {
+    retain_freed_memory();  // as train: what it times runs under the trainer's policy
     if (o->collectives) return profile_collectives(*o);
     if (o->scenario.file.empty()) {
       throw ConfigError("profile: give a SCENARIO (its kernels are profiled) or --collectives");

@@ -21,6 +21,7 @@
 #include "cli/report_output.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "cli/format.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "core/posix_file.hpp"
 #include "sim/cost_model.hpp"
@@ -261,7 +262,7 @@ void register_sweep_command(CLI::App& app) {
       "--simulate-oom", o->simulate_oom,
       "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
   cmd->callback([o] {
-    retain_freed_memory();  // many evaluations in one process (sim/sweep.hpp)
+    retain_freed_memory();  // many evaluations in one process (core/allocator_policy.hpp)
     if (o->jobs < 1)
       throw ConfigError(
           fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o->jobs));

@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "core/posix_file.hpp"
 #include "exec/launch_env.hpp"
@@ -209,6 +210,7 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->callback([o] {
+    retain_freed_memory();  // the same blocks every iteration (core/allocator_policy.hpp)
     if (!launched_by_mpi()) return run_train(*o, nullptr);
     const exec::MpiEnvironment env;
     run_or_abort_all([&] { run_train(*o, &env); });

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cli/sweep_mpi.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "core/op_class.hpp"
 #include "exec/cpu/host_device.hpp"
@@ -267,6 +268,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
 }  // namespace
 
 void run_validate_live(const ValidateLiveOptions& o) {
+  retain_freed_memory();  // as train (core/allocator_policy.hpp)
   if (!launched_by_mpi()) {
     const Scenario s = o.scenario.load();
     if (s.world_size() != 1) {

@@ -1,6 +1,7 @@
 #include "exec/mpi_communicator.hpp"
 
 #include <climits>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
@@ -92,6 +93,9 @@ MpiEnvironment::MpiEnvironment() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    for (const MpiParameterDefault& d : kMpiCollectiveDefaults) {
+      ::setenv(d.variable, d.value, /*overwrite=*/0);
+    }
     int provided = 0;
     const int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     if (code != MPI_SUCCESS) {

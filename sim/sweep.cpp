@@ -3,7 +3,6 @@
 #include "sim/analytical.hpp"
 
 #include <fmt/format.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -227,12 +226,6 @@ void from_json(const nlohmann::json& j, SweepEvaluation& e) {
   j.at("mode").get_to(e.mode);
   j.at("summary").get_to(e.summary);
   e.detail = nlohmann::ordered_json::parse(j.at("detail").get<std::string>());
-}
-
-void retain_freed_memory() {
-  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  ::mallopt(M_TOP_PAD, 64 << 20);
 }
 
 const char* to_string(SweepStatus s) {

@@ -138,14 +138,6 @@ struct SweepOptions {
   ProgressCallback progress;  ///< optional
 };
 
-/// Process-wide allocator policy for running many evaluations in one process: freed memory stays
-/// in the heap (glibc mallopt: no trimming, no mmap for blocks below 256 MiB, 64 MiB top pad).
-/// An analytical estimate allocates and frees several MB (the probe Program, the schedules); by
-/// default glibc hands that back to the OS after each estimate and page-faults it in again, a
-/// third of the analytical sweep's time (bench/sweep_bench: 1.45x less CPU with this policy).
-/// For commands (traintwin sweep) and benchmarks; forked workers inherit it.
-void retain_freed_memory();
-
 /// Where a configuration ended up.
 enum class SweepStatus {
   kRanked,       ///< valid, fits, evaluated

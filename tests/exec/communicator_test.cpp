@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -174,7 +175,18 @@ bool mpi_child() {
 class MpiChildEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (mpi_child()) env_ = std::make_unique<MpiEnvironment>();
+    if (!mpi_child()) return;
+    for (const MpiParameterDefault& d : kMpiCollectiveDefaults) {
+      const char* v = std::getenv(d.variable);
+      launch_values()[d.variable] = v == nullptr ? std::string() : std::string(v);
+    }
+    env_ = std::make_unique<MpiEnvironment>();
+  }
+  /// The Open MPI parameters of kMpiCollectiveDefaults as the launch gave them ("" = unset),
+  /// read before MpiEnvironment set its defaults.
+  static std::map<std::string, std::string>& launch_values() {
+    static std::map<std::string, std::string> values;
+    return values;
   }
   void TearDown() override { env_.reset(); }
 
@@ -213,6 +225,18 @@ class MpiCommunicatorEightRanks : public ::testing::Test {
 
 std::vector<float> as_floats(const std::vector<int64_t>& v) {
   return std::vector<float>(v.begin(), v.end());
+}
+
+TEST_F(MpiCommunicatorEightRanks, OpenMpiCollectiveDefaultsApplyUnlessTheLaunchGaveThem) {
+  for (const MpiParameterDefault& d : kMpiCollectiveDefaults) {
+    const char* v = std::getenv(d.variable);
+    ASSERT_NE(v, nullptr) << d.variable << " " << at();
+    const std::string given = MpiChildEnvironment::launch_values().at(d.variable);
+    EXPECT_EQ(std::string(v), given.empty() ? std::string(d.value) : given) << d.variable << " " << at();
+  }
+  EXPECT_EQ(std::string(kMpiCollectiveDefaults[0].variable),
+            "OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+  EXPECT_EQ(std::string(kMpiCollectiveDefaults[0].value), "3");  // reduce-scatter + all-gather
 }
 
 TEST_F(MpiCommunicatorEightRanks, RankAndWorldSizeAreMpiWorlds) {

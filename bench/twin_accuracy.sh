@@ -3,9 +3,9 @@
 # machine, goal 3 %): GPT with h 512, 8 layers, 8 heads, seq 256, the GPT-2 vocabulary (50257, so
 # the LM head does not dominate as it does on tiny models), micro-batch 1, global batch 4, fp32,
 # dropout 0.1, on four layouts: 1 process, DP 2, TP 2 and PP 2 (2 processes on 2 cores). For
-# each: the collectives (mpirun, 2 ranks) and the kernels of the layout profiled into a fresh
-# database, this host's topology written from it, then validate --live (N live iterations after
-# one warm-up) against the simulation. Prints predicted vs live (median and fastest iteration)
+# each: the collectives (mpirun, 2 ranks, sizes up to the layout's largest collective) and the
+# kernels of the layout profiled into a fresh database, this host's topology written from it,
+# then validate --live (N live iterations after one warm-up) against the simulation. Prints predicted vs live (median and fastest iteration)
 # and the error per layout. Everything lives in a temporary folder: traces/db/ is not touched.
 # Usage: bench/twin_accuracy.sh [build dir] [timed iterations] [layouts]
 #        (default: build 3 "1-process DP-2 TP-2 PP-2")
@@ -44,7 +44,7 @@ run_layout() {  # name ranks overrides...
   # Collectives first (2 ranks), into the database the kernel profile then merges into and fits
   # the topology's link to.
   [ "$ranks" -gt 1 ] && "${mpi[@]}" "$bin" profile "$work/gpt-h512.yaml" "${sets[@]}" \
-      --collectives -e 64M > /dev/null 2>&1
+      --collectives > /dev/null 2>&1
   # The kernels timed on every rank at once, as the live ranks share the host.
   local launch=("$bin")
   [ "$ranks" -gt 1 ] && launch=("${mpi[@]}" "$bin")

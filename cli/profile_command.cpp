@@ -43,6 +43,7 @@ struct ProfileCliOptions {
   int threads = 0;
   bool collectives = false;
   std::string min_bytes = "8", max_bytes = "128M";
+  bool max_bytes_given = false;  ///< -e on the command line (else a SCENARIO's largest collective)
   std::string topology_out;
 };
 
@@ -195,19 +196,32 @@ void profile_collectives(const ProfileCliOptions& o) {
     const RankLayout layout(1, 1, env.size(), 1);
     exec::MpiCommunicator comm(layout);
     const bool root = comm.rank() == 0;
+    // With a SCENARIO, the database beside its topologies folder (where its kernels go).
+    std::optional<Scenario> s;
+    if (!o.scenario.file.empty()) s = o.scenario.load();
     std::vector<int64_t> sizes;
     const int64_t unit = 4 * env.size();
     const auto [min_bytes, max_bytes] = parse_nccl_size_range(o.min_bytes, o.max_bytes);
-    for (int64_t b : nccl_tests_sizes(min_bytes, max_bytes)) {
+    std::vector<int64_t> wanted = nccl_tests_sizes(min_bytes, max_bytes);
+    if (s && !o.max_bytes_given && s->world_size() == env.size()) {
+      // Doubled on up to the largest collective of the scenario that runs on these ranks, so
+      // that the simulator reads it off a measured row (its live run holds a buffer that large
+      // anyway).
+      const int64_t largest = exec::largest_collective_bytes(*s);
+      while (wanted.back() < largest) wanted.push_back(wanted.back() * 2);
+      if (root && wanted.back() > max_bytes) {
+        fmt::print("# sizes up to {} bytes: the largest collective of {} moves {} bytes (-e "
+                   "sets the largest size)\n",
+                   wanted.back(), o.scenario.file, largest);
+      }
+    }
+    for (int64_t b : wanted) {
       const int64_t r = std::max(unit, b / unit * unit);
       if (sizes.empty() || sizes.back() != r) sizes.push_back(r);
     }
     const auto timings = exec::profile_collectives(comm, sizes, o.warmup, o.repeats);
     if (!root) return;
     const CostDbDevice device = exec::cpu::host_device(threads);
-    // With a SCENARIO, the database beside its topologies folder (where its kernels go).
-    std::optional<Scenario> s;
-    if (!o.scenario.file.empty()) s = o.scenario.load();
     const std::filesystem::path file = database_path(o, device, s ? &*s : nullptr);
     CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
     std::vector<CollectiveMeasurement> rows;
@@ -278,13 +292,17 @@ void register_profile_command(CLI::App& app) {
                 "(mpirun -np N) at nccl-tests' sizes instead of kernels");
   cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest collective size (nccl-tests -b)")
       ->capture_default_str();
-  cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest collective size (nccl-tests -e)")
+  cmd->add_option("-e,--maxbytes", o->max_bytes,
+                  "Largest collective size (nccl-tests -e); with a SCENARIO of as many ranks as "
+                  "mpirun started and no -e, doubled until it covers the scenario's largest "
+                  "collective")
       ->capture_default_str();
   cmd->add_option("--topology-out", o->topology_out,
                   "Also write this host as a topology (ranks pinned to cores, measured peak "
                   "FLOP/s and memory bandwidth, intra-node link fitted from the database's "
                   "collective rows), e.g. topologies/local-<host>.yaml");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    o->max_bytes_given = cmd->get_option("--maxbytes")->count() > 0;
     retain_freed_memory();  // as train: what it times runs under the trainer's policy
     if (o->collectives) return profile_collectives(*o);
     if (o->scenario.file.empty()) {

@@ -40,6 +40,13 @@ struct ProfileTarget {
 /// stages that run each.
 std::vector<ProfileTarget> profile_targets(const Scenario& s);
 
+/// The largest collective of the scenario's Program over the same ranks as profile_targets, in
+/// bytes (the nccl-tests size of Op::bytes); 0 when it has none. `profile --collectives` with a
+/// scenario measures up to it, so the simulator reads its collectives off measured rows rather
+/// than extrapolating past the largest one (a DP gradient bucket is often larger than
+/// nccl-tests' default -e).
+int64_t largest_collective_bytes(const Scenario& s);
+
 struct ProfileOptions {
   int warmup = 3;            ///< untimed runs, >= 0
   int repeats = 20;          ///< timed runs, >= 1

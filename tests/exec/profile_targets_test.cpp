@@ -63,6 +63,27 @@ Scenario tiny_scenario() {
   return s;
 }
 
+// profile --collectives measures up to the largest collective of a scenario: worked by hand.
+TEST(ProfileTargetsTest, LargestCollectiveIsTheGradientBucketUnderDpAndAnActivationUnderTp) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("traintwin-largest-coll-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = testing::write_tiny_scenario(dir, (dir / "none").string());
+  const Scenario dp = load_scenario(file, {{"cluster.num_gpus", "2"}});
+  const Scenario tp = load_scenario(
+      file, {{"cluster.num_gpus", "2"}, {"parallelism.tensor_model_parallel_size", "2"}});
+  const Scenario one = load_scenario(file);
+  std::filesystem::remove_all(dir);
+  // DP 2: the gradients of all 267,648 parameters in one fp32 bucket (fewer than Megatron's
+  // 40M-parameter bucket size).
+  EXPECT_EQ(largest_collective_bytes(dp), 267'648 * 4);
+  // TP 2: the row-parallel outputs' all-reduce, micro-batch 2 x seq 32 x hidden 64 fp32.
+  EXPECT_EQ(largest_collective_bytes(tp), 2 * 32 * 64 * 4);
+  // One rank: the loss and grad-norm all-reduces over groups of one are still collectives of
+  // the Program, but none moves more than a few doubles.
+  EXPECT_LE(largest_collective_bytes(one), 64);
+}
+
 // The rotation covers what the rank holds (the memory model's total), capped at twice the LLC.
 TEST(ProfileKernelTest, RotatesOverTheRanksMemoryCappedAtTwiceTheLastLevelCache) {
   const Scenario s = tiny_scenario();

@@ -1,9 +1,11 @@
 #include "exec/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -82,6 +84,50 @@ class MpiRequest final : public Request {
   std::string what_;
   int expected_count_;
   std::shared_ptr<const void> keep_alive_;
+};
+
+/// A reduce-scatter as an all-to-all of the pieces (`exchange`: member j's piece of every member
+/// lands in slot j of `pieces`), then, at wait(), this member's piece reduced over the members in
+/// member order into `output`. Each member sends and receives (p-1)/p of the input, as a ring
+/// reduce-scatter does, in one step. Not libnbc's MPI_Ireduce_scatter_block: that reduces the
+/// whole input to one root over a binomial tree and scatters it from there (on 2 Zen 5 cores,
+/// 2 ranks, 204 MB: 140 ms against 40 ms this way). Destroyed without wait(), the exchange
+/// completes (MpiRequest) and `output` is left as it was.
+class ReduceScatterRequest final : public Request {
+ public:
+  ReduceScatterRequest(RequestPtr exchange, std::shared_ptr<float[]> pieces, size_t members,
+                       std::span<float> output, ReduceOp op)
+      : exchange_(std::move(exchange)),
+        pieces_(std::move(pieces)),
+        members_(members),
+        output_(output),
+        op_(op) {}
+
+  void wait() override {
+    if (!exchange_) return;  // done: idempotent
+    exchange_->wait();
+    exchange_.reset();
+    const size_t n = output_.size();
+    const float* first = pieces_.get();
+    float* out = output_.data();
+    std::copy(first, first + n, out);
+    for (size_t j = 1; j < members_; ++j) {
+      const float* piece = first + j * n;
+      if (op_ == ReduceOp::kMax) {
+        for (size_t i = 0; i < n; ++i) out[i] = std::max(out[i], piece[i]);
+      } else {
+        for (size_t i = 0; i < n; ++i) out[i] += piece[i];
+      }
+    }
+    pieces_.reset();
+  }
+
+ private:
+  RequestPtr exchange_;
+  std::shared_ptr<float[]> pieces_;
+  size_t members_;
+  std::span<float> output_;
+  ReduceOp op_;
 };
 
 }  // namespace
@@ -223,8 +269,8 @@ RequestPtr MpiCommunicator::all_gather(GroupKind group, std::span<const float> i
 
 RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const float> input,
                                            std::span<float> output, ReduceOp op) {
-  const std::string what = std::string("MPI_Ireduce_scatter_block(") + to_text(op) + ", " +
-                           std::to_string(output.size()) + " floats per member) on group " +
+  const std::string what = std::string("reduce_scatter (MPI_Ialltoall, then ") + to_text(op) +
+                           ", " + std::to_string(output.size()) + " floats per member) on group " +
                            to_string(group);
   const MPI_Comm c = comm(group, "reduce_scatter");
   const auto members = static_cast<size_t>(layout_.size(group));
@@ -237,11 +283,14 @@ RequestPtr MpiCommunicator::reduce_scatter(GroupKind group, std::span<const floa
   }
   const int n = to_count(output.size(), what);
   to_count(input.size(), what);
+  // Member j's piece of every member lands in slot j of `pieces`; wait() reduces them.
+  std::shared_ptr<float[]> pieces = std::make_shared_for_overwrite<float[]>(input.size());
   MPI_Request request = MPI_REQUEST_NULL;
-  check(
-      MPI_Ireduce_scatter_block(input.data(), output.data(), n, MPI_FLOAT, to_mpi(op), c, &request),
-      what);
-  return std::make_unique<MpiRequest>(request, watchdog_, pending(group, what));
+  check(MPI_Ialltoall(input.data(), n, MPI_FLOAT, pieces.get(), n, MPI_FLOAT, c, &request), what);
+  auto exchange =
+      std::make_unique<MpiRequest>(request, watchdog_, pending(group, what), -1, pieces);
+  return std::make_unique<ReduceScatterRequest>(std::move(exchange), std::move(pieces), members,
+                                                output, op);
 }
 
 RequestPtr MpiCommunicator::all_to_all_v(GroupKind group, std::span<const float> input,

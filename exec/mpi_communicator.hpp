@@ -1,6 +1,7 @@
 // MPI backend of the Communicator (Open MPI, one process per global rank): one sub-communicator
-// per GroupKind, non-blocking MPI-3 collectives (MPI_Iallreduce, MPI_Iallgather,
-// MPI_Ireduce_scatter_block) and MPI_Isend / MPI_Irecv for point-to-point transfers.
+// per GroupKind, non-blocking MPI-3 collectives (MPI_Iallreduce, MPI_Iallgather, MPI_Ialltoallv;
+// reduce_scatter as MPI_Ialltoall of the pieces, reduced at wait()) and MPI_Isend / MPI_Irecv for
+// point-to-point transfers.
 #pragma once
 
 #include <mpi.h>
@@ -24,8 +25,9 @@ struct MpiParameterDefault {
 };
 
 /// coll_libnbc_iallreduce_algorithm = 3, reduce-scatter + all-gather (Rabenseifner, "Optimization
-/// of Collective Reduction Operations", ICCS 2004), the bandwidth-optimal all-reduce that NCCL's
-/// ring and Open MPI's blocking MPI_Allreduce use for large messages. libnbc otherwise takes a
+/// of Collective Reduction Operations", ICCS 2004): each rank moves 2 (p-1)/p of the message, the
+/// bandwidth-optimal structure of NCCL's ring all-reduce and of Open MPI's blocking all-reduce
+/// for large messages. libnbc otherwise takes a
 /// binomial reduce + broadcast whenever the group has fewer than 4 ranks or the call is in place,
 /// as every all-reduce of the executor is (gradient buckets, TP partial sums): the whole message
 /// crosses twice, one way at a time, after an extra copy in the call. Measured on 2 Zen 5 cores,

@@ -8,7 +8,7 @@
 # then validate --live (N live iterations after one warm-up) against the simulation. Prints predicted vs live (median and fastest iteration)
 # and the error per layout. Everything lives in a temporary folder: traces/db/ is not touched.
 # Usage: bench/twin_accuracy.sh [build dir] [timed iterations] [layouts]
-#        (default: build 3 "1-process DP-2 TP-2 PP-2")
+#        (default: build 3 "1-process DP-2 TP-2 PP-2"; also DP-2-distopt)
 # Noise: run it on a quiet machine. Other processes slow the live iterations more than the
 # profiled kernels (means of short bursts of runs), and under TP and DP every synchronisation
 # waits for the slower rank, which shows as negative errors; err_fast (against the fastest live
@@ -33,7 +33,7 @@ training: {micro_batch_size: 1, global_batch_size: 4, precision: fp32, hidden_dr
            attention_dropout: 0.1}
 cluster: {topology: $work/topologies/placeholder.yaml, num_gpus: 1}
 YAML
-printf '%-10s %12s %12s %12s %9s %9s %8s\n' layout live_ms fastest_ms predicted_ms error err_fast measured
+printf '%-12s %12s %12s %12s %9s %9s %8s\n' layout live_ms fastest_ms predicted_ms error err_fast measured
 run_layout() {  # name ranks overrides...
   local name=$1 ranks=$2
   shift 2
@@ -56,7 +56,7 @@ run_layout() {  # name ranks overrides...
 import json, sys
 name, j = sys.argv[1], json.loads(sys.argv[2])
 live, fast, pred = j["live_iteration_s"], j["live_fastest_iteration_s"], j["predicted_iteration_s"]
-print(f"{name:<10} {live*1e3:12.1f} {fast*1e3:12.1f} {pred*1e3:12.1f} {100*(pred-live)/live:+8.1f}% "
+print(f"{name:<12} {live*1e3:12.1f} {fast*1e3:12.1f} {pred*1e3:12.1f} {100*(pred-live)/live:+8.1f}% "
       f"{100*(pred-fast)/fast:+8.1f}% {100*j['measured_share']:7.1f}%")
 PY
 }
@@ -66,7 +66,10 @@ for l in $layouts; do
     DP-2) run_layout "$l" 2 ;;
     TP-2) run_layout "$l" 2 parallelism.tensor_model_parallel_size=2 ;;
     PP-2) run_layout "$l" 2 parallelism.pipeline_model_parallel_size=2 ;;
-    *) echo "bench: unknown layout $l (allowed: 1-process DP-2 TP-2 PP-2)" >&2; exit 1 ;;
+    # DP 2 with Megatron's distributed optimizer: gradient reduce-scatter, parameter all-gather.
+    DP-2-distopt) run_layout "$l" 2 training.use_distributed_optimizer=true ;;
+    *) echo "bench: unknown layout $l (allowed: 1-process DP-2 TP-2 PP-2 DP-2-distopt)" >&2
+       exit 1 ;;
   esac
 done
 uptime

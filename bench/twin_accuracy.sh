@@ -5,8 +5,8 @@
 # dropout 0.1, on four layouts: 1 process, DP 2, TP 2 and PP 2 (2 processes on 2 cores). For
 # each: the collectives (mpirun, 2 ranks, sizes up to the layout's largest collective) and the
 # kernels of the layout profiled into a fresh database, this host's topology written from it,
-# then validate --live (N live iterations after one warm-up) against the simulation. Prints predicted vs live (median and fastest iteration)
-# and the error per layout. Everything lives in a temporary folder: traces/db/ is not touched.
+# then validate --live (N live iterations after one warm-up) against the simulation. Prints
+# predicted vs live (median and fastest iteration) and the error per layout. Everything lives in a temporary folder: traces/db/ is not touched.
 # Usage: bench/twin_accuracy.sh [build dir] [timed iterations] [layouts]
 #        (default: build 3 "1-process DP-2 TP-2 PP-2"; also DP-2-distopt)
 # Noise: run it on a quiet machine. Other processes slow the live iterations more than the

@@ -368,7 +368,6 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
   return c;
 }
 
-
 /// The ranks of TP, CP and DP rank 0 of every pipeline stage, in stage order: the others run the
 /// same kernels and collectives.
 std::vector<int64_t> first_rank_of_each_stage(const Scenario& s) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/backend_choice.hpp"
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
@@ -49,14 +50,14 @@ struct ProfileCliOptions {
 
 /// The database file: --out, else traces/db/<device>.json beside the scenario's topologies/
 /// folder (where simulate looks), else under the current directory.
-std::filesystem::path database_path(const ProfileCliOptions& o, const CostDbDevice& device,
+std::filesystem::path database_path(const ProfileCliOptions& o, const std::string& device_id,
                                     const Scenario* s) {
   if (!o.out.empty()) return o.out;
   const std::filesystem::path dir =
       s != nullptr
           ? std::filesystem::absolute(s->cluster.topology).parent_path().parent_path() / "traces" / "db"
           : std::filesystem::path("traces") / "db";
-  return dir / (exec::cpu::device_id(device) + ".json");
+  return dir / (device_id + ".json");
 }
 
 /// "[=====>    ] 12/40  ETA 0:31  gemm_fwd[...]" on one stderr line.
@@ -72,11 +73,12 @@ void progress(size_t done, size_t total, double elapsed_s, const std::string& wh
   std::fflush(stderr);
 }
 
-void check_backend(const std::string& backend) {
+/// Collectives and mpirun are measured on the CPU backend's communicator only (the NCCL
+/// communicator is not wired to the CLI yet): another backend is refused, never replaced.
+void check_cpu_backend(const std::string& backend, const char* what) {
   if (backend != "cpu") {
-    throw UnsupportedError("--backend " + backend +
-                           ": this traintwin has only the cpu backend in its executor (the cuda "
-                           "backend is filled in by the GPU issue); not falling back to cpu");
+    throw UnsupportedError("--backend " + backend + ": " + what +
+                           " is measured on the cpu backend only so far; not falling back to cpu");
   }
 }
 
@@ -84,7 +86,8 @@ void check_backend(const std::string& backend) {
 /// barrier before each; the others wait), so they share the host as they do in a live run; the
 /// rows average the figures of the ranks that timed them.
 void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
-  check_backend(o.backend);
+  if (comm != nullptr) check_cpu_backend(o.backend, "profiling under mpirun");
+  if (!o.topology_out.empty()) check_cpu_backend(o.backend, "--topology-out (this host's topology)");
   const bool root = comm == nullptr || comm->rank() == 0;
   const Scenario s = o.scenario.load();
   // The ranks that will share this host in the live run: the launcher's ranks on this node under
@@ -93,15 +96,19 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
       comm != nullptr ? static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size))
                       : static_cast<int>(s.world_size());
   const int threads = exec::cpu::use_gemm_threads(local_ranks, o.threads);
-  const CostDbDevice device = exec::cpu::host_device(threads);
-  const std::filesystem::path file = database_path(o, device, &s);
+  const std::unique_ptr<exec::Backend> backend = make_backend(o.backend);
+  const CostDbDevice device = backend_cost_device(*backend, threads);
+  const std::filesystem::path file = database_path(o, backend_device_id(*backend, device), &s);
   // Refuse a foreign or malformed database before measuring anything.
-  CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
+  CostDatabase db = exec::open_database_for(file, device, backend_versions(*backend));
   const std::vector<exec::ProfileTarget> targets = exec::profile_targets(s);
   if (root) {
-    fmt::print("profiling {} kernels of {} on {} ({} GEMM thread(s) per rank), {} warm-up + {} "
-               "timed runs each, more until they add up to {} s\n",
-               targets.size(), s.name, device.name, threads, o.warmup, o.repeats, o.min_time_s);
+    fmt::print("profiling {} kernels of {} on {} ({}), {} warm-up + {} timed runs each, more "
+               "until they add up to {} s\n",
+               targets.size(), s.name, device.name,
+               backend->name() == "cpu" ? fmt::format("{} GEMM thread(s) per rank", threads)
+                                        : backend->name() + " backend, fp32",
+               o.warmup, o.repeats, o.min_time_s);
     if (comm != nullptr) {
       fmt::print("on {} ranks at once, each kernel on the ranks of the pipeline stages that run "
                  "it (mean of their figures)\n",
@@ -113,7 +120,6 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   const int64_t my_stage = comm != nullptr && comm->world_size() == s.world_size()
                                ? layout_of(s).coord(comm->rank()).pp
                                : -1;
-  exec::cpu::CpuBackend backend;
   exec::ProfileOptions popts;
   popts.warmup = o.warmup;
   popts.repeats = o.repeats;
@@ -133,7 +139,7 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
     const bool mine =
         my_stage < 0 || std::find(stages.begin(), stages.end(), my_stage) != stages.end();
     KernelMeasurement m;
-    if (mine) m = exec::profile_kernel(backend, s, targets[i], popts);
+    if (mine) m = exec::profile_kernel(*backend, s, targets[i], popts);
     if (comm != nullptr) {
       std::array<double, 6> t{m.median_us, m.p10_us, m.p90_us, m.expected_us(), mine ? 1.0 : 0.0,
                               static_cast<double>(m.samples)};
@@ -183,7 +189,7 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
 }
 
 void profile_collectives(const ProfileCliOptions& o) {
-  check_backend(o.backend);
+  check_cpu_backend(o.backend, "--collectives");
   if (!launched_by_mpi()) {
     throw ConfigError("profile --collectives measures the communicator between processes: run "
                       "it under mpirun -np N (N >= 2)");
@@ -222,7 +228,7 @@ void profile_collectives(const ProfileCliOptions& o) {
     const auto timings = exec::profile_collectives(comm, sizes, o.warmup, o.repeats);
     if (!root) return;
     const CostDbDevice device = exec::cpu::host_device(threads);
-    const std::filesystem::path file = database_path(o, device, s ? &*s : nullptr);
+    const std::filesystem::path file = database_path(o, exec::cpu::device_id(device), s ? &*s : nullptr);
     CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
     std::vector<CollectiveMeasurement> rows;
     std::string last_op;
@@ -266,7 +272,9 @@ void register_profile_command(CLI::App& app) {
       "traces/db/<device>.json; under mpirun with --collectives, the communicator's collectives");
   add_scenario_options(*cmd, o->scenario);
   cmd->get_option("scenario")->required(false);
-  cmd->add_option("--backend", o->backend, "Executor backend: cpu (cuda: the GPU issue)")
+  cmd->add_option("--backend", o->backend,
+                  "Executor backend: cpu (OpenBLAS) or cuda (one GPU, fp32, CUDA-event timing; "
+                  "database traces/db/cuda-<gpu>.json)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--out", o->out,

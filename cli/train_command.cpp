@@ -1,5 +1,6 @@
-// `traintwin train SCENARIO`: live training with the CPU executor, in one process or under
-// mpirun/srun (one process per rank). Prints Megatron-LM-style log lines from rank 0.
+// `traintwin train SCENARIO [--backend cpu|cuda]`: live training with the executor, in one process
+// or under mpirun/srun (one process per rank; CPU backend). Prints Megatron-LM-style log lines
+// from rank 0.
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -11,11 +12,13 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/backend_choice.hpp"
 #include "cli/commands.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/error.hpp"
+#include "core/flops.hpp"
 #include "core/posix_file.hpp"
 #include "exec/launch_env.hpp"
 #include "exec/cpu/host_device.hpp"
@@ -31,6 +34,7 @@ namespace {
 struct TrainOptions {
   ScenarioOptions scenario;
   std::string save, load, timeline;
+  std::string backend = "cpu";
   double distributed_timeout_minutes = exec::kDefaultDistributedTimeoutMinutes;
 };
 
@@ -46,15 +50,19 @@ struct LogWindow {
   }
 };
 
-void print_iteration(const exec::IterationLog& l, const LogWindow& w, int64_t global_batch,
-                     int64_t seq_length) {
+/// Megatron's training_log line; "throughput per GPU (TFLOP/s/GPU)" counts the model FLOPs of an
+/// iteration (core/flops.hpp, model_flops_per_iteration: no recomputation) over the mean time.
+void print_iteration(const exec::IterationLog& l, const LogWindow& w, const Scenario& s) {
+  const int64_t global_batch = s.training.global_batch_size;
   const double ms = w.ms / static_cast<double>(w.iterations);
+  const double tflops_per_gpu = model_flops_per_iteration(s.model, global_batch) / (ms / 1000.0) /
+                                static_cast<double>(s.world_size()) / 1e12;
   fmt::print(
       " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): "
-      "{:.1f} | tokens per second: {:.1f} | learning rate: {:.6E} | global batch size: {:>5} | "
-      "lm loss: {:.6E} |{} grad norm: {:.3f} |\n",
-      l.iteration, l.train_iters, l.consumed_samples, ms,
-      static_cast<double>(global_batch * seq_length) / (ms / 1000.0), l.learning_rate,
+      "{:.1f} | throughput per GPU (TFLOP/s/GPU): {:.2f} | tokens per second: {:.1f} | "
+      "learning rate: {:.6E} | global batch size: {:>5} | lm loss: {:.6E} |{} grad norm: {:.3f} |\n",
+      l.iteration, l.train_iters, l.consumed_samples, ms, tflops_per_gpu,
+      static_cast<double>(global_batch * s.model.seq_length) / (ms / 1000.0), l.learning_rate,
       global_batch, w.loss / static_cast<double>(w.iterations),
       // Megatron's MoE metric, after the LM loss.
       l.load_balancing_loss ? fmt::format(" load_balancing_loss: {:.6E} |",
@@ -121,6 +129,16 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   std::unique_ptr<exec::Communicator> comm;
   const RankLayout layout = layout_of(s);
   share_cores_among_local_ranks();
+  if (mpi && o.backend != "cpu") {
+    // The NCCL communicator (exec/cuda/nccl_communicator.hpp) is not wired to the executor yet:
+    // the executor's grad-norm all-reduce is on host doubles and its p2p ops are single calls.
+    throw UnsupportedError(fmt::format(
+        "{}: --backend {} under mpirun/srun ({} processes): the executor runs the CUDA backend in "
+        "one process (one GPU) only so far; use --backend cpu for several ranks",
+        s.source.string(), o.backend, env->size()));
+  }
+  const std::unique_ptr<exec::Backend> backend =
+      make_backend(o.backend, exec::read_launch_environment().local_rank);
   if (mpi) {
     if (env->size() != s.world_size()) {
       throw ConfigError(fmt::format(
@@ -139,13 +157,14 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
           s.source.string(), s.world_size(), s.parallel.tensor_model_parallel_size,
           s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size, s.world_size()));
     }
-    comm = std::make_unique<exec::LocalCommunicator>(layout);
+    comm = std::make_unique<exec::LocalCommunicator>(layout, backend.get());
   }
   const bool root = comm->rank() == 0;
   exec::TrainerOptions topts;
   topts.save = o.save;
   topts.load = o.load;
   topts.record_timeline = !o.timeline.empty();
+  topts.backend = backend.get();
   exec::Trainer trainer(s, *comm, topts);
   if (root) {
     fmt::print("training {} on {} rank(s) (TP {}, PP {}, DP {}, {} model chunk(s)), iterations {}..{}, "
@@ -155,6 +174,9 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
                s.parallel.virtual_pipeline_model_parallel_size, trainer.first_iteration(),
                *s.training.train_iters, s.num_micro_batches(), s.training.micro_batch_size,
                s.model.seq_length);
+    if (const std::string dev = backend_device_description(*backend); !dev.empty()) {
+      fmt::print("backend {}: {}\n", backend->name(), dev);
+    }
     if (trainer.first_iteration() > 1) {
       fmt::print("resumed from {} at iteration {}\n", o.load, trainer.first_iteration() - 1);
     }
@@ -168,7 +190,7 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
     window.add(l);
     if (l.iteration % s.training.log_interval == 0 || l.iteration == l.train_iters) {
       if (root) {
-        print_iteration(l, window, s.training.global_batch_size, s.model.seq_length);
+        print_iteration(l, window, s);
         std::fflush(stdout);
       }
       window = LogWindow();
@@ -187,6 +209,11 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
     }
   };
   trainer.train(cb);
+  if (const auto peak = backend_peak_memory_bytes(*backend); peak && root) {
+    fmt::print("{} backend: allocator peak {:.2f} GiB of device memory (high-water of the memory "
+               "pool; `traintwin memory` models it)\n",
+               backend->name(), static_cast<double>(*peak) / (1 << 30));
+  }
   if (!o.timeline.empty()) {
     write_timeline(trainer, *comm, mpi, o.timeline, s.name);
     if (root) fmt::print("timeline written to {}\n", o.timeline);
@@ -198,10 +225,15 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
 void register_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
-      "train", "Train the scenario's model for real on CPU (one process, or mpirun -np N: one per rank)");
+      "train", "Train the scenario's model for real (CPU: one process, or mpirun -np N: one per "
+               "rank; CUDA: one process on one GPU)");
   add_scenario_options(*cmd, o->scenario);
   cmd->add_option("--save", o->save, "Checkpoint folder (Megatron --save): every save_interval and at the end");
   cmd->add_option("--load", o->load, "Resume from the latest checkpoint in this folder (Megatron --load)");
+  cmd->add_option("--backend", o->backend,
+                  "Executor backend: cpu (OpenBLAS) or cuda (one GPU, fp32; built with CUDA only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--timeline", o->timeline,
                   "Write every op of every rank as a Chrome/Perfetto trace (the simulator's format)");
   cmd->add_option("--distributed-timeout-minutes", o->distributed_timeout_minutes,

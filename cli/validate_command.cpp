@@ -66,6 +66,10 @@ void register_validate_command(CLI::App& app) {
                   "With --live: GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else "
                   "the cores shared among the ranks on this host, as train and profile)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", live->backend,
+                  "With --live: executor backend of the live run, cpu or cuda (one GPU, fp32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--kernels", live->kernels,
                   "With --live: print the N kernels whose live and simulated times differ most "
                   "(per call and over an iteration; 0: none)")

@@ -24,7 +24,9 @@
 #include "exec/cpu/matmul.hpp"
 #include "exec/launch_env.hpp"
 #include "exec/live_events.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec/live_run.hpp"
+#include "cli/backend_choice.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "sim/cost_model.hpp"
@@ -126,7 +128,9 @@ std::map<std::string, double> simulated_kernels(const Scenario& s, const CostMod
   return out;
 }
 
-void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
+/// `backend` runs the live iterations (the communicator's copies go through it too).
+void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
+         exec::Backend& backend) {
   const Scenario s = o.scenario.load();
   const bool root = comm.rank() == 0;
   const int local_ranks =
@@ -139,17 +143,21 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi) {
   if (s.cluster.num_gpus < topo.node.gpus_per_node && topo.nic.nics_per_node == 1) {
     topo.node.gpus_per_node = s.cluster.num_gpus;
   }
-  const std::string device = exec::cpu::device_id(exec::cpu::host_device(threads));
+  const std::string device = backend_device_id(backend, backend_cost_device(backend, threads));
   if (topo.gpu.name != device) {
     throw ConfigError(fmt::format(
-        "{}: gpu.name is {}, but this run's device is {} ({} GEMM thread(s) per rank); write this "
-        "host's topology with traintwin profile SCENARIO --topology-out "
-        "topologies/local-<host>.yaml (under the same number of ranks) and pass it with --topology",
-        topo_file.string(), topo.gpu.name, device, threads));
+        "{}: gpu.name is {}, but this run's device is {} ({}); write this host's topology with "
+        "traintwin profile SCENARIO --topology-out topologies/local-<host>.yaml (under the same "
+        "number of ranks; CPU) or use a topology whose gpu.name is the device's "
+        "(topologies/cuda-h100-1gpu.yaml for one H100 on the cuda backend) and pass it with "
+        "--topology",
+        topo_file.string(), topo.gpu.name, device,
+        o.backend == "cpu" ? fmt::format("{} GEMM thread(s) per rank", threads)
+                           : o.backend + " backend"));
   }
   check_cluster_size(topo, s.cluster.num_gpus);
   // Live first (every rank), then the simulation on rank 0 only.
-  const exec::LiveRun live = exec::run_live(s, comm, o.warmup, o.iterations);
+  const exec::LiveRun live = exec::run_live(s, comm, o.warmup, o.iterations, &backend);
   if (!o.timeline.empty() && root) {
     Timeline t;
     t.name = s.name + " (live)";
@@ -276,8 +284,14 @@ void run_validate_live(const ValidateLiveOptions& o) {
                                     o.scenario.file, s.world_size(), s.world_size()));
     }
     const RankLayout layout(1, 1, 1, 1);
-    exec::LocalCommunicator comm(layout);
-    return run(o, comm, false);
+    const std::unique_ptr<exec::Backend> backend = make_backend(o.backend);
+    exec::LocalCommunicator comm(layout, backend.get());
+    return run(o, comm, false, *backend);
+  }
+  if (o.backend != "cpu") {
+    throw UnsupportedError("validate --live --backend " + o.backend +
+                           " under mpirun: the executor runs the CUDA backend in one process "
+                           "(one GPU) only so far; not falling back to cpu");
   }
   const exec::MpiEnvironment env;
   run_or_abort_all([&] {
@@ -288,7 +302,8 @@ void run_validate_live(const ValidateLiveOptions& o) {
     }
     const RankLayout layout = layout_of(s);
     exec::MpiCommunicator comm(layout);
-    run(o, comm, true);
+    exec::cpu::CpuBackend backend;
+    run(o, comm, true, backend);
   });
 }
 

@@ -16,6 +16,7 @@ struct ValidateLiveOptions {
   std::string timeline;      ///< write rank 0's live timeline here ("" = no)
   int threads = 0;           ///< GEMM threads per rank (0: the cores shared among the ranks)
   int kernels = 10;          ///< rows of the per-kernel table (0: none)
+  std::string backend = "cpu";  ///< executor backend of the live run (cli/backend_choice.hpp)
 };
 
 /// Runs the scenario live (one process, or one per rank under mpirun), simulates it on the local

@@ -20,8 +20,10 @@
 // in exec/profile.cpp (make_call).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -95,6 +97,22 @@ class Backend {
   virtual std::string name() const = 0;
   /// Waits until every kernel issued so far has finished (a no-op on the CPU).
   virtual void synchronize() = 0;
+  /// Runs `work` (which issues kernels on this backend) and returns the time its kernels took, in
+  /// microseconds: by default the host clock from before `work` to after synchronize(); a device
+  /// backend times its stream with events (CUDA: cudaEventElapsedTime, 0.5 us resolution), so
+  /// no host time between launches counts. `profile` times each run of a kernel with it.
+  virtual double time_us(const std::function<void()>& work) {
+    synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    synchronize();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+        .count();
+  }
+  /// Bytes of the last-level cache the kernels' operands pass through (the CPU's L3, the GPU's
+  /// L2): `profile` rotates inputs over at least twice this so a timed run starts cold when a
+  /// live one would.
+  virtual int64_t cache_bytes() const = 0;
 
   // ---- memory ----------------------------------------------------------------------------------
   /// `bytes` of zeroed device memory (nullptr for 0 bytes). Throws Error when out of memory.

@@ -56,7 +56,7 @@ void ShardOptimizer::for_each_owned(F&& f) {
     for (const auto& t : c.tensors) {
       const auto [lo, hi] = owned(t, member(t));  // the distributed optimizer's piece
       if (hi == lo) continue;
-      auto slice = [&t, lo = lo, hi = hi](std::vector<float>& b) {
+      auto slice = [&t, lo = lo, hi = hi](Tensor& b) {
         return FSpan(b.data() + t.offset + lo, static_cast<size_t>(hi - lo));
       };
       f(slice(c.params), slice(c.grads), slice(c.exp_avg), slice(c.exp_avg_sq), t);

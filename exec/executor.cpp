@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "exec/cpu/cpu_backend.hpp"
 #include "exec/distributed_optimizer.hpp"
 
 namespace traintwin::exec {
@@ -41,11 +40,16 @@ class Executor::Impl {
   Impl(const Program& program, Communicator& comm, ModelShard& shard, TrainingHyperparameters hyper,
        Backend* backend)
       : prog_(program), comm_(comm), shard_(shard), hyper_(std::move(hyper)),
-        owned_backend_(backend == nullptr ? std::make_unique<cpu::CpuBackend>() : nullptr),
-        backend_(backend == nullptr ? *owned_backend_ : *backend),
+        backend_(backend == nullptr ? shard.backend() : *backend),
         rp_(&rank_program(program, comm.rank())),
         origin_(std::chrono::steady_clock::now()) {
     const Scenario& sc = prog_.scenario;
+    if (&backend_ != &shard_.backend() &&
+        (backend_.name() != "cpu" || shard_.backend().name() != "cpu")) {
+      throw InvalidArgument("executor: the model shard's buffers are in " +
+                            shard_.backend().name() + " memory, but the executor runs on the " +
+                            backend_.name() + " backend (build the ModelShard with it)");
+    }
     if (!(shard_.coord() == rp_->coord)) {
       throw InvalidArgument("executor: the model shard belongs to another rank than " +
                             std::to_string(comm_.rank()));
@@ -160,6 +164,7 @@ class Executor::Impl {
   }
 
   void reset_clock() { origin_ = std::chrono::steady_clock::now(); }
+  void set_kernel_timing(bool on) { time_kernels_ = on; }
 
  private:
   // ---- iteration bookkeeping -------------------------------------------------------------------
@@ -215,7 +220,7 @@ class Executor::Impl {
             }
           }
           run_kernel(op, name, op.kernel_roles[i], occurrence);
-          backend_.synchronize();
+          if (time_kernels_) backend_.synchronize();
           const double now = now_s();
           span.kernel_s[i] = now - t;
           t = now;
@@ -548,14 +553,14 @@ class Executor::Impl {
   }
 
   /// Elements [lo, hi) of tensor `t` in the flat array `flat`.
-  static FSpan elements(std::vector<float>& flat, const ShardTensor& t, int64_t lo, int64_t hi) {
+  static FSpan elements(Tensor& flat, const ShardTensor& t, int64_t lo, int64_t hi) {
     return FSpan(flat.data() + t.offset + lo, static_cast<size_t>(hi - lo));
   }
 
   /// Copies piece `d` of every tensor of `tensors` between `flat` and the member-major buffer
   /// `packed` (each member's pieces zero-padded to piece()): pack when `to_packed`, else unpack.
   /// `first` is the offset of member `d`'s pieces in `packed`.
-  void copy_pieces(std::vector<float>& flat, const std::vector<const ShardTensor*>& tensors,
+  void copy_pieces(Tensor& flat, const std::vector<const ShardTensor*>& tensors,
                    int64_t d, FSpan packed, int64_t first, bool to_packed) {
     int64_t k = first;
     for (const ShardTensor* t : tensors) {
@@ -696,9 +701,9 @@ class Executor::Impl {
   Communicator& comm_;
   ModelShard& shard_;
   TrainingHyperparameters hyper_;
-  std::unique_ptr<Backend> owned_backend_;  // the CPU backend when none was given
   Backend& backend_;
   const RankProgram* rp_ = nullptr;
+  bool time_kernels_ = true;  // synchronize after each kernel so its span is its own time
   std::chrono::steady_clock::time_point origin_;
   double issue_s_ = 0;  ///< when the communication op being issued was reached (now_s())
   RankCoord coord_;
@@ -731,6 +736,8 @@ IterationResult Executor::train_iteration(int64_t iteration, const MicroBatchSou
 IterationResult Executor::evaluate(const MicroBatchSource& data) { return impl_->evaluate(data); }
 
 void Executor::reset_clock() { impl_->reset_clock(); }
+
+void Executor::set_kernel_timing(bool on) { impl_->set_kernel_timing(on); }
 
 void Executor::synchronize_parameters() { impl_->synchronize_parameters(); }
 

@@ -74,10 +74,11 @@ struct IterationResult {
 /// another rank.
 class Executor {
  public:
-  /// On the CPU backend (exec/cpu/cpu_backend.hpp), owned by the executor.
+  /// On the backend whose memory holds `shard` (ModelShard::backend()).
   Executor(const Program& program, Communicator& comm, ModelShard& shard,
            TrainingHyperparameters hyper);
-  /// On `backend`, which must outlive the executor.
+  /// On `backend`, which must outlive the executor; InvalidArgument unless the shard's buffers
+  /// are in its memory (both CPU backends count as one memory).
   Executor(const Program& program, Communicator& comm, ModelShard& shard,
            TrainingHyperparameters hyper, Backend& backend);
   ~Executor();
@@ -102,6 +103,12 @@ class Executor {
 
   /// Restarts the clock OpSpan times are measured from.
   void reset_clock();
+
+  /// Whether each kernel is synchronized before the next starts (default on), so that an OpSpan
+  /// measures its kernels on an asynchronous (device) backend. Off, a device backend's kernels
+  /// queue back to back as in a production trainer and spans hold issue times only (the CPU
+  /// backend runs synchronously either way).
+  void set_kernel_timing(bool on);
 
  private:
   class Impl;

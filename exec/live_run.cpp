@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "exec/counter_rng.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec/model_shard.hpp"
 #include "exec/trainer.hpp"
 
@@ -22,7 +23,8 @@ double world_max(Communicator& comm, double x) {
 
 }  // namespace
 
-LiveRun run_live(const Scenario& s, Communicator& comm, int warmup, int iterations) {
+LiveRun run_live(const Scenario& s, Communicator& comm, int warmup, int iterations,
+                 Backend* backend) {
   if (iterations < 1 || warmup < 0) {
     throw InvalidArgument("live run: --iterations must be >= 1 and the warm-up >= 0 (got " +
                           std::to_string(iterations) + ", " + std::to_string(warmup) + ")");
@@ -36,14 +38,16 @@ LiveRun run_live(const Scenario& s, Communicator& comm, int warmup, int iteratio
   auto prog = std::make_shared<Program>(build_program(s, {comm.rank()}));
   run.program = prog;
   const RankCoord coord = prog->ranks.at(comm.rank()).coord;
-  ModelShard shard(s, coord, static_cast<uint64_t>(s.training.seed), s.training.init_method_std);
+  Backend& be = backend != nullptr ? *backend : cpu::host_backend();
+  ModelShard shard(s, coord, static_cast<uint64_t>(s.training.seed), s.training.init_method_std,
+                   be);
   // The scenario's hyper-parameters; a scenario written for simulation only gets a learning rate
   // (the step's cost does not depend on it).
   Scenario trained = s;
   if (!trained.training.lr) trained.training.lr = 1e-4;
   if (!trained.training.train_iters) trained.training.train_iters = 1 << 20;
   trained.training.min_lr = std::min(trained.training.min_lr, *trained.training.lr);
-  Executor executor(*prog, comm, shard, hyperparameters(trained));
+  Executor executor(*prog, comm, shard, hyperparameters(trained), be);
   const int64_t vocab = s.model.vocab_size;
   int64_t it = 0;
   const MicroBatchSource data = [&](int64_t mb, std::span<int32_t> tokens,

@@ -9,6 +9,7 @@
 
 #include "core/program.hpp"
 #include "core/scenario.hpp"
+#include "exec/backend.hpp"
 #include "exec/communicator.hpp"
 #include "exec/executor.hpp"
 
@@ -28,7 +29,9 @@ struct LiveRun {
 /// `comm` (a world of s.world_size() ranks; collective: every rank calls it). Tokens are a
 /// counter-based random stream over the vocabulary; the learning rate is the scenario's
 /// (training.lr, else 1e-4). Throws InvalidArgument for iterations < 1, warmup < 0 or a world
-/// of another size, and what the Executor throws.
-LiveRun run_live(const Scenario& s, Communicator& comm, int warmup, int iterations);
+/// of another size, and what the Executor throws. `backend` (null: the CPU backend) runs the
+/// kernels and holds the model; it must outlive the call.
+LiveRun run_live(const Scenario& s, Communicator& comm, int warmup, int iterations,
+                 Backend* backend = nullptr);
 
 }  // namespace traintwin::exec

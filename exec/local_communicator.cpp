@@ -23,7 +23,8 @@ std::string layout_text(const RankLayout& l) {
 
 }  // namespace
 
-LocalCommunicator::LocalCommunicator(const RankLayout& layout) : layout_(layout) {
+LocalCommunicator::LocalCommunicator(const RankLayout& layout, Backend* backend)
+    : layout_(layout), backend_(backend) {
   if (layout.world_size() != 1) {
     throw InvalidArgument("local communicator: the layout's world size is " +
                           std::to_string(layout.world_size()) + " (" + layout_text(layout) +
@@ -49,7 +50,7 @@ RequestPtr LocalCommunicator::all_gather(GroupKind group, std::span<const float>
   }
   // Same length: the spans are either the same buffer (nothing to do) or, by the buffer
   // contract of the interface, disjoint.
-  if (output.data() != input.data()) std::copy(input.begin(), input.end(), output.begin());
+  if (output.data() != input.data()) copy(input, output);
   return std::make_unique<CompletedRequest>();
 }
 
@@ -60,7 +61,7 @@ RequestPtr LocalCommunicator::ring_exchange(GroupKind group, std::span<const flo
                           to_string(group) + ": send has " + std::to_string(send.size()) +
                           " elements, recv " + std::to_string(recv.size()));
   }
-  std::copy(send.begin(), send.end(), recv.begin());
+  copy(send, recv);
   return std::make_unique<CompletedRequest>();
 }
 
@@ -72,7 +73,7 @@ RequestPtr LocalCommunicator::reduce_scatter(GroupKind group, std::span<const fl
         ": input has " + std::to_string(input.size()) +
         " elements, expected group size 1 x output = " + std::to_string(output.size()));
   }
-  if (output.data() != input.data()) std::copy(input.begin(), input.end(), output.begin());
+  if (output.data() != input.data()) copy(input, output);
   return std::make_unique<CompletedRequest>();
 }
 
@@ -89,8 +90,17 @@ RequestPtr LocalCommunicator::all_to_all_v(GroupKind group, std::span<const floa
                           to_string(group) + ": sends " + std::to_string(input.size()) +
                           " elements to itself but receives " + std::to_string(output.size()));
   }
-  if (output.data() != input.data()) std::copy(input.begin(), input.end(), output.begin());
+  if (output.data() != input.data()) copy(input, output);
   return std::make_unique<CompletedRequest>();
+}
+
+void LocalCommunicator::copy(std::span<const float> from, std::span<float> to) {
+  if (from.empty()) return;
+  if (backend_ != nullptr) {
+    backend_->copy(to, from);
+  } else {
+    std::copy(from.begin(), from.end(), to.begin());
+  }
 }
 
 RequestPtr LocalCommunicator::send(int64_t peer, int64_t tag, std::span<const float>) {

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/rank_layout.hpp"
+#include "exec/backend.hpp"
 #include "exec/communicator.hpp"
 
 namespace traintwin::exec {
@@ -24,8 +25,11 @@ class CompletedRequest final : public Request {
 /// (no peer exists).
 class LocalCommunicator final : public Communicator {
  public:
-  /// Throws InvalidArgument when layout.world_size() != 1, naming the sizes.
-  explicit LocalCommunicator(const RankLayout& layout);
+  /// Throws InvalidArgument when layout.world_size() != 1, naming the sizes. The copies of
+  /// all_gather, reduce_scatter, all_to_all_v and ring_exchange go through `backend` when given
+  /// (device memory: Backend::copy, stream-ordered after the kernels that wrote the input), else
+  /// they are host copies.
+  explicit LocalCommunicator(const RankLayout& layout, Backend* backend = nullptr);
 
   int64_t rank() const override { return 0; }
   int64_t world_size() const override { return 1; }
@@ -52,7 +56,10 @@ class LocalCommunicator final : public Communicator {
   RequestPtr recv(int64_t peer, int64_t tag, std::span<float> data) override;
 
  private:
+  void copy(std::span<const float> from, std::span<float> to);
+
   RankLayout layout_;
+  Backend* backend_ = nullptr;
 };
 
 }  // namespace traintwin::exec

@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/counter_rng.hpp"
 
@@ -119,7 +120,11 @@ void initialize(const TensorSpec& spec, uint64_t seed, std::span<float> out) {
 
 ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
                        double init_method_std)
-    : scenario_(s), coord_(coord) {
+    : ModelShard(s, coord, seed, init_method_std, cpu::host_backend()) {}
+
+ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
+                       double init_method_std, Backend& backend)
+    : backend_(&backend), scenario_(s), coord_(coord) {
   const ParallelConfig& par = s.parallel;
   const ModelSpec& model = s.model;
   require_valid_model(model);
@@ -376,19 +381,20 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
       tensor.offset = offset;
       offset += tensor.numel;
     }
-    const auto total = static_cast<size_t>(offset);
-    chunk.params.assign(total, 0.0f);
-    chunk.grads.assign(total, 0.0f);
-    chunk.exp_avg.assign(total, 0.0f);
-    chunk.exp_avg_sq.assign(total, 0.0f);
+    std::vector<float> host_params(static_cast<size_t>(offset), 0.0f);
     chunk.tensors.reserve(specs.size());
     for (TensorSpec& spec : specs) {
       initialize(spec, seed,
-                 std::span<float>(chunk.params)
+                 std::span<float>(host_params)
                      .subspan(static_cast<size_t>(spec.tensor.offset),
                               static_cast<size_t>(spec.tensor.numel)));
       chunk.tensors.push_back(std::move(spec.tensor));
     }
+    chunk.params = Tensor(backend, offset);
+    chunk.grads = Tensor(backend, offset);
+    chunk.exp_avg = Tensor(backend, offset);
+    chunk.exp_avg_sq = Tensor(backend, offset);
+    if (offset > 0) backend.upload(chunk.params, host_params);
     chunks_.push_back(std::move(chunk));
   }
 }
@@ -429,13 +435,13 @@ const ShardTensor& ModelShard::tensor(int64_t chunk, const std::string& name) co
 
 std::span<float> ModelShard::param(int64_t chunk, const std::string& name) {
   const ShardTensor& t = tensor(chunk, name);
-  return std::span<float>(chunks_[static_cast<size_t>(chunk)].params)
+  return chunks_[static_cast<size_t>(chunk)].params.span()
       .subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.numel));
 }
 
 std::span<float> ModelShard::grad(int64_t chunk, const std::string& name) {
   const ShardTensor& t = tensor(chunk, name);
-  return std::span<float>(chunks_[static_cast<size_t>(chunk)].grads)
+  return chunks_[static_cast<size_t>(chunk)].grads.span()
       .subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.numel));
 }
 

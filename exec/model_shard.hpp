@@ -1,5 +1,7 @@
 // The parameters one rank holds (its model chunks' share under TP/PP), as flat fp32 buffers the
-// executor's kernels, collectives, optimizer and checkpoints work on.
+// executor's kernels, collectives, optimizer and checkpoints work on. The buffers live in a
+// Backend's memory (host memory for the CPU backend, device memory for CUDA: exec/backend.hpp);
+// they are initialized on the host and uploaded, and checkpoints download and upload them.
 //
 // Per model chunk c (virtual stage vs = c x PP + pp), tensors are laid out in the order their
 // gradients become ready in backward — the order of Megatron's DDP buffers and of the Program's
@@ -57,6 +59,7 @@
 
 #include "core/rank_layout.hpp"
 #include "core/scenario.hpp"
+#include "exec/backend.hpp"
 
 namespace traintwin::exec {
 
@@ -81,12 +84,13 @@ struct ShardTensor {
 };
 
 
-/// Flat buffers of one model chunk: parameters, gradients and AdamW moments, same layout.
+/// Flat buffers of one model chunk: parameters, gradients and AdamW moments, same layout, in
+/// the memory of the shard's Backend (never dereferenced on the host unless it is the CPU's).
 struct ChunkShard {
   int64_t chunk = 0;
   int64_t virtual_stage = 0;
   std::vector<ShardTensor> tensors;  ///< in buffer order (backward order, see file comment)
-  std::vector<float> params, grads, exp_avg, exp_avg_sq;
+  Tensor params, grads, exp_avg, exp_avg_sq;
 };
 
 /// The parameters of one rank. An MoE model's rank takes its expert coordinates (ETP, EP and
@@ -97,7 +101,14 @@ struct ChunkShard {
 /// model.add_bias_linear.
 class ModelShard {
  public:
+  /// Buffers in `backend`'s memory (which must outlive the shard); without one, in the memory of
+  /// a process-wide CPU backend (cpu::host_backend()).
   ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed, double init_method_std);
+  ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed, double init_method_std,
+             Backend& backend);
+
+  /// The backend whose memory holds the buffers.
+  Backend& backend() const { return *backend_; }
 
   const Scenario& scenario() const { return scenario_; }
   const RankCoord& coord() const { return coord_; }
@@ -115,7 +126,7 @@ class ModelShard {
 
   /// The tensor named `name` in chunk `chunk` (InvalidArgument naming it when absent).
   const ShardTensor& tensor(int64_t chunk, const std::string& name) const;
-  /// Views of that tensor's parameters / gradients.
+  /// Views of that tensor's parameters / gradients (backend memory).
   std::span<float> param(int64_t chunk, const std::string& name);
   std::span<float> grad(int64_t chunk, const std::string& name);
 
@@ -130,6 +141,7 @@ class ModelShard {
   int64_t num_parameters() const;
 
  private:
+  Backend* backend_ = nullptr;
   Scenario scenario_;
   RankCoord coord_;
   ExpertCoord expert_;

@@ -434,7 +434,7 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
   }
   const int64_t rotate = options.rotate_bytes > 0
                              ? options.rotate_bytes
-                             : rotation_bytes(s, target, cpu::last_level_cache_bytes());
+                             : rotation_bytes(s, target, backend.cache_bytes());
   // The cache holds the blocks of the kernels timed before; full of their shapes, it would free
   // this kernel's outputs instead of handing them back, and every timed run would pay their
   // page faults (38 ms of a 4 ms cross-entropy backward), which a live run never does.
@@ -457,19 +457,16 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
       c.t[i] = Tensor(backend, n);
     }
     c.run(c);
-    backend.synchronize();
   };
-  for (int i = 0; i < options.warmup; ++i) run_once();
+  auto timed_run = [&] { return backend.time_us(run_once); };
+  for (int i = 0; i < options.warmup; ++i) timed_run();
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.repeats));
   double timed_us = 0;
   for (int i = 0; i < ProfileOptions::kMaxRepeats &&
                   (i < options.repeats || timed_us < options.min_time_s * 1e6);
        ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run_once();
-    samples.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    samples.push_back(timed_run());
     timed_us += samples.back();
   }
   return measurement_from_samples(target.kernel, std::move(samples));

@@ -9,8 +9,11 @@
 // and only when, the live run would; every buffer written when it is made, so no timed
 // run pays first-touch page faults a live run does not (exec/profile_inputs.hpp); the outputs
 // the model allocates at the kernel allocated again in each timed run, as the live op pays
-// their zeroing; `warmup` untimed runs, then `repeats` timed runs (each synchronized); median,
-// p10 and p90 of those (nearest-rank percentiles) and their mean.
+// their zeroing; `warmup` untimed runs, then `repeats` timed runs (each timed by
+// Backend::time_us: the host clock around a synchronized run on the CPU, CUDA events on the GPU);
+// median, p10 and p90 of those (nearest-rank percentiles) and their mean. Inputs rotate over at
+// least twice the backend's last-level cache (Backend::cache_bytes: the CPU's L3, the GPU's L2),
+// which on a GPU is nvbench's L2 flush.
 #pragma once
 
 #include <cstdint>

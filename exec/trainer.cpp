@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/pipeline_split.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec/executor.hpp"
 #include "exec/gpt_dataset.hpp"
 #include "exec/model_shard.hpp"
@@ -180,8 +181,9 @@ class Trainer::Impl {
     }
     program_ = std::make_unique<Program>(build_program(s, {comm_.rank()}));
     const RankCoord coord = program_->ranks.at(comm_.rank()).coord;
+    Backend& backend = opts_.backend != nullptr ? *opts_.backend : cpu::host_backend();
     shard_ = std::make_unique<ModelShard>(s, coord, static_cast<uint64_t>(s.training.seed),
-                                          s.training.init_method_std);
+                                          s.training.init_method_std, backend);
     GptDatasetConfig dc;
     dc.prefix = s.data.data_path->string();
     dc.seq_length = s.model.seq_length;
@@ -193,7 +195,8 @@ class Trainer::Impl {
         GptBatchConfig{s.training.global_batch_size, s.training.micro_batch_size,
                        s.parallel.data_parallel_size},
         s.training.eval_iters > 0);
-    executor_ = std::make_unique<Executor>(*program_, comm_, *shard_, hyperparameters(s));
+    executor_ = std::make_unique<Executor>(*program_, comm_, *shard_, hyperparameters(s), backend);
+    executor_->set_kernel_timing(opts_.record_timeline);
     signature_ = checkpoint_signature(s, coord);
     if (!opts_.load.empty()) load();
   }
@@ -275,11 +278,14 @@ class Trainer::Impl {
     ck.iteration = it;
     ck.consumed_train_samples = it * sc_.training.global_batch_size;
     ck.seed = static_cast<uint64_t>(sc_.training.seed);
+    Backend& backend = shard_->backend();
     for (const ChunkShard& c : shard_->chunks()) {
       const std::string pre = "chunk" + std::to_string(c.chunk) + ".";
       for (const ShardTensor& t : c.tensors) {
-        auto piece = [&](const std::vector<float>& buf) {
-          return std::vector<float>(buf.begin() + t.offset, buf.begin() + t.offset + t.numel);
+        auto piece = [&](const Tensor& buf) {  // the tensor's elements, downloaded
+          std::vector<float> host(static_cast<size_t>(t.numel));
+          backend.download(host, buf.span().subspan(static_cast<size_t>(t.offset), host.size()));
+          return host;
         };
         ck.tensors.push_back({pre + t.name, t.shape, piece(c.params)});
         ck.tensors.push_back({pre + t.name + ".exp_avg", t.shape, piece(c.exp_avg)});
@@ -335,7 +341,9 @@ class Trainer::Impl {
               static_cast<int64_t>(f->second->data.size()) != t.numel) {
             throw DataError(origin + ": tensor " + name + " has another shape than this run's");
           }
-          std::copy(f->second->data.begin(), f->second->data.end(), buf->begin() + t.offset);
+          shard_->backend().upload(
+              buf->span().subspan(static_cast<size_t>(t.offset), f->second->data.size()),
+              f->second->data);
         }
       }
     }

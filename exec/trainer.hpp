@@ -14,6 +14,7 @@
 
 #include "core/program.hpp"
 #include "core/scenario.hpp"
+#include "exec/backend.hpp"
 #include "exec/communicator.hpp"
 #include "exec/gpt_model.hpp"
 #include "traces/timeline.hpp"
@@ -25,6 +26,9 @@ struct TrainerOptions {
   std::filesystem::path save;  ///< Megatron --save: checkpoint folder ("" = never save)
   std::filesystem::path load;  ///< Megatron --load: resume from its latest checkpoint ("" = fresh)
   bool record_timeline = false;  ///< keep every op's span for timeline()
+  /// The backend every kernel runs on and whose memory holds the model (null: the CPU backend,
+  /// cpu::host_backend()); it must outlive the Trainer.
+  Backend* backend = nullptr;
 };
 
 /// One training iteration as the log line reports it.

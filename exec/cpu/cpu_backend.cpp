@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "exec/cpu/checks.hpp"
 #include "exec/cpu/gelu.hpp"
+#include "exec/cpu/host_device.hpp"
 #include "exec/cpu/gqa_attention.hpp"
 #include "exec/cpu/grouped_matmul.hpp"
 #include "exec/cpu/layernorm.hpp"
@@ -43,6 +44,13 @@ void check_2d(const char* what, size_t size, int64_t pitch, int64_t width, int64
 }
 
 }  // namespace
+
+int64_t CpuBackend::cache_bytes() const { return last_level_cache_bytes(); }
+
+CpuBackend& host_backend() {
+  static CpuBackend* backend = new CpuBackend();  // never destroyed: buffers may outlive main
+  return *backend;
+}
 
 void* CpuBackend::allocate_zeroed(size_t bytes) { return blocks_.allocate_zeroed(bytes); }
 

@@ -16,6 +16,8 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   void synchronize() override {}
+  /// The host's last-level cache (host_device.hpp, last_level_cache_bytes).
+  int64_t cache_bytes() const override;
 
   void* allocate_zeroed(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) noexcept override;
@@ -150,5 +152,9 @@ class CpuBackend final : public Backend {
  private:
   HostBlockCache blocks_;
 };
+
+/// The process-wide CpuBackend that holds host-side buffers created without a backend (a
+/// ModelShard built without one). Created on first use; never destroyed before exit.
+CpuBackend& host_backend();
 
 }  // namespace traintwin::exec::cpu

@@ -1,4 +1,4 @@
-// `traintwin train`: live training by the CPU executor. The same 20 steps on the same data give
+// `traintwin train`: live training by the executor (CPU backend; CUDA where a GPU is visible). The same 20 steps on the same data give
 // the same losses (relative 1e-5) whatever the parallel layout, because the executor trains the
 // same model (layout-independent initialization, dropout masks and padding) and only the
 // floating-point summation order differs.
@@ -215,6 +215,34 @@ TEST_F(TrainCli, ResumeOnTwoRanksWithTheDistributedOptimizer) {
   for (size_t i = 0; i < 10; ++i) {
     EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
     EXPECT_EQ(b.train[i], all.train[10 + i]) << "step " << i + 11;
+  }
+}
+
+// The CUDA backend trains the same fp32 model as the CPU backend: the same 20 losses (relative
+// 1e-5), and a checkpoint saved on the GPU after 10 steps resumes on the CPU for the other 10.
+// Without a GPU (or a build without CUDA) --backend cuda is refused with the reason, never run on
+// the CPU instead, and the comparison is skipped.
+TEST_F(TrainCli, CudaBackendTrainsTheSameModelAndItsCheckpointsResumeOnTheCpu) {
+  const testing::CliResult r = train("--backend cuda");
+  if (r.status != 0) {
+    EXPECT_THAT(r.output, ::testing::AnyOf(HasSubstr("no usable CUDA device"),
+                                           HasSubstr("built without CUDA")));
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("lm loss")));
+    GTEST_SKIP() << "no GPU: " << r.output;
+  }
+  EXPECT_THAT(r.output, HasSubstr("allocator peak"));
+  expect_same_losses(r);
+  const fs::path ckpt = *dir_ / "ckpt-cuda";
+  const testing::CliResult first =
+      train("--backend cuda --train-iters 10 --lr-decay-iters 20 --save " + ckpt.string());
+  const testing::CliResult rest = train("--backend cpu --load " + ckpt.string());
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  const Losses b = parse_losses(rest.output);
+  const Losses& all = baseline();
+  ASSERT_EQ(b.train.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(b.train[i], all.train[10 + i], 1e-5 * all.train[10 + i]) << "step " << i + 11;
   }
 }
 

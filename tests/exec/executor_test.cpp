@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -77,10 +79,10 @@ TEST(Executor, GradientsMatchFiniteDifferencesOfTheLoss) {
                          RecomputeGranularity::kFull}) {
     Rig x(tiny(recompute));
     ChunkShard& c = x.shard.chunks()[0];
-    const std::vector<float> theta0 = c.params;
+    const std::vector<float> theta0(c.params.data(), c.params.data() + c.params.size());
     x.exec.train_iteration(1, fixed_batch());
-    const std::vector<float> grads = c.grads;  // of theta0 (no clipping)
-    c.params = theta0;
+    const std::vector<float> grads(c.grads.data(), c.grads.data() + c.grads.size());  // of theta0 (no clipping)
+    std::copy(theta0.begin(), theta0.end(), c.params.data());
     std::mt19937 rng(3);
     int checked = 0;
     for (const ShardTensor& t : c.tensors) {
@@ -89,11 +91,11 @@ TEST(Executor, GradientsMatchFiniteDifferencesOfTheLoss) {
         const double g = grads[static_cast<size_t>(i)];
         if (std::abs(g) < 1e-3) continue;  // too small to resolve in fp32
         const float eps = 1e-2f;
-        c.params[static_cast<size_t>(i)] = theta0[static_cast<size_t>(i)] + eps;
+        c.params.data()[i] = theta0[static_cast<size_t>(i)] + eps;
         const double up = x.exec.evaluate(fixed_batch()).lm_loss;
-        c.params[static_cast<size_t>(i)] = theta0[static_cast<size_t>(i)] - eps;
+        c.params.data()[i] = theta0[static_cast<size_t>(i)] - eps;
         const double down = x.exec.evaluate(fixed_batch()).lm_loss;
-        c.params[static_cast<size_t>(i)] = theta0[static_cast<size_t>(i)];
+        c.params.data()[i] = theta0[static_cast<size_t>(i)];
         const double fd = (up - down) / (2.0 * eps);
         EXPECT_NEAR(fd, g, 0.03 * std::abs(g) + 2e-4) << t.name << " element " << i - t.offset;
         ++checked;
@@ -141,11 +143,11 @@ TEST(Executor, MoeGradientsMatchFiniteDifferencesOfTheLossAndAuxLoss) {
                  std::to_string(shared));
     Rig x(tiny_moe(grouped, shared));
     ChunkShard& c = x.shard.chunks()[0];
-    const std::vector<float> theta0 = c.params;
+    const std::vector<float> theta0(c.params.data(), c.params.data() + c.params.size());
     const IterationResult first = x.exec.train_iteration(1, fixed_batch());
     EXPECT_GT(first.load_balancing_loss, 0.0);
-    const std::vector<float> grads = c.grads;
-    c.params = theta0;
+    const std::vector<float> grads(c.grads.data(), c.grads.data() + c.grads.size());
+    std::copy(theta0.begin(), theta0.end(), c.params.data());
     std::mt19937 rng(5);
     int checked = 0, expert_checked = 0;
     for (const ShardTensor& t : c.tensors) {
@@ -154,11 +156,11 @@ TEST(Executor, MoeGradientsMatchFiniteDifferencesOfTheLossAndAuxLoss) {
         const double g = grads[static_cast<size_t>(i)];
         if (std::abs(g) < 1e-3) continue;
         const float eps = 1e-2f;
-        c.params[static_cast<size_t>(i)] = theta0[static_cast<size_t>(i)] + eps;
+        c.params.data()[i] = theta0[static_cast<size_t>(i)] + eps;
         const double up = moe_objective(x.exec, 2);
-        c.params[static_cast<size_t>(i)] = theta0[static_cast<size_t>(i)] - eps;
+        c.params.data()[i] = theta0[static_cast<size_t>(i)] - eps;
         const double down = moe_objective(x.exec, 2);
-        c.params[static_cast<size_t>(i)] = theta0[static_cast<size_t>(i)];
+        c.params.data()[i] = theta0[static_cast<size_t>(i)];
         const double fd = (up - down) / (2.0 * eps);
         EXPECT_NEAR(fd, g, 0.03 * std::abs(g) + 2e-4) << t.name << " element " << i - t.offset;
         ++checked;

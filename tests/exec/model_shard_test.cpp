@@ -164,9 +164,9 @@ TEST(ModelShard, TensorOrderOffsetsAndShapes) {
         offset += t.numel;
       }
       EXPECT_EQ(static_cast<int64_t>(c.params.size()), offset);
-      EXPECT_EQ(c.grads, std::vector<float>(c.params.size(), 0.0f));
-      EXPECT_EQ(c.exp_avg, std::vector<float>(c.params.size(), 0.0f));
-      EXPECT_EQ(c.exp_avg_sq, std::vector<float>(c.params.size(), 0.0f));
+      EXPECT_EQ(copy(c.grads.span()), std::vector<float>(c.params.size(), 0.0f));
+      EXPECT_EQ(copy(c.exp_avg.span()), std::vector<float>(c.params.size(), 0.0f));
+      EXPECT_EQ(copy(c.exp_avg_sq.span()), std::vector<float>(c.params.size(), 0.0f));
     }
   }
 
@@ -444,7 +444,8 @@ TEST(ModelShard, InitializationFormula) {
     }
   }
   // Same seed: same model; other seed: another one; layers differ from each other.
-  EXPECT_TRUE(same_bits(shard({.tp = 2}, 1, 0).chunks()[0].params, m.chunks()[0].params));
+  EXPECT_TRUE(same_bits(copy(shard({.tp = 2}, 1, 0).chunks()[0].params.span()),
+                        copy(m.chunks()[0].params.span())));
   ModelShard other_seed = shard({.tp = 2}, 1, 0, kSeed + 1);
   EXPECT_NE(param_of(m, fc1_name), param_of(other_seed, fc1_name));
   EXPECT_NE(param_of(m, "layers.2.mlp.linear_fc1.weight"),
@@ -499,7 +500,7 @@ TEST(ModelShard, Views) {
   EXPECT_EQ(g.data(), m.chunks()[0].grads.data() + t.offset);
   EXPECT_EQ(p.data(), m.chunks()[0].params.data() + t.offset);
   for (float& x : g) x = 3.0f;
-  EXPECT_EQ(m.chunks()[0].grads[static_cast<size_t>(t.offset + 1)], 3.0f);
+  EXPECT_EQ(m.chunks()[0].grads.data()[t.offset + 1], 3.0f);
 }
 
 // The Program's zero grad buffer and grad clip scale ops (ShardOptimizer): every gradient to 0;
@@ -511,17 +512,17 @@ TEST(ModelShard, OptimizerZeroesAndClipsTheGradients) {
   TrainingHyperparameters hyper;
   hyper.clip_grad = 1.0;
   ShardOptimizer opt(m, backend, m.coord(), 1, false, hyper);
-  std::vector<float>& grads = m.chunks()[0].grads;
+  std::span<float> grads = m.chunks()[0].grads.span();
   ASSERT_GT(grads.size(), 2u);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
-  const std::vector<float> before = grads;
+  const std::vector<float> before(grads.begin(), grads.end());
   opt.clip(0.25, 1);  // norm 0.5 < 1: coefficient 1, bit-identical
   EXPECT_EQ(0, std::memcmp(grads.data(), before.data(), grads.size() * sizeof(float)));
   opt.clip(16.0, 1);  // norm 4: coefficient 1 / (4 + 1e-6)
   const auto coef = static_cast<float>(1.0 / (4.0 + 1e-6));
   for (size_t i = 0; i < grads.size(); ++i) ASSERT_EQ(grads[i], before[i] * coef) << i;
   opt.zero_grad_buffer();
-  EXPECT_EQ(grads, std::vector<float>(grads.size(), 0.0f));
+  EXPECT_EQ(copy(grads), std::vector<float>(grads.size(), 0.0f));
   EXPECT_THROW(opt.clip(std::numeric_limits<double>::infinity(), 3), Error);
 }
 

@@ -13,6 +13,7 @@
 #include "exec/cuda/adamw.hpp"
 #include "exec/cuda/attention.hpp"
 #include "exec/cuda/cross_entropy.hpp"
+#include "exec/cuda/cuda_backend.hpp"
 #include "exec/cuda/cuda_check.hpp"
 #include "exec/cuda/dropout.hpp"
 #include "exec/cuda/dropout_mask.hpp"
@@ -192,3 +193,17 @@ TEST(CudaLauncherChecksHost, GemmCrossEntropyAdamW) {
 
 }  // namespace
 }  // namespace traintwin::exec::cuda
+
+// The driver release of the cost database's versions block, read from /proc/driver/nvidia/version.
+TEST(CudaBackendHost, ReadsTheDriverReleaseFromProcText) {
+  using traintwin::exec::cuda::nvidia_driver_release;
+  EXPECT_EQ(nvidia_driver_release("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+                                  "580.159.04  Release Build  (dvs-builder@U16-I2-C03-11-4)\n"),
+            "580.159.04");  // the open kernel module's wording
+  EXPECT_EQ(nvidia_driver_release("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  "
+                                  "Thu Oct 30 2025\nGCC version:  gcc version 13\n"),
+            "580.159.04");
+  EXPECT_EQ(nvidia_driver_release(""), "");
+  EXPECT_EQ(nvidia_driver_release("NVRM version: NVIDIA UNIX x86_64 Kernel Module  unknown\n1.2"),
+            "");  // nothing on its line
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# traintwin's GPU check, in one go on a bare GPU machine (a driver, the CUDA runtime, PyTorch; no
+# Debian packages): unpacks the bundle scripts/device_bundle.sh made into DIR, finds the CUDA
+# libraries the machine has (its CUDA toolkit or PyTorch's nvidia-* wheels), and runs the steps
+# below, each under a time limit, appending one block per step to RESULTS/summary.txt and its
+# whole output to RESULTS/log.txt:
+#   info      nvidia-smi: GPU, driver, clocks, power limit; the CUDA libraries found
+#   tests     the GPU test suites (gpu_tests: every kernel and CudaBackend against the CPU)
+#   gemm      cuBLASLt GEMM TFLOP/s (bench/cuda_gemm_bench.cu), bf16 and fp32
+#   smoke     traintwin simulate of the default scenario (the bundle's libraries load; not in
+#             the default steps)
+#   train     20 iterations of the tiny GPT and tiny Llama on the cuda and cpu backends: losses
+#   profile   traintwin profile --backend cuda of scenarios/device/gpt-1.3b-h100-1.yaml
+#             (micro-batch 1, 2, 4) and gpt2-124m-h100-1.yaml -> RESULTS/cuda-<gpu>.json
+#   validate  validate --live --backend cuda of the 1.3B GPT: micro-batch 1/2/4, recompute
+#             none/selective/full: predicted vs measured iteration time
+#   speed     GPT-2 124M and the 1.3B GPT trained by traintwin --backend cuda: the log lines
+#             (tokens/s, TFLOP/s/GPU), the allocator's peak against the memory model
+#   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
+# Usage: scripts/device_check.sh DIR   (DIR holds traintwin-device.tar.xz)
+# Environment: RESULTS (default DIR/results), STEPS (default: all of the above, in that order),
+# BUDGET_S (default 480: steps not started by then are skipped and say so).
+set -uo pipefail
+dir=$(cd "${1:?usage: device_check.sh DIR}" && pwd)
+results=${RESULTS:-$dir/results}
+steps=${STEPS:-info tests train speed profile validate pytorch gemm}
+budget_s=${BUDGET_S:-480}
+mkdir -p "$results"
+summary=$results/summary.txt
+log=$results/log.txt
+: > "$summary"
+: > "$log"
+t0=$(date +%s)
+
+work=/tmp/traintwin-device
+rm -rf "$work" && mkdir -p "$work"
+tar -C "$work" -xJf "$dir/traintwin-device.tar.xz" || { echo "device_check: cannot unpack $dir/traintwin-device.tar.xz" | tee -a "$summary"; exit 1; }
+root=$work/traintwin-device
+cd "$root"
+
+# CUDA libraries: the toolkit's, else PyTorch's wheels.
+cuda_dirs=()
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcublasLt.so.13" ] && cuda_dirs+=("$d")
+done
+if [ ${#cuda_dirs[@]} -eq 0 ]; then
+  while IFS= read -r f; do cuda_dirs+=("$(dirname "$f")"); done < <(
+    find /usr/local /opt /usr/lib -name 'libcublasLt.so.13' 2>/dev/null | head -1)
+fi
+for name in libnccl.so.2 libcudart.so.13; do
+  f=$(find "${cuda_dirs[@]:-/usr/local/cuda/lib64}" /usr/local /opt -name "$name" 2>/dev/null | head -1)
+  [ -n "$f" ] && cuda_dirs+=("$(dirname "$f")")
+done
+export LD_LIBRARY_PATH=$root/lib:$(IFS=:; echo "${cuda_dirs[*]:-}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_MCA_mca_base_component_path=$root/openmpi/components
+export PATH=$root/bin:$PATH
+tt=$root/bin/traintwin
+
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  local now=$(( $(date +%s) - t0 ))
+  if [ $((now + 20)) -gt "$budget_s" ]; then
+    echo "== $name: skipped (budget: ${now}s of ${budget_s}s used)" >> "$summary"
+    return 0
+  fi
+  [ $((now + limit)) -gt "$budget_s" ] && limit=$((budget_s - now))
+  echo "== $name (limit ${limit}s) ==" >> "$log"
+  local s=$(date +%s%N)
+  timeout --kill-after=5 "$limit" bash -c "$*" > "$results/$name.out" 2>&1
+  local rc=$?
+  local took=$(( ($(date +%s%N) - s) / 1000000000 ))
+  cat "$results/$name.out" >> "$log"
+  {
+    echo "== $name: rc $rc, ${took} s$([ $rc -eq 124 ] && echo ' (TIMED OUT)')"
+    case $name in
+      tests) grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran' "$results/$name.out" | tail -30 ;;
+      *) grep -E '^#|^  |^summary|^pytorch|TFLOP|tokens|MFU|error|Error|what\(\)' "$results/$name.out" | tail -45 ;;
+    esac
+  } >> "$summary"
+  rm -f "$results/$name.out"
+}
+
+# The tiny models of the README on one rank, 20 iterations, every loss printed: the cuda and cpu
+# backends compute the same fp32 model (only summation orders differ).
+tiny() {  # tiny SCENARIO BACKEND
+  "$tt" train "$1" --backend "$2" --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
+    --set cluster.num_gpus=1 --set parallelism.sequence_parallel=false \
+    --set training.train_iters=20 --set training.lr_warmup_iters=2 --set training.log_interval=1 \
+    --set training.eval_iters=0 2>&1 |
+    awk -v tag="$(basename "$1" .yaml) $2" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
+}
+# A 1.3B variant: micro-batch MB, recompute R.
+v13() { echo "--micro-batch-size $1 --recompute-granularity $2"; }
+export -f tiny v13
+export tt
+
+for s in $steps; do
+  case $s in
+    info)
+      step info 30 "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1 | sed 's/^/  /'; echo '  LD_LIBRARY_PATH='\$LD_LIBRARY_PATH; ldd $tt | grep -E 'not found|cublas|cudart' | sed 's/^/  /'" ;;
+    tests)
+      step tests 80 "cuda_host_tests --gtest_brief=1; gpu_tests --gtest_brief=1" ;;
+    gemm)
+      step gemm 60 "cuda_gemm_bench" ;;
+    smoke)
+      step smoke 60 "$tt simulate scenarios/gpt3-175b-h100-1024.yaml | head -4 | sed 's/^/  /'" ;;
+    train)
+      step train 90 "for sc in scenarios/gpt-tiny-brown.yaml scenarios/llama-tiny-brown.yaml; do for b in cuda cpu; do tiny \$sc \$b; done; done" ;;
+    profile)
+      step profile 100 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed 's/^/  /'; done; $tt profile scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --repeats 10 --min-time 0.02 2>/dev/null | tail -40 | sed 's/^/  /'; cp traces/db/cuda-*.json $results/ 2>/dev/null" ;;
+    validate)
+      step validate 120 "for v in '1 none' '2 none' '1 selective' '1 full' '4 full'; do $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$(v13 \$v) --iterations 3 --warmup 1 --kernels 0 2>&1 | grep -E 'predicted|live|error' | head -3 | sed \"s/^/  [mb \$v] /\"; done" ;;
+    speed)
+      step speed 80 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|memory|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|memory|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
+    pytorch)
+      step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed pytorch)" >> "$summary" ;;
+  esac
+done
+echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"
+cat "$summary"

@@ -2,6 +2,7 @@
 #include "core/op_class.hpp"
 
 #include "core/error.hpp"
+#include "core/kernel_catalogue.hpp"
 
 namespace traintwin {
 
@@ -15,13 +16,8 @@ std::string op_class(const Program& prog, const Op& op, size_t kernel) {
   }
   if (op.kernels.empty()) return "elementwise";
   const std::string& name = prog.kernels[op.kernels[std::min(kernel, op.kernels.size() - 1)]].key.name;
-  if (name.rfind("gemm_", 0) == 0) return "GEMM";
-  if (name.rfind("attention_", 0) == 0 || name.rfind("flash_attention_", 0) == 0) return "attention";
-  if (name == "grad_norm" || name == "adamw_step" || name == "zero_grad_buffer" ||
-      name == "grad_clip_scale") {
-    return "optimizer";
-  }
-  return "elementwise";
+  const KernelDescriptor* d = find_kernel(name);
+  return d != nullptr ? std::string(d->live_class) : "elementwise";
 }
 
 std::map<std::string, double> class_seconds(const Program& prog, const RankProgram& rp,

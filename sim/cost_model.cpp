@@ -26,26 +26,9 @@ const char* to_string(CostSource s) {
   return "?";
 }
 
-const char* to_string(KernelClass c) {
-  switch (c) {
-    case KernelClass::kGemm:
-      return "gemm";
-    case KernelClass::kAttention:
-      return "attention";
-    case KernelClass::kMemory:
-      return "memory";
-  }
-  return "?";
-}
-
 KernelClass kernel_class(std::string_view kernel_name) {
-  if (kernel_name.starts_with("gemm_") || kernel_name.starts_with("grouped_gemm_")) {
-    return KernelClass::kGemm;
-  }
-  if (kernel_name.starts_with("attention_") || kernel_name.starts_with("flash_attention_")) {
-    return KernelClass::kAttention;
-  }
-  return KernelClass::kMemory;
+  const KernelDescriptor* d = find_kernel(kernel_name);
+  return d != nullptr ? d->cost_class : KernelClass::kMemory;
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/kernel_catalogue.hpp"
 #include "core/program.hpp"
 #include "sim/measured_collectives.hpp"
 #include "traces/cost_db.hpp"
@@ -64,16 +65,9 @@ class CostModel {
   virtual KernelCost duration(const Kernel& kernel, const GpuSpec& gpu) const = 0;
 };
 
-/// Roofline class of a kernel, by name.
-enum class KernelClass {
-  kGemm,       ///< gemm_*, grouped_gemm_*: tensor-core GEMM
-  kAttention,  ///< attention_*, flash_attention_*: tensor-core attention core
-  kMemory,     ///< everything else: elementwise / reduction kernels, bound by HBM bandwidth
-};
-/// "gemm" | "attention" | "memory".
-const char* to_string(KernelClass c);
-/// The class of a kernel name: prefix "gemm_" or "grouped_gemm_" -> kGemm; "attention_" or "flash_attention_" ->
-/// kAttention; anything else (unknown names included) -> kMemory.
+/// The roofline class of a kernel name: its cost_class in the kernel catalogue
+/// (core/kernel_catalogue.hpp: gemm_*, grouped_gemm_* -> kGemm; attention_*, flash_attention_*
+/// -> kAttention; the rest -> kMemory); kMemory for a name the catalogue lacks.
 KernelClass kernel_class(std::string_view kernel_name);
 
 /// Roofline efficiencies per kernel class: the fraction of the peak a kernel of that class

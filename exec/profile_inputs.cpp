@@ -15,14 +15,18 @@ Tensor ProfileInputs::uniform(int64_t n, double lo, double hi) {
     throw InvalidArgument("profile inputs: uniform range [" + std::to_string(lo) + ", " +
                           std::to_string(hi) + ") is empty");
   }
-  host_.resize(static_cast<size_t>(n));
+  const int64_t tile = std::min(n, kTileElements);
+  host_.resize(static_cast<size_t>(tile));
   const uint64_t stream = next_++;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < tile; ++i) {
     host_[static_cast<size_t>(i)] = static_cast<float>(
         lo + (hi - lo) * counter_uniform(seed_, stream, static_cast<uint64_t>(i)));
   }
   Tensor x(be_, n);
-  be_.upload(x, host_);
+  for (int64_t at = 0; at < n; at += tile) {
+    const auto len = static_cast<size_t>(std::min(tile, n - at));
+    be_.upload(x.span().subspan(static_cast<size_t>(at), len), CFSpan(host_).first(len));
+  }
   return x;
 }
 

@@ -18,7 +18,12 @@ class ProfileInputs {
  public:
   /// Inputs on `backend` from the random stream family `seed`.
   ProfileInputs(Backend& backend, uint64_t seed) : be_(backend), seed_(seed) {}
-  /// n values uniform in [lo, hi) (lo < hi, else InvalidArgument), never all zeros.
+  /// Random values are drawn for at most this many elements per tensor; a longer tensor repeats
+  /// them (a kernel's time does not depend on which values it reads, only that they are not
+  /// zeros, and drawing the 1.3 G values of a 1.3B model's optimizer inputs took a minute).
+  static constexpr int64_t kTileElements = int64_t{1} << 22;
+  /// n values uniform in [lo, hi) (lo < hi, else InvalidArgument), never all zeros: the first
+  /// kTileElements drawn from a fresh stream, repeated over the rest.
   Tensor uniform(int64_t n, double lo = -1.0, double hi = 1.0);
   /// An output (or accumulated-into) tensor of n zeros, as the model hands the kernel, written
   /// through the backend so its pages are resident.

@@ -11,7 +11,7 @@
 #             the default steps)
 #   train     20 iterations of the tiny GPT and tiny Llama on the cuda and cpu backends: losses
 #   profile   traintwin profile --backend cuda of scenarios/device/gpt-1.3b-h100-1.yaml
-#             (micro-batch 1, 2, 4) and gpt2-124m-h100-1.yaml -> RESULTS/cuda-<gpu>.json
+#             (micro-batch 1, 2, 4) -> RESULTS/cuda-<gpu>.json
 #   validate  validate --live --backend cuda of the 1.3B GPT: micro-batch 1/2/4, recompute
 #             none/selective/full: predicted vs measured iteration time
 #   speed     GPT-2 124M and the 1.3B GPT trained by traintwin --backend cuda: the log lines
@@ -24,6 +24,9 @@ set -uo pipefail
 dir=$(cd "${1:?usage: device_check.sh DIR}" && pwd)
 results=${RESULTS:-$dir/results}
 steps=${STEPS:-info tests train speed profile validate pytorch gemm}
+# The first H100 run (2026-11-26, 8 minutes): info, tests, train, pytorch, gemm took 90 s; the
+# 1.3B model's host initialization (then one core, about a minute a process) starved speed,
+# profile and validate. Initialization now runs on every core.
 budget_s=${BUDGET_S:-480}
 mkdir -p "$results"
 summary=$results/summary.txt
@@ -107,11 +110,11 @@ for s in $steps; do
     train)
       step train 90 "for sc in scenarios/gpt-tiny-brown.yaml scenarios/llama-tiny-brown.yaml; do for b in cuda cpu; do tiny \$sc \$b; done; done" ;;
     profile)
-      step profile 100 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed 's/^/  /'; done; $tt profile scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --repeats 10 --min-time 0.02 2>/dev/null | tail -40 | sed 's/^/  /'; cp traces/db/cuda-*.json $results/ 2>/dev/null" ;;
+      step profile 150 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [mb \$mb] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
     validate)
-      step validate 120 "for v in '1 none' '2 none' '1 selective' '1 full' '4 full'; do $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$(v13 \$v) --iterations 3 --warmup 1 --kernels 0 2>&1 | grep -E 'predicted|live|error' | head -3 | sed \"s/^/  [mb \$v] /\"; done" ;;
+      step validate 150 "for v in '1 none' '2 none' '1 selective' '1 full' '4 full'; do $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [mb \$v] /\"; done" ;;
     speed)
-      step speed 80 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|memory|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|memory|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
+      step speed 100 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.train_iters=4 --set training.log_interval=2 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
     *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed pytorch)" >> "$summary" ;;

@@ -668,30 +668,21 @@ class RankLowering {
     return layout_.rank(c);
   }
   int64_t p2p_bytes() const { return d_.tokens_sp * d_.h * d_.dsize; }
-  int64_t tag(int64_t mb, int64_t vs, Pass pass) const {
-    return (mb * num_vstages() + vs) * 2 + (pass == Pass::kForward ? 0 : 1);
+  /// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
+  /// the peer is the rank of the other virtual stage.
+  P2P p2p(const PipelineTransfer& t, bool send) const {
+    const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
+    return P2P{send, rank_of_vstage(peer), pipeline_tag(t, num_vstages()), p2p_bytes()};
   }
-
-  /// The recv of a step's input, if it has one (from the previous virtual stage for a forward,
-  /// from the next for a backward).
+  /// The recv of a step's input, if it has one.
   std::optional<P2P> recv_input(const ScheduleStep& st) const {
-    const int64_t vs = vstage(st.model_chunk);
-    if (st.pass == Pass::kForward) {
-      if (vs == 0) return std::nullopt;
-      return P2P{false, rank_of_vstage(vs - 1), tag(st.micro_batch, vs - 1, st.pass), p2p_bytes()};
-    }
-    if (vs == num_vstages() - 1) return std::nullopt;
-    return P2P{false, rank_of_vstage(vs + 1), tag(st.micro_batch, vs + 1, st.pass), p2p_bytes()};
+    const auto t = step_input(st, vstage(st.model_chunk), num_vstages());
+    return t ? std::optional<P2P>(p2p(*t, false)) : std::nullopt;
   }
   /// The send of a step's output, if it has one.
   std::optional<P2P> send_output(const ScheduleStep& st) const {
-    const int64_t vs = vstage(st.model_chunk);
-    if (st.pass == Pass::kForward) {
-      if (vs == num_vstages() - 1) return std::nullopt;
-      return P2P{true, rank_of_vstage(vs + 1), tag(st.micro_batch, vs, st.pass), p2p_bytes()};
-    }
-    if (vs == 0) return std::nullopt;
-    return P2P{true, rank_of_vstage(vs - 1), tag(st.micro_batch, vs, st.pass), p2p_bytes()};
+    const auto t = step_output(st, vstage(st.model_chunk), num_vstages());
+    return t ? std::optional<P2P>(p2p(*t, true)) : std::nullopt;
   }
 
   static void append(std::vector<P2P>& batch, const std::optional<P2P>& x) {

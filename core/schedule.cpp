@@ -253,4 +253,40 @@ double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t
   return static_cast<double>(pp_size - 1) / static_cast<double>(v * num_micro_batches + pp_size - 1);
 }
 
+int64_t pipeline_tag(const PipelineTransfer& t, int64_t vstages) {
+  if (vstages < 1 || t.sender_vstage < 0 || t.sender_vstage >= vstages || t.micro_batch < 0) {
+    throw InvalidArgument(fmt::format(
+        "pipeline tag: micro-batch {} from virtual stage {} of {} (need micro-batch >= 0 and "
+        "0 <= stage < stages)",
+        t.micro_batch, t.sender_vstage, vstages));
+  }
+  return (t.micro_batch * vstages + t.sender_vstage) * 2 + (t.pass == Pass::kForward ? 0 : 1);
+}
+
+PipelineTransfer read_pipeline_tag(int64_t tag, int64_t vstages) {
+  if (tag < 0 || vstages < 1) {
+    throw InvalidArgument(
+        fmt::format("pipeline tag {} over {} virtual stages: need tag >= 0 and stages >= 1", tag,
+                    vstages));
+  }
+  return PipelineTransfer{tag / 2 / vstages, (tag / 2) % vstages,
+                          tag % 2 == 0 ? Pass::kForward : Pass::kBackward};
+}
+
+std::optional<PipelineTransfer> step_input(const ScheduleStep& step, int64_t vstage,
+                                           int64_t vstages) {
+  if (step.pass == Pass::kForward) {
+    if (vstage == 0) return std::nullopt;
+    return PipelineTransfer{step.micro_batch, vstage - 1, step.pass};
+  }
+  if (vstage == vstages - 1) return std::nullopt;
+  return PipelineTransfer{step.micro_batch, vstage + 1, step.pass};
+}
+
+std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vstage,
+                                            int64_t vstages) {
+  if (step.pass == Pass::kForward ? vstage == vstages - 1 : vstage == 0) return std::nullopt;
+  return PipelineTransfer{step.micro_batch, vstage, step.pass};
+}
+
 }  // namespace traintwin

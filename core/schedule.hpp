@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,5 +117,44 @@ double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t
 /// "F3.1" style text of a step: 'F' or 'B', micro-batch, '.', model chunk (always printed, also
 /// for a single chunk: "B0.0"). For messages and printing.
 std::string to_string(const ScheduleStep& s);
+
+// ---- transfers between virtual stages ------------------------------------------------------
+// The one rule of the pipeline's point-to-point traffic, which the Program lowering
+// (core/program.cpp), the analytical estimator (sim/analytical.cpp) and the executor
+// (exec/executor.cpp) all read here: a forward's output goes from virtual stage vs to vs + 1, a
+// backward's input gradient from vs to vs - 1, and each transfer is named by one tag.
+
+/// One activation (forward) or activation-gradient (backward) transfer of a micro-batch, named by
+/// the virtual stage that sends it. The receiver is sender_vstage + 1 (forward) or - 1 (backward).
+struct PipelineTransfer {
+  int64_t micro_batch = 0;
+  int64_t sender_vstage = 0;
+  Pass pass = Pass::kForward;
+  int64_t receiver_vstage() const {
+    return sender_vstage + (pass == Pass::kForward ? 1 : -1);
+  }
+  bool operator==(const PipelineTransfer&) const = default;
+};
+
+/// The tag of a transfer among `vstages` = p x v virtual stages:
+///   (micro_batch x vstages + sender_vstage) x 2 + (0 forward | 1 backward),
+/// unique per (micro-batch, sender, pass), so a send and its recv match by tag (MPI). Throws
+/// InvalidArgument for vstages < 1, a sender outside [0, vstages) or a negative micro-batch.
+int64_t pipeline_tag(const PipelineTransfer& t, int64_t vstages);
+
+/// The transfer a tag names (pipeline_tag's inverse). Throws InvalidArgument for a negative tag
+/// or vstages < 1.
+PipelineTransfer read_pipeline_tag(int64_t tag, int64_t vstages);
+
+/// The transfer that brings `step` of virtual stage `vstage` (of `vstages`) its input: from
+/// vstage - 1 for a forward, from vstage + 1 for a backward; none for the first stage's forward
+/// and the last stage's backward (the loss is computed there).
+std::optional<PipelineTransfer> step_input(const ScheduleStep& step, int64_t vstage,
+                                           int64_t vstages);
+
+/// The transfer that carries `step`'s output onward: to vstage + 1 after a forward, to
+/// vstage - 1 after a backward; none for the last stage's forward and the first stage's backward.
+std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vstage,
+                                            int64_t vstages);
 
 }  // namespace traintwin

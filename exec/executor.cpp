@@ -136,10 +136,13 @@ class Executor::Impl {
   IterationResult evaluate(const MicroBatchSource& data) {
     begin(0, data, /*training=*/false);
     for (const Op& op : rp_->ops) {
-      // Activation sends/recvs have even tags; a p2p batch may carry them under the phase of the
-      // step it follows (send_backward_recv_forward), so they are picked by tag.
+      // A p2p batch may carry a forward transfer under the phase of the step it follows
+      // (send_backward_recv_forward), so transfers are picked by the pass their tag names.
       const bool p2p = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
-      if (p2p ? op.tag % 2 != 0 : op.phase != Phase::kForward) continue;
+      if (p2p ? read_pipeline_tag(op.tag, g().p * g().v).pass != Pass::kForward
+              : op.phase != Phase::kForward) {
+        continue;
+      }
       execute(op);
     }
     finish();
@@ -670,12 +673,10 @@ class Executor::Impl {
   // ---- pipeline send/recv ----------------------------------------------------------------------
 
   void issue_p2p(const Op& op) {
-    // tag = (mb x stages + sender's virtual stage) x 2 + (0 forward | 1 backward)
-    const int64_t stages = g().p * g().v;
-    const bool backward = op.tag % 2 == 1;
-    const int64_t mb = op.tag / 2 / stages;
-    const int64_t sender_vs = (op.tag / 2) % stages;
-    const int64_t my_vs = op.kind == OpKind::kSend ? sender_vs : sender_vs + (backward ? -1 : 1);
+    const PipelineTransfer t = read_pipeline_tag(op.tag, g().p * g().v);
+    const bool backward = t.pass == Pass::kBackward;
+    const int64_t mb = t.micro_batch;
+    const int64_t my_vs = op.kind == OpKind::kSend ? t.sender_vstage : t.receiver_vstage();
     const int64_t chunk = my_vs / g().p;
     ChunkState& st = model_->chunk(chunk, mb);
     InFlight f;

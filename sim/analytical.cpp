@@ -276,27 +276,20 @@ class Estimator {
   };
 
   int64_t nvs() const { return p_ * v_; }
-  int64_t tag(int64_t mb, int64_t vs, Pass pass) const {
-    return (mb * nvs() + vs) * 2 + (pass == Pass::kForward ? 0 : 1);
+  /// A transfer of stage `r` (core/schedule.hpp's rule, the lowering's) as a P2PRef.
+  P2PRef ref(const PipelineTransfer& t, bool send) const {
+    const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
+    return P2PRef{send, peer % p_, pipeline_tag(t, nvs())};
   }
   std::optional<P2PRef> recv_input(int64_t r, const ScheduleStep& st) const {
-    const int64_t vs = st.model_chunk * p_ + r;
-    if (st.pass == Pass::kForward) {
-      if (vs == 0) return std::nullopt;
-      return P2PRef{false, (vs - 1) % p_, tag(st.micro_batch, vs - 1, st.pass)};
-    }
-    if (vs == nvs() - 1) return std::nullopt;
-    return P2PRef{false, (vs + 1) % p_, tag(st.micro_batch, vs + 1, st.pass)};
+    const auto t = step_input(st, st.model_chunk * p_ + r, nvs());
+    return t ? std::optional<P2PRef>(ref(*t, false)) : std::nullopt;
   }
   std::optional<P2PRef> send_output(int64_t r, const ScheduleStep& st) const {
-    const int64_t vs = st.model_chunk * p_ + r;
-    if (st.pass == Pass::kForward) {
-      if (vs == nvs() - 1) return std::nullopt;
-      return P2PRef{true, (vs + 1) % p_, tag(st.micro_batch, vs, st.pass)};
-    }
-    if (vs == 0) return std::nullopt;
-    return P2PRef{true, (vs - 1) % p_, tag(st.micro_batch, vs, st.pass)};
+    const auto t = step_output(st, st.model_chunk * p_ + r, nvs());
+    return t ? std::optional<P2PRef>(ref(*t, true)) : std::nullopt;
   }
+
 
   /// Megatron's p2p batches around the steps, as core/program.cpp (lower_schedule) issues them.
   void make_items(int64_t r, Stage& stage) const {

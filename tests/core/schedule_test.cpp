@@ -7,6 +7,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -544,6 +545,50 @@ TEST(ScheduleTest, MaxInFlightRejectsBackwardBeforeForward) {
                 max_in_flight({{Pass::kBackward, 0, 0}});
               }),
               HasSubstr("B0.0"));
+}
+
+// The pipeline's transfer rule and tag (core/schedule.hpp), which the lowering, the estimator and
+// the executor share: every tag reads back as the transfer that made it, distinct transfers get
+// distinct tags, and the output a step sends is the input its neighbour's step receives.
+TEST(PipelineTransfer, TagsRoundTripAndAreUnique) {
+  const int64_t vstages = 6;  // p 3 x v 2
+  std::set<int64_t> tags;
+  for (int64_t mb = 0; mb < 5; ++mb) {
+    for (int64_t vs = 0; vs < vstages; ++vs) {
+      for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+        const PipelineTransfer t{mb, vs, pass};
+        const int64_t tag = pipeline_tag(t, vstages);
+        EXPECT_EQ(read_pipeline_tag(tag, vstages), t);
+        EXPECT_TRUE(tags.insert(tag).second) << tag;
+      }
+    }
+  }
+  // Worked by hand: micro-batch 2 from virtual stage 4 of 6, backward: (2 x 6 + 4) x 2 + 1 = 33.
+  EXPECT_EQ(pipeline_tag({2, 4, Pass::kBackward}, 6), 33);
+  EXPECT_EQ(PipelineTransfer({2, 4, Pass::kBackward}).receiver_vstage(), 3);
+  EXPECT_THROW(pipeline_tag({0, 6, Pass::kForward}, 6), InvalidArgument);
+  EXPECT_THROW(pipeline_tag({-1, 0, Pass::kForward}, 6), InvalidArgument);
+  EXPECT_THROW(read_pipeline_tag(-2, 6), InvalidArgument);
+  EXPECT_THROW(read_pipeline_tag(3, 0), InvalidArgument);
+}
+
+TEST(PipelineTransfer, WhatAStepSendsIsWhatItsNeighbourReceives) {
+  const int64_t vstages = 8;
+  for (int64_t vs = 0; vs < vstages; ++vs) {
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      const ScheduleStep step{pass, 3, 0};
+      const auto out = step_output(step, vs, vstages);
+      const bool edge = pass == Pass::kForward ? vs == vstages - 1 : vs == 0;
+      ASSERT_EQ(out.has_value(), !edge) << vs;
+      if (!out) continue;
+      EXPECT_EQ(out->sender_vstage, vs);
+      const auto in = step_input(step, out->receiver_vstage(), vstages);
+      ASSERT_TRUE(in.has_value());
+      EXPECT_EQ(*in, *out);
+    }
+  }
+  EXPECT_FALSE(step_input({Pass::kForward, 0, 0}, 0, vstages));
+  EXPECT_FALSE(step_input({Pass::kBackward, 0, 0}, vstages - 1, vstages));
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ std::filesystem::path database_path(const ProfileCliOptions& o, const std::strin
   if (!o.out.empty()) return o.out;
   const std::filesystem::path dir =
       s != nullptr
-          ? std::filesystem::absolute(s->cluster.topology).parent_path().parent_path() / "traces" / "db"
+          ? default_database_dir(s->cluster.topology)
           : std::filesystem::path("traces") / "db";
   return dir / (device_id + ".json");
 }

@@ -209,7 +209,7 @@ void register_simulate_command(CLI::App& app) {
     }
     std::optional<TopologySpec> db_topo;
     if (!o->cost_db_topology.empty()) db_topo = load_topology(o->cost_db_topology);
-    const auto db_dir = std::filesystem::absolute(s.cluster.topology).parent_path().parent_path() / "traces" / "db";
+    const auto db_dir = default_database_dir(s.cluster.topology);
     std::unique_ptr<CostModel> costs;
     if (!o->costs_from_timeline.empty()) {
       check_input_file(o->costs_from_timeline, "live timeline");  // streamed: any size

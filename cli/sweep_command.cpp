@@ -303,9 +303,7 @@ void register_sweep_command(CLI::App& app) {
 
     // The evaluator: the SimGrid replay in worker processes, the analytical estimator in this
     // process, or (auto) the estimator for every configuration and the replay for the top K.
-    const auto db_dir =
-        std::filesystem::absolute(base.cluster.topology).parent_path().parent_path() / "traces" /
-        "db";
+    const auto db_dir = default_database_dir(base.cluster.topology);
     std::shared_ptr<const CostModel> costs =
         make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
     // Under mpirun/srun every rank evaluates its share; rank 0 gathers, ranks and prints.

@@ -114,8 +114,8 @@ void register_validate_command(CLI::App& app) {
         if (o->launch_us) eff.launch_overhead_s = *o->launch_us * 1e-6;
         // The measured database of the case's GPU when there is one (traces/db beside the
         // topologies folder), the calibrated roofline (with the flags above) for what it lacks.
-        const std::filesystem::path db_file = std::filesystem::absolute(o->topologies).parent_path() /
-                                              "traces" / "db" / (topo.gpu.name + ".json");
+        const std::filesystem::path db_file =
+            database_dir_beside(o->topologies) / (topo.gpu.name + ".json");
         std::unique_ptr<CostModel> costs = make_roofline_cost_model(eff);
         if (std::filesystem::exists(db_file)) {
           costs = make_database_cost_model(

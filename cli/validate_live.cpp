@@ -172,7 +172,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
     write_chrome_trace(t, out);
   }
   if (!root) return;
-  const auto db_dir = std::filesystem::absolute(topo_file).parent_path().parent_path() / "traces" / "db";
+  const auto db_dir = default_database_dir(topo_file);
   const std::filesystem::path db_file = db_dir / (topo.gpu.name + ".json");
   if (!std::filesystem::exists(db_file)) {
     throw ConfigError(fmt::format("no measured cost database {} for {}: run traintwin profile {} "

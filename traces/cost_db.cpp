@@ -564,4 +564,12 @@ double shape_distance(const std::vector<int64_t>& a, const std::vector<int64_t>&
   return std::sqrt(sum);
 }
 
+std::filesystem::path database_dir_beside(const std::filesystem::path& topologies_dir) {
+  return std::filesystem::absolute(topologies_dir).parent_path() / "traces" / "db";
+}
+
+std::filesystem::path default_database_dir(const std::filesystem::path& topology_file) {
+  return database_dir_beside(std::filesystem::absolute(topology_file).parent_path());
+}
+
 }  // namespace traintwin

@@ -160,4 +160,12 @@ class CostDatabase {
 /// InvalidArgument when the ranks differ or a dimension is < 1.
 double shape_distance(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 
+/// Where the measured databases of a repository's topologies live: traces/db beside the folder
+/// `topologies_dir` (the repository's layout: topologies/ and traces/db/ side by side). The one
+/// rule every command (simulate, sweep, profile, validate) reads databases by.
+std::filesystem::path database_dir_beside(const std::filesystem::path& topologies_dir);
+
+/// database_dir_beside() of the folder holding `topology_file`: <its folder>/../traces/db.
+std::filesystem::path default_database_dir(const std::filesystem::path& topology_file);
+
 }  // namespace traintwin

@@ -446,5 +446,17 @@ TEST(CostDbWrite, EraseOfACollectiveRow) {
   EXPECT_EQ(db.collectives()[0].time_us, 90);
 }
 
+// The one rule for where databases live: traces/db beside a repository's topologies/ folder.
+TEST(CostDbLocation, TracesDbBesideTheTopologiesFolder) {
+  namespace fs = std::filesystem;
+  EXPECT_EQ(default_database_dir("/repo/topologies/dgx-h100-superpod.yaml"),
+            fs::path("/repo/traces/db"));
+  EXPECT_EQ(database_dir_beside("/repo/topologies"), fs::path("/repo/traces/db"));
+  EXPECT_EQ(default_database_dir("/repo/scenarios/../topologies/x.yaml"),
+            fs::path("/repo/scenarios/../traces/db"));  // lexical, as the commands resolve it
+  EXPECT_EQ(default_database_dir("topologies/x.yaml"),
+            fs::absolute("topologies").parent_path() / "traces" / "db");
+}
+
 }  // namespace
 }  // namespace traintwin

@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cctype>
-
 #include "core/error.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/cpu/host_device.hpp"
@@ -131,19 +129,7 @@ CostDbVersions backend_versions(const exec::Backend& backend) {
 
 std::string backend_device_id(const exec::Backend& backend, const CostDbDevice& device) {
   if (backend.name() == "cpu") return exec::cpu::device_id(device);
-  std::string id = backend.name() + "-";
-  bool dash = false;
-  for (char c : device.name) {
-    const auto u = static_cast<unsigned char>(c);
-    if (std::isalnum(u)) {
-      if (dash && id.back() != '-') id += '-';
-      id += static_cast<char>(std::tolower(u));
-      dash = false;
-    } else {
-      dash = true;
-    }
-  }
-  return id;
+  return exec::cpu::device_slug(backend.name(), device.name);
 }
 
 }  // namespace traintwin::cli

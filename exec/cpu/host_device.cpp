@@ -112,11 +112,10 @@ CostDbVersions host_versions() {
   return v;
 }
 
-std::string device_id(const CostDbDevice& device) {
-  if (!device.threads) throw InvalidArgument("device " + device.name + " has no thread count");
-  std::string id = "cpu-";
+std::string device_slug(const std::string& prefix, const std::string& name) {
+  std::string id = prefix + "-";
   bool dash = false;
-  for (char c : device.name) {
+  for (char c : name) {
     const auto u = static_cast<unsigned char>(c);
     if (std::isalnum(u)) {
       if (dash && id.back() != '-') id += '-';
@@ -126,6 +125,12 @@ std::string device_id(const CostDbDevice& device) {
       dash = true;
     }
   }
+  return id;
+}
+
+std::string device_id(const CostDbDevice& device) {
+  if (!device.threads) throw InvalidArgument("device " + device.name + " has no thread count");
+  std::string id = device_slug("cpu", device.name);
   if (id.back() != '-') id += '-';
   return id + std::to_string(*device.threads) + "t";
 }

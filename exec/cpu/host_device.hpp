@@ -44,6 +44,11 @@ CostDbDevice host_device(int threads);
 /// version, and the BLAS library (openblas_get_config()).
 CostDbVersions host_versions();
 
+/// `prefix` + "-" + `name` in lower case with each run of characters other than [a-z0-9] as one
+/// '-' (none after the prefix's), e.g. ("cuda", "NVIDIA H100 80GB HBM3") ->
+/// "cuda-nvidia-h100-80gb-hbm3": the device ids of traces/db/<id>.json.
+std::string device_slug(const std::string& prefix, const std::string& name);
+
 /// The device's name in traintwin: the stem of traces/db/<id>.json and the gpu.name of the
 /// topology `traintwin profile --topology-out` writes: "cpu-" + the model name in lower case
 /// with runs of other characters than [a-z0-9] as one '-', + "-<threads>t", e.g.

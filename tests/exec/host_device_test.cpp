@@ -79,5 +79,17 @@ TEST(GemmThreadsTest, UseReturnsWhatOpenBlasReports) {
   set_gemm_threads(before);
 }
 
+// Device ids of traces/db/<id>.json: the name in lower case, runs of other characters as one '-'.
+TEST(HostDevice, DeviceIdsSlugTheName) {
+  EXPECT_EQ(device_slug("cuda", "NVIDIA H100 80GB HBM3"), "cuda-nvidia-h100-80gb-hbm3");
+  EXPECT_EQ(device_slug("cpu", "  AMD EPYC 7B13 (64-Core)"), "cpu-amd-epyc-7b13-64-core");
+  CostDbDevice d;
+  d.name = "Intel(R) Xeon(R) CPU @ 2.20GHz";
+  d.threads = 2;
+  EXPECT_EQ(device_id(d), "cpu-intel-r-xeon-r-cpu-2-20ghz-2t");
+  d.threads.reset();
+  EXPECT_THROW(device_id(d), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace traintwin::exec::cpu

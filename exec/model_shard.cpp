@@ -29,9 +29,9 @@
 #include "core/error.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
-#include "exec/cpu/cpu_backend.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/counter_rng.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 
 namespace traintwin::exec {
 namespace {

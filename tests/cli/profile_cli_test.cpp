@@ -93,6 +93,30 @@ TEST_F(ProfileCli, EveryKernelKeyOfEveryStageAppearsOnce) {
   EXPECT_THAT(*db.versions().blas, HasSubstr("OpenBLAS"));
 }
 
+// --backend cuda: on a GPU, every kernel timed by CUDA events into a database whose device block
+// is the GPU's (kind gpu, a compute capability, the CUDA versions); without one, a clear refusal
+// that never measures on the CPU instead. --topology-out describes a CPU host: refused for cuda.
+TEST_F(ProfileCli, CudaBackendMeasuresTheGpuOrSaysWhyNot) {
+  const fs::path db_file = dir_ / "cuda.json";
+  const testing::CliResult r = profile("--backend cuda --out " + db_file.string());
+  if (r.status != 0) {
+    EXPECT_THAT(r.output, ::testing::AnyOf(HasSubstr("no usable CUDA device"),
+                                           HasSubstr("built without CUDA")));
+    EXPECT_FALSE(fs::exists(db_file));
+  } else {
+    const CostDatabase db = CostDatabase::load(db_file);
+    EXPECT_EQ(db.device().kind, std::optional<std::string>("gpu"));
+    EXPECT_TRUE(db.device().compute_capability.has_value());
+    EXPECT_NE(db.versions().cuda, "n/a");
+    EXPECT_EQ(db_keys(db), program_keys({}));
+  }
+  const testing::CliResult t =
+      profile("--backend cuda --out " + db_file.string() + " --topology-out " +
+              (dir_ / "t.yaml").string());
+  EXPECT_NE(t.status, 0);
+  EXPECT_THAT(t.output, HasSubstr("not falling back to cpu"));
+}
+
 // A Llama (RMSNorm, SwiGLU, RoPE, GQA with 2 groups for 4 heads) under TP 2: every kernel the
 // executor runs for it is profiled, once.
 TEST_F(ProfileCli, LlamaKernelsAreProfiled) {

@@ -19,6 +19,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
+#include "sim/session.hpp"
 #include "sim/summary.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
@@ -189,8 +190,6 @@ void register_simulate_command(CLI::App& app) {
     const Scenario s = o->scenario.load();
     // The output folder is checked before the simulation, not after it.
     if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
-    const TopologySpec topo = load_topology(s.cluster.topology);
-    check_cluster_size(topo, s.cluster.num_gpus);
     SimulationOptions opts;
     opts.collective_algorithm = o->collective_algorithm;
     opts.aggregate_tp = o->aggregate_tp;
@@ -199,43 +198,14 @@ void register_simulate_command(CLI::App& app) {
     if (o->trace_ranks == "all") {
       opts.trace_all_ranks = true;
     } else if (o->trace_ranks == "stages") {
-      const ParallelConfig& p = s.parallel;
-      const RankLayout layout = layout_of(s);
-      for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) {
-        opts.trace_ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
-      }
+      opts.trace_ranks = stage_trace_ranks(s);
     } else if (!o->trace_ranks.empty()) {
       opts.trace_ranks = parse_rank_list(o->trace_ranks);
     }
-    std::optional<TopologySpec> db_topo;
-    if (!o->cost_db_topology.empty()) db_topo = load_topology(o->cost_db_topology);
-    const auto db_dir = default_database_dir(s.cluster.topology);
-    std::unique_ptr<CostModel> costs;
-    if (!o->costs_from_timeline.empty()) {
-      check_input_file(o->costs_from_timeline, "live timeline");  // streamed: any size
-      std::ifstream in(o->costs_from_timeline);
-      const Timeline live = read_chrome_trace(in, o->costs_from_timeline);
-      costs = make_timeline_cost_model(live, db_topo ? db_topo->gpu : topo.gpu, topo.gpu);
-    } else {
-      costs = make_simulation_cost_model(topo.gpu, db_dir, o->cost_db, db_topo ? &db_topo->gpu : nullptr);
-      // The database's collective rows time this device's collectives; not another device's.
-      if (!db_topo) opts.fabric.measured = make_simulation_measured_collectives(topo.gpu, db_dir, o->cost_db);
-    }
-    // With what-if knobs, the base (the scenario without them) runs first in a child process:
-    // SimGrid allows one engine per process, and this one simulates the what-if.
-    std::optional<BaseRunMetrics> base;
-    if (s.cluster.what_if.any()) {
-      check_what_if(s, topo, opts.aggregate_tp);
-      Scenario base_scenario = s;
-      base_scenario.cluster.what_if = WhatIf{};
-      SimulationOptions base_opts = opts;
-      base_opts.record_timeline = false;
-      const std::string text = run_isolated([&] {
-        const SimulationResult b = simulate(base_scenario, topo, *costs, base_opts);
-        return nlohmann::json(summarize(base_scenario, topo, b)).dump();
-      });
-      base = base_run_metrics(nlohmann::json::parse(text).get<SimulationSummary>());
-    }
+    SimulationSession session(s, {o->cost_db, o->cost_db_topology, o->costs_from_timeline},
+                              std::move(opts));
+    const TopologySpec& topo = session.topology();
+    const std::optional<BaseRunMetrics> base = session.run_what_if_base();
     const BaseRunMetrics* base_ptr = base ? &*base : nullptr;
     // The timeline goes to timeline.json event by event as the replay hands it over.
     // (written whole or not at all: an AtomicFile renamed into place once complete).
@@ -249,12 +219,12 @@ void register_simulate_command(CLI::App& app) {
       // Kept too, for report.html: reading 100 MB of timeline.json back took longer than the
       // simulation (a 175B/1024 replay: 1.9 s against 1.5 s).
       kept.name = s.name;
-      opts.timeline_sink = [&trace, &kept](TimelineEvent&& e) {
+      session.options().timeline_sink = [&trace, &kept](TimelineEvent&& e) {
         trace->write(e);
         kept.events.push_back(std::move(e));
       };
     }
-    const SimulationResult r = simulate(s, topo, *costs, opts);
+    const SimulationResult r = session.run();
     if (trace) trace->finish();
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r, true, base_ptr).dump(2));

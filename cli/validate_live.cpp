@@ -32,6 +32,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
+#include "sim/session.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin::cli {
@@ -180,12 +181,12 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
                                   db_file.string(), topo.gpu.name, o.scenario.file));
   }
   const std::string json = run_isolated([&] {
-    const auto costs = make_simulation_cost_model(topo.gpu, db_dir);
     SimulationOptions opts;
-    opts.fabric.measured = make_simulation_measured_collectives(topo.gpu, db_dir);
     opts.record_timeline = true;
     opts.trace_ranks = {0};
-    const SimulationResult r = simulate(s, topo, *costs, opts);
+    const SimulationSession session(s, topo, topo_file, {}, std::move(opts));
+    const CostModel* costs = &session.costs();
+    const SimulationResult r = session.run();
     double total = 0, measured = 0;
     for (const auto& [src, sec] : r.compute_s_by_source) {
       total += sec;

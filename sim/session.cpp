@@ -1,0 +1,76 @@
+// Simulation sessions; see session.hpp.
+#include "sim/session.hpp"
+
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/input_file.hpp"
+#include "core/rank_layout.hpp"
+#include "sim/isolated.hpp"
+#include "traces/cost_db.hpp"
+#include "traces/timeline.hpp"
+
+namespace traintwin {
+
+SimulationSession::SimulationSession(Scenario s, const SessionCostSource& source,
+                                     SimulationOptions options)
+    : SimulationSession(s, load_topology(s.cluster.topology), s.cluster.topology, source,
+                        std::move(options)) {}
+
+SimulationSession::SimulationSession(Scenario s, TopologySpec topology,
+                                     const std::filesystem::path& topology_file,
+                                     const SessionCostSource& source, SimulationOptions options)
+    : scenario_(std::move(s)), topology_(std::move(topology)), options_(std::move(options)) {
+  check_cluster_size(topology_, scenario_.cluster.num_gpus);
+  std::optional<TopologySpec> db_topo;
+  if (!source.cost_db_topology.empty()) db_topo = load_topology(source.cost_db_topology);
+  const GpuSpec& measured_on = db_topo ? db_topo->gpu : topology_.gpu;
+  if (!source.costs_from_timeline.empty()) {
+    check_input_file(source.costs_from_timeline, "live timeline");  // streamed: any size
+    std::ifstream in(source.costs_from_timeline);
+    const Timeline live = read_chrome_trace(in, source.costs_from_timeline.string());
+    costs_ = make_timeline_cost_model(live, measured_on, topology_.gpu);
+    return;
+  }
+  const std::filesystem::path db_dir = default_database_dir(topology_file);
+  costs_ = make_simulation_cost_model(topology_.gpu, db_dir, source.cost_db,
+                                      db_topo ? &db_topo->gpu : nullptr);
+  // A database's collective rows time its own device's collectives, not another device's.
+  if (!db_topo) {
+    options_.fabric.measured =
+        make_simulation_measured_collectives(topology_.gpu, db_dir, source.cost_db);
+  }
+}
+
+SimulationResult SimulationSession::run() const {
+  return simulate(scenario_, topology_, *costs_, options_);
+}
+
+std::optional<BaseRunMetrics> SimulationSession::run_what_if_base() const {
+  if (!scenario_.cluster.what_if.any()) return std::nullopt;
+  check_what_if(scenario_, topology_, options_.aggregate_tp);
+  Scenario base = scenario_;
+  base.cluster.what_if = WhatIf{};
+  SimulationOptions base_opts = options_;
+  base_opts.record_timeline = false;
+  base_opts.timeline_sink = nullptr;
+  const std::string text = run_isolated([&] {
+    const SimulationResult b = simulate(base, topology_, *costs_, base_opts);
+    return nlohmann::json(summarize(base, topology_, b)).dump();
+  });
+  return base_run_metrics(nlohmann::json::parse(text).get<SimulationSummary>());
+}
+
+std::vector<int64_t> stage_trace_ranks(const Scenario& s) {
+  const RankLayout layout = layout_of(s);
+  std::vector<int64_t> ranks;
+  for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
+    ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
+  }
+  return ranks;
+}
+
+}  // namespace traintwin

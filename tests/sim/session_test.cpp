@@ -1,0 +1,59 @@
+// SimulationSession (sim/session.hpp): the scenario on its topology with the chosen costs, the
+// what-if base run, and the default timeline ranks. Each simulation runs in a child process
+// (run_isolated): SimGrid allows one engine per process.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/scenario.hpp"
+#include "sim/isolated.hpp"
+#include "sim/session.hpp"
+
+namespace traintwin {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kTiny = fs::path(TRAINTWIN_SOURCE_DIR) / "scenarios" / "gpt-tiny-brown.yaml";
+
+double iteration_s(const Scenario& s) {
+  return std::stod(run_isolated([&] {
+    const SimulationSession session(s, {}, SimulationOptions{});
+    return fmt::format("{:.17g}", session.run().iteration_time_s);
+  }));
+}
+
+// gpt-tiny-brown: TP 2 x PP 2 x DP 2, rank order tp-cp-ep-dp-pp: TP/DP rank 0 of stage 0 is rank 0,
+// of stage 1 rank 2 x 2 = 4.
+TEST(SimulationSession, TracesTheFirstRankOfEveryStage) {
+  EXPECT_EQ(stage_trace_ranks(load_scenario(kTiny)), (std::vector<int64_t>{0, 4}));
+}
+
+TEST(SimulationSession, WithoutAWhatIfThereIsNoBaseRun) {
+  const SimulationSession session(load_scenario(kTiny), {}, SimulationOptions{});
+  EXPECT_FALSE(session.run_what_if_base().has_value());
+  EXPECT_EQ(session.topology().name, "dgx-h100-superpod");
+}
+
+// The base of a what-if is the same scenario without cluster.what_if: its iteration time is the
+// plain scenario's, and the GPUs made twice as fast shorten the what-if's.
+TEST(SimulationSession, TheWhatIfBaseIsTheScenarioWithoutIt) {
+  const Scenario plain = load_scenario(kTiny);
+  const Scenario faster = load_scenario(kTiny, {{"cluster.what_if.gpu_speed_scale", "2"}});
+  const SimulationSession session(faster, {}, SimulationOptions{});
+  const auto base = session.run_what_if_base();
+  ASSERT_TRUE(base.has_value());
+  const double plain_s = iteration_s(plain);
+  EXPECT_NEAR(base->iteration_time_s, plain_s, 1e-12 * plain_s);
+  EXPECT_LT(iteration_s(faster), plain_s);
+}
+
+TEST(SimulationSession, ACostDatabaseThatIsNotThereIsAnError) {
+  EXPECT_ANY_THROW(SimulationSession(load_scenario(kTiny), {.cost_db = "/nonexistent/db.json"},
+                                     SimulationOptions{}));
+}
+
+}  // namespace
+}  // namespace traintwin

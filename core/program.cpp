@@ -573,7 +573,8 @@ class RankLowering {
 
   /// Appends a kernel to the open compute op, opening one (after the previous compute op and
   /// every pending wait) if none is open.
-  void kernel(const Kernel& kern, const char* what) {
+  /// `target`: the local expert the kernel serves (Op::kernel_targets), -1 for none.
+  void kernel(const Kernel& kern, const char* what, int32_t target = -1) {
     if (open_compute_ == kNoOp) {
       open_compute_ = new_op(OpKind::kCompute, Stream::kCompute, what);
       add_dep(open_compute_, last_compute_);
@@ -581,8 +582,11 @@ class RankLowering {
       waits_.clear();
       last_compute_ = open_compute_;
     }
-    out_.ops[open_compute_].kernels.push_back(table_.add(kern));
-    out_.ops[open_compute_].kernel_roles.push_back(role_);
+    Op& op = out_.ops[open_compute_];
+    op.kernels.push_back(table_.add(kern));
+    op.kernel_roles.push_back(role_);
+    if (target >= 0 && op.kernel_targets.empty()) op.kernel_targets.resize(op.kernels.size() - 1, -1);
+    if (target >= 0 || !op.kernel_targets.empty()) op.kernel_targets.push_back(target);
   }
 
   /// The role of the kernels and communication ops that follow.
@@ -1037,7 +1041,7 @@ class RankLowering {
     }
     Kernel one = gemm_kernel(variant, m, n, k, fp8);
     one.key.tp = d_.etp;
-    for (int64_t e = 0; e < d_.local_experts; ++e) kernel(one, "experts");
+    for (int64_t e = 0; e < d_.local_experts; ++e) kernel(one, "experts", static_cast<int32_t>(e));
   }
 
   /// The router and its aux loss on the T local rows.

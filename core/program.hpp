@@ -153,6 +153,10 @@ struct Op {
   /// Compute: indices into Program::kernels, run back to back, and the role of each.
   std::vector<uint32_t> kernels;
   std::vector<Role> kernel_roles;
+  /// Compute: the local expert each kernel serves (one GEMM per local expert without
+  /// moe_grouped_gemm, Megatron's SequentialMLP; -1 for every other kernel), parallel to
+  /// `kernels`; empty when no kernel of the op has one.
+  std::vector<int32_t> kernel_targets;
   /// Communication: the role of the computation it serves.
   Role role = Role::kNone;
   /// kGradBucket / kParamBucket: the bucket's layers in backward order (global layer index;

@@ -215,14 +215,9 @@ class Executor::Impl {
         double t = span.start_s;
         for (size_t i = 0; i < op.kernels.size(); ++i) {
           const std::string& name = prog_.kernels[op.kernels[i]].key.name;
-          int64_t occurrence = 0;  // earlier kernels of the op with this name and role
-          for (size_t j = 0; j < i; ++j) {
-            if (op.kernel_roles[j] == op.kernel_roles[i] &&
-                prog_.kernels[op.kernels[j]].key.name == name) {
-              ++occurrence;
-            }
-          }
-          run_kernel(op, name, op.kernel_roles[i], occurrence);
+          // The local expert of a per-expert GEMM, as the lowering names it (0 otherwise).
+          const int64_t expert = op.kernel_targets.empty() ? 0 : std::max(0, op.kernel_targets[i]);
+          run_kernel(op, name, op.kernel_roles[i], expert);
           if (time_kernels_) backend_.synchronize();
           const double now = now_s();
           span.kernel_s[i] = now - t;
@@ -244,7 +239,7 @@ class Executor::Impl {
     }
   }
 
-  void run_kernel(const Op& op, const std::string& name, Role role, int64_t occurrence) {
+  void run_kernel(const Op& op, const std::string& name, Role role, int64_t expert) {
     switch (role) {
       case Role::kGradNorm:
         sum_sq_ = optimizer_->local_sum_of_squares(grad_norm_group_ == GroupKind::kWorld);
@@ -252,7 +247,7 @@ class Executor::Impl {
       case Role::kZeroGradBuffer: optimizer_->zero_grad_buffer(); return;
       case Role::kGradClipScale: optimizer_->clip(sum_sq_, iteration_); return;
       case Role::kOptimizerStep: step_ = optimizer_->step(sum_sq_, iteration_); return;
-      default: model_->run(op, name, role, occurrence);
+      default: model_->run(op, name, role, expert);
     }
     if (role == Role::kRouter && name == "moe_router_topk_fwd" && g().sp && g().t > 1) {
       // Megatron's aux loss under SP: tokens per expert summed over the sequence-partition

@@ -332,7 +332,7 @@ std::span<float> GptModel::expert_slice(std::span<float> all, int64_t experts, i
   return all.subspan(static_cast<size_t>(j) * n, n);
 }
 
-void GptModel::run(const Op& op, const std::string& kernel, Role role, int64_t occurrence) {
+void GptModel::run(const Op& op, const std::string& kernel, Role role, int64_t expert) {
   const bool fwd = is_forward(op.phase);
   switch (role) {
     case Role::kRouter:
@@ -341,8 +341,8 @@ void GptModel::run(const Op& op, const std::string& kernel, Role role, int64_t o
     case Role::kExpertActivation:
     case Role::kExpertFc2:
     case Role::kMoeUnpermute:
-      return fwd ? moe_forward(op, kernel, role, occurrence)
-                 : moe_backward(op, kernel, role, occurrence);
+      return fwd ? moe_forward(op, kernel, role, expert)
+                 : moe_backward(op, kernel, role, expert);
     case Role::kEmbedding: return fwd ? embedding_forward(op) : embedding_backward(op);
     case Role::kEmbeddingDropout: return embedding_dropout(op);
     case Role::kInputLayerNorm:
@@ -922,7 +922,7 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
 ///     (grouped GEMM, or local expert j at the j-th GEMM kernel of the op).
 ///   kMoeUnpermute: the expert outputs back to token order, weighted by the router probs.
 void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role,
-                           int64_t occurrence) {
+                           int64_t expert) {
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
   const ModelSpec& model = prog_.scenario.model;
@@ -975,16 +975,16 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role,
       if (kernel == "grouped_gemm_fwd") {
         backend_.grouped_matmul_forward(L.expert_fc1, L.dispatched, P.experts_fc1_w, groups, h,
                                         g_.fc1e);
-      } else if (kernel == "gemm_fwd") {  // local expert `occurrence` alone
-        const int64_t first = std::accumulate(groups.begin(), groups.begin() + occurrence, int64_t{0});
-        const int64_t rows = groups[static_cast<size_t>(occurrence)];
+      } else if (kernel == "gemm_fwd") {  // local expert `expert` alone
+        const int64_t first = std::accumulate(groups.begin(), groups.begin() + expert, int64_t{0});
+        const int64_t rows = groups[static_cast<size_t>(expert)];
         if (rows > 0) {
           backend_.matmul_forward(
               L.expert_fc1.span().subspan(static_cast<size_t>(first * g_.fc1e),
                                           static_cast<size_t>(rows * g_.fc1e)),
               L.dispatched.span().subspan(static_cast<size_t>(first * h),
                                           static_cast<size_t>(rows * h)),
-              expert_slice(P.experts_fc1_w, g_.el, occurrence), {}, 1, rows, h, g_.fc1e);
+              expert_slice(P.experts_fc1_w, g_.el, expert), {}, 1, rows, h, g_.fc1e);
         }
       } else {
         unexpected(op, "unexpected expert FC1 kernel " + kernel);
@@ -1014,15 +1014,15 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role,
         backend_.grouped_matmul_forward(L.expert_fc2, L.expert_act, P.experts_fc2_w, groups,
                                         g_.fe, h);
       } else if (kernel == "gemm_fwd") {
-        const int64_t first = std::accumulate(groups.begin(), groups.begin() + occurrence, int64_t{0});
-        const int64_t rows = groups[static_cast<size_t>(occurrence)];
+        const int64_t first = std::accumulate(groups.begin(), groups.begin() + expert, int64_t{0});
+        const int64_t rows = groups[static_cast<size_t>(expert)];
         if (rows > 0) {
           backend_.matmul_forward(
               L.expert_fc2.span().subspan(static_cast<size_t>(first * h),
                                           static_cast<size_t>(rows * h)),
               L.expert_act.span().subspan(static_cast<size_t>(first * g_.fe),
                                           static_cast<size_t>(rows * g_.fe)),
-              expert_slice(P.experts_fc2_w, g_.el, occurrence), {}, 1, rows, g_.fe, h);
+              expert_slice(P.experts_fc2_w, g_.el, expert), {}, 1, rows, g_.fe, h);
         }
       } else {
         unexpected(op, "unexpected expert FC2 kernel " + kernel);
@@ -1048,7 +1048,7 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role,
 /// the experts' dgrad / wgrad, permute's scatter-add into d_moe_in, then the router: the aux
 /// loss and top-k softmax backward into dlogits, the router's dgrad (into d_moe_in) and wgrad.
 void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role,
-                            int64_t occurrence) {
+                            int64_t expert) {
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
   const LayerParams& G = layer_grads_.at(op.layer);
@@ -1063,16 +1063,16 @@ void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role,
   auto rows_of = [&](Tensor& t, int64_t width) -> FSpan {
     if (grouped) return t.span();
     const int64_t first =
-        std::accumulate(groups.begin(), groups.begin() + occurrence, int64_t{0});
+        std::accumulate(groups.begin(), groups.begin() + expert, int64_t{0});
     return t.span().subspan(static_cast<size_t>(first * width),
-                            static_cast<size_t>(groups[static_cast<size_t>(occurrence)] * width));
+                            static_cast<size_t>(groups[static_cast<size_t>(expert)] * width));
   };
   auto one_group = [&]() -> std::vector<int64_t> {
     if (grouped) return groups;
-    return {groups[static_cast<size_t>(occurrence)]};
+    return {groups[static_cast<size_t>(expert)]};
   };
   auto weights = [&](std::span<float> all) {
-    return grouped ? all : expert_slice(all, g_.el, occurrence);
+    return grouped ? all : expert_slice(all, g_.el, expert);
   };
   switch (role) {
     case Role::kMoeUnpermute:

@@ -211,11 +211,11 @@ class GptModel {
   void clear() { chunks_.clear(); }
 
   /// Runs the kernel `kernel` ("gemm_fwd", "gemm_dgrad", "gemm_wgrad", ...) of `role` for the
-  /// compute op `op` (its phase, model chunk, micro-batch and layer). `occurrence`: how many
-  /// kernels of the same name and role came before it in the op (the local experts' GEMMs
-  /// without moe_grouped_gemm: occurrence j is local expert j, Megatron's SequentialMLP). Throws
-  /// InvalidArgument for a role or kernel this model does not have.
-  void run(const Op& op, const std::string& kernel, Role role, int64_t occurrence = 0);
+  /// compute op `op` (its phase, model chunk, micro-batch and layer). `expert`: the local expert
+  /// a per-expert GEMM serves (without moe_grouped_gemm, Megatron's SequentialMLP: the lowering's
+  /// Op::kernel_targets), 0 for every other kernel. Throws InvalidArgument for a role or kernel
+  /// this model does not have.
+  void run(const Op& op, const std::string& kernel, Role role, int64_t expert = 0);
 
   /// The token counts the router of `op`'s layer routed per expert (after capacity), [E].
   const std::vector<int64_t>& moe_rows_per_expert(const Op& op) { return layer(op).perm.rows_per_expert; }
@@ -318,8 +318,8 @@ class GptModel {
   void embedding_backward(const Op& op);
   void layer_forward(const Op& op, const std::string& kernel, Role role);
   void layer_backward(const Op& op, const std::string& kernel, Role role);
-  void moe_forward(const Op& op, const std::string& kernel, Role role, int64_t occurrence);
-  void moe_backward(const Op& op, const std::string& kernel, Role role, int64_t occurrence);
+  void moe_forward(const Op& op, const std::string& kernel, Role role, int64_t expert);
+  void moe_backward(const Op& op, const std::string& kernel, Role role, int64_t expert);
   /// Shared expert / dense MLP widths of `layer` (F and the FC1 width).
   int64_t mlp_width(int64_t layer) const;
   int64_t fc1_width(int64_t layer) const;

@@ -1196,6 +1196,46 @@ TEST(MoeProgram, LayerCommunicationAndGemmsByHand) {
 }
 
 // The forward kernels of an MoE layer in order, per dispatcher (the executor's contract).
+// Without moe_grouped_gemm each local expert has its own GEMM (Megatron's SequentialMLP), and the
+// lowering names the expert each serves (Op::kernel_targets), which the executor reads; every
+// other kernel has none, and the grouped GEMM's ops carry no targets at all.
+TEST(MoeProgram, PerExpertGemmsNameTheirLocalExpert) {
+  for (bool grouped : {false, true}) {
+    MoeKnobs k;
+    k.ep = 2, k.dp = 2, k.experts = 6, k.grouped = grouped;  // 3 local experts per EP rank
+    const Program prog = build_program(make_moe(k), {0});
+    int checked = 0;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.kind != OpKind::kCompute) continue;
+      if (grouped) {
+        EXPECT_TRUE(op.kernel_targets.empty());
+        continue;
+      }
+      if (op.kernel_targets.empty()) continue;
+      ASSERT_EQ(op.kernel_targets.size(), op.kernels.size());
+      std::vector<int32_t> per_expert;
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        const std::string& name = prog.kernels[op.kernels[i]].key.name;
+        const Role r = op.kernel_roles[i];
+        const bool expert_gemm =
+            (r == Role::kExpertFc1 || r == Role::kExpertFc2) && name.rfind("gemm_", 0) == 0;
+        if (!expert_gemm) {
+          EXPECT_EQ(op.kernel_targets[i], -1) << name;
+          continue;
+        }
+        per_expert.push_back(op.kernel_targets[i]);
+      }
+      // Each variant's GEMMs cover the local experts 0, 1, 2 in order.
+      ASSERT_EQ(per_expert.size() % 3, 0u);
+      for (size_t j = 0; j < per_expert.size(); ++j) {
+        EXPECT_EQ(per_expert[j], static_cast<int32_t>(j % 3));
+      }
+      ++checked;
+    }
+    if (!grouped) EXPECT_GT(checked, 0);
+  }
+}
+
 TEST(MoeProgram, LayerRolesInOrder) {
   for (auto disp : {MoeTokenDispatcher::kAllToAll, MoeTokenDispatcher::kAllGather}) {
     MoeKnobs k;

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 #include "cli/sweep_mpi.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "core/op_class.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
@@ -168,9 +168,10 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
                                             static_cast<int64_t>(it + 1)));
       }
     }
-    std::ofstream out(o.timeline);
-    if (!out) throw Error("--timeline: cannot write " + o.timeline);
-    write_chrome_trace(t, out);
+    // Whole or not at all, never through a planted link (core/posix_file.hpp).
+    AtomicFile out(o.timeline);
+    write_chrome_trace(t, out.stream());
+    out.commit();
   }
   if (!root) return;
   const auto db_dir = default_database_dir(topo_file);

@@ -114,12 +114,27 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return "[" + fmt::format("{}", fmt::join(shape, ", ")) + "]";
 }
 
-std::vector<unsigned char> read_whole_file(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+/// The bytes of a checkpoint file: a regular file of at most `max_bytes` (a FIFO or a device such
+/// as /dev/zero planted in its place is refused before any read: opened non-blocking, checked
+/// with fstat). Throws DataError naming the file.
+std::vector<unsigned char> read_whole_file(const fs::path& path, uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw DataError("checkpoint file " + path.string() + ": cannot open: " + errno_text());
   }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError("checkpoint file " + path.string() +
+                    ": is not a regular file (a device, FIFO or socket)");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw DataError("checkpoint file " + path.string() + ": " + std::to_string(st.st_size) +
+                    " bytes, more than the " + std::to_string(max_bytes) + " it may have");
+  }
   std::vector<unsigned char> data;
+  data.reserve(static_cast<size_t>(st.st_size));
   unsigned char chunk[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, chunk, sizeof(chunk));
@@ -227,7 +242,8 @@ void write_latest_iteration(const fs::path& dir, int64_t iteration) {
 
 int64_t read_latest_iteration(const fs::path& dir) {
   const fs::path path = latest_iteration_path(dir);
-  const std::vector<unsigned char> bytes = read_whole_file(path);
+  // The tracker holds one decimal number: a few bytes.
+  const std::vector<unsigned char> bytes = read_whole_file(path, 4096);
   std::string text(bytes.begin(), bytes.end());
   const auto first = text.find_first_not_of(" \t\r\n");
   const auto last = text.find_last_not_of(" \t\r\n");
@@ -247,7 +263,8 @@ RankCheckpoint read_rank_checkpoint(const fs::path& dir, int64_t iteration, int6
     return DataError("checkpoint file " + path.string() + ": " + what);
   };
   if (!fs::exists(path)) throw fail("missing (no checkpoint of this rank at this iteration)");
-  const std::vector<unsigned char> bytes = read_whole_file(path);
+  const std::vector<unsigned char> bytes =
+      read_whole_file(path, std::numeric_limits<uint64_t>::max());
   const size_t size = bytes.size();
   if (size < kMagic.size() ||
       std::memcmp(bytes.data(), kMagicStem.data(), kMagicStem.size()) != 0) {

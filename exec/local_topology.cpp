@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "traces/collective_fit.hpp"
 
 namespace traintwin::exec {
@@ -74,10 +74,10 @@ LocalTopology local_topology(const CostDatabase& db, const CostDbDevice& device,
 }
 
 void write_topology(const std::filesystem::path& file, const LocalTopology& t) {
-  std::ofstream out(file);
-  if (!out) throw Error("cannot write topology " + file.string());
+  // Whole or not at all, and never through a link planted at `file` (core/posix_file.hpp).
+  AtomicFile out(file);
   const double tflops = t.peak_FLOPs * 1e-12;
-  out << fmt::format(
+  out.write(fmt::format(
       "# This host as a cluster, written by traintwin profile --topology-out: each \"GPU\" is a\n"
       "# rank pinned to its share of the cores ({} per node). Peak FLOP/s: best GEMM rate of the\n"
       "# cost database; memory bandwidth: best rate of its memory-bound kernels; the node link\n"
@@ -112,8 +112,8 @@ void write_topology(const std::filesystem::path& file, const LocalTopology& t) {
       "  hop_latency: 1us\n",
       t.ranks_per_node, t.link_source, t.name, t.ranks_per_node, t.device, t.device,
       t.memory_bytes / (1024.0 * 1024.0), t.memory_Bps * 1e-9, tflops, tflops, tflops,
-      t.ranks_per_node, t.link_Bps * 1e-9, t.link_latency_s * 1e6);
-  if (!out) throw Error("cannot write topology " + file.string());
+      t.ranks_per_node, t.link_Bps * 1e-9, t.link_latency_s * 1e6));
+  out.commit();
 }
 
 }  // namespace traintwin::exec

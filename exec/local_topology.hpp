@@ -35,8 +35,9 @@ std::pair<double, double> fit_link(const CostDatabase& db);
 LocalTopology local_topology(const CostDatabase& db, const CostDbDevice& device,
                              const std::string& device_id);
 
-/// Writes `t` as a topology YAML file (loadable by load_topology) to `file`. Throws Error when
-/// it cannot be written.
+/// Writes `t` as a topology YAML file (loadable by load_topology) to `file`, atomically (a
+/// temporary renamed over it: a link at `file` is replaced, not followed; a failed write leaves
+/// the old file). Throws Error when it cannot be written.
 void write_topology(const std::filesystem::path& file, const LocalTopology& t);
 
 }  // namespace traintwin::exec

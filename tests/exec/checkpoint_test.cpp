@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +124,29 @@ class CheckpointTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// A FIFO or a device planted as the tracker or a rank file is refused before any read (a FIFO
+// used to block forever, /dev/zero to fill memory); an oversized tracker too.
+TEST_F(CheckpointTest, NonRegularFilesAreRefusedBeforeReading) {
+  fs::create_directories(rank_checkpoint_path(dir_, 10, 3).parent_path());
+  ASSERT_EQ(::mkfifo(latest_iteration_path(dir_).c_str(), 0600), 0);
+  try {
+    read_latest_iteration(dir_);
+    ADD_FAILURE() << "read a FIFO";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not a regular file"));
+  }
+  fs::create_symlink("/dev/zero", rank_checkpoint_path(dir_, 10, 3));
+  expect_refused("is not a regular file");
+  fs::remove(latest_iteration_path(dir_));
+  { std::ofstream(latest_iteration_path(dir_)) << std::string(5000, '1'); }
+  try {
+    read_latest_iteration(dir_);
+    ADD_FAILURE() << "read a 5000-byte tracker";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("more than the 4096"));
+  }
+}
 
 TEST(CheckpointFnvTest, PublishedTestVectors) {
   // From the FNV reference test suite (isthe.com/chongo/tech/comp/fnv): FNV-1a 64.

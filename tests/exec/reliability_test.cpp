@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -17,7 +18,9 @@
 #include "exec/checkpoint.hpp"
 #include "exec/indexed_dataset.hpp"
 #include "exec/launch_env.hpp"
+#include "exec/local_topology.hpp"
 #include "tests/no_temporaries.hpp"
+#include "topologies/topology.hpp"
 
 namespace traintwin {
 namespace {
@@ -203,6 +206,34 @@ TEST(LaunchEnvironment, ReadsOpenMpiSlurmAndPmi) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("SLURM_TASKS_PER_NODE"));
   }
+}
+
+// profile --topology-out writes atomically: a link planted at the path is replaced by the new
+// file, and what it pointed to is left alone (it followed the link before).
+TEST(Reliability, TopologyOutReplacesAPlantedLinkAndLeavesItsTargetAlone) {
+  const fs::path dir = fs::temp_directory_path() / ("traintwin-topo-link-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path victim = dir / "victim.txt", link = dir / "local.yaml";
+  { std::ofstream(victim) << "keep me\n"; }
+  fs::create_symlink(victim, link);
+  exec::LocalTopology t;
+  t.name = "local-test";
+  t.device = "cpu-test-1t";
+  t.ranks_per_node = 2;
+  t.peak_FLOPs = 2e10;
+  t.memory_Bps = 1e10;
+  t.memory_bytes = 8.0 * (1 << 30);
+  t.link_Bps = 5e9;
+  t.link_latency_s = 2e-6;
+  t.link_source = "assumed";
+  exec::write_topology(link, t);
+  EXPECT_FALSE(fs::is_symlink(link));
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "keep me\n");
+  EXPECT_EQ(load_topology(link).gpu.name, "cpu-test-1t");
+  fs::remove_all(dir);
 }
 
 }  // namespace

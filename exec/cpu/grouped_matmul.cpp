@@ -11,10 +11,17 @@ namespace {
 
 constexpr const char* kLayer = "grouped_matmul";
 
-/// Checks the shapes; returns M (total rows).
-int64_t check(std::span<const int64_t> rows_per_group, size_t weight, size_t in_rows_size,
-              const char* in_name, size_t out_rows_size, const char* out_name, int64_t channels,
-              int64_t out_channels) {
+/// Rows [first, first + rows) of a [M, width] span.
+template <typename T>
+std::span<T> rows_of(std::span<T> x, int64_t first, int64_t rows, int64_t width) {
+  return x.subspan(static_cast<size_t>(first * width), static_cast<size_t>(rows * width));
+}
+
+}  // namespace
+
+int64_t grouped_matmul_rows(std::span<const int64_t> rows_per_group, size_t weight,
+                            size_t in_rows_size, const char* in_name, size_t out_rows_size,
+                            const char* out_name, int64_t channels, int64_t out_channels) {
   require_positive(kLayer, channels, "channels");
   require_positive(kLayer, out_channels, "out_channels");
   int64_t rows = 0;
@@ -32,33 +39,15 @@ int64_t check(std::span<const int64_t> rows_per_group, size_t weight, size_t in_
   return rows;
 }
 
-/// Calls f(g, first_row, rows) for every group with rows > 0.
-template <typename F>
-void for_each_group(std::span<const int64_t> rows_per_group, F f) {
-  int64_t row = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    if (rows_per_group[g] > 0) f(g, row, rows_per_group[g]);
-    row += rows_per_group[g];
-  }
-}
-
-/// Rows [first, first + rows) of a [M, width] span.
-template <typename T>
-std::span<T> rows_of(std::span<T> x, int64_t first, int64_t rows, int64_t width) {
-  return x.subspan(static_cast<size_t>(first * width), static_cast<size_t>(rows * width));
-}
-
-}  // namespace
-
 template <typename Scalar>
 void grouped_matmul_forward(std::span<Scalar> out, std::span<const Scalar> inp,
                             std::span<const Scalar> weight,
                             std::span<const int64_t> rows_per_group, int64_t channels,
                             int64_t out_channels) {
-  check(rows_per_group, weight.size(), inp.size(), "inp", out.size(), "out", channels,
-        out_channels);
+  grouped_matmul_rows(rows_per_group, weight.size(), inp.size(), "inp", out.size(), "out",
+                      channels, out_channels);
   const int64_t w = out_channels * channels;
-  for_each_group(rows_per_group, [&](size_t g, int64_t first, int64_t rows) {
+  for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
     matmul_forward<Scalar>(rows_of(out, first, rows, out_channels),
                            rows_of(inp, first, rows, channels), rows_of(weight, g, 1, w), {}, 1,
                            rows, channels, out_channels);
@@ -70,10 +59,10 @@ void grouped_matmul_backward_data(std::span<Scalar> dinp, std::span<const Scalar
                                   std::span<const Scalar> weight,
                                   std::span<const int64_t> rows_per_group, int64_t channels,
                                   int64_t out_channels) {
-  check(rows_per_group, weight.size(), dinp.size(), "dinp", dout.size(), "dout", channels,
-        out_channels);
+  grouped_matmul_rows(rows_per_group, weight.size(), dinp.size(), "dinp", dout.size(), "dout",
+                      channels, out_channels);
   const int64_t w = out_channels * channels;
-  for_each_group(rows_per_group, [&](size_t g, int64_t first, int64_t rows) {
+  for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
     matmul_backward_data<Scalar>(rows_of(dinp, first, rows, channels),
                                  rows_of(dout, first, rows, out_channels),
                                  rows_of(weight, g, 1, w), 1, rows, channels, out_channels);
@@ -85,10 +74,10 @@ void grouped_matmul_backward_weight(std::span<Scalar> dweight, std::span<const S
                                     std::span<const Scalar> inp,
                                     std::span<const int64_t> rows_per_group, int64_t channels,
                                     int64_t out_channels) {
-  check(rows_per_group, dweight.size(), inp.size(), "inp", dout.size(), "dout", channels,
-        out_channels);
+  grouped_matmul_rows(rows_per_group, dweight.size(), inp.size(), "inp", dout.size(), "dout",
+                      channels, out_channels);
   const int64_t w = out_channels * channels;
-  for_each_group(rows_per_group, [&](size_t g, int64_t first, int64_t rows) {
+  for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
     matmul_backward_weight<Scalar>(rows_of(dweight, g, 1, w), {},
                                    rows_of(dout, first, rows, out_channels),
                                    rows_of(inp, first, rows, channels), 1, rows, channels,

@@ -13,6 +13,23 @@
 
 namespace traintwin::exec::cpu {
 
+/// The grouped GEMM's shape checks, every backend's (channels and out_channels >= 1, no group
+/// with negative rows, weight G x OC x C, the inputs and outputs of M = sum of rows rows);
+/// returns M. Throws InvalidArgument naming the operand ("grouped_matmul: ...").
+int64_t grouped_matmul_rows(std::span<const int64_t> rows_per_group, size_t weight,
+                            size_t in_rows_size, const char* in_name, size_t out_rows_size,
+                            const char* out_name, int64_t channels, int64_t out_channels);
+
+/// Calls f(g, first_row, rows) for every group g with rows > 0, in group order.
+template <typename F>
+void for_each_group(std::span<const int64_t> rows_per_group, F f) {
+  int64_t row = 0;
+  for (size_t g = 0; g < rows_per_group.size(); ++g) {
+    if (rows_per_group[g] > 0) f(static_cast<int64_t>(g), row, rows_per_group[g]);
+    row += rows_per_group[g];
+  }
+}
+
 /// Forward. Throws InvalidArgument for channels < 1, a negative row count, or spans whose lengths
 /// do not match (weight: G x OC x C, inp: M x C, out: M x OC).
 template <typename Scalar>

@@ -11,8 +11,11 @@ namespace {
 
 constexpr const char* kLayer = "moe_permute";
 
-void check_rows(const MoePermutation& perm, size_t rows_size, const char* rows_name,
-                size_t tokens_size, const char* tokens_name, int64_t tokens, int64_t channels) {
+}  // namespace
+
+void check_moe_permutation_rows(const MoePermutation& perm, size_t rows_size,
+                                const char* rows_name, size_t tokens_size,
+                                const char* tokens_name, int64_t tokens, int64_t channels) {
   require_positive(kLayer, tokens, "tokens");
   require_positive(kLayer, channels, "channels");
   require_same(kLayer, perm.token.size(), perm.expert.size(), "permutation token / expert");
@@ -26,8 +29,8 @@ void check_rows(const MoePermutation& perm, size_t rows_size, const char* rows_n
   }
 }
 
-void check_experts(const MoePermutation& perm, size_t probs_size, int64_t tokens,
-                   int64_t experts) {
+void check_moe_permutation_experts(const MoePermutation& perm, size_t probs_size, int64_t tokens,
+                                   int64_t experts) {
   require_positive(kLayer, experts, "experts");
   require_size(kLayer, probs_size, tokens * experts, "probs");
   for (const int32_t e : perm.expert) {
@@ -38,7 +41,32 @@ void check_experts(const MoePermutation& perm, size_t probs_size, int64_t tokens
   }
 }
 
-}  // namespace
+std::vector<int64_t> moe_sort_chunks_starts(std::span<const int64_t> chunk_rows,
+                                            std::span<const int64_t> order, size_t inp_size,
+                                            size_t out_size, int64_t channels) {
+  require_positive(kLayer, channels, "channels");
+  require_same(kLayer, chunk_rows.size(), order.size(), "sort_chunks chunk_rows / order");
+  const size_t k = chunk_rows.size();
+  std::vector<int64_t> start(k + 1, 0);
+  for (size_t i = 0; i < k; ++i) {
+    if (chunk_rows[i] < 0) {
+      throw InvalidArgument(std::string(kLayer) + ": sort_chunks chunk " + std::to_string(i) +
+                            " has " + std::to_string(chunk_rows[i]) + " rows");
+    }
+    start[i + 1] = start[i] + chunk_rows[i];
+  }
+  require_size(kLayer, inp_size, start[k] * channels, "sort_chunks inp");
+  require_size(kLayer, out_size, start[k] * channels, "sort_chunks out");
+  std::vector<uint8_t> seen(k, 0);
+  for (const int64_t o : order) {
+    if (o < 0 || o >= static_cast<int64_t>(k) || seen[static_cast<size_t>(o)]) {
+      throw InvalidArgument(std::string(kLayer) + ": sort_chunks order is not a permutation of 0.." +
+                            std::to_string(k - 1));
+    }
+    seen[static_cast<size_t>(o)] = 1;
+  }
+  return start;
+}
 
 MoePermutation moe_make_permutation(std::span<const uint8_t> routing_map, int64_t tokens,
                                     int64_t experts) {
@@ -62,7 +90,7 @@ MoePermutation moe_make_permutation(std::span<const uint8_t> routing_map, int64_
 template <typename Scalar>
 void moe_permute_forward(std::span<Scalar> out, std::span<const Scalar> inp,
                          const MoePermutation& perm, int64_t tokens, int64_t channels) {
-  check_rows(perm, out.size(), "out", inp.size(), "inp", tokens, channels);
+  check_moe_permutation_rows(perm, out.size(), "out", inp.size(), "inp", tokens, channels);
   const auto c = static_cast<size_t>(channels);
   for (size_t m = 0; m < perm.token.size(); ++m) {
     const Scalar* src = inp.data() + static_cast<size_t>(perm.token[m]) * c;
@@ -73,7 +101,7 @@ void moe_permute_forward(std::span<Scalar> out, std::span<const Scalar> inp,
 template <typename Scalar>
 void moe_permute_backward(std::span<Scalar> dinp, std::span<const Scalar> dout,
                           const MoePermutation& perm, int64_t tokens, int64_t channels) {
-  check_rows(perm, dout.size(), "dout", dinp.size(), "dinp", tokens, channels);
+  check_moe_permutation_rows(perm, dout.size(), "dout", dinp.size(), "dinp", tokens, channels);
   const auto c = static_cast<size_t>(channels);
   for (size_t m = 0; m < perm.token.size(); ++m) {
     Scalar* dst = dinp.data() + static_cast<size_t>(perm.token[m]) * c;
@@ -86,8 +114,8 @@ template <typename Scalar>
 void moe_unpermute_forward(std::span<Scalar> out, std::span<const Scalar> inp,
                            std::span<const Scalar> probs, const MoePermutation& perm,
                            int64_t tokens, int64_t experts, int64_t channels) {
-  check_rows(perm, inp.size(), "inp", out.size(), "out", tokens, channels);
-  check_experts(perm, probs.size(), tokens, experts);
+  check_moe_permutation_rows(perm, inp.size(), "inp", out.size(), "out", tokens, channels);
+  check_moe_permutation_experts(perm, probs.size(), tokens, experts);
   std::fill(out.begin(), out.end(), Scalar{0});
   const auto c = static_cast<size_t>(channels);
   const auto e_count = static_cast<size_t>(experts);
@@ -105,9 +133,9 @@ void moe_unpermute_backward(std::span<Scalar> dinp, std::span<Scalar> dprobs,
                             std::span<const Scalar> dout, std::span<const Scalar> inp,
                             std::span<const Scalar> probs, const MoePermutation& perm,
                             int64_t tokens, int64_t experts, int64_t channels) {
-  check_rows(perm, inp.size(), "inp", dout.size(), "dout", tokens, channels);
+  check_moe_permutation_rows(perm, inp.size(), "inp", dout.size(), "dout", tokens, channels);
   require_size(kLayer, dinp.size(), perm.rows() * channels, "dinp");
-  check_experts(perm, probs.size(), tokens, experts);
+  check_moe_permutation_experts(perm, probs.size(), tokens, experts);
   require_size(kLayer, dprobs.size(), tokens * experts, "dprobs");
   const auto c = static_cast<size_t>(channels);
   const auto e_count = static_cast<size_t>(experts);
@@ -131,27 +159,8 @@ template <typename Scalar>
 void moe_sort_chunks(std::span<Scalar> out, std::span<const Scalar> inp,
                      std::span<const int64_t> chunk_rows, std::span<const int64_t> order,
                      int64_t channels) {
-  require_positive(kLayer, channels, "channels");
-  require_same(kLayer, chunk_rows.size(), order.size(), "sort_chunks chunk_rows / order");
-  const size_t k = chunk_rows.size();
-  std::vector<int64_t> start(k + 1, 0);
-  for (size_t i = 0; i < k; ++i) {
-    if (chunk_rows[i] < 0) {
-      throw InvalidArgument(std::string(kLayer) + ": sort_chunks chunk " + std::to_string(i) +
-                            " has " + std::to_string(chunk_rows[i]) + " rows");
-    }
-    start[i + 1] = start[i] + chunk_rows[i];
-  }
-  require_size(kLayer, inp.size(), start[k] * channels, "sort_chunks inp");
-  require_size(kLayer, out.size(), start[k] * channels, "sort_chunks out");
-  std::vector<uint8_t> seen(k, 0);
-  for (const int64_t o : order) {
-    if (o < 0 || o >= static_cast<int64_t>(k) || seen[static_cast<size_t>(o)]) {
-      throw InvalidArgument(std::string(kLayer) + ": sort_chunks order is not a permutation of 0.." +
-                            std::to_string(k - 1));
-    }
-    seen[static_cast<size_t>(o)] = 1;
-  }
+  const std::vector<int64_t> start =
+      moe_sort_chunks_starts(chunk_rows, order, inp.size(), out.size(), channels);
   const auto c = static_cast<size_t>(channels);
   Scalar* dst = out.data();
   for (const int64_t o : order) {

@@ -31,6 +31,24 @@ struct MoePermutation {
 MoePermutation moe_make_permutation(std::span<const uint8_t> routing_map,  // [N, E]
                                     int64_t tokens, int64_t experts);
 
+/// The permutation checks of the (un)permute kernels, every backend's: N, C >= 1, perm's token
+/// and expert lists of one length M, the rows operand M x C, the tokens operand N x C, every
+/// token in [0, N). InvalidArgument naming the operand.
+void check_moe_permutation_rows(const MoePermutation& perm, size_t rows_size,
+                                const char* rows_name, size_t tokens_size,
+                                const char* tokens_name, int64_t tokens, int64_t channels);
+
+/// The unpermute's further checks: E >= 1, probs N x E, every expert of perm in [0, E).
+void check_moe_permutation_experts(const MoePermutation& perm, size_t probs_size, int64_t tokens,
+                                   int64_t experts);
+
+/// moe_sort_chunks' checks (C >= 1, one order entry per chunk, no negative chunk, inp and out of
+/// rows x C, order a permutation of 0..K-1), every backend's; returns the input chunks' first
+/// rows [K + 1] (the last is the row count). InvalidArgument naming what is wrong.
+std::vector<int64_t> moe_sort_chunks_starts(std::span<const int64_t> chunk_rows,
+                                            std::span<const int64_t> order, size_t inp_size,
+                                            size_t out_size, int64_t channels);
+
 /// out[m] = inp[perm.token[m]]. Throws InvalidArgument for lengths that do not match or a token
 /// outside [0, N).
 template <typename Scalar>

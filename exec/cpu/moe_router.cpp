@@ -33,12 +33,10 @@ int64_t moe_expert_capacity(int64_t tokens, int64_t topk, int64_t experts,
                                         static_cast<double>(experts) * capacity_factor));
 }
 
-template <typename Scalar>
-void moe_topk_softmax_forward(std::span<Scalar> gates, std::span<uint8_t> topk_map,
-                              std::span<uint8_t> routing_map, std::span<Scalar> probs,
-                              std::span<int64_t> tokens_per_expert,
-                              std::span<const Scalar> logits, int64_t tokens, int64_t experts,
-                              int64_t topk, int64_t capacity, bool pad_to_capacity) {
+void check_moe_router_forward(size_t logits, size_t gates, size_t topk_map, size_t routing_map,
+                              size_t probs, size_t tokens_per_expert, int64_t tokens,
+                              int64_t experts, int64_t topk, int64_t capacity,
+                              bool pad_to_capacity) {
   check_shape(tokens, experts);
   require_positive(kLayer, topk, "topk");
   if (topk > experts) {
@@ -51,12 +49,35 @@ void moe_topk_softmax_forward(std::span<Scalar> gates, std::span<uint8_t> topk_m
                           "(moe_expert_capacity_factor), the router is dropless");
   }
   const int64_t ne = tokens * experts;
-  require_size(kLayer, logits.size(), ne, "logits");
-  require_size(kLayer, gates.size(), ne, "gates");
-  require_size(kLayer, topk_map.size(), ne, "topk_map");
-  require_size(kLayer, routing_map.size(), ne, "routing_map");
-  require_size(kLayer, probs.size(), ne, "probs");
-  require_size(kLayer, tokens_per_expert.size(), experts, "tokens_per_expert");
+  require_size(kLayer, logits, ne, "logits");
+  require_size(kLayer, gates, ne, "gates");
+  require_size(kLayer, topk_map, ne, "topk_map");
+  require_size(kLayer, routing_map, ne, "routing_map");
+  require_size(kLayer, probs, ne, "probs");
+  require_size(kLayer, tokens_per_expert, experts, "tokens_per_expert");
+}
+
+void check_moe_router_backward(size_t dlogits, size_t dprobs, size_t gates, size_t topk_map,
+                               size_t routing_map, int64_t tokens, int64_t experts) {
+  check_shape(tokens, experts);
+  const int64_t ne = tokens * experts;
+  require_size(kLayer, dlogits, ne, "dlogits");
+  require_size(kLayer, dprobs, ne, "dprobs");
+  require_size(kLayer, gates, ne, "gates");
+  require_size(kLayer, topk_map, ne, "topk_map");
+  require_size(kLayer, routing_map, ne, "routing_map");
+}
+
+template <typename Scalar>
+void moe_topk_softmax_forward(std::span<Scalar> gates, std::span<uint8_t> topk_map,
+                              std::span<uint8_t> routing_map, std::span<Scalar> probs,
+                              std::span<int64_t> tokens_per_expert,
+                              std::span<const Scalar> logits, int64_t tokens, int64_t experts,
+                              int64_t topk, int64_t capacity, bool pad_to_capacity) {
+  check_moe_router_forward(logits.size(), gates.size(), topk_map.size(), routing_map.size(),
+                           probs.size(), tokens_per_expert.size(), tokens, experts, topk,
+                           capacity, pad_to_capacity);
+  const int64_t ne = tokens * experts;
 
   const auto e_count = static_cast<size_t>(experts);
   std::fill(gates.begin(), gates.end(), Scalar{0});
@@ -111,13 +132,8 @@ void moe_topk_softmax_backward(std::span<Scalar> dlogits, std::span<const Scalar
                                std::span<const Scalar> gates, std::span<const uint8_t> topk_map,
                                std::span<const uint8_t> routing_map, int64_t tokens,
                                int64_t experts) {
-  check_shape(tokens, experts);
-  const int64_t ne = tokens * experts;
-  require_size(kLayer, dlogits.size(), ne, "dlogits");
-  require_size(kLayer, dprobs.size(), ne, "dprobs");
-  require_size(kLayer, gates.size(), ne, "gates");
-  require_size(kLayer, topk_map.size(), ne, "topk_map");
-  require_size(kLayer, routing_map.size(), ne, "routing_map");
+  check_moe_router_backward(dlogits.size(), dprobs.size(), gates.size(), topk_map.size(),
+                            routing_map.size(), tokens, experts);
   const auto e_count = static_cast<size_t>(experts);
   for (size_t n = 0; n < static_cast<size_t>(tokens); ++n) {
     const size_t base = n * e_count;
@@ -133,10 +149,8 @@ void moe_topk_softmax_backward(std::span<Scalar> dlogits, std::span<const Scalar
   }
 }
 
-namespace {
-
-void check_aux(size_t scores, size_t logits_or_dlogits, size_t tpe, int64_t tokens, int64_t experts,
-               int64_t total_tokens, int64_t topk) {
+void check_moe_aux_loss(size_t scores, size_t logits, size_t tokens_per_expert, int64_t tokens,
+                        int64_t experts, int64_t total_tokens, int64_t topk) {
   check_shape(tokens, experts);
   require_positive(kLayer, topk, "topk");
   if (total_tokens < tokens) {
@@ -145,23 +159,21 @@ void check_aux(size_t scores, size_t logits_or_dlogits, size_t tpe, int64_t toke
                           std::to_string(tokens));
   }
   require_size(kLayer, scores, tokens * experts, "scores");
-  require_size(kLayer, logits_or_dlogits, tokens * experts, "logits");
-  require_size(kLayer, tpe, experts, "tokens_per_expert");
+  require_size(kLayer, logits, tokens * experts, "logits");
+  require_size(kLayer, tokens_per_expert, experts, "tokens_per_expert");
 }
 
-double aux_scale(int64_t experts, int64_t total_tokens, int64_t topk, double coeff) {
+double moe_aux_loss_scale(int64_t experts, int64_t total_tokens, int64_t topk, double coeff) {
   const auto t = static_cast<double>(total_tokens);
   return coeff * static_cast<double>(experts) / (t * t * static_cast<double>(topk));
 }
-
-}  // namespace
 
 template <typename Scalar>
 Scalar moe_switch_aux_loss_forward(std::span<Scalar> scores, std::span<const Scalar> logits,
                                    std::span<const int64_t> tokens_per_expert, int64_t tokens,
                                    int64_t experts, int64_t total_tokens, int64_t topk,
                                    double coeff) {
-  check_aux(scores.size(), logits.size(), tokens_per_expert.size(), tokens, experts, total_tokens,
+  check_moe_aux_loss(scores.size(), logits.size(), tokens_per_expert.size(), tokens, experts, total_tokens,
             topk);
   const auto e_count = static_cast<size_t>(experts);
   std::vector<double> per_expert(e_count, 0.0);
@@ -180,7 +192,7 @@ Scalar moe_switch_aux_loss_forward(std::span<Scalar> scores, std::span<const Sca
   for (size_t e = 0; e < e_count; ++e) {
     total += per_expert[e] * static_cast<double>(tokens_per_expert[e]);
   }
-  return static_cast<Scalar>(total * aux_scale(experts, total_tokens, topk, coeff));
+  return static_cast<Scalar>(total * moe_aux_loss_scale(experts, total_tokens, topk, coeff));
 }
 
 template <typename Scalar>
@@ -189,10 +201,10 @@ void moe_switch_aux_loss_backward(std::span<Scalar> dlogits, Scalar daux,
                                   std::span<const int64_t> tokens_per_expert, int64_t tokens,
                                   int64_t experts, int64_t total_tokens, int64_t topk,
                                   double coeff) {
-  check_aux(scores.size(), dlogits.size(), tokens_per_expert.size(), tokens, experts, total_tokens,
+  check_moe_aux_loss(scores.size(), dlogits.size(), tokens_per_expert.size(), tokens, experts, total_tokens,
             topk);
   const auto e_count = static_cast<size_t>(experts);
-  const double scale = aux_scale(experts, total_tokens, topk, coeff);
+  const double scale = moe_aux_loss_scale(experts, total_tokens, topk, coeff);
   std::vector<Scalar> c(e_count);
   for (size_t e = 0; e < e_count; ++e) {
     c[e] = static_cast<Scalar>(scale * static_cast<double>(tokens_per_expert[e]));

@@ -37,6 +37,27 @@ namespace traintwin::exec::cpu {
 int64_t moe_expert_capacity(int64_t tokens, int64_t topk, int64_t experts,
                             double capacity_factor);
 
+/// The checks of moe_topk_softmax_forward, every backend's (sizes of its operands): InvalidArgument
+/// for sizes < 1, topk > E, pad_to_capacity without a capacity, or a length other than N x E
+/// (E for tokens_per_expert).
+void check_moe_router_forward(size_t logits, size_t gates, size_t topk_map, size_t routing_map,
+                              size_t probs, size_t tokens_per_expert, int64_t tokens,
+                              int64_t experts, int64_t topk, int64_t capacity,
+                              bool pad_to_capacity);
+
+/// The checks of moe_topk_softmax_backward (sizes of its operands), every backend's.
+void check_moe_router_backward(size_t dlogits, size_t dprobs, size_t gates, size_t topk_map,
+                               size_t routing_map, int64_t tokens, int64_t experts);
+
+/// The checks of the Switch aux loss's forward and backward (`logits` is dlogits' size in the
+/// backward), every backend's: sizes >= 1, total_tokens >= N, lengths N x E and E.
+void check_moe_aux_loss(size_t scores, size_t logits, size_t tokens_per_expert, int64_t tokens,
+                        int64_t experts, int64_t total_tokens, int64_t topk);
+
+/// The Switch loss's scale coeff x E / (total_tokens^2 x topk) (Fedus et al. 2021 eq. 4 with
+/// Megatron's normalization), every backend's.
+double moe_aux_loss_scale(int64_t experts, int64_t total_tokens, int64_t topk, double coeff);
+
 /// Forward of steps 1-3. `capacity` <= 0: dropless; else the per-expert capacity
 /// (moe_expert_capacity), `pad_to_capacity` as moe_pad_expert_input_to_capacity (requires a
 /// capacity). Writes gates, topk_map (0/1), routing_map (0/1), probs = gates x routing_map, and

@@ -68,11 +68,6 @@ bool is_host_memory(const void* p) {
   return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
 }
 
-int grid_for(int64_t n, int threads) {
-  const int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 65535 * 8));
-}
-
 const float* ptr(CFSpan s) { return s.empty() ? nullptr : s.data(); }
 float* ptr(FSpan s) { return s.empty() ? nullptr : s.data(); }
 
@@ -274,8 +269,8 @@ void CudaBackend::fill_2d(FSpan dst, int64_t pitch, int64_t width, int64_t heigh
                                          stream_));
     return;
   }
-  fill_2d_kernel<<<grid_for(width * height, 256), 256, 0, stream_>>>(dst.data(), pitch, width,
-                                                                     height, value);
+  fill_2d_kernel<<<detail::grid_for(width * height), detail::kBlock, 0, stream_>>>(
+      dst.data(), pitch, width, height, value);
   TRAINTWIN_CUDA_CHECK_LAUNCH();
 }
 

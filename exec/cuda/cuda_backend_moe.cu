@@ -12,10 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "exec/cpu/grouped_matmul.hpp"
+#include "exec/cpu/moe_permute.hpp"
+#include "exec/cpu/moe_router.hpp"
 #include "exec/cuda/cuda_check.hpp"
 #include "exec/cuda/gemm.hpp"
 #include "exec/cuda/moe_permute.hpp"
@@ -25,79 +26,6 @@ namespace traintwin::exec::cuda {
 namespace {
 
 constexpr DType kF32 = DType::kFloat32;
-
-[[noreturn]] void fail(const char* who, const std::string& what) {
-  throw InvalidArgument(std::string("cuda backend: ") + who + ": " + what);
-}
-
-void require_positive(const char* who, int64_t value, const char* name) {
-  if (value < 1) fail(who, std::string(name) + " must be >= 1, got " + std::to_string(value));
-}
-
-/// The CPU router's shape checks (moe_router.cpp): N, E, k >= 1 and k <= E.
-void check_router(const char* who, int64_t tokens, int64_t experts, int64_t topk) {
-  require_positive(who, tokens, "tokens");
-  require_positive(who, experts, "experts");
-  require_positive(who, topk, "topk");
-  if (topk > experts) {
-    fail(who, "moe_router_topk " + std::to_string(topk) + " exceeds num_moe_experts " +
-                  std::to_string(experts));
-  }
-}
-
-/// The aux loss's checks (moe_router.cpp check_aux).
-void check_aux(const char* who, size_t scores, size_t logits, const char* logits_name, size_t tpe,
-               int64_t tokens, int64_t experts, int64_t total_tokens, int64_t topk) {
-  check_router(who, tokens, experts, 1);
-  require_positive(who, topk, "topk");
-  if (total_tokens < tokens) {
-    fail(who, "aux loss total_tokens " + std::to_string(total_tokens) +
-                  " is less than this rank's tokens " + std::to_string(tokens));
-  }
-  check_size(who, "scores", scores, tokens * experts);
-  check_size(who, logits_name, logits, tokens * experts);
-  check_size(who, "tokens_per_expert", tpe, experts);
-}
-
-/// coeff E / (T^2 k): the Switch loss's scale (moe_router.cpp aux_scale).
-double aux_scale(int64_t experts, int64_t total_tokens, int64_t topk, double coeff) {
-  const auto t = static_cast<double>(total_tokens);
-  return coeff * static_cast<double>(experts) / (t * t * static_cast<double>(topk));
-}
-
-/// The permutation's checks (moe_permute.cpp check_rows): N, C >= 1, token / expert lengths
-/// equal, the rows operand M x C, the tokens operand N x C, every token in [0, N).
-void check_rows(const char* who, const cpu::MoePermutation& perm, size_t rows_size,
-                const char* rows_name, size_t tokens_size, const char* tokens_name,
-                int64_t tokens, int64_t channels) {
-  require_positive(who, tokens, "tokens");
-  require_positive(who, channels, "channels");
-  if (perm.token.size() != perm.expert.size()) {
-    fail(who, "permutation token / expert lengths differ: " + std::to_string(perm.token.size()) +
-                  " vs " + std::to_string(perm.expert.size()));
-  }
-  check_size(who, rows_name, rows_size, perm.rows() * channels);
-  check_size(who, tokens_name, tokens_size, tokens * channels);
-  for (const int64_t t : perm.token) {
-    if (t < 0 || t >= tokens) {
-      fail(who, "permuted row names token " + std::to_string(t) + ", outside [0, " +
-                    std::to_string(tokens) + ")");
-    }
-  }
-}
-
-/// check_experts of moe_permute.cpp: E >= 1, probs N x E, every expert in [0, E).
-void check_experts(const char* who, const cpu::MoePermutation& perm, size_t probs_size,
-                   int64_t tokens, int64_t experts) {
-  require_positive(who, experts, "experts");
-  check_size(who, "probs", probs_size, tokens * experts);
-  for (const int32_t e : perm.expert) {
-    if (e < 0 || e >= experts) {
-      fail(who, "permuted row names expert " + std::to_string(e) + ", outside [0, " +
-                    std::to_string(experts) + ")");
-    }
-  }
-}
 
 /// The inverse of perm.token in CSR form, [offsets (N + 1) | rows (M)]: token n's rows are
 /// rows[offsets[n] .. offsets[n+1]), ascending (a stable counting sort), the CPU's summation
@@ -115,38 +43,6 @@ std::vector<int64_t> token_rows(const cpu::MoePermutation& perm, int64_t tokens)
   return csr;
 }
 
-/// The grouped GEMM's checks (grouped_matmul.cpp check); returns M, the total rows.
-int64_t check_grouped(const char* who, std::span<const int64_t> rows_per_group, size_t weight,
-                      const char* weight_name, size_t in_rows, const char* in_name,
-                      size_t out_rows, const char* out_name, int64_t channels,
-                      int64_t out_channels) {
-  require_positive(who, channels, "channels");
-  require_positive(who, out_channels, "out_channels");
-  int64_t rows = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    if (rows_per_group[g] < 0) {
-      fail(who, "group " + std::to_string(g) + " has " + std::to_string(rows_per_group[g]) +
-                    " rows");
-    }
-    rows += rows_per_group[g];
-  }
-  const auto groups = static_cast<int64_t>(rows_per_group.size());
-  check_size(who, weight_name, weight, groups * out_channels * channels);
-  check_size(who, in_name, in_rows, rows * channels);
-  check_size(who, out_name, out_rows, rows * out_channels);
-  return rows;
-}
-
-/// Calls f(g, first_row, rows) for every group with rows > 0 (grouped_matmul.cpp).
-template <typename F>
-void for_each_group(std::span<const int64_t> rows_per_group, F f) {
-  int64_t row = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    if (rows_per_group[g] > 0) f(static_cast<int64_t>(g), row, rows_per_group[g]);
-    row += rows_per_group[g];
-  }
-}
-
 }  // namespace
 
 // ---- router -------------------------------------------------------------------------------------
@@ -160,20 +56,10 @@ void CudaBackend::moe_topk_softmax_forward(FSpan gates, std::span<uint8_t> topk_
                                            std::span<int64_t> tokens_per_expert, CFSpan logits,
                                            int64_t tokens, int64_t experts, int64_t topk,
                                            int64_t capacity, bool pad_to_capacity) {
-  const char* who = "moe_topk_softmax_forward";
-  check_router(who, tokens, experts, topk);
-  if (pad_to_capacity && capacity < 1) {
-    fail(who, "moe_pad_expert_input_to_capacity needs a capacity (moe_expert_capacity_factor), "
-              "the router is dropless");
-  }
+  cpu::check_moe_router_forward(logits.size(), gates.size(), topk_map.size(), routing_map.size(),
+                                probs.size(), tokens_per_expert.size(), tokens, experts, topk,
+                                capacity, pad_to_capacity);
   const int64_t ne = tokens * experts;
-  check_size(who, "logits", logits.size(), ne);
-  check_size(who, "gates", gates.size(), ne);
-  check_size(who, "topk_map", topk_map.size(), ne);
-  check_size(who, "routing_map", routing_map.size(), ne);
-  check_size(who, "probs", probs.size(), ne);
-  check_size(who, "tokens_per_expert", tokens_per_expert.size(), experts);
-
   const auto map_bytes = static_cast<size_t>(ne);
   Scratch maps(*this, 2 * map_bytes);  // [topk_map | routing_map]
   Scratch counts(*this, static_cast<size_t>(experts) * sizeof(int64_t));
@@ -211,14 +97,8 @@ void CudaBackend::moe_topk_softmax_backward(FSpan dlogits, CFSpan dprobs, CFSpan
                                             std::span<const uint8_t> topk_map,
                                             std::span<const uint8_t> routing_map, int64_t tokens,
                                             int64_t experts) {
-  const char* who = "moe_topk_softmax_backward";
-  check_router(who, tokens, experts, 1);
-  const int64_t ne = tokens * experts;
-  check_size(who, "dlogits", dlogits.size(), ne);
-  check_size(who, "dprobs", dprobs.size(), ne);
-  check_size(who, "gates", gates.size(), ne);
-  check_size(who, "topk_map", topk_map.size(), ne);
-  check_size(who, "routing_map", routing_map.size(), ne);
+  cpu::check_moe_router_backward(dlogits.size(), dprobs.size(), gates.size(), topk_map.size(),
+                                 routing_map.size(), tokens, experts);
   const Scratch topk_d = upload_scratch(topk_map.data(), topk_map.size());
   const Scratch routing_d = upload_scratch(routing_map.data(), routing_map.size());
   cuda::moe_topk_softmax_backward(dlogits.data(), dprobs.data(), gates.data(),
@@ -235,9 +115,8 @@ double CudaBackend::moe_switch_aux_loss_forward(FSpan scores, CFSpan logits,
                                                 int64_t tokens, int64_t experts,
                                                 int64_t total_tokens, int64_t topk,
                                                 double coeff) {
-  const char* who = "moe_switch_aux_loss_forward";
-  check_aux(who, scores.size(), logits.size(), "logits", tokens_per_expert.size(), tokens,
-            experts, total_tokens, topk);
+  cpu::check_moe_aux_loss(scores.size(), logits.size(), tokens_per_expert.size(), tokens, experts,
+                          total_tokens, topk);
   const auto e_count = static_cast<size_t>(experts);
   Scratch sums(*this, e_count * sizeof(double));
   moe_aux_scores(scores.data(), sums.as<double>(), logits.data(), tokens, experts, stream_);
@@ -249,7 +128,7 @@ double CudaBackend::moe_switch_aux_loss_forward(FSpan scores, CFSpan logits,
   for (size_t e = 0; e < e_count; ++e) {
     total += per_expert[e] * static_cast<double>(tokens_per_expert[e]);
   }
-  return static_cast<float>(total * aux_scale(experts, total_tokens, topk, coeff));
+  return static_cast<float>(total * cpu::moe_aux_loss_scale(experts, total_tokens, topk, coeff));
 }
 
 /// dlogits [N, E] += daux x d aux / d logits: with c_e = coeff E / (T^2 k) tokens_per_expert[e]
@@ -258,10 +137,9 @@ void CudaBackend::moe_switch_aux_loss_backward(FSpan dlogits, double daux, CFSpa
                                                std::span<const int64_t> tokens_per_expert,
                                                int64_t tokens, int64_t experts,
                                                int64_t total_tokens, int64_t topk, double coeff) {
-  const char* who = "moe_switch_aux_loss_backward";
-  check_aux(who, scores.size(), dlogits.size(), "dlogits", tokens_per_expert.size(), tokens,
-            experts, total_tokens, topk);
-  const double scale = aux_scale(experts, total_tokens, topk, coeff);
+  cpu::check_moe_aux_loss(scores.size(), dlogits.size(), tokens_per_expert.size(), tokens, experts,
+                          total_tokens, topk);
+  const double scale = cpu::moe_aux_loss_scale(experts, total_tokens, topk, coeff);
   std::vector<float> c(static_cast<size_t>(experts));
   for (size_t e = 0; e < c.size(); ++e) {
     c[e] = static_cast<float>(scale * static_cast<double>(tokens_per_expert[e]));
@@ -276,8 +154,7 @@ void CudaBackend::moe_switch_aux_loss_backward(FSpan dlogits, double daux, CFSpa
 /// out [M, C] = inp [N, C] gathered by perm.token (expert-major rows). Asynchronous.
 void CudaBackend::moe_permute_forward(FSpan out, CFSpan inp, const cpu::MoePermutation& perm,
                                       int64_t tokens, int64_t channels) {
-  const char* who = "moe_permute_forward";
-  check_rows(who, perm, out.size(), "out", inp.size(), "inp", tokens, channels);
+  cpu::check_moe_permutation_rows(perm, out.size(), "out", inp.size(), "inp", tokens, channels);
   if (perm.rows() == 0) return;
   const Scratch token_d =
       upload_scratch(perm.token.data(), perm.token.size() * sizeof(int64_t));
@@ -288,8 +165,8 @@ void CudaBackend::moe_permute_forward(FSpan out, CFSpan inp, const cpu::MoePermu
 /// rows (host-built CSR inverse; no atomics, the CPU's summation order). Asynchronous.
 void CudaBackend::moe_permute_backward(FSpan dinp, CFSpan dout, const cpu::MoePermutation& perm,
                                        int64_t tokens, int64_t channels) {
-  const char* who = "moe_permute_backward";
-  check_rows(who, perm, dout.size(), "dout", dinp.size(), "dinp", tokens, channels);
+  cpu::check_moe_permutation_rows(perm, dout.size(), "dout", dinp.size(), "dinp", tokens,
+                                  channels);
   if (perm.rows() == 0) return;
   const std::vector<int64_t> csr = token_rows(perm, tokens);
   const Scratch csr_d = upload_scratch(csr.data(), csr.size() * sizeof(int64_t));
@@ -303,9 +180,8 @@ void CudaBackend::moe_permute_backward(FSpan dinp, CFSpan dout, const cpu::MoePe
 void CudaBackend::moe_unpermute_forward(FSpan out, CFSpan inp, CFSpan probs,
                                         const cpu::MoePermutation& perm, int64_t tokens,
                                         int64_t experts, int64_t channels) {
-  const char* who = "moe_unpermute_forward";
-  check_rows(who, perm, inp.size(), "inp", out.size(), "out", tokens, channels);
-  check_experts(who, perm, probs.size(), tokens, experts);
+  cpu::check_moe_permutation_rows(perm, inp.size(), "inp", out.size(), "out", tokens, channels);
+  cpu::check_moe_permutation_experts(perm, probs.size(), tokens, experts);
   const std::vector<int64_t> csr = token_rows(perm, tokens);
   const Scratch csr_d = upload_scratch(csr.data(), csr.size() * sizeof(int64_t));
   const Scratch expert_d =
@@ -321,9 +197,9 @@ void CudaBackend::moe_unpermute_backward(FSpan dinp, FSpan dprobs, CFSpan dout, 
                                          CFSpan probs, const cpu::MoePermutation& perm,
                                          int64_t tokens, int64_t experts, int64_t channels) {
   const char* who = "moe_unpermute_backward";
-  check_rows(who, perm, inp.size(), "inp", dout.size(), "dout", tokens, channels);
+  cpu::check_moe_permutation_rows(perm, inp.size(), "inp", dout.size(), "dout", tokens, channels);
   check_size(who, "dinp", dinp.size(), perm.rows() * channels);
-  check_experts(who, perm, probs.size(), tokens, experts);
+  cpu::check_moe_permutation_experts(perm, probs.size(), tokens, experts);
   check_size(who, "dprobs", dprobs.size(), tokens * experts);
   if (perm.rows() == 0) return;
   const Scratch token_d =
@@ -339,33 +215,13 @@ void CudaBackend::moe_unpermute_backward(FSpan dinp, FSpan dprobs, CFSpan dout, 
 /// permutation of 0..K-1). One gather kernel over the rows. Asynchronous.
 void CudaBackend::moe_sort_chunks(FSpan out, CFSpan inp, std::span<const int64_t> chunk_rows,
                                   std::span<const int64_t> order, int64_t channels) {
-  const char* who = "moe_sort_chunks";
-  require_positive(who, channels, "channels");
-  if (chunk_rows.size() != order.size()) {
-    fail(who, "sort_chunks chunk_rows / order lengths differ: " +
-                  std::to_string(chunk_rows.size()) + " vs " + std::to_string(order.size()));
-  }
+  // The input chunks' first rows, after the CPU layer's checks.
+  const std::vector<int64_t> start =
+      cpu::moe_sort_chunks_starts(chunk_rows, order, inp.size(), out.size(), channels);
   const size_t k = chunk_rows.size();
-  // [out_start (K + 1) | in_start of output chunk j (K)], from the input chunks' starts.
-  std::vector<int64_t> start(k + 1, 0);
-  for (size_t i = 0; i < k; ++i) {
-    if (chunk_rows[i] < 0) {
-      fail(who, "sort_chunks chunk " + std::to_string(i) + " has " +
-                    std::to_string(chunk_rows[i]) + " rows");
-    }
-    start[i + 1] = start[i] + chunk_rows[i];
-  }
-  check_size(who, "sort_chunks inp", inp.size(), start[k] * channels);
-  check_size(who, "sort_chunks out", out.size(), start[k] * channels);
-  std::vector<uint8_t> seen(k, 0);
-  for (const int64_t o : order) {
-    if (o < 0 || o >= static_cast<int64_t>(k) || seen[static_cast<size_t>(o)]) {
-      fail(who, "sort_chunks order is not a permutation of 0.." + std::to_string(k - 1));
-    }
-    seen[static_cast<size_t>(o)] = 1;
-  }
   const int64_t rows = start[k];
   if (rows == 0) return;
+  // [out_start (K + 1) | in_start of output chunk j (K)].
   std::vector<int64_t> starts(2 * k + 1, 0);
   for (size_t j = 0; j < k; ++j) {
     const auto i = static_cast<size_t>(order[j]);
@@ -385,11 +241,10 @@ void CudaBackend::moe_sort_chunks(FSpan out, CFSpan inp, std::span<const int64_t
 void CudaBackend::grouped_matmul_forward(FSpan out, CFSpan inp, CFSpan weight,
                                          std::span<const int64_t> rows_per_group,
                                          int64_t channels, int64_t out_channels) {
-  const char* who = "grouped_matmul_forward";
-  check_grouped(who, rows_per_group, weight.size(), "weight", inp.size(), "inp", out.size(),
-                "out", channels, out_channels);
+  cpu::grouped_matmul_rows(rows_per_group, weight.size(), inp.size(), "inp", out.size(), "out",
+                           channels, out_channels);
   const int64_t w = out_channels * channels;
-  for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
+  cpu::for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
     cuda::matmul_forward(cublas_, kF32, out.data() + first * out_channels,
                          inp.data() + first * channels, weight.data() + g * w, nullptr, rows,
                          channels, out_channels, stream_);
@@ -400,11 +255,10 @@ void CudaBackend::grouped_matmul_forward(FSpan out, CFSpan inp, CFSpan weight,
 void CudaBackend::grouped_matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan weight,
                                                std::span<const int64_t> rows_per_group,
                                                int64_t channels, int64_t out_channels) {
-  const char* who = "grouped_matmul_backward_data";
-  check_grouped(who, rows_per_group, weight.size(), "weight", dinp.size(), "dinp", dout.size(),
-                "dout", channels, out_channels);
+  cpu::grouped_matmul_rows(rows_per_group, weight.size(), dinp.size(), "dinp", dout.size(),
+                           "dout", channels, out_channels);
   const int64_t w = out_channels * channels;
-  for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
+  cpu::for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
     cuda::matmul_backward_data(cublas_, kF32, dinp.data() + first * channels,
                                dout.data() + first * out_channels, weight.data() + g * w, rows,
                                channels, out_channels, /*accumulate=*/true, stream_);
@@ -415,11 +269,10 @@ void CudaBackend::grouped_matmul_backward_data(FSpan dinp, CFSpan dout, CFSpan w
 void CudaBackend::grouped_matmul_backward_weight(FSpan dweight, CFSpan dout, CFSpan inp,
                                                  std::span<const int64_t> rows_per_group,
                                                  int64_t channels, int64_t out_channels) {
-  const char* who = "grouped_matmul_backward_weight";
-  check_grouped(who, rows_per_group, dweight.size(), "dweight", inp.size(), "inp", dout.size(),
-                "dout", channels, out_channels);
+  cpu::grouped_matmul_rows(rows_per_group, dweight.size(), inp.size(), "inp", dout.size(),
+                           "dout", channels, out_channels);
   const int64_t w = out_channels * channels;
-  for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
+  cpu::for_each_group(rows_per_group, [&](int64_t g, int64_t first, int64_t rows) {
     cuda::matmul_backward_weight(cublas_, kF32, dweight.data() + g * w, nullptr,
                                  dout.data() + first * out_channels,
                                  inp.data() + first * channels, rows, channels, out_channels,

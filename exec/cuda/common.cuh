@@ -119,6 +119,14 @@ inline unsigned grid_for(int64_t n, int threads = kBlock) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 65536));
 }
 
+/// Warps (rows) per block of the row-per-warp kernels (LayerNorm, RMSNorm, softmax).
+constexpr int kRowWarps = 8;
+
+/// Blocks for `rows` rows at one warp per row, kRowWarps per block.
+inline unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+}
+
 // --- host-side argument checks (before any CUDA call) ------------------------------------------
 
 /// Throws InvalidArgument "cuda <layer>: <name> must be >= 1, got <v>".
@@ -164,6 +172,15 @@ inline void require_product_fits(const char* layer, int64_t a, int64_t b, const 
   if (a > 0 && b > INT64_MAX / a) {
     throw InvalidArgument(std::string("cuda ") + layer + ": " + what + " overflows int64");
   }
+}
+
+/// The shape checks of a per-row layer over [batch, seq, channels]: sizes >= 1 and a product that
+/// fits int64 (LayerNorm, RMSNorm).
+inline void require_rows_shape(const char* layer, int64_t batch, int64_t seq, int64_t channels) {
+  require_positive(layer, batch, "batch");
+  require_positive(layer, seq, "seq");
+  require_positive(layer, channels, "channels");
+  require_product_fits(layer, batch * seq, channels, "batch * seq * channels");
 }
 
 }  // namespace traintwin::exec::cuda::detail

@@ -10,14 +10,13 @@ namespace {
 using namespace detail;
 
 constexpr const char* kLayer = "layernorm";
-constexpr int kWarpsPerBlock = 8;
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const T* weight, const T* bias, int64_t rows,
                                          int64_t channels, float eps) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
   const T* x = inp + row * channels;
   const float inv_c = 1.0f / static_cast<float>(channels);
@@ -46,7 +45,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
                                                 const float* rstd, int64_t rows,
                                                 int64_t channels) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
   const T* dy = dout + row * channels;
   const T* x = inp + row * channels;
@@ -104,23 +103,12 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
   }
 }
 
-void check(int64_t batch, int64_t seq, int64_t channels) {
-  require_positive(kLayer, batch, "batch");
-  require_positive(kLayer, seq, "seq");
-  require_positive(kLayer, channels, "channels");
-  require_product_fits(kLayer, batch * seq, channels, "batch * seq * channels");
-}
-
-unsigned row_blocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
 }  // namespace
 
 void layernorm_forward(DType dtype, void* out, float* mean, float* rstd, const void* inp,
                        const void* weight, const void* bias, int64_t batch, int64_t seq,
                        int64_t channels, cudaStream_t stream) {
-  check(batch, seq, channels);
+  require_rows_shape(kLayer, batch, seq, channels);
   require_pointer(kLayer, out, "out");
   require_pointer(kLayer, mean, "mean");
   require_pointer(kLayer, rstd, "rstd");
@@ -130,7 +118,7 @@ void layernorm_forward(DType dtype, void* out, float* mean, float* rstd, const v
   const int64_t rows = batch * seq;
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    layernorm_forward_kernel<T><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+    layernorm_forward_kernel<T><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
         static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
         static_cast<const T*>(weight), static_cast<const T*>(bias), rows, channels,
         static_cast<float>(cpu::kLayerNormEps));
@@ -141,7 +129,7 @@ void layernorm_forward(DType dtype, void* out, float* mean, float* rstd, const v
 void layernorm_backward(DType dtype, void* dinp, float* dweight, float* dbias, const void* dout,
                         const void* inp, const void* weight, const float* mean, const float* rstd,
                         int64_t batch, int64_t seq, int64_t channels, cudaStream_t stream) {
-  check(batch, seq, channels);
+  require_rows_shape(kLayer, batch, seq, channels);
   require_pointer(kLayer, dinp, "dinp");
   require_pointer(kLayer, dweight, "dweight");
   require_pointer(kLayer, dbias, "dbias");
@@ -153,7 +141,7 @@ void layernorm_backward(DType dtype, void* dinp, float* dweight, float* dbias, c
   const int64_t rows = batch * seq;
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    layernorm_backward_input_kernel<T><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+    layernorm_backward_input_kernel<T><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
         static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
         static_cast<const T*>(weight), mean, rstd, rows, channels);
     TRAINTWIN_CUDA_CHECK_LAUNCH();

@@ -10,7 +10,6 @@ namespace {
 using namespace detail;
 
 constexpr const char* kLayer = "rmsnorm";
-constexpr int kWarpsPerBlock = 8;
 
 // One warp per row: the sum of squares (lanes over strided channels, then a warp sum), then the
 // scaled row.
@@ -18,7 +17,7 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rrms, const float* inp
                                        const float* weight, int64_t rows, int64_t channels,
                                        float eps) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
   const float* x = inp + row * channels;
   float sum_sq = 0.0f;
@@ -35,7 +34,7 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
                                               const float* weight, const float* rrms,
                                               int64_t rows, int64_t channels) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
   const float* x = inp + row * channels;
   const float* g = dout + row * channels;
@@ -69,28 +68,17 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout
   }
 }
 
-void check(int64_t batch, int64_t seq, int64_t channels) {
-  require_positive(kLayer, batch, "batch");
-  require_positive(kLayer, seq, "seq");
-  require_positive(kLayer, channels, "channels");
-  require_product_fits(kLayer, batch * seq, channels, "batch * seq * channels");
-}
-
-unsigned row_blocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
 }  // namespace
 
 void rmsnorm_forward(float* out, float* rrms, const float* inp, const float* weight,
                      int64_t batch, int64_t seq, int64_t channels, cudaStream_t stream) {
-  check(batch, seq, channels);
+  require_rows_shape(kLayer, batch, seq, channels);
   require_pointer(kLayer, out, "out");
   require_pointer(kLayer, rrms, "rrms");
   require_pointer(kLayer, inp, "inp");
   require_pointer(kLayer, weight, "weight");
   const int64_t rows = batch * seq;
-  rmsnorm_forward_kernel<<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+  rmsnorm_forward_kernel<<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
       out, rrms, inp, weight, rows, channels, static_cast<float>(cpu::kRmsNormEps));
   TRAINTWIN_CUDA_CHECK_LAUNCH();
 }
@@ -98,7 +86,7 @@ void rmsnorm_forward(float* out, float* rrms, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rrms, int64_t batch, int64_t seq,
                       int64_t channels, cudaStream_t stream) {
-  check(batch, seq, channels);
+  require_rows_shape(kLayer, batch, seq, channels);
   require_pointer(kLayer, dinp, "dinp");
   require_pointer(kLayer, dweight, "dweight");
   require_pointer(kLayer, dout, "dout");
@@ -106,7 +94,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   require_pointer(kLayer, weight, "weight");
   require_pointer(kLayer, rrms, "rrms");
   const int64_t rows = batch * seq;
-  rmsnorm_backward_input_kernel<<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+  rmsnorm_backward_input_kernel<<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
       dinp, dout, inp, weight, rrms, rows, channels);
   TRAINTWIN_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>((channels + 31) / 32),

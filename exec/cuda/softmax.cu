@@ -11,7 +11,6 @@ namespace {
 using namespace detail;
 
 constexpr const char* kLayer = "causal_softmax";
-constexpr int kWarpsPerBlock = 8;
 
 // One warp per row (r, t). Pass 1: online max and sum of exp over t2 <= t (each lane over its
 // strided columns, then the lanes' (max, sum) pairs are merged). Pass 2: write.
@@ -19,7 +18,7 @@ template <typename T>
 __global__ void causal_softmax_forward_kernel(T* att, const T* preatt, int64_t rows, int64_t seq,
                                               float scale) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
   const int64_t t = row % seq;
   const T* x = preatt + row * seq;
@@ -46,7 +45,7 @@ template <typename T>
 __global__ void causal_softmax_backward_kernel(T* dx, const T* dy, const T* y, int64_t rows,
                                                int64_t seq, float scale) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
   const int64_t t = row % seq;
   const T* dy_row = dy + row * seq;
@@ -72,10 +71,6 @@ void check(int64_t batch_heads, int64_t seq, float scale) {
   }
 }
 
-unsigned row_blocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
 }  // namespace
 
 void causal_softmax_forward(DType dtype, void* att, const void* preatt, int64_t batch_heads,
@@ -86,7 +81,7 @@ void causal_softmax_forward(DType dtype, void* att, const void* preatt, int64_t 
   const int64_t rows = batch_heads * seq;
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    causal_softmax_forward_kernel<T><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+    causal_softmax_forward_kernel<T><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
         static_cast<T*>(att), static_cast<const T*>(preatt), rows, seq, scale);
     TRAINTWIN_CUDA_CHECK_LAUNCH();
   });
@@ -101,7 +96,7 @@ void causal_softmax_backward(DType dtype, void* dpreatt, const void* datt, const
   const int64_t rows = batch_heads * seq;
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    causal_softmax_backward_kernel<T><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+    causal_softmax_backward_kernel<T><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
         static_cast<T*>(dpreatt), static_cast<const T*>(datt), static_cast<const T*>(att), rows,
         seq, scale);
     TRAINTWIN_CUDA_CHECK_LAUNCH();

@@ -403,20 +403,24 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
       tensor.offset = offset;
       offset += tensor.numel;
     }
-    std::vector<float> host_params(static_cast<size_t>(offset), 0.0f);
-    chunk.tensors.reserve(specs.size());
-    for (TensorSpec& spec : specs) {
-      initialize(spec, seed,
-                 std::span<float>(host_params)
-                     .subspan(static_cast<size_t>(spec.tensor.offset),
-                              static_cast<size_t>(spec.tensor.numel)));
-      chunk.tensors.push_back(std::move(spec.tensor));
-    }
     chunk.params = Tensor(backend, offset);
     chunk.grads = Tensor(backend, offset);
     chunk.exp_avg = Tensor(backend, offset);
     chunk.exp_avg_sq = Tensor(backend, offset);
-    if (offset > 0) backend.upload(chunk.params, host_params);
+    // Each tensor drawn on the host and uploaded on its own: the host holds one tensor at a
+    // time, not a second copy of the chunk (the backend's buffers start zeroed).
+    std::vector<float> host;
+    chunk.tensors.reserve(specs.size());
+    for (TensorSpec& spec : specs) {
+      if (spec.init != Init::kZeros && spec.tensor.numel > 0) {
+        host.resize(static_cast<size_t>(spec.tensor.numel));
+        initialize(spec, seed, host);
+        backend.upload(chunk.params.span().subspan(static_cast<size_t>(spec.tensor.offset),
+                                                   host.size()),
+                       host);
+      }
+      chunk.tensors.push_back(std::move(spec.tensor));
+    }
     chunks_.push_back(std::move(chunk));
   }
 }

@@ -3,7 +3,8 @@
 // one line per (dtype, M, N, K) with the median time of `--iters` runs timed by CUDA events
 // after warm-up, and TFLOP/s = 2 M N K / time. Inputs are random (never zeros: METHOD.md), and
 // a buffer larger than L2 is rewritten between runs so each starts with a cold cache (nvbench's
-// L2 flush). Prints the device's name, SM count and clocks first.
+// L2 flush). Rows: bf16 operands, then fp32 operands in fp32 (fp32), TF32 (tf32) and bf16
+// (f32bf) arithmetic. Prints the device's name, SM count and clocks first.
 //
 // Usage: cuda_gemm_bench [--iters N] [MxNxK ...]   (default: 8192x8192x8192 and the GEMMs of a
 // GPT of hidden 2048 at micro-batch 1, sequence 2048: QKV, projection, FC1, FC2, LM head)
@@ -92,7 +93,20 @@ int main(int argc, char** argv) {
     cudaEvent_t start, stop;
     TRAINTWIN_CUDA_CHECK(cudaEventCreate(&start));
     TRAINTWIN_CUDA_CHECK(cudaEventCreate(&stop));
-    for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    // fp32 operands three ways (torch.set_float32_matmul_precision): highest fp32, high TF32,
+    // medium bf16 tensor cores.
+    struct Variant {
+      DType dtype;
+      traintwin::Float32MatmulPrecision precision;
+      const char* label;
+    };
+    using traintwin::Float32MatmulPrecision;
+    for (const Variant& v : {Variant{DType::kBFloat16, Float32MatmulPrecision::kHighest, "bf16"},
+                             Variant{DType::kFloat32, Float32MatmulPrecision::kHighest, "fp32"},
+                             Variant{DType::kFloat32, Float32MatmulPrecision::kHigh, "tf32"},
+                             Variant{DType::kFloat32, Float32MatmulPrecision::kMedium, "f32bf"}}) {
+      const DType dtype = v.dtype;
+      ctx.set_float32_matmul_precision(v.precision);
       const size_t es = traintwin::exec::cuda::dtype_size_bytes(dtype);
       for (const Shape& s : shapes) {
         void *a = nullptr, *w = nullptr, *c = nullptr;
@@ -110,7 +124,8 @@ int main(int argc, char** argv) {
                                                 stream);
         }
         std::vector<double> us;
-        const int n = f32 ? std::max(3, iters / 4) : iters;
+        const bool slow = f32 && v.precision == Float32MatmulPrecision::kHighest;
+        const int n = slow ? std::max(3, iters / 4) : iters;
         for (int i = 0; i < n; ++i) {
           TRAINTWIN_CUDA_CHECK(cudaMemsetAsync(flush, i, flush_bytes, stream));
           TRAINTWIN_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -124,7 +139,7 @@ int main(int argc, char** argv) {
         }
         const double t = median(us);
         std::printf("  %6s %7ld %7ld %7ld %10.1f %10.1f\n",
-                    traintwin::exec::cuda::dtype_name(dtype), s.m, s.n, s.k, t,
+                    v.label, s.m, s.n, s.k, t,
                     2.0 * s.m * s.n * s.k / (t * 1e-6) / 1e12);
         cudaFree(a);
         cudaFree(w);

@@ -119,6 +119,10 @@ void add_scenario_flags(CLI::App& cmd, ScenarioOptions& o) {
       ->check(CLI::IsMember({"none", "selective", "full"}));
   g->add_option("--cp-comm-type", o.cp_comm_type, "Context-parallel attention exchange")
       ->check(CLI::IsMember({"p2p", "a2a", "all_gather"}));
+  g->add_option("--float32-matmul-precision", o.float32_matmul_precision,
+                "Arithmetic of fp32 matrix products (PyTorch torch.set_float32_matmul_precision): "
+                "highest fp32, high TF32, medium bf16 tensor cores")
+      ->check(CLI::IsMember({"highest", "high", "medium"}));
   g->add_option("--fp8-format", o.fp8_format, "FP8 GEMMs: hybrid (E4M3 fwd, E5M2 grads) or e4m3")
       ->check(CLI::IsMember({"hybrid", "e4m3"}));
   g->add_option("--fp8-recipe", o.fp8_recipe, "FP8 scaling recipe")
@@ -199,6 +203,9 @@ std::vector<Override> ScenarioOptions::overrides() const {
   if (use_distributed_optimizer) out.push_back({"training.use_distributed_optimizer", "true"});
   if (recompute_granularity) out.push_back({"training.recompute_granularity", *recompute_granularity});
   if (cp_comm_type) out.push_back({"parallelism.cp_comm_type", *cp_comm_type});
+  if (float32_matmul_precision) {
+    out.push_back({"training.float32_matmul_precision", *float32_matmul_precision});
+  }
   if (fp8_format) out.push_back({"training.fp8_format", *fp8_format});
   if (fp8_recipe) out.push_back({"training.fp8_recipe", *fp8_recipe});
   if (fp8_param_gather) out.push_back({"training.fp8_param_gather", "true"});

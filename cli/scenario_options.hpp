@@ -60,7 +60,7 @@ struct ScenarioOptions {
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   std::optional<std::string> recompute_granularity;
-  std::optional<std::string> cp_comm_type, fp8_format, fp8_recipe;
+  std::optional<std::string> cp_comm_type, fp8_format, fp8_recipe, float32_matmul_precision;
   bool fp8_param_gather = false;
   // Live training (training.*) and data (data.*), Megatron-LM's flags.
   std::optional<int64_t> train_iters, lr_warmup_iters, lr_decay_iters, seed, log_interval,

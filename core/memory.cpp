@@ -24,9 +24,11 @@ double activation_element_bytes(Precision p) {
     case Precision::kFp32:
       return 4.0;
     case Precision::kFp8:
+    case Precision::kTf32:
       break;
   }
-  throw InvalidArgument("precision: fp8 is not a training precision (allowed: fp32, fp16, bf16)");
+  throw InvalidArgument(std::string("precision: ") + to_string(p) +
+                        " is not a training precision (allowed: fp32, fp16, bf16)");
 }
 
 /// Dropout masks are stored as 1 byte per element whatever the precision.

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "core/kernel_catalogue.hpp"
 #include "core/memory.hpp"
 #include "core/moe_tokens.hpp"
 #include "core/params.hpp"
@@ -194,6 +195,7 @@ struct Dims {
   int64_t tokens;      // s * b: rows of the TP-region GEMMs
   int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
   Precision dtype;
+  Precision matmul_dtype;  // the KernelKey dtype of the matrix products (matmul_precision())
   AttentionBackend backend;
   // Mixture of experts (zeros / ones for a dense model; build_program() names them).
   int64_t experts = 0;     // E
@@ -230,6 +232,7 @@ struct Dims {
     vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
     split = pipeline_layer_split(sc.model, sc.parallel);
     dtype = sc.training.precision;
+    matmul_dtype = matmul_precision(sc.training);
     dsize = bytes_per_element(dtype);
     grad_bytes = static_cast<int64_t>(bytes_per_parameter(dtype, false, 1).gradients);
     sp = sc.parallel.sequence_parallel;
@@ -277,8 +280,18 @@ class KernelTable {
 struct KernelFactory {
   const Dims& d;
 
+  // The key's dtype: the matrix products' (gemm and attention classes of the catalogue) or the
+  // training precision. Bytes stay those of the stored precision (TF32 and bf16 arithmetic of
+  // fp32 training read and write fp32).
   Kernel make(const char* name, std::vector<int64_t> shape, double flops, double bytes) const {
-    return Kernel{KernelKey{name, std::move(shape), d.dtype, d.t}, flops, bytes};
+    return Kernel{KernelKey{name, std::move(shape), key_dtype(name), d.t}, flops, bytes};
+  }
+  Precision key_dtype(const char* name) const {
+    if (d.matmul_dtype == d.dtype) return d.dtype;
+    const KernelDescriptor* desc = find_kernel(name);
+    const bool product = desc != nullptr && (desc->cost_class == KernelClass::kGemm ||
+                                             desc->cost_class == KernelClass::kAttention);
+    return product ? d.matmul_dtype : d.dtype;
   }
   Kernel gemm(const char* name, int64_t m, int64_t n, int64_t k) const {
     const double fm = static_cast<double>(m), fn = static_cast<double>(n),
@@ -467,7 +480,8 @@ struct KernelFactory {
                  fn = static_cast<double>(n), fk = static_cast<double>(k);
     const double e = static_cast<double>(d.dsize);
     const double bytes = fp8 ? g * (fm * fk + fk * fn + fm * fn * e) : g * (fm * fk + fk * fn + fm * fn) * e;
-    return Kernel{KernelKey{name, {groups, m, n, k}, fp8 ? Precision::kFp8 : d.dtype, tp},
+    const Precision dtype = fp8 ? Precision::kFp8 : d.matmul_dtype;
+    return Kernel{KernelKey{name, {groups, m, n, k}, dtype, tp},
                   2.0 * g * fm * fn * fk, bytes};
   }
   // The MLP activation over n output elements (the experts' or the shared expert's), as

@@ -37,6 +37,7 @@ namespace traintwin {
 int bytes_per_element(Precision p) {
   switch (p) {
     case Precision::kFp32:
+    case Precision::kTf32:
       return 4;
     case Precision::kFp16:
     case Precision::kBf16:
@@ -57,6 +58,20 @@ const char* to_string(Precision p) {
       return "bf16";
     case Precision::kFp8:
       return "fp8";
+    case Precision::kTf32:
+      return "tf32";
+  }
+  return "?";
+}
+
+const char* to_string(Float32MatmulPrecision p) {
+  switch (p) {
+    case Float32MatmulPrecision::kHighest:
+      return "highest";
+    case Float32MatmulPrecision::kHigh:
+      return "high";
+    case Float32MatmulPrecision::kMedium:
+      return "medium";
   }
   return "?";
 }
@@ -209,9 +224,10 @@ constexpr std::array<std::string_view, 16> kParallelismKeys = {
     "data_parallel_size",
     "pipeline_schedule",
     "rank_order"};
-constexpr std::array<std::string_view, 31> kTrainingKeys = {"micro_batch_size",
+constexpr std::array<std::string_view, 32> kTrainingKeys = {"micro_batch_size",
                                                             "global_batch_size",
                                                             "precision",
+                                                            "float32_matmul_precision",
                                                             "recompute_granularity",
                                                             "attention_backend",
                                                             "use_distributed_optimizer",
@@ -310,6 +326,8 @@ ArchitecturePreset preset_of(std::string_view architecture) {
 }
 constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"};
 constexpr std::array<std::string_view, 3> kRecomputes = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 3> kFloat32MatmulPrecisions = {"highest", "high",
+                                                                      "medium"};
 constexpr std::array<std::string_view, 2> kAttentionBackends = {"unfused", "flash"};
 constexpr std::array<std::string_view, 2> kSchedules = {"gpipe", "1f1b"};
 constexpr std::array<std::string_view, 3> kLrDecayStyles = {"constant", "linear", "cosine"};
@@ -927,10 +945,21 @@ void check_rules(const Scenario& s, const Locator& where) {
     rule_error(where, "training.fp8_param_gather",
                "true needs training.fp8_format (rule: FP8 parameters exist only in FP8 training)");
   }
-  if (t.precision == Precision::kFp8) {
+  if (t.float32_matmul_precision != Float32MatmulPrecision::kHighest &&
+      t.precision != Precision::kFp32) {
+    rule_error(where, "training.float32_matmul_precision",
+               fmt::format("{} needs training.precision fp32, got {} (rule: it sets the "
+                           "arithmetic of fp32 matrix products, as PyTorch's "
+                           "torch.set_float32_matmul_precision; allowed with {}: highest)",
+                           to_string(t.float32_matmul_precision), to_string(t.precision),
+                           to_string(t.precision)));
+  }
+  if (t.precision == Precision::kFp8 || t.precision == Precision::kTf32) {
     rule_error(where, "training.precision",
-               "fp8 is not a training precision (allowed: fp32, fp16, bf16); use "
-               "training.fp8_format on top of bf16");
+               fmt::format("{} is not a training precision (allowed: fp32, fp16, bf16); use "
+                           "training.fp8_format on top of bf16, or "
+                           "training.float32_matmul_precision high on top of fp32",
+                           to_string(t.precision)));
   }
 
   // Pipeline split: Megatron-Core's rules, even or uneven (core/pipeline_split.hpp).
@@ -1271,6 +1300,9 @@ class Reader {
         static_cast<Precision>(get_enum_index("training", "precision", kPrecisions, true).value());
     t.recompute_granularity = static_cast<RecomputeGranularity>(
         get_enum_index("training", "recompute_granularity", kRecomputes).value_or(0));
+    t.float32_matmul_precision = static_cast<Float32MatmulPrecision>(
+        get_enum_index("training", "float32_matmul_precision", kFloat32MatmulPrecisions)
+            .value_or(0));
     t.attention_backend = static_cast<AttentionBackend>(
         get_enum_index("training", "attention_backend", kAttentionBackends)
             .value_or(static_cast<int>(preset.attention_backend)));

@@ -14,8 +14,17 @@ namespace traintwin {
 
 /// Numeric precision of parameters and activations (Megatron --fp16 / --bf16, else fp32).
 /// kFp8 is never a training precision: it is the dtype of the FP8 GEMM kernels (KernelKey) that
-/// training.fp8_format adds on top of bf16/fp16 (Transformer Engine; 1 byte per element).
-enum class Precision { kFp32, kFp16, kBf16, kFp8 };
+/// training.fp8_format adds on top of bf16/fp16 (Transformer Engine; 1 byte per element). Nor is
+/// kTf32: it is the dtype of the matrix products of fp32 training under
+/// training.float32_matmul_precision high (fp32 storage, TF32 tensor-core arithmetic).
+enum class Precision { kFp32, kFp16, kBf16, kFp8, kTf32 };
+
+/// The arithmetic of fp32 matrix products (PyTorch's torch.set_float32_matmul_precision):
+/// kHighest true fp32; kHigh TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation);
+/// kMedium bfloat16 tensor cores (inputs rounded to bf16, fp32 accumulation). Storage stays fp32.
+enum class Float32MatmulPrecision { kHighest, kHigh, kMedium };
+/// "highest" | "high" | "medium".
+const char* to_string(Float32MatmulPrecision p);
 
 /// Activation recomputation (Megatron --recompute-granularity; Korthikanti et al. 2022).
 /// kSelective recomputes the attention core only, kFull the whole transformer layer.
@@ -34,10 +43,10 @@ enum class PipelineScheduleKind { kGPipe, k1F1B };
 /// OptimizerParamScheduler, megatron/core/optimizer_param_scheduler.py).
 enum class LrDecayStyle { kConstant, kLinear, kCosine };
 
-/// Bytes of one element of `p`: 4 (fp32), 2 (fp16, bf16) or 1 (fp8).
+/// Bytes of one element of `p`: 4 (fp32, tf32), 2 (fp16, bf16) or 1 (fp8).
 int bytes_per_element(Precision p);
 
-/// "fp32" | "fp16" | "bf16" | "fp8".
+/// "fp32" | "fp16" | "bf16" | "fp8" | "tf32".
 const char* to_string(Precision p);
 
 /// Normalization of the transformer layers (Megatron --normalization). LayerNorm: (x - mean) /
@@ -238,6 +247,9 @@ struct TrainingConfig {
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
+  /// The arithmetic of the matrix products of fp32 training (PyTorch
+  /// torch.set_float32_matmul_precision); anything but highest needs precision fp32.
+  Float32MatmulPrecision float32_matmul_precision = Float32MatmulPrecision::kHighest;
   /// FP8 GEMMs on top of `precision` (Megatron --fp8-format); none = no FP8.
   std::optional<Fp8Format> fp8_format;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< Megatron --fp8-recipe (needs fp8_format)
@@ -271,11 +283,24 @@ struct TrainingConfig {
   std::optional<int64_t> save_interval;    ///< iterations between checkpoints (>= 1); none = never
 };
 
+/// The dtype every matrix product (GEMMs, grouped GEMMs, the attention core) runs in without
+/// FP8: training.precision, except fp32 training under float32_matmul_precision high (kTf32) or
+/// medium (kBf16).
+inline Precision matmul_precision(const TrainingConfig& t) {
+  if (t.precision != Precision::kFp32) return t.precision;
+  switch (t.float32_matmul_precision) {
+    case Float32MatmulPrecision::kHigh: return Precision::kTf32;
+    case Float32MatmulPrecision::kMedium: return Precision::kBf16;
+    case Float32MatmulPrecision::kHighest: break;
+  }
+  return Precision::kFp32;
+}
+
 /// The dtype the GEMMs of the transformer layers run in: kFp8 with training.fp8_format, else
-/// training.precision. MFU is taken against this dtype's dense peak (as NVIDIA's DGX Cloud
+/// matmul_precision(). MFU is taken against this dtype's dense peak (as NVIDIA's DGX Cloud
 /// recipes report FP8 runs against the FP8 peak).
 inline Precision gemm_precision(const TrainingConfig& t) {
-  return t.fp8() ? Precision::kFp8 : t.precision;
+  return t.fp8() ? Precision::kFp8 : matmul_precision(t);
 }
 
 /// The training data (the `data:` section; Megatron-LM's data arguments). Every key is optional.
@@ -403,7 +428,8 @@ struct Override {
 ///   training:     micro_batch_size R, global_batch_size R, precision R (fp32 | fp16 | bf16),
 ///                 recompute_granularity [none] (none | selective | full),
 ///                 attention_backend (unfused | flash; [flash] for llama and nemotron,
-///                 [unfused] for gpt), fp8_format (hybrid | e4m3; none = no FP8),
+///                 [unfused] for gpt), float32_matmul_precision [highest] (highest | high |
+///                 medium; high and medium need precision fp32), fp8_format (hybrid | e4m3; none = no FP8),
 ///                 fp8_recipe [delayed] (delayed | tensorwise | blockwise | mxfp8; needs
 ///                 fp8_format), fp8_param_gather [false] (needs fp8_format),
 ///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,

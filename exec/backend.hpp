@@ -28,6 +28,8 @@
 #include <string>
 #include <utility>
 
+#include "core/error.hpp"
+#include "core/scenario.hpp"
 #include "exec/cpu/adamw.hpp"
 #include "exec/cp_sequence.hpp"
 #include "exec/cpu/attention.hpp"
@@ -113,6 +115,18 @@ class Backend {
   /// L2): `profile` rotates inputs over at least twice this so a timed run starts cold when a
   /// live one would.
   virtual int64_t cache_bytes() const = 0;
+  /// Sets the arithmetic of the matrix products issued from now on (GEMMs, grouped GEMMs, the
+  /// attention core; training.float32_matmul_precision, as PyTorch's
+  /// torch.set_float32_matmul_precision): kHighest true fp32 (the default), kHigh TF32, kMedium
+  /// bf16 tensor cores; operands and results stay fp32 in memory. Throws UnsupportedError for an
+  /// arithmetic this backend cannot compute (this default: anything but kHighest).
+  virtual void set_float32_matmul_precision(Float32MatmulPrecision p) {
+    if (p == Float32MatmulPrecision::kHighest) return;
+    throw UnsupportedError("training.float32_matmul_precision: " + std::string(to_string(p)) +
+                           ": the " + name() +
+                           " backend computes matrix products in fp32 only (allowed: highest; "
+                           "high and medium need tensor cores, --backend cuda)");
+  }
 
   // ---- memory ----------------------------------------------------------------------------------
   /// `bytes` of zeroed device memory (nullptr for 0 bytes). Throws Error when out of memory.

@@ -76,6 +76,9 @@ class Executor::Impl {
                              backend_.name() +
                              " backend computes in fp32 only (set precision: fp32)");
     }
+    // TF32 or bf16 arithmetic of the fp32 matrix products, or UnsupportedError from a backend
+    // without it (never a silent fp32).
+    backend_.set_float32_matmul_precision(sc.training.float32_matmul_precision);
     if (sc.model.is_moe()) {
       if (sc.model.moe_token_dispatcher_type != MoeTokenDispatcher::kAllToAll) {
         unsupported("model.moe_token_dispatcher_type: allgather (use alltoall)");

@@ -439,6 +439,9 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
   // this kernel's outputs instead of handing them back, and every timed run would pay their
   // page faults (38 ms of a 4 ms cross-entropy backward), which a live run never does.
   backend.empty_cache();
+  // The arithmetic train uses for this scenario's matrix products (the kernel key's dtype says
+  // it: tf32 or bf16 for fp32 training under float32_matmul_precision high or medium).
+  backend.set_float32_matmul_precision(s.training.float32_matmul_precision);
   ProfileInputs in(backend, options.seed);
   std::vector<KernelCall> sets;
   int64_t bytes = 0;

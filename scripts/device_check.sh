@@ -16,14 +16,20 @@
 #             none/selective/full: predicted vs measured iteration time
 #   speed     GPT-2 124M and the 1.3B GPT trained by traintwin --backend cuda: the log lines
 #             (tokens/s, TFLOP/s/GPU), the allocator's peak against the memory model
+#   matmul    the same two models with --float32-matmul-precision high (TF32) and medium (bf16
+#             tensor cores): log lines, validate --live and profile of the 1.3B GPT at
+#             micro-batch 1 (-> RESULTS/cuda-<gpu>.json)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 # Usage: scripts/device_check.sh DIR   (DIR holds traintwin-device.tar.xz)
 # Environment: RESULTS (default DIR/results), STEPS (default: all of the above, in that order),
-# BUDGET_S (default 480: steps not started by then are skipped and say so).
+# BUDGET_S (default 480: steps not started by then are skipped and say so), VALIDATE (the
+# validate step's variants, "MB RECOMPUTE [FLOAT32_MATMUL_PRECISION]" separated by commas;
+# default the five fp32 ones).
 set -uo pipefail
 dir=$(cd "${1:?usage: device_check.sh DIR}" && pwd)
 results=${RESULTS:-$dir/results}
-steps=${STEPS:-info tests train speed profile validate pytorch gemm}
+steps=${STEPS:-info tests train speed matmul profile validate pytorch gemm}
+validate_variants=${VALIDATE:-1 none,2 none,1 selective,1 full,4 full}
 # The first H100 run (2026-11-26, 8 minutes): info, tests, train, pytorch, gemm took 90 s; the
 # 1.3B model's host initialization (then one core, about a minute a process) starved speed,
 # profile and validate. Initialization now runs on every core.
@@ -92,10 +98,10 @@ tiny() {  # tiny SCENARIO BACKEND
     --set training.eval_iters=0 2>&1 |
     awk -v tag="$(basename "$1" .yaml) $2" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
 }
-# A 1.3B variant: micro-batch MB, recompute R.
-v13() { echo "--micro-batch-size $1 --recompute-granularity $2"; }
+# A 1.3B variant: micro-batch MB, recompute R, float32 matmul precision P (default highest).
+v13() { echo "--micro-batch-size $1 --recompute-granularity $2${3:+ --float32-matmul-precision $3}"; }
 export -f tiny v13
-export tt
+export tt validate_variants
 
 for s in $steps; do
   case $s in
@@ -112,12 +118,14 @@ for s in $steps; do
     profile)
       step profile 150 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [mb \$mb] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
     validate)
-      step validate 150 "for v in '1 none' '2 none' '1 selective' '1 full' '4 full'; do $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [mb \$v] /\"; done" ;;
+      step validate 200 "IFS=,; for v in \$validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [mb \$v] /\"; done" ;;
+    matmul)
+      step matmul 240 "for p in high medium; do $tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=10 --set training.log_interval=5 2>&1 | grep -E 'iteration|error' | tail -1 | sed \"s/^/  [124m \$p] /\"; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b \$p] /\"; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [validate \$p] /\"; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --micro-batch-size 1 --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile \$p] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
     speed)
       step speed 100 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.train_iters=4 --set training.log_interval=2 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed pytorch)" >> "$summary" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul pytorch)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

@@ -345,11 +345,19 @@ double GpuSpec::peak_FLOPs(Precision p) const {
       return peak.bf16_FLOPs;
     case Precision::kFp8:
       return peak.fp8_FLOPs.value_or(0.0);
+    case Precision::kTf32:
+      return peak.tf32_FLOPs.value_or(0.0);
   }
   throw InvalidArgument("GpuSpec::peak_FLOPs: unknown precision");
 }
 
 void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
+  if (matmul_precision(training) == Precision::kTf32 && !t.gpu.peak.tf32_FLOPs) {
+    throw ConfigError(fmt::format(
+        "training.float32_matmul_precision: high runs the matrix products on TF32 tensor cores; "
+        "topology {} gives no gpu.peak_flops.tf32 for {} (give it, or use highest or medium)",
+        t.name, t.gpu.name));
+  }
   if (!training.fp8()) return;
   if (!t.gpu.peak.fp8_FLOPs) {
     throw ConfigError(fmt::format(

@@ -77,8 +77,8 @@ struct GpuSpec {
   double hbm_bandwidth_Bps = 0;  ///< peak HBM bandwidth
   PeakFlops peak;
 
-  /// Dense peak for a kernel dtype: fp32 -> fp32_FLOPs, fp16, bf16, fp8 (0 when the GPU has no
-  /// FP8 tensor cores; the cost model then refuses FP8 kernels).
+  /// Dense peak for a kernel dtype: fp32 -> fp32_FLOPs, fp16, bf16, fp8 and tf32 (0 when the GPU
+  /// has no FP8 / the file gives no TF32 peak; the cost model then refuses those kernels).
   double peak_FLOPs(Precision p) const;
 };
 
@@ -150,7 +150,8 @@ void check_cluster_size(const TopologySpec& t, int64_t num_gpus);
 
 /// Checks that the GPU of `t` can run what `training` asks of it: FP8 GEMMs
 /// (training.fp8_format) need an FP8 peak (gpu.peak_flops.fp8: Hopper and later; an A100 has
-/// none), and the mxfp8 recipe needs Blackwell's MX block scaling (a GPU named B*/GB*).
+/// none), the mxfp8 recipe needs Blackwell's MX block scaling (a GPU named B*/GB*), and TF32
+/// matrix products (training.float32_matmul_precision high) a TF32 peak (gpu.peak_flops.tf32).
 /// Throws ConfigError naming the key, the GPU and the topology file's key.
 void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training);
 

@@ -27,7 +27,7 @@ constexpr const char* kFormat = "traintwin-costdb";
 constexpr int64_t kVersion = 1;
 
 constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16,
-                                     Precision::kFp8};
+                                     Precision::kFp8,  Precision::kTf32};
 const char* const kCollectiveOps[] = {"all_reduce", "all_gather", "reduce_scatter",
                                       "broadcast",  "all_to_all", "send_recv"};
 
@@ -190,7 +190,8 @@ Precision get_dtype(const json& obj, const Place& p) {
   for (Precision q : kPrecisions) {
     if (s == to_string(q)) return q;
   }
-  p.fail("dtype", fmt::format("unknown dtype \"{}\" (allowed: fp32, fp16, bf16, fp8)", s));
+  p.fail("dtype",
+         fmt::format("unknown dtype \"{}\" (allowed: fp32, fp16, bf16, fp8, tf32)", s));
 }
 
 KernelMeasurement read_kernel(const json& v, const Place& p) {

@@ -151,6 +151,10 @@ int64_t CudaBackend::cache_bytes() const {
   return bytes;
 }
 
+void CudaBackend::set_float32_matmul_precision(Float32MatmulPrecision p) {
+  cublas_.set_float32_matmul_precision(p);
+}
+
 CudaDeviceInfo CudaBackend::device_info() const {
   CudaDeviceInfo info;
   info.device = device_;

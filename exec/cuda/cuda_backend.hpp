@@ -1,6 +1,7 @@
 // The CUDA backend: the Backend interface (exec/backend.hpp) on one NVIDIA GPU, fp32 storage and
 // arithmetic (the executor's precision; GEMMs through cuBLASLt in true fp32, CUBLAS_COMPUTE_32F,
-// no TF32), over the launchers of exec/cuda/. Every kernel is issued asynchronously on the
+// or in TF32 / bf16 tensor-core arithmetic under set_float32_matmul_precision), over the
+// launchers of exec/cuda/. Every kernel is issued asynchronously on the
 // backend's one stream; download(), sum_of_squares() and the MoE routing (whose maps are host
 // memory by the interface) wait for it. Device memory comes from CUDA's stream-ordered pool
 // (cudaMallocAsync on that stream, release threshold unlimited: freed blocks stay cached as
@@ -63,6 +64,9 @@ class CudaBackend final : public Backend {
   double time_us(const std::function<void()>& work) override;
   /// The device's L2 (cudaDevAttrL2CacheSize).
   int64_t cache_bytes() const override;
+  /// kHighest CUBLAS_COMPUTE_32F, kHigh CUBLAS_COMPUTE_32F_FAST_TF32, kMedium
+  /// CUBLAS_COMPUTE_32F_FAST_16BF for every GEMM (the attention core's batched GEMMs included).
+  void set_float32_matmul_precision(Float32MatmulPrecision p) override;
 
   /// The stream every kernel of this backend is issued on (profile records events on it).
   cudaStream_t stream() const { return stream_; }

@@ -31,6 +31,18 @@ cudaDataType_t cuda_type(DType dtype) {
                         " (allowed: kFloat32, kBFloat16, kFloat16)");
 }
 
+// The cuBLAS compute type of a GEMM with operands of type `ab`: fp32 operands follow the
+// context's float32_matmul_precision, 16-bit ones always accumulate in fp32.
+cublasComputeType_t compute_type(const CublasContext& ctx, cudaDataType_t ab) {
+  if (ab != CUDA_R_32F) return CUBLAS_COMPUTE_32F;
+  switch (ctx.float32_matmul_precision()) {
+    case Float32MatmulPrecision::kHigh: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Float32MatmulPrecision::kMedium: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case Float32MatmulPrecision::kHighest: break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 // Largest power of two dividing the address, at most 256 (cuBLASLt's alignment preference).
 uint32_t alignment_bytes(const void* ptr) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
@@ -91,7 +103,8 @@ void lt_matmul(CublasContext& ctx, cudaDataType_t ab, cudaDataType_t cd, bool tr
                cudaStream_t stream) {
   CublasContext::Handles& h = ctx.handles();
   LtDescriptors desc;
-  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasComputeType_t compute = compute_type(ctx, ab);
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -146,7 +159,7 @@ void lt_matmul(CublasContext& ctx, cudaDataType_t ab, cudaDataType_t cd, bool tr
     TRAINTWIN_CUBLAS_CHECK(cublasSetStream(h.cublas, stream));
     TRAINTWIN_CUBLAS_CHECK(cublasGemmEx(h.cublas, op_a, op_b, i32(m), i32(n), i32(k), &alpha, a,
                                         ab, i32(lda), b, ab, i32(ldb), &beta, d, cd, i32(ldd),
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                        compute, CUBLAS_GEMM_DEFAULT));
     if (bias != nullptr) add_bias(cd, d, bias, m, n, ldd, stream);
     return;
   }
@@ -292,7 +305,7 @@ void batched_matmul(CublasContext& ctx, DType dtype, bool trans_a, bool trans_b,
   TRAINTWIN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       h.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, i32(n),
       i32(m), i32(k), &alpha, b, type, i32(ldb), stride_b, a, type, i32(lda), stride_a, &beta, c,
-      type, i32(ldc), stride_c, i32(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      type, i32(ldc), stride_c, i32(batch), compute_type(ctx, type), CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace traintwin::exec::cuda

@@ -2,7 +2,8 @@
 // wgrad) and row-major strided-batched GEMMs through cuBLAS (for attention): the same functions,
 // shapes and semantics as exec/cpu/matmul.hpp (llm.c matmul_forward/backward; weight [OC, C] in
 // PyTorch nn.Linear layout, row-major tensors). Inputs in `dtype` (fp32, bf16 or fp16), compute
-// and scaling in fp32 (CUBLAS_COMPUTE_32F: true fp32 for fp32 inputs, no TF32), weight and bias
+// and scaling in fp32 (CUBLAS_COMPUTE_32F; for fp32 inputs the context's
+// float32_matmul_precision may ask for TF32 or bf16 tensor cores instead), weight and bias
 // gradients in fp32 (Megatron's main_grad). Device pointers; asynchronous on `stream`.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/scenario.hpp"
 #include "exec/cuda/dtype.hpp"
 
 namespace traintwin::exec::cuda {
@@ -35,9 +37,15 @@ class CublasContext {
   /// The handles, created on first use. Throws CudaError if cuBLAS cannot be initialized.
   Handles& handles();
   size_t workspace_bytes() const { return workspace_bytes_; }
+  /// The arithmetic of the GEMMs with fp32 operands issued through this context from now on
+  /// (CUBLAS_COMPUTE_32F, _FAST_TF32 or _FAST_16BF; 16-bit operands always use
+  /// CUBLAS_COMPUTE_32F).
+  void set_float32_matmul_precision(Float32MatmulPrecision p) { float32_matmul_precision_ = p; }
+  Float32MatmulPrecision float32_matmul_precision() const { return float32_matmul_precision_; }
 
  private:
   size_t workspace_bytes_;
+  Float32MatmulPrecision float32_matmul_precision_ = Float32MatmulPrecision::kHighest;
   std::unique_ptr<Handles> handles_;
 };
 

@@ -54,9 +54,12 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   const float s = rstd[row];
   float dnorm_sum = 0.0f;
   float dnorm_norm_sum = 0.0f;
+  // dnorm is rounded to fp32 (__fmul_rn, never contracted into an FMA) in both loops, so that
+  // dnorm - dnorm_mean is exactly 0 where it should be (a row of one channel, where rstd is
+  // 1/sqrt(eps) and would amplify the product's rounding error a few hundred times).
   for (int64_t c = lane; c < channels; c += 32) {
     const float norm = (to_float(x[c]) - m) * s;
-    const float dnorm = to_float(weight[c]) * to_float(dy[c]);
+    const float dnorm = __fmul_rn(to_float(weight[c]), to_float(dy[c]));
     dnorm_sum += dnorm;
     dnorm_norm_sum += dnorm * norm;
   }
@@ -65,7 +68,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) * inv_c;
   for (int64_t c = lane; c < channels; c += 32) {
     const float norm = (to_float(x[c]) - m) * s;
-    const float dnorm = to_float(weight[c]) * to_float(dy[c]);
+    const float dnorm = __fmul_rn(to_float(weight[c]), to_float(dy[c]));
     dx[c] = from_float<T>(to_float(dx[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
   }
 }

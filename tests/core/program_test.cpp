@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "core/kernel_catalogue.hpp"
 #include "core/flops.hpp"
 #include "core/memory.hpp"
 #include "core/params.hpp"
@@ -1008,6 +1009,39 @@ TEST(Program, Fp8GemmsAndTheirCasts) {
     EXPECT_EQ(launches["fp8_cast_transpose"], layers * mbs * casts + 1);
     EXPECT_EQ(launches["fp8_scale_update"], recipe == Fp8Recipe::kDelayed ? layers * mbs * 2 : 0);
     EXPECT_EQ(launches["fp8_amax"], recipe == Fp8Recipe::kTensorwise ? layers * mbs * 8 : 0);
+  }
+}
+
+// fp32 training with TF32 / bf16 matrix products: the gemm and attention classes of the
+// catalogue carry the arithmetic's dtype in their keys (so a database row measured with it
+// serves them), every other kernel fp32; FLOPs and bytes are those of fp32 storage.
+TEST(Program, Float32MatmulPrecisionKeysTheMatrixProducts) {
+  LlamaKnobs k;
+  Scenario fp32 = make_llama(k);
+  fp32.training.precision = Precision::kFp32;
+  const Program base = build_program(fp32, {0});
+  for (const auto& [p, dtype] : {std::pair{Float32MatmulPrecision::kHigh, Precision::kTf32},
+                                 std::pair{Float32MatmulPrecision::kMedium, Precision::kBf16}}) {
+    SCOPED_TRACE(to_string(p));
+    Scenario s = fp32;
+    s.training.float32_matmul_precision = p;
+    const Program prog = build_program(s, {0});
+    ASSERT_EQ(prog.kernels.size(), base.kernels.size());
+    int64_t products = 0, others = 0;
+    for (size_t i = 0; i < prog.kernels.size(); ++i) {
+      const Kernel& kern = prog.kernels[i];
+      const KernelDescriptor* d = find_kernel(kern.key.name);
+      ASSERT_NE(d, nullptr) << kern.key.name;
+      const bool product = d->cost_class != KernelClass::kMemory;
+      EXPECT_EQ(kern.key.dtype, product ? dtype : Precision::kFp32) << kern.key.to_string();
+      (product ? products : others) += 1;
+      EXPECT_EQ(kern.key.name, base.kernels[i].key.name);
+      EXPECT_EQ(kern.key.shape, base.kernels[i].key.shape);
+      EXPECT_EQ(kern.flops, base.kernels[i].flops);
+      EXPECT_EQ(kern.bytes, base.kernels[i].bytes);
+    }
+    EXPECT_GT(products, 0);
+    EXPECT_GT(others, 0);
   }
 }
 

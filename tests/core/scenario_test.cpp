@@ -1024,6 +1024,29 @@ TEST(ScenarioModern, Fp8KeysAndRules) {
                                  HasSubstr("needs training.fp8_format")));
 }
 
+TEST(ScenarioModern, Float32MatmulPrecisionKeyAndRule) {
+  ScenarioText t;
+  t.set("training", "precision", "fp32");
+  EXPECT_EQ(parse(t.text()).training.float32_matmul_precision, Float32MatmulPrecision::kHighest);
+  EXPECT_EQ(matmul_precision(parse(t.text()).training), Precision::kFp32);
+  t.set("training", "float32_matmul_precision", "high");
+  Scenario s = parse(t.text());
+  EXPECT_EQ(s.training.float32_matmul_precision, Float32MatmulPrecision::kHigh);
+  EXPECT_EQ(matmul_precision(s.training), Precision::kTf32);
+  EXPECT_EQ(gemm_precision(s.training), Precision::kTf32);
+  t.set("training", "float32_matmul_precision", "medium");
+  EXPECT_EQ(gemm_precision(parse(t.text()).training), Precision::kBf16);
+  t.set("training", "float32_matmul_precision", "low");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.float32_matmul_precision"),
+                                 HasSubstr("highest, high, medium")));
+  // It sets the arithmetic of fp32 products only: with 16-bit training it would be ignored.
+  t.set("training", "float32_matmul_precision", "high").set("training", "precision", "bf16");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.float32_matmul_precision"),
+                                 HasSubstr("high needs training.precision fp32, got bf16")));
+  t.set("training", "float32_matmul_precision", "highest");
+  EXPECT_EQ(matmul_precision(parse(t.text()).training), Precision::kBf16);
+}
+
 TEST(ScenarioModern, ContextParallelCommTypeRules) {
   ScenarioText t;
   t.set("parallelism", "context_parallel_size", "2").set("cluster", "num_gpus", "16");

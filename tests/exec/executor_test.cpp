@@ -197,6 +197,21 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
   Scenario s = tiny();
   s.training.precision = Precision::kBf16;
   EXPECT_THROW(Rig{s}, UnsupportedError);
+  // TF32 / bf16 tensor-core products are never replaced by fp32 ones without a word.
+  for (const Float32MatmulPrecision p :
+       {Float32MatmulPrecision::kHigh, Float32MatmulPrecision::kMedium}) {
+    Scenario f = tiny();
+    f.training.float32_matmul_precision = p;
+    try {
+      Rig x(f);
+      FAIL() << to_string(p) << " was accepted by the cpu backend";
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("training.float32_matmul_precision: " +
+                                           std::string(to_string(p)) + ": the cpu backend"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   Scenario moe = tiny_moe(true, 0);
   moe.model.moe_token_dispatcher_type = MoeTokenDispatcher::kAllGather;
   try {

@@ -88,6 +88,50 @@ TEST(CudaMatmul, ForwardDgradWgradMatchTheCpuLayer) {
   }
 }
 
+// fp32 operands under float32_matmul_precision high (TF32: 10-bit mantissas, unit roundoff
+// 2^-11) and medium (bf16: 7-bit, 2^-8): the forward GEMM and the batched GEMM within the
+// tolerance of that rounding of the inputs, and farther from the float64 reference than true
+// fp32 (so the setting reached cuBLAS). A K of 1024 random products: the relative error of a
+// rounded-input dot product is about the unit roundoff; the bounds allow 4x.
+TEST(CudaMatmul, Float32MatmulPrecisionRoundsTheOperands) {
+  TRAINTWIN_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 gen(seed);
+  const int64_t rows = 512, c = 1024, oc = 256;
+  const Vec inp = round_all(DType::kFloat32, random_vec(gen, rows * c));
+  const Vec weight = round_all(DType::kFloat32, random_vec(gen, oc * c));
+  Vec out(rows * oc);
+  cpu::matmul_forward<double>(out, in(inp), in(weight), in(Vec{}), 1, rows, c, oc);
+  DeviceTensor d_inp(DType::kFloat32, inp), d_weight(DType::kFloat32, weight);
+  DeviceTensor d_out(DType::kFloat32, out.size());
+  struct Case {
+    Float32MatmulPrecision precision;
+    double min_error, max_error;
+  };
+  for (const Case k : {Case{Float32MatmulPrecision::kHighest, 0.0, 1e-5},
+                       Case{Float32MatmulPrecision::kHigh, 2e-5, 4.0 * std::ldexp(1.0, -11)},
+                       Case{Float32MatmulPrecision::kMedium, 2e-4, 4.0 * std::ldexp(1.0, -8)}}) {
+    SCOPED_TRACE(to_string(k.precision));
+    CublasContext ctx;
+    ctx.set_float32_matmul_precision(k.precision);
+    d_out.poison();
+    matmul_forward(ctx, DType::kFloat32, d_out.get(), d_inp.get(), d_weight.get(), nullptr, rows,
+                   c, oc, nullptr);
+    const double e = relative_error(d_out.download(), out);
+    EXPECT_GE(e, k.min_error) << "forward: no rounding of the operands";
+    EXPECT_LT(e, k.max_error) << "forward";
+    // The same product as 2 batches of rows/2 x oc (inp [2, rows/2, c] times weight^T).
+    d_out.poison();
+    batched_matmul(ctx, DType::kFloat32, false, true, rows / 2, oc, c, 1.0f, d_inp.get(), c,
+                   rows / 2 * c, d_weight.get(), c, 0, 0.0f, d_out.get(), oc, rows / 2 * oc, 2,
+                   nullptr);
+    const double eb = relative_error(d_out.download(), out);
+    EXPECT_GE(eb, k.min_error) << "batched: no rounding of the operands";
+    EXPECT_LT(eb, k.max_error) << "batched";
+  }
+}
+
 TEST(CudaCrossEntropy, VocabParallelStepsMatchTheCpuLayer) {
   TRAINTWIN_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();

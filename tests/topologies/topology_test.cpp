@@ -218,6 +218,27 @@ TEST(ShippedTopologies, Fp8PeakAndSupport) {
   EXPECT_THROW(check_gpu_supports(h100, t), ConfigError);
 }
 
+TEST(ShippedTopologies, Tf32PeakAndSupport) {
+  const TopologySpec h100 = load_topology(kTopologies / "dgx-h100-superpod.yaml");
+  EXPECT_EQ(h100.gpu.peak_FLOPs(Precision::kTf32), 494.5e12);
+  TrainingConfig t;
+  t.precision = Precision::kFp32;
+  t.float32_matmul_precision = Float32MatmulPrecision::kHigh;
+  EXPECT_NO_THROW(check_gpu_supports(h100, t));
+  TopologySpec no_tf32 = h100;
+  no_tf32.gpu.peak.tf32_FLOPs.reset();
+  EXPECT_EQ(no_tf32.gpu.peak_FLOPs(Precision::kTf32), 0.0);
+  try {
+    check_gpu_supports(no_tf32, t);
+    ADD_FAILURE() << "TF32 without a TF32 peak accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("training.float32_matmul_precision: high"));
+    EXPECT_THAT(e.what(), HasSubstr("gpu.peak_flops.tf32"));
+  }
+  t.float32_matmul_precision = Float32MatmulPrecision::kMedium;  // bf16 tensor cores
+  EXPECT_NO_THROW(check_gpu_supports(no_tf32, t));
+}
+
 TEST(ParseTopology, ValidTextAndOptionalKeys) {
   const TopologySpec t = parse_topology(kValid, "t.yaml");
   EXPECT_EQ(t.name, "test-pod");

@@ -1,0 +1,554 @@
+// The cross-key rules of a scenario; see core/scenario_rules.hpp.
+#include "core/scenario_rules.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/pipeline_split.hpp"
+#include "core/rank_layout.hpp"
+#include "core/scenario_schema.hpp"
+
+namespace traintwin::scenario_rules {
+
+using namespace scenario_schema;
+
+// ----- cross-key rules ------------------------------------------------------------------------
+
+[[noreturn]] void rule_error(const Locator& where, std::string_view key,
+                             const std::string& problem) {
+  throw ConfigError(fmt::format("{}: {}: {}", where(key), key, problem));
+}
+
+void check_positive(const Locator& where, std::string_view key, int64_t value) {
+  if (value < 1) rule_error(where, key, fmt::format("must be >= 1, got {}", value));
+}
+
+void check_scale(const Locator& where, const std::string& key, const std::optional<double>& value) {
+  if (value && !(*value > 0 && std::isfinite(*value))) {
+    rule_error(where, key,
+               fmt::format("must be a finite number > 0 (a factor: 1.0 = as the topology file "
+                           "says), got {}",
+                           *value));
+  }
+}
+
+/// The what-if knobs: positive finite factors, a straggler among the cluster's ranks, a named
+/// degraded link (whether the name exists is checked when the platform is built).
+void check_what_if(const Scenario& s, const Locator& where) {
+  const WhatIf& w = s.cluster.what_if;
+  const std::string prefix(kWhatIf);
+  check_scale(where, prefix + ".ib_bandwidth_scale", w.ib_bandwidth_scale);
+  check_scale(where, prefix + ".nvlink_bandwidth_scale", w.nvlink_bandwidth_scale);
+  check_scale(where, prefix + ".gpu_speed_scale", w.gpu_speed_scale);
+  if (w.straggler) {
+    const std::string key(kStraggler);
+    check_scale(where, key + ".compute_scale", w.straggler->compute_scale);
+    const int64_t rank = w.straggler->rank;
+    if (rank < 0 || rank >= s.cluster.num_gpus) {
+      rule_error(where, key + ".rank",
+                 fmt::format("{} is outside [0, cluster.num_gpus = {}) (rule: the straggler is "
+                             "one of the cluster's global ranks)",
+                             rank, s.cluster.num_gpus));
+    }
+  }
+  if (w.degraded_link) {
+    const std::string key(kDegradedLink);
+    check_scale(where, key + ".bandwidth_scale", w.degraded_link->bandwidth_scale);
+    if (w.degraded_link->name.empty()) {
+      rule_error(where, key + ".name",
+                 "must name a platform link, e.g. node0-nic0-up or rail0-leaf0-spine0-c0-up");
+    }
+  }
+}
+
+/// The live-training keys: each in its range, min_lr <= lr, and the warm-up shorter than the
+/// decay (Megatron-LM's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps,
+/// megatron/core/optimizer_param_scheduler.py).
+void check_live_training(const TrainingConfig& t, const Locator& where) {
+  for (const OptionalIntKey& k : kOptionalIntTrainingKeys) {
+    const std::optional<int64_t>& v = t.*(k.field);
+    if (v && *v < k.min) {
+      rule_error(where, fmt::format("training.{}", k.key),
+                 fmt::format("must be >= {}, got {}", k.min, *v));
+    }
+  }
+  for (const IntKey& k : kIntTrainingKeys) {
+    const int64_t v = t.*(k.field);
+    if (v < k.min) {
+      rule_error(where, fmt::format("training.{}", k.key),
+                 fmt::format("must be >= {}, got {}", k.min, v));
+    }
+  }
+  if (t.lr && !kPositive.contains(*t.lr)) {
+    rule_error(where, "training.lr",
+               fmt::format("must be a finite number > 0 (the peak learning rate), got {}", *t.lr));
+  }
+  for (const RealKey& k : kRealTrainingKeys) {
+    const double v = t.*(k.field);
+    if (!k.range.contains(v)) {
+      rule_error(where, fmt::format("training.{}", k.key),
+                 fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note, v));
+    }
+  }
+  if (t.lr && t.min_lr > *t.lr) {
+    rule_error(where, "training.min_lr",
+               fmt::format("{} is larger than training.lr = {} (rule: 0 <= min_lr <= lr; the "
+                           "learning rate decays from lr to min_lr)",
+                           t.min_lr, *t.lr));
+  }
+  const std::optional<int64_t> decay_iters = t.lr_decay_iters ? t.lr_decay_iters : t.train_iters;
+  if (decay_iters && t.lr_warmup_iters >= *decay_iters) {
+    rule_error(where, "training.lr_warmup_iters",
+               fmt::format("{} is not smaller than training.lr_decay_iters = {} (train_iters when "
+                           "not given) (rule: lr_warmup_iters < lr_decay_iters, as Megatron-LM's "
+                           "OptimizerParamScheduler asserts)",
+                           t.lr_warmup_iters, *decay_iters));
+  }
+}
+
+/// The data section: a well-formed split (the paths need not exist yet).
+void check_data(const DataConfig& d, const Locator& where) {
+  try {
+    split_fractions(d.split);
+  } catch (const InvalidArgument& e) {
+    rule_error(where, "data.split", e.what());
+  }
+}
+
+/// The mixture-of-experts rules (Megatron-LM's arguments.py and TransformerConfig checks).
+/// A dense model (num_moe_experts 0) must leave every MoE setting at its default; an MoE model
+/// needs 1 <= topk <= E, EP dividing E, ETP dividing the expert width, TP dividing the shared
+/// expert, ETP x EP dividing TP x CP x DP (parallel folding), sequence parallelism with TP > 1,
+/// ep in the rank order when EP > 1. Multi-latent attention is refused.
+void check_moe(const Scenario& s, const Locator& where) {
+  const ModelSpec& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const std::optional<double>& imbalance = s.cluster.what_if.moe_load_imbalance;
+  if (m.multi_latent_attention) {
+    rule_error(where, "model.multi_latent_attention",
+               "true is not supported yet (DeepSeek-V3's multi-latent attention); remove the key "
+               "or set it to false");
+  }
+  if (m.num_moe_experts < 0) {
+    rule_error(where, "model.num_moe_experts",
+               fmt::format("must be >= 1 (0 in code = a dense model), got {}", m.num_moe_experts));
+  }
+  const int64_t ep = p.expert_model_parallel_size;
+  check_positive(where, "parallelism.expert_model_parallel_size", ep);
+  if (p.expert_tensor_parallel_size) {
+    check_positive(where, "parallelism.expert_tensor_parallel_size",
+                   *p.expert_tensor_parallel_size);
+  }
+  if (!m.is_moe()) {
+    // Every MoE setting away from its default, with the key that holds it.
+    const ModelSpec dense;
+    const std::array<std::pair<std::string_view, bool>, 13> given = {{
+        {"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
+        {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != 0},
+        {"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size != 0},
+        {"model.moe_layer_freq", !m.moe_layer_pattern.empty()},
+        {"model.moe_expert_capacity_factor", m.moe_expert_capacity_factor.has_value()},
+        {"model.moe_pad_expert_input_to_capacity", m.moe_pad_expert_input_to_capacity},
+        {"model.moe_token_dispatcher_type",
+         m.moe_token_dispatcher_type != dense.moe_token_dispatcher_type},
+        {"model.moe_router_load_balancing_type",
+         m.moe_router_load_balancing_type != dense.moe_router_load_balancing_type},
+        {"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
+        {"model.moe_grouped_gemm", m.moe_grouped_gemm},
+        {"parallelism.expert_model_parallel_size", ep != 1},
+        {"parallelism.expert_tensor_parallel_size", p.expert_tensor_parallel_size.has_value()},
+        {"cluster.what_if.moe_load_imbalance", imbalance.has_value()},
+    }};
+    for (const auto& [key, is_given] : given) {
+      if (is_given) {
+        rule_error(where, key,
+                   "needs model.num_moe_experts >= 1 (rule: MoE settings apply to a model with "
+                   "routed experts; this model is dense)");
+      }
+    }
+    return;
+  }
+  const int64_t experts = m.num_moe_experts;
+  if (m.moe_router_topk < 1 || m.moe_router_topk > experts) {
+    rule_error(where, "model.moe_router_topk",
+               fmt::format("{} is outside [1, model.num_moe_experts = {}] (rule: each token goes "
+                           "to k distinct experts)",
+                           m.moe_router_topk, experts));
+  }
+  if (m.moe_ffn_hidden_size < 0) {
+    rule_error(where, "model.moe_ffn_hidden_size",
+               fmt::format("must be >= 1, got {}", m.moe_ffn_hidden_size));
+  }
+  if (m.moe_shared_expert_intermediate_size < 0) {
+    rule_error(where, "model.moe_shared_expert_intermediate_size",
+               fmt::format("must be >= 1, got {}", m.moe_shared_expert_intermediate_size));
+  }
+  if (!m.moe_layer_pattern.empty()) {
+    if (static_cast<int64_t>(m.moe_layer_pattern.size()) != m.num_layers) {
+      rule_error(where, "model.moe_layer_freq",
+                 fmt::format("a list of {} entries for model.num_layers = {} layers (rule: one 0 "
+                             "or 1 per layer)",
+                             m.moe_layer_pattern.size(), m.num_layers));
+    }
+    if (std::any_of(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end(),
+                    [](int e) { return e != 0 && e != 1; })) {
+      rule_error(where, "model.moe_layer_freq",
+                 "entries must be 0 (dense layer) or 1 (MoE layer)");
+    }
+    if (std::none_of(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end(),
+                     [](int e) { return e == 1; })) {
+      rule_error(where, "model.moe_layer_freq",
+                 "has no 1: no layer would be an MoE layer (rule: a dense model leaves "
+                 "model.num_moe_experts out)");
+    }
+  }
+  if (m.moe_expert_capacity_factor && !kPositive.contains(*m.moe_expert_capacity_factor)) {
+    rule_error(where, "model.moe_expert_capacity_factor",
+               fmt::format("must be a finite number > 0 (null = dropless), got {}",
+                           *m.moe_expert_capacity_factor));
+  }
+  if (m.moe_pad_expert_input_to_capacity && !m.moe_expert_capacity_factor) {
+    rule_error(where, "model.moe_pad_expert_input_to_capacity",
+               "true needs model.moe_expert_capacity_factor (rule: as Megatron-Core, padding "
+               "fills each expert to its capacity; a dropless MoE has none)");
+  }
+  if (!kNonNegative.contains(m.moe_aux_loss_coeff)) {
+    rule_error(where, "model.moe_aux_loss_coeff",
+               fmt::format("must be a finite number >= 0, got {}", m.moe_aux_loss_coeff));
+  }
+  if (experts % ep != 0) {
+    rule_error(where, "parallelism.expert_model_parallel_size",
+               fmt::format("{} does not divide model.num_moe_experts = {} (rule: "
+                           "num_moe_experts % expert_model_parallel_size == 0; each EP rank holds "
+                           "E / EP whole experts)",
+                           ep, experts));
+  }
+  const int64_t etp = p.expert_tp();
+  const std::string etp_key = p.expert_tensor_parallel_size
+                                  ? "parallelism.expert_tensor_parallel_size"
+                                  : "parallelism.tensor_model_parallel_size";
+  const std::string etp_text =
+      p.expert_tensor_parallel_size
+          ? fmt::format("expert_tensor_parallel_size = {}", etp)
+          : fmt::format("tensor_model_parallel_size = {} (the expert TP size when "
+                        "expert_tensor_parallel_size is not given)",
+                        etp);
+  if (m.moe_expert_ffn() % etp != 0) {
+    rule_error(where, etp_key,
+               fmt::format("{} does not divide the routed expert width {} = {} (rule: each "
+                           "expert's FC1/FC2 are split over the expert TP ranks)",
+                           etp_text,
+                           m.moe_ffn_hidden_size > 0 ? "model.moe_ffn_hidden_size"
+                                                     : "model.ffn_hidden_size",
+                           m.moe_expert_ffn()));
+  }
+  const int64_t tp = p.tensor_model_parallel_size;
+  if (m.moe_shared_expert_intermediate_size % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.moe_shared_expert_intermediate_size = {} "
+                           "(rule: the shared expert is a dense MLP split over TP)",
+                           tp, m.moe_shared_expert_intermediate_size));
+  }
+  // Megatron-Core's parallel folding: the TP x CP x DP ranks of one pipeline stage are regrouped
+  // as ETP x EP x expert-DP (parallel_state.initialize_model_parallel asserts the divisibility).
+  const int64_t stage_ranks = mul(mul(tp, p.context_parallel_size), p.data_parallel_size);
+  if (stage_ranks % mul(etp, ep) != 0) {
+    rule_error(where, "parallelism.expert_model_parallel_size",
+               fmt::format("{} x {} = {} does not divide tensor_model_parallel_size x "
+                           "context_parallel_size x data_parallel_size = {} x {} x {} = {} "
+                           "(rule: parallel folding regroups the ranks of a pipeline stage as "
+                           "expert TP x EP x expert DP)",
+                           ep, etp_text, mul(etp, ep), tp, p.context_parallel_size,
+                           p.data_parallel_size, stage_ranks));
+  }
+  // Megatron-LM (arguments.py): "When using MoE and tensor parallelism, sequence parallelism
+  // must be used."
+  if (tp > 1 && !p.sequence_parallel) {
+    rule_error(where, "parallelism.sequence_parallel",
+               fmt::format("must be true for an MoE model with tensor_model_parallel_size = {} > 1 "
+                           "(rule: as Megatron-LM asserts, MoE with TP needs sequence "
+                           "parallelism)",
+                           tp));
+  }
+  if (ep > 1) {
+    const std::vector<std::string> dims = split(p.rank_order, '-');
+    if (std::find(dims.begin(), dims.end(), "ep") == dims.end()) {
+      rule_error(where, "parallelism.rank_order",
+                 fmt::format("'{}' has no ep while expert_model_parallel_size = {} > 1 (rule: "
+                             "the order places every dimension of size > 1, e.g. Megatron's "
+                             "tp-cp-ep-dp-pp, the default)",
+                             p.rank_order, ep));
+    }
+  }
+  if (imbalance && !(std::isfinite(*imbalance) && *imbalance >= 1)) {
+    rule_error(where, "cluster.what_if.moe_load_imbalance",
+               fmt::format("must be a finite number >= 1 (the busiest expert's tokens over the "
+                           "mean; 1 = balanced), got {}",
+                           *imbalance));
+  }
+}
+
+/// The rules of validate_scenario(), with messages located by `where`.
+void check_rules(const Scenario& s, const Locator& where) {
+  const ModelSpec& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const TrainingConfig& t = s.training;
+
+  // Sizes (the file reader already checks them; a Scenario built in code may not be).
+  check_positive(where, "model.num_layers", m.num_layers);
+  check_positive(where, "model.hidden_size", m.hidden_size);
+  check_positive(where, "model.num_attention_heads", m.num_attention_heads);
+  check_positive(where, "model.ffn_hidden_size", m.ffn_hidden_size);
+  check_positive(where, "model.num_query_groups", m.query_groups());
+  check_positive(where, "model.seq_length", m.seq_length);
+  check_positive(where, "model.vocab_size", m.vocab_size);
+  check_positive(where, "parallelism.tensor_model_parallel_size", p.tensor_model_parallel_size);
+  check_positive(where, "parallelism.pipeline_model_parallel_size", p.pipeline_model_parallel_size);
+  check_positive(where, "parallelism.virtual_pipeline_model_parallel_size",
+                 p.virtual_pipeline_model_parallel_size);
+  check_positive(where, "parallelism.context_parallel_size", p.context_parallel_size);
+  check_positive(where, "parallelism.data_parallel_size", p.data_parallel_size);
+  check_positive(where, "training.micro_batch_size", t.micro_batch_size);
+  check_positive(where, "training.global_batch_size", t.global_batch_size);
+  check_positive(where, "cluster.num_gpus", s.cluster.num_gpus);
+
+  if (!contains(kArchitectures, m.architecture)) {
+    rule_error(
+        where, "model.architecture",
+        fmt::format("'{}' is not supported (allowed: {})", m.architecture, join(kArchitectures)));
+  }
+
+  const int64_t tp = p.tensor_model_parallel_size;
+  const int64_t pp = p.pipeline_model_parallel_size;
+  const int64_t v = p.virtual_pipeline_model_parallel_size;
+  const int64_t cp = p.context_parallel_size;
+  const int64_t dp = p.data_parallel_size;
+
+  // Model shape. With kv_channels the head dimension is given, and h need not be a multiple of
+  // a (Megatron-LM asserts hidden_size % num_attention_heads == 0 only to derive kv_channels).
+  if (m.kv_channels < 0) {
+    rule_error(where, "model.kv_channels",
+               fmt::format("must be >= 1, got {} (0 in code = hidden_size / num_attention_heads)",
+                           m.kv_channels));
+  }
+  if (m.kv_channels == 0 && m.hidden_size % m.num_attention_heads != 0) {
+    rule_error(where, "model.hidden_size",
+               fmt::format("{} is not divisible by model.num_attention_heads = {} "
+                           "(rule: hidden_size % num_attention_heads == 0 unless "
+                           "model.kv_channels gives the head dimension)",
+                           m.hidden_size, m.num_attention_heads));
+  }
+  // Tensor parallelism splits attention heads and the MLP's inner dimension.
+  if (m.num_attention_heads % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.num_attention_heads = {} "
+                           "(rule: num_attention_heads % tensor_model_parallel_size == 0)",
+                           tp, m.num_attention_heads));
+  }
+  // Grouped-query attention: each K/V head serves a / g query heads, and TP splits K/V heads.
+  const int64_t g = m.query_groups();
+  if (m.num_attention_heads % g != 0) {
+    rule_error(where, "model.num_query_groups",
+               fmt::format("{} does not divide model.num_attention_heads = {} "
+                           "(rule: num_attention_heads % num_query_groups == 0)",
+                           g, m.num_attention_heads));
+  }
+  if (g % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.num_query_groups = {} "
+                           "(rule: num_query_groups % tensor_model_parallel_size == 0; each TP "
+                           "rank holds whole K/V heads, as Megatron-LM asserts)",
+                           tp, g));
+  }
+  if (!kPositive.contains(m.rotary_base)) {
+    rule_error(where, "model.rotary_base",
+               fmt::format("must be a finite number > 0 (RoPE's base, Megatron --rotary-base), "
+                           "got {}", m.rotary_base));
+  }
+  if (m.position_embedding_type == PositionEmbedding::kRope && m.head_dim() % 2 != 0) {
+    rule_error(where, "model.position_embedding_type",
+               fmt::format("rope needs an even head dimension (model.kv_channels, else "
+                           "hidden_size / num_attention_heads), got {} (rule: RoPE rotates pairs "
+                           "of channels)",
+                           m.head_dim()));
+  }
+  if (m.ffn_hidden_size % tp != 0) {
+    rule_error(where, "parallelism.tensor_model_parallel_size",
+               fmt::format("{} does not divide model.ffn_hidden_size = {} "
+                           "(rule: ffn_hidden_size % tensor_model_parallel_size == 0)",
+                           tp, m.ffn_hidden_size));
+  }
+  // Sequence parallelism shards the TP group's activations: without TP it has nothing to shard.
+  // (Megatron-LM silently disables it; traintwin never downgrades a requested setting.)
+  if (p.sequence_parallel && tp == 1) {
+    rule_error(where, "parallelism.sequence_parallel",
+               "true needs parallelism.tensor_model_parallel_size > 1, got 1 "
+               "(rule: sequence parallelism shards activations over the TP group)");
+  }
+  // Megatron-LM: "Tensor parallel communication/GEMM overlap can happen only when sequence
+  // parallelism is enabled".
+  if (t.tp_comm_overlap && !p.sequence_parallel) {
+    rule_error(where, "training.tp_comm_overlap",
+               "true needs parallelism.sequence_parallel: true "
+               "(rule: TP communication/GEMM overlap works on sequence-parallel collectives)");
+  }
+  // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
+  // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
+  if (cp > 1 && m.seq_length % mul(2, cp) != 0) {
+    rule_error(where, "parallelism.context_parallel_size",
+               fmt::format("{} needs model.seq_length = {} divisible by 2 x context_parallel_size"
+                           " = {} (rule: the sequence is split into 2 x CP chunks for causal load"
+                           " balance)",
+                           cp, m.seq_length, mul(2, cp)));
+  }
+  if (cp > 1 && p.cp_comm_type == CpCommType::kA2a && (m.num_attention_heads / tp) % cp != 0) {
+    rule_error(where, "parallelism.cp_comm_type",
+               fmt::format("a2a needs context_parallel_size = {} to divide the attention heads "
+                           "per TP rank, num_attention_heads / tensor_model_parallel_size = {} "
+                           "(rule: the all-to-all re-shards heads over CP)",
+                           cp, m.num_attention_heads / tp));
+  }
+  if (cp > 1 && p.cp_comm_type == CpCommType::kA2a && (g / tp) % cp != 0) {
+    rule_error(where, "parallelism.cp_comm_type",
+               fmt::format("a2a needs context_parallel_size = {} to divide the query groups per "
+                           "TP rank, num_query_groups / tensor_model_parallel_size = {} "
+                           "(rule: the all-to-all re-shards K/V heads over CP)",
+                           cp, g / tp));
+  }
+  // FP8 runs its GEMMs in FP8 on top of a 16-bit model (Transformer Engine).
+  if (t.fp8() && t.precision == Precision::kFp32) {
+    rule_error(where, "training.fp8_format",
+               fmt::format("{} needs training.precision bf16 or fp16, got fp32 (rule: FP8 GEMMs "
+                           "run on top of 16-bit training, as Megatron-LM's --fp8-format)",
+                           to_string(*t.fp8_format)));
+  }
+  if (t.fp8_param_gather && !t.fp8()) {
+    rule_error(where, "training.fp8_param_gather",
+               "true needs training.fp8_format (rule: FP8 parameters exist only in FP8 training)");
+  }
+  if (t.float32_matmul_precision != Float32MatmulPrecision::kHighest &&
+      t.precision != Precision::kFp32) {
+    rule_error(where, "training.float32_matmul_precision",
+               fmt::format("{} needs training.precision fp32, got {} (rule: it sets the "
+                           "arithmetic of fp32 matrix products, as PyTorch's "
+                           "torch.set_float32_matmul_precision; allowed with {}: highest)",
+                           to_string(t.float32_matmul_precision), to_string(t.precision),
+                           to_string(t.precision)));
+  }
+  if (t.precision == Precision::kFp8 || t.precision == Precision::kTf32) {
+    rule_error(where, "training.precision",
+               fmt::format("{} is not a training precision (allowed: fp32, fp16, bf16); use "
+                           "training.fp8_format on top of bf16, or "
+                           "training.float32_matmul_precision high on top of fp32",
+                           to_string(t.precision)));
+  }
+
+  // Pipeline split: Megatron-Core's rules, even or uneven (core/pipeline_split.hpp).
+  try {
+    pipeline_layer_split(m, p);
+  } catch (const PipelineSplitError& e) {
+    rule_error(where, e.key(), e.problem());
+  }
+
+  // World size.
+  const int64_t world = mul(mul(mul(tp, cp), pp), dp);
+  if (world != s.cluster.num_gpus) {
+    rule_error(where, "cluster.num_gpus",
+               fmt::format("{} != tensor_model_parallel_size x context_parallel_size x "
+                           "pipeline_model_parallel_size x data_parallel_size = "
+                           "{} x {} x {} x {} = {} (rule: num_gpus = TP x CP x PP x DP)",
+                           s.cluster.num_gpus, tp, cp, pp, dp, world));
+  }
+
+  // Batch.
+  const int64_t per_step = mul(t.micro_batch_size, dp);
+  if (t.global_batch_size % per_step != 0) {
+    rule_error(where, "training.global_batch_size",
+               fmt::format("{} is not divisible by training.micro_batch_size x "
+                           "parallelism.data_parallel_size = {} x {} = {} "
+                           "(rule: global_batch_size % (micro_batch_size x DP) == 0)",
+                           t.global_batch_size, t.micro_batch_size, dp, per_step));
+  }
+
+  // Work bound: a rank's Program holds ~20 ops per layer, micro-batch and pass; past
+  // kMaxLayerPassesPerRank it would not fit a machine's memory (rather than dying of bad_alloc
+  // minutes later, the file is refused here, naming the key that is out of scale).
+  if (t.global_batch_size % per_step == 0 && m.num_layers % mul(pp, v) == 0) {
+    const int64_t micro_batches = t.global_batch_size / per_step;
+    const int64_t layers_per_stage = m.num_layers / pp;
+    const int64_t passes = mul(micro_batches, layers_per_stage);
+    if (passes > kMaxLayerPassesPerRank) {
+      const bool batch = micro_batches >= layers_per_stage;
+      rule_error(where, batch ? "training.global_batch_size" : "model.num_layers",
+                 fmt::format("{} micro-batches (global_batch_size / (micro_batch_size x DP) = {} / "
+                             "({} x {})) x {} layers per pipeline stage (num_layers / PP = {} / {}) "
+                             "= {} layer passes per rank and iteration, more than the {} a "
+                             "Program may hold (rule: micro-batches x num_layers / PP <= {})",
+                             micro_batches, t.global_batch_size, t.micro_batch_size, dp,
+                             layers_per_stage, m.num_layers, pp, passes, kMaxLayerPassesPerRank,
+                             kMaxLayerPassesPerRank));
+    }
+  }
+
+  // Interleaved 1F1B (v > 1 model chunks per pipeline rank).
+  if (v > 1) {
+    const std::string_view vkey = "parallelism.virtual_pipeline_model_parallel_size";
+    if (p.pipeline_schedule != PipelineScheduleKind::k1F1B) {
+      rule_error(where, vkey,
+                 fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b, got {} "
+                             "(rule: only 1F1B interleaves model chunks; GPipe has none)",
+                             v, to_string(p.pipeline_schedule)));
+    }
+    if (pp < 2) {
+      rule_error(where, vkey,
+                 fmt::format("{} model chunks need parallelism.pipeline_model_parallel_size > 1, "
+                             "got {} (rule: the interleaved schedule needs a pipeline)",
+                             v, pp));
+    }
+    const int64_t micro_batches = t.global_batch_size / per_step;
+    if (micro_batches % pp != 0) {
+      rule_error(where, vkey,
+                 fmt::format("{} model chunks need the number of micro-batches, "
+                             "global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = {}, "
+                             "to be divisible by pipeline_model_parallel_size = {} "
+                             "(rule: Megatron-LM's interleaved schedule)",
+                             v, t.global_batch_size, t.micro_batch_size, dp, micro_batches, pp));
+    }
+  }
+
+  // Distributed-optimizer overlap (Megatron-LM: --overlap-param-gather needs the distributed
+  // optimizer and --overlap-grad-reduce).
+  if (t.overlap_param_gather && !t.use_distributed_optimizer) {
+    rule_error(where, "training.overlap_param_gather",
+               "true needs training.use_distributed_optimizer: true "
+               "(rule: only the distributed optimizer all-gathers parameters)");
+  }
+  if (t.overlap_param_gather && !t.overlap_grad_reduce) {
+    rule_error(where, "training.overlap_param_gather",
+               "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
+  }
+
+  check_moe(s, where);
+  check_what_if(s, where);
+  check_live_training(t, where);
+  check_data(s.data, where);
+
+  // Rank order: a permutation of tp, cp, ep, dp, pp, as the rank layout parses it.
+  // An MoE model needs its expert groups (Megatron-Core asserts the two generators agree on the
+  // pipeline groups).
+  try {
+    const RankLayout layout = layout_of(s);
+    if (m.is_moe()) layout.check_expert_groups();
+  } catch (const InvalidArgument& e) {
+    rule_error(where, "parallelism.rank_order", e.what());
+  }
+}
+
+}  // namespace traintwin::scenario_rules

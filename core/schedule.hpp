@@ -120,7 +120,7 @@ std::string to_string(const ScheduleStep& s);
 
 // ---- transfers between virtual stages ------------------------------------------------------
 // The one rule of the pipeline's point-to-point traffic, which the Program lowering
-// (core/program.cpp), the analytical estimator (sim/analytical.cpp) and the executor
+// (core/rank_lowering.cpp), the analytical estimator (sim/analytical.cpp) and the executor
 // (exec/executor.cpp) all read here: a forward's output goes from virtual stage vs to vs + 1, a
 // backward's input gradient from vs to vs - 1, and each transfer is named by one tag.
 

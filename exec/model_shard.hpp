@@ -5,7 +5,7 @@
 //
 // Per model chunk c (virtual stage vs = c x PP + pp), tensors are laid out in the order their
 // gradients become ready in backward — the order of Megatron's DDP buffers and of the Program's
-// gradient buckets (core/program.cpp, plan_buckets):
+// gradient buckets (core/rank_lowering_optimizer.cpp, plan_buckets):
 //   item -1 (last virtual stage only): final_layernorm.weight [h], final_layernorm.bias [h], and
 //            when PP > 1 output_layer.weight [V_local, h] (the LM head's copy of the tied word
 //            embedding; PP == 1 uses the word embedding itself);

@@ -291,7 +291,7 @@ class Estimator {
   }
 
 
-  /// Megatron's p2p batches around the steps, as core/program.cpp (lower_schedule) issues them.
+  /// Megatron's p2p batches around the steps, as core/rank_lowering.cpp (lower_schedule) issues them.
   void make_items(int64_t r, Stage& stage) const {
     const std::vector<ScheduleStep>& steps = stage.schedule;
     std::vector<Item>& out = stage.items;

@@ -17,7 +17,7 @@
 //         offsets of its ops are kept for the first forward (param all-gather waits) and the
 //         last backward (DP bucket triggers) of every model chunk.
 //      3. The real schedules (core/schedule.hpp, every stage, every micro-batch) run as a
-//         step-level dataflow: Megatron's p2p batches as core/program.cpp issues them (a batch
+//         step-level dataflow: Megatron's p2p batches as core/rank_lowering.cpp issues them (a batch
 //         is posted when the previous step ends; the next step waits for all of its sends and
 //         recvs; a transfer starts once both sides have posted it and lasts the closed-form
 //         point-to-point time). This is a list scheduling of O(stages x steps) events.

@@ -1,0 +1,367 @@
+// The lowering's sizes and kernels, internal to core/rank_lowering*: Dims (the sizes of one rank,
+// named as in Korthikanti et al.: s, b, h, a, t, ...), KernelTable (interns kernels into the
+// Program's table) and KernelFactory (each kernel's key, FLOPs and bytes: the catalogue's shapes,
+// core/kernel_catalogue.hpp). Next in the flow: core/rank_lowering.hpp issues them as ops.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/kernel_catalogue.hpp"
+#include "core/memory.hpp"
+#include "core/moe_tokens.hpp"
+#include "core/params.hpp"
+#include "core/pipeline_split.hpp"
+#include "core/program.hpp"
+
+namespace traintwin::lowering {
+
+inline constexpr uint32_t kNoOp = std::numeric_limits<uint32_t>::max();
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Sizes used by the lowering, named as in Korthikanti et al.: s, b, h, a, t, ...
+struct Dims {
+  int64_t p, v, t, m, b, s, h, a, hd, ffn, vocab_local;
+  int64_t aw;  ///< attention width a x hd (the projection's input; = h unless kv_channels)
+  std::vector<ChunkLayers> split;  // the layers of each virtual stage (core/pipeline_split.hpp)
+  int64_t cp;          // context-parallel size
+  int64_t s_full;      // the whole sequence (s is the local s / CP)
+  int64_t g;           // query groups (K/V heads)
+  int64_t qkv_local;   // QKV GEMM output width per TP rank: (a + 2g) d / t
+  int64_t fc1_local;   // FC1 output width per TP rank: 2 ffn / t (SwiGLU) or ffn / t
+  ModelSpec model;
+  int64_t dsize;       // bytes per activation/parameter element
+  int64_t grad_bytes;  // bytes per gradient element in the DP reduce
+  bool sp;
+  int64_t tokens;      // s * b: rows of the TP-region GEMMs
+  int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
+  Precision dtype;
+  Precision matmul_dtype;  // the KernelKey dtype of the matrix products (matmul_precision())
+  AttentionBackend backend;
+  // Mixture of experts (zeros / ones for a dense model; build_program() names them).
+  int64_t experts = 0;     // E
+  int64_t topk = 0;        // k
+  int64_t ep = 1, etp = 1;
+  int64_t local_experts = 0;     // E / EP
+  int64_t expert_ffn = 0;        // ffn_e: one routed expert's inner width
+  int64_t expert_fc1_local = 0;  // FC1 output width of an expert per ETP rank
+  int64_t shared_ffn = 0;        // shared expert width (0 = none)
+  int64_t shared_fc1_local = 0;  // its FC1 output width per TP rank
+  int64_t moe_tokens = 0;        // T: the router's input rows (moe_local_tokens)
+  int64_t per_expert = 0;        // P: token copies one rank sends to one expert (busiest)
+  int64_t expert_rows = 0;       // rows of one local expert's GEMMs: ETP x EP x per_expert
+
+  explicit Dims(const Scenario& sc) {
+    backend = sc.training.attention_backend;
+    p = sc.parallel.pipeline_model_parallel_size;
+    v = sc.parallel.virtual_pipeline_model_parallel_size;
+    t = sc.parallel.tensor_model_parallel_size;
+    cp = sc.parallel.context_parallel_size;
+    m = sc.num_micro_batches();
+    b = sc.training.micro_batch_size;
+    s_full = sc.model.seq_length;
+    s = s_full / cp;
+    model = sc.model;
+    g = sc.model.query_groups();
+    qkv_local = sc.model.qkv_width() / t;
+    fc1_local = sc.model.fc1_width() / t;
+    h = sc.model.hidden_size;
+    a = sc.model.num_attention_heads;
+    hd = sc.model.head_dim();
+    aw = sc.model.attention_width();
+    ffn = sc.model.ffn_hidden_size;
+    vocab_local = padded_vocab_size(sc.model.vocab_size, t) / t;
+    split = pipeline_layer_split(sc.model, sc.parallel);
+    dtype = sc.training.precision;
+    matmul_dtype = matmul_precision(sc.training);
+    dsize = bytes_per_element(dtype);
+    grad_bytes = static_cast<int64_t>(bytes_per_parameter(dtype, false, 1).gradients);
+    sp = sc.parallel.sequence_parallel;
+    tokens = s * b;
+    tokens_sp = sp ? tokens / t : tokens;
+    if (sc.model.is_moe()) {
+      experts = sc.model.num_moe_experts;
+      topk = sc.model.moe_router_topk;
+      ep = sc.parallel.expert_model_parallel_size;
+      etp = sc.parallel.expert_tp();
+      local_experts = experts / ep;
+      expert_ffn = sc.model.moe_expert_ffn();
+      expert_fc1_local = sc.model.fc1_width_of(expert_ffn) / etp;
+      shared_ffn = sc.model.moe_shared_expert_intermediate_size;
+      shared_fc1_local = sc.model.fc1_width_of(shared_ffn) / t;
+      moe_tokens = moe_local_tokens(sc);
+      // The busiest rank's expert tokens (core/moe_tokens.hpp: ETP T k x imbalance, capped or
+      // padded at ETP E C) spread over its ETP x E (expert, source ETP rank) pairs, rounded up.
+      per_expert = static_cast<int64_t>(
+          std::ceil(moe_expert_tokens_per_rank(sc) / static_cast<double>(etp * experts) - 1e-9));
+      expert_rows = etp * ep * per_expert;
+    }
+  }
+};
+
+/// Interns kernels into the Program's kernel table.
+class KernelTable {
+ public:
+  explicit KernelTable(std::vector<Kernel>& kernels) : kernels_(kernels) {}
+  uint32_t add(Kernel k) {
+    auto [it, inserted] = index_.try_emplace(k.key, static_cast<uint32_t>(kernels_.size()));
+    if (inserted) kernels_.push_back(std::move(k));
+    return it->second;
+  }
+
+ private:
+  std::vector<Kernel>& kernels_;
+  std::unordered_map<KernelKey, uint32_t, KernelKeyHash> index_;
+};
+
+// ---- Kernel catalogue: name, shape, FLOPs, bytes --------------------------------------------
+// GEMMs keep the forward GEMM's {m, n, k} (Y[m,n] = X[m,k] W[k,n]) for all three variants:
+// gemm_fwd, gemm_dgrad (dX = dY W^T) and gemm_wgrad (dW = X^T dY); each is 2mnk FLOPs.
+
+struct KernelFactory {
+  const Dims& d;
+
+  // The key's dtype: the matrix products' (gemm and attention classes of the catalogue) or the
+  // training precision. Bytes stay those of the stored precision (TF32 and bf16 arithmetic of
+  // fp32 training read and write fp32).
+  Kernel make(const char* name, std::vector<int64_t> shape, double flops, double bytes) const {
+    return Kernel{KernelKey{name, std::move(shape), key_dtype(name), d.t}, flops, bytes};
+  }
+  Precision key_dtype(const char* name) const {
+    if (d.matmul_dtype == d.dtype) return d.dtype;
+    const KernelDescriptor* desc = find_kernel(name);
+    const bool product = desc != nullptr && (desc->cost_class == KernelClass::kGemm ||
+                                             desc->cost_class == KernelClass::kAttention);
+    return product ? d.matmul_dtype : d.dtype;
+  }
+  Kernel gemm(const char* name, int64_t m, int64_t n, int64_t k) const {
+    const double fm = static_cast<double>(m), fn = static_cast<double>(n),
+                 fk = static_cast<double>(k);
+    return make(name, {m, n, k}, 2.0 * fm * fn * fk,
+                (fm * fk + fk * fn + fm * fn) * static_cast<double>(d.dsize));
+  }
+  // A transformer-layer GEMM: FP8 under training.fp8_format (both operands 1 byte, the output
+  // 16-bit; dtype fp8 in its key, so the cost model takes the FP8 peak), else gemm().
+  Kernel layer_gemm(const char* name, int64_t m, int64_t n, int64_t k, bool fp8) const {
+    if (!fp8) return gemm(name, m, n, k);
+    const double fm = static_cast<double>(m), fn = static_cast<double>(n),
+                 fk = static_cast<double>(k);
+    return Kernel{KernelKey{name, {m, n, k}, Precision::kFp8, d.t}, 2.0 * fm * fn * fk,
+                  fm * fk + fk * fn + fm * fn * static_cast<double>(d.dsize)};
+  }
+  // FP8 cast of n 16-bit elements (reads 2 bytes, writes 1; with the transpose Hopper's FP8
+  // GEMMs need for the weight-gradient and dgrad operands another byte): Transformer Engine's
+  // cast / cast_transpose, which also records the amax.
+  Kernel fp8_cast(int64_t n, bool transpose) const {
+    const double fn = static_cast<double>(n);
+    return make(transpose ? "fp8_cast_transpose" : "fp8_cast", {n}, 2 * fn,
+                fn * (static_cast<double>(d.dsize) + (transpose ? 2.0 : 1.0)));
+  }
+  // Tensorwise (current) scaling: the amax of a tensor before its cast, one more read.
+  Kernel fp8_amax(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("fp8_amax", {n}, fn, fn * static_cast<double>(d.dsize));
+  }
+  // Delayed scaling: roll the amax history (1024 entries) and recompute the scales of the n
+  // FP8 tensors of one layer (fp32).
+  Kernel fp8_scale_update(int64_t tensors) const {
+    const double n = static_cast<double>(tensors) * 1024.0;
+    return make("fp8_scale_update", {tensors}, 2 * n, 8 * n);
+  }
+  // Attention core for b samples, `heads` local query heads (kv_heads K/V heads), sq queries
+  // against sq keys, head_dim hd: QK^T and attention-over-values, 2 * 2 * b * heads * sq^2 * hd
+  // FLOPs forward (full sq x sq, as the papers count), twice that backward. Unfused
+  // ("attention_fwd/bwd"): the sq x sq scores are written and read by the softmax and dropout
+  // (forward: scores, softmax, mask, dropout output; backward about twice that). Flash
+  // ("flash_attention_fwd/bwd", Dao et al. 2022): Q, K, V, O (+ dO, dQ, dK, dV backward) only.
+  // A CP block of ring attention is this kernel with sq = s / CP.
+  Kernel attention(bool backward, int64_t heads, int64_t kv_heads, int64_t sq) const {
+    const bool flash = d.backend == AttentionBackend::kFlash;
+    const char* name = flash ? (backward ? "flash_attention_bwd" : "flash_attention_fwd")
+                             : (backward ? "attention_bwd" : "attention_fwd");
+    const double per_head = static_cast<double>(d.b * sq * d.hd * d.dsize);
+    const double qo = 2.0 * static_cast<double>(heads) * per_head;     // Q and O
+    const double kv = 2.0 * static_cast<double>(kv_heads) * per_head;  // K and V
+    const double scores = static_cast<double>(d.b * heads) * static_cast<double>(sq) *
+                          static_cast<double>(sq) * (3.0 * static_cast<double>(d.dsize) + 1.0);
+    const double f = 4.0 * static_cast<double>(d.b * heads) * static_cast<double>(sq) *
+                     static_cast<double>(sq) * static_cast<double>(d.hd);
+    const double bytes = (backward ? 2 * (qo + kv) : qo + kv) +
+                         (flash ? 0.0 : (backward ? 2 : 1) * scores);
+    return make(name, {d.b, heads, sq, d.hd}, backward ? 2 * f : f, bytes);
+  }
+  // Ring attention: merge a block's partial output into the running one by their log-sum-exps
+  // (Transformer Engine's out correction): reads both outputs, writes one.
+  Kernel attention_merge(int64_t heads) const {
+    const double n = static_cast<double>(d.b * d.s * heads * d.hd);
+    return make("cp_attention_merge", {d.b, heads, d.s, d.hd}, 4 * n,
+                3 * n * static_cast<double>(d.dsize));
+  }
+  // Rotary position embedding (Su et al. 2021) on the local Q and K heads: a rotation of each
+  // pair of channels, 6 FLOPs per pair; reads and writes the tensors (cos/sin tables cached).
+  Kernel rope(bool backward) const {
+    const int64_t n = d.tokens * (d.a / d.t + d.g / d.t) * d.hd;
+    const double fn = static_cast<double>(n);
+    return make(backward ? "rope_bwd" : "rope_fwd", {n}, 3 * fn,
+                2 * fn * static_cast<double>(d.dsize));
+  }
+  // The MLP activation on the FC1 output of the local tokens: GeLU (8 FLOPs per element, reads
+  // x and writes y; backward reads x, dy, writes dx), SwiGLU silu(gate) * up (reads 2 ffn,
+  // writes ffn; backward reads 2 ffn + dy, writes 2 ffn), squared ReLU (reads x, writes y).
+  Kernel activation(bool backward) const {
+    return activation_of(backward, d.tokens * d.ffn / d.t);  // elements of the output
+  }
+  Kernel activation_of(bool backward, int64_t n) const {
+    const double fn = static_cast<double>(n);
+    const double e = static_cast<double>(d.dsize);
+    switch (d.model.activation) {
+      case Activation::kSwiglu:
+        return make(backward ? "swiglu_bwd" : "swiglu_fwd", {n}, backward ? 16 * fn : 8 * fn,
+                    (backward ? 5 : 3) * fn * e);
+      case Activation::kSquaredRelu:
+        return make(backward ? "squared_relu_bwd" : "squared_relu_fwd", {n}, 2 * fn,
+                    (backward ? 3 : 2) * fn * e);
+      case Activation::kGelu:
+        break;
+    }
+    return make(backward ? "gelu_bwd" : "gelu_fwd", {n}, 8 * fn, (backward ? 3 : 2) * fn * e);
+  }
+  // LayerNorm (mean and variance) or RMSNorm (root mean square only) over the LN region.
+  Kernel norm(bool backward) const {
+    if (d.model.normalization == Normalization::kRmsNorm) {
+      const double n = static_cast<double>(d.tokens_sp * d.h);
+      return make(backward ? "rmsnorm_bwd" : "rmsnorm_fwd", {d.tokens_sp, d.h},
+                  backward ? 8 * n : 4 * n, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
+    }
+    return layernorm(backward);
+  }
+  Kernel layernorm(bool backward) const {
+    const double n = static_cast<double>(d.tokens_sp * d.h);
+    return make(backward ? "layernorm_bwd" : "layernorm_fwd", {d.tokens_sp, d.h},
+                backward ? 12 * n : 8 * n, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
+  }
+  // bias + dropout + residual add over the LN region; 1-byte mask.
+  Kernel dropout_add(bool backward) const {
+    const int64_t n = d.tokens_sp * d.h;
+    const double fn = static_cast<double>(n);
+    return make(backward ? "dropout_add_bwd" : "dropout_add_fwd", {n}, 2 * fn,
+                (backward ? 2 : 3) * fn * static_cast<double>(d.dsize) + fn);
+  }
+  Kernel elementwise_vocab(const char* name, double flops_per_elem, double passes) const {
+    const double n = static_cast<double>(d.tokens * d.vocab_local);
+    return make(name, {d.tokens, d.vocab_local}, flops_per_elem * n,
+                passes * n * static_cast<double>(d.dsize));
+  }
+  Kernel embedding(bool backward) const {
+    const double n = static_cast<double>(d.tokens * d.h);
+    return make(backward ? "embedding_bwd" : "embedding_fwd", {d.tokens, d.h, d.vocab_local},
+                backward ? n : 0, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
+  }
+  Kernel dropout() const {
+    const int64_t n = d.tokens_sp * d.h;
+    const double fn = static_cast<double>(n);
+    return make("dropout_fwd", {n}, fn, 2 * fn * static_cast<double>(d.dsize) + fn);
+  }
+  // ---- MoE kernels (T router rows, E experts, k = topk; fp32 router scores) ----
+  // Router top-k and probabilities on T x E logits: Megatron's default topk-then-softmax (top-k
+  // selection about k comparisons per logit, softmax over the k chosen: 5 FLOPs each), plus,
+  // for the aux loss, a softmax over all E scores (5 per logit); reads the fp32 logits, writes
+  // the k probabilities and indices (fp32 + int32) and the T x E routing map (bool).
+  Kernel router_topk(bool backward, int64_t rows, bool aux_scores) const {
+    const double te = static_cast<double>(rows * d.experts);
+    const double tk = static_cast<double>(rows * d.topk);
+    const double fwd_flops = te * static_cast<double>(d.topk) + 5 * tk + (aux_scores ? 5 * te : 0);
+    if (backward) {
+      // softmax backward over the k chosen (4 each) and over all E for the aux loss; the
+      // gradient scattered back to T x E logits.
+      return make("moe_router_topk_bwd", {rows, d.experts, d.topk},
+                  4 * tk + te + (aux_scores ? 4 * te : 0), te * 4 * (aux_scores ? 2 : 1) + tk * 8);
+    }
+    return make("moe_router_topk_fwd", {rows, d.experts, d.topk}, fwd_flops, te * 5 + tk * 8);
+  }
+  // Switch Transformer load-balancing loss (Fedus et al. 2021, eq. 4; Megatron's
+  // switch_load_balancing_loss_func): per expert the fraction of routed tokens f_i (a sum over
+  // the routing map) and the mean probability P_i (a sum over the scores), then
+  // coeff x E / k x sum_i f_i P_i; backward: d scores = coeff E / (k T) f_i per element.
+  Kernel aux_loss(bool backward, int64_t rows) const {
+    const double te = static_cast<double>(rows * d.experts);
+    if (backward) return make("moe_aux_loss_bwd", {rows, d.experts}, te, te * 8);
+    return make("moe_aux_loss_fwd", {rows, d.experts}, 2 * te, te * 5);
+  }
+  // Permute: gather `rows` token copies (of h elements) into expert order (reads and writes each
+  // row, plus an int32 index per row). Backward: scatter-add them into the `tokens` input rows.
+  Kernel moe_permute(bool backward, int64_t rows, int64_t tokens) const {
+    const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
+                 e = static_cast<double>(d.dsize);
+    if (backward) {
+      return make("moe_permute_bwd", {rows, tokens, d.h}, r * hh,
+                  (r + static_cast<double>(tokens)) * hh * e + 4 * r);
+    }
+    return make("moe_permute_fwd", {rows, tokens, d.h}, 0, 2 * r * hh * e + 4 * r);
+  }
+  // Unpermute: each of `rows` expert outputs times its router probability, summed into the
+  // `tokens` output rows (2 FLOPs per element). Backward: the gradient of each row (1 FLOP per
+  // element) and of each probability (a dot product of the output gradient and the expert
+  // output, 2 per element).
+  Kernel moe_unpermute(bool backward, int64_t rows, int64_t tokens) const {
+    const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
+                 e = static_cast<double>(d.dsize), tok = static_cast<double>(tokens);
+    if (backward) {
+      return make("moe_unpermute_bwd", {rows, tokens, d.h}, 3 * r * hh,
+                  (2 * r + tok) * hh * e + 8 * r);
+    }
+    return make("moe_unpermute_fwd", {rows, tokens, d.h}, 2 * r * hh, (r + tok) * hh * e + 8 * r);
+  }
+  // Grouped GEMM over `groups` experts, each Y[m,n] = X[m,k] W_g[k,n] (Transformer Engine's /
+  // CUTLASS grouped GEMM, Megatron --moe-grouped-gemm): key {groups, m, n, k}, 2 groups m n k
+  // FLOPs; the variants grouped_gemm_fwd / _dgrad / _wgrad as for gemm. `fp8` as layer_gemm.
+  Kernel grouped_gemm(const char* name, int64_t groups, int64_t m, int64_t n, int64_t k,
+                      bool fp8, int64_t tp) const {
+    const double g = static_cast<double>(groups), fm = static_cast<double>(m),
+                 fn = static_cast<double>(n), fk = static_cast<double>(k);
+    const double e = static_cast<double>(d.dsize);
+    const double bytes = fp8 ? g * (fm * fk + fk * fn + fm * fn * e) : g * (fm * fk + fk * fn + fm * fn) * e;
+    const Precision dtype = fp8 ? Precision::kFp8 : d.matmul_dtype;
+    return Kernel{KernelKey{name, {groups, m, n, k}, dtype, tp},
+                  2.0 * g * fm * fn * fk, bytes};
+  }
+  // The MLP activation over n output elements (the experts' or the shared expert's), as
+  // activation() for the dense MLP.
+  Kernel activation_n(bool backward, int64_t n, int64_t tp) const {
+    Kernel k = activation_of(backward, n);
+    k.key.tp = tp;
+    return k;
+  }
+
+  // Global grad norm over fp32 gradients of n parameters.
+  Kernel grad_norm(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("grad_norm", {n}, 2 * fn, 4 * fn);
+  }
+  // Megatron's zero_grad_buffer + optimizer.zero_grad(): a memset of the gradient buffer of n
+  // parameters, `grad_bytes` each (written once, nothing read, no FLOPs).
+  Kernel zero_grad_buffer(int64_t n) const {
+    return make("zero_grad_buffer", {n}, 0, static_cast<double>(n) * static_cast<double>(d.grad_bytes));
+  }
+  // Megatron clip_grad_norm_fp32's multi_tensor_scale of the fp32 main grads of n parameters by
+  // the clip coefficient: 1 FLOP per element, 4 bytes read and 4 written.
+  Kernel grad_clip_scale(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("grad_clip_scale", {n}, fn, 8 * fn);
+  }
+  // AdamW on n parameters: read grad + fp32 master, m, v; write master, m, v and the param copy.
+  Kernel adamw(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("adamw_step", {n}, 16 * fn, fn * (4 + 12 + 12 + static_cast<double>(d.dsize)));
+  }
+};
+
+}  // namespace traintwin::lowering

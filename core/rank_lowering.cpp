@@ -1,0 +1,292 @@
+// RankLowering: run(), op creation, the pipeline schedule and one
+// schedule step; see core/rank_lowering.hpp.
+#include "core/rank_lowering.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace traintwin::lowering {
+
+uint32_t RankLowering::new_op(OpKind kind, Stream stream, const char* what) {
+  Op op;
+  op.id = static_cast<uint32_t>(out_.ops.size());
+  op.kind = kind;
+  op.stream = stream;
+  op.phase = phase_;
+  op.micro_batch = static_cast<int32_t>(mb_);
+  op.model_chunk = static_cast<int32_t>(chunk_);
+  op.layer = static_cast<int32_t>(layer_);
+  op.what = what;
+  out_.ops.push_back(std::move(op));
+  return out_.ops.back().id;
+}
+
+void RankLowering::add_dep(uint32_t op, uint32_t dep) {
+  if (dep == kNoOp) return;
+  auto& deps = out_.ops[op].deps;
+  if (std::find(deps.begin(), deps.end(), dep) == deps.end()) deps.push_back(dep);
+}
+
+/// Appends a kernel to the open compute op, opening one (after the previous compute op and
+/// every pending wait) if none is open.
+/// `target`: the local expert the kernel serves (Op::kernel_targets), -1 for none.
+void RankLowering::kernel(const Kernel& kern, const char* what, int32_t target) {
+  if (open_compute_ == kNoOp) {
+    open_compute_ = new_op(OpKind::kCompute, Stream::kCompute, what);
+    add_dep(open_compute_, last_compute_);
+    for (uint32_t w : waits_) add_dep(open_compute_, w);
+    waits_.clear();
+    last_compute_ = open_compute_;
+  }
+  Op& op = out_.ops[open_compute_];
+  op.kernels.push_back(table_.add(kern));
+  op.kernel_roles.push_back(role_);
+  if (target >= 0 && op.kernel_targets.empty()) op.kernel_targets.resize(op.kernels.size() - 1, -1);
+  if (target >= 0 || !op.kernel_targets.empty()) op.kernel_targets.push_back(target);
+}
+
+/// Sets the context of the ops that follow; a change of layer or phase starts a new op.
+void RankLowering::context(Phase phase, int64_t mb, int64_t chunk, int64_t layer) {
+  if (phase != phase_ || mb != mb_ || chunk != chunk_ || layer != layer_) close_compute();
+  phase_ = phase;
+  mb_ = mb;
+  chunk_ = chunk;
+  layer_ = layer;
+}
+
+/// Issues a collective after the last compute op (its producer) and the previous op on its
+/// stream. Returns kNoOp when the group has one member (nothing to communicate).
+uint32_t RankLowering::collective(CollectiveKind kind, GroupKind group, Stream stream,
+                                  int64_t bytes, const char* what) {
+  if (layout_.size(group) == 1) return kNoOp;
+  close_compute();
+  const uint32_t id = new_op(OpKind::kCollective, stream, what);
+  out_.ops[id].collective = kind;
+  out_.ops[id].group = group;
+  out_.ops[id].bytes = bytes;
+  out_.ops[id].role = role_;
+  add_dep(id, last_compute_);
+  add_dep(id, last_on_stream_[static_cast<size_t>(stream)]);
+  // A collective issued before any compute consumes a received tensor reads it: the SP
+  // all-gather of the embedding's output gradient in a first chunk that holds no transformer
+  // layer (uneven pipeline split) follows the recv of that gradient directly.
+  for (uint32_t w : waits_) {
+    if (out_.ops[w].kind == OpKind::kRecv) add_dep(id, w);
+  }
+  last_on_stream_[static_cast<size_t>(stream)] = id;
+  return id;
+}
+
+/// The next compute op waits for `op` (no-op for kNoOp).
+void RankLowering::wait(uint32_t op) {
+  if (op == kNoOp) return;
+  close_compute();
+  waits_.push_back(op);
+}
+
+/// A blocking TP collective on the critical path.
+void RankLowering::tp_blocking(CollectiveKind kind, int64_t bytes, const char* what) {
+  wait(collective(kind, GroupKind::kTp, Stream::kTpComm, bytes, what));
+}
+
+/// Megatron's p2p call: every op of the batch follows the last compute op, the ops progress
+/// together, and the next compute op waits for all of them.
+void RankLowering::p2p_batch(const std::vector<P2P>& batch) {
+  if (batch.empty()) return;
+  close_compute();
+  std::vector<uint32_t> ids;
+  for (const P2P& x : batch) {
+    const uint32_t id = new_op(x.send ? OpKind::kSend : OpKind::kRecv, Stream::kPpComm,
+                               x.send ? (phase_ == Phase::kBackward ? "send grad" : "send activation")
+                                      : (phase_ == Phase::kBackward ? "recv grad" : "recv activation"));
+    out_.ops[id].peer = x.peer;
+    out_.ops[id].tag = x.tag;
+    out_.ops[id].bytes = x.bytes;
+    out_.ops[id].role = Role::kPipeline;
+    add_dep(id, last_compute_);
+    ids.push_back(id);
+  }
+  for (uint32_t id : ids) waits_.push_back(id);
+}
+
+/// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
+const ChunkLayers& RankLowering::layers_of(int64_t chunk) const {
+  return d_.split[static_cast<size_t>(vstage(chunk))];
+}
+
+int64_t RankLowering::rank_of_vstage(int64_t vs) const {
+  RankCoord c = out_.coord;
+  c.pp = vs % d_.p;
+  return layout_.rank(c);
+}
+
+/// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
+/// the peer is the rank of the other virtual stage.
+P2P RankLowering::p2p(const PipelineTransfer& t, bool send) const {
+  const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
+  return P2P{send, rank_of_vstage(peer), pipeline_tag(t, num_vstages()), p2p_bytes()};
+}
+
+/// The recv of a step's input, if it has one.
+std::optional<P2P> RankLowering::recv_input(const ScheduleStep& st) const {
+  const auto t = step_input(st, vstage(st.model_chunk), num_vstages());
+  return t ? std::optional<P2P>(p2p(*t, false)) : std::nullopt;
+}
+
+/// The send of a step's output, if it has one.
+std::optional<P2P> RankLowering::send_output(const ScheduleStep& st) const {
+  const auto t = step_output(st, vstage(st.model_chunk), num_vstages());
+  return t ? std::optional<P2P>(p2p(*t, true)) : std::nullopt;
+}
+
+void RankLowering::append(std::vector<P2P>& batch, const std::optional<P2P>& x) {
+  if (x) batch.push_back(*x);
+}
+
+/// Sets the context for the p2p ops around a step (phase and micro-batch of the step).
+void RankLowering::p2p_context(const ScheduleStep& st) {
+  context(st.pass == Pass::kForward ? Phase::kForward : Phase::kBackward, st.micro_batch,
+          st.model_chunk, -1);
+}
+
+/// Emits steps and p2p batches in the order Megatron-LM's schedules call them.
+void RankLowering::lower_schedule() {
+  const auto& steps = out_.schedule;
+  const size_t n = steps.size();
+  if (d_.v == 1) {
+    // forward_backward_pipelining_without_interleaving (and GPipe): recv the input, run the
+    // step, send the output; between a forward and a backward (steady state) Megatron combines
+    // send and recv in one call (send_forward_recv_backward / send_backward_recv_forward).
+    p2p_context(steps[0]);
+    p2p_batch(to_batch(recv_input(steps[0])));
+    for (size_t i = 0; i < n; ++i) {
+      lower_step(steps[i]);
+      p2p_context(steps[i]);
+      std::vector<P2P> batch;
+      append(batch, send_output(steps[i]));
+      if (i + 1 < n && steps[i + 1].pass != steps[i].pass) {
+        append(batch, recv_input(steps[i + 1]));
+        p2p_batch(batch);
+      } else {
+        p2p_batch(batch);
+        if (i + 1 < n) {
+          p2p_context(steps[i + 1]);
+          p2p_batch(to_batch(recv_input(steps[i + 1])));
+        }
+      }
+    }
+    return;
+  }
+  // forward_backward_pipelining_with_interleaving (no p2p overlap): split the steps into the
+  // forward and backward sequences; warm-up forwards, steady (F, B) pairs, cool-down backwards.
+  std::vector<ScheduleStep> fwd, bwd;
+  for (const auto& st : steps) (st.pass == Pass::kForward ? fwd : bwd).push_back(st);
+  size_t warmup = 0;
+  while (warmup < n && steps[warmup].pass == Pass::kForward) ++warmup;
+  const size_t total = fwd.size();
+  const size_t steady = total - warmup;
+  auto recv_f = [&](size_t k) { return k < total ? recv_input(fwd[k]) : std::nullopt; };
+  auto recv_b = [&](size_t k) { return k < total ? recv_input(bwd[k]) : std::nullopt; };
+
+  p2p_context(fwd[0]);
+  p2p_batch(to_batch(recv_f(0)));
+  for (size_t k = 0; k < warmup; ++k) {
+    lower_step(fwd[k]);
+    p2p_context(fwd[k]);
+    std::vector<P2P> batch;
+    append(batch, send_output(fwd[k]));
+    append(batch, recv_f(k + 1));
+    if (k + 1 == warmup && steady > 0) append(batch, recv_b(0));
+    p2p_batch(batch);
+  }
+  for (size_t j = 0; j < steady; ++j) {
+    lower_step(fwd[warmup + j]);
+    lower_step(bwd[j]);
+    p2p_context(bwd[j]);
+    std::vector<P2P> batch;
+    append(batch, send_output(fwd[warmup + j]));
+    append(batch, send_output(bwd[j]));
+    append(batch, recv_f(warmup + j + 1));
+    append(batch, recv_b(j + 1));
+    p2p_batch(batch);
+  }
+  if (steady == 0) {
+    p2p_context(bwd[0]);
+    p2p_batch(to_batch(recv_b(0)));
+  }
+  for (size_t k = steady; k < total; ++k) {
+    lower_step(bwd[k]);
+    p2p_context(bwd[k]);
+    std::vector<P2P> batch;
+    append(batch, send_output(bwd[k]));
+    append(batch, recv_b(k + 1));
+    p2p_batch(batch);
+  }
+}
+
+std::vector<P2P> RankLowering::to_batch(const std::optional<P2P>& x) {
+  std::vector<P2P> b;
+  append(b, x);
+  return b;
+}
+
+void RankLowering::lower_step(const ScheduleStep& st) {
+  const auto c = static_cast<size_t>(st.model_chunk);
+  if (scope_ == StepScope::kBoundary &&
+      (st.pass == Pass::kForward ? forwarded_chunk_[c] : st.micro_batch != last_backward_mb_[c])) {
+    return;  // neither the chunk's first forward nor its last backward
+  }
+  const int64_t vs = vstage(st.model_chunk);
+  const int64_t first_layer = layers_of(st.model_chunk).first_layer;
+  const int64_t last_layer = layers_of(st.model_chunk).end_layer() - 1;
+  const bool is_last_vs = vs == num_vstages() - 1;
+  if (st.pass == Pass::kForward) {
+    const bool first_forward = !forwarded_chunk_[static_cast<size_t>(st.model_chunk)];
+    forwarded_chunk_[static_cast<size_t>(st.model_chunk)] = true;
+    if (vs == 0) {
+      context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
+      if (first_forward) wait_param_gather(st.model_chunk, -2);
+      embedding_forward();
+    }
+    for (int64_t l = first_layer; l <= last_layer; ++l) {
+      context(Phase::kForward, st.micro_batch, st.model_chunk, l);
+      if (first_forward) wait_param_gather(st.model_chunk, l);
+      layer_forward();
+    }
+    if (is_last_vs) {
+      context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
+      if (first_forward) wait_param_gather(st.model_chunk, -1);
+      head_forward();
+    }
+    close_compute();
+    return;
+  }
+  const bool last_backward = st.micro_batch == last_backward_mb_[static_cast<size_t>(st.model_chunk)];
+  if (is_last_vs) {
+    context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
+    head_backward();
+    if (last_backward) bucket_done(st.model_chunk, -1);
+  }
+  for (int64_t l = last_layer; l >= first_layer; --l) {
+    if (sc_.training.recompute_granularity == RecomputeGranularity::kFull) {
+      context(Phase::kRecompute, st.micro_batch, st.model_chunk, l);
+      layer_forward();
+    }
+    context(Phase::kBackward, st.micro_batch, st.model_chunk, l);
+    layer_backward(st.micro_batch, st.model_chunk, l);
+    if (last_backward) bucket_done(st.model_chunk, l);
+  }
+  if (vs == 0) {
+    context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
+    embedding_backward();
+    if (last_backward) bucket_done(st.model_chunk, -2);
+  }
+  close_compute();
+}
+
+}  // namespace traintwin::lowering

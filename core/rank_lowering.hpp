@@ -1,0 +1,305 @@
+// One rank's lowering (build_program(), core/program.cpp): RankLowering walks the rank's
+// pipeline schedule (core/schedule.hpp) and issues its ops, kernels and dependencies into a
+// RankProgram. Its members live by concept: op creation, the pipeline and one schedule step in
+// core/rank_lowering.cpp; the transformer layer, attention, embedding and LM head in
+// core/rank_lowering_layer.cpp; the MoE layer in core/rank_lowering_moe.cpp; DP buckets, the
+// gradient sync and the optimizer step in core/rank_lowering_optimizer.cpp. The kernels it issues
+// come from core/lowering_kernels.hpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/lowering_kernels.hpp"
+#include "core/program.hpp"
+#include "core/schedule.hpp"
+
+namespace traintwin::lowering {
+
+/// A send or recv of one p2p batch.
+struct P2P {
+  bool send;
+  int64_t peer;
+  int64_t tag;
+  int64_t bytes;
+};
+
+/// One DP gradient bucket of a model chunk: parameters and the layer whose backward completes it
+/// (layer -1: the LM head copy; -2: the embeddings).
+struct Bucket {
+  int64_t params = 0;
+  int64_t gemm_weights = 0;  // of which transformer-layer GEMM weights (FP8 with fp8_param_gather)
+  int64_t trigger = 0;
+  std::vector<int64_t> layers;  // layers in the bucket (embedding -2, head -1)
+  GroupKind group = GroupKind::kDpCp;  // kEdp: the routed experts' parameters of the layers
+  uint32_t grad_op = kNoOp;
+  uint32_t param_gather_op = kNoOp;
+};
+
+/// Lowers one rank's schedule to ops.
+class RankLowering {
+ public:
+  RankLowering(const Scenario& sc, const RankLayout& layout, KernelTable& table, RankProgram& out,
+               StepScope scope)
+      : sc_(sc), layout_(layout), table_(table), out_(out), scope_(scope), d_(sc), k_{d_} {}
+
+  void run() {
+    const RankCoord c = out_.coord;
+    out_.schedule = build_schedule(sc_.parallel.pipeline_schedule, d_.p, c.pp, d_.m, d_.v);
+    plan_buckets();
+    if (sc_.training.use_distributed_optimizer && sc_.training.overlap_param_gather) {
+      issue_param_gathers(Phase::kParamSync);
+    }
+    zero_grad_buffer();
+    lower_schedule();
+    if (!sc_.training.overlap_grad_reduce) {
+      for (size_t chunk = 0; chunk < buckets_.size(); ++chunk) {
+        for (auto& bucket : buckets_[chunk]) issue_grad_reduce(static_cast<int64_t>(chunk), bucket);
+      }
+    }
+    finalize_and_step();
+    if (sc_.training.use_distributed_optimizer && !sc_.training.overlap_param_gather) {
+      issue_param_gathers(Phase::kParamSync);
+    }
+  }
+
+ private:
+  // ---- op creation ---------------------------------------------------------------------------
+
+  uint32_t new_op(OpKind kind, Stream stream, const char* what);
+
+  void add_dep(uint32_t op, uint32_t dep);
+
+  /// Appends a kernel to the open compute op, opening one (after the previous compute op and
+  /// every pending wait) if none is open.
+  /// `target`: the local expert the kernel serves (Op::kernel_targets), -1 for none.
+  void kernel(const Kernel& kern, const char* what, int32_t target = -1);
+
+  /// The role of the kernels and communication ops that follow.
+  void role(Role r) { role_ = r; }
+
+  void close_compute() { open_compute_ = kNoOp; }
+
+  /// Sets the context of the ops that follow; a change of layer or phase starts a new op.
+  void context(Phase phase, int64_t mb, int64_t chunk, int64_t layer);
+
+  /// Issues a collective after the last compute op (its producer) and the previous op on its
+  /// stream. Returns kNoOp when the group has one member (nothing to communicate).
+  uint32_t collective(CollectiveKind kind, GroupKind group, Stream stream, int64_t bytes,
+                      const char* what);
+
+  /// The next compute op waits for `op` (no-op for kNoOp).
+  void wait(uint32_t op);
+
+  /// A blocking TP collective on the critical path.
+  void tp_blocking(CollectiveKind kind, int64_t bytes, const char* what);
+
+  /// Megatron's p2p call: every op of the batch follows the last compute op, the ops progress
+  /// together, and the next compute op waits for all of them.
+  void p2p_batch(const std::vector<P2P>& batch);
+
+  // ---- pipeline geometry ---------------------------------------------------------------------
+
+  int64_t num_vstages() const { return d_.p * d_.v; }
+  int64_t vstage(int64_t chunk) const { return chunk * d_.p + out_.coord.pp; }
+  /// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
+  const ChunkLayers& layers_of(int64_t chunk) const;
+  int64_t rank_of_vstage(int64_t vs) const;
+  int64_t p2p_bytes() const { return d_.tokens_sp * d_.h * d_.dsize; }
+  /// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
+  /// the peer is the rank of the other virtual stage.
+  P2P p2p(const PipelineTransfer& t, bool send) const;
+  /// The recv of a step's input, if it has one.
+  std::optional<P2P> recv_input(const ScheduleStep& st) const;
+  /// The send of a step's output, if it has one.
+  std::optional<P2P> send_output(const ScheduleStep& st) const;
+
+  static void append(std::vector<P2P>& batch, const std::optional<P2P>& x);
+
+  /// Sets the context for the p2p ops around a step (phase and micro-batch of the step).
+  void p2p_context(const ScheduleStep& st);
+
+  /// Emits steps and p2p batches in the order Megatron-LM's schedules call them.
+  void lower_schedule();
+
+  static std::vector<P2P> to_batch(const std::optional<P2P>& x);
+
+  // ---- one schedule step ---------------------------------------------------------------------
+
+  void lower_step(const ScheduleStep& st);
+
+
+  // ---- layers --------------------------------------------------------------------------------
+
+  CollectiveKind tp_reduce() const;
+  int64_t act_bytes(int64_t width) const { return d_.tokens * width * d_.dsize; }
+
+  /// A GEMM of the transformer layers (FP8 when training.fp8_format) or of the LM head (16-bit).
+  Kernel gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k, bool fp8) const;
+
+  /// Where a GEMM operand's FP8 cast happens: in its own kernel, or fused into the kernel that
+  /// produces it (Transformer Engine: the norm of LayerNormLinear writes the QKV and FC1 inputs
+  /// in FP8, the activation of LayerNormMLP writes FC2's input and, in backward, FC1's output
+  /// gradient in FP8, with their transposes: the same bytes as the 16-bit output).
+  enum class Cast { kSeparate, kFused };
+
+  /// FP8: the cast (and transpose, for the backward's other operand) of a GEMM operand of n
+  /// elements. Tensorwise (current) scaling needs the tensor's amax before the cast, so it never
+  /// fuses: an amax pass and a cast kernel for every operand.
+  void fp8_cast(int64_t n, const char* what, Cast where);
+
+  /// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
+  /// for gather piece i only. FP8 (`fp8`): the input is cast first.
+  /// FP8 (`fp8`): the input, a norm's output, is cast by the norm (Cast::kFused).
+  void gathered_gemm(int64_t n, int64_t k, const char* what, bool fp8 = false);
+
+  /// GEMM + TP all-reduce (reduce-scatter with SP), chunked with tp_comm_overlap.
+  void gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8 = false,
+                    Cast cast = Cast::kSeparate);
+
+  bool fp8() const { return sc_.training.fp8(); }
+
+  /// The attention core between QKV and the projection, forward or backward, by CP and
+  /// cp_comm_type (see build_program()). RoPE on Q and K before it (after it in backward).
+  void attention_core(bool backward);
+
+  /// A blocking CP collective on the critical path (cp-comm stream).
+  void cp_blocking(CollectiveKind kind, int64_t bytes, const char* what);
+
+  void layer_forward();
+
+  /// Backward of a row-parallel linear {tokens, n, k}: (SP) all-gather of the output gradient,
+  /// then dgrad and wgrad GEMMs (FP8: the output gradient cast first).
+  void row_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false);
+
+  /// Backward of a column-parallel linear {tokens, n, k} as Megatron's
+  /// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
+  /// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
+  /// overlapped with the wgrad GEMM, then wait.
+  void column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false,
+                                Cast cast = Cast::kSeparate);
+
+  void layer_backward(int64_t mb, int64_t chunk, int64_t layer);
+
+  // ---- embedding and LM head -----------------------------------------------------------------
+
+  void embedding_forward();
+
+  void embedding_backward();
+
+  void head_forward();
+
+  void head_backward();
+
+
+  // ---- MoE layer (see build_program() for the op order) ------------------------------------
+
+  bool alltoall() const;
+  bool aux_loss() const;
+  /// Bytes of `rows` hidden-state rows.
+  int64_t row_bytes(int64_t rows) const { return rows * d_.h * d_.dsize; }
+  /// Rows the alltoall dispatcher sends (and receives) over EP: per_expert copies for each of
+  /// the E experts (the busiest rank's share).
+  int64_t a2a_rows() const { return d_.experts * d_.per_expert; }
+  /// The hidden states of the ETP x EP group the allgather dispatcher gathers.
+  int64_t gathered_rows() const { return d_.etp * d_.ep * d_.moe_tokens; }
+  /// Rows of the local experts' GEMMs over all local experts.
+  int64_t local_expert_rows() const { return d_.local_experts * d_.expert_rows; }
+
+  /// A blocking MoE dispatch/combine collective on the ep-comm stream.
+  void ep_blocking(CollectiveKind kind, GroupKind group, int64_t bytes, const char* what);
+
+  /// The local experts' GEMM {rows per expert, n, k} (`variant` gemm_fwd/_dgrad/_wgrad): one
+  /// grouped GEMM with moe_grouped_gemm, else one GEMM per local expert (Megatron's
+  /// SequentialMLP); tp = ETP.
+  void expert_gemm(const char* variant, int64_t n, int64_t k, bool fp8);
+
+  /// The router and its aux loss on the T local rows.
+  void router_forward();
+
+  /// The routed experts' forward on their dispatched rows.
+  void experts_forward(bool f8);
+
+  void experts_backward(bool f8);
+
+  /// The shared expert: a dense MLP of width moe_shared_expert_intermediate_size over TP (with
+  /// its SP all-gather / reduce-scatter), on the same input as the router.
+  void shared_expert_forward(bool f8);
+
+  void shared_expert_backward(bool f8);
+
+  /// The MoE MLP of one layer, after the post-attention norm (see build_program()).
+  void moe_forward();
+
+  /// Backward of moe_forward(), mirrored.
+  void moe_backward();
+
+
+  // ---- DP buckets, finalize, optimizer -------------------------------------------------------
+
+  /// Splits each chunk's parameters, in backward order, into Megatron DDP buckets: the dense
+  /// parameters (reduced over DP x CP) and, for MoE layers, the local experts' parameters in
+  /// buckets of their own (reduced over the expert-data-parallel group), as Megatron-Core's
+  /// DistributedDataParallel keeps expert-parallel parameters in separate buffers with the same
+  /// bucket size.
+  void plan_buckets();
+
+  /// MoE layers over this rank's model chunks.
+  int64_t moe_layers_on_rank() const;
+
+  /// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk:
+  /// with overlap_grad_reduce, starts the reduce of the buckets this completes.
+  void bucket_done(int64_t chunk, int64_t layer);
+
+  void issue_grad_reduce(int64_t chunk, Bucket& bucket);
+
+  void issue_param_gathers(Phase phase);
+
+  /// With overlap_param_gather, the first forward through `layer` waits for its buckets' gathers.
+  void wait_param_gather(int64_t chunk, int64_t layer);
+
+  /// Megatron's train_step start: model_chunk.zero_grad_buffer() + optimizer.zero_grad(), a memset
+  /// of the whole local gradient buffer (every parameter this rank holds, also with the
+  /// distributed optimizer), as the first compute op (after the overlapped parameter gathers are
+  /// issued, which it does not delay).
+  void zero_grad_buffer();
+
+  /// Megatron's finalize_model_grads (DP grad sync done, then the SP LayerNorm-gradient
+  /// all-reduce over TP, then the tied-embedding all-reduce over the first and last stage),
+  /// then clip-by-global-norm and the optimizer step.
+  void finalize_and_step();
+
+  const Scenario& sc_;
+  const RankLayout& layout_;
+  KernelTable& table_;
+  RankProgram& out_;
+  StepScope scope_;
+  Dims d_;
+  KernelFactory k_;
+
+  Phase phase_ = Phase::kForward;
+  int64_t mb_ = -1, chunk_ = -1, layer_ = -1;
+  Role role_ = Role::kNone;
+  uint32_t open_compute_ = kNoOp;
+  uint32_t last_compute_ = kNoOp;
+  std::vector<uint32_t> waits_;
+  std::array<uint32_t, kNumStreams> last_on_stream_{kNoOp, kNoOp, kNoOp, kNoOp, kNoOp, kNoOp};
+
+  std::vector<std::vector<Bucket>> buckets_;  // per model chunk
+  // Per model chunk: the bucket index of each layer id, and of each bucket's trigger id (so that
+  // the lowering stays linear in layers and micro-batches: no bucket list is rescanned).
+  std::vector<std::unordered_map<int64_t, std::vector<size_t>>> bucket_of_layer_;
+  std::vector<std::unordered_map<int64_t, std::vector<size_t>>> bucket_of_trigger_;
+  std::vector<bool> forwarded_chunk_;
+  std::vector<int64_t> last_backward_mb_;
+  std::vector<uint32_t> grad_syncs_;
+};
+
+}  // namespace traintwin::lowering

@@ -1,0 +1,279 @@
+// RankLowering: the transformer layer (GEMMs, attention, TP/CP
+// collectives), embedding and LM head; see core/rank_lowering.hpp.
+#include "core/rank_lowering.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace traintwin::lowering {
+
+CollectiveKind RankLowering::tp_reduce() const {
+  return d_.sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+}
+
+/// A GEMM of the transformer layers (FP8 when training.fp8_format) or of the LM head (16-bit).
+Kernel RankLowering::gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k,
+                                 bool fp8) const {
+  return k_.layer_gemm(name, m, n, k, fp8);
+}
+
+/// FP8: the cast (and transpose, for the backward's other operand) of a GEMM operand of n
+/// elements. Tensorwise (current) scaling needs the tensor's amax before the cast, so it never
+/// fuses: an amax pass and a cast kernel for every operand.
+void RankLowering::fp8_cast(int64_t n, const char* what, Cast where) {
+  const bool current = sc_.training.fp8_recipe == Fp8Recipe::kTensorwise;
+  if (where == Cast::kFused && !current) return;
+  if (current) kernel(k_.fp8_amax(n), what);
+  kernel(k_.fp8_cast(n, true), what);
+}
+
+/// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
+/// for gather piece i only. FP8 (`fp8`): the input is cast first.
+/// FP8 (`fp8`): the input, a norm's output, is cast by the norm (Cast::kFused).
+void RankLowering::gathered_gemm(int64_t n, int64_t k, const char* what, bool fp8) {
+  if (fp8) fp8_cast(d_.tokens_sp * k, what, Cast::kFused);
+  if (!d_.sp) {
+    kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
+    return;
+  }
+  if (!sc_.training.tp_comm_overlap) {
+    tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather");
+    kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
+    return;
+  }
+  for (int64_t i = 0; i < d_.t; ++i) {
+    wait(collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
+                    act_bytes(d_.h) / d_.t, "sp all_gather (overlapped)"));
+    kernel(gemm_kernel("gemm_fwd", d_.tokens / d_.t, n, k, fp8), what);
+  }
+}
+
+/// GEMM + TP all-reduce (reduce-scatter with SP), chunked with tp_comm_overlap.
+void RankLowering::gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8, Cast cast) {
+  if (fp8) fp8_cast(d_.tokens * k, what, cast);
+  if (!(d_.sp && sc_.training.tp_comm_overlap)) {
+    kernel(gemm_kernel("gemm_fwd", d_.tokens, n, k, fp8), what);
+    tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
+    return;
+  }
+  std::vector<uint32_t> pieces;
+  for (int64_t i = 0; i < d_.t; ++i) {
+    kernel(gemm_kernel("gemm_fwd", d_.tokens / d_.t, n, k, fp8), what);
+    pieces.push_back(collective(CollectiveKind::kReduceScatter, GroupKind::kTp, Stream::kTpComm,
+                                act_bytes(d_.h) / d_.t, "sp reduce_scatter (overlapped)"));
+  }
+  for (uint32_t p : pieces) wait(p);
+}
+
+/// The attention core between QKV and the projection, forward or backward, by CP and
+/// cp_comm_type (see build_program()). RoPE on Q and K before it (after it in backward).
+void RankLowering::attention_core(bool backward) {
+  const int64_t heads = d_.a / d_.t;
+  const int64_t kv_heads = d_.g / d_.t;
+  const bool rope = d_.model.position_embedding_type == PositionEmbedding::kRope;
+  if (rope && !backward) kernel(k_.rope(false), "attention");
+  if (d_.cp == 1) {
+    kernel(k_.attention(backward, heads, kv_heads, d_.s), "attention");
+  } else {
+    // K and V of the local s / CP tokens (bytes of one block).
+    const int64_t kv_bytes = 2 * d_.b * d_.s * kv_heads * d_.hd * d_.dsize;
+    switch (sc_.parallel.cp_comm_type) {
+      case CpCommType::kA2a: {
+        // Ulysses: sequence-sharded Q, K, V -> head-sharded over the whole sequence, and back.
+        const int64_t qkv_bytes = act_bytes(d_.qkv_local);
+        const int64_t out_bytes = act_bytes(d_.aw / d_.t);
+        cp_blocking(CollectiveKind::kAllToAll, backward ? out_bytes : qkv_bytes,
+                    backward ? "cp all_to_all grad" : "cp all_to_all qkv");
+        kernel(k_.attention(backward, heads / d_.cp, kv_heads / d_.cp, d_.s_full), "attention");
+        cp_blocking(CollectiveKind::kAllToAll, backward ? qkv_bytes : out_bytes,
+                    backward ? "cp all_to_all qkv grad" : "cp all_to_all output");
+        break;
+      }
+      case CpCommType::kAllGather: {
+        cp_blocking(CollectiveKind::kAllGather, d_.cp * kv_bytes, "cp all_gather kv");
+        for (int64_t i = 0; i < d_.cp; ++i) {
+          kernel(k_.attention(backward, heads, kv_heads, d_.s), "attention");
+        }
+        if (backward) {
+          cp_blocking(CollectiveKind::kReduceScatter, d_.cp * kv_bytes, "cp reduce_scatter dkv");
+        }
+        break;
+      }
+      case CpCommType::kP2p: {
+        // Ring attention: block i uses the KV that arrived in exchange i-1; exchange i (for
+        // block i+1) runs on the cp-comm stream while block i computes.
+        uint32_t dkv = kNoOp;
+        for (int64_t i = 0; i < d_.cp; ++i) {
+          uint32_t next = kNoOp;
+          if (i + 1 < d_.cp) {
+            next = collective(CollectiveKind::kRingExchange, GroupKind::kCp, Stream::kCpComm,
+                              kv_bytes, backward ? "cp ring exchange kv (bwd)" : "cp ring exchange kv");
+          }
+          kernel(k_.attention(backward, heads, kv_heads, d_.s), "attention");
+          if (!backward && i > 0) kernel(k_.attention_merge(heads), "attention");
+          if (backward && i > 0) {
+            // The dK, dV accumulated for the KV block this rank holds travel on with it.
+            dkv = collective(CollectiveKind::kRingExchange, GroupKind::kCp, Stream::kCpComm,
+                             kv_bytes, "cp ring exchange dkv");
+          }
+          wait(next);
+        }
+        wait(dkv);
+        break;
+      }
+    }
+  }
+  if (rope && backward) kernel(k_.rope(true), "attention");
+}
+
+/// A blocking CP collective on the critical path (cp-comm stream).
+void RankLowering::cp_blocking(CollectiveKind kind, int64_t bytes, const char* what) {
+  wait(collective(kind, GroupKind::kCp, Stream::kCpComm, bytes, what));
+}
+
+void RankLowering::layer_forward() {
+  const bool f8 = fp8();
+  role(Role::kInputLayerNorm);
+  kernel(k_.norm(false), "layernorm");
+  role(Role::kQkv);
+  gathered_gemm(d_.qkv_local, d_.h, "attention", f8);
+  role(Role::kAttentionCore);
+  attention_core(false);
+  role(Role::kAttentionProjection);
+  gemm_reduced(d_.h, d_.aw / d_.t, "attention", f8);
+  role(Role::kAttentionResidual);
+  kernel(k_.dropout_add(false), "mlp");
+  role(Role::kPostAttentionLayerNorm);
+  kernel(k_.norm(false), "mlp");
+  if (sc_.model.is_moe_layer(layer_)) {
+    moe_forward();
+  } else {
+    role(Role::kFc1);
+    gathered_gemm(d_.fc1_local, d_.h, "mlp", f8);
+    role(Role::kGelu);
+    kernel(k_.activation(false), "mlp");
+    role(Role::kFc2);
+    gemm_reduced(d_.h, d_.ffn / d_.t, "mlp", f8, Cast::kFused);  // cast by the activation
+  }
+  role(Role::kMlpResidual);
+  kernel(k_.dropout_add(false), "mlp");
+  if (f8 && sc_.training.fp8_recipe == Fp8Recipe::kDelayed) {
+    role(Role::kNone);
+    kernel(k_.fp8_scale_update(8), "fp8 scales");  // 4 GEMM inputs + 4 weights
+  }
+}
+
+/// Backward of a row-parallel linear {tokens, n, k}: (SP) all-gather of the output gradient,
+/// then dgrad and wgrad GEMMs (FP8: the output gradient cast first).
+void RankLowering::row_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8) {
+  if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
+  if (fp8) fp8_cast(d_.tokens * n, what, Cast::kSeparate);  // the residual stream's gradient
+  kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
+  kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
+}
+
+/// Backward of a column-parallel linear {tokens, n, k} as Megatron's
+/// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
+/// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
+/// overlapped with the wgrad GEMM, then wait.
+void RankLowering::column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8,
+                                            Cast cast) {
+  uint32_t gather = kNoOp;
+  if (d_.sp) {
+    gather = collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
+                        act_bytes(d_.h), "sp all_gather input");
+  }
+  if (fp8) fp8_cast(d_.tokens * n, what, cast);
+  kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
+  const uint32_t reduce = collective(tp_reduce(), GroupKind::kTp, Stream::kTpComm,
+                                     act_bytes(k), d_.sp ? "sp reduce_scatter grad" : "tp all_reduce grad");
+  wait(gather);
+  kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
+  wait(reduce);
+}
+
+void RankLowering::layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
+  const bool f8 = fp8();
+  role(Role::kMlpResidual);
+  kernel(k_.dropout_add(true), "mlp");
+  if (sc_.model.is_moe_layer(layer)) {
+    moe_backward();
+  } else {
+    role(Role::kFc2);
+    row_parallel_backward(d_.h, d_.ffn / d_.t, "mlp", f8);
+    role(Role::kGelu);
+    kernel(k_.activation(true), "mlp");
+    role(Role::kFc1);
+    column_parallel_backward(d_.fc1_local, d_.h, "mlp", f8, Cast::kFused);  // by its backward
+  }
+  role(Role::kPostAttentionLayerNorm);
+  kernel(k_.norm(true), "mlp");
+  role(Role::kAttentionResidual);
+  kernel(k_.dropout_add(true), "attention");
+  role(Role::kAttentionProjection);
+  row_parallel_backward(d_.h, d_.aw / d_.t, "attention", f8);
+  role(Role::kAttentionCore);
+  if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
+    context(Phase::kRecompute, mb, chunk, layer);
+    attention_core(false);
+    context(Phase::kBackward, mb, chunk, layer);
+  }
+  attention_core(true);
+  role(Role::kQkv);
+  column_parallel_backward(d_.qkv_local, d_.h, "attention", f8);
+  role(Role::kInputLayerNorm);
+  kernel(k_.norm(true), "attention");
+  if (f8 && sc_.training.fp8_recipe == Fp8Recipe::kDelayed) {
+    role(Role::kNone);
+    kernel(k_.fp8_scale_update(4), "fp8 scales");  // 4 output gradients
+  }
+}
+
+void RankLowering::embedding_forward() {
+  role(Role::kEmbedding);
+  kernel(k_.embedding(false), "embedding");
+  // VocabParallelEmbedding: partial lookups summed over TP (reduce-scatter into SP regions).
+  tp_blocking(tp_reduce(), act_bytes(d_.h), d_.sp ? "sp reduce_scatter" : "tp all_reduce");
+  role(Role::kEmbeddingDropout);
+  kernel(k_.dropout(), "embedding");
+}
+
+void RankLowering::embedding_backward() {
+  role(Role::kEmbedding);
+  if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
+  kernel(k_.embedding(true), "embedding");
+}
+
+void RankLowering::head_forward() {
+  role(Role::kFinalLayerNorm);
+  kernel(k_.norm(false), "final layernorm");
+  role(Role::kLmHead);
+  gathered_gemm(d_.vocab_local, d_.h, "lm head");
+  // Vocab-parallel cross-entropy: all-reduce of the logit max, then of the target logits and
+  // of the sum of exponentials (fp32, one value per token each).
+  role(Role::kCrossEntropyMax);
+  kernel(k_.elementwise_vocab("cross_entropy_max", 1, 1), "cross entropy");
+  tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce max");
+  role(Role::kCrossEntropy);
+  kernel(k_.elementwise_vocab("cross_entropy_fwd", 3, 1), "cross entropy");
+  role(Role::kCrossEntropyTarget);
+  tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce target");
+  role(Role::kCrossEntropySumExp);
+  tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce sum-exp");
+}
+
+void RankLowering::head_backward() {
+  role(Role::kCrossEntropy);
+  kernel(k_.elementwise_vocab("cross_entropy_bwd", 3, 2), "cross entropy");
+  role(Role::kLmHead);
+  column_parallel_backward(d_.vocab_local, d_.h, "lm head");
+  role(Role::kFinalLayerNorm);
+  kernel(k_.norm(true), "final layernorm");
+}
+
+}  // namespace traintwin::lowering

@@ -1,0 +1,244 @@
+// RankLowering: DP gradient buckets, parameter gathers, zero_grad,
+// the gradient sync and the optimizer step; see core/rank_lowering.hpp.
+#include "core/rank_lowering.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace traintwin::lowering {
+
+/// Splits each chunk's parameters, in backward order, into Megatron DDP buckets: the dense
+/// parameters (reduced over DP x CP) and, for MoE layers, the local experts' parameters in
+/// buckets of their own (reduced over the expert-data-parallel group), as Megatron-Core's
+/// DistributedDataParallel keeps expert-parallel parameters in separate buffers with the same
+/// bucket size.
+void RankLowering::plan_buckets() {
+  const int64_t bucket_size = ddp_bucket_size_params(sc_);
+  const int64_t emb_local = d_.vocab_local * d_.h;
+  buckets_.assign(static_cast<size_t>(d_.v), {});
+  bucket_of_layer_.assign(static_cast<size_t>(d_.v), {});
+  bucket_of_trigger_.assign(static_cast<size_t>(d_.v), {});
+  forwarded_chunk_.assign(static_cast<size_t>(d_.v), false);
+  last_backward_mb_.assign(static_cast<size_t>(d_.v), -1);
+  for (const auto& st : out_.schedule) {
+    if (st.pass == Pass::kBackward) last_backward_mb_[static_cast<size_t>(st.model_chunk)] = st.micro_batch;
+  }
+  for (int64_t c = 0; c < d_.v; ++c) {
+    const int64_t vs = vstage(c);
+    // (layer id, params, GEMM weights) in the order their gradients become ready.
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> items, expert_items;
+    if (vs == num_vstages() - 1) {
+      // Final norm, plus the LM head: its own weight when untied, the tied copy when the
+      // embedding lives on another stage.
+      const bool head = sc_.model.untie_embeddings_and_output_weights || d_.p > 1;
+      items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0), 0);
+    }
+    const ChunkLayers& layers = layers_of(c);
+    for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
+      const RankParameters lp = layer_parameters_on_rank(sc_.model, sc_.parallel, l);
+      items.emplace_back(l, lp.dense, lp.dense_gemm);
+      if (lp.expert > 0) expert_items.emplace_back(l, lp.expert, lp.expert_gemm);
+    }
+    const bool learned_positions =
+        sc_.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
+    if (vs == 0) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0), 0);
+    // Never empty: a chunk left with no transformer layer by the uneven split holds the
+    // embedding or the LM head.
+    auto& chunk = buckets_[static_cast<size_t>(c)];
+    auto& of_layer = bucket_of_layer_[static_cast<size_t>(c)];
+    auto fill = [&](const std::vector<std::tuple<int64_t, int64_t, int64_t>>& list,
+                    GroupKind group) {
+      if (list.empty()) return;
+      chunk.emplace_back();
+      chunk.back().group = group;
+      for (const auto& [id, n, gemm] : list) {
+        if (bucket_size > 0 && chunk.back().params >= bucket_size) {
+          chunk.emplace_back();
+          chunk.back().group = group;
+        }
+        chunk.back().params += n;
+        chunk.back().gemm_weights += gemm;
+        chunk.back().layers.push_back(id);
+        chunk.back().trigger = id;
+        of_layer[id].push_back(chunk.size() - 1);
+      }
+    };
+    fill(items, GroupKind::kDpCp);
+    fill(expert_items, GroupKind::kEdp);
+    // A bucket's trigger (its last id) is the trigger of at most one dense and one expert
+    // bucket.
+    auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(c)];
+    for (size_t b = 0; b < chunk.size(); ++b) of_trigger[chunk[b].trigger].push_back(b);
+  }
+}
+
+/// MoE layers over this rank's model chunks.
+int64_t RankLowering::moe_layers_on_rank() const {
+  int64_t n = 0;
+  for (int64_t c = 0; c < d_.v; ++c) {
+    const ChunkLayers& layers = layers_of(c);
+    for (int64_t l = layers.first_layer; l < layers.end_layer(); ++l) n += sc_.model.is_moe_layer(l);
+  }
+  return n;
+}
+
+/// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk:
+/// with overlap_grad_reduce, starts the reduce of the buckets this completes.
+void RankLowering::bucket_done(int64_t chunk, int64_t layer) {
+  if (!sc_.training.overlap_grad_reduce) return;
+  const auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(chunk)];
+  if (auto it = of_trigger.find(layer); it != of_trigger.end()) {
+    for (size_t b : it->second) issue_grad_reduce(chunk, buckets_[static_cast<size_t>(chunk)][b]);
+  }
+}
+
+void RankLowering::issue_grad_reduce(int64_t chunk, Bucket& bucket) {
+  context(Phase::kGradSync, -1, chunk, -1);
+  role(Role::kGradBucket);
+  const bool dist = sc_.training.use_distributed_optimizer;
+  const bool expert = bucket.group == GroupKind::kEdp;
+  bucket.grad_op = collective(dist ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                              bucket.group, Stream::kDpComm, bucket.params * d_.grad_bytes,
+                              dist ? (expert ? "edp reduce_scatter expert grads" : "dp reduce_scatter grads")
+                                   : (expert ? "edp all_reduce expert grads" : "dp all_reduce grads"));
+  if (bucket.grad_op != kNoOp) {
+    grad_syncs_.push_back(bucket.grad_op);
+    out_.ops[bucket.grad_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
+  }
+}
+
+void RankLowering::issue_param_gathers(Phase phase) {
+  // Forward order: chunk 0 first, each chunk's buckets by the first layer the forward reaches
+  // (embedding, layers ascending, head), a dense bucket before an expert one.
+  auto forward_pos = [](int64_t id) {
+    return id == -2 ? std::numeric_limits<int64_t>::min()
+                    : id == -1 ? std::numeric_limits<int64_t>::max() : id;
+  };
+  for (int64_t c = 0; c < d_.v; ++c) {
+    auto& chunk = buckets_[static_cast<size_t>(c)];
+    std::vector<size_t> order(chunk.size());
+    std::vector<int64_t> first(chunk.size(), std::numeric_limits<int64_t>::max());
+    for (size_t b = 0; b < chunk.size(); ++b) {
+      order[b] = b;
+      for (int64_t id : chunk[b].layers) first[b] = std::min(first[b], forward_pos(id));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      if (first[x] != first[y]) return first[x] < first[y];
+      return chunk[x].group == GroupKind::kDpCp && chunk[y].group != GroupKind::kDpCp;
+    });
+    for (size_t b : order) {
+      Bucket& bucket = chunk[b];
+      context(phase, -1, c, -1);
+      role(Role::kParamBucket);
+      // FP8 parameters are gathered in FP8 (1 byte), the rest in the training precision.
+      const int64_t fp8_params = sc_.training.fp8_param_gather ? bucket.gemm_weights : 0;
+      bucket.param_gather_op = collective(
+          CollectiveKind::kAllGather, bucket.group, Stream::kDpComm,
+          (bucket.params - fp8_params) * d_.dsize + fp8_params,
+          bucket.group == GroupKind::kEdp ? "edp all_gather expert params" : "dp all_gather params");
+      if (bucket.param_gather_op != kNoOp) {
+        out_.ops[bucket.param_gather_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
+      }
+    }
+  }
+}
+
+/// With overlap_param_gather, the first forward through `layer` waits for its buckets' gathers.
+void RankLowering::wait_param_gather(int64_t chunk, int64_t layer) {
+  const auto& of_layer = bucket_of_layer_[static_cast<size_t>(chunk)];
+  if (auto it = of_layer.find(layer); it != of_layer.end()) {
+    for (size_t b : it->second) wait(buckets_[static_cast<size_t>(chunk)][b].param_gather_op);
+  }
+}
+
+/// Megatron's train_step start: model_chunk.zero_grad_buffer() + optimizer.zero_grad(), a memset
+/// of the whole local gradient buffer (every parameter this rank holds, also with the
+/// distributed optimizer), as the first compute op (after the overlapped parameter gathers are
+/// issued, which it does not delay).
+void RankLowering::zero_grad_buffer() {
+  context(Phase::kOptimizer, -1, -1, -1);
+  role(Role::kZeroGradBuffer);
+  kernel(k_.zero_grad_buffer(stage_parameters_on_rank(sc_, out_.coord.pp).total()),
+         "zero grad buffer");
+  close_compute();
+}
+
+/// Megatron's finalize_model_grads (DP grad sync done, then the SP LayerNorm-gradient
+/// all-reduce over TP, then the tied-embedding all-reduce over the first and last stage),
+/// then clip-by-global-norm and the optimizer step.
+void RankLowering::finalize_and_step() {
+  context(Phase::kGradSync, -1, -1, -1);
+  const RankCoord c = out_.coord;
+  std::vector<uint32_t> done = grad_syncs_;
+  auto after_all = [&](uint32_t op) {
+    if (op == kNoOp) return;
+    for (uint32_t x : done) add_dep(op, x);
+    done = {op};
+  };
+  role(Role::kLayerNormGrads);
+  if (d_.sp) {
+    // 2 norms + the 2 row-parallel biases (projection, FC2) of every layer of this stage;
+    // the final norm.
+    const int64_t per_layer =
+        2 * sc_.model.norm_parameters() + (sc_.model.add_bias_linear ? 2 * d_.h : 0);
+    int64_t ln_params = layers_on_stage(sc_, c.pp) * per_layer;
+    // MoE layers: no dense FC2 bias (the shared expert's instead, if any); the router weight
+    // (E x h, Megatron marks it sequence_parallel).
+    const int64_t moe_layers = moe_layers_on_rank();
+    if (sc_.model.add_bias_linear && d_.shared_ffn == 0) ln_params -= moe_layers * d_.h;
+    ln_params += moe_layers * d_.experts * d_.h;
+    if (c.pp == d_.p - 1) ln_params += sc_.model.norm_parameters();
+    after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
+                         ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
+  }
+  role(Role::kEmbeddingGrads);
+  if (!sc_.model.untie_embeddings_and_output_weights && d_.p > 1 &&
+      (c.pp == 0 || c.pp == d_.p - 1)) {
+    after_all(collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding, Stream::kPpComm,
+                         d_.vocab_local * d_.h * d_.grad_bytes, "embedding grads all_reduce"));
+  }
+  for (uint32_t x : done) wait(x);
+  context(Phase::kOptimizer, -1, -1, -1);
+  const bool dist = sc_.training.use_distributed_optimizer;
+  const int64_t dp_cp = layout_.size(GroupKind::kDpCp);
+  // Dense parameters sharded over DP x CP, expert parameters over expert-DP.
+  const RankParameters params = stage_parameters_on_rank(sc_, c.pp);
+  const int64_t local =
+      dist ? ceil_div(params.dense, dp_cp) +
+                 (params.expert > 0 ? ceil_div(params.expert, layout_.size(GroupKind::kEdp)) : 0)
+           : params.total();
+  role(Role::kGradNorm);
+  kernel(k_.grad_norm(local), "grad norm");
+  // The norm's sum of squares: over every rank with the distributed optimizer (each holds a
+  // shard); else over TP x PP, or every rank when experts are split (EP or ETP x EP differ
+  // from TP: the expert shards live on ranks outside the model-parallel group).
+  const bool expert_split = sc_.model.is_moe() && (d_.ep > 1 || d_.etp != d_.t);
+  wait(collective(CollectiveKind::kAllReduce,
+                  dist || expert_split ? GroupKind::kWorld : GroupKind::kModelParallel,
+                  Stream::kDpComm, 4, "grad norm all_reduce"));
+  if (sc_.training.clip_grad > 0) {
+    // clip_grad_norm_fp32: the grads the step reads scaled by the clip coefficient.
+    role(Role::kGradClipScale);
+    kernel(k_.grad_clip_scale(local), "optimizer step");
+  }
+  role(Role::kOptimizerStep);
+  kernel(k_.adamw(local), "optimizer step");
+  if (fp8()) {
+    // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
+    // iteration from the updated weights: what Megatron's FP8 parameters do after the step
+    // (and, without them, Transformer Engine on the first micro-batch: the same work).
+    int64_t weights = 0;
+    for (const auto& chunk : buckets_) {
+      for (const Bucket& b : chunk) weights += b.gemm_weights;
+    }
+    kernel(k_.fp8_cast(weights, true), "fp8 weight cast");
+  }
+  close_compute();
+}
+
+}  // namespace traintwin::lowering

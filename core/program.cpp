@@ -1,3 +1,5 @@
+// The Program's value names and per-rank statistics, and build_program(): the scenario's layout,
+// then one RankLowering (core/rank_lowering.hpp) per wanted rank into a shared kernel table.
 #include "core/program.hpp"
 
 #include <algorithm>

@@ -410,8 +410,9 @@ void GptModel::embedding_backward(const Op& op) {
 // the block held at step i >= 1 goes to the next rank, which holds that block at step i + 1 and
 // adds its own part, until after CP - 1 hops the sum of the other ranks' parts reaches the
 // block's owner and is added to the owner's step-0 part. The Program's op order
-// (core/rank_lowering_layer.cpp attention_core) fixes the sequence: forward [kv x0] b0 [kv x1] b1+merge ... ; backward
-// [kv x0] b0 [kv x1] b1 [dkv x1] [kv x2] b2 [dkv x2] ... b(CP-1) [dkv x(CP-1)].
+// (core/rank_lowering_layer.cpp attention_core) fixes the sequence: forward [kv x0] b0 [kv x1]
+// b1+merge ... ; backward [kv x0] b0 [kv x1] b1 [dkv x1] [kv x2] b2 [dkv x2] ... b(CP-1)
+// [dkv x(CP-1)].
 // cp_comm_type all_gather (Megatron-Core's all-gather CP): K/V of every CP rank all-gathered
 // before the CP blocks (block i = CP rank i's K/V, merged at once: the Program lists no merge
 // kernel), and in the backward each block's dK/dV reduce-scattered onto its owner.

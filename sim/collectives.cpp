@@ -26,6 +26,19 @@ double ring_factor(CollectiveKind kind, int64_t n) {
   return busbw_factor(kind, n);
 }
 
+/// Latency of a ring collective over `span` (NCCL src/graph/tuning.cc: of the ring's steps,
+/// only those that cross a node boundary pay the network latency, 2 (nodes - 1) of all-reduce's
+/// 2 (n - 1), nodes - 1 of the others' n - 1; the rest are NVLink steps).
+double ring_latency_s(CollectiveKind kind, const GroupSpan& span, double alpha_intra,
+                      double alpha_inter) {
+  const int64_t steps = ring_steps(kind, span.ranks);
+  if (span.nodes <= 1) return static_cast<double>(steps) * alpha_intra;
+  const int64_t inter =
+      std::min(steps, kind == CollectiveKind::kAllReduce ? 2 * (span.nodes - 1) : span.nodes - 1);
+  return static_cast<double>(inter) * alpha_inter +
+         static_cast<double>(steps - inter) * alpha_intra;
+}
+
 double alpha_intra_s(const TopologySpec& t, const FabricEfficiency& e) {
   return t.node.nvlink_latency_s + e.step_overhead_s;
 }
@@ -142,8 +155,8 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
         B = std::min(intra_share_Bps(topo, eff, span.ranks_per_node),
                      inter_node_Bps(topo, eff, span.ranks_per_node));
       }
-      const double alpha = span.nodes > 1 ? alpha_inter_s(topo, eff) : alpha_intra_s(topo, eff);
-      return static_cast<double>(ring_steps(kind, n)) * alpha + ring_factor(kind, n) * S / B;
+      return ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha_inter_s(topo, eff)) +
+             ring_factor(kind, n) * S / B;
     }
   }
   return 0.0;
@@ -252,7 +265,7 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
   const double factor = ring_factor(kind, span.ranks);
   const double per = factor * S / static_cast<double>(k) / eff.ib;
   for (int64_t a = 0; a < m; ++a) add(a, (a + 1) % m, per);
-  plan.latency_s = static_cast<double>(ring_steps(kind, span.ranks)) * alpha;
+  plan.latency_s = ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha);
   if (k > 1) plan.local_time_s = factor * S / intra_share_Bps(topo, eff, k);
   return plan;
 }

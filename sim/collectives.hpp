@@ -81,8 +81,9 @@ CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const G
                                      const std::string& forced = "");
 
 /// Closed-form time of one collective in seconds (no contention): ring
-/// steps x alpha + factor x bytes / B with steps = 2(n-1) for all-reduce, n-1 otherwise and
-/// factor the busbw factor; B inside a node NVLink x nvlink_ring; across nodes with k members per
+/// latency + factor x bytes / B with factor the busbw factor and the latency NCCL's tuning
+/// model's (src/graph/tuning.cc): of the 2(n-1) steps of all-reduce (n-1 otherwise), the
+/// 2(nodes-1) (nodes-1) that cross the network pay the inter-node alpha, the rest the NVLink one; B inside a node NVLink x nvlink_ring; across nodes with k members per
 /// node min(k NICs x ib, NVLink x nvlink_ring x k/(k-1)) (NCCL: one channel per member, each on
 /// its own NIC; (k-1)/k of a member's ring traffic stays on NVLink); tree all-reduce
 /// 2 ceil(log2 nodes) alpha + 2 bytes / B (NCCL's double binary tree: each tree carries half the
@@ -122,9 +123,9 @@ struct CollectivePlan {
 /// local index j, a flow A_j -> B_j of factor x bytes / (k x ib efficiency) (factor 2(n-1)/n for
 /// all-reduce, (n-1)/n otherwise; k members per node); tree = for each edge of NCCL's two binary
 /// trees over nodes (heap order and its mirror), bytes/(2k) up and down per local index;
-/// local_time_s = the NVLink part of the ring (0 with one member per node); latency = steps x
-/// alpha (SIMGRID-NOTES.md: one transfer per ring edge carrying the step bytes, latency added
-/// analytically). All-to-all (p2p) across nodes: for each ordered pair of nodes (A, B) and local
+/// local_time_s = the NVLink part of the ring (0 with one member per node); latency = the ring
+/// latency of collective_time_s (SIMGRID-NOTES.md: one transfer per ring edge carrying the step
+/// bytes, latency added analytically). All-to-all (p2p) across nodes: for each ordered pair of nodes (A, B) and local
 /// index j, one flow A_j -> B_j of k x bytes / n / ib efficiency — the k messages of node A for
 /// B_j, gathered on A_j by PXN and sent over rail j; local_time_s the NVLink part of
 /// collective_time_s; latency one alpha. `forced` as in choose_algorithm().

@@ -112,6 +112,20 @@ TEST(Collectives, RingAcrossNodesIsOneFlowPerEdge) {
     EXPECT_DOUBLE_EQ(f.bytes, 0.75 * S / 2 / eff.ib);
   }
   EXPECT_GT(q.local_time_s, 0);
+  // Latency as NCCL's tuning model counts it (src/graph/tuning.cc): of all-gather's n - 1 = 3
+  // ring steps, nodes - 1 = 1 crosses the network, the other 2 are NVLink steps.
+  const double alpha_intra = t.node.nvlink_latency_s + eff.step_overhead_s;
+  EXPECT_NEAR(q.latency_s, alpha + 2 * alpha_intra, 1e-15);
+  // 16 members, 8 per node on 2 nodes, all-reduce: 2 (2 - 1) = 2 network steps of 2 x 15 = 30.
+  std::vector<int64_t> two_nodes;
+  for (int64_t r = 0; r < 16; ++r) two_nodes.push_back(r);
+  const CollectivePlan w = plan_collective(CollectiveKind::kAllReduce, S, two_nodes, t, eff, "ring");
+  EXPECT_NEAR(w.latency_s, 2 * alpha + 28 * alpha_intra, 1e-15);
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing, S,
+                                group_span(two_nodes, 8), t, eff) -
+                  2.0 * 15 / 16 * static_cast<double>(S) /
+                      std::min(8 * 50e9 * eff.ib, 450e9 * eff.nvlink_ring * 8 / 7),
+              2 * alpha + 28 * alpha_intra, 1e-12);
   // Inside one node: no flows, the closed form.
   const CollectivePlan r = plan_collective(CollectiveKind::kAllReduce, S, {0, 1, 2, 3}, t, eff);
   EXPECT_TRUE(r.flows.empty());

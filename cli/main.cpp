@@ -11,6 +11,13 @@
 int main(int argc, char** argv) {
   CLI::App app{"traintwin: simulate, tune and run Megatron-style LLM training on GPU clusters"};
   app.require_subcommand(1);
+#ifdef TRAINTWIN_HAVE_CUDA
+  constexpr const char* kBackends = "cpu, cuda";
+#else
+  constexpr const char* kBackends = "cpu";
+#endif
+  app.set_version_flag("--version",
+                       fmt::format("traintwin {} (backends: {})", TRAINTWIN_VERSION, kBackends));
   traintwin::cli::register_simulate_command(app);
   traintwin::cli::register_validate_command(app);
   traintwin::cli::register_collective_command(app);

@@ -18,7 +18,7 @@ void register_memory_command(CLI::App& app) {
   add_scenario_options(*cmd, *opts);
   cmd->callback([opts] {
     const Scenario s = opts->load();
-    const TopologySpec topo = load_topology(s.cluster.topology);
+    const TopologySpec topo = load_scenario_topology(s);
     fmt::print("{}", memory_table(s, topo));
   });
 }

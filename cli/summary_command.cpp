@@ -49,8 +49,7 @@ void print_summary(const Scenario& s) {
   const ModelSpec& m = s.model;
   const ParallelConfig& p = s.parallel;
   const TrainingConfig& t = s.training;
-  const TopologySpec topo = load_topology(s.cluster.topology);
-  check_cluster_size(topo, s.cluster.num_gpus);
+  const TopologySpec topo = load_scenario_topology(s);
 
   fmt::print("scenario   {} ({})\n", s.name, s.source.string());
   fmt::print("model      {}: {} layers, hidden {}, {} heads ({} query groups), ffn {}, seq {}, "

@@ -376,18 +376,20 @@ class Reader {
       } catch (const YAML::Exception& e) {
         override_error(o.key, fmt::format("value '{}' is not valid YAML: {}", o.value, e.msg));
       }
+      // A mapping (a flow mapping {rank: 17, ...} included) is set one dotted key at a time.
+      if (is_nested_mapping(o.key) && !item.value.IsNull()) {
+        override_error(o.key, fmt::format("is a mapping; set its keys one --set each, e.g. "
+                                          "--set {}.{}=VALUE (allowed: {}), or remove it with "
+                                          "{}=null",
+                                          o.key, keys_of(o.key).front(), join(keys_of(o.key)),
+                                          o.key));
+      }
       const bool list_allowed = o.key == "model.moe_layer_freq";
       if (!item.value.IsScalar() && !item.value.IsNull() &&
           !(list_allowed && item.value.IsSequence())) {
         override_error(o.key, fmt::format("expected a scalar value{}, got {}",
                                           list_allowed ? " or a list" : "",
                                           describe(item.value)));
-      }
-      if (is_nested_mapping(o.key) && !item.value.IsNull()) {
-        override_error(o.key, fmt::format("is a mapping; set its keys, e.g. {}.{} (allowed: {}), "
-                                          "or remove it with {}=null",
-                                          o.key, keys_of(o.key).front(), join(keys_of(o.key)),
-                                          o.key));
       }
       if (item.section() == "parallelism" && !item.value.IsNull() &&
           (item.key() == kVirtualSize || item.key() == kLayersPerVirtualStage)) {
@@ -857,8 +859,8 @@ class Reader {
     return parsed;
   }
 
-  /// A what-if factor: a finite number > 0 ("2", "2.0", "0.5", "1e-1"), or nullopt when absent
-  /// and not required.
+  /// A what-if factor: a number ("2", "2.0", "0.5", "1e-1"; its range is a rule,
+  /// core/scenario_rules.cpp's check_scale), or nullopt when absent and not required.
   std::optional<double> get_scale(const std::string& sec, const std::string& key,
                                   bool required = false) const {
     const YAML::Node node = value(sec, key);
@@ -870,12 +872,9 @@ class Reader {
     std::optional<double> parsed;
     if (node.IsScalar() && !is_string_typed(node)) parsed = parse_number_text(node.Scalar());
     if (!parsed) {
-      fail(path, fmt::format("expected a number > 0 (a factor such as 2.0 or 0.5), got {}",
+      fail(path, fmt::format("expected a number in [0.001, 1000] (a factor such as 2.0 or 0.5), "
+                             "got {}",
                              describe(node)));
-    }
-    if (!(*parsed > 0)) {
-      fail(path, fmt::format("must be > 0 (a factor: 1.0 = as the topology file says), got {}",
-                             node.Scalar()));
     }
     return parsed;
   }

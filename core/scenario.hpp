@@ -448,9 +448,10 @@ struct Override {
 ///   cluster:      topology R (path relative to the scenario file; need not exist yet),
 ///                 num_gpus R, collective_algorithm [auto] (auto | ring | tree | nvls),
 ///                 what_if (optional mapping): ib_bandwidth_scale, nvlink_bandwidth_scale,
-///                 gpu_speed_scale (numbers > 0), straggler {rank R (integer in
-///                 [0, num_gpus)), compute_scale R (> 0)}, degraded_link {name R (a platform
-///                 link's name, checked when the platform is built), bandwidth_scale R (> 0)},
+///                 gpu_speed_scale (numbers in [0.001, 1000]), straggler {rank R (integer in
+///                 [0, num_gpus)), compute_scale R (in [0.001, 1000])}, degraded_link {name R (a
+///                 platform link's name, checked when the platform is built), bandwidth_scale R
+///                 (in [0.001, 1000])},
 ///                 moe_load_imbalance (>= 1; MoE models only)
 ///   data:         (the whole section is optional) data_path (prefix of a .bin/.idx pair,
 ///                 relative to the scenario file like cluster.topology; need not exist),

@@ -351,6 +351,13 @@ double GpuSpec::peak_FLOPs(Precision p) const {
   throw InvalidArgument("GpuSpec::peak_FLOPs: unknown precision");
 }
 
+TopologySpec load_scenario_topology(const Scenario& s) {
+  TopologySpec topo = load_topology(s.cluster.topology);
+  check_cluster_size(topo, s.cluster.num_gpus);
+  check_gpu_supports(topo, s.training);
+  return topo;
+}
+
 void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
   if (matmul_precision(training) == Precision::kTf32 && !t.gpu.peak.tf32_FLOPs) {
     throw ConfigError(fmt::format(

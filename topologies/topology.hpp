@@ -131,6 +131,11 @@ struct TopologySpec {
 /// "<file>:<line>: <key>: <problem> (allowed: ...)".
 TopologySpec load_topology(const std::filesystem::path& file);
 
+/// The topology a scenario runs on (cluster.topology), checked against it as every command
+/// needs: the cluster fits (check_cluster_size) and the GPU can run the scenario's arithmetic
+/// (check_gpu_supports). Throws ConfigError as those do.
+TopologySpec load_scenario_topology(const Scenario& s);
+
 /// Same as load_topology() from YAML text; `origin` names it in messages.
 TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin);
 

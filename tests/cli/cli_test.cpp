@@ -108,6 +108,13 @@ TEST(Cli, BadInputIsAClearError) {
   Result fp8 = run("simulate " + a100 + " --fp8-format hybrid");
   EXPECT_NE(fp8.status, 0);
   EXPECT_THAT(fp8.output, HasSubstr("A100-SXM-80GB has no FP8 tensor cores"));
+  // One rule, every command: summary and memory refuse it too (they printed "0 FLOP/s" and a
+  // memory table before).
+  for (const char* command : {"summary ", "memory "}) {
+    Result r = run(command + a100 + " --fp8-format hybrid");
+    EXPECT_NE(r.status, 0) << command;
+    EXPECT_THAT(r.output, HasSubstr("A100-SXM-80GB has no FP8 tensor cores")) << command;
+  }
   Result rank = run("program " + kDefault + " --rank 1024");
   EXPECT_EQ(rank.status, 2);
   EXPECT_THAT(rank.output, HasSubstr("outside [0, 1024)"));
@@ -150,6 +157,13 @@ TEST(Cli, MemorySaysWhatDoesNotFit) {
                  "--global-batch-size 2048");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("OOM"), HasSubstr("does NOT fit: stage 0")));
+}
+
+// traintwin --version: the project's version and the backends this build has (the CPU always).
+TEST(Cli, VersionNamesTheReleaseAndTheBackends) {
+  const Result r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("traintwin 0.1.0 (backends: cpu"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "core/flops.hpp"
+#include "cli/replay_progress.hpp"
 #include "cli/report_output.hpp"
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
@@ -35,6 +36,7 @@ struct SimulateOptions {
   std::string collective_algorithm;
   bool aggregate_tp = false;
   bool no_link_contention = false;
+  bool quiet = false;
   std::string cost_db;
   std::string costs_from_timeline;
   std::string cost_db_topology;
@@ -184,6 +186,8 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_flag("--no-link-contention", o->no_link_contention,
                 "Time every transfer and collective by its uncontended closed form (the analytical "
                 "estimator's rule) instead of sharing links between flows");
+  cmd->add_flag("--quiet", o->quiet,
+                "No progress line on stderr (shown on a terminal for replays longer than 2 s)");
   cmd->add_option("--collective-algorithm", o->collective_algorithm, "Force an NCCL algorithm for every collective")
       ->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
@@ -224,7 +228,10 @@ void register_simulate_command(CLI::App& app) {
         kept.events.push_back(std::move(e));
       };
     }
+    ReplayProgressLine progress(!o->quiet);
+    session.options().progress = progress.callback();
     const SimulationResult r = session.run();
+    progress.finish();
     if (trace) trace->finish();
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r, true, base_ptr).dump(2));

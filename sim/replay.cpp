@@ -75,7 +75,14 @@ class Engine {
 
   SimulationResult run() {
     const auto wall0 = std::chrono::steady_clock::now();
+    wall0_ = last_progress_ = wall0;
     prepare();
+    for (int64_t r = 0; r < world_; ++r) {
+      if (replayed(r)) {
+        ops_total_ += static_cast<int64_t>(
+            templates_[ranks_[static_cast<size_t>(r)].tmpl].ndeps.size());
+      }
+    }
     net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
                  opts_.lone_flows_in_closed_form);
     for (int64_t r = 0; r < world_; ++r) {
@@ -246,6 +253,7 @@ class Engine {
     const Op& op = tp.rp->ops[id];
     const double t = st.t[id];
     ++ops_;
+    if (opts_.progress && ops_ % 256 == 0) report_progress(t);
     switch (op.kind) {
       case OpKind::kCompute:
         if (!st.start.empty()) st.start[id] = t;
@@ -255,6 +263,17 @@ class Engine {
       case OpKind::kSend:
       case OpKind::kRecv: p2p(rank, id, op, tp, t); return;
     }
+  }
+
+  /// Calls opts_.progress when progress_interval_s has passed since the last call.
+  void report_progress(double simulated_s) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_progress_).count() < opts_.progress_interval_s) {
+      return;
+    }
+    last_progress_ = now;
+    opts_.progress(ReplayProgress{ops_, ops_total_, simulated_s,
+                                  std::chrono::duration<double>(now - wall0_).count()});
   }
 
   void finish(int64_t rank, uint32_t id, double end) {
@@ -671,6 +690,8 @@ class Engine {
   std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
   std::map<std::string, int64_t> algorithms_;
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;
+  int64_t ops_total_ = 0;  // ops of the replayed ranks (ReplayProgress::ops_total)
+  std::chrono::steady_clock::time_point wall0_, last_progress_;
 };
 
 }  // namespace

@@ -35,6 +35,14 @@
 
 namespace traintwin {
 
+/// How far a replay has got (SimulationOptions::progress).
+struct ReplayProgress {
+  int64_t ops_started = 0;  ///< ops of the replayed ranks started so far
+  int64_t ops_total = 0;    ///< ops of the replayed ranks in all
+  double simulated_s = 0;   ///< simulated time reached (the start time of the latest op)
+  double elapsed_s = 0;     ///< wall time since the replay began
+};
+
 /// Knobs of one simulation.
 struct SimulationOptions {
   FabricEfficiency fabric;
@@ -78,6 +86,12 @@ struct SimulationOptions {
   /// flow is a SimGrid transfer from its start (the reference; same times up to SimGrid's
   /// precision).
   bool lone_flows_in_closed_form = true;
+  /// When set, called from inside the replay (in the calling thread) whenever at least
+  /// progress_interval_s of wall time has passed since the last call (checked every 256 ops
+  /// started), so a command can show a progress line; never called by a replay that ends sooner.
+  /// It may throw: the replay then stops with that exception. The library prints nothing.
+  std::function<void(const ReplayProgress&)> progress;
+  double progress_interval_s = 1.0;
 };
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU

@@ -53,6 +53,28 @@ void expect_pipeline_bubble(int64_t pp, int64_t v, int64_t m) {
   EXPECT_NEAR(r.critical.compute_s, 2.0 * m, 1e-9);
 }
 
+// The progress hook: with no interval it is called every 256 ops started, with counts that only
+// grow, a total equal to the ops the replay ran, and simulated times inside the iteration.
+TEST(Replay, ProgressReportsOpsAndSimulatedTimeAsTheReplayGoes) {
+  const Scenario s = pipeline_scenario(4, 2, 8, 16);
+  TableCostModel costs({{"attention_fwd", 0.25}, {"attention_bwd", 0.25}});
+  SimulationOptions opts;
+  opts.record_timeline = false;
+  opts.progress_interval_s = 0;
+  std::vector<ReplayProgress> calls;
+  opts.progress = [&calls](const ReplayProgress& p) { calls.push_back(p); };
+  const SimulationResult r = simulate(s, h100(), costs, opts);
+  ASSERT_GE(r.ops, 512);
+  EXPECT_EQ(static_cast<int64_t>(calls.size()), r.ops / 256);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].ops_started, 256 * static_cast<int64_t>(i + 1));
+    EXPECT_EQ(calls[i].ops_total, r.ops);
+    EXPECT_GE(calls[i].simulated_s, 0.0);
+    EXPECT_LE(calls[i].simulated_s, r.iteration_time_s);
+    if (i > 0) EXPECT_GE(calls[i].elapsed_s, calls[i - 1].elapsed_s);
+  }
+}
+
 TEST(Replay, TwoStagePipelineBubble) { expect_pipeline_bubble(2, 1, 8); }
 TEST(Replay, FourStagePipelineBubble) { expect_pipeline_bubble(4, 1, 8); }
 TEST(Replay, InterleavingReducesTheBubbleAsTheFormulaSays) { expect_pipeline_bubble(4, 2, 8); }

@@ -60,13 +60,47 @@ std::string strip_origin(const std::string& message) {
   return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
-/// One combination of the axes' values (etp 0: the base's expert TP setting).
+/// One combination of the axes' values (etp 0: the base's expert TP setting). sp_swept and
+/// vpp_swept: whether those two come from an axis (kept as given) or from the base (adapted to
+/// the layout as Megatron-LM adapts them, adapt_inherited()).
 struct Combination {
   int64_t tp, cp, pp, vpp, mbs;
   RecomputeGranularity recompute;
   bool sp, distributed_optimizer, fp8;
   int64_t ep, etp;
+  bool sp_swept = false, vpp_swept = false;
 };
+
+/// What Megatron-LM does with switches a layout outgrows (megatron/training/arguments.py), for
+/// the sequence parallelism and virtual pipeline size the base scenario gives and no axis sweeps:
+/// SP is turned off at TP 1; the virtual pipeline size is re-derived from the base's layers per
+/// virtual stage (--num-layers-per-virtual-pipeline-stage N: v = num_layers / (PP x N)), and is
+/// 1 at PP 1 or where N does not divide num_layers / PP. Each change is listed in `adjustments`.
+void adapt_inherited(const Scenario& base, const Combination& k, Scenario& s,
+                     std::vector<std::string>& adjustments) {
+  if (!k.sp_swept && s.parallel.sequence_parallel && k.tp == 1) {
+    s.parallel.sequence_parallel = false;
+    adjustments.push_back(
+        "parallelism.sequence_parallel: true -> false (TP 1 has no activations to shard; "
+        "Megatron-LM turns it off)");
+  }
+  const int64_t base_v = base.parallel.virtual_pipeline_model_parallel_size;
+  const int64_t base_pp = base.parallel.pipeline_model_parallel_size;
+  const int64_t layers = base.model.num_layers;
+  if (k.vpp_swept || base_v <= 1 || k.pp == base_pp || layers % (base_pp * base_v) != 0) return;
+  const int64_t per_vstage = layers / (base_pp * base_v);
+  const int64_t v = k.pp > 1 && layers % (k.pp * per_vstage) == 0 ? layers / (k.pp * per_vstage)
+                                                                   : 1;
+  s.parallel.virtual_pipeline_model_parallel_size = v;
+  adjustments.push_back(fmt::format(
+      "parallelism.virtual_pipeline_model_parallel_size: {} -> {} ({})", base_v, v,
+      k.pp == 1 ? "PP 1 has no pipeline to interleave"
+                : v > 1 ? fmt::format("{} layers per virtual stage kept, as Megatron-LM's "
+                                      "--num-layers-per-virtual-pipeline-stage derives it",
+                                      per_vstage)
+                        : fmt::format("{} layers per virtual stage do not divide {} layers / PP {}",
+                                      per_vstage, layers, k.pp)));
+}
 
 /// Applies one combination to a copy of the base, derives DP, checks the rules and memory.
 SweepConfiguration make_configuration(const Scenario& base, int64_t index, const Combination& k,
@@ -86,6 +120,7 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
   s.parallel.sequence_parallel = sp;
   s.training.micro_batch_size = mbs;
   s.training.recompute_granularity = recompute;
+  adapt_inherited(base, k, s, c.adjustments);
   s.training.use_distributed_optimizer = distributed_optimizer;
   s.parallel.expert_model_parallel_size = k.ep;
   if (k.etp > 0) s.parallel.expert_tensor_parallel_size = k.etp;
@@ -105,7 +140,8 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
     c.adjustments.push_back(
         "training.overlap_param_gather: true -> false (needs training.use_distributed_optimizer)");
   }
-  if (base.parallel.sequence_parallel && !sp && s.training.tp_comm_overlap) {
+  if (base.parallel.sequence_parallel && !s.parallel.sequence_parallel &&
+      s.training.tp_comm_overlap) {
     s.training.tp_comm_overlap = false;
     c.adjustments.push_back(
         "training.tp_comm_overlap: true -> false (needs parallelism.sequence_parallel)");
@@ -187,7 +223,9 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                   for (bool f8 : fp8s) {
                     for (int64_t ep : eps) {
                       for (int64_t etp : etps) {
-                        const Combination k{tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp};
+                        Combination k{tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp};
+                        k.sp_swept = !axes.sequence_parallel.empty();
+                        k.vpp_swept = !axes.vpp.empty();
                         out.push_back(make_configuration(
                             base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
                       }

@@ -172,6 +172,66 @@ TEST(Sweep, DependentSwitchesAreTurnedOffAndListed) {
   EXPECT_THAT(configs[1].adjustments[0], HasSubstr("training.overlap_param_gather"));
 }
 
+// What Megatron-LM does with switches a layout outgrows, for SP and the virtual pipeline size the
+// base gives and no axis sweeps: SP off at TP 1; v re-derived from the base's layers per virtual
+// stage (12 layers, PP 2 x v 3: 2 per virtual stage -> PP 3: v 2, PP 6: v 1, PP 1: v 1). Each
+// change is listed; the layouts stay valid instead of "invalid" for an inherited switch.
+TEST(Sweep, InheritedSequenceParallelAndVirtualPipelineFollowTheLayout) {
+  Scenario base = small_scenario();
+  base.parallel.tensor_model_parallel_size = 2;
+  base.parallel.sequence_parallel = true;
+  base.parallel.pipeline_model_parallel_size = 2;
+  base.parallel.virtual_pipeline_model_parallel_size = 3;
+  base.parallel.data_parallel_size = 2;
+  base.training.global_batch_size = 48;
+  validate_scenario(base, "base");
+  SweepAxes axes;
+  axes.tp = {1, 2};
+  axes.pp = {1, 2, 3, 6};
+  std::map<std::pair<int64_t, int64_t>, const SweepConfiguration*> by_layout;
+  const auto configs = enumerate_configurations(base, axes, 80e9);
+  for (const SweepConfiguration& c : configs) {
+    by_layout[{c.scenario.parallel.tensor_model_parallel_size,
+               c.scenario.parallel.pipeline_model_parallel_size}] = &c;
+  }
+  const std::map<int64_t, int64_t> v_of_pp = {{1, 1}, {2, 3}, {3, 2}, {6, 1}};
+  for (const auto& [layout, c] : by_layout) {
+    const auto [tp, pp] = layout;
+    SCOPED_TRACE("TP " + std::to_string(tp) + " PP " + std::to_string(pp));
+    EXPECT_EQ(c->scenario.parallel.sequence_parallel, tp > 1);
+    EXPECT_EQ(c->scenario.parallel.virtual_pipeline_model_parallel_size, v_of_pp.at(pp));
+    const size_t expected = (tp == 1 ? 1u : 0u) + (pp != 2 ? 1u : 0u);
+    EXPECT_EQ(c->adjustments.size(), expected);
+    if (tp == 1) {
+      EXPECT_THAT(c->adjustments[0], HasSubstr("parallelism.sequence_parallel: true -> false"));
+    }
+    if (pp == 3) {
+      EXPECT_THAT(c->adjustments.back(),
+                  HasSubstr("parallelism.virtual_pipeline_model_parallel_size: 3 -> 2 (2 layers "
+                            "per virtual stage kept"));
+    }
+  }
+  // 8 GPUs: TP x PP must divide 8, so PP 3 and 6 are invalid for the cluster size only.
+  for (const SweepConfiguration& c : configs) {
+    const int64_t pp = c.scenario.parallel.pipeline_model_parallel_size;
+    if (pp == 3 || pp == 6) {
+      EXPECT_FALSE(c.valid);
+      EXPECT_THAT(c.invalid_reason, HasSubstr("cluster.num_gpus: 8 is not divisible"));
+    } else {
+      EXPECT_TRUE(c.valid) << c.invalid_reason;
+    }
+  }
+  // A swept axis is kept as given: sequence_parallel {true} at TP 1 stays and is invalid.
+  axes.sequence_parallel = {true};
+  axes.pp = {2};
+  for (const SweepConfiguration& c : enumerate_configurations(base, axes, 80e9)) {
+    if (c.scenario.parallel.tensor_model_parallel_size != 1) continue;
+    EXPECT_TRUE(c.scenario.parallel.sequence_parallel);
+    EXPECT_FALSE(c.valid);
+    EXPECT_THAT(c.invalid_reason, HasSubstr("parallelism.sequence_parallel"));
+  }
+}
+
 TEST(Sweep, BadAxesAreRejected) {
   const Scenario base = small_scenario();
   SweepAxes zero;

@@ -21,13 +21,14 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                      "x layers", "activations", "emb+logits", "total", "fits");
   const StageMemory* worst = nullptr;
   for (const auto& m : stages) {
-    const bool fits = m.total_bytes() <= capacity;
+    const MemoryVerdict verdict = memory_verdict(m.total_bytes(), capacity);
     out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",
                        m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
                        gib(m.weights_bytes + m.fp8_weight_copies_bytes), gib(m.gradients_bytes),
                        gib(m.optimizer_bytes), m.in_flight, m.in_flight_layers,
                        gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
-                       gib(m.total_bytes()), fits ? "yes" : "OOM");
+                       gib(m.total_bytes()),
+                       verdict == MemoryVerdict::kFits ? "yes" : to_string(verdict));
     if (!worst || m.total_bytes() > worst->total_bytes()) worst = &m;
   }
   if (s.training.fp8() && !stages.empty()) {
@@ -43,10 +44,17 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                        gib(stages.front().moe_dispatch_buffers_bytes));
   }
   if (worst) {
-    if (worst->total_bytes() <= capacity) {
-      out += fmt::format("fits: largest stage {} uses {} of {} ({:.1f} %)\n", worst->pp_rank,
-                         gib(worst->total_bytes()), gib(capacity),
+    const MemoryVerdict verdict = memory_verdict(worst->total_bytes(), capacity);
+    if (verdict != MemoryVerdict::kOutOfMemory) {
+      out += fmt::format("{}: largest stage {} uses {} of {} ({:.1f} %)\n", to_string(verdict),
+                         worst->pp_rank, gib(worst->total_bytes()), gib(capacity),
                          100.0 * worst->total_bytes() / capacity);
+      if (verdict == MemoryVerdict::kAtRisk) {
+        out += fmt::format("warning: above {:.0f} % of the GPU's memory; the CUDA context, NCCL "
+                           "buffers, cuBLAS workspaces and allocator fragmentation, which this "
+                           "model leaves out, take several GiB\n",
+                           100 * kMemoryAtRiskShare);
+      }
     } else {
       out += fmt::format("does NOT fit: stage {} needs {} of {} ({} over)\n", worst->pp_rank,
                          gib(worst->total_bytes()), gib(capacity),

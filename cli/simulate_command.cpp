@@ -15,6 +15,7 @@
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/memory.hpp"
 #include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/cost_model.hpp"
@@ -115,8 +116,18 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
              pct(m.exposed_tp_s), m.exposed_cp_s, pct(m.exposed_cp_s), m.exposed_ep_s,
              pct(m.exposed_ep_s), m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s,
              pct(m.exposed_dp_s), r.critical.bubble_s, pct(r.critical.bubble_s));
+  std::string fits = "fits";
+  switch (memory_verdict(m.peak_memory_bytes, topo.gpu.memory_bytes)) {
+    case MemoryVerdict::kFits: break;
+    case MemoryVerdict::kAtRisk:
+      fits = fmt::format("fits, at risk (above {:.0f} %: CUDA context, NCCL buffers and allocator "
+                         "fragmentation are not counted)",
+                         100 * kMemoryAtRiskShare);
+      break;
+    case MemoryVerdict::kOutOfMemory: fits = "does NOT fit"; break;
+  }
   fmt::print("memory             peak {} per GPU of {}: {}\n", gib(m.peak_memory_bytes),
-             gib(topo.gpu.memory_bytes), m.fits_in_memory ? "fits" : "does NOT fit");
+             gib(topo.gpu.memory_bytes), fits);
   std::string sources;
   for (const auto& [name, share] : m.cost_sources) {
     if (share > 0) sources += fmt::format("{}{} {:.1f} %", sources.empty() ? "" : ", ", name, 100 * share);

@@ -23,6 +23,7 @@
 #include "cli/format.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/posix_file.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sweep.hpp"
@@ -129,7 +130,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
         to_string(s.training.recompute_granularity), on_off(s.parallel.sequence_parallel),
         on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()),
         m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
-        "fits");
+        to_string(memory_verdict(r.config.peak_memory_bytes, r.config.memory_capacity_bytes)));
   }
   if (ranked > shown)
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);

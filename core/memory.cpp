@@ -348,4 +348,23 @@ std::vector<StageMemory> memory_per_stage(const Scenario& s) {
   return stages;
 }
 
+const char* to_string(MemoryVerdict v) {
+  switch (v) {
+    case MemoryVerdict::kFits: return "fits";
+    case MemoryVerdict::kAtRisk: return "at risk";
+    case MemoryVerdict::kOutOfMemory: return "OOM";
+  }
+  return "?";
+}
+
+MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes) {
+  if (!(capacity_bytes > 0)) {
+    throw InvalidArgument("memory_verdict: capacity must be > 0 bytes, got " +
+                          std::to_string(capacity_bytes));
+  }
+  if (peak_bytes > capacity_bytes) return MemoryVerdict::kOutOfMemory;
+  return peak_bytes > kMemoryAtRiskShare * capacity_bytes ? MemoryVerdict::kAtRisk
+                                                          : MemoryVerdict::kFits;
+}
+
 }  // namespace traintwin

@@ -123,4 +123,23 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank);
 /// stage_memory() for every pipeline stage, stage 0 first.
 std::vector<StageMemory> memory_per_stage(const Scenario& s);
 
+/// The share of a GPU's memory above which a peak this model counts is only "at risk" of
+/// fitting: the model leaves out the CUDA context (about 0.5 GiB on Hopper), NCCL's
+/// communicator buffers, the cuBLAS workspaces and the caching allocator's fragmentation, which
+/// take several GiB of an 80 GiB GPU together (Megatron-LM's and PyTorch's memory reports show
+/// reserved above allocated by that much). The ~90 % line of the memory-headroom issue.
+inline constexpr double kMemoryAtRiskShare = 0.90;
+
+/// Whether a peak fits a GPU's memory.
+enum class MemoryVerdict {
+  kFits,         ///< peak <= kMemoryAtRiskShare x capacity
+  kAtRisk,       ///< above that, up to the capacity
+  kOutOfMemory,  ///< above the capacity
+};
+/// "fits" | "at risk" | "OOM".
+const char* to_string(MemoryVerdict v);
+
+/// The verdict of `peak_bytes` on a GPU of `capacity_bytes` (> 0; InvalidArgument otherwise).
+MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes);
+
 }  // namespace traintwin

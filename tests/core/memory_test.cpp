@@ -540,5 +540,18 @@ TEST(MemoryMoe, StageMemoryShardsExpertStateOverExpertDataParallel) {
   EXPECT_EQ(dense.moe_dispatch_buffers_bytes, 0);
 }
 
+// The verdict: fits up to 90 % of the capacity, at risk above (what the model leaves out takes
+// several GiB), OOM above the capacity; the bounds belong to the lower verdict.
+TEST(MemoryVerdict, FitsAtRiskAndOutOfMemory) {
+  const double cap = 80.0 * (1 << 30);
+  EXPECT_EQ(memory_verdict(0, cap), MemoryVerdict::kFits);
+  EXPECT_EQ(memory_verdict(0.9 * cap, cap), MemoryVerdict::kFits);
+  EXPECT_EQ(memory_verdict(0.9 * cap + 1, cap), MemoryVerdict::kAtRisk);
+  EXPECT_EQ(memory_verdict(cap, cap), MemoryVerdict::kAtRisk);
+  EXPECT_EQ(memory_verdict(cap + 1, cap), MemoryVerdict::kOutOfMemory);
+  EXPECT_STREQ(to_string(MemoryVerdict::kAtRisk), "at risk");
+  EXPECT_THROW(memory_verdict(1, 0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace traintwin

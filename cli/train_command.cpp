@@ -179,6 +179,10 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
     }
     if (trainer.first_iteration() > 1) {
       fmt::print("resumed from {} at iteration {}\n", o.load, trainer.first_iteration() - 1);
+    } else if (trainer.load_found_no_checkpoint()) {
+      fmt::print("no checkpoint in {} (no latest_checkpointed_iteration.txt): starting from "
+                 "scratch, as Megatron-LM does\n",
+                 o.load);
     }
     std::fflush(stdout);
   }

@@ -202,6 +202,7 @@ class Trainer::Impl {
   }
 
   int64_t first_iteration() const { return first_iteration_; }
+  bool load_found_no_checkpoint() const { return load_found_no_checkpoint_; }
 
   void train(const TrainerCallbacks& cb) {
     const int64_t last = *sc_.training.train_iters;
@@ -303,6 +304,13 @@ class Trainer::Impl {
   }
 
   void load() {
+    // No tracker: nothing saved there yet (Megatron-LM: "could not find the metadata file ...
+    // will not load any checkpoints and will start from random"). Every rank sees the same
+    // folder, so every rank takes this branch or none.
+    if (!std::filesystem::exists(latest_iteration_path(opts_.load))) {
+      load_found_no_checkpoint_ = true;
+      return;
+    }
     const int64_t it = read_latest_iteration(opts_.load);
     const RankCheckpoint ck = read_rank_checkpoint(opts_.load, it, comm_.rank());
     const std::string origin = rank_checkpoint_path(opts_.load, it, comm_.rank()).string();
@@ -370,6 +378,7 @@ class Trainer::Impl {
   std::unique_ptr<Executor> executor_;
   std::map<std::string, std::string> signature_;
   int64_t first_iteration_ = 1;
+  bool load_found_no_checkpoint_ = false;
   std::vector<TimelineEvent> events_;
 };
 
@@ -377,6 +386,7 @@ Trainer::Trainer(const Scenario& s, Communicator& comm, TrainerOptions options)
     : impl_(std::make_unique<Impl>(s, comm, std::move(options))) {}
 Trainer::~Trainer() = default;
 int64_t Trainer::first_iteration() const { return impl_->first_iteration(); }
+bool Trainer::load_found_no_checkpoint() const { return impl_->load_found_no_checkpoint(); }
 void Trainer::train(const TrainerCallbacks& callbacks) { impl_->train(callbacks); }
 const std::vector<TimelineEvent>& Trainer::timeline() const { return impl_->timeline(); }
 const Program& Trainer::program() const { return impl_->program(); }

@@ -24,7 +24,10 @@ namespace traintwin::exec {
 /// Where checkpoints go and what to record.
 struct TrainerOptions {
   std::filesystem::path save;  ///< Megatron --save: checkpoint folder ("" = never save)
-  std::filesystem::path load;  ///< Megatron --load: resume from its latest checkpoint ("" = fresh)
+  /// Megatron --load: resume from its latest checkpoint ("" = fresh). A folder without
+  /// latest_checkpointed_iteration.txt (not yet saved to, or absent) starts from scratch, as
+  /// Megatron-LM does, so that `--save D --load D` runs the first time as after every restart.
+  std::filesystem::path load;
   bool record_timeline = false;  ///< keep every op's span for timeline()
   /// The backend every kernel runs on and whose memory holds the model (null: the CPU backend,
   /// cpu::host_backend()); it must outlive the Trainer.
@@ -97,6 +100,9 @@ class Trainer {
 
   /// The first iteration train() will run (1, or the loaded checkpoint's + 1).
   int64_t first_iteration() const;
+  /// True when TrainerOptions::load named a folder with no checkpoint (the run started from
+  /// scratch, for the command to say so).
+  bool load_found_no_checkpoint() const;
 
   /// Runs iterations first_iteration() .. train_iters, evaluating every eval_interval iterations
   /// and after the last one (when eval_iters > 0), saving every save_interval iterations and

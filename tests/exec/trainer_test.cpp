@@ -74,6 +74,31 @@ TEST_F(TrainerTest, ResumeFromCheckpointIsBitIdentical) {
   }
 }
 
+// Megatron's `--save D --load D` from the first run on: D without a checkpoint (absent, or
+// empty) starts from scratch and says so; the run then saves into D and a second run resumes.
+TEST_F(TrainerTest, LoadFromAFolderWithoutACheckpointStartsFromScratch) {
+  const std::vector<double> straight = run(scenario({{"training.train_iters", "4"},
+                                                     {"training.lr_decay_iters", "20"}}));
+  TrainerOptions both;
+  both.save = dir_ / "ckpt";
+  both.load = dir_ / "ckpt";
+  const Scenario first4 =
+      scenario({{"training.train_iters", "4"}, {"training.lr_decay_iters", "20"}});
+  {
+    LocalCommunicator comm(RankLayout(1, 1, 1, 1, first4.parallel.rank_order));
+    Trainer t(first4, comm, both);
+    EXPECT_TRUE(t.load_found_no_checkpoint());
+    EXPECT_EQ(t.first_iteration(), 1);
+  }
+  EXPECT_EQ(run(first4, both), straight);
+  EXPECT_EQ(read_latest_iteration(dir_ / "ckpt"), 4);
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, first4.parallel.rank_order));
+  Trainer again(scenario({{"training.train_iters", "6"}, {"training.lr_decay_iters", "20"}}), comm,
+                both);
+  EXPECT_FALSE(again.load_found_no_checkpoint());
+  EXPECT_EQ(again.first_iteration(), 5);
+}
+
 TEST_F(TrainerTest, TruncatedCheckpointIsRefused) {
   TrainerOptions save;
   save.save = dir_ / "ckpt";

@@ -122,10 +122,26 @@ void share_cores_among_local_ranks() {
   exec::cpu::use_gemm_threads(ranks);
 }
 
+/// The scenario as launched: under mpirun/srun the cluster is the job's world (cluster.num_gpus
+/// = its size and DP derived, as Megatron-LM derives DP from the world size) unless the command
+/// line sets cluster.num_gpus itself, which must then match. `env` null: one process, as given.
+Scenario load_for_launch(const ScenarioOptions& so, const exec::MpiEnvironment* env) {
+  std::vector<Override> overrides = so.overrides();
+  const bool given = std::any_of(overrides.begin(), overrides.end(), [](const Override& x) {
+    return x.key == "cluster.num_gpus" || x.key == "parallelism.data_parallel_size";
+  });
+  if (env != nullptr && !given) {
+    overrides.insert(overrides.begin(),
+                     {{"cluster.num_gpus", std::to_string(env->size())},
+                      {"parallelism.data_parallel_size", "null"}});
+  }
+  return load_scenario(so.file, overrides);
+}
+
 /// `env` is null for a single-process run.
 void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   const bool mpi = env != nullptr;
-  const Scenario s = o.scenario.load();
+  const Scenario s = load_for_launch(o.scenario, env);
   std::unique_ptr<exec::Communicator> comm;
   const RankLayout layout = layout_of(s);
   share_cores_among_local_ranks();
@@ -142,7 +158,8 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   if (mpi) {
     if (env->size() != s.world_size()) {
       throw ConfigError(fmt::format(
-          "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}) but mpirun started {} processes",
+          "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}) set on the command line, but mpirun "
+          "started {} processes (leave cluster.num_gpus out: the job's size is taken)",
           s.source.string(), s.world_size(), s.parallel.tensor_model_parallel_size,
           s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size, env->size()));
     }

@@ -115,9 +115,16 @@ TEST_F(TrainCli, TensorPipelineAndDataParallelOnEightRanks) {
                            8));
 }
 
+// Without cluster.num_gpus on the command line the job's size is the cluster (DP derived, as
+// Megatron-LM derives it from the world size); a cluster.num_gpus that contradicts it is refused.
 TEST_F(TrainCli, TensorParallelWithSequenceParallel) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
-  expect_same_losses(train("--tensor-model-parallel-size 2 --sequence-parallel --set cluster.num_gpus=2", 2));
+  expect_same_losses(train("--tensor-model-parallel-size 2 --sequence-parallel", 2));
+  const testing::CliResult bad =
+      train("--tensor-model-parallel-size 2 --sequence-parallel --set cluster.num_gpus=4", 2);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("cluster.num_gpus = 4 (TP 2 x PP 1 x DP 2) set on the command "
+                                    "line, but mpirun started 2 processes"));
 }
 
 TEST_F(TrainCli, InterleavedPipelineWithTwoModelChunks) {

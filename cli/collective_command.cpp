@@ -25,7 +25,10 @@ CollectiveKind parse_op(const std::string& op) {
   if (op == "all_gather") return CollectiveKind::kAllGather;
   if (op == "reduce_scatter") return CollectiveKind::kReduceScatter;
   if (op == "broadcast") return CollectiveKind::kBroadcast;
-  throw ConfigError("--op: '" + op + "' unknown (allowed: all_reduce, all_gather, reduce_scatter, broadcast)");
+  if (op == "all_to_all") return CollectiveKind::kAllToAll;
+  throw ConfigError("--op: '" + op +
+                    "' unknown (allowed: all_reduce, all_gather, reduce_scatter, broadcast, "
+                    "all_to_all)");
 }
 
 }  // namespace
@@ -43,7 +46,8 @@ void register_collective_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
   cmd->add_option("--topology", o->topology, "Topology file")->required();
   cmd->add_option("--num-gpus", o->num_gpus, "Cluster size")->capture_default_str();
-  cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast")->capture_default_str();
+  cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all")
+      ->capture_default_str();
   cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
   cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest size (nccl-tests -b)")->capture_default_str();
   cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
@@ -71,14 +75,17 @@ void register_collective_command(CLI::App& app) {
     }
     const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const auto outcomes = run_isolated_concurrently(work, jobs);
+    const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+    double busbw_sum = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (!outcomes[i].ok) throw Error(outcomes[i].error);
       const auto r = nlohmann::json::parse(outcomes[i].output).get<CollectiveRow>();
-      fmt::print("{}", nccl_tests_row(
-                           r.bytes, r.bytes / 4,
-                           kind == CollectiveKind::kAllGather || kind == CollectiveKind::kBroadcast ? "none" : "sum",
-                           r.time_us, r.algbw_GBps, r.busbw_GBps, r.algorithm));
+      fmt::print("{}", nccl_tests_row(r.bytes, r.bytes / 4, reduces ? "sum" : "none", r.time_us,
+                                      r.algbw_GBps, r.busbw_GBps, r.algorithm));
+      busbw_sum += r.busbw_GBps;
     }
+    // nccl-tests' closing line: the mean bus bandwidth over the sizes run.
+    fmt::print("# Avg bus bandwidth    : {:.3f} \n#\n", busbw_sum / static_cast<double>(sizes.size()));
   });
 }
 

@@ -12,7 +12,9 @@
 #include <iterator>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -157,6 +159,34 @@ TEST(Cli, MemorySaysWhatDoesNotFit) {
                  "--global-batch-size 2048");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("OOM"), HasSubstr("does NOT fit: stage 0")));
+}
+
+// collective --op all_to_all (MoE dispatch, NCCL's grouped send/recv: "p2p"), and nccl-tests'
+// closing "Avg bus bandwidth" line: the mean of the rows' busbw column.
+TEST(Cli, CollectiveAllToAllAndTheAverageBusBandwidth) {
+  const std::string topo = std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml";
+  const Result r = run("collective --topology " + topo +
+                       " --num-gpus 16 --group all --op all_to_all -b 1M -e 2M");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  std::vector<double> busbw;
+  double average = -1;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# Avg bus bandwidth", 0) == 0) {
+      average = std::stod(line.substr(line.find(':') + 1));
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream row(line);
+    std::string size, count, type, redop, time, algbw, bus, algorithm;
+    row >> size >> count >> type >> redop >> time >> algbw >> bus >> algorithm;
+    EXPECT_EQ(redop, "none");
+    EXPECT_EQ(algorithm, "p2p");
+    busbw.push_back(std::stod(bus));
+  }
+  ASSERT_EQ(busbw.size(), 2u);
+  EXPECT_NEAR(average, (busbw[0] + busbw[1]) / 2, 1e-2);  // the rows print 2 decimals
 }
 
 // traintwin --version: the project's version and the backends this build has (the CPU always).

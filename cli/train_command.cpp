@@ -167,12 +167,25 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
                                                    o.distributed_timeout_minutes);
   } else {
     if (s.world_size() != 1) {
+      // The one-process layout: every size of the scenario set back to 1, and what needs TP > 1
+      // (sequence parallelism) turned off.
+      std::string one = "--set cluster.num_gpus=1";
+      const auto set_one = [&one](int64_t size, const char* flag) {
+        if (size > 1) one += fmt::format(" {} 1", flag);
+      };
+      set_one(s.parallel.tensor_model_parallel_size, "--tensor-model-parallel-size");
+      set_one(s.parallel.pipeline_model_parallel_size, "--pipeline-model-parallel-size");
+      set_one(s.parallel.context_parallel_size, "--context-parallel-size");
+      set_one(s.parallel.expert_model_parallel_size, "--expert-model-parallel-size");
+      if (s.parallel.sequence_parallel) one += " --set parallelism.sequence_parallel=false";
       throw ConfigError(fmt::format(
-          "{}: cluster.num_gpus = {} (TP {} x PP {} x DP {}); run it with mpirun -np {} "
-          "traintwin train ..., or in one process with --tensor-model-parallel-size 1 "
-          "--pipeline-model-parallel-size 1 --set cluster.num_gpus=1",
+          "{}: cluster.num_gpus = {} (TP {} x CP {} x PP {} x DP {}{}); run it with mpirun -np {} "
+          "traintwin train ..., or in one process with {}",
           s.source.string(), s.world_size(), s.parallel.tensor_model_parallel_size,
-          s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size, s.world_size()));
+          s.parallel.context_parallel_size, s.parallel.pipeline_model_parallel_size,
+          s.parallel.data_parallel_size,
+          s.model.is_moe() ? fmt::format(", EP {}", s.parallel.expert_model_parallel_size) : "",
+          s.world_size(), one));
     }
     comm = std::make_unique<exec::LocalCommunicator>(layout, backend.get());
   }

@@ -156,6 +156,14 @@ class Trainer::Impl {
       throw ConfigError(origin + ": data.data_path is required by `traintwin train` (the prefix "
                                  "of a .bin/.idx pair written by `traintwin preprocess`)");
     }
+    // Before the model is built: a dataset that was never made is the first thing a new user
+    // meets, and the way to make it is named.
+    const std::string prefix = s.data.data_path->string();
+    if (!std::filesystem::exists(prefix + ".idx") && !std::filesystem::exists(prefix + ".bin")) {
+      throw DataError(origin + ": data.data_path: no dataset at " + prefix +
+                      " (neither .idx nor .bin); write one with `traintwin preprocess` (the "
+                      "shipped *-tiny-brown scenarios' Brown corpus: scripts/prepare_brown.sh)");
+    }
     if (comm_.world_size() != s.world_size()) {
       throw InvalidArgument(
           origin + ": cluster.num_gpus = " + std::to_string(s.world_size()) + " (TP " +

@@ -99,6 +99,17 @@ std::string* TrainCli::scenario_ = nullptr;
 
 // The untrained model predicts the uniform distribution: loss ln V at the first step (init std
 // 0.02 keeps the logits near 0); the Markov chain is learnable, so 20 steps bring it down.
+// One process for a layout of several ranks: the hint sets every size of the scenario back to 1
+// (CP and EP included) and turns off what needs TP > 1.
+TEST_F(TrainCli, TheOneProcessHintCoversEveryParallelSize) {
+  const testing::CliResult r = train("--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                                     "--sequence-parallel --set cluster.num_gpus=4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("or in one process with --set cluster.num_gpus=1 "
+                                  "--tensor-model-parallel-size 1 --context-parallel-size 1 "
+                                  "--set parallelism.sequence_parallel=false"));
+}
+
 TEST_F(TrainCli, LossStartsAtLnVocabAndFalls) {
   const Losses& l = baseline();
   ASSERT_EQ(l.train.size(), 20u);

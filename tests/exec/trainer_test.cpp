@@ -99,6 +99,20 @@ TEST_F(TrainerTest, LoadFromAFolderWithoutACheckpointStartsFromScratch) {
   EXPECT_EQ(again.first_iteration(), 5);
 }
 
+// A dataset that was never made is named with the way to make it, before the model is built.
+TEST_F(TrainerTest, AMissingDatasetNamesTheKeyAndHowToMakeIt) {
+  const Scenario s = scenario({{"data.data_path", (dir_ / "never-made").string()}});
+  LocalCommunicator comm(RankLayout(1, 1, 1, 1, s.parallel.rank_order));
+  try {
+    Trainer t(s, comm, {});
+    FAIL() << "a missing dataset was accepted";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("data.data_path: no dataset at " +
+                                    (dir_ / "never-made").string()));
+    EXPECT_THAT(e.what(), HasSubstr("traintwin preprocess"));
+  }
+}
+
 TEST_F(TrainerTest, TruncatedCheckpointIsRefused) {
   TrainerOptions save;
   save.save = dir_ / "ckpt";

@@ -32,9 +32,6 @@ void RankLowering::add_dep(uint32_t op, uint32_t dep) {
   if (std::find(deps.begin(), deps.end(), dep) == deps.end()) deps.push_back(dep);
 }
 
-/// Appends a kernel to the open compute op, opening one (after the previous compute op and
-/// every pending wait) if none is open.
-/// `target`: the local expert the kernel serves (Op::kernel_targets), -1 for none.
 void RankLowering::kernel(const Kernel& kern, const char* what, int32_t target) {
   if (open_compute_ == kNoOp) {
     open_compute_ = new_op(OpKind::kCompute, Stream::kCompute, what);
@@ -50,7 +47,6 @@ void RankLowering::kernel(const Kernel& kern, const char* what, int32_t target) 
   if (target >= 0 || !op.kernel_targets.empty()) op.kernel_targets.push_back(target);
 }
 
-/// Sets the context of the ops that follow; a change of layer or phase starts a new op.
 void RankLowering::context(Phase phase, int64_t mb, int64_t chunk, int64_t layer) {
   if (phase != phase_ || mb != mb_ || chunk != chunk_ || layer != layer_) close_compute();
   phase_ = phase;
@@ -59,8 +55,6 @@ void RankLowering::context(Phase phase, int64_t mb, int64_t chunk, int64_t layer
   layer_ = layer;
 }
 
-/// Issues a collective after the last compute op (its producer) and the previous op on its
-/// stream. Returns kNoOp when the group has one member (nothing to communicate).
 uint32_t RankLowering::collective(CollectiveKind kind, GroupKind group, Stream stream,
                                   int64_t bytes, const char* what) {
   if (layout_.size(group) == 1) return kNoOp;
@@ -82,20 +76,16 @@ uint32_t RankLowering::collective(CollectiveKind kind, GroupKind group, Stream s
   return id;
 }
 
-/// The next compute op waits for `op` (no-op for kNoOp).
 void RankLowering::wait(uint32_t op) {
   if (op == kNoOp) return;
   close_compute();
   waits_.push_back(op);
 }
 
-/// A blocking TP collective on the critical path.
 void RankLowering::tp_blocking(CollectiveKind kind, int64_t bytes, const char* what) {
   wait(collective(kind, GroupKind::kTp, Stream::kTpComm, bytes, what));
 }
 
-/// Megatron's p2p call: every op of the batch follows the last compute op, the ops progress
-/// together, and the next compute op waits for all of them.
 void RankLowering::p2p_batch(const std::vector<P2P>& batch) {
   if (batch.empty()) return;
   close_compute();
@@ -114,7 +104,6 @@ void RankLowering::p2p_batch(const std::vector<P2P>& batch) {
   for (uint32_t id : ids) waits_.push_back(id);
 }
 
-/// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
 const ChunkLayers& RankLowering::layers_of(int64_t chunk) const {
   return d_.split[static_cast<size_t>(vstage(chunk))];
 }
@@ -125,20 +114,16 @@ int64_t RankLowering::rank_of_vstage(int64_t vs) const {
   return layout_.rank(c);
 }
 
-/// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
-/// the peer is the rank of the other virtual stage.
 P2P RankLowering::p2p(const PipelineTransfer& t, bool send) const {
   const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
   return P2P{send, rank_of_vstage(peer), pipeline_tag(t, num_vstages()), p2p_bytes()};
 }
 
-/// The recv of a step's input, if it has one.
 std::optional<P2P> RankLowering::recv_input(const ScheduleStep& st) const {
   const auto t = step_input(st, vstage(st.model_chunk), num_vstages());
   return t ? std::optional<P2P>(p2p(*t, false)) : std::nullopt;
 }
 
-/// The send of a step's output, if it has one.
 std::optional<P2P> RankLowering::send_output(const ScheduleStep& st) const {
   const auto t = step_output(st, vstage(st.model_chunk), num_vstages());
   return t ? std::optional<P2P>(p2p(*t, true)) : std::nullopt;
@@ -148,13 +133,11 @@ void RankLowering::append(std::vector<P2P>& batch, const std::optional<P2P>& x) 
   if (x) batch.push_back(*x);
 }
 
-/// Sets the context for the p2p ops around a step (phase and micro-batch of the step).
 void RankLowering::p2p_context(const ScheduleStep& st) {
   context(st.pass == Pass::kForward ? Phase::kForward : Phase::kBackward, st.micro_batch,
           st.model_chunk, -1);
 }
 
-/// Emits steps and p2p batches in the order Megatron-LM's schedules call them.
 void RankLowering::lower_schedule() {
   const auto& steps = out_.schedule;
   const size_t n = steps.size();

@@ -135,7 +135,6 @@ class RankLowering {
 
   void lower_step(const ScheduleStep& st);
 
-
   // ---- layers --------------------------------------------------------------------------------
 
   CollectiveKind tp_reduce() const;
@@ -198,7 +197,6 @@ class RankLowering {
 
   void head_backward();
 
-
   // ---- MoE layer (see build_program() for the op order) ------------------------------------
 
   bool alltoall() const;
@@ -240,7 +238,6 @@ class RankLowering {
 
   /// Backward of moe_forward(), mirrored.
   void moe_backward();
-
 
   // ---- DP buckets, finalize, optimizer -------------------------------------------------------
 

@@ -16,15 +16,11 @@ CollectiveKind RankLowering::tp_reduce() const {
   return d_.sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
 }
 
-/// A GEMM of the transformer layers (FP8 when training.fp8_format) or of the LM head (16-bit).
 Kernel RankLowering::gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k,
                                  bool fp8) const {
   return k_.layer_gemm(name, m, n, k, fp8);
 }
 
-/// FP8: the cast (and transpose, for the backward's other operand) of a GEMM operand of n
-/// elements. Tensorwise (current) scaling needs the tensor's amax before the cast, so it never
-/// fuses: an amax pass and a cast kernel for every operand.
 void RankLowering::fp8_cast(int64_t n, const char* what, Cast where) {
   const bool current = sc_.training.fp8_recipe == Fp8Recipe::kTensorwise;
   if (where == Cast::kFused && !current) return;
@@ -32,9 +28,6 @@ void RankLowering::fp8_cast(int64_t n, const char* what, Cast where) {
   kernel(k_.fp8_cast(n, true), what);
 }
 
-/// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
-/// for gather piece i only. FP8 (`fp8`): the input is cast first.
-/// FP8 (`fp8`): the input, a norm's output, is cast by the norm (Cast::kFused).
 void RankLowering::gathered_gemm(int64_t n, int64_t k, const char* what, bool fp8) {
   if (fp8) fp8_cast(d_.tokens_sp * k, what, Cast::kFused);
   if (!d_.sp) {
@@ -53,7 +46,6 @@ void RankLowering::gathered_gemm(int64_t n, int64_t k, const char* what, bool fp
   }
 }
 
-/// GEMM + TP all-reduce (reduce-scatter with SP), chunked with tp_comm_overlap.
 void RankLowering::gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8, Cast cast) {
   if (fp8) fp8_cast(d_.tokens * k, what, cast);
   if (!(d_.sp && sc_.training.tp_comm_overlap)) {
@@ -70,8 +62,6 @@ void RankLowering::gemm_reduced(int64_t n, int64_t k, const char* what, bool fp8
   for (uint32_t p : pieces) wait(p);
 }
 
-/// The attention core between QKV and the projection, forward or backward, by CP and
-/// cp_comm_type (see build_program()). RoPE on Q and K before it (after it in backward).
 void RankLowering::attention_core(bool backward) {
   const int64_t heads = d_.a / d_.t;
   const int64_t kv_heads = d_.g / d_.t;
@@ -131,7 +121,6 @@ void RankLowering::attention_core(bool backward) {
   if (rope && backward) kernel(k_.rope(true), "attention");
 }
 
-/// A blocking CP collective on the critical path (cp-comm stream).
 void RankLowering::cp_blocking(CollectiveKind kind, int64_t bytes, const char* what) {
   wait(collective(kind, GroupKind::kCp, Stream::kCpComm, bytes, what));
 }
@@ -168,8 +157,6 @@ void RankLowering::layer_forward() {
   }
 }
 
-/// Backward of a row-parallel linear {tokens, n, k}: (SP) all-gather of the output gradient,
-/// then dgrad and wgrad GEMMs (FP8: the output gradient cast first).
 void RankLowering::row_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8) {
   if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
   if (fp8) fp8_cast(d_.tokens * n, what, Cast::kSeparate);  // the residual stream's gradient
@@ -177,10 +164,6 @@ void RankLowering::row_parallel_backward(int64_t n, int64_t k, const char* what,
   kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
 }
 
-/// Backward of a column-parallel linear {tokens, n, k} as Megatron's
-/// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
-/// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
-/// overlapped with the wgrad GEMM, then wait.
 void RankLowering::column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8,
                                             Cast cast) {
   uint32_t gather = kNoOp;

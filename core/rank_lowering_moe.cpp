@@ -20,15 +20,11 @@ bool RankLowering::aux_loss() const {
   return sc_.model.moe_router_load_balancing_type == MoeLoadBalancing::kAuxLoss;
 }
 
-/// A blocking MoE dispatch/combine collective on the ep-comm stream.
 void RankLowering::ep_blocking(CollectiveKind kind, GroupKind group, int64_t bytes,
                                const char* what) {
   wait(collective(kind, group, Stream::kEpComm, bytes, what));
 }
 
-/// The local experts' GEMM {rows per expert, n, k} (`variant` gemm_fwd/_dgrad/_wgrad): one
-/// grouped GEMM with moe_grouped_gemm, else one GEMM per local expert (Megatron's
-/// SequentialMLP); tp = ETP.
 void RankLowering::expert_gemm(const char* variant, int64_t n, int64_t k, bool fp8) {
   const int64_t m = d_.expert_rows;
   if (sc_.model.moe_grouped_gemm) {
@@ -44,7 +40,6 @@ void RankLowering::expert_gemm(const char* variant, int64_t n, int64_t k, bool f
   for (int64_t e = 0; e < d_.local_experts; ++e) kernel(one, "experts", static_cast<int32_t>(e));
 }
 
-/// The router and its aux loss on the T local rows.
 void RankLowering::router_forward() {
   role(Role::kRouter);
   kernel(k_.gemm("gemm_fwd", d_.moe_tokens, d_.experts, d_.h), "router");
@@ -52,7 +47,6 @@ void RankLowering::router_forward() {
   if (aux_loss()) kernel(k_.aux_loss(false, d_.moe_tokens), "router");
 }
 
-/// The routed experts' forward on their dispatched rows.
 void RankLowering::experts_forward(bool f8) {
   const int64_t rows = local_expert_rows();
   role(Role::kExpertFc1);
@@ -79,8 +73,6 @@ void RankLowering::experts_backward(bool f8) {
   expert_gemm("gemm_wgrad", d_.expert_fc1_local, d_.h, f8);
 }
 
-/// The shared expert: a dense MLP of width moe_shared_expert_intermediate_size over TP (with
-/// its SP all-gather / reduce-scatter), on the same input as the router.
 void RankLowering::shared_expert_forward(bool f8) {
   if (d_.shared_ffn == 0) return;
   role(Role::kFc1);
@@ -101,7 +93,6 @@ void RankLowering::shared_expert_backward(bool f8) {
   column_parallel_backward(d_.shared_fc1_local, d_.h, "shared expert", f8, Cast::kFused);
 }
 
-/// The MoE MLP of one layer, after the post-attention norm (see build_program()).
 void RankLowering::moe_forward() {
   const bool f8 = fp8();
   router_forward();
@@ -143,7 +134,6 @@ void RankLowering::moe_forward() {
   shared_expert_forward(f8);
 }
 
-/// Backward of moe_forward(), mirrored.
 void RankLowering::moe_backward() {
   const bool f8 = fp8();
   shared_expert_backward(f8);

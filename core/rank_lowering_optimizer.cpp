@@ -12,11 +12,6 @@
 
 namespace traintwin::lowering {
 
-/// Splits each chunk's parameters, in backward order, into Megatron DDP buckets: the dense
-/// parameters (reduced over DP x CP) and, for MoE layers, the local experts' parameters in
-/// buckets of their own (reduced over the expert-data-parallel group), as Megatron-Core's
-/// DistributedDataParallel keeps expert-parallel parameters in separate buffers with the same
-/// bucket size.
 void RankLowering::plan_buckets() {
   const int64_t bucket_size = ddp_bucket_size_params(sc_);
   const int64_t emb_local = d_.vocab_local * d_.h;
@@ -77,7 +72,6 @@ void RankLowering::plan_buckets() {
   }
 }
 
-/// MoE layers over this rank's model chunks.
 int64_t RankLowering::moe_layers_on_rank() const {
   int64_t n = 0;
   for (int64_t c = 0; c < d_.v; ++c) {
@@ -87,8 +81,6 @@ int64_t RankLowering::moe_layers_on_rank() const {
   return n;
 }
 
-/// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk:
-/// with overlap_grad_reduce, starts the reduce of the buckets this completes.
 void RankLowering::bucket_done(int64_t chunk, int64_t layer) {
   if (!sc_.training.overlap_grad_reduce) return;
   const auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(chunk)];
@@ -148,7 +140,6 @@ void RankLowering::issue_param_gathers(Phase phase) {
   }
 }
 
-/// With overlap_param_gather, the first forward through `layer` waits for its buckets' gathers.
 void RankLowering::wait_param_gather(int64_t chunk, int64_t layer) {
   const auto& of_layer = bucket_of_layer_[static_cast<size_t>(chunk)];
   if (auto it = of_layer.find(layer); it != of_layer.end()) {
@@ -156,10 +147,6 @@ void RankLowering::wait_param_gather(int64_t chunk, int64_t layer) {
   }
 }
 
-/// Megatron's train_step start: model_chunk.zero_grad_buffer() + optimizer.zero_grad(), a memset
-/// of the whole local gradient buffer (every parameter this rank holds, also with the
-/// distributed optimizer), as the first compute op (after the overlapped parameter gathers are
-/// issued, which it does not delay).
 void RankLowering::zero_grad_buffer() {
   context(Phase::kOptimizer, -1, -1, -1);
   role(Role::kZeroGradBuffer);
@@ -168,9 +155,6 @@ void RankLowering::zero_grad_buffer() {
   close_compute();
 }
 
-/// Megatron's finalize_model_grads (DP grad sync done, then the SP LayerNorm-gradient
-/// all-reduce over TP, then the tied-embedding all-reduce over the first and last stage),
-/// then clip-by-global-norm and the optimizer step.
 void RankLowering::finalize_and_step() {
   context(Phase::kGradSync, -1, -1, -1);
   const RankCoord c = out_.coord;

@@ -75,7 +75,8 @@ void register_collective_command(CLI::App& app) {
     }
     const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const auto outcomes = run_isolated_concurrently(work, jobs);
-    const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+    const bool reduces =
+        kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
     double busbw_sum = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (!outcomes[i].ok) throw Error(outcomes[i].error);
@@ -85,7 +86,8 @@ void register_collective_command(CLI::App& app) {
       busbw_sum += r.busbw_GBps;
     }
     // nccl-tests' closing line: the mean bus bandwidth over the sizes run.
-    fmt::print("# Avg bus bandwidth    : {:.3f} \n#\n", busbw_sum / static_cast<double>(sizes.size()));
+    fmt::print("# Avg bus bandwidth    : {:.3f} \n#\n",
+               busbw_sum / static_cast<double>(sizes.size()));
   });
 }
 

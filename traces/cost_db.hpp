@@ -59,8 +59,8 @@ struct CostDbVersions {
 };
 
 /// One kernel's measured duration over `samples` timed runs, and its work as the Program states
-/// it (FLOPs and bytes from the kernel factory in core/lowering_kernels.hpp), so that achieved rates
-/// (FLOPs / expected_us(), bytes / expected_us()) can be interpolated between shapes.
+/// it (FLOPs and bytes from the kernel factory in core/lowering_kernels.hpp), so that achieved
+/// rates (FLOPs / expected_us(), bytes / expected_us()) can be interpolated between shapes.
 struct KernelMeasurement {
   KernelKey key;
   double median_us = 0;  ///< > 0

@@ -213,7 +213,7 @@ void register_simulate_command(CLI::App& app) {
     if (o->trace_ranks == "all") {
       opts.trace_all_ranks = true;
     } else if (o->trace_ranks == "stages") {
-      opts.trace_ranks = stage_trace_ranks(s);
+      opts.trace_ranks = layout_of(s).first_rank_of_each_stage();
     } else if (!o->trace_ranks.empty()) {
       opts.trace_ranks = parse_rank_list(o->trace_ranks);
     }

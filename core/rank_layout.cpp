@@ -204,6 +204,12 @@ int64_t RankLayout::rank(const RankCoord& c) const {
   return rank_of(Dims{c.tp, c.cp, 0, c.dp, c.pp}, false);
 }
 
+std::vector<int64_t> RankLayout::first_rank_of_each_stage() const {
+  std::vector<int64_t> ranks;
+  for (int64_t pp = 0; pp < pp_; ++pp) ranks.push_back(rank(RankCoord{0, 0, 0, pp}));
+  return ranks;
+}
+
 std::vector<int64_t> RankLayout::group(GroupKind g, int64_t rank_id) const {
   std::vector<int64_t> members;
   if (g == GroupKind::kWorld) {

@@ -62,6 +62,10 @@ class RankLayout {
   RankCoord coord(int64_t rank) const;
   /// Global rank of `c` (inverse of coord()).
   int64_t rank(const RankCoord& c) const;
+  /// The rank of TP, CP and DP rank 0 of every pipeline stage, in stage order: one rank per
+  /// stage, whose Program the other ranks of the stage repeat (profile's targets, simulate's
+  /// default timeline ranks).
+  std::vector<int64_t> first_rank_of_each_stage() const;
   /// Coordinates of `rank` in the expert generator (0 <= rank < world_size(), else
   /// InvalidArgument; also check_expert_groups()).
   ExpertCoord expert_coord(int64_t rank) const;

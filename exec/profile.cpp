@@ -368,21 +368,10 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
   return c;
 }
 
-/// The ranks of TP, CP and DP rank 0 of every pipeline stage, in stage order: the others run the
-/// same kernels and collectives.
-std::vector<int64_t> first_rank_of_each_stage(const Scenario& s) {
-  const RankLayout layout = layout_of(s);
-  std::vector<int64_t> ranks;
-  for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
-    ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
-  }
-  return ranks;
-}
-
 }  // namespace
 
 int64_t largest_collective_bytes(const Scenario& s) {
-  const std::vector<int64_t> ranks = first_rank_of_each_stage(s);
+  const std::vector<int64_t> ranks = layout_of(s).first_rank_of_each_stage();
   const Program prog = build_program(s, ranks);
   int64_t largest = 0;
   for (int64_t r : ranks) {
@@ -394,7 +383,7 @@ int64_t largest_collective_bytes(const Scenario& s) {
 }
 
 std::vector<ProfileTarget> profile_targets(const Scenario& s) {
-  const std::vector<int64_t> ranks = first_rank_of_each_stage(s);
+  const std::vector<int64_t> ranks = layout_of(s).first_rank_of_each_stage();
   const Program prog = build_program(s, ranks);
   std::vector<ProfileTarget> out;
   std::unordered_map<KernelKey, size_t, KernelKeyHash> index;

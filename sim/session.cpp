@@ -64,13 +64,4 @@ std::optional<BaseRunMetrics> SimulationSession::run_what_if_base() const {
   return base_run_metrics(nlohmann::json::parse(text).get<SimulationSummary>());
 }
 
-std::vector<int64_t> stage_trace_ranks(const Scenario& s) {
-  const RankLayout layout = layout_of(s);
-  std::vector<int64_t> ranks;
-  for (int64_t pp = 0; pp < s.parallel.pipeline_model_parallel_size; ++pp) {
-    ranks.push_back(layout.rank(RankCoord{0, 0, 0, pp}));
-  }
-  return ranks;
-}
-
 }  // namespace traintwin

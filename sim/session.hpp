@@ -65,8 +65,4 @@ class SimulationSession {
   SimulationOptions options_;
 };
 
-/// TP and DP rank 0 of every pipeline stage: the ranks a timeline shows by default (simulate's
-/// --trace-ranks stages), in stage order.
-std::vector<int64_t> stage_trace_ranks(const Scenario& s);
-
 }  // namespace traintwin

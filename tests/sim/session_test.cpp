@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/rank_layout.hpp"
 #include "core/scenario.hpp"
 #include "sim/isolated.hpp"
 #include "sim/session.hpp"
@@ -28,7 +29,8 @@ double iteration_s(const Scenario& s) {
 // gpt-tiny-brown: TP 2 x PP 2 x DP 2, rank order tp-cp-ep-dp-pp: TP/DP rank 0 of stage 0 is rank 0,
 // of stage 1 rank 2 x 2 = 4.
 TEST(SimulationSession, TracesTheFirstRankOfEveryStage) {
-  EXPECT_EQ(stage_trace_ranks(load_scenario(kTiny)), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(layout_of(load_scenario(kTiny)).first_rank_of_each_stage(),
+            (std::vector<int64_t>{0, 4}));
 }
 
 TEST(SimulationSession, WithoutAWhatIfThereIsNoBaseRun) {

@@ -19,6 +19,10 @@
 #   matmul    the same two models with --float32-matmul-precision high (TF32) and medium (bf16
 #             tensor cores): log lines, validate --live and profile of the 1.3B GPT at
 #             micro-batch 1 (-> RESULTS/cuda-<gpu>.json)
+#   flash     the 1.3B GPT with attention_backend flash (the blockwise kernels, no T x T store;
+#             tensor cores under TF32 and bf16 products): train log lines and peak memory at
+#             high and medium, validate --live and a profile of its kernels at high, micro-batch
+#             1 (-> RESULTS/flash-profile.json)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 # Usage: scripts/device_check.sh DIR   (DIR holds traintwin-device.tar.xz)
 # Environment: RESULTS (default DIR/results), STEPS (default: all of the above, in that order),
@@ -123,9 +127,11 @@ for s in $steps; do
       step matmul 240 "for p in high medium; do $tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=10 --set training.log_interval=5 2>&1 | grep -E 'iteration|error' | tail -1 | sed \"s/^/  [124m \$p] /\"; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b \$p] /\"; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [validate \$p] /\"; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --micro-batch-size 1 --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile \$p] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
     speed)
       step speed 100 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.train_iters=4 --set training.log_interval=2 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
+    flash)
+      step flash 220 "for pr in high medium; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$pr --set training.attention_backend=flash --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b flash \$pr] /\"; done; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed 's/^/  [validate flash high] /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash --micro-batch-size 1 --repeats 5 --min-time 0.01 --out $results/flash-profile.json 2>/dev/null | tail -1 | sed 's/^/  [profile flash high] /'" ;;
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul pytorch)" >> "$summary" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

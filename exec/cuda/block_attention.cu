@@ -7,8 +7,8 @@
 #include <type_traits>
 
 #include "exec/cuda/common.cuh"
-#include "exec/cuda/cp_positions.cuh"
-#include "exec/cuda/dropout_mask.hpp"
+#include "exec/cuda/block_attention_params.cuh"
+#include "exec/cuda/flash_attention_tc.cuh"
 
 namespace traintwin::exec::cuda {
 namespace {
@@ -23,30 +23,6 @@ constexpr int kRowsPerWarp = 4;                 // query (or key) rows per warp
 constexpr int kTileRows = kWarps * kRowsPerWarp;  // rows per block: 16
 constexpr int kLanes = 32;                      // keys (or queries) streamed per tile
 constexpr int kMergeWarps = 8;
-
-/// Attention-probability dropout on global (sample, head, query position, key position):
-/// exec/cpu/dropout.hpp's attention_dropout_index and keep test (dropout_mask.hpp).
-struct AttentionMask {
-  bool active = false;
-  uint64_t seed = 0, stream = 0, threshold = 0;
-  float scale = 1.0f;  // 1 / (1 - p) rounded to float, as the CPU layer's float instantiation
-  int64_t first_sample = 0, heads_total = 0, head_offset = 0, seq = 0;
-
-  __device__ float factor(int64_t b, int64_t h, int64_t tq, int64_t tk) const {
-    if (!active) return 1.0f;
-    const auto index = static_cast<uint64_t>(
-        (((first_sample + b) * heads_total + head_offset + h) * seq + tq) * seq + tk);
-    return dropout_keep(seed, stream, index, threshold) ? scale : 0.0f;
-  }
-};
-
-/// Everything the kernels need besides the pointers.
-struct Params {
-  int64_t batch, seq_q, seq_k, heads, groups, d;
-  float scale;
-  CpPositions qpos, kpos;
-  AttentionMask mask;
-};
 
 __device__ __forceinline__ float dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
@@ -365,8 +341,40 @@ __global__ void attention_merge_kernel(float* out, float* lse, const float* bloc
   if (lane == 0) lse[row] = l;
 }
 
-/// The kernels' parameters from a call's arguments, after the checks of exec/cpu/
-/// block_attention.cpp (and of CpuBackend: the positions must be the shape's).
+/// Calls fn(std::integral_constant<int, N>{}) with N the fewest channels per lane (1, 2, 4, 8)
+/// that cover head_dim (at most 256, checked by make_params).
+template <typename Fn>
+void dispatch_dims(int64_t head_dim, Fn&& fn) {
+  const int64_t per_lane = (head_dim + 31) / 32;
+  if (per_lane <= 1) {
+    fn(std::integral_constant<int, 1>{});
+  } else if (per_lane <= 2) {
+    fn(std::integral_constant<int, 2>{});
+  } else if (per_lane <= 4) {
+    fn(std::integral_constant<int, 4>{});
+  } else {
+    fn(std::integral_constant<int, 8>{});
+  }
+}
+
+/// Launches `kernel` with `smem` bytes of dynamic shared memory (raising the kernel's limit
+/// above the default 48 KiB when needed).
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {
+  if (smem > 48 * 1024) {
+    TRAINTWIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
+  }
+  kernel<<<grid, kWarps * 32, smem, stream>>>(args...);
+  TRAINTWIN_CUDA_CHECK_LAUNCH();
+}
+
+unsigned tiles(int64_t n) { return static_cast<unsigned>((n + kTileRows - 1) / kTileRows); }
+
+}  // namespace
+
+namespace detail {
+
 Params make_params(const CpSequence& q_positions, const CpSequence& k_positions,
                    const cpu::BlockAttentionShape& s,
                    const cpu::AttentionProbabilityDropout* dropout) {
@@ -437,48 +445,22 @@ Params make_params(const CpSequence& q_positions, const CpSequence& k_positions,
   return p;
 }
 
-/// Calls fn(std::integral_constant<int, N>{}) with N the fewest channels per lane (1, 2, 4, 8)
-/// that cover head_dim (at most 256, checked by make_params).
-template <typename Fn>
-void dispatch_dims(int64_t head_dim, Fn&& fn) {
-  const int64_t per_lane = (head_dim + 31) / 32;
-  if (per_lane <= 1) {
-    fn(std::integral_constant<int, 1>{});
-  } else if (per_lane <= 2) {
-    fn(std::integral_constant<int, 2>{});
-  } else if (per_lane <= 4) {
-    fn(std::integral_constant<int, 4>{});
-  } else {
-    fn(std::integral_constant<int, 8>{});
-  }
-}
-
-/// Launches `kernel` with `smem` bytes of dynamic shared memory (raising the kernel's limit
-/// above the default 48 KiB when needed).
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {
-  if (smem > 48 * 1024) {
-    TRAINTWIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
-  }
-  kernel<<<grid, kWarps * 32, smem, stream>>>(args...);
-  TRAINTWIN_CUDA_CHECK_LAUNCH();
-}
-
-unsigned tiles(int64_t n) { return static_cast<unsigned>((n + kTileRows - 1) / kTileRows); }
-
-}  // namespace
+}  // namespace detail
 
 void block_attention_forward(float* out, float* lse, const float* q, const float* kv,
                              const CpSequence& q_positions, const CpSequence& k_positions,
                              const cpu::BlockAttentionShape& shape,
                              const cpu::AttentionProbabilityDropout* dropout,
-                             cudaStream_t stream) {
+                             Float32MatmulPrecision precision, cudaStream_t stream) {
   const Params p = make_params(q_positions, k_positions, shape, dropout);
   require_pointer(kLayer, out, "out");
   require_pointer(kLayer, lse, "lse");
   require_pointer(kLayer, q, "q");
   require_pointer(kLayer, kv, "kv");
+  if (tensor_core_attention_applies(p, precision, {out, q, kv})) {
+    tensor_core_attention_forward(out, lse, q, kv, p, precision, stream);
+    return;
+  }
   const int64_t ld = p.d + 1;
   const auto smem = static_cast<size_t>((kTileRows * ld + kLanes * ld + kLanes * p.d)) *
                     sizeof(float);
@@ -518,7 +500,8 @@ void block_attention_backward(float* dq, float* dkv, const float* dout, const fl
                               const CpSequence& q_positions, const CpSequence& k_positions,
                               const cpu::BlockAttentionShape& shape,
                               const cpu::AttentionProbabilityDropout* dropout, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream) {
+                              size_t workspace_bytes, Float32MatmulPrecision precision,
+                              cudaStream_t stream) {
   const Params p = make_params(q_positions, k_positions, shape, dropout);
   require_pointer(kLayer, dq, "dq");
   require_pointer(kLayer, dkv, "dkv");
@@ -543,6 +526,10 @@ void block_attention_backward(float* dq, float* dkv, const float* dout, const fl
                    32 * kMergeWarps, 0, stream>>>(dsum, dout, out, p.batch, p.seq_q, p.heads,
                                                   p.d);
   TRAINTWIN_CUDA_CHECK_LAUNCH();
+  if (tensor_core_attention_applies(p, precision, {dq, dkv, dout, q, kv})) {
+    tensor_core_attention_backward(dq, dkv, dout, q, kv, lse, dsum, p, precision, stream);
+    return;
+  }
   const int64_t ld = p.d + 1;
   const auto smem = static_cast<size_t>(2 * (kTileRows + kLanes) * ld) * sizeof(float);
   dispatch_dims(p.d, [&](auto dims) {

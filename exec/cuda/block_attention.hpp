@@ -8,7 +8,9 @@
 // a row with no visible key has out = 0, lse = -inf. The backward (FlashAttention-2, from the
 // final merged out and lse, D = rowsum(dout o out)):
 //   dv_j += z_j P_j dout,  dS_j = P_j (z_j dout . v_j - D) scale,  dq += dS_j k_j,  dk_j += dS_j q
-// Kernels: fp32 storage and arithmetic (no tensor cores), no T x T store. The forward and the
+// Kernels: fp32 storage; under float32_matmul_precision high or medium (TF32 or bf16 products)
+// and head_dim 64 or 128, the tensor-core kernels of flash_attention_tc.cuh (FlashAttention-2's
+// tiles through WMMA); otherwise fp32 arithmetic (no tensor cores), no T x T store. The forward and the
 // dq kernel take 16 query rows of one (sample, head) per block of 4 warps (4 rows per warp),
 // stream the visible keys through shared memory 32 at a time (lane j owns key j of the tile for
 // the scores; the output row is spread over the lanes, D / 32 channels each) with the online
@@ -23,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/scenario.hpp"
 #include "exec/cp_sequence.hpp"
 #include "exec/cpu/attention.hpp"
 #include "exec/cpu/block_attention.hpp"
@@ -38,7 +41,8 @@ inline constexpr int64_t kBlockAttentionMaxHeadDim = 256;
 /// block's seq is the whole sequence. Throws InvalidArgument for a size < 1, groups not dividing
 /// heads, a head_dim above kBlockAttentionMaxHeadDim, positions that are not the shape's, dropout
 /// p outside [0, 1), a dropout block of other sizes or a null pointer; CudaError if a launch
-/// fails.
+/// fails. `precision`: the products' arithmetic (highest: fp32; high: TF32; medium: bf16 operands,
+/// fp32 accumulation), as the GEMMs'.
 void block_attention_forward(float* out,        // [B, Tq, NH D]
                              float* lse,        // [B, NH, Tq]
                              const float* q,    // [B, Tq, NH D]
@@ -46,7 +50,7 @@ void block_attention_forward(float* out,        // [B, Tq, NH D]
                              const CpSequence& q_positions, const CpSequence& k_positions,
                              const cpu::BlockAttentionShape& shape,
                              const cpu::AttentionProbabilityDropout* dropout,
-                             cudaStream_t stream);
+                             Float32MatmulPrecision precision, cudaStream_t stream);
 
 /// Ring attention's merge of a block's (block_out, block_lse) into the running (out, lse), in
 /// place:  lse' = log(exp(lse) + exp(block_lse)),
@@ -65,7 +69,8 @@ size_t block_attention_backward_workspace_bytes(const cpu::BlockAttentionShape& 
 
 /// Backward of one block; accumulates (+=) into dq and dkv. `out` and `lse` are the rows' final
 /// (merged) values, `dout` their gradient. Three kernels: D = rowsum(dout o out) into the
-/// workspace, dq (per query tile), dk and dv (per key tile). Throws as block_attention_forward,
+/// workspace, dq (per query tile), dk and dv (per key tile); `precision` as the forward's. Throws
+/// as block_attention_forward,
 /// or for a workspace smaller than block_attention_backward_workspace_bytes().
 void block_attention_backward(float* dq,          // [B, Tq, NH D]
                               float* dkv,         // [B, Tk, 2 G D]
@@ -77,6 +82,7 @@ void block_attention_backward(float* dq,          // [B, Tq, NH D]
                               const CpSequence& q_positions, const CpSequence& k_positions,
                               const cpu::BlockAttentionShape& shape,
                               const cpu::AttentionProbabilityDropout* dropout, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream);
+                              size_t workspace_bytes, Float32MatmulPrecision precision,
+                              cudaStream_t stream);
 
 }  // namespace traintwin::exec::cuda

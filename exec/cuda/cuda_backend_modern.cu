@@ -107,7 +107,8 @@ void CudaBackend::gqa_attention_backward(FSpan dinp, CFSpan dout, CFSpan inp, CF
 }
 
 /// One block of blockwise causal attention (exec/cpu/block_attention.hpp): out [B, Tq, NH D] and
-/// lse [B, NH, Tq] overwritten; a tiled online-softmax kernel with global CP positions.
+/// lse [B, NH, Tq] overwritten; tiled online-softmax kernels with global CP positions (on the
+/// tensor cores under float32_matmul_precision high or medium, block_attention.hpp).
 void CudaBackend::block_attention_forward(FSpan out, FSpan lse, CFSpan q, CFSpan kv,
                                           const CpSequence& q_positions,
                                           const CpSequence& k_positions,
@@ -120,7 +121,8 @@ void CudaBackend::block_attention_forward(FSpan out, FSpan lse, CFSpan q, CFSpan
   check_size(kWho, "out", out.size(), s.batch * s.seq_q * s.heads * s.head_dim);
   check_size(kWho, "lse", lse.size(), s.batch * s.heads * s.seq_q);
   cuda::block_attention_forward(out.data(), lse.data(), q.data(), kv.data(), q_positions,
-                                k_positions, shape, dropout, stream_);
+                                k_positions, shape, dropout,
+                                cublas_.float32_matmul_precision(), stream_);
 }
 
 /// Ring attention's merge of (block_out, block_lse) into (out, lse), in place; one warp per row.
@@ -166,7 +168,8 @@ void CudaBackend::block_attention_backward(FSpan dq, FSpan dkv, CFSpan dout, CFS
   Scratch workspace(*this, block_attention_backward_workspace_bytes(shape));
   cuda::block_attention_backward(dq.data(), dkv.data(), dout.data(), q.data(), kv.data(),
                                  out.data(), lse.data(), q_positions, k_positions, shape, dropout,
-                                 workspace.get(), workspace.bytes(), stream_);
+                                 workspace.get(), workspace.bytes(),
+                                 cublas_.float32_matmul_precision(), stream_);
 }
 
 /// RoPE forward (exec/cpu/rope.hpp): out [B, T, H, D] overwritten; a cos/sin table of the

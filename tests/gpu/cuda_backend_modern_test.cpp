@@ -178,10 +178,17 @@ TEST(CudaBackendModern, GqaAttentionForwardAndBackward) {
   }
 }
 
+/// Bounds of check_block: relative errors of out, lse and the gradients against the CPU.
+struct BlockBounds {
+  double out = 1e-5;
+  double lse = 1e-5;
+  double grad = kAttentionGradBound;
+};
+
 /// One block of blockwise attention, forward then backward (from the CPU forward's out and lse,
-/// the same on both sides), compared.
-void check_block(BackendPair& bp, const CpSequence& qs, const CpSequence& ks, int64_t nh,
-                 int64_t g, int64_t d, double p) {
+/// the same on both sides), compared; returns out's relative error.
+double check_block(BackendPair& bp, const CpSequence& qs, const CpSequence& ks, int64_t nh,
+                   int64_t g, int64_t d, double p, const BlockBounds& bounds = {}) {
   const int64_t b = 2;
   const cpu::BlockAttentionShape shape{b, qs.local(), ks.local(), nh, g, d};
   SCOPED_TRACE("cp " + std::to_string(qs.cp) + " q rank " + std::to_string(qs.rank) +
@@ -194,8 +201,8 @@ void check_block(BackendPair& bp, const CpSequence& qs, const CpSequence& ks, in
   Pair out = bp.output(nq), lse = bp.output(b * nh * shape.seq_q);
   bp.cpu().block_attention_forward(out.cpu, lse.cpu, q.cpu, kv.cpu, qs, ks, shape, dropout);
   bp.gpu().block_attention_forward(out.gpu, lse.gpu, q.gpu, kv.gpu, qs, ks, shape, dropout);
-  TRAINTWIN_EXPECT_CLOSE(bp, out, 1e-5);
-  expect_lse_close(bp, lse, 1e-5, "lse");
+  TRAINTWIN_EXPECT_CLOSE(bp, out, bounds.out);
+  expect_lse_close(bp, lse, bounds.lse, "lse");
 
   const Pair final_out = bp.make(host(out)), final_lse = bp.make(host(lse));
   const Pair dout = bp.random(nq);
@@ -204,8 +211,9 @@ void check_block(BackendPair& bp, const CpSequence& qs, const CpSequence& ks, in
                                     final_lse.cpu, qs, ks, shape, dropout);
   bp.gpu().block_attention_backward(dq.gpu, dkv.gpu, dout.gpu, q.gpu, kv.gpu, final_out.gpu,
                                     final_lse.gpu, qs, ks, shape, dropout);
-  TRAINTWIN_EXPECT_CLOSE(bp, dq, kAttentionGradBound);
-  TRAINTWIN_EXPECT_CLOSE(bp, dkv, kAttentionGradBound);
+  TRAINTWIN_EXPECT_CLOSE(bp, dq, bounds.grad);
+  TRAINTWIN_EXPECT_CLOSE(bp, dkv, bounds.grad);
+  return bp.error(out);
 }
 
 TEST(CudaBackendModern, BlockAttentionWithoutContextParallelism) {
@@ -232,6 +240,40 @@ TEST(CudaBackendModern, BlockAttentionOnCpBlocksOfEveryRankPair) {
       }
     }
   }
+}
+
+// Under float32_matmul_precision high (TF32) and medium (bf16), head_dim 64 and 128 take the
+// tensor-core kernels (exec/cuda/flash_attention_tc.cuh): products of operands rounded to TF32
+// (unit roundoff 2^-11) or bf16 (2^-8), fp32 accumulation and softmax. Against the CPU's fp32
+// layer the error is that rounding's (out and gradients a few units of it: the bounds), and
+// above the 1e-5 the fp32 kernels are held to, which shows the tensor-core path ran. Sequences
+// of 150 positions (the last 64-row tile partial) and CP 2 over 260 (chunks of 65: tiles cross
+// a chunk boundary), GQA, dropout.
+TEST(CudaBackendModern, BlockAttentionOnTensorCores) {
+  TRAINTWIN_REQUIRE_GPU();
+  BackendPair bp;
+  struct Case {
+    Float32MatmulPrecision precision;
+    BlockBounds bounds;
+  };
+  for (const Case& k : {Case{Float32MatmulPrecision::kHigh, BlockBounds{2e-3, 1e-3, 4e-3}},
+                        Case{Float32MatmulPrecision::kMedium, BlockBounds{1.5e-2, 5e-3, 3e-2}}}) {
+    SCOPED_TRACE(to_string(k.precision));
+    bp.gpu().set_float32_matmul_precision(k.precision);
+    const CpSequence whole(150, 1, 0);
+    for (const double p : {0.0, 0.1}) {
+      EXPECT_GT(check_block(bp, whole, whole, 4, 2, 64, p, k.bounds), 1e-5);
+      EXPECT_GT(check_block(bp, whole, whole, 2, 2, 128, p, k.bounds), 1e-5);
+    }
+    for (const int64_t q_rank : {int64_t{0}, int64_t{1}}) {
+      for (const int64_t k_rank : {int64_t{0}, int64_t{1}}) {
+        check_block(bp, CpSequence(260, 2, q_rank), CpSequence(260, 2, k_rank), 2, 1, 64, 0.1,
+                    k.bounds);
+      }
+    }
+  }
+  // head_dim 40 has no tensor-core kernel: the fp32 one, to fp32's bound, at any precision.
+  check_block(bp, CpSequence(37, 1, 0), CpSequence(37, 1, 0), 4, 2, 40, 0.0);
 }
 
 TEST(CudaBackendModern, AttentionMergeWithEmptyRows) {

@@ -41,6 +41,10 @@ void register_train_command(CLI::App& app);
 /// [--topology-out FILE]`: every kernel of the Program timed into traces/db/<device>.json;
 /// `mpirun -np N traintwin profile --collectives`: the communicator's nccl-tests table.
 void register_profile_command(CLI::App& app);
+/// `traintwin goodput SCENARIO [--days D] [--checkpoint-interval auto|MIN] [--runs N] [--seed S]
+/// [--json] [--engine replay|analytical] [--iteration-time S]`: the whole run under failures,
+/// checkpoints and restarts (sim/goodput.hpp).
+void register_goodput_command(CLI::App& app);
 
 /// The folder with the Vega builds the HTML report inlines: `flag` when given, else
 /// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.

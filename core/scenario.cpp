@@ -558,6 +558,7 @@ class Reader {
     const auto algo = get_enum_index("cluster", "collective_algorithm", kCollectiveAlgorithms).value_or(0);
     c.collective_algorithm = algo == 0 ? "" : std::string(kCollectiveAlgorithms[algo]);
     c.what_if = extract_what_if();
+    c.reliability = extract_reliability();
 
     DataConfig& d = s.data;  // an optional section of optional keys
     d.data_path = get_path("data", "data_path", base_dir);
@@ -910,6 +911,84 @@ class Reader {
       w.degraded_link = dl;
     }
     return w;
+  }
+
+  /// cluster.reliability (absent: nullopt, the defaults): default_reliability() with the given
+  /// keys applied; a component's rate 0 removes it. Ranges checked here, with the key's place.
+  std::optional<ReliabilitySpec> extract_reliability() const {
+    const std::string sec(kReliability);
+    const YAML::Node node = node_at(sec);
+    if (!node || node.IsNull()) return std::nullopt;
+    if (!node.IsMap()) {
+      fail(sec, fmt::format("expected a mapping of reliability keys, got {} (allowed: {})",
+                            describe(node), join(kReliabilityKeys)));
+    }
+    ReliabilitySpec r = default_reliability();
+    auto number = [&](const std::string& s, const std::string& key, double& field,
+                      const Interval& range) {
+      const std::optional<double> v = get_number(s, key, range);
+      if (!v) return;
+      if (!range.contains(*v)) fail(path_of(s, key), fmt::format("must be {} (got {})", range.text(), *v));
+      field = *v;
+    };
+    for (const std::string map : {std::string(kFailureRates), std::string(kWeibullShapes)}) {
+      const YAML::Node m = node_at(map);
+      if (!m || m.IsNull()) continue;
+      if (!m.IsMap()) {
+        fail(map, fmt::format("expected a mapping of components, got {} (allowed: {})",
+                              describe(m), join(kFailureComponents)));
+      }
+      const bool rates = map == kFailureRates;
+      for (const std::string_view component : kFailureComponents) {
+        const std::string key(component);
+        if (!value(map, key)) continue;
+        if (rates) {
+          double rate = 0;
+          number(map, key, rate, kNonNegative);
+          if (rate == 0) {
+            r.failures.erase(key);
+          } else {
+            r.failures[key].rate_per_1000_node_days = rate;
+          }
+        } else {
+          double shape = 1.0;
+          number(map, key, shape, kPositive);
+          if (r.failures.count(key) == 0) {
+            fail(path_of(map, key), fmt::format("component {} has no failure rate (failure_rates: {})",
+                                                key, rates_text(r)));
+          }
+          r.failures[key].weibull_shape = shape;
+        }
+      }
+    }
+    if (r.failures.empty()) {
+      fail(std::string(kFailureRates), "every failure rate is 0: at least one must be > 0");
+    }
+    number(sec, "planned_interruptions_per_1000_node_days",
+           r.planned_interruptions_per_1000_node_days, kNonNegative);
+    number(sec, "detection_s", r.detection_s, kNonNegative);
+    number(sec, "requeue_s", r.requeue_s, kNonNegative);
+    number(sec, "process_start_s", r.process_start_s, kNonNegative);
+    number(sec, "communicator_init_s", r.communicator_init_s, kNonNegative);
+    number(sec, "communicator_init_s_per_1000_gpus", r.communicator_init_s_per_1000_gpus,
+           kNonNegative);
+    number(sec, "storage_write_GBps_per_node", r.storage_write_GBps_per_node, kPositive);
+    number(sec, "storage_read_GBps_per_node", r.storage_read_GBps_per_node, kPositive);
+    number(sec, "filesystem_GBps", r.filesystem_GBps, kPositive);
+    r.async_save = get_bool(sec, "async_save").value_or(r.async_save);
+    number(sec, "async_save_stall_s", r.async_save_stall_s, kNonNegative);
+    r.spare_nodes = get_int(sec, "spare_nodes", false, 0).value_or(r.spare_nodes);
+    number(sec, "node_repair_hours", r.node_repair_hours, kPositive);
+    return r;
+  }
+
+  /// "gpu 1.66, hbm 0.65, ..." (per 1000 node-days).
+  static std::string rates_text(const ReliabilitySpec& r) {
+    std::string out;
+    for (const auto& [name, f] : r.failures) {
+      out += fmt::format("{}{} {:.4g}", out.empty() ? "" : ", ", name, f.rate_per_1000_node_days);
+    }
+    return out;
   }
 
   /// A finite number (a plain YAML scalar: "2", "0.5", "1e-8"), or nullopt when absent. Only the

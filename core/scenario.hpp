@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/reliability.hpp"
+
 namespace traintwin {
 
 /// Numeric precision of parameters and activations (Megatron --fp16 / --bf16, else fp32).
@@ -365,6 +367,9 @@ struct ClusterConfig {
   /// like NCCL's tuner (the file's `auto`, the default).
   std::string collective_algorithm;
   WhatIf what_if;  ///< cluster.what_if; empty = the cluster as described
+  /// cluster.reliability (`traintwin goodput`): default_reliability() with the file's keys
+  /// applied; nullopt when the file has none (the defaults then).
+  std::optional<ReliabilitySpec> reliability;
 };
 
 /// One complete, validated scenario.

@@ -93,8 +93,8 @@ inline constexpr std::array<std::string_view, 32> kTrainingKeys = {"micro_batch_
                                                             "eval_interval",
                                                             "eval_iters",
                                                             "save_interval"};
-inline constexpr std::array<std::string_view, 4> kClusterKeys = {"topology", "num_gpus",
-                                                          "collective_algorithm", "what_if"};
+inline constexpr std::array<std::string_view, 5> kClusterKeys = {
+    "topology", "num_gpus", "collective_algorithm", "what_if", "reliability"};
 inline constexpr std::array<std::string_view, 4> kDataKeys = {"data_path", "split", "vocab_file",
                                                        "merge_file"};
 // cluster.what_if and its two nested mappings.
@@ -106,6 +106,29 @@ inline constexpr std::array<std::string_view, 6> kWhatIfKeys = {
     "degraded_link",      "moe_load_imbalance"};
 inline constexpr std::array<std::string_view, 2> kStragglerKeys = {"rank", "compute_scale"};
 inline constexpr std::array<std::string_view, 2> kDegradedLinkKeys = {"name", "bandwidth_scale"};
+// cluster.reliability (core/reliability.hpp) and its two nested mappings, keyed by component.
+inline constexpr std::string_view kReliability = "cluster.reliability";
+inline constexpr std::string_view kFailureRates = "cluster.reliability.failure_rates";
+inline constexpr std::string_view kWeibullShapes = "cluster.reliability.weibull_shapes";
+inline constexpr std::array<std::string_view, 15> kReliabilityKeys = {
+    "failure_rates",
+    "weibull_shapes",
+    "planned_interruptions_per_1000_node_days",
+    "detection_s",
+    "requeue_s",
+    "process_start_s",
+    "communicator_init_s",
+    "communicator_init_s_per_1000_gpus",
+    "storage_write_GBps_per_node",
+    "storage_read_GBps_per_node",
+    "filesystem_GBps",
+    "async_save",
+    "async_save_stall_s",
+    "spare_nodes",
+    "node_repair_hours"};
+/// The component classes of failure_rates and weibull_shapes.
+inline constexpr std::array<std::string_view, 9> kFailureComponents = {
+    "gpu", "hbm", "nic", "network", "cpu", "host", "software", "sdc", "other"};
 inline constexpr std::array<std::string_view, 4> kCollectiveAlgorithms = {"auto", "ring", "tree", "nvls"};
 
 // The two spellings of the virtual pipeline size; at most one may be given per source.
@@ -228,13 +251,16 @@ inline std::vector<std::string_view> keys_of(std::string_view path) {
   if (path == "data") return vec(kDataKeys);
   if (path == kWhatIf) return vec(kWhatIfKeys);
   if (path == kStraggler) return vec(kStragglerKeys);
+  if (path == kReliability) return vec(kReliabilityKeys);
+  if (path == kFailureRates || path == kWeibullShapes) return vec(kFailureComponents);
   if (path == kDegradedLink) return vec(kDegradedLinkKeys);
   return {};
 }
 
 /// True for a key path inside a section whose value is itself a mapping of keys.
 inline bool is_nested_mapping(std::string_view path) {
-  return path == kWhatIf || path == kStraggler || path == kDegradedLink;
+  return path == kWhatIf || path == kStraggler || path == kDegradedLink || path == kReliability ||
+         path == kFailureRates || path == kWeibullShapes;
 }
 
 inline bool is_section(std::string_view key) {

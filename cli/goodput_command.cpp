@@ -1,0 +1,207 @@
+// `traintwin goodput`: the whole run under failures, checkpoints and restarts (sim/goodput.hpp),
+// on one iteration's time from the replay (sim/session.hpp) or the estimator (sim/analytical.hpp).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/replay_progress.hpp"
+#include "cli/scenario_options.hpp"
+#include "core/error.hpp"
+#include "sim/analytical.hpp"
+#include "sim/goodput.hpp"
+#include "sim/session.hpp"
+
+namespace traintwin::cli {
+namespace {
+
+struct GoodputOptions {
+  ScenarioOptions scenario;
+  double days = 30;
+  std::string interval = "auto";
+  int64_t runs = 100;
+  uint64_t seed = 1;
+  bool json = false;
+  std::string engine = "replay";
+  std::optional<double> iteration_time_s;
+};
+
+/// "auto" -> 0 (Daly's interval), else minutes > 0 in seconds. Throws ConfigError naming the flag.
+double parse_interval_s(const std::string& text) {
+  if (text == "auto") return 0;
+  try {
+    size_t used = 0;
+    const double minutes = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(minutes) && minutes > 0) return minutes * 60.0;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(fmt::format(
+      "--checkpoint-interval: expected auto or a number of minutes > 0, got '{}'", text));
+}
+
+std::string minutes(double s) { return fmt::format("{:.1f} min", s / 60.0); }
+std::string pct(double x) { return fmt::format("{:.1f} %", 100.0 * x); }
+
+nlohmann::json to_json(const GoodputAtInterval& a) {
+  const Badput& b = a.mean_badput_share;
+  return {{"interval_s", a.interval_s},
+          {"mean_ettr", a.mean_ettr},
+          {"ettr", {{"p10", a.ettr.p10}, {"p50", a.ettr.p50}, {"p90", a.ettr.p90}}},
+          {"useful_tokens",
+           {{"p10", a.useful_tokens.p10}, {"p50", a.useful_tokens.p50}, {"p90", a.useful_tokens.p90}}},
+          {"mean_failures", a.mean_failures},
+          {"mean_planned", a.mean_planned},
+          {"badput_share",
+           {{"checkpoint_save", b.checkpoint_save_s},
+            {"lost_progress", b.lost_progress_s},
+            {"detection", b.detection_s},
+            {"spare_wait", b.spare_wait_s},
+            {"restart", b.restart_s},
+            {"restore", b.restore_s}}}};
+}
+
+void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport& r,
+                  const GoodputOptions& o, const std::string& source) {
+  const GoodputCosts& c = r.costs;
+  const ReliabilitySpec& rel = job.reliability;
+  fmt::print("goodput    {}: {} GPUs on {} nodes, {:.1f} days, {} runs (seed {})\n", s.name,
+             job.gpus, job.nodes, o.days, o.runs, o.seed);
+  fmt::print("iteration  {:.3f} s ({}), {} tokens\n", job.iteration_s, source,
+             si(job.tokens_per_iteration));
+  fmt::print("checkpoint {}B: save stall {:.1f} s ({}), load {:.1f} s\n",
+             si(job.checkpoint_bytes), c.save_stall_s,
+             rel.async_save ? fmt::format("asynchronous; write {:.1f} s", c.save_write_s)
+                            : std::string("synchronous write"),
+             c.restore_s);
+  fmt::print("restart    detection {:.0f} s + re-queue, start and communicator {:.1f} s + load\n",
+             c.detection_s, c.restart_s);
+  std::string classes;
+  double total = 0;
+  for (const auto& [name, f] : rel.failures) {
+    classes += fmt::format("{}{} {:.3g}", classes.empty() ? "" : ", ", name,
+                           f.rate_per_1000_node_days);
+    total += f.rate_per_1000_node_days;
+  }
+  fmt::print("failures   {:.3g} per 1000 node-days ({}): job MTBF {:.2f} h; planned interruption "
+             "every {}\n",
+             total, classes, c.mtbf_s / 3600.0,
+             std::isinf(c.planned_interval_s) ? std::string("never")
+                                              : fmt::format("{:.1f} h", c.planned_interval_s / 3600.0));
+  fmt::print("interval   Young {}, Daly {} (delta = the save stall); "
+             "simulated every {}\n\n",
+             minutes(r.young_s), minutes(r.daly_s), minutes(r.chosen.interval_s));
+  const GoodputAtInterval& a = r.chosen;
+  fmt::print("ETTR       p10 {}  p50 {}  p90 {}  (mean {})\n", pct(a.ettr.p10), pct(a.ettr.p50),
+             pct(a.ettr.p90), pct(a.mean_ettr));
+  fmt::print("tokens     p50 {} useful (p10 {}, p90 {}): {}/s over the wall time\n",
+             si(a.useful_tokens.p50), si(a.useful_tokens.p10), si(a.useful_tokens.p90),
+             si(a.useful_tokens.p50 / (o.days * 86400.0)));
+  fmt::print("interrupts {:.1f} failures and {:.1f} planned per run\n\n", a.mean_failures,
+             a.mean_planned);
+  const Badput& b = a.mean_badput_share;
+  fmt::print("badput (mean share of the wall time)\n");
+  fmt::print("  checkpoint save     {:>7}\n", pct(b.checkpoint_save_s));
+  fmt::print("  lost progress       {:>7}\n", pct(b.lost_progress_s));
+  fmt::print("  detection           {:>7}\n", pct(b.detection_s));
+  fmt::print("  waiting for spares  {:>7}\n", pct(b.spare_wait_s));
+  fmt::print("  restart             {:>7}\n", pct(b.restart_s));
+  fmt::print("  restore             {:>7}\n\n", pct(b.restore_s));
+  fmt::print("interval sweep (mean ETTR, same seeds)\n");
+  for (const GoodputAtInterval& at : r.sweep) {
+    fmt::print("  {:>10}  {}\n", minutes(at.interval_s), pct(at.mean_ettr));
+  }
+  fmt::print("best       {}: mean ETTR {}\n", minutes(r.best_interval_s), pct(r.best_mean_ettr));
+}
+
+}  // namespace
+
+void register_goodput_command(CLI::App& app) {
+  auto o = std::make_shared<GoodputOptions>();
+  auto* cmd = app.add_subcommand(
+      "goodput",
+      "The whole run under failures, checkpoints and restarts (cluster.reliability): ETTR, useful "
+      "tokens, badput by cause, Young's and Daly's checkpoint intervals and the best one found");
+  add_scenario_options(*cmd, o->scenario);
+  cmd->add_option("--days", o->days, "Wall-clock length of the run (days)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--checkpoint-interval", o->interval,
+                  "auto (Daly's optimum) or minutes of training between checkpoints");
+  cmd->add_option("--runs", o->runs, "Simulated runs (Monte Carlo samples)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", o->seed, "Seed of the first run (run i uses seed + i)");
+  cmd->add_flag("--json", o->json, "Print the report as JSON");
+  cmd->add_option("--engine", o->engine,
+                  "Where the iteration time comes from: replay (SimGrid, contention) or "
+                  "analytical (the estimator, faster at 10K+ GPUs)")
+      ->check(CLI::IsMember({"replay", "analytical"}));
+  cmd->add_option("--iteration-time", o->iteration_time_s,
+                  "Iteration time in seconds (skips the simulation of one iteration)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([o] {
+    const Scenario s = o->scenario.load();
+    const double interval_s = parse_interval_s(o->interval);
+    if (interval_s > o->days * 86400.0) {
+      throw ConfigError(fmt::format("--checkpoint-interval: {} min is longer than the run ({} days)",
+                                    interval_s / 60.0, o->days));
+    }
+    ReplayProgressLine progress(!o->json);
+    SimulationOptions opts;
+    opts.progress = progress.callback();
+    const SimulationSession session(s, SessionCostSource{}, opts);
+    double iteration_s = 0;
+    std::string source;
+    if (o->iteration_time_s) {
+      iteration_s = *o->iteration_time_s;
+      source = "given";
+    } else if (o->engine == "analytical") {
+      iteration_s = estimate(s, session.topology(), session.costs()).iteration_time_s;
+      source = "analytical estimator";
+    } else {
+      iteration_s = session.run().iteration_time_s;
+      progress.finish();
+      source = "replay";
+    }
+    const GoodputJob job = goodput_job(s, session.topology(), iteration_s);
+    const GoodputReport r =
+        run_goodput(job, interval_s, GoodputHorizon{o->days * 86400.0, 0}, o->runs, o->seed);
+    if (!o->json) {
+      print_report(s, job, r, *o, source);
+      return;
+    }
+    nlohmann::json sweep = nlohmann::json::array();
+    for (const GoodputAtInterval& at : r.sweep) sweep.push_back(to_json(at));
+    const GoodputCosts& c = r.costs;
+    const nlohmann::json out = {
+        {"scenario", s.name},
+        {"gpus", job.gpus},
+        {"nodes", job.nodes},
+        {"days", o->days},
+        {"runs", o->runs},
+        {"seed", o->seed},
+        {"iteration_s", job.iteration_s},
+        {"iteration_source", source},
+        {"checkpoint_bytes", job.checkpoint_bytes},
+        {"costs",
+         {{"save_write_s", c.save_write_s},
+          {"save_stall_s", c.save_stall_s},
+          {"restore_s", c.restore_s},
+          {"restart_s", c.restart_s},
+          {"detection_s", c.detection_s},
+          {"mtbf_s", c.mtbf_s}}},
+        {"young_interval_s", r.young_s},
+        {"daly_interval_s", r.daly_s},
+        {"chosen", to_json(r.chosen)},
+        {"sweep", sweep},
+        {"best_interval_s", r.best_interval_s},
+        {"best_mean_ettr", r.best_mean_ettr}};
+    fmt::print("{}\n", out.dump(2));
+  });
+}
+
+}  // namespace traintwin::cli

@@ -1,0 +1,171 @@
+// Goodput of a whole training run: a seeded discrete-event (Monte Carlo) simulation of weeks of
+// iterations under failures, checkpoints and restarts, and the closed forms it is checked
+// against. Inputs: one iteration's time (from the replay or the estimator of one iteration,
+// sim/session.hpp / sim/analytical.hpp), the checkpoint's bytes (core/memory.hpp's bytes per
+// parameter) and the scenario's cluster.reliability (core/reliability.hpp). Next in the flow:
+// cli/goodput_command.cpp prints what run_goodput() returns.
+//
+// The model of one run (every time in seconds):
+//   - The job computes; every `interval_s` of progress it saves a checkpoint: a synchronous save
+//     stalls for the write (checkpoint bytes over min(nodes x per-node write rate, file system
+//     rate)); an asynchronous one stalls async_save_stall_s and becomes durable when its
+//     background write ends.
+//   - Each node slot carries one renewal process per failure class (Weibull inter-failure times
+//     of mean 1 / rate, inverse-CDF sampling); a failure anywhere stops the job: the progress
+//     since the last durable checkpoint is lost, the failed node is swapped for a spare (or the
+//     job waits for a repaired node), and the job restarts: detection, re-queue, process start,
+//     communicator initialisation, checkpoint load. A failure during a save or a restart
+//     interrupts it and the restart begins again (as Daly 2006). The new node's clocks restart.
+//   - Planned interruptions (a Poisson process on the wall clock, rate per node x nodes) save
+//     synchronously, then restart without detection; they lose no progress. One that falls
+//     while the job is already down is absorbed by that downtime.
+//   - Wall time = useful progress + lost progress + save stalls + detection + spare waits +
+//     restart + restore (each interrupted phase counts in its own category): ETTR (effective
+//     training time ratio) = useful / wall.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/reliability.hpp"
+#include "core/scenario.hpp"
+#include "topologies/topology.hpp"
+
+namespace traintwin {
+
+/// Young's first-order optimal checkpoint interval sqrt(2 delta M) (Young 1974, "A first order
+/// approximation to the optimum checkpoint interval", CACM 17(9)): delta the save time, M the
+/// mean time between failures, both in seconds (> 0). Throws InvalidArgument otherwise.
+double young_interval_s(double save_s, double mtbf_s);
+
+/// Daly's higher-order optimum (Daly 2006, "A higher order estimate of the optimum checkpoint
+/// interval for restart dumps", FGCS 22(3), eq. 37): for delta < 2M,
+///   tau = sqrt(2 delta M) [1 + sqrt(delta / (2M)) / 3 + (delta / (2M)) / 9] - delta,
+/// else tau = M. Seconds; throws InvalidArgument for delta or M <= 0.
+double daly_interval_s(double save_s, double mtbf_s);
+
+/// Daly's expected wall time to complete `work_s` of computation with checkpoints every
+/// `interval_s` of it, save time delta, restart time R and exponential failures of mean M
+/// (Daly 2006, sec. 3, the complete model): T_w = M e^(R/M) (e^((tau + delta)/M) - 1) work / tau.
+/// Exact for that process when work / tau is whole. Throws InvalidArgument for a work, interval or
+/// M <= 0, or a negative delta or R.
+double daly_expected_wall_s(double work_s, double interval_s, double save_s, double restart_s,
+                            double mtbf_s);
+
+/// The job whose run is simulated.
+struct GoodputJob {
+  double iteration_s = 0;            ///< one iteration, > 0
+  double tokens_per_iteration = 0;   ///< global batch x sequence length, >= 0
+  int64_t nodes = 0;                 ///< >= 1
+  int64_t gpus = 0;                  ///< >= 1 (communicator initialisation grows with it)
+  double checkpoint_bytes = 0;       ///< the whole checkpoint, >= 0
+  ReliabilitySpec reliability;
+};
+
+/// Bytes of the scenario's checkpoint: every parameter once (Megatron's distributed checkpoint
+/// writes each shard once), at the weights' bytes (2 for fp16, bf16 and FP8 runs, whose master
+/// copy is 16-bit on the GPU; 4 for fp32) plus the optimizer state Adam keeps in fp32: main
+/// parameters for 16-bit training (4) and the two moments (8) — 14 bytes per parameter in
+/// mixed precision (Rajbhandari et al. 2020's 2 + K with K = 12), 12 in fp32.
+double checkpoint_bytes(const Scenario& s);
+
+/// The job of `s` on `topo` with one iteration of `iteration_s`: nodes = ceil(GPUs / the
+/// topology's GPUs per node), tokens = global batch x sequence length, checkpoint_bytes(s), and
+/// s.cluster.reliability (default_reliability() when absent).
+GoodputJob goodput_job(const Scenario& s, const TopologySpec& topo, double iteration_s);
+
+/// The costs derived from a job (seconds).
+struct GoodputCosts {
+  double save_write_s = 0;   ///< the checkpoint write at the storage's rate
+  double save_stall_s = 0;   ///< what training stalls per save (the write, or the async stall)
+  double restore_s = 0;      ///< the checkpoint load
+  double restart_s = 0;      ///< re-queue + process start + communicator initialisation
+  double detection_s = 0;
+  double mtbf_s = 0;         ///< of the job, unexpected failures: 1 / (nodes x sum of rates)
+  double planned_interval_s = 0;  ///< mean time between planned interruptions (inf if none)
+};
+
+/// The costs of `job`. Throws ConfigError naming the cluster.reliability key for inputs out of
+/// range (rates <= 0, a Weibull shape <= 0, negative times, storage rates <= 0, more spares than
+/// nodes, a repair time <= 0) and InvalidArgument for a job's own fields out of range.
+GoodputCosts goodput_costs(const GoodputJob& job);
+
+/// Where a run's wall time went (seconds; their sum plus useful progress is the wall time).
+struct Badput {
+  double checkpoint_save_s = 0;  ///< stalls of saves (planned interruptions' saves included)
+  double lost_progress_s = 0;    ///< progress since the last durable checkpoint, lost at failures
+  double detection_s = 0;
+  double spare_wait_s = 0;       ///< no spare node: waiting for a repaired one
+  double restart_s = 0;          ///< re-queue, process start, communicator initialisation
+  double restore_s = 0;          ///< checkpoint loads
+  double total() const {
+    return checkpoint_save_s + lost_progress_s + detection_s + spare_wait_s + restart_s +
+           restore_s;
+  }
+};
+
+/// One simulated run.
+struct GoodputRun {
+  double wall_s = 0;
+  double useful_s = 0;     ///< progress at the end (the last iterations count: a final save ends a run)
+  int64_t failures = 0;    ///< unexpected interruptions
+  int64_t planned = 0;     ///< planned interruptions that stopped the job
+  int64_t checkpoints = 0; ///< saves started
+  Badput badput;
+  double ettr() const { return wall_s > 0 ? useful_s / wall_s : 0.0; }
+};
+
+/// How long a run lasts: a wall-clock budget (a run of D days), or until `work_s` of progress is
+/// durable (Daly's setting; the wall time is then the result).
+struct GoodputHorizon {
+  double wall_s = 0;  ///< > 0: stop at this wall time
+  double work_s = 0;  ///< > 0 (and wall_s 0): stop when this much progress is durable
+};
+
+/// One run with checkpoints every `interval_s` of progress (> 0), seeded: the same arguments
+/// give the same run. Throws as goodput_costs(), and InvalidArgument for an interval <= 0 or a
+/// horizon with neither (or both) limits set.
+GoodputRun simulate_goodput_run(const GoodputJob& job, double interval_s,
+                                const GoodputHorizon& horizon, uint64_t seed);
+
+/// p10 / p50 / p90 of a quantity over runs.
+struct Percentiles {
+  double p10 = 0, p50 = 0, p90 = 0;
+};
+
+/// `runs` runs at one interval (seeds seed, seed + 1, ...: common random numbers across
+/// intervals) and their statistics.
+struct GoodputAtInterval {
+  double interval_s = 0;
+  double mean_ettr = 0;
+  Percentiles ettr;
+  Percentiles useful_tokens;
+  double mean_failures = 0;
+  double mean_planned = 0;
+  /// Mean share of the wall time per badput cause (Badput's order), and its percentiles.
+  Badput mean_badput_share;
+  std::vector<GoodputRun> runs;
+};
+
+/// Runs `runs` (>= 1) runs at `interval_s`. Throws as simulate_goodput_run().
+GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
+                                      const GoodputHorizon& horizon, int64_t runs,
+                                      uint64_t seed);
+
+/// Everything `traintwin goodput` reports.
+struct GoodputReport {
+  GoodputCosts costs;
+  double young_s = 0;
+  double daly_s = 0;
+  GoodputAtInterval chosen;                 ///< at the requested (or Daly's) interval
+  std::vector<GoodputAtInterval> sweep;     ///< Daly's interval x 2^(k/2), k = -4..4 (no runs kept)
+  double best_interval_s = 0;               ///< of the sweep, highest mean ETTR
+  double best_mean_ettr = 0;
+};
+
+/// The report for `job` over `horizon`: the chosen interval (`interval_s` > 0, or 0 for Daly's
+/// with the save stall as delta), and the sweep around Daly's. Throws as simulate_goodput_run().
+GoodputReport run_goodput(const GoodputJob& job, double interval_s, const GoodputHorizon& horizon,
+                          int64_t runs, uint64_t seed);
+
+}  // namespace traintwin

@@ -1,0 +1,62 @@
+// `traintwin goodput` at the command line: the JSON report's figures hold together (ETTR in
+// (0, 1), Daly's interval from its own costs, the sweep around it), the scenario's
+// cluster.reliability reaches it, and bad flags end as errors naming the flag.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/goodput.hpp"
+#include "tests/cli/run_cli.hpp"
+
+namespace {
+
+using ::testing::HasSubstr;
+using traintwin::testing::CliResult;
+using traintwin::testing::run_cli;
+
+const std::string kScenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+
+TEST(GoodputCli, JsonReportHoldsTogether) {
+  const CliResult r = run_cli("goodput " + kScenario + " --iteration-time 8 --runs 5 --days 10 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["gpus"], 1024);
+  EXPECT_EQ(j["nodes"], 128);  // 8 GPUs per node
+  EXPECT_EQ(j["iteration_source"], "given");
+  const double mtbf = j["costs"]["mtbf_s"], stall = j["costs"]["save_stall_s"];
+  EXPECT_NEAR(j["daly_interval_s"].get<double>(), traintwin::daly_interval_s(stall, mtbf), 1e-6);
+  EXPECT_NEAR(j["chosen"]["interval_s"].get<double>(),
+              std::max(1.0, std::round(j["daly_interval_s"].get<double>() / 8)) * 8, 1e-9);
+  EXPECT_EQ(j["sweep"].size(), 9u);
+  const double ettr = j["chosen"]["mean_ettr"];
+  EXPECT_GT(ettr, 0.5);
+  EXPECT_LT(ettr, 1.0);
+  EXPECT_GE(j["best_mean_ettr"].get<double>(), ettr - 1e-12);  // Daly's is one of the sweep's
+}
+
+TEST(GoodputCli, ScenarioReliabilityAndBadFlags) {
+  const CliResult fewer = run_cli("goodput " + kScenario +
+                                  " --iteration-time 8 --runs 3 --days 5 --json"
+                                  " --set cluster.reliability.failure_rates.gpu=100");
+  ASSERT_EQ(fewer.status, 0) << fewer.output;
+  const CliResult base = run_cli("goodput " + kScenario + " --iteration-time 8 --runs 3 --days 5 --json");
+  ASSERT_EQ(base.status, 0) << base.output;
+  EXPECT_LT(nlohmann::json::parse(fewer.output)["costs"]["mtbf_s"].get<double>(),
+            nlohmann::json::parse(base.output)["costs"]["mtbf_s"].get<double>() / 10);
+
+  const CliResult interval = run_cli("goodput " + kScenario + " --iteration-time 8 --days 1 --checkpoint-interval 2000");
+  EXPECT_NE(interval.status, 0);
+  EXPECT_THAT(interval.output, HasSubstr("--checkpoint-interval: 2000 min is longer than the run (1 days)"));
+  const CliResult word = run_cli("goodput " + kScenario + " --iteration-time 8 --checkpoint-interval often");
+  EXPECT_NE(word.status, 0);
+  EXPECT_THAT(word.output, HasSubstr("expected auto or a number of minutes > 0, got 'often'"));
+  const CliResult spares = run_cli("goodput " + kScenario + " --iteration-time 8 --set cluster.reliability.spare_nodes=500");
+  EXPECT_NE(spares.status, 0);
+  EXPECT_THAT(spares.output, HasSubstr("cluster.reliability.spare_nodes: must be in [0, 128]"));
+}
+
+}  // namespace

@@ -10,6 +10,7 @@
 #include <simgrid/s4u/Link.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -36,6 +37,12 @@ struct Template {
   std::vector<uint32_t> succ;
   std::vector<uint16_t> ndeps;
   std::vector<int64_t> seq;           // collective_sequence(rp)
+  std::vector<uint32_t> plan;         // collectives: index in Engine::plans_ (kNone until used)
+  /// Send/recv: the peer's coordinates minus the Program's rank's, per dimension (tp, cp, dp,
+  /// pp), so that mapped_peer() needs no division per call.
+  std::vector<std::array<int64_t, 4>> peer_offset;
+  /// Send/recv op by (kind, tag): the first op of that kind and tag (breakdown's lookups).
+  std::unordered_map<uint64_t, uint32_t> p2p_by_tag;
 };
 
 struct RankState {
@@ -52,19 +59,22 @@ struct PendingP2P {
   uint32_t op;
   double t;
 };
-/// The calls of one collective, once all have arrived.
-struct Arrivals {
-  double max_t = 0;
-  std::vector<std::pair<int64_t, uint32_t>> members;  // (rank, op)
-};
-
 /// Ops completed together when a set of SimGrid flows is done.
 struct FlowGroup {
   int64_t remaining = 0;
   double start = 0;
   double min_end = 0;     // start + closed-form local part
   double latency_s = 0;
-  std::vector<std::pair<int64_t, uint32_t>> ops;
+  std::vector<PendingP2P> ops;  // (rank, op); t unused
+};
+
+/// A collective plan shared by every group of one kind (Megatron layouts are uniform), with the
+/// members it was planned on and each flow's endpoints as indices into them.
+struct PlanEntry {
+  CollectivePlan plan;
+  std::vector<int64_t> members;
+  std::vector<std::pair<uint32_t, uint32_t>> flow_members;  // (src, dst) index in members
+  int64_t calls = 0;  // collectives completed with it
 };
 
 class Engine {
@@ -110,6 +120,8 @@ class Engine {
 
   void prepare() {
     world_ = prog_.layout.world_size();
+    dims_ = {prog_.layout.size(GroupKind::kTp), prog_.layout.size(GroupKind::kCp),
+             prog_.layout.size(GroupKind::kDp), prog_.layout.size(GroupKind::kPp)};
     collective_keys_.emplace(prog_.layout);
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
     if (opts_.aggregate_tp && tp > 1) {
@@ -183,6 +195,15 @@ class Engine {
     t.seq = collective_sequence(rp);
     const size_t n = rp.ops.size();
     t.ndeps.assign(n, 0);
+    t.plan.assign(n, kNone);
+    t.peer_offset.assign(n, {});
+    for (const Op& op : rp.ops) {
+      if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) continue;
+      const RankCoord peer = prog_.layout.coord(op.peer);
+      t.peer_offset[op.id] = {peer.tp - rp.coord.tp, peer.cp - rp.coord.cp,
+                              peer.dp - rp.coord.dp, peer.pp - rp.coord.pp};
+      t.p2p_by_tag.try_emplace(p2p_tag_key(op.kind, op.tag), op.id);
+    }
     std::vector<uint32_t> count(n + 1, 0);
     for (const Op& op : rp.ops) {
       if (op.deps.size() > UINT16_MAX) throw Error("simulate: op with too many dependencies");
@@ -211,9 +232,25 @@ class Engine {
     return (*tp.duration_s)[id] * timed_.rank_factor(rank);
   }
 
-  /// The peer of send/recv `op` of `tp` when `rank` runs it.
+  /// The peer of send/recv `op` of `tp` when `rank` runs it: mapped_peer() (sim/matching.hpp)
+  /// with the coordinate offsets taken once per template.
   int64_t peer_of(int64_t rank, const Template& tp, const Op& op) const {
-    return mapped_peer(prog_.layout, tp.rp->coord, ranks_[static_cast<size_t>(rank)].coord, op);
+    const RankCoord& self = ranks_[static_cast<size_t>(rank)].coord;
+    const std::array<int64_t, 4>& d = tp.peer_offset[op.id];
+    const RankLayout& l = prog_.layout;
+    auto shift = [](int64_t mine, int64_t offset, int64_t size) {
+      return ((mine + offset) % size + size) % size;
+    };
+    RankCoord c;
+    c.tp = shift(self.tp, d[0], dims_[0]);
+    c.cp = shift(self.cp, d[1], dims_[1]);
+    c.dp = shift(self.dp, d[2], dims_[2]);
+    c.pp = shift(self.pp, d[3], dims_[3]);
+    return l.rank(c);
+  }
+
+  static uint64_t p2p_tag_key(OpKind kind, int64_t tag) {
+    return (static_cast<uint64_t>(tag) << 1) | (kind == OpKind::kSend ? 1u : 0u);
   }
 
   /// Whether `rank` is replayed (all ranks, or TP rank 0 only with aggregate_tp).
@@ -289,48 +326,44 @@ class Engine {
   }
 
   void arrive(int64_t rank, uint32_t id, const Op& op, double t) {
-    const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
-    auto calls = arrivals_.arrive(collective_keys_->key(rank, op, tp.seq[id]),
-                                  PendingP2P{rank, id, t}, replayed_size(op.group));
+    Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
+    const CollectiveKey key = collective_keys_->key(rank, op, tp.seq[id]);
+    auto calls = arrivals_.arrive(key, PendingP2P{rank, id, t}, replayed_size(op.group));
     if (!calls) return;
-    Arrivals done;
+    double max_t = 0;
+    for (const PendingP2P& c : *calls) max_t = std::max(max_t, c.t);
     for (const PendingP2P& c : *calls) {
-      done.max_t = std::max(done.max_t, c.t);
-      done.members.emplace_back(c.rank, c.op);
-    }
-    for (auto [r, o] : done.members) {
-      const Op& other = op_of(r, o);
+      const Op& other = op_of(c.rank, c.op);
       if (other.collective != op.collective || other.bytes != op.bytes) {
         throw Error("simulate: collective mismatch in group " + std::string(to_string(op.group)) +
                     ": rank " + std::to_string(rank) + " runs " + prog_.label(op) + ", rank " +
-                    std::to_string(r) + " runs " + prog_.label(other));
+                    std::to_string(c.rank) + " runs " + prog_.label(other));
       }
     }
-    const CollectivePlan& plan = plan_for(op, rank);
-    ++algorithms_[to_string(plan.algorithm)];
-    for (auto [r, o] : done.members) {
-      RankState& st = ranks_[static_cast<size_t>(r)];
-      if (!st.start.empty()) st.start[o] = done.max_t;
+    PlanEntry& entry = plan_of(tp, id, op, rank);
+    const CollectivePlan& plan = entry.plan;
+    ++entry.calls;
+    for (const PendingP2P& c : *calls) {
+      RankState& st = ranks_[static_cast<size_t>(c.rank)];
+      if (!st.start.empty()) st.start[c.op] = max_t;
     }
     if (plan.flows.empty() || !opts_.link_contention) {
-      const double end = done.max_t + uncontended_time_s(plan, topo_);
-      for (auto [r, o] : done.members) finish(r, o, end);
+      const double end = max_t + uncontended_time_s(plan, topo_);
+      for (const PendingP2P& c : *calls) finish(c.rank, c.op, end);
       return;
     }
-    // Flows between the members of this very group: map the plan's ranks (of the group of
-    // `rank` at plan time) to this group's members — plans are cached per kind and bytes.
-    const std::vector<int64_t> members = prog_.layout.group(op.group, rank);
-    FlowGroup g;
-    g.start = done.max_t;
-    g.min_end = done.max_t + plan.local_time_s;
+    // Flows between the members of this very group: the plan's ranks (of the group of the rank
+    // it was planned for) mapped to this group's members by their index in the group.
+    const std::vector<int64_t>& members = group_members(op.group, key.group_index, rank);
+    const uint32_t gid = new_group();
+    FlowGroup& g = groups_[gid];
+    g.start = max_t;
+    g.min_end = max_t + plan.local_time_s;
     g.latency_s = plan.latency_s;
-    g.ops = std::move(done.members);
-    const uint32_t gid = new_group(std::move(g));
-    const std::vector<int64_t>& plan_members = plan_members_[plan_key(op)];
-    for (const CollectiveFlow& f : plan.flows) {
-      const int64_t src = members[index_of(plan_members, f.src)];
-      const int64_t dst = members[index_of(plan_members, f.dst)];
-      launch(gid, src, dst, f.bytes, done.max_t);
+    g.ops = std::move(*calls);
+    for (size_t i = 0; i < plan.flows.size(); ++i) {
+      const auto [src, dst] = entry.flow_members[i];
+      launch(gid, members[src], members[dst], plan.flows[i].bytes, max_t);
     }
   }
 
@@ -342,24 +375,45 @@ class Engine {
     return {static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes};
   }
 
-  /// Plans are the same for every group of a kind (Megatron layouts are uniform), so they are
-  /// cached per (group kind, collective, bytes) with the members they were planned on.
-  const CollectivePlan& plan_for(const Op& op, int64_t rank) {
+  /// The plan of collective `id` of `tp` (first asked by `rank`). Plans are the same for every
+  /// group of a kind (Megatron layouts are uniform), so they are kept per (group kind,
+  /// collective, bytes) with the members they were planned on; each op remembers its plan.
+  PlanEntry& plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank) {
+    if (tp.plan[id] != kNone) return plans_[tp.plan[id]];
     const auto key = plan_key(op);
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return it->second;
-    std::vector<int64_t> members = prog_.layout.group(op.group, rank);
-    CollectivePlan plan =
-        plan_collective(op.collective, op.bytes, members, topo_, opts_.fabric, opts_.collective_algorithm);
-    plan_members_[key] = std::move(members);
-    return plans_.emplace(key, std::move(plan)).first->second;
+    auto it = plan_ids_.find(key);
+    if (it == plan_ids_.end()) {
+      PlanEntry e;
+      e.members = prog_.layout.group(op.group, rank);
+      e.plan = plan_collective(op.collective, op.bytes, e.members, topo_, opts_.fabric,
+                               opts_.collective_algorithm);
+      for (const CollectiveFlow& f : e.plan.flows) {
+        e.flow_members.emplace_back(static_cast<uint32_t>(index_of(e.members, f.src)),
+                                    static_cast<uint32_t>(index_of(e.members, f.dst)));
+      }
+      it = plan_ids_.emplace(key, static_cast<uint32_t>(plans_.size())).first;
+      plans_.push_back(std::move(e));
+    }
+    tp.plan[id] = it->second;
+    return plans_[it->second];
+  }
+
+  /// Members of the group of kind `g` with index `index` (RankLayout::group_index) that holds
+  /// `rank`, from RankLayout::group() once per group.
+  const std::vector<int64_t>& group_members(GroupKind g, int64_t index, int64_t rank) {
+    auto& of_kind = group_members_[static_cast<size_t>(g)];
+    if (static_cast<size_t>(index) >= of_kind.size()) of_kind.resize(static_cast<size_t>(index) + 1);
+    std::vector<int64_t>& m = of_kind[static_cast<size_t>(index)];
+    if (m.empty()) m = prog_.layout.group(g, rank);
+    return m;
   }
 
   void p2p(int64_t rank, uint32_t id, const Op& op, const Template& tp, double t) {
     const TransferKey key = transfer_key(rank, op, peer_of(rank, tp, op));
     std::optional<PendingP2P> matched;
     try {
-      matched = transfers_.post(key, op.kind == OpKind::kSend, PendingP2P{rank, id, t}, prog_.label(op));
+      matched = transfers_.post(key, op.kind == OpKind::kSend, PendingP2P{rank, id, t},
+                                [&] { return prog_.label(op); });
     } catch (const Error& e) {
       throw Error(std::string("simulate: ") + e.what());
     }
@@ -381,26 +435,29 @@ class Engine {
       finish(other.rank, other.op, end);
       return;
     }
-    FlowGroup g;
+    const uint32_t gid = new_group();
+    FlowGroup& g = groups_[gid];
     g.start = start;
     g.min_end = start;
-    g.ops = {{rank, id}, {other.rank, other.op}};
-    const uint32_t gid = new_group(std::move(g));
+    g.ops.push_back({rank, id, 0.0});
+    g.ops.push_back({other.rank, other.op, 0.0});
     launch(gid, key.src, key.dst, static_cast<double>(op.bytes), start);
   }
 
   // ---- SimGrid flows ---------------------------------------------------------------------------
 
-  uint32_t new_group(FlowGroup g) {
-    uint32_t id;
-    if (!free_groups_.empty()) {
-      id = free_groups_.back();
-      free_groups_.pop_back();
-      groups_[id] = std::move(g);
-    } else {
-      id = static_cast<uint32_t>(groups_.size());
-      groups_.push_back(std::move(g));
+  /// A cleared FlowGroup (a freed one, its ops' storage kept, or a new one).
+  uint32_t new_group() {
+    if (free_groups_.empty()) {
+      groups_.emplace_back();
+      return static_cast<uint32_t>(groups_.size() - 1);
     }
+    const uint32_t id = free_groups_.back();
+    free_groups_.pop_back();
+    FlowGroup& g = groups_[id];
+    g.remaining = 0;
+    g.start = g.min_end = g.latency_s = 0;
+    g.ops.clear();
     return id;
   }
 
@@ -420,7 +477,8 @@ class Engine {
   void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes) {
     auto [from, to] = platform_.endpoints(src, dst);
     const FlowRoute& route = net_->route(from, to);
-    for (auto* l : route.links) link_bytes_[l] += bytes;
+    if (link_bytes_.size() < net_->links().size()) link_bytes_.resize(net_->links().size(), 0.0);
+    for (uint32_t l : route.link_ids) link_bytes_[l] += bytes;
     const auto record = static_cast<uint64_t>(flow_records_.size());
     flow_records_.push_back({&route, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
     ++flows_;
@@ -433,10 +491,9 @@ class Engine {
     FlowGroup& g = groups_[rec.group];
     if (--g.remaining > 0) return;
     const double end = std::max(now, g.min_end) + g.latency_s;
-    const uint32_t gid = rec.group;
-    auto ops = std::move(g.ops);
-    free_groups_.push_back(gid);
-    for (auto [r, o] : ops) finish(r, o, end);
+    // finish() only queues ops, so the group is freed (its storage kept) before any starts.
+    for (const PendingP2P& o : g.ops) finish(o.rank, o.op, end);
+    free_groups_.push_back(rec.group);
     drain();
   }
 
@@ -502,7 +559,9 @@ class Engine {
     }
     res.replayed_ranks = world_ / tp_stride_;
     res.events = ops_ + flows_ + timers_;
-    res.collective_algorithms = algorithms_;
+    for (const PlanEntry& e : plans_) {
+      if (e.calls > 0) res.collective_algorithms[to_string(e.plan.algorithm)] += e.calls;
+    }
     if (opts_.record_timeline) res.timeline = timeline();
     return res;
   }
@@ -513,13 +572,17 @@ class Engine {
     const double T = res.iteration_time_s;
     std::vector<LinkLoad> all;
     std::unordered_map<const simgrid::s4u::Link*, size_t> index;
+    std::unordered_map<const simgrid::s4u::Link*, double> link_bytes;
+    if (net_) {
+      for (size_t i = 0; i < link_bytes_.size(); ++i) link_bytes[net_->links()[i]] = link_bytes_[i];
+    }
     for (const PlatformLink& l : platform_.links()) {
       LinkLoad ll;
       ll.name = l.name;
       ll.tier = l.tier;
       ll.bandwidth_Bps = l.bandwidth_Bps;
-      auto it = link_bytes_.find(l.link);
-      ll.bytes = it == link_bytes_.end() ? 0.0 : it->second;
+      auto it = link_bytes.find(l.link);
+      ll.bytes = it == link_bytes.end() ? 0.0 : it->second;
       ll.utilization = T > 0 ? ll.bytes / (l.bandwidth_Bps * T) : 0;
       index[l.link] = all.size();
       all.push_back(ll);
@@ -575,10 +638,9 @@ class Engine {
     const Op& op = op_of(rank, id);
     const int64_t peer = peer_of(rank, templates_[st.tmpl], op);
     const OpKind want = op.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
-    for (const Op& o : templates_[ranks_[static_cast<size_t>(peer)].tmpl].rp->ops) {
-      if (o.kind == want && o.tag == op.tag) return {peer, o.id};
-    }
-    return {peer, kNone};
+    const Template& peer_tp = templates_[ranks_[static_cast<size_t>(peer)].tmpl];
+    auto it = peer_tp.p2p_by_tag.find(p2p_tag_key(want, op.tag));
+    return {peer, it == peer_tp.p2p_by_tag.end() ? kNone : it->second};
   }
 
   /// Walks the compute stream of `rank` and attributes every idle gap to the op it waited for.
@@ -646,8 +708,8 @@ class Engine {
         if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) peer = peer_of(r, tp, op);
         TimelineEvent e = op_event(prog_, op, r, peer, world_, st.start[op.id], st.t[op.id]);
         if (op.kind == OpKind::kCollective) {
-          auto it = plans_.find(plan_key(op));
-          if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
+          auto it = plan_ids_.find(plan_key(op));
+          if (it != plan_ids_.end()) e.args["algorithm"] = to_string(plans_[it->second].plan.algorithm);
         }
         if (opts_.timeline_sink) {
           opts_.timeline_sink(std::move(e));
@@ -673,6 +735,7 @@ class Engine {
   Platform& platform_;
 
   int64_t world_ = 0;
+  std::array<int64_t, 4> dims_{};  // TP, CP, DP, PP sizes
   int64_t tp_stride_ = 1;  // > 1: only ranks with tp == 0 are replayed
   std::vector<Template> templates_;
   std::vector<RankState> ranks_;
@@ -681,14 +744,14 @@ class Engine {
   std::optional<CollectiveKeys> collective_keys_;
   CollectiveRendezvous<PendingP2P> arrivals_;
   TransferMatcher<PendingP2P> transfers_;
-  std::map<std::tuple<int, int, int64_t>, CollectivePlan> plans_;
-  std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> plan_members_;
+  std::vector<PlanEntry> plans_;
+  std::map<std::tuple<int, int, int64_t>, uint32_t> plan_ids_;  // plan_key -> plans_ index
+  std::array<std::vector<std::vector<int64_t>>, kNumGroupKinds> group_members_;
   std::vector<FlowGroup> groups_;
   std::vector<uint32_t> free_groups_;
   std::optional<FlowNetwork> net_;
   std::vector<FlowRecord> flow_records_;
-  std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
-  std::map<std::string, int64_t> algorithms_;
+  std::vector<double> link_bytes_;  // by FlowNetwork::links() index
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;
   int64_t ops_total_ = 0;  // ops of the replayed ranks (ReplayProgress::ops_total)
   std::chrono::steady_clock::time_point wall0_, last_progress_;

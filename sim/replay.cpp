@@ -29,6 +29,13 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 
+template <size_t N>
+constexpr std::array<int8_t, N> filled(int8_t v) {
+  std::array<int8_t, N> a{};
+  a.fill(v);
+  return a;
+}
+
 /// A Program shared by the ranks of one pipeline stage, with what the engine precomputes.
 struct Template {
   const RankProgram* rp = nullptr;
@@ -139,6 +146,19 @@ class Engine {
                           " GPUs per node); got TP " + std::to_string(tp) + ", order " + order);
       }
       tp_stride_ = tp;
+    } else if (opts_.exact_reductions && tp > 1 &&
+               tp_aggregation_blocker(prog_.scenario, prog_.layout, topo_, opts_).empty()) {
+      tp_stride_ = tp;
+    }
+    if (tp_stride_ > 1) {
+      // One rail per GPU: TP rank k's flows are TP rank 0's moved to rail k (mirrored).
+      mirror_rails_ = topo_.nic.nics_per_node == topo_.node.gpus_per_node;
+      reductions_.push_back(
+          "TP aggregation: TP rank 0 of each TP group replayed for its " + std::to_string(tp) +
+          " TP ranks (" + (opts_.aggregate_tp ? "asked for" : "exact by symmetry") +
+          ": TP fills each node" +
+          (mirror_rails_ ? ", one rail per GPU; links of the other rails loaded as rail 0's)"
+                         : "; link loads are those of rail 0)"));
     }
     // One template per RankProgram of the Program; ranks without one use their stage's.
     std::map<int64_t, uint32_t> by_stage;
@@ -342,7 +362,8 @@ class Engine {
     }
     PlanEntry& entry = plan_of(tp, id, op, rank);
     const CollectivePlan& plan = entry.plan;
-    ++entry.calls;
+    // Under TP aggregation a collective of a group within one TP rank stands for TP of them.
+    entry.calls += tp_stride_ > 1 && !spans_tp(op.group) ? tp_stride_ : 1;
     for (const PendingP2P& c : *calls) {
       RankState& st = ranks_[static_cast<size_t>(c.rank)];
       if (!st.start.empty()) st.start[c.op] = max_t;
@@ -355,6 +376,7 @@ class Engine {
     // Flows between the members of this very group: the plan's ranks (of the group of the rank
     // it was planned for) mapped to this group's members by their index in the group.
     const std::vector<int64_t>& members = group_members(op.group, key.group_index, rank);
+    const bool mirror = tp_stride_ > 1 && !spans_tp(op.group);
     const uint32_t gid = new_group();
     FlowGroup& g = groups_[gid];
     g.start = max_t;
@@ -363,7 +385,7 @@ class Engine {
     g.ops = std::move(*calls);
     for (size_t i = 0; i < plan.flows.size(); ++i) {
       const auto [src, dst] = entry.flow_members[i];
-      launch(gid, members[src], members[dst], plan.flows[i].bytes, max_t);
+      launch(gid, members[src], members[dst], plan.flows[i].bytes, max_t, mirror);
     }
   }
 
@@ -441,7 +463,7 @@ class Engine {
     g.min_end = start;
     g.ops.push_back({rank, id, 0.0});
     g.ops.push_back({other.rank, other.op, 0.0});
-    launch(gid, key.src, key.dst, static_cast<double>(op.bytes), start);
+    launch(gid, key.src, key.dst, static_cast<double>(op.bytes), start, tp_stride_ > 1);
   }
 
   // ---- SimGrid flows ---------------------------------------------------------------------------
@@ -461,28 +483,63 @@ class Engine {
     return id;
   }
 
-  void launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double start) {
+  /// Starts a flow of group `gid` at `start` (now or on a timer). `mirror`: under TP
+  /// aggregation with one rail per GPU, the flow stands for the same flow of every TP rank, each
+  /// on its own rail (the flows of groups that span TP are launched in full and not mirrored).
+  void launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double start, bool mirror) {
     groups_[gid].remaining += 1;
     const double now = simgrid::s4u::Engine::get_clock();
     if (start <= now) {
-      start_flow(gid, src, dst, bytes);
+      start_flow(gid, src, dst, bytes, mirror);
       return;
     }
     ++timers_;
-    simgrid::kernel::timer::Timer::set(start, [this, gid, src, dst, bytes] {
-      start_flow(gid, src, dst, bytes);
+    simgrid::kernel::timer::Timer::set(start, [this, gid, src, dst, bytes, mirror] {
+      start_flow(gid, src, dst, bytes, mirror);
     });
   }
 
-  void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes) {
+  void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes, bool mirror) {
     auto [from, to] = platform_.endpoints(src, dst);
     const FlowRoute& route = net_->route(from, to);
+    const std::vector<uint32_t>* mirrored =
+        mirror && mirror_rails_ ? &mirror_links(src, dst, route) : nullptr;
     if (link_bytes_.size() < net_->links().size()) link_bytes_.resize(net_->links().size(), 0.0);
     for (uint32_t l : route.link_ids) link_bytes_[l] += bytes;
+    if (mirrored) {
+      for (uint32_t l : *mirrored) link_bytes_[l] += bytes;
+    }
     const auto record = static_cast<uint64_t>(flow_records_.size());
-    flow_records_.push_back({&route, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
+    flow_records_.push_back({&route, mirrored, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
     ++flows_;
     net_->start(from, to, bytes, record);
+  }
+
+  /// The links (FlowNetwork::links() ids) of the routes of TP ranks 1 .. TP-1 for the flow of
+  /// TP rank 0 `src` -> `dst` on `route` (the same route for every such pair: cached by it).
+  const std::vector<uint32_t>& mirror_links(int64_t src, int64_t dst, const FlowRoute& route) {
+    auto [it, fresh] = mirror_links_.try_emplace(&route);
+    if (fresh) {
+      for (int64_t k = 1; k < tp_stride_; ++k) {
+        auto [from, to] = platform_.endpoints(src + k, dst + k);
+        const FlowRoute& r = net_->route(from, to);
+        it->second.insert(it->second.end(), r.link_ids.begin(), r.link_ids.end());
+      }
+    }
+    return it->second;
+  }
+
+  /// Whether the groups of kind `g` hold ranks of several TP ranks (their collectives are
+  /// launched in full under TP aggregation, not mirrored).
+  bool spans_tp(GroupKind g) {
+    int8_t& known = spans_tp_[static_cast<size_t>(g)];
+    if (known < 0) {
+      known = 0;
+      for (int64_t r : prog_.layout.group(g, 0)) {
+        if (prog_.layout.coord(r).tp != 0) known = 1;
+      }
+    }
+    return known != 0;
   }
 
   void on_flow_done(uint64_t record, double now) {
@@ -558,6 +615,7 @@ class Engine {
       res.max_solver_flows = net_->stats().max_in_solver;
     }
     res.replayed_ranks = world_ / tp_stride_;
+    res.reductions = reductions_;
     res.events = ops_ + flows_ + timers_;
     for (const PlanEntry& e : plans_) {
       if (e.calls > 0) res.collective_algorithms[to_string(e.plan.algorithm)] += e.calls;
@@ -614,12 +672,16 @@ class Engine {
       series_of[platform_.links()[i].link] = res.link_series.size();
       res.link_series.push_back(std::move(ls));
     }
+    auto add = [&](const FlowRecord& f, const simgrid::s4u::Link* l) {
+      auto s = series_of.find(l);
+      if (s == series_of.end()) return;
+      add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
+                    f.end_s, f.bytes);
+    };
     for (const FlowRecord& f : flow_records_) {
-      for (const simgrid::s4u::Link* l : f.route->links) {
-        auto s = series_of.find(l);
-        if (s == series_of.end()) continue;
-        add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
-                      f.end_s, f.bytes);
+      for (const simgrid::s4u::Link* l : f.route->links) add(f, l);
+      if (f.mirrored) {
+        for (uint32_t l : *f.mirrored) add(f, net_->links()[l]);
       }
     }
   }
@@ -724,6 +786,7 @@ class Engine {
   /// A flow's route, group, lifetime and bytes (for the link utilization series).
   struct FlowRecord {
     const FlowRoute* route;
+    const std::vector<uint32_t>* mirrored;  // mirror_links() of the flow, or nullptr
     uint32_t group;
     double start_s, end_s, bytes;
   };
@@ -737,6 +800,10 @@ class Engine {
   int64_t world_ = 0;
   std::array<int64_t, 4> dims_{};  // TP, CP, DP, PP sizes
   int64_t tp_stride_ = 1;  // > 1: only ranks with tp == 0 are replayed
+  bool mirror_rails_ = false;  // tp_stride_ > 1 and one rail per GPU: flows stand for TP ranks'
+  std::unordered_map<const FlowRoute*, std::vector<uint32_t>> mirror_links_;
+  std::array<int8_t, kNumGroupKinds> spans_tp_ = filled<kNumGroupKinds>(-1);
+  std::vector<std::string> reductions_;
   std::vector<Template> templates_;
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;
@@ -758,6 +825,30 @@ class Engine {
 };
 
 }  // namespace
+
+std::string tp_aggregation_blocker(const Scenario& s, const RankLayout& layout,
+                                   const TopologySpec& topo, const SimulationOptions& opts) {
+  const int64_t tp = layout.size(GroupKind::kTp);
+  if (tp <= 1) return "TP is 1";
+  if (layout.order().rfind("tp", 0) != 0 || tp != topo.node.gpus_per_node) {
+    return "TP " + std::to_string(tp) + " does not fill a node of " +
+           std::to_string(topo.node.gpus_per_node) + " GPUs (rank order " + layout.order() + ")";
+  }
+  if (topo.nic.nics_per_node != topo.node.gpus_per_node) {
+    return std::to_string(topo.nic.nics_per_node) + " NIC rails for " +
+           std::to_string(topo.node.gpus_per_node) + " GPUs per node";
+  }
+  if (s.model.is_moe()) return "mixture of experts (expert groups may span TP)";
+  if (opts.straggler) return "a straggler";
+  if (!opts.scaling.degraded_links.empty()) return "a degraded link";
+  if (opts.trace_all_ranks) return "every rank traced";
+  for (int64_t r : opts.trace_ranks) {
+    if (r >= 0 && r < layout.world_size() && layout.coord(r).tp != 0) {
+      return "traced rank " + std::to_string(r) + " is not TP rank 0";
+    }
+  }
+  return "";
+}
 
 SimulationOptions with_what_if(SimulationOptions opts, const WhatIf& what_if) {
   opts.scaling.ib_bandwidth *= what_if.ib_bandwidth_scale.value_or(1.0);

@@ -73,8 +73,17 @@ struct SimulationOptions {
   /// same ops at the same times, their inter-node flows on separate rail planes that never
   /// share a link, so one rail stands for all. TP collectives keep their full-group closed form.
   /// Throws ConfigError when the layout does not allow it, or with a straggler or a degraded link
-  /// (both break the symmetry it relies on). Link loads are then those of rail 0.
+  /// (both break the symmetry it relies on). Link loads: where every GPU has its own rail, the
+  /// flows of TP rank 0 stand for those of the other TP ranks on their rails (link loads as the
+  /// full replay's); otherwise those of rail 0 only.
   bool aggregate_tp = false;
+  /// Apply the reductions that are exact by symmetry wherever their conditions hold (today TP
+  /// aggregation, as aggregate_tp, when tp_aggregation_blocker() finds nothing against it);
+  /// SimulationResult::reductions names each one applied. The simulated results are those of
+  /// the full replay (iteration time, breakdowns, link loads; tests/sim/simulation_test checks
+  /// them to 1e-9); the replay's own counters (replayed_ranks, ops, flows, events) count the work
+  /// done. false: every rank replayed (unless aggregate_tp).
+  bool exact_reductions = true;
   /// Flow-level link sharing (SimGrid). false: every transfer and collective takes its
   /// uncontended closed form (uncontended_transfer_s / uncontended_time_s, sim/collectives.hpp),
   /// the rule the analytical estimator uses, and no link loads are recorded — the replay then
@@ -93,6 +102,15 @@ struct SimulationOptions {
   std::function<void(const ReplayProgress&)> progress;
   double progress_interval_s = 1.0;
 };
+
+/// Why replaying TP rank 0 of each TP group would not give the full replay's results for a
+/// Program of scenario `s` (layout `layout`) on `topo` with `opts` (what-if knobs folded in);
+/// "" when it would: TP > 1 fills each node (rank order starting with tp, TP = GPUs per node),
+/// every GPU has its own NIC rail (nics_per_node = gpus_per_node, so the TP ranks' flows never
+/// share a link), a dense model (expert groups, which may span TP, are not covered), no
+/// straggler or degraded link, and every traced rank has TP rank 0.
+std::string tp_aggregation_blocker(const Scenario& s, const RankLayout& layout,
+                                   const TopologySpec& topo, const SimulationOptions& opts);
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU
 /// speed factors multiply those of `opts`, the degraded link is appended to
@@ -114,6 +132,9 @@ struct SimulationResult : IterationMetrics {
   std::vector<LinkLoad> hot_links;        ///< >= 2x their tier's mean utilization, top 10
   std::vector<LinkSeries> link_series;    ///< utilization over the iteration of the 5 busiest links
   int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
+  /// The reductions applied (SimulationOptions::exact_reductions, aggregate_tp), one line each,
+  /// e.g. "TP aggregation: TP rank 0 replayed for its 8 TP ranks (...)"; empty: full replay.
+  std::vector<std::string> reductions;
   int64_t flows = 0;                      ///< flows (inter-node and intra-node transfers)
   int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
   int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once

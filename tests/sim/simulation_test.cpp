@@ -7,6 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/rank_layout.hpp"
 #include "sim/collective_bench.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -65,6 +71,7 @@ TEST(Simulation, IsDeterministic) {
 TEST(Simulation, TpAggregationMatchesTheFullReplay) {
   SimulationOptions full;
   full.record_timeline = false;
+  full.exact_reductions = false;
   SimulationOptions agg = full;
   agg.aggregate_tp = true;
   const auto a = nlohmann::json::parse(simulate_json(small_cluster(), full));
@@ -73,6 +80,84 @@ TEST(Simulation, TpAggregationMatchesTheFullReplay) {
   EXPECT_EQ(b["replayed_ranks"].get<int64_t>(), 4);
   const double ta = a["iteration_time_s"].get<double>(), tb = b["iteration_time_s"].get<double>();
   EXPECT_NEAR(tb / ta, 1.0, 0.01);
+}
+
+/// Every number of a summary.json under `path` in `a` equals the one in `b` to `rel` (relative
+/// to the larger); other values (strings, integers, booleans) exactly. Keys in `skip` (at the top
+/// level) are not compared.
+void expect_same_summary(const nlohmann::json& a, const nlohmann::json& b, double rel,
+                         const std::vector<std::string>& skip, const std::string& path = "") {
+  if (a.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      if (path.empty() && std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
+      ASSERT_TRUE(b.contains(key)) << path << "/" << key;
+      expect_same_summary(value, b[key], rel, skip, path + "/" + key);
+    }
+    EXPECT_EQ(a.size(), b.size()) << path;
+  } else if (a.is_array()) {
+    ASSERT_EQ(a.size(), b.size()) << path;
+    for (size_t i = 0; i < a.size(); ++i) {
+      expect_same_summary(a[i], b[i], rel, skip, path + "[" + std::to_string(i) + "]");
+    }
+  } else if (a.is_number_float() || b.is_number_float()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    EXPECT_NEAR(x, y, rel * std::max(std::abs(x), std::abs(y))) << path;
+  } else {
+    EXPECT_EQ(a, b) << path;
+  }
+}
+
+// The exact reductions are on by default: on a layout where TP fills each node (TP 8, one rail
+// per GPU, dense), TP rank 0 of each TP group is replayed for its group, the reduction is named,
+// and every simulated figure of summary.json — iteration time, breakdowns per stage, link loads
+// of every rail, hot links, utilization series, collective counts — is the full replay's to
+// 1e-9; only the replay's own counters (ranks, ops, flows, events) differ.
+TEST(Simulation, ExactReductionsAreOnByDefaultAndMatchTheFullReplay) {
+  SimulationOptions fast;
+  fast.record_timeline = false;
+  SimulationOptions full = fast;
+  full.exact_reductions = false;
+  const auto a = nlohmann::json::parse(simulate_json(small_cluster(), fast));
+  const auto b = nlohmann::json::parse(simulate_json(small_cluster(), full));
+  EXPECT_EQ(a["replayed_ranks"].get<int64_t>(), 4);
+  EXPECT_EQ(b["replayed_ranks"].get<int64_t>(), 32);
+  ASSERT_EQ(a["reductions"].size(), 1u);
+  EXPECT_THAT(a["reductions"][0].get<std::string>(), ::testing::HasSubstr("TP aggregation"));
+  EXPECT_TRUE(b["reductions"].empty());
+  expect_same_summary(b, a, 1e-9,
+                      {"reductions", "replayed_ranks", "events", "ops", "flows", "solver_flows",
+                       "max_solver_flows"});
+  EXPECT_LT(a["flows"].get<int64_t>(), b["flows"].get<int64_t>());
+}
+
+// A reduction runs only where it is exact: TP aggregation is refused (and the reason named) for
+// TP smaller than a node, fewer NIC rails than GPUs, a mixture of experts, a straggler, a
+// degraded link, and a traced rank outside TP rank 0.
+TEST(Simulation, TpAggregationRunsOnlyWhereExact) {
+  const TopologySpec t = h100();
+  const Scenario s = small_cluster();
+  const RankLayout layout = layout_of(s);
+  SimulationOptions opts;
+  EXPECT_EQ(tp_aggregation_blocker(s, layout, t, opts), "");
+  Scenario tp4 = s;
+  tp4.parallel.tensor_model_parallel_size = 4;
+  tp4.parallel.data_parallel_size = 4;
+  EXPECT_THAT(tp_aggregation_blocker(tp4, layout_of(tp4), t, opts), ::testing::HasSubstr("fill"));
+  TopologySpec four_nics = t;
+  four_nics.nic.nics_per_node = 4;
+  EXPECT_THAT(tp_aggregation_blocker(s, layout, four_nics, opts), ::testing::HasSubstr("rails"));
+  Scenario moe = s;
+  moe.model.num_moe_experts = 8;
+  EXPECT_THAT(tp_aggregation_blocker(moe, layout, t, opts), ::testing::HasSubstr("experts"));
+  SimulationOptions straggler = opts;
+  straggler.straggler = Straggler{3, 1.5};
+  EXPECT_THAT(tp_aggregation_blocker(s, layout, t, straggler), ::testing::HasSubstr("straggler"));
+  SimulationOptions degraded = opts;
+  degraded.scaling.degraded_links.push_back(DegradedLink{"node0-nic0-up", 0.5});
+  EXPECT_THAT(tp_aggregation_blocker(s, layout, t, degraded), ::testing::HasSubstr("degraded"));
+  SimulationOptions traced = opts;
+  traced.trace_ranks = {0, 9};
+  EXPECT_THAT(tp_aggregation_blocker(s, layout, t, traced), ::testing::HasSubstr("traced rank 9"));
 }
 
 // Flows alone on their links are timed in closed form and handed to SimGrid only when another

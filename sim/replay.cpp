@@ -16,6 +16,7 @@
 #include <optional>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -82,6 +83,7 @@ struct PlanEntry {
   std::vector<int64_t> members;
   std::vector<std::pair<uint32_t, uint32_t>> flow_members;  // (src, dst) index in members
   int64_t calls = 0;  // collectives completed with it
+  int8_t rail_symmetric = -1;  // Engine::rail_symmetric(), -1 until asked
 };
 
 class Engine {
@@ -376,7 +378,10 @@ class Engine {
     // Flows between the members of this very group: the plan's ranks (of the group of the rank
     // it was planned for) mapped to this group's members by their index in the group.
     const std::vector<int64_t>& members = group_members(op.group, key.group_index, rank);
-    const bool mirror = tp_stride_ > 1 && !spans_tp(op.group);
+    // Under TP aggregation a group within one TP rank stands for its TP copies (mirrored); a
+    // group spanning TP whose flows are the same on every rail launches rail 0's, mirrored.
+    const bool within_tp_rank = tp_stride_ > 1 && !spans_tp(op.group);
+    const bool rail0_only = !within_tp_rank && mirror_rails_ && rail_symmetric(entry);
     const uint32_t gid = new_group();
     FlowGroup& g = groups_[gid];
     g.start = max_t;
@@ -385,8 +390,34 @@ class Engine {
     g.ops = std::move(*calls);
     for (size_t i = 0; i < plan.flows.size(); ++i) {
       const auto [src, dst] = entry.flow_members[i];
-      launch(gid, members[src], members[dst], plan.flows[i].bytes, max_t, mirror);
+      if (rail0_only && members[src] % tp_stride_ != 0) continue;
+      launch(gid, members[src], members[dst], plan.flows[i].bytes, max_t,
+             within_tp_rank || rail0_only);
     }
+  }
+
+  /// Whether the flows of `e` (a plan of a group spanning TP, under TP aggregation with one rail
+  /// per GPU) are, rail by rail, rail 0's moved to the rail: every flow stays on the rail of
+  /// its source (TP rank j -> TP rank j) and the flows of TP rank j, shifted by -j, are those
+  /// of TP rank 0 (same endpoints, same bytes). Then rail 0's flows stand for all (mirrored),
+  /// as the rails carry the same traffic by symmetry. Decided once per plan.
+  bool rail_symmetric(PlanEntry& e) {
+    if (e.rail_symmetric >= 0) return e.rail_symmetric != 0;
+    const int64_t S = tp_stride_;
+    std::vector<std::vector<std::tuple<int64_t, int64_t, double>>> by_rail(static_cast<size_t>(S));
+    bool ok = !e.plan.flows.empty();
+    for (const CollectiveFlow& f : e.plan.flows) {
+      const int64_t j = f.src % S;
+      if (f.dst % S != j) {
+        ok = false;
+        break;
+      }
+      by_rail[static_cast<size_t>(j)].emplace_back(f.src - j, f.dst - j, f.bytes);
+    }
+    for (auto& rail : by_rail) std::sort(rail.begin(), rail.end());
+    for (size_t j = 1; ok && j < by_rail.size(); ++j) ok = by_rail[j] == by_rail[0];
+    e.rail_symmetric = ok ? 1 : 0;
+    return ok;
   }
 
   static size_t index_of(const std::vector<int64_t>& v, int64_t x) {

@@ -142,14 +142,16 @@ class Engine {
             " breaks that: simulate without TP aggregation");
       }
       const std::string& order = prog_.layout.order();
-      if (order.rfind("tp", 0) != 0 || tp != topo_.node.gpus_per_node) {
-        throw ConfigError("simulate: TP aggregation needs the TP group to fill one node (rank order "
-                          "starting with tp and TP = " + std::to_string(topo_.node.gpus_per_node) +
+      if (order.rfind("tp", 0) != 0 || topo_.node.gpus_per_node % tp != 0) {
+        throw ConfigError("simulate: TP aggregation needs each TP group on consecutive GPUs of one "
+                          "node (rank order starting with tp and TP dividing the " +
+                          std::to_string(topo_.node.gpus_per_node) +
                           " GPUs per node); got TP " + std::to_string(tp) + ", order " + order);
       }
       tp_stride_ = tp;
     } else if (opts_.exact_reductions && tp > 1 &&
-               tp_aggregation_blocker(prog_.scenario, prog_.layout, topo_, opts_).empty()) {
+               tp_aggregation_blocker(prog_.layout, topo_, opts_, prog_.scenario.model.is_moe())
+                   .empty()) {
       tp_stride_ = tp;
     }
     if (tp_stride_ > 1) {
@@ -158,8 +160,8 @@ class Engine {
       reductions_.push_back(
           "TP aggregation: TP rank 0 of each TP group replayed for its " + std::to_string(tp) +
           " TP ranks (" + (opts_.aggregate_tp ? "asked for" : "exact by symmetry") +
-          ": TP fills each node" +
-          (mirror_rails_ ? ", one rail per GPU; links of the other rails loaded as rail 0's)"
+          ": each TP group on consecutive GPUs of one node" +
+          (mirror_rails_ ? ", one rail per GPU; the other rails' links loaded as rail 0's)"
                          : "; link loads are those of rail 0)"));
     }
     // One template per RankProgram of the Program; ranks without one use their stage's.
@@ -857,25 +859,53 @@ class Engine {
 
 }  // namespace
 
-std::string tp_aggregation_blocker(const Scenario& s, const RankLayout& layout,
-                                   const TopologySpec& topo, const SimulationOptions& opts) {
+std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec& topo,
+                                   const SimulationOptions& opts, bool expert_groups) {
   const int64_t tp = layout.size(GroupKind::kTp);
   if (tp <= 1) return "TP is 1";
-  if (layout.order().rfind("tp", 0) != 0 || tp != topo.node.gpus_per_node) {
-    return "TP " + std::to_string(tp) + " does not fill a node of " +
-           std::to_string(topo.node.gpus_per_node) + " GPUs (rank order " + layout.order() + ")";
+  if (layout.order().rfind("tp", 0) != 0 || topo.node.gpus_per_node % tp != 0) {
+    return "TP " + std::to_string(tp) + " groups are not consecutive GPUs of one node of " +
+           std::to_string(topo.node.gpus_per_node) + " (rank order " + layout.order() + ")";
   }
   if (topo.nic.nics_per_node != topo.node.gpus_per_node) {
     return std::to_string(topo.nic.nics_per_node) + " NIC rails for " +
            std::to_string(topo.node.gpus_per_node) + " GPUs per node";
   }
-  if (s.model.is_moe()) return "mixture of experts (expert groups may span TP)";
   if (opts.straggler) return "a straggler";
   if (!opts.scaling.degraded_links.empty()) return "a degraded link";
   if (opts.trace_all_ranks) return "every rank traced";
   for (int64_t r : opts.trace_ranks) {
     if (r >= 0 && r < layout.world_size() && layout.coord(r).tp != 0) {
       return "traced rank " + std::to_string(r) + " is not TP rank 0";
+    }
+  }
+  // A group spanning TP completes once its TP-rank-0 members have arrived: every group of the
+  // kind needs the same number of them, at least one.
+  std::vector<GroupKind> kinds = {GroupKind::kCp, GroupKind::kDp, GroupKind::kPp,
+                                  GroupKind::kDpCp, GroupKind::kEmbedding,
+                                  GroupKind::kModelParallel, GroupKind::kWorld};
+  if (expert_groups) {
+    kinds.insert(kinds.end(), {GroupKind::kEp, GroupKind::kEtp, GroupKind::kEdp, GroupKind::kEtpEp});
+  }
+  const int64_t world = layout.world_size();
+  for (GroupKind g : kinds) {
+    bool spans = false;
+    for (int64_t r : layout.group(g, 0)) spans = spans || layout.coord(r).tp != 0;
+    if (!spans) continue;
+    std::vector<int64_t> tp0(static_cast<size_t>(world), 0), members(static_cast<size_t>(world), 0);
+    for (int64_t r = 0; r < world; ++r) {
+      const auto i = static_cast<size_t>(layout.group_index(g, r));
+      ++members[i];
+      if (layout.coord(r).tp == 0) ++tp0[i];
+    }
+    int64_t want = -1;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] == 0) continue;
+      if (want < 0) want = tp0[i];
+      if (tp0[i] == 0 || tp0[i] != want) {
+        return std::string(to_string(g)) + " groups do not each hold the same number (>= 1) of "
+               "TP rank 0 ranks";
+      }
     }
   }
   return "";

@@ -68,10 +68,13 @@ struct SimulationOptions {
   /// end of the replay, straight from the engine's per-op times, and SimulationResult::timeline
   /// stays empty: a trace of any size is written without being held in memory.
   std::function<void(TimelineEvent&&)> timeline_sink;
-  /// Replay only TP rank 0 of every TP group. Exact when the TP group fills whole rails of one
-  /// node (rank order starting with tp, TP = GPUs per node): the TP ranks of a node then run the
-  /// same ops at the same times, their inter-node flows on separate rail planes that never
-  /// share a link, so one rail stands for all. TP collectives keep their full-group closed form.
+  /// Replay only TP rank 0 of every TP group. Exact when each TP group is consecutive GPUs of
+  /// one node (rank order starting with tp, TP dividing the GPUs per node) and every GPU has its
+  /// own rail: the TP ranks then run the same ops at the same times, their flows on their own
+  /// GPU's links and rail planes, which never share a link, so one rail stands for all. TP
+  /// collectives keep their full-group closed form; a group spanning TP (the grad-norm
+  /// all-reduce over all ranks, expert groups) completes when its replayed members have arrived
+  /// and launches its flows in full, or rail 0's mirrored where every rail has the same ones.
   /// Throws ConfigError when the layout does not allow it, or with a straggler or a degraded link
   /// (both break the symmetry it relies on). Link loads: where every GPU has its own rail, the
   /// flows of TP rank 0 stand for those of the other TP ranks on their rails (link loads as the
@@ -104,13 +107,16 @@ struct SimulationOptions {
 };
 
 /// Why replaying TP rank 0 of each TP group would not give the full replay's results for a
-/// Program of scenario `s` (layout `layout`) on `topo` with `opts` (what-if knobs folded in);
-/// "" when it would: TP > 1 fills each node (rank order starting with tp, TP = GPUs per node),
-/// every GPU has its own NIC rail (nics_per_node = gpus_per_node, so the TP ranks' flows never
-/// share a link), a dense model (expert groups, which may span TP, are not covered), no
-/// straggler or degraded link, and every traced rank has TP rank 0.
-std::string tp_aggregation_blocker(const Scenario& s, const RankLayout& layout,
-                                   const TopologySpec& topo, const SimulationOptions& opts);
+/// Program of layout `layout` on `topo` with `opts` (what-if knobs folded in); "" when it
+/// would: TP > 1 with each TP group on consecutive GPUs of one node (rank order starting with
+/// tp, TP dividing gpus_per_node), every GPU with its own NIC rail (nics_per_node =
+/// gpus_per_node, so the TP ranks' flows never share a link), no straggler or degraded link,
+/// every traced rank with TP rank 0, and every group kind that spans TP (the expert kinds too
+/// when `expert_groups`, i.e. for a mixture of experts) with the same number of TP-rank-0
+/// members, at least one, in each of its groups (a collective of such a group completes when
+/// they have arrived). O(world size) per group kind.
+std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec& topo,
+                                   const SimulationOptions& opts, bool expert_groups = false);
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU
 /// speed factors multiply those of `opts`, the degraded link is appended to

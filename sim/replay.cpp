@@ -662,7 +662,6 @@ class Engine {
   void link_results(SimulationResult& res) const {
     const double T = res.iteration_time_s;
     std::vector<LinkLoad> all;
-    std::unordered_map<const simgrid::s4u::Link*, size_t> index;
     std::unordered_map<const simgrid::s4u::Link*, double> link_bytes;
     if (net_) {
       for (size_t i = 0; i < link_bytes_.size(); ++i) link_bytes[net_->links()[i]] = link_bytes_[i];
@@ -675,7 +674,6 @@ class Engine {
       auto it = link_bytes.find(l.link);
       ll.bytes = it == link_bytes.end() ? 0.0 : it->second;
       ll.utilization = T > 0 ? ll.bytes / (l.bandwidth_Bps * T) : 0;
-      index[l.link] = all.size();
       all.push_back(ll);
     }
     res.link_tiers = tier_traffic(all);
@@ -695,26 +693,34 @@ class Engine {
     if (order.size() > 5) order.resize(5);
     if (order.empty() || !(T > 0)) return;
     constexpr int kBins = 100;
-    std::unordered_map<const simgrid::s4u::Link*, size_t> series_of;
+    // Series index and bandwidth by FlowNetwork link id (-1: no series).
+    std::unordered_map<const simgrid::s4u::Link*, uint32_t> net_id;
+    for (size_t id = 0; id < net_->links().size(); ++id) {
+      net_id[net_->links()[id]] = static_cast<uint32_t>(id);
+    }
+    std::vector<int32_t> series_of(net_->links().size(), -1);
+    std::vector<double> series_bw;
     for (size_t i : order) {
       LinkSeries ls;
       ls.name = all[i].name;
       ls.tier = all[i].tier;
       ls.bin_s = T / kBins;
       ls.utilization.assign(kBins, 0.0);
-      series_of[platform_.links()[i].link] = res.link_series.size();
+      auto id = net_id.find(platform_.links()[i].link);  // found: the link carried bytes
+      if (id != net_id.end()) series_of[id->second] = static_cast<int32_t>(res.link_series.size());
+      series_bw.push_back(all[i].bandwidth_Bps);
       res.link_series.push_back(std::move(ls));
     }
-    auto add = [&](const FlowRecord& f, const simgrid::s4u::Link* l) {
-      auto s = series_of.find(l);
-      if (s == series_of.end()) return;
-      add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
-                    f.end_s, f.bytes);
+    auto add = [&](const FlowRecord& f, uint32_t l) {
+      const int32_t s = series_of[l];
+      if (s < 0) return;
+      add_to_series(res.link_series[static_cast<size_t>(s)], series_bw[static_cast<size_t>(s)],
+                    f.start_s, f.end_s, f.bytes);
     };
     for (const FlowRecord& f : flow_records_) {
-      for (const simgrid::s4u::Link* l : f.route->links) add(f, l);
+      for (uint32_t l : f.route->link_ids) add(f, l);
       if (f.mirrored) {
-        for (uint32_t l : *f.mirrored) add(f, net_->links()[l]);
+        for (uint32_t l : *f.mirrored) add(f, l);
       }
     }
   }

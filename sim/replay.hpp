@@ -13,7 +13,9 @@
 // meets it, so contention is exact while SimGrid only ever holds the flows that share a link
 // (SIMGRID-NOTES.md: its speed depends on how many transfers it holds).
 // Ranks of one pipeline stage share one lowered Program (their ops differ only in peers and
-// groups, which are mapped per rank).
+// groups, which are mapped per rank). Reductions exact by symmetry run by default
+// (SimulationOptions::exact_reductions): TP aggregation replays TP rank 0 of each TP group and
+// loads the other rails' links as rail 0's, with the full replay's results.
 #pragma once
 
 #include <cstdint>

@@ -36,6 +36,7 @@ struct SimulateOptions {
   std::string trace_ranks;
   std::string collective_algorithm;
   bool aggregate_tp = false;
+  bool full_replay = false;
   bool no_link_contention = false;
   bool quiet = false;
   std::string cost_db;
@@ -158,6 +159,7 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
                  si(l.bytes), 100 * l.utilization, l.vs_tier_mean);
     }
   }
+  for (const std::string& line : r.reductions) fmt::print("reduction          {}\n", line);
   fmt::print("simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows ({} in SimGrid's "
              "solver, the rest alone on their links), {} events\n",
              r.sim_wall_s, r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.solver_flows, r.events);
@@ -194,6 +196,11 @@ void register_simulate_command(CLI::App& app) {
                   "Topology whose GPU the database was measured on (default: the scenario's)");
   cmd->add_flag("--aggregate-tp", o->aggregate_tp,
                 "Replay TP rank 0 of each TP group only (exact when TP fills a node; 8x faster)");
+  cmd->add_flag("--full-replay", o->full_replay,
+                "Replay every rank: no reduction, not even those exact by symmetry (by default TP "
+                "rank 0 stands for its TP group when TP fills each node, one rail per GPU, dense "
+                "model)")
+      ->excludes("--aggregate-tp");
   cmd->add_flag("--no-link-contention", o->no_link_contention,
                 "Time every transfer and collective by its uncontended closed form (the analytical "
                 "estimator's rule) instead of sharing links between flows");
@@ -208,6 +215,7 @@ void register_simulate_command(CLI::App& app) {
     SimulationOptions opts;
     opts.collective_algorithm = o->collective_algorithm;
     opts.aggregate_tp = o->aggregate_tp;
+    opts.exact_reductions = !o->full_replay;
     opts.link_contention = !o->no_link_contention;
     opts.record_timeline = !o->out_dir.empty();
     if (o->trace_ranks == "all") {

@@ -37,6 +37,9 @@ const FlowRoute& FlowNetwork::route(sg4::Host* from, sg4::Host* to) {
   r.bandwidth_Bps = r.links.empty() ? 0.0 : r.links.front()->get_bandwidth();
   for (sg4::Link* l : r.links) {
     r.bandwidth_Bps = std::min(r.bandwidth_Bps, l->get_bandwidth());
+    auto [any, fresh] = all_link_id_.try_emplace(l, static_cast<uint32_t>(all_links_.size()));
+    if (fresh) all_links_.push_back(l);
+    r.link_ids.push_back(any->second);
     if (l->get_sharing_policy() == sg4::Link::SharingPolicy::FATPIPE) continue;
     auto [id, inserted] = link_id_.try_emplace(l, static_cast<uint32_t>(links_.size()));
     if (inserted) links_.emplace_back();

@@ -49,6 +49,7 @@ namespace traintwin {
 struct FlowRoute {
   std::vector<simgrid::s4u::Link*> links;  ///< as Host::route_to gives them, directional
   std::vector<uint32_t> shared_links;      ///< dense ids of the links that share (not FATPIPE)
+  std::vector<uint32_t> link_ids;          ///< index of each of `links` in FlowNetwork::links()
   double latency_s = 0;                    ///< sum of the links' latencies
   double bandwidth_Bps = 0;                ///< the slowest link's bandwidth
 };
@@ -84,6 +85,9 @@ class FlowNetwork {
   const FlowRoute& route(simgrid::s4u::Host* from, simgrid::s4u::Host* to);
 
   const FlowNetworkStats& stats() const { return stats_; }
+
+  /// Every link of the routes asked so far, in order of first use (FlowRoute::link_ids index it).
+  const std::vector<simgrid::s4u::Link*>& links() const { return all_links_; }
 
   /// The least latency a lone flow keeps when handed to SimGrid (see the file comment).
   static constexpr double kMinHandoverLatency_s = 1e-12;
@@ -122,6 +126,8 @@ class FlowNetwork {
   std::vector<uint32_t> to_release_;  // SimGrid flows done, whose CommPtr can be dropped
   std::vector<LinkState> links_;
   std::unordered_map<const simgrid::s4u::Link*, uint32_t> link_id_;
+  std::vector<simgrid::s4u::Link*> all_links_;
+  std::unordered_map<const simgrid::s4u::Link*, uint32_t> all_link_id_;
   std::unordered_map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, FlowRoute, PairHash> routes_;
   double latency_factor_ = 1.0;  // read by the model's latency-factor callback
   int64_t in_solver_ = 0;

@@ -11,10 +11,12 @@
 //    Key: (s, d, t).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -88,6 +90,13 @@ class TransferMatcher {
   /// forgets it), else keeps `value` and returns nullopt. Throws Error when the same side of
   /// `key` is posted twice (naming `what`).
   std::optional<T> post(const TransferKey& key, bool send, T value, const std::string& what = "") {
+    return post(key, send, std::move(value), [&what] { return what; });
+  }
+  /// post() for an engine that posts millions of sides: `what()` (returning the std::string
+  /// naming the op) is called only when the error is thrown.
+  template <typename What>
+    requires std::is_invocable_r_v<std::string, const What&>
+  std::optional<T> post(const TransferKey& key, bool send, T value, const What& what) {
     auto& mine = send ? sends_ : recvs_;
     auto& theirs = send ? recvs_ : sends_;
     auto it = theirs.find(key);
@@ -99,7 +108,7 @@ class TransferMatcher {
     if (!mine.emplace(key, std::move(value)).second) {
       throw Error("the " + std::string(send ? "send" : "recv") + " from rank " +
                   std::to_string(key.src) + " to rank " + std::to_string(key.dst) + " with tag " +
-                  std::to_string(key.tag) + " is posted twice" + (what.empty() ? "" : " (" + what + ")"));
+                  std::to_string(key.tag) + " is posted twice" + named(what()));
     }
     return std::nullopt;
   }
@@ -107,6 +116,8 @@ class TransferMatcher {
   size_t pending() const { return sends_.size() + recvs_.size(); }
 
  private:
+  static std::string named(const std::string& what) { return what.empty() ? "" : " (" + what + ")"; }
+
   std::unordered_map<TransferKey, T, TransferKeyHash> sends_, recvs_;
 };
 
@@ -118,6 +129,7 @@ class CollectiveRendezvous {
   /// arrival order, this one last) and forgets the key; else nullopt.
   std::optional<std::vector<T>> arrive(const CollectiveKey& key, T value, int64_t members) {
     std::vector<T>& calls = open_[key];
+    if (calls.empty()) calls.reserve(static_cast<size_t>(std::max<int64_t>(members, 1)));
     calls.push_back(std::move(value));
     if (static_cast<int64_t>(calls.size()) < members) return std::nullopt;
     std::vector<T> done = std::move(calls);

@@ -10,11 +10,13 @@
 #include <simgrid/s4u/Link.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <optional>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -28,6 +30,13 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 
+template <size_t N>
+constexpr std::array<int8_t, N> filled(int8_t v) {
+  std::array<int8_t, N> a{};
+  a.fill(v);
+  return a;
+}
+
 /// A Program shared by the ranks of one pipeline stage, with what the engine precomputes.
 struct Template {
   const RankProgram* rp = nullptr;
@@ -36,6 +45,12 @@ struct Template {
   std::vector<uint32_t> succ;
   std::vector<uint16_t> ndeps;
   std::vector<int64_t> seq;           // collective_sequence(rp)
+  std::vector<uint32_t> plan;         // collectives: index in Engine::plans_ (kNone until used)
+  /// Send/recv: the peer's coordinates minus the Program's rank's, per dimension (tp, cp, dp,
+  /// pp), so that mapped_peer() needs no division per call.
+  std::vector<std::array<int64_t, 4>> peer_offset;
+  /// Send/recv op by (kind, tag): the first op of that kind and tag (breakdown's lookups).
+  std::unordered_map<uint64_t, uint32_t> p2p_by_tag;
 };
 
 struct RankState {
@@ -52,19 +67,23 @@ struct PendingP2P {
   uint32_t op;
   double t;
 };
-/// The calls of one collective, once all have arrived.
-struct Arrivals {
-  double max_t = 0;
-  std::vector<std::pair<int64_t, uint32_t>> members;  // (rank, op)
-};
-
 /// Ops completed together when a set of SimGrid flows is done.
 struct FlowGroup {
   int64_t remaining = 0;
   double start = 0;
   double min_end = 0;     // start + closed-form local part
   double latency_s = 0;
-  std::vector<std::pair<int64_t, uint32_t>> ops;
+  std::vector<PendingP2P> ops;  // (rank, op); t unused
+};
+
+/// A collective plan shared by every group of one kind (Megatron layouts are uniform), with the
+/// members it was planned on and each flow's endpoints as indices into them.
+struct PlanEntry {
+  CollectivePlan plan;
+  std::vector<int64_t> members;
+  std::vector<std::pair<uint32_t, uint32_t>> flow_members;  // (src, dst) index in members
+  int64_t calls = 0;  // collectives completed with it
+  int8_t rail_symmetric = -1;  // Engine::rail_symmetric(), -1 until asked
 };
 
 class Engine {
@@ -110,6 +129,8 @@ class Engine {
 
   void prepare() {
     world_ = prog_.layout.world_size();
+    dims_ = {prog_.layout.size(GroupKind::kTp), prog_.layout.size(GroupKind::kCp),
+             prog_.layout.size(GroupKind::kDp), prog_.layout.size(GroupKind::kPp)};
     collective_keys_.emplace(prog_.layout);
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
     if (opts_.aggregate_tp && tp > 1) {
@@ -121,12 +142,27 @@ class Engine {
             " breaks that: simulate without TP aggregation");
       }
       const std::string& order = prog_.layout.order();
-      if (order.rfind("tp", 0) != 0 || tp != topo_.node.gpus_per_node) {
-        throw ConfigError("simulate: TP aggregation needs the TP group to fill one node (rank order "
-                          "starting with tp and TP = " + std::to_string(topo_.node.gpus_per_node) +
+      if (order.rfind("tp", 0) != 0 || topo_.node.gpus_per_node % tp != 0) {
+        throw ConfigError("simulate: TP aggregation needs each TP group on consecutive GPUs of one "
+                          "node (rank order starting with tp and TP dividing the " +
+                          std::to_string(topo_.node.gpus_per_node) +
                           " GPUs per node); got TP " + std::to_string(tp) + ", order " + order);
       }
       tp_stride_ = tp;
+    } else if (opts_.exact_reductions && tp > 1 &&
+               tp_aggregation_blocker(prog_.layout, topo_, opts_, prog_.scenario.model.is_moe())
+                   .empty()) {
+      tp_stride_ = tp;
+    }
+    if (tp_stride_ > 1) {
+      // One rail per GPU: TP rank k's flows are TP rank 0's moved to rail k (mirrored).
+      mirror_rails_ = topo_.nic.nics_per_node == topo_.node.gpus_per_node;
+      reductions_.push_back(
+          "TP aggregation: TP rank 0 of each TP group replayed for its " + std::to_string(tp) +
+          " TP ranks (" + (opts_.aggregate_tp ? "asked for" : "exact by symmetry") +
+          ": each TP group on consecutive GPUs of one node" +
+          (mirror_rails_ ? ", one rail per GPU; the other rails' links loaded as rail 0's)"
+                         : "; link loads are those of rail 0)"));
     }
     // One template per RankProgram of the Program; ranks without one use their stage's.
     std::map<int64_t, uint32_t> by_stage;
@@ -183,6 +219,15 @@ class Engine {
     t.seq = collective_sequence(rp);
     const size_t n = rp.ops.size();
     t.ndeps.assign(n, 0);
+    t.plan.assign(n, kNone);
+    t.peer_offset.assign(n, {});
+    for (const Op& op : rp.ops) {
+      if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) continue;
+      const RankCoord peer = prog_.layout.coord(op.peer);
+      t.peer_offset[op.id] = {peer.tp - rp.coord.tp, peer.cp - rp.coord.cp,
+                              peer.dp - rp.coord.dp, peer.pp - rp.coord.pp};
+      t.p2p_by_tag.try_emplace(p2p_tag_key(op.kind, op.tag), op.id);
+    }
     std::vector<uint32_t> count(n + 1, 0);
     for (const Op& op : rp.ops) {
       if (op.deps.size() > UINT16_MAX) throw Error("simulate: op with too many dependencies");
@@ -211,9 +256,25 @@ class Engine {
     return (*tp.duration_s)[id] * timed_.rank_factor(rank);
   }
 
-  /// The peer of send/recv `op` of `tp` when `rank` runs it.
+  /// The peer of send/recv `op` of `tp` when `rank` runs it: mapped_peer() (sim/matching.hpp)
+  /// with the coordinate offsets taken once per template.
   int64_t peer_of(int64_t rank, const Template& tp, const Op& op) const {
-    return mapped_peer(prog_.layout, tp.rp->coord, ranks_[static_cast<size_t>(rank)].coord, op);
+    const RankCoord& self = ranks_[static_cast<size_t>(rank)].coord;
+    const std::array<int64_t, 4>& d = tp.peer_offset[op.id];
+    const RankLayout& l = prog_.layout;
+    auto shift = [](int64_t mine, int64_t offset, int64_t size) {
+      return ((mine + offset) % size + size) % size;
+    };
+    RankCoord c;
+    c.tp = shift(self.tp, d[0], dims_[0]);
+    c.cp = shift(self.cp, d[1], dims_[1]);
+    c.dp = shift(self.dp, d[2], dims_[2]);
+    c.pp = shift(self.pp, d[3], dims_[3]);
+    return l.rank(c);
+  }
+
+  static uint64_t p2p_tag_key(OpKind kind, int64_t tag) {
+    return (static_cast<uint64_t>(tag) << 1) | (kind == OpKind::kSend ? 1u : 0u);
   }
 
   /// Whether `rank` is replayed (all ranks, or TP rank 0 only with aggregate_tp).
@@ -289,49 +350,76 @@ class Engine {
   }
 
   void arrive(int64_t rank, uint32_t id, const Op& op, double t) {
-    const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
-    auto calls = arrivals_.arrive(collective_keys_->key(rank, op, tp.seq[id]),
-                                  PendingP2P{rank, id, t}, replayed_size(op.group));
+    Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
+    const CollectiveKey key = collective_keys_->key(rank, op, tp.seq[id]);
+    auto calls = arrivals_.arrive(key, PendingP2P{rank, id, t}, replayed_size(op.group));
     if (!calls) return;
-    Arrivals done;
+    double max_t = 0;
+    for (const PendingP2P& c : *calls) max_t = std::max(max_t, c.t);
     for (const PendingP2P& c : *calls) {
-      done.max_t = std::max(done.max_t, c.t);
-      done.members.emplace_back(c.rank, c.op);
-    }
-    for (auto [r, o] : done.members) {
-      const Op& other = op_of(r, o);
+      const Op& other = op_of(c.rank, c.op);
       if (other.collective != op.collective || other.bytes != op.bytes) {
         throw Error("simulate: collective mismatch in group " + std::string(to_string(op.group)) +
                     ": rank " + std::to_string(rank) + " runs " + prog_.label(op) + ", rank " +
-                    std::to_string(r) + " runs " + prog_.label(other));
+                    std::to_string(c.rank) + " runs " + prog_.label(other));
       }
     }
-    const CollectivePlan& plan = plan_for(op, rank);
-    ++algorithms_[to_string(plan.algorithm)];
-    for (auto [r, o] : done.members) {
-      RankState& st = ranks_[static_cast<size_t>(r)];
-      if (!st.start.empty()) st.start[o] = done.max_t;
+    PlanEntry& entry = plan_of(tp, id, op, rank);
+    const CollectivePlan& plan = entry.plan;
+    // Under TP aggregation a collective of a group within one TP rank stands for TP of them.
+    entry.calls += tp_stride_ > 1 && !spans_tp(op.group) ? tp_stride_ : 1;
+    for (const PendingP2P& c : *calls) {
+      RankState& st = ranks_[static_cast<size_t>(c.rank)];
+      if (!st.start.empty()) st.start[c.op] = max_t;
     }
     if (plan.flows.empty() || !opts_.link_contention) {
-      const double end = done.max_t + uncontended_time_s(plan, topo_);
-      for (auto [r, o] : done.members) finish(r, o, end);
+      const double end = max_t + uncontended_time_s(plan, topo_);
+      for (const PendingP2P& c : *calls) finish(c.rank, c.op, end);
       return;
     }
-    // Flows between the members of this very group: map the plan's ranks (of the group of
-    // `rank` at plan time) to this group's members — plans are cached per kind and bytes.
-    const std::vector<int64_t> members = prog_.layout.group(op.group, rank);
-    FlowGroup g;
-    g.start = done.max_t;
-    g.min_end = done.max_t + plan.local_time_s;
+    // Flows between the members of this very group: the plan's ranks (of the group of the rank
+    // it was planned for) mapped to this group's members by their index in the group.
+    const std::vector<int64_t>& members = group_members(op.group, key.group_index, rank);
+    // Under TP aggregation a group within one TP rank stands for its TP copies (mirrored); a
+    // group spanning TP whose flows are the same on every rail launches rail 0's, mirrored.
+    const bool within_tp_rank = tp_stride_ > 1 && !spans_tp(op.group);
+    const bool rail0_only = !within_tp_rank && mirror_rails_ && rail_symmetric(entry);
+    const uint32_t gid = new_group();
+    FlowGroup& g = groups_[gid];
+    g.start = max_t;
+    g.min_end = max_t + plan.local_time_s;
     g.latency_s = plan.latency_s;
-    g.ops = std::move(done.members);
-    const uint32_t gid = new_group(std::move(g));
-    const std::vector<int64_t>& plan_members = plan_members_[plan_key(op)];
-    for (const CollectiveFlow& f : plan.flows) {
-      const int64_t src = members[index_of(plan_members, f.src)];
-      const int64_t dst = members[index_of(plan_members, f.dst)];
-      launch(gid, src, dst, f.bytes, done.max_t);
+    g.ops = std::move(*calls);
+    for (size_t i = 0; i < plan.flows.size(); ++i) {
+      const auto [src, dst] = entry.flow_members[i];
+      if (rail0_only && members[src] % tp_stride_ != 0) continue;
+      launch(gid, members[src], members[dst], plan.flows[i].bytes, max_t,
+             within_tp_rank || rail0_only);
     }
+  }
+
+  /// Whether the flows of `e` (a plan of a group spanning TP, under TP aggregation with one rail
+  /// per GPU) are, rail by rail, rail 0's moved to the rail: every flow stays on the rail of
+  /// its source (TP rank j -> TP rank j) and the flows of TP rank j, shifted by -j, are those
+  /// of TP rank 0 (same endpoints, same bytes). Then rail 0's flows stand for all (mirrored),
+  /// as the rails carry the same traffic by symmetry. Decided once per plan.
+  bool rail_symmetric(PlanEntry& e) {
+    if (e.rail_symmetric >= 0) return e.rail_symmetric != 0;
+    const int64_t S = tp_stride_;
+    std::vector<std::vector<std::tuple<int64_t, int64_t, double>>> by_rail(static_cast<size_t>(S));
+    bool ok = !e.plan.flows.empty();
+    for (const CollectiveFlow& f : e.plan.flows) {
+      const int64_t j = f.src % S;
+      if (f.dst % S != j) {
+        ok = false;
+        break;
+      }
+      by_rail[static_cast<size_t>(j)].emplace_back(f.src - j, f.dst - j, f.bytes);
+    }
+    for (auto& rail : by_rail) std::sort(rail.begin(), rail.end());
+    for (size_t j = 1; ok && j < by_rail.size(); ++j) ok = by_rail[j] == by_rail[0];
+    e.rail_symmetric = ok ? 1 : 0;
+    return ok;
   }
 
   static size_t index_of(const std::vector<int64_t>& v, int64_t x) {
@@ -342,24 +430,45 @@ class Engine {
     return {static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes};
   }
 
-  /// Plans are the same for every group of a kind (Megatron layouts are uniform), so they are
-  /// cached per (group kind, collective, bytes) with the members they were planned on.
-  const CollectivePlan& plan_for(const Op& op, int64_t rank) {
+  /// The plan of collective `id` of `tp` (first asked by `rank`). Plans are the same for every
+  /// group of a kind (Megatron layouts are uniform), so they are kept per (group kind,
+  /// collective, bytes) with the members they were planned on; each op remembers its plan.
+  PlanEntry& plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank) {
+    if (tp.plan[id] != kNone) return plans_[tp.plan[id]];
     const auto key = plan_key(op);
-    auto it = plans_.find(key);
-    if (it != plans_.end()) return it->second;
-    std::vector<int64_t> members = prog_.layout.group(op.group, rank);
-    CollectivePlan plan =
-        plan_collective(op.collective, op.bytes, members, topo_, opts_.fabric, opts_.collective_algorithm);
-    plan_members_[key] = std::move(members);
-    return plans_.emplace(key, std::move(plan)).first->second;
+    auto it = plan_ids_.find(key);
+    if (it == plan_ids_.end()) {
+      PlanEntry e;
+      e.members = prog_.layout.group(op.group, rank);
+      e.plan = plan_collective(op.collective, op.bytes, e.members, topo_, opts_.fabric,
+                               opts_.collective_algorithm);
+      for (const CollectiveFlow& f : e.plan.flows) {
+        e.flow_members.emplace_back(static_cast<uint32_t>(index_of(e.members, f.src)),
+                                    static_cast<uint32_t>(index_of(e.members, f.dst)));
+      }
+      it = plan_ids_.emplace(key, static_cast<uint32_t>(plans_.size())).first;
+      plans_.push_back(std::move(e));
+    }
+    tp.plan[id] = it->second;
+    return plans_[it->second];
+  }
+
+  /// Members of the group of kind `g` with index `index` (RankLayout::group_index) that holds
+  /// `rank`, from RankLayout::group() once per group.
+  const std::vector<int64_t>& group_members(GroupKind g, int64_t index, int64_t rank) {
+    auto& of_kind = group_members_[static_cast<size_t>(g)];
+    if (static_cast<size_t>(index) >= of_kind.size()) of_kind.resize(static_cast<size_t>(index) + 1);
+    std::vector<int64_t>& m = of_kind[static_cast<size_t>(index)];
+    if (m.empty()) m = prog_.layout.group(g, rank);
+    return m;
   }
 
   void p2p(int64_t rank, uint32_t id, const Op& op, const Template& tp, double t) {
     const TransferKey key = transfer_key(rank, op, peer_of(rank, tp, op));
     std::optional<PendingP2P> matched;
     try {
-      matched = transfers_.post(key, op.kind == OpKind::kSend, PendingP2P{rank, id, t}, prog_.label(op));
+      matched = transfers_.post(key, op.kind == OpKind::kSend, PendingP2P{rank, id, t},
+                                [&] { return prog_.label(op); });
     } catch (const Error& e) {
       throw Error(std::string("simulate: ") + e.what());
     }
@@ -381,50 +490,89 @@ class Engine {
       finish(other.rank, other.op, end);
       return;
     }
-    FlowGroup g;
+    const uint32_t gid = new_group();
+    FlowGroup& g = groups_[gid];
     g.start = start;
     g.min_end = start;
-    g.ops = {{rank, id}, {other.rank, other.op}};
-    const uint32_t gid = new_group(std::move(g));
-    launch(gid, key.src, key.dst, static_cast<double>(op.bytes), start);
+    g.ops.push_back({rank, id, 0.0});
+    g.ops.push_back({other.rank, other.op, 0.0});
+    launch(gid, key.src, key.dst, static_cast<double>(op.bytes), start, tp_stride_ > 1);
   }
 
   // ---- SimGrid flows ---------------------------------------------------------------------------
 
-  uint32_t new_group(FlowGroup g) {
-    uint32_t id;
-    if (!free_groups_.empty()) {
-      id = free_groups_.back();
-      free_groups_.pop_back();
-      groups_[id] = std::move(g);
-    } else {
-      id = static_cast<uint32_t>(groups_.size());
-      groups_.push_back(std::move(g));
+  /// A cleared FlowGroup (a freed one, its ops' storage kept, or a new one).
+  uint32_t new_group() {
+    if (free_groups_.empty()) {
+      groups_.emplace_back();
+      return static_cast<uint32_t>(groups_.size() - 1);
     }
+    const uint32_t id = free_groups_.back();
+    free_groups_.pop_back();
+    FlowGroup& g = groups_[id];
+    g.remaining = 0;
+    g.start = g.min_end = g.latency_s = 0;
+    g.ops.clear();
     return id;
   }
 
-  void launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double start) {
+  /// Starts a flow of group `gid` at `start` (now or on a timer). `mirror`: under TP
+  /// aggregation with one rail per GPU, the flow stands for the same flow of every TP rank, each
+  /// on its own rail (the flows of groups that span TP are launched in full and not mirrored).
+  void launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double start, bool mirror) {
     groups_[gid].remaining += 1;
     const double now = simgrid::s4u::Engine::get_clock();
     if (start <= now) {
-      start_flow(gid, src, dst, bytes);
+      start_flow(gid, src, dst, bytes, mirror);
       return;
     }
     ++timers_;
-    simgrid::kernel::timer::Timer::set(start, [this, gid, src, dst, bytes] {
-      start_flow(gid, src, dst, bytes);
+    simgrid::kernel::timer::Timer::set(start, [this, gid, src, dst, bytes, mirror] {
+      start_flow(gid, src, dst, bytes, mirror);
     });
   }
 
-  void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes) {
+  void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes, bool mirror) {
     auto [from, to] = platform_.endpoints(src, dst);
     const FlowRoute& route = net_->route(from, to);
-    for (auto* l : route.links) link_bytes_[l] += bytes;
+    const std::vector<uint32_t>* mirrored =
+        mirror && mirror_rails_ ? &mirror_links(src, dst, route) : nullptr;
+    if (link_bytes_.size() < net_->links().size()) link_bytes_.resize(net_->links().size(), 0.0);
+    for (uint32_t l : route.link_ids) link_bytes_[l] += bytes;
+    if (mirrored) {
+      for (uint32_t l : *mirrored) link_bytes_[l] += bytes;
+    }
     const auto record = static_cast<uint64_t>(flow_records_.size());
-    flow_records_.push_back({&route, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
+    flow_records_.push_back({&route, mirrored, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
     ++flows_;
     net_->start(from, to, bytes, record);
+  }
+
+  /// The links (FlowNetwork::links() ids) of the routes of TP ranks 1 .. TP-1 for the flow of
+  /// TP rank 0 `src` -> `dst` on `route` (the same route for every such pair: cached by it).
+  const std::vector<uint32_t>& mirror_links(int64_t src, int64_t dst, const FlowRoute& route) {
+    auto [it, fresh] = mirror_links_.try_emplace(&route);
+    if (fresh) {
+      for (int64_t k = 1; k < tp_stride_; ++k) {
+        auto [from, to] = platform_.endpoints(src + k, dst + k);
+        const FlowRoute& r = net_->route(from, to);
+        it->second.insert(it->second.end(), r.link_ids.begin(), r.link_ids.end());
+      }
+    }
+    return it->second;
+  }
+
+  /// Whether the groups of kind `g` hold ranks of several TP ranks (their collectives are
+  /// launched in full under TP aggregation, not mirrored).
+  bool spans_tp(GroupKind g) {
+    int8_t& known = spans_tp_[static_cast<size_t>(g)];
+    if (known < 0) {
+      known = 0;
+      for (int64_t r : prog_.layout.group(g, 0)) {
+        if (prog_.layout.coord(r).tp != 0) known = 1;
+      }
+    }
+    return known != 0;
   }
 
   void on_flow_done(uint64_t record, double now) {
@@ -433,10 +581,9 @@ class Engine {
     FlowGroup& g = groups_[rec.group];
     if (--g.remaining > 0) return;
     const double end = std::max(now, g.min_end) + g.latency_s;
-    const uint32_t gid = rec.group;
-    auto ops = std::move(g.ops);
-    free_groups_.push_back(gid);
-    for (auto [r, o] : ops) finish(r, o, end);
+    // finish() only queues ops, so the group is freed (its storage kept) before any starts.
+    for (const PendingP2P& o : g.ops) finish(o.rank, o.op, end);
+    free_groups_.push_back(rec.group);
     drain();
   }
 
@@ -501,8 +648,11 @@ class Engine {
       res.max_solver_flows = net_->stats().max_in_solver;
     }
     res.replayed_ranks = world_ / tp_stride_;
+    res.reductions = reductions_;
     res.events = ops_ + flows_ + timers_;
-    res.collective_algorithms = algorithms_;
+    for (const PlanEntry& e : plans_) {
+      if (e.calls > 0) res.collective_algorithms[to_string(e.plan.algorithm)] += e.calls;
+    }
     if (opts_.record_timeline) res.timeline = timeline();
     return res;
   }
@@ -512,16 +662,18 @@ class Engine {
   void link_results(SimulationResult& res) const {
     const double T = res.iteration_time_s;
     std::vector<LinkLoad> all;
-    std::unordered_map<const simgrid::s4u::Link*, size_t> index;
+    std::unordered_map<const simgrid::s4u::Link*, double> link_bytes;
+    if (net_) {
+      for (size_t i = 0; i < link_bytes_.size(); ++i) link_bytes[net_->links()[i]] = link_bytes_[i];
+    }
     for (const PlatformLink& l : platform_.links()) {
       LinkLoad ll;
       ll.name = l.name;
       ll.tier = l.tier;
       ll.bandwidth_Bps = l.bandwidth_Bps;
-      auto it = link_bytes_.find(l.link);
-      ll.bytes = it == link_bytes_.end() ? 0.0 : it->second;
+      auto it = link_bytes.find(l.link);
+      ll.bytes = it == link_bytes.end() ? 0.0 : it->second;
       ll.utilization = T > 0 ? ll.bytes / (l.bandwidth_Bps * T) : 0;
-      index[l.link] = all.size();
       all.push_back(ll);
     }
     res.link_tiers = tier_traffic(all);
@@ -541,22 +693,34 @@ class Engine {
     if (order.size() > 5) order.resize(5);
     if (order.empty() || !(T > 0)) return;
     constexpr int kBins = 100;
-    std::unordered_map<const simgrid::s4u::Link*, size_t> series_of;
+    // Series index and bandwidth by FlowNetwork link id (-1: no series).
+    std::unordered_map<const simgrid::s4u::Link*, uint32_t> net_id;
+    for (size_t id = 0; id < net_->links().size(); ++id) {
+      net_id[net_->links()[id]] = static_cast<uint32_t>(id);
+    }
+    std::vector<int32_t> series_of(net_->links().size(), -1);
+    std::vector<double> series_bw;
     for (size_t i : order) {
       LinkSeries ls;
       ls.name = all[i].name;
       ls.tier = all[i].tier;
       ls.bin_s = T / kBins;
       ls.utilization.assign(kBins, 0.0);
-      series_of[platform_.links()[i].link] = res.link_series.size();
+      auto id = net_id.find(platform_.links()[i].link);  // found: the link carried bytes
+      if (id != net_id.end()) series_of[id->second] = static_cast<int32_t>(res.link_series.size());
+      series_bw.push_back(all[i].bandwidth_Bps);
       res.link_series.push_back(std::move(ls));
     }
+    auto add = [&](const FlowRecord& f, uint32_t l) {
+      const int32_t s = series_of[l];
+      if (s < 0) return;
+      add_to_series(res.link_series[static_cast<size_t>(s)], series_bw[static_cast<size_t>(s)],
+                    f.start_s, f.end_s, f.bytes);
+    };
     for (const FlowRecord& f : flow_records_) {
-      for (const simgrid::s4u::Link* l : f.route->links) {
-        auto s = series_of.find(l);
-        if (s == series_of.end()) continue;
-        add_to_series(res.link_series[s->second], all[index.at(l)].bandwidth_Bps, f.start_s,
-                      f.end_s, f.bytes);
+      for (uint32_t l : f.route->link_ids) add(f, l);
+      if (f.mirrored) {
+        for (uint32_t l : *f.mirrored) add(f, l);
       }
     }
   }
@@ -575,10 +739,9 @@ class Engine {
     const Op& op = op_of(rank, id);
     const int64_t peer = peer_of(rank, templates_[st.tmpl], op);
     const OpKind want = op.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
-    for (const Op& o : templates_[ranks_[static_cast<size_t>(peer)].tmpl].rp->ops) {
-      if (o.kind == want && o.tag == op.tag) return {peer, o.id};
-    }
-    return {peer, kNone};
+    const Template& peer_tp = templates_[ranks_[static_cast<size_t>(peer)].tmpl];
+    auto it = peer_tp.p2p_by_tag.find(p2p_tag_key(want, op.tag));
+    return {peer, it == peer_tp.p2p_by_tag.end() ? kNone : it->second};
   }
 
   /// Walks the compute stream of `rank` and attributes every idle gap to the op it waited for.
@@ -646,8 +809,8 @@ class Engine {
         if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) peer = peer_of(r, tp, op);
         TimelineEvent e = op_event(prog_, op, r, peer, world_, st.start[op.id], st.t[op.id]);
         if (op.kind == OpKind::kCollective) {
-          auto it = plans_.find(plan_key(op));
-          if (it != plans_.end()) e.args["algorithm"] = to_string(it->second.algorithm);
+          auto it = plan_ids_.find(plan_key(op));
+          if (it != plan_ids_.end()) e.args["algorithm"] = to_string(plans_[it->second].plan.algorithm);
         }
         if (opts_.timeline_sink) {
           opts_.timeline_sink(std::move(e));
@@ -662,6 +825,7 @@ class Engine {
   /// A flow's route, group, lifetime and bytes (for the link utilization series).
   struct FlowRecord {
     const FlowRoute* route;
+    const std::vector<uint32_t>* mirrored;  // mirror_links() of the flow, or nullptr
     uint32_t group;
     double start_s, end_s, bytes;
   };
@@ -673,7 +837,12 @@ class Engine {
   Platform& platform_;
 
   int64_t world_ = 0;
+  std::array<int64_t, 4> dims_{};  // TP, CP, DP, PP sizes
   int64_t tp_stride_ = 1;  // > 1: only ranks with tp == 0 are replayed
+  bool mirror_rails_ = false;  // tp_stride_ > 1 and one rail per GPU: flows stand for TP ranks'
+  std::unordered_map<const FlowRoute*, std::vector<uint32_t>> mirror_links_;
+  std::array<int8_t, kNumGroupKinds> spans_tp_ = filled<kNumGroupKinds>(-1);
+  std::vector<std::string> reductions_;
   std::vector<Template> templates_;
   std::vector<RankState> ranks_;
   std::vector<int64_t> traced_;
@@ -681,20 +850,72 @@ class Engine {
   std::optional<CollectiveKeys> collective_keys_;
   CollectiveRendezvous<PendingP2P> arrivals_;
   TransferMatcher<PendingP2P> transfers_;
-  std::map<std::tuple<int, int, int64_t>, CollectivePlan> plans_;
-  std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> plan_members_;
+  std::vector<PlanEntry> plans_;
+  std::map<std::tuple<int, int, int64_t>, uint32_t> plan_ids_;  // plan_key -> plans_ index
+  std::array<std::vector<std::vector<int64_t>>, kNumGroupKinds> group_members_;
   std::vector<FlowGroup> groups_;
   std::vector<uint32_t> free_groups_;
   std::optional<FlowNetwork> net_;
   std::vector<FlowRecord> flow_records_;
-  std::unordered_map<const simgrid::s4u::Link*, double> link_bytes_;
-  std::map<std::string, int64_t> algorithms_;
+  std::vector<double> link_bytes_;  // by FlowNetwork::links() index
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;
   int64_t ops_total_ = 0;  // ops of the replayed ranks (ReplayProgress::ops_total)
   std::chrono::steady_clock::time_point wall0_, last_progress_;
 };
 
 }  // namespace
+
+std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec& topo,
+                                   const SimulationOptions& opts, bool expert_groups) {
+  const int64_t tp = layout.size(GroupKind::kTp);
+  if (tp <= 1) return "TP is 1";
+  if (layout.order().rfind("tp", 0) != 0 || topo.node.gpus_per_node % tp != 0) {
+    return "TP " + std::to_string(tp) + " groups are not consecutive GPUs of one node of " +
+           std::to_string(topo.node.gpus_per_node) + " (rank order " + layout.order() + ")";
+  }
+  if (topo.nic.nics_per_node != topo.node.gpus_per_node) {
+    return std::to_string(topo.nic.nics_per_node) + " NIC rails for " +
+           std::to_string(topo.node.gpus_per_node) + " GPUs per node";
+  }
+  if (opts.straggler) return "a straggler";
+  if (!opts.scaling.degraded_links.empty()) return "a degraded link";
+  if (opts.trace_all_ranks) return "every rank traced";
+  for (int64_t r : opts.trace_ranks) {
+    if (r >= 0 && r < layout.world_size() && layout.coord(r).tp != 0) {
+      return "traced rank " + std::to_string(r) + " is not TP rank 0";
+    }
+  }
+  // A group spanning TP completes once its TP-rank-0 members have arrived: every group of the
+  // kind needs the same number of them, at least one.
+  std::vector<GroupKind> kinds = {GroupKind::kCp, GroupKind::kDp, GroupKind::kPp,
+                                  GroupKind::kDpCp, GroupKind::kEmbedding,
+                                  GroupKind::kModelParallel, GroupKind::kWorld};
+  if (expert_groups) {
+    kinds.insert(kinds.end(), {GroupKind::kEp, GroupKind::kEtp, GroupKind::kEdp, GroupKind::kEtpEp});
+  }
+  const int64_t world = layout.world_size();
+  for (GroupKind g : kinds) {
+    bool spans = false;
+    for (int64_t r : layout.group(g, 0)) spans = spans || layout.coord(r).tp != 0;
+    if (!spans) continue;
+    std::vector<int64_t> tp0(static_cast<size_t>(world), 0), members(static_cast<size_t>(world), 0);
+    for (int64_t r = 0; r < world; ++r) {
+      const auto i = static_cast<size_t>(layout.group_index(g, r));
+      ++members[i];
+      if (layout.coord(r).tp == 0) ++tp0[i];
+    }
+    int64_t want = -1;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] == 0) continue;
+      if (want < 0) want = tp0[i];
+      if (tp0[i] == 0 || tp0[i] != want) {
+        return std::string(to_string(g)) + " groups do not each hold the same number (>= 1) of "
+               "TP rank 0 ranks";
+      }
+    }
+  }
+  return "";
+}
 
 SimulationOptions with_what_if(SimulationOptions opts, const WhatIf& what_if) {
   opts.scaling.ib_bandwidth *= what_if.ib_bandwidth_scale.value_or(1.0);

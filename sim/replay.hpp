@@ -13,7 +13,9 @@
 // meets it, so contention is exact while SimGrid only ever holds the flows that share a link
 // (SIMGRID-NOTES.md: its speed depends on how many transfers it holds).
 // Ranks of one pipeline stage share one lowered Program (their ops differ only in peers and
-// groups, which are mapped per rank).
+// groups, which are mapped per rank). Reductions exact by symmetry run by default
+// (SimulationOptions::exact_reductions): TP aggregation replays TP rank 0 of each TP group and
+// loads the other rails' links as rail 0's, with the full replay's results.
 #pragma once
 
 #include <cstdint>
@@ -68,13 +70,25 @@ struct SimulationOptions {
   /// end of the replay, straight from the engine's per-op times, and SimulationResult::timeline
   /// stays empty: a trace of any size is written without being held in memory.
   std::function<void(TimelineEvent&&)> timeline_sink;
-  /// Replay only TP rank 0 of every TP group. Exact when the TP group fills whole rails of one
-  /// node (rank order starting with tp, TP = GPUs per node): the TP ranks of a node then run the
-  /// same ops at the same times, their inter-node flows on separate rail planes that never
-  /// share a link, so one rail stands for all. TP collectives keep their full-group closed form.
+  /// Replay only TP rank 0 of every TP group. Exact when each TP group is consecutive GPUs of
+  /// one node (rank order starting with tp, TP dividing the GPUs per node) and every GPU has its
+  /// own rail: the TP ranks then run the same ops at the same times, their flows on their own
+  /// GPU's links and rail planes, which never share a link, so one rail stands for all. TP
+  /// collectives keep their full-group closed form; a group spanning TP (the grad-norm
+  /// all-reduce over all ranks, expert groups) completes when its replayed members have arrived
+  /// and launches its flows in full, or rail 0's mirrored where every rail has the same ones.
   /// Throws ConfigError when the layout does not allow it, or with a straggler or a degraded link
-  /// (both break the symmetry it relies on). Link loads are then those of rail 0.
+  /// (both break the symmetry it relies on). Link loads: where every GPU has its own rail, the
+  /// flows of TP rank 0 stand for those of the other TP ranks on their rails (link loads as the
+  /// full replay's); otherwise those of rail 0 only.
   bool aggregate_tp = false;
+  /// Apply the reductions that are exact by symmetry wherever their conditions hold (today TP
+  /// aggregation, as aggregate_tp, when tp_aggregation_blocker() finds nothing against it);
+  /// SimulationResult::reductions names each one applied. The simulated results are those of
+  /// the full replay (iteration time, breakdowns, link loads; tests/sim/simulation_test checks
+  /// them to 1e-9); the replay's own counters (replayed_ranks, ops, flows, events) count the work
+  /// done. false: every rank replayed (unless aggregate_tp).
+  bool exact_reductions = true;
   /// Flow-level link sharing (SimGrid). false: every transfer and collective takes its
   /// uncontended closed form (uncontended_transfer_s / uncontended_time_s, sim/collectives.hpp),
   /// the rule the analytical estimator uses, and no link loads are recorded — the replay then
@@ -93,6 +107,18 @@ struct SimulationOptions {
   std::function<void(const ReplayProgress&)> progress;
   double progress_interval_s = 1.0;
 };
+
+/// Why replaying TP rank 0 of each TP group would not give the full replay's results for a
+/// Program of layout `layout` on `topo` with `opts` (what-if knobs folded in); "" when it
+/// would: TP > 1 with each TP group on consecutive GPUs of one node (rank order starting with
+/// tp, TP dividing gpus_per_node), every GPU with its own NIC rail (nics_per_node =
+/// gpus_per_node, so the TP ranks' flows never share a link), no straggler or degraded link,
+/// every traced rank with TP rank 0, and every group kind that spans TP (the expert kinds too
+/// when `expert_groups`, i.e. for a mixture of experts) with the same number of TP-rank-0
+/// members, at least one, in each of its groups (a collective of such a group completes when
+/// they have arrived). O(world size) per group kind.
+std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec& topo,
+                                   const SimulationOptions& opts, bool expert_groups = false);
 
 /// `opts` with the scenario's what-if knobs (cluster.what_if) folded in: the bandwidth and GPU
 /// speed factors multiply those of `opts`, the degraded link is appended to
@@ -114,6 +140,9 @@ struct SimulationResult : IterationMetrics {
   std::vector<LinkLoad> hot_links;        ///< >= 2x their tier's mean utilization, top 10
   std::vector<LinkSeries> link_series;    ///< utilization over the iteration of the 5 busiest links
   int64_t replayed_ranks = 0;             ///< all ranks, or one per TP group with aggregate_tp
+  /// The reductions applied (SimulationOptions::exact_reductions, aggregate_tp), one line each,
+  /// e.g. "TP aggregation: TP rank 0 replayed for its 8 TP ranks (...)"; empty: full replay.
+  std::vector<std::string> reductions;
   int64_t flows = 0;                      ///< flows (inter-node and intra-node transfers)
   int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
   int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once

@@ -314,6 +314,7 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
     for (const auto& [phase, sec] : r.wall_phases_s) phases[phase] = sec;
     j["wall_phases_s"] = phases;
   }
+  j["reductions"] = r.reductions;
   j["replayed_ranks"] = r.replayed_ranks;
   j["events"] = r.events;
   j["ops"] = r.ops;

@@ -110,12 +110,42 @@ TEST(Replay, CrossNodeAllReduceMatchesAlphaBeta) {
   TableCostModel costs;
   SimulationOptions opts;
   opts.collective_algorithm = "ring";
+  opts.exact_reductions = false;  // every rail replayed
   const SimulationResult r = simulate_program(one_collective(layout, GroupKind::kDp, S), t, costs, opts);
   const FabricEfficiency eff;
   const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
   const double expected = 1.5 * S / (t.nic.line_rate_Bps * eff.ib) + 6 * alpha;
   EXPECT_NEAR(r.iteration_time_s, expected, expected * 0.01);
   EXPECT_EQ(r.flows, 8 * 4);  // 8 DP groups (one per rail) x 4 ring edges
+  EXPECT_TRUE(r.reductions.empty());
+}
+
+// The same all-reduce with the exact reductions on (the default): TP fills each node and every
+// GPU has its own rail, so TP rank 0's DP group stands for all 8 — 4 flows on rail 0, the same
+// time, and every rail's NIC links loaded (simulation_test compares it with the full replay).
+TEST(Replay, TpAggregationByDefaultReplaysOneRailAndLoadsEvery) {
+  const TopologySpec t = h100();
+  const RankLayout layout(8, 1, 4, 1);
+  const int64_t S = 256 << 20;
+  TableCostModel costs;
+  SimulationOptions opts;
+  opts.collective_algorithm = "ring";
+  const SimulationResult r = simulate_program(one_collective(layout, GroupKind::kDp, S), t, costs, opts);
+  const FabricEfficiency eff;
+  const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
+  const double expected = 1.5 * S / (t.nic.line_rate_Bps * eff.ib) + 6 * alpha;
+  EXPECT_NEAR(r.iteration_time_s, expected, expected * 0.01);
+  EXPECT_EQ(r.flows, 4);
+  EXPECT_EQ(r.replayed_ranks, 4);
+  ASSERT_EQ(r.reductions.size(), 1u);
+  EXPECT_THAT(r.reductions[0], HasSubstr("TP aggregation"));
+  EXPECT_EQ(r.collective_algorithms.at("ring"), 8);  // one per DP group, as in the full replay
+  for (const TierTraffic& tier : r.link_tiers) {
+    if (tier.tier != "nic") continue;
+    // Each NIC link of each of the 32 GPUs (8 rails) carries one ring edge: all alike.
+    EXPECT_GT(tier.bytes_mean, 0);
+    EXPECT_NEAR(tier.bytes_max, tier.bytes_mean, 1e-9 * tier.bytes_max) << "every rail loaded alike";
+  }
 }
 
 // A send whose recv is never posted ends with an error naming the ranks and ops, not a hang.

@@ -7,6 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/rank_layout.hpp"
+#include "core/scenario.hpp"
 #include "sim/collective_bench.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -65,6 +72,7 @@ TEST(Simulation, IsDeterministic) {
 TEST(Simulation, TpAggregationMatchesTheFullReplay) {
   SimulationOptions full;
   full.record_timeline = false;
+  full.exact_reductions = false;
   SimulationOptions agg = full;
   agg.aggregate_tp = true;
   const auto a = nlohmann::json::parse(simulate_json(small_cluster(), full));
@@ -73,6 +81,133 @@ TEST(Simulation, TpAggregationMatchesTheFullReplay) {
   EXPECT_EQ(b["replayed_ranks"].get<int64_t>(), 4);
   const double ta = a["iteration_time_s"].get<double>(), tb = b["iteration_time_s"].get<double>();
   EXPECT_NEAR(tb / ta, 1.0, 0.01);
+}
+
+/// Every number of a summary.json under `path` in `a` equals the one in `b` to `rel` (relative
+/// to the larger); other values (strings, integers, booleans) exactly. Keys in `skip` (at the top
+/// level) are not compared.
+void expect_same_summary(const nlohmann::json& a, const nlohmann::json& b, double rel,
+                         const std::vector<std::string>& skip, const std::string& path = "") {
+  if (a.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      if (path.empty() && std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
+      ASSERT_TRUE(b.contains(key)) << path << "/" << key;
+      expect_same_summary(value, b[key], rel, skip, path + "/" + key);
+    }
+    EXPECT_EQ(a.size(), b.size()) << path;
+  } else if (a.is_array()) {
+    ASSERT_EQ(a.size(), b.size()) << path;
+    for (size_t i = 0; i < a.size(); ++i) {
+      expect_same_summary(a[i], b[i], rel, skip, path + "[" + std::to_string(i) + "]");
+    }
+  } else if (a.is_number_float() || b.is_number_float()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    EXPECT_NEAR(x, y, rel * std::max(std::abs(x), std::abs(y))) << path;
+  } else {
+    EXPECT_EQ(a, b) << path;
+  }
+}
+
+// The exact reductions are on by default: on a layout where TP fills each node (TP 8, one rail
+// per GPU, dense), TP rank 0 of each TP group is replayed for its group, the reduction is named,
+// and every simulated figure of summary.json — iteration time, breakdowns per stage, link loads
+// of every rail, hot links, utilization series, collective counts — is the full replay's to
+// 1e-9; only the replay's own counters (ranks, ops, flows, events) differ.
+TEST(Simulation, ExactReductionsAreOnByDefaultAndMatchTheFullReplay) {
+  SimulationOptions fast;
+  fast.record_timeline = false;
+  SimulationOptions full = fast;
+  full.exact_reductions = false;
+  const auto a = nlohmann::json::parse(simulate_json(small_cluster(), fast));
+  const auto b = nlohmann::json::parse(simulate_json(small_cluster(), full));
+  EXPECT_EQ(a["replayed_ranks"].get<int64_t>(), 4);
+  EXPECT_EQ(b["replayed_ranks"].get<int64_t>(), 32);
+  ASSERT_EQ(a["reductions"].size(), 1u);
+  EXPECT_THAT(a["reductions"][0].get<std::string>(), ::testing::HasSubstr("TP aggregation"));
+  EXPECT_TRUE(b["reductions"].empty());
+  expect_same_summary(b, a, 1e-9,
+                      {"reductions", "replayed_ranks", "events", "ops", "flows", "solver_flows",
+                       "max_solver_flows"});
+  EXPECT_LT(a["flows"].get<int64_t>(), b["flows"].get<int64_t>());
+}
+
+std::string scenario_path(const std::string& name) {
+  return std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/" + name + ".yaml";
+}
+
+/// Llama 3.1 70B on 64 H100 (TP 4 = half a node, CP 2, PP 4, DP 2) made a mixture of 8
+/// experts, top-2, EP 8 across nodes (expert TP 1): expert groups that span TP.
+Scenario moe_across_nodes() {
+  Scenario s = load_scenario(scenario_path("llama3.1-70b-h100-64"));
+  s.name = "moe-across-nodes";
+  s.model.num_layers = 20;  // one layer per model chunk (PP 4 x 5 virtual stages)
+  s.model.num_moe_experts = 8;
+  s.model.moe_router_topk = 2;
+  s.model.moe_grouped_gemm = true;
+  s.parallel.expert_model_parallel_size = 8;
+  s.parallel.expert_tensor_parallel_size = 1;
+  s.parallel.rank_order = "tp-cp-dp-ep-pp";
+  validate_scenario(s, s.name);
+  return s;
+}
+
+// The same on layouts where TP is half a node (with CP), and with expert groups that span TP
+// inside a node (Qwen3 30B-A3B: TP 4, EP 4, expert TP 1). Expert groups across nodes in which
+// TP rank 0 ranks are unevenly spread are refused (a collective of a group spanning TP completes
+// when its TP-rank-0 members have arrived).
+TEST(Simulation, ExactReductionsMatchTheFullReplayWithHalfNodeTpAndExperts) {
+  for (const char* name : {"llama3.1-70b-h100-64", "qwen3-30b-a3b-h100-16"}) {
+    SCOPED_TRACE(name);
+    const Scenario s = load_scenario(scenario_path(name));
+    SimulationOptions fast;
+    fast.record_timeline = false;
+    SimulationOptions full = fast;
+    full.exact_reductions = false;
+    const auto a = nlohmann::json::parse(simulate_json(s, fast));
+    const auto b = nlohmann::json::parse(simulate_json(s, full));
+    EXPECT_EQ(a["replayed_ranks"].get<int64_t>(), s.cluster.num_gpus / 4);
+    ASSERT_EQ(a["reductions"].size(), 1u);
+    expect_same_summary(b, a, 1e-9,
+                        {"reductions", "replayed_ranks", "events", "ops", "flows", "solver_flows",
+                         "max_solver_flows"});
+  }
+  const Scenario moe = moe_across_nodes();
+  EXPECT_THAT(tp_aggregation_blocker(layout_of(moe), h100(), SimulationOptions{}, true),
+              ::testing::HasSubstr("groups do not each hold"));
+  SimulationOptions fast;
+  fast.record_timeline = false;
+  EXPECT_TRUE(nlohmann::json::parse(simulate_json(moe, fast))["reductions"].empty());
+}
+
+// A reduction runs only where it is exact: TP aggregation is refused (and the reason named) for
+// TP groups that are not consecutive GPUs of one node, fewer NIC rails than GPUs, a straggler,
+// a degraded link, and a traced rank outside TP rank 0; TP smaller than a node is fine.
+TEST(Simulation, TpAggregationRunsOnlyWhereExact) {
+  const TopologySpec t = h100();
+  const Scenario s = small_cluster();
+  const RankLayout layout = layout_of(s);
+  SimulationOptions opts;
+  EXPECT_EQ(tp_aggregation_blocker(layout, t, opts), "");
+  Scenario tp4 = s;
+  tp4.parallel.tensor_model_parallel_size = 4;
+  tp4.parallel.data_parallel_size = 4;
+  EXPECT_EQ(tp_aggregation_blocker(layout_of(tp4), t, opts), "");
+  EXPECT_THAT(tp_aggregation_blocker(RankLayout(3, 1, 1, 1), t, opts),
+              ::testing::HasSubstr("consecutive"));
+  EXPECT_THAT(tp_aggregation_blocker(RankLayout(8, 1, 2, 2, "dp-tp-cp-pp"), t, opts),
+              ::testing::HasSubstr("consecutive"));
+  TopologySpec four_nics = t;
+  four_nics.nic.nics_per_node = 4;
+  EXPECT_THAT(tp_aggregation_blocker(layout, four_nics, opts), ::testing::HasSubstr("rails"));
+  SimulationOptions straggler = opts;
+  straggler.straggler = Straggler{3, 1.5};
+  EXPECT_THAT(tp_aggregation_blocker(layout, t, straggler), ::testing::HasSubstr("straggler"));
+  SimulationOptions degraded = opts;
+  degraded.scaling.degraded_links.push_back(DegradedLink{"node0-nic0-up", 0.5});
+  EXPECT_THAT(tp_aggregation_blocker(layout, t, degraded), ::testing::HasSubstr("degraded"));
+  SimulationOptions traced = opts;
+  traced.trace_ranks = {0, 9};
+  EXPECT_THAT(tp_aggregation_blocker(layout, t, traced), ::testing::HasSubstr("traced rank 9"));
 }
 
 // Flows alone on their links are timed in closed form and handed to SimGrid only when another

@@ -36,7 +36,9 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
-      etp;
+      etp, num_gpus;
+  int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
+  std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int top = 20;
@@ -105,11 +107,13 @@ ProgressCallback progress_bar() {
   };
 }
 
-void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
+/// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus).
+void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus) {
   fmt::print(
-      "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10} "
+      "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10} "
       "{:>11} {:>6} {:>11}  {}\n",
-      "rank", "TP", "CP", "PP", "VPP", "DP", "EP", "ETP", "mbs", "recompute", "SP", "DO", "FP8",
+      "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
+      "ETP", "mbs", "recompute", "SP", "DO", "FP8",
       "iter (s)",
       "tok/s/GPU", "MFU %", "peak mem", "memory");
   int shown = 0;
@@ -120,9 +124,10 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
     const Scenario& s = r.config.scenario;
     const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
-        "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10.4f} "
-        "{:>11.1f} {:>6.1f} {:>11}  {}\n",
-        r.rank, s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+        "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} "
+        "{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
+        r.rank, show_gpus ? fmt::format("{:>6} ", s.cluster.num_gpus) : "",
+        s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
         s.parallel.pipeline_model_parallel_size, s.parallel.virtual_pipeline_model_parallel_size,
         s.parallel.data_parallel_size, s.parallel.expert_model_parallel_size,
         s.model.is_moe() ? std::to_string(s.parallel.expert_tp()) : "-",
@@ -136,21 +141,87 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked) {
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);
 }
 
+/// A token count: a number with an optional K, M, B (or G) or T suffix (15T = 1.5e13). Throws
+/// ConfigError naming --train-tokens.
+double parse_tokens(const std::string& text) {
+  double scale = 1;
+  std::string number = text;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': scale = 1e3; break;
+      case 'M': scale = 1e6; break;
+      case 'B': case 'G': scale = 1e9; break;
+      case 'T': scale = 1e12; break;
+      default: break;
+    }
+    if (scale != 1) number.pop_back();
+  }
+  try {
+    size_t used = 0;
+    const double v = std::stod(number, &used);
+    if (used == number.size() && std::isfinite(v) && v > 0) return v * scale;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(fmt::format(
+      "--train-tokens: expected a token count > 0 with an optional K, M, B or T suffix (15T), "
+      "got '{}'", text));
+}
+
+/// A scaling study: per GPU count, the best ranked layout (rows are ranked by tokens/s), its
+/// global batch, iteration time, throughput and MFU, and with a token budget the days and
+/// GPU-hours it takes at that throughput.
+void print_scaling(const std::vector<SweepRow>& rows, const std::vector<int64_t>& gpus,
+                   std::optional<double> tokens) {
+  fmt::print("\nscaling: the best ranked layout per GPU count{}\n",
+             tokens ? fmt::format(", {} tokens to train", si(*tokens)) : std::string());
+  fmt::print("{:>6} {:>6} {:>10} {:>12} {:>10} {:>6}{}  {}\n", "GPUs", "batch", "iter (s)",
+             "tokens/s", "tok/s/GPU", "MFU %", tokens ? fmt::format(" {:>8} {:>11}", "days", "GPU-hours") : "",
+             "layout");
+  for (const int64_t n : gpus) {
+    const SweepRow* best = nullptr;
+    for (const SweepRow& r : rows) {
+      if (r.status == SweepStatus::kRanked && r.config.scenario.cluster.num_gpus == n) {
+        best = &r;
+        break;
+      }
+    }
+    if (best == nullptr) {
+      fmt::print("{:>6}  no layout both fits and simulates\n", n);
+      continue;
+    }
+    const Scenario& s = best->config.scenario;
+    const SimulationSummary& m = best->evaluation->summary;
+    std::string budget;
+    if (tokens) {
+      const double days = *tokens / m.tokens_per_s / 86400.0;
+      budget = fmt::format(" {:>8.1f} {:>11}", days, si(days * 24.0 * static_cast<double>(n)));
+    }
+    fmt::print("{:>6} {:>6} {:>10.4f} {:>12} {:>10.1f} {:>6.1f}{}  {}\n", n,
+               s.training.global_batch_size, m.iteration_time_s, si(m.tokens_per_s),
+               m.tokens_per_s_per_gpu, 100 * m.mfu, budget, layout_phrase(s));
+  }
+}
+
 void print_report(const Scenario& base, const TopologySpec& topo, const std::vector<SweepRow>& rows,
-                  int top) {
+                  int top, const std::vector<int64_t>& gpus) {
   std::map<SweepStatus, int64_t> count;
   for (const SweepRow& r : rows) ++count[r.status];
+  std::string gpu_counts = std::to_string(base.cluster.num_gpus);
+  if (!gpus.empty()) {
+    gpu_counts.clear();
+    for (const int64_t n : gpus) gpu_counts += (gpu_counts.empty() ? "" : ",") + std::to_string(n);
+  }
   fmt::print(
       "traintwin sweep: {} on {} x {} ({}): {} configurations: {} ranked, {} out of memory, "
       "{} failed, {} invalid\n",
-      base.name, base.cluster.num_gpus, topo.gpu.name, topo.name, rows.size(),
+      base.name, gpu_counts, topo.gpu.name, topo.name, rows.size(),
       count[SweepStatus::kRanked], count[SweepStatus::kOutOfMemory], count[SweepStatus::kError],
       count[SweepStatus::kInvalid]);
   if (count[SweepStatus::kRanked] > 0) {
     fmt::print(
         "ranked by tokens/s (ties: fewer GPUs per model replica, then enumeration order); "
         "DO = distributed optimizer\n");
-    print_ranked(rows, top, count[SweepStatus::kRanked]);
+    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1);
   } else {
     fmt::print("no configuration both fits the GPU's memory and simulates\n");
   }
@@ -237,6 +308,9 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--expert-model-parallel-size", o->ep, "EP sizes (MoE), e.g. 1,2,4,8")
       ->type_name("LIST");
+  g->add_option("--num-gpus", o->num_gpus,
+                "GPU counts, a scaling study (DP follows each), e.g. 128,256,512,1024")
+      ->type_name("LIST");
   g->add_option("--expert-tensor-parallel-size", o->etp, "Expert TP sizes (MoE), e.g. 1,2,4")
       ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
@@ -259,6 +333,12 @@ void register_sweep_command(CLI::App& app) {
                   "(analytical ranking, the top K replayed)")
       ->check(CLI::IsMember({"simulate", "analytical", "auto"}))
       ->capture_default_str();
+  cmd->add_option("--global-batch-size-per-dp", o->global_batch_size_per_dp,
+                  "Global batch = N x DP in every configuration (weak scaling; default: the "
+                  "scenario's global batch, fixed)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--train-tokens", o->train_tokens,
+                  "Token budget (15T, 2e12): days and GPU-hours to train it, per GPU count");
   cmd->add_flag(
       "--simulate-oom", o->simulate_oom,
       "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
@@ -285,6 +365,10 @@ void register_sweep_command(CLI::App& app) {
     if (o->fp8) axes.fp8 = parse_sweep_switch("--fp8", *o->fp8);
     if (o->ep) axes.ep = parse_sweep_integers("--expert-model-parallel-size", *o->ep);
     if (o->etp) axes.etp = parse_sweep_integers("--expert-tensor-parallel-size", *o->etp);
+    if (o->num_gpus) axes.num_gpus = parse_sweep_integers("--num-gpus", *o->num_gpus);
+    axes.global_batch_size_per_dp = o->global_batch_size_per_dp;
+    const std::optional<double> tokens =
+        o->train_tokens ? std::optional<double>(parse_tokens(*o->train_tokens)) : std::nullopt;
     std::vector<Override> overrides;
     for (const auto& s : o->set) overrides.push_back(parse_override(s));
     o->pipeline_split.append_overrides(overrides);
@@ -294,6 +378,7 @@ void register_sweep_command(CLI::App& app) {
     if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     const TopologySpec topo = load_topology(base.cluster.topology);
     check_cluster_size(topo, base.cluster.num_gpus);
+    for (const int64_t n : axes.num_gpus) check_cluster_size(topo, n);
     // FP8 on a GPU without it fails before any simulation, naming the GPU.
     if (std::find(axes.fp8.begin(), axes.fp8.end(), true) != axes.fp8.end()) {
       TrainingConfig with_fp8 = base.training;
@@ -352,7 +437,19 @@ void register_sweep_command(CLI::App& app) {
     } else {
       rows = run_share(configurations);
     }
-    print_report(base, topo, rows, o->top);
+    print_report(base, topo, rows, o->top, axes.num_gpus);
+    if (!axes.num_gpus.empty() || tokens) {
+      fmt::print("\nglobal batch: {}\n",
+                 axes.global_batch_size_per_dp > 0
+                     ? fmt::format("{} per data-parallel replica (B = {} x DP)",
+                                   axes.global_batch_size_per_dp, axes.global_batch_size_per_dp)
+                     : fmt::format("{} in every configuration (the scenario's; "
+                                   "--global-batch-size-per-dp N scales it with DP)",
+                                   base.training.global_batch_size));
+      print_scaling(rows, axes.num_gpus.empty() ? std::vector<int64_t>{base.cluster.num_gpus}
+                                                : axes.num_gpus,
+                    tokens);
+    }
     if (!o->out_dir.empty()) {
       write_outputs(o->out_dir, rows);
       write_report_or_warn(o->out_dir, true);

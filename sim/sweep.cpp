@@ -64,10 +64,11 @@ std::string strip_origin(const std::string& message) {
 /// vpp_swept: whether those two come from an axis (kept as given) or from the base (adapted to
 /// the layout as Megatron-LM adapts them, adapt_inherited()).
 struct Combination {
-  int64_t tp, cp, pp, vpp, mbs;
+  int64_t num_gpus, tp, cp, pp, vpp, mbs;
   RecomputeGranularity recompute;
   bool sp, distributed_optimizer, fp8;
   int64_t ep, etp;
+  int64_t global_batch_size_per_dp = 0;  // 0: the base's global batch
   bool sp_swept = false, vpp_swept = false;
 };
 
@@ -113,6 +114,7 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
   c.memory_capacity_bytes = gpu_memory_bytes;
   Scenario& s = c.scenario;
   s = base;
+  s.cluster.num_gpus = k.num_gpus;
   s.parallel.tensor_model_parallel_size = tp;
   s.parallel.context_parallel_size = cp;
   s.parallel.pipeline_model_parallel_size = pp;
@@ -157,6 +159,9 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
     return c;
   }
   s.parallel.data_parallel_size = s.cluster.num_gpus / replica;
+  if (k.global_batch_size_per_dp > 0) {
+    s.training.global_batch_size = k.global_batch_size_per_dp * s.parallel.data_parallel_size;
+  }
   try {
     validate_scenario(s, kOrigin);
   } catch (const ConfigError& e) {
@@ -197,6 +202,12 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   check_unique("fp8", axes.fp8);
   check_axis("ep", axes.ep);
   check_axis("etp", axes.etp);
+  check_axis("num_gpus", axes.num_gpus);
+  if (axes.global_batch_size_per_dp < 0) {
+    throw InvalidArgument(fmt::format("sweep: global_batch_size_per_dp must be >= 0, got {}",
+                                      axes.global_batch_size_per_dp));
+  }
+  const auto gpus = or_base(axes.num_gpus, base.cluster.num_gpus);
   const auto tps = or_base(axes.tp, base.parallel.tensor_model_parallel_size);
   const auto cps = or_base(axes.cp, base.parallel.context_parallel_size);
   const auto pps = or_base(axes.pp, base.parallel.pipeline_model_parallel_size);
@@ -209,25 +220,28 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   const auto eps = or_base(axes.ep, base.parallel.expert_model_parallel_size);
   const auto etps = or_base(axes.etp, base.parallel.expert_tensor_parallel_size.value_or(0));
   std::vector<SweepConfiguration> out;
-  out.reserve(tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
+  out.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
               recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() *
               etps.size());
-  for (int64_t tp : tps) {
-    for (int64_t cp : cps) {
-      for (int64_t pp : pps) {
-        for (int64_t vpp : vpps) {
-          for (int64_t mbs : mbss) {
-            for (RecomputeGranularity r : recomputes) {
-              for (bool sp : sps) {
-                for (bool d : dos) {
-                  for (bool f8 : fp8s) {
-                    for (int64_t ep : eps) {
-                      for (int64_t etp : etps) {
-                        Combination k{tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp};
-                        k.sp_swept = !axes.sequence_parallel.empty();
-                        k.vpp_swept = !axes.vpp.empty();
-                        out.push_back(make_configuration(
-                            base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+  for (int64_t n : gpus) {
+    for (int64_t tp : tps) {
+      for (int64_t cp : cps) {
+        for (int64_t pp : pps) {
+          for (int64_t vpp : vpps) {
+            for (int64_t mbs : mbss) {
+              for (RecomputeGranularity r : recomputes) {
+                for (bool sp : sps) {
+                  for (bool d : dos) {
+                    for (bool f8 : fp8s) {
+                      for (int64_t ep : eps) {
+                        for (int64_t etp : etps) {
+                          Combination k{n, tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp};
+                          k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
+                          k.sp_swept = !axes.sequence_parallel.empty();
+                          k.vpp_swept = !axes.vpp.empty();
+                          out.push_back(make_configuration(
+                              base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                        }
                       }
                     }
                   }
@@ -462,6 +476,7 @@ nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
   j["status"] = to_string(row.status);
   j["index"] = row.config.index;
   j["configuration"] = {
+      {"num_gpus", s.cluster.num_gpus},
       {"tensor_model_parallel_size", s.parallel.tensor_model_parallel_size},
       {"context_parallel_size", s.parallel.context_parallel_size},
       {"pipeline_model_parallel_size", s.parallel.pipeline_model_parallel_size},

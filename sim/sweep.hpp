@@ -50,6 +50,11 @@ struct SweepAxes {
   std::vector<int64_t> ep;   ///< parallelism.expert_model_parallel_size
   /// parallelism.expert_tensor_parallel_size (empty: the base's, which may be "= TP").
   std::vector<int64_t> etp;
+  /// cluster.num_gpus: a scaling study (DP follows, as every configuration derives it).
+  std::vector<int64_t> num_gpus;
+  /// The global batch of each configuration: 0 keeps the base's (fixed); N > 0 makes it N x DP
+  /// (a fixed batch per data-parallel replica, weak scaling).
+  int64_t global_batch_size_per_dp = 0;
 };
 
 /// One combination of the axes applied to the base scenario.
@@ -78,17 +83,17 @@ struct SweepConfiguration {
 };
 
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
-/// tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep, etp.
-/// For each: DP
-/// is derived
-/// (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming cluster.num_gpus); a switch of
+/// num_gpus, tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep,
+/// etp. For each: DP is derived (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming
+/// cluster.num_gpus) and the global batch follows axes.global_batch_size_per_dp; a switch of
 /// the base that needs one the axes turned off is turned off too and listed in `adjustments`
 /// (overlap_param_gather needs use_distributed_optimizer; tp_comm_overlap needs
 /// sequence_parallel); then validate_scenario() decides (a combination with SP on and TP 1 is
 /// invalid, with its rule; so are EP not dividing the experts, ETP x EP not dividing TP x CP x
 /// DP, EP > 1 on a dense model); the memory model (memory_per_stage) gives the peak of a valid one,
 /// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). Throws
-/// InvalidArgument for an axis value < 1, a duplicate value in an axis, or gpu_memory_bytes <= 0.
+/// InvalidArgument for an axis value < 1, a duplicate value in an axis, a negative
+/// global_batch_size_per_dp, or gpu_memory_bytes <= 0.
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes);

@@ -96,6 +96,38 @@ TEST(SweepCli, ContextParallelAndFp8Axes) {
   EXPECT_THAT(bad.output, HasSubstr("A100-SXM-80GB has no FP8 tensor cores"));
 }
 
+// A scaling study from the command line: the GPU counts in the header and the ranked table, the
+// batch rule, and per count the best layout with the days and GPU-hours of a token budget,
+// checked against its own tokens/s: days = tokens / (tokens/s) / 86400.
+TEST(SweepCli, ScalingStudyOverGpuCounts) {
+  const std::string llama = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-70b-h100-64.yaml";
+  const Result r = run("sweep " + llama +
+                       " --num-gpus 64,128 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4,8"
+                       " --global-batch-size-per-dp 16 --train-tokens 1T --mode analytical --jobs 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("on 64,128 x H100"), HasSubstr("  GPUs  TP"),
+                              HasSubstr("global batch: 16 per data-parallel replica (B = 16 x DP)"),
+                              HasSubstr("scaling: the best ranked layout per GPU count, 1.00T tokens")));
+  std::istringstream lines(r.output.substr(r.output.find("scaling:")));
+  std::string line;
+  std::getline(lines, line);  // title
+  std::getline(lines, line);  // header
+  for (const int64_t gpus : {64, 128}) {
+    ASSERT_TRUE(std::getline(lines, line));
+    std::istringstream row(line);
+    int64_t n = 0, batch = 0;
+    double iter = 0, per_gpu = 0, mfu = 0, days = 0;
+    std::string tokens_per_s, gpu_hours;
+    row >> n >> batch >> iter >> tokens_per_s >> per_gpu >> mfu >> days >> gpu_hours;
+    EXPECT_EQ(n, gpus);
+    EXPECT_EQ(batch % 16, 0);
+    EXPECT_NEAR(days, 1e12 / (per_gpu * static_cast<double>(gpus)) / 86400.0, 0.1 + 0.002 * days);
+  }
+  const Result bad = run("sweep " + llama + " --num-gpus 64 --train-tokens lots --mode analytical");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--train-tokens: expected a token count > 0"));
+}
+
 TEST(SweepCli, ExpertParallelAxesShowInTheTable) {
   const std::string mixtral =
       std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/mixtral-8x7b-h100-64.yaml";

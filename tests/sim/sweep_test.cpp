@@ -243,6 +243,46 @@ TEST(Sweep, BadAxesAreRejected) {
   EXPECT_THROW(enumerate_configurations(base, {}, 0), InvalidArgument);
 }
 
+// A scaling study: the GPU counts are the outermost axis, DP follows each (num_gpus / (TP x CP x
+// PP)), the global batch stays the base's or is N x DP, a count the replica does not divide is
+// invalid naming cluster.num_gpus, and every configuration carries its count.
+TEST(Sweep, NumGpusAxisDerivesDataParallelismAndTheBatch) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.num_gpus = {8, 16, 12};
+  axes.tp = {2, 4};
+  const auto fixed = enumerate_configurations(base, axes, 80e9);
+  ASSERT_EQ(fixed.size(), 6u);
+  const int64_t want_gpus[] = {8, 8, 16, 16, 12, 12};
+  const int64_t want_dp[] = {4, 2, 8, 4, 6, 3};
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    const Scenario& s = fixed[i].scenario;
+    EXPECT_EQ(s.cluster.num_gpus, want_gpus[i]) << i;
+    EXPECT_EQ(s.parallel.data_parallel_size, want_dp[i]) << i;
+    EXPECT_EQ(s.training.global_batch_size, 16) << i;  // fixed
+    SweepRow row;
+    row.config = fixed[i];
+    EXPECT_EQ(sweep_row_json(row)["configuration"]["num_gpus"], want_gpus[i]);
+  }
+  // On 12 GPUs DP is 6 or 3, which the fixed global batch of 16 does not divide: invalid.
+  EXPECT_FALSE(fixed[4].valid);
+  EXPECT_FALSE(fixed[5].valid);
+  EXPECT_THAT(fixed[4].invalid_reason, HasSubstr("global_batch_size"));
+
+  axes.global_batch_size_per_dp = 4;
+  const auto weak = enumerate_configurations(base, axes, 80e9);
+  for (const SweepConfiguration& c : weak) {
+    EXPECT_EQ(c.scenario.training.global_batch_size, 4 * c.scenario.parallel.data_parallel_size);
+    EXPECT_TRUE(c.valid) << c.invalid_reason;
+  }
+  axes.num_gpus = {10};  // TP 4 does not divide 10
+  const auto bad = enumerate_configurations(base, axes, 80e9);
+  EXPECT_FALSE(bad[1].valid);
+  EXPECT_THAT(bad[1].invalid_reason, HasSubstr("cluster.num_gpus: 10 is not divisible"));
+  axes.global_batch_size_per_dp = -1;
+  EXPECT_THROW(enumerate_configurations(base, axes, 80e9), InvalidArgument);
+}
+
 TEST(Sweep, OutOfMemoryMarkingEqualsTheMemoryModel) {
   const Scenario base = small_scenario();
   SweepAxes axes;

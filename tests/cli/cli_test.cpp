@@ -84,8 +84,9 @@ TEST(Cli, MegatronFlagsOverrideTheFile) {
                  "--recompute-granularity full --micro-batch-size 2");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("recompute full"));
-  // TP 4 with the file's data_parallel_size 8 no longer multiplies to 1024 GPUs: named error.
-  Result bad = run("memory " + kDefault + " --tensor-model-parallel-size 4");
+  // TP 4 with a given data_parallel_size 8 no longer multiplies to 1024 GPUs: named error.
+  Result bad = run("memory " + kDefault +
+                   " --tensor-model-parallel-size 4 --set parallelism.data_parallel_size=8");
   EXPECT_EQ(bad.status, 2);
   EXPECT_THAT(bad.output, AllOf(HasSubstr("parallelism.data_parallel_size"), HasSubstr("16")));
   Result twice = run("memory " + kDefault + " --micro-batch-size 2 --set training.micro_batch_size=4");

@@ -643,7 +643,8 @@ TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
   std::getline(in, first);
   std::getline(in, second);
   EXPECT_FALSE(std::getline(in, extra));
-  EXPECT_THAT(header, HasSubstr("rank,status,index,configuration.tensor_model_parallel_size"));
+  EXPECT_THAT(header, HasSubstr("rank,status,index,configuration.num_gpus,"
+                                "configuration.tensor_model_parallel_size"));
   EXPECT_THAT(header, HasSubstr("metrics.tokens_per_s,metrics.exposed_comm_s.tp,metrics.scenario,"
                                 "metrics.busiest_links"));
   EXPECT_THAT(header, ::testing::Not(HasSubstr(",metrics,")));
@@ -651,7 +652,7 @@ TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
   // The invalid row has no quoted cell: one comma less than cells, as many as the header.
   EXPECT_EQ(std::count(second.begin(), second.end(), ','),
             std::count(header.begin(), header.end(), ','));
-  EXPECT_THAT(second, ::testing::StartsWith(",invalid,1,3,"));
+  EXPECT_THAT(second, ::testing::StartsWith(",invalid,1,8,3,"));
 }
 
 TEST(Sweep, FlagListsAreParsedOrRejectedNamingTheFlag) {

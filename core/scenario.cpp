@@ -7,8 +7,8 @@
 // its type and defaults -> derive DP and v -> validate the cross-key rules. Every failure is a
 // ConfigError "<where>: <key path>: <problem>", where <where> is "file:line" for a key read from
 // the file, "--set" for a key given as an override, and the file alone for a key that is absent
-// (a missing required key, a derived value). The format itself is documented in
-// scenarios/README.md and, key by key, in core/scenario_schema.cpp's table.
+// (a missing required key, a derived value). The key reference in scenarios/README.md is
+// generated from the schema (core/scenario_reference.hpp).
 #include "core/scenario.hpp"
 
 #include <fmt/format.h>

@@ -1,9 +1,11 @@
 // The scenario schema: one table entry per key of a scenario file (scenarios/*.yaml), with its
 // section, type and unit, default, allowed range or values, one-line doc, Megatron-LM flag and
-// the Scenario member it fills. The reader and its `--set` overrides (core/scenario.cpp), the
-// unknown-key "did you mean" and the single-key ranges of the cross-key rules
-// (core/scenario_rules.cpp) read this table. The enums' names are core/scenario_enum_names.hpp's;
-// the table itself is in core/scenario_schema.cpp.
+// the Scenario member it fills. Everything that spells a key reads this table: the reader and
+// its `--set` overrides (core/scenario.cpp), the unknown-key "did you mean", the single-key
+// ranges of the cross-key rules (core/scenario_rules.cpp), the Megatron-LM flags of the command
+// line (cli/scenario_options.cpp) and the generated key reference (core/scenario_reference.hpp,
+// printed by `traintwin keys` into scenarios/README.md). The enums' names are
+// core/scenario_enum_names.hpp's; the table itself is in core/scenario_schema.cpp.
 #pragma once
 
 #include <array>

@@ -1,23 +1,86 @@
-// Tests of the scenario schema table (core/scenario_schema.hpp) and the enums' name tables
-// (core/scenario_enum_names.hpp).
+// Tests of the scenario schema table (core/scenario_schema.hpp), the enums' name tables
+// (core/scenario_enum_names.hpp) and the key reference generated from them
+// (core/scenario_reference.hpp), including that scenarios/README.md holds the current reference.
 #include "core/scenario_schema.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/scenario_enum_names.hpp"
+#include "core/scenario_reference.hpp"
 
 namespace traintwin {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using scenario_schema::KeySpec;
 using scenario_schema::ValueType;
+
+const fs::path kSourceDir = TRAINTWIN_SOURCE_DIR;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST(ScenarioSchema, ReadmeKeyReferenceIsCurrent) {
+  const fs::path readme = kSourceDir / "scenarios" / "README.md";
+  const std::string text = read_text(readme);
+  ASSERT_FALSE(text.empty()) << readme;
+  EXPECT_EQ(with_key_reference(text), text)
+      << "scenarios/README.md's key reference is stale; regenerate it with "
+         "build/traintwin keys --readme scenarios/README.md";
+}
+
+TEST(ScenarioSchema, WithKeyReferenceReplacesOnlyTheMarkedSection) {
+  const std::string begin = std::string(kReferenceBegin) + "\n";
+  const std::string end = std::string(kReferenceEnd) + "\n";
+  const std::string stale = "# Title\n\n" + begin + "| old | table |\n" + end + "after\n";
+  const std::string fresh = with_key_reference(stale);
+  EXPECT_NE(fresh, stale);  // a stale section is detected
+  EXPECT_EQ(fresh, "# Title\n\n" + begin + scenario_key_reference() + end + "after\n");
+  EXPECT_EQ(with_key_reference(fresh), fresh);
+  EXPECT_THROW(with_key_reference("# no markers\n"), InvalidArgument);
+  EXPECT_THROW(with_key_reference(begin + "no end\n"), InvalidArgument);
+}
+
+TEST(ScenarioSchema, ReferenceHasOneRowPerKeyUnderItsSection) {
+  const std::string ref = scenario_key_reference();
+  size_t rows = 0;
+  for (size_t at = ref.find("\n| `"); at != std::string::npos; at = ref.find("\n| `", at + 1)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows, scenario_schema::scenario_keys().size());
+  // A row of each kind: required, a unit, a derived default, enum values, a flag.
+  EXPECT_THAT(ref, HasSubstr("| `num_layers` | integer (layers) | **required** | >= 1 |  |"));
+  EXPECT_THAT(ref, HasSubstr("| `tensor_model_parallel_size` | integer (GPUs) | 1 | >= 1 | "
+                             "`--tensor-model-parallel-size` |"));
+  EXPECT_THAT(ref, HasSubstr("| `ffn_hidden_size` | integer | 4 x hidden_size |"));
+  EXPECT_THAT(ref, HasSubstr("| `recompute_granularity` | enum | none | `none`, `selective`, "
+                             "`full` | `--recompute-granularity` |"));
+  EXPECT_THAT(ref, HasSubstr("| `adam_eps` | number | 1e-08 | > 0 | `--adam-eps` |"));
+  // Sections in the file's order, the nested mappings of what_if after cluster's keys.
+  const size_t model = ref.find("### `model`");
+  const size_t straggler = ref.find("### `cluster.what_if.straggler`");
+  const size_t data = ref.find("### `data`");
+  EXPECT_LT(ref.find("### Top level"), model);
+  EXPECT_LT(model, ref.find("### `parallelism`"));
+  EXPECT_LT(ref.find("### `cluster`"), straggler);
+  EXPECT_LT(straggler, data);
+  EXPECT_NE(data, std::string::npos);
+}
 
 TEST(ScenarioSchema, KeysOfEachMapping) {
   using scenario_schema::keys_of;

@@ -1,6 +1,7 @@
 // Scenario files: reading (yaml-cpp), `--set` overrides and typed extraction, and the enums'
-// to_string (from core/scenario_enum_names.hpp). The keys, their types, defaults and members are
-// core/scenario_schema.hpp's table; the cross-key rules it calls last are core/scenario_rules.cpp's.
+// to_string (from core/scenario_enum_names.hpp). The keys, their types, defaults and members
+// are core/scenario_schema.hpp's table; the cross-key rules it calls last are
+// core/scenario_rules.cpp's.
 //
 // The pipeline is: parse the YAML text -> check the file's structure (mappings, unknown and
 // duplicate keys, with file:line) -> apply the overrides on the YAML tree -> extract every key with

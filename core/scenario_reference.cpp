@@ -39,7 +39,8 @@ std::string heading(std::string_view section) {
 std::string row(const KeySpec& k) {
   std::string type(scenario_schema::to_string(k.type));
   if (!k.unit.empty()) type += fmt::format(" ({})", k.unit);
-  const std::string default_value = k.required ? "**required**" : cell(scenario_schema::default_of(k));
+  const std::string default_value =
+      k.required ? "**required**" : cell(scenario_schema::default_of(k));
   std::string allowed = cell(scenario_schema::allowed_of(k));
   if (k.type == ValueType::kEnum) {
     std::vector<std::string> names;
@@ -92,7 +93,8 @@ std::string with_key_reference(const std::string& readme) {
   const std::string end = std::string(kReferenceEnd);
   const size_t b = readme.find(begin);
   if (b == std::string::npos) {
-    throw InvalidArgument(fmt::format("no line '{}' to put the key reference after", kReferenceBegin));
+    throw InvalidArgument(
+        fmt::format("no line '{}' to put the key reference after", kReferenceBegin));
   }
   const size_t body = b + begin.size();
   const size_t e = readme.find(end, body);

@@ -37,7 +37,8 @@ TEST(KeysCli, PrintsTheReference) {
 }
 
 TEST(KeysCli, ReadmeIsRewrittenBetweenItsMarkers) {
-  const fs::path dir = fs::temp_directory_path() / ("traintwin_keys_cli_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("traintwin_keys_cli_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path readme = dir / "README.md";
   const std::string stale = "intro\n" + std::string(kReferenceBegin) + "\nold\n" +

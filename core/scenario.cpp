@@ -739,9 +739,8 @@ class Reader {
     std::optional<double> parsed;
     if (node.IsScalar() && !is_string_typed(node)) parsed = parse_number_text(node.Scalar());
     if (!parsed) {
-      fail(path, fmt::format("expected a number in [0.001, 1000] (a factor such as 2.0 or 0.5), "
-                             "got {}",
-                             describe(node)));
+      fail(path, fmt::format("expected a number {} (a factor such as 2.0 or 0.5), got {}",
+                             kScale.text(), describe(node)));
     }
     return parsed;
   }

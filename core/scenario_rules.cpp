@@ -31,18 +31,13 @@ void check_positive(const Locator& where, std::string_view key, int64_t value) {
   if (value < 1) rule_error(where, key, fmt::format("must be >= 1, got {}", value));
 }
 
-/// A what-if factor is a ratio of hardware rates: 1000x slower or faster is beyond any cluster
-/// a what-if describes, and the extremes break the simulation itself (a link at 1e-320 of its
-/// rate looks deadlocked to SimGrid; a GPU 1e308 x faster gives an MFU above 100 %).
-constexpr double kMinScale = 1e-3;
-constexpr double kMaxScale = 1e3;
-
+/// A what-if factor in the schema's kScale (why those bounds: core/scenario_schema.hpp).
 void check_scale(const Locator& where, const std::string& key, const std::optional<double>& value) {
-  if (value && !(*value >= kMinScale && *value <= kMaxScale)) {
+  if (value && !kScale.contains(*value)) {
     rule_error(where, key,
-               fmt::format("must be a number in [{}, {}] (a factor: 1.0 = as the topology file "
-                           "says), got {}",
-                           kMinScale, kMaxScale, *value));
+               fmt::format("must be a number {} (a factor: 1.0 = as the topology file says), "
+                           "got {}",
+                           kScale.text(), *value));
   }
 }
 

@@ -70,7 +70,10 @@ struct Interval {
 inline constexpr Interval kNonNegative{0, false};
 inline constexpr Interval kPositive{0, true};
 inline constexpr Interval kUnitHalfOpen{0, false, 1, true};
-/// A what-if factor (core/scenario_rules.cpp checks it): 1000x slower or faster at most.
+/// A what-if factor (core/scenario_rules.cpp checks it): a ratio of hardware rates, 1000x slower
+/// or faster at most. Beyond that is no cluster a what-if describes, and the extremes break the
+/// simulation itself (a link at 1e-320 of its rate looks deadlocked to SimGrid; a GPU 1e308 x
+/// faster gives an MFU above 100 %).
 inline constexpr Interval kScale{1e-3, false, 1e3, false};
 
 /// How a key's value is written in the file.

@@ -46,6 +46,10 @@ void register_profile_command(CLI::App& app);
 /// checkpoints and restarts (sim/goodput.hpp).
 void register_goodput_command(CLI::App& app);
 
+/// `traintwin keys [--readme FILE]`: the scenario key reference as markdown tables, printed or
+/// written into FILE between its markers (scenarios/README.md).
+void register_keys_command(CLI::App& app);
+
 /// The folder with the Vega builds the HTML report inlines: `flag` when given, else
 /// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.
 std::filesystem::path resolve_vega_dir(const std::string& flag);

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   traintwin::cli::register_train_command(app);
   traintwin::cli::register_profile_command(app);
   traintwin::cli::register_goodput_command(app);
+  traintwin::cli::register_keys_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,14 +1,15 @@
 // Scenario files: reading (yaml-cpp), `--set` overrides and typed extraction, and the enums'
-// names. The keys and value names it reads are core/scenario_schema.hpp's tables; the cross-key
-// rules it calls last are core/scenario_rules.cpp's.
+// to_string (from core/scenario_enum_names.hpp). The keys, their types, defaults and members
+// are core/scenario_schema.hpp's table; the cross-key rules it calls last are
+// core/scenario_rules.cpp's.
 //
 // The pipeline is: parse the YAML text -> check the file's structure (mappings, unknown and
 // duplicate keys, with file:line) -> apply the overrides on the YAML tree -> extract every key with
 // its type and defaults -> derive DP and v -> validate the cross-key rules. Every failure is a
 // ConfigError "<where>: <key path>: <problem>", where <where> is "file:line" for a key read from
 // the file, "--set" for a key given as an override, and the file alone for a key that is absent
-// (a missing required key, a derived value). The format itself is documented in
-// scenarios/README.md and in core/scenario.hpp.
+// (a missing required key, a derived value). The key reference in scenarios/README.md is
+// generated from the schema (core/scenario_reference.hpp).
 #include "core/scenario.hpp"
 
 #include <fmt/format.h>
@@ -24,14 +25,18 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
 #include "core/text.hpp"
+#include "core/scenario_enum_names.hpp"
 #include "core/scenario_rules.hpp"
 #include "core/scenario_schema.hpp"
 #include "core/yaml_document.hpp"
@@ -52,139 +57,21 @@ int bytes_per_element(Precision p) {
   throw InvalidArgument("bytes_per_element: unknown Precision value");
 }
 
-const char* to_string(Precision p) {
-  switch (p) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kFp16:
-      return "fp16";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp8:
-      return "fp8";
-    case Precision::kTf32:
-      return "tf32";
-  }
-  return "?";
-}
-
-const char* to_string(Float32MatmulPrecision p) {
-  switch (p) {
-    case Float32MatmulPrecision::kHighest:
-      return "highest";
-    case Float32MatmulPrecision::kHigh:
-      return "high";
-    case Float32MatmulPrecision::kMedium:
-      return "medium";
-  }
-  return "?";
-}
-
-const char* to_string(Normalization n) {
-  return n == Normalization::kRmsNorm ? "rmsnorm" : "layernorm";
-}
-
-const char* to_string(Activation a) {
-  switch (a) {
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kSwiglu:
-      return "swiglu";
-    case Activation::kSquaredRelu:
-      return "squared_relu";
-  }
-  return "?";
-}
-
-const char* to_string(PositionEmbedding p) {
-  return p == PositionEmbedding::kRope ? "rope" : "learned_absolute";
-}
-
-const char* to_string(Fp8Format f) { return f == Fp8Format::kE4m3 ? "e4m3" : "hybrid"; }
-
-const char* to_string(Fp8Recipe r) {
-  switch (r) {
-    case Fp8Recipe::kDelayed:
-      return "delayed";
-    case Fp8Recipe::kTensorwise:
-      return "tensorwise";
-    case Fp8Recipe::kBlockwise:
-      return "blockwise";
-    case Fp8Recipe::kMxfp8:
-      return "mxfp8";
-  }
-  return "?";
-}
-
-const char* to_string(CpCommType c) {
-  switch (c) {
-    case CpCommType::kP2p:
-      return "p2p";
-    case CpCommType::kA2a:
-      return "a2a";
-    case CpCommType::kAllGather:
-      return "all_gather";
-  }
-  return "?";
-}
-
-const char* to_string(MoeTokenDispatcher d) {
-  switch (d) {
-    case MoeTokenDispatcher::kAllToAll:
-      return "alltoall";
-    case MoeTokenDispatcher::kAllGather:
-      return "allgather";
-  }
-  return "?";
-}
-
-const char* to_string(MoeLoadBalancing b) {
-  switch (b) {
-    case MoeLoadBalancing::kAuxLoss:
-      return "aux_loss";
-    case MoeLoadBalancing::kNone:
-      return "none";
-  }
-  return "?";
-}
-
-const char* to_string(RecomputeGranularity r) {
-  switch (r) {
-    case RecomputeGranularity::kNone:
-      return "none";
-    case RecomputeGranularity::kSelective:
-      return "selective";
-    case RecomputeGranularity::kFull:
-      return "full";
-  }
-  return "?";
-}
-
-const char* to_string(PipelineScheduleKind k) {
-  switch (k) {
-    case PipelineScheduleKind::kGPipe:
-      return "gpipe";
-    case PipelineScheduleKind::k1F1B:
-      return "1f1b";
-  }
-  return "?";
-}
-
-const char* to_string(AttentionBackend a) {
-  return a == AttentionBackend::kFlash ? "flash" : "unfused";
-}
-
-const char* to_string(LrDecayStyle s) {
-  switch (s) {
-    case LrDecayStyle::kConstant:
-      return "constant";
-    case LrDecayStyle::kLinear:
-      return "linear";
-    case LrDecayStyle::kCosine:
-      return "cosine";
-  }
-  return "?";
-}
+// The names come from core/scenario_enum_names.hpp's tables (string literals: NUL-terminated).
+const char* to_string(Precision p) { return enum_name(p).data(); }
+const char* to_string(Float32MatmulPrecision p) { return enum_name(p).data(); }
+const char* to_string(Normalization n) { return enum_name(n).data(); }
+const char* to_string(Activation a) { return enum_name(a).data(); }
+const char* to_string(PositionEmbedding p) { return enum_name(p).data(); }
+const char* to_string(Fp8Format f) { return enum_name(f).data(); }
+const char* to_string(Fp8Recipe r) { return enum_name(r).data(); }
+const char* to_string(CpCommType c) { return enum_name(c).data(); }
+const char* to_string(MoeTokenDispatcher d) { return enum_name(d).data(); }
+const char* to_string(MoeLoadBalancing b) { return enum_name(b).data(); }
+const char* to_string(RecomputeGranularity r) { return enum_name(r).data(); }
+const char* to_string(PipelineScheduleKind k) { return enum_name(k).data(); }
+const char* to_string(AttentionBackend a) { return enum_name(a).data(); }
+const char* to_string(LrDecayStyle s) { return enum_name(s).data(); }
 
 namespace {
 
@@ -220,7 +107,41 @@ ArchitecturePreset preset_of(std::string_view architecture) {
   return {Normalization::kLayerNorm, Activation::kGelu, PositionEmbedding::kLearnedAbsolute,
           false, true, AttentionBackend::kUnfused};
 }
-constexpr std::array<std::string_view, 3> kPrecisions = {"fp32", "fp16", "bf16"};
+
+/// Sets the keys that `m.architecture`'s preset decides (before the file's keys are read, so that
+/// a key the file gives wins).
+void apply_preset(Scenario& s) {
+  const ArchitecturePreset preset = preset_of(s.model.architecture);
+  s.model.normalization = preset.normalization;
+  s.model.activation = preset.activation;
+  s.model.position_embedding_type = preset.position_embedding_type;
+  s.model.untie_embeddings_and_output_weights = preset.untie_embeddings_and_output_weights;
+  s.model.add_bias_linear = preset.add_bias_linear;
+  s.training.attention_backend = preset.attention_backend;
+}
+
+/// The paths an override may name, from the schema: "name, model.KEY, ..., cluster.KEY,
+/// cluster.what_if.KEY[.KEY], data.KEY".
+std::string override_paths() {
+  std::vector<std::string> parts;
+  for (std::string_view root : keys_of("")) {
+    if (!is_section(root)) {
+      parts.emplace_back(root);
+      continue;
+    }
+    parts.push_back(fmt::format("{}.KEY", root));
+    for (std::string_view k : keys_of(root)) {
+      const std::string nested = fmt::format("{}.{}", root, k);
+      if (!is_nested_mapping(nested)) continue;
+      const std::vector<std::string_view> inner = keys_of(nested);
+      const bool deeper = std::any_of(inner.begin(), inner.end(), [&nested](std::string_view i) {
+        return is_nested_mapping(fmt::format("{}.{}", nested, i));
+      });
+      parts.push_back(fmt::format("{}.KEY{}", nested, deeper ? "[.KEY]" : ""));
+    }
+  }
+  return join(parts);
+}
 
 /// How a YAML value looks, for "expected X, got Y" messages.
 std::string describe(const YAML::Node& node) {
@@ -307,15 +228,16 @@ class Reader {
   void check_file() {
     if (!root_.IsMap()) {
       throw ConfigError(fmt::format("{}: expected a mapping with the keys {}, got {}",
-                                    where_node(root_), join(kRootKeys), describe(root_)));
+                                    where_node(root_), join(keys_of("")), describe(root_)));
     }
     std::map<std::string, int> seen;
+    const std::vector<std::string_view> root_keys = keys_of("");
     for (const auto& entry : root_) {
       const std::string key = key_name(entry.first, "");
       check_duplicate(seen, entry.first, key, key);
-      if (!contains(kRootKeys, key)) {
+      if (!contains(root_keys, key)) {
         throw ConfigError(fmt::format("{}: {}: {}", where_node(entry.first), key,
-                                      unknown_key_problem(key, kRootKeys)));
+                                      unknown_key_problem(key, root_keys)));
       }
       line_of_[key] = line(entry.first);
       if (is_section(key)) check_section(key, entry.second);
@@ -367,9 +289,7 @@ class Reader {
           }
         }
       } else {
-        override_error(o.key, std::string("unknown key (allowed: name, model.KEY, "
-                                          "parallelism.KEY, training.KEY, cluster.KEY, "
-                                          "cluster.what_if.KEY[.KEY], data.KEY)"));
+        override_error(o.key, fmt::format("unknown key (allowed: {})", override_paths()));
       }
       try {
         item.value = YAML::Load(o.value);
@@ -384,7 +304,8 @@ class Reader {
                                           o.key, keys_of(o.key).front(), join(keys_of(o.key)),
                                           o.key));
       }
-      const bool list_allowed = o.key == "model.moe_layer_freq";
+      const KeySpec* spec = find_key(o.key);
+      const bool list_allowed = spec != nullptr && spec->type == ValueType::kIntegerOrList;
       if (!item.value.IsScalar() && !item.value.IsNull() &&
           !(list_allowed && item.value.IsSequence())) {
         override_error(o.key, fmt::format("expected a scalar value{}, got {}",
@@ -429,75 +350,33 @@ class Reader {
   }
 
   /// Reads every key with its type and default, derives DP and v, and resolves the topology.
+  /// The keys with a member in the schema are read by read_section(); this function adds the
+  /// defaults that depend on other keys and the keys the schema leaves to the reader.
   Scenario extract(const fs::path& base_dir) {
     Scenario s;
-    s.name = get_string("", "name");
+    read_section("", s, base_dir);
 
     ModelSpec& m = s.model;
     require_section("model");
-    m.architecture = get_enum_text("model", "architecture", kArchitectures).value_or("gpt");
-    m.num_layers = get_int("model", "num_layers").value();
-    m.hidden_size = get_int("model", "hidden_size").value();
-    m.num_attention_heads = get_int("model", "num_attention_heads").value();
-    m.num_query_groups =
-        get_int("model", "num_query_groups", false).value_or(m.num_attention_heads);
-    m.ffn_hidden_size = get_int("model", "ffn_hidden_size", false).value_or(4 * m.hidden_size);
-    m.seq_length = get_int("model", "seq_length").value();
-    m.vocab_size = get_int("model", "vocab_size").value();
-    const ArchitecturePreset preset = preset_of(m.architecture);
-    m.normalization = static_cast<Normalization>(
-        get_enum_index("model", "normalization", kNormalizations)
-            .value_or(static_cast<int>(preset.normalization)));
-    m.activation = static_cast<Activation>(get_enum_index("model", "activation", kActivations)
-                                               .value_or(static_cast<int>(preset.activation)));
-    m.position_embedding_type = static_cast<PositionEmbedding>(
-        get_enum_index("model", "position_embedding_type", kPositionEmbeddings)
-            .value_or(static_cast<int>(preset.position_embedding_type)));
-    if (auto base = get_number("model", "rotary_base", kPositive)) {
-      if (m.position_embedding_type != PositionEmbedding::kRope) {
-        fail(path_of("model", "rotary_base"),
-             "applies only to position_embedding_type: rope (this model uses learned_absolute "
-             "positions, which have no rotary base)");
-      }
-      m.rotary_base = *base;
+    read_key(key("model.architecture"), s, base_dir);
+    apply_preset(s);  // the file's layer keys and training.attention_backend win over it
+    read_section("model", s, base_dir);
+    if (!given("model", "num_query_groups")) m.num_query_groups = m.num_attention_heads;
+    if (!given("model", "ffn_hidden_size")) m.ffn_hidden_size = 4 * m.hidden_size;
+    if (given("model", "rotary_base") &&
+        m.position_embedding_type != PositionEmbedding::kRope) {
+      fail(path_of("model", "rotary_base"),
+           "applies only to position_embedding_type: rope (this model uses learned_absolute "
+           "positions, which have no rotary base)");
     }
-    m.untie_embeddings_and_output_weights =
-        get_bool("model", "untie_embeddings_and_output_weights")
-            .value_or(preset.untie_embeddings_and_output_weights);
-    m.add_bias_linear = get_bool("model", "add_bias_linear").value_or(preset.add_bias_linear);
-    m.kv_channels = get_int("model", "kv_channels", false).value_or(0);
-    extract_moe(m);
+    m.moe_layer_pattern = get_moe_layer_pattern(m.num_layers);
+    if (const YAML::Node cf = value("model", "moe_expert_capacity_factor"); cf && !cf.IsNull()) {
+      m.moe_expert_capacity_factor =
+          get_number("model", "moe_expert_capacity_factor", kPositive);
+    }
 
     ParallelConfig& p = s.parallel;
-    p.tensor_model_parallel_size =
-        get_int("parallelism", "tensor_model_parallel_size", false).value_or(1);
-    p.pipeline_model_parallel_size =
-        get_int("parallelism", "pipeline_model_parallel_size", false).value_or(1);
-    p.context_parallel_size = get_int("parallelism", "context_parallel_size", false).value_or(1);
-    p.cp_comm_type = static_cast<CpCommType>(
-        get_enum_index("parallelism", "cp_comm_type", kCpCommTypes).value_or(0));
-    p.sequence_parallel = get_bool("parallelism", "sequence_parallel").value_or(false);
-    if (auto k = get_enum_index("parallelism", "pipeline_schedule", kSchedules)) {
-      p.pipeline_schedule = *k == 0 ? PipelineScheduleKind::kGPipe : PipelineScheduleKind::k1F1B;
-    }
-    p.expert_model_parallel_size =
-        get_int("parallelism", "expert_model_parallel_size", false).value_or(1);
-    p.expert_tensor_parallel_size = get_int("parallelism", "expert_tensor_parallel_size", false);
-    if (!m.is_moe()) {
-      for (const char* key : {"expert_model_parallel_size", "expert_tensor_parallel_size"}) {
-        require_experts("parallelism", key);
-      }
-    }
-    p.rank_order = get_string("parallelism", "rank_order", false).value_or(p.rank_order);
-    p.decoder_first_pipeline_num_layers =
-        get_int("parallelism", "decoder_first_pipeline_num_layers", false);
-    p.decoder_last_pipeline_num_layers =
-        get_int("parallelism", "decoder_last_pipeline_num_layers", false);
-    p.account_for_embedding_in_pipeline_split =
-        get_bool("parallelism", "account_for_embedding_in_pipeline_split").value_or(false);
-    p.account_for_loss_in_pipeline_split =
-        get_bool("parallelism", "account_for_loss_in_pipeline_split").value_or(false);
-
+    read_section("parallelism", s, base_dir);
     const std::optional<int64_t> given_v = get_int("parallelism", std::string(kVirtualSize), false);
     const std::optional<int64_t> layers_per_stage =
         get_int("parallelism", std::string(kLayersPerVirtualStage), false);
@@ -505,66 +384,27 @@ class Reader {
 
     TrainingConfig& t = s.training;
     require_section("training");
-    t.micro_batch_size = get_int("training", "micro_batch_size").value();
-    t.global_batch_size = get_int("training", "global_batch_size").value();
-    t.precision =
-        static_cast<Precision>(get_enum_index("training", "precision", kPrecisions, true).value());
-    t.recompute_granularity = static_cast<RecomputeGranularity>(
-        get_enum_index("training", "recompute_granularity", kRecomputes).value_or(0));
-    t.float32_matmul_precision = static_cast<Float32MatmulPrecision>(
-        get_enum_index("training", "float32_matmul_precision", kFloat32MatmulPrecisions)
-            .value_or(0));
-    t.attention_backend = static_cast<AttentionBackend>(
-        get_enum_index("training", "attention_backend", kAttentionBackends)
-            .value_or(static_cast<int>(preset.attention_backend)));
-    if (auto f = get_enum_index("training", "fp8_format", kFp8Formats)) {
-      t.fp8_format = static_cast<Fp8Format>(*f);
-    }
-    if (auto r = get_enum_index("training", "fp8_recipe", kFp8Recipes)) {
-      if (!t.fp8_format) {
-        fail("training.fp8_recipe",
-             fmt::format("{} needs training.fp8_format (allowed: {}); without it no GEMM runs in "
-                         "FP8",
-                         kFp8Recipes[static_cast<size_t>(*r)], join(kFp8Formats)));
-      }
-      t.fp8_recipe = static_cast<Fp8Recipe>(*r);
-    }
-    t.fp8_param_gather = get_bool("training", "fp8_param_gather").value_or(false);
-    t.use_distributed_optimizer = get_bool("training", "use_distributed_optimizer").value_or(false);
-    t.overlap_grad_reduce = get_bool("training", "overlap_grad_reduce").value_or(false);
-    t.overlap_param_gather = get_bool("training", "overlap_param_gather").value_or(false);
-    t.tp_comm_overlap = get_bool("training", "tp_comm_overlap").value_or(false);
-    // Live training: types and minimums here, ranges and cross-key rules in check_rules().
-    for (const OptionalIntKey& k : kOptionalIntTrainingKeys) {
-      t.*(k.field) = get_int("training", std::string(k.key), false, k.min);
-    }
-    for (const IntKey& k : kIntTrainingKeys) {
-      if (auto v = get_int("training", std::string(k.key), false, k.min)) t.*(k.field) = *v;
-    }
-    t.lr = get_number("training", "lr", kPositive);
-    for (const RealKey& k : kRealTrainingKeys) {
-      if (auto v = get_number("training", std::string(k.key), k.range)) t.*(k.field) = *v;
-    }
-    if (auto k = get_enum_index("training", "lr_decay_style", kLrDecayStyles)) {
-      t.lr_decay_style = static_cast<LrDecayStyle>(*k);
+    read_section("training", s, base_dir);
+    if (given("training", "fp8_recipe") && !t.fp8_format) {
+      fail("training.fp8_recipe",
+           fmt::format("{} needs training.fp8_format (allowed: {}); without it no GEMM runs in "
+                       "FP8",
+                       to_string(t.fp8_recipe), join(key("training.fp8_format").values)));
     }
     // Megatron-LM: lr_decay_iters defaults to train_iters.
     if (!t.lr_decay_iters) t.lr_decay_iters = t.train_iters;
 
     ClusterConfig& c = s.cluster;
     require_section("cluster");
-    c.topology = resolve("cluster.topology", get_string("cluster", "topology"), base_dir);
-    c.num_gpus = get_int("cluster", "num_gpus").value();
-    const auto algo = get_enum_index("cluster", "collective_algorithm", kCollectiveAlgorithms).value_or(0);
-    c.collective_algorithm = algo == 0 ? "" : std::string(kCollectiveAlgorithms[algo]);
+    read_section("cluster", s, base_dir);
+    const std::string algo =
+        get_enum_text("cluster", "collective_algorithm", key("cluster.collective_algorithm").values)
+            .value_or("auto");
+    c.collective_algorithm = algo == "auto" ? "" : algo;
     c.what_if = extract_what_if();
     c.reliability = extract_reliability();
 
-    DataConfig& d = s.data;  // an optional section of optional keys
-    d.data_path = get_path("data", "data_path", base_dir);
-    d.split = get_string("data", "split", false).value_or(d.split);
-    d.vocab_file = get_path("data", "vocab_file", base_dir);
-    d.merge_file = get_path("data", "merge_file", base_dir);
+    read_section("data", s, base_dir);  // an optional section of optional keys
 
     // v: given directly, or as layers per virtual stage (Megatron-LM:
     // v = (num_layers / PP) / num_layers_per_virtual_pipeline_stage, the embedding and loss
@@ -642,34 +482,61 @@ class Reader {
   }
 
  private:
-  /// The model's mixture-of-experts keys (types here; ranges and cross-key rules in
-  /// check_moe()). In a dense model (no num_moe_experts) every moe_* key is an error.
-  void extract_moe(ModelSpec& m) const {
-    m.multi_latent_attention = get_bool("model", "multi_latent_attention").value_or(false);
-    m.num_moe_experts = get_int("model", "num_moe_experts", false).value_or(0);
-    if (!m.is_moe()) {
-      for (std::string_view key : kMoeModelKeys) require_experts("model", std::string(key));
+  /// Reads the keys of `section` that have a member in the schema (in table order), each with
+  /// its type, minimum or allowed values; an absent key keeps the member's value. In a dense
+  /// model a key that needs experts is an error before its value is looked at.
+  void read_section(std::string_view section, Scenario& s, const fs::path& base_dir) const {
+    for (const KeySpec& k : scenario_keys()) {
+      if (k.section != section) continue;
+      if (k.needs_experts && !s.model.is_moe()) {
+        require_experts(std::string(k.section), std::string(k.key));
+      }
+      read_key(k, s, base_dir);
     }
-    m.moe_router_topk = get_int("model", "moe_router_topk", false).value_or(m.moe_router_topk);
-    m.moe_ffn_hidden_size = get_int("model", "moe_ffn_hidden_size", false).value_or(0);
-    m.moe_shared_expert_intermediate_size =
-        get_int("model", "moe_shared_expert_intermediate_size", false).value_or(0);
-    m.moe_layer_pattern = get_moe_layer_pattern(m.num_layers);
-    if (const YAML::Node cf = value("model", "moe_expert_capacity_factor"); cf && !cf.IsNull()) {
-      m.moe_expert_capacity_factor =
-          get_number("model", "moe_expert_capacity_factor", kPositive);
-    }
-    m.moe_pad_expert_input_to_capacity =
-        get_bool("model", "moe_pad_expert_input_to_capacity").value_or(false);
-    if (auto d = get_enum_index("model", "moe_token_dispatcher_type", kMoeDispatchers)) {
-      m.moe_token_dispatcher_type = static_cast<MoeTokenDispatcher>(*d);
-    }
-    if (auto b = get_enum_index("model", "moe_router_load_balancing_type", kMoeLoadBalancings)) {
-      m.moe_router_load_balancing_type = static_cast<MoeLoadBalancing>(*b);
-    }
-    m.moe_aux_loss_coeff =
-        get_number("model", "moe_aux_loss_coeff", kNonNegative).value_or(m.moe_aux_loss_coeff);
-    m.moe_grouped_gemm = get_bool("model", "moe_grouped_gemm").value_or(false);
+  }
+
+  /// Reads one key into its member (nothing for a key without one); a required key that is
+  /// absent fails.
+  void read_key(const KeySpec& k, Scenario& s, const fs::path& base_dir) const {
+    const std::string sec(k.section);
+    const std::string name(k.key);
+    std::visit(
+        [&](const auto& bind) {
+          using B = std::decay_t<decltype(bind)>;
+          if constexpr (std::is_same_v<B, std::monostate>) {
+            // read by extract()'s own code
+          } else if constexpr (std::is_same_v<B, EnumField>) {
+            if (auto text = get_enum_text(sec, name, k.values, k.required)) bind.set(s, *text);
+          } else if constexpr (std::is_same_v<B, FieldRef<int64_t>>) {
+            if (auto v = get_int(sec, name, k.required, k.min)) bind(s) = *v;
+          } else if constexpr (std::is_same_v<B, FieldRef<std::optional<int64_t>>>) {
+            if (auto v = get_int(sec, name, false, k.min)) bind(s) = v;
+          } else if constexpr (std::is_same_v<B, FieldRef<double>>) {
+            if (auto v = get_number(sec, name, k.range)) bind(s) = *v;
+          } else if constexpr (std::is_same_v<B, FieldRef<std::optional<double>>>) {
+            if (auto v = get_number(sec, name, k.range)) bind(s) = v;
+          } else if constexpr (std::is_same_v<B, FieldRef<bool>>) {
+            if (auto v = get_bool(sec, name)) bind(s) = *v;
+          } else if constexpr (std::is_same_v<B, FieldRef<std::string>>) {
+            const std::optional<std::string> v =
+                k.type == ValueType::kEnum ? get_enum_text(sec, name, k.values, k.required)
+                                           : get_string(sec, name, k.required);
+            if (v) bind(s) = *v;
+          } else if constexpr (std::is_same_v<B, FieldRef<fs::path>>) {
+            if (auto text = get_string(sec, name, k.required)) {
+              bind(s) = resolve(k.path(), *text, base_dir);
+            }
+          } else {
+            static_assert(std::is_same_v<B, FieldRef<std::optional<fs::path>>>);
+            if (auto v = get_path(sec, name, base_dir)) bind(s) = v;
+          }
+        },
+        k.bind);
+  }
+
+  /// True when `sec.key` is in the file or an override (a null value included).
+  bool given(const std::string& sec, const std::string& key) const {
+    return static_cast<bool>(value(sec, key));
   }
 
   /// Fails when `sec.key` is given (not null) in a model without routed experts.
@@ -873,9 +740,8 @@ class Reader {
     std::optional<double> parsed;
     if (node.IsScalar() && !is_string_typed(node)) parsed = parse_number_text(node.Scalar());
     if (!parsed) {
-      fail(path, fmt::format("expected a number in [0.001, 1000] (a factor such as 2.0 or 0.5), "
-                             "got {}",
-                             describe(node)));
+      fail(path, fmt::format("expected a number {} (a factor such as 2.0 or 0.5), got {}",
+                             kScale.text(), describe(node)));
     }
     return parsed;
   }
@@ -889,13 +755,14 @@ class Reader {
     if (!node || node.IsNull()) return w;
     if (!node.IsMap()) {
       fail(sec, fmt::format("expected a mapping of what-if keys, got {} (allowed: {})",
-                            describe(node), join(kWhatIfKeys)));
+                            describe(node), join(keys_of(kWhatIf))));
     }
     w.ib_bandwidth_scale = get_scale(sec, "ib_bandwidth_scale");
     w.nvlink_bandwidth_scale = get_scale(sec, "nvlink_bandwidth_scale");
     w.gpu_speed_scale = get_scale(sec, "gpu_speed_scale");
     // Range (>= 1) and the MoE model it needs: check_moe().
-    w.moe_load_imbalance = get_number(sec, "moe_load_imbalance", Interval{1, false});
+    w.moe_load_imbalance =
+        get_number(sec, "moe_load_imbalance", key(fmt::format("{}.moe_load_imbalance", sec)).range);
     const std::string straggler(kStraggler);
     if (const YAML::Node n = node_at(straggler); n && !n.IsNull()) {
       Straggler st;
@@ -921,7 +788,7 @@ class Reader {
     if (!node || node.IsNull()) return std::nullopt;
     if (!node.IsMap()) {
       fail(sec, fmt::format("expected a mapping of reliability keys, got {} (allowed: {})",
-                            describe(node), join(kReliabilityKeys)));
+                            describe(node), join(keys_of(sec))));
     }
     ReliabilitySpec r = default_reliability();
     auto number = [&](const std::string& s, const std::string& key, double& field,
@@ -1055,9 +922,8 @@ class Reader {
   }
 
   /// One of `allowed`, as its text.
-  template <size_t N>
   std::optional<std::string> get_enum_text(const std::string& sec, const std::string& key,
-                                           const std::array<std::string_view, N>& allowed,
+                                           std::span<const std::string_view> allowed,
                                            bool required = false) const {
     const YAML::Node node = value(sec, key);
     if (!node) {
@@ -1069,16 +935,6 @@ class Reader {
            fmt::format("{} is not allowed (allowed: {})", describe(node), join(allowed)));
     }
     return node.Scalar();
-  }
-
-  /// One of `allowed`, as its index.
-  template <size_t N>
-  std::optional<int> get_enum_index(const std::string& sec, const std::string& key,
-                                    const std::array<std::string_view, N>& allowed,
-                                    bool required = false) const {
-    const std::optional<std::string> text = get_enum_text(sec, key, allowed, required);
-    if (!text) return std::nullopt;
-    return static_cast<int>(std::find(allowed.begin(), allowed.end(), *text) - allowed.begin());
   }
 
   std::string origin_;

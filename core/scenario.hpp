@@ -398,70 +398,10 @@ struct Override {
 
 /// Reads, overrides and validates a scenario file.
 ///
-/// File format (scenarios/README.md has the full reference). Sections and keys, R = required,
-/// otherwise the default in brackets (Megatron-LM's defaults):
-///   name: R (string)
-///   model:        architecture [gpt] (gpt | llama | nemotron), num_layers R, hidden_size R,
-///                 num_attention_heads R, num_query_groups [num_attention_heads],
-///                 ffn_hidden_size [4 x hidden_size], seq_length R, vocab_size R,
-///                 normalization (layernorm | rmsnorm), activation (gelu | swiglu |
-///                 squared_relu), position_embedding_type (learned_absolute | rope),
-///                 untie_embeddings_and_output_weights, add_bias_linear: defaults from the
-///                 architecture preset — gpt: layernorm, gelu, learned_absolute, tied, biases;
-///                 llama: rmsnorm, swiglu, rope, untied, no biases; nemotron: layernorm,
-///                 squared_relu, rope, untied, no biases; kv_channels [hidden_size /
-///                 num_attention_heads]; mixture of experts: num_moe_experts (none = dense),
-///                 moe_router_topk [2], moe_ffn_hidden_size [ffn_hidden_size],
-///                 moe_shared_expert_intermediate_size [none], moe_layer_freq [1] (integer or a
-///                 list of num_layers 0/1), moe_expert_capacity_factor [null = dropless],
-///                 moe_pad_expert_input_to_capacity [false], moe_token_dispatcher_type
-///                 [allgather] (alltoall | allgather), moe_router_load_balancing_type
-///                 [aux_loss] (aux_loss | none), moe_aux_loss_coeff [0.0], moe_grouped_gemm
-///                 [false], multi_latent_attention [false] (true: not supported yet)
-///   parallelism:  (the whole section is optional) tensor_model_parallel_size [1],
-///                 pipeline_model_parallel_size [1], virtual_pipeline_model_parallel_size [1]
-///                 or num_layers_per_virtual_pipeline_stage N (v = num_layers / (PP x N); not
-///                 both in one source), context_parallel_size [1],
-///                 expert_model_parallel_size [1], expert_tensor_parallel_size
-///                 [tensor_model_parallel_size], sequence_parallel [false],
-///                 data_parallel_size [num_gpus / (TP x CP x PP); must equal it when given],
-///                 pipeline_schedule [1f1b] (gpipe | 1f1b), rank_order [tp-cp-ep-dp-pp],
-///                 decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers
-///                 (integers; none = even split), account_for_embedding_in_pipeline_split,
-///                 account_for_loss_in_pipeline_split [false] (core/pipeline_split.hpp; with
-///                 the account flags N counts the embedding/loss: v = (l + flags) / (PP x N))
-///   training:     micro_batch_size R, global_batch_size R, precision R (fp32 | fp16 | bf16),
-///                 recompute_granularity [none] (none | selective | full),
-///                 attention_backend (unfused | flash; [flash] for llama and nemotron,
-///                 [unfused] for gpt), float32_matmul_precision [highest] (highest | high |
-///                 medium; high and medium need precision fp32), fp8_format (hybrid | e4m3; none = no FP8),
-///                 fp8_recipe [delayed] (delayed | tensorwise | blockwise | mxfp8; needs
-///                 fp8_format), fp8_param_gather [false] (needs fp8_format),
-///                 use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather,
-///                 tp_comm_overlap [false];
-///                 live training (all optional): train_iters (integer >= 1; none),
-///                 lr (number > 0; none), min_lr [0.0] (0 <= min_lr <= lr),
-///                 lr_decay_style [linear] (constant | linear | cosine),
-///                 lr_warmup_iters [0] (integer >= 0; < lr_decay_iters when that is known),
-///                 lr_decay_iters [train_iters] (integer >= 1), weight_decay [0.01] (>= 0),
-///                 clip_grad [1.0] (>= 0; 0 = no clipping), adam_beta1 [0.9],
-///                 adam_beta2 [0.999] (in [0, 1)), adam_eps [1e-8] (> 0), hidden_dropout [0.1],
-///                 attention_dropout [0.1] (in [0, 1)), init_method_std [0.02] (> 0),
-///                 seed [1234] (integer >= 0), log_interval [100], eval_interval [1000]
-///                 (integers >= 1), eval_iters [100] (integer >= 0), save_interval (integer
-///                 >= 1; none)
-///   cluster:      topology R (path relative to the scenario file; need not exist yet),
-///                 num_gpus R, collective_algorithm [auto] (auto | ring | tree | nvls),
-///                 what_if (optional mapping): ib_bandwidth_scale, nvlink_bandwidth_scale,
-///                 gpu_speed_scale (numbers in [0.001, 1000]), straggler {rank R (integer in
-///                 [0, num_gpus)), compute_scale R (in [0.001, 1000])}, degraded_link {name R (a
-///                 platform link's name, checked when the platform is built), bandwidth_scale R
-///                 (in [0.001, 1000])},
-///                 moe_load_imbalance (>= 1; MoE models only)
-///   data:         (the whole section is optional) data_path (prefix of a .bin/.idx pair,
-///                 relative to the scenario file like cluster.topology; need not exist),
-///                 split ["969,30,1"] (1 to 3 comma-separated numbers >= 0, not all zero),
-///                 vocab_file, merge_file (paths, resolved like data_path)
+/// File format: the sections and keys are core/scenario_schema.hpp's table (every key's type,
+/// unit, default, allowed values and Megatron-LM flag); scenarios/README.md has the reference
+/// generated from it (`traintwin keys`). Sections model, training and cluster and the keys marked
+/// required must be given; the others default as the table says (Megatron-LM's defaults).
 /// Integers are plain YAML integers (not quoted, no 1.5 / 1e3 / 0x10), >= 1 unless said;
 /// numbers are plain finite YAML numbers (2, 0.5, 1e-8; not quoted, not .inf); booleans are
 /// true/false (also True/TRUE/False/FALSE; not yes/no/on/off); enums are spelt exactly as listed.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/error.hpp"
@@ -30,18 +31,13 @@ void check_positive(const Locator& where, std::string_view key, int64_t value) {
   if (value < 1) rule_error(where, key, fmt::format("must be >= 1, got {}", value));
 }
 
-/// A what-if factor is a ratio of hardware rates: 1000x slower or faster is beyond any cluster
-/// a what-if describes, and the extremes break the simulation itself (a link at 1e-320 of its
-/// rate looks deadlocked to SimGrid; a GPU 1e308 x faster gives an MFU above 100 %).
-constexpr double kMinScale = 1e-3;
-constexpr double kMaxScale = 1e3;
-
+/// A what-if factor in the schema's kScale (why those bounds: core/scenario_schema.hpp).
 void check_scale(const Locator& where, const std::string& key, const std::optional<double>& value) {
-  if (value && !(*value >= kMinScale && *value <= kMaxScale)) {
+  if (value && !kScale.contains(*value)) {
     rule_error(where, key,
-               fmt::format("must be a number in [{}, {}] (a factor: 1.0 = as the topology file "
-                           "says), got {}",
-                           kMinScale, kMaxScale, *value));
+               fmt::format("must be a number {} (a factor: 1.0 = as the topology file says), "
+                           "got {}",
+                           kScale.text(), *value));
   }
 }
 
@@ -77,30 +73,32 @@ void check_what_if(const Scenario& s, const Locator& where) {
 /// The live-training keys: each in its range, min_lr <= lr, and the warm-up shorter than the
 /// decay (Megatron-LM's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps,
 /// megatron/core/optimizer_param_scheduler.py).
-void check_live_training(const TrainingConfig& t, const Locator& where) {
-  for (const OptionalIntKey& k : kOptionalIntTrainingKeys) {
-    const std::optional<int64_t>& v = t.*(k.field);
-    if (v && *v < k.min) {
-      rule_error(where, fmt::format("training.{}", k.key),
-                 fmt::format("must be >= {}, got {}", k.min, *v));
-    }
-  }
-  for (const IntKey& k : kIntTrainingKeys) {
-    const int64_t v = t.*(k.field);
-    if (v < k.min) {
-      rule_error(where, fmt::format("training.{}", k.key),
-                 fmt::format("must be >= {}, got {}", k.min, v));
-    }
-  }
-  if (t.lr && !kPositive.contains(*t.lr)) {
-    rule_error(where, "training.lr",
-               fmt::format("must be a finite number > 0 (the peak learning rate), got {}", *t.lr));
-  }
-  for (const RealKey& k : kRealTrainingKeys) {
-    const double v = t.*(k.field);
-    if (!k.range.contains(v)) {
-      rule_error(where, fmt::format("training.{}", k.key),
-                 fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note, v));
+void check_live_training(const Scenario& s, const Locator& where) {
+  const TrainingConfig& t = s.training;
+  // Each key in its range (the schema's minimum or interval), whoever built the scenario.
+  for (const KeySpec& k : scenario_keys()) {
+    if (k.section != "training" || !k.executor_only) continue;
+    const std::string path = k.path();
+    if (const auto* ref = std::get_if<FieldRef<std::optional<int64_t>>>(&k.bind)) {
+      const std::optional<int64_t>& v = get(*ref, s);
+      if (v && *v < k.min) rule_error(where, path, fmt::format("must be >= {}, got {}", k.min, *v));
+    } else if (const auto* iref = std::get_if<FieldRef<int64_t>>(&k.bind)) {
+      const int64_t v = get(*iref, s);
+      if (v < k.min) rule_error(where, path, fmt::format("must be >= {}, got {}", k.min, v));
+    } else if (const auto* oref = std::get_if<FieldRef<std::optional<double>>>(&k.bind)) {
+      const std::optional<double>& v = get(*oref, s);
+      if (v && !k.range.contains(*v)) {
+        rule_error(where, path,
+                   fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note,
+                               *v));
+      }
+    } else if (const auto* dref = std::get_if<FieldRef<double>>(&k.bind)) {
+      const double v = get(*dref, s);
+      if (!k.range.contains(v)) {
+        rule_error(where, path,
+                   fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note,
+                               v));
+      }
     }
   }
   if (t.lr && t.min_lr > *t.lr) {
@@ -215,19 +213,22 @@ void check_moe(const Scenario& s, const Locator& where) {
                  "model.num_moe_experts out)");
     }
   }
-  if (m.moe_expert_capacity_factor && !kPositive.contains(*m.moe_expert_capacity_factor)) {
+  const Interval& capacity = key("model.moe_expert_capacity_factor").range;
+  if (m.moe_expert_capacity_factor && !capacity.contains(*m.moe_expert_capacity_factor)) {
     rule_error(where, "model.moe_expert_capacity_factor",
-               fmt::format("must be a finite number > 0 (null = dropless), got {}",
-                           *m.moe_expert_capacity_factor));
+               fmt::format("must be a finite number {} (null = dropless), got {}",
+                           capacity.text(), *m.moe_expert_capacity_factor));
   }
   if (m.moe_pad_expert_input_to_capacity && !m.moe_expert_capacity_factor) {
     rule_error(where, "model.moe_pad_expert_input_to_capacity",
                "true needs model.moe_expert_capacity_factor (rule: as Megatron-Core, padding "
                "fills each expert to its capacity; a dropless MoE has none)");
   }
-  if (!kNonNegative.contains(m.moe_aux_loss_coeff)) {
+  const Interval& coeff = key("model.moe_aux_loss_coeff").range;
+  if (!coeff.contains(m.moe_aux_loss_coeff)) {
     rule_error(where, "model.moe_aux_loss_coeff",
-               fmt::format("must be a finite number >= 0, got {}", m.moe_aux_loss_coeff));
+               fmt::format("must be a finite number {}, got {}", coeff.text(),
+                           m.moe_aux_loss_coeff));
   }
   if (experts % ep != 0) {
     rule_error(where, "parallelism.expert_model_parallel_size",
@@ -373,10 +374,11 @@ void check_rules(const Scenario& s, const Locator& where) {
                            "rank holds whole K/V heads, as Megatron-LM asserts)",
                            tp, g));
   }
-  if (!kPositive.contains(m.rotary_base)) {
+  const Interval& base = key("model.rotary_base").range;
+  if (!base.contains(m.rotary_base)) {
     rule_error(where, "model.rotary_base",
-               fmt::format("must be a finite number > 0 (RoPE's base, Megatron --rotary-base), "
-                           "got {}", m.rotary_base));
+               fmt::format("must be a finite number {} (RoPE's base, Megatron --rotary-base), "
+                           "got {}", base.text(), m.rotary_base));
   }
   if (m.position_embedding_type == PositionEmbedding::kRope && m.head_dim() % 2 != 0) {
     rule_error(where, "model.position_embedding_type",
@@ -543,7 +545,7 @@ void check_rules(const Scenario& s, const Locator& where) {
 
   check_moe(s, where);
   check_what_if(s, where);
-  check_live_training(t, where);
+  check_live_training(s, where);
   check_data(s.data, where);
 
   // Rank order: a permutation of tp, cp, ep, dp, pp, as the rank layout parses it.

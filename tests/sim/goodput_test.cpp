@@ -115,19 +115,25 @@ TEST(GoodputMonteCarlo, ReproducesDalysExpectedWallTime) {
   }
 }
 
+/// A job of `nodes` 8-GPU nodes with the default (Llama 3) reliability.
+GoodputJob default_job(int64_t nodes, double iteration_s, double tokens, double checkpoint_bytes) {
+  GoodputJob job;
+  job.iteration_s = iteration_s;
+  job.tokens_per_iteration = tokens;
+  job.nodes = nodes;
+  job.gpus = 8 * nodes;
+  job.checkpoint_bytes = checkpoint_bytes;
+  job.reliability = default_reliability();
+  return job;
+}
+
 // Dubey et al. 2024 (Llama 3), Table 5: 419 unexpected and 47 planned interruptions in 54 days
 // on 2,048 nodes: the default rates give a job MTBF of 54 x 24 / 419 = 3.093 h and a planned
 // interruption every 54 x 24 / 47 h; the simulated runs count 419 failures on average (the
 // node clocks run whatever the job does: a Poisson process of that rate), within 4 standard
 // errors (sqrt(419 / 100)).
 TEST(GoodputMonteCarlo, LlamaThreeRatesGiveThePapersInterruptions) {
-  GoodputJob job;
-  job.iteration_s = 10;
-  job.tokens_per_iteration = 16e6;
-  job.nodes = 2048;
-  job.gpus = 16384;
-  job.checkpoint_bytes = 5.7e12;
-  job.reliability = default_reliability();
+  const GoodputJob job = default_job(2048, 10, 16e6, 5.7e12);
   const GoodputCosts c = goodput_costs(job);
   EXPECT_NEAR(c.mtbf_s / kHour, 54.0 * 24 / 419, 1e-9);
   EXPECT_NEAR(c.planned_interval_s / kHour, 54.0 * 24 / 47, 1e-9);
@@ -143,13 +149,7 @@ TEST(GoodputMonteCarlo, LlamaThreeRatesGiveThePapersInterruptions) {
 // Every second of a run is useful progress or one badput cause: wall = useful + badput, with
 // synchronous and asynchronous saves, spares that run out, and Weibull failures.
 TEST(GoodputMonteCarlo, WallTimeIsUsefulPlusBadput) {
-  GoodputJob job;
-  job.iteration_s = 7;
-  job.tokens_per_iteration = 4e6;
-  job.nodes = 512;
-  job.gpus = 4096;
-  job.checkpoint_bytes = 2e12;
-  job.reliability = default_reliability();
+  GoodputJob job = default_job(512, 7, 4e6, 2e12);
   job.reliability.storage_write_GBps_per_node = 0.05;  // a 78 s write
   // 72-hour repairs at about two failures a day keep about 6 nodes in repair: 7 spares, and
   // the job sometimes waits for one.
@@ -175,13 +175,7 @@ TEST(GoodputMonteCarlo, WallTimeIsUsefulPlusBadput) {
 // An asynchronous save stalls for its copy only: with a 78 s write and a 5 s stall it wins on
 // the same seeds.
 TEST(GoodputMonteCarlo, AsynchronousSaveStallsLess) {
-  GoodputJob job;
-  job.iteration_s = 7;
-  job.tokens_per_iteration = 4e6;
-  job.nodes = 512;
-  job.gpus = 4096;
-  job.checkpoint_bytes = 2e12;
-  job.reliability = default_reliability();
+  GoodputJob job = default_job(512, 7, 4e6, 2e12);
   job.reliability.storage_write_GBps_per_node = 0.05;
   const GoodputAtInterval sync = goodput_at_interval(job, 1800, GoodputHorizon{10 * kDay, 0}, 20, 3);
   job.reliability.async_save = true;

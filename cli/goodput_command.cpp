@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/format.hpp"
 #include "cli/replay_progress.hpp"
 #include "cli/scenario_options.hpp"
@@ -129,11 +130,11 @@ void register_goodput_command(CLI::App& app) {
       "tokens, badput by cause, Young's and Daly's checkpoint intervals and the best one found");
   add_scenario_options(*cmd, o->scenario);
   cmd->add_option("--days", o->days, "Wall-clock length of the run (days)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--checkpoint-interval", o->interval,
                   "auto (Daly's optimum) or minutes of training between checkpoints");
   cmd->add_option("--runs", o->runs, "Simulated runs (Monte Carlo samples)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--seed", o->seed, "Seed of the first run (run i uses seed + i)");
   cmd->add_flag("--json", o->json, "Print the report as JSON");
   cmd->add_option("--engine", o->engine,
@@ -142,7 +143,7 @@ void register_goodput_command(CLI::App& app) {
       ->check(CLI::IsMember({"replay", "analytical"}));
   cmd->add_option("--iteration-time", o->iteration_time_s,
                   "Iteration time in seconds (skips the simulation of one iteration)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
     const double interval_s = parse_interval_s(o->interval);

@@ -16,6 +16,7 @@
 
 #include "cli/backend_choice.hpp"
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
@@ -281,20 +282,21 @@ void register_profile_command(CLI::App& app) {
                   "Database to write and merge into (default: traces/db/<device>.json beside "
                   "the scenario's topologies/ folder)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs per kernel (collectives: nccl-tests -w)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Timed runs per kernel (collectives: nccl-tests -n)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--min-time", o->min_time_s,
                   "Kernels: more timed runs until they add up to this many seconds (Google "
-                  "Benchmark's and nvbench's min-time), so short kernels are sampled as long")
-      ->check(CLI::NonNegativeNumber)
+                  "Benchmark's and nvbench's min-time), so short kernels are sampled as long; at "
+                  "most 600 per kernel")
+      ->check(number_in(0, false, 600))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads,
                   "GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else this "
                   "host's cores shared among the ranks on it, as train)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_flag("--collectives", o->collectives,
                 "Measure all_reduce, all_gather, reduce_scatter and send/recv over the MPI world "
                 "(mpirun -np N) at nccl-tests' sizes instead of kernels");

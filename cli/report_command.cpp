@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "core/error.hpp"
 #include "viz/report.hpp"
 
@@ -62,7 +63,7 @@ void register_report_command(CLI::App& app) {
                   "Above this many ops the Gantt chart keeps TP rank 0's compute stream per "
                   "stage, then merges micro-batch blocks")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([o] {
     const auto vega_dir = resolve_vega_dir(o->vega_dir);
     GanttOptions gantt;

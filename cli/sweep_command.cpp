@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/report_output.hpp"
 #include "cli/sweep_mpi.hpp"
@@ -336,7 +337,7 @@ void register_sweep_command(CLI::App& app) {
   cmd->add_option("--global-batch-size-per-dp", o->global_batch_size_per_dp,
                   "Global batch = N x DP in every configuration (weak scaling; default: the "
                   "scenario's global batch, fixed)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--train-tokens", o->train_tokens,
                   "Token budget (15T, 2e12): days and GPU-hours to train it, per GPU count");
   cmd->add_flag(

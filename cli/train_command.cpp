@@ -14,6 +14,7 @@
 
 #include "cli/backend_choice.hpp"
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/sweep_mpi.hpp"
 #include "core/allocator_policy.hpp"
@@ -274,7 +275,7 @@ void register_train_command(CLI::App& app) {
                   "Under mpirun/srun: a rank that waits longer than this on a collective or "
                   "send/recv aborts the job, naming the op, group and missing ranks (Megatron-LM)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([o] {
     retain_freed_memory();  // the same blocks every iteration (core/allocator_policy.hpp)
     if (!launched_by_mpi()) return run_train(*o, nullptr);

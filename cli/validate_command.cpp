@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/validate_live.hpp"
 #include "core/error.hpp"
@@ -57,15 +58,15 @@ void register_validate_command(CLI::App& app) {
                   "the scenario's cluster.topology)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--iterations", live->iterations, "With --live: timed live iterations")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--warmup", live->warmup, "With --live: untimed live iterations first")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--threads", live->threads,
                   "With --live: GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else "
                   "the cores shared among the ranks on this host, as train and profile)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--backend", live->backend,
                   "With --live: executor backend of the live run, cpu or cuda (one GPU, fp32)")
       ->capture_default_str()
@@ -73,7 +74,7 @@ void register_validate_command(CLI::App& app) {
   cmd->add_option("--kernels", live->kernels,
                   "With --live: print the N kernels whose live and simulated times differ most "
                   "(per call and over an iteration; 0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_option("--timeline", live->timeline,
                   "With --live: write rank 0's live ops (with kernel durations) as a Chrome/Perfetto "
@@ -86,7 +87,7 @@ void register_validate_command(CLI::App& app) {
   cmd->add_option("--launch-overhead-us", o->launch_us, "Roofline: fixed time per kernel (us)");
   cmd->add_option("--jobs", o->jobs,
                   "Cases simulated at once, each in its own worker process (default: the number of cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([o, live] {
     if (!live->scenario.file.empty()) return run_validate_live(*live);
     if (!live->scenario.overrides().empty()) {

@@ -66,6 +66,16 @@ struct Place {
 void check_positive(const Place& p, std::string_view key, double v) {
   if (!std::isfinite(v) || !(v > 0)) p.fail(key, fmt::format("must be > 0 (got {})", v));
 }
+/// A duration in microseconds: > 0 and at least 1 ns. No kernel or transfer is shorter (a GPU
+/// clock tick is ~0.5 ns), and a value like 5e-324 us would make an iteration take 0 s.
+constexpr double kShortestDurationUs = 1e-3;
+void check_duration(const Place& p, std::string_view key, double v) {
+  check_positive(p, key, v);
+  if (v < kShortestDurationUs) {
+    p.fail(key, fmt::format("must be at least {} us (1 ns; no kernel or transfer is shorter), "
+                            "got {}", kShortestDurationUs, v));
+  }
+}
 void check_non_negative(const Place& p, std::string_view key, double v) {
   if (!std::isfinite(v) || !(v >= 0)) p.fail(key, fmt::format("must be >= 0 (got {})", v));
 }
@@ -80,9 +90,9 @@ void check_kernel(const KernelMeasurement& m, const Place& p) {
     check_at_least(p, fmt::format("shape[{}]", i), m.key.shape[i], 1);
   }
   check_at_least(p, "tp", m.key.tp, 1);
-  check_positive(p, "median_us", m.median_us);
-  check_positive(p, "p10_us", m.p10_us);
-  check_positive(p, "p90_us", m.p90_us);
+  check_duration(p, "median_us", m.median_us);
+  check_duration(p, "p10_us", m.p10_us);
+  check_duration(p, "p90_us", m.p90_us);
   if (m.p10_us > m.median_us) {
     p.fail("p10_us", fmt::format("{} > median_us {} (need p10_us <= median_us <= p90_us)", m.p10_us,
                                  m.median_us));
@@ -91,7 +101,7 @@ void check_kernel(const KernelMeasurement& m, const Place& p) {
     p.fail("p90_us", fmt::format("{} < median_us {} (need p10_us <= median_us <= p90_us)", m.p90_us,
                                  m.median_us));
   }
-  if (m.mean_us) check_positive(p, "mean_us", *m.mean_us);
+  if (m.mean_us) check_duration(p, "mean_us", *m.mean_us);
   check_at_least(p, "samples", m.samples, 1);
   check_non_negative(p, "flops", m.flops);
   check_non_negative(p, "bytes", m.bytes);
@@ -112,7 +122,7 @@ void check_collective(const CollectiveMeasurement& c, const Place& p) {
   check_at_least(p, "ranks", c.ranks, 2);
   if (c.nodes) check_at_least(p, "nodes", *c.nodes, 1);
   if (c.algorithm && c.algorithm->empty()) p.fail("algorithm", "must not be empty");
-  check_positive(p, "time_us", c.time_us);
+  check_duration(p, "time_us", c.time_us);
   check_non_negative(p, "algbw_GBps", c.algbw_GBps);
   check_non_negative(p, "busbw_GBps", c.busbw_GBps);
 }

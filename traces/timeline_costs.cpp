@@ -60,20 +60,30 @@ std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t) {
         k.key.name = j.at("name").get<std::string>();
         k.key.shape = j.at("shape").get<std::vector<int64_t>>();
         const std::string dtype = j.at("dtype").get<std::string>();
+        // Every kernel dtype a Program keys (the cuda backend's TF32 and bf16-arithmetic GEMMs
+        // too, core/lowering_kernels.hpp).
         bool known = false;
-        for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+        for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16,
+                            Precision::kFp8, Precision::kTf32}) {
           if (dtype == to_string(p)) {
             k.key.dtype = p;
             known = true;
           }
         }
-        if (!known) throw Error("unknown dtype \"" + dtype + "\" (allowed: fp32, fp16, bf16)");
+        if (!known) {
+          throw Error("unknown dtype \"" + dtype + "\" (allowed: fp32, fp16, bf16, fp8, tf32)");
+        }
         k.key.tp = j.at("tp").get<int64_t>();
         k.flops = j.at("flops").get<double>();
         k.bytes = j.at("bytes").get<double>();
         Samples& s = by_key[k.key.to_string()];
         s.kernel = k;
-        s.us.push_back(j.at("us").get<double>());
+        const double us = j.at("us").get<double>();
+        if (!std::isfinite(us) || us < 0) {
+          throw Error(k.key.to_string() + ": us must be a duration >= 0, got " +
+                      std::to_string(us));
+        }
+        s.us.push_back(us);
       }
     } catch (const nlohmann::json::exception& e) {
       throw Error(where + e.what());

@@ -169,6 +169,10 @@ TEST(CostDbRead, NegativeOrZeroTimes) {
               HasSubstr("h100.json: kernels[1].p10_us: must be > 0 (got 0)"));
   EXPECT_THAT(second_row_error("\"flops\":2147483648", "\"flops\":-2"),
               HasSubstr("kernels[1].flops: must be >= 0"));
+  // A subnormal duration (issue 31: 5e-324 us gave a 0 s iteration): at least 1 ns.
+  EXPECT_THAT(second_row_error("\"p10_us\":9", "\"p10_us\":5e-324"),
+              HasSubstr("kernels[1].p10_us: must be at least 0.001 us (1 ns; no kernel or "
+                        "transfer is shorter), got 5e-324"));
 }
 
 TEST(CostDbRead, TheOptionalMeanMustBePositive) {

@@ -42,7 +42,7 @@ void register_train_command(CLI::App& app);
 /// `mpirun -np N traintwin profile --collectives`: the communicator's nccl-tests table.
 void register_profile_command(CLI::App& app);
 /// `traintwin goodput SCENARIO [--days D] [--checkpoint-interval auto|MIN] [--runs N] [--seed S]
-/// [--json] [--engine replay|analytical] [--iteration-time S]`: the whole run under failures,
+/// [--json] [--out DIR] [--engine replay|analytical] [--iteration-time S]`: the whole run under failures,
 /// checkpoints and restarts (sim/goodput.hpp).
 void register_goodput_command(CLI::App& app);
 

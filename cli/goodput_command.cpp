@@ -15,6 +15,7 @@
 #include "cli/replay_progress.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "sim/analytical.hpp"
 #include "sim/goodput.hpp"
 #include "sim/session.hpp"
@@ -31,6 +32,7 @@ struct GoodputOptions {
   bool json = false;
   std::string engine = "replay";
   std::optional<double> iteration_time_s;
+  std::string out_dir;  // goodput.json, with every run of the chosen interval
 };
 
 /// "auto" -> 0 (Daly's interval), else minutes > 0 in seconds. Throws ConfigError naming the flag.
@@ -141,12 +143,17 @@ void register_goodput_command(CLI::App& app) {
                   "Where the iteration time comes from: replay (SimGrid, contention) or "
                   "analytical (the estimator, faster at 10K+ GPUs)")
       ->check(CLI::IsMember({"replay", "analytical"}));
+  cmd->add_option("--out", o->out_dir,
+                  "Write DIR/goodput.json: the report and every simulated run of the chosen "
+                  "interval (wall, useful time, failures, badput by cause)");
   cmd->add_option("--iteration-time", o->iteration_time_s,
                   "Iteration time in seconds (skips the simulation of one iteration)")
       ->check(positive_number());
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
     const double interval_s = parse_interval_s(o->interval);
+    // The output folder is checked before the simulation, not after it.
+    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     if (interval_s > o->days * 86400.0) {
       throw ConfigError(fmt::format("--checkpoint-interval: {} min is longer than the run ({} days)",
                                     interval_s / 60.0, o->days));
@@ -171,10 +178,6 @@ void register_goodput_command(CLI::App& app) {
     const GoodputJob job = goodput_job(s, session.topology(), iteration_s);
     const GoodputReport r =
         run_goodput(job, interval_s, GoodputHorizon{o->days * 86400.0, 0}, o->runs, o->seed);
-    if (!o->json) {
-      print_report(s, job, r, *o, source);
-      return;
-    }
     nlohmann::json sweep = nlohmann::json::array();
     for (const GoodputAtInterval& at : r.sweep) sweep.push_back(to_json(at));
     const GoodputCosts& c = r.costs;
@@ -201,7 +204,37 @@ void register_goodput_command(CLI::App& app) {
         {"sweep", sweep},
         {"best_interval_s", r.best_interval_s},
         {"best_mean_ettr", r.best_mean_ettr}};
-    fmt::print("{}\n", out.dump(2));
+    if (o->json) {
+      fmt::print("{}\n", out.dump(2));
+    } else {
+      print_report(s, job, r, *o, source);
+    }
+    if (!o->out_dir.empty()) {
+      nlohmann::json file = out;
+      nlohmann::json runs = nlohmann::json::array();
+      for (const GoodputRun& run : r.chosen.runs) {
+        const Badput& b = run.badput;
+        runs.push_back({{"wall_s", run.wall_s},
+                        {"useful_s", run.useful_s},
+                        {"ettr", run.ettr()},
+                        {"failures", run.failures},
+                        {"planned", run.planned},
+                        {"checkpoints", run.checkpoints},
+                        {"badput_s",
+                         {{"checkpoint_save", b.checkpoint_save_s},
+                          {"lost_progress", b.lost_progress_s},
+                          {"detection", b.detection_s},
+                          {"spare_wait", b.spare_wait_s},
+                          {"restart", b.restart_s},
+                          {"restore", b.restore_s}}}});
+      }
+      file["chosen_runs"] = runs;
+      const std::filesystem::path path = std::filesystem::path(o->out_dir) / "goodput.json";
+      AtomicFile f(path);
+      f.write(file.dump(2) + "\n");
+      f.commit();
+      if (!o->json) fmt::print("wrote {}\n", path.string());
+    }
   });
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,26 @@ TEST(GoodputCli, JsonReportHoldsTogether) {
   EXPECT_GT(ettr, 0.5);
   EXPECT_LT(ettr, 1.0);
   EXPECT_GE(j["best_mean_ettr"].get<double>(), ettr - 1e-12);  // Daly's is one of the sweep's
+}
+
+// --out writes goodput.json: the report and every run of the chosen interval, each run's wall
+// time the sum of its useful time and badput; an output path under a file fails before any work.
+TEST(GoodputCli, OutWritesEveryRun) {
+  const std::string dir = ::testing::TempDir() + "goodput_out";
+  const CliResult r = run_cli("goodput " + kScenario + " --iteration-time 8 --runs 4 --days 3 --out " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("wrote " + dir + "/goodput.json"));
+  std::ifstream in(dir + "/goodput.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["chosen_runs"].size(), 4u);
+  for (const auto& run : j["chosen_runs"]) {
+    double badput = 0;
+    for (const auto& [cause, seconds] : run["badput_s"].items()) badput += seconds.get<double>();
+    EXPECT_NEAR(run["useful_s"].get<double>() + badput, run["wall_s"].get<double>(), 1e-6 * 3 * 86400);
+  }
+  const CliResult bad = run_cli("goodput " + kScenario + " --iteration-time 8 --out " + kScenario + "/x");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--out"));
 }
 
 TEST(GoodputCli, ScenarioReliabilityAndBadFlags) {

@@ -42,8 +42,8 @@ void register_train_command(CLI::App& app);
 /// `mpirun -np N traintwin profile --collectives`: the communicator's nccl-tests table.
 void register_profile_command(CLI::App& app);
 /// `traintwin goodput SCENARIO [--days D] [--checkpoint-interval auto|MIN] [--runs N] [--seed S]
-/// [--json] [--out DIR] [--engine replay|analytical] [--iteration-time S]`: the whole run under failures,
-/// checkpoints and restarts (sim/goodput.hpp).
+/// [--json] [--out DIR] [--engine replay|analytical] [--iteration-time S]`: the whole run under
+/// failures, checkpoints and restarts (sim/goodput.hpp).
 void register_goodput_command(CLI::App& app);
 
 /// `traintwin keys [--readme FILE]`: the scenario key reference as markdown tables, printed or

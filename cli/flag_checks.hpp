@@ -4,21 +4,20 @@
 // ->check(); CLI11 prefixes the flag's name.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <exception>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace traintwin::cli {
 
 /// A finite number in [min, max] (min excluded when `min_open`); the message names the range.
 inline CLI::Validator number_in(double min, bool min_open, double max) {
-  const std::string range =
-      std::isinf(max) ? fmt::format("{} {}", min_open ? ">" : ">=", min)
-                      : fmt::format("in {}{}, {}]", min_open ? "(" : "[", min, max);
+  const std::string range = std::isinf(max)
+                                ? fmt::format("{} {}", min_open ? ">" : ">=", min)
+                                : fmt::format("in {}{}, {}]", min_open ? "(" : "[", min, max);
   return CLI::Validator(
       [min, min_open, max, range](std::string& text) -> std::string {
         double v = 0;

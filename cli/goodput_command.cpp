@@ -4,10 +4,9 @@
 
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
@@ -53,20 +52,21 @@ std::string pct(double x) { return fmt::format("{:.1f} %", 100.0 * x); }
 
 nlohmann::json to_json(const GoodputAtInterval& a) {
   const Badput& b = a.mean_badput_share;
-  return {{"interval_s", a.interval_s},
-          {"mean_ettr", a.mean_ettr},
-          {"ettr", {{"p10", a.ettr.p10}, {"p50", a.ettr.p50}, {"p90", a.ettr.p90}}},
-          {"useful_tokens",
-           {{"p10", a.useful_tokens.p10}, {"p50", a.useful_tokens.p50}, {"p90", a.useful_tokens.p90}}},
-          {"mean_failures", a.mean_failures},
-          {"mean_planned", a.mean_planned},
-          {"badput_share",
-           {{"checkpoint_save", b.checkpoint_save_s},
-            {"lost_progress", b.lost_progress_s},
-            {"detection", b.detection_s},
-            {"spare_wait", b.spare_wait_s},
-            {"restart", b.restart_s},
-            {"restore", b.restore_s}}}};
+  return {
+      {"interval_s", a.interval_s},
+      {"mean_ettr", a.mean_ettr},
+      {"ettr", {{"p10", a.ettr.p10}, {"p50", a.ettr.p50}, {"p90", a.ettr.p90}}},
+      {"useful_tokens",
+       {{"p10", a.useful_tokens.p10}, {"p50", a.useful_tokens.p50}, {"p90", a.useful_tokens.p90}}},
+      {"mean_failures", a.mean_failures},
+      {"mean_planned", a.mean_planned},
+      {"badput_share",
+       {{"checkpoint_save", b.checkpoint_save_s},
+        {"lost_progress", b.lost_progress_s},
+        {"detection", b.detection_s},
+        {"spare_wait", b.spare_wait_s},
+        {"restart", b.restart_s},
+        {"restore", b.restore_s}}}};
 }
 
 void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport& r,
@@ -77,8 +77,8 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
              job.gpus, job.nodes, o.days, o.runs, o.seed);
   fmt::print("iteration  {:.3f} s ({}), {} tokens\n", job.iteration_s, source,
              si(job.tokens_per_iteration));
-  fmt::print("checkpoint {}B: save stall {:.1f} s ({}), load {:.1f} s\n",
-             si(job.checkpoint_bytes), c.save_stall_s,
+  fmt::print("checkpoint {}B: save stall {:.1f} s ({}), load {:.1f} s\n", si(job.checkpoint_bytes),
+             c.save_stall_s,
              rel.async_save ? fmt::format("asynchronous; write {:.1f} s", c.save_write_s)
                             : std::string("synchronous write"),
              c.restore_s);
@@ -87,18 +87,20 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
   std::string classes;
   double total = 0;
   for (const auto& [name, f] : rel.failures) {
-    classes += fmt::format("{}{} {:.3g}", classes.empty() ? "" : ", ", name,
-                           f.rate_per_1000_node_days);
+    classes +=
+        fmt::format("{}{} {:.3g}", classes.empty() ? "" : ", ", name, f.rate_per_1000_node_days);
     total += f.rate_per_1000_node_days;
   }
-  fmt::print("failures   {:.3g} per 1000 node-days ({}): job MTBF {:.2f} h; planned interruption "
-             "every {}\n",
-             total, classes, c.mtbf_s / 3600.0,
-             std::isinf(c.planned_interval_s) ? std::string("never")
-                                              : fmt::format("{:.1f} h", c.planned_interval_s / 3600.0));
-  fmt::print("interval   Young {}, Daly {} (delta = the save stall); "
-             "simulated every {}\n\n",
-             minutes(r.young_s), minutes(r.daly_s), minutes(r.chosen.interval_s));
+  fmt::print(
+      "failures   {:.3g} per 1000 node-days ({}): job MTBF {:.2f} h; planned interruption "
+      "every {}\n",
+      total, classes, c.mtbf_s / 3600.0,
+      std::isinf(c.planned_interval_s) ? std::string("never")
+                                       : fmt::format("{:.1f} h", c.planned_interval_s / 3600.0));
+  fmt::print(
+      "interval   Young {}, Daly {} (delta = the save stall); "
+      "simulated every {}\n\n",
+      minutes(r.young_s), minutes(r.daly_s), minutes(r.chosen.interval_s));
   const GoodputAtInterval& a = r.chosen;
   fmt::print("ETTR       p10 {}  p50 {}  p90 {}  (mean {})\n", pct(a.ettr.p10), pct(a.ettr.p50),
              pct(a.ettr.p90), pct(a.mean_ettr));
@@ -155,8 +157,9 @@ void register_goodput_command(CLI::App& app) {
     // The output folder is checked before the simulation, not after it.
     if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     if (interval_s > o->days * 86400.0) {
-      throw ConfigError(fmt::format("--checkpoint-interval: {} min is longer than the run ({} days)",
-                                    interval_s / 60.0, o->days));
+      throw ConfigError(
+          fmt::format("--checkpoint-interval: {} min is longer than the run ({} days)",
+                      interval_s / 60.0, o->days));
     }
     ReplayProgressLine progress(!o->json);
     SimulationOptions opts;
@@ -181,29 +184,28 @@ void register_goodput_command(CLI::App& app) {
     nlohmann::json sweep = nlohmann::json::array();
     for (const GoodputAtInterval& at : r.sweep) sweep.push_back(to_json(at));
     const GoodputCosts& c = r.costs;
-    const nlohmann::json out = {
-        {"scenario", s.name},
-        {"gpus", job.gpus},
-        {"nodes", job.nodes},
-        {"days", o->days},
-        {"runs", o->runs},
-        {"seed", o->seed},
-        {"iteration_s", job.iteration_s},
-        {"iteration_source", source},
-        {"checkpoint_bytes", job.checkpoint_bytes},
-        {"costs",
-         {{"save_write_s", c.save_write_s},
-          {"save_stall_s", c.save_stall_s},
-          {"restore_s", c.restore_s},
-          {"restart_s", c.restart_s},
-          {"detection_s", c.detection_s},
-          {"mtbf_s", c.mtbf_s}}},
-        {"young_interval_s", r.young_s},
-        {"daly_interval_s", r.daly_s},
-        {"chosen", to_json(r.chosen)},
-        {"sweep", sweep},
-        {"best_interval_s", r.best_interval_s},
-        {"best_mean_ettr", r.best_mean_ettr}};
+    const nlohmann::json out = {{"scenario", s.name},
+                                {"gpus", job.gpus},
+                                {"nodes", job.nodes},
+                                {"days", o->days},
+                                {"runs", o->runs},
+                                {"seed", o->seed},
+                                {"iteration_s", job.iteration_s},
+                                {"iteration_source", source},
+                                {"checkpoint_bytes", job.checkpoint_bytes},
+                                {"costs",
+                                 {{"save_write_s", c.save_write_s},
+                                  {"save_stall_s", c.save_stall_s},
+                                  {"restore_s", c.restore_s},
+                                  {"restart_s", c.restart_s},
+                                  {"detection_s", c.detection_s},
+                                  {"mtbf_s", c.mtbf_s}}},
+                                {"young_interval_s", r.young_s},
+                                {"daly_interval_s", r.daly_s},
+                                {"chosen", to_json(r.chosen)},
+                                {"sweep", sweep},
+                                {"best_interval_s", r.best_interval_s},
+                                {"best_mean_ettr", r.best_mean_ettr}};
     if (o->json) {
       fmt::print("{}\n", out.dump(2));
     } else {

@@ -149,11 +149,21 @@ double parse_tokens(const std::string& text) {
   std::string number = text;
   if (!text.empty()) {
     switch (text.back()) {
-      case 'K': scale = 1e3; break;
-      case 'M': scale = 1e6; break;
-      case 'B': case 'G': scale = 1e9; break;
-      case 'T': scale = 1e12; break;
-      default: break;
+      case 'K':
+        scale = 1e3;
+        break;
+      case 'M':
+        scale = 1e6;
+        break;
+      case 'B':
+      case 'G':
+        scale = 1e9;
+        break;
+      case 'T':
+        scale = 1e12;
+        break;
+      default:
+        break;
     }
     if (scale != 1) number.pop_back();
   }
@@ -165,7 +175,8 @@ double parse_tokens(const std::string& text) {
   }
   throw ConfigError(fmt::format(
       "--train-tokens: expected a token count > 0 with an optional K, M, B or T suffix (15T), "
-      "got '{}'", text));
+      "got '{}'",
+      text));
 }
 
 /// A scaling study: per GPU count, the best ranked layout (rows are ranked by tokens/s), its
@@ -176,8 +187,8 @@ void print_scaling(const std::vector<SweepRow>& rows, const std::vector<int64_t>
   fmt::print("\nscaling: the best ranked layout per GPU count{}\n",
              tokens ? fmt::format(", {} tokens to train", si(*tokens)) : std::string());
   fmt::print("{:>6} {:>6} {:>10} {:>12} {:>10} {:>6}{}  {}\n", "GPUs", "batch", "iter (s)",
-             "tokens/s", "tok/s/GPU", "MFU %", tokens ? fmt::format(" {:>8} {:>11}", "days", "GPU-hours") : "",
-             "layout");
+             "tokens/s", "tok/s/GPU", "MFU %",
+             tokens ? fmt::format(" {:>8} {:>11}", "days", "GPU-hours") : "", "layout");
   for (const int64_t n : gpus) {
     const SweepRow* best = nullptr;
     for (const SweepRow& r : rows) {

@@ -40,10 +40,10 @@ struct ReliabilitySpec {
   /// Planned interruptions (maintenance; the job saves first, so no progress is lost) per 1000
   /// node-days, >= 0.
   double planned_interruptions_per_1000_node_days = 0;
-  double detection_s = 600;        ///< failure until the job is declared dead, >= 0
-  double requeue_s = 120;          ///< re-queue and node swap (a spare is ready), >= 0
-  double process_start_s = 60;     ///< process start, imports, model build, >= 0
-  double communicator_init_s = 10;             ///< NCCL/communicator setup, fixed part, >= 0
+  double detection_s = 600;         ///< failure until the job is declared dead, >= 0
+  double requeue_s = 120;           ///< re-queue and node swap (a spare is ready), >= 0
+  double process_start_s = 60;      ///< process start, imports, model build, >= 0
+  double communicator_init_s = 10;  ///< NCCL/communicator setup, fixed part, >= 0
   double communicator_init_s_per_1000_gpus = 2;  ///< and its growth with the world size, >= 0
   /// Checkpoint storage: each node writes (reads) its share at the per-node rate, all nodes
   /// together at most at the file system's aggregate rate. > 0.
@@ -56,7 +56,7 @@ struct ReliabilitySpec {
   bool async_save = false;
   double async_save_stall_s = 5;  ///< >= 0
   /// Spare nodes that replace a failed one at once; without one the job waits for a repair.
-  int64_t spare_nodes = 32;      ///< >= 0, at most the job's nodes
+  int64_t spare_nodes = 32;       ///< >= 0, at most the job's nodes
   double node_repair_hours = 24;  ///< a failed node's return to the spare pool, > 0
 };
 

@@ -795,15 +795,16 @@ class Reader {
                       const Interval& range) {
       const std::optional<double> v = get_number(s, key, range);
       if (!v) return;
-      if (!range.contains(*v)) fail(path_of(s, key), fmt::format("must be {} (got {})", range.text(), *v));
+      if (!range.contains(*v))
+        fail(path_of(s, key), fmt::format("must be {} (got {})", range.text(), *v));
       field = *v;
     };
     for (const std::string map : {std::string(kFailureRates), std::string(kWeibullShapes)}) {
       const YAML::Node m = node_at(map);
       if (!m || m.IsNull()) continue;
       if (!m.IsMap()) {
-        fail(map, fmt::format("expected a mapping of components, got {} (allowed: {})",
-                              describe(m), join(kFailureComponents)));
+        fail(map, fmt::format("expected a mapping of components, got {} (allowed: {})", describe(m),
+                              join(kFailureComponents)));
       }
       const bool rates = map == kFailureRates;
       for (const std::string_view component : kFailureComponents) {
@@ -821,8 +822,9 @@ class Reader {
           double shape = 1.0;
           number(map, key, shape, kPositive);
           if (r.failures.count(key) == 0) {
-            fail(path_of(map, key), fmt::format("component {} has no failure rate (failure_rates: {})",
-                                                key, rates_text(r)));
+            fail(path_of(map, key),
+                 fmt::format("component {} has no failure rate (failure_rates: {})", key,
+                             rates_text(r)));
           }
           r.failures[key].weibull_shape = shape;
         }

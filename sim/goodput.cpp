@@ -1,6 +1,8 @@
 // Goodput of a whole run under failures and checkpoints; see goodput.hpp for the model.
 #include "sim/goodput.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,8 +10,6 @@
 #include <queue>
 #include <string>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/params.hpp"
@@ -29,7 +29,8 @@ void require_positive(double v, const char* what, const char* who) {
 
 void require_non_negative(double v, const char* what, const char* who) {
   if (!(std::isfinite(v) && v >= 0)) {
-    throw InvalidArgument(fmt::format("{}: {} must be a finite number >= 0 (got {})", who, what, v));
+    throw InvalidArgument(
+        fmt::format("{}: {} must be a finite number >= 0 (got {})", who, what, v));
   }
 }
 
@@ -87,7 +88,10 @@ class RunSimulation {
  public:
   RunSimulation(const GoodputJob& job, const GoodputCosts& costs, double interval_s,
                 const GoodputHorizon& horizon, uint64_t seed)
-      : job_(job), c_(costs), interval_s_(interval_s), rng_(seed),
+      : job_(job),
+        c_(costs),
+        interval_s_(interval_s),
+        rng_(seed),
         wall_end_(horizon.wall_s > 0 ? horizon.wall_s : kInf),
         work_s_(horizon.wall_s > 0 ? kInf : horizon.work_s),
         spares_free_(job.reliability.spare_nodes),
@@ -157,7 +161,8 @@ class RunSimulation {
   void draw_slot(int64_t slot) {
     const uint64_t v = ++versions_[static_cast<size_t>(slot)];
     double first = kInf;
-    for (const auto& [mean_s, shape] : classes_) first = std::min(first, t_ + rng_.weibull(mean_s, shape));
+    for (const auto& [mean_s, shape] : classes_)
+      first = std::min(first, t_ + rng_.weibull(mean_s, shape));
     // The slot's failure is the earliest of its classes' (the others are drawn again when the
     // node is replaced; a renewal of the surviving classes would change only Weibull shapes != 1).
     clocks_.push(Clock{first, slot, v});
@@ -287,7 +292,8 @@ class RunSimulation {
   double interval_s_;
   Rng rng_;
   double wall_end_, work_s_;
-  std::vector<std::pair<double, double>> classes_;  // (mean time between failures of one node, shape)
+  std::vector<std::pair<double, double>>
+      classes_;  // (mean time between failures of one node, shape)
   std::vector<uint64_t> versions_;
   std::priority_queue<Clock, std::vector<Clock>, std::greater<>> clocks_;
   std::priority_queue<double, std::vector<double>, std::greater<>> repairs_;
@@ -304,8 +310,8 @@ void check_horizon(const GoodputHorizon& h) {
   if (wall == work || !std::isfinite(h.wall_s) || !std::isfinite(h.work_s) || h.wall_s < 0 ||
       h.work_s < 0) {
     throw InvalidArgument(fmt::format(
-        "goodput: the horizon needs exactly one of wall_s and work_s > 0 (got {} and {})",
-        h.wall_s, h.work_s));
+        "goodput: the horizon needs exactly one of wall_s and work_s > 0 (got {} and {})", h.wall_s,
+        h.work_s));
   }
 }
 
@@ -362,12 +368,13 @@ GoodputCosts goodput_costs(const GoodputJob& job) {
   require_non_negative(job.tokens_per_iteration, "the tokens per iteration", kWho);
   require_non_negative(job.checkpoint_bytes, "the checkpoint bytes", kWho);
   if (job.nodes < 1 || job.gpus < 1) {
-    throw InvalidArgument(fmt::format("goodput: nodes and GPUs must be >= 1 (got {} and {})",
-                                      job.nodes, job.gpus));
+    throw InvalidArgument(
+        fmt::format("goodput: nodes and GPUs must be >= 1 (got {} and {})", job.nodes, job.gpus));
   }
   const ReliabilitySpec& r = job.reliability;
   if (r.failures.empty()) {
-    throw ConfigError(fmt::format("{}.failure_rates: at least one component class is needed", kKey));
+    throw ConfigError(
+        fmt::format("{}.failure_rates: at least one component class is needed", kKey));
   }
   double rate_per_node_s = 0;
   for (const auto& [name, f] : r.failures) {
@@ -393,8 +400,7 @@ GoodputCosts goodput_costs(const GoodputJob& job) {
   }
   const auto nodes = static_cast<double>(job.nodes);
   GoodputCosts c;
-  const double write_Bps =
-      std::min(nodes * r.storage_write_GBps_per_node, r.filesystem_GBps) * 1e9;
+  const double write_Bps = std::min(nodes * r.storage_write_GBps_per_node, r.filesystem_GBps) * 1e9;
   const double read_Bps = std::min(nodes * r.storage_read_GBps_per_node, r.filesystem_GBps) * 1e9;
   c.save_write_s = job.checkpoint_bytes / write_Bps;
   c.save_stall_s = r.async_save ? r.async_save_stall_s : c.save_write_s;
@@ -420,8 +426,7 @@ GoodputRun simulate_goodput_run(const GoodputJob& job, double interval_s,
 }
 
 GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
-                                      const GoodputHorizon& horizon, int64_t runs,
-                                      uint64_t seed) {
+                                      const GoodputHorizon& horizon, int64_t runs, uint64_t seed) {
   if (runs < 1) throw InvalidArgument(fmt::format("goodput: runs must be >= 1 (got {})", runs));
   GoodputAtInterval out;
   out.interval_s = std::max(1.0, std::round(interval_s / job.iteration_s)) * job.iteration_s;
@@ -458,8 +463,8 @@ GoodputReport run_goodput(const GoodputJob& job, double interval_s, const Goodpu
   const double delta = std::max(rep.costs.save_stall_s, 1e-6 * job.iteration_s);
   rep.young_s = young_interval_s(delta, rep.costs.mtbf_s);
   rep.daly_s = daly_interval_s(delta, rep.costs.mtbf_s);
-  rep.chosen = goodput_at_interval(job, interval_s > 0 ? interval_s : rep.daly_s, horizon, runs,
-                                   seed);
+  rep.chosen =
+      goodput_at_interval(job, interval_s > 0 ? interval_s : rep.daly_s, horizon, runs, seed);
   for (int k = -4; k <= 4; ++k) {
     GoodputAtInterval at =
         goodput_at_interval(job, rep.daly_s * std::exp2(k / 2.0), horizon, runs, seed);

@@ -54,11 +54,11 @@ double daly_expected_wall_s(double work_s, double interval_s, double save_s, dou
 
 /// The job whose run is simulated.
 struct GoodputJob {
-  double iteration_s = 0;            ///< one iteration, > 0
-  double tokens_per_iteration = 0;   ///< global batch x sequence length, >= 0
-  int64_t nodes = 0;                 ///< >= 1
-  int64_t gpus = 0;                  ///< >= 1 (communicator initialisation grows with it)
-  double checkpoint_bytes = 0;       ///< the whole checkpoint, >= 0
+  double iteration_s = 0;           ///< one iteration, > 0
+  double tokens_per_iteration = 0;  ///< global batch x sequence length, >= 0
+  int64_t nodes = 0;                ///< >= 1
+  int64_t gpus = 0;                 ///< >= 1 (communicator initialisation grows with it)
+  double checkpoint_bytes = 0;      ///< the whole checkpoint, >= 0
   ReliabilitySpec reliability;
 };
 
@@ -76,12 +76,12 @@ GoodputJob goodput_job(const Scenario& s, const TopologySpec& topo, double itera
 
 /// The costs derived from a job (seconds).
 struct GoodputCosts {
-  double save_write_s = 0;   ///< the checkpoint write at the storage's rate
-  double save_stall_s = 0;   ///< what training stalls per save (the write, or the async stall)
-  double restore_s = 0;      ///< the checkpoint load
-  double restart_s = 0;      ///< re-queue + process start + communicator initialisation
+  double save_write_s = 0;  ///< the checkpoint write at the storage's rate
+  double save_stall_s = 0;  ///< what training stalls per save (the write, or the async stall)
+  double restore_s = 0;     ///< the checkpoint load
+  double restart_s = 0;     ///< re-queue + process start + communicator initialisation
   double detection_s = 0;
-  double mtbf_s = 0;         ///< of the job, unexpected failures: 1 / (nodes x sum of rates)
+  double mtbf_s = 0;              ///< of the job, unexpected failures: 1 / (nodes x sum of rates)
   double planned_interval_s = 0;  ///< mean time between planned interruptions (inf if none)
 };
 
@@ -95,22 +95,22 @@ struct Badput {
   double checkpoint_save_s = 0;  ///< stalls of saves (planned interruptions' saves included)
   double lost_progress_s = 0;    ///< progress since the last durable checkpoint, lost at failures
   double detection_s = 0;
-  double spare_wait_s = 0;       ///< no spare node: waiting for a repaired one
-  double restart_s = 0;          ///< re-queue, process start, communicator initialisation
-  double restore_s = 0;          ///< checkpoint loads
+  double spare_wait_s = 0;  ///< no spare node: waiting for a repaired one
+  double restart_s = 0;     ///< re-queue, process start, communicator initialisation
+  double restore_s = 0;     ///< checkpoint loads
   double total() const {
-    return checkpoint_save_s + lost_progress_s + detection_s + spare_wait_s + restart_s +
-           restore_s;
+    return checkpoint_save_s + lost_progress_s + detection_s + spare_wait_s + restart_s + restore_s;
   }
 };
 
 /// One simulated run.
 struct GoodputRun {
   double wall_s = 0;
-  double useful_s = 0;     ///< progress at the end (the last iterations count: a final save ends a run)
-  int64_t failures = 0;    ///< unexpected interruptions
-  int64_t planned = 0;     ///< planned interruptions that stopped the job
-  int64_t checkpoints = 0; ///< saves started
+  double useful_s =
+      0;  ///< progress at the end (the last iterations count: a final save ends a run)
+  int64_t failures = 0;     ///< unexpected interruptions
+  int64_t planned = 0;      ///< planned interruptions that stopped the job
+  int64_t checkpoints = 0;  ///< saves started
   Badput badput;
   double ettr() const { return wall_s > 0 ? useful_s / wall_s : 0.0; }
 };
@@ -149,17 +149,16 @@ struct GoodputAtInterval {
 
 /// Runs `runs` (>= 1) runs at `interval_s`. Throws as simulate_goodput_run().
 GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
-                                      const GoodputHorizon& horizon, int64_t runs,
-                                      uint64_t seed);
+                                      const GoodputHorizon& horizon, int64_t runs, uint64_t seed);
 
 /// Everything `traintwin goodput` reports.
 struct GoodputReport {
   GoodputCosts costs;
   double young_s = 0;
   double daly_s = 0;
-  GoodputAtInterval chosen;                 ///< at the requested (or Daly's) interval
-  std::vector<GoodputAtInterval> sweep;     ///< Daly's interval x 2^(k/2), k = -4..4 (no runs kept)
-  double best_interval_s = 0;               ///< of the sweep, highest mean ETTR
+  GoodputAtInterval chosen;              ///< at the requested (or Daly's) interval
+  std::vector<GoodputAtInterval> sweep;  ///< Daly's interval x 2^(k/2), k = -4..4 (no runs kept)
+  double best_interval_s = 0;            ///< of the sweep, highest mean ETTR
   double best_mean_ettr = 0;
 };
 

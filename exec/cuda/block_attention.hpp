@@ -10,8 +10,8 @@
 //   dv_j += z_j P_j dout,  dS_j = P_j (z_j dout . v_j - D) scale,  dq += dS_j k_j,  dk_j += dS_j q
 // Kernels: fp32 storage; under float32_matmul_precision high or medium (TF32 or bf16 products)
 // and head_dim 64 or 128, the tensor-core kernels of flash_attention_tc.cuh (FlashAttention-2's
-// tiles through WMMA); otherwise fp32 arithmetic (no tensor cores), no T x T store. The forward and the
-// dq kernel take 16 query rows of one (sample, head) per block of 4 warps (4 rows per warp),
+// tiles through WMMA); otherwise fp32 arithmetic (no tensor cores), no T x T store. The forward
+// and the dq kernel take 16 query rows of one (sample, head) per block of 4 warps (4 rows per warp),
 // stream the visible keys through shared memory 32 at a time (lane j owns key j of the tile for
 // the scores; the output row is spread over the lanes, D / 32 channels each) with the online
 // softmax of Milakov & Gimelshein 2018; the dk/dv kernel takes 16 keys of one (sample, K/V head)

@@ -1,8 +1,6 @@
 // Blockwise causal attention on the tensor cores (FlashAttention-2 tiles through WMMA); see
 // flash_attention_tc.cuh. The softmax runs in base 2 (exp2 of s log2(e), as FlashAttention-2's
 // kernels): lse2 = lse log2(e).
-#include "exec/cuda/flash_attention_tc.cuh"
-
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -12,6 +10,7 @@
 #include <type_traits>
 
 #include "exec/cuda/common.cuh"
+#include "exec/cuda/flash_attention_tc.cuh"
 
 namespace traintwin::exec::cuda::detail {
 namespace {
@@ -20,10 +19,10 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = kTcWarps * 32;
-constexpr int kRows = 16;                  // rows (queries, or keys in dk/dv) per warp
-constexpr int kTile = kTcWarps * kRows;    // 64 rows per block; 64 keys (or queries) per step
-constexpr int kScratchLd = kTile + 4;      // a warp's fp32 scratch: [16][68]
-constexpr int kPad = 8;                    // operand rows of D + 8 and 64 + 8 elements
+constexpr int kRows = 16;                // rows (queries, or keys in dk/dv) per warp
+constexpr int kTile = kTcWarps * kRows;  // 64 rows per block; 64 keys (or queries) per step
+constexpr int kScratchLd = kTile + 4;    // a warp's fp32 scratch: [16][68]
+constexpr int kPad = 8;                  // operand rows of D + 8 and 64 + 8 elements
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -115,8 +114,7 @@ __device__ __forceinline__ void warp_mma_a(FragC<T> (&acc)[kN],
 /// converted to T; the rows past `rows` are zero. float4 loads (src 16-byte aligned, D % 4 == 0),
 /// issued 8 at a time before their stores so that a tile costs two memory round trips, not 16.
 template <typename T, int D>
-__device__ __forceinline__ void load_tile(T* dst, const float* src, int64_t rows,
-                                          int64_t stride) {
+__device__ __forceinline__ void load_tile(T* dst, const float* src, int64_t rows, int64_t stride) {
   constexpr int kLd = D + kPad, kVec = D / 4;
   constexpr int kIters = kTile * kVec / kTcThreads;  // 16 (D 128) or 8 (D 64)
   constexpr int kBatch = kIters < 8 ? kIters : 8;
@@ -156,8 +154,7 @@ __device__ __forceinline__ void store_rows(float* dst, int64_t stride, int64_t r
     __syncwarp();
 #pragma unroll
     for (int n = 0; n < kTile / 16; ++n) {
-      wmma::store_matrix_sync(scratch + n * 16, acc[c0 / 16 + n], kScratchLd,
-                              wmma::mem_row_major);
+      wmma::store_matrix_sync(scratch + n * 16, acc[c0 / 16 + n], kScratchLd, wmma::mem_row_major);
     }
     __syncwarp();
     for (int64_t r = 0; r < rows; ++r) {
@@ -346,9 +343,9 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float& e = sm.scratch[0][r * kScratchLd + c];  // S, then z P in place
-        e = kp <= qp[r] ? exp2f(e * scale2 - row_lse2[warp * kRows + r]) *
-                              p.mask.factor(b, h, qp[r], kp)
-                        : 0.0f;
+        e = kp <= qp[r]
+                ? exp2f(e * scale2 - row_lse2[warp * kRows + r]) * p.mask.factor(b, h, qp[r], kp)
+                : 0.0f;
       }
     }
     const T* pz = as_operand<T>(sm.scratch[0], sm.op);
@@ -442,7 +439,8 @@ __global__ void __launch_bounds__(kTcThreads)
     const T* ds = as_operand<T>(sm.scratch[0], sm.op);  // bf16: over dP
     warp_mma<T, D / 16, kTile, wmma::row_major>(dq_acc, ds, kPld, ks, kLd);
   }
-  store_rows<T, D, true>(dq + (b * p.seq_q + w0) * qrow + h * D, qrow, wrows, dq_acc, sm.scratch[0]);
+  store_rows<T, D, true>(dq + (b * p.seq_q + w0) * qrow + h * D, qrow, wrows, dq_acc,
+                         sm.scratch[0]);
 }
 
 // ---- backward: dk, dv ------------------------------------------------------------------------
@@ -478,7 +476,8 @@ __global__ void __launch_bounds__(kTcThreads)
   const float scale2 = p.scale * kLog2e;
   int kp[kRows];  // global positions (below 2^31: tensor_core_attention_applies)
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) kp[r] = r < wkeys ? static_cast<int>(p.kpos.global(wk0 + r)) : INT_MAX;
+  for (int r = 0; r < kRows; ++r)
+    kp[r] = r < wkeys ? static_cast<int>(p.kpos.global(wk0 + r)) : INT_MAX;
 
   FragC<T> dk_acc[D / 16], dv_acc[D / 16];
   zero<T>(dk_acc);
@@ -627,8 +626,8 @@ void tensor_core_attention_backward(float* dq, float* dkv, const float* dout, co
            dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), smem, stream, dq, dout,
            q, kv, lse, dsum, p);
     launch(tc_backward_dkv_kernel<T, D>,
-           dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), smem, stream, dkv,
-           dout, q, kv, lse, dsum, p);
+           dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), smem, stream, dkv, dout,
+           q, kv, lse, dsum, p);
   });
 }
 

@@ -20,8 +20,9 @@ const std::string kTiny = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-ti
 TEST(FlagValuesCli, OutOfRangeNumbersNameTheFlagAndARange) {
   const CliResult repeats = run_cli_limited("profile " + kTiny + " --repeats 0", 30);
   EXPECT_NE(repeats.status, 0);
-  EXPECT_THAT(repeats.output, AllOf(HasSubstr("--repeats"), HasSubstr("must be a number > 0, got 0"),
-                                    Not(HasSubstr("17976931348623157"))));
+  EXPECT_THAT(repeats.output,
+              AllOf(HasSubstr("--repeats"), HasSubstr("must be a number > 0, got 0"),
+                    Not(HasSubstr("17976931348623157"))));
   const CliResult min_time = run_cli_limited("profile " + kTiny + " --min-time 1e300", 30);
   EXPECT_NE(min_time.status, 0);
   EXPECT_THAT(min_time.output, HasSubstr("must be a number in [0, 600], got 1e300"));

@@ -6,9 +6,8 @@
 
 #include <cmath>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "sim/goodput.hpp"
 #include "tests/cli/run_cli.hpp"
@@ -19,10 +18,12 @@ using ::testing::HasSubstr;
 using traintwin::testing::CliResult;
 using traintwin::testing::run_cli;
 
-const std::string kScenario = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+const std::string kScenario =
+    std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
 
 TEST(GoodputCli, JsonReportHoldsTogether) {
-  const CliResult r = run_cli("goodput " + kScenario + " --iteration-time 8 --runs 5 --days 10 --json");
+  const CliResult r =
+      run_cli("goodput " + kScenario + " --iteration-time 8 --runs 5 --days 10 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["gpus"], 1024);
@@ -43,7 +44,8 @@ TEST(GoodputCli, JsonReportHoldsTogether) {
 // time the sum of its useful time and badput; an output path under a file fails before any work.
 TEST(GoodputCli, OutWritesEveryRun) {
   const std::string dir = ::testing::TempDir() + "goodput_out";
-  const CliResult r = run_cli("goodput " + kScenario + " --iteration-time 8 --runs 4 --days 3 --out " + dir);
+  const CliResult r =
+      run_cli("goodput " + kScenario + " --iteration-time 8 --runs 4 --days 3 --out " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("wrote " + dir + "/goodput.json"));
   std::ifstream in(dir + "/goodput.json");
@@ -52,9 +54,11 @@ TEST(GoodputCli, OutWritesEveryRun) {
   for (const auto& run : j["chosen_runs"]) {
     double badput = 0;
     for (const auto& [cause, seconds] : run["badput_s"].items()) badput += seconds.get<double>();
-    EXPECT_NEAR(run["useful_s"].get<double>() + badput, run["wall_s"].get<double>(), 1e-6 * 3 * 86400);
+    EXPECT_NEAR(run["useful_s"].get<double>() + badput, run["wall_s"].get<double>(),
+                1e-6 * 3 * 86400);
   }
-  const CliResult bad = run_cli("goodput " + kScenario + " --iteration-time 8 --out " + kScenario + "/x");
+  const CliResult bad =
+      run_cli("goodput " + kScenario + " --iteration-time 8 --out " + kScenario + "/x");
   EXPECT_NE(bad.status, 0);
   EXPECT_THAT(bad.output, HasSubstr("--out"));
 }
@@ -64,18 +68,23 @@ TEST(GoodputCli, ScenarioReliabilityAndBadFlags) {
                                   " --iteration-time 8 --runs 3 --days 5 --json"
                                   " --set cluster.reliability.failure_rates.gpu=100");
   ASSERT_EQ(fewer.status, 0) << fewer.output;
-  const CliResult base = run_cli("goodput " + kScenario + " --iteration-time 8 --runs 3 --days 5 --json");
+  const CliResult base =
+      run_cli("goodput " + kScenario + " --iteration-time 8 --runs 3 --days 5 --json");
   ASSERT_EQ(base.status, 0) << base.output;
   EXPECT_LT(nlohmann::json::parse(fewer.output)["costs"]["mtbf_s"].get<double>(),
             nlohmann::json::parse(base.output)["costs"]["mtbf_s"].get<double>() / 10);
 
-  const CliResult interval = run_cli("goodput " + kScenario + " --iteration-time 8 --days 1 --checkpoint-interval 2000");
+  const CliResult interval =
+      run_cli("goodput " + kScenario + " --iteration-time 8 --days 1 --checkpoint-interval 2000");
   EXPECT_NE(interval.status, 0);
-  EXPECT_THAT(interval.output, HasSubstr("--checkpoint-interval: 2000 min is longer than the run (1 days)"));
-  const CliResult word = run_cli("goodput " + kScenario + " --iteration-time 8 --checkpoint-interval often");
+  EXPECT_THAT(interval.output,
+              HasSubstr("--checkpoint-interval: 2000 min is longer than the run (1 days)"));
+  const CliResult word =
+      run_cli("goodput " + kScenario + " --iteration-time 8 --checkpoint-interval often");
   EXPECT_NE(word.status, 0);
   EXPECT_THAT(word.output, HasSubstr("expected auto or a number of minutes > 0, got 'often'"));
-  const CliResult spares = run_cli("goodput " + kScenario + " --iteration-time 8 --set cluster.reliability.spare_nodes=500");
+  const CliResult spares = run_cli("goodput " + kScenario +
+                                   " --iteration-time 8 --set cluster.reliability.spare_nodes=500");
   EXPECT_NE(spares.status, 0);
   EXPECT_THAT(spares.output, HasSubstr("cluster.reliability.spare_nodes: must be in [0, 128]"));
 }

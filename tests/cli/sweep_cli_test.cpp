@@ -83,7 +83,8 @@ TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
 // The CP and FP8 axes on the Llama 3.1 8B scenario: CP 1, 2, 4 x FP8 off/on, all valid on 8 H100;
 // the table has CP and FP8 columns and FP8 on ranks above off at the same CP.
 TEST(SweepCli, ContextParallelAndFp8Axes) {
-  const std::string llama = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-8b-h100-8.yaml";
+  const std::string llama =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-8b-h100-8.yaml";
   const Result r = run("sweep " + llama +
                        " --context-parallel-size 1,2,4 --fp8 off,on --mode analytical --jobs 1");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -101,13 +102,15 @@ TEST(SweepCli, ContextParallelAndFp8Axes) {
 // checked against its own tokens/s: days = tokens / (tokens/s) / 86400.
 TEST(SweepCli, ScalingStudyOverGpuCounts) {
   const std::string llama = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-70b-h100-64.yaml";
-  const Result r = run("sweep " + llama +
-                       " --num-gpus 64,128 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4,8"
-                       " --global-batch-size-per-dp 16 --train-tokens 1T --mode analytical --jobs 1");
+  const Result r =
+      run("sweep " + llama +
+          " --num-gpus 64,128 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4,8"
+          " --global-batch-size-per-dp 16 --train-tokens 1T --mode analytical --jobs 1");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("on 64,128 x H100"), HasSubstr("  GPUs  TP"),
-                              HasSubstr("global batch: 16 per data-parallel replica (B = 16 x DP)"),
-                              HasSubstr("scaling: the best ranked layout per GPU count, 1.00T tokens")));
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("on 64,128 x H100"), HasSubstr("  GPUs  TP"),
+                    HasSubstr("global batch: 16 per data-parallel replica (B = 16 x DP)"),
+                    HasSubstr("scaling: the best ranked layout per GPU count, 1.00T tokens")));
   std::istringstream lines(r.output.substr(r.output.find("scaling:")));
   std::string line;
   std::getline(lines, line);  // title
@@ -187,10 +190,12 @@ TEST(SweepCli, PipelineSplitFlagsApplyToEveryLayout) {
                             " --account-for-loss-in-pipeline-split");
   ASSERT_EQ(uneven.status, 0) << uneven.output;
   EXPECT_THAT(uneven.output, HasSubstr("3 configurations: 3 ranked"));
-  const Result twice = run(sweep + " --decoder-first-pipeline-num-layers 2"
-                                   " --set parallelism.decoder_first_pipeline_num_layers=4");
+  const Result twice = run(sweep +
+                           " --decoder-first-pipeline-num-layers 2"
+                           " --set parallelism.decoder_first_pipeline_num_layers=4");
   EXPECT_EQ(twice.status, 2);
-  EXPECT_THAT(twice.output, HasSubstr("parallelism.decoder_first_pipeline_num_layers is given twice"));
+  EXPECT_THAT(twice.output,
+              HasSubstr("parallelism.decoder_first_pipeline_num_layers is given twice"));
 }
 
 TEST(SweepCli, AnalyticalAndAutoModes) {

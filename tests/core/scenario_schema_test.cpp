@@ -86,10 +86,11 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   using scenario_schema::keys_of;
   EXPECT_THAT(keys_of(""),
               ElementsAre("name", "model", "parallelism", "training", "cluster", "data"));
-  EXPECT_THAT(keys_of("cluster"),
-              ElementsAre("topology", "num_gpus", "collective_algorithm", "what_if", "reliability"));
-  EXPECT_THAT(keys_of("cluster.reliability.failure_rates"),
-              ElementsAre("gpu", "hbm", "nic", "network", "cpu", "host", "software", "sdc", "other"));
+  EXPECT_THAT(keys_of("cluster"), ElementsAre("topology", "num_gpus", "collective_algorithm",
+                                              "what_if", "reliability"));
+  EXPECT_THAT(
+      keys_of("cluster.reliability.failure_rates"),
+      ElementsAre("gpu", "hbm", "nic", "network", "cpu", "host", "software", "sdc", "other"));
   EXPECT_TRUE(scenario_schema::is_nested_mapping("cluster.reliability.weibull_shapes"));
   EXPECT_THAT(keys_of("cluster.what_if.straggler"), ElementsAre("rank", "compute_scale"));
   EXPECT_THAT(keys_of("data"), ElementsAre("data_path", "split", "vocab_file", "merge_file"));

@@ -108,8 +108,8 @@ TEST(GoodputMonteCarlo, ReproducesDalysExpectedWallTime) {
     }
     const double se = std::sqrt((sq - mean * mean) / 399.0);
     const double expected = daly_expected_wall_s(500 * kHour, k.interval_s, 300, 600, k.mtbf_s);
-    EXPECT_NEAR(mean, expected, 4 * se) << "MTBF " << k.mtbf_s << ": " << mean / kHour << " h vs "
-                                        << expected / kHour << " h";
+    EXPECT_NEAR(mean, expected, 4 * se)
+        << "MTBF " << k.mtbf_s << ": " << mean / kHour << " h vs " << expected / kHour << " h";
     EXPECT_LT(se, 0.01 * expected);  // the check is tight: under 1 % of the expectation
     for (const GoodputRun& r : at.runs) EXPECT_NEAR(r.useful_s, 500 * kHour, 1e-6);
   }
@@ -177,9 +177,11 @@ TEST(GoodputMonteCarlo, WallTimeIsUsefulPlusBadput) {
 TEST(GoodputMonteCarlo, AsynchronousSaveStallsLess) {
   GoodputJob job = default_job(512, 7, 4e6, 2e12);
   job.reliability.storage_write_GBps_per_node = 0.05;
-  const GoodputAtInterval sync = goodput_at_interval(job, 1800, GoodputHorizon{10 * kDay, 0}, 20, 3);
+  const GoodputAtInterval sync =
+      goodput_at_interval(job, 1800, GoodputHorizon{10 * kDay, 0}, 20, 3);
   job.reliability.async_save = true;
-  const GoodputAtInterval async = goodput_at_interval(job, 1800, GoodputHorizon{10 * kDay, 0}, 20, 3);
+  const GoodputAtInterval async =
+      goodput_at_interval(job, 1800, GoodputHorizon{10 * kDay, 0}, 20, 3);
   EXPECT_GT(async.mean_ettr, sync.mean_ettr);
   EXPECT_LT(async.mean_badput_share.checkpoint_save_s, sync.mean_badput_share.checkpoint_save_s);
 }
@@ -211,8 +213,9 @@ TEST(GoodputInputs, OutOfRangeValuesNameTheirKey) {
               HasSubstr("cluster.reliability.spare_nodes: must be in [0, 1]"));
   EXPECT_THAT(error([](GoodputJob& j) { j.reliability.failures["gpu"].weibull_shape = 0; }),
               HasSubstr("cluster.reliability.weibull_shapes.gpu: must be a finite number > 0"));
-  EXPECT_THAT(error([](GoodputJob& j) { j.reliability.storage_write_GBps_per_node = 0; }),
-              HasSubstr("cluster.reliability.storage_write_GBps_per_node: must be a finite number > 0"));
+  EXPECT_THAT(
+      error([](GoodputJob& j) { j.reliability.storage_write_GBps_per_node = 0; }),
+      HasSubstr("cluster.reliability.storage_write_GBps_per_node: must be a finite number > 0"));
   EXPECT_THAT(error([](GoodputJob& j) { j.reliability.detection_s = -1; }),
               HasSubstr("cluster.reliability.detection_s: must be a finite number >= 0"));
   EXPECT_THROW(simulate_goodput_run(job, 0, GoodputHorizon{kDay, 0}, 1), InvalidArgument);
@@ -230,7 +233,8 @@ std::string scenario_error(const std::vector<Override>& overrides) {
 }
 
 TEST(GoodputInputs, TheScenarioKeysAreReadAndChecked) {
-  const std::string file = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+  const std::string file =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
   EXPECT_FALSE(load_scenario(file).cluster.reliability.has_value());
   const Scenario s = load_scenario(file, {{"cluster.reliability.failure_rates.gpu", "2.5"},
                                           {"cluster.reliability.failure_rates.other", "0"},
@@ -268,7 +272,8 @@ TEST(GoodputInputs, TheScenarioKeysAreReadAndChecked) {
 // The checkpoint holds every parameter once at 14 bytes in mixed precision (2 weights + 4
 // master + 8 Adam moments), 12 in fp32.
 TEST(GoodputInputs, CheckpointBytesPerParameter) {
-  const std::string file = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+  const std::string file =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
   const Scenario bf16 = load_scenario(file);
   const Scenario fp32 = load_scenario(file, {{"training.precision", "fp32"}});
   EXPECT_NEAR(checkpoint_bytes(bf16) / checkpoint_bytes(fp32), 14.0 / 12.0, 1e-12);

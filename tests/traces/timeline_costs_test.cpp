@@ -53,7 +53,8 @@ TEST(TimelineCosts, NegativeDurationsAndUnknownDtypesAreRefused) {
     kernel_rows_from_timeline(timeline_with("[" + kernel("int8", 5) + "]"));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32)"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32)"));
   }
 }
 

@@ -4,12 +4,14 @@
 // ->check(); CLI11 prefixes the flag's name.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <cmath>
-#include <exception>
+#include <optional>
 #include <string>
+
+#include "core/text.hpp"
 
 namespace traintwin::cli {
 
@@ -20,15 +22,8 @@ inline CLI::Validator number_in(double min, bool min_open, double max) {
                                 : fmt::format("in {}{}, {}]", min_open ? "(" : "[", min, max);
   return CLI::Validator(
       [min, min_open, max, range](std::string& text) -> std::string {
-        double v = 0;
-        try {
-          size_t used = 0;
-          v = std::stod(text, &used);
-          if (used != text.size()) v = NAN;
-        } catch (const std::exception&) {
-          v = NAN;
-        }
-        const bool ok = std::isfinite(v) && (min_open ? v > min : v >= min) && v <= max;
+        const std::optional<double> v = parse_number_text(text);
+        const bool ok = v && (min_open ? *v > min : *v >= min) && *v <= max;
         return ok ? std::string() : fmt::format("must be a number {}, got {}", range, text);
       },
       "NUMBER " + range);

@@ -14,6 +14,7 @@
 #include "cli/replay_progress.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "core/posix_file.hpp"
 #include "sim/analytical.hpp"
 #include "sim/goodput.hpp"
@@ -37,12 +38,8 @@ struct GoodputOptions {
 /// "auto" -> 0 (Daly's interval), else minutes > 0 in seconds. Throws ConfigError naming the flag.
 double parse_interval_s(const std::string& text) {
   if (text == "auto") return 0;
-  try {
-    size_t used = 0;
-    const double minutes = std::stod(text, &used);
-    if (used == text.size() && std::isfinite(minutes) && minutes > 0) return minutes * 60.0;
-  } catch (const std::exception&) {
-  }
+  const std::optional<double> minutes = parse_number_text(text);
+  if (minutes && *minutes > 0) return *minutes * 60.0;
   throw ConfigError(fmt::format(
       "--checkpoint-interval: expected auto or a number of minutes > 0, got '{}'", text));
 }
@@ -50,8 +47,14 @@ double parse_interval_s(const std::string& text) {
 std::string minutes(double s) { return fmt::format("{:.1f} min", s / 60.0); }
 std::string pct(double x) { return fmt::format("{:.1f} %", 100.0 * x); }
 
+/// The six badput causes of `b` (seconds, or shares of the wall time), in Badput's order.
+nlohmann::json badput_json(const Badput& b) {
+  return {{"checkpoint_save", b.checkpoint_save_s}, {"lost_progress", b.lost_progress_s},
+          {"detection", b.detection_s},             {"spare_wait", b.spare_wait_s},
+          {"restart", b.restart_s},                 {"restore", b.restore_s}};
+}
+
 nlohmann::json to_json(const GoodputAtInterval& a) {
-  const Badput& b = a.mean_badput_share;
   return {
       {"interval_s", a.interval_s},
       {"mean_ettr", a.mean_ettr},
@@ -60,13 +63,7 @@ nlohmann::json to_json(const GoodputAtInterval& a) {
        {{"p10", a.useful_tokens.p10}, {"p50", a.useful_tokens.p50}, {"p90", a.useful_tokens.p90}}},
       {"mean_failures", a.mean_failures},
       {"mean_planned", a.mean_planned},
-      {"badput_share",
-       {{"checkpoint_save", b.checkpoint_save_s},
-        {"lost_progress", b.lost_progress_s},
-        {"detection", b.detection_s},
-        {"spare_wait", b.spare_wait_s},
-        {"restart", b.restart_s},
-        {"restore", b.restore_s}}}};
+      {"badput_share", badput_json(a.mean_badput_share)}};
 }
 
 void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport& r,
@@ -215,20 +212,13 @@ void register_goodput_command(CLI::App& app) {
       nlohmann::json file = out;
       nlohmann::json runs = nlohmann::json::array();
       for (const GoodputRun& run : r.chosen.runs) {
-        const Badput& b = run.badput;
         runs.push_back({{"wall_s", run.wall_s},
                         {"useful_s", run.useful_s},
                         {"ettr", run.ettr()},
                         {"failures", run.failures},
                         {"planned", run.planned},
                         {"checkpoints", run.checkpoints},
-                        {"badput_s",
-                         {{"checkpoint_save", b.checkpoint_save_s},
-                          {"lost_progress", b.lost_progress_s},
-                          {"detection", b.detection_s},
-                          {"spare_wait", b.spare_wait_s},
-                          {"restart", b.restart_s},
-                          {"restore", b.restore_s}}}});
+                        {"badput_s", badput_json(run.badput)}});
       }
       file["chosen_runs"] = runs;
       const std::filesystem::path path = std::filesystem::path(o->out_dir) / "goodput.json";

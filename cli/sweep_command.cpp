@@ -26,6 +26,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/posix_file.hpp"
+#include "core/text.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sweep.hpp"
 #include "topologies/topology.hpp"
@@ -167,12 +168,8 @@ double parse_tokens(const std::string& text) {
     }
     if (scale != 1) number.pop_back();
   }
-  try {
-    size_t used = 0;
-    const double v = std::stod(number, &used);
-    if (used == number.size() && std::isfinite(v) && v > 0) return v * scale;
-  } catch (const std::exception&) {
-  }
+  const std::optional<double> v = parse_number_text(number);
+  if (v && *v > 0) return *v * scale;
   throw ConfigError(fmt::format(
       "--train-tokens: expected a token count > 0 with an optional K, M, B or T suffix (15T), "
       "got '{}'",

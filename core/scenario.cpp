@@ -167,19 +167,6 @@ bool is_string_typed(const YAML::Node& node) {
   return tag == "!" || tag == "tag:yaml.org,2002:str";
 }
 
-/// A finite decimal number ("2", "2.0", "0.5", "1e-1", "+2"); nullopt for anything else
-/// (including YAML's .inf and .nan).
-std::optional<double> parse_number_text(const std::string& text) {
-  std::string_view digits = text;
-  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
-  if (digits.empty()) return std::nullopt;
-  double value = 0;
-  const char* last = digits.data() + digits.size();
-  auto [ptr, ec] = std::from_chars(digits.data(), last, value);
-  if (ec != std::errc() || ptr != last || !std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
 std::optional<int64_t> parse_integer_text(const std::string& text) {
   std::string_view digits = text;
   if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
@@ -791,8 +778,9 @@ class Reader {
                             describe(node), join(keys_of(sec))));
     }
     ReliabilitySpec r = default_reliability();
-    auto number = [&](const std::string& s, const std::string& key, double& field,
-                      const Interval& range) {
+    // Each key's range is its schema entry's (core/scenario_schema.cpp).
+    auto number = [&](const std::string& s, const std::string& key, double& field) {
+      const Interval& range = scenario_schema::key(path_of(s, key)).range;
       const std::optional<double> v = get_number(s, key, range);
       if (!v) return;
       if (!range.contains(*v))
@@ -812,7 +800,7 @@ class Reader {
         if (!value(map, key)) continue;
         if (rates) {
           double rate = 0;
-          number(map, key, rate, kNonNegative);
+          number(map, key, rate);
           if (rate == 0) {
             r.failures.erase(key);
           } else {
@@ -820,7 +808,7 @@ class Reader {
           }
         } else {
           double shape = 1.0;
-          number(map, key, shape, kPositive);
+          number(map, key, shape);
           if (r.failures.count(key) == 0) {
             fail(path_of(map, key),
                  fmt::format("component {} has no failure rate (failure_rates: {})", key,
@@ -834,20 +822,19 @@ class Reader {
       fail(std::string(kFailureRates), "every failure rate is 0: at least one must be > 0");
     }
     number(sec, "planned_interruptions_per_1000_node_days",
-           r.planned_interruptions_per_1000_node_days, kNonNegative);
-    number(sec, "detection_s", r.detection_s, kNonNegative);
-    number(sec, "requeue_s", r.requeue_s, kNonNegative);
-    number(sec, "process_start_s", r.process_start_s, kNonNegative);
-    number(sec, "communicator_init_s", r.communicator_init_s, kNonNegative);
-    number(sec, "communicator_init_s_per_1000_gpus", r.communicator_init_s_per_1000_gpus,
-           kNonNegative);
-    number(sec, "storage_write_GBps_per_node", r.storage_write_GBps_per_node, kPositive);
-    number(sec, "storage_read_GBps_per_node", r.storage_read_GBps_per_node, kPositive);
-    number(sec, "filesystem_GBps", r.filesystem_GBps, kPositive);
+           r.planned_interruptions_per_1000_node_days);
+    number(sec, "detection_s", r.detection_s);
+    number(sec, "requeue_s", r.requeue_s);
+    number(sec, "process_start_s", r.process_start_s);
+    number(sec, "communicator_init_s", r.communicator_init_s);
+    number(sec, "communicator_init_s_per_1000_gpus", r.communicator_init_s_per_1000_gpus);
+    number(sec, "storage_write_GBps_per_node", r.storage_write_GBps_per_node);
+    number(sec, "storage_read_GBps_per_node", r.storage_read_GBps_per_node);
+    number(sec, "filesystem_GBps", r.filesystem_GBps);
     r.async_save = get_bool(sec, "async_save").value_or(r.async_save);
-    number(sec, "async_save_stall_s", r.async_save_stall_s, kNonNegative);
+    number(sec, "async_save_stall_s", r.async_save_stall_s);
     r.spare_nodes = get_int(sec, "spare_nodes", false, 0).value_or(r.spare_nodes);
-    number(sec, "node_repair_hours", r.node_repair_hours, kPositive);
+    number(sec, "node_repair_hours", r.node_repair_hours);
     return r;
   }
 

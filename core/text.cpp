@@ -1,6 +1,8 @@
 #include "core/text.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <limits>
 
 namespace traintwin {
@@ -32,6 +34,17 @@ std::string_view closest_match(std::string_view key, const std::vector<std::stri
   }
   if (best.empty() || best_distance > std::max<size_t>(2, best.size() / 4)) return {};
   return best;
+}
+
+std::optional<double> parse_number_text(const std::string& text) {
+  std::string_view digits = text;
+  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  if (digits.empty()) return std::nullopt;
+  double value = 0;
+  const char* last = digits.data() + digits.size();
+  auto [ptr, ec] = std::from_chars(digits.data(), last, value);
+  if (ec != std::errc() || ptr != last || !std::isfinite(value)) return std::nullopt;
+  return value;
 }
 
 }  // namespace traintwin

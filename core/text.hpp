@@ -1,7 +1,10 @@
-// Small text helpers shared by the config readers.
+// Small text helpers shared by the config readers and the command line: edit distance and the
+// "did you mean" of an unknown key, and the parse of a number a user wrote.
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -13,5 +16,10 @@ size_t edit_distance(std::string_view a, std::string_view b);
 /// The candidate closest to `key` by edit distance when it is a plausible misspelling (distance
 /// <= max(2, length / 4)), else an empty view: the "did you mean" of unknown-key errors.
 std::string_view closest_match(std::string_view key, const std::vector<std::string_view>& candidates);
+
+/// A finite decimal number ("2", "2.0", "0.5", "1e-1", "+2"); nullopt for anything else
+/// (including YAML's .inf and .nan, surrounding spaces, hexadecimal). The one parse of a number
+/// written by a user: scenario values and the command line's flags.
+std::optional<double> parse_number_text(const std::string& text);
 
 }  // namespace traintwin

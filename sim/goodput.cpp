@@ -415,25 +415,35 @@ GoodputCosts goodput_costs(const GoodputJob& job) {
   return c;
 }
 
+namespace {
+
+/// The checked interval in whole iterations (at least one): saves happen between iterations.
+double whole_iterations_s(const GoodputJob& job, double interval_s,
+                          const GoodputHorizon& horizon) {
+  require_positive(interval_s, "the checkpoint interval", "goodput");
+  check_horizon(horizon);
+  return std::max(1.0, std::round(interval_s / job.iteration_s)) * job.iteration_s;
+}
+
+}  // namespace
+
 GoodputRun simulate_goodput_run(const GoodputJob& job, double interval_s,
                                 const GoodputHorizon& horizon, uint64_t seed) {
   const GoodputCosts costs = goodput_costs(job);
-  require_positive(interval_s, "the checkpoint interval", "goodput");
-  check_horizon(horizon);
-  // Saves happen between iterations: the interval in whole iterations (at least one).
-  const double iterations = std::max(1.0, std::round(interval_s / job.iteration_s));
-  return RunSimulation(job, costs, iterations * job.iteration_s, horizon, seed).run();
+  return RunSimulation(job, costs, whole_iterations_s(job, interval_s, horizon), horizon, seed)
+      .run();
 }
 
 GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
                                       const GoodputHorizon& horizon, int64_t runs, uint64_t seed) {
   if (runs < 1) throw InvalidArgument(fmt::format("goodput: runs must be >= 1 (got {})", runs));
+  const GoodputCosts costs = goodput_costs(job);  // checked once for every run
   GoodputAtInterval out;
-  out.interval_s = std::max(1.0, std::round(interval_s / job.iteration_s)) * job.iteration_s;
+  out.interval_s = whole_iterations_s(job, interval_s, horizon);
   std::vector<double> ettr, tokens;
-  std::vector<double> shares[6];
   for (int64_t i = 0; i < runs; ++i) {
-    GoodputRun r = simulate_goodput_run(job, interval_s, horizon, seed + static_cast<uint64_t>(i));
+    GoodputRun r =
+        RunSimulation(job, costs, out.interval_s, horizon, seed + static_cast<uint64_t>(i)).run();
     ettr.push_back(r.ettr());
     tokens.push_back(std::floor(r.useful_s / job.iteration_s) * job.tokens_per_iteration);
     out.mean_ettr += r.ettr() / static_cast<double>(runs);

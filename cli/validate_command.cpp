@@ -20,6 +20,7 @@
 #include "cli/scenario_options.hpp"
 #include "cli/validate_live.hpp"
 #include "core/error.hpp"
+#include "sim/calibration_refit.hpp"
 #include "sim/cost_model.hpp"
 #include "traces/cost_db.hpp"
 #include "sim/isolated.hpp"
@@ -30,12 +31,175 @@
 
 namespace traintwin::cli {
 
+namespace {
+
+using EfficiencyOf = std::function<RooflineEfficiency(const GpuSpec&)>;
+
+/// Runs `work` in worker processes with a progress line on stderr ("validate: 3/10 cases").
+std::vector<IsolatedOutcome> run_with_progress(const std::vector<std::function<std::string()>>& work,
+                                               int jobs, const char* what) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  return run_isolated_concurrently(work, jobs, [tty, what](const JobProgress& p) {
+    fmt::print(stderr, "{}validate: {}/{} {}, {:.0f} s elapsed{}", tty ? "\r" : "", p.done, p.total,
+               what, p.elapsed_s, tty && p.done < p.total ? "" : "\n");
+    std::fflush(stderr);
+  });
+}
+
+bool in_sample(const ValidationCase& c) {
+  const auto& ids = roofline_calibration_case_ids();
+  return std::find(ids.begin(), ids.end(), c.id) != ids.end();
+}
+
+/// The table of predicted vs measured iteration times at the calibrated roofline, each case marked
+/// in-sample (the roofline was fitted on it) or held out, and the MAPE of each kind. Throws Error
+/// when a case fails to simulate (after printing the table).
+void print_validation_table(const std::vector<ValidationCase>& cases, const EfficiencyOf& efficiency_of,
+                            const std::string& topologies, int jobs) {
+  // One worker process per supported case (SimGrid: one engine per process), `jobs` at once.
+  std::vector<std::function<std::string()>> work;
+  std::vector<size_t> job_of(cases.size(), SIZE_MAX);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ValidationCase& c = cases[i];
+    if (!c.unsupported.empty()) continue;
+    job_of[i] = work.size();
+    work.push_back([&c, &efficiency_of, &topologies] {
+      return nlohmann::json(simulate_validation_case(c, efficiency_of, topologies)).dump();
+    });
+  }
+  const auto outcomes = run_with_progress(work, jobs, "cases");
+  fmt::print("{:<58} {:>9} {:>10} {:>10} {:>8} {:>7} {:>9}\n", "case", "GPUs", "measured", "predicted",
+             "error", "MFU", "fit");
+  double abs_in = 0, abs_out = 0;
+  int n_in = 0, n_out = 0, failed = 0, unsupported = 0;
+  std::set<std::string> sources_seen;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ValidationCase& c = cases[i];
+    if (!c.unsupported.empty()) {
+      fmt::print("{:<58} {:>9} not supported yet: {}\n", c.id, "", c.unsupported);
+      ++unsupported;
+      continue;
+    }
+    const IsolatedOutcome& out = outcomes[job_of[i]];
+    if (!out.ok) {
+      fmt::print("{:<58} {:>9} failed: {}\n", c.id, c.scenario.cluster.num_gpus, out.error);
+      ++failed;
+      continue;
+    }
+    const auto m = nlohmann::json::parse(out.output).get<SimulationSummary>();
+    sources_seen.insert(nlohmann::json(m.cost_sources).dump());
+    const double err = (m.iteration_time_s - c.measured_iteration_time_s) / c.measured_iteration_time_s;
+    (in_sample(c) ? abs_in : abs_out) += std::abs(err);
+    ++(in_sample(c) ? n_in : n_out);
+    fmt::print("{:<58} {:>9} {:>9.3f}s {:>9.3f}s {:>+7.1f}% {:>6.1f}% {:>9}\n", c.id,
+               c.scenario.cluster.num_gpus, c.measured_iteration_time_s, m.iteration_time_s, 100 * err,
+               100 * m.mfu, in_sample(c) ? "in-sample" : "held-out");
+  }
+  if (n_in + n_out > 0) {
+    std::string split;
+    if (n_in > 0) split += fmt::format("in-sample {:.1f} % over {}", 100 * abs_in / n_in, n_in);
+    if (n_out > 0) {
+      split += fmt::format("{}held-out {:.1f} % over {}", split.empty() ? "" : ", ",
+                           100 * abs_out / n_out, n_out);
+    }
+    fmt::print("MAPE over {} cases: {:.1f} % ({}){}\n", n_in + n_out,
+               100 * (abs_in + abs_out) / (n_in + n_out), split,
+               unsupported > 0 ? fmt::format(" ({} not supported yet, left out)", unsupported)
+                               : std::string());
+  }
+  fmt::print("measured = the source's iteration time, or Narayanan et al.'s TFLOP/s per GPU turned into a "
+             "time with their eq. 3, or NeMo's model TFLOP/s per GPU turned into a time with the model "
+             "FLOPs of the summary (no causal halving); MFU against the dense peak of the GEMM dtype "
+             "(FP8 peak for FP8 runs); in-sample: the roofline's efficiencies were fitted on the case "
+             "(the {} cases of calibration.yaml), held-out: never fitted on (--leave-one-out refits "
+             "without each case); compute costs (share of compute time by source): {}\n",
+             roofline_calibration_case_ids().size(), fmt::join(sources_seen, " "));
+  if (failed > 0) throw Error(fmt::format("validate: {} of {} cases failed to simulate", failed, cases.size()));
+}
+
+std::string efficiency_text(const RooflineEfficiency& e) {
+  return fmt::format("{:.2f}/{:.2f}/{:.2f}", e.gemm, e.attention, e.memory);
+}
+
+/// Leave-one-out errors of a grid refit of the roofline (sim/calibration_refit.hpp): every
+/// supported case simulated at every grid point, then for each case the point fitted on the others.
+void print_leave_one_out(const std::vector<ValidationCase>& all, const EfficiencyOf& efficiency_of,
+                         const RefitGrid& grid, const std::string& topologies, int jobs) {
+  std::vector<const ValidationCase*> cases;
+  for (const ValidationCase& c : all) {
+    if (c.unsupported.empty()) cases.push_back(&c);
+  }
+  if (cases.size() < 2) {
+    throw ConfigError(fmt::format("validate --leave-one-out: needs two supported cases (got {})",
+                                  cases.size()));
+  }
+  const std::vector<RooflineEfficiency> points = grid.points(efficiency_of(GpuSpec{}));
+  std::vector<std::function<std::string()>> work;
+  for (const RooflineEfficiency& p : points) {
+    for (const ValidationCase* c : cases) {
+      work.push_back([c, &p, &efficiency_of, &topologies] {
+        // The grid point replaces the three fitted efficiencies of the case's GPU.
+        const auto at_point = [&](const GpuSpec& gpu) {
+          RooflineEfficiency e = efficiency_of(gpu);
+          e.gemm = p.gemm;
+          e.attention = p.attention;
+          e.memory = p.memory;
+          return e;
+        };
+        return fmt::format("{:.17g}", simulate_validation_case(*c, at_point, topologies).iteration_time_s);
+      });
+    }
+  }
+  const auto outcomes = run_with_progress(work, jobs, "refit simulations");
+  std::vector<std::vector<double>> predicted(points.size(), std::vector<double>(cases.size()));
+  std::vector<double> measured;
+  for (const ValidationCase* c : cases) measured.push_back(c->measured_iteration_time_s);
+  for (size_t p = 0; p < points.size(); ++p) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const IsolatedOutcome& out = outcomes[p * cases.size() + i];
+      if (!out.ok) {
+        throw Error(fmt::format("validate --leave-one-out: {} at gemm/attention/memory {} failed: {}",
+                                cases[i]->id, efficiency_text(points[p]), out.error));
+      }
+      predicted[p][i] = std::stod(out.output);
+    }
+  }
+  std::vector<size_t> every(cases.size());
+  for (size_t i = 0; i < every.size(); ++i) every[i] = i;
+  const GridFit fit_all = fit_grid_point(predicted, measured, every);
+  const std::vector<HeldOutPrediction> held = leave_one_out_refit(predicted, measured);
+  fmt::print("\nleave-one-out: the roofline's gemm/attention/memory efficiencies refitted over {} grid "
+             "points (gemm {}, attention {}, memory {}) on the other {} cases, then each case predicted\n",
+             points.size(), fmt::join(grid.gemm, ","), fmt::join(grid.attention, ","),
+             fmt::join(grid.memory, ","), cases.size() - 1);
+  fmt::print("{:<58} {:>10} {:>10} {:>8} {:>15} {:>10} {:>8}\n", "case", "measured", "in-sample",
+             "error", "held-out fit", "predicted", "error");
+  double abs_loo = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const double t_in = predicted[fit_all.point][i];
+    abs_loo += std::abs(held[i].error);
+    fmt::print("{:<58} {:>9.3f}s {:>9.3f}s {:>+7.1f}% {:>15} {:>9.3f}s {:>+7.1f}%\n", cases[i]->id,
+               measured[i], t_in, 100 * (t_in - measured[i]) / measured[i],
+               efficiency_text(points[held[i].point]), held[i].predicted_s, 100 * held[i].error);
+  }
+  fmt::print("MAPE in-sample (one fit on all {} cases, gemm/attention/memory {}): {:.1f} %; "
+             "leave-one-out: {:.1f} %\n",
+             cases.size(), efficiency_text(points[fit_all.point]), 100 * fit_all.mape,
+             100 * abs_loo / static_cast<double>(cases.size()));
+}
+
+}  // namespace
+
 void register_validate_command(CLI::App& app) {
   struct Options {
     std::string file;
     std::string topologies = "topologies";
     std::string only;
     std::optional<double> gemm, attention, memory, launch_us;
+    bool leave_one_out = false;
+    std::vector<double> refit_gemm = default_refit_grid().gemm;
+    std::vector<double> refit_attention = default_refit_grid().attention;
+    std::vector<double> refit_memory = default_refit_grid().memory;
     int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   };
   auto o = std::make_shared<Options>();
@@ -81,13 +245,34 @@ void register_validate_command(CLI::App& app) {
                   "trace, for simulate --costs-from-timeline");
   cmd->add_option("--topologies", o->topologies, "Folder with the dgx-*-superpod.yaml files")->capture_default_str();
   cmd->add_option("--case", o->only, "Only the cases whose id contains this text");
-  cmd->add_option("--gemm-efficiency", o->gemm, "Roofline: fraction of dense peak reached by GEMMs");
-  cmd->add_option("--attention-efficiency", o->attention, "Roofline: fraction of dense peak reached by attention");
-  cmd->add_option("--memory-efficiency", o->memory, "Roofline: fraction of HBM bandwidth reached by memory-bound kernels");
-  cmd->add_option("--launch-overhead-us", o->launch_us, "Roofline: fixed time per kernel (us)");
+  cmd->add_option("--gemm-efficiency", o->gemm, "Roofline: fraction of dense peak reached by GEMMs")
+      ->check(number_in(0, true, 1));
+  cmd->add_option("--attention-efficiency", o->attention, "Roofline: fraction of dense peak reached by attention")
+      ->check(number_in(0, true, 1));
+  cmd->add_option("--memory-efficiency", o->memory, "Roofline: fraction of HBM bandwidth reached by memory-bound kernels")
+      ->check(number_in(0, true, 1));
+  cmd->add_option("--launch-overhead-us", o->launch_us, "Roofline: fixed time per kernel (us)")
+      ->check(non_negative_number());
   cmd->add_option("--jobs", o->jobs,
                   "Cases simulated at once, each in its own worker process (default: the number of cores)")
       ->check(positive_number());
+  cmd->add_flag("--leave-one-out", o->leave_one_out,
+                "Also refit the roofline's gemm/attention/memory efficiencies over a grid without "
+                "each case and print every case's held-out error beside the in-sample one (grid "
+                "points x cases simulations)");
+  cmd->add_option("--refit-gemm", o->refit_gemm, "With --leave-one-out: GEMM efficiencies of the grid")
+      ->delimiter(',')
+      ->check(number_in(0, true, 1))
+      ->capture_default_str();
+  cmd->add_option("--refit-attention", o->refit_attention,
+                  "With --leave-one-out: attention efficiencies of the grid")
+      ->delimiter(',')
+      ->check(number_in(0, true, 1))
+      ->capture_default_str();
+  cmd->add_option("--refit-memory", o->refit_memory, "With --leave-one-out: memory efficiencies of the grid")
+      ->delimiter(',')
+      ->check(number_in(0, true, 1))
+      ->capture_default_str();
   cmd->callback([o, live] {
     if (!live->scenario.file.empty()) return run_validate_live(*live);
     if (!live->scenario.overrides().empty()) {
@@ -99,78 +284,21 @@ void register_validate_command(CLI::App& app) {
     for (ValidationCase& c : load_validation_cases(o->file, o->topologies)) {
       if (o->only.empty() || c.id.find(o->only) != std::string::npos) cases.push_back(std::move(c));
     }
-    // One worker process per supported case (SimGrid: one engine per process), --jobs at once.
-    std::vector<std::function<std::string()>> work;
-    std::vector<size_t> job_of(cases.size(), SIZE_MAX);
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const ValidationCase& c = cases[i];
-      if (!c.unsupported.empty()) continue;
-      job_of[i] = work.size();
-      work.push_back([&c, o] {
-        const TopologySpec topo = load_topology(c.scenario.cluster.topology);
-        RooflineEfficiency eff = default_roofline_efficiency(topo.gpu);
-        if (o->gemm) eff.gemm = *o->gemm;
-        if (o->attention) eff.attention = *o->attention;
-        if (o->memory) eff.memory = *o->memory;
-        if (o->launch_us) eff.launch_overhead_s = *o->launch_us * 1e-6;
-        // The measured database of the case's GPU when there is one (traces/db beside the
-        // topologies folder), the calibrated roofline (with the flags above) for what it lacks.
-        const std::filesystem::path db_file =
-            database_dir_beside(o->topologies) / (topo.gpu.name + ".json");
-        std::unique_ptr<CostModel> costs = make_roofline_cost_model(eff);
-        if (std::filesystem::exists(db_file)) {
-          costs = make_database_cost_model(
-              std::make_shared<const CostDatabase>(CostDatabase::load(db_file)), topo.gpu,
-              std::move(costs));
-        }
-        SimulationOptions opts;
-        opts.record_timeline = false;
-        const SimulationResult r = simulate(c.scenario, topo, *costs, opts);
-        return nlohmann::json(summarize(c.scenario, topo, r)).dump();
-      });
+    // The calibrated roofline of each case's GPU, with the flags above.
+    const auto efficiency_of = [o](const GpuSpec& gpu) {
+      RooflineEfficiency eff = default_roofline_efficiency(gpu);
+      if (o->gemm) eff.gemm = *o->gemm;
+      if (o->attention) eff.attention = *o->attention;
+      if (o->memory) eff.memory = *o->memory;
+      if (o->launch_us) eff.launch_overhead_s = *o->launch_us * 1e-6;
+      return eff;
+    };
+    print_validation_table(cases, efficiency_of, o->topologies, o->jobs);
+    if (o->leave_one_out) {
+      print_leave_one_out(cases, efficiency_of,
+                          RefitGrid{o->refit_gemm, o->refit_attention, o->refit_memory},
+                          o->topologies, o->jobs);
     }
-    const bool tty = ::isatty(STDERR_FILENO) != 0;
-    const auto outcomes = run_isolated_concurrently(work, o->jobs, [tty](const JobProgress& p) {
-      fmt::print(stderr, "{}validate: {}/{} cases, {:.0f} s elapsed{}", tty ? "\r" : "", p.done,
-                 p.total, p.elapsed_s, tty && p.done < p.total ? "" : "\n");
-      std::fflush(stderr);
-    });
-    fmt::print("{:<58} {:>9} {:>10} {:>10} {:>8} {:>7}\n", "case", "GPUs", "measured", "predicted", "error", "MFU");
-    double sum_abs = 0;
-    int n = 0, failed = 0, unsupported = 0;
-    std::set<std::string> sources_seen;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const ValidationCase& c = cases[i];
-      if (!c.unsupported.empty()) {
-        fmt::print("{:<58} {:>9} not supported yet: {}\n", c.id, "", c.unsupported);
-        ++unsupported;
-        continue;
-      }
-      const IsolatedOutcome& out = outcomes[job_of[i]];
-      if (!out.ok) {
-        fmt::print("{:<58} {:>9} failed: {}\n", c.id, c.scenario.cluster.num_gpus, out.error);
-        ++failed;
-        continue;
-      }
-      const auto m = nlohmann::json::parse(out.output).get<SimulationSummary>();
-      sources_seen.insert(nlohmann::json(m.cost_sources).dump());
-      const double err = (m.iteration_time_s - c.measured_iteration_time_s) / c.measured_iteration_time_s;
-      sum_abs += std::abs(err);
-      ++n;
-      fmt::print("{:<58} {:>9} {:>9.3f}s {:>9.3f}s {:>+7.1f}% {:>6.1f}%\n", c.id, c.scenario.cluster.num_gpus,
-                 c.measured_iteration_time_s, m.iteration_time_s, 100 * err, 100 * m.mfu);
-    }
-    if (n > 0) {
-      fmt::print("MAPE over {} cases: {:.1f} %{}\n", n, 100 * sum_abs / n,
-                 unsupported > 0 ? fmt::format(" ({} not supported yet, left out)", unsupported)
-                                 : std::string());
-    }
-    fmt::print("measured = the source's iteration time, or Narayanan et al.'s TFLOP/s per GPU turned into a "
-               "time with their eq. 3, or NeMo's model TFLOP/s per GPU turned into a time with the model "
-               "FLOPs of the summary (no causal halving); MFU against the dense peak of the GEMM dtype "
-               "(FP8 peak for FP8 runs); compute costs (share of compute time by source): {}\n",
-               fmt::join(sources_seen, " "));
-    if (failed > 0) throw Error(fmt::format("validate: {} of {} cases failed to simulate", failed, cases.size()));
   });
 }
 

@@ -205,6 +205,22 @@ RooflineEfficiency default_roofline_efficiency(const GpuSpec& gpu) {
   return eff;
 }
 
+const std::vector<std::string>& roofline_calibration_case_ids() {
+  static const std::vector<std::string> ids = {
+      "narayanan2021-1.7B",
+      "narayanan2021-7.5B",
+      "narayanan2021-39.1B",
+      "narayanan2021-145.6B",
+      "narayanan2021-1008B",
+      "korthikanti2022-22B/full_recompute",
+      "korthikanti2022-22B/sequence_parallel_selective_recompute",
+      "korthikanti2022-175B/full_recompute",
+      "korthikanti2022-175B/sequence_parallel_selective_recompute",
+      "dgxc-gpt3-175B-h100-128",
+  };
+  return ids;
+}
+
 std::unique_ptr<CostModel> make_roofline_cost_model(const RooflineEfficiency& eff) {
   check_efficiency(eff.gemm, "gemm");
   check_efficiency(eff.attention, "attention");

@@ -85,6 +85,12 @@ struct RooflineEfficiency {
 /// `traintwin validate` (see the values and their derivation in cost_model.cpp).
 RooflineEfficiency default_roofline_efficiency(const GpuSpec& gpu);
 
+/// The ids of the published cases (ValidationCase::id, sim/validation.hpp) the efficiencies of
+/// default_roofline_efficiency() were fitted on: the ten cases of
+/// ../shared/validation/calibration.yaml. A validation of these is in-sample; every other case is
+/// held out (sim/calibration_refit.hpp gives their leave-one-out errors).
+const std::vector<std::string>& roofline_calibration_case_ids();
+
 /// Roofline cost model with per-class efficiencies (no database). Throws InvalidArgument for
 /// an efficiency outside (0, 1] or a negative launch overhead. duration() throws
 /// CostModelError when the GPU lacks the peak (or HBM bandwidth) a kernel with work needs.

@@ -8,6 +8,9 @@
 #include "core/flops.hpp"
 #include "core/input_file.hpp"
 #include "core/yaml_document.hpp"
+#include "sim/replay.hpp"
+#include "topologies/topology.hpp"
+#include "traces/cost_db.hpp"
 
 namespace traintwin {
 namespace {
@@ -160,6 +163,30 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
     }
   }
   return out;
+}
+
+}  // namespace traintwin
+
+namespace traintwin {
+
+SimulationSummary simulate_validation_case(
+    const ValidationCase& c, const std::function<RooflineEfficiency(const GpuSpec&)>& efficiency_of,
+    const std::filesystem::path& topologies_dir) {
+  if (!c.unsupported.empty()) {
+    throw ConfigError(c.id + ": not supported yet: " + c.unsupported);
+  }
+  const TopologySpec topo = load_topology(c.scenario.cluster.topology);
+  const std::filesystem::path db_file =
+      database_dir_beside(topologies_dir) / (topo.gpu.name + ".json");
+  std::unique_ptr<CostModel> costs = make_roofline_cost_model(efficiency_of(topo.gpu));
+  if (std::filesystem::exists(db_file)) {
+    costs = make_database_cost_model(
+        std::make_shared<const CostDatabase>(CostDatabase::load(db_file)), topo.gpu,
+        std::move(costs));
+  }
+  SimulationOptions opts;
+  opts.record_timeline = false;
+  return summarize(c.scenario, topo, simulate(c.scenario, topo, *costs, opts));
 }
 
 }  // namespace traintwin

@@ -3,11 +3,14 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/scenario.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/summary.hpp"
 
 namespace traintwin {
 
@@ -37,5 +40,13 @@ struct ValidationCase {
 /// measurement, are ConfigError naming the case and key.
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir);
+
+/// Simulates one supported case (replay, no timeline) with the roofline at `efficiency_of(the
+/// case's GPU)` (e.g. default_roofline_efficiency) for the kernels the measured database of the case's GPU lacks (`topologies_dir`/../traces/db/<gpu>.json
+/// when it exists, database_dir_beside()) and summarizes it. Throws ConfigError for an
+/// unsupported case, and what loading the topology or database and simulating throw.
+SimulationSummary simulate_validation_case(
+    const ValidationCase& c, const std::function<RooflineEfficiency(const GpuSpec&)>& efficiency_of,
+    const std::filesystem::path& topologies_dir);
 
 }  // namespace traintwin

@@ -1,19 +1,18 @@
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/commands.hpp"
-#include "core/flops.hpp"
+#include "cli/format.hpp"
 #include "cli/replay_progress.hpp"
 #include "cli/report_output.hpp"
-#include "cli/format.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
+#include "core/flops.hpp"
 #include "core/input_file.hpp"
 #include "core/memory.hpp"
 #include "core/posix_file.hpp"
@@ -49,13 +48,16 @@ std::vector<int64_t> parse_rank_list(const std::string& text) {
   size_t pos = 0;
   while (pos <= text.size()) {
     const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     try {
       size_t used = 0;
       ranks.push_back(std::stoll(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      throw ConfigError("--trace-ranks: '" + item + "' is not a rank (allowed: all, stages, or a comma-separated list such as 0,8,16)");
+      throw ConfigError(
+          "--trace-ranks: '" + item +
+          "' is not a rank (allowed: all, stages, or a comma-separated list such as 0,8,16)");
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -98,73 +100,88 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   const SimulationSummary m = summarize(s, topo, r);
   const double t = m.iteration_time_s;
   auto pct = [t](double x) { return t > 0 ? 100.0 * x / t : 0.0; };
-  fmt::print("traintwin simulate: {} on {} x {} ({})\n", s.name, s.cluster.num_gpus, topo.gpu.name, topo.name);
-  fmt::print("layout             TP {} x CP {} x PP {} x DP {}, {} chunk(s)/stage, SP {}, micro-batch {}, "
-             "global batch {} ({} micro-batches), recompute {}\n",
-             s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
-             s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size,
-             s.parallel.virtual_pipeline_model_parallel_size, s.parallel.sequence_parallel ? "on" : "off",
-             s.training.micro_batch_size, s.training.global_batch_size, s.num_micro_batches(),
-             to_string(s.training.recompute_granularity));
+  fmt::print("traintwin simulate: {} on {} x {} ({})\n", s.name, s.cluster.num_gpus, topo.gpu.name,
+             topo.name);
+  fmt::print(
+      "layout             TP {} x CP {} x PP {} x DP {}, {} chunk(s)/stage, SP {}, micro-batch {}, "
+      "global batch {} ({} micro-batches), recompute {}\n",
+      s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+      s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size,
+      s.parallel.virtual_pipeline_model_parallel_size, s.parallel.sequence_parallel ? "on" : "off",
+      s.training.micro_batch_size, s.training.global_batch_size, s.num_micro_batches(),
+      to_string(s.training.recompute_granularity));
   fmt::print("iteration time     {:.4f} s\n", t);
-  fmt::print("throughput         {:.0f} tokens/s, {:.1f} tokens/s/GPU\n", m.tokens_per_s, m.tokens_per_s_per_gpu);
+  fmt::print("throughput         {:.0f} tokens/s, {:.1f} tokens/s/GPU\n", m.tokens_per_s,
+             m.tokens_per_s_per_gpu);
   fmt::print("model TFLOP/s/GPU  {:.1f}   MFU {:.1f} %   HFU {:.1f} %\n", m.model_tflops_per_gpu,
              100 * m.mfu, 100 * m.hfu);
-  fmt::print("time of rank {:<5} compute {:.4f} s ({:.1f} %, optimizer {:.4f} s), exposed TP {:.4f} s ({:.1f} %), "
-             "CP {:.4f} s ({:.1f} %), EP {:.4f} s ({:.1f} %), "
-             "PP {:.4f} s ({:.1f} %), DP {:.4f} s ({:.1f} %), pipeline bubble {:.4f} s ({:.1f} %)\n",
-             r.critical.rank, m.compute_s, pct(m.compute_s), m.optimizer_s, m.exposed_tp_s,
-             pct(m.exposed_tp_s), m.exposed_cp_s, pct(m.exposed_cp_s), m.exposed_ep_s,
-             pct(m.exposed_ep_s), m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s,
-             pct(m.exposed_dp_s), r.critical.bubble_s, pct(r.critical.bubble_s));
+  fmt::print(
+      "time of rank {:<5} compute {:.4f} s ({:.1f} %, optimizer {:.4f} s), exposed TP {:.4f} s "
+      "({:.1f} %), "
+      "CP {:.4f} s ({:.1f} %), EP {:.4f} s ({:.1f} %), "
+      "PP {:.4f} s ({:.1f} %), DP {:.4f} s ({:.1f} %), pipeline bubble {:.4f} s ({:.1f} %)\n",
+      r.critical.rank, m.compute_s, pct(m.compute_s), m.optimizer_s, m.exposed_tp_s,
+      pct(m.exposed_tp_s), m.exposed_cp_s, pct(m.exposed_cp_s), m.exposed_ep_s, pct(m.exposed_ep_s),
+      m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s, pct(m.exposed_dp_s), r.critical.bubble_s,
+      pct(r.critical.bubble_s));
   std::string fits = "fits";
   switch (memory_verdict(m.peak_memory_bytes, topo.gpu.memory_bytes)) {
-    case MemoryVerdict::kFits: break;
-    case MemoryVerdict::kAtRisk:
-      fits = fmt::format("fits, at risk (above {:.0f} %: CUDA context, NCCL buffers and allocator "
-                         "fragmentation are not counted)",
-                         100 * kMemoryAtRiskShare);
+    case MemoryVerdict::kFits:
       break;
-    case MemoryVerdict::kOutOfMemory: fits = "does NOT fit"; break;
+    case MemoryVerdict::kAtRisk:
+      fits = fmt::format(
+          "fits, at risk (above {:.0f} %: CUDA context, NCCL buffers and allocator "
+          "fragmentation are not counted)",
+          100 * kMemoryAtRiskShare);
+      break;
+    case MemoryVerdict::kOutOfMemory:
+      fits = "does NOT fit";
+      break;
   }
   fmt::print("memory             peak {} per GPU of {}: {}\n", gib(m.peak_memory_bytes),
              gib(topo.gpu.memory_bytes), fits);
   std::string sources;
   for (const auto& [name, share] : m.cost_sources) {
-    if (share > 0) sources += fmt::format("{}{} {:.1f} %", sources.empty() ? "" : ", ", name, 100 * share);
+    if (share > 0)
+      sources += fmt::format("{}{} {:.1f} %", sources.empty() ? "" : ", ", name, 100 * share);
   }
   fmt::print("compute costs      {}\n", sources);
   std::string algos;
-  for (const auto& [name, n] : r.collective_algorithms) algos += fmt::format("{}{} {}", algos.empty() ? "" : ", ", name, n);
+  for (const auto& [name, n] : r.collective_algorithms)
+    algos += fmt::format("{}{} {}", algos.empty() ? "" : ", ", name, n);
   fmt::print("collectives        {}\n", algos);
   if (!r.link_tiers.empty()) {
     fmt::print("links per tier     {:<11} {:>6} {:>11} {:>11} {:>8} {:>8} {:>8}\n", "tier", "links",
                "bytes mean", "bytes max", "util mean", "p99", "max");
     for (const TierTraffic& tier : r.link_tiers) {
-      fmt::print("                   {:<11} {:>6} {:>10}B {:>10}B {:>7.1f}% {:>7.1f}% {:>7.1f}%\n", tier.tier,
-                 tier.links, si(tier.bytes_mean), si(tier.bytes_max), 100 * tier.utilization_mean,
-                 100 * tier.utilization_p99, 100 * tier.utilization_max);
+      fmt::print("                   {:<11} {:>6} {:>10}B {:>10}B {:>7.1f}% {:>7.1f}% {:>7.1f}%\n",
+                 tier.tier, tier.links, si(tier.bytes_mean), si(tier.bytes_max),
+                 100 * tier.utilization_mean, 100 * tier.utilization_p99,
+                 100 * tier.utilization_max);
     }
   }
   if (!r.link_tiers.empty()) {
-    fmt::print("                   (flows only: collectives inside a node take closed forms and are "
-               "not counted on NVLink links)\n");
+    fmt::print(
+        "                   (flows only: collectives inside a node take closed forms and are "
+        "not counted on NVLink links)\n");
   }
   if (r.hot_links.empty()) {
     fmt::print("hot links          none (no link at 2x or more of its tier's mean utilization)\n");
   } else {
     fmt::print("hot links          (>= 2x their tier's mean utilization)\n");
     for (const LinkLoad& l : r.hot_links) {
-      fmt::print("  {:<32} {:<10} {:>10}B  {:5.1f} % busy, {:.1f}x its tier's mean\n", l.name, l.tier,
-                 si(l.bytes), 100 * l.utilization, l.vs_tier_mean);
+      fmt::print("  {:<32} {:<10} {:>10}B  {:5.1f} % busy, {:.1f}x its tier's mean\n", l.name,
+                 l.tier, si(l.bytes), 100 * l.utilization, l.vs_tier_mean);
     }
   }
   for (const std::string& line : r.reductions) fmt::print("reduction          {}\n", line);
-  fmt::print("simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows ({} in SimGrid's "
-             "solver, the rest alone on their links), {} events\n",
-             r.sim_wall_s, r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.solver_flows, r.events);
+  fmt::print(
+      "simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows ({} in SimGrid's "
+      "solver, the rest alone on their links), {} events\n",
+      r.sim_wall_s, r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.solver_flows, r.events);
   std::string phases;
-  for (const auto& [phase, sec] : r.wall_phases_s) phases += fmt::format("{}{} {:.2f} s", phases.empty() ? "" : ", ", phase, sec);
+  for (const auto& [phase, sec] : r.wall_phases_s)
+    phases += fmt::format("{}{} {:.2f} s", phases.empty() ? "" : ", ", phase, sec);
   fmt::print("wall time by phase {}\n", phases);
   fmt::print("MFU = model FLOPs / (iteration time x GPUs x {} dense {} peak); {}\n",
              si(topo.gpu.peak_FLOPs(gemm_precision(s.training))),
@@ -176,20 +193,24 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
 
 void register_simulate_command(CLI::App& app) {
   auto o = std::make_shared<SimulateOptions>();
-  auto* cmd = app.add_subcommand("simulate", "Simulate one training iteration on the cluster (SimGrid)");
+  auto* cmd =
+      app.add_subcommand("simulate", "Simulate one training iteration on the cluster (SimGrid)");
   add_scenario_options(*cmd, o->scenario);
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   cmd->add_option("--out", o->out_dir, "Write summary.json and timeline.json (Perfetto) into DIR");
-  cmd->add_option("--trace-ranks", o->trace_ranks,
-                  "Ranks in timeline.json: all, stages (TP/DP rank 0 of every stage, the default), or "
-                  "a list 0,8,16");
-  cmd->add_option("--cost-db", o->cost_db,
-                  "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
+  cmd->add_option(
+      "--trace-ranks", o->trace_ranks,
+      "Ranks in timeline.json: all, stages (TP/DP rank 0 of every stage, the default), or "
+      "a list 0,8,16");
+  cmd->add_option(
+         "--cost-db", o->cost_db,
+         "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if any)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--costs-from-timeline", o->costs_from_timeline,
-                  "Kernel costs from a recorded live timeline (train --timeline, validate --live "
-                  "--timeline) instead of the cost model: replay a recorded run on this topology or "
-                  "scale (measured on --cost-db-topology's GPU, default the scenario's)")
+  cmd->add_option(
+         "--costs-from-timeline", o->costs_from_timeline,
+         "Kernel costs from a recorded live timeline (train --timeline, validate --live "
+         "--timeline) instead of the cost model: replay a recorded run on this topology or "
+         "scale (measured on --cost-db-topology's GPU, default the scenario's)")
       ->check(CLI::ExistingFile)
       ->excludes("--cost-db");
   cmd->add_option("--cost-db-topology", o->cost_db_topology,
@@ -206,7 +227,8 @@ void register_simulate_command(CLI::App& app) {
                 "estimator's rule) instead of sharing links between flows");
   cmd->add_flag("--quiet", o->quiet,
                 "No progress line on stderr (shown on a terminal for replays longer than 2 s)");
-  cmd->add_option("--collective-algorithm", o->collective_algorithm, "Force an NCCL algorithm for every collective")
+  cmd->add_option("--collective-algorithm", o->collective_algorithm,
+                  "Force an NCCL algorithm for every collective")
       ->check(CLI::IsMember({"ring", "tree", "nvls"}));
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
@@ -263,7 +285,9 @@ void register_simulate_command(CLI::App& app) {
       summary.write(summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) + "\n");
       summary.commit();
       trace_file->commit();
-      if (!o->json) fmt::print("wrote {} and {}\n", (dir / "summary.json").string(), (dir / "timeline.json").string());
+      if (!o->json)
+        fmt::print("wrote {} and {}\n", (dir / "summary.json").string(),
+                   (dir / "timeline.json").string());
       write_report_or_warn(dir, !o->json, std::move(kept));
     }
   });

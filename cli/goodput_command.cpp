@@ -121,6 +121,82 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
   fmt::print("best       {}: mean ETTR {}\n", minutes(r.best_interval_s), pct(r.best_mean_ettr));
 }
 
+/// One iteration's time and where it came from.
+struct IterationTime {
+  double seconds = 0;
+  std::string source;  ///< "given", "analytical estimator" or "replay"
+  TopologySpec topology;
+};
+
+/// --iteration-time, else the estimator (--engine analytical) or the replay of one iteration
+/// (with a progress line on a terminal unless --json).
+IterationTime iteration_time(const GoodputOptions& o, const Scenario& s) {
+  ReplayProgressLine progress(!o.json);
+  SimulationOptions opts;
+  opts.progress = progress.callback();
+  const SimulationSession session(s, SessionCostSource{}, opts);
+  if (o.iteration_time_s) return {*o.iteration_time_s, "given", session.topology()};
+  if (o.engine == "analytical") {
+    return {estimate(s, session.topology(), session.costs()).iteration_time_s,
+            "analytical estimator", session.topology()};
+  }
+  const double t = session.run().iteration_time_s;
+  progress.finish();
+  return {t, "replay", session.topology()};
+}
+
+/// The report as `goodput --json` prints it.
+nlohmann::json report_json(const Scenario& s, const GoodputJob& job, const GoodputReport& r,
+                           const GoodputOptions& o, const std::string& source) {
+  nlohmann::json sweep = nlohmann::json::array();
+  for (const GoodputAtInterval& at : r.sweep) sweep.push_back(to_json(at));
+  const GoodputCosts& c = r.costs;
+  return {{"scenario", s.name},
+          {"gpus", job.gpus},
+          {"nodes", job.nodes},
+          {"days", o.days},
+          {"runs", o.runs},
+          {"seed", o.seed},
+          {"iteration_s", job.iteration_s},
+          {"iteration_source", source},
+          {"checkpoint_bytes", job.checkpoint_bytes},
+          {"costs",
+           {{"save_write_s", c.save_write_s},
+            {"save_stall_s", c.save_stall_s},
+            {"restore_s", c.restore_s},
+            {"restart_s", c.restart_s},
+            {"detection_s", c.detection_s},
+            {"mtbf_s", c.mtbf_s}}},
+          {"young_interval_s", r.young_s},
+          {"daly_interval_s", r.daly_s},
+          {"chosen", to_json(r.chosen)},
+          {"sweep", sweep},
+          {"best_interval_s", r.best_interval_s},
+          {"best_mean_ettr", r.best_mean_ettr}};
+}
+
+/// Writes DIR/goodput.json (whole or not at all): `report` with every run of the chosen interval
+/// as "chosen_runs". Returns the file's path; throws Error when it cannot be written.
+std::filesystem::path write_goodput_file(const std::filesystem::path& dir, nlohmann::json report,
+                                         const std::vector<GoodputRun>& chosen_runs) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const GoodputRun& run : chosen_runs) {
+    runs.push_back({{"wall_s", run.wall_s},
+                    {"useful_s", run.useful_s},
+                    {"ettr", run.ettr()},
+                    {"failures", run.failures},
+                    {"planned", run.planned},
+                    {"checkpoints", run.checkpoints},
+                    {"badput_s", badput_json(run.badput)}});
+  }
+  report["chosen_runs"] = runs;
+  const std::filesystem::path path = dir / "goodput.json";
+  AtomicFile f(path);
+  f.write(report.dump(2) + "\n");
+  f.commit();
+  return path;
+}
+
 }  // namespace
 
 void register_goodput_command(CLI::App& app) {
@@ -158,73 +234,18 @@ void register_goodput_command(CLI::App& app) {
           fmt::format("--checkpoint-interval: {} min is longer than the run ({} days)",
                       interval_s / 60.0, o->days));
     }
-    ReplayProgressLine progress(!o->json);
-    SimulationOptions opts;
-    opts.progress = progress.callback();
-    const SimulationSession session(s, SessionCostSource{}, opts);
-    double iteration_s = 0;
-    std::string source;
-    if (o->iteration_time_s) {
-      iteration_s = *o->iteration_time_s;
-      source = "given";
-    } else if (o->engine == "analytical") {
-      iteration_s = estimate(s, session.topology(), session.costs()).iteration_time_s;
-      source = "analytical estimator";
-    } else {
-      iteration_s = session.run().iteration_time_s;
-      progress.finish();
-      source = "replay";
-    }
-    const GoodputJob job = goodput_job(s, session.topology(), iteration_s);
+    const IterationTime it = iteration_time(*o, s);
+    const GoodputJob job = goodput_job(s, it.topology, it.seconds);
     const GoodputReport r =
         run_goodput(job, interval_s, GoodputHorizon{o->days * 86400.0, 0}, o->runs, o->seed);
-    nlohmann::json sweep = nlohmann::json::array();
-    for (const GoodputAtInterval& at : r.sweep) sweep.push_back(to_json(at));
-    const GoodputCosts& c = r.costs;
-    const nlohmann::json out = {{"scenario", s.name},
-                                {"gpus", job.gpus},
-                                {"nodes", job.nodes},
-                                {"days", o->days},
-                                {"runs", o->runs},
-                                {"seed", o->seed},
-                                {"iteration_s", job.iteration_s},
-                                {"iteration_source", source},
-                                {"checkpoint_bytes", job.checkpoint_bytes},
-                                {"costs",
-                                 {{"save_write_s", c.save_write_s},
-                                  {"save_stall_s", c.save_stall_s},
-                                  {"restore_s", c.restore_s},
-                                  {"restart_s", c.restart_s},
-                                  {"detection_s", c.detection_s},
-                                  {"mtbf_s", c.mtbf_s}}},
-                                {"young_interval_s", r.young_s},
-                                {"daly_interval_s", r.daly_s},
-                                {"chosen", to_json(r.chosen)},
-                                {"sweep", sweep},
-                                {"best_interval_s", r.best_interval_s},
-                                {"best_mean_ettr", r.best_mean_ettr}};
+    const nlohmann::json out = report_json(s, job, r, *o, it.source);
     if (o->json) {
       fmt::print("{}\n", out.dump(2));
     } else {
-      print_report(s, job, r, *o, source);
+      print_report(s, job, r, *o, it.source);
     }
     if (!o->out_dir.empty()) {
-      nlohmann::json file = out;
-      nlohmann::json runs = nlohmann::json::array();
-      for (const GoodputRun& run : r.chosen.runs) {
-        runs.push_back({{"wall_s", run.wall_s},
-                        {"useful_s", run.useful_s},
-                        {"ettr", run.ettr()},
-                        {"failures", run.failures},
-                        {"planned", run.planned},
-                        {"checkpoints", run.checkpoints},
-                        {"badput_s", badput_json(run.badput)}});
-      }
-      file["chosen_runs"] = runs;
-      const std::filesystem::path path = std::filesystem::path(o->out_dir) / "goodput.json";
-      AtomicFile f(path);
-      f.write(file.dump(2) + "\n");
-      f.commit();
+      const std::filesystem::path path = write_goodput_file(o->out_dir, out, r.chosen.runs);
       if (!o->json) fmt::print("wrote {}\n", path.string());
     }
   });

@@ -65,6 +65,71 @@ std::vector<int64_t> parse_rank_list(const std::string& text) {
   return ranks;
 }
 
+/// The replay's options from simulate's flags (the timeline recorded only with --out; the traced
+/// ranks of --trace-ranks). Throws ConfigError for a bad --trace-ranks list.
+SimulationOptions simulation_options(const SimulateOptions& o, const Scenario& s) {
+  SimulationOptions opts;
+  opts.collective_algorithm = o.collective_algorithm;
+  opts.aggregate_tp = o.aggregate_tp;
+  opts.exact_reductions = !o.full_replay;
+  opts.link_contention = !o.no_link_contention;
+  opts.record_timeline = !o.out_dir.empty();
+  if (o.trace_ranks == "all") {
+    opts.trace_all_ranks = true;
+  } else if (o.trace_ranks == "stages") {
+    opts.trace_ranks = layout_of(s).first_rank_of_each_stage();
+  } else if (!o.trace_ranks.empty()) {
+    opts.trace_ranks = parse_rank_list(o.trace_ranks);
+  }
+  return opts;
+}
+
+/// What `simulate --out DIR` writes: timeline.json event by event as the replay hands it over,
+/// then summary.json and report.html, each written whole or not at all (AtomicFile renamed into
+/// place once complete). The folder is checked when this is made (before the simulation) and
+/// again at finish() (it may have gone meanwhile).
+class SimulationOutputs {
+ public:
+  SimulationOutputs(const std::filesystem::path& dir, const std::string& name)
+      : dir_(dir),
+        trace_file_((prepare_output_directory(dir, "--out"), dir / "timeline.json")),
+        trace_(trace_file_.stream(), name) {
+    kept_.name = name;
+  }
+
+  /// The replay's timeline sink: each event to timeline.json and kept for report.html (reading
+  /// 100 MB of timeline.json back took longer than the simulation: a 175B/1024 replay, 1.9 s
+  /// against 1.5 s).
+  std::function<void(TimelineEvent&&)> timeline_sink() {
+    return [this](TimelineEvent&& e) {
+      trace_.write(e);
+      kept_.events.push_back(std::move(e));
+    };
+  }
+
+  /// Writes summary.json, commits timeline.json and writes report.html (a warning when the
+  /// report cannot be written); `tell` prints the files written.
+  void finish(const nlohmann::ordered_json& summary, bool tell) {
+    trace_.finish();
+    prepare_output_directory(dir_, "--out");
+    AtomicFile file(dir_ / "summary.json");
+    file.write(summary.dump(2) + "\n");
+    file.commit();
+    trace_file_.commit();
+    if (tell) {
+      fmt::print("wrote {} and {}\n", (dir_ / "summary.json").string(),
+                 (dir_ / "timeline.json").string());
+    }
+    write_report_or_warn(dir_, tell, std::move(kept_));
+  }
+
+ private:
+  std::filesystem::path dir_;
+  AtomicFile trace_file_;
+  ChromeTraceWriter trace_;
+  Timeline kept_;
+};
+
 /// The what-if run against its base: the compared figures and their changes.
 void print_what_if(const Scenario& s, const SimulationSummary& m, const BaseRunMetrics& base) {
   const BaseRunMetrics now = base_run_metrics(m);
@@ -233,63 +298,24 @@ void register_simulate_command(CLI::App& app) {
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
     // The output folder is checked before the simulation, not after it.
-    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
-    SimulationOptions opts;
-    opts.collective_algorithm = o->collective_algorithm;
-    opts.aggregate_tp = o->aggregate_tp;
-    opts.exact_reductions = !o->full_replay;
-    opts.link_contention = !o->no_link_contention;
-    opts.record_timeline = !o->out_dir.empty();
-    if (o->trace_ranks == "all") {
-      opts.trace_all_ranks = true;
-    } else if (o->trace_ranks == "stages") {
-      opts.trace_ranks = layout_of(s).first_rank_of_each_stage();
-    } else if (!o->trace_ranks.empty()) {
-      opts.trace_ranks = parse_rank_list(o->trace_ranks);
-    }
+    std::optional<SimulationOutputs> out;
+    if (!o->out_dir.empty()) out.emplace(o->out_dir, s.name);
     SimulationSession session(s, {o->cost_db, o->cost_db_topology, o->costs_from_timeline},
-                              std::move(opts));
+                              simulation_options(*o, s));
     const TopologySpec& topo = session.topology();
     const std::optional<BaseRunMetrics> base = session.run_what_if_base();
     const BaseRunMetrics* base_ptr = base ? &*base : nullptr;
-    // The timeline goes to timeline.json event by event as the replay hands it over.
-    // (written whole or not at all: an AtomicFile renamed into place once complete).
-    std::optional<AtomicFile> trace_file;
-    std::optional<ChromeTraceWriter> trace;
-    Timeline kept;
-    const auto dir = std::filesystem::path(o->out_dir);
-    if (!o->out_dir.empty()) {
-      trace_file.emplace(dir / "timeline.json");
-      trace.emplace(trace_file->stream(), s.name);
-      // Kept too, for report.html: reading 100 MB of timeline.json back took longer than the
-      // simulation (a 175B/1024 replay: 1.9 s against 1.5 s).
-      kept.name = s.name;
-      session.options().timeline_sink = [&trace, &kept](TimelineEvent&& e) {
-        trace->write(e);
-        kept.events.push_back(std::move(e));
-      };
-    }
+    if (out) session.options().timeline_sink = out->timeline_sink();
     ReplayProgressLine progress(!o->quiet);
     session.options().progress = progress.callback();
     const SimulationResult r = session.run();
     progress.finish();
-    if (trace) trace->finish();
     if (o->json) {
       fmt::print("{}\n", summary_json(s, topo, r, true, base_ptr).dump(2));
     } else {
       print_text(s, topo, r, base);
     }
-    if (!o->out_dir.empty()) {
-      prepare_output_directory(dir, "--out");  // again: it may have gone during the simulation
-      AtomicFile summary(dir / "summary.json");
-      summary.write(summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr).dump(2) + "\n");
-      summary.commit();
-      trace_file->commit();
-      if (!o->json)
-        fmt::print("wrote {} and {}\n", (dir / "summary.json").string(),
-                   (dir / "timeline.json").string());
-      write_report_or_warn(dir, !o->json, std::move(kept));
-    }
+    if (out) out->finish(summary_json(s, topo, r, /*include_wall_time=*/false, base_ptr), !o->json);
   });
 }
 

@@ -10,10 +10,16 @@ namespace traintwin::cli {
 std::string memory_table(const Scenario& s, const TopologySpec& topo) {
   const auto stages = memory_per_stage(s);
   const double capacity = topo.gpu.memory_bytes;
-  std::string out = fmt::format(
-      "memory per GPU ({} {}, {} precision, {}optimizer, recompute {}):\n", topo.gpu.name,
-      gib(capacity), to_string(s.training.precision),
-      s.training.use_distributed_optimizer ? "distributed " : "", to_string(s.training.recompute_granularity));
+  // The sharding as Megatron names it, with its ZeRO stage.
+  const TrainingConfig& t = s.training;
+  const std::string sharding =
+      t.use_megatron_fsdp
+          ? fmt::format("Megatron-FSDP {} (ZeRO-{})", to_string(t.data_parallel_sharding_strategy),
+                        t.zero_stage())
+          : (t.use_distributed_optimizer ? "distributed optimizer" : "optimizer");
+  std::string out = fmt::format("memory per GPU ({} {}, {} precision, {}, recompute {}):\n",
+                                topo.gpu.name, gib(capacity), to_string(t.precision), sharding,
+                                to_string(t.recompute_granularity));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).
   out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",

@@ -1,6 +1,7 @@
 // Memory model per GPU (see memory.hpp for the sources and the breakdown).
 #include "core/memory.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -202,6 +203,18 @@ BytesPerParameter bytes_per_parameter(Precision p, bool distributed_optimizer, i
   return bpp;
 }
 
+BytesPerParameter shard_bytes_per_parameter(BytesPerParameter full, int zero_stage, int64_t dp) {
+  require_at_least_one(dp, "dp");
+  if (zero_stage < 0 || zero_stage > 3) {
+    throw InvalidArgument("zero_stage must lie in [0, 3] (got " + std::to_string(zero_stage) + ")");
+  }
+  const double d = static_cast<double>(dp);
+  if (zero_stage >= 1) full.optimizer /= d;
+  if (zero_stage >= 2) full.gradients /= d;
+  if (zero_stage >= 3) full.weights /= d;
+  return full;
+}
+
 StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   const ParallelConfig& par = s.parallel;
   const TrainingConfig& tr = s.training;
@@ -237,17 +250,31 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   // state over the DP x CP group (Megatron reduces gradients and shards the optimizer over
   // data_parallel_group with CP) and the routed experts' over the expert-data-parallel group
   // (Megatron-Core's expert_data_parallel_group: TP x CP x DP / (ETP x EP) ranks).
+  // ZeRO-2/3 (Megatron-FSDP) shard the gradients and weights over the same groups.
+  const BytesPerParameter full = bytes_per_parameter(tr.precision, false, 1);
+  const int stage = tr.zero_stage();
   const BytesPerParameter bpp =
-      bytes_per_parameter(tr.precision, tr.use_distributed_optimizer,
-                          par.data_parallel_size * par.context_parallel_size);
-  const BytesPerParameter expert_bpp = bytes_per_parameter(
-      tr.precision, tr.use_distributed_optimizer,
-      s.model.is_moe() ? par.expert_data_parallel_size() : 1);
+      shard_bytes_per_parameter(full, stage, par.data_parallel_size * par.context_parallel_size);
+  const BytesPerParameter expert_bpp = shard_bytes_per_parameter(
+      full, stage, s.model.is_moe() ? par.expert_data_parallel_size() : 1);
   const double dense = static_cast<double>(held.dense);
   const double expert = static_cast<double>(held.expert);
   mem.weights_bytes = dense * bpp.weights + expert * expert_bpp.weights;
   mem.gradients_bytes = dense * bpp.gradients + expert * expert_bpp.gradients;
   mem.optimizer_bytes = dense * bpp.optimizer + expert * expert_bpp.optimizer;
+  if (stage >= 2 && mem.layers > 0) {
+    // The FSDP unit (one transformer layer) whose parameters are gathered (two: the running one
+    // and the prefetched next, ZeRO-3) and whose full gradients wait for their reduce-scatter.
+    // The largest layer of the stage (an MoE layer's local experts included).
+    double unit = 0;
+    for (const ChunkLayers& c : chunks) {
+      for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
+        unit = std::max(unit, static_cast<double>(layer_parameters_on_rank(s.model, par, l).total()));
+      }
+    }
+    if (stage >= 3) mem.weights_bytes += 2 * unit * full.weights;
+    mem.gradients_bytes += unit * full.gradients;
+  }
   if (tr.fp8()) {
     // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight (the local
     // experts' too) and, on Hopper (TN-only FP8 GEMMs), its transpose for the backward: 2 bytes

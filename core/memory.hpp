@@ -83,6 +83,13 @@ struct BytesPerParameter {
 /// Throws InvalidArgument naming dp when dp < 1.
 BytesPerParameter bytes_per_parameter(Precision p, bool distributed_optimizer, int64_t dp);
 
+/// `full` (bytes per parameter unsharded) under ZeRO stage `zero_stage` over `dp` ranks
+/// (Rajbhandari et al., "ZeRO", SC 2020, section 5 and Figure 1): stage 1 (P_os) divides the
+/// optimizer state by dp, stage 2 (P_os+g) the gradients too, stage 3 (P_os+g+p) the weights too;
+/// stage 0 changes nothing. With {2, 2, K}: (2 + 2 + K), 2 + 2 + K/dp, 2 + (2 + K)/dp and
+/// (2 + 2 + K)/dp bytes. Throws InvalidArgument for a stage outside [0, 3] or dp < 1.
+BytesPerParameter shard_bytes_per_parameter(BytesPerParameter full, int zero_stage, int64_t dp);
+
 /// The memory of one GPU of pipeline stage `pp_rank`, in bytes.
 struct StageMemory {
   int64_t pp_rank = 0;
@@ -94,10 +101,15 @@ struct StageMemory {
   /// Peak transformer-layer activation sets held: each in-flight (micro-batch, chunk) counts the
   /// chunk's layers (max_in_flight_weighted); in_flight x layers per chunk for an even split.
   int64_t in_flight_layers = 0;
+  /// Weights held; under ZeRO-3 (Megatron-FSDP optim_grads_params) the rank's shard plus the
+  /// FSDP units gathered at once: the running transformer layer's full weights and the next
+  /// layer's, prefetched (Megatron-FSDP's default unit: one transformer layer).
   double weights_bytes = 0;
   /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights. With
   /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).
   double fp8_weight_copies_bytes = 0;
+  /// Gradients held; under ZeRO-2/3 the rank's shard plus one FSDP unit's (layer's) full
+  /// gradients before their reduce-scatter.
   double gradients_bytes = 0;
   double optimizer_bytes = 0;
   double activations_bytes = 0;  ///< transformer layers, at the in-flight peak

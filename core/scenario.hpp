@@ -2,6 +2,7 @@
 // Key names are Megatron-LM's argument names in snake_case.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -31,6 +32,12 @@ const char* to_string(Float32MatmulPrecision p);
 /// Activation recomputation (Megatron --recompute-granularity; Korthikanti et al. 2022).
 /// kSelective recomputes the attention core only, kFull the whole transformer layer.
 enum class RecomputeGranularity { kNone, kSelective, kFull };
+
+/// What Megatron-FSDP shards over the data-parallel group (Megatron --data-parallel-sharding-strategy,
+/// with --use-megatron-fsdp; the stages of ZeRO, Rajbhandari et al. SC 2020): kNoShard nothing
+/// (DDP), kOptim the optimizer state (ZeRO-1), kOptimGrads also the gradients (ZeRO-2),
+/// kOptimGradsParams also the parameters (ZeRO-3, FSDP).
+enum class DataParallelShardingStrategy { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
 
 /// How the attention core runs (Megatron --attention-backend). kUnfused: QK^T GEMM, masked
 /// softmax, dropout and attention-over-values as separate kernels that store the s x s scores
@@ -75,6 +82,8 @@ enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise, kMxfp8 };
 enum class CpCommType { kP2p, kA2a, kAllGather };
 /// "none" | "selective" | "full".
 const char* to_string(RecomputeGranularity r);
+/// "no_shard" | "optim" | "optim_grads" | "optim_grads_params".
+const char* to_string(DataParallelShardingStrategy d);
 /// "gpipe" | "1f1b".
 const char* to_string(PipelineScheduleKind k);
 /// "unfused" | "flash".
@@ -246,6 +255,20 @@ struct TrainingConfig {
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
   AttentionBackend attention_backend = AttentionBackend::kUnfused;
   bool use_distributed_optimizer = false;  ///< ZeRO-1: optimizer state sharded over DP
+  /// Megatron-FSDP (Megatron --use-megatron-fsdp; needs the distributed optimizer): sharding
+  /// over DP x CP as data_parallel_sharding_strategy says.
+  bool use_megatron_fsdp = false;
+  DataParallelShardingStrategy data_parallel_sharding_strategy =
+      DataParallelShardingStrategy::kNoShard;
+  /// The ZeRO stage these give: 0 (replicated), 1 (optimizer state sharded: the distributed
+  /// optimizer, or Megatron-FSDP optim / no_shard with it), 2 (and gradients), 3 (and
+  /// parameters).
+  int zero_stage() const {
+    if (use_megatron_fsdp) {
+      return std::max(1, static_cast<int>(data_parallel_sharding_strategy));
+    }
+    return use_distributed_optimizer ? 1 : 0;
+  }
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs

@@ -67,6 +67,12 @@ TRAINTWIN_ENUM_NAMES(Float32MatmulPrecision,
 TRAINTWIN_ENUM_NAMES(RecomputeGranularity, std::pair{RecomputeGranularity::kNone, "none"},
                      std::pair{RecomputeGranularity::kSelective, "selective"},
                      std::pair{RecomputeGranularity::kFull, "full"});
+TRAINTWIN_ENUM_NAMES(DataParallelShardingStrategy,
+                     std::pair{DataParallelShardingStrategy::kNoShard, "no_shard"},
+                     std::pair{DataParallelShardingStrategy::kOptim, "optim"},
+                     std::pair{DataParallelShardingStrategy::kOptimGrads, "optim_grads"},
+                     std::pair{DataParallelShardingStrategy::kOptimGradsParams,
+                               "optim_grads_params"});
 TRAINTWIN_ENUM_NAMES(AttentionBackend, std::pair{AttentionBackend::kUnfused, "unfused"},
                      std::pair{AttentionBackend::kFlash, "flash"});
 TRAINTWIN_ENUM_NAMES(PipelineScheduleKind, std::pair{PipelineScheduleKind::kGPipe, "gpipe"},

@@ -538,6 +538,20 @@ void check_rules(const Scenario& s, const Locator& where) {
                "true needs training.use_distributed_optimizer: true "
                "(rule: only the distributed optimizer all-gathers parameters)");
   }
+  // Megatron-FSDP (Megatron-LM's Megatron-FSDP user guide: --use-megatron-fsdp goes with
+  // --use-distributed-optimizer; the sharding strategy applies to Megatron-FSDP only).
+  if (t.use_megatron_fsdp && !t.use_distributed_optimizer) {
+    rule_error(where, "training.use_megatron_fsdp",
+               "true needs training.use_distributed_optimizer: true (rule: as Megatron-LM's "
+               "Megatron-FSDP)");
+  }
+  if (!t.use_megatron_fsdp &&
+      t.data_parallel_sharding_strategy != DataParallelShardingStrategy::kNoShard) {
+    rule_error(where, "training.data_parallel_sharding_strategy",
+               fmt::format("{} needs training.use_megatron_fsdp: true (without it, "
+                           "use_distributed_optimizer shards the optimizer state: ZeRO-1)",
+                           to_string(t.data_parallel_sharding_strategy)));
+  }
   if (t.overlap_param_gather && !t.overlap_grad_reduce) {
     rule_error(where, "training.overlap_param_gather",
                "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");

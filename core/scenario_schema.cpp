@@ -229,6 +229,16 @@ const std::vector<KeySpec>& table() {
       {.section = "training", .key = "use_distributed_optimizer", .type = V::kBoolean,
        .doc = "ZeRO-1: optimizer state sharded over DP", .flag = "--use-distributed-optimizer",
        .bind = field<kTrain, &T::use_distributed_optimizer>()},
+      {.section = "training", .key = "use_megatron_fsdp", .type = V::kBoolean,
+       .doc = "Megatron-FSDP: shard over DP as data_parallel_sharding_strategy says (needs "
+              "use_distributed_optimizer)",
+       .flag = "--use-megatron-fsdp", .bind = field<kTrain, &T::use_megatron_fsdp>()},
+      {.section = "training", .key = "data_parallel_sharding_strategy", .type = V::kEnum,
+       .values = names_of<DataParallelShardingStrategy>(),
+       .doc = "Megatron-FSDP sharding: optim ZeRO-1, optim_grads ZeRO-2, optim_grads_params "
+              "ZeRO-3 (Rajbhandari et al. 2020)",
+       .flag = "--data-parallel-sharding-strategy",
+       .bind = enum_field<kTrain, &T::data_parallel_sharding_strategy>()},
       {.section = "training", .key = "overlap_grad_reduce", .type = V::kBoolean,
        .doc = "DP gradient reduce in buckets during backward",
        .bind = field<kTrain, &T::overlap_grad_reduce>()},

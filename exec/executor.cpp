@@ -59,6 +59,12 @@ class Executor::Impl {
                              backend_.name() + " backend yet");
     };
     if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
+    // ZeRO-1 is the distributed optimizer the executor has; Megatron-FSDP's sharded gradients
+    // and parameters would need their own buffers (the losses would match, the memory not).
+    if (sc.training.use_megatron_fsdp) {
+      unsupported("training.use_megatron_fsdp (shard the optimizer state with "
+                  "use_distributed_optimizer alone)");
+    }
     if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
       throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
                              "(Ulysses); the " + backend_.name() +

@@ -252,6 +252,57 @@ TEST(MemoryTest, DistributedOptimizerDividesOptimizerBytesByDp) {
   EXPECT_EQ(stage_memory(dp8, 0).optimizer_bytes, a.optimizer_bytes);
 }
 
+// ZeRO (Rajbhandari et al., SC 2020), Figure 1: Psi = 7.5B parameters, N_d = 64, K = 12 (mixed
+// precision Adam) -> 120 GB baseline, 31.4 GB P_os, 16.6 GB P_os+g, 1.9 GB P_os+g+p per device.
+TEST(MemoryTest, ZeroStagesReproduceTheZeroPapersFigure1) {
+  const BytesPerParameter full{2, 2, 12};
+  const double psi = 7.5e9;
+  auto gb = [&](int stage) {
+    const BytesPerParameter b = shard_bytes_per_parameter(full, stage, 64);
+    return psi * (b.weights + b.gradients + b.optimizer) / 1e9;
+  };
+  EXPECT_DOUBLE_EQ(gb(0), 120.0);                  // (2 + 2 + K) Psi
+  EXPECT_NEAR(gb(1), 31.4, 0.05);                  // 2 Psi + 2 Psi + K Psi / N_d = 31.406
+  EXPECT_NEAR(gb(2), 16.6, 0.05);                  // 2 Psi + (2 + K) Psi / N_d = 16.64
+  EXPECT_NEAR(gb(3), 1.9, 0.05);                   // (2 + 2 + K) Psi / N_d = 1.875
+  EXPECT_THROW(shard_bytes_per_parameter(full, 4, 64), InvalidArgument);
+  EXPECT_THROW(shard_bytes_per_parameter(full, 1, 0), InvalidArgument);
+}
+
+// Megatron-FSDP on GPT-3 175B / 1024 (DP 8, stage 0: 1,463,270,400 parameters, bf16: weights 2,
+// gradients 4, optimizer 12 bytes each): ZeRO-2 divides the gradients by 8 and holds one layer's
+// full gradients (the FSDP unit before its reduce-scatter); ZeRO-3 divides the weights too and
+// holds two layers' full weights (the running unit and the prefetched next). One layer on a TP-8
+// rank: QKV 3h^2/8 + 3h/8, projection h^2/8 + h, FC1 4h^2/8 + 4h/8, FC2 4h^2/8 + h, two
+// LayerNorms 4h, with h = 12288.
+TEST(MemoryTest, MegatronFsdpShardsGradientsAndWeights) {
+  Scenario s = Gpt3_175BOn1024();
+  const double params = 1463270400;
+  const double h = 12288;
+  const double layer = 12 * h * h / 8 + 3 * h / 8 + h + 4 * h / 8 + h + 4 * h;
+  ASSERT_EQ(layer, 226576896.0);
+  const StageMemory zero1 = stage_memory(s, 0);
+  EXPECT_EQ(s.training.zero_stage(), 1);
+  EXPECT_EQ(zero1.gradients_bytes, 4 * params);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptim;
+  EXPECT_EQ(s.training.zero_stage(), 1);
+  EXPECT_EQ(stage_memory(s, 0).total_bytes(), zero1.total_bytes());
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
+  EXPECT_EQ(s.training.zero_stage(), 2);
+  const StageMemory zero2 = stage_memory(s, 0);
+  EXPECT_EQ(zero2.weights_bytes, 2 * params);
+  EXPECT_EQ(zero2.gradients_bytes, 4 * params / 8 + 4 * layer);
+  EXPECT_EQ(zero2.optimizer_bytes, 12 * params / 8);
+  EXPECT_EQ(zero2.activations_bytes, zero1.activations_bytes);
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  EXPECT_EQ(s.training.zero_stage(), 3);
+  const StageMemory zero3 = stage_memory(s, 0);
+  EXPECT_EQ(zero3.weights_bytes, 2 * params / 8 + 2 * 2 * layer);
+  EXPECT_EQ(zero3.gradients_bytes, zero2.gradients_bytes);
+  EXPECT_EQ(zero3.optimizer_bytes, zero2.optimizer_bytes);
+}
+
 TEST(MemoryTest, DistributedOptimizerShardsOverDpTimesCp) {
   Scenario s;
   s.model = Small();

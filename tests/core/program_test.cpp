@@ -641,6 +641,21 @@ TEST(Program, RefusesWhatItCannotLower) {
   s.training.tp_comm_overlap = true;
   EXPECT_THROW(build_program(s), UnsupportedError);
   EXPECT_THROW(build_program(make(k), {2}), InvalidArgument);
+  // Megatron-FSDP: ZeRO-2 lowers as the distributed optimizer (same ops), ZeRO-3 is refused by
+  // name until its per-layer parameter gathers are lowered.
+  Scenario fsdp = make(k);
+  fsdp.training.use_distributed_optimizer = true;
+  const Program zero1 = build_program(fsdp);
+  fsdp.training.use_megatron_fsdp = true;
+  fsdp.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
+  EXPECT_EQ(build_program(fsdp).ranks.at(0).ops.size(), zero1.ranks.at(0).ops.size());
+  fsdp.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  try {
+    build_program(fsdp);
+    ADD_FAILURE() << "ZeRO-3 was lowered";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("optim_grads_params (ZeRO-3)"), std::string::npos);
+  }
 }
 
 // A hand-written Program: TP 2, one layer, one micro-batch, no SP, no PP/DP. Rank 0's ops:

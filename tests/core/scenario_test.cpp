@@ -875,6 +875,34 @@ TEST(ScenarioRules, InterleavingNeedsAPipeline) {
                                  HasSubstr("pipeline_model_parallel_size > 1, got 1")));
 }
 
+// Megatron-FSDP (Megatron-LM's Megatron-FSDP guide: --use-megatron-fsdp with
+// --use-distributed-optimizer; --data-parallel-sharding-strategy applies to Megatron-FSDP).
+TEST(ScenarioRules, MegatronFsdpKeys) {
+  ScenarioText t;
+  t.set("training", "use_megatron_fsdp", "true")
+      .set("training", "use_distributed_optimizer", "true")
+      .set("training", "data_parallel_sharding_strategy", "optim_grads");
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.training.data_parallel_sharding_strategy, DataParallelShardingStrategy::kOptimGrads);
+  EXPECT_EQ(s.training.zero_stage(), 2);
+
+  ScenarioText no_distopt;
+  no_distopt.set("training", "use_megatron_fsdp", "true");
+  EXPECT_THAT(error_of(no_distopt),
+              AllOf(HasSubstr("training.use_megatron_fsdp"),
+                    HasSubstr("needs training.use_distributed_optimizer: true")));
+  ScenarioText no_fsdp;
+  no_fsdp.set("training", "data_parallel_sharding_strategy", "optim_grads_params");
+  EXPECT_THAT(error_of(no_fsdp), AllOf(HasSubstr("training.data_parallel_sharding_strategy"),
+                                       HasSubstr("optim_grads_params needs "
+                                                 "training.use_megatron_fsdp: true")));
+  ScenarioText bad;
+  bad.set("training", "data_parallel_sharding_strategy", "zero3");
+  EXPECT_THAT(error_of(bad),
+              AllOf(HasSubstr("training.data_parallel_sharding_strategy"),
+                    HasSubstr("no_shard, optim, optim_grads, optim_grads_params")));
+}
+
 TEST(ScenarioRules, SequenceParallelNeedsTensorParallel) {
   ScenarioText t;
   t.set("parallelism", "tensor_model_parallel_size", "1")

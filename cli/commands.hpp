@@ -50,6 +50,9 @@ void register_goodput_command(CLI::App& app);
 /// written into FILE between its markers (scenarios/README.md).
 void register_keys_command(CLI::App& app);
 
+/// `traintwin export --format chakra SCENARIO --out DIR`: Chakra execution traces per rank.
+void register_export_command(CLI::App& app);
+
 /// The folder with the Vega builds the HTML report inlines: `flag` when given, else
 /// $TRAINTWIN_VEGA_DIR or data/vega of the source tree. Throws Error saying how to fetch them.
 std::filesystem::path resolve_vega_dir(const std::string& flag);

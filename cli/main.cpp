@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   traintwin::cli::register_profile_command(app);
   traintwin::cli::register_goodput_command(app);
   traintwin::cli::register_keys_command(app);
+  traintwin::cli::register_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

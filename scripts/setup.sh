@@ -11,6 +11,7 @@ packages=(build-essential cmake pkg-config git
           libsimgrid-dev libboost-graph-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
           libfmt-dev libopenblas-dev libopenmpi-dev openmpi-bin googletest libgtest-dev
           libgmock-dev libbenchmark-dev
+          libprotobuf-dev protobuf-compiler  # Chakra execution traces (traintwin export)
           clang-14 libclang-rt-14-dev  # libFuzzer: the fuzz targets (tests/fuzz, ctest -L fuzz)
           chromium)  # chromium: the report's headless rendering test
 # npm fetches Vega for the report; Debian's npm only where no npm exists (a NodeSource nodejs

@@ -1,0 +1,68 @@
+// Chakra execution traces out of a Program (issue 30): one ET file per rank in MLCommons Chakra's
+// protobuf schema (traces/chakra/et_def.proto), the format ASTRA-sim replays, and the process
+// groups its collectives name as the comm-group JSON ASTRA-sim reads with
+// --comm-group-configuration. The Program comes from core/program.hpp (lowered one rank at a
+// time, so big Programs never sit in memory whole) and each compute op's duration from the timing
+// layer (sim/timed_program.hpp). Next in the flow: cli/export_command.cpp writes the files.
+//
+// One op becomes one node, with node id = 2 x op id (a ring exchange, which Chakra has no
+// collective for, becomes a send to the next member of its group, id 2 x op id, and a recv from
+// the previous one, id 2 x op id + 1):
+//   compute     COMP_NODE, duration_micros = the op's time rounded to the microsecond, attributes
+//               is_cpu_op false, num_ops (FLOPs, int64) and tensor_size (bytes, uint64) of its
+//               kernels;
+//   collective  COMM_COLL_NODE, comm_type (CollectiveCommType, int64), comm_size (the nccl-tests
+//               size: the whole buffer, int64 bytes), pg_name (the group's id in the comm groups);
+//   send, recv  COMM_SEND_NODE / COMM_RECV_NODE, comm_src, comm_dst, comm_tag (int32) and
+//               comm_size (int64 bytes).
+// data_deps are the op's dependencies, ctrl_deps the previous op of its stream (a stream runs its
+// ops in order). Every node also carries traintwin's own attributes: phase, stream, micro_batch,
+// layer (int64, -1 when none).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "sim/timed_program.hpp"
+
+namespace traintwin {
+
+/// The version written in each file's GlobalMetadata: Chakra's schema version of the generator
+/// in mlcommons/chakra (src/generator/generator.py).
+inline constexpr const char* kChakraEtVersion = "1.0.0";
+
+/// The process groups the collectives of the exported ranks name: pg_name (a decimal id,
+/// group kind x world size + lowest member, the same on every member) -> members, ascending.
+using ChakraCommGroups = std::map<int64_t, std::vector<int64_t>>;
+
+/// Writes global rank `rank`'s ops as one Chakra ET stream (GlobalMetadata, then its nodes in op
+/// order) to `out`, with compute durations from `timed` (which holds the RankProgram `rank` runs,
+/// `program_rank`), and adds the groups its collectives use to `groups`. Returns the number of
+/// nodes written. Throws InvalidArgument for a rank outside the world or without a RankProgram,
+/// Error when `out` fails.
+int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t program_rank,
+                          std::ostream& out, ChakraCommGroups& groups);
+
+/// `groups` as ASTRA-sim's comm-group JSON: {"<pg_name>": [ranks...], ...}.
+std::string chakra_comm_groups_json(const ChakraCommGroups& groups);
+
+/// What export_chakra() wrote.
+struct ChakraExport {
+  std::vector<std::filesystem::path> files;  ///< DIR/<name>.<rank>.et, by rank
+  std::filesystem::path comm_groups;         ///< DIR/<name>.comm_groups.json
+  int64_t nodes = 0;                         ///< over all files
+};
+
+/// Exports `ranks` (all ranks when empty) of scenario `s`: each rank lowered alone
+/// (build_program), timed with `costs` on `gpu`, written to DIR/<s.name>.<rank>.et (whole or not
+/// at all), then the comm groups. Throws what build_program and the cost model throw,
+/// InvalidArgument for a rank outside the world, Error when a file cannot be written.
+ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuSpec& gpu,
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks);
+
+}  // namespace traintwin

@@ -1,6 +1,7 @@
 #include "sim/json_fields.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 
@@ -111,6 +112,12 @@ std::vector<std::string> json_strings(const nlohmann::ordered_json& j, const std
     out.push_back(a[i].get<std::string>());
   }
   return out;
+}
+
+void json_not_allowed(const JsonPlace& where, const std::string& text,
+                      std::span<const std::string_view> allowed) {
+  throw Error(fmt::format("{}: '{}' is \"{}\"; allowed: {}", where.origin, where.shown(), text,
+                          fmt::join(allowed, ", ")));
 }
 
 void check_schema_version(const nlohmann::ordered_json& file, const std::string& origin,

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace traintwin {
@@ -61,6 +63,24 @@ std::vector<double> json_numbers(const nlohmann::ordered_json& j, const std::str
 /// j[key] as an array of strings.
 std::vector<std::string> json_strings(const nlohmann::ordered_json& j, const std::string& key,
                                       const JsonPlace& where);
+
+/// Throws Error "ORIGIN: 'PATH' is \"TEXT\"; allowed: A, B, C" for a name outside `allowed`.
+[[noreturn]] void json_not_allowed(const JsonPlace& where, const std::string& text,
+                                   std::span<const std::string_view> allowed);
+/// j[key] as the value `table` names by it (an EnumTable of core/scenario_enum_names.hpp, e.g.
+/// EnumNames<RecomputeGranularity>::table); Error naming the key and the allowed names (the
+/// table's, in order) for any other text.
+template <typename Table>
+auto json_enum(const nlohmann::ordered_json& j, const std::string& key, const JsonPlace& where,
+               const Table& table) {
+  const std::string text = json_string(j, key, where);
+  const auto value = table.parse(text);
+  if (!value) {
+    const auto names = table.names();
+    json_not_allowed(where.key(key), text, names);
+  }
+  return *value;
+}
 
 /// Checks the "schema_version" of a file's top-level object against the one version this build
 /// reads (`reads`). Throws Error naming `origin`, the version found and `reads` when the top is

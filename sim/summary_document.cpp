@@ -291,14 +291,8 @@ SummaryLayout layout_from_json(const ojson& j, const JsonPlace& at) {
   l.micro_batch_size = json_integer(j, "micro_batch_size", at);
   l.global_batch_size = json_integer(j, "global_batch_size", at);
   l.num_micro_batches = json_integer(j, "num_micro_batches", at);
-  const std::string recompute = json_string(j, "recompute_granularity", at);
-  const auto parsed = EnumNames<RecomputeGranularity>::table.parse(recompute);
-  if (!parsed) {
-    throw Error(fmt::format("{}: '{}' is \"{}\"; allowed: {}", at.origin,
-                            at.key("recompute_granularity").path, recompute,
-                            fmt::join(EnumNames<RecomputeGranularity>::table.names(), ", ")));
-  }
-  l.recompute_granularity = *parsed;
+  l.recompute_granularity =
+      json_enum(j, "recompute_granularity", at, EnumNames<RecomputeGranularity>::table);
   l.rank_order = json_string(j, "rank_order", at);
   if (j.contains("expert_model_parallel_size")) {
     l.experts = SummaryLayout::Experts{json_integer(j, "expert_model_parallel_size", at),

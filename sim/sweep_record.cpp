@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -178,14 +179,17 @@ std::string sweep_csv(const std::vector<SweepRow>& rows) {
 
 namespace {
 
+/// A row's status, spelt as to_string(SweepStatus) spells it.
 SweepStatus status_from_json(const ojson& j, const JsonPlace& at) {
+  constexpr SweepStatus kAll[] = {SweepStatus::kRanked, SweepStatus::kOutOfMemory,
+                                  SweepStatus::kError, SweepStatus::kInvalid};
   const std::string text = json_string(j, "status", at);
-  for (SweepStatus s : {SweepStatus::kRanked, SweepStatus::kOutOfMemory, SweepStatus::kError,
-                        SweepStatus::kInvalid}) {
+  std::vector<std::string_view> names;
+  for (SweepStatus s : kAll) {
     if (text == to_string(s)) return s;
+    names.emplace_back(to_string(s));
   }
-  throw Error(fmt::format("{}: '{}' is \"{}\"; allowed: ranked, oom, error, invalid", at.origin,
-                          at.key("status").path, text));
+  json_not_allowed(at.key("status"), text, names);
 }
 
 }  // namespace
@@ -207,14 +211,8 @@ SweepRecord sweep_record_from_json(const nlohmann::ordered_json& j, const JsonPl
   c.data_parallel_size = json_integer(cj, "data_parallel_size", at);
   c.micro_batch_size = json_integer(cj, "micro_batch_size", at);
   c.global_batch_size = json_integer(cj, "global_batch_size", at);
-  const std::string recompute = json_string(cj, "recompute_granularity", at);
-  const auto parsed = EnumNames<RecomputeGranularity>::table.parse(recompute);
-  if (!parsed) {
-    throw Error(fmt::format("{}: '{}' is \"{}\"; allowed: {}", at.origin,
-                            at.key("recompute_granularity").path, recompute,
-                            fmt::join(EnumNames<RecomputeGranularity>::table.names(), ", ")));
-  }
-  c.recompute_granularity = *parsed;
+  c.recompute_granularity =
+      json_enum(cj, "recompute_granularity", at, EnumNames<RecomputeGranularity>::table);
   c.sequence_parallel = json_bool(cj, "sequence_parallel", at);
   c.use_distributed_optimizer = json_bool(cj, "use_distributed_optimizer", at);
   c.fp8_format = json_string(cj, "fp8_format", at);

@@ -22,6 +22,7 @@
 #include "sim/replay.hpp"
 #include "sim/session.hpp"
 #include "sim/summary.hpp"
+#include "sim/summary_document.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
 

@@ -29,6 +29,7 @@
 #include "core/text.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sweep.hpp"
+#include "sim/sweep_record.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin::cli {

@@ -1,5 +1,6 @@
-// The metrics of a simulated iteration, as the `simulate` command prints them and writes
-// summary.json.
+// The metrics of a simulated iteration, as the `simulate` command prints them, and their JSON
+// fields (summary.json's headline figures, a sweep row's metrics). The whole summary.json
+// document is sim/summary_document.hpp, next in the flow.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 
 #include "core/scenario.hpp"
 #include "sim/iteration_metrics.hpp"
+#include "sim/json_fields.hpp"
 #include "sim/replay.hpp"
 #include "topologies/topology.hpp"
 
@@ -33,7 +35,14 @@ struct SimulationSummary {
   double peak_memory_bytes = 0;  ///< max over pipeline stages (memory model)
   bool fits_in_memory = false;
   std::map<std::string, double> cost_sources;  ///< share of compute seconds per source
+  /// How MFU was counted: the GEMM precision's peak and the model FLOPs formula (summary.json's
+  /// mfu_formula, mfu_formula_text()).
+  std::string mfu_formula;
 };
+
+/// The MFU formula of scenario `s` in words: the dense peak of its GEMM precision, the model
+/// FLOPs formula of its model, the GPT closed form and how HFU differs.
+std::string mfu_formula_text(const Scenario& s);
 
 /// Derives the summary from either engine's metrics; `compute_s_by_source` (seconds of compute
 /// per cost source over all ranks, empty when unknown) gives cost_sources.
@@ -46,7 +55,11 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
 /// exposed_comm_s {tp, cp, ep, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
 /// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
-nlohmann::ordered_json summary_fields_json(const Scenario& s, const SimulationSummary& m);
+nlohmann::ordered_json summary_fields_json(const SimulationSummary& m);
+/// The summary from the fields summary_fields_json() writes, read from the object `j` at
+/// `where` (extra keys ignored). Throws Error naming where.origin and the key's path for a
+/// missing key or a value of the wrong type.
+SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
 
 /// A summary through a process boundary (a worker process, an MPI rank): every field, and back.
 /// from_json throws nlohmann's type_error / out_of_range for a missing or mistyped field.
@@ -61,6 +74,7 @@ struct BaseRunMetrics {
   double mfu = 0;
   double exposed_tp_s = 0, exposed_cp_s = 0, exposed_ep_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
 
+  bool operator==(const BaseRunMetrics&) const = default;
   double exposed_comm_s() const {
     return exposed_tp_s + exposed_cp_s + exposed_ep_s + exposed_pp_s + exposed_dp_s;
   }
@@ -72,31 +86,14 @@ BaseRunMetrics base_run_metrics(const SimulationSummary& m);
 /// The knobs of cluster.what_if that are given, as the scenario file spells them, e.g.
 /// {"ib_bandwidth_scale": 2.0, "straggler": {"rank": 17, "compute_scale": 1.2}}.
 nlohmann::ordered_json what_if_json(const WhatIf& what_if);
+/// The knobs what_if_json() writes, read from the object `j` at `where`; Error naming the file
+/// and key for a value of the wrong type.
+WhatIf what_if_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
 /// One line naming the given knobs, e.g. "ib_bandwidth_scale 2, straggler rank 17 x 1.2
 /// compute, degraded_link node0-nic0-up x 0.5 bandwidth"; "" when none.
 std::string describe_what_if(const WhatIf& what_if);
 
 /// (value - base) / base; 0 when base is 0.
 double relative_change(double value, double base);
-
-/// summary.json: the summary's fields plus `memory_per_stage` (the memory model's breakdown),
-/// `gpu_memory_bytes`, `busiest_links` (top 10 by bytes), `link_tiers` (per tier: links,
-/// bytes total/mean/max, utilization mean/p99/max), `hot_links` (>= 2x their tier's mean
-/// utilization, with vs_tier_mean), `link_series` (utilization of the 5 busiest links in 100
-/// bins of the iteration), `sim_wall_s`, `wall_phases_s` (lowering, timing, platform, replay,
-/// results), `events`, `flows`, `solver_flows` and `max_solver_flows` (flows SimGrid's solver
-/// held; the others were alone on their links),
-/// `collective_algorithms`, per-stage breakdowns, the scenario's name and layout (with the
-/// pipeline split: the four Megatron keys and `layers_per_model_chunk` [stage][chunk]) and
-/// `mfu_formula`. `include_wall_time` false leaves sim_wall_s and wall_phases_s out (for byte-identical
-/// files).
-/// With what-if knobs in the scenario: `what_if` (what_if_json()); with `base` also `base`
-/// (iteration_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s {tp, cp, ep, pp, dp, total}) and
-/// `delta_vs_base` (iteration_time_relative, tokens_per_s_relative, mfu_relative: relative
-/// changes of this run against the base; exposed_comm_delta_s: the difference in seconds;
-/// speedup: base iteration time / this one).
-nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
-                                    const SimulationResult& r, bool include_wall_time = true,
-                                    const BaseRunMetrics* base = nullptr);
 
 }  // namespace traintwin

@@ -1,6 +1,7 @@
 #include "sim/sweep.hpp"
 
 #include "sim/analytical.hpp"
+#include "sim/summary_document.hpp"
 
 #include <fmt/format.h>
 
@@ -265,7 +266,9 @@ Evaluator make_simulation_evaluator(const TopologySpec& topo,
   opts.record_timeline = false;
   return [topo, costs, opts](const Scenario& s) {
     const SimulationResult r = simulate(s, topo, *costs, opts);
-    return SweepEvaluation{"simulate", summarize(s, topo, r), summary_json(s, topo, r)};
+    // The replay's whole summary as the row's metrics; the version is sweep.json's own.
+    const SummaryDocument doc = summary_document(s, topo, r);
+    return SweepEvaluation{"simulate", doc.summary, summary_document_json(doc)};
   };
 }
 
@@ -465,126 +468,6 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
   int64_t rank = 0;
   for (SweepRow& r : rows) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
   return rows;
-}
-
-// ----- output ---------------------------------------------------------------------------------
-
-nlohmann::ordered_json sweep_row_json(const SweepRow& row) {
-  const Scenario& s = row.config.scenario;
-  nlohmann::ordered_json j;
-  j["rank"] = row.rank > 0 ? nlohmann::ordered_json(row.rank) : nlohmann::ordered_json(nullptr);
-  j["status"] = to_string(row.status);
-  j["index"] = row.config.index;
-  j["configuration"] = {
-      {"num_gpus", s.cluster.num_gpus},
-      {"tensor_model_parallel_size", s.parallel.tensor_model_parallel_size},
-      {"context_parallel_size", s.parallel.context_parallel_size},
-      {"pipeline_model_parallel_size", s.parallel.pipeline_model_parallel_size},
-      {"virtual_pipeline_model_parallel_size", s.parallel.virtual_pipeline_model_parallel_size},
-      {"data_parallel_size", s.parallel.data_parallel_size},
-      {"micro_batch_size", s.training.micro_batch_size},
-      {"global_batch_size", s.training.global_batch_size},
-      {"recompute_granularity", to_string(s.training.recompute_granularity)},
-      {"sequence_parallel", s.parallel.sequence_parallel},
-      {"use_distributed_optimizer", s.training.use_distributed_optimizer},
-      {"fp8_format", s.training.fp8() ? to_string(*s.training.fp8_format) : "none"},
-      {"expert_model_parallel_size", s.parallel.expert_model_parallel_size},
-      {"expert_tensor_parallel_size", s.parallel.expert_tp()},
-      {"gpus_per_replica", row.config.gpus_per_replica()}};
-  j["memory"] = {{"peak_bytes", row.config.peak_memory_bytes},
-                 {"capacity_bytes", row.config.memory_capacity_bytes},
-                 {"excess_bytes", row.config.excess_memory_bytes},
-                 {"fits", row.config.fits()}};
-  j["adjustments"] = row.config.adjustments;
-  if (row.status == SweepStatus::kInvalid) {
-    j["reason"] = row.config.invalid_reason;
-  } else if (row.status == SweepStatus::kError) {
-    j["reason"] = row.error;
-  } else {
-    j["reason"] = nullptr;
-  }
-  if (!row.evaluation) {
-    j["metrics"] = nullptr;
-  } else if (!row.evaluation->detail.is_null()) {
-    j["metrics"] = row.evaluation->detail;
-  } else {
-    j["metrics"] = summary_fields_json(row.config.scenario, row.evaluation->summary);
-    j["metrics"]["mode"] = row.evaluation->mode;
-  }
-  return j;
-}
-
-nlohmann::ordered_json sweep_json(const std::vector<SweepRow>& rows) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const SweepRow& r : rows) out.push_back(sweep_row_json(r));
-  return out;
-}
-
-namespace {
-
-/// Flattens `j` into (dotted column, cell text) pairs.
-void flatten(const nlohmann::ordered_json& j, const std::string& prefix,
-             std::vector<std::pair<std::string, std::string>>& out) {
-  if (j.is_object()) {
-    for (const auto& [key, value] : j.items()) {
-      flatten(value, prefix.empty() ? key : prefix + "." + key, out);
-    }
-    return;
-  }
-  std::string cell;
-  if (j.is_null()) {
-    cell = "";
-  } else if (j.is_string()) {
-    cell = j.get<std::string>();
-  } else {
-    cell = j.dump();  // numbers, booleans, arrays (as JSON text)
-  }
-  out.emplace_back(prefix, std::move(cell));
-}
-
-std::string csv_quote(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) {
-    if (c == '"') q += '"';
-    q += c;
-  }
-  return q + "\"";
-}
-
-}  // namespace
-
-std::string sweep_csv(const std::vector<SweepRow>& rows) {
-  std::vector<std::map<std::string, std::string>> flat;
-  std::vector<std::string> columns;
-  std::set<std::string> known;
-  for (const SweepRow& r : rows) {
-    std::vector<std::pair<std::string, std::string>> cells;
-    flatten(sweep_row_json(r), "", cells);
-    for (const auto& [col, cell] : cells) {
-      if (known.insert(col).second) columns.push_back(col);
-    }
-    flat.emplace_back(cells.begin(), cells.end());
-  }
-  // A row without metrics flattens to a bare "metrics" column: drop it when some row has
-  // metrics.* columns.
-  const bool has_metric_fields = std::any_of(
-      columns.begin(), columns.end(), [](const auto& c) { return c.rfind("metrics.", 0) == 0; });
-  if (has_metric_fields) {
-    columns.erase(std::remove(columns.begin(), columns.end(), "metrics"), columns.end());
-  }
-  std::ostringstream out;
-  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << csv_quote(columns[i]);
-  out << "\n";
-  for (const auto& row : flat) {
-    for (size_t i = 0; i < columns.size(); ++i) {
-      if (i) out << ",";
-      const auto it = row.find(columns[i]);
-      if (it != row.end()) out << csv_quote(it->second);
-    }
-    out << "\n";
-  }
-  return out.str();
 }
 
 // ----- flag parsing ---------------------------------------------------------------------------

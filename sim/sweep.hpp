@@ -6,7 +6,7 @@
 //   enumerate_configurations(base, axes, gpu memory)  -> one SweepConfiguration per combination,
 //       valid (validate_scenario passes) or invalid (the rule's message), with its memory peak
 //   run_sweep(configurations, evaluator, options)      -> one SweepRow per configuration, ranked
-//   sweep_json / sweep_csv                             -> what `traintwin sweep --out` writes
+//   sweep_json / sweep_csv (sim/sweep_record.hpp, next) -> what `traintwin sweep --out` writes
 //
 // The evaluator is a plain function Scenario -> metrics JSON (the fields of `simulate --json`,
 // at least "tokens_per_s"), so the SimGrid replay (make_simulation_evaluator, one forked process
@@ -105,8 +105,8 @@ using SweepProgress = JobProgress;
 struct SweepEvaluation {
   std::string mode;           ///< "simulate" (the replay) or "analytical" (the estimator)
   SimulationSummary summary;  ///< summary.tokens_per_s ranks the configuration
-  /// Everything else the engine knows, as sweep.json writes it: summary_json() of a replay
-  /// (busiest links, per-stage breakdowns, ...); null when the summary is all there is.
+  /// Everything else the engine knows, as sweep.json writes it: summary_document_json() of a
+  /// replay (busiest links, per-stage breakdowns, ...); null when the summary is all there is.
   nlohmann::ordered_json detail;
 };
 /// A SweepEvaluation through a process boundary (worker process, MPI rank) and back.
@@ -117,8 +117,8 @@ void from_json(const nlohmann::json& j, SweepEvaluation& e);
 using Evaluator = std::function<SweepEvaluation(const Scenario&)>;
 
 /// The SimGrid evaluator: simulate() with `opts` (record_timeline forced off) and `costs` on
-/// `topo`, then summarize() and summary_json() as the detail; mode "simulate". simulate() creates a SimGrid engine: call it once per process
-/// (SweepOptions::isolate = true).
+/// `topo`, then summarize() and summary_document_json() as the detail; mode "simulate".
+/// simulate() creates a SimGrid engine: call it once per process (SweepOptions::isolate = true).
 Evaluator make_simulation_evaluator(const TopologySpec& topo,
                                     std::shared_ptr<const CostModel> costs,
                                     SimulationOptions opts = {});
@@ -181,20 +181,6 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
 ///   3. kError rows, by index;
 ///   4. kInvalid rows, by index.
 std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows);
-
-/// One row as sweep.json holds it: rank (null unless ranked), status, index, configuration
-/// (TP, CP, PP, VPP, DP, micro-batch size, global batch size, recompute, SP, distributed
-/// optimizer, GPUs per replica), memory (peak, capacity, excess in bytes, fits), adjustments,
-/// reason (invalid or error; null otherwise) and metrics: the evaluation's detail when it has one,
-/// else summary_fields_json() of its summary plus "mode"; null when not evaluated.
-nlohmann::ordered_json sweep_row_json(const SweepRow& row);
-/// sweep.json: the array of sweep_row_json(), in the rows' order.
-nlohmann::ordered_json sweep_json(const std::vector<SweepRow>& rows);
-/// sweep.csv: a header, then one line per row with sweep_row_json() flattened: nested objects
-/// become dotted columns (configuration.tensor_model_parallel_size, metrics.mfu, ...), arrays a
-/// JSON text cell; the columns are the union over rows in first-seen order (empty cell where a row
-/// lacks one). RFC 4180 quoting.
-std::string sweep_csv(const std::vector<SweepRow>& rows);
 
 /// Parses a comma-separated list of integers >= 1 given to `flag` ("1,2,4,8"). Throws ConfigError
 /// naming the flag and the allowed values for anything else (empty items, 0, "x", duplicates).

@@ -51,7 +51,9 @@ TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
 
   std::ifstream jf(dir / "sweep.json");
   ASSERT_TRUE(jf) << "no sweep.json";
-  const auto j = nlohmann::json::parse(jf);
+  const auto file = nlohmann::json::parse(jf);
+  EXPECT_EQ(file["schema_version"], 1);
+  const auto& j = file["rows"];
   ASSERT_TRUE(j.is_array());
   ASSERT_EQ(j.size(), 12u);
   double previous = 1e300;
@@ -208,7 +210,7 @@ TEST(SweepCli, AnalyticalAndAutoModes) {
   const Result b = run("sweep " + scenario + " --micro-batch-size 1,2,4 --mode auto --top 1 --out " + dir.string());
   ASSERT_EQ(b.status, 0) << b.output;
   std::ifstream in(dir / "sweep.json");
-  const auto rows = nlohmann::json::parse(in);
+  const auto rows = nlohmann::json::parse(in)["rows"];
   ASSERT_EQ(rows.size(), 3u);
   int analytical = 0;
   for (const auto& row : rows) analytical += row["metrics"].contains("mode");

@@ -19,6 +19,7 @@
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
+#include "sim/summary_document.hpp"
 
 namespace traintwin {
 namespace {

@@ -19,6 +19,8 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "sim/summary.hpp"
+#include "sim/sweep_record.hpp"
 
 namespace traintwin {
 namespace {
@@ -625,7 +627,10 @@ TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
         return e;
       },
       options);
-  const auto j = sweep_json(rows);
+  const auto file = sweep_json(rows);
+  EXPECT_EQ(file.begin().key(), "schema_version");
+  EXPECT_EQ(file["schema_version"], kSweepSchemaVersion);
+  const auto& j = file["rows"];
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[0]["rank"], 1);
   EXPECT_EQ(j[0]["status"], "ranked");
@@ -653,6 +658,59 @@ TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
   EXPECT_EQ(std::count(second.begin(), second.end(), ','),
             std::count(header.begin(), header.end(), ','));
   EXPECT_THAT(second, ::testing::StartsWith(",invalid,1,8,3,"));
+}
+
+// sweep.json read back (read_sweep_json) and written again gives the same text: the typed
+// record holds every field of a row, whichever mode evaluated it.
+TEST(Sweep, JsonRoundTripsThroughTheTypedRecords) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 2, 3};
+  axes.mbs = {1, 2};
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  SweepOptions options;
+  options.isolate = false;
+  int calls = 0;
+  const auto rows = run_sweep(
+      configs,
+      [&calls](const Scenario& s) {
+        SweepEvaluation e;
+        e.mode = "analytical";
+        e.summary.iteration_time_s =
+            1.0 + static_cast<double>(s.parallel.tensor_model_parallel_size);
+        e.summary.tokens_per_s = 1000.0 / e.summary.iteration_time_s;
+        e.summary.tokens_per_s_per_gpu = e.summary.tokens_per_s / 8;
+        e.summary.mfu = 0.25;
+        e.summary.mfu_formula = "MFU = ...";
+        e.summary.exposed_tp_s = 0.125;
+        e.summary.cost_sources = {{"roofline", 1.0}};
+        if (++calls % 2 == 0) {  // every other one as a replay: the whole summary as detail
+          e.mode = "simulate";
+          e.detail = summary_fields_json(e.summary);
+          e.detail["busiest_links"] = nlohmann::ordered_json::array();
+        }
+        return e;
+      },
+      options);
+  ASSERT_GT(calls, 1);
+  const std::string text = sweep_json(rows).dump(2);
+  const auto records = read_sweep_json(nlohmann::ordered_json::parse(text), "sweep.json");
+  ASSERT_EQ(records.size(), rows.size());
+  nlohmann::ordered_json again;
+  again["schema_version"] = kSweepSchemaVersion;
+  again["rows"] = nlohmann::ordered_json::array();
+  for (const SweepRecord& r : records) again["rows"].push_back(sweep_record_json(r));
+  EXPECT_EQ(again.dump(2), text);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(records[i].status, rows[i].status);
+    EXPECT_EQ(records[i].rank, rows[i].rank);
+    EXPECT_EQ(records[i].configuration.tensor_model_parallel_size,
+              rows[i].config.scenario.parallel.tensor_model_parallel_size);
+    EXPECT_EQ(records[i].metrics.has_value(), rows[i].evaluation.has_value());
+    if (records[i].metrics) {
+      EXPECT_DOUBLE_EQ(records[i].metrics->summary.tokens_per_s, rows[i].tokens_per_s);
+    }
+  }
 }
 
 TEST(Sweep, FlagListsAreParsedOrRejectedNamingTheFlag) {

@@ -23,6 +23,7 @@
 #include "sim/platform.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
+#include "sim/summary_document.hpp"
 
 namespace traintwin {
 namespace {

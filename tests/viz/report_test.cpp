@@ -28,6 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const fs::path kSource = TRAINTWIN_SOURCE_DIR;
@@ -63,43 +65,59 @@ fs::path fake_vega_dir() {
   return dir;
 }
 
-/// A summary.json with the fields the report reads: PP 2, TP 2, DP 2 (8 GPUs).
-json small_summary() {
-  return json::parse(R"({
+/// A summary.json (schema version 1, every key its writer writes): PP 2, TP 2, DP 2 (8 GPUs).
+ojson small_summary() {
+  return ojson::parse(R"({
+    "schema_version": 1,
     "scenario": "unit", "num_gpus": 8, "gpu": "H100",
     "layout": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
                "virtual_pipeline_model_parallel_size": 1, "context_parallel_size": 1,
                "data_parallel_size": 2, "sequence_parallel": false, "micro_batch_size": 1,
-               "global_batch_size": 8, "num_micro_batches": 4, "recompute_granularity": "none"},
+               "global_batch_size": 8, "num_micro_batches": 4, "recompute_granularity": "none",
+               "rank_order": "tp-cp-dp-pp",
+               "decoder_first_pipeline_num_layers": null, "decoder_last_pipeline_num_layers": null,
+               "account_for_embedding_in_pipeline_split": false,
+               "account_for_loss_in_pipeline_split": false,
+               "layers_per_model_chunk": [[2], [2]]},
     "iteration_time_s": 0.5, "tokens_per_s": 12345.6, "tokens_per_s_per_gpu": 1543.2,
-    "model_tflops_per_gpu": 321.0, "mfu": 0.4213, "hfu": 0.4567,
+    "model_tflops_per_gpu": 321.0, "mfu": 0.4213, "hfu": 0.4567, "mfu_formula": "MFU = ...",
     "pipeline_bubble_fraction": 0.125,
     "exposed_comm_s": {"tp": 0.01, "cp": 0.004, "ep": 0.006, "pp": 0.02, "dp": 0.03},
     "compute_s": 0.4, "optimizer_s": 0.005,
     "peak_memory_bytes": 42949672960, "fits_in_memory": true, "gpu_memory_bytes": 85899345920,
     "memory_per_stage": [
-      {"pp_rank": 0, "weights_bytes": 1073741824, "gradients_bytes": 2147483648,
+      {"pp_rank": 0, "layers": 2, "parameters": 1000, "in_flight": 2, "in_flight_layers": 4,
+       "weights_bytes": 1073741824, "fp8_weight_copies_bytes": 0, "gradients_bytes": 2147483648,
        "optimizer_bytes": 3221225472, "activations_bytes": 4294967296,
-       "embedding_and_logits_bytes": 536870912, "total_bytes": 11274289152},
-      {"pp_rank": 1, "weights_bytes": 1073741824, "gradients_bytes": 2147483648,
+       "embedding_and_logits_bytes": 536870912, "expert_parameters": 0,
+       "moe_dispatch_buffers_bytes": 0, "total_bytes": 11274289152},
+      {"pp_rank": 1, "layers": 2, "parameters": 1000, "in_flight": 1, "in_flight_layers": 2,
+       "weights_bytes": 1073741824, "fp8_weight_copies_bytes": 0, "gradients_bytes": 2147483648,
        "optimizer_bytes": 3221225472, "activations_bytes": 2147483648,
-       "embedding_and_logits_bytes": 1073741824, "total_bytes": 9663676416}],
+       "embedding_and_logits_bytes": 1073741824, "expert_parameters": 0,
+       "moe_dispatch_buffers_bytes": 0, "total_bytes": 9663676416}],
     "cost_sources": {"measured": 0.25, "roofline": 0.75},
     "busiest_links": [{"name": "leaf0-spine1", "tier": "spine", "bytes": 1e9,
                        "utilization": 0.5},
                       {"name": "node0-nic0", "tier": "rail", "bytes": 5e8,
                        "utilization": 0.25}],
+    "link_tiers": [], "hot_links": [], "link_series": [],
     "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
                       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
     "per_stage": [
       {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
        "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
       {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
-       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035}]
+       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035}],
+    "collective_algorithms": {"ring": 12}, "reductions": [], "replayed_ranks": 8,
+    "events": 100, "ops": 80, "flows": 20, "solver_flows": 10, "max_solver_flows": 4
   })");
 }
 
-ReportLayout small_layout() { return report_layout(small_summary(), "summary.json"); }
+/// `j` read as summary.json (read_summary_json), the typed document the charts take.
+SummaryDocument typed(const ojson& j) { return read_summary_json(j, "summary.json"); }
+
+ReportLayout small_layout() { return report_layout(typed(small_summary()).layout); }
 
 TimelineEvent op(int64_t rank, const std::string& stream, const std::string& name,
                  const std::string& category, double start_s, double end_s) {
@@ -254,44 +272,31 @@ TEST(ReportSpec, GanttRejectsARankOutsideTheLayoutNamingTheFile) {
 }
 
 TEST(ReportSpec, SummaryTableHasTheHeadlineNumbers) {
-  const std::string html = summary_table_html(small_summary(), "summary.json");
+  const std::string html = summary_table_html(typed(small_summary()));
   for (const char* text :
        {"unit", "8 x H100", "TP 2 x CP 1 x PP 2 x DP 2", "500.000 ms", "12346", "1543.2", "42.1 %",
-        "45.7 %", "12.5 %", "10.000 ms / 4.000 ms / 6.000 ms / 20.000 ms / 30.000 ms", "40.00 GiB / 80.00 GiB (fits)",
-        "measured 25.0 %, roofline 75.0 %"}) {
+        "45.7 %", "12.5 %", "10.000 ms / 4.000 ms / 6.000 ms / 20.000 ms / 30.000 ms",
+        "40.00 GiB / 80.00 GiB (fits)", "measured 25.0 %, roofline 75.0 %", "2 / 2 (even split)"}) {
     EXPECT_THAT(html, HasSubstr(text));
   }
 }
 
-TEST(ReportSpec, SummaryTableNamesTheFileAndKeyOfAMissingField) {
-  json s = small_summary();
+// The summary is read once, typed (read_summary_json); a missing or mistyped field stops the
+// report there, naming the file and the key.
+TEST(ReportSpec, ReadingTheSummaryNamesTheFileAndKeyOfAMissingField) {
+  ojson s = small_summary();
   s.erase("mfu");
-  EXPECT_THROW(
-      {
-        try {
-          summary_table_html(s, "out/summary.json");
-        } catch (const Error& e) {
-          EXPECT_STREQ(e.what(), "out/summary.json: missing key 'mfu'");
-          throw;
-        }
-      },
-      Error);
+  EXPECT_THAT(
+      [&] { read_summary_json(s, "out/summary.json"); },
+      ::testing::ThrowsMessage<Error>(::testing::StrEq("out/summary.json: missing key 'mfu'")));
   s = small_summary();
   s["exposed_comm_s"]["pp"] = "fast";
-  EXPECT_THROW(
-      {
-        try {
-          summary_table_html(s, "out/summary.json");
-        } catch (const Error& e) {
-          EXPECT_THAT(e.what(), HasSubstr("'exposed_comm_s.pp' must be a number"));
-          throw;
-        }
-      },
-      Error);
+  EXPECT_THAT([&] { read_summary_json(s, "out/summary.json"); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("'exposed_comm_s.pp' must be a number")));
 }
 
 TEST(ReportSpec, TimeBreakdownHasEightPartsForTheCriticalRankAndEachStage) {
-  const json spec = time_breakdown_spec(small_summary(), "summary.json");
+  const json spec = time_breakdown_spec(typed(small_summary()));
   const json& values = spec["data"]["values"];
   ASSERT_EQ(values.size(), 24u);
   EXPECT_EQ(values[0]["row"], "critical path (rank 4)");
@@ -306,10 +311,11 @@ TEST(ReportSpec, TimeBreakdownHasEightPartsForTheCriticalRankAndEachStage) {
 }
 
 TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {
-  const json spec = memory_spec(small_summary(), "summary.json");
+  const json spec = memory_spec(typed(small_summary()));
   ASSERT_EQ(spec["data"]["values"].size(), 10u);
   EXPECT_EQ(spec["data"]["values"][3]["part"], "activations");
   EXPECT_DOUBLE_EQ(spec["data"]["values"][3]["GiB"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(spec["data"]["values"][0]["total_GiB"].get<double>(), 10.5);
   const json& rule = spec["layer"][1];
   EXPECT_EQ(rule["mark"]["type"], "rule");
   EXPECT_DOUBLE_EQ(rule["data"]["values"][0]["GiB"].get<double>(), 80.0);
@@ -320,81 +326,113 @@ TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {
 // layers, as `simulate --out` writes them): the summary table states it, the memory bars and the
 // Gantt charts name each stage's layers.
 TEST(ReportSpec, UnevenPipelineSplitIsShownPerStage) {
-  json summary = small_summary();
+  ojson summary = small_summary();
   summary["layout"]["virtual_pipeline_model_parallel_size"] = 2;
-  summary["layout"]["decoder_first_pipeline_num_layers"] = nullptr;
-  summary["layout"]["decoder_last_pipeline_num_layers"] = nullptr;
   summary["layout"]["account_for_embedding_in_pipeline_split"] = true;
   summary["layout"]["account_for_loss_in_pipeline_split"] = true;
-  summary["layout"]["layers_per_model_chunk"] = json::array({json::array({1, 2}), json::array({2, 1})});
+  summary["layout"]["layers_per_model_chunk"] =
+      ojson::array({ojson::array({1, 2}), ojson::array({2, 1})});
   summary["memory_per_stage"][0]["layers"] = 3;
   summary["memory_per_stage"][1]["layers"] = 3;
-  EXPECT_THAT(summary_table_html(summary, "summary.json"),
+  EXPECT_THAT(summary_table_html(typed(summary)),
               HasSubstr("transformer layers per stage (model chunks joined by +): 1+2 / 2+1 "
                         "(embedding counted as a layer, loss counted as a layer)"));
-  const json memory = memory_spec(summary, "summary.json");
+  const json memory = memory_spec(typed(summary));
   EXPECT_EQ(memory["data"]["values"][0]["stage"], "stage 0 (3 layers)");
-  const ReportLayout layout = report_layout(summary, "summary.json");
+  const ReportLayout layout = report_layout(typed(summary).layout);
   EXPECT_EQ(layout.layers_per_stage, (std::vector<int64_t>{3, 3}));
   const GanttChart g = gantt_chart(synthetic_timeline(2, 2), layout, "timeline.json");
   EXPECT_EQ(g.spec["vconcat"][0]["title"]["text"], "pipeline stage 0 (3 layers)");
-  // Older summaries without the split keep the plain labels.
-  EXPECT_EQ(memory_spec(small_summary(), "summary.json")["data"]["values"][0]["stage"], "stage 0");
-  EXPECT_THAT(summary_table_html(small_summary(), "summary.json"),
-              ::testing::Not(HasSubstr("pipeline split")));
-  summary["layout"]["layers_per_model_chunk"] = json::array({json::array({1, "x"})});
-  EXPECT_THROW(report_layout(summary, "summary.json"), Error);
+  // The even split of the small summary.
+  EXPECT_EQ(memory_spec(typed(small_summary()))["data"]["values"][0]["stage"],
+            "stage 0 (2 layers)");
+  summary["layout"]["layers_per_model_chunk"] = ojson::array({ojson::array({1, "x"})});
+  EXPECT_THAT([&] { typed(summary); },
+              ::testing::ThrowsMessage<Error>(HasSubstr(
+                  "summary.json: 'layout.layers_per_model_chunk[0][1]' must be an integer")));
 }
 
 TEST(ReportSpec, LinksChartListsEveryBusiestLinkAndIsLeftOutWithoutLinks) {
-  const auto spec = links_spec(small_summary(), "summary.json");
+  const auto spec = links_spec(typed(small_summary()));
   ASSERT_TRUE(spec.has_value());
   ASSERT_EQ((*spec)["data"]["values"].size(), 2u);
   EXPECT_EQ((*spec)["data"]["values"][0]["link"], "leaf0-spine1");
   EXPECT_DOUBLE_EQ((*spec)["data"]["values"][0]["GB"].get<double>(), 1.0);
-  json s = small_summary();
-  s["busiest_links"] = json::array();
-  EXPECT_FALSE(links_spec(s, "summary.json").has_value());
+  ojson s = small_summary();
+  s["busiest_links"] = ojson::array();
+  EXPECT_FALSE(links_spec(typed(s)).has_value());
 }
 
-/// One sweep.json row.
-json sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs, int vpp,
-               double tokens_per_s_per_gpu, double excess_bytes = 0) {
-  json row = {
-      {"rank", rank > 0 ? json(rank) : json(nullptr)},
-      {"status", status},
-      {"configuration",
-       {{"tensor_model_parallel_size", tp},
-        {"pipeline_model_parallel_size", pp},
-        {"virtual_pipeline_model_parallel_size", vpp},
-        {"data_parallel_size", 8 / tp / pp},
-        {"micro_batch_size", mbs},
-        {"recompute_granularity", "none"},
-        {"sequence_parallel", false},
-        {"use_distributed_optimizer", true}}},
-      {"memory", {{"peak_bytes", 1e10}, {"capacity_bytes", 8e10}, {"excess_bytes", excess_bytes}}},
-      {"metrics", nullptr}};
+/// One sweep.json row (every key sweep_record_json writes).
+ojson sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs, int vpp,
+                double tokens_per_s_per_gpu, double excess_bytes = 0) {
+  static int64_t index = 0;
+  ojson row = {{"rank", rank > 0 ? ojson(rank) : ojson(nullptr)},
+               {"status", status},
+               {"index", index++},
+               {"configuration",
+                {{"num_gpus", 8},
+                 {"tensor_model_parallel_size", tp},
+                 {"context_parallel_size", 1},
+                 {"pipeline_model_parallel_size", pp},
+                 {"virtual_pipeline_model_parallel_size", vpp},
+                 {"data_parallel_size", 8 / tp / pp},
+                 {"micro_batch_size", mbs},
+                 {"global_batch_size", 64},
+                 {"recompute_granularity", "none"},
+                 {"sequence_parallel", false},
+                 {"use_distributed_optimizer", true},
+                 {"fp8_format", "none"},
+                 {"expert_model_parallel_size", 1},
+                 {"expert_tensor_parallel_size", tp},
+                 {"gpus_per_replica", tp * pp}}},
+               {"memory",
+                {{"peak_bytes", 1e10},
+                 {"capacity_bytes", 8e10},
+                 {"excess_bytes", excess_bytes},
+                 {"fits", excess_bytes <= 0}}},
+               {"adjustments", ojson::array()},
+               {"reason", status == "invalid" || status == "error" ? ojson("why") : ojson(nullptr)},
+               {"metrics", nullptr}};
   if (status == "ranked") {
-    row["metrics"] = {{"tokens_per_s_per_gpu", tokens_per_s_per_gpu},
-                      {"mfu", 0.4},
-                      {"iteration_time_s", 1.5},
-                      {"pipeline_bubble_fraction", 0.1}};
+    row["metrics"] = {
+        {"iteration_time_s", 1.5},
+        {"tokens_per_s", tokens_per_s_per_gpu * 8},
+        {"tokens_per_s_per_gpu", tokens_per_s_per_gpu},
+        {"model_tflops_per_gpu", 100.0},
+        {"mfu", 0.4},
+        {"hfu", 0.4},
+        {"mfu_formula", "MFU = ..."},
+        {"pipeline_bubble_fraction", 0.1},
+        {"exposed_comm_s", {{"tp", 0.0}, {"cp", 0.0}, {"ep", 0.0}, {"pp", 0.0}, {"dp", 0.0}}},
+        {"compute_s", 1.0},
+        {"optimizer_s", 0.1},
+        {"peak_memory_bytes", 1e10},
+        {"fits_in_memory", true},
+        {"cost_sources", ojson::object()},
+        {"mode", "analytical"}};
   }
   return row;
 }
 
-json small_sweep() {
-  return json::array(
+/// sweep.json (schema version 1) of `rows`.
+ojson sweep_file(const ojson& rows) { return {{"schema_version", 1}, {"rows", rows}}; }
+
+ojson small_sweep() {
+  return sweep_file(ojson::array(
       {sweep_row("ranked", 2, 1, 1, 1, 1, 900), sweep_row("ranked", 1, 1, 2, 1, 1, 1000),
        sweep_row("oom", 0, 1, 2, 4, 1, 0, 3 * 1073741824.0),
        sweep_row("oom", 0, 1, 2, 4, 2, 0, 2 * 1073741824.0),  // same cell
        sweep_row("ranked", 3, 2, 2, 4, 2, 800),
        sweep_row("oom", 0, 2, 2, 4, 1, 0, 1e9),  // cell has a ranked row
-       sweep_row("invalid", 0, 4, 4, 1, 1, 0), sweep_row("error", 0, 2, 1, 1, 1, 0)});
+       sweep_row("invalid", 0, 4, 4, 1, 1, 0), sweep_row("error", 0, 2, 1, 1, 1, 0)}));
 }
 
+/// `j` read as sweep.json (read_sweep_json), the typed rows the charts take.
+std::vector<SweepRecord> records(const ojson& j) { return read_sweep_json(j, "sweep.json"); }
+
 TEST(ReportSpec, SweepHeatmapMarksCellsWhereEveryConfigurationIsOom) {
-  const auto spec = sweep_heatmap_spec(small_sweep(), "sweep.json");
+  const auto spec = sweep_heatmap_spec(records(small_sweep()));
   ASSERT_TRUE(spec.has_value());
   std::map<std::tuple<int, int, int>, json> cells;
   for (const json& v : (*spec)["data"]["values"]) {
@@ -410,6 +448,7 @@ TEST(ReportSpec, SweepHeatmapMarksCellsWhereEveryConfigurationIsOom) {
   const json& mixed = cells.at({2, 2, 4});  // one OOM, one ranked: the ranked one is shown
   EXPECT_EQ(mixed["status"], "ranked");
   EXPECT_DOUBLE_EQ(mixed["tokens_per_s_per_gpu"].get<double>(), 800);
+  EXPECT_EQ(mixed["detail"], "best: rank 3, VPP 2, recompute none, SP off, dist-opt on, DP 2");
   EXPECT_EQ(cells.at({1, 2, 1})["label"], "1000");
   // Layers: ranked cells, OOM cells, labels; faceted per TP size.
   EXPECT_EQ((*spec)["spec"]["layer"][0]["name"], "heat_cells");
@@ -419,13 +458,13 @@ TEST(ReportSpec, SweepHeatmapMarksCellsWhereEveryConfigurationIsOom) {
 }
 
 TEST(ReportSpec, SweepHeatmapIsLeftOutWhenNothingRanksOrOoms) {
-  EXPECT_FALSE(
-      sweep_heatmap_spec(json::array({sweep_row("invalid", 0, 4, 4, 1, 1, 0)}), "sweep.json")
-          .has_value());
+  EXPECT_FALSE(sweep_heatmap_spec(
+                   records(sweep_file(ojson::array({sweep_row("invalid", 0, 4, 4, 1, 1, 0)}))))
+                   .has_value());
 }
 
 TEST(ReportSpec, SweepTableListsRankedRowsInRankOrderAndCountsTheRest) {
-  const std::string html = sweep_table_html(small_sweep(), "sweep.json");
+  const std::string html = sweep_table_html(records(small_sweep()));
   EXPECT_THAT(html, HasSubstr("3 ranked configuration(s), 1 error, 1 invalid, 3 oom."));
   const auto first = html.find("<td>1</td>");
   const auto second = html.find("<td>2</td><td>1</td>");
@@ -434,8 +473,23 @@ TEST(ReportSpec, SweepTableListsRankedRowsInRankOrderAndCountsTheRest) {
   EXPECT_LT(first, second);
   EXPECT_THAT(html, HasSubstr("1000.0"));
   EXPECT_THAT(html, HasSubstr("40.0 %"));
-  EXPECT_THAT(sweep_table_html(small_sweep(), "sweep.json", 1),
+  EXPECT_THAT(sweep_table_html(records(small_sweep()), 1),
               HasSubstr("3 ranked configuration(s) (the first 1 shown)"));
+}
+
+// A ranked row without metrics, an unknown status: the reader names the file and the row.
+TEST(ReportSpec, ReadingTheSweepNamesTheFileAndRow) {
+  ojson sweep = small_sweep();
+  sweep["rows"][1]["metrics"] = nullptr;
+  EXPECT_THAT([&] { records(sweep); },
+              ::testing::ThrowsMessage<Error>(HasSubstr(
+                  "sweep.json: 'rows[1].metrics' is null, but a ranked row has metrics")));
+  sweep = small_sweep();
+  sweep["rows"][2]["status"] = "fast";
+  EXPECT_THAT(
+      [&] { records(sweep); },
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          "sweep.json: 'rows[2].status' is \"fast\"; allowed: ranked, oom, error, invalid")));
 }
 
 // ----- the page and write_report ----------------------------------------------------------------
@@ -443,7 +497,7 @@ TEST(ReportSpec, SweepTableListsRankedRowsInRankOrderAndCountsTheRest) {
 TEST(ReportPage, InlinesTheVegaScriptsAndEscapesScriptEndTags) {
   Timeline t = synthetic_timeline(1, 1);
   t.events[0].name = "fwd mb0 </script><b>x";
-  const auto sections = simulation_sections(small_summary(), "summary.json", t, "timeline.json");
+  const auto sections = simulation_sections(typed(small_summary()), t, "timeline.json");
   const std::string html = render_report_html("unit </title>", sections, fake_vega_dir());
   EXPECT_THAT(html, HasSubstr("window.vegaEmbed = function"));
   EXPECT_THAT(html, HasSubstr("<\\/script>' in a string"));
@@ -501,6 +555,28 @@ TEST(ReportPage, WriteReportErrorsNameTheFile) {
       ::testing::ThrowsMessage<Error>(HasSubstr((empty / "vega.min.js").string() + ": not found")));
   EXPECT_THAT([&] { write_report(ok, empty); },
               ::testing::ThrowsMessage<Error>(HasSubstr("scripts/fetch_vega.sh")));
+}
+
+// A summary.json or sweep.json of another schema version (a newer traintwin's, or one from
+// before versions) is refused before anything is drawn, naming the file and the version read.
+TEST(ReportPage, WriteReportRefusesAnUnknownSchemaVersionNamingTheFile) {
+  const fs::path vega = fake_vega_dir();
+  const fs::path dir = fresh_dir("newer");
+  ojson summary = small_summary();
+  summary["schema_version"] = 99;
+  write_text(dir / "summary.json", summary.dump());
+  EXPECT_THAT([&] { write_report(dir, vega); },
+              ::testing::ThrowsMessage<Error>(
+                  AllOf(HasSubstr((dir / "summary.json").string() +
+                                  ": schema_version 99 is not one this traintwin reads"),
+                        HasSubstr("it reads schema_version 1 only"))));
+  EXPECT_FALSE(fs::exists(dir / "report.html"));
+  const fs::path old = fresh_dir("unversioned_sweep");
+  write_text(old / "sweep.json", small_sweep()["rows"].dump());  // a bare array: no version
+  EXPECT_THAT([&] { write_report(old, vega); },
+              ::testing::ThrowsMessage<Error>(
+                  AllOf(HasSubstr((old / "sweep.json").string() + ": must be a JSON object"),
+                        HasSubstr("schema_version 1"))));
 }
 
 TEST(ReportCli, RebuildsReportHtmlAndSaysHowToFetchVega) {
@@ -644,8 +720,8 @@ TEST(ReportBrowser, RendersEveryChartWithItsMarksAndNoErrors) {
   std::ifstream trace(dir / "timeline.json");
   const Timeline timeline = read_chrome_trace(trace, "timeline.json");
   ASSERT_LE(timeline.events.size(), GanttOptions{}.max_bars) << "one bar per op expected";
-  const json sweep = json::parse(slurp(dir / "sweep.json"));
-  const json cells = sweep_heatmap_spec(sweep, "sweep.json").value()["data"]["values"];
+  const auto sweep = read_sweep_json(ojson::parse(slurp(dir / "sweep.json")), "sweep.json");
+  const json cells = sweep_heatmap_spec(sweep).value()["data"]["values"];
   size_t oom_cells = 0;
   for (const json& c : cells) oom_cells += c["status"] == "oom" ? 1 : 0;
   ASSERT_GT(oom_cells, 0u) << "the sweep grid should have OOM cells";
@@ -710,35 +786,39 @@ namespace {
 
 // Link traffic per tier, hot links and the busiest links over time, from summary.json's data.
 TEST(ReportSpec, LinkTiersTableAndSeriesComeFromTheSummary) {
-  json summary = small_summary();
-  summary["link_tiers"] = json::array({{{"tier", "nic"},
-                                        {"links", 16},
-                                        {"bytes_total", 16e9},
-                                        {"bytes_mean", 1e9},
-                                        {"bytes_max", 3e9},
-                                        {"utilization_mean", 0.05},
-                                        {"utilization_p99", 0.15},
-                                        {"utilization_max", 0.15}}});
-  summary["hot_links"] = json::array({{{"name", "node3-nic2-up"},
-                                       {"tier", "nic"},
-                                       {"bytes", 3e9},
-                                       {"utilization", 0.15},
-                                       {"vs_tier_mean", 3.0}}});
-  summary["link_series"] = json::array(
-      {{{"name", "node3-nic2-up"}, {"tier", "nic"}, {"bin_s", 0.01}, {"utilization", {0.0, 0.5, 0.25}}}});
-  const std::string html = link_tiers_html(summary, "summary.json");
+  ojson summary = small_summary();
+  summary["link_tiers"] = ojson::array({{{"tier", "nic"},
+                                         {"links", 16},
+                                         {"bytes_total", 16e9},
+                                         {"bytes_mean", 1e9},
+                                         {"bytes_max", 3e9},
+                                         {"utilization_mean", 0.05},
+                                         {"utilization_p99", 0.15},
+                                         {"utilization_max", 0.15}}});
+  summary["hot_links"] = ojson::array({{{"name", "node3-nic2-up"},
+                                        {"tier", "nic"},
+                                        {"bytes", 3e9},
+                                        {"utilization", 0.15},
+                                        {"vs_tier_mean", 3.0}}});
+  summary["link_series"] = ojson::array({{{"name", "node3-nic2-up"},
+                                          {"tier", "nic"},
+                                          {"bin_s", 0.01},
+                                          {"utilization", {0.0, 0.5, 0.25}}}});
+  const std::string html = link_tiers_html(typed(summary));
   EXPECT_THAT(html, HasSubstr("<td>nic</td><td>16</td><td>1.000</td><td>3.000</td><td>5.0 %</td>"
                               "<td>15.0 %</td><td>15.0 %</td>"));
   EXPECT_THAT(html, HasSubstr("node3-nic2-up (nic): 15.0 % busy, 3.0x its tier's mean"));
-  const auto spec = link_series_spec(summary, "summary.json");
+  const auto spec = link_series_spec(typed(summary));
   ASSERT_TRUE(spec.has_value());
   const json& values = (*spec)["data"]["values"];
   ASSERT_EQ(values.size(), 3u);
   EXPECT_DOUBLE_EQ(values[1]["time_ms"].get<double>(), 15.0);
   EXPECT_DOUBLE_EQ(values[1]["utilization"].get<double>(), 0.5);
   summary["link_series"][0]["utilization"][1] = "x";
-  EXPECT_THROW(link_series_spec(summary, "summary.json"), Error);
-  EXPECT_EQ(link_tiers_html(small_summary(), "summary.json"), "");
+  EXPECT_THAT([&] { typed(summary); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("summary.json: 'link_series[0].utilization[1]' must be a number")));
+  EXPECT_EQ(link_tiers_html(typed(small_summary())), "");
 }
 
 }  // namespace

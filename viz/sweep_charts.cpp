@@ -1,0 +1,205 @@
+#include "viz/sweep_charts.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "viz/report_format.hpp"
+
+namespace traintwin {
+namespace {
+
+using json = nlohmann::json;
+
+/// "VPP 2, recompute selective, SP on, dist-opt on, DP 4": the dimensions a heatmap cell folds.
+std::string folded_phrase(const SweepRecordConfiguration& c) {
+  return fmt::format("VPP {}, recompute {}, SP {}, dist-opt {}, DP {}",
+                     c.virtual_pipeline_model_parallel_size, to_string(c.recompute_granularity),
+                     on_off(c.sequence_parallel), on_off(c.use_distributed_optimizer),
+                     c.data_parallel_size);
+}
+
+}  // namespace
+
+std::optional<json> sweep_heatmap_spec(const std::vector<SweepRecord>& sweep) {
+  struct Cell {
+    int64_t n = 0, n_oom = 0;
+    std::optional<double> best;
+    std::string best_config;
+    int64_t best_rank = 0;
+    std::optional<double> min_excess_bytes;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Cell> cells;  // (tp, pp, mbs)
+  for (const SweepRecord& row : sweep) {
+    if (row.status != SweepStatus::kRanked && row.status != SweepStatus::kOutOfMemory) continue;
+    const SweepRecordConfiguration& c = row.configuration;
+    Cell& cell =
+        cells[{c.tensor_model_parallel_size, c.pipeline_model_parallel_size, c.micro_batch_size}];
+    ++cell.n;
+    if (row.status == SweepStatus::kOutOfMemory) {
+      ++cell.n_oom;
+      const double excess = row.excess_memory_bytes;
+      cell.min_excess_bytes = std::min(cell.min_excess_bytes.value_or(excess), excess);
+      continue;
+    }
+    // A ranked row has metrics (read_sweep_json refuses one without).
+    const double tps = row.metrics ? row.metrics->summary.tokens_per_s_per_gpu : 0.0;
+    if (!cell.best || tps > *cell.best) {
+      cell.best = tps;
+      cell.best_config = folded_phrase(c);
+      cell.best_rank = row.rank;
+    }
+  }
+  if (cells.empty()) return std::nullopt;
+
+  // Labels are dark on the bright (high) end of viridis, white elsewhere.
+  double lo = 0, hi = 0;
+  bool first = true;
+  for (const auto& [key, cell] : cells) {
+    if (!cell.best) continue;
+    lo = first ? *cell.best : std::min(lo, *cell.best);
+    hi = first ? *cell.best : std::max(hi, *cell.best);
+    first = false;
+  }
+  const double bright = lo + 0.6 * (hi - lo);
+  json values = json::array();
+  for (const auto& [key, cell] : cells) {
+    const auto& [tp, pp, mbs] = key;
+    const bool oom = !cell.best.has_value();
+    json v = {{"TP", fmt::format("TP {}", tp)},
+              {"tp", tp},
+              {"PP", pp},
+              {"micro_batch_size", mbs},
+              {"status", oom ? "oom" : "ranked"},
+              {"configurations", cell.n},
+              {"oom_configurations", cell.n_oom}};
+    if (oom) {
+      v["label"] = "OOM";
+      v["detail"] = cell.min_excess_bytes
+                        ? fmt::format("every configuration OOM; smallest excess {}",
+                                      format_gib(*cell.min_excess_bytes))
+                        : std::string("every configuration OOM");
+    } else {
+      v["tokens_per_s_per_gpu"] = *cell.best;
+      v["label"] = fmt::format("{:.0f}", *cell.best);
+      v["detail"] = fmt::format("best: rank {}, {}", cell.best_rank, cell.best_config);
+    }
+    values.push_back(std::move(v));
+  }
+
+  const json x = {{"field", "micro_batch_size"},
+                  {"type", "ordinal"},
+                  {"title", "micro-batch size"},
+                  {"axis", {{"labelAngle", 0}}}};
+  const json y = {
+      {"field", "PP"}, {"type", "ordinal"}, {"title", "PP size"}, {"sort", "descending"}};
+  const json tooltip = json::array(
+      {{{"field", "TP"}},
+       {{"field", "PP"}, {"title", "PP"}},
+       {{"field", "micro_batch_size"}, {"title", "micro-batch size"}},
+       {{"field", "tokens_per_s_per_gpu"}, {"format", ".1f"}, {"title", "best tokens/s/GPU"}},
+       {{"field", "detail"}},
+       {{"field", "configurations"}},
+       {{"field", "oom_configurations"}, {"title", "OOM"}}});
+  json heat = {{"name", "heat_cells"},
+               {"transform", json::array({{{"filter", "datum.status == 'ranked'"}}})},
+               {"mark", {{"type", "rect"}, {"tooltip", true}}},
+               {"encoding",
+                {{"x", x},
+                 {"y", y},
+                 {"color",
+                  {{"field", "tokens_per_s_per_gpu"},
+                   {"type", "quantitative"},
+                   {"title", "tokens/s/GPU"},
+                   {"scale", {{"scheme", "viridis"}}}}},
+                 {"tooltip", tooltip}}}};
+  json oom = {{"name", "oom_cells"},
+              {"transform", json::array({{{"filter", "datum.status == 'oom'"}}})},
+              {"mark",
+               {{"type", "rect"},
+                {"tooltip", true},
+                {"fill", "#d9d9d9"},
+                {"stroke", "#b22222"},
+                {"strokeWidth", 1.5},
+                {"strokeDash", {4, 3}}}},
+              {"encoding", {{"x", x}, {"y", y}, {"tooltip", tooltip}}}};
+  json labels = {
+      {"name", "heat_labels"},
+      {"mark", {{"type", "text"}, {"fontSize", 11}}},
+      {"encoding",
+       {{"x", x},
+        {"y", y},
+        {"text", {{"field", "label"}}},
+        {"color",
+         {{"condition",
+           json::array({{{"test", "datum.status == 'oom'"}, {"value", "#b22222"}},
+                        {{"test", fmt::format("datum.tokens_per_s_per_gpu > {}", bright)},
+                         {"value", "#222222"}}})},
+          {"value", "white"}}}}}};
+  json spec = base_spec("Best tokens/s/GPU over (PP, micro-batch size), one heatmap per TP size");
+  spec["data"] = {{"values", values}};
+  spec["facet"] = {{"column",
+                    {{"field", "TP"},
+                     {"type", "nominal"},
+                     {"title", nullptr},
+                     {"sort", {{"field", "tp"}, {"op", "min"}}},
+                     {"header", {{"labelFontWeight", "bold"}, {"labelFontSize", 13}}}}}};
+  spec["spec"] = {
+      {"width", {{"step", 64}}}, {"height", {{"step", 40}}}, {"layer", {heat, oom, labels}}};
+  return spec;
+}
+
+std::string sweep_table_html(const std::vector<SweepRecord>& sweep, size_t max_rows) {
+  std::vector<std::pair<int64_t, size_t>> ranked;  // (rank, row index)
+  std::map<std::string, int64_t> other;
+  for (size_t i = 0; i < sweep.size(); ++i) {
+    if (sweep[i].status == SweepStatus::kRanked) {
+      ranked.emplace_back(sweep[i].rank, i);
+    } else {
+      ++other[to_string(sweep[i].status)];
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end());
+  std::string html =
+      "<table class=\"ranked\">\n<tr><th>rank</th><th>TP</th><th>PP</th><th>VPP</th><th>DP</th>"
+      "<th>micro-batch</th><th>recompute</th><th>SP</th><th>dist-opt</th><th>tokens/s/GPU</th>"
+      "<th>MFU</th><th>iteration time</th><th>bubble</th><th>peak memory</th></tr>\n";
+  for (size_t k = 0; k < ranked.size() && k < max_rows; ++k) {
+    const SweepRecord& row = sweep[ranked[k].second];
+    const SweepRecordConfiguration& c = row.configuration;
+    const SimulationSummary m = row.metrics ? row.metrics->summary : SimulationSummary{};
+    html += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        ranked[k].first, c.tensor_model_parallel_size, c.pipeline_model_parallel_size,
+        c.virtual_pipeline_model_parallel_size, c.data_parallel_size, c.micro_batch_size,
+        to_string(c.recompute_granularity), on_off(c.sequence_parallel),
+        on_off(c.use_distributed_optimizer), m.tokens_per_s_per_gpu, format_percent(m.mfu),
+        format_seconds(m.iteration_time_s), format_percent(m.pipeline_bubble_fraction),
+        format_gib(row.peak_memory_bytes));
+  }
+  html += "</table>\n";
+  std::string counts = fmt::format("{} ranked configuration(s)", ranked.size());
+  if (ranked.size() > max_rows) counts += fmt::format(" (the first {} shown)", max_rows);
+  for (const auto& [status, n] : other) counts += fmt::format(", {} {}", n, status);
+  return fmt::format("<p class=\"counts\">{}.</p>\n", escape_html(counts)) + html;
+}
+
+std::vector<ReportSection> sweep_sections(const std::vector<SweepRecord>& sweep) {
+  std::vector<ReportSection> out;
+  if (auto heat = sweep_heatmap_spec(sweep)) {
+    out.push_back({"heatmap", "Sweep: tokens/s/GPU",
+                   "Best tokens/s/GPU of each (PP, micro-batch size) per TP size over the other "
+                   "swept dimensions; grey dashed cells marked OOM do not fit in GPU memory.",
+                   *heat, ""});
+  }
+  out.push_back({"ranked", "Sweep: ranked configurations", "Ranked by tokens/s.", std::nullopt,
+                 sweep_table_html(sweep)});
+  return out;
+}
+
+}  // namespace traintwin

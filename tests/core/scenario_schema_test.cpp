@@ -120,7 +120,8 @@ TEST(ScenarioSchema, PathsAndFlagsAreUnique) {
     EXPECT_EQ(k.flag.substr(0, 2), "--") << k.path();
     EXPECT_NE(k.type, ValueType::kMapping) << k.path();
   }
-  EXPECT_EQ(flags.size(), 57u);  // the flags the command line had before the table
+  // The flags the command line had before the table, and --pipeline-schedule.
+  EXPECT_EQ(flags.size(), 58u);
 }
 
 TEST(ScenarioSchema, DefaultsComeFromTheMembersOrTheirWords) {

@@ -175,6 +175,7 @@ void RankLowering::lower_schedule() {
         continue;
       }
       lower_step(steps[i]);
+      step_ops_end_ = out_.ops.size();
       p2p_context(steps[i]);
       std::vector<P2P> batch;
       append(batch, send_output(steps[i]));
@@ -308,11 +309,11 @@ void RankLowering::lower_weight_grad(const ScheduleStep& st) {
   const auto c = static_cast<size_t>(st.model_chunk);
   const bool last = st.micro_batch == last_weight_grad_mb_[c];
   if (scope_ == StepScope::kBoundary && !last) return;
-  // The pending p2p batches are for the next F or B step, not for W.
+  // The p2p batches posted after the last F or B step are for the next one, not for W.
   std::vector<uint32_t> held;
   std::erase_if(waits_, [&](uint32_t w) {
     const OpKind k = out_.ops[w].kind;
-    if (k != OpKind::kSend && k != OpKind::kRecv) return false;
+    if ((k != OpKind::kSend && k != OpKind::kRecv) || w < step_ops_end_) return false;
     held.push_back(w);
     return true;
   });

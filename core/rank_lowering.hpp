@@ -339,6 +339,10 @@ class RankLowering {
   bool allow_w_collective_ = false;  // kWeight: the next collective feeds a wgrad GEMM
   std::vector<uint32_t> w_gathers_;  // kWeightInputs' gathers, in the order kWeight uses them
   size_t next_w_gather_ = 0;
+  // Ops before this id were issued up to the end of the last F or B step: a p2p op among them
+  // that no kernel consumed (the input of a B with no ops, in a chunk that holds only the
+  // embedding) is waited by the W that follows, not held for the next step.
+  size_t step_ops_end_ = 0;
   std::vector<uint32_t> grad_syncs_;
 };
 

@@ -522,6 +522,17 @@ class Estimator {
     uint32_t inst = t.typical[static_cast<size_t>(static_cast<int64_t>(step.pass) * v_ + step.model_chunk)];
     if (first_fwd && t.first_fwd[c] != kNone) inst = t.first_fwd[c];
     if (last_bwd && t.last_bwd[c] != kNone) inst = t.last_bwd[c];
+    if (inst == kNone) {
+      // A step without ops (under a split backward, the B of a chunk that holds only the
+      // embedding): what it waited for is waited by the next op (core/rank_lowering.cpp's
+      // lower_weight_grad keeps that recv for the W); no compute starts, no gap is attributed.
+      if (start > st.ready) {
+        st.ready = start;
+        st.ready_wait = waited;
+      }
+      if (!weight_grad) st.pending.clear();
+      return true;
+    }
     const Instance& in = t.insts[inst];
     if (first_fwd) {
       for (const auto& [dep, offset] : in.external) {

@@ -1419,6 +1419,39 @@ TEST(ProgramZeroBubble, ReplaysWithoutDeadlockOrMismatch) {
   EXPECT_EQ(cases, 2 * (4 + 8) * 3 * 4);  // kinds x (tp 1: 4, tp 2 with SP on/off: 8) x ...
 }
 
+// An uneven split whose first stage holds only the embedding (2 layers + embedding + loss over PP
+// 4): its B steps have no op, so the W of the same micro-batch (the embedding's backward, after
+// its SP all-gather) waits for the gradient's recv itself; the Programs replay.
+TEST(ProgramZeroBubble, EmbeddingOnlyStageWaitsForTheGradientInW) {
+  for (auto kind : {PipelineScheduleKind::kZbH1, PipelineScheduleKind::kZbH2}) {
+    for (bool sp : {false, true}) {
+      Knobs k;
+      k.tp = 2, k.pp = 4, k.m = 4, k.layers = 2, k.sp = sp, k.schedule = kind;
+      k.account_embedding = true, k.account_loss = true;
+      const Program prog = build_program(make(k));
+      std::vector<std::string> errors;
+      ASSERT_EQ(replay_all(prog, errors), 0u) << to_string(kind);
+      ASSERT_TRUE(errors.empty()) << errors.front();
+      const RankProgram& rp = prog.ranks.at(0);  // stage 0, TP rank 0
+      int64_t recvs = 0;
+      for (const Op& op : rp.ops) {
+        if (op.kind != OpKind::kRecv) continue;
+        ++recvs;
+        // The gradient's micro-batch (a recv issued with a forward's send carries that
+        // forward's micro-batch as its own).
+        const int64_t mb = read_pipeline_tag(op.tag, 4).micro_batch;
+        bool waited_by_w = false;
+        for (const Op& later : rp.ops) {
+          if (later.phase != Phase::kWeightGrad || later.micro_batch != mb) continue;
+          waited_by_w |= std::find(later.deps.begin(), later.deps.end(), op.id) != later.deps.end();
+        }
+        EXPECT_TRUE(waited_by_w) << prog.label(op);
+      }
+      EXPECT_EQ(recvs, 4);  // one gradient per micro-batch
+    }
+  }
+}
+
 /// Per kernel name, the sum of FLOPs and the number of launches over all ranks and ops of `phase`
 /// (every phase when nullopt).
 std::map<std::string, std::pair<double, int64_t>> kernels_by_name(const Program& prog,

@@ -207,7 +207,7 @@ TEST(ReportSpec, GanttLabelsMicroBatchesAndPutsCommDetailsInTooltips) {
   // The colour scale fixes the categories' order and colours.
   const json& color = g.spec["vconcat"][0]["layer"][0]["encoding"]["color"];
   EXPECT_EQ(color["scale"]["domain"],
-            json({"forward", "backward", "recompute", "comm", "optimizer", "other"}));
+            json({"forward", "backward", "wgrad", "recompute", "comm", "optimizer", "other"}));
 }
 
 TEST(ReportSpec, LargeGanttKeepsTheComputeStreamOfTpRankZeroOfEachStage) {

@@ -96,9 +96,11 @@ void print_summary(const Scenario& s) {
   }
   print_pipeline_split(s);
   const int64_t mbs = s.num_micro_batches();
-  const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe
-                          ? "GPipe"
-                          : (p.interleaved() ? "interleaved 1F1B" : "1F1B");
+  const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe  ? "GPipe"
+                      : p.pipeline_schedule == PipelineScheduleKind::kZbH1 ? "ZB-H1"
+                      : p.pipeline_schedule == PipelineScheduleKind::kZbH2 ? "ZB-H2"
+                      : p.interleaved()                                    ? "interleaved 1F1B"
+                                                                           : "1F1B";
   fmt::print("batch      global {}, micro {}: {} micro-batches per pipeline, schedule {}, "
              "ideal bubble {:.1f} %\n",
              t.global_batch_size, t.micro_batch_size, mbs, sched,

@@ -39,7 +39,7 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
-      etp, num_gpus;
+      etp, num_gpus, schedule;
   int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
   std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
@@ -53,20 +53,24 @@ struct SweepCommandOptions {
 
 const char* on_off(bool b) { return b ? "on" : "off"; }
 
-/// "TP 2 PP 4 VPP 1 DP 8 mbs 1 recompute none SP off DO on": a configuration in one phrase.
+/// "TP 2 PP 4 VPP 1 DP 8 mbs 1 recompute none SP off DO on": a configuration in one phrase (with
+/// "schedule zb-h1" after it for a schedule other than 1F1B).
 std::string layout_phrase(const Scenario& s) {
   const std::string experts =
       s.model.is_moe() ? fmt::format(" EP {} ETP {}", s.parallel.expert_model_parallel_size,
                                      s.parallel.expert_tp())
                        : "";
-  return fmt::format("TP {} CP {} PP {} VPP {} DP {}{} mbs {} recompute {} SP {} dist-opt {} fp8 {}",
-                     s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
-                     s.parallel.pipeline_model_parallel_size,
-                     s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
-                     experts, s.training.micro_batch_size,
-                     to_string(s.training.recompute_granularity),
-                     on_off(s.parallel.sequence_parallel),
-                     on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()));
+  return fmt::format(
+             "TP {} CP {} PP {} VPP {} DP {}{} mbs {} recompute {} SP {} dist-opt {} fp8 {}",
+             s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
+             s.parallel.pipeline_model_parallel_size,
+             s.parallel.virtual_pipeline_model_parallel_size, s.parallel.data_parallel_size,
+             experts, s.training.micro_batch_size, to_string(s.training.recompute_granularity),
+             on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
+             on_off(s.training.fp8())) +
+         (s.parallel.pipeline_schedule == PipelineScheduleKind::k1F1B
+              ? ""
+              : fmt::format(" schedule {}", to_string(s.parallel.pipeline_schedule)));
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
@@ -110,15 +114,17 @@ ProgressCallback progress_bar() {
   };
 }
 
-/// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus).
-void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus) {
+/// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
+/// a schedule column (a sweep over --pipeline-schedule).
+void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus,
+                  bool show_schedule) {
   fmt::print(
-      "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {:>10} "
+      "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {}{:>10} "
       "{:>11} {:>6} {:>11}  {}\n",
       "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
-      "iter (s)",
-      "tok/s/GPU", "MFU %", "peak mem", "memory");
+      show_schedule ? fmt::format("{:<8} ", "schedule") : "", "iter (s)", "tok/s/GPU", "MFU %",
+      "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
     if (r.status != SweepStatus::kRanked) continue;
@@ -128,15 +134,16 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
     const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
         "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} "
-        "{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
+        "{}{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
         r.rank, show_gpus ? fmt::format("{:>6} ", s.cluster.num_gpus) : "",
         s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
         s.parallel.pipeline_model_parallel_size, s.parallel.virtual_pipeline_model_parallel_size,
         s.parallel.data_parallel_size, s.parallel.expert_model_parallel_size,
         s.model.is_moe() ? std::to_string(s.parallel.expert_tp()) : "-",
-        s.training.micro_batch_size,
-        to_string(s.training.recompute_granularity), on_off(s.parallel.sequence_parallel),
-        on_off(s.training.use_distributed_optimizer), on_off(s.training.fp8()),
+        s.training.micro_batch_size, to_string(s.training.recompute_granularity),
+        on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
+        on_off(s.training.fp8()),
+        show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
         m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
         to_string(memory_verdict(r.config.peak_memory_bytes, r.config.memory_capacity_bytes)));
   }
@@ -231,7 +238,11 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
     fmt::print(
         "ranked by tokens/s (ties: fewer GPUs per model replica, then enumeration order); "
         "DO = distributed optimizer\n");
-    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1);
+    const bool schedules = std::any_of(rows.begin(), rows.end(), [&](const SweepRow& r) {
+      return r.config.scenario.parallel.pipeline_schedule !=
+             rows.front().config.scenario.parallel.pipeline_schedule;
+    });
+    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1, schedules);
   } else {
     fmt::print("no configuration both fits the GPU's memory and simulates\n");
   }
@@ -323,6 +334,9 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--expert-tensor-parallel-size", o->etp, "Expert TP sizes (MoE), e.g. 1,2,4")
       ->type_name("LIST");
+  g->add_option("--pipeline-schedule", o->schedule,
+                "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2 (of gpipe,1f1b,zb-h1,zb-h2)")
+      ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")
       ->type_name("LIST");
@@ -376,6 +390,9 @@ void register_sweep_command(CLI::App& app) {
     if (o->ep) axes.ep = parse_sweep_integers("--expert-model-parallel-size", *o->ep);
     if (o->etp) axes.etp = parse_sweep_integers("--expert-tensor-parallel-size", *o->etp);
     if (o->num_gpus) axes.num_gpus = parse_sweep_integers("--num-gpus", *o->num_gpus);
+    if (o->schedule) {
+      axes.pipeline_schedule = parse_sweep_schedules("--pipeline-schedule", *o->schedule);
+    }
     axes.global_batch_size_per_dp = o->global_batch_size_per_dp;
     const std::optional<double> tokens =
         o->train_tokens ? std::optional<double>(parse_tokens(*o->train_tokens)) : std::nullopt;

@@ -23,7 +23,9 @@
 // The number of (micro-batch, chunk) activation sets in flight is taken from the stage's actual
 // schedule (max_in_flight), which for the first stage is p under 1F1B, m under GPipe, and
 // p v + p - 1 chunks of l/(p v) layers under interleaving, i.e. p (l/p) (1 + (p-1)/(p v))
-// layers (Korthikanti sec. 4.2.3). Under an uneven pipeline split (core/pipeline_split.hpp) each
+// layers (Korthikanti sec. 4.2.3); under the zero-bubble schedules, whose sets live from F to W,
+// p (ZB-H1) and 2p - 1 (ZB-H2) on every stage (Qi et al. 2024, Table 2; the whole set counts
+// until W, though B frees part of it: an upper bound). Under an uneven pipeline split (core/pipeline_split.hpp) each
 // in-flight set counts the layers of its own chunk (max_in_flight_weighted).
 // Outside the transformer layers (sec. 4.3), per micro-batch in flight in the chunk holding them:
 // first stage: the embedding dropout mask s b h (1 byte, /t with SP); last stage: the inputs of

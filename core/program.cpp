@@ -63,6 +63,7 @@ const char* to_string(Phase p) {
     case Phase::kGradSync: return "grad-sync";
     case Phase::kParamSync: return "param-sync";
     case Phase::kOptimizer: return "optimizer";
+    case Phase::kWeightGrad: return "wgrad";
   }
   return "?";
 }

@@ -61,6 +61,10 @@ enum class Phase : uint8_t {
   kGradSync,      ///< DP gradient reduce, embedding/LayerNorm gradient all-reduce
   kParamSync,     ///< distributed-optimizer parameter all-gather
   kOptimizer,     ///< zero grad buffer (start), grad norm, grad clip scale, AdamW step
+  /// The weight-gradient GEMMs (W) of a schedule that places them apart from the input
+  /// gradient (B, kBackward): the zero-bubble schedules. Under the other schedules the wgrad
+  /// GEMMs stay in kBackward, right after their dgrad.
+  kWeightGrad,
 };
 const char* to_string(Phase p);
 
@@ -316,6 +320,15 @@ enum class StepScope : uint8_t {
 /// Not modelled: the dispatcher's sort of received chunks by local expert after the all-to-all
 /// (when E_l > 1), the all-gather of routing maps/probabilities (allgather dispatcher), the
 /// shared-expert gate and overlap.
+/// Zero-bubble schedules (ZB-H1, ZB-H2: splits_backward(), core/schedule.hpp): each backward
+/// step B lowers to the input gradient alone (the kernels above less the wgrad GEMMs; a
+/// column-parallel linear's dgrad all-reduce / reduce-scatter is waited by the next kernel, with
+/// no wgrad to hide it), and each W step (Phase::kWeightGrad) to the wgrad GEMMs of the chunk's LM
+/// head and layers (descending; per layer the SP all-gathers of the column-parallel inputs issued
+/// first) and the embedding's backward; the DP bucket triggers follow the chunk's last W. A W
+/// step waits for no p2p op, and the next F or B step for the recvs of its batches only (the
+/// sends complete on their own, as the zero-bubble runtime posts them). Under every other
+/// schedule the Program is as above (W right after B, inside the backward).
 /// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
 /// rank outside the world; PipelineSplitError for an impossible pipeline split.
 /// `scope` (default kAll) chooses the steps that are lowered (StepScope::kBoundary: the

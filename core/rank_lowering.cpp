@@ -33,6 +33,12 @@ void RankLowering::add_dep(uint32_t op, uint32_t dep) {
 }
 
 void RankLowering::kernel(const Kernel& kern, const char* what, int32_t target) {
+  if (part_ == BackwardPart::kWeightInputs) return;  // only the gathers of W's inputs
+  if (part_ != BackwardPart::kAll) {
+    // A split backward: B leaves out the weight-gradient GEMMs, W issues only them.
+    const bool wgrad = kern.key.name.ends_with("_wgrad");
+    if (wgrad != (part_ == BackwardPart::kWeight)) return;
+  }
   if (open_compute_ == kNoOp) {
     open_compute_ = new_op(OpKind::kCompute, Stream::kCompute, what);
     add_dep(open_compute_, last_compute_);
@@ -48,6 +54,11 @@ void RankLowering::kernel(const Kernel& kern, const char* what, int32_t target) 
 }
 
 void RankLowering::context(Phase phase, int64_t mb, int64_t chunk, int64_t layer) {
+  // The backward helpers set kBackward (or kRecompute) as they go; in a W step their ops are W's.
+  if ((part_ == BackwardPart::kWeight || part_ == BackwardPart::kWeightInputs) &&
+      (phase == Phase::kBackward || phase == Phase::kRecompute)) {
+    phase = Phase::kWeightGrad;
+  }
   if (phase != phase_ || mb != mb_ || chunk != chunk_ || layer != layer_) close_compute();
   phase_ = phase;
   mb_ = mb;
@@ -58,6 +69,11 @@ void RankLowering::context(Phase phase, int64_t mb, int64_t chunk, int64_t layer
 uint32_t RankLowering::collective(CollectiveKind kind, GroupKind group, Stream stream,
                                   int64_t bytes, const char* what) {
   if (layout_.size(group) == 1) return kNoOp;
+  // A W step communicates only to feed a wgrad GEMM (the SP gather of its saved input).
+  if ((part_ == BackwardPart::kWeight || part_ == BackwardPart::kWeightInputs) &&
+      !allow_w_collective_) {
+    return kNoOp;
+  }
   close_compute();
   const uint32_t id = new_op(OpKind::kCollective, stream, what);
   out_.ops[id].collective = kind;
@@ -99,7 +115,7 @@ void RankLowering::p2p_batch(const std::vector<P2P>& batch) {
     out_.ops[id].bytes = x.bytes;
     out_.ops[id].role = Role::kPipeline;
     add_dep(id, last_compute_);
-    ids.push_back(id);
+    if (!(split_ && x.send)) ids.push_back(id);
   }
   for (uint32_t id : ids) waits_.push_back(id);
 }
@@ -145,21 +161,33 @@ void RankLowering::lower_schedule() {
     // forward_backward_pipelining_without_interleaving (and GPipe): recv the input, run the
     // step, send the output; between a forward and a backward (steady state) Megatron combines
     // send and recv in one call (send_forward_recv_backward / send_backward_recv_forward).
+    // W steps (zero-bubble schedules) have no p2p: the batches pair each F or B step with the
+    // next F or B step, and a W step runs between a batch and the step that waits for it.
+    auto next_fb = [&](size_t i) {
+      while (i < n && steps[i].pass == Pass::kWeightGrad) ++i;
+      return i;
+    };
     p2p_context(steps[0]);
     p2p_batch(to_batch(recv_input(steps[0])));
     for (size_t i = 0; i < n; ++i) {
+      if (steps[i].pass == Pass::kWeightGrad) {
+        lower_weight_grad(steps[i]);
+        continue;
+      }
       lower_step(steps[i]);
+      step_ops_end_ = out_.ops.size();
       p2p_context(steps[i]);
       std::vector<P2P> batch;
       append(batch, send_output(steps[i]));
-      if (i + 1 < n && steps[i + 1].pass != steps[i].pass) {
-        append(batch, recv_input(steps[i + 1]));
+      const size_t next = next_fb(i + 1);
+      if (next < n && steps[next].pass != steps[i].pass) {
+        append(batch, recv_input(steps[next]));
         p2p_batch(batch);
       } else {
         p2p_batch(batch);
-        if (i + 1 < n) {
-          p2p_context(steps[i + 1]);
-          p2p_batch(to_batch(recv_input(steps[i + 1])));
+        if (next < n) {
+          p2p_context(steps[next]);
+          p2p_batch(to_batch(recv_input(steps[next])));
         }
       }
     }
@@ -249,7 +277,11 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     close_compute();
     return;
   }
-  const bool last_backward = st.micro_batch == last_backward_mb_[static_cast<size_t>(st.model_chunk)];
+  // Under a split backward this is B: the gradients are complete, and the buckets triggered,
+  // only after W (lower_weight_grad).
+  const bool last_backward =
+      !split_ && st.micro_batch == last_backward_mb_[static_cast<size_t>(st.model_chunk)];
+  part_ = split_ ? BackwardPart::kInput : BackwardPart::kAll;
   if (is_last_vs) {
     context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
     head_backward();
@@ -264,12 +296,46 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     layer_backward(st.micro_batch, st.model_chunk, l);
     if (last_backward) bucket_done(st.model_chunk, l);
   }
-  if (vs == 0) {
+  part_ = BackwardPart::kAll;
+  if (vs == 0 && !split_) {  // split: the embedding's backward is all weight gradient (W)
     context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
     embedding_backward();
     if (last_backward) bucket_done(st.model_chunk, -2);
   }
   close_compute();
+}
+
+void RankLowering::lower_weight_grad(const ScheduleStep& st) {
+  const auto c = static_cast<size_t>(st.model_chunk);
+  const bool last = st.micro_batch == last_weight_grad_mb_[c];
+  if (scope_ == StepScope::kBoundary && !last) return;
+  // The p2p batches posted after the last F or B step are for the next one, not for W.
+  std::vector<uint32_t> held;
+  std::erase_if(waits_, [&](uint32_t w) {
+    const OpKind k = out_.ops[w].kind;
+    if ((k != OpKind::kSend && k != OpKind::kRecv) || w < step_ops_end_) return false;
+    held.push_back(w);
+    return true;
+  });
+  const int64_t vs = vstage(st.model_chunk);
+  const ChunkLayers& layers = layers_of(st.model_chunk);
+  if (vs == num_vstages() - 1) {
+    context(Phase::kWeightGrad, st.micro_batch, st.model_chunk, -1);
+    weight_grad_of([&] { head_backward(); });
+    if (last) bucket_done(st.model_chunk, -1);
+  }
+  for (int64_t l = layers.end_layer() - 1; l >= layers.first_layer; --l) {
+    context(Phase::kWeightGrad, st.micro_batch, st.model_chunk, l);
+    weight_grad_of([&] { layer_backward(st.micro_batch, st.model_chunk, l); });
+    if (last) bucket_done(st.model_chunk, l);
+  }
+  if (vs == 0) {
+    context(Phase::kWeightGrad, st.micro_batch, st.model_chunk, -1);
+    embedding_backward();
+    if (last) bucket_done(st.model_chunk, -2);
+  }
+  close_compute();
+  waits_.insert(waits_.end(), held.begin(), held.end());
 }
 
 }  // namespace traintwin::lowering

@@ -53,6 +53,7 @@ class RankLowering {
   void run() {
     const RankCoord c = out_.coord;
     out_.schedule = build_schedule(sc_.parallel.pipeline_schedule, d_.p, c.pp, d_.m, d_.v);
+    split_ = splits_backward(sc_.parallel.pipeline_schedule);
     plan_buckets();
     if (sc_.training.use_distributed_optimizer && sc_.training.overlap_param_gather) {
       issue_param_gathers(Phase::kParamSync);
@@ -102,7 +103,10 @@ class RankLowering {
   void tp_blocking(CollectiveKind kind, int64_t bytes, const char* what);
 
   /// Megatron's p2p call: every op of the batch follows the last compute op, the ops progress
-  /// together, and the next compute op waits for all of them.
+  /// together, and the next compute op waits for all of them — under a schedule that splits the
+  /// backward (zero bubble) for its recvs only: the sends complete on their own (the zero-bubble
+  /// runtime posts them asynchronously; a blocking send would hold each extra warm-up forward of
+  /// ZB-H2 until the next stage's B).
   void p2p_batch(const std::vector<P2P>& batch);
 
   // ---- pipeline geometry ---------------------------------------------------------------------
@@ -134,6 +138,35 @@ class RankLowering {
   // ---- one schedule step ---------------------------------------------------------------------
 
   void lower_step(const ScheduleStep& st);
+
+  /// A W step of a schedule that splits the backward (splits_backward()): the weight-gradient
+  /// GEMMs of the chunk's LM head, layers (descending) and the embedding's backward (which is
+  /// all weight gradient), with the SP all-gather of each column-parallel linear's saved input
+  /// before its wgrad; then, for the chunk's last W, the DP bucket triggers. Its first compute op
+  /// follows the previous compute op and the pending TP waits but not the pending p2p batches,
+  /// which stay pending for the next F or B step (W fills the wait for them).
+  void lower_weight_grad(const ScheduleStep& st);
+
+  /// Which part of a backward the layer helpers issue: all of it (every schedule but the
+  /// zero-bubble ones), the input gradient only (B), or the weight gradient only (W). In kInput
+  /// the wgrad kernels are left out; in kWeight only the wgrad kernels (gemm_wgrad,
+  /// grouped_gemm_wgrad) and the collectives that feed them (allow_w_collective_) are issued.
+  /// kWeightInputs is a W's first pass over a layer: only the SP all-gathers of the
+  /// column-parallel inputs, queued in w_gathers_ for kWeight's wgrads (so that a gather runs
+  /// beside the wgrad GEMM before it instead of ahead of its own).
+  enum class BackwardPart { kAll, kInput, kWeight, kWeightInputs };
+
+  /// A layer's (or the LM head's) W: kWeightInputs then kWeight over `backward`.
+  template <typename F>
+  void weight_grad_of(F&& backward) {
+    w_gathers_.clear();
+    next_w_gather_ = 0;
+    part_ = BackwardPart::kWeightInputs;
+    backward();
+    part_ = BackwardPart::kWeight;
+    backward();
+    part_ = BackwardPart::kAll;
+  }
 
   // ---- layers --------------------------------------------------------------------------------
 
@@ -181,7 +214,10 @@ class RankLowering {
   /// Backward of a column-parallel linear {tokens, n, k} as Megatron's
   /// LinearWithGradAccumulationAndAsyncCommunication: (SP) all-gather of the saved input issued
   /// first, dgrad GEMM, async all-reduce (reduce-scatter with SP) of the input gradient
-  /// overlapped with the wgrad GEMM, then wait.
+  /// overlapped with the wgrad GEMM, then wait. Split (part_): B is the dgrad GEMM and the
+  /// all-reduce (reduce-scatter) of its output, which the next kernel waits for (no wgrad to
+  /// hide it behind); W is the SP all-gather of the saved input (issued at the start of the
+  /// layer's W, kWeightInputs, so that it runs beside the wgrad GEMM before) and the wgrad GEMM.
   void column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false,
                                 Cast cast = Cast::kSeparate);
 
@@ -251,7 +287,8 @@ class RankLowering {
   /// MoE layers over this rank's model chunks.
   int64_t moe_layers_on_rank() const;
 
-  /// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk:
+  /// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk
+  /// (its last W when the schedule splits the backward: the gradients are complete then):
   /// with overlap_grad_reduce, starts the reduce of the buckets this completes.
   void bucket_done(int64_t chunk, int64_t layer);
 
@@ -296,6 +333,16 @@ class RankLowering {
   std::vector<std::unordered_map<int64_t, std::vector<size_t>>> bucket_of_trigger_;
   std::vector<bool> forwarded_chunk_;
   std::vector<int64_t> last_backward_mb_;
+  std::vector<int64_t> last_weight_grad_mb_;  // per chunk: the micro-batch of its last W step
+  bool split_ = false;                        // the schedule has W steps (splits_backward())
+  BackwardPart part_ = BackwardPart::kAll;
+  bool allow_w_collective_ = false;  // kWeight: the next collective feeds a wgrad GEMM
+  std::vector<uint32_t> w_gathers_;  // kWeightInputs' gathers, in the order kWeight uses them
+  size_t next_w_gather_ = 0;
+  // Ops before this id were issued up to the end of the last F or B step: a p2p op among them
+  // that no kernel consumed (the input of a B with no ops, in a chunk that holds only the
+  // embedding) is waited by the W that follows, not held for the next step.
+  size_t step_ops_end_ = 0;
   std::vector<uint32_t> grad_syncs_;
 };
 

@@ -158,6 +158,11 @@ void RankLowering::layer_forward() {
 }
 
 void RankLowering::row_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8) {
+  if (part_ == BackwardPart::kWeightInputs) return;
+  if (part_ == BackwardPart::kWeight) {  // W: the output gradient B gathered (and cast) is kept
+    kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
+    return;
+  }
   if (d_.sp) tp_blocking(CollectiveKind::kAllGather, act_bytes(d_.h), "sp all_gather grad");
   if (fp8) fp8_cast(d_.tokens * n, what, Cast::kSeparate);  // the residual stream's gradient
   kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
@@ -166,8 +171,22 @@ void RankLowering::row_parallel_backward(int64_t n, int64_t k, const char* what,
 
 void RankLowering::column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8,
                                             Cast cast) {
+  if (part_ == BackwardPart::kWeightInputs) {  // W's first pass: gather the saved input
+    if (d_.sp) {
+      allow_w_collective_ = true;
+      w_gathers_.push_back(collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
+                                      act_bytes(d_.h), "sp all_gather input"));
+      allow_w_collective_ = false;
+    }
+    return;
+  }
+  if (part_ == BackwardPart::kWeight) {
+    if (d_.sp) wait(w_gathers_.at(next_w_gather_++));
+    kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
+    return;
+  }
   uint32_t gather = kNoOp;
-  if (d_.sp) {
+  if (d_.sp && part_ == BackwardPart::kAll) {
     gather = collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
                         act_bytes(d_.h), "sp all_gather input");
   }
@@ -175,6 +194,10 @@ void RankLowering::column_parallel_backward(int64_t n, int64_t k, const char* wh
   kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
   const uint32_t reduce = collective(tp_reduce(), GroupKind::kTp, Stream::kTpComm,
                                      act_bytes(k), d_.sp ? "sp reduce_scatter grad" : "tp all_reduce grad");
+  if (part_ == BackwardPart::kInput) {  // B: nothing to hide the reduce behind
+    wait(reduce);
+    return;
+  }
   wait(gather);
   kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
   wait(reduce);

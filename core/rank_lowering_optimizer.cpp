@@ -20,8 +20,12 @@ void RankLowering::plan_buckets() {
   bucket_of_trigger_.assign(static_cast<size_t>(d_.v), {});
   forwarded_chunk_.assign(static_cast<size_t>(d_.v), false);
   last_backward_mb_.assign(static_cast<size_t>(d_.v), -1);
+  last_weight_grad_mb_.assign(static_cast<size_t>(d_.v), -1);
   for (const auto& st : out_.schedule) {
     if (st.pass == Pass::kBackward) last_backward_mb_[static_cast<size_t>(st.model_chunk)] = st.micro_batch;
+    if (st.pass == Pass::kWeightGrad) {
+      last_weight_grad_mb_[static_cast<size_t>(st.model_chunk)] = st.micro_batch;
+    }
   }
   for (int64_t c = 0; c < d_.v; ++c) {
     const int64_t vs = vstage(c);

@@ -76,7 +76,9 @@ TRAINTWIN_ENUM_NAMES(DataParallelShardingStrategy,
 TRAINTWIN_ENUM_NAMES(AttentionBackend, std::pair{AttentionBackend::kUnfused, "unfused"},
                      std::pair{AttentionBackend::kFlash, "flash"});
 TRAINTWIN_ENUM_NAMES(PipelineScheduleKind, std::pair{PipelineScheduleKind::kGPipe, "gpipe"},
-                     std::pair{PipelineScheduleKind::k1F1B, "1f1b"});
+                     std::pair{PipelineScheduleKind::k1F1B, "1f1b"},
+                     std::pair{PipelineScheduleKind::kZbH1, "zb-h1"},
+                     std::pair{PipelineScheduleKind::kZbH2, "zb-h2"});
 TRAINTWIN_ENUM_NAMES(LrDecayStyle, std::pair{LrDecayStyle::kConstant, "constant"},
                      std::pair{LrDecayStyle::kLinear, "linear"},
                      std::pair{LrDecayStyle::kCosine, "cosine"});

@@ -15,6 +15,7 @@
 #include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
 #include "core/scenario_schema.hpp"
+#include "core/schedule.hpp"
 
 namespace traintwin::scenario_rules {
 
@@ -502,6 +503,28 @@ void check_rules(const Scenario& s, const Locator& where) {
                              micro_batches, t.global_batch_size, t.micro_batch_size, dp,
                              layers_per_stage, m.num_layers, pp, passes, kMaxLayerPassesPerRank,
                              kMaxLayerPassesPerRank));
+    }
+  }
+
+  // Zero-bubble schedules (Qi et al. 2024): one model chunk, at least PP micro-batches.
+  if (splits_backward(p.pipeline_schedule)) {
+    const std::string_view skey = "parallelism.pipeline_schedule";
+    if (v > 1) {
+      rule_error(where, skey,
+                 fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "
+                             "(rule: the zero-bubble schedules here have one model chunk per "
+                             "rank; allowed with v > 1: 1f1b)",
+                             to_string(p.pipeline_schedule), v));
+    }
+    const int64_t micro_batches = t.global_batch_size / per_step;
+    if (micro_batches < pp) {
+      rule_error(where, skey,
+                 fmt::format("{} needs at least pipeline_model_parallel_size = {} micro-batches, "
+                             "got global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = "
+                             "{} (rule: ZB-H1 and ZB-H2 fill the bubbles with the W's of PP "
+                             "micro-batches; allowed values: gpipe, 1f1b, zb-h1, zb-h2)",
+                             to_string(p.pipeline_schedule), pp, t.global_batch_size,
+                             t.micro_batch_size, dp, micro_batches));
     }
   }
 

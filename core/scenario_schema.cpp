@@ -197,7 +197,9 @@ const std::vector<KeySpec>& table() {
        .doc = "DP: must equal num_gpus / (TP x CP x PP) when given"},
       {.section = "parallelism", .key = "pipeline_schedule", .type = V::kEnum,
        .values = names_of<PipelineScheduleKind>(),
-       .doc = "pipeline schedule (1f1b is interleaved 1F1B when v > 1)",
+       .doc = "pipeline schedule (1f1b is interleaved 1F1B when v > 1; zb-h1 and zb-h2 are "
+              "the zero-bubble schedules, Qi et al. 2024, which need v = 1 and micro-batches >= PP)",
+       .flag = "--pipeline-schedule",
        .bind = enum_field<kPar, &P::pipeline_schedule>()},
       {.section = "parallelism", .key = "rank_order", .type = V::kString,
        .doc = "dash-separated, fastest-varying first; ep may be left out when EP = 1",

@@ -1,4 +1,5 @@
-// Pipeline schedules: GPipe, 1F1B (PipeDream-Flush) and Megatron's interleaved 1F1B.
+// Pipeline schedules: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, and the
+// zero-bubble ZB-H1 and ZB-H2 (Qi et al., ICLR 2024).
 #include "core/schedule.hpp"
 
 #include <fmt/format.h>
@@ -50,12 +51,44 @@ void check_kind_args(const char* fn, PipelineScheduleKind kind, int64_t num_mode
     throw InvalidArgument(
         fmt::format("{}: num_model_chunks must be >= 1, got {}", fn, num_model_chunks));
   }
-  if (kind == PipelineScheduleKind::kGPipe && num_model_chunks != 1) {
+  if ((kind == PipelineScheduleKind::kGPipe || splits_backward(kind)) && num_model_chunks != 1) {
     throw InvalidArgument(fmt::format(
-        "{}: the gpipe schedule supports only num_model_chunks == 1 (no virtual pipeline), "
+        "{}: the {} schedule supports only num_model_chunks == 1 (no virtual pipeline), "
         "got {}",
-        fn, num_model_chunks));
+        fn, to_string(kind), num_model_chunks));
   }
+}
+
+// Forwards before the first B (n) and the delay of each W in B steps (d) of the zero-bubble
+// schedules on rank r (see zb_h1_schedule / zb_h2_schedule).
+struct ZeroBubbleShape {
+  int64_t forwards_first;
+  int64_t w_delay;
+};
+
+ZeroBubbleShape zero_bubble_shape(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank) {
+  if (kind == PipelineScheduleKind::kZbH1) return {pp_size - pp_rank, pp_rank};
+  return {2 * pp_size - 1 - 2 * pp_rank, 2 * pp_rank};
+}
+
+// The zero-bubble order: n forwards, then per micro-batch j: B_j, W_{j-d} (when j >= d),
+// F_{n+j} (when n + j < m); then the W's still owed, in micro-batch order.
+std::vector<ScheduleStep> zero_bubble_steps(PipelineScheduleKind kind, int64_t pp_size,
+                                            int64_t pp_rank, int64_t m) {
+  const auto [n0, d] = zero_bubble_shape(kind, pp_size, pp_rank);
+  const int64_t n = std::min(n0, m);
+  std::vector<ScheduleStep> steps;
+  steps.reserve(static_cast<size_t>(3 * m));
+  for (int64_t k = 0; k < n; ++k) steps.push_back(ScheduleStep{Pass::kForward, k, 0});
+  for (int64_t j = 0; j < m; ++j) {
+    steps.push_back(ScheduleStep{Pass::kBackward, j, 0});
+    if (j >= d) steps.push_back(ScheduleStep{Pass::kWeightGrad, j - d, 0});
+    if (n + j < m) steps.push_back(ScheduleStep{Pass::kForward, n + j, 0});
+  }
+  for (int64_t k = std::max<int64_t>(0, m - d); k < m; ++k) {
+    steps.push_back(ScheduleStep{Pass::kWeightGrad, k, 0});
+  }
+  return steps;
 }
 
 int64_t one_f_one_b_warmup(int64_t pp_size, int64_t pp_rank, int64_t num_micro_batches) {
@@ -134,12 +167,34 @@ std::vector<ScheduleStep> interleaved_1f1b_schedule(int64_t pp_size, int64_t pp_
       interleaved_warmup(pp_size, pp_rank, num_micro_batches, num_model_chunks), num_model_chunks);
 }
 
+std::vector<ScheduleStep> zb_h1_schedule(int64_t pp_size, int64_t pp_rank,
+                                         int64_t num_micro_batches) {
+  check_pipeline_args("zb_h1_schedule", pp_size, pp_rank, num_micro_batches);
+  return zero_bubble_steps(PipelineScheduleKind::kZbH1, pp_size, pp_rank, num_micro_batches);
+}
+
+std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
+                                         int64_t num_micro_batches) {
+  check_pipeline_args("zb_h2_schedule", pp_size, pp_rank, num_micro_batches);
+  return zero_bubble_steps(PipelineScheduleKind::kZbH2, pp_size, pp_rank, num_micro_batches);
+}
+
+bool splits_backward(PipelineScheduleKind kind) {
+  return kind == PipelineScheduleKind::kZbH1 || kind == PipelineScheduleKind::kZbH2;
+}
+
 std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
                                          int64_t pp_rank, int64_t num_micro_batches,
                                          int64_t num_model_chunks) {
   check_kind_args("build_schedule", kind, num_model_chunks);
   if (kind == PipelineScheduleKind::kGPipe) {
     return gpipe_schedule(pp_size, pp_rank, num_micro_batches);
+  }
+  if (kind == PipelineScheduleKind::kZbH1) {
+    return zb_h1_schedule(pp_size, pp_rank, num_micro_batches);
+  }
+  if (kind == PipelineScheduleKind::kZbH2) {
+    return zb_h2_schedule(pp_size, pp_rank, num_micro_batches);
   }
   if (num_model_chunks == 1) return one_f_one_b_schedule(pp_size, pp_rank, num_micro_batches);
   return interleaved_1f1b_schedule(pp_size, pp_rank, num_micro_batches, num_model_chunks);
@@ -151,6 +206,11 @@ int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
   if (kind == PipelineScheduleKind::kGPipe) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
     return num_micro_batches;
+  }
+  if (splits_backward(kind)) {
+    check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
+    return std::min(zero_bubble_shape(kind, pp_size, pp_rank).forwards_first - 1,
+                    num_micro_batches);
   }
   if (num_model_chunks == 1) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
@@ -165,6 +225,10 @@ int64_t max_in_flight_weighted(const std::vector<ScheduleStep>& schedule,
   for (int64_t w : weight_of_chunk) {
     if (w < 0) throw InvalidArgument(fmt::format("max_in_flight: negative chunk weight {}", w));
   }
+  // With W steps an activation set is released by its W, else by its backward.
+  const bool split = std::any_of(schedule.begin(), schedule.end(),
+                                 [](const ScheduleStep& s) { return s.pass == Pass::kWeightGrad; });
+  const Pass release = split ? Pass::kWeightGrad : Pass::kBackward;
   int64_t in_flight = 0;  // outstanding forwards
   int64_t weight = 0;     // their summed weights
   int64_t peak = 0;
@@ -178,10 +242,11 @@ int64_t max_in_flight_weighted(const std::vector<ScheduleStep>& schedule,
     if (s.pass == Pass::kForward) {
       ++in_flight;
       peak = std::max(peak, weight += w);
-    } else {
+    } else if (s.pass == release) {
       if (--in_flight < 0) {
-        throw InvalidArgument(fmt::format(
-            "max_in_flight: backward {} runs before any forward is outstanding", to_string(s)));
+        throw InvalidArgument(
+            fmt::format("max_in_flight: {} {} runs before any forward is outstanding",
+                        split ? "weight gradient" : "backward", to_string(s)));
       }
       weight -= w;
     }
@@ -198,6 +263,12 @@ int64_t max_in_flight(const std::vector<ScheduleStep>& schedule) {
 int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                                 int64_t num_micro_batches, int64_t num_model_chunks,
                                 const std::vector<int64_t>& weight_of_chunk) {
+  if (splits_backward(kind)) {
+    check_kind_args("max_in_flight", kind, num_model_chunks);
+    return max_in_flight_weighted(
+        build_schedule(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks),
+        weight_of_chunk);
+  }
   const int64_t warmup =
       num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
   const int64_t v = num_model_chunks;
@@ -234,13 +305,19 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
                         int64_t num_micro_batches, int64_t num_model_chunks) {
   const int64_t warmup =
       num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
+  if (splits_backward(kind)) {
+    // n forwards before the first B plus the d W's each B runs ahead of (zero_bubble_steps).
+    const ZeroBubbleShape z = zero_bubble_shape(kind, pp_size, pp_rank);
+    return std::min(z.forwards_first + z.w_delay, num_micro_batches);
+  }
   const int64_t total = num_micro_batches * num_model_chunks;
   // A steady phase (warm-up < total) runs one more forward before its first backward.
   return warmup < total ? warmup + 1 : total;
 }
 
 std::string to_string(const ScheduleStep& s) {
-  return fmt::format("{}{}.{}", s.pass == Pass::kForward ? 'F' : 'B', s.micro_batch, s.model_chunk);
+  const char pass = s.pass == Pass::kForward ? 'F' : (s.pass == Pass::kBackward ? 'B' : 'W');
+  return fmt::format("{}{}.{}", pass, s.micro_batch, s.model_chunk);
 }
 
 double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
@@ -248,6 +325,11 @@ double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t
   if (pp_size < 1 || num_micro_batches < 1 || num_model_chunks < 1) {
     throw InvalidArgument("ideal_bubble_fraction: pp_size, num_micro_batches and num_model_chunks "
                           "must be >= 1");
+  }
+  if (kind == PipelineScheduleKind::kZbH2) return 0.0;
+  if (kind == PipelineScheduleKind::kZbH1) {
+    return static_cast<double>(pp_size - 1) /
+           static_cast<double>(3 * num_micro_batches + pp_size - 1);
   }
   const int64_t v = kind == PipelineScheduleKind::kGPipe ? 1 : num_model_chunks;
   return static_cast<double>(pp_size - 1) / static_cast<double>(v * num_micro_batches + pp_size - 1);
@@ -275,6 +357,7 @@ PipelineTransfer read_pipeline_tag(int64_t tag, int64_t vstages) {
 
 std::optional<PipelineTransfer> step_input(const ScheduleStep& step, int64_t vstage,
                                            int64_t vstages) {
+  if (step.pass == Pass::kWeightGrad) return std::nullopt;
   if (step.pass == Pass::kForward) {
     if (vstage == 0) return std::nullopt;
     return PipelineTransfer{step.micro_batch, vstage - 1, step.pass};
@@ -285,6 +368,7 @@ std::optional<PipelineTransfer> step_input(const ScheduleStep& step, int64_t vst
 
 std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vstage,
                                             int64_t vstages) {
+  if (step.pass == Pass::kWeightGrad) return std::nullopt;
   if (step.pass == Pass::kForward ? vstage == vstages - 1 : vstage == 0) return std::nullopt;
   return PipelineTransfer{step.micro_batch, vstage, step.pass};
 }

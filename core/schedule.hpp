@@ -4,7 +4,9 @@
 // Sources: GPipe (Huang et al. 2019); 1F1B = PipeDream-Flush (Narayanan et al. 2021), with
 // Megatron-LM's warm-up of (p - rank - 1) forwards; interleaved 1F1B as in Megatron-LM
 // (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving,
-// with the default microbatch_group_size_per_vp_stage = p).
+// with the default microbatch_group_size_per_vp_stage = p); ZB-H1 and ZB-H2 as the handcrafted
+// schedules of Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024, sec. 3.1,
+// Figure 3 and Table 2.
 //
 // Notation: p = pp_size, r = pp_rank, m = num_micro_batches, v = num_model_chunks.
 #pragma once
@@ -18,8 +20,12 @@
 
 namespace traintwin {
 
-/// Forward or backward pass of one (micro-batch, model chunk).
-enum class Pass { kForward, kBackward };
+/// Forward or backward pass of one (micro-batch, model chunk). Under a schedule that splits the
+/// backward (splits_backward()), kBackward is the input gradient alone (B: dgrad GEMMs,
+/// attention backward, norms, the TP collectives on the activation path) and kWeightGrad the
+/// weight gradient (W: the wgrad GEMMs); under the others kBackward is the whole backward (B with
+/// W right after it) and no step is kWeightGrad.
+enum class Pass { kForward, kBackward, kWeightGrad };
 
 /// One step of a schedule: pass `pass` of micro-batch `micro_batch` (0..m-1) through model chunk
 /// `model_chunk` (0..v-1) of this pipeline rank. Chunk c of rank r is virtual stage c*p + r; a
@@ -62,22 +68,50 @@ std::vector<ScheduleStep> interleaved_1f1b_schedule(int64_t pp_size, int64_t pp_
                                                     int64_t num_micro_batches,
                                                     int64_t num_model_chunks);
 
-/// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (kind 1F1B with v > 1).
-/// Throws InvalidArgument for GPipe with v != 1, for v < 1, and whatever the chosen schedule
-/// throws.
+/// ZB-H1 (Qi et al., ICLR 2024, sec. 3.1 and Figure 3 top): the forwards and input-gradient
+/// backwards (B) of 1F1B — n = min(p - rank, m) forwards, then B_j followed by F_{n+j} — with
+/// each weight gradient W_j delayed by d = rank B steps: W_{j-d} runs right after B_j, the last
+/// min(d, m) W's after the last B. Rank r holds min(p, m) activation sets at its peak (an
+/// activation set lives from F_j to W_j), 1F1B's first-stage peak; with T_F, T_B, T_W per
+/// stage and no communication its bubble is (p-1)(T_F + T_B - T_W) (Table 2; valid when
+/// T_W <= T_F, checked by tests/core/zero_bubble_test.cpp). Throws as GPipe (any m >= 1 is
+/// well defined; the scenario rules ask m >= p).
+std::vector<ScheduleStep> zb_h1_schedule(int64_t pp_size, int64_t pp_rank,
+                                         int64_t num_micro_batches);
+
+/// ZB-H2 (Qi et al., ICLR 2024, sec. 3.1 and Figure 3 bottom): as ZB-H1 with n = min(2p - 1 -
+/// 2 rank, m) forwards before the first B (the extra forwards fill the warm-up bubble) and W
+/// delayed by d = 2 rank B steps (the W's reordered to the tail), so that every rank holds up to
+/// 2p - 1 activation sets and, measured from each stage's first op (the paper bypasses the
+/// optimizer's synchronization, sec. 4), the bubble is (p-1)(T_F + T_B - 2 T_W) (Table 2):
+/// none when T_F + T_B = 2 T_W. Throws as GPipe.
+std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
+                                         int64_t num_micro_batches);
+
+/// Whether the schedules of `kind` place the weight gradients as their own steps
+/// (Pass::kWeightGrad): ZB-H1 and ZB-H2.
+bool splits_backward(PipelineScheduleKind kind);
+
+/// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (kind 1F1B with v > 1),
+/// ZB-H1, ZB-H2 (v == 1).
+/// Throws InvalidArgument for GPipe or a zero-bubble kind with v != 1, for v < 1, and whatever the
+/// chosen schedule throws.
 std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
                                          int64_t pp_rank, int64_t num_micro_batches,
                                          int64_t num_model_chunks);
 
 /// Number of warm-up forwards the schedule of this rank runs before its first backward
-/// (GPipe: m; 1F1B: min(p - rank - 1, m); interleaved: see interleaved_1f1b_schedule).
+/// (GPipe: m; 1F1B: min(p - rank - 1, m); interleaved: see interleaved_1f1b_schedule; ZB-H1 and
+/// ZB-H2: min(n - 1, m) with n their forwards before the first B, as 1F1B counts them).
 /// Same argument checks as build_schedule.
 int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t num_micro_batches, int64_t num_model_chunks);
 
 /// Largest number of (micro-batch, chunk) forwards whose backward has not yet run, over the
-/// schedule: the activation sets a rank holds at its peak. Throws InvalidArgument when a
-/// backward precedes its forward (more backwards than forwards so far).
+/// schedule: the activation sets a rank holds at its peak. In a schedule with kWeightGrad steps
+/// a set is held until its W (the weight gradient reads the layer inputs the forward saved),
+/// else until its backward. Throws InvalidArgument when a backward (or W) precedes its forward
+/// (more of them than forwards so far).
 int64_t max_in_flight(const std::vector<ScheduleStep>& schedule);
 
 /// The same peak weighted by the chunks' sizes: the largest sum, over the (micro-batch, chunk)
@@ -95,14 +129,17 @@ int64_t max_in_flight_weighted(const std::vector<ScheduleStep>& schedule,
 /// steady phase the peak is after a forward, when the virtual forwards 0..W+i and backwards
 /// 0..i-1 have run (W warm-up forwards), and how many of those fall in each chunk changes by
 /// exactly p when both indices grow by p x v (Megatron's groups of p micro-batches per chunk), so
-/// p x v consecutive steady steps hold every value; the cool-down only subtracts. Throws as
-/// build_schedule and as max_in_flight_weighted (a weight for each chunk, none negative).
+/// p x v consecutive steady steps hold every value; the cool-down only subtracts. The
+/// zero-bubble kinds (one chunk) build their schedule and take max_in_flight_weighted (O(m)).
+/// Throws as build_schedule and as max_in_flight_weighted (a weight for each chunk, none
+/// negative).
 int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                                 int64_t num_micro_batches, int64_t num_model_chunks,
                                 const std::vector<int64_t>& weight_of_chunk);
 
 /// Megatron's bound on max_in_flight for this rank: GPipe m; 1F1B min(p - rank, m);
-/// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v). The schedules above reach it
+/// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v); ZB-H1 min(p, m) and ZB-H2
+/// min(2p - 1, m) (Qi et al. Table 2: p M_B and (2p - 1) M_B). The schedules above reach it
 /// exactly. Same argument checks as build_schedule.
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks);
@@ -110,12 +147,14 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
 /// Ideal pipeline bubble fraction, (time a stage idles) / (iteration time), with equal forward
 /// and backward costs and no communication (Narayanan et al. SC'21, sec. 2.2):
 /// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved 1F1B (v = model chunks).
+/// Zero-bubble kinds with T_F = T_B = T_W (Qi et al. Table 2): ZB-H1 (p-1)/(3m+p-1) (a bubble
+/// of (p-1) T_F over 3m T_F of work), ZB-H2 0 (measured from each stage's start, as the paper).
 /// Throws InvalidArgument for sizes < 1.
 double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
                              int64_t num_model_chunks);
 
-/// "F3.1" style text of a step: 'F' or 'B', micro-batch, '.', model chunk (always printed, also
-/// for a single chunk: "B0.0"). For messages and printing.
+/// "F3.1" style text of a step: 'F', 'B' or 'W', micro-batch, '.', model chunk (always printed,
+/// also for a single chunk: "B0.0"). For messages and printing.
 std::string to_string(const ScheduleStep& s);
 
 // ---- transfers between virtual stages ------------------------------------------------------
@@ -148,12 +187,14 @@ PipelineTransfer read_pipeline_tag(int64_t tag, int64_t vstages);
 
 /// The transfer that brings `step` of virtual stage `vstage` (of `vstages`) its input: from
 /// vstage - 1 for a forward, from vstage + 1 for a backward; none for the first stage's forward
-/// and the last stage's backward (the loss is computed there).
+/// and the last stage's backward (the loss is computed there), and none for a W step (it reads
+/// what its B left on the rank).
 std::optional<PipelineTransfer> step_input(const ScheduleStep& step, int64_t vstage,
                                            int64_t vstages);
 
 /// The transfer that carries `step`'s output onward: to vstage + 1 after a forward, to
-/// vstage - 1 after a backward; none for the last stage's forward and the first stage's backward.
+/// vstage - 1 after a backward; none for the last stage's forward and the first stage's
+/// backward, and none for a W step.
 std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vstage,
                                             int64_t vstages);
 

@@ -65,6 +65,16 @@ class Executor::Impl {
       unsupported("training.use_megatron_fsdp (shard the optimizer state with "
                   "use_distributed_optimizer alone)");
     }
+    if (splits_backward(sc.parallel.pipeline_schedule)) {
+      // Never run as 1F1B in its place: a W step's ops (Phase::kWeightGrad) would need the
+      // model math to keep the output gradients of B until W (exec/gpt_model.cpp).
+      throw UnsupportedError(
+          "scenario " + sc.name + ": parallelism.pipeline_schedule is " +
+          to_string(sc.parallel.pipeline_schedule) + "; the " + backend_.name() +
+          " executor runs gpipe and 1f1b (interleaved too); " +
+          to_string(sc.parallel.pipeline_schedule) +
+          " needs the B/W split of the backward in exec/gpt_model.cpp, not implemented yet");
+    }
     if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
       throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
                              "(Ulysses); the " + backend_.name() +

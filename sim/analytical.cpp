@@ -57,7 +57,9 @@ struct StageTemplate {
   std::map<StepKey, uint32_t> by_key;
   std::vector<uint32_t> typical;  ///< pass x v + chunk -> an instance of that pass and chunk
   std::vector<double> op_s;       ///< compute and collective ops: duration
-  std::vector<uint32_t> first_fwd, last_bwd;            ///< per chunk: instance or kNone
+  /// Per chunk: instance or kNone. last_bwd is the step that triggers the chunk's DP buckets:
+  /// its last backward, or its last W under a schedule that splits the backward.
+  std::vector<uint32_t> first_fwd, last_bwd;
   std::vector<uint32_t> nonstep;   ///< non-step, non-p2p ops, ascending
   uint32_t first_step_op = kNone;  ///< smallest id of a step or p2p op
   std::vector<int64_t> seq;        ///< collective_sequence(rp)
@@ -74,6 +76,7 @@ class Estimator {
     const ParallelConfig& pc = s_.parallel;
     p_ = pc.pipeline_model_parallel_size;
     v_ = pc.virtual_pipeline_model_parallel_size;
+    async_sends_ = splits_backward(pc.pipeline_schedule);
     m_ = s_.num_micro_batches();
     // The probe: the fewest micro-batches the schedule allows, one rank per kind of stage.
     Scenario probe = s_;
@@ -144,7 +147,17 @@ class Estimator {
   static bool in_step(const Op& op) {
     return op.micro_batch >= 0 && (op.kind == OpKind::kCompute || op.kind == OpKind::kCollective) &&
            (op.phase == Phase::kForward || op.phase == Phase::kBackward ||
-            op.phase == Phase::kRecompute);
+            op.phase == Phase::kRecompute || op.phase == Phase::kWeightGrad);
+  }
+
+  static Pass pass_of(Phase phase) {
+    if (phase == Phase::kForward) return Pass::kForward;
+    return phase == Phase::kWeightGrad ? Pass::kWeightGrad : Pass::kBackward;
+  }
+
+  /// The pass whose last step of a chunk triggers its DP buckets.
+  Pass trigger_pass() const {
+    return splits_backward(s_.parallel.pipeline_schedule) ? Pass::kWeightGrad : Pass::kBackward;
   }
 
   // ---- step 2: the probe's steps as local dataflows -------------------------------------------
@@ -157,7 +170,7 @@ class Estimator {
     t.local_end.assign(n, 0.0);
     t.seq.assign(n, -1);
     t.first_fwd.assign(static_cast<size_t>(v_), kNone);
-    t.typical.assign(static_cast<size_t>(2 * v_), kNone);
+    t.typical.assign(static_cast<size_t>(3 * v_), kNone);
     t.op_s.assign(n, 0.0);
     t.last_bwd.assign(static_cast<size_t>(v_), kNone);
     t.seq = collective_sequence(rp);
@@ -174,8 +187,7 @@ class Estimator {
         continue;
       }
       t.first_step_op = std::min(t.first_step_op, op.id);
-      const StepKey key{op.phase == Phase::kForward ? Pass::kForward : Pass::kBackward,
-                        op.micro_batch, op.model_chunk};
+      const StepKey key{pass_of(op.phase), op.micro_batch, op.model_chunk};
       auto [it, inserted] = t.by_key.try_emplace(key, static_cast<uint32_t>(t.insts.size()));
       if (inserted) {
         t.insts.push_back(Instance{key, {}, 0, 0, {}, {}, {}});
@@ -190,7 +202,7 @@ class Estimator {
       if (it == t.by_key.end()) continue;
       const auto c = static_cast<size_t>(st.model_chunk);
       if (st.pass == Pass::kForward && t.first_fwd[c] == kNone) t.first_fwd[c] = it->second;
-      if (st.pass == Pass::kBackward) t.last_bwd[c] = it->second;
+      if (st.pass == trigger_pass()) t.last_bwd[c] = it->second;
     }
     for (uint32_t i = 0; i < t.insts.size(); ++i) run_instance(t, i);
     return t;
@@ -269,6 +281,9 @@ class Estimator {
     double ready = 0;  ///< end of every op the next compute op waits for (pending TP included)
     WaitedFor ready_wait;  ///< the op that ends at `ready`
     std::vector<P2PRef> pending;
+    /// Sends no step waits for (a schedule that splits the backward posts them asynchronously,
+    /// as core/rank_lowering.cpp's p2p_batch): they end the stage when they end last.
+    std::vector<P2PRef> async_sends;
     TimeBreakdown b;
     double final_batch_end = 0;
     double final_batch_transfer_s = 0;  ///< the transfer of the final batch that ends last
@@ -309,15 +324,22 @@ class Estimator {
     auto step = [&](int64_t i) { out.push_back(Item{i, 0, 0}); };
     const auto n = static_cast<int64_t>(steps.size());
     if (v_ == 1) {
+      // W steps have no p2p; the batches pair each F or B step with the next F or B step.
+      auto next_fb = [&](int64_t i) {
+        while (i < n && steps[static_cast<size_t>(i)].pass == Pass::kWeightGrad) ++i;
+        return i;
+      };
       batch({recv_input(r, steps[0])});
       for (int64_t i = 0; i < n; ++i) {
         step(i);
         const auto& st = steps[static_cast<size_t>(i)];
-        if (i + 1 < n && steps[static_cast<size_t>(i + 1)].pass != st.pass) {
-          batch({send_output(r, st), recv_input(r, steps[static_cast<size_t>(i + 1)])});
+        if (st.pass == Pass::kWeightGrad) continue;
+        const int64_t next = next_fb(i + 1);
+        if (next < n && steps[static_cast<size_t>(next)].pass != st.pass) {
+          batch({send_output(r, st), recv_input(r, steps[static_cast<size_t>(next)])});
         } else {
           batch({send_output(r, st)});
-          if (i + 1 < n) batch({recv_input(r, steps[static_cast<size_t>(i + 1)])});
+          if (next < n) batch({recv_input(r, steps[static_cast<size_t>(next)])});
         }
       }
       return;
@@ -372,7 +394,7 @@ class Estimator {
     for (size_t i = 0; i < st.schedule.size(); ++i) {
       const auto c = static_cast<size_t>(st.schedule[i].model_chunk);
       if (st.schedule[i].pass == Pass::kForward && st.first_fwd_step[c] < 0) st.first_fwd_step[c] = static_cast<int64_t>(i);
-      if (st.schedule[i].pass == Pass::kBackward) st.last_bwd_step[c] = static_cast<int64_t>(i);
+      if (st.schedule[i].pass == trigger_pass()) st.last_bwd_step[c] = static_cast<int64_t>(i);
     }
     // Ops before the first step (the zero grad buffer kernel; parameter all-gathers with
     // overlap_param_gather): plain dataflow from time 0, inside the stage. The steps' compute
@@ -439,7 +461,7 @@ class Estimator {
               const P2PRef& x = st.refs[k];
               auto& post = x.send ? send_post_ : recv_post_;
               post[static_cast<size_t>(x.tag)] = st.cend;
-              st.pending.push_back(x);
+              (x.send && async_sends_ ? st.async_sends : st.pending).push_back(x);
             }
             ++st.pos;
             progress = true;
@@ -462,6 +484,7 @@ class Estimator {
     for (int64_t r = 0; r < p_; ++r) {
       Stage& st = stages_[static_cast<size_t>(r)];
       st.end = 0;
+      st.pending.insert(st.pending.end(), st.async_sends.begin(), st.async_sends.end());
       for (const P2PRef& x : st.pending) {
         const auto e = transfer_end(x, r);
         if (!e) throw Error("analytical estimate: a final p2p transfer never matched");
@@ -476,10 +499,14 @@ class Estimator {
 
   /// Runs schedule step `i` of stage `r` if its inputs are there.
   bool run_step(int64_t r, Stage& st, int64_t i) {
-    // Wait for every op of the pending batch(es).
+    // Wait for every op of the pending batch(es); a W step waits for none (they stay pending
+    // for the next F or B step, as core/rank_lowering.cpp's lower_weight_grad holds them).
+    const ScheduleStep& step = st.schedule[static_cast<size_t>(i)];
+    const bool weight_grad = step.pass == Pass::kWeightGrad;
     double start = st.ready;
     WaitedFor waited = st.ready > st.cend ? st.ready_wait : WaitedFor{};
     for (const P2PRef& x : st.pending) {
+      if (weight_grad) break;
       const auto e = transfer_end(x, r);
       if (!e) return false;
       if (*e > start) {
@@ -488,7 +515,6 @@ class Estimator {
         waited = {WaitedFor::Kind::kTransfer, *e - std::max(send_post_[tg], recv_post_[tg])};
       }
     }
-    const ScheduleStep& step = st.schedule[static_cast<size_t>(i)];
     const StageTemplate& t = tmpl_[st.tmpl];
     const auto c = static_cast<size_t>(step.model_chunk);
     const bool first_fwd = st.first_fwd_step[c] == i;
@@ -496,6 +522,17 @@ class Estimator {
     uint32_t inst = t.typical[static_cast<size_t>(static_cast<int64_t>(step.pass) * v_ + step.model_chunk)];
     if (first_fwd && t.first_fwd[c] != kNone) inst = t.first_fwd[c];
     if (last_bwd && t.last_bwd[c] != kNone) inst = t.last_bwd[c];
+    if (inst == kNone) {
+      // A step without ops (under a split backward, the B of a chunk that holds only the
+      // embedding): what it waited for is waited by the next op (core/rank_lowering.cpp's
+      // lower_weight_grad keeps that recv for the W); no compute starts, no gap is attributed.
+      if (start > st.ready) {
+        st.ready = start;
+        st.ready_wait = waited;
+      }
+      if (!weight_grad) st.pending.clear();
+      return true;
+    }
     const Instance& in = t.insts[inst];
     if (first_fwd) {
       for (const auto& [dep, offset] : in.external) {
@@ -507,7 +544,7 @@ class Estimator {
       }
     }
     attribute_gap(st.b, start - st.cend, waited);
-    st.pending.clear();
+    if (!weight_grad) st.pending.clear();
     if (first_fwd) st.first_fwd_start[c] = start;
     if (last_bwd) st.last_bwd_start[c] = start;
     st.b.compute_s += in.b.compute_s;
@@ -681,6 +718,7 @@ class Estimator {
   const ComputeScaling compute_;  // cluster.what_if.gpu_speed_scale
   const StepScope probe_steps_;
   int64_t p_ = 1, v_ = 1, m_ = 1;
+  bool async_sends_ = false;  ///< sends that no step waits for (splits_backward())
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
   std::map<std::tuple<int, int, int64_t>, double> coll_s_;

@@ -20,7 +20,9 @@
 //         step-level dataflow: Megatron's p2p batches as core/rank_lowering.cpp issues them (a batch
 //         is posted when the previous step ends; the next step waits for all of its sends and
 //         recvs; a transfer starts once both sides have posted it and lasts the closed-form
-//         point-to-point time). This is a list scheduling of O(stages x steps) events.
+//         point-to-point time). Under a zero-bubble schedule (splits_backward()) a W step waits
+//         for no batch and the F/B steps for the recvs only; the sends end the stage when they
+//         end last. This is a list scheduling of O(stages x steps) events.
 //      4. The ops outside the steps (parameter all-gathers, DP gradient buckets, LayerNorm and
 //         embedding gradient all-reduces, grad norm, optimizer step) run as an op-level
 //         dataflow per stage, their dependencies on step ops resolved through the step

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/scenario_enum_names.hpp"
 
 namespace traintwin {
 
@@ -69,6 +70,7 @@ struct Combination {
   RecomputeGranularity recompute;
   bool sp, distributed_optimizer, fp8;
   int64_t ep, etp;
+  PipelineScheduleKind schedule;
   int64_t global_batch_size_per_dp = 0;  // 0: the base's global batch
   bool sp_swept = false, vpp_swept = false;
 };
@@ -123,6 +125,7 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
   s.parallel.sequence_parallel = sp;
   s.training.micro_batch_size = mbs;
   s.training.recompute_granularity = recompute;
+  s.parallel.pipeline_schedule = k.schedule;
   adapt_inherited(base, k, s, c.adjustments);
   s.training.use_distributed_optimizer = distributed_optimizer;
   s.parallel.expert_model_parallel_size = k.ep;
@@ -201,6 +204,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   check_unique("sequence_parallel", axes.sequence_parallel);
   check_unique("distributed_optimizer", axes.distributed_optimizer);
   check_unique("fp8", axes.fp8);
+  check_unique("pipeline_schedule", axes.pipeline_schedule);
   check_axis("ep", axes.ep);
   check_axis("etp", axes.etp);
   check_axis("num_gpus", axes.num_gpus);
@@ -220,10 +224,11 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   const auto fp8s = or_base(axes.fp8, base.training.fp8());
   const auto eps = or_base(axes.ep, base.parallel.expert_model_parallel_size);
   const auto etps = or_base(axes.etp, base.parallel.expert_tensor_parallel_size.value_or(0));
+  const auto schedules = or_base(axes.pipeline_schedule, base.parallel.pipeline_schedule);
   std::vector<SweepConfiguration> out;
   out.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
-              recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() *
-              etps.size());
+              recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() * etps.size() *
+              schedules.size());
   for (int64_t n : gpus) {
     for (int64_t tp : tps) {
       for (int64_t cp : cps) {
@@ -236,12 +241,14 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                     for (bool f8 : fp8s) {
                       for (int64_t ep : eps) {
                         for (int64_t etp : etps) {
-                          Combination k{n, tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp};
-                          k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
-                          k.sp_swept = !axes.sequence_parallel.empty();
-                          k.vpp_swept = !axes.vpp.empty();
-                          out.push_back(make_configuration(
-                              base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                          for (PipelineScheduleKind ps : schedules) {
+                            Combination k{n, tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp, ps};
+                            k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
+                            k.sp_swept = !axes.sequence_parallel.empty();
+                            k.vpp_swept = !axes.vpp.empty();
+                            out.push_back(make_configuration(base, static_cast<int64_t>(out.size()),
+                                                             k, gpu_memory_bytes));
+                          }
                         }
                       }
                     }
@@ -542,6 +549,26 @@ std::vector<RecomputeGranularity> parse_sweep_recompute(const std::string& flag,
       throw ConfigError(fmt::format("{}: '{}' is not allowed (allowed: {}, comma-separated)", flag,
                                     item, allowed));
     }
+  }
+  return out;
+}
+
+std::vector<PipelineScheduleKind> parse_sweep_schedules(const std::string& flag,
+                                                        const std::string& text) {
+  std::string allowed;
+  for (std::string_view n : EnumNames<PipelineScheduleKind>::table.names()) {
+    allowed += (allowed.empty() ? "" : ", ") + std::string(n);
+  }
+  const auto items = split_commas(text);
+  reject_duplicates(flag, items, allowed);
+  std::vector<PipelineScheduleKind> out;
+  for (const std::string& item : items) {
+    const auto kind = EnumNames<PipelineScheduleKind>::table.parse(item);
+    if (!kind) {
+      throw ConfigError(fmt::format("{}: '{}' is not allowed (allowed: {}, comma-separated)", flag,
+                                    item, allowed));
+    }
+    out.push_back(*kind);
   }
   return out;
 }

@@ -52,6 +52,9 @@ struct SweepAxes {
   std::vector<int64_t> etp;
   /// cluster.num_gpus: a scaling study (DP follows, as every configuration derives it).
   std::vector<int64_t> num_gpus;
+  /// parallelism.pipeline_schedule, e.g. 1f1b, zb-h1, zb-h2 (a schedule a layout cannot run,
+  /// such as a zero-bubble one with VPP > 1, makes that configuration invalid with its rule).
+  std::vector<PipelineScheduleKind> pipeline_schedule;
   /// The global batch of each configuration: 0 keeps the base's (fixed); N > 0 makes it N x DP
   /// (a fixed batch per data-parallel replica, weak scaling).
   int64_t global_batch_size_per_dp = 0;
@@ -84,7 +87,7 @@ struct SweepConfiguration {
 
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
 /// num_gpus, tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep,
-/// etp. For each: DP is derived (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming
+/// etp, pipeline_schedule. For each: DP is derived (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming
 /// cluster.num_gpus) and the global batch follows axes.global_batch_size_per_dp; a switch of
 /// the base that needs one the axes turned off is turned off too and listed in `adjustments`
 /// (overlap_param_gather needs use_distributed_optimizer; tp_comm_overlap needs
@@ -187,6 +190,10 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows);
 std::vector<int64_t> parse_sweep_integers(const std::string& flag, const std::string& text);
 /// Parses "none,selective,full" (any subset, no duplicates); ConfigError naming the flag otherwise.
 std::vector<RecomputeGranularity> parse_sweep_recompute(const std::string& flag,
+                                                        const std::string& text);
+/// Parses a comma-separated list of pipeline schedules by their names (gpipe, 1f1b, zb-h1,
+/// zb-h2; no duplicates); ConfigError naming the flag and the allowed names otherwise.
+std::vector<PipelineScheduleKind> parse_sweep_schedules(const std::string& flag,
                                                         const std::string& text);
 /// Parses "on,off" (either or both, no duplicates); ConfigError naming the flag otherwise.
 std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string& text);

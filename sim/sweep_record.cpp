@@ -43,6 +43,7 @@ SweepRecord sweep_record(const SweepRow& row) {
   c.expert_model_parallel_size = s.parallel.expert_model_parallel_size;
   c.expert_tensor_parallel_size = s.parallel.expert_tp();
   c.gpus_per_replica = row.config.gpus_per_replica();
+  c.pipeline_schedule = s.parallel.pipeline_schedule;
   r.peak_memory_bytes = row.config.peak_memory_bytes;
   r.memory_capacity_bytes = row.config.memory_capacity_bytes;
   r.excess_memory_bytes = row.config.excess_memory_bytes;
@@ -78,7 +79,8 @@ nlohmann::ordered_json sweep_record_json(const SweepRecord& r) {
       {"fp8_format", c.fp8_format},
       {"expert_model_parallel_size", c.expert_model_parallel_size},
       {"expert_tensor_parallel_size", c.expert_tensor_parallel_size},
-      {"gpus_per_replica", c.gpus_per_replica}};
+      {"gpus_per_replica", c.gpus_per_replica},
+      {"pipeline_schedule", to_string(c.pipeline_schedule)}};
   j["memory"] = {{"peak_bytes", r.peak_memory_bytes},
                  {"capacity_bytes", r.memory_capacity_bytes},
                  {"excess_bytes", r.excess_memory_bytes},
@@ -219,6 +221,8 @@ SweepRecord sweep_record_from_json(const nlohmann::ordered_json& j, const JsonPl
   c.expert_model_parallel_size = json_integer(cj, "expert_model_parallel_size", at);
   c.expert_tensor_parallel_size = json_integer(cj, "expert_tensor_parallel_size", at);
   c.gpus_per_replica = json_integer(cj, "gpus_per_replica", at);
+  c.pipeline_schedule =
+      json_enum(cj, "pipeline_schedule", at, EnumNames<PipelineScheduleKind>::table);
   const ojson& memory = json_object(j, "memory", where);
   const JsonPlace mem = where.key("memory");
   r.peak_memory_bytes = json_number(memory, "peak_bytes", mem);

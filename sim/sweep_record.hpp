@@ -42,6 +42,7 @@ struct SweepRecordConfiguration {
   int64_t expert_model_parallel_size = 1;
   int64_t expert_tensor_parallel_size = 1;
   int64_t gpus_per_replica = 1;  ///< TP x CP x PP
+  PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
 };
 
 /// One row of sweep.json: SweepRow without its Scenario.

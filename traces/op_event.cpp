@@ -15,6 +15,7 @@ TimelineEvent op_event(const Program& prog, const Op& op, int64_t rank, int64_t 
   switch (op.phase) {
     case Phase::kForward: e.category = "forward"; break;
     case Phase::kBackward: e.category = "backward"; break;
+    case Phase::kWeightGrad: e.category = "wgrad"; break;
     case Phase::kRecompute: e.category = "recompute"; break;
     case Phase::kOptimizer: e.category = "optimizer"; break;
     default: e.category = "comm"; break;

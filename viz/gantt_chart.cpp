@@ -20,14 +20,15 @@ namespace {
 
 using json = nlohmann::json;
 
-/// The categories of timeline events, in legend order, and their colours.
+/// The categories of timeline events, in legend order, and their colours ("wgrad": the W steps
+/// of a zero-bubble schedule, traces/op_event.cpp).
 const std::vector<std::string>& gantt_categories() {
-  static const std::vector<std::string> c = {"forward", "backward",  "recompute",
+  static const std::vector<std::string> c = {"forward", "backward",  "wgrad", "recompute",
                                              "comm",    "optimizer", "other"};
   return c;
 }
 const std::vector<std::string>& gantt_colors() {
-  static const std::vector<std::string> c = {"#4c78a8", "#f58518", "#e45756",
+  static const std::vector<std::string> c = {"#4c78a8", "#f58518", "#b279a2", "#e45756",
                                              "#72b7b2", "#54a24b", "#9d9d9d"};
   return c;
 }

@@ -145,6 +145,26 @@ TEST(SweepCli, ExpertParallelAxesShowInTheTable) {
   EXPECT_THAT(r.output, AllOf(HasSubstr("  16   4   1 "), HasSubstr("  16   8   1 ")));
 }
 
+TEST(SweepCli, PipelineScheduleAxisRanksTheSchedules) {
+  // GPT-1.3B on PP 2 with 4 micro-batches: the zero-bubble schedules fill 1F1B's bubble with
+  // W's, so both rank above it; the table gets a schedule column.
+  const std::string pp2 = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-1.3b-h200-8.yaml";
+  const Result r =
+      run("sweep " + pp2 + " --pipeline-schedule 1f1b,zb-h1,zb-h2 --mode analytical --jobs 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("3 configurations: 3 ranked"), HasSubstr(" schedule ")));
+  const auto row_of = [&](const std::string& schedule) {
+    return r.output.find(" " + schedule + " ");
+  };
+  ASSERT_NE(row_of("1f1b"), std::string::npos);
+  EXPECT_LT(row_of("zb-h1"), row_of("1f1b"));
+  EXPECT_LT(row_of("zb-h2"), row_of("1f1b"));
+  const Result bad = run("sweep " + pp2 + " --pipeline-schedule 1f1b,zb-x");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--pipeline-schedule: 'zb-x' is not allowed (allowed: gpipe, "
+                                    "1f1b, zb-h1, zb-h2"));
+}
+
 TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
   // A 1.3B model with a global batch that allows large micro-batches: mbs 32 without
   // recomputation does not fit 80 GB.

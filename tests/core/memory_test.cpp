@@ -340,6 +340,29 @@ TEST(MemoryTest, Gpt3_175BOn1024GpusStage0) {
   EXPECT_EQ(m0.total_bytes(), 21292515840.0);
 }
 
+// Zero-bubble schedules (Qi et al., ICLR 2024, Table 2): an activation set lives from its F to
+// its W, so every stage holds p (ZB-H1) or 2p - 1 (ZB-H2) of them, against 1F1B's p - rank.
+TEST(MemoryTest, Gpt3_175BOn1024GpusZeroBubbleInFlight) {
+  for (auto [kind, held] :
+       {std::pair{PipelineScheduleKind::kZbH1, 16}, std::pair{PipelineScheduleKind::kZbH2, 31}}) {
+    Scenario s = Gpt3_175BOn1024();
+    s.parallel.pipeline_schedule = kind;
+    const std::vector<StageMemory> stages = memory_per_stage(s);
+    ASSERT_EQ(stages.size(), 16u);
+    for (int64_t r = 0; r < 16; ++r) {
+      EXPECT_EQ(stages[r].in_flight, held) << to_string(kind) << " stage " << r;
+      // 6 layers of 106954752 bytes each (SP + selective, as above) per set.
+      EXPECT_EQ(stages[r].activations_bytes, static_cast<double>(held * 6) * 106954752);
+    }
+    // Stage 0 under ZB-H2: 31 x 6 x 106954752 = 19893583872 bytes of layer activations, and
+    // its embedding dropout masks 31 x 3145728 = 97517568.
+    if (kind == PipelineScheduleKind::kZbH2) {
+      EXPECT_EQ(stages[0].activations_bytes, 19893583872.0);
+      EXPECT_EQ(stages[0].embedding_and_logits_bytes, 97517568.0);
+    }
+  }
+}
+
 TEST(MemoryTest, Gpt3_175BOn1024GpusAllStages) {
   const Scenario s = Gpt3_175BOn1024();
   const std::vector<StageMemory> stages = memory_per_stage(s);

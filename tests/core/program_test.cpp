@@ -1391,3 +1391,172 @@ TEST(MoeProgram, ExpertGradientsReducedOverExpertDataParallel) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// ---- the B/W split of the zero-bubble schedules ----------------------------------------------
+
+// ZB-H1 and ZB-H2 Programs replay to completion over a grid of layouts (the W steps between the
+// p2p batches and the step that waits for them create no deadlock).
+TEST(ProgramZeroBubble, ReplaysWithoutDeadlockOrMismatch) {
+  int cases = 0;
+  for (auto kind : {PipelineScheduleKind::kZbH1, PipelineScheduleKind::kZbH2}) {
+    for (int64_t tp : {1, 2}) {
+      for (int64_t pp : {2, 4}) {
+        for (int64_t m : {4, 8}) {
+          if (m < pp) continue;
+          for (bool sp : {false, true}) {
+            if (sp && tp == 1) continue;
+            for (auto rc : {RecomputeGranularity::kNone, RecomputeGranularity::kSelective,
+                            RecomputeGranularity::kFull}) {
+              for (int flags = 0; flags < 4; ++flags) {
+                Knobs k;
+                k.tp = tp, k.pp = pp, k.m = m, k.sp = sp, k.recompute = rc, k.dp = 2;
+                k.schedule = kind, k.layers = 2 * pp;
+                k.dist_opt = flags & 1;
+                k.overlap_grad = flags & 2;
+                k.overlap_param = k.dist_opt && k.overlap_grad;
+                k.tp_overlap = sp && (flags & 1);
+                const Program prog = build_program(make(k));
+                std::vector<std::string> errors;
+                ASSERT_EQ(replay_all(prog, errors), 0u)
+                    << to_string(kind) << " tp " << tp << " pp " << pp << " m " << m;
+                ASSERT_TRUE(errors.empty()) << errors.front();
+                ++cases;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * (4 + 8) * 3 * 4);  // kinds x (tp 1: 4, tp 2 with SP on/off: 8) x ...
+}
+
+// An uneven split whose first stage holds only the embedding (2 layers + embedding + loss over PP
+// 4): its B steps have no op, so the W of the same micro-batch (the embedding's backward, after
+// its SP all-gather) waits for the gradient's recv itself; the Programs replay.
+TEST(ProgramZeroBubble, EmbeddingOnlyStageWaitsForTheGradientInW) {
+  for (auto kind : {PipelineScheduleKind::kZbH1, PipelineScheduleKind::kZbH2}) {
+    for (bool sp : {false, true}) {
+      Knobs k;
+      k.tp = 2, k.pp = 4, k.m = 4, k.layers = 2, k.sp = sp, k.schedule = kind;
+      k.account_embedding = true, k.account_loss = true;
+      const Program prog = build_program(make(k));
+      std::vector<std::string> errors;
+      ASSERT_EQ(replay_all(prog, errors), 0u) << to_string(kind);
+      ASSERT_TRUE(errors.empty()) << errors.front();
+      const RankProgram& rp = prog.ranks.at(0);  // stage 0, TP rank 0
+      int64_t recvs = 0;
+      for (const Op& op : rp.ops) {
+        if (op.kind != OpKind::kRecv) continue;
+        ++recvs;
+        // The gradient's micro-batch (a recv issued with a forward's send carries that
+        // forward's micro-batch as its own).
+        const int64_t mb = read_pipeline_tag(op.tag, 4).micro_batch;
+        bool waited_by_w = false;
+        for (const Op& later : rp.ops) {
+          if (later.phase != Phase::kWeightGrad || later.micro_batch != mb) continue;
+          waited_by_w |= std::find(later.deps.begin(), later.deps.end(), op.id) != later.deps.end();
+        }
+        EXPECT_TRUE(waited_by_w) << prog.label(op);
+      }
+      EXPECT_EQ(recvs, 4);  // one gradient per micro-batch
+    }
+  }
+}
+
+/// Per kernel name, the sum of FLOPs and the number of launches over all ranks and ops of `phase`
+/// (every phase when nullopt).
+std::map<std::string, std::pair<double, int64_t>> kernels_by_name(const Program& prog,
+                                                                  std::optional<Phase> phase) {
+  std::map<std::string, std::pair<double, int64_t>> out;
+  for (const auto& [r, rp] : prog.ranks) {
+    for (const Op& op : rp.ops) {
+      if (phase && op.phase != *phase) continue;
+      for (uint32_t id : op.kernels) {
+        auto& [flops, n] = out[prog.kernels[id].key.name];
+        flops += prog.kernels[id].flops;
+        ++n;
+      }
+    }
+  }
+  return out;
+}
+
+// The split moves kernels between steps and never adds or drops one: the same kernels (names,
+// counts, FLOPs) as 1F1B; the W ops hold exactly the wgrad GEMMs and the embedding's backward,
+// and no other op holds a wgrad GEMM.
+TEST(ProgramZeroBubble, SameKernelsAsOneFOneBWithWgradInW) {
+  for (bool sp : {false, true}) {
+    Knobs k;
+    k.tp = 2, k.pp = 2, k.dp = 2, k.m = 4, k.sp = sp, k.layers = 4;
+    const Program one_f_one_b = build_program(make(k));
+    k.schedule = PipelineScheduleKind::kZbH1;
+    const Program zb = build_program(make(k));
+    EXPECT_EQ(kernels_by_name(zb, std::nullopt), kernels_by_name(one_f_one_b, std::nullopt));
+    const auto w = kernels_by_name(zb, Phase::kWeightGrad);
+    // Per micro-batch (4) and rank (8): 4 wgrad GEMMs per layer (2 layers per stage) and the LM
+    // head's on the last stage (4 ranks); the embedding's backward on the first stage (4 ranks).
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_EQ(w.at("gemm_wgrad").second, 4 * (8 * 2 * 4 + 4));
+    EXPECT_EQ(w.at("embedding_bwd").second, 4 * 4);
+    EXPECT_EQ(kernels_by_name(zb, Phase::kBackward).count("gemm_wgrad"), 0u);
+    EXPECT_EQ(kernels_by_name(zb, Phase::kWeightGrad).at("gemm_wgrad"),
+              kernels_by_name(one_f_one_b, Phase::kBackward).at("gemm_wgrad"));
+    // The only communication of a W step: with SP, the all-gather of each column-parallel
+    // linear's saved input (QKV, FC1 per layer, the LM head) before its wgrad, and that of the
+    // embedding's output gradient.
+    std::map<std::string, int64_t> w_collectives;
+    for (const auto& [r, rp] : zb.ranks) {
+      for (const Op& op : rp.ops) {
+        if (op.phase != Phase::kWeightGrad || op.kind != OpKind::kCollective) continue;
+        ++w_collectives[op.what];
+        EXPECT_EQ(op.collective, CollectiveKind::kAllGather);
+      }
+    }
+    if (sp) {
+      EXPECT_EQ(w_collectives,
+                (std::map<std::string, int64_t>{{"sp all_gather input", 4 * (8 * 2 * 2 + 4)},
+                                                {"sp all_gather grad", 4 * 4}}));
+    } else {
+      EXPECT_TRUE(w_collectives.empty());
+    }
+  }
+}
+
+// The DP gradient buckets start after the last W of their layers (the gradients are complete
+// only then), not after the last B; with 1F1B after the last backward as before.
+TEST(ProgramZeroBubble, GradientBucketsFollowTheLastW) {
+  Knobs k;
+  k.pp = 2, k.dp = 2, k.m = 4, k.layers = 4, k.overlap_grad = true;
+  k.schedule = PipelineScheduleKind::kZbH1;
+  const Program prog = build_program(make(k));
+  for (const auto& [r, rp] : prog.ranks) {
+    int64_t buckets = 0;
+    for (const Op& op : rp.ops) {
+      if (op.role != Role::kGradBucket) continue;
+      ++buckets;
+      // Its producer: the compute op it follows is a W op of the last micro-batch's W.
+      ASSERT_FALSE(op.deps.empty());
+      const Op& producer = rp.ops[op.deps.front()];
+      EXPECT_EQ(producer.phase, Phase::kWeightGrad) << prog.label(op);
+      EXPECT_EQ(producer.micro_batch, 3) << prog.label(op);
+    }
+    EXPECT_GE(buckets, 1) << "rank " << r;
+  }
+}
+
+// Under 1F1B nothing moves: no W phase in the Program.
+TEST(ProgramZeroBubble, OneFOneBHasNoWeightGradPhase) {
+  Knobs k;
+  k.tp = 2, k.pp = 2, k.m = 4, k.sp = true;
+  const Program prog = build_program(make(k));
+  for (const auto& [r, rp] : prog.ranks) {
+    for (const Op& op : rp.ops) EXPECT_NE(op.phase, Phase::kWeightGrad);
+  }
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -656,7 +656,7 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
       {"training", "recompute_granularity", "partial", "(allowed: none, selective, full)"},
       {"training", "attention_backend", "fused", "(allowed: unfused, flash)"},
       {"cluster", "collective_algorithm", "collnet", "(allowed: auto, ring, tree, nvls)"},
-      {"parallelism", "pipeline_schedule", "interleaved", "(allowed: gpipe, 1f1b)"},
+      {"parallelism", "pipeline_schedule", "interleaved", "(allowed: gpipe, 1f1b, zb-h1, zb-h2)"},
   };
   for (const Case& c : cases) {
     ScenarioText t;
@@ -686,6 +686,29 @@ TEST(ScenarioRules, HiddenSizeDivisibleByHeads) {
   EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "model.hidden_size") + "model.hidden_size"),
                                  HasSubstr("250 is not divisible by model.num_attention_heads = "
                                            "8")));
+}
+
+TEST(ScenarioRules, ZeroBubbleSchedulesNeedOneChunkAndPpMicroBatches) {
+  ScenarioText t;
+  t.set("parallelism", "pipeline_schedule", "zb-h2");
+  EXPECT_EQ(parse(t.text()).parallel.pipeline_schedule, PipelineScheduleKind::kZbH2);
+  // 2 / (1 x DP 2) = 1 micro-batch on PP 2.
+  t.set("training", "global_batch_size", "2");
+  EXPECT_THAT(
+      error_of(t),
+      AllOf(HasSubstr(at(t, "parallelism.pipeline_schedule") + "parallelism.pipeline_schedule"),
+            HasSubstr("zb-h2 needs at least pipeline_model_parallel_size = 2 "
+                      "micro-batches, got global_batch_size / (micro_batch_size x DP) = "
+                      "2 / (1 x 2) = 1"),
+            HasSubstr("allowed values: gpipe, 1f1b, zb-h1, zb-h2")));
+  t = ScenarioText();
+  t.set("parallelism", "pipeline_schedule", "zb-h1")
+      .set("parallelism", "virtual_pipeline_model_parallel_size", "2");
+  EXPECT_THAT(error_of(t),
+              AllOf(HasSubstr("parallelism.pipeline_schedule"),
+                    HasSubstr("zb-h1 needs parallelism.virtual_pipeline_model_parallel_size: 1, "
+                              "got 2"),
+                    HasSubstr("allowed with v > 1: 1f1b")));
 }
 
 TEST(ScenarioRules, TensorParallelDividesHeads) {

@@ -212,6 +212,22 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
           << e.what();
     }
   }
+  // A zero-bubble schedule is refused by name, never run as 1F1B.
+  for (const PipelineScheduleKind kind :
+       {PipelineScheduleKind::kZbH1, PipelineScheduleKind::kZbH2}) {
+    Scenario zb = tiny();
+    zb.parallel.pipeline_schedule = kind;
+    try {
+      Rig x(zb);
+      FAIL() << to_string(kind) << " was accepted by the cpu executor";
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(std::string("parallelism.pipeline_schedule is ") +
+                                     to_string(kind) + "; the cpu executor runs gpipe and 1f1b"),
+          std::string::npos)
+          << e.what();
+    }
+  }
   Scenario moe = tiny_moe(true, 0);
   moe.model.moe_token_dispatcher_type = MoeTokenDispatcher::kAllGather;
   try {

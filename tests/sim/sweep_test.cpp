@@ -467,6 +467,43 @@ TEST(Sweep, ExpertParallelAxes) {
               HasSubstr("parallelism.expert_model_parallel_size: needs model.num_moe_experts"));
 }
 
+// The pipeline schedule as an axis (the fastest-varying one): each configuration runs its
+// schedule, the memory model follows it (ZB-H1 holds p activation sets on every stage, ZB-H2
+// 2p - 1), and a zero-bubble schedule with VPP > 1 is invalid with its rule.
+TEST(Sweep, PipelineScheduleAxis) {
+  const Scenario base = load_scenario(std::string(TRAINTWIN_SOURCE_DIR) +
+                                      "/scenarios/gpt3-175b-h100-1024.yaml");  // PP 16, v 1
+  SweepAxes axes;
+  axes.vpp = {1, 2};
+  axes.pipeline_schedule = {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kZbH1,
+                            PipelineScheduleKind::kZbH2};
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  ASSERT_EQ(configs.size(), 6u);
+  for (const auto& c : configs) {
+    EXPECT_EQ(c.scenario.parallel.pipeline_schedule,
+              axes.pipeline_schedule[static_cast<size_t>(c.index % 3)]);
+  }
+  EXPECT_TRUE(configs[0].valid && configs[1].valid && configs[2].valid && configs[3].valid);
+  for (size_t i : {4u, 5u}) {
+    EXPECT_FALSE(configs[i].valid);
+    EXPECT_THAT(configs[i].invalid_reason,
+                HasSubstr("needs parallelism.virtual_pipeline_model_parallel_size: 1, got 2"));
+  }
+  // Peak memory: stage 0 holds 16 activation sets under 1F1B and ZB-H1, 31 under ZB-H2.
+  EXPECT_GT(configs[2].peak_memory_bytes, configs[1].peak_memory_bytes);
+  EXPECT_GE(configs[1].peak_memory_bytes, configs[0].peak_memory_bytes);
+  EXPECT_EQ(parse_sweep_schedules("--pipeline-schedule", "1f1b,zb-h1,zb-h2"),
+            axes.pipeline_schedule);
+  try {
+    parse_sweep_schedules("--pipeline-schedule", "1f1b,zb-v");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--pipeline-schedule: 'zb-v' is not allowed (allowed: gpipe, "
+                                    "1f1b, zb-h1, zb-h2, comma-separated)"));
+  }
+  EXPECT_THROW(parse_sweep_schedules("--pipeline-schedule", "zb-h1,zb-h1"), ConfigError);
+}
+
 TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {
   const Scenario base = small_scenario();
   SweepAxes axes;

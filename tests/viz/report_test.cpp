@@ -225,7 +225,7 @@ TEST(ReportSpec, GanttLabelsMicroBatchesAndPutsCommDetailsInTooltips) {
   // The colour scale fixes the categories' order and colours.
   const json& color = g.spec["vconcat"][0]["layer"][0]["encoding"]["color"];
   EXPECT_EQ(color["scale"]["domain"],
-            json({"forward", "backward", "recompute", "comm", "optimizer", "other"}));
+            json({"forward", "backward", "wgrad", "recompute", "comm", "optimizer", "other"}));
 }
 
 TEST(ReportSpec, LargeGanttKeepsTheComputeStreamOfTpRankZeroOfEachStage) {
@@ -385,7 +385,8 @@ ojson sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs
                  {"fp8_format", "none"},
                  {"expert_model_parallel_size", 1},
                  {"expert_tensor_parallel_size", tp},
-                 {"gpus_per_replica", tp * pp}}},
+                 {"gpus_per_replica", tp * pp},
+                 {"pipeline_schedule", "1f1b"}}},
                {"memory",
                 {{"peak_bytes", 1e10},
                  {"capacity_bytes", 8e10},

@@ -266,13 +266,20 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
     // The FSDP unit (one transformer layer) whose parameters are gathered (two: the running one
     // and the prefetched next, ZeRO-3) and whose full gradients wait for their reduce-scatter.
     // The largest layer of the stage (an MoE layer's local experts included).
-    double unit = 0;
+    double unit = 0, layer_dense = 0;
     for (const ChunkLayers& c : chunks) {
       for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
-        unit = std::max(unit, static_cast<double>(layer_parameters_on_rank(s.model, par, l).total()));
+        const RankParameters lp = layer_parameters_on_rank(s.model, par, l);
+        unit = std::max(unit, static_cast<double>(lp.total()));
+        layer_dense += static_cast<double>(lp.dense);
       }
     }
-    if (stage >= 3) mem.weights_bytes += 2 * unit * full.weights;
+    if (stage >= 3) {
+      // The embedding, final norm and LM head are gathered once per iteration, as the
+      // distributed optimizer's parameters (core/rank_lowering_optimizer.cpp): held whole.
+      mem.weights_bytes += (dense - layer_dense) * (full.weights - bpp.weights);
+      mem.weights_bytes += 2 * unit * full.weights;
+    }
     mem.gradients_bytes += unit * full.gradients;
   }
   if (tr.fp8()) {

@@ -103,9 +103,10 @@ struct StageMemory {
   /// Peak transformer-layer activation sets held: each in-flight (micro-batch, chunk) counts the
   /// chunk's layers (max_in_flight_weighted); in_flight x layers per chunk for an even split.
   int64_t in_flight_layers = 0;
-  /// Weights held; under ZeRO-3 (Megatron-FSDP optim_grads_params) the rank's shard plus the
-  /// FSDP units gathered at once: the running transformer layer's full weights and the next
-  /// layer's, prefetched (Megatron-FSDP's default unit: one transformer layer).
+  /// Weights held; under ZeRO-3 (Megatron-FSDP optim_grads_params) the rank's shard of the
+  /// transformer layers plus the FSDP units gathered at once: the running layer's full weights
+  /// and the next layer's, prefetched (Megatron-FSDP's default unit: one transformer layer); the
+  /// embedding, final norm and LM head whole (gathered once per iteration, as the Program does).
   double weights_bytes = 0;
   /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights. With
   /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).

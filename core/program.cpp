@@ -183,15 +183,6 @@ Program build_program(const Scenario& s, const std::vector<int64_t>& ranks, Step
         "training.tp_comm_overlap needs parallelism.sequence_parallel: true (as Megatron-LM's "
         "--tp-comm-overlap)");
   }
-  if (s.training.zero_stage() >= 3) {
-    // ZeRO-1 and ZeRO-2 communicate as the distributed optimizer (gradient reduce-scatter,
-    // parameter all-gather after the step); ZeRO-3 gathers every FSDP unit before its forward
-    // and backward, which the lowering does not issue yet.
-    throw UnsupportedError(
-        "training.data_parallel_sharding_strategy: optim_grads_params (ZeRO-3) is modelled in "
-        "memory only; the Program does not lower its per-layer parameter all-gathers yet "
-        "(simulate optim or optim_grads, or see `traintwin memory`)");
-  }
   Program prog{s,
                layout_of(s),
                {},

@@ -267,6 +267,9 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     for (int64_t l = first_layer; l <= last_layer; ++l) {
       context(Phase::kForward, st.micro_batch, st.model_chunk, l);
       if (first_forward) wait_param_gather(st.model_chunk, l);
+      if (sc_.training.zero_stage() >= 3) {
+        fsdp_gather(st.model_chunk, l, l < last_layer ? std::optional<int64_t>(l + 1) : std::nullopt);
+      }
       layer_forward();
     }
     if (is_last_vs) {
@@ -280,7 +283,8 @@ void RankLowering::lower_step(const ScheduleStep& st) {
   // Under a split backward this is B: the gradients are complete, and the buckets triggered,
   // only after W (lower_weight_grad).
   const bool last_backward =
-      !split_ && st.micro_batch == last_backward_mb_[static_cast<size_t>(st.model_chunk)];
+      !split_ && (reduces_every_micro_batch() ||
+                  st.micro_batch == last_backward_mb_[static_cast<size_t>(st.model_chunk)]);
   part_ = split_ ? BackwardPart::kInput : BackwardPart::kAll;
   if (is_last_vs) {
     context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
@@ -288,6 +292,10 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     if (last_backward) bucket_done(st.model_chunk, -1);
   }
   for (int64_t l = last_layer; l >= first_layer; --l) {
+    if (sc_.training.zero_stage() >= 3) {
+      context(Phase::kBackward, st.micro_batch, st.model_chunk, l);
+      fsdp_gather(st.model_chunk, l, l > first_layer ? std::optional<int64_t>(l - 1) : std::nullopt);
+    }
     if (sc_.training.recompute_granularity == RecomputeGranularity::kFull) {
       context(Phase::kRecompute, st.micro_batch, st.model_chunk, l);
       layer_forward();
@@ -307,8 +315,10 @@ void RankLowering::lower_step(const ScheduleStep& st) {
 
 void RankLowering::lower_weight_grad(const ScheduleStep& st) {
   const auto c = static_cast<size_t>(st.model_chunk);
-  const bool last = st.micro_batch == last_weight_grad_mb_[c];
-  if (scope_ == StepScope::kBoundary && !last) return;
+  const bool last_w = st.micro_batch == last_weight_grad_mb_[c];
+  if (scope_ == StepScope::kBoundary && !last_w) return;
+  // The gradients are complete after the last W (every W under ZeRO-2/3).
+  const bool last = last_w || reduces_every_micro_batch();
   // The p2p batches posted after the last F or B step are for the next one, not for W.
   std::vector<uint32_t> held;
   std::erase_if(waits_, [&](uint32_t w) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -60,7 +61,7 @@ class RankLowering {
     }
     zero_grad_buffer();
     lower_schedule();
-    if (!sc_.training.overlap_grad_reduce) {
+    if (!sc_.training.overlap_grad_reduce && !reduces_every_micro_batch()) {
       for (size_t chunk = 0; chunk < buckets_.size(); ++chunk) {
         for (auto& bucket : buckets_[chunk]) issue_grad_reduce(static_cast<int64_t>(chunk), bucket);
       }
@@ -288,9 +289,24 @@ class RankLowering {
   int64_t moe_layers_on_rank() const;
 
   /// Called after the last micro-batch's backward of `layer` (-1 head, -2 embedding) of a chunk
-  /// (its last W when the schedule splits the backward: the gradients are complete then):
-  /// with overlap_grad_reduce, starts the reduce of the buckets this completes.
+  /// (its last W when the schedule splits the backward: the gradients are complete then), and
+  /// after every micro-batch's under ZeRO-2/3: with overlap_grad_reduce (always under ZeRO-2/3),
+  /// starts the reduce of the buckets this completes.
   void bucket_done(int64_t chunk, int64_t layer);
+
+  /// ZeRO-2/3 (Megatron-FSDP optim_grads, optim_grads_params): a rank keeps only its shard of
+  /// the gradients, so each micro-batch's gradients are reduce-scattered as their bucket
+  /// completes (Rajbhandari et al. 2020, section 5.2), not accumulated for one reduce at the end.
+  bool reduces_every_micro_batch() const { return sc_.training.zero_stage() >= 2; }
+
+  /// ZeRO-3: before transformer layer `layer` of `chunk` runs (forward, or backward with its
+  /// recomputation), its parameters are all-gathered over DP x CP (its routed experts' over
+  /// expert DP), and those of `next` (the layer after it in this pass; none at the chunk's end)
+  /// are prefetched: Megatron-FSDP's unit is one transformer layer, gathered again for every
+  /// micro-batch and pass (parameters resharded after use). Waits for the layer's gathers.
+  void fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64_t> next);
+  /// Issues the gathers of one FSDP unit (layer) on the DP stream; returns their ops.
+  std::vector<uint32_t> issue_fsdp_gather(int64_t chunk, int64_t layer);
 
   void issue_grad_reduce(int64_t chunk, Bucket& bucket);
 
@@ -338,6 +354,8 @@ class RankLowering {
   BackwardPart part_ = BackwardPart::kAll;
   bool allow_w_collective_ = false;  // kWeight: the next collective feeds a wgrad GEMM
   std::vector<uint32_t> w_gathers_;  // kWeightInputs' gathers, in the order kWeight uses them
+  // ZeRO-3: the FSDP units (chunk, layer) gathered ahead of use, with their gather ops.
+  std::map<std::pair<int64_t, int64_t>, std::vector<uint32_t>> fsdp_prefetched_;
   size_t next_w_gather_ = 0;
   // Ops before this id were issued up to the end of the last F or B step: a p2p op among them
   // that no kernel consumed (the input of a B with no ops, in a chunk that holds only the

@@ -13,7 +13,8 @@
 namespace traintwin::lowering {
 
 void RankLowering::plan_buckets() {
-  const int64_t bucket_size = ddp_bucket_size_params(sc_);
+  // ZeRO-3: one bucket per FSDP unit (transformer layer; the embedding and the head alone).
+  const int64_t bucket_size = sc_.training.zero_stage() >= 3 ? 1 : ddp_bucket_size_params(sc_);
   const int64_t emb_local = d_.vocab_local * d_.h;
   buckets_.assign(static_cast<size_t>(d_.v), {});
   bucket_of_layer_.assign(static_cast<size_t>(d_.v), {});
@@ -86,7 +87,7 @@ int64_t RankLowering::moe_layers_on_rank() const {
 }
 
 void RankLowering::bucket_done(int64_t chunk, int64_t layer) {
-  if (!sc_.training.overlap_grad_reduce) return;
+  if (!sc_.training.overlap_grad_reduce && !reduces_every_micro_batch()) return;
   const auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(chunk)];
   if (auto it = of_trigger.find(layer); it != of_trigger.end()) {
     for (size_t b : it->second) issue_grad_reduce(chunk, buckets_[static_cast<size_t>(chunk)][b]);
@@ -129,6 +130,10 @@ void RankLowering::issue_param_gathers(Phase phase) {
     });
     for (size_t b : order) {
       Bucket& bucket = chunk[b];
+      // ZeRO-3 gathers a transformer layer where it runs (fsdp_gather), not once per iteration.
+      if (sc_.training.zero_stage() >= 3 && bucket.layers.size() == 1 && bucket.layers[0] >= 0) {
+        continue;
+      }
       context(phase, -1, c, -1);
       role(Role::kParamBucket);
       // FP8 parameters are gathered in FP8 (1 byte), the rest in the training precision.
@@ -142,6 +147,43 @@ void RankLowering::issue_param_gathers(Phase phase) {
       }
     }
   }
+}
+
+std::vector<uint32_t> RankLowering::issue_fsdp_gather(int64_t chunk, int64_t layer) {
+  const RankParameters lp = layer_parameters_on_rank(sc_.model, sc_.parallel, layer);
+  const Role before = role_;
+  role(Role::kParamBucket);
+  std::vector<uint32_t> ops;
+  // FP8 parameters are gathered in FP8 (1 byte), the rest in the training precision.
+  const bool f8 = sc_.training.fp8_param_gather;
+  const auto gather = [&](int64_t params, int64_t gemm, GroupKind group, const char* what) {
+    if (params == 0) return;
+    const int64_t fp8_params = f8 ? gemm : 0;
+    const uint32_t op = collective(CollectiveKind::kAllGather, group, Stream::kDpComm,
+                                   (params - fp8_params) * d_.dsize + fp8_params, what);
+    if (op == kNoOp) return;
+    out_.ops[op].bucket_layers = {static_cast<int32_t>(layer)};
+    ops.push_back(op);
+  };
+  gather(lp.dense, lp.dense_gemm, GroupKind::kDpCp, "fsdp all_gather params");
+  gather(lp.expert, lp.expert_gemm, GroupKind::kEdp, "fsdp all_gather expert params");
+  role(before);
+  (void)chunk;
+  return ops;
+}
+
+void RankLowering::fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64_t> next) {
+  std::vector<uint32_t> mine;
+  if (auto it = fsdp_prefetched_.find({chunk, layer}); it != fsdp_prefetched_.end()) {
+    mine = std::move(it->second);
+    fsdp_prefetched_.erase(it);
+  } else {
+    mine = issue_fsdp_gather(chunk, layer);
+  }
+  if (next && !fsdp_prefetched_.count({chunk, *next})) {
+    fsdp_prefetched_[{chunk, *next}] = issue_fsdp_gather(chunk, *next);
+  }
+  for (uint32_t op : mine) wait(op);
 }
 
 void RankLowering::wait_param_gather(int64_t chunk, int64_t layer) {

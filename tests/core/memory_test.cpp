@@ -271,8 +271,9 @@ TEST(MemoryTest, ZeroStagesReproduceTheZeroPapersFigure1) {
 
 // Megatron-FSDP on GPT-3 175B / 1024 (DP 8, stage 0: 1,463,270,400 parameters, bf16: weights 2,
 // gradients 4, optimizer 12 bytes each): ZeRO-2 divides the gradients by 8 and holds one layer's
-// full gradients (the FSDP unit before its reduce-scatter); ZeRO-3 divides the weights too and
-// holds two layers' full weights (the running unit and the prefetched next). One layer on a TP-8
+// full gradients (the FSDP unit before its reduce-scatter); ZeRO-3 divides the layers' weights
+// too and holds two layers' full weights (the running unit and the prefetched next), the
+// embeddings whole (gathered once per iteration, as the Program does). One layer on a TP-8
 // rank: QKV 3h^2/8 + 3h/8, projection h^2/8 + h, FC1 4h^2/8 + 4h/8, FC2 4h^2/8 + h, two
 // LayerNorms 4h, with h = 12288.
 TEST(MemoryTest, MegatronFsdpShardsGradientsAndWeights) {
@@ -298,7 +299,11 @@ TEST(MemoryTest, MegatronFsdpShardsGradientsAndWeights) {
   s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
   EXPECT_EQ(s.training.zero_stage(), 3);
   const StageMemory zero3 = stage_memory(s, 0);
-  EXPECT_EQ(zero3.weights_bytes, 2 * params / 8 + 2 * 2 * layer);
+  // The stage's 6 layers sharded, its embeddings (6400 x h vocabulary rows + 2048 x h
+  // positions = params - 6 layers) whole, two layers gathered.
+  const double embeddings = params - 6 * layer;
+  ASSERT_EQ(embeddings, 6400 * h + 2048 * h);
+  EXPECT_DOUBLE_EQ(zero3.weights_bytes, 2 * 6 * layer / 8 + 2 * embeddings + 2 * 2 * layer);
   EXPECT_EQ(zero3.gradients_bytes, zero2.gradients_bytes);
   EXPECT_EQ(zero3.optimizer_bytes, zero2.optimizer_bytes);
 }

@@ -634,6 +634,56 @@ TEST(Program, AttentionBackendPicksTheKernels) {
   EXPECT_DOUBLE_EQ(u->bytes - f->bytes, 8.0 * 32 * 32 * 7);
 }
 
+// Megatron-FSDP over DP 2 with 3 micro-batches and 4 layers (each its own FSDP unit and, under
+// ZeRO-3, its own gradient bucket). ZeRO-1 (the distributed optimizer) reduce-scatters each
+// bucket once, after the last micro-batch; ZeRO-2 keeps only a gradient shard, so every
+// micro-batch reduce-scatters its buckets (3x as many); ZeRO-3 also gathers each layer before
+// its forward and again before its backward, every micro-batch (2 x 3 x 4 = 24 gathers), and
+// no longer gathers the layers once per iteration after the step.
+TEST(Program, MegatronFsdpReducesEveryMicroBatchAndGathersEveryLayer) {
+  Knobs k;
+  k.dp = 2;
+  k.m = 3;
+  k.dist_opt = true;
+  k.overlap_grad = true;
+  Scenario s = make(k);
+  auto count = [](const Program& p, std::string_view what) {
+    int n = 0;
+    for (const Op& op : p.ranks.at(0).ops) n += std::string_view(op.what) == what;
+    return n;
+  };
+  const Program zero1 = build_program(s);
+  const int rs1 = count(zero1, "dp reduce_scatter grads");
+  ASSERT_GT(rs1, 0);
+  EXPECT_EQ(count(zero1, "fsdp all_gather params"), 0);
+  const int layer_gathers1 = count(zero1, "dp all_gather params");
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
+  const Program zero2 = build_program(s);
+  EXPECT_EQ(count(zero2, "dp reduce_scatter grads"), 3 * rs1);
+  EXPECT_EQ(count(zero2, "dp all_gather params"), layer_gathers1);
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  const Program zero3 = build_program(s);
+  EXPECT_EQ(count(zero3, "fsdp all_gather params"), 2 * 3 * 4);
+  // One bucket per unit: 4 layers + the embedding + the final norm and head, every micro-batch.
+  EXPECT_EQ(count(zero3, "dp reduce_scatter grads"), 3 * 6);
+  // Only the embedding and head units are gathered once per iteration.
+  EXPECT_EQ(count(zero3, "dp all_gather params"), 2);
+  // Every layer's compute waits for its own gather: the first forward op of layer L depends
+  // on an fsdp gather of L.
+  const RankProgram& rp = zero3.ranks.at(0);
+  for (int32_t layer = 0; layer < 4; ++layer) {
+    const auto first = std::find_if(rp.ops.begin(), rp.ops.end(), [&](const Op& op) {
+      return op.kind == OpKind::kCompute && op.phase == Phase::kForward && op.layer == layer;
+    });
+    ASSERT_NE(first, rp.ops.end());
+    EXPECT_TRUE(std::any_of(first->deps.begin(), first->deps.end(), [&](uint32_t d) {
+      return std::string_view(rp.ops[d].what) == "fsdp all_gather params" &&
+             rp.ops[d].bucket_layers == std::vector<int32_t>{layer};
+    })) << "layer " << layer;
+  }
+}
+
 TEST(Program, RefusesWhatItCannotLower) {
   Knobs k;
   k.tp = 2;
@@ -641,21 +691,6 @@ TEST(Program, RefusesWhatItCannotLower) {
   s.training.tp_comm_overlap = true;
   EXPECT_THROW(build_program(s), UnsupportedError);
   EXPECT_THROW(build_program(make(k), {2}), InvalidArgument);
-  // Megatron-FSDP: ZeRO-2 lowers as the distributed optimizer (same ops), ZeRO-3 is refused by
-  // name until its per-layer parameter gathers are lowered.
-  Scenario fsdp = make(k);
-  fsdp.training.use_distributed_optimizer = true;
-  const Program zero1 = build_program(fsdp);
-  fsdp.training.use_megatron_fsdp = true;
-  fsdp.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
-  EXPECT_EQ(build_program(fsdp).ranks.at(0).ops.size(), zero1.ranks.at(0).ops.size());
-  fsdp.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
-  try {
-    build_program(fsdp);
-    ADD_FAILURE() << "ZeRO-3 was lowered";
-  } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("optim_grads_params (ZeRO-3)"), std::string::npos);
-  }
 }
 
 // A hand-written Program: TP 2, one layer, one micro-batch, no SP, no PP/DP. Rank 0's ops:

@@ -115,45 +115,11 @@ SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j,
 }
 
 void to_json(nlohmann::json& j, const SimulationSummary& m) {
-  j = nlohmann::json{{"iteration_time_s", m.iteration_time_s},
-                     {"tokens_per_s", m.tokens_per_s},
-                     {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
-                     {"model_tflops_per_gpu", m.model_tflops_per_gpu},
-                     {"mfu", m.mfu},
-                     {"hfu", m.hfu},
-                     {"pipeline_bubble_fraction", m.pipeline_bubble_fraction},
-                     {"exposed_tp_s", m.exposed_tp_s},
-                     {"exposed_cp_s", m.exposed_cp_s},
-                     {"exposed_ep_s", m.exposed_ep_s},
-                     {"exposed_pp_s", m.exposed_pp_s},
-                     {"exposed_dp_s", m.exposed_dp_s},
-                     {"compute_s", m.compute_s},
-                     {"optimizer_s", m.optimizer_s},
-                     {"peak_memory_bytes", m.peak_memory_bytes},
-                     {"fits_in_memory", m.fits_in_memory},
-                     {"cost_sources", m.cost_sources},
-                     {"mfu_formula", m.mfu_formula}};
+  j = nlohmann::json(summary_fields_json(m));
 }
 
 void from_json(const nlohmann::json& j, SimulationSummary& m) {
-  j.at("iteration_time_s").get_to(m.iteration_time_s);
-  j.at("tokens_per_s").get_to(m.tokens_per_s);
-  j.at("tokens_per_s_per_gpu").get_to(m.tokens_per_s_per_gpu);
-  j.at("model_tflops_per_gpu").get_to(m.model_tflops_per_gpu);
-  j.at("mfu").get_to(m.mfu);
-  j.at("hfu").get_to(m.hfu);
-  j.at("pipeline_bubble_fraction").get_to(m.pipeline_bubble_fraction);
-  j.at("exposed_tp_s").get_to(m.exposed_tp_s);
-  j.at("exposed_cp_s").get_to(m.exposed_cp_s);
-  j.at("exposed_ep_s").get_to(m.exposed_ep_s);
-  j.at("exposed_pp_s").get_to(m.exposed_pp_s);
-  j.at("exposed_dp_s").get_to(m.exposed_dp_s);
-  j.at("compute_s").get_to(m.compute_s);
-  j.at("optimizer_s").get_to(m.optimizer_s);
-  j.at("peak_memory_bytes").get_to(m.peak_memory_bytes);
-  j.at("fits_in_memory").get_to(m.fits_in_memory);
-  j.at("cost_sources").get_to(m.cost_sources);
-  j.at("mfu_formula").get_to(m.mfu_formula);
+  m = summary_fields_from_json(nlohmann::ordered_json(j), JsonPlace{"summary from a worker", ""});
 }
 
 BaseRunMetrics base_run_metrics(const SimulationSummary& m) {

@@ -61,8 +61,9 @@ nlohmann::ordered_json summary_fields_json(const SimulationSummary& m);
 /// missing key or a value of the wrong type.
 SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
 
-/// A summary through a process boundary (a worker process, an MPI rank): every field, and back.
-/// from_json throws nlohmann's type_error / out_of_range for a missing or mistyped field.
+/// A summary through a process boundary (a worker process, an MPI rank): summary_fields_json()
+/// and summary_fields_from_json() (one encoding). from_json throws Error naming the key for a
+/// missing or mistyped field.
 void to_json(nlohmann::json& j, const SimulationSummary& m);
 void from_json(const nlohmann::json& j, SimulationSummary& m);
 

@@ -438,7 +438,7 @@ TEST(WhatIf, SummaryJsonCarriesTheKnobsTheBaseAndTheDelta) {
   EXPECT_DOUBLE_EQ(round.tokens_per_s, m.tokens_per_s);
   EXPECT_EQ(round.cost_sources, m.cost_sources);
   EXPECT_THROW(nlohmann::json::parse(R"({"iteration_time_s": 1})").get<SimulationSummary>(),
-               nlohmann::json::exception);
+               Error);
   EXPECT_EQ(describe_what_if(s.cluster.what_if),
             "ib_bandwidth_scale 2, straggler rank 7 x 1.2 compute");
   // Without what-if knobs: none of these fields.

@@ -306,7 +306,7 @@ class RankLowering {
   /// micro-batch and pass (parameters resharded after use). Waits for the layer's gathers.
   void fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64_t> next);
   /// Issues the gathers of one FSDP unit (layer) on the DP stream; returns their ops.
-  std::vector<uint32_t> issue_fsdp_gather(int64_t chunk, int64_t layer);
+  std::vector<uint32_t> issue_fsdp_gather(int64_t layer);
 
   void issue_grad_reduce(int64_t chunk, Bucket& bucket);
 

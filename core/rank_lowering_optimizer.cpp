@@ -149,7 +149,7 @@ void RankLowering::issue_param_gathers(Phase phase) {
   }
 }
 
-std::vector<uint32_t> RankLowering::issue_fsdp_gather(int64_t chunk, int64_t layer) {
+std::vector<uint32_t> RankLowering::issue_fsdp_gather(int64_t layer) {
   const RankParameters lp = layer_parameters_on_rank(sc_.model, sc_.parallel, layer);
   const Role before = role_;
   role(Role::kParamBucket);
@@ -168,7 +168,6 @@ std::vector<uint32_t> RankLowering::issue_fsdp_gather(int64_t chunk, int64_t lay
   gather(lp.dense, lp.dense_gemm, GroupKind::kDpCp, "fsdp all_gather params");
   gather(lp.expert, lp.expert_gemm, GroupKind::kEdp, "fsdp all_gather expert params");
   role(before);
-  (void)chunk;
   return ops;
 }
 
@@ -178,10 +177,10 @@ void RankLowering::fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64
     mine = std::move(it->second);
     fsdp_prefetched_.erase(it);
   } else {
-    mine = issue_fsdp_gather(chunk, layer);
+    mine = issue_fsdp_gather(layer);
   }
   if (next && !fsdp_prefetched_.count({chunk, *next})) {
-    fsdp_prefetched_[{chunk, *next}] = issue_fsdp_gather(chunk, *next);
+    fsdp_prefetched_[{chunk, *next}] = issue_fsdp_gather(*next);
   }
   for (uint32_t op : mine) wait(op);
 }

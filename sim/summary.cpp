@@ -75,8 +75,7 @@ nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
   j["hfu"] = m.hfu;
   j["mfu_formula"] = m.mfu_formula;
   j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
-  j["exposed_comm_s"] = {{"tp", m.exposed_tp_s}, {"cp", m.exposed_cp_s}, {"ep", m.exposed_ep_s},
-                         {"pp", m.exposed_pp_s}, {"dp", m.exposed_dp_s}};
+  j["exposed_comm_s"] = exposed_comm_json(m);
   j["compute_s"] = m.compute_s;
   j["optimizer_s"] = m.optimizer_s;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
@@ -96,13 +95,7 @@ SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j,
   m.hfu = json_number(j, "hfu", where);
   m.mfu_formula = json_string(j, "mfu_formula", where);
   m.pipeline_bubble_fraction = json_number(j, "pipeline_bubble_fraction", where);
-  const nlohmann::ordered_json& exposed = json_object(j, "exposed_comm_s", where);
-  const JsonPlace e = where.key("exposed_comm_s");
-  m.exposed_tp_s = json_number(exposed, "tp", e);
-  m.exposed_cp_s = json_number(exposed, "cp", e);
-  m.exposed_ep_s = json_number(exposed, "ep", e);
-  m.exposed_pp_s = json_number(exposed, "pp", e);
-  m.exposed_dp_s = json_number(exposed, "dp", e);
+  read_exposed_comm(j, where, m);
   m.compute_s = json_number(j, "compute_s", where);
   m.optimizer_s = json_number(j, "optimizer_s", where);
   m.peak_memory_bytes = json_number(j, "peak_memory_bytes", where);

@@ -55,6 +55,29 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
 /// exposed_comm_s {tp, cp, ep, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
 /// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
+/// The "exposed_comm_s" object {tp, cp, ep, pp, dp} (seconds) of a summary or a base run: any
+/// type with exposed_{tp,cp,ep,pp,dp}_s members (SimulationSummary, BaseRunMetrics).
+template <class T>
+nlohmann::ordered_json exposed_comm_json(const T& m) {
+  return {{"tp", m.exposed_tp_s},
+          {"cp", m.exposed_cp_s},
+          {"ep", m.exposed_ep_s},
+          {"pp", m.exposed_pp_s},
+          {"dp", m.exposed_dp_s}};
+}
+/// Reads exposed_comm_json()'s object j["exposed_comm_s"] into `m`. Throws Error naming the key's
+/// path for a missing key or a value of the wrong type.
+template <class T>
+void read_exposed_comm(const nlohmann::ordered_json& j, const JsonPlace& where, T& m) {
+  const nlohmann::ordered_json& exposed = json_object(j, "exposed_comm_s", where);
+  const JsonPlace e = where.key("exposed_comm_s");
+  m.exposed_tp_s = json_number(exposed, "tp", e);
+  m.exposed_cp_s = json_number(exposed, "cp", e);
+  m.exposed_ep_s = json_number(exposed, "ep", e);
+  m.exposed_pp_s = json_number(exposed, "pp", e);
+  m.exposed_dp_s = json_number(exposed, "dp", e);
+}
+
 nlohmann::ordered_json summary_fields_json(const SimulationSummary& m);
 /// The summary from the fields summary_fields_json() writes, read from the object `j` at
 /// `where` (extra keys ignored). Throws Error naming where.origin and the key's path for a

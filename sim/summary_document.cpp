@@ -169,16 +169,12 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d) {
   if (d.what_if) j["what_if"] = what_if_json(*d.what_if);
   if (d.base && d.delta_vs_base) {
     const BaseRunMetrics& base = *d.base;
+    ojson exposed = exposed_comm_json(base);
+    exposed["total"] = base.exposed_comm_s();
     j["base"] = {{"iteration_time_s", base.iteration_time_s},
                  {"tokens_per_s_per_gpu", base.tokens_per_s_per_gpu},
                  {"mfu", base.mfu},
-                 {"exposed_comm_s",
-                  {{"tp", base.exposed_tp_s},
-                   {"cp", base.exposed_cp_s},
-                   {"ep", base.exposed_ep_s},
-                   {"pp", base.exposed_pp_s},
-                   {"dp", base.exposed_dp_s},
-                   {"total", base.exposed_comm_s()}}}};
+                 {"exposed_comm_s", exposed}};
     const DeltaVsBase& delta = *d.delta_vs_base;
     j["delta_vs_base"] = {{"iteration_time_relative", delta.iteration_time_relative},
                           {"tokens_per_s_relative", delta.tokens_per_s_relative},
@@ -377,17 +373,11 @@ SummaryDocument summary_document_from_json(const nlohmann::ordered_json& j,
   if (j.contains("base") || j.contains("delta_vs_base")) {
     const ojson& base = json_object(j, "base", where);
     const JsonPlace b = where.key("base");
-    const ojson& exposed = json_object(base, "exposed_comm_s", b);
-    const JsonPlace e = b.key("exposed_comm_s");
     BaseRunMetrics m;
     m.iteration_time_s = json_number(base, "iteration_time_s", b);
     m.tokens_per_s_per_gpu = json_number(base, "tokens_per_s_per_gpu", b);
     m.mfu = json_number(base, "mfu", b);
-    m.exposed_tp_s = json_number(exposed, "tp", e);
-    m.exposed_cp_s = json_number(exposed, "cp", e);
-    m.exposed_ep_s = json_number(exposed, "ep", e);
-    m.exposed_pp_s = json_number(exposed, "pp", e);
-    m.exposed_dp_s = json_number(exposed, "dp", e);
+    read_exposed_comm(base, b, m);
     d.base = m;  // exposed_comm_s.total is derived (BaseRunMetrics::exposed_comm_s())
     const ojson& delta = json_object(j, "delta_vs_base", where);
     const JsonPlace dp = where.key("delta_vs_base");

@@ -242,9 +242,10 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   }
   for (const std::string& line : r.reductions) fmt::print("reduction          {}\n", line);
   fmt::print(
-      "simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows ({} in SimGrid's "
-      "solver, the rest alone on their links), {} events\n",
-      r.sim_wall_s, r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.solver_flows, r.events);
+      "simulated in {:.2f} s wall: {} of {} ranks replayed, {} ops, {} flows ({} in closed-form "
+      "groups, {} in SimGrid's solver, the rest alone on their links), {} events\n",
+      r.sim_wall_s, r.replayed_ranks, s.cluster.num_gpus, r.ops, r.flows, r.group_flows,
+      r.solver_flows, r.events);
   std::string phases;
   for (const auto& [phase, sec] : r.wall_phases_s)
     phases += fmt::format("{}{} {:.2f} s", phases.empty() ? "" : ", ", phase, sec);

@@ -1,4 +1,5 @@
-// Flows between SimGrid hosts, with SimGrid's solver holding only the flows that share a link.
+// Flows between SimGrid hosts, with SimGrid's solver holding only the flows that share a link
+// with flows it cannot time itself.
 //
 // Why. SimGrid 3.32 keeps every started host-to-host transfer in one list that it scans on each
 // completion (CommImpl::finish removes the transfer from maestro's activity list), so a
@@ -7,18 +8,24 @@
 // a replay (SIMGRID-NOTES.md). Most flows of a training iteration never meet another one on a
 // link (GPT-3 175B on 1024 GPUs: 98.4 %), and a flow alone on its links is not a problem for a
 // solver at all: under CM02 max-min sharing it waits its route latency L (no bandwidth used),
-// then runs at the bandwidth B of its slowest link, so it ends at start + L + bytes / B.
+// then runs at the bandwidth B of its slowest link, so it ends at start + L + bytes / B. The
+// flows that do meet mostly meet only each other: the flows of one all-to-all (each NIC sends
+// to and receives from every other member), a ring's neighbours on one rail.
 //
 // How. A flow whose links (FATPIPE links aside: they share nothing) carry no other flow is a
-// *lone* flow: it is timed by that closed form and ends on a SimGrid kernel timer. When a flow
-// starts on a link a lone flow holds, the lone flow is handed to SimGrid at that instant with
-// what it has left: the rest of its latency (at least kMinHandoverLatency_s, see below) and
-// bytes - B x (time since its latency was paid); from then on both share links as SimGrid
-// decides (its sharing penalty is its full route latency, as for a flow started in SimGrid).
-// A flow that finds a link already shared, or held, goes to SimGrid too, and stays there until
-// it ends. The times are those of the all-in-SimGrid replay (`lone_flows_in_closed_form =
-// false`) up to SimGrid's own precision and the handover latency; tests/sim/flow_network_test
-// compares the two.
+// *lone* flow: it is timed by that closed form and ends on a SimGrid kernel timer. A flow that
+// meets only lone flows or closed-form groups joins them in one *group*: flows whose links carry
+// no flow outside the group, timed here by CM02's weighted max-min (sim/max_min.hpp: penalty =
+// route latency, no bandwidth while the latency is paid), re-solved at each of the group's events
+// (a latency paid, a flow ended, a flow joined) with one SimGrid timer for the next. A group
+// holds at most max_group_flows flows. When a flow that cannot join (the group would grow past
+// that, or one of its links carries a SimGrid flow) meets lone flows or groups, they are handed
+// to SimGrid at that instant with what they have left: the rest of their latency (at least
+// kMinHandoverLatency_s, see below) and their bytes not yet sent; from then on they share links
+// as SimGrid decides (its sharing penalty is the full route latency, as for a flow started in
+// SimGrid) and stay there until they end. The times are those of the all-in-SimGrid replay
+// (`lone_flows_in_closed_form = false`) up to SimGrid's own precision and the handover latency;
+// tests/sim/flow_network_test compares the two.
 //
 // Handover latency: CM02 gives a transfer of zero latency a sharing penalty of 1 instead of its
 // route latency (network_cm02.cpp, comm_action_set_variable), which would starve it; a handed-
@@ -33,6 +40,8 @@
 #include <vector>
 
 #include <simgrid/s4u/Comm.hpp>
+
+#include "sim/max_min.hpp"
 
 namespace simgrid::s4u {
 class Activity;
@@ -56,11 +65,12 @@ struct FlowRoute {
 
 /// Counters of a FlowNetwork.
 struct FlowNetworkStats {
-  int64_t flows = 0;           ///< flows started
-  int64_t lone_flows = 0;      ///< ended without ever entering SimGrid (closed form)
-  int64_t solver_flows = 0;    ///< entered SimGrid (at start, or handed over)
-  int64_t handovers = 0;       ///< lone flows handed to SimGrid when another flow met them
-  int64_t max_in_solver = 0;   ///< most flows in SimGrid at once
+  int64_t flows = 0;          ///< flows started
+  int64_t lone_flows = 0;     ///< ended alone on their links (closed form)
+  int64_t group_flows = 0;    ///< ended in a closed-form group (max-min solved here)
+  int64_t solver_flows = 0;   ///< entered SimGrid (at start, or handed over)
+  int64_t handovers = 0;      ///< lone or grouped flows handed to SimGrid when a flow met them
+  int64_t max_in_solver = 0;  ///< most flows in SimGrid at once
 };
 
 /// Starts flows between hosts of the current SimGrid engine and reports each one's end. One per
@@ -72,8 +82,10 @@ class FlowNetwork {
   using OnDone = std::function<void(uint64_t tag, double end_s)>;
 
   /// `lone_flows_in_closed_form` false: every flow is a SimGrid transfer from its start (the
-  /// reference behaviour the closed form must reproduce).
-  explicit FlowNetwork(OnDone on_done, bool lone_flows_in_closed_form = true);
+  /// reference behaviour the closed forms must reproduce). `max_group_flows`: the most flows a
+  /// closed-form group holds (1: lone flows only; each of a group's events re-solves it whole).
+  explicit FlowNetwork(OnDone on_done, bool lone_flows_in_closed_form = true,
+                       int64_t max_group_flows = kDefaultMaxGroupFlows);
   FlowNetwork(const FlowNetwork&) = delete;
   FlowNetwork& operator=(const FlowNetwork&) = delete;
 
@@ -92,6 +104,9 @@ class FlowNetwork {
   /// The least latency a lone flow keeps when handed to SimGrid (see the file comment).
   static constexpr double kMinHandoverLatency_s = 1e-12;
 
+  /// Default of max_group_flows: an all-to-all of 16 nodes on one rail (240 flows) fits.
+  static constexpr int64_t kDefaultMaxGroupFlows = 256;
+
  private:
   struct Flow {
     const FlowRoute* route = nullptr;
@@ -102,10 +117,25 @@ class FlowNetwork {
     uint64_t tag = 0;
     simgrid::kernel::timer::Timer* timer = nullptr;  // lone flows: their end
     simgrid::s4u::CommPtr comm;                      // flows in SimGrid
+    // Members of a closed-form group:
+    uint32_t group = UINT32_MAX;
+    uint32_t slot = 0;           // index in the group's flows
+    double latency_end_s = 0;    // when its latency is paid
+    double remaining_bytes = 0;  // at the group's last_s
+    double rate_Bps = 0;         // since the group's last_s (0 while paying its latency)
+    double finish_s = 0;         // at that rate
+  };
+  struct Group {
+    std::vector<uint32_t> flows;
+    double last_s = 0;  // when remaining_bytes were last brought up to date
+    simgrid::kernel::timer::Timer* timer = nullptr;  // its next event
   };
   struct LinkState {
-    uint32_t lone = UINT32_MAX;  // the lone flow holding it
-    uint32_t in_solver = 0;      // SimGrid flows crossing it
+    uint32_t lone = UINT32_MAX;   // the lone flow holding it
+    uint32_t in_solver = 0;       // SimGrid flows crossing it
+    uint32_t group = UINT32_MAX;  // the closed-form group holding it
+    uint32_t group_flows = 0;     // that group's flows crossing it
+    double bandwidth_Bps = 0;
   };
   struct PairHash {
     size_t operator()(const std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>& p) const {
@@ -118,17 +148,35 @@ class FlowNetwork {
   void hand_over(uint32_t id, double now);
   void lone_done(uint32_t id);
   void solver_done(const simgrid::s4u::Activity& a);
+  // Closed-form groups.
+  bool try_group(uint32_t id, double now);
+  void add_to_group(uint32_t g, uint32_t id);
+  void advance(uint32_t g, double now);
+  void solve(uint32_t g, double now);
+  void group_event(uint32_t g);
+  void hand_over_group(uint32_t g, double now);
+  void cancel_timer(uint32_t g);
 
   OnDone on_done_;
   bool closed_form_;
+  int64_t max_group_flows_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_;
   std::vector<uint32_t> to_release_;  // SimGrid flows done, whose CommPtr can be dropped
   std::vector<LinkState> links_;
+  std::vector<Group> groups_;
+  std::vector<uint32_t> free_groups_;
+  // Scratch of start() and solve().
+  std::vector<uint32_t> met_lone_, met_groups_, done_;
+  std::vector<MaxMinFlow> mm_flows_;
+  std::vector<double> mm_capacity_Bps_, mm_rate_Bps_;
+  std::vector<uint32_t> mm_link_of_, mm_links_, mm_active_;
+  MaxMinScratch mm_scratch_;
   std::unordered_map<const simgrid::s4u::Link*, uint32_t> link_id_;
   std::vector<simgrid::s4u::Link*> all_links_;
   std::unordered_map<const simgrid::s4u::Link*, uint32_t> all_link_id_;
-  std::unordered_map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, FlowRoute, PairHash> routes_;
+  std::unordered_map<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, FlowRoute, PairHash>
+      routes_;
   double latency_factor_ = 1.0;  // read by the model's latency-factor callback
   int64_t in_solver_ = 0;
   FlowNetworkStats stats_;

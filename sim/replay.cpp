@@ -103,7 +103,7 @@ class Engine {
       }
     }
     net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
-                 opts_.lone_flows_in_closed_form);
+                 opts_.lone_flows_in_closed_form, opts_.max_group_flows);
     for (int64_t r = 0; r < world_; ++r) {
       if (!replayed(r)) continue;
       const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
@@ -644,6 +644,7 @@ class Engine {
     res.ops = ops_;
     res.flows = flows_;
     if (net_) {
+      res.group_flows = net_->stats().group_flows;
       res.solver_flows = net_->stats().solver_flows;
       res.max_solver_flows = net_->stats().max_in_solver;
     }

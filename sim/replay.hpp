@@ -95,11 +95,14 @@ struct SimulationOptions {
   /// differs from the estimator only by how it walks the Program (every op of every rank).
   bool link_contention = true;
   /// With link contention: a flow alone on its links is timed in closed form (route latency +
-  /// bytes / slowest link) and handed to SimGrid's solver only when another flow meets it on a
-  /// link (sim/flow_network.hpp), which keeps SimGrid's per-completion work small. false: every
-  /// flow is a SimGrid transfer from its start (the reference; same times up to SimGrid's
-  /// precision).
+  /// bytes / slowest link), flows that meet only each other in closed-form groups (CM02's
+  /// max-min, solved by sim/flow_network.hpp), and only flows that meet more than
+  /// max_group_flows others go to SimGrid's solver, which keeps SimGrid's per-completion work
+  /// small. false: every flow is a SimGrid transfer from its start (the reference; same times up
+  /// to SimGrid's precision).
   bool lone_flows_in_closed_form = true;
+  /// The most flows one closed-form group holds (1: lone flows only); see FlowNetwork.
+  int64_t max_group_flows = 256;
   /// When set, called from inside the replay (in the calling thread) whenever at least
   /// progress_interval_s of wall time has passed since the last call (checked every 256 ops
   /// started), so a command can show a progress line; never called by a replay that ends sooner.
@@ -144,6 +147,7 @@ struct SimulationResult : IterationMetrics {
   /// e.g. "TP aggregation: TP rank 0 replayed for its 8 TP ranks (...)"; empty: full replay.
   std::vector<std::string> reductions;
   int64_t flows = 0;                      ///< flows (inter-node and intra-node transfers)
+  int64_t group_flows = 0;                ///< flows that ended in a closed-form group
   int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
   int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once
   int64_t events = 0;                     ///< ops + flows + timers

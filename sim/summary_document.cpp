@@ -92,6 +92,7 @@ SummaryDocument summary_document(const Scenario& s, const TopologySpec& topo,
   d.events = r.events;
   d.ops = r.ops;
   d.flows = r.flows;
+  d.group_flows = r.group_flows;
   d.solver_flows = r.solver_flows;
   d.max_solver_flows = r.max_solver_flows;
   return d;
@@ -242,6 +243,7 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d) {
   j["events"] = d.events;
   j["ops"] = d.ops;
   j["flows"] = d.flows;
+  j["group_flows"] = d.group_flows;
   j["solver_flows"] = d.solver_flows;
   j["max_solver_flows"] = d.max_solver_flows;
   return j;
@@ -437,6 +439,8 @@ SummaryDocument summary_document_from_json(const nlohmann::ordered_json& j,
   d.events = json_integer(j, "events", where);
   d.ops = json_integer(j, "ops", where);
   d.flows = json_integer(j, "flows", where);
+  // Absent from files written before closed-form groups existed (schema 1 all the same): 0.
+  d.group_flows = j.contains("group_flows") ? json_integer(j, "group_flows", where) : 0;
   d.solver_flows = json_integer(j, "solver_flows", where);
   d.max_solver_flows = json_integer(j, "max_solver_flows", where);
   return d;

@@ -99,7 +99,7 @@ struct SummaryDocument {
   std::optional<double> sim_wall_s;
   std::vector<std::pair<std::string, double>> wall_phases_s;
   std::vector<std::string> reductions;
-  int64_t replayed_ranks = 0, events = 0, ops = 0, flows = 0, solver_flows = 0,
+  int64_t replayed_ranks = 0, events = 0, ops = 0, flows = 0, group_flows = 0, solver_flows = 0,
           max_solver_flows = 0;
 };
 
@@ -121,8 +121,9 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d);
 /// total/mean/max, utilization mean/p99/max), `hot_links` (>= 2x their tier's mean utilization,
 /// with vs_tier_mean), `link_series` (utilization of the 5 busiest links in 100 bins of the
 /// iteration), `sim_wall_s`, `wall_phases_s` (lowering, timing, platform, replay, results),
-/// `events`, `flows`, `solver_flows` and `max_solver_flows` (flows SimGrid's solver held; the
-/// others were alone on their links), `collective_algorithms`, per-stage breakdowns, the
+/// `events`, `flows`, `group_flows` (flows timed in closed-form groups: they met only each
+/// other), `solver_flows` and `max_solver_flows` (flows SimGrid's solver held; the others were
+/// alone on their links), `collective_algorithms`, per-stage breakdowns, the
 /// scenario's name and layout (with the pipeline split: the four Megatron keys and
 /// `layers_per_model_chunk` [stage][chunk]). With what-if knobs in the scenario: `what_if`
 /// (what_if_json()); with `base` also `base` (iteration_time_s, tokens_per_s_per_gpu, mfu,

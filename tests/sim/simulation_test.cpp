@@ -127,8 +127,8 @@ TEST(Simulation, ExactReductionsAreOnByDefaultAndMatchTheFullReplay) {
   EXPECT_THAT(a["reductions"][0].get<std::string>(), ::testing::HasSubstr("TP aggregation"));
   EXPECT_TRUE(b["reductions"].empty());
   expect_same_summary(b, a, 1e-9,
-                      {"reductions", "replayed_ranks", "events", "ops", "flows", "solver_flows",
-                       "max_solver_flows"});
+                      {"reductions", "replayed_ranks", "events", "ops", "flows", "group_flows",
+                       "solver_flows", "max_solver_flows"});
   EXPECT_LT(a["flows"].get<int64_t>(), b["flows"].get<int64_t>());
 }
 
@@ -169,8 +169,8 @@ TEST(Simulation, ExactReductionsMatchTheFullReplayWithHalfNodeTpAndExperts) {
     EXPECT_EQ(a["replayed_ranks"].get<int64_t>(), s.cluster.num_gpus / 4);
     ASSERT_EQ(a["reductions"].size(), 1u);
     expect_same_summary(b, a, 1e-9,
-                        {"reductions", "replayed_ranks", "events", "ops", "flows", "solver_flows",
-                         "max_solver_flows"});
+                        {"reductions", "replayed_ranks", "events", "ops", "flows", "group_flows",
+                         "solver_flows", "max_solver_flows"});
   }
   const Scenario moe = moe_across_nodes();
   EXPECT_THAT(tp_aggregation_blocker(layout_of(moe), h100(), SimulationOptions{}, true),
@@ -211,29 +211,49 @@ TEST(Simulation, TpAggregationRunsOnlyWhereExact) {
   EXPECT_THAT(tp_aggregation_blocker(layout, t, traced), ::testing::HasSubstr("traced rank 9"));
 }
 
-// Flows alone on their links are timed in closed form and handed to SimGrid only when another
-// flow meets them (sim/flow_network.hpp): the same iteration, breakdown and link loads as with
-// every flow in SimGrid from its start, to SimGrid's precision, with fewer flows in the solver.
-TEST(Simulation, LoneFlowsInClosedFormMatchEveryFlowInSimGrid) {
+// Flows alone on their links are timed in closed form, flows that meet only each other in
+// closed-form groups, and the rest handed to SimGrid (sim/flow_network.hpp): the same
+// iteration, breakdown and link loads as with every flow in SimGrid from its start, to SimGrid's
+// precision, whether groups are on (none in the solver here) or off (lone flows only: those that
+// meet go to the solver).
+TEST(Simulation, ClosedFormFlowsMatchEveryFlowInSimGrid) {
   const Scenario s = small_cluster();
-  SimulationOptions fast;
-  fast.record_timeline = false;
-  SimulationOptions reference = fast;
+  SimulationOptions groups;
+  groups.record_timeline = false;
+  SimulationOptions lone = groups;
+  lone.max_group_flows = 1;
+  SimulationOptions reference = groups;
   reference.lone_flows_in_closed_form = false;
-  const auto a = nlohmann::json::parse(simulate_json(s, fast));
   const auto b = nlohmann::json::parse(simulate_json(s, reference));
-  EXPECT_EQ(a["flows"], b["flows"]);
   EXPECT_EQ(b["solver_flows"], b["flows"]);
-  EXPECT_LT(a["solver_flows"].get<int64_t>(), a["flows"].get<int64_t>());
-  EXPECT_GT(a["solver_flows"].get<int64_t>(), 0);  // some flows did meet
-  const double ta = a["iteration_time_s"].get<double>(), tb = b["iteration_time_s"].get<double>();
-  EXPECT_NEAR(ta, tb, 1e-9 * tb);
-  for (const char* k : {"tp", "pp", "dp"}) {
-    EXPECT_NEAR(a["exposed_comm_s"][k].get<double>(), b["exposed_comm_s"][k].get<double>(), 1e-9 * tb) << k;
-  }
-  ASSERT_EQ(a["link_tiers"].size(), b["link_tiers"].size());
-  for (size_t i = 0; i < a["link_tiers"].size(); ++i) {
-    EXPECT_EQ(a["link_tiers"][i]["bytes_total"], b["link_tiers"][i]["bytes_total"]);
+  EXPECT_EQ(b["group_flows"], 0);
+  const double tb = b["iteration_time_s"].get<double>();
+  int64_t lone_solver_flows = 0;
+  for (const SimulationOptions* o : {&lone, &groups}) {
+    const bool grouped = o == &groups;
+    SCOPED_TRACE(grouped ? "groups" : "lone flows only");
+    const auto a = nlohmann::json::parse(simulate_json(s, *o));
+    EXPECT_EQ(a["flows"], b["flows"]);
+    EXPECT_LT(a["solver_flows"].get<int64_t>(), a["flows"].get<int64_t>());
+    if (grouped) {
+      EXPECT_GT(a["group_flows"].get<int64_t>(), 0);  // flows that met each other
+      EXPECT_LT(a["solver_flows"].get<int64_t>(), lone_solver_flows);
+    } else {
+      EXPECT_EQ(a["group_flows"], 0);
+      lone_solver_flows = a["solver_flows"].get<int64_t>();
+      EXPECT_GT(lone_solver_flows, 0);  // some flows did meet
+    }
+    const double ta = a["iteration_time_s"].get<double>();
+    EXPECT_NEAR(ta, tb, 1e-9 * tb);
+    for (const char* k : {"tp", "pp", "dp"}) {
+      EXPECT_NEAR(a["exposed_comm_s"][k].get<double>(), b["exposed_comm_s"][k].get<double>(),
+                  1e-9 * tb)
+          << k;
+    }
+    ASSERT_EQ(a["link_tiers"].size(), b["link_tiers"].size());
+    for (size_t i = 0; i < a["link_tiers"].size(); ++i) {
+      EXPECT_EQ(a["link_tiers"][i]["bytes_total"], b["link_tiers"][i]["bytes_total"]);
+    }
   }
 }
 

@@ -22,8 +22,8 @@ bin=${1:-build}/traintwin
 [ -x "$bin" ] || { echo "bench: $bin not built (run scripts/setup.sh)" >&2; exit 1; }
 command -v /usr/bin/time >/dev/null || { echo "bench: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 echo "load: $(uptime)"
-printf '%-30s %8s %8s %8s %7s %11s %9s %8s %11s %-8s  %s\n' scenario wall_s cpu_s rss_MB target events \
-  flows solver events_per_s reduction "wall per phase (s)"
+printf '%-30s %8s %8s %8s %7s %11s %9s %9s %8s %11s %-8s  %s\n' scenario wall_s cpu_s rss_MB target events \
+  flows grouped solver events_per_s reduction "wall per phase (s)"
 # "name|scenario|flags|target wall s|target MB": the default (exact reductions on) and, for
 # reference, every rank replayed (--full-replay).
 runs=("175b-h100-1024|scenarios/gpt3-175b-h100-1024.yaml||1.0|"
@@ -47,6 +47,7 @@ for run in "${runs[@]}"; do
   read -r wall user sys rss < <(tail -1 "$log")
   events=$(json_int events "$log.json")
   flows=$(json_int flows "$log.json")
+  grouped=$(json_int group_flows "$log.json")
   solver=$(json_int solver_flows "$log.json")
   reduction=none
   sed -n '/"reductions"/,/]/p' "$log.json" | grep -q 'TP aggregation' && reduction=tp-aggr
@@ -60,8 +61,8 @@ for run in "${runs[@]}"; do
     verdict=$(awk -v w="$cpu" -v t="$target_s" -v m="$rss_mb" -v tm="$target_mb" \
       'BEGIN { ok = w <= t && (tm == "" || m <= tm); printf "%s%s", ok ? "met<=" : "MISSED>", t }')
   fi
-  printf '%-30s %8.2f %8.2f %8.0f %7s %11d %9d %8d %11.0f %-8s  %s\n' "$name" "$wall" \
-    "$cpu" "$rss_mb" "$verdict" "$events" "$flows" "$solver" \
+  printf '%-30s %8.2f %8.2f %8.0f %7s %11d %9d %9d %8d %11.0f %-8s  %s\n' "$name" "$wall" \
+    "$cpu" "$rss_mb" "$verdict" "$events" "$flows" "$grouped" "$solver" \
     "$(echo "$events / $wall" | bc -l)" "$reduction" "$phases"
   rm -f "$log" "$log.json"
 done

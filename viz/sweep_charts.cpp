@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 
+#include "sim/scaling_study.hpp"
 #include "viz/report_format.hpp"
 
 namespace traintwin {
@@ -153,6 +155,89 @@ std::optional<json> sweep_heatmap_spec(const std::vector<SweepRecord>& sweep) {
   return spec;
 }
 
+std::optional<json> sweep_scaling_spec(const std::vector<SweepRecord>& sweep) {
+  if (!is_scaling_study(sweep)) return std::nullopt;
+  std::set<std::string> best_layouts;
+  for (const ScalingPoint& p : best_per_gpu_count(sweep)) {
+    best_layouts.insert(scaling_layout_label(sweep[p.record].configuration));
+  }
+  json values = json::array();
+  for (const SweepRecord& r : sweep) {
+    if (r.status != SweepStatus::kRanked || !r.metrics) continue;
+    const std::string layout = scaling_layout_label(r.configuration);
+    if (!best_layouts.contains(layout)) continue;
+    const SimulationSummary& m = r.metrics->summary;
+    for (const auto& [metric, value] :
+         {std::pair<const char*, double>{"tokens/s/GPU", m.tokens_per_s_per_gpu},
+          {"MFU (%)", 100 * m.mfu},
+          {"iteration time (s)", m.iteration_time_s}}) {
+      values.push_back({{"GPUs", r.configuration.num_gpus},
+                        {"layout", layout},
+                        {"metric", metric},
+                        {"value", value},
+                        {"DP", r.configuration.data_parallel_size},
+                        {"global_batch_size", r.configuration.global_batch_size}});
+    }
+  }
+  json spec = base_spec("tokens/s/GPU, MFU and iteration time against the GPU count");
+  spec["data"] = {{"values", values}};
+  spec["facet"] = {{"column",
+                    {{"field", "metric"},
+                     {"type", "nominal"},
+                     {"title", nullptr},
+                     {"sort", json::array({"tokens/s/GPU", "MFU (%)", "iteration time (s)"})},
+                     {"header", {{"labelFontWeight", "bold"}, {"labelFontSize", 13}}}}}};
+  spec["resolve"] = {{"scale", {{"y", "independent"}}}};
+  spec["spec"] = {
+      {"width", 260},
+      {"height", 200},
+      {"layer", json::array({{{"name", "scaling_lines"},
+                              {"mark", {{"type", "line"}, {"point", true}, {"tooltip", true}}},
+                              {"encoding",
+                               {{"x",
+                                 {{"field", "GPUs"},
+                                  {"type", "quantitative"},
+                                  {"scale", {{"type", "log"}, {"base", 2}}},
+                                  {"axis", {{"title", "GPUs"}}}}},
+                                {"y",
+                                 {{"field", "value"},
+                                  {"type", "quantitative"},
+                                  {"title", nullptr},
+                                  {"scale", {{"zero", false}}}}},
+                                {"color",
+                                 {{"field", "layout"},
+                                  {"type", "nominal"},
+                                  {"legend", {{"orient", "bottom"}, {"columns", 1}}}}},
+                                {"tooltip", json::array({{{"field", "GPUs"}},
+                                                         {{"field", "metric"}},
+                                                         {{"field", "value"}, {"format", ".4~f"}},
+                                                         {{"field", "layout"}},
+                                                         {{"field", "DP"}},
+                                                         {{"field", "global_batch_size"},
+                                                          {"title", "global batch"}}})}}}}})}};
+  return spec;
+}
+
+std::string scaling_table_html(const std::vector<SweepRecord>& sweep) {
+  std::string html =
+      "<table class=\"ranked\">\n<tr><th>GPUs</th><th>global batch</th><th>iteration time</th>"
+      "<th>tokens/s</th><th>tokens/s/GPU</th><th>MFU</th><th>days / 1T tokens</th>"
+      "<th>GPU-hours / 1T tokens</th><th>layout</th></tr>\n";
+  for (const ScalingPoint& p : best_per_gpu_count(sweep)) {
+    const SweepRecord& r = sweep[p.record];
+    const SimulationSummary m = r.metrics ? r.metrics->summary : SimulationSummary{};
+    const TrainingTime t = training_time(1e12, m.tokens_per_s, p.num_gpus);
+    html += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0f}</td><td>{:.1f}</td><td>{}</td>"
+        "<td>{:.1f}</td><td>{:.0f}</td><td>{}</td></tr>\n",
+        p.num_gpus, r.configuration.global_batch_size, format_seconds(m.iteration_time_s),
+        m.tokens_per_s, m.tokens_per_s_per_gpu, format_percent(m.mfu), t.days, t.gpu_hours,
+        escape_html(fmt::format("{} DP {}", scaling_layout_label(r.configuration),
+                                r.configuration.data_parallel_size)));
+  }
+  return html + "</table>\n";
+}
+
 std::string sweep_table_html(const std::vector<SweepRecord>& sweep, size_t max_rows) {
   std::vector<std::pair<int64_t, size_t>> ranked;  // (rank, row index)
   std::map<std::string, int64_t> other;
@@ -196,6 +281,17 @@ std::vector<ReportSection> sweep_sections(const std::vector<SweepRecord>& sweep)
                    "Best tokens/s/GPU of each (PP, micro-batch size) per TP size over the other "
                    "swept dimensions; grey dashed cells marked OOM do not fit in GPU memory.",
                    *heat, ""});
+  }
+  if (auto scaling = sweep_scaling_spec(sweep)) {
+    out.push_back({"scaling", "Scaling: throughput, MFU and iteration time against GPUs",
+                   "Each line is a layout that is the best at some GPU count, at every GPU count "
+                   "where it ranked (DP and the global batch follow the GPU count).",
+                   *scaling, ""});
+    out.push_back({"scaling-table", "Scaling: the best layout per GPU count",
+                   "Days and GPU-hours to train 10^12 tokens at each count's best throughput (a "
+                   "budget of B trillion tokens takes B times as long; sweep --train-tokens "
+                   "prints them for a budget).",
+                   std::nullopt, scaling_table_html(sweep)});
   }
   out.push_back({"ranked", "Sweep: ranked configurations", "Ranked by tokens/s.", std::nullopt,
                  sweep_table_html(sweep)});

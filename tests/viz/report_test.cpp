@@ -31,6 +31,7 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const fs::path kSource = TRAINTWIN_SOURCE_DIR;
 
@@ -462,6 +463,54 @@ TEST(ReportSpec, SweepHeatmapIsLeftOutWhenNothingRanksOrOoms) {
   EXPECT_FALSE(sweep_heatmap_spec(
                    records(sweep_file(ojson::array({sweep_row("invalid", 0, 4, 4, 1, 1, 0)}))))
                    .has_value());
+}
+
+/// A scaling study: `row` at `gpus` GPUs, DP and throughput following (tokens/s/GPU kept).
+ojson at_gpus(ojson row, int64_t gpus) {
+  ojson& c = row["configuration"];
+  c["num_gpus"] = gpus;
+  c["data_parallel_size"] = gpus / c["tensor_model_parallel_size"].get<int64_t>() /
+                            c["pipeline_model_parallel_size"].get<int64_t>();
+  if (row["metrics"].is_object()) {
+    row["metrics"]["tokens_per_s"] = row["metrics"]["tokens_per_s_per_gpu"].get<double>() * gpus;
+  }
+  return row;
+}
+
+// At 8 GPUs (TP 1 PP 2) and at 16 (TP 2 PP 1) a different layout is best: both layouts get a
+// line with every GPU count where they ranked; TP 1 PP 4 (never best) none. The table has one
+// row per GPU count with the days for 10^12 tokens worked by hand.
+TEST(ReportSpec, ScalingChartsFollowTheLayoutsThatAreBestSomewhere) {
+  const auto rows =
+      records(sweep_file(ojson::array({at_gpus(sweep_row("ranked", 2, 2, 1, 1, 1, 1000), 8),
+                                       at_gpus(sweep_row("ranked", 1, 1, 2, 1, 1, 1100), 8),
+                                       at_gpus(sweep_row("ranked", 3, 2, 1, 1, 1, 950), 16),
+                                       at_gpus(sweep_row("ranked", 4, 1, 4, 1, 1, 900), 16),
+                                       at_gpus(sweep_row("oom", 0, 1, 1, 1, 1, 0, 1e9), 32)})));
+  const auto spec = sweep_scaling_spec(rows);
+  ASSERT_TRUE(spec.has_value());
+  std::map<std::string, std::set<int64_t>> gpus_of;  // layout -> GPU counts drawn
+  for (const json& v : (*spec)["data"]["values"]) {
+    gpus_of[v["layout"].get<std::string>().substr(0, 14)].insert(v["GPUs"].get<int64_t>());
+  }
+  ASSERT_EQ(gpus_of.size(), 2u);
+  EXPECT_EQ(gpus_of.at("TP 1 CP 1 PP 2"), (std::set<int64_t>{8}));
+  EXPECT_EQ(gpus_of.at("TP 2 CP 1 PP 1"), (std::set<int64_t>{8, 16}));
+  EXPECT_EQ((*spec)["data"]["values"].size(), 9u);  // 3 rows x 3 metrics
+  EXPECT_EQ((*spec)["spec"]["layer"][0]["name"], "scaling_lines");
+  EXPECT_EQ((*spec)["facet"]["column"]["field"], "metric");
+  const std::string html = scaling_table_html(rows);
+  // 8 GPUs: 1100 x 8 tokens/s; 10^12 / 8800 / 86400 = 1315.2 days, x 24 x 8 = 252,525 GPU-hours.
+  EXPECT_THAT(html, HasSubstr("<td>8</td><td>64</td>"));
+  EXPECT_THAT(
+      html, HasSubstr("<td>8800</td><td>1100.0</td><td>40.0 %</td><td>1315.2</td><td>252525</td>"));
+  EXPECT_THAT(html, HasSubstr("<td>16</td>"));
+  EXPECT_THAT(html, Not(HasSubstr("<td>32</td>")));
+  // One GPU count: no scaling section.
+  EXPECT_FALSE(sweep_scaling_spec(records(small_sweep())).has_value());
+  bool scaling_section = false;
+  for (const ReportSection& s : sweep_sections(rows)) scaling_section |= s.id == "scaling";
+  EXPECT_TRUE(scaling_section);
 }
 
 TEST(ReportSpec, SweepTableListsRankedRowsInRankOrderAndCountsTheRest) {

@@ -1,12 +1,12 @@
 // `traintwin sweep SCENARIO --tensor-model-parallel-size 1,2,4,8 ...`: every combination of the
-// listed values, simulated in parallel worker processes, ranked by tokens/s.
+// listed values, simulated in parallel worker processes, ranked by tokens/s. This file holds the
+// flags, their parsing into a SweepRequest and the printed report (ranked table, out-of-memory,
+// failed and invalid configurations, scaling) with the --out files; the callback is parse -> run
+// -> print. Next in the flow: cli/sweep_run.hpp runs the request (checks, enumeration,
+// evaluation, MPI).
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,14 +20,13 @@
 #include "cli/flag_checks.hpp"
 #include "cli/scenario_options.hpp"
 #include "cli/report_output.hpp"
-#include "cli/sweep_mpi.hpp"
+#include "cli/sweep_run.hpp"
 #include "cli/format.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/posix_file.hpp"
 #include "core/text.hpp"
-#include "sim/cost_model.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_record.hpp"
 #include "topologies/topology.hpp"
@@ -80,38 +79,6 @@ std::string rule_of(const std::string& reason) {
   const auto rule = reason.find("(rule: ");
   if (colon == std::string::npos || rule == std::string::npos) return reason;
   return reason.substr(0, colon) + " " + reason.substr(rule);
-}
-
-std::string duration(double s) {
-  if (s < 60) return fmt::format("{:.0f} s", s);
-  if (s < 3600) return fmt::format("{:.0f} min {:02.0f} s", std::floor(s / 60), std::fmod(s, 60));
-  return fmt::format("{:.0f} h {:02.0f} min", std::floor(s / 3600), std::fmod(s / 60, 60));
-}
-
-/// Progress on stderr: a redrawn bar on a terminal, else a line per tenth of the work.
-ProgressCallback progress_bar() {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  auto last_tenth = std::make_shared<int64_t>(-1);
-  return [tty, last_tenth](const SweepProgress& p) {
-    const double frac =
-        p.total > 0 ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
-    const int width = 30;
-    const int filled = static_cast<int>(frac * width);
-    const std::string eta = p.done > 0 && p.done < p.total ? ", ETA " + duration(p.eta_s) : "";
-    const std::string line =
-        fmt::format("sweep [{}{}] {}/{} configurations, {:.2f}/s, {} elapsed{}",
-                    std::string(filled, '#'), std::string(width - filled, '.'), p.done, p.total,
-                    p.rate_per_s, duration(p.elapsed_s), eta);
-    if (tty) {
-      fmt::print(stderr, "\r{:<100}{}", line, p.done == p.total ? "\n" : "");
-    } else {
-      const int64_t tenth = p.total > 0 ? p.done * 10 / p.total : 10;
-      if (tenth == *last_tenth && p.done != p.total) return;
-      *last_tenth = tenth;
-      fmt::print(stderr, "{}\n", line);
-    }
-    std::fflush(stderr);
-  };
 }
 
 /// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
@@ -301,6 +268,73 @@ void write_outputs(const std::string& dir_name, const std::vector<SweepRow>& row
              (dir / "sweep.csv").string(), rows.size());
 }
 
+/// The request the flags make: --jobs and --top checked, the swept lists, the token budget
+/// and the overrides parsed (ConfigError naming the flag otherwise).
+SweepRequest parse_request(const SweepCommandOptions& o) {
+  if (o.jobs < 1)
+    throw ConfigError(fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o.jobs));
+  if (o.top < 0)
+    throw ConfigError(fmt::format("--top: {} is not allowed (allowed: an integer >= 0)", o.top));
+  SweepRequest r;
+  SweepAxes& axes = r.axes;
+  if (o.tp) axes.tp = parse_sweep_integers("--tensor-model-parallel-size", *o.tp);
+  if (o.cp) axes.cp = parse_sweep_integers("--context-parallel-size", *o.cp);
+  if (o.pp) axes.pp = parse_sweep_integers("--pipeline-model-parallel-size", *o.pp);
+  if (o.mbs) axes.mbs = parse_sweep_integers("--micro-batch-size", *o.mbs);
+  if (o.vpp) axes.vpp = parse_sweep_integers("--virtual-pipeline-model-parallel-size", *o.vpp);
+  if (o.recompute) axes.recompute = parse_sweep_recompute("--recompute-granularity", *o.recompute);
+  if (o.sp) axes.sequence_parallel = parse_sweep_switch("--sequence-parallel", *o.sp);
+  if (o.distributed_optimizer) {
+    axes.distributed_optimizer =
+        parse_sweep_switch("--use-distributed-optimizer", *o.distributed_optimizer);
+  }
+  if (o.fp8) axes.fp8 = parse_sweep_switch("--fp8", *o.fp8);
+  if (o.ep) axes.ep = parse_sweep_integers("--expert-model-parallel-size", *o.ep);
+  if (o.etp) axes.etp = parse_sweep_integers("--expert-tensor-parallel-size", *o.etp);
+  if (o.num_gpus) axes.num_gpus = parse_sweep_integers("--num-gpus", *o.num_gpus);
+  if (o.schedule) {
+    axes.pipeline_schedule = parse_sweep_schedules("--pipeline-schedule", *o.schedule);
+  }
+  axes.global_batch_size_per_dp = o.global_batch_size_per_dp;
+  if (o.train_tokens) r.train_tokens = parse_tokens(*o.train_tokens);
+  for (const auto& s : o.set) r.overrides.push_back(parse_override(s));
+  o.pipeline_split.append_overrides(r.overrides);
+  check_given_once(r.overrides);
+  r.scenario_file = o.file;
+  r.jobs = o.jobs;
+  r.top = o.top;
+  r.out_dir = o.out_dir;
+  r.cost_db = o.cost_db;
+  r.simulate_oom = o.simulate_oom;
+  r.mode = o.mode;
+  return r;
+}
+
+/// Prints the outcome (the report; with --num-gpus or --train-tokens the global batch and the
+/// scaling table) and, with --out, writes sweep.json, sweep.csv and report.html.
+void print_outcome(const SweepRequest& request, const SweepOutcome& outcome) {
+  const Scenario& base = outcome.base;
+  const SweepAxes& axes = request.axes;
+  const std::vector<SweepRow>& rows = outcome.rows;
+  print_report(base, outcome.topology, rows, request.top, axes.num_gpus);
+  if (!axes.num_gpus.empty() || request.train_tokens) {
+    fmt::print("\nglobal batch: {}\n",
+               axes.global_batch_size_per_dp > 0
+                   ? fmt::format("{} per data-parallel replica (B = {} x DP)",
+                                 axes.global_batch_size_per_dp, axes.global_batch_size_per_dp)
+                   : fmt::format("{} in every configuration (the scenario's; "
+                                 "--global-batch-size-per-dp N scales it with DP)",
+                                 base.training.global_batch_size));
+    print_scaling(rows, axes.num_gpus.empty() ? std::vector<int64_t>{base.cluster.num_gpus}
+                                              : axes.num_gpus,
+                  request.train_tokens);
+  }
+  if (!request.out_dir.empty()) {
+    write_outputs(request.out_dir, rows);
+    write_report_or_warn(request.out_dir, true);
+  }
+}
+
 }  // namespace
 
 void register_sweep_command(CLI::App& app) {
@@ -368,119 +402,10 @@ void register_sweep_command(CLI::App& app) {
       "Also simulate configurations that do not fit the GPU's memory (still listed as OOM)");
   cmd->callback([o] {
     retain_freed_memory();  // many evaluations in one process (core/allocator_policy.hpp)
-    if (o->jobs < 1)
-      throw ConfigError(
-          fmt::format("--jobs: {} is not allowed (allowed: an integer >= 1)", o->jobs));
-    if (o->top < 0)
-      throw ConfigError(fmt::format("--top: {} is not allowed (allowed: an integer >= 0)", o->top));
-    SweepAxes axes;
-    if (o->tp) axes.tp = parse_sweep_integers("--tensor-model-parallel-size", *o->tp);
-    if (o->cp) axes.cp = parse_sweep_integers("--context-parallel-size", *o->cp);
-    if (o->pp) axes.pp = parse_sweep_integers("--pipeline-model-parallel-size", *o->pp);
-    if (o->mbs) axes.mbs = parse_sweep_integers("--micro-batch-size", *o->mbs);
-    if (o->vpp) axes.vpp = parse_sweep_integers("--virtual-pipeline-model-parallel-size", *o->vpp);
-    if (o->recompute)
-      axes.recompute = parse_sweep_recompute("--recompute-granularity", *o->recompute);
-    if (o->sp) axes.sequence_parallel = parse_sweep_switch("--sequence-parallel", *o->sp);
-    if (o->distributed_optimizer) {
-      axes.distributed_optimizer =
-          parse_sweep_switch("--use-distributed-optimizer", *o->distributed_optimizer);
-    }
-    if (o->fp8) axes.fp8 = parse_sweep_switch("--fp8", *o->fp8);
-    if (o->ep) axes.ep = parse_sweep_integers("--expert-model-parallel-size", *o->ep);
-    if (o->etp) axes.etp = parse_sweep_integers("--expert-tensor-parallel-size", *o->etp);
-    if (o->num_gpus) axes.num_gpus = parse_sweep_integers("--num-gpus", *o->num_gpus);
-    if (o->schedule) {
-      axes.pipeline_schedule = parse_sweep_schedules("--pipeline-schedule", *o->schedule);
-    }
-    axes.global_batch_size_per_dp = o->global_batch_size_per_dp;
-    const std::optional<double> tokens =
-        o->train_tokens ? std::optional<double>(parse_tokens(*o->train_tokens)) : std::nullopt;
-    std::vector<Override> overrides;
-    for (const auto& s : o->set) overrides.push_back(parse_override(s));
-    o->pipeline_split.append_overrides(overrides);
-    check_given_once(overrides);
-    const Scenario base = load_scenario(o->file, overrides);
-    // The output folder is checked before the sweep, not after it.
-    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
-    const TopologySpec topo = load_topology(base.cluster.topology);
-    check_cluster_size(topo, base.cluster.num_gpus);
-    for (const int64_t n : axes.num_gpus) check_cluster_size(topo, n);
-    // FP8 on a GPU without it fails before any simulation, naming the GPU.
-    if (std::find(axes.fp8.begin(), axes.fp8.end(), true) != axes.fp8.end()) {
-      TrainingConfig with_fp8 = base.training;
-      with_fp8.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
-      check_gpu_supports(topo, with_fp8);
-    }
-    const auto configurations = enumerate_configurations(base, axes, topo.gpu.memory_bytes);
-
-    // The evaluator: the SimGrid replay in worker processes, the analytical estimator in this
-    // process, or (auto) the estimator for every configuration and the replay for the top K.
-    const auto db_dir = default_database_dir(base.cluster.topology);
-    std::shared_ptr<const CostModel> costs =
-        make_simulation_cost_model(topo.gpu, db_dir, o->cost_db);
-    // Under mpirun/srun every rank evaluates its share; rank 0 gathers, ranks and prints.
-    const bool mpi = launched_by_mpi();
-    const bool root_process = !mpi || std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
-                              std::string(std::getenv("OMPI_COMM_WORLD_RANK")) == "0";
-    SweepOptions options;
-    options.jobs = o->jobs;
-    options.evaluate_out_of_memory = o->simulate_oom;
-    if (root_process) options.progress = progress_bar();
-    auto run_share = [&](const std::vector<SweepConfiguration>& share) {
-      if (o->mode == "simulate") {
-        options.isolate = true;
-        return run_sweep(share, make_simulation_evaluator(topo, costs), options);
-      }
-      options.isolate = false;
-      std::vector<SweepRow> rows = run_sweep(share, make_analytical_evaluator(topo, costs), options);
-      if (o->mode == "auto") {
-        // Replay the top K of the analytical ranking with the simulator and rank again.
-        std::vector<SweepConfiguration> top;
-        for (const SweepRow& r : rows) {
-          if (r.status == SweepStatus::kRanked &&
-              static_cast<int64_t>(top.size()) < std::max<int64_t>(o->top, 1)) {
-            top.push_back(r.config);
-          }
-        }
-        SweepOptions replay = options;
-        replay.isolate = true;
-        const std::vector<SweepRow> replayed =
-            run_sweep(top, make_simulation_evaluator(topo, costs), replay);
-        for (const SweepRow& r : replayed) {
-          for (SweepRow& row : rows) {
-            if (row.config.index == r.config.index) row = r;
-          }
-        }
-        rows = rank_rows(std::move(rows));
-      }
-      return rows;
-    };
-    std::vector<SweepRow> rows;
-    if (mpi) {
-      bool is_root = false;
-      rows = mpi_sweep(configurations, run_share, is_root);
-      if (!is_root) return;
-    } else {
-      rows = run_share(configurations);
-    }
-    print_report(base, topo, rows, o->top, axes.num_gpus);
-    if (!axes.num_gpus.empty() || tokens) {
-      fmt::print("\nglobal batch: {}\n",
-                 axes.global_batch_size_per_dp > 0
-                     ? fmt::format("{} per data-parallel replica (B = {} x DP)",
-                                   axes.global_batch_size_per_dp, axes.global_batch_size_per_dp)
-                     : fmt::format("{} in every configuration (the scenario's; "
-                                   "--global-batch-size-per-dp N scales it with DP)",
-                                   base.training.global_batch_size));
-      print_scaling(rows, axes.num_gpus.empty() ? std::vector<int64_t>{base.cluster.num_gpus}
-                                                : axes.num_gpus,
-                    tokens);
-    }
-    if (!o->out_dir.empty()) {
-      write_outputs(o->out_dir, rows);
-      write_report_or_warn(o->out_dir, true);
-    }
+    const SweepRequest request = parse_request(*o);
+    const std::optional<SweepOutcome> outcome = run_sweep_request(request);
+    if (!outcome) return;  // an MPI rank other than 0: rank 0 prints
+    print_outcome(request, *outcome);
   });
 }
 

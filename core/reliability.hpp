@@ -1,6 +1,7 @@
 // What can interrupt or slow a long training run, and what a restart and a checkpoint cost: the
-// scenario's `cluster.reliability` mapping (scenarios/README.md), read by core/scenario.cpp and
-// used by sim/goodput.hpp's whole-run simulation (`traintwin goodput`).
+// scenario's `cluster.reliability` mapping (scenarios/README.md), read by
+// core/scenario_reader.cpp and used by sim/goodput.hpp's whole-run simulation
+// (`traintwin goodput`).
 //
 // Failure rates are per 1000 node-days (a node: the topology's node of gpus_per_node GPUs), by
 // component class, each a renewal process per node with Weibull inter-failure times of the

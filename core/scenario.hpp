@@ -454,6 +454,12 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& origin,
                         const std::filesystem::path& base_dir,
                         const std::vector<Override>& overrides = {});
 
+/// Sets the keys that `s.model.architecture`'s preset decides (gpt: GPT-3 / Megatron's
+/// defaults; llama; nemotron): normalization, activation, position embedding, untied embeddings,
+/// linear biases and training.attention_backend. The reader (core/scenario_reader.cpp) applies it
+/// before reading the file's keys, so that a key the file gives wins.
+void apply_architecture_preset(Scenario& s);
+
 /// The most layer passes (micro-batches x layers per pipeline stage) one rank's Program may hold
 /// per iteration: 2^17, about 100x the largest shipped scenario. Memory grows ~14 KB per layer
 /// pass (`summary` of gpt-tiny-brown: 2^16 passes, 0.93 GB peak and 2.5 s; 2^20, 14 GB): at the

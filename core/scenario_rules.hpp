@@ -1,4 +1,4 @@
-// The cross-key rules of a scenario (core/scenario.cpp reads the keys, then calls
+// The cross-key rules of a scenario (core/scenario_reader.cpp reads the keys, then calls
 // check_rules): each rule names the key it refuses, the values it allows and why, in one
 // ConfigError "<where>: <key>: <problem>". Next in the flow: core/rank_layout.hpp (the layout
 // the rules build to check the groups) and core/pipeline_split.hpp (the pipeline split's rules).

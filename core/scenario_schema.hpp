@@ -1,7 +1,7 @@
 // The scenario schema: one table entry per key of a scenario file (scenarios/*.yaml), with its
 // section, type and unit, default, allowed range or values, one-line doc, Megatron-LM flag and
 // the Scenario member it fills. Everything that spells a key reads this table: the reader and
-// its `--set` overrides (core/scenario.cpp), the unknown-key "did you mean", the single-key
+// its `--set` overrides (core/scenario_reader.cpp), the unknown-key "did you mean", the single-key
 // ranges of the cross-key rules (core/scenario_rules.cpp), the Megatron-LM flags of the command
 // line (cli/scenario_options.cpp) and the generated key reference (core/scenario_reference.hpp,
 // printed by `traintwin keys` into scenarios/README.md). The enums' names are

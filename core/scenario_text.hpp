@@ -1,4 +1,4 @@
-// Small text helpers of the scenario reader (core/scenario.cpp), its schema
+// Small text helpers of the scenario reader (core/scenario_reader.cpp), its schema
 // (core/scenario_schema.hpp) and its cross-key rules (core/scenario_rules.cpp): join, contains,
 // the "did you mean" of an unknown key, a saturating product, split and trim.
 #pragma once

@@ -1,6 +1,6 @@
 // The Backend seam of the trainer executor: every kernel the executor runs, and every byte of
 // activation memory it holds, goes through one Backend. The walk (exec/executor.cpp) and the
-// model math (exec/gpt_model.cpp) never call a layer directly, so the CPU backend
+// model math (exec/gpt_model*.cpp) never call a layer directly, so the CPU backend
 // (exec/cpu/cpu_backend.hpp: OpenBLAS and the llm.c-style layers of exec/cpu/) and a CUDA backend
 // (cuBLAS(Lt) and the kernels of exec/cuda/, whose launchers take the same shapes) are
 // interchangeable, and `traintwin profile` times exactly the kernels `train` runs.

@@ -13,7 +13,12 @@
 // in-flight micro-batches as the simulator's memory model counts them.
 // Under context parallelism s is this CP rank's s / CP positions (Megatron-Core's load-balanced
 // chunks, cp_sequence.hpp), and the attention core is ring attention (or all-gather CP) over the
-// CP group, one blockwise-attention block per K/V block (see gpt_model.cpp).
+// CP group, one blockwise-attention block per K/V block (see gpt_model_attention.cpp).
+//
+// The member functions live in files by concept, like llm.c's layers: exec/gpt_model.cpp (state,
+// dispatch, embedding, head; its opening comment is the table of contents),
+// exec/gpt_model_layer.cpp, exec/gpt_model_attention.cpp, exec/gpt_model_moe.cpp. Next in the
+// flow: exec/gpt_model.cpp.
 #pragma once
 
 #include <cstdint>
@@ -225,8 +230,8 @@ class GptModel {
   int64_t moe_aux_loss_terms() const { return aux_loss_terms_; }
 
   /// What a CP collective of `op`'s attention core sends and where the result arrives (ring
-  /// attention, cp_comm_type p2p or all_gather; see gpt_model.cpp). Throws InvalidArgument when
-  /// the op does not fit the attention's state.
+  /// attention, cp_comm_type p2p or all_gather; see gpt_model_attention.cpp). Throws
+  /// InvalidArgument when the op does not fit the attention's state.
   CpTransfer cp_transfer(const Op& op);
 
   /// Evaluation: counts the loss of every micro-batch whose cross-entropy ran (the backward,

@@ -25,7 +25,7 @@ namespace {
 /// One set of inputs of a kernel and the call that runs it on them.
 struct KernelCall {
   std::vector<Tensor> t;
-  /// The tensors of `t` that exec/gpt_model.cpp allocates at this kernel (its outputs, zeroed by
+  /// The tensors of `t` that exec/gpt_model*.cpp allocates at this kernel (its outputs, zeroed by
   /// the backend): allocated again before every run, inside the timed region, as the live op
   /// pays it. The others (inputs, and the gradient accumulators the model keeps in its shard)
   /// persist across runs.
@@ -56,7 +56,7 @@ bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
                          " is not run by the executor's model (no profile for it)");
 }
 
-/// The kernel of `target` on fresh inputs, with the Backend calls exec/gpt_model.cpp makes for
+/// The kernel of `target` on fresh inputs, with the Backend calls exec/gpt_model*.cpp makes for
 /// its Role.
 KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
                      ProfileInputs& in) {

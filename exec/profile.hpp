@@ -1,5 +1,5 @@
 // Profile mode of the executor: every distinct kernel of a scenario's Program timed alone through
-// the Backend, the way `train` runs it (the same Backend calls as exec/gpt_model.cpp with the
+// the Backend, the way `train` runs it (the same Backend calls as exec/gpt_model*.cpp with the
 // Program's shapes), into cost-database rows (traces/cost_db.hpp) under the Program's KernelKey.
 //
 // Method (as nccl-tests and the usual GPU micro-benchmarks): fresh random inputs (never zeros:

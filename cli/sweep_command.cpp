@@ -27,6 +27,7 @@
 #include "core/memory.hpp"
 #include "core/posix_file.hpp"
 #include "core/text.hpp"
+#include "sim/scaling_study.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_record.hpp"
 #include "topologies/topology.hpp"
@@ -177,8 +178,8 @@ void print_scaling(const std::vector<SweepRow>& rows, const std::vector<int64_t>
     const SimulationSummary& m = best->evaluation->summary;
     std::string budget;
     if (tokens) {
-      const double days = *tokens / m.tokens_per_s / 86400.0;
-      budget = fmt::format(" {:>8.1f} {:>11}", days, si(days * 24.0 * static_cast<double>(n)));
+      const TrainingTime t = training_time(*tokens, m.tokens_per_s, n);
+      budget = fmt::format(" {:>8.1f} {:>11}", t.days, si(t.gpu_hours));
     }
     fmt::print("{:>6} {:>6} {:>10.4f} {:>12} {:>10.1f} {:>6.1f}{}  {}\n", n,
                s.training.global_batch_size, m.iteration_time_s, si(m.tokens_per_s),

@@ -141,6 +141,7 @@ nlohmann::ordered_json what_if_json(const WhatIf& w) {
     j["degraded_link"] = {{"name", w.degraded_link->name},
                           {"bandwidth_scale", w.degraded_link->bandwidth_scale}};
   }
+  if (w.moe_load_imbalance) j["moe_load_imbalance"] = *w.moe_load_imbalance;
   return j;
 }
 
@@ -166,6 +167,9 @@ WhatIf what_if_from_json(const nlohmann::ordered_json& j, const JsonPlace& where
     w.degraded_link = DegradedLink{json_string(d, "name", where.key("degraded_link")),
                                    json_number(d, "bandwidth_scale", where.key("degraded_link"))};
   }
+  if (j.contains("moe_load_imbalance")) {
+    w.moe_load_imbalance = json_number(j, "moe_load_imbalance", where);
+  }
   return w;
 }
 
@@ -185,6 +189,9 @@ std::string describe_what_if(const WhatIf& w) {
   if (w.degraded_link) {
     parts.push_back(fmt::format("degraded_link {} x {:g} bandwidth", w.degraded_link->name,
                                 w.degraded_link->bandwidth_scale));
+  }
+  if (w.moe_load_imbalance) {
+    parts.push_back(fmt::format("moe_load_imbalance {:g}", *w.moe_load_imbalance));
   }
   std::string out;
   for (const std::string& part : parts) out += (out.empty() ? "" : ", ") + part;

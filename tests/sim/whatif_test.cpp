@@ -441,6 +441,14 @@ TEST(WhatIf, SummaryJsonCarriesTheKnobsTheBaseAndTheDelta) {
                Error);
   EXPECT_EQ(describe_what_if(s.cluster.what_if),
             "ib_bandwidth_scale 2, straggler rank 7 x 1.2 compute");
+  // The MoE load imbalance is a what-if knob like the others: written, read back, described.
+  WhatIf moe;
+  moe.moe_load_imbalance = 1.3;
+  EXPECT_EQ(what_if_json(moe).dump(), R"({"moe_load_imbalance":1.3})");
+  EXPECT_EQ(what_if_from_json(what_if_json(moe), JsonPlace{"summary.json", "what_if"})
+                .moe_load_imbalance,
+            1.3);
+  EXPECT_EQ(describe_what_if(moe), "moe_load_imbalance 1.3");
   // Without what-if knobs: none of these fields.
   s.cluster.what_if = WhatIf{};
   const nlohmann::ordered_json plain = summary_json(s, h100(), r, false);

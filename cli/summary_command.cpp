@@ -106,14 +106,19 @@ void print_summary(const Scenario& s) {
              t.global_batch_size, t.micro_batch_size, mbs, sched,
              100.0 * ideal_bubble_fraction(p.pipeline_schedule, p.pipeline_model_parallel_size, mbs,
                                            p.virtual_pipeline_model_parallel_size));
-  fmt::print("training   {}{}, recompute {}, attention {}, distributed optimizer {}, overlap grad "
-             "reduce {}, overlap param gather {}, TP comm overlap {}\n",
+  fmt::print("training   {}{}, recompute {}, attention {}, distributed optimizer {}{}, overlap "
+             "grad reduce {}, overlap param gather {}, TP comm overlap {}\n",
              to_string(t.precision),
              t.fp8() ? fmt::format(" + FP8 GEMMs ({} format, {} recipe)", to_string(*t.fp8_format),
                                    to_string(t.fp8_recipe))
                      : std::string(),
              to_string(t.recompute_granularity), to_string(t.attention_backend),
-             t.use_distributed_optimizer ? "on" : "off", t.overlap_grad_reduce ? "on" : "off",
+             t.use_distributed_optimizer ? "on" : "off",
+             t.use_megatron_fsdp ? fmt::format(", Megatron-FSDP {} (ZeRO-{})",
+                                               to_string(t.data_parallel_sharding_strategy),
+                                               t.zero_stage())
+                                 : std::string(),
+             t.overlap_grad_reduce ? "on" : "off",
              t.overlap_param_gather ? "on" : "off", t.tp_comm_overlap ? "on" : "off");
   const double model_flops = model_flops_per_iteration(m, t.global_batch_size);
   const double hw_flops = hardware_flops_per_iteration(m, t.global_batch_size, t.recompute_granularity);

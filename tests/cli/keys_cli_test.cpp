@@ -21,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::run_cli;
 
 std::string read_text(const fs::path& path) {
@@ -87,6 +88,22 @@ TEST(KeysCli, SchemaFlagsReachTheirKeys) {
   const auto twice = run_cli("summary " + tiny + " --seed 3 --set training.seed=4");
   EXPECT_EQ(twice.status, 2);
   EXPECT_THAT(twice.output, AllOf(HasSubstr("training.seed"), HasSubstr("given twice")));
+}
+
+// The Megatron-FSDP keys show in `summary`'s training line with the ZeRO stage they give.
+TEST(KeysCli, SummaryNamesTheFsdpShardingStrategy) {
+  const std::string llama =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-70b-h100-64.yaml";
+  const auto plain = run_cli("summary " + llama);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_THAT(plain.output, Not(HasSubstr("Megatron-FSDP")));
+  const auto fsdp = run_cli("summary " + llama +
+                            " --set training.use_distributed_optimizer=true"
+                            " --set training.use_megatron_fsdp=true"
+                            " --set training.data_parallel_sharding_strategy=optim_grads_params");
+  ASSERT_EQ(fsdp.status, 0) << fsdp.output;
+  EXPECT_THAT(fsdp.output, HasSubstr("distributed optimizer on, Megatron-FSDP optim_grads_params "
+                                     "(ZeRO-3), overlap grad reduce"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <vector>
@@ -107,12 +108,12 @@ TEST(NvlinkDomainPlatform, RankOnTheNextRackIsItsFirstGpu) {
   EXPECT_NEAR(c->get_finish_time() - c->get_start_time(), expected, expected * 1e-3);
 }
 
-// The shipped GB200 scenario with 8 micro-batches per pipeline (global batch 32; the file's 128
-// takes minutes on 2 cores): the replay and the analytical estimator agree, the MFU is against
-// the GB200's 2450 TFLOP/s BF16 peak and plausible.
+// The shipped GB200 scenario end to end (TP aggregation: under a second): the replay and the
+// analytical estimator agree within 5 %, the MFU is against the GB200's 2450 TFLOP/s BF16 peak
+// and plausible (NVIDIA published 46.7 % for this layout; the roofline gives more, see
+// `traintwin validate ../shared/validation/published-runs-2026.yaml`).
 TEST(NvlinkDomainScenario, ShippedGb200ScenarioSimulates) {
-  const Scenario s = load_scenario(kSource / "scenarios" / "llama3.1-405b-gb200-256.yaml",
-                                   {{"training.global_batch_size", "32"}});
+  const Scenario s = load_scenario(kSource / "scenarios" / "llama3.1-405b-gb200-256.yaml");
   const TopologySpec t = load_scenario_topology(s);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(t.gpu));
   const SimulationSummary sum = summarize(s, t, simulate(s, t, *costs));
@@ -121,7 +122,7 @@ TEST(NvlinkDomainScenario, ShippedGb200ScenarioSimulates) {
   EXPECT_NEAR(est.iteration_time_s, sum.iteration_time_s, 0.05 * sum.iteration_time_s);
   EXPECT_GT(sum.mfu, 0.15);
   EXPECT_LT(sum.mfu, 0.75);
-  std::printf("llama3.1-405b-gb200-256 at global batch 32: %.3f s, MFU %.1f %% (estimator %.3f s)\n",
+  std::printf("llama3.1-405b-gb200-256: %.3f s, MFU %.1f %% (estimator %.3f s)\n",
               sum.iteration_time_s, 100 * sum.mfu, est.iteration_time_s);
 }
 

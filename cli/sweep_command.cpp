@@ -412,7 +412,21 @@ void register_sweep_command(CLI::App& app) {
       with_fp8.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
       check_gpu_supports(topo, with_fp8);
     }
-    const auto configurations = enumerate_configurations(base, axes, topo.gpu.memory_bytes);
+    auto configurations = enumerate_configurations(base, axes, topo.gpu.memory_bytes);
+    // A TP group larger than the GPUs the job uses per NVLink domain is invalid, as simulate says.
+    for (SweepConfiguration& c : configurations) {
+      if (!c.valid) continue;
+      try {
+        check_layout_fits_nvlink_domain(topo, c.scenario);
+      } catch (const ConfigError& e) {
+        const std::string what = e.what();
+        const auto key = what.find("parallelism.");
+        c.valid = false;
+        c.invalid_reason = key == std::string::npos ? what : what.substr(key);
+        c.peak_memory_bytes = 0;
+        c.excess_memory_bytes = 0;
+      }
+    }
 
     // The evaluator: the SimGrid replay in worker processes, the analytical estimator in this
     // process, or (auto) the estimator for every configuration and the replay for the top K.

@@ -24,10 +24,18 @@ std::string at(const std::string& file, const YAML::Node& n) {
 
 /// Keys a run may carry (published-runs-2026.yaml's header and rows).
 const std::set<std::string>& run_keys() {
-  static const std::set<std::string> keys = {
-      "id",    "source",   "same_as",  "system",           "model",
-      "parallelism", "training", "measured", "also", "model_parameters",
-      "data_parallel_size", "plan"};
+  static const std::set<std::string> keys = {"id",
+                                             "source",
+                                             "same_as",
+                                             "system",
+                                             "model",
+                                             "parallelism",
+                                             "training",
+                                             "measured",
+                                             "also",
+                                             "model_parameters",
+                                             "data_parallel_size",
+                                             "plan"};
   return keys;
 }
 
@@ -68,8 +76,8 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
     for (const auto& kv : run) {
       const auto key = kv.first.as<std::string>();
       if (run_keys().count(key) == 0) {
-        throw ConfigError(fmt::format("{}: runs[].{}: unknown key (allowed: {})", at(file, kv.first),
-                                      key, fmt::join(run_keys(), ", ")));
+        throw ConfigError(fmt::format("{}: runs[].{}: unknown key (allowed: {})",
+                                      at(file, kv.first), key, fmt::join(run_keys(), ", ")));
       }
     }
     if (!run["id"]) throw ConfigError(at(file, run) + ": runs[].id: missing");
@@ -80,8 +88,9 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
     if (run["same_as"]) {
       const auto it = resolved.find(run["same_as"].as<std::string>());
       if (it == resolved.end()) {
-        throw ConfigError(fmt::format("{}: {}.same_as: '{}' names no earlier run", at(file, run["same_as"]),
-                                      vc.id, run["same_as"].as<std::string>()));
+        throw ConfigError(fmt::format("{}: {}.same_as: '{}' names no earlier run",
+                                      at(file, run["same_as"]), vc.id,
+                                      run["same_as"].as<std::string>()));
       }
       base = &it->second;
     }
@@ -110,7 +119,8 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
         YAML::Node scenario;
         scenario["name"] = vc.id;
         scenario["model"] = full["model"];
-        YAML::Node parallelism = full["parallelism"] ? full["parallelism"] : YAML::Node(YAML::NodeType::Map);
+        YAML::Node parallelism =
+            full["parallelism"] ? full["parallelism"] : YAML::Node(YAML::NodeType::Map);
         YAML::Node training = full["training"] ? full["training"] : YAML::Node(YAML::NodeType::Map);
         if (vc.source.rfind("NVIDIA/dgxc-benchmarking", 0) == 0) {
           // Megatron-Core refuses layers that do not split over PP x VPP stages; the recipe ran,
@@ -119,8 +129,8 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
           const auto get = [&](const char* k) {
             return parallelism[k] ? parallelism[k].as<int64_t>() : int64_t{1};
           };
-          const int64_t stages = get("pipeline_model_parallel_size") *
-                                 get("virtual_pipeline_model_parallel_size");
+          const int64_t stages =
+              get("pipeline_model_parallel_size") * get("virtual_pipeline_model_parallel_size");
           if (stages > 1 && full["model"]["num_layers"].as<int64_t>() % stages != 0) {
             parallelism["account_for_embedding_in_pipeline_split"] = true;
             parallelism["account_for_loss_in_pipeline_split"] = true;
@@ -129,7 +139,8 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
         apply_source_defaults(vc.source, parallelism, training, "");
         scenario["parallelism"] = parallelism;
         scenario["training"] = training;
-        scenario["cluster"]["topology"] = std::filesystem::absolute(topologies_dir / topology).string();
+        scenario["cluster"]["topology"] =
+            std::filesystem::absolute(topologies_dir / topology).string();
         scenario["cluster"]["num_gpus"] = system["num_gpus"];
         YAML::Emitter em;
         em << scenario;

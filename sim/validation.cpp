@@ -34,8 +34,8 @@ void check_keys(const std::string& file, const YAML::Node& n, const std::string&
 
 }  // namespace
 
-void apply_source_defaults(const std::string& source, YAML::Node& parallelism,
-                           YAML::Node& training, const std::string& variant) {
+void apply_source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+                           const std::string& variant) {
   const bool dgxc_repo = source.rfind("NVIDIA/dgxc-benchmarking", 0) == 0;
   if (dgxc_repo && !parallelism["sequence_parallel"]) {
     // The repository's NeMo recipes (published-runs-2026.yaml) run sequence parallelism wherever

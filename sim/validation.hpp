@@ -2,13 +2,13 @@
 // scenarios, simulated, and compared with what the papers measured.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
@@ -37,9 +37,9 @@ struct ValidationCase {
 /// Reads calibration.yaml's (or calibration-modern.yaml's) `cases` and builds one ValidationCase
 /// per measurement, on the topology of its GPU (topology_file_for_gpu: A100, H100, H200, GB200
 /// in `topologies_dir`). A file with `runs` instead of `cases` (published-runs-2026.yaml) is
-/// read by load_published_runs(). Settings the sources leave implicit are those of the Megatron-LM /
-/// NeMo of the source (documented per source in validation.cpp). Measurements: an iteration
-/// time; Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
+/// read by load_published_runs(). Settings the sources leave implicit are those of the Megatron-LM
+/// / NeMo of the source (documented per source in validation.cpp). Measurements: an iteration time;
+/// Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
 /// model_tflops_per_gpu (turned into a time with model_flops_per_iteration(), NeMo's formula).
 /// Mixture-of-experts cases (num_moe_experts, moe_*, expert_model_parallel_size) are read like
 /// any other (the scenario keys of core/scenario.hpp). Unknown keys or GPUs, or a case without a
@@ -55,8 +55,8 @@ std::string topology_file_for_gpu(const std::string& gpu);
 /// Settings a source leaves implicit, as the Megatron-LM / NeMo of that source ran them
 /// (documented per source in validation.cpp); keys the case gives win where noted there.
 /// `parallelism` and `training` are the case's sections, changed in place.
-void apply_source_defaults(const std::string& source, YAML::Node& parallelism,
-                           YAML::Node& training, const std::string& variant);
+void apply_source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+                           const std::string& variant);
 
 /// The `runs` of ../shared/validation/published-runs-2026.yaml (`root`, read from `file`) as
 /// validation cases: each run with `system: {gpu, num_gpus}`, `model`, `parallelism`,

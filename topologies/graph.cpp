@@ -58,9 +58,10 @@ void check_spec(const TopologySpec& t) {
   if (t.node.domain_gpus() < t.node.gpus_per_node ||
       t.node.domain_gpus() % t.node.tray_gpus() != 0 ||
       t.node.gpus_per_node % t.node.tray_gpus() != 0) {
-    fail(fmt::format("node: {} GPUs used of an NVLink domain of {} in trays of {} (allowed: "
-                     "whole trays, at most the domain)",
-                     t.node.gpus_per_node, t.node.domain_gpus(), t.node.tray_gpus()));
+    fail(
+        fmt::format("node: {} GPUs used of an NVLink domain of {} in trays of {} (allowed: "
+                    "whole trays, at most the domain)",
+                    t.node.gpus_per_node, t.node.domain_gpus(), t.node.tray_gpus()));
   }
   // One leaf per rail of the whole domain (the spare GPUs' rails exist but are not built).
   if (f.leaf_switches_per_scalable_unit != fabric_rails(t)) {

@@ -242,9 +242,12 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
     throw ConfigError(fmt::format("{}: must be greater than zero", gpu.where("memory")));
   }
   t.gpu.hbm_bandwidth_Bps = gpu.bandwidth_Bps("hbm_bandwidth");
-  const Mapping peak =
-      gpu.child("peak_flops", {{"fp32", true}, {"tf32", false}, {"fp16", true}, {"bf16", true},
-                               {"fp8", false}, {"fp4", false}});
+  const Mapping peak = gpu.child("peak_flops", {{"fp32", true},
+                                                {"tf32", false},
+                                                {"fp16", true},
+                                                {"bf16", true},
+                                                {"fp8", false},
+                                                {"fp4", false}});
   t.gpu.peak.fp32_FLOPs = peak.flop_rate_FLOPs("fp32");
   if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.flop_rate_FLOPs("tf32");
   t.gpu.peak.fp16_FLOPs = peak.flop_rate_FLOPs("fp16");
@@ -350,8 +353,7 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
     throw ConfigError(fmt::format(
         "{}: {} leaves per scalable unit, but a rail-optimized fabric has one leaf per rail "
         "(allowed: nic.nics_per_node = {})",
-        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit,
-        nics));
+        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit, nics));
   }
   f.nodes_per_scalable_unit = fabric.integer("nodes_per_scalable_unit", 1);
   if (f.nodes_per_scalable_unit > down) {
@@ -399,8 +401,8 @@ int64_t fabric_rails(const TopologySpec& t) {
 
 GpuPlacement place_rank(const TopologySpec& t, int64_t rank) {
   if (rank < 0 || t.node.gpus_per_node < 1) {
-    throw InvalidArgument(fmt::format("place_rank: rank {} on nodes of {} GPUs", rank,
-                                      t.node.gpus_per_node));
+    throw InvalidArgument(
+        fmt::format("place_rank: rank {} on nodes of {} GPUs", rank, t.node.gpus_per_node));
   }
   GpuPlacement p;
   p.node = rank / t.node.gpus_per_node;
@@ -515,9 +517,8 @@ void check_cluster_size(const TopologySpec& t, int64_t num_gpus) {
   if (g < 1 || num_gpus % g != 0) {
     const int64_t below = g >= 1 ? num_gpus / g * g : 0;
     throw ConfigError(fmt::format(
-        "topology '{}': num_gpus = {} is not a multiple of {} = {} (nearest: {}{})",
-        t.name, num_gpus, per_node_key(t), g, below > 0 ? fmt::format("{} or ", below) : "",
-        below + g));
+        "topology '{}': num_gpus = {} is not a multiple of {} = {} (nearest: {}{})", t.name,
+        num_gpus, per_node_key(t), g, below > 0 ? fmt::format("{} or ", below) : "", below + g));
   }
   const int64_t nodes = num_gpus / g;
   const int64_t most = max_nodes(t);
@@ -557,10 +558,9 @@ std::string describe_topology(const TopologySpec& t) {
         t.node.domain_gpus() - t.node.gpus_per_node);
   }
   if (gpu.peak.fp4_FLOPs) {  // Blackwell: its low-precision peaks
-    out += fmt::format("  lowp    dense {} fp8{}\n",
-                       format_flop_rate_FLOPs(gpu.peak.fp8_FLOPs.value_or(0)),
-                       gpu.peak.fp4_FLOPs
-                           ? fmt::format(", {} fp4", format_flop_rate_FLOPs(*gpu.peak.fp4_FLOPs))
+    out += fmt::format(
+        "  lowp    dense {} fp8{}\n", format_flop_rate_FLOPs(gpu.peak.fp8_FLOPs.value_or(0)),
+        gpu.peak.fp4_FLOPs ? fmt::format(", {} fp4", format_flop_rate_FLOPs(*gpu.peak.fp4_FLOPs))
                            : std::string());
   }
   out += fmt::format("  nic     {} x {} per node, {} latency each\n", t.nic.nics_per_node,

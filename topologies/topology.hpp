@@ -120,7 +120,9 @@ struct NodeSpec {
   bool nvls = false;                ///< NVLink SHARP (in-switch reductions), Hopper and later
 
   /// GPUs of the whole NVLink domain, spares included.
-  int64_t domain_gpus() const { return nvlink_domain_gpus > 0 ? nvlink_domain_gpus : gpus_per_node; }
+  int64_t domain_gpus() const {
+    return nvlink_domain_gpus > 0 ? nvlink_domain_gpus : gpus_per_node;
+  }
   /// GPUs per host (tray).
   int64_t tray_gpus() const { return gpus_per_tray > 0 ? gpus_per_tray : domain_gpus(); }
 };
@@ -213,7 +215,8 @@ int64_t max_leaf_switches(const FabricSpec& f);
 int64_t max_nodes(const TopologySpec& t);
 
 /// Checks that `num_gpus` GPUs can be built from this topology: at least one, a multiple of
-/// gpus_per_node (the GPUs used per NVLink domain), and no more nodes than max_nodes(). Throws ConfigError with the numbers.
+/// gpus_per_node (the GPUs used per NVLink domain), and no more nodes than max_nodes(). Throws
+/// ConfigError with the numbers.
 void check_cluster_size(const TopologySpec& t, int64_t num_gpus);
 
 /// Checks that the GPU of `t` can run what `training` asks of it: FP8 GEMMs

@@ -288,7 +288,8 @@ TEST(SweepCli, TpLargerThanTheNvlinkDomainIsInvalid) {
                            "/scenarios/llama3.1-405b-gb200-256.yaml --tensor-model-parallel-size "
                            "4,8 --pipeline-model-parallel-size 8 --mode analytical");
   ASSERT_EQ(gb200.status, 0) << gb200.output;
-  EXPECT_THAT(gb200.output, HasSubstr("2 configurations: 2 ranked, 0 out of memory, 0 failed, 0 invalid"));
+  EXPECT_THAT(gb200.output,
+              HasSubstr("2 configurations: 2 ranked, 0 out of memory, 0 failed, 0 invalid"));
 }
 
 }  // namespace

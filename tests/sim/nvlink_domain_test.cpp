@@ -8,9 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
-#include <vector>
-
 #include <simgrid/s4u.hpp>
+#include <vector>
 
 #include "sim/analytical.hpp"
 #include "sim/collectives.hpp"

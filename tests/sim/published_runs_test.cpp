@@ -1,7 +1,8 @@
-// Tests of the `runs` format (../shared/validation/published-runs-2026.yaml, sim/published_runs.cpp):
-// the GB200 NVL72 rows become cases on gb200-nvl72-superpod.yaml with the recipe's implicit
-// settings, `same_as` inherits the model and layout, tokens/s/GPU turns into an iteration time,
-// rows traintwin cannot simulate are listed with the reason, and broken rows are errors.
+// Tests of the `runs` format (../shared/validation/published-runs-2026.yaml,
+// sim/published_runs.cpp): the GB200 NVL72 rows become cases on gb200-nvl72-superpod.yaml with the
+// recipe's implicit settings, `same_as` inherits the model and layout, tokens/s/GPU turns into an
+// iteration time, rows traintwin cannot simulate are listed with the reason, and broken rows are
+// errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -26,7 +27,8 @@ const fs::path kRuns = kSource / ".." / "shared" / "validation" / "published-run
 
 /// Writes `text` to a file of its own under the temp folder and returns its path.
 fs::path write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".yaml");
+  const fs::path p =
+      fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(p) << text;
   return p;
 }
@@ -72,23 +74,26 @@ const std::string kRow =
     "    source: test\n"
     "    system: {gpu: GB200, num_gpus: 128}\n"
     "    model: {architecture: llama, num_layers: 16, hidden_size: 4096, ffn_hidden_size: 14336,\n"
-    "            num_attention_heads: 32, num_query_groups: 8, seq_length: 8192, vocab_size: 128256}\n"
+    "            num_attention_heads: 32, num_query_groups: 8, seq_length: 8192, vocab_size: "
+    "128256}\n"
     "    parallelism: {tensor_model_parallel_size: 2}\n"
     "    training: {micro_batch_size: 1, global_batch_size: 64, precision: bf16}\n"
     "    measured: {tokens_per_s_per_gpu: 4096}\n";
 
 // tokens/s/GPU -> T = global batch x seq / (tokens/s/GPU x GPUs) = 64 x 8192 / (4096 x 128) = 1 s.
 TEST(PublishedRuns, SameAsAndTokensPerSecond) {
-  const fs::path f = write_temp("runs-ok", kRow +
-                                               "  - id: bigger\n"
-                                               "    same_as: base\n"
-                                               "    system: {gpu: GB200-186GB, num_gpus: 256}\n"
-                                               "    training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16}\n"
-                                               "    measured: {iteration_time_s: 2.5, mfu: 0.4}\n"
-                                               "  - id: h20\n"
-                                               "    same_as: base\n"
-                                               "    system: {gpu: H20, num_gpus: 128}\n"
-                                               "    measured: {iteration_time_s: 1}\n");
+  const fs::path f = write_temp(
+      "runs-ok",
+      kRow +
+          "  - id: bigger\n"
+          "    same_as: base\n"
+          "    system: {gpu: GB200-186GB, num_gpus: 256}\n"
+          "    training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16}\n"
+          "    measured: {iteration_time_s: 2.5, mfu: 0.4}\n"
+          "  - id: h20\n"
+          "    same_as: base\n"
+          "    system: {gpu: H20, num_gpus: 128}\n"
+          "    measured: {iteration_time_s: 1}\n");
   const auto cases = load_validation_cases(f, kSource / "topologies");
   fs::remove(f);
   ASSERT_EQ(cases.size(), 3u);
@@ -117,8 +122,8 @@ TEST(PublishedRuns, BrokenRowsAreErrorsNamingFileAndRun) {
     load_validation_cases(b, kSource / "topologies");
     ADD_FAILURE() << "unknown key accepted";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr(b.string() + ":11"),
-                                HasSubstr("runs[].sytem: unknown key")));
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr(b.string() + ":11"), HasSubstr("runs[].sytem: unknown key")));
   }
   fs::remove(b);
 }

@@ -38,17 +38,17 @@ std::string config_error_of(F&& f) {
 
 /// A GB200-like file with the node section given; line 11 is the node's first key.
 std::string with_node(const std::string& node_lines) {
-  return "name: nvl\n"                         // 1
-         "gpu:\n"                              // 2
-         "  name: GB200-186GB\n"               // 3
-         "  memory: 186GB\n"                   // 4
-         "  hbm_bandwidth: 8000GBps\n"         // 5
-         "  peak_flops:\n"                     // 6
-         "    fp32: 80TFLOPs\n"                // 7
-         "    fp16: 2450TFLOPs\n"              // 8
-         "    bf16: 2450TFLOPs\n"              // 9
-         "node:\n" +                           // 10
-         node_lines +                          // 11 ..
+  return "name: nvl\n"                  // 1
+         "gpu:\n"                       // 2
+         "  name: GB200-186GB\n"        // 3
+         "  memory: 186GB\n"            // 4
+         "  hbm_bandwidth: 8000GBps\n"  // 5
+         "  peak_flops:\n"              // 6
+         "    fp32: 80TFLOPs\n"         // 7
+         "    fp16: 2450TFLOPs\n"       // 8
+         "    bf16: 2450TFLOPs\n"       // 9
+         "node:\n" +                    // 10
+         node_lines +                   // 11 ..
          "  nvlink_bandwidth: 900GBps\n"
          "  nvlink_latency: 1us\n"
          "  nvls: true\n"
@@ -84,17 +84,17 @@ TEST(Gb200Nvl72, PeaksMemoryAndDomainAsTheDatasheet) {
   EXPECT_DOUBLE_EQ(*t.gpu.peak.fp4_FLOPs, 9800e12);
   EXPECT_EQ(t.node.domain_gpus(), 72);
   EXPECT_EQ(t.node.tray_gpus(), 4);
-  EXPECT_EQ(t.node.gpus_per_node, 64);       // what every engine divides by
-  EXPECT_EQ(t.nic.nics_per_node, 64);        // the used GPUs' NICs = rails built
-  EXPECT_EQ(fabric_rails(t), 72);            // one leaf per rail of the whole rack
+  EXPECT_EQ(t.node.gpus_per_node, 64);  // what every engine divides by
+  EXPECT_EQ(t.nic.nics_per_node, 64);   // the used GPUs' NICs = rails built
+  EXPECT_EQ(fabric_rails(t), 72);       // one leaf per rail of the whole rack
   EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, 72);
   EXPECT_DOUBLE_EQ(t.node.nvlink_bandwidth_Bps, 900e9);
   EXPECT_TRUE(t.node.nvls);
   EXPECT_DOUBLE_EQ(t.nic.line_rate_Bps, 50e9);
   // Three tiers of radix 64: 64 x 32 = 2048 leaves / 72 rails = 28 SUs of 8 racks.
   EXPECT_EQ(max_nodes(t), 224);
-  EXPECT_NO_THROW(check_cluster_size(t, 128));   // 2 racks x 64: the published 128-GPU runs
-  EXPECT_NO_THROW(check_cluster_size(t, 512));   // one SU
+  EXPECT_NO_THROW(check_cluster_size(t, 128));  // 2 racks x 64: the published 128-GPU runs
+  EXPECT_NO_THROW(check_cluster_size(t, 512));  // one SU
   EXPECT_THAT(config_error_of([&] { check_cluster_size(t, 72); }),
               HasSubstr("num_gpus = 72 is not a multiple of gpus_used_per_node = 64 (nearest: "
                         "64 or 128)"));

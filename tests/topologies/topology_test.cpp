@@ -277,9 +277,9 @@ TEST(ParseTopology, UnknownKeyNamesFileLineAndAllowedKeys) {
               AllOf(HasSubstr("t.yaml:28: color: unknown key"), Not(HasSubstr("did you mean")),
                     HasSubstr("description (optional)")));
   // fp4 is a key since the GB200 file (Blackwell's FP4 peak); fp6 is not.
-  EXPECT_THAT(error_for(with("    fp16:", "    fp6: 3958TFLOPs\n    fp16:")),
-              AllOf(HasSubstr("t.yaml:8: gpu.peak_flops.fp6: unknown key"),
-                    HasSubstr("fp4 (optional)")));
+  EXPECT_THAT(
+      error_for(with("    fp16:", "    fp6: 3958TFLOPs\n    fp16:")),
+      AllOf(HasSubstr("t.yaml:8: gpu.peak_flops.fp6: unknown key"), HasSubstr("fp4 (optional)")));
 }
 
 TEST(ParseTopology, MissingKeyIsNamed) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/sweep_mpi.hpp"
+#include "core/error.hpp"
 #include "core/posix_file.hpp"
 #include "sim/cost_model.hpp"
 
@@ -109,7 +110,21 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   if (!request.out_dir.empty()) prepare_output_directory(request.out_dir, "--out");
   TopologySpec topo = load_topology(base.cluster.topology);
   check_sweep(base, topo, request.axes);
-  const auto configurations = enumerate_configurations(base, request.axes, topo.gpu.memory_bytes);
+  auto configurations = enumerate_configurations(base, request.axes, topo.gpu.memory_bytes);
+  // A TP group larger than the GPUs the job uses per NVLink domain is invalid, as simulate says.
+  for (SweepConfiguration& c : configurations) {
+    if (!c.valid) continue;
+    try {
+      check_layout_fits_nvlink_domain(topo, c.scenario);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      const auto key = what.find("parallelism.");
+      c.valid = false;
+      c.invalid_reason = key == std::string::npos ? what : what.substr(key);
+      c.peak_memory_bytes = 0;
+      c.excess_memory_bytes = 0;
+    }
+  }
 
   const auto db_dir = default_database_dir(base.cluster.topology);
   const std::shared_ptr<const CostModel> costs =

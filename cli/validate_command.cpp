@@ -91,9 +91,11 @@ void print_validation_table(const std::vector<ValidationCase>& cases, const Effi
     const double err = (m.iteration_time_s - c.measured_iteration_time_s) / c.measured_iteration_time_s;
     (in_sample(c) ? abs_in : abs_out) += std::abs(err);
     ++(in_sample(c) ? n_in : n_out);
-    fmt::print("{:<58} {:>9} {:>9.3f}s {:>9.3f}s {:>+7.1f}% {:>6.1f}% {:>9}\n", c.id,
-               c.scenario.cluster.num_gpus, c.measured_iteration_time_s, m.iteration_time_s, 100 * err,
-               100 * m.mfu, in_sample(c) ? "in-sample" : "held-out");
+    fmt::print("{:<58} {:>9} {:>9.3f}s {:>9.3f}s {:>+7.1f}% {:>6.1f}% {:>9}{}\n", c.id,
+               c.scenario.cluster.num_gpus, c.measured_iteration_time_s, m.iteration_time_s,
+               100 * err, 100 * m.mfu, in_sample(c) ? "in-sample" : "held-out",
+               c.measured_mfu ? fmt::format("  (published MFU {:.1f}%)", 100 * *c.measured_mfu)
+                              : std::string());
   }
   if (n_in + n_out > 0) {
     std::string split;

@@ -143,6 +143,8 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
   // A run on fewer ranks than the host holds uses part of its one node.
   if (s.cluster.num_gpus < topo.node.gpus_per_node && topo.nic.nics_per_node == 1) {
     topo.node.gpus_per_node = s.cluster.num_gpus;
+    topo.node.nvlink_domain_gpus = s.cluster.num_gpus;  // the part used is the whole node here
+    topo.node.gpus_per_tray = 0;
   }
   const std::string device = backend_device_id(backend, backend_cost_device(backend, threads));
   if (topo.gpu.name != device) {

@@ -197,6 +197,11 @@ RooflineEfficiency default_roofline_efficiency(const GpuSpec& gpu) {
   // gemm 0.58-0.75, memory 0.4-0.8, attention 0.45-0.55): one set fits the nine A100 cases
   // (Narayanan et al. 2021, Korthikanti et al. 2022) and the DGX Cloud H100 case alike, so it
   // is used for every GPU until measured databases replace it (traces/db/).
+  // Blackwell (B200, GB200: gpu.name B* / GB*) gets the same set as a stated assumption, not a
+  // fit: no GB200 run was used to choose it, and no Blackwell database exists yet, so its
+  // predictions scale with its peaks (2.5x an H100's BF16) at Hopper's fractions of peak.
+  // `traintwin validate ../shared/validation/published-runs-2026.yaml --case gb200` shows how
+  // far that assumption is from NVIDIA's published GB200 runs.
   (void)gpu;
   RooflineEfficiency eff;
   eff.gemm = 0.68;

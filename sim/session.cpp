@@ -25,6 +25,7 @@ SimulationSession::SimulationSession(Scenario s, TopologySpec topology,
                                      const SessionCostSource& source, SimulationOptions options)
     : scenario_(std::move(s)), topology_(std::move(topology)), options_(std::move(options)) {
   check_cluster_size(topology_, scenario_.cluster.num_gpus);
+  check_layout_fits_nvlink_domain(topology_, scenario_);
   std::optional<TopologySpec> db_topo;
   if (!source.cost_db_topology.empty()) db_topo = load_topology(source.cost_db_topology);
   const GpuSpec& measured_on = db_topo ? db_topo->gpu : topology_.gpu;

@@ -35,7 +35,8 @@ struct SessionCostSource {
 /// options; run() and run_what_if_base() may each be called more than once.
 class SimulationSession {
  public:
-  /// The scenario on its cluster.topology (loaded; the cluster size checked against it). Throws
+  /// The scenario on its cluster.topology (loaded; the cluster size and the TP groups' fit in an
+  /// NVLink domain checked against it: check_layout_fits_nvlink_domain). Throws
   /// what load_topology, check_cluster_size and the cost models throw (ConfigError,
   /// CostDatabaseError, TimelineError).
   SimulationSession(Scenario s, const SessionCostSource& source, SimulationOptions options);

@@ -32,9 +32,17 @@ void check_keys(const std::string& file, const YAML::Node& n, const std::string&
   }
 }
 
-/// Settings a source leaves implicit, as the Megatron-LM of that paper ran them.
-void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
-                     const std::string& variant) {
+}  // namespace
+
+void apply_source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+                           const std::string& variant) {
+  const bool dgxc_repo = source.rfind("NVIDIA/dgxc-benchmarking", 0) == 0;
+  if (dgxc_repo && !parallelism["sequence_parallel"]) {
+    // The repository's NeMo recipes (published-runs-2026.yaml) run sequence parallelism wherever
+    // TP > 1, as every dgxc recipe of calibration-modern.yaml with TP > 1 states.
+    const YAML::Node tp = parallelism["tensor_model_parallel_size"];
+    parallelism["sequence_parallel"] = tp && tp.as<int64_t>() > 1;
+  }
   if (source.rfind("narayanan2021", 0) == 0) {
     // SC'21 Megatron: no sequence parallelism, no distributed optimizer, data-parallel
     // all-reduce after the backward pass (not overlapped), unfused attention.
@@ -46,7 +54,8 @@ void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::N
     parallelism["sequence_parallel"] = sp;
     training["recompute_granularity"] = sp ? "selective" : "full";
     training["use_distributed_optimizer"] = false;
-  } else if (source.rfind("dgxc v", 0) == 0 || source.rfind("nemo_long_context", 0) == 0) {
+  } else if (source.rfind("dgxc v", 0) == 0 || source.rfind("nemo_long_context", 0) == 0 ||
+             dgxc_repo) {
     // NVIDIA's DGX Cloud recipes (NeMo 2 / Megatron-Core) and NeMo's long-context table:
     // distributed optimizer with overlapped gradient reduce and parameter gather, Transformer
     // Engine TP communication overlap wherever sequence parallelism runs; flash attention comes
@@ -72,7 +81,14 @@ void source_defaults(const std::string& source, YAML::Node& parallelism, YAML::N
   }
 }
 
-}  // namespace
+std::string topology_file_for_gpu(const std::string& gpu) {
+  if (gpu.rfind("A100", 0) == 0) return "dgx-a100-superpod.yaml";
+  if (gpu.rfind("H100", 0) == 0) return "dgx-h100-superpod.yaml";
+  if (gpu.rfind("H200", 0) == 0) return "dgx-h200-superpod.yaml";
+  // B200 in an NVL72 rack is the GB200's GPU; a DGX B200 (8 per node) has no file yet.
+  if (gpu.rfind("GB200", 0) == 0) return "gb200-nvl72-superpod.yaml";
+  return "";
+}
 
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir) {
@@ -81,6 +97,7 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
   const YAML::Node root = load_single_yaml_document(
       read_input_file(calibration_file, "calibration file", kMaxConfigFileBytes), file,
       "calibration file");
+  if (!root["cases"] && root["runs"]) return load_published_runs(root, file, topologies_dir);
   if (!root["cases"] || !root["cases"].IsSequence()) {
     throw ConfigError(file + ": cases: missing or not a list");
   }
@@ -95,13 +112,10 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
     const YAML::Node cluster = c["cluster"];
     check_keys(file, cluster, id + ".cluster", {"gpu", "num_gpus"});
     const auto gpu = cluster["gpu"].as<std::string>();
-    std::string topology;
-    if (gpu.rfind("A100", 0) == 0) topology = "dgx-a100-superpod.yaml";
-    if (gpu.rfind("H100", 0) == 0) topology = "dgx-h100-superpod.yaml";
-    if (gpu.rfind("H200", 0) == 0) topology = "dgx-h200-superpod.yaml";
+    const std::string topology = topology_file_for_gpu(gpu);
     if (topology.empty()) {
       throw ConfigError(where(file, cluster) + ": " + id + ".cluster.gpu: '" + gpu +
-                        "' has no topology (allowed: A100-*, H100-*, H200-*)");
+                        "' has no topology (allowed: A100-*, H100-*, H200-*, GB200*)");
     }
     // The measurements: one case per measured iteration time.
     const YAML::Node measured = c["measured"];
@@ -130,7 +144,7 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
       scenario["model"] = YAML::Clone(c["model"]);
       YAML::Node parallelism = YAML::Clone(c["parallelism"]);
       YAML::Node training = YAML::Clone(c["training"]);
-      source_defaults(source, parallelism, training, variant);
+      apply_source_defaults(source, parallelism, training, variant);
       scenario["parallelism"] = parallelism;
       scenario["training"] = training;
       scenario["cluster"]["topology"] = std::filesystem::absolute(topologies_dir / topology).string();

@@ -2,6 +2,8 @@
 // scenarios, simulated, and compared with what the papers measured.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -24,22 +26,49 @@ struct ValidationCase {
   /// turned into a time with their eq. 3: T = F / (TFLOP/s x GPUs).
   double measured_iteration_time_s = 0;
   std::string measured_as;  ///< "tflops_per_gpu 148" / "iteration_time_s 8.309" ...
+  /// The MFU the source prints (a fraction), where it gives one; shown beside the prediction,
+  /// never fitted on.
+  std::optional<double> measured_mfu;
   /// Non-empty when the case uses a feature traintwin does not build yet (e.g. "mixture of
   /// experts"): `scenario` is then empty and the case is reported, not simulated.
   std::string unsupported;
 };
 
 /// Reads calibration.yaml's (or calibration-modern.yaml's) `cases` and builds one ValidationCase
-/// per measurement: A100 cases on `topologies_dir`/dgx-a100-superpod.yaml, H100 on
-/// dgx-h100-superpod.yaml. Settings the sources leave implicit are those of the Megatron-LM /
-/// NeMo of the source (documented per source in validation.cpp). Measurements: an iteration
-/// time; Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
+/// per measurement, on the topology of its GPU (topology_file_for_gpu: A100, H100, H200, GB200
+/// in `topologies_dir`). A file with `runs` instead of `cases` (published-runs-2026.yaml) is
+/// read by load_published_runs(). Settings the sources leave implicit are those of the Megatron-LM
+/// / NeMo of the source (documented per source in validation.cpp). Measurements: an iteration time;
+/// Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
 /// model_tflops_per_gpu (turned into a time with model_flops_per_iteration(), NeMo's formula).
 /// Mixture-of-experts cases (num_moe_experts, moe_*, expert_model_parallel_size) are read like
 /// any other (the scenario keys of core/scenario.hpp). Unknown keys or GPUs, or a case without a
 /// measurement, are ConfigError naming the case and key.
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& calibration_file,
                                                   const std::filesystem::path& topologies_dir);
+
+/// The topology file (in the topologies folder) of a calibration GPU name, by prefix: A100* ->
+/// dgx-a100-superpod.yaml, H100* -> dgx-h100-superpod.yaml, H200* -> dgx-h200-superpod.yaml,
+/// GB200* -> gb200-nvl72-superpod.yaml; "" for any other GPU.
+std::string topology_file_for_gpu(const std::string& gpu);
+
+/// Settings a source leaves implicit, as the Megatron-LM / NeMo of that source ran them
+/// (documented per source in validation.cpp); keys the case gives win where noted there.
+/// `parallelism` and `training` are the case's sections, changed in place.
+void apply_source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+                           const std::string& variant);
+
+/// The `runs` of ../shared/validation/published-runs-2026.yaml (`root`, read from `file`) as
+/// validation cases: each run with `system: {gpu, num_gpus}`, `model`, `parallelism`,
+/// `training` (sections inherited from the run named by `same_as` where the run omits them) and
+/// a measured `iteration_time_s` or `tokens_per_s_per_gpu` (T = global batch x sequence length /
+/// (tokens/s/GPU x GPUs)); `mfu` is kept as measured_mfu. Runs traintwin cannot simulate (no
+/// single-GPU-type system or model, a GPU without a topology or other than the topology's, a key
+/// the scenario reader refuses) become cases with `unsupported` saying why. Unknown run keys and
+/// a `same_as` naming no earlier run are ConfigError naming the file, line and run
+/// (sim/published_runs.cpp).
+std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const std::string& file,
+                                                const std::filesystem::path& topologies_dir);
 
 /// Simulates one supported case (replay, no timeline) with the roofline at `efficiency_of(the
 /// case's GPU)` (e.g. default_roofline_efficiency) for the kernels the measured database of the case's GPU lacks (`topologies_dir`/../traces/db/<gpu>.json

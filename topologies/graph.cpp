@@ -55,11 +55,20 @@ void check_spec(const TopologySpec& t) {
     fail(fmt::format("fabric.oversubscription = {}:{} (allowed: positive integers down:up)",
                      f.oversubscription_down, f.oversubscription_up));
   }
-  if (f.leaf_switches_per_scalable_unit != t.nic.nics_per_node) {
+  if (t.node.domain_gpus() < t.node.gpus_per_node ||
+      t.node.domain_gpus() % t.node.tray_gpus() != 0 ||
+      t.node.gpus_per_node % t.node.tray_gpus() != 0) {
+    fail(
+        fmt::format("node: {} GPUs used of an NVLink domain of {} in trays of {} (allowed: "
+                    "whole trays, at most the domain)",
+                    t.node.gpus_per_node, t.node.domain_gpus(), t.node.tray_gpus()));
+  }
+  // One leaf per rail of the whole domain (the spare GPUs' rails exist but are not built).
+  if (f.leaf_switches_per_scalable_unit != fabric_rails(t)) {
     fail(fmt::format(
         "fabric.leaf_switches_per_scalable_unit = {}, but a rail-optimized fabric has one leaf "
         "per rail (allowed: nic.nics_per_node = {})",
-        f.leaf_switches_per_scalable_unit, t.nic.nics_per_node));
+        f.leaf_switches_per_scalable_unit, fabric_rails(t)));
   }
   const int64_t down = leaf_down_ports(f);
   if (f.nodes_per_scalable_unit < 1 || f.nodes_per_scalable_unit > down) {

@@ -242,21 +242,50 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
     throw ConfigError(fmt::format("{}: must be greater than zero", gpu.where("memory")));
   }
   t.gpu.hbm_bandwidth_Bps = gpu.bandwidth_Bps("hbm_bandwidth");
-  const Mapping peak =
-      gpu.child("peak_flops", {{"fp32", true}, {"tf32", false}, {"fp16", true}, {"bf16", true},
-                               {"fp8", false}});
+  const Mapping peak = gpu.child("peak_flops", {{"fp32", true},
+                                                {"tf32", false},
+                                                {"fp16", true},
+                                                {"bf16", true},
+                                                {"fp8", false},
+                                                {"fp4", false}});
   t.gpu.peak.fp32_FLOPs = peak.flop_rate_FLOPs("fp32");
   if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.flop_rate_FLOPs("tf32");
   t.gpu.peak.fp16_FLOPs = peak.flop_rate_FLOPs("fp16");
   t.gpu.peak.bf16_FLOPs = peak.flop_rate_FLOPs("bf16");
   if (peak.has("fp8")) t.gpu.peak.fp8_FLOPs = peak.flop_rate_FLOPs("fp8");
+  if (peak.has("fp4")) t.gpu.peak.fp4_FLOPs = peak.flop_rate_FLOPs("fp4");
 
-  // --- node ---
+  // --- node: one NVLink domain, its trays and the GPUs a job uses ---
   const Mapping node = top.child("node", {{"gpus_per_node", true},
+                                          {"gpus_per_tray", false},
+                                          {"gpus_used_per_node", false},
                                           {"nvlink_bandwidth", true},
                                           {"nvlink_latency", true},
                                           {"nvls", true}});
-  t.node.gpus_per_node = node.integer("gpus_per_node", 1);
+  const int64_t domain = node.integer("gpus_per_node", 1);
+  const int64_t tray = node.has("gpus_per_tray") ? node.integer("gpus_per_tray", 1) : domain;
+  if (domain % tray != 0) {
+    throw ConfigError(fmt::format(
+        "{}: {} GPUs per tray do not fill node.gpus_per_node = {} (allowed: a divisor of {}; "
+        "GB200 NVL72: 4)",
+        node.where("gpus_per_tray"), tray, domain, domain));
+  }
+  const int64_t used =
+      node.has("gpus_used_per_node") ? node.integer("gpus_used_per_node", 1) : domain;
+  if (used > domain) {
+    throw ConfigError(fmt::format(
+        "{}: {} GPUs used per NVLink domain, but node.gpus_per_node = {} (allowed: 1 to {})",
+        node.where("gpus_used_per_node"), used, domain, domain));
+  }
+  if (used % tray != 0) {
+    throw ConfigError(fmt::format(
+        "{}: {} GPUs are not whole trays of node.gpus_per_tray = {} (allowed: a multiple of {} "
+        "up to {}; a job takes whole hosts)",
+        node.where("gpus_used_per_node"), used, tray, tray, domain));
+  }
+  t.node.gpus_per_node = used;
+  t.node.nvlink_domain_gpus = domain;
+  t.node.gpus_per_tray = tray;
   t.node.nvlink_bandwidth_Bps = node.bandwidth_Bps("nvlink_bandwidth");
   t.node.nvlink_latency_s = node.time_s("nvlink_latency");
   t.node.nvls = node.boolean("nvls");
@@ -264,14 +293,21 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
   // --- nic ---
   const Mapping nic =
       top.child("nic", {{"nics_per_node", true}, {"line_rate", true}, {"latency", true}});
-  t.nic.nics_per_node = nic.integer("nics_per_node", 1);
-  if (t.node.gpus_per_node % t.nic.nics_per_node != 0) {
+  const int64_t nics = nic.integer("nics_per_node", 1);
+  if (domain % nics != 0) {
     throw ConfigError(fmt::format(
         "{}: {} NICs cannot be shared evenly by node.gpus_per_node = {} GPUs (allowed: a "
         "divisor of {}; DGX nodes have one NIC per GPU)",
-        nic.where("nics_per_node"), t.nic.nics_per_node, t.node.gpus_per_node,
-        t.node.gpus_per_node));
+        nic.where("nics_per_node"), nics, domain, domain));
   }
+  if (nics * used % domain != 0) {
+    throw ConfigError(fmt::format(
+        "{}: {} GPUs of {} do not use whole NICs ({} NICs per domain, one per {} GPUs) "
+        "(allowed: a multiple of {})",
+        node.where("gpus_used_per_node"), used, domain, nics, domain / nics, domain / nics));
+  }
+  // The job's rails: the NICs of the GPUs it uses (GPU j on NIC j x nics / domain).
+  t.nic.nics_per_node = nics * used / domain;
   t.nic.line_rate_Bps = nic.bandwidth_Bps("line_rate");
   t.nic.latency_s = nic.time_s("latency");
 
@@ -313,12 +349,11 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
         f.switch_radix));
   }
   f.leaf_switches_per_scalable_unit = fabric.integer("leaf_switches_per_scalable_unit", 1);
-  if (f.leaf_switches_per_scalable_unit != t.nic.nics_per_node) {
+  if (f.leaf_switches_per_scalable_unit != nics) {
     throw ConfigError(fmt::format(
         "{}: {} leaves per scalable unit, but a rail-optimized fabric has one leaf per rail "
         "(allowed: nic.nics_per_node = {})",
-        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit,
-        t.nic.nics_per_node));
+        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit, nics));
   }
   f.nodes_per_scalable_unit = fabric.integer("nodes_per_scalable_unit", 1);
   if (f.nodes_per_scalable_unit > down) {
@@ -355,7 +390,50 @@ TopologySpec load_scenario_topology(const Scenario& s) {
   TopologySpec topo = load_topology(s.cluster.topology);
   check_cluster_size(topo, s.cluster.num_gpus);
   check_gpu_supports(topo, s.training);
+  check_layout_fits_nvlink_domain(topo, s);
   return topo;
+}
+
+int64_t fabric_rails(const TopologySpec& t) {
+  if (t.node.gpus_per_node < 1) return t.nic.nics_per_node;
+  return t.nic.nics_per_node * t.node.domain_gpus() / t.node.gpus_per_node;
+}
+
+GpuPlacement place_rank(const TopologySpec& t, int64_t rank) {
+  if (rank < 0 || t.node.gpus_per_node < 1) {
+    throw InvalidArgument(
+        fmt::format("place_rank: rank {} on nodes of {} GPUs", rank, t.node.gpus_per_node));
+  }
+  GpuPlacement p;
+  p.node = rank / t.node.gpus_per_node;
+  p.gpu_in_node = rank % t.node.gpus_per_node;
+  p.tray = p.gpu_in_node / t.node.tray_gpus();
+  p.gpu_in_tray = p.gpu_in_node % t.node.tray_gpus();
+  p.physical_gpu = p.node * t.node.domain_gpus() + p.gpu_in_node;
+  return p;
+}
+
+void check_layout_fits_nvlink_domain(const TopologySpec& t, const Scenario& s) {
+  const int64_t g = t.node.gpus_per_node;
+  const std::string file = s.source.empty() ? std::string("scenario") : s.source.string();
+  const std::string topo_file = t.source.empty() ? t.name : t.source.string();
+  const std::string domain_key =
+      g == t.node.domain_gpus()
+          ? fmt::format("node.gpus_per_node = {}", g)
+          : fmt::format("node.gpus_used_per_node = {} of node.gpus_per_node = {}", g,
+                        t.node.domain_gpus());
+  const auto check = [&](const char* key, int64_t size) {
+    if (size <= g) return;
+    throw ConfigError(fmt::format(
+        "{}: parallelism.{}: {} exceeds the NVLink domain: the job uses {} GPUs per domain "
+        "({}: {}); a tensor-parallel group's collectives run inside one NVLink domain "
+        "(allowed: 1 to {})",
+        file, key, size, g, topo_file, domain_key, g));
+  };
+  check("tensor_model_parallel_size", s.parallel.tensor_model_parallel_size);
+  if (s.parallel.expert_tensor_parallel_size) {
+    check("expert_tensor_parallel_size", *s.parallel.expert_tensor_parallel_size);
+  }
 }
 
 void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
@@ -369,7 +447,7 @@ void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
   if (!t.gpu.peak.fp8_FLOPs) {
     throw ConfigError(fmt::format(
         "training.fp8_format: {}: {} has no FP8 tensor cores (topology {} gives no "
-        "gpu.peak_flops.fp8); FP8 training needs Hopper (H100, H200) or later",
+        "gpu.peak_flops.fp8); FP8 training needs Hopper (H100, H200) or later (B200, GB200)",
         to_string(*training.fp8_format), t.gpu.name, t.name));
   }
   const bool blackwell = t.gpu.name.rfind("B", 0) == 0 || t.gpu.name.rfind("GB", 0) == 0;
@@ -421,19 +499,26 @@ int64_t max_nodes(const TopologySpec& t) {
   return max_leaf_switches(t.fabric) / rails * t.fabric.nodes_per_scalable_unit;
 }
 
+namespace {
+/// The file key that sets the GPUs per node a job uses.
+const char* per_node_key(const TopologySpec& t) {
+  return t.node.gpus_per_node == t.node.domain_gpus() ? "gpus_per_node" : "gpus_used_per_node";
+}
+}  // namespace
+
 void check_cluster_size(const TopologySpec& t, int64_t num_gpus) {
   const int64_t g = t.node.gpus_per_node;
   if (num_gpus < 1) {
     throw ConfigError(
         fmt::format("topology '{}': num_gpus = {} (allowed: a positive multiple "
-                    "of gpus_per_node = {})",
-                    t.name, num_gpus, g));
+                    "of {} = {})",
+                    t.name, num_gpus, per_node_key(t), g));
   }
   if (g < 1 || num_gpus % g != 0) {
     const int64_t below = g >= 1 ? num_gpus / g * g : 0;
     throw ConfigError(fmt::format(
-        "topology '{}': num_gpus = {} is not a multiple of gpus_per_node = {} (nearest: {}{})",
-        t.name, num_gpus, g, below > 0 ? fmt::format("{} or ", below) : "", below + g));
+        "topology '{}': num_gpus = {} is not a multiple of {} = {} (nearest: {}{})", t.name,
+        num_gpus, per_node_key(t), g, below > 0 ? fmt::format("{} or ", below) : "", below + g));
   }
   const int64_t nodes = num_gpus / g;
   const int64_t most = max_nodes(t);
@@ -464,6 +549,20 @@ std::string describe_topology(const TopologySpec& t) {
   out += fmt::format("  node    NVLink {} per GPU per direction, {} latency, NVLS {}\n",
                      format_bandwidth_Bps(t.node.nvlink_bandwidth_Bps),
                      format_time_s(t.node.nvlink_latency_s), t.node.nvls ? "on" : "off");
+  if (t.node.domain_gpus() != t.node.gpus_per_node || t.node.tray_gpus() != t.node.domain_gpus()) {
+    out += fmt::format(
+        "  domain  NVLink domain of {} GPUs = {} trays of {}; a job uses {} per domain "
+        "(trays 0..{}), {} spare\n",
+        t.node.domain_gpus(), t.node.domain_gpus() / t.node.tray_gpus(), t.node.tray_gpus(),
+        t.node.gpus_per_node, t.node.gpus_per_node / t.node.tray_gpus() - 1,
+        t.node.domain_gpus() - t.node.gpus_per_node);
+  }
+  if (gpu.peak.fp4_FLOPs) {  // Blackwell: its low-precision peaks
+    out += fmt::format(
+        "  lowp    dense {} fp8{}\n", format_flop_rate_FLOPs(gpu.peak.fp8_FLOPs.value_or(0)),
+        gpu.peak.fp4_FLOPs ? fmt::format(", {} fp4", format_flop_rate_FLOPs(*gpu.peak.fp4_FLOPs))
+                           : std::string());
+  }
   out += fmt::format("  nic     {} x {} per node, {} latency each\n", t.nic.nics_per_node,
                      format_line_rate_bps(t.nic.line_rate_Bps), format_time_s(t.nic.latency_s));
   const int64_t down = leaf_down_ports(f);

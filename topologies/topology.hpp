@@ -32,13 +32,23 @@
 //       fp16: 989TFLOPs
 //       bf16: 989TFLOPs
 //       fp8: 1979TFLOPs                         # optional, tensor-core FP8 (Hopper and later)
-//   node:
-//     gpus_per_node: 8
+//       fp4: 9800TFLOPs                         # optional, tensor-core FP4 (Blackwell); a
+//                                               # peak only: no kernel runs in FP4 yet
+//   node:                                       # one NVLink domain (NVSwitch fabric)
+//     gpus_per_node: 8                          # GPUs of one NVLink domain: a DGX node (8) or a
+//                                               # GB200 NVL72 rack (72)
+//     gpus_per_tray: 4                          # optional: GPUs of one host (compute tray) of
+//                                               # the domain; default gpus_per_node (DGX: the
+//                                               # node is one host). Must divide gpus_per_node.
+//     gpus_used_per_node: 64                    # optional: GPUs of each domain a job's ranks
+//                                               # are placed on, whole trays from tray 0; the
+//                                               # others are spares (NVIDIA's GB200 runs use 64
+//                                               # of 72: 16 of 18 trays). Default gpus_per_node.
 //     nvlink_bandwidth: 450GBps                 # per GPU, per direction
 //     nvlink_latency: 1us
 //     nvls: true                                # NVLink SHARP (NVSwitch multicast/reduce)
 //   nic:
-//     nics_per_node: 8                          # = rails
+//     nics_per_node: 8                          # = rails (NICs of the whole NVLink domain)
 //     line_rate: 400Gbps                        # per NIC, per direction
 //     latency: 600ns                            # per NIC crossed
 //   fabric:
@@ -46,6 +56,14 @@
 //     tiers: 3                                  # 2 (leaf-spine) or 3 (leaf-spine-core)
 //     nodes_per_scalable_unit: 32
 //     leaf_switches_per_scalable_unit: 8        # one per rail: must equal nic.nics_per_node
+//
+// The NVLink domain and the job on it: every engine sees a "node" as the GPUs of one NVLink
+// domain that the job uses. After loading, NodeSpec::gpus_per_node is gpus_used_per_node (the
+// file's gpus_per_node is kept in NodeSpec::nvlink_domain_gpus) and NicSpec::nics_per_node the
+// NICs of those GPUs; the spare GPUs' NICs and rails carry none of the job's traffic and are not
+// built. Rank r runs on GPU r % gpus_per_node of domain r / gpus_per_node (place_rank()). So
+// collectives of a group inside one domain (TP, and CP / EP groups that fit) take the NVLink
+// closed forms; groups across domains go over the rails.
 //     switch_radix: 64                          # ports per switch
 //     oversubscription: "1:1"                   # leaf down:up ports
 //     link_rate: 400Gbps                        # switch-to-switch links, per direction
@@ -68,6 +86,9 @@ struct PeakFlops {
   double fp16_FLOPs = 0;
   double bf16_FLOPs = 0;
   std::optional<double> fp8_FLOPs;   ///< tensor-core FP8 (E4M3/E5M2), when the GPU has it
+  /// Tensor-core FP4 (Blackwell NVFP4/MXFP4), when the file gives it. Read and shown only: no
+  /// kernel dtype is FP4 yet, so the cost model never uses it.
+  std::optional<double> fp4_FLOPs;
 };
 
 /// One GPU.
@@ -82,17 +103,35 @@ struct GpuSpec {
   double peak_FLOPs(Precision p) const;
 };
 
-/// One node: GPUs on NVLink through NVSwitch.
+/// One node as the engines see it: the GPUs of one NVLink domain (NVSwitch fabric: a DGX node,
+/// a GB200 NVL72 rack) that the job's ranks are placed on.
 struct NodeSpec {
+  /// GPUs per domain the job uses (the file's node.gpus_used_per_node, else node.gpus_per_node):
+  /// rank r is on domain r / gpus_per_node. Every engine divides by this.
   int64_t gpus_per_node = 0;
+  /// GPUs of the whole NVLink domain (the file's node.gpus_per_node, e.g. 72 for GB200 NVL72);
+  /// 0 in a spec built in code = gpus_per_node (domain_gpus()).
+  int64_t nvlink_domain_gpus = 0;
+  /// GPUs per host (compute tray) of the domain (node.gpus_per_tray; GB200: 4 GPUs with 2 Grace
+  /// CPUs); 0 = domain_gpus() (a DGX node is one host).
+  int64_t gpus_per_tray = 0;
   double nvlink_bandwidth_Bps = 0;  ///< per GPU, per direction (H100: 450 GB/s of 900 total)
   double nvlink_latency_s = 0;      ///< one GPU-to-GPU transfer through NVSwitch
   bool nvls = false;                ///< NVLink SHARP (in-switch reductions), Hopper and later
+
+  /// GPUs of the whole NVLink domain, spares included.
+  int64_t domain_gpus() const {
+    return nvlink_domain_gpus > 0 ? nvlink_domain_gpus : gpus_per_node;
+  }
+  /// GPUs per host (tray).
+  int64_t tray_gpus() const { return gpus_per_tray > 0 ? gpus_per_tray : domain_gpus(); }
 };
 
 /// The InfiniBand adapters of a node: one per rail.
 struct NicSpec {
-  int64_t nics_per_node = 0;  ///< rails; gpus_per_node is a multiple of it
+  /// NICs of the GPUs a job uses per node (= rails built): the file's nic.nics_per_node x
+  /// gpus_used_per_node / gpus_per_node; node.gpus_per_node is a multiple of it.
+  int64_t nics_per_node = 0;
   double line_rate_Bps = 0;   ///< per NIC, per direction (400 Gb/s NDR = 50e9)
   double latency_s = 0;       ///< per NIC crossed; a node-to-node message crosses two
 };
@@ -102,7 +141,7 @@ struct FabricSpec {
   std::string kind;                             ///< "rail_optimized_fat_tree" (the only kind)
   int64_t tiers = 0;                            ///< switch levels: 2 or 3
   int64_t nodes_per_scalable_unit = 0;          ///< nodes under one set of rail leaves
-  int64_t leaf_switches_per_scalable_unit = 0;  ///< = rails = nic.nics_per_node
+  int64_t leaf_switches_per_scalable_unit = 0;  ///< = rails of the whole domain (fabric_rails())
   int64_t switch_radix = 0;                     ///< ports per switch (k)
   int64_t oversubscription_down = 1;            ///< leaf down ports share of "down:up"
   int64_t oversubscription_up = 1;              ///< leaf up ports share of "down:up"
@@ -126,6 +165,31 @@ struct TopologySpec {
   FabricSpec fabric;
 };
 
+/// Rails of the fabric: NICs of a whole NVLink domain, spares included
+/// (nic.nics_per_node x domain_gpus() / gpus_per_node; = nics_per_node without spares).
+int64_t fabric_rails(const TopologySpec& t);
+
+/// Where a rank runs (ranks are GPU indices of the job, Megatron's rank order).
+struct GpuPlacement {
+  int64_t node = 0;          ///< NVLink domain (DGX node, NVL72 rack): rank / gpus_per_node
+  int64_t gpu_in_node = 0;   ///< GPU index inside the domain, 0 .. domain_gpus() - 1
+  int64_t tray = 0;          ///< host (compute tray) inside the domain: gpu_in_node / tray_gpus()
+  int64_t gpu_in_tray = 0;   ///< gpu_in_node % tray_gpus()
+  int64_t physical_gpu = 0;  ///< index among all GPUs of the domains, spares included:
+                             ///< node x domain_gpus() + gpu_in_node
+};
+
+/// The GPU rank `rank` runs on: the job fills the first gpus_per_node GPUs (whole trays from
+/// tray 0) of each NVLink domain in turn and skips the spares (GB200 NVL72 at 64 of 72: rank 64
+/// is GPU 0 of rack 1, physical GPU 72). Throws InvalidArgument for a negative rank.
+GpuPlacement place_rank(const TopologySpec& t, int64_t rank);
+
+/// Checks that a layout's tensor-parallel groups stay inside one NVLink domain as the job uses
+/// it: parallelism.tensor_model_parallel_size and the expert tensor-parallel size at most
+/// node.gpus_per_node (the GPUs used per domain). Throws ConfigError naming the scenario file,
+/// the key and the topology's key.
+void check_layout_fits_nvlink_domain(const TopologySpec& t, const Scenario& s);
+
 /// Reads and validates a topology file. Syntax errors, unknown or missing keys, values of the
 /// wrong type, quantities without (or with the wrong) unit and broken rules raise ConfigError
 /// "<file>:<line>: <key>: <problem> (allowed: ...)".
@@ -133,7 +197,8 @@ TopologySpec load_topology(const std::filesystem::path& file);
 
 /// The topology a scenario runs on (cluster.topology), checked against it as every command
 /// needs: the cluster fits (check_cluster_size) and the GPU can run the scenario's arithmetic
-/// (check_gpu_supports). Throws ConfigError as those do.
+/// (check_gpu_supports), and its TP groups fit an NVLink domain (check_layout_fits_nvlink_domain).
+/// Throws ConfigError as those do.
 TopologySpec load_scenario_topology(const Scenario& s);
 
 /// Same as load_topology() from YAML text; `origin` names it in messages.
@@ -150,7 +215,8 @@ int64_t max_leaf_switches(const FabricSpec& f);
 int64_t max_nodes(const TopologySpec& t);
 
 /// Checks that `num_gpus` GPUs can be built from this topology: at least one, a multiple of
-/// gpus_per_node, and no more nodes than max_nodes(). Throws ConfigError with the numbers.
+/// gpus_per_node (the GPUs used per NVLink domain), and no more nodes than max_nodes(). Throws
+/// ConfigError with the numbers.
 void check_cluster_size(const TopologySpec& t, int64_t num_gpus);
 
 /// Checks that the GPU of `t` can run what `training` asks of it: FP8 GEMMs

@@ -53,12 +53,17 @@ TEST(Cli, EveryShippedScenarioSummaryProgramAndMemory) {
 
 TEST(Cli, EveryShippedTopologyDescribes) {
   for (const auto& f : shipped("topologies")) {
-    // 8 GPUs per node (DGX), 1 for the single-GPU device topology: nodes = 1024 / that.
+    // 8 GPUs per node (DGX), 1 for the single-GPU device topology, 64 used of a GB200 NVL72
+    // rack: nodes = 1024 / that.
     std::ifstream in(f);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(gpus_per_node:\s*(\d+))"))) << f;
-    const int per_node = std::stoi(m[1].str());
+    ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(\n  gpus_per_node:\s*(\d+))"))) << f;
+    int per_node = std::stoi(m[1].str());
+    // A GB200 NVL72 rack: nodes of the GPUs a job uses per NVLink domain (64 of 72).
+    if (std::regex_search(text, m, std::regex(R"(\n  gpus_used_per_node:\s*(\d+))"))) {
+      per_node = std::stoi(m[1].str());
+    }
     Result r = run("topology " + f.string() + " --num-gpus 1024");
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_THAT(r.output, HasSubstr("1024 GPUs = " + std::to_string(1024 / per_node) + " nodes"))

@@ -273,5 +273,24 @@ TEST(SweepCli, SplitsOverMpiRanksWithTheSameResult) {
   EXPECT_THAT(out, HasSubstr("6 ranked"));
 }
 
+// A TP group larger than the GPUs a job uses per NVLink domain (8 on a DGX H100 node) is listed
+// as invalid with the rule, as simulate refuses it; on a GB200 NVL72 rack (64 used) TP 8 ranks.
+TEST(SweepCli, TpLargerThanTheNvlinkDomainIsInvalid) {
+  const Result h100 = run("sweep " + std::string(TRAINTWIN_SOURCE_DIR) +
+                          "/scenarios/gpt3-175b-h100-128.yaml --tensor-model-parallel-size 8,16 "
+                          "--pipeline-model-parallel-size 8 --mode analytical");
+  ASSERT_EQ(h100.status, 0) << h100.output;
+  EXPECT_THAT(h100.output,
+              AllOf(HasSubstr("2 configurations: 1 ranked, 0 out of memory, 0 failed, 1 invalid"),
+                    HasSubstr("parallelism.tensor_model_parallel_size: 16 exceeds the NVLink "
+                              "domain: the job uses 8 GPUs per domain")));
+  const Result gb200 = run("sweep " + std::string(TRAINTWIN_SOURCE_DIR) +
+                           "/scenarios/llama3.1-405b-gb200-256.yaml --tensor-model-parallel-size "
+                           "4,8 --pipeline-model-parallel-size 8 --mode analytical");
+  ASSERT_EQ(gb200.status, 0) << gb200.output;
+  EXPECT_THAT(gb200.output,
+              HasSubstr("2 configurations: 2 ranked, 0 out of memory, 0 failed, 0 invalid"));
+}
+
 }  // namespace
 }  // namespace traintwin

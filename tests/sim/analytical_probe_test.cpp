@@ -73,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Shipped, ProbeScopeOnShippedScenarios,
                                            "llama3.1-405b-h100-1024", "nemotron4-15b-h100-16",
                                            "llama3.1-8b-128k-h100-64", "mixtral-8x7b-h100-64",
                                            "qwen3-30b-a3b-h100-16", "grok1-314b-h100-512",
-                                           "gpt-400b-h100-16384"),
+                                           "gpt-400b-h100-16384", "llama3.1-405b-gb200-256"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {

@@ -193,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(ShippedScenarios, AnalyticalVsReplay,
                                            "nemotron4-15b-h100-16",
                                            "llama3.1-8b-128k-h100-64", "mixtral-8x7b-h100-64",
                                            "qwen3-30b-a3b-h100-16", "llama-tiny-brown",
-                                           "moe-tiny-brown"),
+                                           "moe-tiny-brown", "llama3.1-405b-gb200-256"),
                          scenario_test_name);
 
 // The largest shipped scenarios, without contention only (their contended replays take minutes:

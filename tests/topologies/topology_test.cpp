@@ -112,7 +112,7 @@ TEST(ShippedTopologies, EveryFileLoadsAndIsConsistent) {
     EXPECT_GT(t.gpu.memory_bytes, 0);
     EXPECT_GT(t.gpu.hbm_bandwidth_Bps, 0);
     EXPECT_GE(t.gpu.peak.bf16_FLOPs, t.gpu.peak.fp32_FLOPs);
-    EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, t.nic.nics_per_node);
+    EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, fabric_rails(t));
     // One node, one SU and the full fabric fit; one node more does not.
     EXPECT_NO_THROW(check_cluster_size(t, t.node.gpus_per_node));
     EXPECT_NO_THROW(check_cluster_size(t, t.fabric.nodes_per_scalable_unit * t.node.gpus_per_node));
@@ -276,8 +276,10 @@ TEST(ParseTopology, UnknownKeyNamesFileLineAndAllowedKeys) {
   EXPECT_THAT(error_for(kValid + "color: green\n"),
               AllOf(HasSubstr("t.yaml:28: color: unknown key"), Not(HasSubstr("did you mean")),
                     HasSubstr("description (optional)")));
-  EXPECT_THAT(error_for(with("    fp16:", "    fp4: 3958TFLOPs\n    fp16:")),
-              HasSubstr("t.yaml:8: gpu.peak_flops.fp4: unknown key"));
+  // fp4 is a key since the GB200 file (Blackwell's FP4 peak); fp6 is not.
+  EXPECT_THAT(
+      error_for(with("    fp16:", "    fp6: 3958TFLOPs\n    fp16:")),
+      AllOf(HasSubstr("t.yaml:8: gpu.peak_flops.fp6: unknown key"), HasSubstr("fp4 (optional)")));
 }
 
 TEST(ParseTopology, MissingKeyIsNamed) {

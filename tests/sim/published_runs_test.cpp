@@ -1,0 +1,132 @@
+// Tests of the `runs` format (../shared/validation/published-runs-2026.yaml,
+// sim/published_runs.cpp): the GB200 NVL72 rows become cases on gb200-nvl72-superpod.yaml with the
+// recipe's implicit settings, `same_as` inherits the model and layout, tokens/s/GPU turns into an
+// iteration time, rows traintwin cannot simulate are listed with the reason, and broken rows are
+// errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.hpp"
+#include "sim/validation.hpp"
+
+namespace traintwin {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const fs::path kSource = TRAINTWIN_SOURCE_DIR;
+const fs::path kRuns = kSource / ".." / "shared" / "validation" / "published-runs-2026.yaml";
+
+/// Writes `text` to a file of its own under the temp folder and returns its path.
+fs::path write_temp(const std::string& name, const std::string& text) {
+  const fs::path p =
+      fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(p) << text;
+  return p;
+}
+
+TEST(PublishedRuns, Gb200RowsRunOnTheNvl72Topology) {
+  if (!fs::exists(kRuns)) GTEST_SKIP() << "no " << kRuns << " beside the checkout";
+  const auto cases = load_validation_cases(kRuns, kSource / "topologies");
+  int gb200 = 0;
+  for (const ValidationCase& c : cases) {
+    SCOPED_TRACE(c.id);
+    if (c.id.find("gb200") == std::string::npos) {
+      EXPECT_FALSE(c.unsupported.empty());  // FSDP, memory, bandwidth and mixed-GPU rows
+      continue;
+    }
+    ++gb200;
+    ASSERT_TRUE(c.unsupported.empty()) << c.unsupported;
+    EXPECT_EQ(c.scenario.cluster.topology.filename(), "gb200-nvl72-superpod.yaml");
+    EXPECT_GT(c.measured_iteration_time_s, 0);
+    // The recipe's implicit settings: SP with TP > 1, distributed optimizer, overlaps.
+    EXPECT_TRUE(c.scenario.parallel.sequence_parallel);
+    EXPECT_TRUE(c.scenario.training.use_distributed_optimizer);
+  }
+  EXPECT_EQ(gb200, 5);
+  // same_as: the 256-GPU Llama row inherits the 128-GPU row's model and layout; 126 layers over
+  // PP 8 x VPP 8 count the embedding and the loss as layers, as the recipe must have.
+  const auto it = std::find_if(cases.begin(), cases.end(), [](const ValidationCase& c) {
+    return c.id == "dgxc-gb200-llama3.1-405b-bf16-256";
+  });
+  ASSERT_NE(it, cases.end());
+  EXPECT_EQ(it->scenario.model.num_layers, 126);
+  EXPECT_EQ(it->scenario.parallel.tensor_model_parallel_size, 4);
+  EXPECT_EQ(it->scenario.parallel.context_parallel_size, 2);
+  EXPECT_EQ(it->scenario.parallel.data_parallel_size, 4);
+  EXPECT_TRUE(it->scenario.parallel.account_for_embedding_in_pipeline_split);
+  EXPECT_DOUBLE_EQ(it->measured_iteration_time_s, 9.484);
+  ASSERT_TRUE(it->measured_mfu.has_value());
+  EXPECT_DOUBLE_EQ(*it->measured_mfu, 0.467);
+}
+
+const std::string kRow =
+    "runs:\n"
+    "  - id: base\n"
+    "    source: test\n"
+    "    system: {gpu: GB200, num_gpus: 128}\n"
+    "    model: {architecture: llama, num_layers: 16, hidden_size: 4096, ffn_hidden_size: 14336,\n"
+    "            num_attention_heads: 32, num_query_groups: 8, seq_length: 8192, vocab_size: "
+    "128256}\n"
+    "    parallelism: {tensor_model_parallel_size: 2}\n"
+    "    training: {micro_batch_size: 1, global_batch_size: 64, precision: bf16}\n"
+    "    measured: {tokens_per_s_per_gpu: 4096}\n";
+
+// tokens/s/GPU -> T = global batch x seq / (tokens/s/GPU x GPUs) = 64 x 8192 / (4096 x 128) = 1 s.
+TEST(PublishedRuns, SameAsAndTokensPerSecond) {
+  const fs::path f = write_temp(
+      "runs-ok",
+      kRow +
+          "  - id: bigger\n"
+          "    same_as: base\n"
+          "    system: {gpu: GB200-186GB, num_gpus: 256}\n"
+          "    training: {micro_batch_size: 1, global_batch_size: 128, precision: bf16}\n"
+          "    measured: {iteration_time_s: 2.5, mfu: 0.4}\n"
+          "  - id: h20\n"
+          "    same_as: base\n"
+          "    system: {gpu: H20, num_gpus: 128}\n"
+          "    measured: {iteration_time_s: 1}\n");
+  const auto cases = load_validation_cases(f, kSource / "topologies");
+  fs::remove(f);
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_TRUE(cases[0].unsupported.empty()) << cases[0].unsupported;
+  EXPECT_NEAR(cases[0].measured_iteration_time_s, 1.0, 1e-12);
+  EXPECT_EQ(cases[0].measured_as, "tokens_per_s_per_gpu 4096");
+  EXPECT_TRUE(cases[1].unsupported.empty()) << cases[1].unsupported;
+  EXPECT_EQ(cases[1].scenario.model.num_layers, 16);
+  EXPECT_EQ(cases[1].scenario.cluster.num_gpus, 256);
+  EXPECT_DOUBLE_EQ(*cases[1].measured_mfu, 0.4);
+  EXPECT_THAT(cases[2].unsupported, HasSubstr("no topology for GPU H20"));
+}
+
+TEST(PublishedRuns, BrokenRowsAreErrorsNamingFileAndRun) {
+  const fs::path a = write_temp("runs-same-as", kRow + "  - id: x\n    same_as: nowhere\n");
+  try {
+    load_validation_cases(a, kSource / "topologies");
+    ADD_FAILURE() << "same_as to no run accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(a.string() + ":11"),
+                                HasSubstr("x.same_as: 'nowhere' names no earlier run")));
+  }
+  fs::remove(a);
+  const fs::path b = write_temp("runs-key", kRow + "  - id: y\n    sytem: {gpu: GB200}\n");
+  try {
+    load_validation_cases(b, kSource / "topologies");
+    ADD_FAILURE() << "unknown key accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr(b.string() + ":11"), HasSubstr("runs[].sytem: unknown key")));
+  }
+  fs::remove(b);
+}
+
+}  // namespace
+}  // namespace traintwin

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "tests/config_error_of.hpp"
 
 namespace traintwin {
 namespace {
@@ -14,17 +15,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-/// Runs `f` and returns the ConfigError message it throws ("" and a test failure if none).
-template <typename F>
-std::string config_error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
-}
+using testing::config_error_of;
 
 TEST(ParseBandwidth, BytesPerSecondWithSiPrefixes) {
   EXPECT_DOUBLE_EQ(parse_bandwidth_Bps("450GBps", "k"), 450e9);

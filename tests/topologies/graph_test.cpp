@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "tests/config_error_of.hpp"
 
 namespace traintwin {
 namespace {
@@ -27,16 +28,7 @@ using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 const fs::path kTopologies = fs::path(TRAINTWIN_SOURCE_DIR) / "topologies";
 
-template <typename F>
-std::string config_error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
-}
+using testing::config_error_of;
 
 TopologySpec small(int tiers, int radix, int nodes_per_su, const std::string& oversubscription,
                    int rails = 2) {

@@ -13,6 +13,7 @@
 #include "core/scenario.hpp"
 #include "topologies/graph.hpp"
 #include "topologies/topology.hpp"
+#include "tests/config_error_of.hpp"
 
 namespace traintwin {
 namespace {
@@ -25,16 +26,7 @@ namespace fs = std::filesystem;
 const fs::path kSource = fs::path(TRAINTWIN_SOURCE_DIR);
 const fs::path kGb200 = kSource / "topologies" / "gb200-nvl72-superpod.yaml";
 
-template <typename F>
-std::string config_error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
-}
+using testing::config_error_of;
 
 /// A GB200-like file with the node section given; line 11 is the node's first key.
 std::string with_node(const std::string& node_lines) {

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "tests/bounded_child.hpp"
+#include "tests/config_error_of.hpp"
 
 namespace traintwin {
 namespace {
@@ -26,16 +27,7 @@ const fs::path kTopologies = fs::path(TRAINTWIN_SOURCE_DIR) / "topologies";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 
-template <typename F>
-std::string config_error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
-}
+using testing::config_error_of;
 
 /// A valid file; tests break one line of it. Line numbers are 1-based as in messages.
 const std::string kValid =

@@ -215,7 +215,6 @@ bool FlowNetwork::try_group(uint32_t id, double now) {
 void FlowNetwork::add_to_group(uint32_t g, uint32_t id) {
   Flow& f = flows_[id];
   f.group = g;
-  f.slot = static_cast<uint32_t>(groups_[g].flows.size());
   f.rate_Bps = 0;
   groups_[g].flows.push_back(id);
   for (uint32_t l : f.route->shared_links) {
@@ -306,7 +305,6 @@ void FlowNetwork::group_event(uint32_t g) {
       }
       fl.group = UINT32_MAX;
       grp.flows[k] = grp.flows.back();
-      flows_[grp.flows[k]].slot = static_cast<uint32_t>(k);
       grp.flows.pop_back();
       continue;
     }

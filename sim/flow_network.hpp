@@ -119,7 +119,6 @@ class FlowNetwork {
     simgrid::s4u::CommPtr comm;                      // flows in SimGrid
     // Members of a closed-form group:
     uint32_t group = UINT32_MAX;
-    uint32_t slot = 0;           // index in the group's flows
     double latency_end_s = 0;    // when its latency is paid
     double remaining_bytes = 0;  // at the group's last_s
     double rate_Bps = 0;         // since the group's last_s (0 while paying its latency)

@@ -37,6 +37,7 @@ GoodputJob quiet_job() {
   ReliabilitySpec& r = job.reliability;
   r.failures = {{"gpu", {1e-3, 1.0}}};
   r.planned_interruptions_per_1000_node_days = 0;
+  r.spare_nodes = 1;
   return job;
 }
 

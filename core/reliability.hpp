@@ -77,9 +77,10 @@ struct ReliabilitySpec {
   int64_t spare_nodes = 32;       ///< >= 0, at most the job's nodes
   double node_repair_hours = 24;  ///< a failed node's return to the spare pool, > 0
 
-  /// A straggler: one GPU whose compute ops last straggler_slowdown times longer (thermal
-  /// throttling, a slow host, memory thrashing); a synchronous step waits for it. Assumptions:
-  /// a 1-hour mean episode, 2x slower.
+  /// A straggler: a GPU whose compute ops last straggler_slowdown times longer (thermal
+  /// throttling, a slow host, memory thrashing), replayed as its TP group slowed (it holds the
+  /// group up at every TP collective); a synchronous step waits for it. Assumptions: a 1-hour
+  /// mean episode, 2x slower.
   DegradationSpec straggler;
   double straggler_slowdown = 2.0;  ///< >= 1
   /// A leaf-spine link down: its flows spread over the leaf's other uplinks (assumption: 4 h to

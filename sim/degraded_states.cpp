@@ -41,7 +41,7 @@ void both_directions(std::vector<DegradedLink>& out, const std::string& base, do
 std::string DegradedState::key() const {
   std::string k;
   if (straggler) {
-    k += fmt::format("straggler rank {} compute x {:.17g}", straggler->rank,
+    k += fmt::format("straggler TP group of rank {} compute x {:.17g}", straggler->rank,
                      straggler->compute_scale);
   }
   for (const DegradedLink& l : degraded_links) {
@@ -96,7 +96,10 @@ DegradedState degraded_state(const Scenario& s, const TopologySpec& topo, const 
 }
 
 SimulationOptions with_state(SimulationOptions opts, const DegradedState& state) {
-  if (state.straggler) opts.straggler = state.straggler;
+  if (state.straggler) {
+    opts.straggler = state.straggler;
+    opts.straggler_tp_group = true;
+  }
   for (const DegradedLink& l : state.degraded_links) opts.scaling.degraded_links.push_back(l);
   return opts;
 }

@@ -5,9 +5,12 @@
 //
 // The states, on the platform of sim/platform.hpp (one concrete place each; the fabric is
 // symmetric, so it stands for any):
-//   - straggler: global rank 0's compute ops last straggler_slowdown times longer
-//     (SimulationOptions::straggler). One slow GPU stands for a slow node: a synchronous step
-//     waits for its slowest GPU either way.
+//   - straggler: the compute ops of global rank 0's TP group last straggler_slowdown times
+//     longer (SimulationOptions::straggler with straggler_tp_group). One slow GPU holds up its TP
+//     group at every TP collective, and the step waits for it, so to first order slowing its TP
+//     group is what one slow GPU does; slowing the group keeps the TP group's ranks alike, so the
+//     replay keeps TP aggregation (exact) instead of replaying every rank (at 16,384 GPUs: 2,048
+//     ranks replayed instead of 16,384, bench/README.md).
 //   - link_down: one leaf-spine cable of rail 0's leaf 0 down. The platform routes statically
 //     (SimGrid's D-mod-K, no ECMP or adaptive routing: sim/platform.hpp), so a down link cannot
 //     be rerouted in the replay; its flows are taken as spread evenly over the leaf's remaining
@@ -56,7 +59,8 @@ struct DegradedState {
 DegradedState degraded_state(const Scenario& s, const TopologySpec& topo, const ReliabilitySpec& r,
                              DegradedKind kind);
 
-/// `opts` with `state` applied: its straggler set, its links appended to scaling.degraded_links.
+/// `opts` with `state` applied: its straggler set (straggler_tp_group on), its links appended to
+/// scaling.degraded_links.
 SimulationOptions with_state(SimulationOptions opts, const DegradedState& state);
 
 /// Replays one state and returns its iteration time (seconds, > 0).

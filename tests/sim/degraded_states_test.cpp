@@ -4,16 +4,20 @@
 // a straggler's replay, and the bad inputs naming their key and range.
 #include "sim/degraded_states.hpp"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/rank_layout.hpp"
 #include "core/scenario.hpp"
 #include "sim/goodput.hpp"
+#include "sim/isolated.hpp"
 #include "sim/platform.hpp"
 #include "sim/session.hpp"
 
@@ -220,6 +224,44 @@ TEST(DegradedStates, AStragglersReplayIsSlower) {
   EXPECT_GT(slow, 1.05 * healthy);
   EXPECT_LE(slow, 2 * healthy * (1 + 1e-9));
   EXPECT_EQ(cache.replays(), 2);
+}
+
+// The straggler state slows the straggler's whole TP group, so TP aggregation stays exact: the
+// reduced replay (TP rank 0 of each group) gives the full replay's iteration time, and a lone
+// straggler (not its group) still refuses the reduction.
+TEST(DegradedStates, AStragglerTpGroupKeepsTpAggregationExact) {
+  const Scenario s = load_scenario(kScenarios + "gpt-tiny-brown.yaml");  // TP 2
+  const SimulationSession session(s, {}, SimulationOptions{});
+  ReliabilitySpec r = default_reliability();
+  r.straggler_slowdown = 3;
+  const SimulationOptions slow = with_state(
+      SimulationOptions{}, degraded_state(s, session.topology(), r, DegradedKind::kStraggler));
+  ASSERT_TRUE(slow.straggler_tp_group);
+  EXPECT_EQ(tp_aggregation_blocker(layout_of(s), session.topology(), slow), "");
+  SimulationOptions lone = slow;
+  lone.straggler_tp_group = false;
+  EXPECT_EQ(tp_aggregation_blocker(layout_of(s), session.topology(), lone), "a straggler");
+  auto replay = [&](SimulationOptions o) {
+    const std::string text = run_isolated([&] {
+      const SimulationResult res = simulate(s, session.topology(), session.costs(), o);
+      return fmt::format("{:.17g} {}", res.iteration_time_s, res.replayed_ranks);
+    });
+    std::istringstream in(text);
+    double t = 0;
+    int64_t ranks = 0;
+    in >> t >> ranks;
+    return std::make_pair(t, ranks);
+  };
+  SimulationOptions full = slow;
+  full.exact_reductions = false;
+  const auto [reduced_s, reduced_ranks] = replay(slow);
+  const auto [full_s, full_ranks] = replay(full);
+  const auto [lone_s, lone_ranks] = replay(lone);
+  EXPECT_EQ(reduced_ranks, 4);  // 8 GPUs, TP 2
+  EXPECT_EQ(full_ranks, 8);
+  EXPECT_NEAR(reduced_s, full_s, 1e-9 * full_s);
+  EXPECT_GE(full_s, lone_s * (1 - 1e-12));  // slowing the group costs at least the one GPU
+  EXPECT_EQ(lone_ranks, 8);
 }
 
 // Out of range: errors naming the key and the values allowed, from the Monte Carlo's checks and

@@ -2,6 +2,7 @@
 // on one iteration's time from the replay (sim/session.hpp) or the estimator (sim/analytical.hpp).
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "core/text.hpp"
 #include "core/posix_file.hpp"
 #include "sim/analytical.hpp"
+#include "sim/degraded_states.hpp"
 #include "sim/goodput.hpp"
 #include "sim/session.hpp"
 
@@ -47,11 +49,22 @@ double parse_interval_s(const std::string& text) {
 std::string minutes(double s) { return fmt::format("{:.1f} min", s / 60.0); }
 std::string pct(double x) { return fmt::format("{:.1f} %", 100.0 * x); }
 
-/// The six badput causes of `b` (seconds, or shares of the wall time), in Badput's order.
+/// The badput causes of `b` (seconds, or shares of the wall time), in Badput's order.
 nlohmann::json badput_json(const Badput& b) {
-  return {{"checkpoint_save", b.checkpoint_save_s}, {"lost_progress", b.lost_progress_s},
-          {"detection", b.detection_s},             {"spare_wait", b.spare_wait_s},
-          {"restart", b.restart_s},                 {"restore", b.restore_s}};
+  nlohmann::json j = nlohmann::json::object();
+  const auto v = b.values();
+  for (size_t c = 0; c < v.size(); ++c) j[std::string(Badput::kCauses[c])] = v[c];
+  return j;
+}
+
+/// p10 / p50 / p90 of each cause's share of the wall time over the runs.
+nlohmann::json badput_percentiles_json(const GoodputAtInterval& a) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t c = 0; c < a.badput_share.size(); ++c) {
+    const Percentiles& p = a.badput_share[c];
+    j[std::string(Badput::kCauses[c])] = {{"p10", p.p10}, {"p50", p.p50}, {"p90", p.p90}};
+  }
+  return j;
 }
 
 nlohmann::json to_json(const GoodputAtInterval& a) {
@@ -63,7 +76,8 @@ nlohmann::json to_json(const GoodputAtInterval& a) {
        {{"p10", a.useful_tokens.p10}, {"p50", a.useful_tokens.p50}, {"p90", a.useful_tokens.p90}}},
       {"mean_failures", a.mean_failures},
       {"mean_planned", a.mean_planned},
-      {"badput_share", badput_json(a.mean_badput_share)}};
+      {"badput_share", badput_json(a.mean_badput_share)},
+      {"badput_share_percentiles", badput_percentiles_json(a)}};
 }
 
 void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport& r,
@@ -94,6 +108,15 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
       total, classes, c.mtbf_s / 3600.0,
       std::isinf(c.planned_interval_s) ? std::string("never")
                                        : fmt::format("{:.1f} h", c.planned_interval_s / 3600.0));
+  for (const DegradedKind kind : kDegradedKinds) {
+    const DegradationSpec& e = episodes(rel, kind);
+    if (!(e.rate_per_1000_node_days > 0)) continue;
+    const double t = job.degraded_iteration_s[static_cast<size_t>(kind)];
+    fmt::print("degraded   {}: {:.3g} per 1000 node-days, {:.0f} min mean; iteration {:.3f} s "
+               "(x{:.3f}, replayed)\n",
+               to_string(kind), e.rate_per_1000_node_days, e.duration_s / 60.0, t,
+               t / job.iteration_s);
+  }
   fmt::print(
       "interval   Young {}, Daly {} (delta = the save stall); "
       "simulated every {}\n\n",
@@ -106,14 +129,17 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
              si(a.useful_tokens.p50 / (o.days * 86400.0)));
   fmt::print("interrupts {:.1f} failures and {:.1f} planned per run\n\n", a.mean_failures,
              a.mean_planned);
-  const Badput& b = a.mean_badput_share;
-  fmt::print("badput (mean share of the wall time)\n");
-  fmt::print("  checkpoint save     {:>7}\n", pct(b.checkpoint_save_s));
-  fmt::print("  lost progress       {:>7}\n", pct(b.lost_progress_s));
-  fmt::print("  detection           {:>7}\n", pct(b.detection_s));
-  fmt::print("  waiting for spares  {:>7}\n", pct(b.spare_wait_s));
-  fmt::print("  restart             {:>7}\n", pct(b.restart_s));
-  fmt::print("  restore             {:>7}\n\n", pct(b.restore_s));
+  const auto mean = a.mean_badput_share.values();
+  static constexpr std::array<const char*, Badput::kCauses.size()> kLabels = {
+      "checkpoint save", "lost progress", "detection",          "waiting for spares",
+      "restart",         "restore",       "straggler slowdown", "degraded links"};
+  fmt::print("badput (share of the wall time: mean, and p10 / p50 / p90 over the runs)\n");
+  for (size_t i = 0; i < mean.size(); ++i) {
+    const Percentiles& p = a.badput_share[i];
+    fmt::print("  {:<19} {:>7}   {} / {} / {}\n", kLabels[i], pct(mean[i]), pct(p.p10),
+               pct(p.p50), pct(p.p90));
+  }
+  fmt::print("\n");
   fmt::print("interval sweep (mean ETTR, same seeds)\n");
   for (const GoodputAtInterval& at : r.sweep) {
     fmt::print("  {:>10}  {}\n", minutes(at.interval_s), pct(at.mean_ettr));
@@ -121,33 +147,70 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
   fmt::print("best       {}: mean ETTR {}\n", minutes(r.best_interval_s), pct(r.best_mean_ettr));
 }
 
-/// One iteration's time and where it came from.
+/// One iteration's time and where it came from, and the degraded states' replays.
 struct IterationTime {
   double seconds = 0;
   std::string source;  ///< "given", "analytical estimator" or "replay"
   TopologySpec topology;
+  DegradedReplays degraded;      ///< of the kinds with a rate > 0 (sim/degraded_states.hpp)
+  int64_t degraded_replays = 0;  ///< replays they took (distinct states)
 };
 
 /// --iteration-time, else the estimator (--engine analytical) or the replay of one iteration
-/// (with a progress line on a terminal unless --json).
+/// (with a progress line on a terminal unless --json). The degraded states in use are replayed
+/// first, each once in a child process (and the healthy state too when the healthy time is not
+/// this replay's), so that this process's own SimGrid engine comes last.
 IterationTime iteration_time(const GoodputOptions& o, const Scenario& s) {
   ReplayProgressLine progress(!o.json);
   SimulationOptions opts;
   opts.progress = progress.callback();
   const SimulationSession session(s, SessionCostSource{}, opts);
-  if (o.iteration_time_s) return {*o.iteration_time_s, "given", session.topology()};
-  if (o.engine == "analytical") {
-    return {estimate(s, session.topology(), session.costs()).iteration_time_s,
-            "analytical estimator", session.topology()};
+  IterationTime out;
+  out.topology = session.topology();
+  const ReliabilitySpec rel =
+      s.cluster.reliability ? *s.cluster.reliability : default_reliability();
+  const bool healthy_replayed = !o.iteration_time_s && o.engine == "replay";
+  IterationTimeCache cache(isolated_state_replay(session.scenario(), session.topology(),
+                                                 session.costs(), session.options()));
+  out.degraded = replay_degraded_states(s, out.topology, rel, cache, !healthy_replayed);
+  out.degraded_replays = cache.replays();
+  if (o.iteration_time_s) {
+    out.seconds = *o.iteration_time_s;
+    out.source = "given";
+  } else if (o.engine == "analytical") {
+    out.seconds = estimate(s, session.topology(), session.costs()).iteration_time_s;
+    out.source = "analytical estimator";
+  } else {
+    out.seconds = session.run().iteration_time_s;
+    progress.finish();
+    out.source = "replay";
   }
-  const double t = session.run().iteration_time_s;
-  progress.finish();
-  return {t, "replay", session.topology()};
+  return out;
+}
+
+/// The degraded kinds in use: rate, duration, state and iteration times.
+nlohmann::json degraded_json(const GoodputJob& job, const IterationTime& it) {
+  nlohmann::json kinds = nlohmann::json::array();
+  for (const DegradedKind kind : kDegradedKinds) {
+    const DegradationSpec& e = episodes(job.reliability, kind);
+    if (!(e.rate_per_1000_node_days > 0)) continue;
+    const auto i = static_cast<size_t>(kind);
+    kinds.push_back({{"kind", std::string(to_string(kind))},
+                     {"rate_per_1000_node_days", e.rate_per_1000_node_days},
+                     {"duration_s", e.duration_s},
+                     {"state", it.degraded.states[i]},
+                     {"replayed_iteration_s", it.degraded.replayed_s[i]},
+                     {"iteration_s", job.degraded_iteration_s[i]}});
+  }
+  return {{"kinds", kinds},
+          {"replays", it.degraded_replays},
+          {"healthy_replayed_iteration_s", it.degraded.healthy_s}};
 }
 
 /// The report as `goodput --json` prints it.
 nlohmann::json report_json(const Scenario& s, const GoodputJob& job, const GoodputReport& r,
-                           const GoodputOptions& o, const std::string& source) {
+                           const GoodputOptions& o, const IterationTime& it) {
+  const std::string& source = it.source;
   nlohmann::json sweep = nlohmann::json::array();
   for (const GoodputAtInterval& at : r.sweep) sweep.push_back(to_json(at));
   const GoodputCosts& c = r.costs;
@@ -172,7 +235,8 @@ nlohmann::json report_json(const Scenario& s, const GoodputJob& job, const Goodp
           {"chosen", to_json(r.chosen)},
           {"sweep", sweep},
           {"best_interval_s", r.best_interval_s},
-          {"best_mean_ettr", r.best_mean_ettr}};
+          {"best_mean_ettr", r.best_mean_ettr},
+          {"degraded", degraded_json(job, it)}};
 }
 
 /// Writes DIR/goodput.json (whole or not at all): `report` with every run of the chosen interval
@@ -187,6 +251,7 @@ std::filesystem::path write_goodput_file(const std::filesystem::path& dir, nlohm
                     {"failures", run.failures},
                     {"planned", run.planned},
                     {"checkpoints", run.checkpoints},
+                    {"degraded_episodes", run.degraded_episodes},
                     {"badput_s", badput_json(run.badput)}});
   }
   report["chosen_runs"] = runs;
@@ -235,10 +300,11 @@ void register_goodput_command(CLI::App& app) {
                       interval_s / 60.0, o->days));
     }
     const IterationTime it = iteration_time(*o, s);
-    const GoodputJob job = goodput_job(s, it.topology, it.seconds);
+    GoodputJob job = goodput_job(s, it.topology, it.seconds);
+    apply_degraded_replays(job, it.degraded);
     const GoodputReport r =
         run_goodput(job, interval_s, GoodputHorizon{o->days * 86400.0, 0}, o->runs, o->seed);
-    const nlohmann::json out = report_json(s, job, r, *o, it.source);
+    const nlohmann::json out = report_json(s, job, r, *o, it);
     if (o->json) {
       fmt::print("{}\n", out.dump(2));
     } else {

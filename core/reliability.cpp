@@ -3,6 +3,34 @@
 
 namespace traintwin {
 
+std::string_view to_string(DegradedKind kind) {
+  switch (kind) {
+    case DegradedKind::kStraggler:
+      return "straggler";
+    case DegradedKind::kLinkDown:
+      return "link_down";
+    case DegradedKind::kNicDown:
+      return "nic_down";
+    case DegradedKind::kLinkFlap:
+      return "link_flap";
+  }
+  return "?";
+}
+
+const DegradationSpec& episodes(const ReliabilitySpec& r, DegradedKind kind) {
+  switch (kind) {
+    case DegradedKind::kStraggler:
+      return r.straggler;
+    case DegradedKind::kLinkDown:
+      return r.link_down;
+    case DegradedKind::kNicDown:
+      return r.nic_down;
+    case DegradedKind::kLinkFlap:
+      return r.link_flap;
+  }
+  return r.straggler;
+}
+
 ReliabilitySpec default_reliability() {
   // Llama 3 405B, 54 days on 2,048 nodes = 110,592 node-days (Dubey et al. 2024, Table 5).
   constexpr double kNodeDays = 2048.0 * 54.0;

@@ -20,11 +20,22 @@
 // except detection, PyTorch's default NCCL timeout (ProcessGroupNCCL, 10 minutes; Megatron's
 // --distributed-timeout-minutes 10), and the file system, Llama 3's Tectonic (sec. 3.3.1: 2 TB/s
 // sustained).
+//
+// Degraded, not down: episodes in which the job keeps running at a slower iteration time
+// (sim/degraded_states.hpp replays each such state once). Each kind is a Poisson process of
+// episodes per node (rate per 1000 node-days, as the failures) with exponential durations of the
+// given mean; every rate defaults to 0 (off). Stragglers are reported by ByteDance ("Understanding
+// Stragglers in Large Model Training Using What-if Analysis", Lin et al., OSDI 2025) and by
+// Kokolis et al. ("Revisiting Reliability in Large-Scale ML Research Clusters", HPCA 2025), but
+// we found no per-node rate, slowdown or duration in a form to copy here: every default below is
+// an assumption, and the feature is off until a rate is set.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace traintwin {
 
@@ -32,6 +43,12 @@ namespace traintwin {
 struct FailureClassSpec {
   double rate_per_1000_node_days = 0;  ///< > 0
   double weibull_shape = 1.0;          ///< > 0; 1 = exponential (memoryless)
+};
+
+/// One kind of degraded episode (the job runs on, slower).
+struct DegradationSpec {
+  double rate_per_1000_node_days = 0;  ///< episodes per node, >= 0; 0 = off
+  double duration_s = 3600;            ///< mean duration of one episode (exponential), > 0
 };
 
 /// cluster.reliability: failures, interruptions, restart and checkpoint costs.
@@ -59,7 +76,37 @@ struct ReliabilitySpec {
   /// Spare nodes that replace a failed one at once; without one the job waits for a repair.
   int64_t spare_nodes = 32;       ///< >= 0, at most the job's nodes
   double node_repair_hours = 24;  ///< a failed node's return to the spare pool, > 0
+
+  /// A straggler: a GPU whose compute ops last straggler_slowdown times longer (thermal
+  /// throttling, a slow host, memory thrashing), replayed as its TP group slowed (it holds the
+  /// group up at every TP collective); a synchronous step waits for it. Assumptions: a 1-hour
+  /// mean episode, 2x slower.
+  DegradationSpec straggler;
+  double straggler_slowdown = 2.0;  ///< >= 1
+  /// A leaf-spine link down: its flows spread over the leaf's other uplinks (assumption: 4 h to
+  /// repair a cable or transceiver).
+  DegradationSpec link_down{0, 4 * 3600.0};
+  /// A NIC down: its rail's traffic moves over NVLink to the next NIC (PXN), which then carries
+  /// both (assumption: 4 h to replace the NIC or drain the node at the next restart).
+  DegradationSpec nic_down{0, 4 * 3600.0};
+  /// A flapping link (a NIC-leaf link retraining, running at reduced bandwidth; assumption: 1 h
+  /// until it is taken out or settles, at half its bandwidth).
+  DegradationSpec link_flap;
+  double link_flap_bandwidth_factor = 0.5;  ///< in (0, 1]
 };
+
+/// The kinds of degraded episode, in ReliabilitySpec's order.
+enum class DegradedKind { kStraggler, kLinkDown, kNicDown, kLinkFlap };
+inline constexpr std::array<DegradedKind, 4> kDegradedKinds = {
+    DegradedKind::kStraggler, DegradedKind::kLinkDown, DegradedKind::kNicDown,
+    DegradedKind::kLinkFlap};
+
+/// "straggler", "link_down", "nic_down", "link_flap": the prefix of the kind's
+/// cluster.reliability keys (straggler_rate_per_1000_node_days, ...).
+std::string_view to_string(DegradedKind kind);
+
+/// The episodes of `kind` in `r`.
+const DegradationSpec& episodes(const ReliabilitySpec& r, DegradedKind kind);
 
 /// The defaults above, with the Llama 3 failure classes.
 ReliabilitySpec default_reliability();

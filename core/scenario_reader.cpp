@@ -764,6 +764,16 @@ class Reader {
     number(sec, "async_save_stall_s", r.async_save_stall_s);
     r.spare_nodes = get_int(sec, "spare_nodes", false, 0).value_or(r.spare_nodes);
     number(sec, "node_repair_hours", r.node_repair_hours);
+    number(sec, "straggler_rate_per_1000_node_days", r.straggler.rate_per_1000_node_days);
+    number(sec, "straggler_duration_s", r.straggler.duration_s);
+    number(sec, "straggler_slowdown", r.straggler_slowdown);
+    number(sec, "link_down_rate_per_1000_node_days", r.link_down.rate_per_1000_node_days);
+    number(sec, "link_down_duration_s", r.link_down.duration_s);
+    number(sec, "nic_down_rate_per_1000_node_days", r.nic_down.rate_per_1000_node_days);
+    number(sec, "nic_down_duration_s", r.nic_down.duration_s);
+    number(sec, "link_flap_rate_per_1000_node_days", r.link_flap.rate_per_1000_node_days);
+    number(sec, "link_flap_duration_s", r.link_flap.duration_s);
+    number(sec, "link_flap_bandwidth_factor", r.link_flap_bandwidth_factor);
     return r;
   }
 

@@ -77,6 +77,8 @@ struct Interval {
 inline constexpr Interval kNonNegative{0, false};
 inline constexpr Interval kPositive{0, true};
 inline constexpr Interval kUnitHalfOpen{0, false, 1, true};
+inline constexpr Interval kUnitOpenClosed{0, true, 1, false};  ///< (0, 1]: a bandwidth factor
+inline constexpr Interval kAtLeastOne{1, false};                ///< >= 1: a slowdown factor
 /// A what-if factor (core/scenario_rules.cpp checks it): a ratio of hardware rates, 1000x slower
 /// or faster at most. Beyond that is no cluster a what-if describes, and the extremes break the
 /// simulation itself (a link at 1e-320 of its rate looks deadlocked to SimGrid; a GPU 1e308 x

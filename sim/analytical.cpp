@@ -755,7 +755,7 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const Cos
   // use, gpu_speed_scale the compute (in the timing layer).
   const SimulationOptions o = with_what_if(SimulationOptions{}, w);
   return Estimator(s, scaled_topology(topo, o.scaling), costs, eff,
-                   ComputeScaling{o.gpu_speed_scale, std::nullopt}, probe_steps).run();
+                   ComputeScaling{o.gpu_speed_scale, std::nullopt, {}}, probe_steps).run();
 }
 
 }  // namespace traintwin

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -64,6 +65,15 @@ class Rng {
     const double scale = mean / std::tgamma(1.0 + 1.0 / shape);
     return scale * std::pow(-std::log1p(-uniform()), 1.0 / shape);
   }
+  /// Exponential of this mean.
+  double exponential(double mean) { return -mean * std::log1p(-uniform()); }
+  /// Poisson of this mean (>= 0): unit-rate exponential arrivals counted up to `mean`, so any
+  /// mean works without underflow (O(mean) draws).
+  int64_t poisson(double mean) {
+    int64_t n = 0;
+    for (double t = exponential(1.0); t <= mean; t += exponential(1.0)) ++n;
+    return n;
+  }
 
  private:
   uint64_t state_;
@@ -83,6 +93,87 @@ Percentiles percentiles(const std::vector<double>& v) {
   return Percentiles{percentile(v, 0.1), percentile(v, 0.5), percentile(v, 0.9)};
 }
 
+/// The degraded episodes of one run (goodput.hpp's model): per kind, a Poisson process of
+/// arrivals on the wall clock with exponential durations, started stationary (the episodes under
+/// way at t = 0: Poisson of mean rate x duration, each with an exponential residual, by
+/// memorylessness). Its own random stream, so that the failures of a seed do not move.
+class Degradation {
+ public:
+  Degradation(const GoodputJob& job, uint64_t seed) : rng_(seed ^ 0xD1B54A32D192ED03ULL) {
+    for (const DegradedKind kind : kDegradedKinds) {
+      const DegradationSpec& e = episodes(job.reliability, kind);
+      if (!(e.rate_per_1000_node_days > 0)) continue;
+      Kind k;
+      k.rate_per_s = e.rate_per_1000_node_days / 1000.0 / kSecondsPerDay *
+                     static_cast<double>(job.nodes);
+      k.duration_s = e.duration_s;
+      const double t_k = job.degraded_iteration_s[static_cast<size_t>(kind)];
+      k.speed = std::min(1.0, job.iteration_s / t_k);  // a degraded state is never faster
+      k.links = kind != DegradedKind::kStraggler;
+      for (int64_t n = rng_.poisson(k.rate_per_s * k.duration_s); n > 0; --n) {
+        k.ends.push(rng_.exponential(k.duration_s));
+      }
+      k.next_arrival = rng_.exponential(1.0 / k.rate_per_s);
+      kinds_.push_back(std::move(k));
+    }
+  }
+
+  bool any() const { return !kinds_.empty(); }
+
+  /// Takes every arrival and end up to `t`; returns the arrivals taken.
+  int64_t advance(double t) {
+    int64_t arrivals = 0;
+    for (Kind& k : kinds_) {
+      for (;;) {
+        const double end = k.ends.empty() ? kInf : k.ends.top();
+        if (k.next_arrival <= t && k.next_arrival < end) {
+          k.ends.push(k.next_arrival + rng_.exponential(k.duration_s));
+          k.next_arrival += rng_.exponential(1.0 / k.rate_per_s);
+          ++arrivals;
+        } else if (end <= t) {
+          k.ends.pop();
+        } else {
+          break;
+        }
+      }
+    }
+    return arrivals;
+  }
+
+  /// The next arrival or end after the last advance().
+  double next_change() const {
+    double t = kInf;
+    for (const Kind& k : kinds_) {
+      t = std::min(t, k.next_arrival);
+      if (!k.ends.empty()) t = std::min(t, k.ends.top());
+    }
+    return t;
+  }
+
+  /// Progress per wall second now (1: healthy; else the slowest kind under way's) and whether
+  /// that kind is a link kind (its badput "degraded links", else "straggler slowdown").
+  std::pair<double, bool> speed() const {
+    double speed = 1.0;
+    bool links = false;
+    for (const Kind& k : kinds_) {
+      if (!k.ends.empty() && k.speed < speed) {
+        speed = k.speed;
+        links = k.links;
+      }
+    }
+    return {speed, links};
+  }
+
+ private:
+  struct Kind {
+    double rate_per_s = 0, duration_s = 0, speed = 1, next_arrival = kInf;
+    bool links = false;
+    std::priority_queue<double, std::vector<double>, std::greater<>> ends;  // of episodes under way
+  };
+  Rng rng_;
+  std::vector<Kind> kinds_;
+};
+
 /// One run's state and its event loop.
 class RunSimulation {
  public:
@@ -95,7 +186,8 @@ class RunSimulation {
         wall_end_(horizon.wall_s > 0 ? horizon.wall_s : kInf),
         work_s_(horizon.wall_s > 0 ? kInf : horizon.work_s),
         spares_free_(job.reliability.spare_nodes),
-        repair_s_(job.reliability.node_repair_hours * 3600.0) {
+        repair_s_(job.reliability.node_repair_hours * 3600.0),
+        degradation_(job, seed) {
     for (const auto& [name, f] : job.reliability.failures) {
       classes_.push_back({1000.0 * kSecondsPerDay / f.rate_per_1000_node_days, f.weibull_shape});
     }
@@ -108,6 +200,7 @@ class RunSimulation {
     while (!finished()) {
       // A planned interruption that fell while the job was down is absorbed by that downtime.
       while (planned_at_ < t_) draw_planned(planned_at_);
+      if (degradation_.any()) out_.degraded_episodes += degradation_.advance(t_);
       const double t_fail = next_failure();
       const double t_commit = pending_ ? pending_->second : kInf;
       if (last_save_ >= work_s_) {  // the work is saved; only the final write is left
@@ -124,9 +217,18 @@ class RunSimulation {
         continue;
       }
       const double due = std::min(last_save_ + interval_s_, work_s_);
-      const double t_save = t_ + (due - progress_);
-      const double t_next = std::min({t_save, t_fail, planned_at_, t_commit, wall_end_});
-      progress_ = t_next == t_save ? due : progress_ + (t_next - t_);  // exact at a save
+      // Degraded: progress at `speed` per wall second (1 when healthy, exactly today's sums).
+      const auto [speed, links] = degradation_.any() ? degradation_.speed()
+                                                     : std::pair<double, bool>{1.0, false};
+      const double t_save = t_ + (due - progress_) / speed;
+      const double t_next =
+          std::min({t_save, t_fail, planned_at_, t_commit, wall_end_, degradation_.next_change()});
+      const double before = progress_;
+      progress_ = t_next == t_save ? due : progress_ + (t_next - t_) * speed;  // exact at a save
+      if (speed < 1.0) {
+        (links ? out_.badput.degraded_links_s : out_.badput.straggler_s) +=
+            (t_next - t_) - (progress_ - before);
+      }
       t_ = t_next;
       if (t_ >= wall_end_) break;
       if (t_commit == t_next) {
@@ -137,9 +239,9 @@ class RunSimulation {
         restart(true, 1);
       } else if (planned_at_ == t_next) {
         planned();
-      } else {
+      } else if (t_save == t_next) {
         save();
-      }
+      }  // else a degraded episode began or ended: taken at the top of the loop
     }
     out_.wall_s = t_;
     out_.useful_s = progress_;
@@ -302,6 +404,7 @@ class RunSimulation {
   double planned_at_ = kInf;
   double t_ = 0, progress_ = 0, committed_ = 0, last_save_ = 0;
   std::optional<std::pair<double, double>> pending_;  // (progress it holds, write end)
+  Degradation degradation_;
   GoodputRun out_;
 };
 
@@ -394,6 +497,26 @@ GoodputCosts goodput_costs(const GoodputJob& job) {
   check_key("filesystem_GBps", r.filesystem_GBps, false);
   check_key("async_save_stall_s", r.async_save_stall_s, true);
   check_key("node_repair_hours", r.node_repair_hours, false);
+  for (const DegradedKind kind : kDegradedKinds) {
+    const DegradationSpec& e = episodes(r, kind);
+    const std::string name(to_string(kind));
+    check_key(name + "_rate_per_1000_node_days", e.rate_per_1000_node_days, true);
+    check_key(name + "_duration_s", e.duration_s, false);
+    const double t_k = job.degraded_iteration_s[static_cast<size_t>(kind)];
+    if (e.rate_per_1000_node_days > 0 && !(std::isfinite(t_k) && t_k > 0)) {
+      throw InvalidArgument(fmt::format(
+          "goodput: the iteration time of the {} state must be a finite number > 0 (got {}; "
+          "sim/degraded_states.hpp replays it)",
+          name, t_k));
+    }
+  }
+  if (!(std::isfinite(r.straggler_slowdown) && r.straggler_slowdown >= 1)) {
+    bad_key("straggler_slowdown", "a finite number >= 1", r.straggler_slowdown);
+  }
+  if (!(std::isfinite(r.link_flap_bandwidth_factor) && r.link_flap_bandwidth_factor > 0 &&
+        r.link_flap_bandwidth_factor <= 1)) {
+    bad_key("link_flap_bandwidth_factor", "in (0, 1]", r.link_flap_bandwidth_factor);
+  }
   if (r.spare_nodes < 0 || r.spare_nodes > job.nodes) {
     throw ConfigError(fmt::format("{}.spare_nodes: must be in [0, {}] (the job's nodes; got {})",
                                   kKey, job.nodes, r.spare_nodes));
@@ -441,6 +564,7 @@ GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
   GoodputAtInterval out;
   out.interval_s = whole_iterations_s(job, interval_s, horizon);
   std::vector<double> ettr, tokens;
+  std::array<std::vector<double>, Badput::kCauses.size()> shares;
   for (int64_t i = 0; i < runs; ++i) {
     GoodputRun r =
         RunSimulation(job, costs, out.interval_s, horizon, seed + static_cast<uint64_t>(i)).run();
@@ -457,10 +581,15 @@ GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
     out.mean_badput_share.spare_wait_s += b.spare_wait_s / w;
     out.mean_badput_share.restart_s += b.restart_s / w;
     out.mean_badput_share.restore_s += b.restore_s / w;
+    out.mean_badput_share.straggler_s += b.straggler_s / w;
+    out.mean_badput_share.degraded_links_s += b.degraded_links_s / w;
+    const std::array<double, Badput::kCauses.size()> v = b.values();
+    for (size_t c = 0; c < v.size(); ++c) shares[c].push_back(r.wall_s > 0 ? v[c] / r.wall_s : 0);
     out.runs.push_back(std::move(r));
   }
   out.ettr = percentiles(ettr);
   out.useful_tokens = percentiles(tokens);
+  for (size_t c = 0; c < shares.size(); ++c) out.badput_share[c] = percentiles(shares[c]);
   return out;
 }
 

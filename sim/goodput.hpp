@@ -19,12 +19,24 @@
 //   - Planned interruptions (a Poisson process on the wall clock, rate per node x nodes) save
 //     synchronously, then restart without detection; they lose no progress. One that falls
 //     while the job is already down is absorbed by that downtime.
+//   - Degraded, not down (cluster.reliability's straggler, link_down, nic_down, link_flap): each
+//     kind is a Poisson process of episodes on the wall clock (rate per node x nodes) with
+//     exponential durations, started in its stationary state (the episodes under way at t = 0
+//     are drawn too), from a random stream of its own so that the failures of a seed stay those
+//     of the run without degradation. While the job computes with episodes under way, it
+//     progresses at healthy / degraded iteration time of the slowest kind under way (a
+//     synchronous step is as slow as its slowest part; two kinds at once do not compound), and
+//     the rest of that wall time is badput of that kind: "straggler slowdown" or "degraded
+//     links" (link down, NIC down, flapping). Episodes run on through saves and restarts
+//     (a restart does not cure a slow GPU or a bad cable), where they cost nothing.
 //   - Wall time = useful progress + lost progress + save stalls + detection + spare waits +
-//     restart + restore (each interrupted phase counts in its own category): ETTR (effective
-//     training time ratio) = useful / wall.
+//     restart + restore + straggler slowdown + degraded links (each interrupted phase counts in
+//     its own category): ETTR (effective training time ratio) = useful / wall.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/reliability.hpp"
@@ -60,6 +72,10 @@ struct GoodputJob {
   int64_t gpus = 0;                 ///< >= 1 (communicator initialisation grows with it)
   double checkpoint_bytes = 0;      ///< the whole checkpoint, >= 0
   ReliabilitySpec reliability;
+  /// One iteration in each degraded state, indexed by DegradedKind (seconds; from replaying the
+  /// state, sim/degraded_states.hpp): needed (> 0) for every kind whose rate is > 0. A value
+  /// below iteration_s counts as iteration_s (a degraded state is never faster).
+  std::array<double, kDegradedKinds.size()> degraded_iteration_s{};
 };
 
 /// Bytes of the scenario's checkpoint: every parameter once (Megatron's distributed checkpoint
@@ -85,9 +101,12 @@ struct GoodputCosts {
   double planned_interval_s = 0;  ///< mean time between planned interruptions (inf if none)
 };
 
-/// The costs of `job`. Throws ConfigError naming the cluster.reliability key for inputs out of
-/// range (rates <= 0, a Weibull shape <= 0, negative times, storage rates <= 0, more spares than
-/// nodes, a repair time <= 0) and InvalidArgument for a job's own fields out of range.
+/// The costs of `job`. Throws ConfigError naming the cluster.reliability key and its allowed
+/// range for inputs out of range (rates <= 0, a Weibull shape <= 0, negative times, storage rates
+/// <= 0, more spares than nodes, a repair time <= 0; a negative degraded-episode rate, a duration
+/// <= 0, a straggler slowdown < 1, a flapping link's bandwidth factor outside (0, 1]) and
+/// InvalidArgument for a job's own fields out of range (a degraded kind with a rate > 0 and no
+/// iteration time > 0 among them).
 GoodputCosts goodput_costs(const GoodputJob& job);
 
 /// Where a run's wall time went (seconds; their sum plus useful progress is the wall time).
@@ -98,8 +117,20 @@ struct Badput {
   double spare_wait_s = 0;  ///< no spare node: waiting for a repaired one
   double restart_s = 0;     ///< re-queue, process start, communicator initialisation
   double restore_s = 0;     ///< checkpoint loads
+  double straggler_s = 0;   ///< computing slower because of a straggler (the time beyond healthy)
+  double degraded_links_s = 0;  ///< computing slower on a link or NIC down or a flapping link
   double total() const {
-    return checkpoint_save_s + lost_progress_s + detection_s + spare_wait_s + restart_s + restore_s;
+    return checkpoint_save_s + lost_progress_s + detection_s + spare_wait_s + restart_s +
+           restore_s + straggler_s + degraded_links_s;
+  }
+  /// The causes, in this order: checkpoint_save, lost_progress, detection, spare_wait, restart,
+  /// restore, straggler_slowdown, degraded_links (the names `goodput --json` uses).
+  static constexpr std::array<std::string_view, 8> kCauses = {
+      "checkpoint_save", "lost_progress", "detection",          "spare_wait",
+      "restart",         "restore",       "straggler_slowdown", "degraded_links"};
+  std::array<double, 8> values() const {
+    return {checkpoint_save_s, lost_progress_s, detection_s, spare_wait_s,
+            restart_s,         restore_s,       straggler_s, degraded_links_s};
   }
 };
 
@@ -111,6 +142,7 @@ struct GoodputRun {
   int64_t failures = 0;     ///< unexpected interruptions
   int64_t planned = 0;      ///< planned interruptions that stopped the job
   int64_t checkpoints = 0;  ///< saves started
+  int64_t degraded_episodes = 0;  ///< degraded episodes that began during the run (all kinds)
   Badput badput;
   double ettr() const { return wall_s > 0 ? useful_s / wall_s : 0.0; }
 };
@@ -144,6 +176,7 @@ struct GoodputAtInterval {
   double mean_planned = 0;
   /// Mean share of the wall time per badput cause (Badput's order), and its percentiles.
   Badput mean_badput_share;
+  std::array<Percentiles, Badput::kCauses.size()> badput_share;  ///< in Badput::kCauses' order
   std::vector<GoodputRun> runs;
 };
 

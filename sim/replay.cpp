@@ -134,7 +134,8 @@ class Engine {
     collective_keys_.emplace(prog_.layout);
     const int64_t tp = prog_.layout.size(GroupKind::kTp);
     if (opts_.aggregate_tp && tp > 1) {
-      if (opts_.straggler || !opts_.scaling.degraded_links.empty()) {
+      if ((opts_.straggler && !opts_.straggler_tp_group) ||
+          !opts_.scaling.degraded_links.empty()) {
         throw ConfigError(
             "simulate: TP aggregation (--aggregate-tp) replays TP rank 0 for its whole TP group, "
             "which needs the ranks of a TP group and the rails to behave alike; a what-if " +
@@ -872,7 +873,13 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   // before a SimGrid engine exists.
   using Clock = std::chrono::steady_clock;
   const auto wall0 = Clock::now();
-  const TimedProgram timed(prog, costs, topo.gpu, ComputeScaling{opts.gpu_speed_scale, opts.straggler});
+  ComputeScaling compute{opts.gpu_speed_scale, opts.straggler, {}};
+  if (opts.straggler && opts.straggler_tp_group && opts.straggler->rank >= 0 &&
+      opts.straggler->rank < prog.layout.world_size()) {
+    compute.straggler_peers = prog.layout.group(GroupKind::kTp, opts.straggler->rank);
+    std::sort(compute.straggler_peers.begin(), compute.straggler_peers.end());
+  }
+  const TimedProgram timed(prog, costs, topo.gpu, std::move(compute));
   const auto wall1 = Clock::now();
   static bool used = false;
   if (used) throw Error("simulate: SimGrid runs one simulation per process");

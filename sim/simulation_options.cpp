@@ -17,7 +17,7 @@ std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec&
     return std::to_string(topo.nic.nics_per_node) + " NIC rails for " +
            std::to_string(topo.node.gpus_per_node) + " GPUs per node";
   }
-  if (opts.straggler) return "a straggler";
+  if (opts.straggler && !opts.straggler_tp_group) return "a straggler";
   if (!opts.scaling.degraded_links.empty()) return "a degraded link";
   if (opts.trace_all_ranks) return "every rank traced";
   for (int64_t r : opts.trace_ranks) {

@@ -41,6 +41,10 @@ struct SimulationOptions {
   /// (after gpu_speed_scale). Refused with aggregate_tp when TP > 1 (ranks differ within a TP
   /// group).
   std::optional<Straggler> straggler;
+  /// With a straggler: every rank of its TP group is slowed as it is (a slow GPU holds up its
+  /// TP group at every TP collective anyway; cluster.reliability's straggler state uses this).
+  /// The TP group's ranks then behave alike, so TP aggregation stays exact and is not refused.
+  bool straggler_tp_group = false;
   /// Force one NCCL algorithm for every collective ("" = the scenario's
   /// cluster.collective_algorithm, whose default chooses per call like NCCL's tuner).
   std::string collective_algorithm;
@@ -98,8 +102,8 @@ struct SimulationOptions {
 /// Program of layout `layout` on `topo` with `opts` (what-if knobs folded in); "" when it
 /// would: TP > 1 with each TP group on consecutive GPUs of one node (rank order starting with
 /// tp, TP dividing gpus_per_node), every GPU with its own NIC rail (nics_per_node =
-/// gpus_per_node, so the TP ranks' flows never share a link), no straggler or degraded link,
-/// every traced rank with TP rank 0, and every group kind that spans TP (the expert kinds too
+/// gpus_per_node, so the TP ranks' flows never share a link), no straggler or degraded link
+/// (a straggler is allowed with straggler_tp_group), every traced rank with TP rank 0, and every group kind that spans TP (the expert kinds too
 /// when `expert_groups`, i.e. for a mixture of experts) with the same number of TP-rank-0
 /// members, at least one, in each of its groups (a collective of such a group completes when
 /// they have arrived). O(world size) per group kind.

@@ -4,6 +4,7 @@
 // durations from it; they differ only in how communication takes time.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -22,6 +23,8 @@ struct ComputeScaling {
   double gpu_speed_scale = 1.0;
   /// This rank's compute ops (optimizer included) last compute_scale times longer.
   std::optional<Straggler> straggler;
+  /// Other ranks slowed as the straggler (sorted; SimulationOptions::straggler_tp_group).
+  std::vector<int64_t> straggler_peers;
 };
 
 /// A Program with the duration of every compute op.
@@ -45,7 +48,11 @@ class TimedProgram {
 
   /// The straggler factor of `rank` (compute_scale on the straggler, 1 elsewhere).
   double rank_factor(int64_t rank) const {
-    return scaling_.straggler && scaling_.straggler->rank == rank ? scaling_.straggler->compute_scale : 1.0;
+    if (!scaling_.straggler) return 1.0;
+    const bool slow =
+        scaling_.straggler->rank == rank ||
+        std::binary_search(scaling_.straggler_peers.begin(), scaling_.straggler_peers.end(), rank);
+    return slow ? scaling_.straggler->compute_scale : 1.0;
   }
 
   /// Duration of op `op` of program_rank's RankProgram when `rank` runs it: every factor applied.

@@ -89,4 +89,41 @@ TEST(GoodputCli, ScenarioReliabilityAndBadFlags) {
   EXPECT_THAT(spares.output, HasSubstr("cluster.reliability.spare_nodes: must be in [0, 128]"));
 }
 
+// Degraded, not down: with stragglers and flapping links on, the tiny scenario's states are each
+// replayed once (the healthy iteration is the command's own replay), the straggler state is
+// slower, and the report and goodput.json carry the two new badput causes with percentiles.
+TEST(GoodputCli, DegradedStatesAreReplayedAndCharged) {
+  const std::string tiny = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-tiny-brown.yaml";
+  const std::string dir = ::testing::TempDir() + "goodput_degraded";
+  const CliResult r = run_cli("goodput " + tiny + " --runs 5 --days 5 --json --out " + dir +
+                              " --set cluster.reliability.spare_nodes=1"
+                              " --set cluster.reliability.straggler_rate_per_1000_node_days=20000"
+                              " --set cluster.reliability.link_flap_rate_per_1000_node_days=20000");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["iteration_source"], "replay");
+  EXPECT_EQ(j["degraded"]["replays"], 2);  // straggler, link_flap; the healthy one in process
+  ASSERT_EQ(j["degraded"]["kinds"].size(), 2u);
+  const auto& straggler = j["degraded"]["kinds"][0];
+  EXPECT_EQ(straggler["kind"], "straggler");
+  EXPECT_GT(straggler["iteration_s"].get<double>(), 1.05 * j["iteration_s"].get<double>());
+  const auto& share = j["chosen"]["badput_share"];
+  EXPECT_GT(share["straggler_slowdown"].get<double>(), 0.05);
+  EXPECT_TRUE(share.contains("degraded_links"));
+  const auto& p = j["chosen"]["badput_share_percentiles"]["straggler_slowdown"];
+  EXPECT_LE(p["p10"].get<double>(), p["p90"].get<double>());
+  std::ifstream in(dir + "/goodput.json");
+  const nlohmann::json file = nlohmann::json::parse(in);
+  EXPECT_TRUE(file["chosen_runs"][0]["badput_s"].contains("straggler_slowdown"));
+
+  const CliResult text =
+      run_cli("goodput " + tiny + " --runs 2 --days 1 --iteration-time 2" +
+              " --set cluster.reliability.spare_nodes=1"
+              " --set cluster.reliability.straggler_rate_per_1000_node_days=100");
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("degraded   straggler: 100 per 1000 node-days"));
+  EXPECT_THAT(text.output, HasSubstr("straggler slowdown"));
+  EXPECT_THAT(text.output, HasSubstr("degraded links"));
+}
+
 }  // namespace

@@ -15,15 +15,6 @@
 namespace traintwin {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 /// "cluster.reliability.<kind>_rate_per_1000_node_days: <why>".
 [[noreturn]] void no_place(DegradedKind kind, const std::string& why) {
   throw ConfigError(
@@ -67,7 +58,7 @@ DegradedState degraded_state(const Scenario& s, const TopologySpec& topo, const 
   if (kind == DegradedKind::kLinkDown) {
     std::vector<std::string> uplinks;  // rail 0's leaf 0 -> every spine, every cable
     for (const std::string& n : names) {
-      if (starts_with(n, "rail0-leaf0-spine") && ends_with(n, "-up")) uplinks.push_back(n);
+      if (n.starts_with("rail0-leaf0-spine") && n.ends_with("-up")) uplinks.push_back(n);
     }
     const auto k = static_cast<double>(uplinks.size());
     if (uplinks.size() < 2) {

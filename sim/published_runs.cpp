@@ -122,21 +122,7 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
         YAML::Node parallelism =
             full["parallelism"] ? full["parallelism"] : YAML::Node(YAML::NodeType::Map);
         YAML::Node training = full["training"] ? full["training"] : YAML::Node(YAML::NodeType::Map);
-        if (vc.source.rfind("NVIDIA/dgxc-benchmarking", 0) == 0) {
-          // Megatron-Core refuses layers that do not split over PP x VPP stages; the recipe ran,
-          // so it counted the embedding and the loss as layers (NeMo's llama31_405b recipe does:
-          // 126 + 2 = 128 = 8 x 8 x 2, scenarios/llama3.1-405b-h100-1024.yaml).
-          const auto get = [&](const char* k) {
-            return parallelism[k] ? parallelism[k].as<int64_t>() : int64_t{1};
-          };
-          const int64_t stages =
-              get("pipeline_model_parallel_size") * get("virtual_pipeline_model_parallel_size");
-          if (stages > 1 && full["model"]["num_layers"].as<int64_t>() % stages != 0) {
-            parallelism["account_for_embedding_in_pipeline_split"] = true;
-            parallelism["account_for_loss_in_pipeline_split"] = true;
-          }
-        }
-        apply_source_defaults(vc.source, parallelism, training, "");
+        apply_source_defaults(vc.source, full["model"], parallelism, training, "");
         scenario["parallelism"] = parallelism;
         scenario["training"] = training;
         scenario["cluster"]["topology"] =

@@ -34,9 +34,24 @@ void check_keys(const std::string& file, const YAML::Node& n, const std::string&
 
 }  // namespace
 
-void apply_source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+void apply_source_defaults(const std::string& source, const YAML::Node& model,
+                           YAML::Node& parallelism, YAML::Node& training,
                            const std::string& variant) {
   const bool dgxc_repo = source.rfind("NVIDIA/dgxc-benchmarking", 0) == 0;
+  if (dgxc_repo) {
+    // Megatron-Core refuses layers that do not split over PP x VPP stages; the recipe ran, so it
+    // counted the embedding and the loss as layers (NeMo's llama31_405b recipe does: 126 + 2 =
+    // 128 = 8 x 8 x 2, scenarios/llama3.1-405b-h100-1024.yaml).
+    const auto get = [&](const char* k) {
+      return parallelism[k] ? parallelism[k].as<int64_t>() : int64_t{1};
+    };
+    const int64_t stages =
+        get("pipeline_model_parallel_size") * get("virtual_pipeline_model_parallel_size");
+    if (stages > 1 && model["num_layers"] && model["num_layers"].as<int64_t>() % stages != 0) {
+      parallelism["account_for_embedding_in_pipeline_split"] = true;
+      parallelism["account_for_loss_in_pipeline_split"] = true;
+    }
+  }
   if (dgxc_repo && !parallelism["sequence_parallel"]) {
     // The repository's NeMo recipes (published-runs-2026.yaml) run sequence parallelism wherever
     // TP > 1, as every dgxc recipe of calibration-modern.yaml with TP > 1 states.
@@ -144,7 +159,7 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
       scenario["model"] = YAML::Clone(c["model"]);
       YAML::Node parallelism = YAML::Clone(c["parallelism"]);
       YAML::Node training = YAML::Clone(c["training"]);
-      apply_source_defaults(source, parallelism, training, variant);
+      apply_source_defaults(source, scenario["model"], parallelism, training, variant);
       scenario["parallelism"] = parallelism;
       scenario["training"] = training;
       scenario["cluster"]["topology"] = std::filesystem::absolute(topologies_dir / topology).string();

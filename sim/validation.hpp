@@ -54,8 +54,10 @@ std::string topology_file_for_gpu(const std::string& gpu);
 
 /// Settings a source leaves implicit, as the Megatron-LM / NeMo of that source ran them
 /// (documented per source in validation.cpp); keys the case gives win where noted there.
-/// `parallelism` and `training` are the case's sections, changed in place.
-void apply_source_defaults(const std::string& source, YAML::Node& parallelism, YAML::Node& training,
+/// `parallelism` and `training` are the case's sections, changed in place; `model` is read (the
+/// layer count, for the pipeline split a recipe implies).
+void apply_source_defaults(const std::string& source, const YAML::Node& model,
+                           YAML::Node& parallelism, YAML::Node& training,
                            const std::string& variant);
 
 /// The `runs` of ../shared/validation/published-runs-2026.yaml (`root`, read from `file`) as

@@ -12,7 +12,11 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "cli/backend_choice.hpp"
 #include "cli/commands.hpp"
@@ -31,6 +35,7 @@
 #include "exec/profile.hpp"
 #include "sim/collective_bench.hpp"
 #include "sim/collectives.hpp"
+#include "sim/validation.hpp"
 
 namespace traintwin::cli {
 namespace {
@@ -47,7 +52,80 @@ struct ProfileCliOptions {
   std::string min_bytes = "8", max_bytes = "128M";
   bool max_bytes_given = false;  ///< -e on the command line (else a SCENARIO's largest collective)
   std::string topology_out;
+  std::string kernels;     ///< ECMAScript regex over KernelKey::to_string(); empty: every kernel
+  std::string cases;       ///< a calibration file whose cases' kernels are profiled
+  std::string case_filter; ///< only the cases whose id contains it
+  std::string gpu;         ///< only the cases on this calibration GPU (with --cases)
+  std::string topologies = "topologies";
 };
+
+/// The scenarios whose kernels are profiled: the SCENARIO, or with --cases the supported cases
+/// of a calibration file on --gpu (and --case). Throws ConfigError when none is left.
+std::vector<Scenario> profiled_scenarios(const ProfileCliOptions& o) {
+  if (o.cases.empty()) return {o.scenario.load()};
+  if (!o.scenario.file.empty()) {
+    throw ConfigError("profile: give a SCENARIO or --cases FILE, not both");
+  }
+  if (o.gpu.empty()) {
+    throw ConfigError("profile --cases " + o.cases + ": give --gpu (the calibration GPU whose "
+                      "cases are profiled, e.g. H100-SXM-80GB: a database holds one GPU's costs)");
+  }
+  std::vector<Scenario> out;
+  std::vector<std::string> gpus;
+  for (const ValidationCase& c : load_validation_cases(o.cases, o.topologies)) {
+    if (std::find(gpus.begin(), gpus.end(), c.gpu) == gpus.end()) gpus.push_back(c.gpu);
+    if (c.gpu != o.gpu || c.id.find(o.case_filter) == std::string::npos) continue;
+    if (!c.unsupported.empty()) {
+      fmt::print("# case {}: not profiled ({} is not built)\n", c.id, c.unsupported);
+      continue;
+    }
+    out.push_back(c.scenario);
+  }
+  if (out.empty()) {
+    std::string names;
+    for (const std::string& g : gpus) names += (names.empty() ? "" : ", ") + g;
+    throw ConfigError(fmt::format("profile --cases {}: no case on --gpu {}{} (its GPUs: {})",
+                                  o.cases, o.gpu,
+                                  o.case_filter.empty() ? "" : " with --case " + o.case_filter,
+                                  names));
+  }
+  return out;
+}
+
+/// The distinct kernels of `scenarios` (first scenario first) whose key matches --kernels, each
+/// with the scenario that gives what its key does not. Throws ConfigError for a bad regex or
+/// one that matches nothing (naming a few of the kernels there are).
+std::vector<std::pair<const Scenario*, exec::ProfileTarget>> selected_targets(
+    const ProfileCliOptions& o, const std::vector<Scenario>& scenarios) {
+  std::optional<std::regex> filter;
+  if (!o.kernels.empty()) {
+    try {
+      filter.emplace(o.kernels, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw ConfigError("profile --kernels '" + o.kernels + "': not a regular expression (" +
+                        e.what() + ")");
+    }
+  }
+  std::vector<std::pair<const Scenario*, exec::ProfileTarget>> out;
+  std::unordered_set<std::string> seen;
+  std::vector<std::string> all;
+  for (const Scenario& s : scenarios) {
+    for (exec::ProfileTarget& t : exec::profile_targets(s)) {
+      const std::string key = t.kernel.key.to_string();
+      if (!seen.insert(key).second) continue;
+      all.push_back(key);
+      if (!filter || std::regex_search(key, *filter)) out.emplace_back(&s, std::move(t));
+    }
+  }
+  if (out.empty()) {
+    std::string some;
+    for (size_t i = 0; i < std::min<size_t>(all.size(), 6); ++i) some += "\n  " + all[i];
+    throw ConfigError(fmt::format("profile --kernels '{}' matches none of the {} kernels (keys "
+                                  "as 'name[shape] dtype tpN'), e.g.:{}",
+                                  o.kernels, all.size(), some));
+  }
+  return out;
+}
 
 /// The database file: --out, else traces/db/<device>.json beside the scenario's topologies/
 /// folder (where simulate looks), else under the current directory.
@@ -90,7 +168,12 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   if (comm != nullptr) check_cpu_backend(o.backend, "profiling under mpirun");
   if (!o.topology_out.empty()) check_cpu_backend(o.backend, "--topology-out (this host's topology)");
   const bool root = comm == nullptr || comm->rank() == 0;
-  const Scenario s = o.scenario.load();
+  if (comm != nullptr && !o.cases.empty()) {
+    throw UnsupportedError("profile --cases: run it without mpirun (one process times every "
+                           "case's kernels)");
+  }
+  const std::vector<Scenario> scenarios = profiled_scenarios(o);
+  const Scenario& s = scenarios.front();
   // The ranks that will share this host in the live run: the launcher's ranks on this node under
   // mpirun, else the scenario's.
   const int local_ranks =
@@ -102,13 +185,18 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   const std::filesystem::path file = database_path(o, backend_device_id(*backend, device), &s);
   // Refuse a foreign or malformed database before measuring anything.
   CostDatabase db = exec::open_database_for(file, device, backend_versions(*backend));
-  const std::vector<exec::ProfileTarget> targets = exec::profile_targets(s);
+  const auto targets = selected_targets(o, scenarios);
+  // Every kernel's dtype checked before any is timed: a refusal loses no measurement.
+  for (const auto& [sc, t] : targets) exec::check_runs_dtype(*backend, t.kernel.key);
   if (root) {
     fmt::print("profiling {} kernels of {} on {} ({}), {} warm-up + {} timed runs each, more "
                "until they add up to {} s\n",
-               targets.size(), s.name, device.name,
+               targets.size(),
+               o.cases.empty() ? s.name
+                               : fmt::format("{} case(s) of {}", scenarios.size(), o.cases),
+               device.name,
                backend->name() == "cpu" ? fmt::format("{} GEMM thread(s) per rank", threads)
-                                        : backend->name() + " backend, fp32",
+                                        : backend->name() + " backend",
                o.warmup, o.repeats, o.min_time_s);
     if (comm != nullptr) {
       fmt::print("on {} ranks at once, each kernel on the ranks of the pipeline stages that run "
@@ -131,25 +219,26 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   for (size_t i = 0; i < targets.size(); ++i) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (root) progress(i, targets.size(), elapsed, targets[i].kernel.key.to_string());
+    const auto& [target_scenario, target] = targets[i];
+    if (root) progress(i, targets.size(), elapsed, target.kernel.key.to_string());
     if (comm != nullptr) {  // barrier: the ranks time this kernel together
       double x = 0;
       comm->all_reduce(GroupKind::kWorld, std::span<double>(&x, 1), exec::ReduceOp::kSum)->wait();
     }
-    const std::vector<int64_t>& stages = targets[i].stages;
+    const std::vector<int64_t>& stages = target.stages;
     const bool mine =
         my_stage < 0 || std::find(stages.begin(), stages.end(), my_stage) != stages.end();
     KernelMeasurement m;
-    if (mine) m = exec::profile_kernel(*backend, s, targets[i], popts);
+    if (mine) m = exec::profile_kernel(*backend, *target_scenario, target, popts);
     if (comm != nullptr) {
       std::array<double, 6> t{m.median_us, m.p10_us, m.p90_us, m.expected_us(), mine ? 1.0 : 0.0,
                               static_cast<double>(m.samples)};
       comm->all_reduce(GroupKind::kWorld, std::span<double>(t), exec::ReduceOp::kSum)->wait();
       const double n = t[4];  // the ranks that timed it (>= 1: every kernel has a stage)
       if (!mine) {  // the row of the ranks that timed it
-        m.key = targets[i].kernel.key;
-        m.flops = targets[i].kernel.flops;
-        m.bytes = targets[i].kernel.bytes;
+        m.key = target.kernel.key;
+        m.flops = target.kernel.flops;
+        m.bytes = target.kernel.bytes;
         m.samples = std::max<int64_t>(1, std::llround(t[5] / n));
       }
       m.median_us = t[0] / n;
@@ -274,7 +363,7 @@ void register_profile_command(CLI::App& app) {
   add_scenario_options(*cmd, o->scenario);
   cmd->get_option("scenario")->required(false);
   cmd->add_option("--backend", o->backend,
-                  "Executor backend: cpu (OpenBLAS) or cuda (one GPU, fp32, CUDA-event timing; "
+                  "Executor backend: cpu (OpenBLAS) or cuda (one GPU: fp32 kernels and bf16 GEMMs, CUDA-event timing; "
                   "database traces/db/cuda-<gpu>.json)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -307,6 +396,21 @@ void register_profile_command(CLI::App& app) {
                   "mpirun started and no -e, doubled until it covers the scenario's largest "
                   "collective")
       ->capture_default_str();
+  cmd->add_option("--kernels", o->kernels,
+                  "Only the kernels whose key ('name[shape] dtype tpN', as the table prints it) "
+                  "matches this ECMAScript regular expression (nvbench's --benchmark), e.g. "
+                  "'^gemm_(fwd|dgrad|wgrad)\\[.*\\] bf16 '");
+  cmd->add_option("--cases", o->cases,
+                  "Instead of a SCENARIO: the kernels of every case of this calibration file "
+                  "(../shared/validation/*.yaml) on --gpu, once per distinct kernel")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--case", o->case_filter, "With --cases: only the cases whose id contains this");
+  cmd->add_option("--gpu", o->gpu,
+                  "With --cases: the calibration GPU whose cases are profiled (e.g. "
+                  "H100-SXM-80GB)");
+  cmd->add_option("--topologies", o->topologies,
+                  "With --cases: folder with the dgx-*-superpod.yaml files")
+      ->capture_default_str();
   cmd->add_option("--topology-out", o->topology_out,
                   "Also write this host as a topology (ranks pinned to cores, measured peak "
                   "FLOP/s and memory bandwidth, intra-node link fitted from the database's "
@@ -315,8 +419,12 @@ void register_profile_command(CLI::App& app) {
     o->max_bytes_given = cmd->get_option("--maxbytes")->count() > 0;
     retain_freed_memory();  // as train: what it times runs under the trainer's policy
     if (o->collectives) return profile_collectives(*o);
-    if (o->scenario.file.empty()) {
-      throw ConfigError("profile: give a SCENARIO (its kernels are profiled) or --collectives");
+    if (o->scenario.file.empty() && o->cases.empty()) {
+      throw ConfigError(
+          "profile: give a SCENARIO (its kernels are profiled), --cases FILE or --collectives");
+    }
+    if (o->cases.empty() && (!o->gpu.empty() || !o->case_filter.empty())) {
+      throw ConfigError("profile: --gpu and --case select cases of --cases FILE; give it");
     }
     if (!launched_by_mpi()) return profile_kernels(*o, nullptr);
     const exec::MpiEnvironment env;

@@ -26,6 +26,7 @@ double activation_element_bytes(Precision p) {
       return 4.0;
     case Precision::kFp8:
     case Precision::kTf32:
+    case Precision::kFp32Bf16:
       break;
   }
   throw InvalidArgument(std::string("precision: ") + to_string(p) +

@@ -27,6 +27,7 @@ int bytes_per_element(Precision p) {
   switch (p) {
     case Precision::kFp32:
     case Precision::kTf32:
+    case Precision::kFp32Bf16:
       return 4;
     case Precision::kFp16:
     case Precision::kBf16:
@@ -39,6 +40,16 @@ int bytes_per_element(Precision p) {
 
 // The names come from core/scenario_enum_names.hpp's tables (string literals: NUL-terminated).
 const char* to_string(Precision p) { return enum_name(p).data(); }
+std::optional<Precision> precision_from_string(std::string_view text) {
+  return EnumNames<Precision>::table.parse(text);
+}
+std::string precision_names() {
+  std::string out;
+  for (std::string_view n : EnumNames<Precision>::table.names()) {
+    out += (out.empty() ? "" : ", ") + std::string(n);
+  }
+  return out;
+}
 const char* to_string(Float32MatmulPrecision p) { return enum_name(p).data(); }
 const char* to_string(Normalization n) { return enum_name(n).data(); }
 const char* to_string(Activation a) { return enum_name(a).data(); }

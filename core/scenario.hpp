@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,8 +20,12 @@ namespace traintwin {
 /// kFp8 is never a training precision: it is the dtype of the FP8 GEMM kernels (KernelKey) that
 /// training.fp8_format adds on top of bf16/fp16 (Transformer Engine; 1 byte per element). Nor is
 /// kTf32: it is the dtype of the matrix products of fp32 training under
-/// training.float32_matmul_precision high (fp32 storage, TF32 tensor-core arithmetic).
-enum class Precision { kFp32, kFp16, kBf16, kFp8, kTf32 };
+/// training.float32_matmul_precision high (fp32 storage, TF32 tensor-core arithmetic); nor
+/// kFp32Bf16, that of fp32 training under medium (fp32 storage, operands rounded to bf16 inside
+/// the kernel, fp32 accumulation: cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF), a kernel distinct from
+/// a bf16 one (it reads twice the bytes; on an H100 the 2048 x 8192 x 2048 GEMM runs at 316
+/// TFLOP/s against bf16's 707), so the two never share a cost-database row.
+enum class Precision { kFp32, kFp16, kBf16, kFp8, kTf32, kFp32Bf16 };
 
 /// The arithmetic of fp32 matrix products (PyTorch's torch.set_float32_matmul_precision):
 /// kHighest true fp32; kHigh TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation);
@@ -54,11 +59,16 @@ enum class PipelineScheduleKind { kGPipe, k1F1B, kZbH1, kZbH2 };
 /// OptimizerParamScheduler, megatron/core/optimizer_param_scheduler.py).
 enum class LrDecayStyle { kConstant, kLinear, kCosine };
 
-/// Bytes of one element of `p`: 4 (fp32, tf32), 2 (fp16, bf16) or 1 (fp8).
+/// Bytes of one element of `p`: 4 (fp32, tf32, fp32-bf16), 2 (fp16, bf16) or 1 (fp8).
 int bytes_per_element(Precision p);
 
-/// "fp32" | "fp16" | "bf16" | "fp8" | "tf32".
+/// "fp32" | "fp16" | "bf16" | "fp8" | "tf32" | "fp32-bf16".
 const char* to_string(Precision p);
+/// The Precision spelt `text` as to_string() spells it (a kernel dtype of a cost database or a
+/// live timeline); nullopt for any other text.
+std::optional<Precision> precision_from_string(std::string_view text);
+/// Every spelling of a Precision, comma-separated, for error messages ("fp32, fp16, ...").
+std::string precision_names();
 
 /// Normalization of the transformer layers (Megatron --normalization). LayerNorm: (x - mean) /
 /// std * gamma + beta (2h parameters); RMSNorm (Zhang & Sennrich 2019): x / rms(x) * gamma (h).
@@ -312,12 +322,12 @@ struct TrainingConfig {
 
 /// The dtype every matrix product (GEMMs, grouped GEMMs, the attention core) runs in without
 /// FP8: training.precision, except fp32 training under float32_matmul_precision high (kTf32) or
-/// medium (kBf16).
+/// medium (kFp32Bf16).
 inline Precision matmul_precision(const TrainingConfig& t) {
   if (t.precision != Precision::kFp32) return t.precision;
   switch (t.float32_matmul_precision) {
     case Float32MatmulPrecision::kHigh: return Precision::kTf32;
-    case Float32MatmulPrecision::kMedium: return Precision::kBf16;
+    case Float32MatmulPrecision::kMedium: return Precision::kFp32Bf16;
     case Float32MatmulPrecision::kHighest: break;
   }
   return Precision::kFp32;

@@ -59,7 +59,8 @@ struct EnumNames;
 
 TRAINTWIN_ENUM_NAMES(Precision, std::pair{Precision::kFp32, "fp32"},
                      std::pair{Precision::kFp16, "fp16"}, std::pair{Precision::kBf16, "bf16"},
-                     std::pair{Precision::kFp8, "fp8"}, std::pair{Precision::kTf32, "tf32"});
+                     std::pair{Precision::kFp8, "fp8"}, std::pair{Precision::kTf32, "tf32"},
+                     std::pair{Precision::kFp32Bf16, "fp32-bf16"});
 TRAINTWIN_ENUM_NAMES(Float32MatmulPrecision,
                      std::pair{Float32MatmulPrecision::kHighest, "highest"},
                      std::pair{Float32MatmulPrecision::kHigh, "high"},

@@ -451,11 +451,12 @@ void check_rules(const Scenario& s, const Locator& where) {
                            to_string(t.float32_matmul_precision), to_string(t.precision),
                            to_string(t.precision)));
   }
-  if (t.precision == Precision::kFp8 || t.precision == Precision::kTf32) {
+  if (t.precision == Precision::kFp8 || t.precision == Precision::kTf32 ||
+      t.precision == Precision::kFp32Bf16) {
     rule_error(where, "training.precision",
                fmt::format("{} is not a training precision (allowed: fp32, fp16, bf16); use "
                            "training.fp8_format on top of bf16, or "
-                           "training.float32_matmul_precision high on top of fp32",
+                           "training.float32_matmul_precision high or medium on top of fp32",
                            to_string(t.precision)));
   }
 

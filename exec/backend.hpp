@@ -7,7 +7,8 @@
 //
 // Conventions (those of exec/cpu/ and exec/cuda/): row-major tensors, shapes as trailing
 // comments ([B, T, C] = micro-batch, sequence positions, channels), fp32 storage and compute
-// (the executor's only precision today), weights in PyTorch nn.Linear layout [OC, C]. Spans are
+// (the executor's training precision today; the bf16 linear layers below are the first bf16
+// kernels, which `profile` times), weights in PyTorch nn.Linear layout [OC, C]. Spans are
 // views of the backend's memory (host memory for cpu, device memory for cuda: never
 // dereferenced by the caller); host data crosses the seam only through upload() and download().
 // "+=" marks kernels that accumulate into their output, as the layers they wrap. Every kernel
@@ -87,6 +88,10 @@ using Tensor = DeviceBuffer<float>;
 using FSpan = std::span<float>;
 using CFSpan = std::span<const float>;
 using CISpan = std::span<const int32_t>;
+/// A bf16 tensor: bfloat16 bit patterns (exec/cpu/bf16.hpp), 2 bytes per element.
+using Bf16Tensor = DeviceBuffer<uint16_t>;
+using BSpan = std::span<uint16_t>;
+using CBSpan = std::span<const uint16_t>;
 
 /// The kernels of the GPT model and its optimizer on one device. Not thread-safe: one per rank
 /// (host thread). Kernels may run asynchronously on the backend's stream; download() and
@@ -233,6 +238,40 @@ class Backend {
                                       CFSpan inp,     // [B, T, C]
                                       int64_t batch, int64_t seq, int64_t channels,
                                       int64_t out_channels) = 0;
+
+  // ---- bf16 linear layers (exec/cpu/bf16.hpp; exec/cuda/gemm.hpp with DType::kBFloat16) ----------
+  // The GEMMs of Megatron-LM's --bf16 training: bf16 operands, fp32 accumulation, one rounding
+  // of the result; KernelKeys gemm_fwd / gemm_dgrad / gemm_wgrad of dtype bf16. The first kernels
+  // of the executor's bf16 path (train still computes in fp32: training.precision fp32).
+  /// True when this backend computes bf16 products in bf16 arithmetic (tensor cores), false when
+  /// it emulates them (the cpu backend: fp32 GEMMs of the rounded operands). `profile` times
+  /// bf16 kernels only where this is true: an emulation's time is not a bf16 cost.
+  virtual bool has_bf16_arithmetic() const { return false; }
+  /// dst = src rounded to bf16, ties to even (equal sizes, else InvalidArgument).
+  virtual void convert_to_bf16(BSpan dst, CFSpan src) = 0;
+  /// dst = src widened to fp32, exactly (equal sizes, else InvalidArgument).
+  virtual void convert_from_bf16(FSpan dst, CBSpan src) = 0;
+  /// out = bf16(inp W^T + bias) (bias may be empty). KernelKey "gemm_fwd", dtype bf16.
+  virtual void matmul_forward_bf16(BSpan out,      // [B, T, OC]
+                                   CBSpan inp,     // [B, T, C]
+                                   CBSpan weight,  // [OC, C]
+                                   CBSpan bias,    // [OC] or empty
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t out_channels) = 0;
+  /// dinp = bf16(dout W), overwritten. "gemm_dgrad", bf16.
+  virtual void matmul_backward_data_bf16(BSpan dinp,     // [B, T, C]
+                                         CBSpan dout,    // [B, T, OC]
+                                         CBSpan weight,  // [OC, C]
+                                         int64_t batch, int64_t seq, int64_t channels,
+                                         int64_t out_channels) = 0;
+  /// dweight += dout^T inp and dbias += column sums of dout in fp32 (Megatron's
+  /// gradient_accumulation_fusion into main_grad; dbias may be empty). "gemm_wgrad", bf16.
+  virtual void matmul_backward_weight_bf16(FSpan dweight,  // [OC, C] fp32
+                                           FSpan dbias,    // [OC] fp32 or empty
+                                           CBSpan dout,    // [B, T, OC]
+                                           CBSpan inp,     // [B, T, C]
+                                           int64_t batch, int64_t seq, int64_t channels,
+                                           int64_t out_channels) = 0;
 
   // ---- attention (causal softmax(q k^T / sqrt(hs)) v; exec/cpu/attention.hpp) ------------------
   /// `dropout` (may be null): attention-probability dropout with its global mask.

@@ -31,11 +31,15 @@ struct KernelCall {
   /// persist across runs.
   std::vector<size_t> fresh;
   std::vector<DeviceBuffer<int32_t>> ids;
+  /// The bf16 tensors of a bf16 kernel, and those of them allocated at the kernel (as `fresh`).
+  std::vector<Bf16Tensor> h;
+  std::vector<size_t> fresh_h;
   std::function<void(KernelCall&)> run;
   int64_t bytes() const {
     int64_t b = 0;
     for (const Tensor& x : t) b += static_cast<int64_t>(x.size() * sizeof(float));
     for (const auto& x : ids) b += static_cast<int64_t>(x.size() * sizeof(int32_t));
+    for (const auto& x : h) b += static_cast<int64_t>(x.size() * sizeof(uint16_t));
     return b;
   }
 };
@@ -56,6 +60,43 @@ bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
                          " is not run by the executor's model (no profile for it)");
 }
 
+bool is_linear_gemm(const std::string& name) {
+  return name == "gemm_fwd" || name == "gemm_dgrad" || name == "gemm_wgrad";
+}
+
+/// The bf16 linear layer of `key` ({m, n, k}: rows, out_channels, channels) on fresh inputs.
+KernelCall make_bf16_gemm_call(Backend& be, const KernelKey& key, bool bias, ProfileInputs& in) {
+  const int64_t m = key.shape[0], n = key.shape[1], k = key.shape[2];
+  KernelCall c;
+  if (key.name == "gemm_fwd") {
+    c.h.push_back(in.zeros_bf16(m * n));
+    c.h.push_back(in.uniform_bf16(m * k));
+    c.h.push_back(in.uniform_bf16(n * k));
+    if (bias) c.h.push_back(in.uniform_bf16(n));
+    c.fresh_h = {0};
+    c.run = [&be, m, n, k, bias](KernelCall& x) {
+      be.matmul_forward_bf16(x.h[0], x.h[1], x.h[2], bias ? CBSpan(x.h[3]) : CBSpan(), 1, m, k,
+                             n);
+    };
+  } else if (key.name == "gemm_dgrad") {
+    c.h.push_back(in.zeros_bf16(m * k));
+    c.h.push_back(in.uniform_bf16(m * n));
+    c.h.push_back(in.uniform_bf16(n * k));
+    c.fresh_h = {0};
+    c.run = [&be, m, n, k](KernelCall& x) {
+      be.matmul_backward_data_bf16(x.h[0], x.h[1], x.h[2], 1, m, k, n);
+    };
+  } else {  // wgrad: the fp32 main_grad (and bias gradient) persist, as the shard's buffers
+    c.t = list(in.zeros(n * k), in.zeros(bias ? n : 0));
+    c.h.push_back(in.uniform_bf16(m * n));
+    c.h.push_back(in.uniform_bf16(m * k));
+    c.run = [&be, m, n, k](KernelCall& x) {
+      be.matmul_backward_weight_bf16(x.t[0], x.t[1], x.h[0], x.h[1], 1, m, k, n);
+    };
+  }
+  return c;
+}
+
 /// The kernel of `target` on fresh inputs, with the Backend calls exec/gpt_model*.cpp makes for
 /// its Role.
 KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
@@ -71,10 +112,12 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
   auto need = [&](size_t dims) {
     if (d.size() != dims) unsupported(key);
   };
-  if (name == "gemm_fwd" || name == "gemm_dgrad" || name == "gemm_wgrad") {
+  check_runs_dtype(be, key);
+  if (is_linear_gemm(name)) {
     need(3);
     const int64_t m = d[0], n = d[1], k = d[2];
     const bool bias = has_bias(target.role);
+    if (key.dtype == Precision::kBf16) return make_bf16_gemm_call(be, key, bias, in);
     if (name == "gemm_fwd") {
       c.fresh = {0};
       c.t = list(in.zeros(m * n), in.uniform(m * k), in.uniform(n * k));
@@ -370,6 +413,23 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
 
 }  // namespace
 
+void check_runs_dtype(const Backend& be, const KernelKey& key) {
+  const Precision p = key.dtype;
+  if (p == Precision::kFp32 || p == Precision::kTf32 || p == Precision::kFp32Bf16) return;
+  if (p == Precision::kBf16 && is_linear_gemm(key.name) && be.has_bf16_arithmetic()) return;
+  std::string why;
+  if (p == Precision::kBf16 && is_linear_gemm(key.name)) {
+    why = "the " + be.name() + " backend emulates bf16 (fp32 GEMMs of rounded operands), so its "
+          "time is not a bf16 cost; profile bf16 GEMMs with --backend cuda";
+  } else {
+    why = "the executor runs " + std::string(to_string(p)) +
+          " kernels only for the linear-layer GEMMs in bf16 so far (gemm_fwd, gemm_dgrad, "
+          "gemm_wgrad; --backend cuda); select those with --kernels, e.g. --kernels "
+          "'^gemm_(fwd|dgrad|wgrad)\\[.*\\] bf16 '";
+  }
+  throw UnsupportedError("profile: kernel " + key.to_string() + ": " + why);
+}
+
 int64_t largest_collective_bytes(const Scenario& s) {
   const std::vector<int64_t> ranks = layout_of(s).first_rank_of_each_stage();
   const Program prog = build_program(s, ranks);
@@ -447,6 +507,11 @@ KernelMeasurement profile_kernel(Backend& backend, const Scenario& s, const Prof
       const auto n = static_cast<int64_t>(c.t[i].size());
       c.t[i].reset();
       c.t[i] = Tensor(backend, n);
+    }
+    for (size_t i : c.fresh_h) {
+      const auto n = static_cast<int64_t>(c.h[i].size());
+      c.h[i].reset();
+      c.h[i] = Bf16Tensor(backend, n);
     }
     c.run(c);
   };

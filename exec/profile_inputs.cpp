@@ -36,6 +36,20 @@ Tensor ProfileInputs::zeros(int64_t n) {
   return x;
 }
 
+Bf16Tensor ProfileInputs::uniform_bf16(int64_t n, double lo, double hi) {
+  const Tensor x = uniform(n, lo, hi);
+  Bf16Tensor y(be_, n);
+  be_.convert_to_bf16(y, x);
+  return y;
+}
+
+Bf16Tensor ProfileInputs::zeros_bf16(int64_t n) {
+  const Tensor x = zeros(n);
+  Bf16Tensor y(be_, n);
+  be_.convert_to_bf16(y, x);
+  return y;
+}
+
 DeviceBuffer<int32_t> ProfileInputs::ids(int64_t n, int64_t range) {
   if (range < 1) throw InvalidArgument("profile inputs: id range must be >= 1, got " + std::to_string(range));
   std::vector<int32_t> h(static_cast<size_t>(n));

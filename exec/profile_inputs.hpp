@@ -30,6 +30,9 @@ class ProfileInputs {
   Tensor zeros(int64_t n);
   /// n token ids uniform in [0, range) (range >= 1, else InvalidArgument).
   DeviceBuffer<int32_t> ids(int64_t n, int64_t range);
+  /// uniform() and zeros() rounded to bf16 (Backend::convert_to_bf16), for the bf16 kernels.
+  Bf16Tensor uniform_bf16(int64_t n, double lo = -1.0, double hi = 1.0);
+  Bf16Tensor zeros_bf16(int64_t n);
 
  private:
   Backend& be_;

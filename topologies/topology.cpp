@@ -377,6 +377,7 @@ double GpuSpec::peak_FLOPs(Precision p) const {
     case Precision::kFp16:
       return peak.fp16_FLOPs;
     case Precision::kBf16:
+    case Precision::kFp32Bf16:  // fp32 operands rounded to bf16 on the bf16 tensor cores
       return peak.bf16_FLOPs;
     case Precision::kFp8:
       return peak.fp8_FLOPs.value_or(0.0);

@@ -26,8 +26,6 @@ using ordered_json = nlohmann::ordered_json;
 constexpr const char* kFormat = "traintwin-costdb";
 constexpr int64_t kVersion = 1;
 
-constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kFp16, Precision::kBf16,
-                                     Precision::kFp8,  Precision::kTf32};
 const char* const kCollectiveOps[] = {"all_reduce", "all_gather", "reduce_scatter",
                                       "broadcast",  "all_to_all", "send_recv"};
 
@@ -197,11 +195,8 @@ double get_number(const json& obj, const Place& p, std::string_view key) {
 
 Precision get_dtype(const json& obj, const Place& p) {
   const std::string s = get_string(obj, p, "dtype");
-  for (Precision q : kPrecisions) {
-    if (s == to_string(q)) return q;
-  }
-  p.fail("dtype",
-         fmt::format("unknown dtype \"{}\" (allowed: fp32, fp16, bf16, fp8, tf32)", s));
+  if (const std::optional<Precision> q = precision_from_string(s)) return *q;
+  p.fail("dtype", fmt::format("unknown dtype \"{}\" (allowed: {})", s, precision_names()));
 }
 
 KernelMeasurement read_kernel(const json& v, const Place& p) {

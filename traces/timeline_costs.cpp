@@ -62,17 +62,9 @@ std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t) {
         const std::string dtype = j.at("dtype").get<std::string>();
         // Every kernel dtype a Program keys (the cuda backend's TF32 and bf16-arithmetic GEMMs
         // too, core/lowering_kernels.hpp).
-        bool known = false;
-        for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16,
-                            Precision::kFp8, Precision::kTf32}) {
-          if (dtype == to_string(p)) {
-            k.key.dtype = p;
-            known = true;
-          }
-        }
-        if (!known) {
-          throw Error("unknown dtype \"" + dtype + "\" (allowed: fp32, fp16, bf16, fp8, tf32)");
-        }
+        const std::optional<Precision> p = precision_from_string(dtype);
+        if (!p) throw Error("unknown dtype \"" + dtype + "\" (allowed: " + precision_names() + ")");
+        k.key.dtype = *p;
         k.key.tp = j.at("tp").get<int64_t>();
         k.flops = j.at("flops").get<double>();
         k.bytes = j.at("bytes").get<double>();

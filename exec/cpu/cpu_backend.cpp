@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "exec/cpu/bf16.hpp"
 #include "exec/cpu/checks.hpp"
 #include "exec/cpu/gelu.hpp"
 #include "exec/cpu/host_device.hpp"
@@ -147,6 +148,28 @@ void CpuBackend::matmul_backward_weight(FSpan dweight, FSpan dbias, CFSpan dout,
                                         int64_t out_channels) {
   cpu::matmul_backward_weight<float>(dweight, dbias, dout, inp, batch, seq, channels,
                                      out_channels);
+}
+
+void CpuBackend::convert_to_bf16(BSpan dst, CFSpan src) { cpu::to_bf16(dst, src); }
+
+void CpuBackend::convert_from_bf16(FSpan dst, CBSpan src) { cpu::from_bf16(dst, src); }
+
+void CpuBackend::matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias,
+                                     int64_t batch, int64_t seq, int64_t channels,
+                                     int64_t out_channels) {
+  cpu::matmul_forward_bf16(out, inp, weight, bias, batch, seq, channels, out_channels);
+}
+
+void CpuBackend::matmul_backward_data_bf16(BSpan dinp, CBSpan dout, CBSpan weight, int64_t batch,
+                                           int64_t seq, int64_t channels, int64_t out_channels) {
+  cpu::matmul_backward_data_bf16(dinp, dout, weight, batch, seq, channels, out_channels);
+}
+
+void CpuBackend::matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan dout, CBSpan inp,
+                                             int64_t batch, int64_t seq, int64_t channels,
+                                             int64_t out_channels) {
+  cpu::matmul_backward_weight_bf16(dweight, dbias, dout, inp, batch, seq, channels,
+                                   out_channels);
 }
 
 void CpuBackend::attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,

@@ -52,6 +52,15 @@ class CpuBackend final : public Backend {
                             int64_t channels, int64_t out_channels) override;
   void matmul_backward_weight(FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp, int64_t batch,
                               int64_t seq, int64_t channels, int64_t out_channels) override;
+  void convert_to_bf16(BSpan dst, CFSpan src) override;
+  void convert_from_bf16(FSpan dst, CBSpan src) override;
+  void matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias, int64_t batch,
+                           int64_t seq, int64_t channels, int64_t out_channels) override;
+  void matmul_backward_data_bf16(BSpan dinp, CBSpan dout, CBSpan weight, int64_t batch,
+                                 int64_t seq, int64_t channels, int64_t out_channels) override;
+  void matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan dout, CBSpan inp,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t out_channels) override;
   void attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,
                          int64_t seq, int64_t channels, int64_t heads,
                          const AttentionProbabilityDropout* dropout) override;

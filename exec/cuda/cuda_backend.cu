@@ -20,6 +20,7 @@
 #include "exec/cuda/adamw.hpp"
 #include "exec/cuda/attention.hpp"
 #include "exec/cuda/common.cuh"
+#include "exec/cuda/convert.hpp"
 #include "exec/cuda/cross_entropy.hpp"
 #include "exec/cuda/cuda_check.hpp"
 #include "exec/cuda/dropout.hpp"
@@ -423,6 +424,58 @@ void CudaBackend::matmul_backward_weight(FSpan dweight, FSpan dbias, CFSpan dout
   check_size(who, "inp", inp.size(), batch * seq * channels);
   cuda::matmul_backward_weight(cublas_, kF32, dweight.data(), ptr(dbias), dout.data(), inp.data(),
                                batch * seq, channels, out_channels, stream_);
+}
+
+// ---- bf16 linear layers ----------------------------------------------------------------------
+
+void CudaBackend::convert_to_bf16(BSpan dst, CFSpan src) {
+  check_size("convert_to_bf16", "dst", dst.size(), static_cast<int64_t>(src.size()));
+  if (src.empty()) return;
+  cuda::convert(DType::kBFloat16, dst.data(), kF32, src.data(), static_cast<int64_t>(src.size()),
+                stream_);
+}
+
+void CudaBackend::convert_from_bf16(FSpan dst, CBSpan src) {
+  check_size("convert_from_bf16", "dst", dst.size(), static_cast<int64_t>(src.size()));
+  if (src.empty()) return;
+  cuda::convert(kF32, dst.data(), DType::kBFloat16, src.data(), static_cast<int64_t>(src.size()),
+                stream_);
+}
+
+void CudaBackend::matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias,
+                                      int64_t batch, int64_t seq, int64_t channels,
+                                      int64_t out_channels) {
+  const char* who = "matmul_forward_bf16";
+  check_size(who, "out", out.size(), batch * seq * out_channels);
+  check_size(who, "inp", inp.size(), batch * seq * channels);
+  check_size(who, "weight", weight.size(), out_channels * channels);
+  if (!bias.empty()) check_size(who, "bias", bias.size(), out_channels);
+  cuda::matmul_forward(cublas_, DType::kBFloat16, out.data(), inp.data(), weight.data(),
+                       bias.empty() ? nullptr : bias.data(), batch * seq, channels, out_channels,
+                       stream_);
+}
+
+void CudaBackend::matmul_backward_data_bf16(BSpan dinp, CBSpan dout, CBSpan weight,
+                                            int64_t batch, int64_t seq, int64_t channels,
+                                            int64_t out_channels) {
+  const char* who = "matmul_backward_data_bf16";
+  check_size(who, "dinp", dinp.size(), batch * seq * channels);
+  check_size(who, "dout", dout.size(), batch * seq * out_channels);
+  check_size(who, "weight", weight.size(), out_channels * channels);
+  cuda::matmul_backward_data(cublas_, DType::kBFloat16, dinp.data(), dout.data(), weight.data(),
+                             batch * seq, channels, out_channels, /*accumulate=*/false, stream_);
+}
+
+void CudaBackend::matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan dout,
+                                              CBSpan inp, int64_t batch, int64_t seq,
+                                              int64_t channels, int64_t out_channels) {
+  const char* who = "matmul_backward_weight_bf16";
+  check_size(who, "dweight", dweight.size(), out_channels * channels);
+  if (!dbias.empty()) check_size(who, "dbias", dbias.size(), out_channels);
+  check_size(who, "dout", dout.size(), batch * seq * out_channels);
+  check_size(who, "inp", inp.size(), batch * seq * channels);
+  cuda::matmul_backward_weight(cublas_, DType::kBFloat16, dweight.data(), ptr(dbias), dout.data(),
+                               inp.data(), batch * seq, channels, out_channels, stream_);
 }
 
 // ---- multi-head attention ----------------------------------------------------------------------

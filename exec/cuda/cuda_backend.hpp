@@ -111,6 +111,19 @@ class CudaBackend final : public Backend {
                             int64_t channels, int64_t out_channels) override;
   void matmul_backward_weight(FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp, int64_t batch,
                               int64_t seq, int64_t channels, int64_t out_channels) override;
+  bool has_bf16_arithmetic() const override { return true; }
+  void convert_to_bf16(BSpan dst, CFSpan src) override;
+  void convert_from_bf16(FSpan dst, CBSpan src) override;
+  /// cuBLASLt with bf16 A, B and D, CUBLAS_COMPUTE_32F, the bias epilogue in bf16.
+  void matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias, int64_t batch,
+                           int64_t seq, int64_t channels, int64_t out_channels) override;
+  void matmul_backward_data_bf16(BSpan dinp, CBSpan dout, CBSpan weight, int64_t batch,
+                                 int64_t seq, int64_t channels, int64_t out_channels) override;
+  /// cuBLASLt with bf16 A and B, fp32 C = D and beta 1 (Transformer Engine's wgrad into
+  /// main_grad), then the bias gradient's column sums.
+  void matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan dout, CBSpan inp,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t out_channels) override;
   void attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,
                          int64_t seq, int64_t channels, int64_t heads,
                          const cpu::AttentionProbabilityDropout* dropout) override;

@@ -117,6 +117,85 @@ TEST_F(ProfileCli, CudaBackendMeasuresTheGpuOrSaysWhyNot) {
   EXPECT_THAT(t.output, HasSubstr("not falling back to cpu"));
 }
 
+// --kernels keeps the kernels whose key matches its regular expression, and nothing else; a
+// regex that matches none, or is not one, is refused naming a few keys and writes nothing.
+TEST_F(ProfileCli, KernelsSelectsByKey) {
+  const fs::path db_file = dir_ / "gemm.json";
+  const testing::CliResult r =
+      profile("--kernels '^gemm_(fwd|dgrad)\\[' --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::set<std::string> want;
+  for (const std::string& k : program_keys({})) {
+    if (k.rfind("gemm_fwd[", 0) == 0 || k.rfind("gemm_dgrad[", 0) == 0) want.insert(k);
+  }
+  EXPECT_GE(want.size(), 4u);
+  EXPECT_EQ(db_keys(CostDatabase::load(db_file)), want);
+
+  const fs::path none = dir_ / "none.json";
+  const testing::CliResult n = profile("--kernels 'no_such_kernel' --out " + none.string());
+  EXPECT_NE(n.status, 0);
+  EXPECT_THAT(n.output, HasSubstr("matches none of the"));
+  EXPECT_THAT(n.output, HasSubstr("gemm_fwd["));
+  const testing::CliResult bad = profile("--kernels '(' --out " + none.string());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("not a regular expression"));
+  EXPECT_FALSE(fs::exists(none));
+}
+
+// A bf16 scenario: no kernel is ever timed in another dtype under its name. Every kernel but the
+// linear-layer GEMMs is refused naming its dtype; the GEMMs are refused on the cpu backend (it
+// emulates bf16); nothing is written.
+TEST_F(ProfileCli, Bf16KernelsAreNeverTimedInFp32) {
+  const fs::path db_file = dir_ / "bf16.json";
+  const testing::CliResult all =
+      profile("--set training.precision=bf16 --out " + db_file.string());
+  EXPECT_NE(all.status, 0);
+  EXPECT_THAT(all.output, HasSubstr("bf16 tp"));
+  EXPECT_THAT(all.output, HasSubstr("only for the linear-layer GEMMs"));
+  const testing::CliResult gemm = profile("--set training.precision=bf16 --kernels '^gemm_' --out " +
+                                          db_file.string());
+  EXPECT_NE(gemm.status, 0);
+  EXPECT_THAT(gemm.output, HasSubstr("the cpu backend emulates bf16"));
+  EXPECT_FALSE(fs::exists(db_file));
+}
+
+// --cases profiles a calibration file's cases on one GPU; the GPU is required and must have
+// cases, and --gpu / --case need --cases.
+TEST_F(ProfileCli, CasesNeedAGpuWithCases) {
+  const fs::path file = dir_ / "cal.yaml";
+  std::ofstream(file) << "cases:\n"
+                         "  - id: tiny-a100\n"
+                         "    source: test\n"
+                         "    model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, "
+                         "seq_length: 128, vocab_size: 512}\n"
+                         "    parallelism: {tensor_model_parallel_size: 1, "
+                         "pipeline_model_parallel_size: 1}\n"
+                         "    training: {micro_batch_size: 1, global_batch_size: 8, precision: "
+                         "fp32}\n"
+                         "    cluster: {gpu: A100-SXM-80GB, num_gpus: 8}\n"
+                         "    measured: {iteration_time_s: 1.0}\n";
+  const std::string topologies = " --topologies " TRAINTWIN_SOURCE_DIR "/topologies";
+  const std::string common = " --warmup 0 --repeats 1 --min-time 0 --kernels '^gemm_fwd' --out " +
+                             (dir_ / "c.json").string() + topologies;
+  const testing::CliResult no_gpu = testing::run_cli("profile --cases " + file.string() + common);
+  EXPECT_NE(no_gpu.status, 0);
+  EXPECT_THAT(no_gpu.output, HasSubstr("give --gpu"));
+  const testing::CliResult wrong =
+      testing::run_cli("profile --cases " + file.string() + " --gpu H100-SXM-80GB" + common);
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_THAT(wrong.output, HasSubstr("no case on --gpu H100-SXM-80GB (its GPUs: A100-SXM-80GB)"));
+  const testing::CliResult ok =
+      testing::run_cli("profile --cases " + file.string() + " --gpu A100-SXM-80GB" + common);
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("1 case(s) of"));
+  const CostDatabase db = CostDatabase::load(dir_ / "c.json");
+  ASSERT_FALSE(db.kernels().empty());
+  for (const KernelMeasurement& m : db.kernels()) EXPECT_EQ(m.key.name, "gemm_fwd");
+  const testing::CliResult stray = profile("--gpu A100-SXM-80GB");
+  EXPECT_NE(stray.status, 0);
+  EXPECT_THAT(stray.output, HasSubstr("--gpu and --case select cases of --cases FILE"));
+}
+
 // A Llama (RMSNorm, SwiGLU, RoPE, GQA with 2 groups for 4 heads) under TP 2: every kernel the
 // executor runs for it is profiled, once.
 TEST_F(ProfileCli, LlamaKernelsAreProfiled) {

@@ -1062,7 +1062,7 @@ TEST(Program, Fp8GemmsAndTheirCasts) {
   }
 }
 
-// fp32 training with TF32 / bf16 matrix products: the gemm and attention classes of the
+// fp32 training with TF32 / bf16-arithmetic products: the gemm and attention classes of the
 // catalogue carry the arithmetic's dtype in their keys (so a database row measured with it
 // serves them), every other kernel fp32; FLOPs and bytes are those of fp32 storage.
 TEST(Program, Float32MatmulPrecisionKeysTheMatrixProducts) {
@@ -1071,7 +1071,7 @@ TEST(Program, Float32MatmulPrecisionKeysTheMatrixProducts) {
   fp32.training.precision = Precision::kFp32;
   const Program base = build_program(fp32, {0});
   for (const auto& [p, dtype] : {std::pair{Float32MatmulPrecision::kHigh, Precision::kTf32},
-                                 std::pair{Float32MatmulPrecision::kMedium, Precision::kBf16}}) {
+                                 std::pair{Float32MatmulPrecision::kMedium, Precision::kFp32Bf16}}) {
     SCOPED_TRACE(to_string(p));
     Scenario s = fp32;
     s.training.float32_matmul_precision = p;

@@ -269,6 +269,94 @@ TEST(CudaBackendCore, MatmulForwardAndBackward) {
   }
 }
 
+/// An operand rounded to bf16 on both backends (each backend's own convert_to_bf16).
+struct Bf16Pair {
+  Bf16Tensor cpu;
+  Bf16Tensor gpu;
+};
+
+Bf16Pair to_bf16(BackendPair& bp, const Pair& p) {
+  Bf16Pair b{Bf16Tensor(bp.cpu(), static_cast<int64_t>(p.cpu.size())),
+             Bf16Tensor(bp.gpu(), static_cast<int64_t>(p.gpu.size()))};
+  bp.cpu().convert_to_bf16(b.cpu, p.cpu);
+  bp.gpu().convert_to_bf16(b.gpu, p.gpu);
+  return b;
+}
+
+/// A bf16 operand widened back to fp32 on both backends (exact).
+Pair widened(BackendPair& bp, const Bf16Pair& b) {
+  Pair p = bp.output(b.cpu.size());
+  bp.cpu().convert_from_bf16(p.cpu, b.cpu);
+  bp.gpu().convert_from_bf16(p.gpu, b.gpu);
+  return p;
+}
+
+/// Every GPU element within one bf16 rounding of the CPU's: both round an fp32 sum of the same
+/// exact products once, summed in another order, so they may fall on the two sides of a
+/// rounding boundary (one unit in the last place, at most 2^-7 of the value) but no further.
+void expect_within_one_bf16_ulp(BackendPair& bp, const Pair& p, const char* name) {
+  const std::vector<float> g = p.gpu_host(bp.gpu());
+  int64_t off = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double c = p.cpu.data()[i];
+    if (!(std::abs(g[i] - c) <= std::ldexp(std::abs(c), -7) + 1e-30)) ++off;
+  }
+  EXPECT_EQ(off, 0) << name << ": elements beyond one bf16 ulp (seed " << bp.seed() << ")";
+}
+
+// The bf16 linear layer (Megatron's --bf16 GEMMs): the roundings to bf16 agree bit for bit; the
+// forward and dgrad results within one bf16 rounding of the CPU reference; the fp32 wgrad
+// (products of bf16 values are exact in fp32) within fp32's 1e-5. And the products really are
+// of bf16 operands: the forward differs from the fp32 product of the unrounded inputs by more
+// than fp32 rounding would (about 2^-9 relative).
+TEST(CudaBackendCore, Bf16MatmulsMatchTheCpuReference) {
+  TRAINTWIN_REQUIRE_GPU();
+  BackendPair bp;
+  EXPECT_TRUE(bp.gpu().has_bf16_arithmetic());
+  EXPECT_FALSE(bp.cpu().has_bf16_arithmetic());
+  const int64_t rows = kB * kT;
+  const Pair inp = bp.random(rows * kC), weight = bp.random(kOC * kC), bias = bp.random(kOC);
+  const Bf16Pair inp16 = to_bf16(bp, inp), weight16 = to_bf16(bp, weight),
+                 bias16 = to_bf16(bp, bias);
+  const Pair inp_back = widened(bp, inp16);
+  TRAINTWIN_EXPECT_CLOSE(bp, inp_back, 0.0);  // the same roundings on both sides
+
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    Bf16Pair out{Bf16Tensor(bp.cpu(), rows * kOC), Bf16Tensor(bp.gpu(), rows * kOC)};
+    bp.cpu().matmul_forward_bf16(out.cpu, inp16.cpu, weight16.cpu,
+                                 with_bias ? CBSpan(bias16.cpu) : CBSpan(), kB, kT, kC, kOC);
+    bp.gpu().matmul_forward_bf16(out.gpu, inp16.gpu, weight16.gpu,
+                                 with_bias ? CBSpan(bias16.gpu) : CBSpan(), kB, kT, kC, kOC);
+    const Pair y = widened(bp, out);
+    expect_within_one_bf16_ulp(bp, y, "forward");
+    Pair y32 = bp.output(static_cast<size_t>(rows * kOC));
+    bp.cpu().matmul_forward(y32.cpu, inp.cpu, weight.cpu, with_bias ? CFSpan(bias.cpu) : CFSpan(),
+                            kB, kT, kC, kOC);
+    std::vector<double> a(y.cpu.data(), y.cpu.data() + y.cpu.size()),
+        b(y32.cpu.data(), y32.cpu.data() + y32.cpu.size());
+    EXPECT_GT(relative_error(a, b), 1e-4) << "the bf16 product equals the fp32 one";
+  }
+
+  const Pair dout = bp.random(rows * kOC);
+  const Bf16Pair dout16 = to_bf16(bp, dout);
+  Bf16Pair dinp{Bf16Tensor(bp.cpu(), rows * kC), Bf16Tensor(bp.gpu(), rows * kC)};
+  bp.cpu().matmul_backward_data_bf16(dinp.cpu, dout16.cpu, weight16.cpu, kB, kT, kC, kOC);
+  bp.gpu().matmul_backward_data_bf16(dinp.gpu, dout16.gpu, weight16.gpu, kB, kT, kC, kOC);
+  expect_within_one_bf16_ulp(bp, widened(bp, dinp), "dgrad");
+
+  for (const bool with_dbias : {true, false}) {
+    SCOPED_TRACE(with_dbias ? "with dbias" : "without dbias");
+    Pair dweight = bp.random(kOC * kC), dbias = bp.random(kOC);  // += into fp32 main_grad
+    bp.cpu().matmul_backward_weight_bf16(dweight.cpu, with_dbias ? FSpan(dbias.cpu) : FSpan(),
+                                         dout16.cpu, inp16.cpu, kB, kT, kC, kOC);
+    bp.gpu().matmul_backward_weight_bf16(dweight.gpu, with_dbias ? FSpan(dbias.gpu) : FSpan(),
+                                         dout16.gpu, inp16.gpu, kB, kT, kC, kOC);
+    TRAINTWIN_EXPECT_CLOSE(bp, dweight, 1e-5);
+    TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);
+  }
+}
+
 /// preatt on and below the causal diagonal (above it the GPU leaves it unspecified).
 void expect_causal_preatt_close(BackendPair& bp, const Pair& preatt, int64_t rows, int64_t seq) {
   const std::vector<float> gpu = preatt.gpu_host(bp.gpu());

@@ -209,7 +209,7 @@ TEST(CostDbRead, WrongTypes) {
 
 TEST(CostDbRead, ValueRules) {
   EXPECT_THAT(second_row_error("\"bf16\"", "\"int8\""),
-              HasSubstr("kernels[1].dtype: unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32)"));
+              HasSubstr("kernels[1].dtype: unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32, fp32-bf16)"));
   EXPECT_THAT(second_row_error("\"tp\":1", "\"tp\":0"), HasSubstr("kernels[1].tp: must be >= 1"));
   EXPECT_THAT(second_row_error("[1024,1024,1024]", "[1024,0,1024]"),
               HasSubstr("kernels[1].shape[1]: must be >= 1 (got 0)"));

@@ -54,7 +54,7 @@ TEST(TimelineCosts, NegativeDurationsAndUnknownDtypesAreRefused) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(),
-                HasSubstr("unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32)"));
+                HasSubstr("unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32, fp32-bf16)"));
   }
 }
 

@@ -99,6 +99,7 @@ void print_summary(const Scenario& s) {
   const char* sched = p.pipeline_schedule == PipelineScheduleKind::kGPipe  ? "GPipe"
                       : p.pipeline_schedule == PipelineScheduleKind::kZbH1 ? "ZB-H1"
                       : p.pipeline_schedule == PipelineScheduleKind::kZbH2 ? "ZB-H2"
+                      : p.pipeline_schedule == PipelineScheduleKind::kZbV  ? "ZB-V"
                       : p.interleaved()                                    ? "interleaved 1F1B"
                                                                            : "1F1B";
   fmt::print("batch      global {}, micro {}: {} micro-batches per pipeline, schedule {}, "

@@ -370,7 +370,7 @@ void register_sweep_command(CLI::App& app) {
   g->add_option("--expert-tensor-parallel-size", o->etp, "Expert TP sizes (MoE), e.g. 1,2,4")
       ->type_name("LIST");
   g->add_option("--pipeline-schedule", o->schedule,
-                "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2 (of gpipe,1f1b,zb-h1,zb-h2)")
+                "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2,zb-v (of gpipe,1f1b,zb-h1,zb-h2,zb-v)")
       ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")

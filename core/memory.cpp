@@ -242,7 +242,9 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   std::vector<ChunkLayers> chunks;
   std::vector<int64_t> layers_of_chunk;
   for (int64_t c = 0; c < v; ++c) {
-    chunks.push_back(split.at(static_cast<size_t>(c * p + pp_rank)));  // as chunk_layers()
+    // As chunk_layers(): the chunk's virtual stage (ZB-V's V placement under zb-v).
+    chunks.push_back(split.at(
+        static_cast<size_t>(virtual_stage_of(par.pipeline_schedule, p, pp_rank, c))));
     layers_of_chunk.push_back(chunks.back().num_layers);
     mem.layers += chunks.back().num_layers;  // layers_on_stage()
   }
@@ -355,8 +357,13 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
     const double in_flight = static_cast<double>(in_flight_of_chunk(0));
     mem.embedding_and_logits_bytes += in_flight * kMaskBytes * sbh / sp_divisor;
   }
-  if (pp_rank == p - 1) {
-    const double in_flight = static_cast<double>(in_flight_of_chunk(v - 1));
+  // The last virtual stage (final norm, LM head, loss): chunk v - 1 of rank p - 1, but chunk 1
+  // of rank 0 under ZB-V's V placement.
+  const int64_t last_vstage = p * v - 1;
+  if (pp_rank == rank_of_virtual_stage(par.pipeline_schedule, p, last_vstage)) {
+    const int64_t last_chunk =
+        virtual_stage_of(par.pipeline_schedule, p, pp_rank, v - 1) == last_vstage ? v - 1 : 0;
+    const double in_flight = static_cast<double>(in_flight_of_chunk(last_chunk));
     const double e = activation_element_bytes(tr.precision);
     // Input of the final LayerNorm and input of the LM head (2sbh each in 16 bits). Without SP
     // both are full-size on every TP rank; with SP the LayerNorm runs sequence-parallel and the

@@ -6,6 +6,7 @@
 #include "core/checks.hpp"
 #include "core/error.hpp"
 #include "core/pipeline_split.hpp"
+#include "core/schedule.hpp"
 
 namespace traintwin {
 namespace {
@@ -175,12 +176,15 @@ RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   const int64_t h = m.hidden_size;
   const int64_t word_embedding_rows = padded_vocab_size(m.vocab_size, t) / t;
   const bool first = pp_rank == 0;
-  const bool last = pp_rank == p - 1;
+  // The rank of the last virtual stage: p - 1, but 0 under ZB-V's V placement (whose LM head
+  // then sits beside the word embedding, so a tied embedding needs no copy).
+  const int64_t last_rank = rank_of_virtual_stage(s.parallel.pipeline_schedule, p, p * v - 1);
+  const bool last = pp_rank == last_rank;
   const bool learned_positions = m.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
   if (first) total.dense += word_embedding_rows * h + (learned_positions ? m.seq_length * h : 0);
   // The LM head: its own weight when untied; when tied, a copy of the word embedding on the
   // last stage when that is another stage (Megatron's shared embedding).
-  if (last && (m.untie_embeddings_and_output_weights || p > 1)) {
+  if (last && (m.untie_embeddings_and_output_weights || last_rank != 0)) {
     total.dense += word_embedding_rows * h;
   }
   if (last) total.dense += m.norm_parameters();  // final norm

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/checks.hpp"
+#include "core/schedule.hpp"
 
 namespace traintwin {
 namespace {
@@ -189,7 +190,9 @@ ChunkLayers chunk_layers(const Scenario& s, int64_t pp_rank, int64_t chunk) {
                                       "virtual_pipeline_model_parallel_size = {}), got {}",
                                       v, chunk));
   }
-  return split[static_cast<size_t>(chunk * p + pp_rank)];
+  // The chunk's virtual stage: chunk x p + rank, ZB-V's V placement under zb-v.
+  return split[static_cast<size_t>(
+      virtual_stage_of(s.parallel.pipeline_schedule, p, pp_rank, chunk))];
 }
 
 int64_t layers_on_stage(const Scenario& s, int64_t pp_rank) {

@@ -126,7 +126,7 @@ const ChunkLayers& RankLowering::layers_of(int64_t chunk) const {
 
 int64_t RankLowering::rank_of_vstage(int64_t vs) const {
   RankCoord c = out_.coord;
-  c.pp = vs % d_.p;
+  c.pp = rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, vs);
   return layout_.rank(c);
 }
 
@@ -137,11 +137,19 @@ P2P RankLowering::p2p(const PipelineTransfer& t, bool send) const {
 
 std::optional<P2P> RankLowering::recv_input(const ScheduleStep& st) const {
   const auto t = step_input(st, vstage(st.model_chunk), num_vstages());
+  if (t && rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, t->sender_vstage) ==
+               out_.coord.pp) {
+    return std::nullopt;  // the previous stage is on this rank: no transfer
+  }
   return t ? std::optional<P2P>(p2p(*t, false)) : std::nullopt;
 }
 
 std::optional<P2P> RankLowering::send_output(const ScheduleStep& st) const {
   const auto t = step_output(st, vstage(st.model_chunk), num_vstages());
+  if (t && rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, t->receiver_vstage()) ==
+               out_.coord.pp) {
+    return std::nullopt;  // the next stage is on this rank: no transfer
+  }
   return t ? std::optional<P2P>(p2p(*t, true)) : std::nullopt;
 }
 
@@ -157,8 +165,9 @@ void RankLowering::p2p_context(const ScheduleStep& st) {
 void RankLowering::lower_schedule() {
   const auto& steps = out_.schedule;
   const size_t n = steps.size();
-  if (d_.v == 1) {
-    // forward_backward_pipelining_without_interleaving (and GPipe): recv the input, run the
+  if (d_.v == 1 || split_) {
+    // forward_backward_pipelining_without_interleaving (and GPipe; ZB-V's two chunks too, whose
+    // runtime issues the p2p of each step around it): recv the input, run the
     // step, send the output; between a forward and a backward (steady state) Megatron combines
     // send and recv in one call (send_forward_recv_backward / send_backward_recv_forward).
     // W steps (zero-bubble schedules) have no p2p: the batches pair each F or B step with the

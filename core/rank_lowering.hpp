@@ -113,15 +113,24 @@ class RankLowering {
   // ---- pipeline geometry ---------------------------------------------------------------------
 
   int64_t num_vstages() const { return d_.p * d_.v; }
-  int64_t vstage(int64_t chunk) const { return chunk * d_.p + out_.coord.pp; }
+  /// This rank's chunk `chunk` as a virtual stage (core/schedule.hpp virtual_stage_of: chunk x p
+  /// + rank, ZB-V's V placement under zb-v).
+  int64_t vstage(int64_t chunk) const {
+    return virtual_stage_of(sc_.parallel.pipeline_schedule, d_.p, out_.coord.pp, chunk);
+  }
   /// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
   const ChunkLayers& layers_of(int64_t chunk) const;
   int64_t rank_of_vstage(int64_t vs) const;
+  /// The pipeline rank (coordinate pp) of virtual stage `vs` (core/schedule.hpp).
+  int64_t rank_of_vstage_pp(int64_t vs) const {
+    return rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, vs);
+  }
   int64_t p2p_bytes() const { return d_.tokens_sp * d_.h * d_.dsize; }
   /// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
   /// the peer is the rank of the other virtual stage.
   P2P p2p(const PipelineTransfer& t, bool send) const;
-  /// The recv of a step's input, if it has one.
+  /// The recv of a step's input, if it has one (none when the sending stage is on this rank:
+  /// ZB-V's stages p - 1 and p on rank p - 1).
   std::optional<P2P> recv_input(const ScheduleStep& st) const;
   /// The send of a step's output, if it has one.
   std::optional<P2P> send_output(const ScheduleStep& st) const;

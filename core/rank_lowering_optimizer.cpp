@@ -221,13 +221,15 @@ void RankLowering::finalize_and_step() {
     const int64_t moe_layers = moe_layers_on_rank();
     if (sc_.model.add_bias_linear && d_.shared_ffn == 0) ln_params -= moe_layers * d_.h;
     ln_params += moe_layers * d_.experts * d_.h;
-    if (c.pp == d_.p - 1) ln_params += sc_.model.norm_parameters();
+    if (c.pp == rank_of_vstage_pp(num_vstages() - 1)) ln_params += sc_.model.norm_parameters();
     after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                          ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
   }
   role(Role::kEmbeddingGrads);
-  if (!sc_.model.untie_embeddings_and_output_weights && d_.p > 1 &&
-      (c.pp == 0 || c.pp == d_.p - 1)) {
+  // (ZB-V: the last stage is on rank 0 beside the embedding: one copy, no all-reduce.)
+  const int64_t last_pp = rank_of_vstage_pp(num_vstages() - 1);
+  if (!sc_.model.untie_embeddings_and_output_weights && last_pp != 0 &&
+      (c.pp == 0 || c.pp == last_pp)) {
     after_all(collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding, Stream::kPpComm,
                          d_.vocab_local * d_.h * d_.grad_bytes, "embedding grads all_reduce"));
   }

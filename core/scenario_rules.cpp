@@ -507,35 +507,52 @@ void check_rules(const Scenario& s, const Locator& where) {
     }
   }
 
-  // Zero-bubble schedules (Qi et al. 2024): one model chunk, at least PP micro-batches.
+  // Zero-bubble schedules (Qi et al. 2024): ZB-H1 and ZB-H2 one model chunk and at least PP
+  // micro-batches; ZB-V (arXiv:2401.10241 v2, sec. 6) two model chunks in its V placement and at
+  // least 2 x PP micro-batches (its warm-up runs 2p forwards, core/schedule.hpp zb_v_schedule).
   if (splits_backward(p.pipeline_schedule)) {
     const std::string_view skey = "parallelism.pipeline_schedule";
-    if (v > 1) {
+    const bool zb_v = p.pipeline_schedule == PipelineScheduleKind::kZbV;
+    if (zb_v && v != 2) {
+      rule_error(where, skey,
+                 fmt::format("zb-v needs parallelism.virtual_pipeline_model_parallel_size: 2 (or "
+                             "num_layers_per_virtual_pipeline_stage = num_layers / (2 x PP)), got "
+                             "{} (rule: ZB-V holds two model chunks per rank, stages r and "
+                             "2p - 1 - r; allowed values with v = 1: gpipe, 1f1b, zb-h1, zb-h2)",
+                             v));
+    }
+    if (!zb_v && v > 1) {
       rule_error(where, skey,
                  fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "
-                             "(rule: the zero-bubble schedules here have one model chunk per "
-                             "rank; allowed with v > 1: 1f1b)",
+                             "(rule: ZB-H1 and ZB-H2 have one model chunk per rank; allowed with "
+                             "v > 1: 1f1b, and zb-v with v = 2)",
                              to_string(p.pipeline_schedule), v));
     }
     const int64_t micro_batches = t.global_batch_size / per_step;
-    if (micro_batches < pp) {
+    const int64_t need = zb_v ? 2 * pp : pp;
+    if (micro_batches < need) {
       rule_error(where, skey,
-                 fmt::format("{} needs at least pipeline_model_parallel_size = {} micro-batches, "
-                             "got global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = "
-                             "{} (rule: ZB-H1 and ZB-H2 fill the bubbles with the W's of PP "
-                             "micro-batches; allowed values: gpipe, 1f1b, zb-h1, zb-h2)",
-                             to_string(p.pipeline_schedule), pp, t.global_batch_size,
-                             t.micro_batch_size, dp, micro_batches));
+                 fmt::format("{} needs at least {} micro-batches, got global_batch_size / "
+                             "(micro_batch_size x DP) = {} / ({} x {}) = {} (rule: ZB-H1 and ZB-H2 "
+                             "fill the bubbles with the W's of PP micro-batches, ZB-V's warm-up "
+                             "runs 2 x PP chunk forwards; allowed values: gpipe, 1f1b, zb-h1, "
+                             "zb-h2, zb-v)",
+                             to_string(p.pipeline_schedule),
+                             zb_v ? fmt::format("2 x pipeline_model_parallel_size = {}", need)
+                                  : fmt::format("pipeline_model_parallel_size = {}", need),
+                             t.global_batch_size, t.micro_batch_size, dp, micro_batches));
     }
   }
 
   // Interleaved 1F1B (v > 1 model chunks per pipeline rank).
   if (v > 1) {
     const std::string_view vkey = "parallelism.virtual_pipeline_model_parallel_size";
-    if (p.pipeline_schedule != PipelineScheduleKind::k1F1B) {
+    const bool zb_v = p.pipeline_schedule == PipelineScheduleKind::kZbV;
+    if (p.pipeline_schedule != PipelineScheduleKind::k1F1B && !zb_v) {
       rule_error(where, vkey,
-                 fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b, got {} "
-                             "(rule: only 1F1B interleaves model chunks; GPipe has none)",
+                 fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b (or zb-v "
+                             "with 2 chunks), got {} (rule: only 1F1B interleaves model chunks and "
+                             "ZB-V places two in a V; GPipe, ZB-H1 and ZB-H2 have none)",
                              v, to_string(p.pipeline_schedule)));
     }
     if (pp < 2) {
@@ -545,7 +562,7 @@ void check_rules(const Scenario& s, const Locator& where) {
                              v, pp));
     }
     const int64_t micro_batches = t.global_batch_size / per_step;
-    if (micro_batches % pp != 0) {
+    if (!zb_v && micro_batches % pp != 0) {
       rule_error(where, vkey,
                  fmt::format("{} model chunks need the number of micro-batches, "
                              "global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = {}, "

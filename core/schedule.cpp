@@ -1,5 +1,6 @@
 // Pipeline schedules: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, and the
-// zero-bubble ZB-H1 and ZB-H2 (Qi et al., ICLR 2024).
+// zero-bubble ZB-H1, ZB-H2 (Qi et al., ICLR 2024) and ZB-V (Qi et al., arXiv:2401.10241 v2,
+// sec. 6).
 #include "core/schedule.hpp"
 
 #include <fmt/format.h>
@@ -51,10 +52,17 @@ void check_kind_args(const char* fn, PipelineScheduleKind kind, int64_t num_mode
     throw InvalidArgument(
         fmt::format("{}: num_model_chunks must be >= 1, got {}", fn, num_model_chunks));
   }
-  if ((kind == PipelineScheduleKind::kGPipe || splits_backward(kind)) && num_model_chunks != 1) {
+  const int64_t need = required_model_chunks(kind);
+  if (need == 1 && num_model_chunks != 1) {
     throw InvalidArgument(fmt::format(
         "{}: the {} schedule supports only num_model_chunks == 1 (no virtual pipeline), "
         "got {}",
+        fn, to_string(kind), num_model_chunks));
+  }
+  if (need == 2 && num_model_chunks != 2) {
+    throw InvalidArgument(fmt::format(
+        "{}: the {} schedule needs num_model_chunks == 2 (the V placement: chunk 0 = stage r, "
+        "chunk 1 = stage 2p - 1 - r), got {}",
         fn, to_string(kind), num_model_chunks));
   }
 }
@@ -87,6 +95,65 @@ std::vector<ScheduleStep> zero_bubble_steps(PipelineScheduleKind kind, int64_t p
   }
   for (int64_t k = std::max<int64_t>(0, m - d); k < m; ++k) {
     steps.push_back(ScheduleStep{Pass::kWeightGrad, k, 0});
+  }
+  return steps;
+}
+
+// The ZB-V order of rank r (see zb_v_schedule in core/schedule.hpp for the rules): the forward
+// and backward sequences, then warm-up, steady phase, cool-down. Needs m >= 2p.
+std::vector<ScheduleStep> zb_v_steps(int64_t p, int64_t r, int64_t m) {
+  std::vector<ScheduleStep> fwd;  // every forward, in order
+  int64_t next[2] = {0, 0};       // next micro-batch of each chunk's forwards
+  auto add_f = [&](int64_t c) {
+    if (next[c] < m) fwd.push_back(ScheduleStep{Pass::kForward, next[c]++, c});
+  };
+  for (int64_t k = 0; k < 2 * p - 1 - 2 * r; ++k) add_f(0);
+  for (int64_t k = 0; k < r; ++k) {
+    add_f(1);
+    add_f(0);
+  }
+  add_f(1);
+  const size_t warmup = fwd.size();  // 2p
+  for (int64_t k = 0; k < p - 1 - r; ++k) add_f(1);
+  while (next[0] < m || next[1] < m) {
+    add_f(0);
+    add_f(1);
+  }
+  std::vector<ScheduleStep> bwd;  // every B, in order
+  int64_t b0 = 0;
+  int64_t b1 = std::min(p - r, m);
+  for (int64_t k = 0; k < b1; ++k) bwd.push_back(ScheduleStep{Pass::kBackward, k, 1});
+  while (b0 < m || b1 < m) {
+    if (b0 < m) bwd.push_back(ScheduleStep{Pass::kBackward, b0++, 0});
+    if (b1 < m) bwd.push_back(ScheduleStep{Pass::kBackward, b1++, 1});
+  }
+  // The last chunk-0 forward: after it, forwards follow chunk-0 B's only.
+  size_t last_f0 = 0;
+  for (size_t k = 0; k < fwd.size(); ++k) {
+    if (fwd[k].model_chunk == 0) last_f0 = k;
+  }
+  auto w_of = [](const ScheduleStep& b) {
+    return ScheduleStep{Pass::kWeightGrad, b.micro_batch, b.model_chunk};
+  };
+  std::vector<ScheduleStep> steps(fwd.begin(), fwd.begin() + static_cast<std::ptrdiff_t>(warmup));
+  steps.reserve(static_cast<size_t>(6 * m));
+  size_t f = warmup;
+  size_t i = 0;
+  while (f < fwd.size()) {
+    const ScheduleStep& b = bwd[i++];
+    steps.push_back(b);
+    steps.push_back(w_of(b));
+    if (f <= last_f0 || b.model_chunk == 0) steps.push_back(fwd[f++]);
+  }
+  const size_t d = static_cast<size_t>(2 * r + 1);
+  const size_t cool = i;
+  for (size_t k = cool; k < bwd.size(); ++k) {
+    steps.push_back(bwd[k]);
+    if (k - cool >= d) steps.push_back(w_of(bwd[k - d]));
+  }
+  for (size_t k = std::max(cool, bwd.size() >= d ? bwd.size() - d : size_t{0}); k < bwd.size();
+       ++k) {
+    steps.push_back(w_of(bwd[k]));
   }
   return steps;
 }
@@ -179,8 +246,42 @@ std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
   return zero_bubble_steps(PipelineScheduleKind::kZbH2, pp_size, pp_rank, num_micro_batches);
 }
 
+std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
+                                        int64_t num_micro_batches) {
+  check_pipeline_args("zb_v_schedule", pp_size, pp_rank, num_micro_batches);
+  if (num_micro_batches < 2 * pp_size) {
+    throw InvalidArgument(fmt::format(
+        "zb_v_schedule: num_micro_batches ({}) must be >= 2 x pp_size = {} (ZB-V's warm-up runs "
+        "2p forwards)",
+        num_micro_batches, 2 * pp_size));
+  }
+  return zb_v_steps(pp_size, pp_rank, num_micro_batches);
+}
+
 bool splits_backward(PipelineScheduleKind kind) {
-  return kind == PipelineScheduleKind::kZbH1 || kind == PipelineScheduleKind::kZbH2;
+  return kind == PipelineScheduleKind::kZbH1 || kind == PipelineScheduleKind::kZbH2 ||
+         kind == PipelineScheduleKind::kZbV;
+}
+
+int64_t required_model_chunks(PipelineScheduleKind kind) {
+  if (kind == PipelineScheduleKind::kZbV) return 2;
+  if (kind == PipelineScheduleKind::k1F1B) return 0;
+  return 1;
+}
+
+int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
+                         int64_t model_chunk) {
+  if (kind == PipelineScheduleKind::kZbV) {
+    return model_chunk == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank;
+  }
+  return model_chunk * pp_size + pp_rank;
+}
+
+int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage) {
+  if (kind == PipelineScheduleKind::kZbV) {
+    return vstage < pp_size ? vstage : 2 * pp_size - 1 - vstage;
+  }
+  return vstage % pp_size;
 }
 
 std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
@@ -196,6 +297,9 @@ std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_s
   if (kind == PipelineScheduleKind::kZbH2) {
     return zb_h2_schedule(pp_size, pp_rank, num_micro_batches);
   }
+  if (kind == PipelineScheduleKind::kZbV) {
+    return zb_v_schedule(pp_size, pp_rank, num_micro_batches);
+  }
   if (num_model_chunks == 1) return one_f_one_b_schedule(pp_size, pp_rank, num_micro_batches);
   return interleaved_1f1b_schedule(pp_size, pp_rank, num_micro_batches, num_model_chunks);
 }
@@ -206,6 +310,10 @@ int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
   if (kind == PipelineScheduleKind::kGPipe) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
     return num_micro_batches;
+  }
+  if (kind == PipelineScheduleKind::kZbV) {
+    check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
+    return std::min(2 * pp_size - 1, num_micro_batches * 2);
   }
   if (splits_backward(kind)) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
@@ -305,6 +413,7 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
                         int64_t num_micro_batches, int64_t num_model_chunks) {
   const int64_t warmup =
       num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
+  if (kind == PipelineScheduleKind::kZbV) return std::min(2 * pp_size, 2 * num_micro_batches);
   if (splits_backward(kind)) {
     // n forwards before the first B plus the d W's each B runs ahead of (zero_bubble_steps).
     const ZeroBubbleShape z = zero_bubble_shape(kind, pp_size, pp_rank);
@@ -326,7 +435,7 @@ double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t
     throw InvalidArgument("ideal_bubble_fraction: pp_size, num_micro_batches and num_model_chunks "
                           "must be >= 1");
   }
-  if (kind == PipelineScheduleKind::kZbH2) return 0.0;
+  if (kind == PipelineScheduleKind::kZbH2 || kind == PipelineScheduleKind::kZbV) return 0.0;
   if (kind == PipelineScheduleKind::kZbH1) {
     return static_cast<double>(pp_size - 1) /
            static_cast<double>(3 * num_micro_batches + pp_size - 1);

@@ -6,7 +6,8 @@
 // (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving,
 // with the default microbatch_group_size_per_vp_stage = p); ZB-H1 and ZB-H2 as the handcrafted
 // schedules of Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024, sec. 3.1,
-// Figure 3 and Table 2.
+// Figure 3 and Table 2; ZB-V as the V-shaped schedule of the same paper's arXiv version
+// (arXiv:2401.10241 v2, sec. 6, "memory efficient zero bubble schedule").
 //
 // Notation: p = pp_size, r = pp_rank, m = num_micro_batches, v = num_model_chunks.
 #pragma once
@@ -28,8 +29,9 @@ namespace traintwin {
 enum class Pass { kForward, kBackward, kWeightGrad };
 
 /// One step of a schedule: pass `pass` of micro-batch `micro_batch` (0..m-1) through model chunk
-/// `model_chunk` (0..v-1) of this pipeline rank. Chunk c of rank r is virtual stage c*p + r; a
-/// micro-batch's forward runs through virtual stages 0..p*v-1 in order, its backward in reverse.
+/// `model_chunk` (0..v-1) of this pipeline rank. Chunk c of rank r is virtual stage c*p + r
+/// (ZB-V: r for chunk 0, 2p - 1 - r for chunk 1; virtual_stage_of()); a micro-batch's forward
+/// runs through virtual stages 0..p*v-1 in order, its backward in reverse.
 struct ScheduleStep {
   Pass pass;
   int64_t micro_batch;
@@ -88,21 +90,59 @@ std::vector<ScheduleStep> zb_h1_schedule(int64_t pp_size, int64_t pp_rank,
 std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
                                          int64_t num_micro_batches);
 
+/// ZB-V (Qi et al., arXiv:2401.10241 v2, sec. 6 and its V-schedule figure): 2p model chunks (virtual
+/// stages) of which rank r holds two, chunk 0 = stage r and chunk 1 = stage 2p - 1 - r, so a
+/// micro-batch's forward runs down the ranks through the chunks 0 and back up through the chunks
+/// 1 (the loss on rank 0), its backward the other way. Rank r's order:
+///   warm-up: 2p - 1 - 2r forwards of chunk 0, then r pairs (F chunk 1, F chunk 0), then one
+///     F chunk 1: 2p forwards, 2p - 1 - r of chunk 0 and r + 1 of chunk 1;
+///   the backwards (B) in the order: chunk 1 of micro-batches 0..p-r-1, then alternately chunk 0
+///     of 0, 1, ... and chunk 1 of p-r, p-r+1, ...;
+///   the remaining forwards in the order: chunk 1 of the next p-1-r micro-batches, then
+///     alternately chunk 0 and chunk 1;
+///   steady: each B followed by its W, then the next forward — once the chunk-0 forwards are all
+///     placed, only after a chunk-0 B (a chunk-1 B's W is followed directly by the next B);
+///   cool-down (no forward left): the remaining B's with each W delayed by d = 2r + 1 B steps
+///     (after the k-th B the W of the (k-d)-th), then the W's still owed.
+/// This closed form is this module's; with T_F = T_B = T_W and no communication it is the order
+/// the authors' V scheduler (sail-sg/zero-bubble-pipeline-parallelism, scheduler/zbv.py) emits,
+/// checked for p = 2..16 and 2p <= m <= 5p when it was written, and every rank runs from its first
+/// op to its last without a gap (the paper's zero bubble for ZB-V) while holding at most 2p
+/// chunk activation sets (p M_B, 1F1B's peak: each chunk is half a stage).
+/// Throws InvalidArgument as GPipe, and unless m >= 2p (the warm-up's 2p forwards).
+std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
+                                        int64_t num_micro_batches);
+
 /// Whether the schedules of `kind` place the weight gradients as their own steps
-/// (Pass::kWeightGrad): ZB-H1 and ZB-H2.
+/// (Pass::kWeightGrad): ZB-H1, ZB-H2 and ZB-V.
 bool splits_backward(PipelineScheduleKind kind);
 
+/// The number of model chunks per rank a kind needs, or 0 when it takes any (1F1B: 1 or
+/// interleaved): 1 for GPipe, ZB-H1 and ZB-H2, 2 for ZB-V.
+int64_t required_model_chunks(PipelineScheduleKind kind);
+
+/// The virtual stage (0..p*v-1) of model chunk `model_chunk` of pipeline rank `pp_rank`:
+/// chunk * p + rank (Megatron's interleaved placement), but for ZB-V the V placement: rank for
+/// chunk 0, 2p - 1 - rank for chunk 1. No argument checks (callers pass valid ranks and chunks).
+int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
+                         int64_t model_chunk);
+
+/// The pipeline rank that holds virtual stage `vstage` (virtual_stage_of's inverse, rank part):
+/// vstage mod p; for ZB-V vstage for vstage < p, else 2p - 1 - vstage.
+int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage);
+
 /// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (kind 1F1B with v > 1),
-/// ZB-H1, ZB-H2 (v == 1).
-/// Throws InvalidArgument for GPipe or a zero-bubble kind with v != 1, for v < 1, and whatever the
-/// chosen schedule throws.
+/// ZB-H1, ZB-H2 (v == 1), ZB-V (v == 2).
+/// Throws InvalidArgument for GPipe, ZB-H1 or ZB-H2 with v != 1, ZB-V with v != 2, for v < 1,
+/// and whatever the chosen schedule throws.
 std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
                                          int64_t pp_rank, int64_t num_micro_batches,
                                          int64_t num_model_chunks);
 
 /// Number of warm-up forwards the schedule of this rank runs before its first backward
 /// (GPipe: m; 1F1B: min(p - rank - 1, m); interleaved: see interleaved_1f1b_schedule; ZB-H1 and
-/// ZB-H2: min(n - 1, m) with n their forwards before the first B, as 1F1B counts them).
+/// ZB-H2: min(n - 1, m) with n their forwards before the first B, as 1F1B counts them; ZB-V:
+/// 2p - 1, its 2p warm-up forwards counted the same way).
 /// Same argument checks as build_schedule.
 int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t num_micro_batches, int64_t num_model_chunks);
@@ -139,7 +179,8 @@ int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int6
 
 /// Megatron's bound on max_in_flight for this rank: GPipe m; 1F1B min(p - rank, m);
 /// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v); ZB-H1 min(p, m) and ZB-H2
-/// min(2p - 1, m) (Qi et al. Table 2: p M_B and (2p - 1) M_B). The schedules above reach it
+/// min(2p - 1, m) (Qi et al. Table 2: p M_B and (2p - 1) M_B); ZB-V 2p chunk activation sets
+/// (p M_B, each chunk half a stage; arXiv:2401.10241 v2 sec. 6). The schedules above reach it
 /// exactly. Same argument checks as build_schedule.
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks);
@@ -148,7 +189,8 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
 /// and backward costs and no communication (Narayanan et al. SC'21, sec. 2.2):
 /// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved 1F1B (v = model chunks).
 /// Zero-bubble kinds with T_F = T_B = T_W (Qi et al. Table 2): ZB-H1 (p-1)/(3m+p-1) (a bubble
-/// of (p-1) T_F over 3m T_F of work), ZB-H2 0 (measured from each stage's start, as the paper).
+/// of (p-1) T_F over 3m T_F of work), ZB-H2 and ZB-V 0 (measured from each stage's start, as the
+/// paper).
 /// Throws InvalidArgument for sizes < 1.
 double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
                              int64_t num_model_chunks);

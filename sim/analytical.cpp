@@ -77,6 +77,7 @@ class Estimator {
     p_ = pc.pipeline_model_parallel_size;
     v_ = pc.virtual_pipeline_model_parallel_size;
     async_sends_ = splits_backward(pc.pipeline_schedule);
+    kind_ = pc.pipeline_schedule;
     m_ = s_.num_micro_batches();
     // The probe: the fewest micro-batches the schedule allows, one rank per kind of stage.
     Scenario probe = s_;
@@ -294,14 +295,18 @@ class Estimator {
   /// A transfer of stage `r` (core/schedule.hpp's rule, the lowering's) as a P2PRef.
   P2PRef ref(const PipelineTransfer& t, bool send) const {
     const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
-    return P2PRef{send, peer % p_, pipeline_tag(t, nvs())};
+    return P2PRef{send, rank_of_virtual_stage(kind_, p_, peer), pipeline_tag(t, nvs())};
   }
+  // As core/rank_lowering.cpp: the chunk's stage by virtual_stage_of (ZB-V's V placement), and
+  // no transfer between two stages of the same rank.
   std::optional<P2PRef> recv_input(int64_t r, const ScheduleStep& st) const {
-    const auto t = step_input(st, st.model_chunk * p_ + r, nvs());
+    const auto t = step_input(st, virtual_stage_of(kind_, p_, r, st.model_chunk), nvs());
+    if (t && rank_of_virtual_stage(kind_, p_, t->sender_vstage) == r) return std::nullopt;
     return t ? std::optional<P2PRef>(ref(*t, false)) : std::nullopt;
   }
   std::optional<P2PRef> send_output(int64_t r, const ScheduleStep& st) const {
-    const auto t = step_output(st, st.model_chunk * p_ + r, nvs());
+    const auto t = step_output(st, virtual_stage_of(kind_, p_, r, st.model_chunk), nvs());
+    if (t && rank_of_virtual_stage(kind_, p_, t->receiver_vstage()) == r) return std::nullopt;
     return t ? std::optional<P2PRef>(ref(*t, true)) : std::nullopt;
   }
 
@@ -323,7 +328,7 @@ class Estimator {
     };
     auto step = [&](int64_t i) { out.push_back(Item{i, 0, 0}); };
     const auto n = static_cast<int64_t>(steps.size());
-    if (v_ == 1) {
+    if (v_ == 1 || async_sends_) {  // as core/rank_lowering.cpp: also ZB-V's two chunks
       // W steps have no p2p; the batches pair each F or B step with the next F or B step.
       auto next_fb = [&](int64_t i) {
         while (i < n && steps[static_cast<size_t>(i)].pass == Pass::kWeightGrad) ++i;
@@ -718,6 +723,7 @@ class Estimator {
   const ComputeScaling compute_;  // cluster.what_if.gpu_speed_scale
   const StepScope probe_steps_;
   int64_t p_ = 1, v_ = 1, m_ = 1;
+  PipelineScheduleKind kind_ = PipelineScheduleKind::k1F1B;  ///< for the stage placement
   bool async_sends_ = false;  ///< sends that no step waits for (splits_backward())
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;

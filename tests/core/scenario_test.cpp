@@ -656,7 +656,8 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
       {"training", "recompute_granularity", "partial", "(allowed: none, selective, full)"},
       {"training", "attention_backend", "fused", "(allowed: unfused, flash)"},
       {"cluster", "collective_algorithm", "collnet", "(allowed: auto, ring, tree, nvls)"},
-      {"parallelism", "pipeline_schedule", "interleaved", "(allowed: gpipe, 1f1b, zb-h1, zb-h2)"},
+      {"parallelism", "pipeline_schedule", "interleaved",
+       "(allowed: gpipe, 1f1b, zb-h1, zb-h2, zb-v)"},
   };
   for (const Case& c : cases) {
     ScenarioText t;
@@ -709,6 +710,26 @@ TEST(ScenarioRules, ZeroBubbleSchedulesNeedOneChunkAndPpMicroBatches) {
                     HasSubstr("zb-h1 needs parallelism.virtual_pipeline_model_parallel_size: 1, "
                               "got 2"),
                     HasSubstr("allowed with v > 1: 1f1b")));
+}
+
+// ZB-V (core/schedule.hpp zb_v_schedule): v = 2 (the V's two chunks) and >= 2 x PP micro-batches.
+TEST(ScenarioRules, ZbVNeedsTwoChunksAndTwicePpMicroBatches) {
+  ScenarioText t;
+  t.set("parallelism", "pipeline_schedule", "zb-v");
+  EXPECT_THAT(error_of(t),
+              AllOf(HasSubstr(at(t, "parallelism.pipeline_schedule") +
+                              "parallelism.pipeline_schedule"),
+                    HasSubstr("zb-v needs parallelism.virtual_pipeline_model_parallel_size: 2"),
+                    HasSubstr("got 1")));
+  // PP 2, v 2, 8 layers: 2 per virtual stage; 8 / (1 x DP 2) = 4 = 2 x PP micro-batches.
+  t.set("parallelism", "virtual_pipeline_model_parallel_size", "2");
+  EXPECT_EQ(parse(t.text()).parallel.pipeline_schedule, PipelineScheduleKind::kZbV);
+  t.set("training", "global_batch_size", "6");  // 3 micro-batches
+  EXPECT_THAT(error_of(t),
+              AllOf(HasSubstr("zb-v needs at least 2 x pipeline_model_parallel_size = 4 "
+                              "micro-batches, got global_batch_size / (micro_batch_size x DP) = "
+                              "6 / (1 x 2) = 3"),
+                    HasSubstr("allowed values: gpipe, 1f1b, zb-h1, zb-h2, zb-v")));
 }
 
 TEST(ScenarioRules, TensorParallelDividesHeads) {

@@ -187,7 +187,7 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   CostDatabase db = exec::open_database_for(file, device, backend_versions(*backend));
   const auto targets = selected_targets(o, scenarios);
   // Every kernel's dtype checked before any is timed: a refusal loses no measurement.
-  for (const auto& [sc, t] : targets) exec::check_runs_dtype(*backend, t.kernel.key);
+  for (const auto& [sc, t] : targets) exec::check_runs_dtype(*backend, *sc, t.kernel.key);
   if (root) {
     fmt::print("profiling {} kernels of {} on {} ({}), {} warm-up + {} timed runs each, more "
                "until they add up to {} s\n",

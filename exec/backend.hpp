@@ -36,6 +36,7 @@
 #include "exec/cpu/attention.hpp"
 #include "exec/cpu/block_attention.hpp"
 #include "exec/cpu/dropout.hpp"
+#include "exec/cpu/fp8.hpp"
 #include "exec/cpu/moe_permute.hpp"
 
 namespace traintwin::exec {
@@ -92,6 +93,10 @@ using CISpan = std::span<const int32_t>;
 using Bf16Tensor = DeviceBuffer<uint16_t>;
 using BSpan = std::span<uint16_t>;
 using CBSpan = std::span<const uint16_t>;
+/// An FP8 tensor (E4M3 or E5M2 bytes, exec/cpu/fp8.hpp).
+using Fp8Tensor = DeviceBuffer<uint8_t>;
+using F8Span = std::span<uint8_t>;
+using CF8Span = std::span<const uint8_t>;
 
 /// The kernels of the GPT model and its optimizer on one device. Not thread-safe: one per rank
 /// (host thread). Kernels may run asynchronously on the backend's stream; download() and
@@ -272,6 +277,28 @@ class Backend {
                                            CBSpan inp,     // [B, T, C]
                                            int64_t batch, int64_t seq, int64_t channels,
                                            int64_t out_channels) = 0;
+
+  // ---- FP8 GEMMs (exec/cpu/fp8.hpp; cuBLASLt's FP8 TN GEMM) ---------------------------------------
+  // Transformer Engine's per-tensor-scaled FP8 linear layers (Megatron --fp8-format with the
+  // delayed or tensorwise recipe): KernelKeys gemm_fwd / gemm_dgrad / gemm_wgrad of dtype fp8.
+  // Not run by `train` (no FP8 training yet); `profile` times them.
+  /// True when this backend has FP8 tensor cores (CUDA compute capability 8.9 or later); the cpu
+  /// backend emulates FP8 (fp32 GEMMs of the decoded values).
+  virtual bool has_fp8_arithmetic() const { return false; }
+  /// dst = FP8 `kind` of scale * src (saturating, ties to even; TE's cast). Equal sizes, else
+  /// InvalidArgument.
+  virtual void quantize_fp8(F8Span dst, CFSpan src, cpu::Fp8Kind kind, float scale) = 0;
+  /// out[M, N] = bf16(alpha a[M, K] b[N, K]^T), fp32 accumulation (cpu::fp8_gemm_nt; not both
+  /// operands E5M2). `fast_accumulation`: TE's forward (use_split_accumulator false; Hopper
+  /// accumulates in the tensor cores' reduced precision), else its dgrad and wgrad. The CUDA
+  /// backend needs M, N and K multiples of 16 (InvalidArgument otherwise).
+  virtual void fp8_gemm_nt(BSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                           cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n, int64_t k,
+                           bool fast_accumulation) = 0;
+  /// out[M, N] += alpha a b^T in fp32 (TE's wgrad into main_grad). As fp8_gemm_nt.
+  virtual void fp8_gemm_nt_accumulate(FSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                                      cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n,
+                                      int64_t k, bool fast_accumulation) = 0;
 
   // ---- attention (causal softmax(q k^T / sqrt(hs)) v; exec/cpu/attention.hpp) ------------------
   /// `dropout` (may be null): attention-probability dropout with its global mask.

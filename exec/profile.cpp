@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,6 +17,7 @@
 #include "core/rank_layout.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/host_device.hpp"
+#include "exec/cpu/moe_router.hpp"
 #include "exec/cpu/rope.hpp"
 #include "exec/profile_inputs.hpp"
 #include "traces/timeline_costs.hpp"
@@ -34,12 +37,15 @@ struct KernelCall {
   /// The bf16 tensors of a bf16 kernel, and those of them allocated at the kernel (as `fresh`).
   std::vector<Bf16Tensor> h;
   std::vector<size_t> fresh_h;
+  /// The FP8 operands of an FP8 kernel.
+  std::vector<Fp8Tensor> q;
   std::function<void(KernelCall&)> run;
   int64_t bytes() const {
     int64_t b = 0;
     for (const Tensor& x : t) b += static_cast<int64_t>(x.size() * sizeof(float));
     for (const auto& x : ids) b += static_cast<int64_t>(x.size() * sizeof(int32_t));
     for (const auto& x : h) b += static_cast<int64_t>(x.size() * sizeof(uint16_t));
+    for (const auto& x : q) b += static_cast<int64_t>(x.size());
     return b;
   }
 };
@@ -64,34 +70,251 @@ bool is_linear_gemm(const std::string& name) {
   return name == "gemm_fwd" || name == "gemm_dgrad" || name == "gemm_wgrad";
 }
 
-/// The bf16 linear layer of `key` ({m, n, k}: rows, out_channels, channels) on fresh inputs.
-KernelCall make_bf16_gemm_call(Backend& be, const KernelKey& key, bool bias, ProfileInputs& in) {
-  const int64_t m = key.shape[0], n = key.shape[1], k = key.shape[2];
+/// A linear-layer GEMM or the experts' grouped GEMM (the kernels with bf16 and FP8 bindings).
+bool is_gemm(const std::string& name) {
+  return is_linear_gemm(name) || name == "grouped_gemm_fwd" || name == "grouped_gemm_dgrad" ||
+         name == "grouped_gemm_wgrad";
+}
+
+/// A permutation of `rows` expert rows over `tokens` tokens and `experts` experts, as the
+/// dispatcher's is shaped: expert-major (expert m E / rows), tokens spread evenly (m N / rows),
+/// so each expert receives the same number of rows give or take one (a balanced router).
+cpu::MoePermutation balanced_permutation(int64_t rows, int64_t tokens, int64_t experts) {
+  cpu::MoePermutation perm;
+  perm.rows_per_expert.assign(static_cast<size_t>(experts), 0);
+  for (int64_t m = 0; m < rows; ++m) {
+    perm.token.push_back(m * tokens / rows);
+    const auto e = static_cast<int32_t>(m * experts / rows);
+    perm.expert.push_back(e);
+    ++perm.rows_per_expert[static_cast<size_t>(e)];
+  }
+  return perm;
+}
+
+/// The routing state of one router call (host maps and counts, as the Backend keeps them on the
+/// host), shared by a kernel call's runs.
+struct RouterState {
+  std::vector<uint8_t> topk_map, routing_map;
+  std::vector<int64_t> tokens_per_expert;
+};
+
+/// The MoE kernel `key` (exec/gpt_model_moe.cpp's calls: router top-k softmax with the
+/// scenario's capacity, the Switch aux loss, permute / unpermute over a balanced permutation,
+/// the local experts' grouped GEMM with equal rows per expert), fp32.
+KernelCall make_moe_call(Backend& be, const Scenario& sc, const KernelKey& key, ProfileInputs& in) {
+  const std::vector<int64_t>& d = key.shape;
+  const std::string& name = key.name;
+  const auto& model = sc.model;
+  const int64_t topk = model.moe_router_topk;
   KernelCall c;
-  if (key.name == "gemm_fwd") {
-    c.h.push_back(in.zeros_bf16(m * n));
-    c.h.push_back(in.uniform_bf16(m * k));
-    c.h.push_back(in.uniform_bf16(n * k));
+  if (name == "moe_router_topk_fwd" || name == "moe_router_topk_bwd") {
+    const int64_t n = d[0], e = d[1], k = d[2];
+    const int64_t capacity = model.moe_expert_capacity_factor
+                                 ? cpu::moe_expert_capacity(n, k, e, *model.moe_expert_capacity_factor)
+                                 : 0;
+    const bool pad = model.moe_pad_expert_input_to_capacity;
+    auto st = std::make_shared<RouterState>();
+    st->topk_map.assign(static_cast<size_t>(n * e), 0);
+    st->routing_map.assign(static_cast<size_t>(n * e), 0);
+    st->tokens_per_expert.assign(static_cast<size_t>(e), 0);
+    // gates, probs, logits
+    c.t = list(in.zeros(n * e), in.zeros(n * e), in.uniform(n * e, -3.0, 3.0));
+    auto forward = [&be, st, n, e, k, capacity, pad](KernelCall& x) {
+      be.moe_topk_softmax_forward(x.t[0], st->topk_map, st->routing_map, x.t[1],
+                                  st->tokens_per_expert, x.t[2], n, e, k, capacity, pad);
+    };
+    if (name == "moe_router_topk_fwd") {
+      c.fresh = {0, 1};
+      c.run = forward;
+    } else {
+      forward(c);  // the maps and gates the backward reads
+      c.t.push_back(in.zeros(n * e));     // dlogits (+=)
+      c.t.push_back(in.uniform(n * e));   // dprobs
+      c.run = [&be, st, n, e](KernelCall& x) {
+        be.moe_topk_softmax_backward(x.t[3], x.t[4], x.t[0], st->topk_map, st->routing_map, n, e);
+      };
+    }
+  } else if (name == "moe_aux_loss_fwd" || name == "moe_aux_loss_bwd") {
+    const int64_t n = d[0], e = d[1];
+    auto tpe = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(e), 0);
+    for (int64_t i = 0; i < n * topk; ++i) ++(*tpe)[static_cast<size_t>(i % e)];
+    const double coeff = model.moe_aux_loss_coeff;
+    if (name == "moe_aux_loss_fwd") {
+      c.fresh = {0};
+      c.t = list(in.zeros(n * e), in.uniform(n * e, -3.0, 3.0));  // scores, logits
+      c.run = [&be, tpe, n, e, topk, coeff](KernelCall& x) {
+        (void)be.moe_switch_aux_loss_forward(x.t[0], x.t[1], *tpe, n, e, n, topk, coeff);
+      };
+    } else {
+      c.t = list(in.zeros(n * e), in.uniform(n * e, 0.0, 1.0));  // dlogits (+=), scores
+      c.run = [&be, tpe, n, e, topk, coeff](KernelCall& x) {
+        be.moe_switch_aux_loss_backward(x.t[0], 1.0, x.t[1], *tpe, n, e, n, topk, coeff);
+      };
+    }
+  } else if (name == "moe_permute_fwd" || name == "moe_permute_bwd" ||
+             name == "moe_unpermute_fwd" || name == "moe_unpermute_bwd") {
+    const int64_t rows = d[0], n = d[1], h = d[2], e = model.num_moe_experts;
+    auto perm = std::make_shared<const cpu::MoePermutation>(balanced_permutation(rows, n, e));
+    if (name == "moe_permute_fwd") {
+      c.fresh = {0};
+      c.t = list(in.zeros(rows * h), in.uniform(n * h));
+      c.run = [&be, perm, n, h](KernelCall& x) { be.moe_permute_forward(x.t[0], x.t[1], *perm, n, h); };
+    } else if (name == "moe_permute_bwd") {
+      c.fresh = {0};
+      c.t = list(in.zeros(n * h), in.uniform(rows * h));
+      c.run = [&be, perm, n, h](KernelCall& x) { be.moe_permute_backward(x.t[0], x.t[1], *perm, n, h); };
+    } else if (name == "moe_unpermute_fwd") {
+      c.fresh = {0};
+      c.t = list(in.zeros(n * h), in.uniform(rows * h), in.uniform(n * e, 0.0, 1.0));
+      c.run = [&be, perm, n, e, h](KernelCall& x) {
+        be.moe_unpermute_forward(x.t[0], x.t[1], x.t[2], *perm, n, e, h);
+      };
+    } else {
+      c.fresh = {0, 1};  // dinp, dprobs: fresh per micro-batch in exec/gpt_model_moe.cpp
+      c.t = list(in.zeros(rows * h), in.zeros(n * e), in.uniform(n * h), in.uniform(rows * h),
+                 in.uniform(n * e, 0.0, 1.0));
+      c.run = [&be, perm, n, e, h](KernelCall& x) {
+        be.moe_unpermute_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], *perm, n, e, h);
+      };
+    }
+  } else {  // grouped_gemm_{fwd,dgrad,wgrad}: {groups, m, n, k}, each Y[m, n] = X[m, k] W_g^T
+    const int64_t g = d[0], m = d[1], n = d[2], k = d[3];
+    auto rows = std::make_shared<const std::vector<int64_t>>(static_cast<size_t>(g), m);
+    if (name == "grouped_gemm_fwd") {
+      c.fresh = {0};
+      c.t = list(in.zeros(g * m * n), in.uniform(g * m * k), in.uniform(g * n * k));
+      c.run = [&be, rows, n, k](KernelCall& x) {
+        be.grouped_matmul_forward(x.t[0], x.t[1], x.t[2], *rows, k, n);
+      };
+    } else if (name == "grouped_gemm_dgrad") {
+      c.fresh = {0};
+      c.t = list(in.zeros(g * m * k), in.uniform(g * m * n), in.uniform(g * n * k));
+      c.run = [&be, rows, n, k](KernelCall& x) {
+        be.grouped_matmul_backward_data(x.t[0], x.t[1], x.t[2], *rows, k, n);
+      };
+    } else {
+      c.t = list(in.zeros(g * n * k), in.uniform(g * m * n), in.uniform(g * m * k));
+      c.run = [&be, rows, n, k](KernelCall& x) {
+        be.grouped_matmul_backward_weight(x.t[0], x.t[1], x.t[2], *rows, k, n);
+      };
+    }
+  }
+  return c;
+}
+
+/// The GEMM shape of a linear-layer or grouped key: {groups, m, n, k} (rows, out_channels,
+/// channels per group; groups 1 for gemm_*).
+struct GemmShape {
+  int64_t g, m, n, k;
+};
+
+GemmShape gemm_shape(const KernelKey& key) {
+  const std::vector<int64_t>& d = key.shape;
+  return d.size() == 4 ? GemmShape{d[0], d[1], d[2], d[3]} : GemmShape{1, d[0], d[1], d[2]};
+}
+
+std::string_view variant(const std::string& name) {  // "fwd", "dgrad" or "wgrad"
+  return std::string_view(name).substr(name.rfind('_') + 1);
+}
+
+/// The FP8 linear layers of `key` as Transformer Engine runs them, every GEMM in the TN form on
+/// the FP8 copies it keeps (Backend::fp8_gemm_nt), one per group (the grouped GEMM of the local
+/// experts as CudaBackend's: one GEMM per expert): forward inp [m, k] x W [n, k] -> [m, n] bf16
+/// (fast accumulation); dgrad dout [m, n] x W^T [k, n] -> [m, k] bf16; wgrad dout^T [n, m] x
+/// inp^T [k, m] += [n, k] fp32 main_grad. E4M3 throughout under --fp8-format e4m3; the gradients
+/// E5M2 under hybrid. Scales 1 (inputs in [-1, 1)): a GEMM's time does not depend on them.
+KernelCall make_fp8_gemm_call(Backend& be, const Scenario& sc, const KernelKey& key,
+                              ProfileInputs& in) {
+  const GemmShape shape = gemm_shape(key);
+  const int64_t g = shape.g, m = shape.m, n = shape.n, k = shape.k;
+  const cpu::Fp8Kind fwd = cpu::Fp8Kind::kE4M3;
+  const cpu::Fp8Kind grad = sc.training.fp8_format == Fp8Format::kHybrid ? cpu::Fp8Kind::kE5M2
+                                                                          : cpu::Fp8Kind::kE4M3;
+  const std::string_view v = variant(key.name);
+  KernelCall c;
+  if (v == "fwd") {
+    c.q.push_back(in.uniform_fp8(g * m * k, fwd));
+    c.q.push_back(in.uniform_fp8(g * n * k, fwd));
+    c.h.push_back(in.zeros_bf16(g * m * n));
+    c.fresh_h = {0};
+    c.run = [&be, g, m, n, k, fwd](KernelCall& x) {
+      for (int64_t i = 0; i < g; ++i) {
+        be.fp8_gemm_nt(BSpan(x.h[0]).subspan(i * m * n, m * n),
+                       CF8Span(x.q[0]).subspan(i * m * k, m * k), fwd,
+                       CF8Span(x.q[1]).subspan(i * n * k, n * k), fwd, 1.0f, m, n, k, true);
+      }
+    };
+  } else if (v == "dgrad") {
+    c.q.push_back(in.uniform_fp8(g * m * n, grad));
+    c.q.push_back(in.uniform_fp8(g * k * n, fwd));
+    c.h.push_back(in.zeros_bf16(g * m * k));
+    c.fresh_h = {0};
+    c.run = [&be, g, m, n, k, fwd, grad](KernelCall& x) {
+      for (int64_t i = 0; i < g; ++i) {
+        be.fp8_gemm_nt(BSpan(x.h[0]).subspan(i * m * k, m * k),
+                       CF8Span(x.q[0]).subspan(i * m * n, m * n), grad,
+                       CF8Span(x.q[1]).subspan(i * k * n, k * n), fwd, 1.0f, m, k, n, false);
+      }
+    };
+  } else {
+    c.q.push_back(in.uniform_fp8(g * n * m, grad));
+    c.q.push_back(in.uniform_fp8(g * k * m, fwd));
+    c.t = list(in.zeros(g * n * k));
+    c.run = [&be, g, m, n, k, fwd, grad](KernelCall& x) {
+      for (int64_t i = 0; i < g; ++i) {
+        be.fp8_gemm_nt_accumulate(FSpan(x.t[0]).subspan(i * n * k, n * k),
+                                  CF8Span(x.q[0]).subspan(i * n * m, n * m), grad,
+                                  CF8Span(x.q[1]).subspan(i * k * m, k * m), fwd, 1.0f, n, k, m,
+                                  false);
+      }
+    };
+  }
+  return c;
+}
+
+/// The bf16 linear layers of `key` (Backend::matmul_*_bf16), one per group as make_fp8_gemm_call.
+KernelCall make_bf16_gemm_call(Backend& be, const KernelKey& key, bool bias, ProfileInputs& in) {
+  const GemmShape shape = gemm_shape(key);
+  const int64_t g = shape.g, m = shape.m, n = shape.n, k = shape.k;
+  const std::string_view v = variant(key.name);
+  KernelCall c;
+  if (v == "fwd") {
+    c.h.push_back(in.zeros_bf16(g * m * n));
+    c.h.push_back(in.uniform_bf16(g * m * k));
+    c.h.push_back(in.uniform_bf16(g * n * k));
     if (bias) c.h.push_back(in.uniform_bf16(n));
     c.fresh_h = {0};
-    c.run = [&be, m, n, k, bias](KernelCall& x) {
-      be.matmul_forward_bf16(x.h[0], x.h[1], x.h[2], bias ? CBSpan(x.h[3]) : CBSpan(), 1, m, k,
-                             n);
+    c.run = [&be, g, m, n, k, bias](KernelCall& x) {
+      for (int64_t i = 0; i < g; ++i) {
+        be.matmul_forward_bf16(BSpan(x.h[0]).subspan(i * m * n, m * n),
+                               CBSpan(x.h[1]).subspan(i * m * k, m * k),
+                               CBSpan(x.h[2]).subspan(i * n * k, n * k),
+                               bias ? CBSpan(x.h[3]) : CBSpan(), 1, m, k, n);
+      }
     };
-  } else if (key.name == "gemm_dgrad") {
-    c.h.push_back(in.zeros_bf16(m * k));
-    c.h.push_back(in.uniform_bf16(m * n));
-    c.h.push_back(in.uniform_bf16(n * k));
+  } else if (v == "dgrad") {
+    c.h.push_back(in.zeros_bf16(g * m * k));
+    c.h.push_back(in.uniform_bf16(g * m * n));
+    c.h.push_back(in.uniform_bf16(g * n * k));
     c.fresh_h = {0};
-    c.run = [&be, m, n, k](KernelCall& x) {
-      be.matmul_backward_data_bf16(x.h[0], x.h[1], x.h[2], 1, m, k, n);
+    c.run = [&be, g, m, n, k](KernelCall& x) {
+      for (int64_t i = 0; i < g; ++i) {
+        be.matmul_backward_data_bf16(BSpan(x.h[0]).subspan(i * m * k, m * k),
+                                     CBSpan(x.h[1]).subspan(i * m * n, m * n),
+                                     CBSpan(x.h[2]).subspan(i * n * k, n * k), 1, m, k, n);
+      }
     };
   } else {  // wgrad: the fp32 main_grad (and bias gradient) persist, as the shard's buffers
-    c.t = list(in.zeros(n * k), in.zeros(bias ? n : 0));
-    c.h.push_back(in.uniform_bf16(m * n));
-    c.h.push_back(in.uniform_bf16(m * k));
-    c.run = [&be, m, n, k](KernelCall& x) {
-      be.matmul_backward_weight_bf16(x.t[0], x.t[1], x.h[0], x.h[1], 1, m, k, n);
+    c.t = list(in.zeros(g * n * k), in.zeros(bias ? n : 0));
+    c.h.push_back(in.uniform_bf16(g * m * n));
+    c.h.push_back(in.uniform_bf16(g * m * k));
+    c.run = [&be, g, m, n, k](KernelCall& x) {
+      for (int64_t i = 0; i < g; ++i) {
+        be.matmul_backward_weight_bf16(FSpan(x.t[0]).subspan(i * n * k, n * k),
+                                       i == 0 ? FSpan(x.t[1]) : FSpan(),
+                                       CBSpan(x.h[0]).subspan(i * m * n, m * n),
+                                       CBSpan(x.h[1]).subspan(i * m * k, m * k), 1, m, k, n);
+      }
     };
   }
   return c;
@@ -112,12 +335,13 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
   auto need = [&](size_t dims) {
     if (d.size() != dims) unsupported(key);
   };
-  check_runs_dtype(be, key);
+  check_runs_dtype(be, sc, key);
   if (is_linear_gemm(name)) {
     need(3);
     const int64_t m = d[0], n = d[1], k = d[2];
     const bool bias = has_bias(target.role);
     if (key.dtype == Precision::kBf16) return make_bf16_gemm_call(be, key, bias, in);
+    if (key.dtype == Precision::kFp8) return make_fp8_gemm_call(be, sc, key, in);
     if (name == "gemm_fwd") {
       c.fresh = {0};
       c.t = list(in.zeros(m * n), in.uniform(m * k), in.uniform(n * k));
@@ -381,6 +605,13 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
                                                  1, rows, 0, vl, vl * t);
       };
     }
+  } else if (name.rfind("moe_", 0) == 0 || name.rfind("grouped_gemm_", 0) == 0) {
+    // {groups, m, n, k}; {tokens, E} (aux loss); {tokens, E, k} or {rows, tokens, h} (others).
+    const bool grouped = name.rfind("grouped_gemm_", 0) == 0;
+    need(grouped ? 4 : name.rfind("moe_aux_loss", 0) == 0 ? 2 : 3);
+    if (grouped && key.dtype == Precision::kBf16) return make_bf16_gemm_call(be, key, false, in);
+    if (grouped && key.dtype == Precision::kFp8) return make_fp8_gemm_call(be, sc, key, in);
+    return make_moe_call(be, sc, key, in);
   } else if (name == "grad_norm") {
     need(1);
     c.t = list(in.uniform(d[0]));
@@ -413,19 +644,30 @@ KernelCall make_call(Backend& be, const Scenario& sc, const ProfileTarget& targe
 
 }  // namespace
 
-void check_runs_dtype(const Backend& be, const KernelKey& key) {
+void check_runs_dtype(const Backend& be, const Scenario& s, const KernelKey& key) {
   const Precision p = key.dtype;
   if (p == Precision::kFp32 || p == Precision::kTf32 || p == Precision::kFp32Bf16) return;
-  if (p == Precision::kBf16 && is_linear_gemm(key.name) && be.has_bf16_arithmetic()) return;
+  const bool gemm = is_gemm(key.name);
+  const bool per_tensor = s.training.fp8_recipe == Fp8Recipe::kDelayed ||
+                          s.training.fp8_recipe == Fp8Recipe::kTensorwise;
+  if (gemm && p == Precision::kBf16 && be.has_bf16_arithmetic()) return;
+  if (gemm && p == Precision::kFp8 && be.has_fp8_arithmetic() && per_tensor) return;
   std::string why;
-  if (p == Precision::kBf16 && is_linear_gemm(key.name)) {
+  if (gemm && p == Precision::kBf16) {
     why = "the " + be.name() + " backend emulates bf16 (fp32 GEMMs of rounded operands), so its "
           "time is not a bf16 cost; profile bf16 GEMMs with --backend cuda";
+  } else if (gemm && p == Precision::kFp8 && !per_tensor) {
+    why = std::string("training.fp8_recipe ") + to_string(s.training.fp8_recipe) +
+          " scales blocks, not tensors; the executor's FP8 GEMMs are per-tensor scaled (recipes "
+          "delayed, tensorwise)";
+  } else if (gemm && p == Precision::kFp8) {
+    why = "the " + be.name() + " backend has no FP8 tensor cores (it would emulate them); "
+          "profile FP8 GEMMs with --backend cuda on compute capability 8.9 or later";
   } else {
     why = "the executor runs " + std::string(to_string(p)) +
-          " kernels only for the linear-layer GEMMs in bf16 so far (gemm_fwd, gemm_dgrad, "
-          "gemm_wgrad; --backend cuda); select those with --kernels, e.g. --kernels "
-          "'^gemm_(fwd|dgrad|wgrad)\\[.*\\] bf16 '";
+          " kernels only as GEMMs so far (gemm_* and grouped_gemm_* in bf16 and fp8; --backend "
+          "cuda); select those with --kernels, e.g. --kernels "
+          "'^(grouped_)?gemm_(fwd|dgrad|wgrad)\\[.*\\] (bf16|fp8) '";
   }
   throw UnsupportedError("profile: kernel " + key.to_string() + ": " + why);
 }

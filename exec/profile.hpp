@@ -73,11 +73,12 @@ int64_t rotation_bytes(const Scenario& s, const ProfileTarget& target, int64_t l
 
 /// Throws UnsupportedError (naming the kernel and why) unless `backend` runs `key` in its
 /// dtype, so that no row is ever another dtype's time under this one's name: fp32 (and tf32 /
-/// fp32-bf16, which Backend::set_float32_matmul_precision checks) on every backend; bf16 only
-/// for the linear-layer GEMMs (gemm_fwd, gemm_dgrad, gemm_wgrad) on a backend with bf16
-/// arithmetic (Backend::has_bf16_arithmetic); fp16 and fp8 nowhere yet. profile_kernel calls
-/// it; `profile` calls it on every kernel before timing any.
-void check_runs_dtype(const Backend& backend, const KernelKey& key);
+/// fp32-bf16, which Backend::set_float32_matmul_precision checks) on every backend; bf16 and
+/// fp8 only for the linear-layer GEMMs (gemm_fwd, gemm_dgrad, gemm_wgrad) on a backend with
+/// that arithmetic (Backend::has_bf16_arithmetic, has_fp8_arithmetic), fp8 under `s`'s
+/// per-tensor recipes (delayed, tensorwise) only; fp16 nowhere yet. profile_kernel calls it;
+/// `profile` calls it on every kernel before timing any.
+void check_runs_dtype(const Backend& backend, const Scenario& s, const KernelKey& key);
 
 /// Times `target` alone on `backend` (scenario `s` gives what the key does not: hidden size,
 /// micro-batch, dropout probabilities, AdamW settings). The row carries the Program's FLOPs and

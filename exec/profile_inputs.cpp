@@ -43,6 +43,13 @@ Bf16Tensor ProfileInputs::uniform_bf16(int64_t n, double lo, double hi) {
   return y;
 }
 
+Fp8Tensor ProfileInputs::uniform_fp8(int64_t n, cpu::Fp8Kind kind) {
+  const Tensor x = uniform(n);
+  Fp8Tensor y(be_, n);
+  be_.quantize_fp8(y, x, kind, 1.0f);
+  return y;
+}
+
 Bf16Tensor ProfileInputs::zeros_bf16(int64_t n) {
   const Tensor x = zeros(n);
   Bf16Tensor y(be_, n);

@@ -33,6 +33,8 @@ class ProfileInputs {
   /// uniform() and zeros() rounded to bf16 (Backend::convert_to_bf16), for the bf16 kernels.
   Bf16Tensor uniform_bf16(int64_t n, double lo = -1.0, double hi = 1.0);
   Bf16Tensor zeros_bf16(int64_t n);
+  /// uniform() in [-1, 1) cast to FP8 `kind` (Backend::quantize_fp8, scale 1).
+  Fp8Tensor uniform_fp8(int64_t n, cpu::Fp8Kind kind);
 
  private:
   Backend& be_;

@@ -24,8 +24,8 @@
 #             high and medium, validate --live and a profile of its kernels at high, micro-batch
 #             1 (-> RESULTS/flash-profile.json)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
-#   bf16db    the bf16 linear-layer GEMMs (gemm_fwd, gemm_dgrad, gemm_wgrad) of every shipped
-#             scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
+#   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
+#             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
 #             shared/validation's calibration files, profiled with --backend cuda into
 #             RESULTS/H100-SXM-80GB.json (the database simulate reads for that GPU; not in the
 #             default steps)
@@ -107,9 +107,10 @@ tiny() {  # tiny SCENARIO BACKEND
     --set training.eval_iters=0 2>&1 |
     awk -v tag="$(basename "$1" .yaml) $2" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
 }
-# The bf16 GEMMs of the H100 scenarios and calibration cases into one database (step bf16db).
-bf16db() {
-  local re='^gemm_(fwd|dgrad|wgrad)\[.*\] bf16 ' db=$results/H100-SXM-80GB.json
+# The bf16 and FP8 GEMMs of the H100 scenarios and calibration cases into one database (step
+# gemmdb).
+gemmdb() {
+  local re='^(grouped_)?gemm_(fwd|dgrad|wgrad)\[.*\] (bf16|fp8) ' db=$results/H100-SXM-80GB.json
   local args=(--backend cuda --kernels "$re" --out "$db" --warmup 2 --repeats 10 --min-time 0.01)
   for sc in $(grep -l 'dgx-h100-superpod' scenarios/*.yaml); do
     "$tt" profile "$sc" "${args[@]}" 2>&1 | grep -E '^wrote|error' | sed "s|^|  [$(basename "$sc" .yaml)] |"
@@ -122,7 +123,7 @@ bf16db() {
 }
 # A 1.3B variant: micro-batch MB, recompute R, float32 matmul precision P (default highest).
 v13() { echo "--micro-batch-size $1 --recompute-granularity $2${3:+ --float32-matmul-precision $3}"; }
-export -f tiny v13 bf16db
+export -f tiny v13 gemmdb
 export tt validate_variants results
 
 for s in $steps; do
@@ -147,11 +148,11 @@ for s in $steps; do
       step speed 100 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.train_iters=4 --set training.log_interval=2 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
     flash)
       step flash 220 "for pr in high medium; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$pr --set training.attention_backend=flash --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b flash \$pr] /\"; done; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed 's/^/  [validate flash high] /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash --micro-batch-size 1 --repeats 5 --min-time 0.01 --out $results/flash-profile.json 2>/dev/null | tail -1 | sed 's/^/  [profile flash high] /'" ;;
-    bf16db)
-      step bf16db 300 "bf16db" ;;
+    gemmdb)
+      step gemmdb 300 "gemmdb" ;;
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch bf16db)" >> "$summary" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

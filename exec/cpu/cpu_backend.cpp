@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "exec/cpu/bf16.hpp"
 #include "exec/cpu/checks.hpp"
+#include "exec/cpu/fp8.hpp"
 #include "exec/cpu/gelu.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/gqa_attention.hpp"
@@ -170,6 +171,23 @@ void CpuBackend::matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan 
                                              int64_t out_channels) {
   cpu::matmul_backward_weight_bf16(dweight, dbias, dout, inp, batch, seq, channels,
                                    out_channels);
+}
+
+void CpuBackend::quantize_fp8(F8Span dst, CFSpan src, cpu::Fp8Kind kind, float scale) {
+  cpu::to_fp8(dst, src, kind, scale);
+}
+
+// fast_accumulation changes nothing here: the reference always sums in fp32.
+void CpuBackend::fp8_gemm_nt(BSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                             cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n, int64_t k,
+                             bool /*fast_accumulation*/) {
+  cpu::fp8_gemm_nt(out, a, a_kind, b, b_kind, alpha, m, n, k);
+}
+
+void CpuBackend::fp8_gemm_nt_accumulate(FSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                                        cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n,
+                                        int64_t k, bool /*fast_accumulation*/) {
+  cpu::fp8_gemm_nt_accumulate(out, a, a_kind, b, b_kind, alpha, m, n, k);
 }
 
 void CpuBackend::attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,

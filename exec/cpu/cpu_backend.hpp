@@ -61,6 +61,12 @@ class CpuBackend final : public Backend {
   void matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan dout, CBSpan inp,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t out_channels) override;
+  void quantize_fp8(F8Span dst, CFSpan src, cpu::Fp8Kind kind, float scale) override;
+  void fp8_gemm_nt(BSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b, cpu::Fp8Kind b_kind,
+                   float alpha, int64_t m, int64_t n, int64_t k, bool fast_accumulation) override;
+  void fp8_gemm_nt_accumulate(FSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                              cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n, int64_t k,
+                              bool fast_accumulation) override;
   void attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,
                          int64_t seq, int64_t channels, int64_t heads,
                          const AttentionProbabilityDropout* dropout) override;

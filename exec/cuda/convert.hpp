@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "exec/cpu/fp8.hpp"
 #include "exec/cuda/dtype.hpp"
 
 namespace traintwin::exec::cuda {
@@ -17,5 +18,11 @@ namespace traintwin::exec::cuda {
 /// InvalidArgument for n < 1 or a null pointer; CudaError if the launch fails.
 void convert(DType dst_type, void* dst, DType src_type, const void* src, int64_t n,
              cudaStream_t stream);
+
+/// dst[i] = the FP8 `kind` bits of scale * src[i], i < n: Transformer Engine's cast
+/// (__nv_cvt_float_to_fp8 with __NV_SATFINITE: ties to even, saturating to the largest finite
+/// value; exec/cpu/fp8.hpp's float_to_fp8 bit for bit but for NaN payloads). Throws as convert.
+void quantize_fp8(cpu::Fp8Kind kind, uint8_t* dst, const float* src, int64_t n, float scale,
+                  cudaStream_t stream);
 
 }  // namespace traintwin::exec::cuda

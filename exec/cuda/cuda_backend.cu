@@ -478,6 +478,44 @@ void CudaBackend::matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan
                                inp.data(), batch * seq, channels, out_channels, stream_);
 }
 
+// ---- FP8 GEMMs ---------------------------------------------------------------------------------
+
+bool CudaBackend::has_fp8_arithmetic() const {
+  int major = 0, minor = 0;
+  TRAINTWIN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  TRAINTWIN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  return major * 10 + minor >= 89;
+}
+
+void CudaBackend::quantize_fp8(F8Span dst, CFSpan src, cpu::Fp8Kind kind, float scale) {
+  check_size("quantize_fp8", "dst", dst.size(), static_cast<int64_t>(src.size()));
+  if (src.empty()) return;
+  cuda::quantize_fp8(kind, dst.data(), src.data(), static_cast<int64_t>(src.size()), scale,
+                     stream_);
+}
+
+void CudaBackend::fp8_gemm_nt(BSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                              cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n, int64_t k,
+                              bool fast_accumulation) {
+  const char* who = "fp8_gemm_nt";
+  check_size(who, "out", out.size(), m * n);
+  check_size(who, "a", a.size(), m * k);
+  check_size(who, "b", b.size(), n * k);
+  cuda::fp8_matmul_nt(cublas_, a_kind, a.data(), b_kind, b.data(), DType::kBFloat16, out.data(),
+                      alpha, 0.0f, m, n, k, fast_accumulation, stream_);
+}
+
+void CudaBackend::fp8_gemm_nt_accumulate(FSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                                         cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n,
+                                         int64_t k, bool fast_accumulation) {
+  const char* who = "fp8_gemm_nt_accumulate";
+  check_size(who, "out", out.size(), m * n);
+  check_size(who, "a", a.size(), m * k);
+  check_size(who, "b", b.size(), n * k);
+  cuda::fp8_matmul_nt(cublas_, a_kind, a.data(), b_kind, b.data(), kF32, out.data(), alpha, 1.0f,
+                      m, n, k, fast_accumulation, stream_);
+}
+
 // ---- multi-head attention ----------------------------------------------------------------------
 
 void CudaBackend::attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,

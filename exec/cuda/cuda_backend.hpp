@@ -124,6 +124,17 @@ class CudaBackend final : public Backend {
   void matmul_backward_weight_bf16(FSpan dweight, FSpan dbias, CBSpan dout, CBSpan inp,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t out_channels) override;
+  /// Compute capability 8.9 or later (Ada, Hopper, Blackwell).
+  bool has_fp8_arithmetic() const override;
+  /// cuda_fp8.h's __nv_cvt_float_to_fp8 with __NV_SATFINITE.
+  void quantize_fp8(F8Span dst, CFSpan src, cpu::Fp8Kind kind, float scale) override;
+  /// cuBLASLt FP8 TN GEMM (exec/cuda/gemm.hpp fp8_matmul_nt), bf16 D.
+  void fp8_gemm_nt(BSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b, cpu::Fp8Kind b_kind,
+                   float alpha, int64_t m, int64_t n, int64_t k, bool fast_accumulation) override;
+  /// The same with fp32 C = D and beta 1.
+  void fp8_gemm_nt_accumulate(FSpan out, CF8Span a, cpu::Fp8Kind a_kind, CF8Span b,
+                              cpu::Fp8Kind b_kind, float alpha, int64_t m, int64_t n, int64_t k,
+                              bool fast_accumulation) override;
   void attention_forward(FSpan out, FSpan preatt, FSpan att, CFSpan inp, int64_t batch,
                          int64_t seq, int64_t channels, int64_t heads,
                          const cpu::AttentionProbabilityDropout* dropout) override;

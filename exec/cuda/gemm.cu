@@ -11,6 +11,8 @@
 // and the bias epilogue adds bias[OC] to each column of out^T, i.e. to each row of out.
 #include "exec/cuda/gemm.hpp"
 
+#include <utility>
+
 #include "exec/cuda/common.cuh"
 #include "exec/cuda/cublas_context.cuh"
 
@@ -267,6 +269,67 @@ void matmul_backward_weight(CublasContext& ctx, DType dtype, float* dweight, flo
                                                            rows, out_channels);
     TRAINTWIN_CUDA_CHECK_LAUNCH();
   });
+}
+
+void fp8_matmul_nt(CublasContext& ctx, cpu::Fp8Kind a_kind, const void* a, cpu::Fp8Kind b_kind,
+                   const void* b, DType out_type, void* out, float alpha, float beta, int64_t m,
+                   int64_t n, int64_t k, bool fast_accumulation, cudaStream_t stream) {
+  constexpr const char* kName = "fp8_matmul_nt";
+  for (const auto& [v, what] : {std::pair{m, "M"}, std::pair{n, "N"}, std::pair{k, "K"}}) {
+    if (v < 16 || v % 16 != 0 || v > INT32_MAX) {
+      throw InvalidArgument(std::string("cuda ") + kName + ": " + what + " = " +
+                            std::to_string(v) +
+                            " must be a positive multiple of 16 (FP8 tensor-core GEMMs)");
+    }
+  }
+  if (a_kind == cpu::Fp8Kind::kE5M2 && b_kind == cpu::Fp8Kind::kE5M2) {
+    throw InvalidArgument(std::string("cuda ") + kName +
+                          ": both operands E5M2 (cuBLASLt takes E4M3 x E4M3, E4M3 x E5M2, E5M2 x "
+                          "E4M3)");
+  }
+  if (out_type == DType::kBFloat16 && beta != 0.0f) {
+    throw InvalidArgument(std::string("cuda ") + kName + ": a bf16 out needs beta 0");
+  }
+  require_pointer(kName, a, "a");
+  require_pointer(kName, b, "b");
+  require_pointer(kName, out, "out");
+  const auto fp8_type = [](cpu::Fp8Kind kind) {
+    return kind == cpu::Fp8Kind::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  };
+  const cudaDataType_t d_type = cuda_type(out_type);
+  // Column-major, as cuBLAS reads the row-major operands: out^T[N, M] = b[N, K] a^T[K, M] with
+  // A = b stored [K, N] (ld K) transposed, B = a stored [K, M] (ld K), D [N, M] (ld N): TN.
+  CublasContext::Handles& h = ctx.handles();
+  LtDescriptors desc;
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                        &op_t, sizeof(op_t)));
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                        &op_n, sizeof(op_n)));
+  const int8_t fast = fast_accumulation ? 1 : 0;
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                        &fast, sizeof(fast)));
+  const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, fp8_type(b_kind), u(k), u(n), k));
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, fp8_type(a_kind), u(k), u(m), k));
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, d_type, u(n), u(m), n));
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
+  const size_t workspace = ctx.workspace_bytes();
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h.lt, desc.op, desc.a, desc.b, desc.d,
+                                                        desc.d, desc.pref, 1, &heuristic, &found));
+  if (found == 0) {
+    throw CudaError("cuda fp8_matmul_nt: cuBLASLt has no FP8 algorithm for M " +
+                    std::to_string(m) + ", N " + std::to_string(n) + ", K " + std::to_string(k) +
+                    " on this GPU (FP8 tensor cores need compute capability 8.9 or later)");
+  }
+  TRAINTWIN_CUBLAS_CHECK(cublasLtMatmul(h.lt, desc.op, &alpha, b, desc.a, a, desc.b, &beta, out,
+                                        desc.d, out, desc.d, &heuristic.algo, h.workspace,
+                                        workspace, stream));
 }
 
 void batched_matmul(CublasContext& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m,

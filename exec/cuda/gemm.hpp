@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/scenario.hpp"
+#include "exec/cpu/fp8.hpp"
 #include "exec/cuda/dtype.hpp"
 
 namespace traintwin::exec::cuda {
@@ -80,6 +81,17 @@ void matmul_backward_weight(CublasContext& ctx, DType dtype,
                             const void* inp,   // [B*T, C] dtype
                             int64_t rows, int64_t channels, int64_t out_channels,
                             cudaStream_t stream);
+
+/// Row-major out[M, N] = alpha a[M, K] b[N, K]^T + beta out with FP8 operands of kinds a_kind,
+/// b_kind (not both E5M2), fp32 accumulation: cuBLASLt's FP8 GEMM, in the TN layout Hopper's
+/// FP8 tensor cores take (Transformer Engine's every linear-layer GEMM). `out_type` kBFloat16
+/// (then beta must be 0) or kFloat32; `fast_accumulation` sets CUBLASLT_MATMUL_DESC_FAST_ACCUM
+/// (TE's forward). Throws InvalidArgument for M, N or K not a positive multiple of 16 (the FP8
+/// kernels' alignment), both operands E5M2, a null pointer or a bf16 out with beta != 0;
+/// CudaError when cuBLASLt has no algorithm (a GPU without FP8 tensor cores) or fails.
+void fp8_matmul_nt(CublasContext& ctx, cpu::Fp8Kind a_kind, const void* a, cpu::Fp8Kind b_kind,
+                   const void* b, DType out_type, void* out, float alpha, float beta, int64_t m,
+                   int64_t n, int64_t k, bool fast_accumulation, cudaStream_t stream);
 
 /// Row-major strided-batched GEMM: for each i in [0, batch)
 ///   C_i[m, n] = alpha op(A_i)[m, k] op(B_i)[k, n] + beta C_i

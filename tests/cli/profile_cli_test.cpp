@@ -1,5 +1,6 @@
-// `traintwin profile`: every distinct KernelKey of a Program (all pipeline stages) once in the
-// database, a second run merging into it, malformed and foreign-device databases refused naming
+// `traintwin profile`: every distinct KernelKey of a Program (all pipeline stages, MoE kernels
+// included) once in the database, --kernels and --cases selecting kernels and scenarios, no
+// kernel ever timed in another dtype than its key's, a second run merging into it, malformed and foreign-device databases refused naming
 // the file, the collective rows under mpirun following nccl-tests' busbw factors, and the local
 // topology loading as a topology whose device is the database's.
 #include <gmock/gmock.h>
@@ -117,6 +118,30 @@ TEST_F(ProfileCli, CudaBackendMeasuresTheGpuOrSaysWhyNot) {
   EXPECT_THAT(t.output, HasSubstr("not falling back to cpu"));
 }
 
+// A mixture of experts (the tiny MoE of the README, its 4 experts on one rank, grouped GEMM,
+// aux loss): every kernel the executor runs for it is profiled, the router, aux loss,
+// (un)permute and grouped GEMMs included (profile stopped at moe_router_topk_fwd before).
+TEST_F(ProfileCli, MoeKernelsAreProfiled) {
+  const fs::path db_file = dir_ / "moe.json";
+  const std::string moe = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/moe-tiny-brown.yaml";
+  const testing::CliResult r = testing::run_cli(
+      "profile " + moe + " --expert-model-parallel-size 1 --set cluster.num_gpus=1 --warmup 1 "
+      "--repeats 2 --min-time 0 --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Program prog = build_program(load_scenario(
+      moe, {{"parallelism.expert_model_parallel_size", "1"}, {"cluster.num_gpus", "1"}}));
+  std::set<std::string> want;
+  for (const Kernel& k : prog.kernels) want.insert(k.key.to_string());
+  const std::set<std::string> got = db_keys(CostDatabase::load(db_file));
+  EXPECT_EQ(got, want);
+  for (const char* k : {"moe_router_topk_fwd", "moe_router_topk_bwd", "moe_aux_loss_fwd",
+                        "moe_aux_loss_bwd", "moe_permute_fwd", "moe_permute_bwd",
+                        "moe_unpermute_fwd", "moe_unpermute_bwd", "grouped_gemm_fwd",
+                        "grouped_gemm_dgrad", "grouped_gemm_wgrad"}) {
+    EXPECT_THAT(got, ::testing::Contains(HasSubstr(k)));
+  }
+}
+
 // --kernels keeps the kernels whose key matches its regular expression, and nothing else; a
 // regex that matches none, or is not one, is refused naming a few keys and writes nothing.
 TEST_F(ProfileCli, KernelsSelectsByKey) {
@@ -151,7 +176,7 @@ TEST_F(ProfileCli, Bf16KernelsAreNeverTimedInFp32) {
       profile("--set training.precision=bf16 --out " + db_file.string());
   EXPECT_NE(all.status, 0);
   EXPECT_THAT(all.output, HasSubstr("bf16 tp"));
-  EXPECT_THAT(all.output, HasSubstr("only for the linear-layer GEMMs"));
+  EXPECT_THAT(all.output, HasSubstr("kernels only as GEMMs so far"));
   const testing::CliResult gemm = profile("--set training.precision=bf16 --kernels '^gemm_' --out " +
                                           db_file.string());
   EXPECT_NE(gemm.status, 0);

@@ -907,7 +907,7 @@ TEST(ScenarioRules, InterleavingNeeds1F1B) {
   t.set("parallelism", "virtual_pipeline_model_parallel_size", "2")
       .set("parallelism", "pipeline_schedule", "gpipe");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("parallelism.virtual_pipeline_model_parallel_size"),
-                                 HasSubstr("pipeline_schedule: 1f1b, got gpipe")));
+                                 HasSubstr("pipeline_schedule: 1f1b (or zb-v with 2 chunks), got gpipe")));
 }
 
 TEST(ScenarioRules, InterleavingNeedsAPipeline) {
@@ -1107,7 +1107,8 @@ TEST(ScenarioModern, Float32MatmulPrecisionKeyAndRule) {
   EXPECT_EQ(matmul_precision(s.training), Precision::kTf32);
   EXPECT_EQ(gemm_precision(s.training), Precision::kTf32);
   t.set("training", "float32_matmul_precision", "medium");
-  EXPECT_EQ(gemm_precision(parse(t.text()).training), Precision::kBf16);
+  // bf16 arithmetic on fp32 operands: keyed apart from bf16 storage (another kernel's cost).
+  EXPECT_EQ(gemm_precision(parse(t.text()).training), Precision::kFp32Bf16);
   t.set("training", "float32_matmul_precision", "low");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.float32_matmul_precision"),
                                  HasSubstr("highest, high, medium")));

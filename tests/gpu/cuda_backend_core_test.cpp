@@ -24,6 +24,10 @@
 #include "exec/cpu/dropout.hpp"
 #include "tests/gpu/backend_pair.hpp"
 
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
 namespace traintwin::exec::cuda {
 namespace {
 
@@ -355,6 +359,69 @@ TEST(CudaBackendCore, Bf16MatmulsMatchTheCpuReference) {
     TRAINTWIN_EXPECT_CLOSE(bp, dweight, 1e-5);
     TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);
   }
+}
+
+/// The bytes of a device buffer.
+std::vector<uint8_t> device_bytes(CudaBackend& gpu, const Fp8Tensor& x) {
+  std::vector<uint8_t> h(x.size());
+  gpu.synchronize();
+  EXPECT_EQ(cudaMemcpy(h.data(), x.data(), x.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+// Transformer Engine's FP8 GEMM (Backend::fp8_gemm_nt): the casts agree bit for bit with the CPU
+// reference's (E4M3 and E5M2, scaled, values past the largest finite saturating); E4M3 x E4M3
+// and E5M2 x E4M3 products, bf16 out and fp32 accumulate, against the CPU reference, whose
+// fp32 sums of the (exact) FP8 products differ from the GPU's by its accumulator: Hopper's FP8
+// tensor cores keep about 14 bits of the running sum between promotions to fp32 (DeepSeek-V3
+// technical report, sec. 3.3.2; the first H100 run measured 5.7e-5 and 7.3e-5 relative on the
+// fp32 outputs without fast accumulation), so the bound is 2^-12 on fp32 outputs and 2^-8 (one
+// bf16 rounding more) on bf16 ones, and 2^-8 with fast accumulation (TE's forward), which
+// promotes less often. M 48, N 32, K 64 (multiples of 16).
+TEST(CudaBackendCore, Fp8GemmsMatchTheCpuReference) {
+  TRAINTWIN_REQUIRE_GPU();
+  BackendPair bp;
+  if (!bp.gpu().has_fp8_arithmetic()) GTEST_SKIP() << "no FP8 tensor cores (compute capability < 8.9)";
+  constexpr int64_t m = 48, n = 32, k = 64;
+  const Pair a32 = bp.random(m * k), b32 = bp.random(n * k, -600.0, 600.0);
+  auto cast = [&](const Pair& x, cpu::Fp8Kind kind, float scale) {
+    std::pair<Fp8Tensor, Fp8Tensor> q{Fp8Tensor(bp.cpu(), static_cast<int64_t>(x.cpu.size())),
+                                      Fp8Tensor(bp.gpu(), static_cast<int64_t>(x.gpu.size()))};
+    bp.cpu().quantize_fp8(q.first, x.cpu, kind, scale);
+    bp.gpu().quantize_fp8(q.second, x.gpu, kind, scale);
+    const std::vector<uint8_t> g = device_bytes(bp.gpu(), q.second);
+    EXPECT_EQ(g, std::vector<uint8_t>(q.first.data(), q.first.data() + q.first.size()))
+        << "casts differ (seed " << bp.seed() << ")";
+    return q;
+  };
+  const auto a4 = cast(a32, cpu::Fp8Kind::kE4M3, 100.0f);  // up to 100: E4M3's range
+  const auto a5 = cast(a32, cpu::Fp8Kind::kE5M2, 1000.0f);
+  const auto b4 = cast(b32, cpu::Fp8Kind::kE4M3, 1.0f);    // |b| past 448 saturates
+  for (const bool e5m2_a : {false, true}) {
+    const auto& a = e5m2_a ? a5 : a4;
+    const cpu::Fp8Kind ak = e5m2_a ? cpu::Fp8Kind::kE5M2 : cpu::Fp8Kind::kE4M3;
+    for (const bool fast : {false, true}) {
+      SCOPED_TRACE(std::string(e5m2_a ? "E5M2" : "E4M3") + " x E4M3" + (fast ? ", fast" : ""));
+      Bf16Pair out{Bf16Tensor(bp.cpu(), m * n), Bf16Tensor(bp.gpu(), m * n)};
+      bp.cpu().fp8_gemm_nt(out.cpu, a.first, ak, b4.first, cpu::Fp8Kind::kE4M3, 1e-4f, m, n, k,
+                           fast);
+      bp.gpu().fp8_gemm_nt(out.gpu, a.second, ak, b4.second, cpu::Fp8Kind::kE4M3, 1e-4f, m, n, k,
+                           fast);
+      const Pair y = widened(bp, out);
+      TRAINTWIN_EXPECT_CLOSE(bp, y, 0x1p-8);
+      Pair acc = bp.random(m * n);
+      bp.cpu().fp8_gemm_nt_accumulate(acc.cpu, a.first, ak, b4.first, cpu::Fp8Kind::kE4M3, 1e-4f,
+                                      m, n, k, fast);
+      bp.gpu().fp8_gemm_nt_accumulate(acc.gpu, a.second, ak, b4.second, cpu::Fp8Kind::kE4M3,
+                                      1e-4f, m, n, k, fast);
+      TRAINTWIN_EXPECT_CLOSE(bp, acc, fast ? 0x1p-8 : 0x1p-12);
+    }
+  }
+  Bf16Tensor bad(bp.gpu(), 40 * n);
+  expect_invalid([&] {
+    bp.gpu().fp8_gemm_nt(bad, CF8Span(a4.second).first(40 * k), cpu::Fp8Kind::kE4M3, b4.second,
+                         cpu::Fp8Kind::kE4M3, 1.0f, 40, n, k, false);
+  }, "multiple of 16", "M = 40");
 }
 
 /// preatt on and below the causal diagonal (above it the GPU leaves it unspecified).

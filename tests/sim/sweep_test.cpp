@@ -495,11 +495,11 @@ TEST(Sweep, PipelineScheduleAxis) {
   EXPECT_EQ(parse_sweep_schedules("--pipeline-schedule", "1f1b,zb-h1,zb-h2"),
             axes.pipeline_schedule);
   try {
-    parse_sweep_schedules("--pipeline-schedule", "1f1b,zb-v");
+    parse_sweep_schedules("--pipeline-schedule", "1f1b,dualpipe");
     ADD_FAILURE() << "accepted";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--pipeline-schedule: 'zb-v' is not allowed (allowed: gpipe, "
-                                    "1f1b, zb-h1, zb-h2, comma-separated)"));
+    EXPECT_THAT(e.what(), HasSubstr("--pipeline-schedule: 'dualpipe' is not allowed (allowed: "
+                                    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, comma-separated)"));
   }
   EXPECT_THROW(parse_sweep_schedules("--pipeline-schedule", "zb-h1,zb-h1"), ConfigError);
 }

@@ -5,8 +5,10 @@
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/isolated.hpp"
@@ -14,6 +16,30 @@
 #include "traces/timeline.hpp"
 
 namespace traintwin {
+namespace {
+
+/// A topology describes a CPU host (`traintwin profile --topology-out`: gpu.name "cpu-<model>-
+/// <threads>t", exec/cpu/host_device.hpp) or a GPU.
+bool is_cpu_topology(const TopologySpec& t) { return t.gpu.name.rfind("cpu-", 0) == 0; }
+
+/// Throws ConfigError when database `file` was measured on another kind of device (a CPU for a
+/// GPU's topology or the other way round): without --cost-db-topology its rows would be charged
+/// as the target's own times.
+void check_database_device(const std::filesystem::path& file, const TopologySpec& target) {
+  const CostDbDevice device = CostDatabase::load(file).device();
+  const bool db_cpu = device.kind.value_or("gpu") == "cpu";
+  if (db_cpu == is_cpu_topology(target)) return;
+  throw ConfigError(fmt::format(
+      "--cost-db {}: measured on {} \"{}\", but topology {} is {} {}; its times would be charged "
+      "as that device's own: give --cost-db-topology (the topology of the device it was measured "
+      "on, e.g. the one `traintwin profile --topology-out` wrote) to scale them, or a database "
+      "measured on {}",
+      file.string(), db_cpu ? "the CPU" : "the GPU", device.name, target.name,
+      is_cpu_topology(target) ? "the CPU host" : "a cluster of", target.gpu.name,
+      target.gpu.name));
+}
+
+}  // namespace
 
 SimulationSession::SimulationSession(Scenario s, const SessionCostSource& source,
                                      SimulationOptions options)
@@ -36,6 +62,7 @@ SimulationSession::SimulationSession(Scenario s, TopologySpec topology,
     costs_ = make_timeline_cost_model(live, measured_on, topology_.gpu);
     return;
   }
+  if (!source.cost_db.empty() && !db_topo) check_database_device(source.cost_db, topology_);
   const std::filesystem::path db_dir = default_database_dir(topology_file);
   costs_ = make_simulation_cost_model(topology_.gpu, db_dir, source.cost_db,
                                       db_topo ? &db_topo->gpu : nullptr);

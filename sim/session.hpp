@@ -38,7 +38,9 @@ class SimulationSession {
   /// The scenario on its cluster.topology (loaded; the cluster size and the TP groups' fit in an
   /// NVLink domain checked against it: check_layout_fits_nvlink_domain). Throws
   /// what load_topology, check_cluster_size and the cost models throw (ConfigError,
-  /// CostDatabaseError, TimelineError).
+  /// CostDatabaseError, TimelineError), and ConfigError for a --cost-db measured on a CPU used
+  /// for a GPU's topology, or the other way round, without the cost_db_topology it was measured
+  /// on (its costs would be charged as the target's own, unscaled).
   SimulationSession(Scenario s, const SessionCostSource& source, SimulationOptions options);
   /// The scenario on `topology`, read from `topology_file` (which places traces/db): for a
   /// topology the caller adjusted (validate --live on part of a node).

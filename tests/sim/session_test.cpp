@@ -4,8 +4,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <string>
+
+#include "core/error.hpp"
 
 #include "core/rank_layout.hpp"
 #include "core/scenario.hpp"
@@ -55,6 +60,44 @@ TEST(SimulationSession, TheWhatIfBaseIsTheScenarioWithoutIt) {
 TEST(SimulationSession, ACostDatabaseThatIsNotThereIsAnError) {
   EXPECT_ANY_THROW(SimulationSession(load_scenario(kTiny), {.cost_db = "/nonexistent/db.json"},
                                      SimulationOptions{}));
+}
+
+// A database measured on a CPU, given for the scenario's H100 topology without the topology it
+// was measured on, is refused naming the way out (its times would be charged as the H100's own);
+// with that topology it is scaled, and a GPU database is taken as the scenario's GPU's.
+TEST(SimulationSession, ACostDatabaseOfAnotherKindOfDeviceNeedsItsTopology) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("traintwin-session-{}", getpid());
+  fs::create_directories(dir);
+  auto write_db = [&](const char* name, const char* device) {
+    const fs::path file = dir / name;
+    std::ofstream(file) << "{\"format\": \"traintwin-costdb\", \"version\": 1, \"device\": " << device
+                        << ", \"versions\": {\"driver\": \"n/a\", \"cuda\": \"n/a\", "
+                           "\"cublas\": \"n/a\", \"nccl\": \"n/a\", \"traintwin\": \"0.1.0\"}, "
+                           "\"kernels\": []}\n";
+    return file;
+  };
+  const fs::path cpu = write_db(
+      "cpu.json", "{\"name\": \"AMD EPYC 7B13\", \"sm_count\": 2, \"clock_mhz\": 2450, "
+                  "\"memory_bytes\": 25000000000, \"kind\": \"cpu\", \"threads\": 1}");
+  const fs::path gpu = write_db(
+      "gpu.json", "{\"name\": \"NVIDIA H100 80GB HBM3\", \"sm_count\": 132, \"clock_mhz\": 1980, "
+                  "\"memory_bytes\": 85017493504}");
+  try {
+    SimulationSession(load_scenario(kTiny), {.cost_db = cpu}, SimulationOptions{});
+    ADD_FAILURE() << "a CPU database was taken as the H100's";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("measured on the CPU \"AMD EPYC 7B13\", but topology "
+                                         "dgx-h100-superpod is a cluster of H100-SXM-80GB"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("give --cost-db-topology"), std::string::npos);
+  }
+  EXPECT_NO_THROW(SimulationSession(load_scenario(kTiny), {.cost_db = gpu}, SimulationOptions{}));
+  const fs::path topo = fs::path(TRAINTWIN_SOURCE_DIR) / "topologies" / "dgx-a100-superpod.yaml";
+  EXPECT_NO_THROW(SimulationSession(load_scenario(kTiny),
+                                    {.cost_db = cpu, .cost_db_topology = topo},
+                                    SimulationOptions{}));
+  fs::remove_all(dir);
 }
 
 }  // namespace

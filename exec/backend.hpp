@@ -28,6 +28,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/scenario.hpp"
@@ -121,6 +122,26 @@ class Backend {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
         .count();
   }
+  /// Time stamps of the live timeline. mark() stamps the point after the kernels issued so far
+  /// and returns its index (0, 1, ... since clear_marks()); mark_times_s() waits for the last
+  /// one and returns every mark's time in seconds after mark 0. This default waits for the
+  /// kernels (synchronize) and reads the host clock; a device backend records an event on its
+  /// stream instead and does not wait (CUDA events), so a timed run is not serialized by its
+  /// timing. Marks are kept until clear_marks().
+  virtual size_t mark() {
+    synchronize();
+    host_marks_.push_back(std::chrono::steady_clock::now());
+    return host_marks_.size() - 1;
+  }
+  virtual std::vector<double> mark_times_s() {
+    std::vector<double> out;
+    out.reserve(host_marks_.size());
+    for (const auto& t : host_marks_) {
+      out.push_back(std::chrono::duration<double>(t - host_marks_.front()).count());
+    }
+    return out;
+  }
+  virtual void clear_marks() { host_marks_.clear(); }
   /// Bytes of the last-level cache the kernels' operands pass through (the CPU's L3, the GPU's
   /// L2): `profile` rotates inputs over at least twice this so a timed run starts cold when a
   /// live one would.
@@ -505,6 +526,9 @@ class Backend {
   /// One AdamW step (Loshchilov & Hutter 2019) at 1-based `step` with bias correction.
   virtual void adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
                           const cpu::AdamWParams& hyper, double lr, int64_t step) = 0;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;  ///< mark()'s default
 };
 
 template <typename T>

@@ -197,12 +197,37 @@ class Executor::Impl {
     inflight_.clear();
     inflight_.resize(rp_->ops.size());
     spans_.clear();
+    marked_.clear();
+    if (time_kernels_) {
+      backend_.clear_marks();
+      mark0_s_ = now_s();
+      (void)backend_.mark();  // mark 0: the iteration's start on the backend's clock
+    }
     sum_sq_ = 0;
     step_ = {};
   }
 
   void finish() {
     for (uint32_t i = 0; i < inflight_.size(); ++i) complete(i);
+    resolve_marks();
+  }
+
+  /// The compute spans of this iteration from the backend's marks: start at the op's first mark,
+  /// each kernel from the previous mark to its own (on the CPU the host clock after each kernel,
+  /// as before; on a GPU the device's event times, with no synchronize in between), placed on
+  /// the host timeline by mark 0, taken when the iteration began.
+  void resolve_marks() {
+    if (marked_.empty()) return;
+    const std::vector<double> t = backend_.mark_times_s();
+    for (const MarkedSpan& m : marked_) {
+      OpSpan& span = spans_[m.span];
+      span.start_s = mark0_s_ + t[m.marks.front()];
+      for (size_t i = 1; i < m.marks.size(); ++i) {
+        span.kernel_s[i - 1] = t[m.marks[i]] - t[m.marks[i - 1]];
+      }
+      span.end_s = mark0_s_ + t[m.marks.back()];
+    }
+    marked_.clear();
   }
 
   /// The loss averaged over the global batch, the same on every rank (a reporting all-reduce
@@ -230,20 +255,21 @@ class Executor::Impl {
     for (uint32_t d : op.deps) complete(d);
     switch (op.kind) {
       case OpKind::kCompute: {
+        // Timed: a backend mark before the op and after each kernel (resolve_marks() turns them
+        // into the span when the iteration ends); else the host clock around the op.
         OpSpan span{op.id, now_s(), 0, std::vector<double>(op.kernels.size())};
-        double t = span.start_s;
+        MarkedSpan marked{spans_.size(), {}};
+        if (time_kernels_) marked.marks.push_back(backend_.mark());
         for (size_t i = 0; i < op.kernels.size(); ++i) {
           const std::string& name = prog_.kernels[op.kernels[i]].key.name;
           // The local expert of a per-expert GEMM, as the lowering names it (0 otherwise).
           const int64_t expert = op.kernel_targets.empty() ? 0 : std::max(0, op.kernel_targets[i]);
           run_kernel(op, name, op.kernel_roles[i], expert);
-          if (time_kernels_) backend_.synchronize();
-          const double now = now_s();
-          span.kernel_s[i] = now - t;
-          t = now;
+          if (time_kernels_) marked.marks.push_back(backend_.mark());
         }
-        span.end_s = t;
+        span.end_s = now_s();
         spans_.push_back(std::move(span));
+        if (time_kernels_) marked_.push_back(std::move(marked));
         break;
       }
       case OpKind::kCollective:
@@ -718,7 +744,15 @@ class Executor::Impl {
   TrainingHyperparameters hyper_;
   Backend& backend_;
   const RankProgram* rp_ = nullptr;
-  bool time_kernels_ = true;  // synchronize after each kernel so its span is its own time
+  bool time_kernels_ = true;  // mark each kernel's end (Backend::mark) so its span is its own
+  /// A compute span waiting for its marks' times: its index in spans_, the mark before the op
+  /// and the mark after each kernel.
+  struct MarkedSpan {
+    size_t span;
+    std::vector<size_t> marks;
+  };
+  std::vector<MarkedSpan> marked_;
+  double mark0_s_ = 0;  ///< host time (now_s()) of mark 0
   std::chrono::steady_clock::time_point origin_;
   double issue_s_ = 0;  ///< when the communication op being issued was reached (now_s())
   RankCoord coord_;

@@ -46,7 +46,8 @@ struct OpSpan {
   uint32_t op = 0;
   double start_s = 0;
   double end_s = 0;
-  /// Compute ops: the duration of each of its kernels (Op::kernels order), each synchronized.
+  /// Compute ops: the duration of each of its kernels (Op::kernels order), from Backend::mark
+  /// (the CPU: the host clock after each kernel; a GPU: CUDA events, no synchronize in between).
   std::vector<double> kernel_s;
 };
 

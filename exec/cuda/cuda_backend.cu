@@ -121,6 +121,29 @@ CudaBackend::~CudaBackend() {
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
   }
+  for (cudaEvent_t e : marks_) (void)cudaEventDestroy(e);
+}
+
+size_t CudaBackend::mark() {
+  if (marks_used_ == marks_.size()) {
+    cudaEvent_t e = nullptr;
+    TRAINTWIN_CUDA_CHECK(cudaEventCreate(&e));
+    marks_.push_back(e);
+  }
+  TRAINTWIN_CUDA_CHECK(cudaEventRecord(marks_[marks_used_], stream_));
+  return marks_used_++;
+}
+
+std::vector<double> CudaBackend::mark_times_s() {
+  std::vector<double> out(marks_used_, 0.0);
+  if (marks_used_ == 0) return out;
+  TRAINTWIN_CUDA_CHECK(cudaEventSynchronize(marks_[marks_used_ - 1]));
+  for (size_t i = 1; i < marks_used_; ++i) {
+    float ms = 0;
+    TRAINTWIN_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[0], marks_[i]));
+    out[i] = static_cast<double>(ms) * 1e-3;
+  }
+  return out;
 }
 
 void CudaBackend::synchronize() { TRAINTWIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

@@ -64,6 +64,11 @@ class CudaBackend final : public Backend {
   double time_us(const std::function<void()>& work) override;
   /// The device's L2 (cudaDevAttrL2CacheSize).
   int64_t cache_bytes() const override;
+  /// An event recorded on the stream (cudaEventRecord; no synchronize); the times come from
+  /// cudaEventElapsedTime (0.5 us resolution) once the last mark's event has completed.
+  size_t mark() override;
+  std::vector<double> mark_times_s() override;
+  void clear_marks() override { marks_used_ = 0; }
   /// kHighest CUBLAS_COMPUTE_32F, kHigh CUBLAS_COMPUTE_32F_FAST_TF32, kMedium
   /// CUBLAS_COMPUTE_32F_FAST_16BF for every GEMM (the attention core's batched GEMMs included).
   void set_float32_matmul_precision(Float32MatmulPrecision p) override;
@@ -271,6 +276,9 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  /// mark()'s events, reused across clear_marks(): the first `marks_used_` are this set's.
+  std::vector<cudaEvent_t> marks_;
+  size_t marks_used_ = 0;
   cudaMemPool_t pool_ = nullptr;
   CublasContext cublas_;
 };

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -45,6 +46,26 @@ TEST(CpuBackend, BuffersAreZeroedMovedAndFreed) {
   EXPECT_EQ(b.data(), nullptr);
   Tensor none(be, 0);
   EXPECT_TRUE(none.empty());
+}
+
+// The timeline's marks (Backend::mark's default: the host clock after the kernels): indices from
+// 0 per set, times from mark 0, non-decreasing and covering the work between them.
+TEST(CpuBackend, MarksTimeTheWorkBetweenThem) {
+  cpu::CpuBackend be;
+  EXPECT_EQ(be.mark(), 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(5)) {
+  }
+  EXPECT_EQ(be.mark(), 1u);
+  EXPECT_EQ(be.mark(), 2u);
+  const std::vector<double> t = be.mark_times_s();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0], 0.0);
+  EXPECT_GE(t[1], 0.005);
+  EXPECT_GE(t[2], t[1]);
+  be.clear_marks();
+  EXPECT_EQ(be.mark(), 0u);
+  EXPECT_EQ(be.mark_times_s(), std::vector<double>{0.0});
 }
 
 TEST(CpuBackend, Copy2dMovesRowsBetweenPitches) {

@@ -30,8 +30,7 @@ std::vector<float> decode(std::span<const uint8_t> x, Fp8Kind kind) {
   return out;
 }
 
-void check_gemm(const char* who, size_t a, size_t b, size_t out, int64_t m, int64_t n,
-                int64_t k) {
+void check_gemm(const char* who, size_t a, size_t b, size_t out, int64_t m, int64_t n, int64_t k) {
   if (m < 1 || n < 1 || k < 1 || a != static_cast<size_t>(m * k) ||
       b != static_cast<size_t>(n * k) || out != static_cast<size_t>(m * n)) {
     throw InvalidArgument(std::string("cpu ") + who + ": M " + std::to_string(m) + ", N " +
@@ -66,11 +65,12 @@ uint8_t float_to_fp8(float x, Fp8Kind kind) {
   a = std::min(a, f.max_finite);  // rounding up past the largest finite saturates
   if (a == 0) return sign;
   if (a < std::ldexp(1.0, emin)) {  // subnormal: exponent field 0
-    return static_cast<uint8_t>(sign | static_cast<int>(a / std::ldexp(1.0, emin - f.mantissa_bits)));
+    return static_cast<uint8_t>(sign |
+                                static_cast<int>(a / std::ldexp(1.0, emin - f.mantissa_bits)));
   }
   const int exp = std::ilogb(a);
-  const auto mant = static_cast<int>(std::ldexp(a, -exp) * (1 << f.mantissa_bits)) -
-                    (1 << f.mantissa_bits);
+  const auto mant =
+      static_cast<int>(std::ldexp(a, -exp) * (1 << f.mantissa_bits)) - (1 << f.mantissa_bits);
   return static_cast<uint8_t>(sign | ((exp + f.bias) << f.mantissa_bits) | mant);
 }
 
@@ -89,8 +89,8 @@ float fp8_to_float(uint8_t v, Fp8Kind kind) {
   if (exp_field == 0) {
     return static_cast<float>(sign * std::ldexp(mant, 1 - f.bias - f.mantissa_bits));
   }
-  return static_cast<float>(sign * std::ldexp((1 << f.mantissa_bits) + mant,
-                                              exp_field - f.bias - f.mantissa_bits));
+  return static_cast<float>(
+      sign * std::ldexp((1 << f.mantissa_bits) + mant, exp_field - f.bias - f.mantissa_bits));
 }
 
 void to_fp8(std::span<uint8_t> dst, std::span<const float> src, Fp8Kind kind, float scale) {

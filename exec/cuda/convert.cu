@@ -20,8 +20,8 @@ __global__ void convert_kernel(To* dst, const From* src, int64_t n) {
   }
 }
 
-__global__ void quantize_fp8_kernel(__nv_fp8_interpretation_t kind, uint8_t* dst,
-                                    const float* src, int64_t n, float scale) {
+__global__ void quantize_fp8_kernel(__nv_fp8_interpretation_t kind, uint8_t* dst, const float* src,
+                                    int64_t n, float scale) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     dst[i] = __nv_cvt_float_to_fp8(scale * src[i], __NV_SATFINITE, kind);

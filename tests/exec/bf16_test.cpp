@@ -70,10 +70,10 @@ TEST(Bf16, LinearLayerRoundsTheOperandsAndTheResultOnce) {
     return out;
   };
   const std::vector<uint16_t> inp = h({1.0f, 1.0f, 1.0f + 0x1p-8f, 3.0f});  // [2 rows, C 2]
-  const std::vector<uint16_t> w = h({1.0f, 0x1p-8f});                      // [OC 1, C 2]
+  const std::vector<uint16_t> w = h({1.0f, 0x1p-8f});                       // [OC 1, C 2]
   std::vector<uint16_t> out(2);
   matmul_forward_bf16(out, inp, w, {}, 1, 2, 2, 1);
-  EXPECT_EQ(bf16_to_float(out[0]), 1.0f);                 // 1 + 2^-8 -> 1
+  EXPECT_EQ(bf16_to_float(out[0]), 1.0f);            // 1 + 2^-8 -> 1
   EXPECT_EQ(bf16_to_float(out[1]), 1.0f + 0x1p-6f);  // 1 + 3 x 2^-8: a tie, to even 1 + 2^-6
   const std::vector<uint16_t> bias = h({0.5f});
   matmul_forward_bf16(out, inp, w, bias, 1, 2, 2, 1);

@@ -363,8 +363,8 @@ void register_profile_command(CLI::App& app) {
   add_scenario_options(*cmd, o->scenario);
   cmd->get_option("scenario")->required(false);
   cmd->add_option("--backend", o->backend,
-                  "Executor backend: cpu (OpenBLAS) or cuda (one GPU: fp32 kernels and bf16 GEMMs, CUDA-event timing; "
-                  "database traces/db/cuda-<gpu>.json)")
+                  "Executor backend: cpu (OpenBLAS) or cuda (one GPU: fp32 kernels, bf16 and FP8 "
+                  "GEMMs, CUDA-event timing; database traces/db/cuda-<gpu>.json)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--out", o->out,

@@ -521,6 +521,15 @@ void check_rules(const Scenario& s, const Locator& where) {
                              "2p - 1 - r; allowed values with v = 1: gpipe, 1f1b, zb-h1, zb-h2)",
                              v));
     }
+    if (zb_v && (p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers)) {
+      rule_error(where, skey,
+                 "zb-v is not combined with parallelism.decoder_first_pipeline_num_layers or "
+                 "decoder_last_pipeline_num_layers (rule: those keys size the first and the last "
+                 "rank, each chunk of a rank taking its share; ZB-V puts stages r and 2p - 1 - r on "
+                 "rank r, the first and the last stage both on rank 0; allowed with them: gpipe, "
+                 "1f1b, zb-h1, zb-h2; with zb-v, account_for_embedding_in_pipeline_split and "
+                 "account_for_loss_in_pipeline_split, which count per stage, do combine)");
+    }
     if (!zb_v && v > 1) {
       rule_error(where, skey,
                  fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "

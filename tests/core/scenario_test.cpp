@@ -730,6 +730,19 @@ TEST(ScenarioRules, ZbVNeedsTwoChunksAndTwicePpMicroBatches) {
                               "micro-batches, got global_batch_size / (micro_batch_size x DP) = "
                               "6 / (1 x 2) = 3"),
                     HasSubstr("allowed values: gpipe, 1f1b, zb-h1, zb-h2, zb-v")));
+  // decoder_first/last_pipeline_num_layers size Megatron's first and last ranks (each chunk of a
+  // rank its share); ZB-V holds both ends on rank 0.
+  t.set("training", "global_batch_size", "8");
+  for (const auto& [key, value] : {std::pair{"decoder_first_pipeline_num_layers", "2"},
+                                   std::pair{"decoder_last_pipeline_num_layers", "2"}}) {
+    ScenarioText u = t;
+    u.set("parallelism", key, value);
+    EXPECT_THAT(error_of(u), AllOf(HasSubstr("zb-v is not combined with parallelism."
+                                             "decoder_first_pipeline_num_layers or "
+                                             "decoder_last_pipeline_num_layers"),
+                                   HasSubstr("allowed with them: gpipe, 1f1b, zb-h1, zb-h2")))
+        << key;
+  }
 }
 
 TEST(ScenarioRules, TensorParallelDividesHeads) {

@@ -136,20 +136,12 @@ P2P RankLowering::p2p(const PipelineTransfer& t, bool send) const {
 }
 
 std::optional<P2P> RankLowering::recv_input(const ScheduleStep& st) const {
-  const auto t = step_input(st, vstage(st.model_chunk), num_vstages());
-  if (t && rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, t->sender_vstage) ==
-               out_.coord.pp) {
-    return std::nullopt;  // the previous stage is on this rank: no transfer
-  }
+  const auto t = rank_step_input(sc_.parallel.pipeline_schedule, d_.p, out_.coord.pp, d_.v, st);
   return t ? std::optional<P2P>(p2p(*t, false)) : std::nullopt;
 }
 
 std::optional<P2P> RankLowering::send_output(const ScheduleStep& st) const {
-  const auto t = step_output(st, vstage(st.model_chunk), num_vstages());
-  if (t && rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, t->receiver_vstage()) ==
-               out_.coord.pp) {
-    return std::nullopt;  // the next stage is on this rank: no transfer
-  }
+  const auto t = rank_step_output(sc_.parallel.pipeline_schedule, d_.p, out_.coord.pp, d_.v, st);
   return t ? std::optional<P2P>(p2p(*t, true)) : std::nullopt;
 }
 

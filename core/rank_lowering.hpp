@@ -129,8 +129,8 @@ class RankLowering {
   /// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
   /// the peer is the rank of the other virtual stage.
   P2P p2p(const PipelineTransfer& t, bool send) const;
-  /// The recv of a step's input, if it has one (none when the sending stage is on this rank:
-  /// ZB-V's stages p - 1 and p on rank p - 1).
+  /// The recv of a step's input, if it has one (core/schedule.hpp rank_step_input: none when
+  /// the sending stage is on this rank, ZB-V's stages p - 1 and p on rank p - 1).
   std::optional<P2P> recv_input(const ScheduleStep& st) const;
   /// The send of a step's output, if it has one.
   std::optional<P2P> send_output(const ScheduleStep& st) const;

@@ -482,4 +482,24 @@ std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vs
   return PipelineTransfer{step.micro_batch, vstage, step.pass};
 }
 
+std::optional<PipelineTransfer> rank_step_input(PipelineScheduleKind kind, int64_t pp_size,
+                                                int64_t pp_rank, int64_t model_chunks,
+                                                const ScheduleStep& step) {
+  const auto t = step_input(step, virtual_stage_of(kind, pp_size, pp_rank, step.model_chunk),
+                            pp_size * model_chunks);
+  if (t && rank_of_virtual_stage(kind, pp_size, t->sender_vstage) == pp_rank) return std::nullopt;
+  return t;
+}
+
+std::optional<PipelineTransfer> rank_step_output(PipelineScheduleKind kind, int64_t pp_size,
+                                                 int64_t pp_rank, int64_t model_chunks,
+                                                 const ScheduleStep& step) {
+  const auto t = step_output(step, virtual_stage_of(kind, pp_size, pp_rank, step.model_chunk),
+                             pp_size * model_chunks);
+  if (t && rank_of_virtual_stage(kind, pp_size, t->receiver_vstage()) == pp_rank) {
+    return std::nullopt;
+  }
+  return t;
+}
+
 }  // namespace traintwin

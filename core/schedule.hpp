@@ -240,4 +240,15 @@ std::optional<PipelineTransfer> step_input(const ScheduleStep& step, int64_t vst
 std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vstage,
                                             int64_t vstages);
 
+/// The transfers of pipeline rank `pp_rank`'s `step` that cross ranks, as the lowering and the
+/// estimator issue them: step_input / step_output of the step's chunk as a virtual stage
+/// (virtual_stage_of; p x model_chunks stages), none where the other stage is on the same rank
+/// (ZB-V's stages p - 1 and p, both on rank p - 1). Same argument rules as those.
+std::optional<PipelineTransfer> rank_step_input(PipelineScheduleKind kind, int64_t pp_size,
+                                                int64_t pp_rank, int64_t model_chunks,
+                                                const ScheduleStep& step);
+std::optional<PipelineTransfer> rank_step_output(PipelineScheduleKind kind, int64_t pp_size,
+                                                 int64_t pp_rank, int64_t model_chunks,
+                                                 const ScheduleStep& step);
+
 }  // namespace traintwin

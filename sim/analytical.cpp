@@ -299,16 +299,13 @@ class Estimator {
     const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
     return P2PRef{send, rank_of_virtual_stage(kind_, p_, peer), pipeline_tag(t, nvs())};
   }
-  // As core/rank_lowering.cpp: the chunk's stage by virtual_stage_of (ZB-V's V placement), and
-  // no transfer between two stages of the same rank.
+  // The transfers that cross ranks, by core/schedule.hpp's one rule (the lowering's).
   std::optional<P2PRef> recv_input(int64_t r, const ScheduleStep& st) const {
-    const auto t = step_input(st, virtual_stage_of(kind_, p_, r, st.model_chunk), nvs());
-    if (t && rank_of_virtual_stage(kind_, p_, t->sender_vstage) == r) return std::nullopt;
+    const auto t = rank_step_input(kind_, p_, r, v_, st);
     return t ? std::optional<P2PRef>(ref(*t, false)) : std::nullopt;
   }
   std::optional<P2PRef> send_output(int64_t r, const ScheduleStep& st) const {
-    const auto t = step_output(st, virtual_stage_of(kind_, p_, r, st.model_chunk), nvs());
-    if (t && rank_of_virtual_stage(kind_, p_, t->receiver_vstage()) == r) return std::nullopt;
+    const auto t = rank_step_output(kind_, p_, r, v_, st);
     return t ? std::optional<P2PRef>(ref(*t, true)) : std::nullopt;
   }
 

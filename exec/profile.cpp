@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "core/error.hpp"
+#include "core/kernel_catalogue.hpp"
 #include "core/memory.hpp"
 #include "core/rank_layout.hpp"
 #include "exec/counter_rng.hpp"
@@ -70,10 +71,11 @@ bool is_linear_gemm(const std::string& name) {
   return name == "gemm_fwd" || name == "gemm_dgrad" || name == "gemm_wgrad";
 }
 
-/// A linear-layer GEMM or the experts' grouped GEMM (the kernels with bf16 and FP8 bindings).
+/// A kernel of the catalogue's GEMM class: the linear layers' and the experts' grouped GEMMs
+/// (the kernels with bf16 and FP8 bindings).
 bool is_gemm(const std::string& name) {
-  return is_linear_gemm(name) || name == "grouped_gemm_fwd" || name == "grouped_gemm_dgrad" ||
-         name == "grouped_gemm_wgrad";
+  const KernelDescriptor* d = find_kernel(name);
+  return d != nullptr && d->cost_class == KernelClass::kGemm;
 }
 
 /// A permutation of `rows` expert rows over `tokens` tokens and `experts` experts, as the

@@ -26,6 +26,7 @@
 #include "exec/cpu/matmul.hpp"
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
+#include "exec/linear.hpp"
 #include "exec/trainer.hpp"
 #include "traces/timeline.hpp"
 
@@ -207,6 +208,9 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
                s.model.seq_length);
     if (const std::string dev = backend_device_description(*backend); !dev.empty()) {
       fmt::print("backend {}: {}\n", backend->name(), dev);
+    }
+    if (const std::string p = exec::precision_summary(s.training.precision, *backend); !p.empty()) {
+      fmt::print("{}\n", p);
     }
     if (trainer.first_iteration() > 1) {
       fmt::print("resumed from {} at iteration {}\n", o.load, trainer.first_iteration() - 1);

@@ -7,8 +7,8 @@
 //
 // Conventions (those of exec/cpu/ and exec/cuda/): row-major tensors, shapes as trailing
 // comments ([B, T, C] = micro-batch, sequence positions, channels), fp32 storage and compute
-// (the executor's training precision today; the bf16 linear layers below are the first bf16
-// kernels, which `profile` times), weights in PyTorch nn.Linear layout [OC, C]. Spans are
+// (bf16 linear layers and FP8 GEMMs below: training.precision bf16 runs the former, `profile`
+// times both), weights in PyTorch nn.Linear layout [OC, C]. Spans are
 // views of the backend's memory (host memory for cpu, device memory for cuda: never
 // dereferenced by the caller); host data crosses the seam only through upload() and download().
 // "+=" marks kernels that accumulate into their output, as the layers they wrap. Every kernel
@@ -267,8 +267,8 @@ class Backend {
 
   // ---- bf16 linear layers (exec/cpu/bf16.hpp; exec/cuda/gemm.hpp with DType::kBFloat16) ----------
   // The GEMMs of Megatron-LM's --bf16 training: bf16 operands, fp32 accumulation, one rounding
-  // of the result; KernelKeys gemm_fwd / gemm_dgrad / gemm_wgrad of dtype bf16. The first kernels
-  // of the executor's bf16 path (train still computes in fp32: training.precision fp32).
+  // of the result; KernelKeys gemm_fwd / gemm_dgrad / gemm_wgrad of dtype bf16. The linear layers
+  // of training.precision bf16 (exec/linear.hpp) run through them.
   /// True when this backend computes bf16 products in bf16 arithmetic (tensor cores), false when
   /// it emulates them (the cpu backend: fp32 GEMMs of the rounded operands). `profile` times
   /// bf16 kernels only where this is true: an emulation's time is not a bf16 cost.

@@ -86,15 +86,33 @@ class Executor::Impl {
                   "num_attention_heads)");
     }
     if (sc.training.fp8()) unsupported("training.fp8_format (FP8 needs a GPU with FP8 tensor cores)");
-    if (sc.training.precision != Precision::kFp32) {
+    // fp32, or bf16 linear layers (exec/linear.hpp: Megatron's --bf16 GEMMs with fp32 master
+    // weights and main grads; activations stay fp32 between kernels). fp16 needs dynamic loss
+    // scaling, which the executor does not have.
+    if (sc.training.precision != Precision::kFp32 && sc.training.precision != Precision::kBf16) {
       throw UnsupportedError("scenario " + sc.name + ": training.precision is " +
                              std::string(to_string(sc.training.precision)) + "; the " +
                              backend_.name() +
-                             " backend computes in fp32 only (set precision: fp32)");
+                             " executor trains in fp32 or bf16 (allowed: fp32, bf16; fp16 "
+                             "needs dynamic loss scaling, not implemented)");
     }
-    // TF32 or bf16 arithmetic of the fp32 matrix products, or UnsupportedError from a backend
-    // without it (never a silent fp32).
-    backend_.set_float32_matmul_precision(sc.training.float32_matmul_precision);
+    if (sc.training.precision == Precision::kBf16) {
+      if (sc.model.is_moe()) {
+        unsupported("training.precision bf16 with MoE (the experts' grouped GEMMs have no bf16 "
+                    "path in the executor; use precision: fp32)");
+      }
+      // Megatron's bf16 attention multiplies bf16 q, k, v and probabilities: on a backend with
+      // bf16 arithmetic the attention core's products run in it (float32_matmul_precision
+      // medium's arithmetic; its storage stays fp32). A backend without it (the cpu backend,
+      // whose bf16 GEMMs are an exact emulation) keeps fp32 products there.
+      if (backend_.has_bf16_arithmetic()) {
+        backend_.set_float32_matmul_precision(Float32MatmulPrecision::kMedium);
+      }
+    } else {
+      // TF32 or bf16 arithmetic of the fp32 matrix products, or UnsupportedError from a backend
+      // without it (never a silent fp32).
+      backend_.set_float32_matmul_precision(sc.training.float32_matmul_precision);
+    }
     if (sc.model.is_moe()) {
       if (sc.model.moe_token_dispatcher_type != MoeTokenDispatcher::kAllToAll) {
         unsupported("model.moe_token_dispatcher_type: allgather (use alltoall)");

@@ -68,7 +68,7 @@ struct IterationResult {
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
 /// tp_comm_overlap, context parallelism, FP8, attention dropout with grouped-query attention, a
-/// precision other than fp32 (the CPU backend computes in fp32 only; never silently); for MoE:
+/// precision other than fp32 and bf16 (bf16: exec/linear.hpp; never silently); for MoE: bf16,
 /// the allgather token dispatcher, expert_tensor_parallel_size > 1, and TP > 1 without
 /// sequence_parallel (Megatron requires SP there); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to

@@ -23,7 +23,8 @@ namespace traintwin::exec {
 
 GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& shard,
                    Backend& backend, const TrainingHyperparameters& hyper)
-    : prog_(program), rank_(rank.rank), coord_(rank.coord), shard_(shard), backend_(backend), hyper_(hyper) {
+    : prog_(program), rank_(rank.rank), coord_(rank.coord), shard_(shard), backend_(backend),
+      linear_(backend, program.scenario.training.precision), hyper_(hyper) {
   const Scenario& sc = prog_.scenario;
   g_.b = sc.training.micro_batch_size;
   g_.cp = sc.parallel.context_parallel_size;
@@ -117,6 +118,7 @@ void GptModel::begin(int64_t iteration, const MicroBatchSource& data, bool train
   iteration_ = iteration;
   data_ = &data;
   training_ = training;
+  linear_.begin_iteration();
   chunks_.clear();
   loss_sum_ = 0;
   loss_tokens_ = 0;
@@ -407,7 +409,7 @@ void GptModel::head_forward(const Op& op, const std::string& kernel, Role role) 
       return;
     case Role::kLmHead: {
       st.logits = zeros(rows * g_.vl);
-      backend_.matmul_forward(st.logits, g_.sp ? st.lnf_full : st.lnf,
+      linear_.forward(st.logits, g_.sp ? st.lnf_full : st.lnf,
                               head_weight(op.model_chunk, false), {}, g_.b, g_.s, g_.h, g_.vl);
       st.lnf_full.reset();
       // Padded vocabulary entries (ids >= V) take no part in the softmax.
@@ -475,10 +477,10 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
     case Role::kLmHead:
       if (dgrad) {
         st.d_lnf_full = zeros(rows * g_.h);
-        backend_.matmul_backward_data(st.d_lnf_full, st.d_logits,
+        linear_.backward_data(st.d_lnf_full, st.d_logits,
                                       head_weight(op.model_chunk, false), g_.b, g_.s, g_.h, g_.vl);
       } else if (wgrad) {
-        backend_.matmul_backward_weight(head_weight(op.model_chunk, true), {}, st.d_logits,
+        linear_.backward_weight(head_weight(op.model_chunk, true), {}, st.d_logits,
                                         g_.sp ? st.lnf_full : st.lnf, g_.b, g_.s, g_.h, g_.vl);
         st.d_logits.reset();
         st.lnf_full.reset();

@@ -35,6 +35,7 @@
 #include "exec/backend.hpp"
 #include "exec/cpu/adamw.hpp"
 #include "exec/cpu/moe_permute.hpp"
+#include "exec/linear.hpp"
 #include "exec/lr_schedule.hpp"
 #include "exec/model_shard.hpp"
 
@@ -339,6 +340,7 @@ class GptModel {
   RankCoord coord_;
   ModelShard& shard_;
   Backend& backend_;
+  LinearLayers linear_;  // the linear layers' GEMMs in the training precision
   const TrainingHyperparameters& hyper_;
   ShardGeometry g_;
   CpSequence seq_;  // this rank's positions of the sequence

@@ -37,7 +37,7 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
       return;
     case Role::kQkv:  // column-parallel
       L.qkv = zeros(b * s * g_.qkv);
-      backend_.matmul_forward(L.qkv, g_.sp ? L.ln1_full : L.ln1, P.qkv_w, P.qkv_b, b, s, h, g_.qkv);
+      linear_.forward(L.qkv, g_.sp ? L.ln1_full : L.ln1, P.qkv_w, P.qkv_b, b, s, h, g_.qkv);
       L.ln1_full.reset();
       return;
     case Role::kAttentionCore: {
@@ -78,7 +78,7 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
     }
     case Role::kAttentionProjection:  // row-parallel: partial sums, reduced by the walk
       L.proj = zeros(b * s * h);
-      backend_.matmul_forward(L.proj, L.attn, P.proj_w, {}, b, s, hl, h);
+      linear_.forward(L.proj, L.attn, P.proj_w, {}, b, s, hl, h);
       return;
     case Role::kAttentionResidual: {
       Tensor y = std::move(reduced(L.proj, L.proj_rs));
@@ -95,7 +95,7 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
     case Role::kFc1: {  // column-parallel (in an MoE layer: the shared expert)
       const int64_t fc1 = fc1_width(op.layer);
       L.fc1 = zeros(b * s * fc1);
-      backend_.matmul_forward(L.fc1, g_.sp ? L.ln2_full : L.ln2, P.fc1_w, P.fc1_b, b, s, h, fc1);
+      linear_.forward(L.fc1, g_.sp ? L.ln2_full : L.ln2, P.fc1_w, P.fc1_b, b, s, h, fc1);
       L.ln2_full.reset();
       return;
     }
@@ -115,7 +115,7 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
       return;
     case Role::kFc2:  // row-parallel
       L.fc2 = zeros(b * s * h);
-      backend_.matmul_forward(L.fc2, L.gelu, P.fc2_w, {}, b, s, f, h);
+      linear_.forward(L.fc2, L.gelu, P.fc2_w, {}, b, s, f, h);
       return;
     case Role::kMlpResidual: {
       Tensor y;
@@ -191,10 +191,10 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kFc2:
       if (dgrad) {
         L.d_gelu = zeros(b * s * f);
-        backend_.matmul_backward_data(L.d_gelu, g_.sp ? L.d_branch_full : L.d_branch, P.fc2_w, b, s,
+        linear_.backward_data(L.d_gelu, g_.sp ? L.d_branch_full : L.d_branch, P.fc2_w, b, s,
                                       f, h);
       } else if (wgrad) {
-        backend_.matmul_backward_weight(G.fc2_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.gelu,
+        linear_.backward_weight(G.fc2_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.gelu,
                                         b, s, f, h);
         L.d_branch.reset();
         L.d_branch_full.reset();
@@ -222,9 +222,9 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kFc1:
       if (dgrad) {
         L.d_ln_full = zeros(b * s * h);
-        backend_.matmul_backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, fc1);
+        linear_.backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, fc1);
       } else if (wgrad) {
-        backend_.matmul_backward_weight(G.fc1_w, G.fc1_b, L.d_fc1, g_.sp ? L.ln2_full : L.ln2, b, s,
+        linear_.backward_weight(G.fc1_w, G.fc1_b, L.d_fc1, g_.sp ? L.ln2_full : L.ln2, b, s,
                                         h, fc1);
         L.d_fc1.reset();
         L.ln2_full.reset();
@@ -265,10 +265,10 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kAttentionProjection:
       if (dgrad) {
         L.d_attn = zeros(b * s * hl);
-        backend_.matmul_backward_data(L.d_attn, g_.sp ? L.d_branch_full : L.d_branch, P.proj_w, b,
+        linear_.backward_data(L.d_attn, g_.sp ? L.d_branch_full : L.d_branch, P.proj_w, b,
                                       s, hl, h);
       } else if (wgrad) {
-        backend_.matmul_backward_weight(G.proj_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.attn,
+        linear_.backward_weight(G.proj_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.attn,
                                         b, s, hl, h);
         L.d_branch.reset();
         L.d_branch_full.reset();
@@ -301,9 +301,9 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kQkv:
       if (dgrad) {
         L.d_ln_full = zeros(b * s * h);
-        backend_.matmul_backward_data(L.d_ln_full, L.d_qkv, P.qkv_w, b, s, h, g_.qkv);
+        linear_.backward_data(L.d_ln_full, L.d_qkv, P.qkv_w, b, s, h, g_.qkv);
       } else if (wgrad) {
-        backend_.matmul_backward_weight(G.qkv_w, G.qkv_b, L.d_qkv, g_.sp ? L.ln1_full : L.ln1, b, s,
+        linear_.backward_weight(G.qkv_w, G.qkv_b, L.d_qkv, g_.sp ? L.ln1_full : L.ln1, b, s,
                                         h, g_.qkv);
         L.d_qkv.reset();
         L.ln1_full.reset();

@@ -32,7 +32,7 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, i
     case Role::kRouter:
       if (kernel == "gemm_fwd") {
         L.logits = zeros(n * e);
-        backend_.matmul_forward(L.logits, L.ln2, P.router_w, {}, 1, n, h, e);
+        linear_.forward(L.logits, L.ln2, P.router_w, {}, 1, n, h, e);
       } else if (kernel == "moe_router_topk_fwd") {
         const int64_t capacity =
             model.moe_expert_capacity_factor
@@ -80,7 +80,7 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, i
         const int64_t first = std::accumulate(groups.begin(), groups.begin() + expert, int64_t{0});
         const int64_t rows = groups[static_cast<size_t>(expert)];
         if (rows > 0) {
-          backend_.matmul_forward(L.expert_fc1.span().subspan(static_cast<size_t>(first * g_.fc1e),
+          linear_.forward(L.expert_fc1.span().subspan(static_cast<size_t>(first * g_.fc1e),
                                                               static_cast<size_t>(rows * g_.fc1e)),
                                   L.dispatched.span().subspan(static_cast<size_t>(first * h),
                                                               static_cast<size_t>(rows * h)),
@@ -120,7 +120,7 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, i
         const int64_t first = std::accumulate(groups.begin(), groups.begin() + expert, int64_t{0});
         const int64_t rows = groups[static_cast<size_t>(expert)];
         if (rows > 0) {
-          backend_.matmul_forward(L.expert_fc2.span().subspan(static_cast<size_t>(first * h),
+          linear_.forward(L.expert_fc2.span().subspan(static_cast<size_t>(first * h),
                                                               static_cast<size_t>(rows * h)),
                                   L.expert_act.span().subspan(static_cast<size_t>(first * g_.fe),
                                                               static_cast<size_t>(rows * g_.fe)),
@@ -255,9 +255,9 @@ void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role, 
                                            L.routing_map, n, e);
         L.d_probs.reset();
       } else if (kernel == "gemm_dgrad") {
-        backend_.matmul_backward_data(L.d_moe_in, L.d_logits, P.router_w, 1, n, h, e);
+        linear_.backward_data(L.d_moe_in, L.d_logits, P.router_w, 1, n, h, e);
       } else if (kernel == "gemm_wgrad") {
-        backend_.matmul_backward_weight(G.router_w, {}, L.d_logits, L.ln2, 1, n, h, e);
+        linear_.backward_weight(G.router_w, {}, L.d_logits, L.ln2, 1, n, h, e);
         L.d_logits.reset();
         L.logits.reset();
         L.gates.reset();

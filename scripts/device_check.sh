@@ -23,6 +23,12 @@
 #             tensor cores under TF32 and bf16 products): train log lines and peak memory at
 #             high and medium, validate --live and a profile of its kernels at high, micro-batch
 #             1 (-> RESULTS/flash-profile.json)
+#   bf16      training.precision bf16 (exec/linear.hpp): 20 iterations of the tiny GPT and Llama
+#             on the cuda backend (losses against the train step's fp32 ones), GPT-2 124M and the
+#             1.3B GPT at micro-batch 1, 2 and 4: log lines, allocator peak, `traintwin memory`
+#   attn      the mma.sync flash attention (exec/cuda/flash_attention_mma.cuh): its GPU tests, a
+#             profile of the 1.3B's flash_attention_* kernels in bf16 arithmetic, and the 1.3B
+#             trained in bf16 with attention_backend flash at micro-batch 1, 2 and 4
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 #   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
 #             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
@@ -100,12 +106,12 @@ step() {  # step NAME LIMIT_S COMMAND...
 
 # The tiny models of the README on one rank, 20 iterations, every loss printed: the cuda and cpu
 # backends compute the same fp32 model (only summation orders differ).
-tiny() {  # tiny SCENARIO BACKEND
+tiny() {  # tiny SCENARIO BACKEND [PRECISION]
   "$tt" train "$1" --backend "$2" --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
     --set cluster.num_gpus=1 --set parallelism.sequence_parallel=false \
     --set training.train_iters=20 --set training.lr_warmup_iters=2 --set training.log_interval=1 \
-    --set training.eval_iters=0 2>&1 |
-    awk -v tag="$(basename "$1" .yaml) $2" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
+    --set training.eval_iters=0 ${3:+--set training.precision=$3} 2>&1 |
+    awk -v tag="$(basename "$1" .yaml) $2${3:+ $3}" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
 }
 # The bf16 and FP8 GEMMs of the H100 scenarios and calibration cases into one database (step
 # gemmdb).
@@ -150,9 +156,13 @@ for s in $steps; do
       step flash 220 "for pr in high medium; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$pr --set training.attention_backend=flash --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b flash \$pr] /\"; done; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed 's/^/  [validate flash high] /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash --micro-batch-size 1 --repeats 5 --min-time 0.01 --out $results/flash-profile.json 2>/dev/null | tail -1 | sed 's/^/  [profile flash high] /'" ;;
     gemmdb)
       step gemmdb 300 "gemmdb" ;;
+    bf16)
+      step bf16 300 "for sc in scenarios/gpt-tiny-brown.yaml scenarios/llama-tiny-brown.yaml; do tiny \$sc cuda bf16; done; $tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.train_iters=10 --set training.log_interval=5 2>&1 | grep -E 'iteration|peak|precision|error' | tail -3 | sed 's/^/  [124m bf16] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 mb \$mb] /\"; done; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml --set training.precision=bf16 | tail -2 | sed 's/^/  [memory bf16] /'" ;;
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb)" >> "$summary" ;;
+    attn)
+      step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 attn)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

@@ -8,6 +8,7 @@
 
 #include "exec/cuda/common.cuh"
 #include "exec/cuda/block_attention_params.cuh"
+#include "exec/cuda/flash_attention_mma.cuh"
 #include "exec/cuda/flash_attention_tc.cuh"
 
 namespace traintwin::exec::cuda {
@@ -457,6 +458,10 @@ void block_attention_forward(float* out, float* lse, const float* q, const float
   require_pointer(kLayer, lse, "lse");
   require_pointer(kLayer, q, "q");
   require_pointer(kLayer, kv, "kv");
+  if (mma_attention_applies(p, precision, {out, q, kv})) {
+    mma_attention_forward(out, lse, q, kv, p, stream);
+    return;
+  }
   if (tensor_core_attention_applies(p, precision, {out, q, kv})) {
     tensor_core_attention_forward(out, lse, q, kv, p, precision, stream);
     return;
@@ -526,6 +531,10 @@ void block_attention_backward(float* dq, float* dkv, const float* dout, const fl
                    32 * kMergeWarps, 0, stream>>>(dsum, dout, out, p.batch, p.seq_q, p.heads,
                                                   p.d);
   TRAINTWIN_CUDA_CHECK_LAUNCH();
+  if (mma_attention_applies(p, precision, {dq, dkv, dout, q, kv})) {
+    mma_attention_backward(dq, dkv, dout, q, kv, lse, dsum, p, stream);
+    return;
+  }
   if (tensor_core_attention_applies(p, precision, {dq, dkv, dout, q, kv})) {
     tensor_core_attention_backward(dq, dkv, dout, q, kv, lse, dsum, p, precision, stream);
     return;

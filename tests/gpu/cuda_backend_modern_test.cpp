@@ -243,12 +243,13 @@ TEST(CudaBackendModern, BlockAttentionOnCpBlocksOfEveryRankPair) {
 }
 
 // Under float32_matmul_precision high (TF32) and medium (bf16), head_dim 64 and 128 take the
-// tensor-core kernels (exec/cuda/flash_attention_tc.cuh): products of operands rounded to TF32
-// (unit roundoff 2^-11) or bf16 (2^-8), fp32 accumulation and softmax. Against the CPU's fp32
-// layer the error is that rounding's (out and gradients a few units of it: the bounds), and
-// above the 1e-5 the fp32 kernels are held to, which shows the tensor-core path ran. Sequences
-// of 150 positions (the last 64-row tile partial) and CP 2 over 260 (chunks of 65: tiles cross
-// a chunk boundary), GQA, dropout.
+// tensor-core kernels: medium without dropout the mma.sync ones (exec/cuda/
+// flash_attention_mma.cuh), else the WMMA ones (flash_attention_tc.cuh); products of operands
+// rounded to TF32 (unit roundoff 2^-11) or bf16 (2^-8), fp32 accumulation and softmax. Against
+// the CPU's fp32 layer the error is that rounding's (out and gradients a few units of it: the
+// bounds), and above the 1e-5 the fp32 kernels are held to, which shows the tensor-core path
+// ran. Sequences of 150 positions (the last 64-row tile partial) and CP 2 over 260 (chunks of
+// 65: tiles cross a chunk boundary, a block that sees none of the other), GQA, dropout.
 TEST(CudaBackendModern, BlockAttentionOnTensorCores) {
   TRAINTWIN_REQUIRE_GPU();
   BackendPair bp;
@@ -267,8 +268,10 @@ TEST(CudaBackendModern, BlockAttentionOnTensorCores) {
     }
     for (const int64_t q_rank : {int64_t{0}, int64_t{1}}) {
       for (const int64_t k_rank : {int64_t{0}, int64_t{1}}) {
-        check_block(bp, CpSequence(260, 2, q_rank), CpSequence(260, 2, k_rank), 2, 1, 64, 0.1,
-                    k.bounds);
+        for (const double p : {0.0, 0.1}) {
+          check_block(bp, CpSequence(260, 2, q_rank), CpSequence(260, 2, k_rank), 2, 1, 64, p,
+                      k.bounds);
+        }
       }
     }
   }

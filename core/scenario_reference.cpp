@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/scenario_schema.hpp"
+#include "core/text.hpp"
 
 namespace traintwin {
 
@@ -89,21 +90,7 @@ std::string scenario_key_reference() {
 }
 
 std::string with_key_reference(const std::string& readme) {
-  const std::string begin = std::string(kReferenceBegin) + "\n";
-  const std::string end = std::string(kReferenceEnd);
-  const size_t b = readme.find(begin);
-  if (b == std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("no line '{}' to put the key reference after", kReferenceBegin));
-  }
-  const size_t body = b + begin.size();
-  const size_t e = readme.find(end, body);
-  if (e == std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("no line '{}' after '{}' to end the key reference", kReferenceEnd,
-                    kReferenceBegin));
-  }
-  return readme.substr(0, body) + scenario_key_reference() + readme.substr(e);
+  return with_generated_section(readme, kReferenceBegin, kReferenceEnd, scenario_key_reference());
 }
 
 }  // namespace traintwin

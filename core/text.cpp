@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.hpp"
+
 namespace traintwin {
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -45,6 +47,22 @@ std::optional<double> parse_number_text(const std::string& text) {
   auto [ptr, ec] = std::from_chars(digits.data(), last, value);
   if (ec != std::errc() || ptr != last || !std::isfinite(value)) return std::nullopt;
   return value;
+}
+
+std::string with_generated_section(const std::string& readme, std::string_view begin,
+                                   std::string_view end, const std::string& body) {
+  const std::string begin_line = std::string(begin) + "\n";
+  const size_t b = readme.find(begin_line);
+  if (b == std::string::npos) {
+    throw InvalidArgument("no line '" + std::string(begin) + "' to put the generated text after");
+  }
+  const size_t from = b + begin_line.size();
+  const size_t e = readme.find(end, from);
+  if (e == std::string::npos) {
+    throw InvalidArgument("no line '" + std::string(end) + "' after '" + std::string(begin) +
+                          "' to end the generated text");
+  }
+  return readme.substr(0, from) + body + readme.substr(e);
 }
 
 }  // namespace traintwin

@@ -1,5 +1,6 @@
 // Small text helpers shared by the config readers and the command line: edit distance and the
-// "did you mean" of an unknown key, and the parse of a number a user wrote.
+// "did you mean" of an unknown key, the parse of a number a user wrote, and the generated
+// section of a README between two marker lines.
 #pragma once
 
 #include <cstddef>
@@ -21,5 +22,11 @@ std::string_view closest_match(std::string_view key, const std::vector<std::stri
 /// (including YAML's .inf and .nan, surrounding spaces, hexadecimal). The one parse of a number
 /// written by a user: scenario values and the command line's flags.
 std::optional<double> parse_number_text(const std::string& text);
+
+/// `readme` with the text between the line `begin` and the line `end` replaced by `body` (the
+/// generated key references of scenarios/README.md and topologies/README.md). Throws
+/// InvalidArgument naming the marker when the begin line is missing or no end line follows it.
+std::string with_generated_section(const std::string& readme, std::string_view begin,
+                                   std::string_view end, const std::string& body);
 
 }  // namespace traintwin

@@ -21,6 +21,7 @@
 #include "core/yaml_document.hpp"
 #include "core/text.hpp"
 #include "core/units.hpp"
+#include "topologies/topology_schema.hpp"
 
 namespace traintwin {
 namespace {
@@ -37,167 +38,6 @@ int line_of(const YAML::Node& n) {
 std::string place(const std::string& origin, int line) {
   return line > 0 ? fmt::format("{}:{}", origin, line) : origin;
 }
-
-/// One key of a mapping: its name and whether the file must give it.
-struct KeyRule {
-  const char* name;
-  bool required;
-};
-
-/// A YAML mapping whose keys were checked against a fixed list: no unknown, duplicate or
-/// missing keys. Values are then read by name, each error pointing at its line.
-class Mapping {
- public:
-  /// `path` is the dotted key of this mapping ("" at the top), `line` the line of that key.
-  Mapping(const YAML::Node& node, std::string origin, std::string path, int line,
-          std::initializer_list<KeyRule> keys)
-      : origin_(std::move(origin)), path_(std::move(path)), keys_(keys) {
-    if (!node.IsMap()) {
-      const int at = node.IsDefined() && !node.IsNull() ? line_of(node) : line;
-      throw ConfigError(fmt::format("{}: {}: expected a mapping with keys {}", place(origin_, at),
-                                    path_.empty() ? "(top level)" : path_, key_list()));
-    }
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key = it->first;  // a copy: it-> points into a temporary
-      const int key_line = line_of(key);
-      if (!key.IsScalar()) {
-        throw ConfigError(fmt::format("{}: {}: keys must be plain names (allowed: {})",
-                                      place(origin_, key_line), display(""), key_list()));
-      }
-      const std::string name = key.Scalar();
-      const auto rule = std::find_if(keys_.begin(), keys_.end(),
-                                     [&](const KeyRule& r) { return name == r.name; });
-      if (rule == keys_.end()) {
-        throw ConfigError(fmt::format("{}: {}: unknown key{} (allowed: {})",
-                                      place(origin_, key_line), display(name), suggestion(name),
-                                      key_list()));
-      }
-      if (values_.count(name) != 0) {
-        throw ConfigError(fmt::format("{}: {}: duplicate key (first given on line {})",
-                                      place(origin_, key_line), display(name), lines_.at(name)));
-      }
-      values_.emplace(name, it->second);
-      lines_.emplace(name, key_line);
-    }
-    for (const KeyRule& r : keys_) {
-      if (r.required && values_.count(r.name) == 0) {
-        throw ConfigError(fmt::format("{}: {}: missing required key '{}' (required: {})",
-                                      place(origin_, line), path_.empty() ? "(top level)" : path_,
-                                      r.name, required_list()));
-      }
-    }
-  }
-
-  bool has(const std::string& key) const { return values_.count(key) != 0; }
-
-  /// The value of `key` (given in the file: required, or checked with has()).
-  const YAML::Node& node(const std::string& key) const { return values_.at(key); }
-
-  /// Line of `key` in the file.
-  int line(const std::string& key) const { return lines_.at(key); }
-
-  /// "<origin>:<line>: <path.key>", the prefix of every message about `key`.
-  std::string where(const std::string& key) const {
-    return fmt::format("{}: {}", place(origin_, line(key)), display(key));
-  }
-
-  /// A sub-mapping given under `key`.
-  Mapping child(const std::string& key, std::initializer_list<KeyRule> keys) const {
-    return Mapping(node(key), origin_, display(key), line(key), keys);
-  }
-
-  /// The scalar text of `key`, or ConfigError naming what was expected.
-  std::string scalar(const std::string& key, const char* expected) const {
-    const YAML::Node& n = node(key);
-    if (!n.IsScalar()) {
-      throw ConfigError(fmt::format("{}: expected {}, got {}", where(key), expected,
-                                    n.IsNull()  ? "nothing"
-                                    : n.IsMap() ? "a mapping"
-                                                : "a list"));
-    }
-    return n.Scalar();
-  }
-
-  std::string text(const std::string& key) const {
-    std::string s = scalar(key, "a text");
-    if (s.empty()) throw ConfigError(fmt::format("{}: must not be empty", where(key)));
-    return s;
-  }
-
-  /// An integer >= `min`.
-  int64_t integer(const std::string& key, int64_t min) const {
-    const std::string s = scalar(key, "an integer");
-    int64_t v = 0;
-    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) {
-      throw ConfigError(fmt::format("{}: \"{}\" is not an integer", where(key), s));
-    }
-    if (v < min) {
-      throw ConfigError(fmt::format("{}: {} is too small (allowed: >= {})", where(key), v, min));
-    }
-    return v;
-  }
-
-  bool boolean(const std::string& key) const {
-    const std::string s = scalar(key, "true or false");
-    if (s == "true") return true;
-    if (s == "false") return false;
-    throw ConfigError(
-        fmt::format("{}: \"{}\" is not a boolean (allowed: true, false)", where(key), s));
-  }
-
-  double bandwidth_Bps(const std::string& key) const {
-    return parse_bandwidth_Bps(scalar(key, "a bandwidth such as 400Gbps"), where(key));
-  }
-  double time_s(const std::string& key) const {
-    return parse_time_s(scalar(key, "a time such as 1us"), where(key));
-  }
-  double bytes(const std::string& key) const {
-    return parse_bytes(scalar(key, "a size such as 80GiB"), where(key));
-  }
-  double flop_rate_FLOPs(const std::string& key) const {
-    return parse_flop_rate_FLOPs(scalar(key, "a FLOP rate such as 989TFLOPs"), where(key));
-  }
-
- private:
-  std::string display(const std::string& key) const {
-    if (path_.empty()) return key;
-    return key.empty() ? path_ : path_ + "." + key;
-  }
-
-  std::string key_list() const {
-    std::string out;
-    for (const KeyRule& r : keys_) {
-      if (!out.empty()) out += ", ";
-      out += r.name;
-      if (!r.required) out += " (optional)";
-    }
-    return out;
-  }
-
-  std::string required_list() const {
-    std::string out;
-    for (const KeyRule& r : keys_) {
-      if (!r.required) continue;
-      if (!out.empty()) out += ", ";
-      out += r.name;
-    }
-    return out;
-  }
-
-  std::string suggestion(const std::string& name) const {
-    std::vector<std::string_view> names;
-    for (const KeyRule& r : keys_) names.push_back(r.name);
-    const std::string_view best = closest_match(name, names);
-    return best.empty() ? std::string() : fmt::format(", did you mean '{}'?", best);
-  }
-
-  std::string origin_;
-  std::string path_;
-  std::vector<KeyRule> keys_;
-  std::map<std::string, YAML::Node> values_;
-  std::map<std::string, int> lines_;
-};
 
 /// Parses "down:up" with positive integers ("1:1", "2:1").
 std::pair<int64_t, int64_t> parse_ratio(const std::string& s, const std::string& where) {
@@ -221,49 +61,225 @@ std::pair<int64_t, int64_t> parse_ratio(const std::string& s, const std::string&
   return {down, up};
 }
 
+using topology_schema::KeySpec;
+using topology_schema::ValueType;
+
+/// A YAML mapping whose keys were checked against its section of the topology schema
+/// (topologies/topology_schema.hpp): no unknown, duplicate or missing keys. Values are then read
+/// by name and parsed as the schema types them, each error pointing at its line.
+class Mapping {
+ public:
+  /// `path` is the dotted key of this mapping ("" at the top) and its schema section, `line` the
+  /// line of that key.
+  Mapping(const YAML::Node& node, std::string origin, std::string path, int line)
+      : origin_(std::move(origin)), path_(std::move(path)),
+        keys_(topology_schema::keys_of(path_)) {
+    if (!node.IsMap()) {
+      const int at = node.IsDefined() && !node.IsNull() ? line_of(node) : line;
+      throw ConfigError(fmt::format("{}: {}: expected a mapping with keys {}", place(origin_, at),
+                                    path_.empty() ? "(top level)" : path_, key_list()));
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key = it->first;  // a copy: it-> points into a temporary
+      const int key_line = line_of(key);
+      if (!key.IsScalar()) {
+        throw ConfigError(fmt::format("{}: {}: keys must be plain names (allowed: {})",
+                                      place(origin_, key_line), display(""), key_list()));
+      }
+      const std::string name = key.Scalar();
+      const auto rule = std::find_if(keys_.begin(), keys_.end(),
+                                     [&](const KeySpec& r) { return name == r.key; });
+      if (rule == keys_.end()) {
+        throw ConfigError(fmt::format("{}: {}: unknown key{} (allowed: {})",
+                                      place(origin_, key_line), display(name), suggestion(name),
+                                      key_list()));
+      }
+      if (values_.count(name) != 0) {
+        throw ConfigError(fmt::format("{}: {}: duplicate key (first given on line {})",
+                                      place(origin_, key_line), display(name), lines_.at(name)));
+      }
+      values_.emplace(name, it->second);
+      lines_.emplace(name, key_line);
+    }
+    for (const KeySpec& r : keys_) {
+      if (r.required && values_.count(std::string(r.key)) == 0) {
+        throw ConfigError(fmt::format("{}: {}: missing required key '{}' (required: {})",
+                                      place(origin_, line), path_.empty() ? "(top level)" : path_,
+                                      r.key, required_list()));
+      }
+    }
+  }
+
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+
+  /// The value of `key` (given in the file: required, or checked with has()).
+  const YAML::Node& node(const std::string& key) const { return values_.at(key); }
+
+  /// Line of `key` in the file.
+  int line(const std::string& key) const { return lines_.at(key); }
+
+  /// "<origin>:<line>: <path.key>", the prefix of every message about `key`.
+  std::string where(const std::string& key) const {
+    return fmt::format("{}: {}", place(origin_, line(key)), display(key));
+  }
+
+  /// The sub-mapping given under `key`, checked against its schema section.
+  Mapping child(const std::string& key) const {
+    spec(key, ValueType::kMapping);
+    return Mapping(node(key), origin_, display(key), line(key));
+  }
+
+  /// The scalar text of `key`, or ConfigError naming what was expected.
+  std::string scalar(const std::string& key, const char* expected) const {
+    const YAML::Node& n = node(key);
+    if (!n.IsScalar()) {
+      throw ConfigError(fmt::format("{}: expected {}, got {}", where(key), expected,
+                                    n.IsNull()  ? "nothing"
+                                    : n.IsMap() ? "a mapping"
+                                                : "a list"));
+    }
+    return n.Scalar();
+  }
+
+  /// A text key: non-empty unless the schema says free text.
+  std::string text(const std::string& key) const {
+    const KeySpec& k = spec(key);
+    if (k.type != ValueType::kText && k.type != ValueType::kFreeText) wrong_type(k, "text");
+    std::string s = scalar(key, "a text");
+    if (s.empty() && k.type == ValueType::kText) {
+      throw ConfigError(fmt::format("{}: must not be empty", where(key)));
+    }
+    return s;
+  }
+
+  /// An integer >= the schema's minimum.
+  int64_t integer(const std::string& key) const {
+    const int64_t min = spec(key, ValueType::kInteger).min;
+    const std::string s = scalar(key, "an integer");
+    int64_t v = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) {
+      throw ConfigError(fmt::format("{}: \"{}\" is not an integer", where(key), s));
+    }
+    if (v < min) {
+      throw ConfigError(fmt::format("{}: {} is too small (allowed: >= {})", where(key), v, min));
+    }
+    return v;
+  }
+
+  bool boolean(const std::string& key) const {
+    spec(key, ValueType::kBoolean);
+    const std::string s = scalar(key, "true or false");
+    if (s == "true") return true;
+    if (s == "false") return false;
+    throw ConfigError(
+        fmt::format("{}: \"{}\" is not a boolean (allowed: true, false)", where(key), s));
+  }
+
+  /// A quantity in the unit its schema type gives it: bytes, bytes/s, seconds or FLOP/s.
+  double quantity(const std::string& key) const {
+    const KeySpec& k = spec(key);
+    switch (k.type) {
+      case ValueType::kBytes:
+        return parse_bytes(scalar(key, "a size such as 80GiB"), where(key));
+      case ValueType::kBandwidth:
+        return parse_bandwidth_Bps(scalar(key, "a bandwidth such as 400Gbps"), where(key));
+      case ValueType::kTime:
+        return parse_time_s(scalar(key, "a time such as 1us"), where(key));
+      case ValueType::kFlopRate:
+        return parse_flop_rate_FLOPs(scalar(key, "a FLOP rate such as 989TFLOPs"), where(key));
+      default:
+        wrong_type(k, "a quantity");
+    }
+  }
+
+  /// A "down:up" ratio of positive integers.
+  std::pair<int64_t, int64_t> ratio(const std::string& key) const {
+    spec(key, ValueType::kRatio);
+    return parse_ratio(scalar(key, "a down:up ratio such as \"1:1\""), where(key));
+  }
+
+ private:
+  std::string display(const std::string& key) const {
+    if (path_.empty()) return key;
+    return key.empty() ? path_ : path_ + "." + key;
+  }
+
+  /// The schema entry of `key` in this mapping's section (of type `type` when given).
+  const KeySpec& spec(const std::string& key,
+                      std::optional<ValueType> type = std::nullopt) const {
+    const KeySpec& k = topology_schema::key(path_, key);
+    if (type && k.type != *type) wrong_type(k, topology_schema::to_string(*type));
+    return k;
+  }
+
+  [[noreturn]] static void wrong_type(const KeySpec& k, std::string_view read_as) {
+    throw InvalidArgument(fmt::format("topology loader: key '{}' of '{}' is a {} in the schema, "
+                                      "read as {}",
+                                      k.key, k.section, topology_schema::to_string(k.type),
+                                      read_as));
+  }
+
+  std::string key_list() const {
+    std::string out;
+    for (const KeySpec& r : keys_) {
+      if (!out.empty()) out += ", ";
+      out += r.key;
+      if (!r.required) out += " (optional)";
+    }
+    return out;
+  }
+
+  std::string required_list() const {
+    std::string out;
+    for (const KeySpec& r : keys_) {
+      if (!r.required) continue;
+      if (!out.empty()) out += ", ";
+      out += r.key;
+    }
+    return out;
+  }
+
+  std::string suggestion(const std::string& name) const {
+    std::vector<std::string_view> names;
+    for (const KeySpec& r : keys_) names.push_back(r.key);
+    const std::string_view best = closest_match(name, names);
+    return best.empty() ? std::string() : fmt::format(", did you mean '{}'?", best);
+  }
+
+  std::string origin_;
+  std::string path_;
+  std::vector<KeySpec> keys_;
+  std::map<std::string, YAML::Node> values_;
+  std::map<std::string, int> lines_;
+};
+
 TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
-  const Mapping top(root, origin, "", 1,
-                    {{"name", true},
-                     {"description", false},
-                     {"gpu", true},
-                     {"node", true},
-                     {"nic", true},
-                     {"fabric", true}});
+  const Mapping top(root, origin, "", 1);
   TopologySpec t;
   t.name = top.text("name");
-  if (top.has("description")) t.description = top.scalar("description", "a text");
+  if (top.has("description")) t.description = top.text("description");
 
   // --- gpu ---
-  const Mapping gpu = top.child(
-      "gpu", {{"name", true}, {"memory", true}, {"hbm_bandwidth", true}, {"peak_flops", true}});
+  const Mapping gpu = top.child("gpu");
   t.gpu.name = gpu.text("name");
-  t.gpu.memory_bytes = gpu.bytes("memory");
+  t.gpu.memory_bytes = gpu.quantity("memory");
   if (t.gpu.memory_bytes <= 0) {
     throw ConfigError(fmt::format("{}: must be greater than zero", gpu.where("memory")));
   }
-  t.gpu.hbm_bandwidth_Bps = gpu.bandwidth_Bps("hbm_bandwidth");
-  const Mapping peak = gpu.child("peak_flops", {{"fp32", true},
-                                                {"tf32", false},
-                                                {"fp16", true},
-                                                {"bf16", true},
-                                                {"fp8", false},
-                                                {"fp4", false}});
-  t.gpu.peak.fp32_FLOPs = peak.flop_rate_FLOPs("fp32");
-  if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.flop_rate_FLOPs("tf32");
-  t.gpu.peak.fp16_FLOPs = peak.flop_rate_FLOPs("fp16");
-  t.gpu.peak.bf16_FLOPs = peak.flop_rate_FLOPs("bf16");
-  if (peak.has("fp8")) t.gpu.peak.fp8_FLOPs = peak.flop_rate_FLOPs("fp8");
-  if (peak.has("fp4")) t.gpu.peak.fp4_FLOPs = peak.flop_rate_FLOPs("fp4");
+  t.gpu.hbm_bandwidth_Bps = gpu.quantity("hbm_bandwidth");
+  const Mapping peak = gpu.child("peak_flops");
+  t.gpu.peak.fp32_FLOPs = peak.quantity("fp32");
+  if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.quantity("tf32");
+  t.gpu.peak.fp16_FLOPs = peak.quantity("fp16");
+  t.gpu.peak.bf16_FLOPs = peak.quantity("bf16");
+  if (peak.has("fp8")) t.gpu.peak.fp8_FLOPs = peak.quantity("fp8");
+  if (peak.has("fp4")) t.gpu.peak.fp4_FLOPs = peak.quantity("fp4");
 
   // --- node: one NVLink domain, its trays and the GPUs a job uses ---
-  const Mapping node = top.child("node", {{"gpus_per_node", true},
-                                          {"gpus_per_tray", false},
-                                          {"gpus_used_per_node", false},
-                                          {"nvlink_bandwidth", true},
-                                          {"nvlink_latency", true},
-                                          {"nvls", true}});
-  const int64_t domain = node.integer("gpus_per_node", 1);
-  const int64_t tray = node.has("gpus_per_tray") ? node.integer("gpus_per_tray", 1) : domain;
+  const Mapping node = top.child("node");
+  const int64_t domain = node.integer("gpus_per_node");
+  const int64_t tray = node.has("gpus_per_tray") ? node.integer("gpus_per_tray") : domain;
   if (domain % tray != 0) {
     throw ConfigError(fmt::format(
         "{}: {} GPUs per tray do not fill node.gpus_per_node = {} (allowed: a divisor of {}; "
@@ -271,7 +287,7 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
         node.where("gpus_per_tray"), tray, domain, domain));
   }
   const int64_t used =
-      node.has("gpus_used_per_node") ? node.integer("gpus_used_per_node", 1) : domain;
+      node.has("gpus_used_per_node") ? node.integer("gpus_used_per_node") : domain;
   if (used > domain) {
     throw ConfigError(fmt::format(
         "{}: {} GPUs used per NVLink domain, but node.gpus_per_node = {} (allowed: 1 to {})",
@@ -286,14 +302,14 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
   t.node.gpus_per_node = used;
   t.node.nvlink_domain_gpus = domain;
   t.node.gpus_per_tray = tray;
-  t.node.nvlink_bandwidth_Bps = node.bandwidth_Bps("nvlink_bandwidth");
-  t.node.nvlink_latency_s = node.time_s("nvlink_latency");
+  t.node.nvlink_bandwidth_Bps = node.quantity("nvlink_bandwidth");
+  t.node.nvlink_latency_s = node.quantity("nvlink_latency");
   t.node.nvls = node.boolean("nvls");
 
   // --- nic ---
   const Mapping nic =
-      top.child("nic", {{"nics_per_node", true}, {"line_rate", true}, {"latency", true}});
-  const int64_t nics = nic.integer("nics_per_node", 1);
+      top.child("nic");
+  const int64_t nics = nic.integer("nics_per_node");
   if (domain % nics != 0) {
     throw ConfigError(fmt::format(
         "{}: {} NICs cannot be shared evenly by node.gpus_per_node = {} GPUs (allowed: a "
@@ -308,38 +324,30 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
   }
   // The job's rails: the NICs of the GPUs it uses (GPU j on NIC j x nics / domain).
   t.nic.nics_per_node = nics * used / domain;
-  t.nic.line_rate_Bps = nic.bandwidth_Bps("line_rate");
-  t.nic.latency_s = nic.time_s("latency");
+  t.nic.line_rate_Bps = nic.quantity("line_rate");
+  t.nic.latency_s = nic.quantity("latency");
 
   // --- fabric ---
-  const Mapping fabric = top.child("fabric", {{"kind", true},
-                                              {"tiers", true},
-                                              {"nodes_per_scalable_unit", true},
-                                              {"leaf_switches_per_scalable_unit", true},
-                                              {"switch_radix", true},
-                                              {"oversubscription", true},
-                                              {"link_rate", true},
-                                              {"hop_latency", true}});
+  const Mapping fabric = top.child("fabric");
   FabricSpec& f = t.fabric;
   f.kind = fabric.text("kind");
   if (f.kind != kFabricKind) {
     throw ConfigError(fmt::format("{}: unknown kind \"{}\" (allowed: {})", fabric.where("kind"),
                                   f.kind, kFabricKind));
   }
-  f.tiers = fabric.integer("tiers", 1);
+  f.tiers = fabric.integer("tiers");
   if (f.tiers != 2 && f.tiers != 3) {
     throw ConfigError(fmt::format("{}: {} tiers are not supported (allowed: 2, 3)",
                                   fabric.where("tiers"), f.tiers));
   }
-  f.switch_radix = fabric.integer("switch_radix", 2);
+  f.switch_radix = fabric.integer("switch_radix");
   if (f.tiers == 3 && f.switch_radix % 2 != 0) {
     throw ConfigError(fmt::format(
         "{}: a three-tier fat tree needs an even radix (spines split k/2 down, k/2 up), got {}",
         fabric.where("switch_radix"), f.switch_radix));
   }
   std::tie(f.oversubscription_down, f.oversubscription_up) =
-      parse_ratio(fabric.scalar("oversubscription", "a down:up ratio such as \"1:1\""),
-                  fabric.where("oversubscription"));
+      fabric.ratio("oversubscription");
   const int64_t down = leaf_down_ports(f);
   if (down < 1 || down >= f.switch_radix) {
     throw ConfigError(fmt::format(
@@ -348,14 +356,14 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
         fabric.where("oversubscription"), f.oversubscription_down, f.oversubscription_up, down,
         f.switch_radix));
   }
-  f.leaf_switches_per_scalable_unit = fabric.integer("leaf_switches_per_scalable_unit", 1);
+  f.leaf_switches_per_scalable_unit = fabric.integer("leaf_switches_per_scalable_unit");
   if (f.leaf_switches_per_scalable_unit != nics) {
     throw ConfigError(fmt::format(
         "{}: {} leaves per scalable unit, but a rail-optimized fabric has one leaf per rail "
         "(allowed: nic.nics_per_node = {})",
         fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit, nics));
   }
-  f.nodes_per_scalable_unit = fabric.integer("nodes_per_scalable_unit", 1);
+  f.nodes_per_scalable_unit = fabric.integer("nodes_per_scalable_unit");
   if (f.nodes_per_scalable_unit > down) {
     throw ConfigError(fmt::format(
         "{}: {} nodes per scalable unit do not fit a leaf with {} ports toward nodes (radix {}, "
@@ -363,8 +371,8 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
         fabric.where("nodes_per_scalable_unit"), f.nodes_per_scalable_unit, down, f.switch_radix,
         f.oversubscription_down, f.oversubscription_up, down));
   }
-  f.link_rate_Bps = fabric.bandwidth_Bps("link_rate");
-  f.hop_latency_s = fabric.time_s("hop_latency");
+  f.link_rate_Bps = fabric.quantity("link_rate");
+  f.hop_latency_s = fabric.quantity("hop_latency");
   return t;
 }
 

@@ -17,45 +17,10 @@
 // leaves. Example: radix 64, 1:1, 8 rails, 32 nodes/SU gives 64 leaves = 8 SU = 256 nodes on
 // two tiers (the RA's largest two-tier build) and 2048 leaves = 256 SU = 8192 nodes on three.
 //
-// File format (every key required unless marked optional; unknown keys are errors; every
-// quantity carries its unit, see core/units.hpp):
-//
-//   name: dgx-h100-superpod
-//   description: free text                      # optional
-//   gpu:
-//     name: H100-SXM-80GB
-//     memory: 81559MiB                          # device memory as nvidia-smi reports it
-//     hbm_bandwidth: 3350GBps
-//     peak_flops:                               # dense (no 2:4 sparsity), per GPU
-//       fp32: 67TFLOPs                          # non-tensor FP32
-//       tf32: 494.5TFLOPs                       # optional, tensor-core TF32
-//       fp16: 989TFLOPs
-//       bf16: 989TFLOPs
-//       fp8: 1979TFLOPs                         # optional, tensor-core FP8 (Hopper and later)
-//       fp4: 9800TFLOPs                         # optional, tensor-core FP4 (Blackwell); a
-//                                               # peak only: no kernel runs in FP4 yet
-//   node:                                       # one NVLink domain (NVSwitch fabric)
-//     gpus_per_node: 8                          # GPUs of one NVLink domain: a DGX node (8) or a
-//                                               # GB200 NVL72 rack (72)
-//     gpus_per_tray: 4                          # optional: GPUs of one host (compute tray) of
-//                                               # the domain; default gpus_per_node (DGX: the
-//                                               # node is one host). Must divide gpus_per_node.
-//     gpus_used_per_node: 64                    # optional: GPUs of each domain a job's ranks
-//                                               # are placed on, whole trays from tray 0; the
-//                                               # others are spares (NVIDIA's GB200 runs use 64
-//                                               # of 72: 16 of 18 trays). Default gpus_per_node.
-//     nvlink_bandwidth: 450GBps                 # per GPU, per direction
-//     nvlink_latency: 1us
-//     nvls: true                                # NVLink SHARP (NVSwitch multicast/reduce)
-//   nic:
-//     nics_per_node: 8                          # = rails (NICs of the whole NVLink domain)
-//     line_rate: 400Gbps                        # per NIC, per direction
-//     latency: 600ns                            # per NIC crossed
-//   fabric:
-//     kind: rail_optimized_fat_tree
-//     tiers: 3                                  # 2 (leaf-spine) or 3 (leaf-spine-core)
-//     nodes_per_scalable_unit: 32
-//     leaf_switches_per_scalable_unit: 8        # one per rail: must equal nic.nics_per_node
+// File format: the keys, their types and units, which are required and an example of each are
+// the schema's (topologies/topology_schema.hpp), listed in topologies/README.md (generated);
+// unknown keys are errors. The loader below adds the cross-key rules (a tray divides the NVLink
+// domain, the NICs divide it, one leaf per rail, the SU fits a leaf's ports, radix and tiers).
 //
 // The NVLink domain and the job on it: every engine sees a "node" as the GPUs of one NVLink
 // domain that the job uses. After loading, NodeSpec::gpus_per_node is gpus_used_per_node (the
@@ -64,10 +29,6 @@
 // built. Rank r runs on GPU r % gpus_per_node of domain r / gpus_per_node (place_rank()). So
 // collectives of a group inside one domain (TP, and CP / EP groups that fit) take the NVLink
 // closed forms; groups across domains go over the rails.
-//     switch_radix: 64                          # ports per switch
-//     oversubscription: "1:1"                   # leaf down:up ports
-//     link_rate: 400Gbps                        # switch-to-switch links, per direction
-//     hop_latency: 130ns                        # per switch crossed
 #pragma once
 
 #include <cstdint>

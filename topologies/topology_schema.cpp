@@ -1,0 +1,175 @@
+// The topology schema table and its generated key reference; see topologies/topology_schema.hpp.
+#include "topologies/topology_schema.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace traintwin::topology_schema {
+namespace {
+
+using V = ValueType;
+
+// The shipped files' values as examples: topologies/dgx-h100-superpod.yaml, and
+// gb200-nvl72-superpod.yaml for the keys only it gives.
+constexpr std::array kKeys = {
+    KeySpec{"", "name", V::kText, true, 0, "dgx-h100-superpod", "the topology's name"},
+    KeySpec{"", "description", V::kFreeText, false, 0, "", "free text"},
+    KeySpec{"", "gpu", V::kMapping, true, 0, "", "the GPU"},
+    KeySpec{"", "node", V::kMapping, true, 0, "",
+            "one NVLink domain (NVSwitch fabric): a DGX node or a GB200 NVL72 rack"},
+    KeySpec{"", "nic", V::kMapping, true, 0, "", "the InfiniBand NICs of one NVLink domain"},
+    KeySpec{"", "fabric", V::kMapping, true, 0, "", "the switched network between the domains"},
+
+    KeySpec{"gpu", "name", V::kText, true, 0, "H100-SXM-80GB",
+            "the GPU's name (calibration files' cluster.gpu; picks traces/db/<name>.json)"},
+    KeySpec{"gpu", "memory", V::kBytes, true, 0, "81559MiB",
+            "device memory as nvidia-smi reports it (> 0)"},
+    KeySpec{"gpu", "hbm_bandwidth", V::kBandwidth, true, 0, "3350GBps", "peak HBM bandwidth"},
+    KeySpec{"gpu", "peak_flops", V::kMapping, true, 0, "",
+            "dense peak math throughput per precision (no 2:4 sparsity)"},
+
+    KeySpec{"gpu.peak_flops", "fp32", V::kFlopRate, true, 0, "67TFLOPs", "non-tensor FP32"},
+    KeySpec{"gpu.peak_flops", "tf32", V::kFlopRate, false, 0, "494.5TFLOPs",
+            "tensor-core TF32 (kernels of float32_matmul_precision high need it)"},
+    KeySpec{"gpu.peak_flops", "fp16", V::kFlopRate, true, 0, "989TFLOPs", "tensor-core FP16"},
+    KeySpec{"gpu.peak_flops", "bf16", V::kFlopRate, true, 0, "989TFLOPs", "tensor-core BF16"},
+    KeySpec{"gpu.peak_flops", "fp8", V::kFlopRate, false, 0, "1979TFLOPs",
+            "tensor-core FP8, Hopper and later (training.fp8_format needs it)"},
+    KeySpec{"gpu.peak_flops", "fp4", V::kFlopRate, false, 0, "9800TFLOPs",
+            "tensor-core FP4 (Blackwell): shown only, no kernel runs in FP4 yet"},
+
+    KeySpec{"node", "gpus_per_node", V::kInteger, true, 1, "8",
+            "GPUs of one NVLink domain: a DGX node (8) or a GB200 NVL72 rack (72)"},
+    KeySpec{"node", "gpus_per_tray", V::kInteger, false, 1, "4",
+            "GPUs of one host (compute tray) of the domain; default gpus_per_node; must divide "
+            "it"},
+    KeySpec{"node", "gpus_used_per_node", V::kInteger, false, 1, "64",
+            "GPUs of each domain the job's ranks take, whole trays from tray 0 (the rest are "
+            "spares); default gpus_per_node"},
+    KeySpec{"node", "nvlink_bandwidth", V::kBandwidth, true, 0, "450GBps",
+            "NVLink bandwidth per GPU, per direction"},
+    KeySpec{"node", "nvlink_latency", V::kTime, true, 0, "1us",
+            "one GPU-to-GPU transfer through NVSwitch"},
+    KeySpec{"node", "nvls", V::kBoolean, true, 0, "true",
+            "NVLink SHARP (in-switch multicast and reductions)"},
+
+    KeySpec{"nic", "nics_per_node", V::kInteger, true, 1, "8",
+            "NICs of one NVLink domain = rails; must divide gpus_per_node"},
+    KeySpec{"nic", "line_rate", V::kBandwidth, true, 0, "400Gbps", "per NIC, per direction"},
+    KeySpec{"nic", "latency", V::kTime, true, 0, "600ns", "per NIC crossed"},
+
+    KeySpec{"fabric", "kind", V::kText, true, 0, "rail_optimized_fat_tree",
+            "the fabric's shape (allowed: rail_optimized_fat_tree)"},
+    KeySpec{"fabric", "tiers", V::kInteger, true, 1, "3",
+            "switch tiers: 2 (leaf-spine) or 3 (leaf-spine-core)"},
+    KeySpec{"fabric", "nodes_per_scalable_unit", V::kInteger, true, 1, "32",
+            "NVLink domains per scalable unit (SU); at most a leaf's ports toward nodes"},
+    KeySpec{"fabric", "leaf_switches_per_scalable_unit", V::kInteger, true, 1, "8",
+            "leaves per SU, one per rail: must equal nic.nics_per_node"},
+    KeySpec{"fabric", "switch_radix", V::kInteger, true, 2, "64",
+            "ports per switch (even for 3 tiers)"},
+    KeySpec{"fabric", "oversubscription", V::kRatio, true, 0, "1:1",
+            "leaf ports down:up (\"1:1\" = non-blocking)"},
+    KeySpec{"fabric", "link_rate", V::kBandwidth, true, 0, "400Gbps",
+            "switch-to-switch links, per direction"},
+    KeySpec{"fabric", "hop_latency", V::kTime, true, 0, "130ns", "per switch crossed"},
+};
+
+/// `text` safe inside a markdown table cell ('|' escaped).
+std::string cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string code(std::string_view text) {
+  return text.empty() ? std::string() : fmt::format("`{}`", cell(text));
+}
+
+std::string allowed(const KeySpec& k) {
+  switch (k.type) {
+    case V::kInteger: return fmt::format(">= {}", k.min);
+    case V::kBoolean: return "true, false";
+    case V::kText: return "non-empty";
+    case V::kRatio: return "positive integers down:up";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(ValueType t) {
+  switch (t) {
+    case V::kMapping: return "mapping";
+    case V::kText:
+    case V::kFreeText: return "text";
+    case V::kInteger: return "integer";
+    case V::kBoolean: return "boolean";
+    case V::kBytes: return "size";
+    case V::kBandwidth: return "bandwidth";
+    case V::kTime: return "time";
+    case V::kFlopRate: return "FLOP rate";
+    case V::kRatio: return "ratio";
+  }
+  return "?";
+}
+
+std::span<const KeySpec> keys() { return kKeys; }
+
+std::vector<KeySpec> keys_of(std::string_view section) {
+  std::vector<KeySpec> out;
+  for (const KeySpec& k : kKeys) {
+    if (k.section == section) out.push_back(k);
+  }
+  return out;
+}
+
+const KeySpec& key(std::string_view section, std::string_view name) {
+  for (const KeySpec& k : kKeys) {
+    if (k.section == section && k.key == name) return k;
+  }
+  throw InvalidArgument(fmt::format("topology schema: no key '{}' in section '{}'", name,
+                                    section.empty() ? "(top level)" : section));
+}
+
+}  // namespace traintwin::topology_schema
+
+namespace traintwin {
+
+std::string topology_key_reference() {
+  using topology_schema::KeySpec;
+  using topology_schema::allowed;
+  using topology_schema::cell;
+  using topology_schema::code;
+  std::string out;
+  std::string_view section = "(none)";
+  for (const KeySpec& k : topology_schema::keys()) {
+    if (k.section != section) {
+      if (section != "(none)") out += "\n";
+      section = k.section;
+      out += section.empty() ? std::string("Top level") : fmt::format("`{}`", section);
+      out += "\n\n| key | type | required | allowed | example | description |\n"
+             "| --- | --- | --- | --- | --- | --- |\n";
+    }
+    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", code(k.key),
+                       topology_schema::to_string(k.type), k.required ? "yes" : "no",
+                       cell(allowed(k)), code(k.example), cell(k.doc));
+  }
+  return out;
+}
+
+std::string with_topology_key_reference(const std::string& readme) {
+  return with_generated_section(readme, kTopologyReferenceBegin, kTopologyReferenceEnd,
+                                topology_key_reference());
+}
+
+}  // namespace traintwin

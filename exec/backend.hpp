@@ -44,6 +44,10 @@ namespace traintwin::exec {
 
 class Backend;
 
+/// The tag of a DeviceBuffer whose contents start unspecified.
+struct Uninitialized {};
+inline constexpr Uninitialized kUninitialized{};
+
 /// An owning, zero-initialized array of `T` in a Backend's memory (move-only; freed by the
 /// backend that allocated it, which must outlive it). Default-constructed: empty.
 template <typename T>
@@ -52,6 +56,9 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   /// `n` zeros of T in `backend`'s memory. Throws what Backend::allocate_zeroed throws.
   DeviceBuffer(Backend& backend, int64_t n);
+  /// `n` T of unspecified value (Backend::allocate_uninitialized): for a buffer the next kernel
+  /// overwrites whole, without the pass that zeroes it.
+  DeviceBuffer(Backend& backend, int64_t n, Uninitialized);
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(DeviceBuffer&& o) noexcept
       : backend_(std::exchange(o.backend_, nullptr)), data_(std::exchange(o.data_, nullptr)),
@@ -162,6 +169,9 @@ class Backend {
   // ---- memory ----------------------------------------------------------------------------------
   /// `bytes` of zeroed device memory (nullptr for 0 bytes). Throws Error when out of memory.
   virtual void* allocate_zeroed(size_t bytes) = 0;
+  /// `bytes` of device memory of unspecified contents (nullptr for 0 bytes); this default zeroes
+  /// them. Throws as allocate_zeroed.
+  virtual void* allocate_uninitialized(size_t bytes) { return allocate_zeroed(bytes); }
   virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
   /// Frees the blocks a caching allocator keeps for reuse (none in use are touched), as
   /// torch.cuda.empty_cache(): `profile` calls it before each kernel, so the blocks of the
@@ -535,6 +545,12 @@ template <typename T>
 DeviceBuffer<T>::DeviceBuffer(Backend& backend, int64_t n)
     : backend_(&backend), size_(static_cast<size_t>(n)) {
   data_ = static_cast<T*>(backend.allocate_zeroed(size_ * sizeof(T)));
+}
+
+template <typename T>
+DeviceBuffer<T>::DeviceBuffer(Backend& backend, int64_t n, Uninitialized)
+    : backend_(&backend), size_(static_cast<size_t>(n)) {
+  data_ = static_cast<T*>(backend.allocate_uninitialized(size_ * sizeof(T)));
 }
 
 template <typename T>

@@ -17,7 +17,7 @@ LinearLayers::LinearLayers(Backend& backend, Precision precision)
 }
 
 Bf16Tensor LinearLayers::rounded(CFSpan x) {
-  Bf16Tensor out(backend_, x.size());
+  Bf16Tensor out(backend_, x.size(), kUninitialized);
   backend_.convert_to_bf16(out, x);
   return out;
 }
@@ -25,7 +25,10 @@ Bf16Tensor LinearLayers::rounded(CFSpan x) {
 CBSpan LinearLayers::weight_copy(CFSpan w) {
   if (w.empty()) return {};
   Copy& c = copies_[w.data()];
-  if (c.values.size() != w.size()) c.values = Bf16Tensor(backend_, w.size());
+  if (c.values.size() != w.size()) {
+    c.values = Bf16Tensor(backend_, w.size(), kUninitialized);
+    c.generation = 0;  // never rounded yet
+  }
   if (c.generation != generation_) {
     backend_.convert_to_bf16(c.values, w);
     c.generation = generation_;
@@ -40,7 +43,7 @@ void LinearLayers::forward(FSpan out, CFSpan inp, CFSpan weight, CFSpan bias, in
     return;
   }
   const Bf16Tensor x = rounded(inp);
-  Bf16Tensor y(backend_, out.size());
+  Bf16Tensor y(backend_, out.size(), kUninitialized);  // overwritten by the GEMM
   backend_.matmul_forward_bf16(y, x, weight_copy(weight), weight_copy(bias), batch, seq, channels,
                                out_channels);
   backend_.convert_from_bf16(out, y);
@@ -53,10 +56,10 @@ void LinearLayers::backward_data(FSpan dinp, CFSpan dout, CFSpan weight, int64_t
     return;
   }
   const Bf16Tensor dy = rounded(dout);
-  Bf16Tensor dx(backend_, dinp.size());
+  Bf16Tensor dx(backend_, dinp.size(), kUninitialized);
   backend_.matmul_backward_data_bf16(dx, dy, weight_copy(weight), batch, seq, channels,
                                      out_channels);
-  Tensor wide(backend_, dinp.size());
+  Tensor wide(backend_, dinp.size(), kUninitialized);
   backend_.convert_from_bf16(wide, dx);
   backend_.add_in_place(dinp, wide);
 }

@@ -28,7 +28,8 @@
 #             1.3B GPT at micro-batch 1, 2 and 4: log lines, allocator peak, `traintwin memory`
 #   attn      the mma.sync flash attention (exec/cuda/flash_attention_mma.cuh): its GPU tests, a
 #             profile of the 1.3B's flash_attention_* kernels in bf16 arithmetic, and the 1.3B
-#             trained in bf16 with attention_backend flash at micro-batch 1, 2 and 4
+#             trained in bf16 with attention_backend flash at micro-batch 1, 2 and 4, and the
+#             timeline of that run at micro-batch 4 (RESULTS/timeline-*.json)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 #   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
 #             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
@@ -161,7 +162,7 @@ for s in $steps; do
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
     attn)
-      step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done" ;;
+      step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-flash-mb4.json 2>&1 | grep -E 'timeline|error' | sed 's/^/  [timeline] /'" ;;
     *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 attn)" >> "$summary" ;;
   esac
 done

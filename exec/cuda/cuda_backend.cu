@@ -221,6 +221,12 @@ int64_t CudaBackend::pool_peak_used_bytes() const {
 }
 
 void* CudaBackend::allocate_zeroed(size_t bytes) {
+  void* p = allocate_uninitialized(bytes);
+  if (p != nullptr) TRAINTWIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  return p;
+}
+
+void* CudaBackend::allocate_uninitialized(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   const cudaError_t status = cudaMallocAsync(&p, bytes, pool_, stream_);
@@ -230,7 +236,6 @@ void* CudaBackend::allocate_zeroed(size_t bytes) {
                 " bytes (" + cudaGetErrorString(status) + "; pool holds " +
                 std::to_string(pool_reserved_bytes()) + " bytes)");
   }
-  TRAINTWIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
   return p;
 }
 

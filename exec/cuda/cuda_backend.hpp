@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
   int64_t pool_peak_used_bytes() const;
 
   void* allocate_zeroed(size_t bytes) override;
+  void* allocate_uninitialized(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) noexcept override;
   void empty_cache() override;
   void copy(FSpan dst, CFSpan src) override;

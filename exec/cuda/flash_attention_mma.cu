@@ -19,6 +19,8 @@
 #include <type_traits>
 
 #include "exec/cuda/common.cuh"
+#include "exec/cuda/convert.hpp"
+#include "exec/cuda/dtype.hpp"
 #include "exec/cuda/flash_attention_mma.cuh"
 
 namespace traintwin::exec::cuda::detail {
@@ -96,34 +98,32 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&lo)[4], con
   a[3] = pack(hi[2], hi[3]);
 }
 
-/// dst [kTile][D + kPad] <- `rows` rows of D floats from src (row stride `stride` floats),
-/// rounded to bf16; the rows past `rows` are zero. float4 loads (src 16-byte aligned), 8 in
-/// flight before their stores.
+/// Starts copying `rows` rows of D bf16 from src (row stride `stride` elements, 16-byte
+/// aligned) into dst [kTile][D + kPad] with cp.async, 16 bytes per copy; the rows past `rows`
+/// are filled with zeros (a copy of source size 0). The caller commits the group and waits.
 template <int D>
-__device__ __forceinline__ void load_tile(bf16* dst, const float* src, int64_t rows,
-                                          int64_t stride) {
-  constexpr int kLd = D + kPad, kVec = D / 4;
-  constexpr int kIters = kTile * kVec / kThreads;  // 16 (D 128) or 8 (D 64)
-  constexpr int kBatch = kIters < 8 ? kIters : 8;
+__device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int64_t rows,
+                                                int64_t stride) {
+  constexpr int kLd = D + kPad, kChunks = D / 8;  // 8 bf16 = 16 bytes per copy
+  constexpr int kIters = kTile * kChunks / kThreads;  // 8 (D 128) or 4 (D 64)
 #pragma unroll
-  for (int i0 = 0; i0 < kIters; i0 += kBatch) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = threadIdx.x + (i0 + i) * kThreads;
-      const int r = e / kVec, c = (e - r * kVec) * 4;
-      v[i] = r < rows ? *reinterpret_cast<const float4*>(src + r * stride + c)
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = threadIdx.x + (i0 + i) * kThreads;
-      const int r = e / kVec, c = (e - r * kVec) * 4;
-      auto* d = reinterpret_cast<__nv_bfloat162*>(dst + r * kLd + c);
-      d[0] = __floats2bfloat162_rn(v[i].x, v[i].y);
-      d[1] = __floats2bfloat162_rn(v[i].z, v[i].w);
-    }
+  for (int i = 0; i < kIters; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    const int r = e / kChunks, c = (e - r * kChunks) * 8;
+    const bool valid = r < rows;
+    const bf16* from = valid ? src + r * stride + c : src;
+    const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * kLd + c));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from),
+                 "r"(valid ? 16 : 0));
   }
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void wait_groups() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 template <int D>
@@ -152,12 +152,12 @@ __device__ __forceinline__ int key_position(const CpPositions& kpos, int64_t j, 
 // 4 g + t holds rows g and g + 8 of the warp's score tile, columns 8 n + 2 t and 8 n + 2 t + 1.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    mma_forward_kernel(float* out, float* lse, const float* q, const float* kv, Params p) {
+    mma_forward_kernel(float* out, float* lse, const bf16* q, const bf16* kv, Params p) {
   constexpr int L = D + kPad;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* ks = qs + kTile * L;
-  bf16* vs = ks + kTile * L;
+  bf16* ks[2] = {qs + kTile * L, qs + 3 * kTile * L};
+  bf16* vs[2] = {qs + 2 * kTile * L, qs + 4 * kTile * L};
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
@@ -165,18 +165,31 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t qrow = p.heads * D, kvrow = 2 * p.groups * D;
   const int64_t t0 = (gridDim.x - 1 - blockIdx.x) * int64_t{kTile};
   const int64_t rows = min(int64_t{kTile}, p.seq_q - t0);
-  load_tile<D>(qs, q + (b * p.seq_q + t0) * qrow + h * D, rows, qrow);
-  __syncthreads();
-  uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) load_a<L>(qa[kk], qs, warp * kRows, kk * 16, lane);
   const int64_t w0 = t0 + warp * kRows;
   const int64_t wrows = max(int64_t{0}, min(int64_t{kRows}, p.seq_q - w0));
   // Positions increase with the local index: a tile's last row sees the most keys.
   const int64_t warp_keys =
       wrows > 0 ? p.kpos.count_at_most(p.seq_k, p.qpos.global(w0 + wrows - 1)) : 0;
   const int64_t keys = p.kpos.count_at_most(p.seq_k, p.qpos.global(t0 + rows - 1));
-  const float* kvb = kv + b * p.seq_k * kvrow;
+  const bf16* kvb = kv + b * p.seq_k * kvrow;
+  auto load_kv = [&](int buf, int64_t j0) {
+    const int64_t nk = min(int64_t{kTile}, p.seq_k - j0);
+    load_tile_async<D>(ks[buf], kvb + j0 * kvrow + grp * D, nk, kvrow);
+    load_tile_async<D>(vs[buf], kvb + j0 * kvrow + (p.groups + grp) * D, nk, kvrow);
+    commit();
+  };
+  load_tile_async<D>(qs, q + (b * p.seq_q + t0) * qrow + h * D, rows, qrow);
+  commit();
+  if (keys > 0) {
+    load_kv(0, 0);
+    wait_groups<1>();  // the Q tile (the first K/V tile may still be in flight)
+  } else {
+    wait_groups<0>();
+  }
+  __syncthreads();
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a<L>(qa[kk], qs, warp * kRows, kk * 16, lane);
   const float scale2 = p.scale * kLog2e;
   const int qp0 = g < wrows ? static_cast<int>(p.qpos.global(w0 + g)) : -1;
   const int qp1 = g + 8 < wrows ? static_cast<int>(p.qpos.global(w0 + g + 8)) : -1;
@@ -185,76 +198,85 @@ __global__ void __launch_bounds__(kThreads)
   float o[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
-    __syncthreads();  // the previous tiles are consumed
-    const int64_t nk = min(int64_t{kTile}, p.seq_k - j0);
-    load_tile<D>(ks, kvb + j0 * kvrow + grp * D, nk, kvrow);
-    load_tile<D>(vs, kvb + j0 * kvrow + (p.groups + grp) * D, nk, kvrow);
+  int buf = 0;
+  for (int64_t j0 = 0; j0 < keys; j0 += kTile, buf ^= 1) {
+    // Prefetch the next K/V tile into the other buffer (last read in the previous step, whose
+    // closing barrier every warp has passed), then wait for this one.
+    if (j0 + kTile < keys) {
+      load_kv(buf ^ 1, j0 + kTile);
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
+    }
     __syncthreads();
-    if (j0 >= warp_keys) continue;  // warp-uniform
-    float s[kTile / 8][4];
+    if (j0 < warp_keys) {  // warp-uniform
+      const bf16* kt = ks[buf];
+      const bf16* vt = vs[buf];
+      float s[kTile / 8][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int n = 0; n < kTile / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+      for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n) {
+          uint32_t b0, b1;
+          load_b<L>(b0, b1, kt, n * 8, kk * 16, lane);
+          mma(s[n], qa[kk], b0, b1);
+        }
+      }
+      // Scale, mask (causal on global positions), and the running max of each row.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
-        uint32_t b0, b1;
-        load_b<L>(b0, b1, ks, n * 8, kk * 16, lane);
-        mma(s[n], qa[kk], b0, b1);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kp = key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
+          s[n][e] = kp <= qp0 ? s[n][e] * scale2 : -INFINITY;
+          s[n][2 + e] = kp <= qp1 ? s[n][2 + e] * scale2 : -INFINITY;
+          mx0 = fmaxf(mx0, s[n][e]);
+          mx1 = fmaxf(mx1, s[n][2 + e]);
+        }
+      }
+      const float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
+      const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
+      const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
+      m0 = mn0;
+      m1 = mn1;
+      float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[n][e] = exp2f(s[n][e] - base0);
+          s[n][2 + e] = exp2f(s[n][2 + e] - base1);
+          rs0 += s[n][e];
+          rs1 += s[n][2 + e];
+        }
+      }
+      l0 = l0 * alpha0 + rs0;
+      l1 = l1 * alpha1 + rs1;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha0;
+        o[n][1] *= alpha0;
+        o[n][2] *= alpha1;
+        o[n][3] *= alpha1;
+      }
+      // o += P V: P's A fragments from the score registers, V [key][dim] by ldmatrix.trans.
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        uint32_t pa[4];
+        to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t bv[4];
+          load_b_trans<L>(bv, vt, kk * 16, n * 8, lane);
+          mma(o[n], pa, bv[0], bv[1]);
+          mma(o[n + 1], pa, bv[2], bv[3]);
+        }
       }
     }
-    // Scale, mask (causal on global positions), and the running max of each row.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int kp = key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
-        s[n][e] = kp <= qp0 ? s[n][e] * scale2 : -INFINITY;
-        s[n][2 + e] = kp <= qp1 ? s[n][2 + e] * scale2 : -INFINITY;
-        mx0 = fmaxf(mx0, s[n][e]);
-        mx1 = fmaxf(mx1, s[n][2 + e]);
-      }
-    }
-    const float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
-    const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
-    m0 = mn0;
-    m1 = mn1;
-    float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[n][e] = exp2f(s[n][e] - base0);
-        s[n][2 + e] = exp2f(s[n][2 + e] - base1);
-        rs0 += s[n][e];
-        rs1 += s[n][2 + e];
-      }
-    }
-    l0 = l0 * alpha0 + rs0;
-    l1 = l1 * alpha1 + rs1;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= alpha0;
-      o[n][1] *= alpha0;
-      o[n][2] *= alpha1;
-      o[n][3] *= alpha1;
-    }
-    // o += P V: P's A fragments from the score registers, V [key][dim] by ldmatrix.trans.
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      uint32_t pa[4];
-      to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t bv[4];
-        load_b_trans<L>(bv, vs, kk * 16, n * 8, lane);
-        mma(o[n], pa, bv[0], bv[1]);
-        mma(o[n + 1], pa, bv[2], bv[3]);
-      }
-    }
+    __syncthreads();  // this buffer is consumed: the next step's prefetch may overwrite it
   }
   l0 = quad_sum(l0);
   l1 = quad_sum(l1);
@@ -288,15 +310,15 @@ __global__ void __launch_bounds__(kThreads)
 // lse2), dS = P (dP - dsum) scale, dq += dS K.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    mma_backward_dq_kernel(float* dq, const float* dout, const float* q, const float* kv,
+    mma_backward_dq_kernel(float* dq, const bf16* dout, const bf16* q, const bf16* kv,
                            const float* lse, const float* dsum, Params p) {
   constexpr int L = D + kPad;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* qs = reinterpret_cast<bf16*>(smem_raw);
   bf16* dos = qs + kTile * L;
-  bf16* ks = dos + kTile * L;
-  bf16* vs = ks + kTile * L;
-  float* row_lse2 = reinterpret_cast<float*>(vs + kTile * L);
+  bf16* ks[2] = {qs + 2 * kTile * L, qs + 4 * kTile * L};
+  bf16* vs[2] = {qs + 3 * kTile * L, qs + 5 * kTile * L};
+  float* row_lse2 = reinterpret_cast<float*>(qs + 6 * kTile * L);
   float* row_dsum = row_lse2 + kTile;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
@@ -306,80 +328,98 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t0 = (gridDim.x - 1 - blockIdx.x) * int64_t{kTile};
   const int64_t rows = min(int64_t{kTile}, p.seq_q - t0);
   const int64_t at = (b * p.seq_q + t0) * qrow + h * D;
-  load_tile<D>(qs, q + at, rows, qrow);
-  load_tile<D>(dos, dout + at, rows, qrow);
-  for (int r = threadIdx.x; r < kTile; r += kThreads) {
-    const int64_t stat = (b * p.heads + h) * p.seq_q + t0 + r;
-    row_lse2[r] = r < rows ? lse[stat] * kLog2e : -INFINITY;
-    row_dsum[r] = r < rows ? dsum[stat] : 0.0f;
-  }
   const int64_t w0 = t0 + warp * kRows;
   const int64_t wrows = max(int64_t{0}, min(int64_t{kRows}, p.seq_q - w0));
   const int64_t warp_keys =
       wrows > 0 ? p.kpos.count_at_most(p.seq_k, p.qpos.global(w0 + wrows - 1)) : 0;
   const int64_t keys = p.kpos.count_at_most(p.seq_k, p.qpos.global(t0 + rows - 1));
-  const float* kvb = kv + b * p.seq_k * kvrow;
+  const bf16* kvb = kv + b * p.seq_k * kvrow;
+  auto load_kv = [&](int buf, int64_t j0) {
+    const int64_t nk = min(int64_t{kTile}, p.seq_k - j0);
+    load_tile_async<D>(ks[buf], kvb + j0 * kvrow + grp * D, nk, kvrow);
+    load_tile_async<D>(vs[buf], kvb + j0 * kvrow + (p.groups + grp) * D, nk, kvrow);
+    commit();
+  };
+  load_tile_async<D>(qs, q + at, rows, qrow);
+  load_tile_async<D>(dos, dout + at, rows, qrow);
+  commit();
+  if (keys > 0) load_kv(0, 0);
+  for (int r = threadIdx.x; r < kTile; r += kThreads) {
+    const int64_t stat = (b * p.heads + h) * p.seq_q + t0 + r;
+    row_lse2[r] = r < rows ? lse[stat] * kLog2e : -INFINITY;
+    row_dsum[r] = r < rows ? dsum[stat] : 0.0f;
+  }
   const float scale2 = p.scale * kLog2e;
   const int qp0 = g < wrows ? static_cast<int>(p.qpos.global(w0 + g)) : -1;
   const int qp1 = g + 8 < wrows ? static_cast<int>(p.qpos.global(w0 + g + 8)) : -1;
-  __syncthreads();
+  __syncthreads();  // the statistics
   const float lse0 = row_lse2[warp * kRows + g], lse1 = row_lse2[warp * kRows + g + 8];
   const float ds0 = row_dsum[warp * kRows + g], ds1 = row_dsum[warp * kRows + g + 8];
 
   float acc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
-    __syncthreads();
-    const int64_t nk = min(int64_t{kTile}, p.seq_k - j0);
-    load_tile<D>(ks, kvb + j0 * kvrow + grp * D, nk, kvrow);
-    load_tile<D>(vs, kvb + j0 * kvrow + (p.groups + grp) * D, nk, kvrow);
-    __syncthreads();
-    if (j0 >= warp_keys) continue;
-    float s[kTile / 8][4], dp[kTile / 8][4];
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+  int buf = 0;
+  for (int64_t j0 = 0; j0 < keys; j0 += kTile, buf ^= 1) {
+    if (j0 + kTile < keys) {
+      load_kv(buf ^ 1, j0 + kTile);
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
     }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4], da[4];
-      load_a<L>(a, qs, warp * kRows, kk * 16, lane);
-      load_a<L>(da, dos, warp * kRows, kk * 16, lane);
+    __syncthreads();
+    if (j0 < warp_keys) {
+      const bf16* kt = ks[buf];
+      const bf16* vt = vs[buf];
+      float s[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
-        uint32_t b0, b1;
-        load_b<L>(b0, b1, ks, n * 8, kk * 16, lane);
-        mma(s[n], a, b0, b1);
-        load_b<L>(b0, b1, vs, n * 8, kk * 16, lane);
-        mma(dp[n], da, b0, b1);
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4], da[4];
+        load_a<L>(a, qs, warp * kRows, kk * 16, lane);
+        load_a<L>(da, dos, warp * kRows, kk * 16, lane);
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n) {
+          uint32_t b0, b1;
+          load_b<L>(b0, b1, kt, n * 8, kk * 16, lane);
+          mma(s[n], a, b0, b1);
+          load_b<L>(b0, b1, vt, n * 8, kk * 16, lane);
+          mma(dp[n], da, b0, b1);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kp = key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
+          s[n][e] =
+              kp <= qp0 ? exp2f(s[n][e] * scale2 - lse0) * (dp[n][e] - ds0) * p.scale : 0.0f;
+          s[n][2 + e] = kp <= qp1
+                            ? exp2f(s[n][2 + e] * scale2 - lse1) * (dp[n][2 + e] - ds1) * p.scale
+                            : 0.0f;
+        }
+      }
+      // dq += dS K: K [key][dim] by ldmatrix.trans.
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        uint32_t a[4];
+        to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t bk[4];
+          load_b_trans<L>(bk, kt, kk * 16, n * 8, lane);
+          mma(acc[n], a, bk[0], bk[1]);
+          mma(acc[n + 1], a, bk[2], bk[3]);
+        }
       }
     }
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int kp = key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
-        s[n][e] = kp <= qp0 ? exp2f(s[n][e] * scale2 - lse0) * (dp[n][e] - ds0) * p.scale : 0.0f;
-        s[n][2 + e] =
-            kp <= qp1 ? exp2f(s[n][2 + e] * scale2 - lse1) * (dp[n][2 + e] - ds1) * p.scale : 0.0f;
-      }
-    }
-    // dq += dS K: K [key][dim] by ldmatrix.trans.
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      uint32_t a[4];
-      to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t bk[4];
-        load_b_trans<L>(bk, ks, kk * 16, n * 8, lane);
-        mma(acc[n], a, bk[0], bk[1]);
-        mma(acc[n + 1], a, bk[2], bk[3]);
-      }
-    }
+    __syncthreads();
   }
+  wait_groups<0>();  // no copy outlives the block (keys 0: the Q and dO tiles)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + half * 8;
@@ -401,16 +441,15 @@ __global__ void __launch_bounds__(kThreads)
 // dv += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - dsum[col]) scale, dk += dS^T Q.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    mma_backward_dkv_kernel(float* dkv, const float* dout, const float* q, const float* kv,
+    mma_backward_dkv_kernel(float* dkv, const bf16* dout, const bf16* q, const bf16* kv,
                             const float* lse, const float* dsum, Params p) {
   constexpr int L = D + kPad;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);
   bf16* vs = ks + kTile * L;
-  bf16* qs = vs + kTile * L;
-  bf16* dos = qs + kTile * L;
-  float* col_lse2 = reinterpret_cast<float*>(dos + kTile * L);
-  float* col_dsum = col_lse2 + kTile;
+  bf16* qs[2] = {ks + 2 * kTile * L, ks + 4 * kTile * L};
+  bf16* dos[2] = {ks + 3 * kTile * L, ks + 5 * kTile * L};
+  float* stats = reinterpret_cast<float*>(ks + 6 * kTile * L);  // [2][lse2, dsum][64]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t b = blockIdx.y / p.groups, grp = blockIdx.y % p.groups;
@@ -418,15 +457,36 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t qrow = p.heads * D, kvrow = 2 * p.groups * D;
   const int64_t k0 = blockIdx.x * int64_t{kTile};
   const int64_t nkeys = min(int64_t{kTile}, p.seq_k - k0);
-  const float* kvt = kv + (b * p.seq_k + k0) * kvrow;
-  load_tile<D>(ks, kvt + grp * D, nkeys, kvrow);
-  load_tile<D>(vs, kvt + (p.groups + grp) * D, nkeys, kvrow);
+  const bf16* kvt = kv + (b * p.seq_k + k0) * kvrow;
+  load_tile_async<D>(ks, kvt + grp * D, nkeys, kvrow);
+  load_tile_async<D>(vs, kvt + (p.groups + grp) * D, nkeys, kvrow);
+  commit();
   const int64_t wk0 = k0 + warp * kRows;
   const int64_t wkeys = max(int64_t{0}, min(int64_t{kRows}, p.seq_k - wk0));
   const int64_t first_key_pos = wkeys > 0 ? p.kpos.global(wk0) : INT64_MAX;
   const float scale2 = p.scale * kLog2e;
   const int kp0 = key_position(p.kpos, wk0 + g, wk0 + wkeys);
   const int kp1 = key_position(p.kpos, wk0 + g + 8, wk0 + wkeys);
+  // The (head of the group, query tile) steps, heads outer: step i is head i / tiles, query
+  // tile first + (i % tiles) x 64.
+  const int64_t first = p.qpos.count_below(p.seq_q, p.kpos.global(k0));
+  const int64_t tiles = (p.seq_q - first + kTile - 1) / kTile;
+  const int64_t steps = per_group * tiles;
+  auto load_step = [&](int buf, int64_t i) {
+    const int64_t h = grp * per_group + i / tiles;
+    const int64_t t0 = first + (i % tiles) * kTile;
+    const int64_t nq = min(int64_t{kTile}, p.seq_q - t0);
+    const int64_t at = (b * p.seq_q + t0) * qrow + h * D;
+    load_tile_async<D>(qs[buf], q + at, nq, qrow);
+    load_tile_async<D>(dos[buf], dout + at, nq, qrow);
+    commit();
+    float* st = stats + buf * 2 * kTile;
+    for (int c = threadIdx.x; c < kTile; c += kThreads) {
+      const int64_t stat = (b * p.heads + h) * p.seq_q + t0 + c;
+      st[c] = c < nq ? lse[stat] * kLog2e : -INFINITY;
+      st[kTile + c] = c < nq ? dsum[stat] : 0.0f;
+    }
+  };
 
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -434,22 +494,24 @@ __global__ void __launch_bounds__(kThreads)
     dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
     dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
   }
-  const int64_t first = p.qpos.count_below(p.seq_q, p.kpos.global(k0));
-  for (int64_t hh = 0; hh < per_group; ++hh) {
-    const int64_t h = grp * per_group + hh;
-    for (int64_t t0 = first; t0 < p.seq_q; t0 += kTile) {
-      const int64_t nq = min(int64_t{kTile}, p.seq_q - t0);
-      __syncthreads();  // the previous tiles are consumed (and the k, v tiles stored)
-      const int64_t at = (b * p.seq_q + t0) * qrow + h * D;
-      load_tile<D>(qs, q + at, nq, qrow);
-      load_tile<D>(dos, dout + at, nq, qrow);
-      for (int c = threadIdx.x; c < kTile; c += kThreads) {
-        const int64_t stat = (b * p.heads + h) * p.seq_q + t0 + c;
-        col_lse2[c] = c < nq ? lse[stat] * kLog2e : -INFINITY;
-        col_dsum[c] = c < nq ? dsum[stat] : 0.0f;
-      }
-      __syncthreads();
-      if (p.qpos.global(t0 + nq - 1) < first_key_pos) continue;  // warp-uniform: sees none
+  if (steps > 0) load_step(0, 0);
+  int buf = 0;
+  for (int64_t i = 0; i < steps; ++i, buf ^= 1) {
+    if (i + 1 < steps) {
+      load_step(buf ^ 1, i + 1);
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
+    }
+    __syncthreads();
+    const int64_t h = grp * per_group + i / tiles;
+    const int64_t t0 = first + (i % tiles) * kTile;
+    const int64_t nq = min(int64_t{kTile}, p.seq_q - t0);
+    if (p.qpos.global(t0 + nq - 1) >= first_key_pos) {  // warp-uniform: sees some
+      const bf16* qt = qs[buf];
+      const bf16* dt = dos[buf];
+      const float* col_lse2 = stats + buf * 2 * kTile;
+      const float* col_dsum = col_lse2 + kTile;
       float st[kTile / 8][4], dpt[kTile / 8][4];
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
@@ -464,9 +526,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int n = 0; n < kTile / 8; ++n) {
           uint32_t b0, b1;
-          load_b<L>(b0, b1, qs, n * 8, kk * 16, lane);
+          load_b<L>(b0, b1, qt, n * 8, kk * 16, lane);
           mma(st[n], a, b0, b1);
-          load_b<L>(b0, b1, dos, n * 8, kk * 16, lane);
+          load_b<L>(b0, b1, dt, n * 8, kk * 16, lane);
           mma(dpt[n], va, b0, b1);
         }
       }
@@ -477,7 +539,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 2; ++e) {
           const int c = n * 8 + t2 + e;
           const float cl = col_lse2[c];
-          const int qp = c < nq && cl != -INFINITY ? static_cast<int>(p.qpos.global(t0 + c)) : -1;
+          const int qp =
+              c < nq && cl != -INFINITY ? static_cast<int>(p.qpos.global(t0 + c)) : -1;
           const float cd = col_dsum[c];
           const float p0 = kp0 <= qp ? exp2f(st[n][e] * scale2 - cl) : 0.0f;
           const float p1 = kp1 <= qp ? exp2f(st[n][2 + e] * scale2 - cl) : 0.0f;
@@ -496,16 +559,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int n = 0; n < D / 8; n += 2) {
           uint32_t bb[4];
-          load_b_trans<L>(bb, dos, kk * 16, n * 8, lane);
+          load_b_trans<L>(bb, dt, kk * 16, n * 8, lane);
           mma(dv[n], pa, bb[0], bb[1]);
           mma(dv[n + 1], pa, bb[2], bb[3]);
-          load_b_trans<L>(bb, qs, kk * 16, n * 8, lane);
+          load_b_trans<L>(bb, qt, kk * 16, n * 8, lane);
           mma(dk[n], da, bb[0], bb[1]);
           mma(dk[n + 1], da, bb[2], bb[3]);
         }
       }
     }
+    __syncthreads();
   }
+  wait_groups<0>();  // no copy outlives the block (no steps: the K and V tiles)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + half * 8;
@@ -560,27 +625,57 @@ bool mma_attention_applies(const Params& p, Float32MatmulPrecision precision,
   return true;
 }
 
+namespace {
+
+/// A stream-ordered device buffer of n bf16 holding `src` [n] fp32 rounded (freed on the
+/// stream when it goes out of scope, after the kernels queued before).
+class Bf16Copy {
+ public:
+  Bf16Copy(const float* src, int64_t n, cudaStream_t stream) : stream_(stream) {
+    TRAINTWIN_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&data_), static_cast<size_t>(n) * sizeof(bf16),
+                        stream));
+    convert(DType::kBFloat16, data_, DType::kFloat32, src, n, stream);
+  }
+  ~Bf16Copy() { cudaFreeAsync(data_, stream_); }
+  Bf16Copy(const Bf16Copy&) = delete;
+  Bf16Copy& operator=(const Bf16Copy&) = delete;
+  const bf16* get() const { return data_; }
+
+ private:
+  bf16* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+int64_t q_elements(const Params& p) { return p.batch * p.seq_q * p.heads * p.d; }
+int64_t kv_elements(const Params& p) { return p.batch * p.seq_k * 2 * p.groups * p.d; }
+
+}  // namespace
+
 void mma_attention_forward(float* out, float* lse, const float* q, const float* kv,
                            const Params& p, cudaStream_t stream) {
+  const Bf16Copy qb(q, q_elements(p), stream), kvb(kv, kv_elements(p), stream);
   by_dim(p.d, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     launch(mma_forward_kernel<D>, dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)),
-           smem_bytes<D>(3, 0), stream, out, lse, q, kv, p);
+           smem_bytes<D>(5, 0), stream, out, lse, qb.get(), kvb.get(), p);
   });
 }
 
 void mma_attention_backward(float* dq, float* dkv, const float* dout, const float* q,
                             const float* kv, const float* lse, const float* dsum, const Params& p,
                             cudaStream_t stream) {
+  const Bf16Copy qb(q, q_elements(p), stream), kvb(kv, kv_elements(p), stream),
+      dob(dout, q_elements(p), stream);
   by_dim(p.d, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    const size_t smem = smem_bytes<D>(4, 2);
+    const size_t smem = smem_bytes<D>(6, 4);
     launch(mma_backward_dq_kernel<D>,
-           dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), smem, stream, dq, dout,
-           q, kv, lse, dsum, p);
+           dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), smem, stream, dq,
+           dob.get(), qb.get(), kvb.get(), lse, dsum, p);
     launch(mma_backward_dkv_kernel<D>,
            dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), smem, stream, dkv,
-           dout, q, kv, lse, dsum, p);
+           dob.get(), qb.get(), kvb.get(), lse, dsum, p);
   });
 }
 

@@ -10,9 +10,12 @@
 // Tiles: 64 query rows x 64 keys per step, 4 warps of 16 rows, mma.sync.m16n8k16 with the score
 // tile held in registers: the forward is one pass with the online softmax (running max and sum,
 // the output rescaled), its P fed to the second product straight from the accumulators; V, and
-// in the backward Q, dO and K, are read as transposed operands by ldmatrix.trans. Backward as
-// the tensor-core kernels: one kernel per query tile for dq, one per key tile of a K/V head for
-// dk and dv over the group's heads (nothing atomic). head_dim 64 or 128.
+// in the backward Q, dO and K, are read as transposed operands by ldmatrix.trans. Each call
+// rounds q, kv (and dout) to bf16 copies once (stream-ordered allocations, freed when the call's
+// kernels are done), which the kernels copy into shared memory with cp.async, the next K/V (or
+// Q/dO) tile in flight while the current one is used. Backward as the tensor-core kernels: one
+// kernel per query tile for dq, one per key tile of a K/V head for dk and dv over the group's
+// heads (nothing atomic). head_dim 64 or 128.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -39,7 +39,7 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
-      etp, num_gpus, schedule, sharding;
+      etp, num_gpus, schedule, sharding, instances;
   int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
   std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
@@ -81,9 +81,13 @@ std::string layout_phrase(const Scenario& s) {
               : "");
 }
 
-/// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP".
+/// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP";
+/// "ZeRO-3/2" under HSDP with 2 replicas.
 std::string zero_phrase(const TrainingConfig& t) {
-  return t.zero_stage() == 0 ? "DDP" : fmt::format("ZeRO-{}", t.zero_stage());
+  const std::string stage = t.zero_stage() == 0 ? "DDP" : fmt::format("ZeRO-{}", t.zero_stage());
+  return t.num_distributed_optimizer_instances > 1
+             ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
+             : stage;
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
@@ -97,7 +101,8 @@ std::string rule_of(const std::string& reason) {
 
 /// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
 /// a schedule column (a sweep over --pipeline-schedule), `show_zero` a ZeRO column (a sweep over
-/// --data-parallel-sharding-strategy: DDP, ZeRO-1 .. ZeRO-3).
+/// --data-parallel-sharding-strategy or --num-distributed-optimizer-instances: DDP, ZeRO-1 ..
+/// ZeRO-3, "/N" for N HSDP replicas).
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus,
                   bool show_schedule, bool show_zero) {
   fmt::print(
@@ -106,7 +111,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
       "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
       show_schedule ? fmt::format("{:<8} ", "schedule") : "",
-      show_zero ? fmt::format("{:<6} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
+      show_zero ? fmt::format("{:<8} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
       "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
@@ -127,7 +132,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
         on_off(s.training.fp8()),
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
-        show_zero ? fmt::format("{:<6} ", zero_phrase(s.training)) : "", m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
+        show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
         to_string(memory_verdict(r.config.peak_memory_bytes, r.config.memory_capacity_bytes)));
   }
   if (ranked > shown)
@@ -226,8 +231,8 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
              rows.front().config.scenario.parallel.pipeline_schedule;
     });
     const bool zero = std::any_of(rows.begin(), rows.end(), [&](const SweepRow& r) {
-      return r.config.scenario.training.zero_stage() !=
-             rows.front().config.scenario.training.zero_stage();
+      return zero_phrase(r.config.scenario.training) !=
+             zero_phrase(rows.front().config.scenario.training);
     });
     print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1, schedules, zero);
   } else {
@@ -333,6 +338,10 @@ SweepRequest parse_request(const SweepCommandOptions& o) {
   if (o.schedule) {
     axes.pipeline_schedule = parse_sweep_schedules("--pipeline-schedule", *o.schedule);
   }
+  if (o.instances) {
+    axes.num_distributed_optimizer_instances =
+        parse_sweep_integers("--num-distributed-optimizer-instances", *o.instances);
+  }
   if (o.sharding) {
     axes.data_parallel_sharding_strategy =
         parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", *o.sharding);
@@ -416,6 +425,9 @@ void register_sweep_command(CLI::App& app) {
   g->add_option("--data-parallel-sharding-strategy", o->sharding,
                 "Megatron-FSDP sharding, e.g. no_shard,optim,optim_grads,optim_grads_params "
                 "(ZeRO-1/2/3 turn training.use_megatron_fsdp on; no_shard: the plain layout)")
+      ->type_name("LIST");
+  g->add_option("--num-distributed-optimizer-instances", o->instances,
+                "HSDP replica counts (1 = shard over all of DP x CP), e.g. 1,2,4")
       ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")

@@ -72,6 +72,7 @@ struct Combination {
   int64_t ep, etp;
   PipelineScheduleKind schedule;
   DataParallelShardingStrategy sharding = DataParallelShardingStrategy::kNoShard;
+  int64_t instances = 1;  // training.num_distributed_optimizer_instances
   int64_t global_batch_size_per_dp = 0;  // 0: the base's global batch
   bool sp_swept = false, vpp_swept = false;
   bool sharding_swept = false;  // sharding from the axis (else the base's, untouched)
@@ -179,6 +180,7 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
     }
   }
   apply_sharding(k, s, c.adjustments);
+  s.training.num_distributed_optimizer_instances = k.instances;
   if (base.training.use_distributed_optimizer && !s.training.use_distributed_optimizer &&
       s.training.overlap_param_gather) {
     s.training.overlap_param_gather = false;
@@ -248,6 +250,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   check_axis("ep", axes.ep);
   check_axis("etp", axes.etp);
   check_axis("num_gpus", axes.num_gpus);
+  check_axis("num_distributed_optimizer_instances", axes.num_distributed_optimizer_instances);
   if (axes.global_batch_size_per_dp < 0) {
     throw InvalidArgument(fmt::format("sweep: global_batch_size_per_dp must be >= 0, got {}",
                                       axes.global_batch_size_per_dp));
@@ -267,10 +270,12 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   const auto schedules = or_base(axes.pipeline_schedule, base.parallel.pipeline_schedule);
   const auto shardings =
       or_base(axes.data_parallel_sharding_strategy, base.training.data_parallel_sharding_strategy);
+  const auto instances = or_base(axes.num_distributed_optimizer_instances,
+                                 base.training.num_distributed_optimizer_instances);
   std::vector<SweepConfiguration> out;
   out.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
               recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() * etps.size() *
-              schedules.size() * shardings.size());
+              schedules.size() * shardings.size() * instances.size());
   for (int64_t n : gpus) {
     for (int64_t tp : tps) {
       for (int64_t cp : cps) {
@@ -285,14 +290,17 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                         for (int64_t etp : etps) {
                           for (PipelineScheduleKind ps : schedules) {
                             for (DataParallelShardingStrategy z : shardings) {
-                              Combination k{n, tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp, ps, z};
-                              k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
-                              k.sp_swept = !axes.sequence_parallel.empty();
-                              k.vpp_swept = !axes.vpp.empty();
-                              k.sharding_swept = !axes.data_parallel_sharding_strategy.empty();
-                              k.distributed_optimizer_swept = !axes.distributed_optimizer.empty();
-                              out.push_back(make_configuration(
-                                  base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                              for (int64_t inst : instances) {
+                                Combination k{n,  tp, cp, pp, vpp, mbs, r,
+                                              sp, d,  f8, ep, etp, ps,  z, inst};
+                                k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
+                                k.sp_swept = !axes.sequence_parallel.empty();
+                                k.vpp_swept = !axes.vpp.empty();
+                                k.sharding_swept = !axes.data_parallel_sharding_strategy.empty();
+                                k.distributed_optimizer_swept = !axes.distributed_optimizer.empty();
+                                out.push_back(make_configuration(
+                                    base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                              }
                             }
                           }
                         }

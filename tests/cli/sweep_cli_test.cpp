@@ -186,7 +186,7 @@ TEST(SweepCli, DataParallelShardingStrategyAxisRanksZeroStages) {
   std::getline(csv, header);
   EXPECT_THAT(header, HasSubstr("configuration.data_parallel_sharding_strategy"));
   // --mode auto replays ZeRO-3 when its ZeRO-2 twin's estimate ranks it in the top K: with
-  // K = 4 all four are ranked, ZeRO-3 (replayed) no faster than ZeRO-2.
+  // K = 4 all three are ranked, ZeRO-3 (replayed) no faster than ZeRO-2.
   const fs::path auto_dir = fs::temp_directory_path() / "traintwin-sweep-sharding-auto";
   fs::remove_all(auto_dir);
   const Result a = run("sweep " + kScenario +
@@ -205,6 +205,15 @@ TEST(SweepCli, DataParallelShardingStrategyAxisRanksZeroStages) {
   }
   EXPECT_GT(zero3, 0);
   EXPECT_LE(zero3, zero2);
+  // The HSDP axis: DP 8 in 1 or 2 instances ranks both (ZeRO-1/2 = 2 replicas); 3 does not
+  // divide DP x CP = 8 and is invalid by the rule.
+  const Result h = run("sweep " + kScenario +
+                       " --num-distributed-optimizer-instances 1,2,3 --mode analytical --jobs 1");
+  ASSERT_EQ(h.status, 0) << h.output;
+  EXPECT_THAT(h.output, AllOf(HasSubstr("3 configurations: 2 ranked"), HasSubstr("1 invalid"),
+                              HasSubstr(" ZeRO-1/2 "),
+                              HasSubstr("training.num_distributed_optimizer_instances: 3 does "
+                                        "not divide")));
   const Result bad = run("sweep " + kScenario + " --data-parallel-sharding-strategy zero2");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("--data-parallel-sharding-strategy: 'zero2' is not allowed "

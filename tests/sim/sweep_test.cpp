@@ -694,6 +694,25 @@ TEST(Sweep, DataParallelShardingStrategyAxis) {
   const auto back = read_sweep_json(sweep_json(rows), "sweep.json");
   EXPECT_EQ(back[2].configuration.data_parallel_sharding_strategy,
             DataParallelShardingStrategy::kOptimGrads);
+  // The HSDP axis on DP 8 with ZeRO-3: 2 instances shard over 4 ranks (more memory than over
+  // 8), 3 do not divide DP x CP = 8 (the rule's message), and the records carry the count.
+  SweepAxes hsdp;
+  hsdp.data_parallel_sharding_strategy = {DataParallelShardingStrategy::kOptimGradsParams};
+  hsdp.num_distributed_optimizer_instances = {1, 2, 3};
+  const auto h = enumerate_configurations(base, hsdp, 1e15);
+  ASSERT_EQ(h.size(), 3u);
+  ASSERT_TRUE(h[0].valid && h[1].valid) << h[1].invalid_reason;
+  EXPECT_EQ(h[1].scenario.data_parallel_shard_size(), 4);
+  EXPECT_GT(h[1].peak_memory_bytes, h[0].peak_memory_bytes);
+  EXPECT_FALSE(h[2].valid);
+  EXPECT_THAT(h[2].invalid_reason,
+              HasSubstr("training.num_distributed_optimizer_instances: 3 does not divide "
+                        "data_parallel_size x context_parallel_size = 8 x 1 = 8"));
+  EXPECT_EQ(sweep_json({SweepRow{h[1], SweepStatus::kOutOfMemory}})["rows"][0]["configuration"]
+                      ["num_distributed_optimizer_instances"],
+            2);
+  hsdp.num_distributed_optimizer_instances = {2, 2};
+  EXPECT_THROW(enumerate_configurations(base, hsdp, 1e15), InvalidArgument);
   try {
     parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", "optim,zero3");
     ADD_FAILURE() << "accepted";

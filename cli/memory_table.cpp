@@ -17,9 +17,14 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
           ? fmt::format("Megatron-FSDP {} (ZeRO-{})", to_string(t.data_parallel_sharding_strategy),
                         t.zero_stage())
           : (t.use_distributed_optimizer ? "distributed optimizer" : "optimizer");
-  std::string out = fmt::format("memory per GPU ({} {}, {} precision, {}, recompute {}):\n",
+  const std::string hsdp =
+      t.num_distributed_optimizer_instances > 1
+          ? fmt::format(", HSDP: sharded over {} ranks, {} replicas",
+                        s.data_parallel_shard_size(), t.num_distributed_optimizer_instances)
+          : "";
+  std::string out = fmt::format("memory per GPU ({} {}, {} precision, {}{}, recompute {}):\n",
                                 topo.gpu.name, gib(capacity), to_string(t.precision), sharding,
-                                to_string(t.recompute_granularity));
+                                hsdp, to_string(t.recompute_granularity));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).
   out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",

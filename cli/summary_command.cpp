@@ -107,6 +107,11 @@ void print_summary(const Scenario& s) {
              t.global_batch_size, t.micro_batch_size, mbs, sched,
              100.0 * ideal_bubble_fraction(p.pipeline_schedule, p.pipeline_model_parallel_size, mbs,
                                            p.virtual_pipeline_model_parallel_size));
+  const std::string hsdp = t.num_distributed_optimizer_instances > 1
+                               ? fmt::format(", HSDP {} replicas of {} ranks",
+                                             t.num_distributed_optimizer_instances,
+                                             s.data_parallel_shard_size())
+                               : std::string();
   fmt::print("training   {}{}, recompute {}, attention {}, distributed optimizer {}{}, overlap "
              "grad reduce {}, overlap param gather {}, TP comm overlap {}\n",
              to_string(t.precision),
@@ -117,8 +122,8 @@ void print_summary(const Scenario& s) {
              t.use_distributed_optimizer ? "on" : "off",
              t.use_megatron_fsdp ? fmt::format(", Megatron-FSDP {} (ZeRO-{})",
                                                to_string(t.data_parallel_sharding_strategy),
-                                               t.zero_stage())
-                                 : std::string(),
+                                               t.zero_stage()) + hsdp
+                                 : hsdp,
              t.overlap_grad_reduce ? "on" : "off",
              t.overlap_param_gather ? "on" : "off", t.tp_comm_overlap ? "on" : "off");
   const double model_flops = model_flops_per_iteration(m, t.global_batch_size);

@@ -39,7 +39,7 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
-      etp, num_gpus, schedule;
+      etp, num_gpus, schedule, sharding, instances;
   int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
   std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
@@ -70,7 +70,24 @@ std::string layout_phrase(const Scenario& s) {
              on_off(s.training.fp8())) +
          (s.parallel.pipeline_schedule == PipelineScheduleKind::k1F1B
               ? ""
-              : fmt::format(" schedule {}", to_string(s.parallel.pipeline_schedule)));
+              : fmt::format(" schedule {}", to_string(s.parallel.pipeline_schedule))) +
+         (s.training.use_megatron_fsdp
+              ? fmt::format(" sharding {} (ZeRO-{})",
+                            to_string(s.training.data_parallel_sharding_strategy),
+                            s.training.zero_stage())
+              : "") +
+         (s.training.num_distributed_optimizer_instances > 1
+              ? fmt::format(" HSDP {} replicas", s.training.num_distributed_optimizer_instances)
+              : "");
+}
+
+/// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP";
+/// "ZeRO-3/2" under HSDP with 2 replicas.
+std::string zero_phrase(const TrainingConfig& t) {
+  const std::string stage = t.zero_stage() == 0 ? "DDP" : fmt::format("ZeRO-{}", t.zero_stage());
+  return t.num_distributed_optimizer_instances > 1
+             ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
+             : stage;
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
@@ -83,15 +100,18 @@ std::string rule_of(const std::string& reason) {
 }
 
 /// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
-/// a schedule column (a sweep over --pipeline-schedule).
+/// a schedule column (a sweep over --pipeline-schedule), `show_zero` a ZeRO column (a sweep over
+/// --data-parallel-sharding-strategy or --num-distributed-optimizer-instances: DDP, ZeRO-1 ..
+/// ZeRO-3, "/N" for N HSDP replicas).
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus,
-                  bool show_schedule) {
+                  bool show_schedule, bool show_zero) {
   fmt::print(
-      "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {}{:>10} "
+      "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {}{}{:>10} "
       "{:>11} {:>6} {:>11}  {}\n",
       "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
-      show_schedule ? fmt::format("{:<8} ", "schedule") : "", "iter (s)", "tok/s/GPU", "MFU %",
+      show_schedule ? fmt::format("{:<8} ", "schedule") : "",
+      show_zero ? fmt::format("{:<8} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
       "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
@@ -102,7 +122,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
     const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
         "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} "
-        "{}{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
+        "{}{}{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
         r.rank, show_gpus ? fmt::format("{:>6} ", s.cluster.num_gpus) : "",
         s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
         s.parallel.pipeline_model_parallel_size, s.parallel.virtual_pipeline_model_parallel_size,
@@ -112,7 +132,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
         on_off(s.training.fp8()),
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
-        m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
+        show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
         to_string(memory_verdict(r.config.peak_memory_bytes, r.config.memory_capacity_bytes)));
   }
   if (ranked > shown)
@@ -210,7 +230,11 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
       return r.config.scenario.parallel.pipeline_schedule !=
              rows.front().config.scenario.parallel.pipeline_schedule;
     });
-    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1, schedules);
+    const bool zero = std::any_of(rows.begin(), rows.end(), [&](const SweepRow& r) {
+      return zero_phrase(r.config.scenario.training) !=
+             zero_phrase(rows.front().config.scenario.training);
+    });
+    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1, schedules, zero);
   } else {
     fmt::print("no configuration both fits the GPU's memory and simulates\n");
   }
@@ -231,10 +255,28 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
   }
   if (count[SweepStatus::kError] > 0) {
     fmt::print("\nfailed ({}):\n", count[SweepStatus::kError]);
+    int shown = 0;
     for (const SweepRow& r : rows) {
-      if (r.status == SweepStatus::kError)
-        fmt::print("  {}: {}\n", layout_phrase(r.config.scenario), r.error);
+      if (r.status != SweepStatus::kError) continue;
+      if (top > 0 && shown >= top) {
+        fmt::print("  ... and {} more\n", count[SweepStatus::kError] - shown);
+        break;
+      }
+      ++shown;
+      fmt::print("  {}: {}\n", layout_phrase(r.config.scenario), r.error);
     }
+  }
+  // Switches of the base scenario an axis changed (sweep.json lists them per row).
+  std::map<std::string, int64_t> adjusted;
+  std::vector<std::string> adjusted_order;
+  for (const SweepRow& r : rows) {
+    for (const std::string& a : r.config.adjustments) {
+      if (adjusted[a]++ == 0) adjusted_order.push_back(a);
+    }
+  }
+  if (!adjusted_order.empty()) {
+    fmt::print("\nadjusted (sweep.json lists each row's):\n");
+    for (const std::string& a : adjusted_order) fmt::print("  {:>5} x {}\n", adjusted[a], a);
   }
   if (count[SweepStatus::kInvalid] > 0) {
     std::map<std::string, std::pair<int64_t, std::string>> rules;  // rule -> count, an example
@@ -295,6 +337,14 @@ SweepRequest parse_request(const SweepCommandOptions& o) {
   if (o.num_gpus) axes.num_gpus = parse_sweep_integers("--num-gpus", *o.num_gpus);
   if (o.schedule) {
     axes.pipeline_schedule = parse_sweep_schedules("--pipeline-schedule", *o.schedule);
+  }
+  if (o.instances) {
+    axes.num_distributed_optimizer_instances =
+        parse_sweep_integers("--num-distributed-optimizer-instances", *o.instances);
+  }
+  if (o.sharding) {
+    axes.data_parallel_sharding_strategy =
+        parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", *o.sharding);
   }
   axes.global_batch_size_per_dp = o.global_batch_size_per_dp;
   if (o.train_tokens) r.train_tokens = parse_tokens(*o.train_tokens);
@@ -371,6 +421,13 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--pipeline-schedule", o->schedule,
                 "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2,zb-v (of gpipe,1f1b,zb-h1,zb-h2,zb-v)")
+      ->type_name("LIST");
+  g->add_option("--data-parallel-sharding-strategy", o->sharding,
+                "Megatron-FSDP sharding, e.g. no_shard,optim,optim_grads,optim_grads_params "
+                "(ZeRO-1/2/3 turn training.use_megatron_fsdp on; no_shard: the plain layout)")
+      ->type_name("LIST");
+  g->add_option("--num-distributed-optimizer-instances", o->instances,
+                "HSDP replica counts (1 = shard over all of DP x CP), e.g. 1,2,4")
       ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")

@@ -253,11 +253,13 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   // state over the DP x CP group (Megatron reduces gradients and shards the optimizer over
   // data_parallel_group with CP) and the routed experts' over the expert-data-parallel group
   // (Megatron-Core's expert_data_parallel_group: TP x CP x DP / (ETP x EP) ranks).
-  // ZeRO-2/3 (Megatron-FSDP) shard the gradients and weights over the same groups.
+  // ZeRO-2/3 (Megatron-FSDP) shard the gradients and weights over the same groups. Under HSDP
+  // (training.num_distributed_optimizer_instances N) the dense group is DP x CP / N.
   const BytesPerParameter full = bytes_per_parameter(tr.precision, false, 1);
   const int stage = tr.zero_stage();
-  const BytesPerParameter bpp =
-      shard_bytes_per_parameter(full, stage, par.data_parallel_size * par.context_parallel_size);
+  // HSDP: the dense state is split over the sharding group (DP x CP / instances), replicated
+  // across the instances.
+  const BytesPerParameter bpp = shard_bytes_per_parameter(full, stage, s.data_parallel_shard_size());
   const BytesPerParameter expert_bpp = shard_bytes_per_parameter(
       full, stage, s.model.is_moe() ? par.expert_data_parallel_size() : 1);
   const double dense = static_cast<double>(held.dense);

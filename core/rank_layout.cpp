@@ -33,6 +33,9 @@ GroupDims dims_of(GroupKind g) {
     case GroupKind::kEtp: d.in[kTp] = true; d.expert = true; break;
     case GroupKind::kEdp: d.in[kDp] = true; d.expert = true; break;
     case GroupKind::kEtpEp: d.in[kTp] = d.in[kEp] = true; d.expert = true; break;
+    // Cut from the DP x CP group (RankLayout::hsdp_group), not a product of dims.
+    case GroupKind::kDpShard:
+    case GroupKind::kDpReplica: d.in[kDp] = d.in[kCp] = true; break;
   }
   return d;
 }
@@ -53,18 +56,27 @@ const char* to_string(GroupKind g) {
     case GroupKind::kEtp: return "etp";
     case GroupKind::kEdp: return "edp";
     case GroupKind::kEtpEp: return "etp-ep";
+    case GroupKind::kDpShard: return "dp-shard";
+    case GroupKind::kDpReplica: return "dp-replica";
   }
   return "?";
 }
 
 RankLayout::RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order,
-                       int64_t ep, int64_t etp)
+                       int64_t ep, int64_t etp, int64_t dp_replicas)
     : tp_(tp), cp_(cp), dp_(dp), pp_(pp), ep_(ep), etp_(etp == 0 ? tp : etp), edp_(1),
-      order_(order) {
-  if (tp < 1 || cp < 1 || dp < 1 || pp < 1 || ep < 1 || etp < 0) {
+      dp_replicas_(dp_replicas), order_(order) {
+  if (tp < 1 || cp < 1 || dp < 1 || pp < 1 || ep < 1 || etp < 0 || dp_replicas < 1) {
     std::ostringstream m;
     m << "rank layout: every parallel size must be >= 1 (tp=" << tp << ", cp=" << cp
-      << ", dp=" << dp << ", pp=" << pp << ", ep=" << ep << ", etp=" << etp << ")";
+      << ", dp=" << dp << ", pp=" << pp << ", ep=" << ep << ", etp=" << etp
+      << ", dp_replicas=" << dp_replicas << ")";
+    throw InvalidArgument(m.str());
+  }
+  if ((dp_ * cp_) % dp_replicas_ != 0) {
+    std::ostringstream m;
+    m << "rank layout: the HSDP replica count (" << dp_replicas_ << ") must divide dp x cp ("
+      << dp_ << " x " << cp_ << ")";
     throw InvalidArgument(m.str());
   }
   if ((tp_ * cp_ * dp_) % (etp_ * ep_) != 0) {
@@ -154,6 +166,8 @@ int64_t RankLayout::size(GroupKind g) const {
     case GroupKind::kEtp: return etp_;
     case GroupKind::kEdp: return edp_;
     case GroupKind::kEtpEp: return etp_ * ep_;
+    case GroupKind::kDpShard: return dp_ * cp_ / dp_replicas_;
+    case GroupKind::kDpReplica: return dp_replicas_;
   }
   return 0;
 }
@@ -210,7 +224,26 @@ std::vector<int64_t> RankLayout::first_rank_of_each_stage() const {
   return ranks;
 }
 
+std::vector<int64_t> RankLayout::hsdp_group(GroupKind g, int64_t rank_id) const {
+  // As Megatron-Core's partial data-parallel groups: the DP x CP group (by rank) cut into R
+  // blocks of S consecutive members; a replica group takes the member at one position of each.
+  const std::vector<int64_t> dp_cp = group(GroupKind::kDpCp, rank_id);
+  const int64_t shard = size(GroupKind::kDpShard);
+  const auto at = static_cast<int64_t>(std::find(dp_cp.begin(), dp_cp.end(), rank_id) - dp_cp.begin());
+  std::vector<int64_t> members;
+  if (g == GroupKind::kDpShard) {
+    const int64_t block = at / shard;
+    for (int64_t i = block * shard; i < (block + 1) * shard; ++i) members.push_back(dp_cp[static_cast<size_t>(i)]);
+  } else {
+    for (int64_t i = at % shard; i < static_cast<int64_t>(dp_cp.size()); i += shard) {
+      members.push_back(dp_cp[static_cast<size_t>(i)]);
+    }
+  }
+  return members;
+}
+
 std::vector<int64_t> RankLayout::group(GroupKind g, int64_t rank_id) const {
+  if (g == GroupKind::kDpShard || g == GroupKind::kDpReplica) return hsdp_group(g, rank_id);
   std::vector<int64_t> members;
   if (g == GroupKind::kWorld) {
     (void)coords(rank_id, false);  // range check
@@ -270,6 +303,15 @@ std::vector<std::vector<int64_t>> RankLayout::all_groups(GroupKind g) const {
 int64_t RankLayout::group_index(GroupKind g, int64_t rank_id) const {
   // The index of a group = rank of its smallest member among groups ordered by smallest member;
   // computed arithmetically from the coordinates outside the group's dimensions.
+  if (g == GroupKind::kDpShard || g == GroupKind::kDpReplica) {
+    // The DP x CP group's index, then the block (shard) or the position in the block (replica).
+    const std::vector<int64_t> dp_cp = group(GroupKind::kDpCp, rank_id);
+    const int64_t shard = size(GroupKind::kDpShard);
+    const auto at =
+        static_cast<int64_t>(std::find(dp_cp.begin(), dp_cp.end(), rank_id) - dp_cp.begin());
+    const int64_t base = group_index(GroupKind::kDpCp, rank_id);
+    return g == GroupKind::kDpShard ? base * dp_replicas_ + at / shard : base * shard + at % shard;
+  }
   const GroupDims gd = dims_of(g);
   if (gd.expert) check_expert_groups();
   const Dims& size = gd.expert ? expert_size_ : dense_size_;
@@ -289,7 +331,7 @@ RankLayout layout_of(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
   return RankLayout(p.tensor_model_parallel_size, p.context_parallel_size, p.data_parallel_size,
                     p.pipeline_model_parallel_size, p.rank_order, p.expert_model_parallel_size,
-                    p.expert_tp());
+                    p.expert_tp(), s.training.num_distributed_optimizer_instances);
 }
 
 }  // namespace traintwin

@@ -22,13 +22,21 @@ namespace traintwin {
 /// group (the routed experts are split over it; the all-to-all dispatch runs in it), kEtp the
 /// expert-tensor-parallel group, kEdp the expert-data-parallel group (expert gradients are
 /// reduced over it), kEtpEp the ETP x EP group (the allgather token dispatcher's group).
+/// HSDP groups (Megatron-Core's num_distributed_optimizer_instances R, parallel_state.py's
+/// intra/inter partial data-parallel groups with CP): kDpShard is one of the R blocks of
+/// DP x CP / R consecutive members of a DP x CP group (sharded state is split inside it: the
+/// reduce-scatter of gradients, the all-gather of parameters), kDpReplica the R members at one
+/// position of the R blocks (the all-reduce of gradient shards across the replicas). With R = 1
+/// kDpShard is the DP x CP group and kDpReplica a single rank.
 enum class GroupKind {
-  kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld, kEp, kEtp, kEdp, kEtpEp
+  kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld, kEp, kEtp, kEdp, kEtpEp,
+  kDpShard, kDpReplica
 };
 /// Number of GroupKind values (the size of per-kind arrays).
-inline constexpr size_t kNumGroupKinds = 12;
+inline constexpr size_t kNumGroupKinds = 14;
 
-/// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world" | "ep" | "etp" | "edp" | "etp-ep".
+/// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world" | "ep" | "etp" | "edp" |
+/// "etp-ep" | "dp-shard" | "dp-replica".
 const char* to_string(GroupKind g);
 
 /// Coordinates of one rank, each in [0, size of that dimension).
@@ -47,12 +55,14 @@ struct ExpertCoord {
 class RankLayout {
  public:
   /// `ep`: expert-model-parallel size; `etp`: expert-tensor-parallel size, 0 = tp. The
-  /// expert-data-parallel size is tp x cp x dp / (etp x ep).
+  /// expert-data-parallel size is tp x cp x dp / (etp x ep). `dp_replicas`: the HSDP replica
+  /// count R (kDpShard groups of dp x cp / R ranks, kDpReplica groups of R ranks).
   /// Throws InvalidArgument when a size is < 1 (etp < 0), etp x ep does not divide tp x cp x dp,
-  /// or `order` is not a dash-separated permutation of tp, cp, ep, dp, pp; as in Megatron, a
-  /// dimension of size 1 (in both generators) may be left out of the order.
+  /// dp_replicas does not divide dp x cp, or `order` is not a dash-separated permutation of tp,
+  /// cp, ep, dp, pp; as in Megatron, a dimension of size 1 (in both generators) may be left out
+  /// of the order.
   RankLayout(int64_t tp, int64_t cp, int64_t dp, int64_t pp, const std::string& order = "tp-cp-dp-pp",
-             int64_t ep = 1, int64_t etp = 0);
+             int64_t ep = 1, int64_t etp = 0, int64_t dp_replicas = 1);
 
   int64_t world_size() const { return tp_ * cp_ * dp_ * pp_; }
   int64_t size(GroupKind g) const;  ///< members of one group of kind g
@@ -80,7 +90,9 @@ class RankLayout {
   /// (for kPp: stage 0 first; for kEmbedding: {first stage, last stage}, one member when PP == 1).
   std::vector<int64_t> group(GroupKind g, int64_t rank) const;
   /// Index of that group among all groups of kind `g`, in the order of their smallest rank
-  /// (0 .. number of groups - 1; for kEmbedding, world/PP groups).
+  /// (0 .. number of groups - 1; for kEmbedding, world/PP groups). kDpShard and kDpReplica:
+  /// the DP x CP group's index x R + the block (x DP x CP / R + the position in the block), dense
+  /// in 0 .. number of groups - 1 but not ordered by smallest rank.
   int64_t group_index(GroupKind g, int64_t rank) const;
   /// All groups of kind `g`, each sorted as group(), ordered by their smallest rank.
   std::vector<std::vector<int64_t>> all_groups(GroupKind g) const;
@@ -90,7 +102,10 @@ class RankLayout {
   Dims coords(int64_t rank, bool expert) const;
   int64_t rank_of(const Dims& c, bool expert) const;
 
-  int64_t tp_, cp_, dp_, pp_, ep_, etp_, edp_;
+  /// kDpShard / kDpReplica members of `rank`: cut from its DP x CP group.
+  std::vector<int64_t> hsdp_group(GroupKind g, int64_t rank) const;
+
+  int64_t tp_, cp_, dp_, pp_, ep_, etp_, edp_, dp_replicas_;
   std::string order_;
   std::string expert_error_;  // why the expert groups are unusable ("" = usable)
   std::array<int, 5> dim_of_position_{};  // position in order -> dim index

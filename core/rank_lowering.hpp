@@ -309,7 +309,8 @@ class RankLowering {
   bool reduces_every_micro_batch() const { return sc_.training.zero_stage() >= 2; }
 
   /// ZeRO-3: before transformer layer `layer` of `chunk` runs (forward, or backward with its
-  /// recomputation), its parameters are all-gathered over DP x CP (its routed experts' over
+  /// recomputation), its parameters are all-gathered over the sharding group (DP x CP, or its
+  /// HSDP block, dense_shard_group()) (its routed experts' over
   /// expert DP), and those of `next` (the layer after it in this pass; none at the chunk's end)
   /// are prefetched: Megatron-FSDP's unit is one transformer layer, gathered again for every
   /// micro-batch and pass (parameters resharded after use). Waits for the layer's gathers.
@@ -317,7 +318,18 @@ class RankLowering {
   /// Issues the gathers of one FSDP unit (layer) on the DP stream; returns their ops.
   std::vector<uint32_t> issue_fsdp_gather(int64_t layer);
 
-  void issue_grad_reduce(int64_t chunk, Bucket& bucket);
+  /// The gradient reduce of one bucket on the DP stream: an all-reduce over DP x CP without the
+  /// distributed optimizer, else a reduce-scatter over the sharding group (kDpShard: DP x CP, or
+  /// DP x CP / R under HSDP). Under HSDP (R > 1), on the micro-batch that completes the
+  /// gradients (`last_micro_batch`), the shard's all-reduce across the R replicas (kDpReplica,
+  /// ceil(params / shard size) gradients) follows it on the same stream. Expert buckets keep
+  /// expert DP.
+  void issue_grad_reduce(int64_t chunk, Bucket& bucket, bool last_micro_batch = true);
+  /// The group dense parameters are sharded over: kDpShard under HSDP, else kDpCp.
+  GroupKind dense_shard_group() const {
+    return sc_.training.num_distributed_optimizer_instances > 1 ? GroupKind::kDpShard
+                                                                : GroupKind::kDpCp;
+  }
 
   void issue_param_gathers(Phase phase);
 

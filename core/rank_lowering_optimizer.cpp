@@ -68,7 +68,7 @@ void RankLowering::plan_buckets() {
         of_layer[id].push_back(chunk.size() - 1);
       }
     };
-    fill(items, GroupKind::kDpCp);
+    fill(items, dense_shard_group());
     fill(expert_items, GroupKind::kEdp);
     // A bucket's trigger (its last id) is the trigger of at most one dense and one expert
     // bucket.
@@ -89,12 +89,16 @@ int64_t RankLowering::moe_layers_on_rank() const {
 void RankLowering::bucket_done(int64_t chunk, int64_t layer) {
   if (!sc_.training.overlap_grad_reduce && !reduces_every_micro_batch()) return;
   const auto& of_trigger = bucket_of_trigger_[static_cast<size_t>(chunk)];
+  // The micro-batch whose backward (W under a split backward) completes the gradients: under
+  // ZeRO-2/3 the earlier ones reduce-scatter too, but only this one syncs the HSDP replicas.
+  const auto c = static_cast<size_t>(chunk);
+  const bool last_mb = mb_ == (split_ ? last_weight_grad_mb_[c] : last_backward_mb_[c]);
   if (auto it = of_trigger.find(layer); it != of_trigger.end()) {
-    for (size_t b : it->second) issue_grad_reduce(chunk, buckets_[static_cast<size_t>(chunk)][b]);
+    for (size_t b : it->second) issue_grad_reduce(chunk, buckets_[c][b], last_mb);
   }
 }
 
-void RankLowering::issue_grad_reduce(int64_t chunk, Bucket& bucket) {
+void RankLowering::issue_grad_reduce(int64_t chunk, Bucket& bucket, bool last_micro_batch) {
   context(Phase::kGradSync, -1, chunk, -1);
   role(Role::kGradBucket);
   const bool dist = sc_.training.use_distributed_optimizer;
@@ -106,6 +110,20 @@ void RankLowering::issue_grad_reduce(int64_t chunk, Bucket& bucket) {
   if (bucket.grad_op != kNoOp) {
     grad_syncs_.push_back(bucket.grad_op);
     out_.ops[bucket.grad_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
+  }
+  if (dist && last_micro_batch && bucket.group == GroupKind::kDpShard) {
+    // HSDP: this rank's shard of the reduced bucket, summed across the replicas (after the
+    // reduce-scatter: the same stream keeps the order).
+    const uint32_t replica = collective(
+        CollectiveKind::kAllReduce, GroupKind::kDpReplica, Stream::kDpComm,
+        ceil_div(bucket.params, layout_.size(GroupKind::kDpShard)) * d_.grad_bytes,
+        "hsdp all_reduce grad shards");
+    if (replica != kNoOp) {
+      add_dep(replica, bucket.grad_op);
+      grad_syncs_.push_back(replica);
+      out_.ops[replica].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
+      bucket.grad_op = replica;
+    }
   }
 }
 
@@ -126,7 +144,7 @@ void RankLowering::issue_param_gathers(Phase phase) {
     }
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
       if (first[x] != first[y]) return first[x] < first[y];
-      return chunk[x].group == GroupKind::kDpCp && chunk[y].group != GroupKind::kDpCp;
+      return chunk[x].group != GroupKind::kEdp && chunk[y].group == GroupKind::kEdp;
     });
     for (size_t b : order) {
       Bucket& bucket = chunk[b];
@@ -165,7 +183,7 @@ std::vector<uint32_t> RankLowering::issue_fsdp_gather(int64_t layer) {
     out_.ops[op].bucket_layers = {static_cast<int32_t>(layer)};
     ops.push_back(op);
   };
-  gather(lp.dense, lp.dense_gemm, GroupKind::kDpCp, "fsdp all_gather params");
+  gather(lp.dense, lp.dense_gemm, dense_shard_group(), "fsdp all_gather params");
   gather(lp.expert, lp.expert_gemm, GroupKind::kEdp, "fsdp all_gather expert params");
   role(before);
   return ops;
@@ -236,8 +254,8 @@ void RankLowering::finalize_and_step() {
   for (uint32_t x : done) wait(x);
   context(Phase::kOptimizer, -1, -1, -1);
   const bool dist = sc_.training.use_distributed_optimizer;
-  const int64_t dp_cp = layout_.size(GroupKind::kDpCp);
-  // Dense parameters sharded over DP x CP, expert parameters over expert-DP.
+  const int64_t dp_cp = layout_.size(dense_shard_group());
+  // Dense parameters sharded over DP x CP (its HSDP block), expert parameters over expert-DP.
   const RankParameters params = stage_parameters_on_rank(sc_, c.pp);
   const int64_t local =
       dist ? ceil_div(params.dense, dp_cp) +

@@ -283,6 +283,13 @@ struct TrainingConfig {
     }
     return use_distributed_optimizer ? 1 : 0;
   }
+  /// HSDP (Megatron-Core --num-distributed-optimizer-instances R): the DP x CP ranks split into
+  /// R sharding groups of DP x CP / R consecutive members each; the sharded state (optimizer,
+  /// and gradients and parameters as zero_stage() says) is split inside a group and replicated
+  /// across the R groups, whose gradient shards an all-reduce over the replica group sums.
+  /// torchtitan's data_parallel_replicate_degree is R, data_parallel_shard_degree DP x CP / R.
+  /// 1 = one group of all DP x CP ranks (plain ZeRO/FSDP).
+  int64_t num_distributed_optimizer_instances = 1;
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
@@ -425,6 +432,12 @@ struct Scenario {
            (training.micro_batch_size * parallel.data_parallel_size);
   }
   int64_t world_size() const { return cluster.num_gpus; }
+  /// Ranks a dense parameter's sharded state is split over: DP x CP /
+  /// training.num_distributed_optimizer_instances (the sharding group; DP x CP without HSDP).
+  int64_t data_parallel_shard_size() const {
+    return parallel.data_parallel_size * parallel.context_parallel_size /
+           std::max<int64_t>(1, training.num_distributed_optimizer_instances);
+  }
 };
 
 /// A `key.path=value` override, as given by `--set` (value in YAML syntax).

@@ -323,6 +323,8 @@ void check_rules(const Scenario& s, const Locator& where) {
                  p.virtual_pipeline_model_parallel_size);
   check_positive(where, "parallelism.context_parallel_size", p.context_parallel_size);
   check_positive(where, "parallelism.data_parallel_size", p.data_parallel_size);
+  check_positive(where, "training.num_distributed_optimizer_instances",
+                 t.num_distributed_optimizer_instances);
   check_positive(where, "training.micro_batch_size", t.micro_batch_size);
   check_positive(where, "training.global_batch_size", t.global_batch_size);
   check_positive(where, "cluster.num_gpus", s.cluster.num_gpus);
@@ -601,6 +603,36 @@ void check_rules(const Scenario& s, const Locator& where) {
                fmt::format("{} needs training.use_megatron_fsdp: true (without it, "
                            "use_distributed_optimizer shards the optimizer state: ZeRO-1)",
                            to_string(t.data_parallel_sharding_strategy)));
+  }
+  // HSDP (Megatron-Core's --num-distributed-optimizer-instances: the distributed optimizer
+  // sharded inside each instance, asserted to need --use-distributed-optimizer).
+  if (const int64_t n = t.num_distributed_optimizer_instances; n > 1) {
+    const std::string key = "training.num_distributed_optimizer_instances";
+    if (!t.use_distributed_optimizer) {
+      rule_error(where, key,
+                 fmt::format("{} needs training.use_distributed_optimizer: true (rule: HSDP "
+                             "shards inside each of the {} instances, as Megatron-LM)",
+                             n, n));
+    }
+    const int64_t dp_cp = p.data_parallel_size * p.context_parallel_size;
+    if (dp_cp % n != 0) {
+      std::string divisors;
+      for (int64_t d = 1; d <= dp_cp; ++d) {
+        if (dp_cp % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+      }
+      rule_error(where, key,
+                 fmt::format("{} does not divide data_parallel_size x context_parallel_size = "
+                             "{} x {} = {} (allowed: {}; rule: every instance holds "
+                             "DP x CP / N ranks)",
+                             n, p.data_parallel_size, p.context_parallel_size, dp_cp,
+                             divisors));
+    }
+    if (m.is_moe()) {
+      rule_error(where, key,
+                 fmt::format("{} with a mixture of experts is not modelled (the expert-data-"
+                             "parallel groups have no HSDP split here; allowed: 1)",
+                             n));
+    }
   }
   if (t.overlap_param_gather && !t.overlap_grad_reduce) {
     rule_error(where, "training.overlap_param_gather",

@@ -242,6 +242,14 @@ const std::vector<KeySpec>& table() {
               "ZeRO-3 (Rajbhandari et al. 2020)",
        .flag = "--data-parallel-sharding-strategy",
        .bind = enum_field<kTrain, &T::data_parallel_sharding_strategy>()},
+      {.section = "training", .key = "num_distributed_optimizer_instances", .type = V::kInteger,
+       .unit = "replicas",
+       .doc = "HSDP: DP x CP splits into this many sharding groups of DP x CP / N consecutive "
+              "ranks, sharded inside, replicated across (gradient shards all-reduced over the "
+              "N replicas); torchtitan data_parallel_replicate_degree = N, "
+              "data_parallel_shard_degree = DP x CP / N (needs use_distributed_optimizer)",
+       .flag = "--num-distributed-optimizer-instances",
+       .bind = field<kTrain, &T::num_distributed_optimizer_instances>()},
       {.section = "training", .key = "overlap_grad_reduce", .type = V::kBoolean,
        .doc = "DP gradient reduce in buckets during backward",
        .bind = field<kTrain, &T::overlap_grad_reduce>()},

@@ -65,6 +65,9 @@ class Executor::Impl {
       unsupported("training.use_megatron_fsdp (shard the optimizer state with "
                   "use_distributed_optimizer alone)");
     }
+    if (sc.training.num_distributed_optimizer_instances > 1) {
+      unsupported("training.num_distributed_optimizer_instances > 1 (HSDP: set it to 1)");
+    }
     if (splits_backward(sc.parallel.pipeline_schedule)) {
       // Never run as 1F1B in its place: a W step's ops (Phase::kWeightGrad) would need the
       // model math to keep the output gradients of B until W (exec/gpt_model.cpp).

@@ -65,6 +65,12 @@ bool is_expert_group(GroupKind kind) {
 }
 
 std::string unusable_group_reason(const RankLayout& layout, GroupKind kind) {
+  // The executor runs no HSDP (training.num_distributed_optimizer_instances > 1 is refused), so
+  // its communicators leave the sharding and replica groups out rather than duplicate DP x CP.
+  if (kind == GroupKind::kDpShard || kind == GroupKind::kDpReplica) {
+    return "the HSDP groups (dp-shard, dp-replica) are not executed (training."
+           "num_distributed_optimizer_instances > 1 is refused by the executor)";
+  }
   if (!is_expert_group(kind)) return "";
   try {
     layout.check_expert_groups();

@@ -135,6 +135,8 @@ class Estimator {
       case GroupKind::kCp:
       case GroupKind::kDp:
       case GroupKind::kDpCp:
+      case GroupKind::kDpShard:
+      case GroupKind::kDpReplica:
       case GroupKind::kEp:
       case GroupKind::kEtp:
       case GroupKind::kEdp:

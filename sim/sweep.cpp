@@ -71,9 +71,37 @@ struct Combination {
   bool sp, distributed_optimizer, fp8;
   int64_t ep, etp;
   PipelineScheduleKind schedule;
+  DataParallelShardingStrategy sharding = DataParallelShardingStrategy::kNoShard;
+  int64_t instances = 1;  // training.num_distributed_optimizer_instances
   int64_t global_batch_size_per_dp = 0;  // 0: the base's global batch
   bool sp_swept = false, vpp_swept = false;
+  bool sharding_swept = false;  // sharding from the axis (else the base's, untouched)
+  bool distributed_optimizer_swept = false;
 };
+
+/// The sharding strategy of `k` (when swept) applied to `s`: Megatron-FSDP on for optim,
+/// optim_grads and optim_grads_params (with the distributed optimizer it needs, unless that axis
+/// is swept: then the scenario rule decides), off for no_shard; each change listed.
+void apply_sharding(const Combination& k, Scenario& s, std::vector<std::string>& adjustments) {
+  if (!k.sharding_swept) return;
+  TrainingConfig& t = s.training;
+  t.data_parallel_sharding_strategy = k.sharding;
+  const bool fsdp = k.sharding != DataParallelShardingStrategy::kNoShard;
+  if (fsdp != t.use_megatron_fsdp) {
+    adjustments.push_back(
+        fsdp ? "training.use_megatron_fsdp: false -> true (training.data_parallel_sharding_strategy "
+               "optim, optim_grads and optim_grads_params are Megatron-FSDP's)"
+             : "training.use_megatron_fsdp: true -> false (training.data_parallel_sharding_strategy "
+               "no_shard: the plain data-parallel layout)");
+    t.use_megatron_fsdp = fsdp;
+  }
+  if (fsdp && !t.use_distributed_optimizer && !k.distributed_optimizer_swept) {
+    t.use_distributed_optimizer = true;
+    adjustments.push_back(
+        "training.use_distributed_optimizer: false -> true (needed by training.use_megatron_fsdp, "
+        "as Megatron-LM)");
+  }
+}
 
 /// What Megatron-LM does with switches a layout outgrows (megatron/training/arguments.py), for
 /// the sequence parallelism and virtual pipeline size the base scenario gives and no axis sweeps:
@@ -151,7 +179,9 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
           "training.fp8_param_gather: true -> false (needs training.fp8_format)");
     }
   }
-  if (base.training.use_distributed_optimizer && !distributed_optimizer &&
+  apply_sharding(k, s, c.adjustments);
+  s.training.num_distributed_optimizer_instances = k.instances;
+  if (base.training.use_distributed_optimizer && !s.training.use_distributed_optimizer &&
       s.training.overlap_param_gather) {
     s.training.overlap_param_gather = false;
     c.adjustments.push_back(
@@ -216,9 +246,11 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   check_unique("distributed_optimizer", axes.distributed_optimizer);
   check_unique("fp8", axes.fp8);
   check_unique("pipeline_schedule", axes.pipeline_schedule);
+  check_unique("data_parallel_sharding_strategy", axes.data_parallel_sharding_strategy);
   check_axis("ep", axes.ep);
   check_axis("etp", axes.etp);
   check_axis("num_gpus", axes.num_gpus);
+  check_axis("num_distributed_optimizer_instances", axes.num_distributed_optimizer_instances);
   if (axes.global_batch_size_per_dp < 0) {
     throw InvalidArgument(fmt::format("sweep: global_batch_size_per_dp must be >= 0, got {}",
                                       axes.global_batch_size_per_dp));
@@ -236,10 +268,14 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   const auto eps = or_base(axes.ep, base.parallel.expert_model_parallel_size);
   const auto etps = or_base(axes.etp, base.parallel.expert_tensor_parallel_size.value_or(0));
   const auto schedules = or_base(axes.pipeline_schedule, base.parallel.pipeline_schedule);
+  const auto shardings =
+      or_base(axes.data_parallel_sharding_strategy, base.training.data_parallel_sharding_strategy);
+  const auto instances = or_base(axes.num_distributed_optimizer_instances,
+                                 base.training.num_distributed_optimizer_instances);
   std::vector<SweepConfiguration> out;
   out.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
               recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() * etps.size() *
-              schedules.size());
+              schedules.size() * shardings.size() * instances.size());
   for (int64_t n : gpus) {
     for (int64_t tp : tps) {
       for (int64_t cp : cps) {
@@ -253,12 +289,19 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                       for (int64_t ep : eps) {
                         for (int64_t etp : etps) {
                           for (PipelineScheduleKind ps : schedules) {
-                            Combination k{n, tp, cp, pp, vpp, mbs, r, sp, d, f8, ep, etp, ps};
-                            k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
-                            k.sp_swept = !axes.sequence_parallel.empty();
-                            k.vpp_swept = !axes.vpp.empty();
-                            out.push_back(make_configuration(base, static_cast<int64_t>(out.size()),
-                                                             k, gpu_memory_bytes));
+                            for (DataParallelShardingStrategy z : shardings) {
+                              for (int64_t inst : instances) {
+                                Combination k{n,  tp, cp, pp, vpp, mbs, r,
+                                              sp, d,  f8, ep, etp, ps,  z, inst};
+                                k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
+                                k.sp_swept = !axes.sequence_parallel.empty();
+                                k.vpp_swept = !axes.vpp.empty();
+                                k.sharding_swept = !axes.data_parallel_sharding_strategy.empty();
+                                k.distributed_optimizer_swept = !axes.distributed_optimizer.empty();
+                                out.push_back(make_configuration(
+                                    base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                              }
+                            }
                           }
                         }
                       }
@@ -564,17 +607,21 @@ std::vector<RecomputeGranularity> parse_sweep_recompute(const std::string& flag,
   return out;
 }
 
-std::vector<PipelineScheduleKind> parse_sweep_schedules(const std::string& flag,
-                                                        const std::string& text) {
+namespace {
+
+/// A comma-separated list of an enum's names (EnumNames), no duplicates; ConfigError naming the
+/// flag and the allowed names otherwise.
+template <typename E>
+std::vector<E> parse_sweep_enum(const std::string& flag, const std::string& text) {
   std::string allowed;
-  for (std::string_view n : EnumNames<PipelineScheduleKind>::table.names()) {
+  for (std::string_view n : EnumNames<E>::table.names()) {
     allowed += (allowed.empty() ? "" : ", ") + std::string(n);
   }
   const auto items = split_commas(text);
   reject_duplicates(flag, items, allowed);
-  std::vector<PipelineScheduleKind> out;
+  std::vector<E> out;
   for (const std::string& item : items) {
-    const auto kind = EnumNames<PipelineScheduleKind>::table.parse(item);
+    const auto kind = EnumNames<E>::table.parse(item);
     if (!kind) {
       throw ConfigError(fmt::format("{}: '{}' is not allowed (allowed: {}, comma-separated)", flag,
                                     item, allowed));
@@ -582,6 +629,18 @@ std::vector<PipelineScheduleKind> parse_sweep_schedules(const std::string& flag,
     out.push_back(*kind);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<PipelineScheduleKind> parse_sweep_schedules(const std::string& flag,
+                                                        const std::string& text) {
+  return parse_sweep_enum<PipelineScheduleKind>(flag, text);
+}
+
+std::vector<DataParallelShardingStrategy> parse_sweep_sharding_strategies(const std::string& flag,
+                                                                          const std::string& text) {
+  return parse_sweep_enum<DataParallelShardingStrategy>(flag, text);
 }
 
 std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string& text) {

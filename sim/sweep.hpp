@@ -55,6 +55,15 @@ struct SweepAxes {
   /// parallelism.pipeline_schedule, e.g. 1f1b, zb-h1, zb-h2 (a schedule a layout cannot run,
   /// such as a zero-bubble one with VPP > 1, makes that configuration invalid with its rule).
   std::vector<PipelineScheduleKind> pipeline_schedule;
+  /// training.data_parallel_sharding_strategy (Megatron-FSDP's ZeRO stage: no_shard, optim,
+  /// optim_grads, optim_grads_params). optim, optim_grads and optim_grads_params turn
+  /// training.use_megatron_fsdp on, and use_distributed_optimizer with it where the
+  /// distributed_optimizer axis is not swept (each change listed in adjustments); no_shard turns
+  /// Megatron-FSDP off (the plain layout: the distributed optimizer or DDP as the other axes say).
+  std::vector<DataParallelShardingStrategy> data_parallel_sharding_strategy;
+  /// training.num_distributed_optimizer_instances: HSDP replica counts (1 = no HSDP); a count
+  /// that does not divide a layout's DP x CP makes it invalid with the scenario rule.
+  std::vector<int64_t> num_distributed_optimizer_instances;
   /// The global batch of each configuration: 0 keeps the base's (fixed); N > 0 makes it N x DP
   /// (a fixed batch per data-parallel replica, weak scaling).
   int64_t global_batch_size_per_dp = 0;
@@ -87,7 +96,8 @@ struct SweepConfiguration {
 
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
 /// num_gpus, tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep,
-/// etp, pipeline_schedule. For each: DP is derived (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming
+/// etp, pipeline_schedule, data_parallel_sharding_strategy, num_distributed_optimizer_instances.
+/// For each: DP is derived (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming
 /// cluster.num_gpus) and the global batch follows axes.global_batch_size_per_dp; a switch of
 /// the base that needs one the axes turned off is turned off too and listed in `adjustments`
 /// (overlap_param_gather needs use_distributed_optimizer; tp_comm_overlap needs
@@ -195,6 +205,11 @@ std::vector<RecomputeGranularity> parse_sweep_recompute(const std::string& flag,
 /// zb-h2; no duplicates); ConfigError naming the flag and the allowed names otherwise.
 std::vector<PipelineScheduleKind> parse_sweep_schedules(const std::string& flag,
                                                         const std::string& text);
+/// Parses a comma-separated list of data-parallel sharding strategies by their names (no_shard,
+/// optim, optim_grads, optim_grads_params; no duplicates); ConfigError naming the flag and the
+/// allowed names otherwise.
+std::vector<DataParallelShardingStrategy> parse_sweep_sharding_strategies(const std::string& flag,
+                                                                          const std::string& text);
 /// Parses "on,off" (either or both, no duplicates); ConfigError naming the flag otherwise.
 std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string& text);
 

@@ -44,6 +44,10 @@ SweepRecord sweep_record(const SweepRow& row) {
   c.expert_tensor_parallel_size = s.parallel.expert_tp();
   c.gpus_per_replica = row.config.gpus_per_replica();
   c.pipeline_schedule = s.parallel.pipeline_schedule;
+  c.use_megatron_fsdp = s.training.use_megatron_fsdp;
+  c.data_parallel_sharding_strategy = s.training.data_parallel_sharding_strategy;
+  c.zero_stage = s.training.zero_stage();
+  c.num_distributed_optimizer_instances = s.training.num_distributed_optimizer_instances;
   r.peak_memory_bytes = row.config.peak_memory_bytes;
   r.memory_capacity_bytes = row.config.memory_capacity_bytes;
   r.excess_memory_bytes = row.config.excess_memory_bytes;
@@ -80,7 +84,11 @@ nlohmann::ordered_json sweep_record_json(const SweepRecord& r) {
       {"expert_model_parallel_size", c.expert_model_parallel_size},
       {"expert_tensor_parallel_size", c.expert_tensor_parallel_size},
       {"gpus_per_replica", c.gpus_per_replica},
-      {"pipeline_schedule", to_string(c.pipeline_schedule)}};
+      {"pipeline_schedule", to_string(c.pipeline_schedule)},
+      {"use_megatron_fsdp", c.use_megatron_fsdp},
+      {"data_parallel_sharding_strategy", to_string(c.data_parallel_sharding_strategy)},
+      {"zero_stage", c.zero_stage},
+      {"num_distributed_optimizer_instances", c.num_distributed_optimizer_instances}};
   j["memory"] = {{"peak_bytes", r.peak_memory_bytes},
                  {"capacity_bytes", r.memory_capacity_bytes},
                  {"excess_bytes", r.excess_memory_bytes},
@@ -223,6 +231,17 @@ SweepRecord sweep_record_from_json(const nlohmann::ordered_json& j, const JsonPl
   c.gpus_per_replica = json_integer(cj, "gpus_per_replica", at);
   c.pipeline_schedule =
       json_enum(cj, "pipeline_schedule", at, EnumNames<PipelineScheduleKind>::table);
+  // Sharding fields: absent in files written before the sharding axis (plain layouts then).
+  if (cj.contains("data_parallel_sharding_strategy")) {
+    c.use_megatron_fsdp = json_bool(cj, "use_megatron_fsdp", at);
+    c.data_parallel_sharding_strategy = json_enum(cj, "data_parallel_sharding_strategy", at,
+                                                  EnumNames<DataParallelShardingStrategy>::table);
+    c.zero_stage = json_integer(cj, "zero_stage", at);
+    c.num_distributed_optimizer_instances =
+        json_integer(cj, "num_distributed_optimizer_instances", at);
+  } else {
+    c.zero_stage = c.use_distributed_optimizer ? 1 : 0;
+  }
   const ojson& memory = json_object(j, "memory", where);
   const JsonPlace mem = where.key("memory");
   r.peak_memory_bytes = json_number(memory, "peak_bytes", mem);

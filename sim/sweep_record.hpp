@@ -43,6 +43,13 @@ struct SweepRecordConfiguration {
   int64_t expert_tensor_parallel_size = 1;
   int64_t gpus_per_replica = 1;  ///< TP x CP x PP
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
+  bool use_megatron_fsdp = false;  ///< training.use_megatron_fsdp
+  /// training.data_parallel_sharding_strategy (no_shard unless Megatron-FSDP).
+  DataParallelShardingStrategy data_parallel_sharding_strategy =
+      DataParallelShardingStrategy::kNoShard;
+  int64_t zero_stage = 0;  ///< TrainingConfig::zero_stage(): 0 replicated .. 3 parameters sharded
+  /// training.num_distributed_optimizer_instances (HSDP replicas; 1 without HSDP).
+  int64_t num_distributed_optimizer_instances = 1;
 };
 
 /// One row of sweep.json: SweepRow without its Scenario.

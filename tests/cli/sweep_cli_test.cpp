@@ -165,6 +165,61 @@ TEST(SweepCli, PipelineScheduleAxisRanksTheSchedules) {
                                     "1f1b, zb-h1, zb-h2"));
 }
 
+// The sharding axis: DDP-free plain layout (the scenario's distributed optimizer, ZeRO-1) and
+// Megatron-FSDP's ZeRO-1 and ZeRO-2 ranked in one table with a ZeRO column; the FSDP rows say
+// they turned use_megatron_fsdp on; ZeRO-3 is replayed only, so the analytical mode lists it as
+// failed with the estimator's reason; sweep.csv has the strategy column.
+TEST(SweepCli, DataParallelShardingStrategyAxisRanksZeroStages) {
+  const fs::path dir = fs::temp_directory_path() / "traintwin-sweep-sharding";
+  fs::remove_all(dir);
+  const Result r = run("sweep " + kScenario +
+                       " --data-parallel-sharding-strategy no_shard,optim,optim_grads,"
+                       "optim_grads_params --mode analytical --jobs 1 --out " + dir.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("4 configurations: 3 ranked, 0 out of memory, 1 failed"),
+                    HasSubstr(" ZeRO "), HasSubstr(" ZeRO-2 "), HasSubstr(" ZeRO-1 "),
+                    HasSubstr("optim_grads_params (ZeRO-3) is replayed only"),
+                    HasSubstr("3 x training.use_megatron_fsdp: false -> true")));
+  std::ifstream csv(dir / "sweep.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_THAT(header, HasSubstr("configuration.data_parallel_sharding_strategy"));
+  // --mode auto replays ZeRO-3 when its ZeRO-2 twin's estimate ranks it in the top K: with
+  // K = 4 all three are ranked, ZeRO-3 (replayed) no faster than ZeRO-2.
+  const fs::path auto_dir = fs::temp_directory_path() / "traintwin-sweep-sharding-auto";
+  fs::remove_all(auto_dir);
+  const Result a = run("sweep " + kScenario +
+                       " --data-parallel-sharding-strategy optim,optim_grads,optim_grads_params"
+                       " --mode auto --top 4 --jobs 1 --out " + auto_dir.string());
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_THAT(a.output, AllOf(HasSubstr("3 configurations: 3 ranked"), HasSubstr(" ZeRO-3 ")));
+  std::ifstream in(auto_dir / "sweep.json");
+  const auto rows = nlohmann::json::parse(in)["rows"];
+  double zero2 = 0, zero3 = 0;
+  for (const auto& row : rows) {
+    const int stage = row["configuration"]["zero_stage"];
+    EXPECT_FALSE(row["metrics"].contains("mode")) << "analytical, not replayed: stage " << stage;
+    if (stage == 2) zero2 = row["metrics"]["tokens_per_s"];
+    if (stage == 3) zero3 = row["metrics"]["tokens_per_s"];
+  }
+  EXPECT_GT(zero3, 0);
+  EXPECT_LE(zero3, zero2);
+  // The HSDP axis: DP 8 in 1 or 2 instances ranks both (ZeRO-1/2 = 2 replicas); 3 does not
+  // divide DP x CP = 8 and is invalid by the rule.
+  const Result h = run("sweep " + kScenario +
+                       " --num-distributed-optimizer-instances 1,2,3 --mode analytical --jobs 1");
+  ASSERT_EQ(h.status, 0) << h.output;
+  EXPECT_THAT(h.output, AllOf(HasSubstr("3 configurations: 2 ranked"), HasSubstr("1 invalid"),
+                              HasSubstr(" ZeRO-1/2 "),
+                              HasSubstr("training.num_distributed_optimizer_instances: 3 does "
+                                        "not divide")));
+  const Result bad = run("sweep " + kScenario + " --data-parallel-sharding-strategy zero2");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--data-parallel-sharding-strategy: 'zero2' is not allowed "
+                                    "(allowed: no_shard, optim, optim_grads, optim_grads_params"));
+}
+
 TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
   // A 1.3B model with a global batch that allows large micro-batches: mbs 32 without
   // recomputation does not fit 80 GB.

@@ -308,6 +308,54 @@ TEST(MemoryTest, MegatronFsdpShardsGradientsAndWeights) {
   EXPECT_EQ(zero3.optimizer_bytes, zero2.optimizer_bytes);
 }
 
+// HSDP: sharding divides by the sharding group N_d = DP x CP / instances, not by DP. GPT-3 175B
+// / 1024 (DP 8, stage 0 as above) in 2 instances: N_d = 4. ZeRO-1: optimizer 12 x params / 4;
+// ZeRO-3: also gradients 4 x params / 4 (+ one layer's full gradients) and the layers' weights
+// 2 x 6 layers / 4 (+ two gathered layers, the embeddings whole). The ZeRO paper's formulas at
+// N_d = 64 (Figure 1) come out of DP 128 in 2 instances.
+TEST(MemoryTest, HsdpShardsOverTheShardingGroup) {
+  Scenario s = Gpt3_175BOn1024();
+  const double params = 1463270400;
+  const double h = 12288;
+  const double layer = 12 * h * h / 8 + 3 * h / 8 + h + 4 * h / 8 + h + 4 * h;
+  const double embeddings = params - 6 * layer;
+  s.training.num_distributed_optimizer_instances = 2;
+  ASSERT_EQ(s.data_parallel_shard_size(), 4);
+  const StageMemory zero1 = stage_memory(s, 0);
+  EXPECT_EQ(zero1.weights_bytes, 2 * params);
+  EXPECT_EQ(zero1.gradients_bytes, 4 * params);
+  EXPECT_EQ(zero1.optimizer_bytes, 12 * params / 4);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  const StageMemory zero3 = stage_memory(s, 0);
+  EXPECT_EQ(zero3.optimizer_bytes, 12 * params / 4);
+  EXPECT_EQ(zero3.gradients_bytes, 4 * params / 4 + 4 * layer);
+  EXPECT_DOUBLE_EQ(zero3.weights_bytes, 2 * 6 * layer / 4 + 2 * embeddings + 2 * 2 * layer);
+  // The same state as plain ZeRO-3 over DP 4 (one instance of 4 ranks).
+  Scenario dp4 = s;
+  dp4.training.num_distributed_optimizer_instances = 1;
+  dp4.parallel.data_parallel_size = 4;
+  dp4.cluster.num_gpus = 512;
+  const StageMemory plain = stage_memory(dp4, 0);
+  EXPECT_EQ(plain.weights_bytes, zero3.weights_bytes);
+  EXPECT_EQ(plain.gradients_bytes, zero3.gradients_bytes);
+  EXPECT_EQ(plain.optimizer_bytes, zero3.optimizer_bytes);
+
+  Scenario paper = Gpt3_175BOn1024();
+  paper.parallel.data_parallel_size = 128;
+  paper.training.num_distributed_optimizer_instances = 2;
+  ASSERT_EQ(paper.data_parallel_shard_size(), 64);
+  const double psi = 7.5e9;
+  auto gb = [&](int stage) {
+    const BytesPerParameter b =
+        shard_bytes_per_parameter({2, 2, 12}, stage, paper.data_parallel_shard_size());
+    return psi * (b.weights + b.gradients + b.optimizer) / 1e9;
+  };
+  EXPECT_NEAR(gb(1), 31.4, 0.05);  // 2 Psi + 2 Psi + K Psi / N_d
+  EXPECT_NEAR(gb(2), 16.6, 0.05);  // 2 Psi + (2 + K) Psi / N_d
+  EXPECT_NEAR(gb(3), 1.9, 0.05);   // (2 + 2 + K) Psi / N_d
+}
+
 TEST(MemoryTest, DistributedOptimizerShardsOverDpTimesCp) {
   Scenario s;
   s.model = Small();

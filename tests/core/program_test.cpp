@@ -684,6 +684,95 @@ TEST(Program, MegatronFsdpReducesEveryMicroBatchAndGathersEveryLayer) {
   }
 }
 
+// HSDP (Megatron-Core's num_distributed_optimizer_instances = 2) over DP 4: the DP group
+// {0, 1, 2, 3} splits into the sharding groups {0, 1} and {2, 3}, and rank 0's replica group is
+// {0, 2}. The small GPT (h 64, ffn 256, V 1024, s 32, bf16: parameters gathered in 2 bytes,
+// gradients reduced in 4) has 12h^2 + 13h = 49,984 parameters per layer, 1024 x 64 + 32 x 64 =
+// 67,584 in the embeddings (learned positions), 2h = 128 in the final norm (the head is tied).
+// ZeRO-3 with 2 micro-batches: each layer gathered over the sharding group before its forward
+// and its backward (2 x 2 x 4 = 16 gathers of 49,984 x 2 = 99,968 bytes), every bucket
+// reduce-scattered over the sharding group every micro-batch (2 x 6) and its half all-reduced
+// over the replica group once, after the last micro-batch: a layer's ceil(49,984 / 2) x 4 =
+// 99,968 bytes, the embeddings' 33,792 x 4 = 135,168, the norm's 64 x 4 = 256.
+TEST(Program, HsdpShardsInsideAGroupAndAllReducesAcrossReplicas) {
+  Knobs k;
+  k.dp = 4;
+  k.m = 2;
+  k.dist_opt = true;
+  k.overlap_grad = true;
+  Scenario s = make(k);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  s.training.num_distributed_optimizer_instances = 2;
+  EXPECT_EQ(s.data_parallel_shard_size(), 2);
+  const Program prog = build_program(s);
+  EXPECT_EQ(prog.layout.group(GroupKind::kDpShard, 0), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(prog.layout.group(GroupKind::kDpShard, 3), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(prog.layout.group(GroupKind::kDpReplica, 0), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(prog.layout.group(GroupKind::kDpReplica, 3), (std::vector<int64_t>{1, 3}));
+  const RankProgram& rp = prog.ranks.at(0);
+  std::vector<const Op*> gathers, scatters, replicas;
+  for (const Op& op : rp.ops) {
+    const std::string_view what = op.what;
+    if (what == "fsdp all_gather params") gathers.push_back(&op);
+    if (what == "dp reduce_scatter grads") scatters.push_back(&op);
+    if (what == "hsdp all_reduce grad shards") replicas.push_back(&op);
+    if (op.kind == OpKind::kCollective && op.group == GroupKind::kDpCp) {
+      ADD_FAILURE() << "a collective over all of DP: " << what;
+    }
+  }
+  ASSERT_EQ(gathers.size(), 16u);
+  for (const Op* op : gathers) {
+    EXPECT_EQ(op->group, GroupKind::kDpShard);
+    EXPECT_EQ(op->collective, CollectiveKind::kAllGather);
+    EXPECT_EQ(op->bytes, 99968);
+  }
+  ASSERT_EQ(scatters.size(), 12u);
+  for (const Op* op : scatters) EXPECT_EQ(op->group, GroupKind::kDpShard);
+  ASSERT_EQ(replicas.size(), 6u);
+  std::map<std::vector<int32_t>, int64_t> replica_bytes;
+  for (const Op* op : replicas) {
+    EXPECT_EQ(op->group, GroupKind::kDpReplica);
+    EXPECT_EQ(op->collective, CollectiveKind::kAllReduce);
+    EXPECT_EQ(op->micro_batch, -1);
+    replica_bytes[op->bucket_layers] = op->bytes;
+    // After the reduce-scatter of its own bucket (of the last micro-batch).
+    EXPECT_TRUE(std::any_of(op->deps.begin(), op->deps.end(), [&](uint32_t d) {
+      return std::string_view(rp.ops[d].what) == "dp reduce_scatter grads" &&
+             rp.ops[d].bucket_layers == op->bucket_layers;
+    }));
+  }
+  for (int32_t layer = 0; layer < 4; ++layer) {
+    EXPECT_EQ(replica_bytes[std::vector<int32_t>{layer}], 99968) << layer;
+  }
+  EXPECT_EQ(replica_bytes[std::vector<int32_t>{-2}], 135168);
+  EXPECT_EQ(replica_bytes[std::vector<int32_t>{-1}], 256);
+  // Every rank's collectives meet their group's (no deadlock, sizes agree).
+  std::vector<std::string> errors;
+  EXPECT_EQ(replay_all(prog, errors), 0u);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+
+  // ZeRO-1 HSDP (the distributed optimizer in 2 instances, reduced after the backward): one
+  // reduce-scatter and one replica all-reduce per bucket, the parameters gathered over the
+  // sharding group after the step.
+  s.training.use_megatron_fsdp = false;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kNoShard;
+  s.training.overlap_grad_reduce = false;
+  const Program zero1 = build_program(s);
+  int rs = 0, ar = 0, ag = 0;
+  for (const Op& op : zero1.ranks.at(0).ops) {
+    const std::string_view what = op.what;
+    rs += what == "dp reduce_scatter grads" && op.group == GroupKind::kDpShard;
+    ar += what == "hsdp all_reduce grad shards" && op.group == GroupKind::kDpReplica;
+    ag += what == "dp all_gather params" && op.group == GroupKind::kDpShard;
+  }
+  EXPECT_GT(rs, 0);
+  EXPECT_EQ(ar, rs);
+  EXPECT_EQ(ag, rs);
+  errors.clear();
+  EXPECT_EQ(replay_all(zero1, errors), 0u);
+}
+
 TEST(Program, RefusesWhatItCannotLower) {
   Knobs k;
   k.tp = 2;

@@ -107,6 +107,45 @@ TEST(RankLayout, PipelineGroupIsOrderedByStage) {
   EXPECT_THAT(no_pp.group(GroupKind::kEmbedding, 3), ElementsAre(3));
 }
 
+// HSDP groups (Megatron-Core's partial data-parallel groups with CP): TP 2, CP 2, DP 4, PP 2
+// in the order tp-cp-dp-pp, 2 instances. Rank 0's DP x CP group is the 8 ranks with tp 0 and
+// pp 0: {0, 2, 4, ..., 14}; its sharding group the first 4 of them, {0, 2, 4, 6}; rank 10's the
+// last 4; the replica groups pair position i of the two blocks: {0, 8}, {2, 10}, ... Each kind
+// partitions the world, and group_index numbers its groups 0 .. count - 1, one index per group.
+TEST(RankLayout, HsdpShardAndReplicaGroupsCutTheDpCpGroup) {
+  const RankLayout layout(2, 2, 4, 2, "tp-cp-dp-pp", 1, 0, /*dp_replicas=*/2);
+  EXPECT_EQ(layout.size(GroupKind::kDpShard), 4);
+  EXPECT_EQ(layout.size(GroupKind::kDpReplica), 2);
+  EXPECT_THAT(layout.group(GroupKind::kDpCp, 0), ElementsAre(0, 2, 4, 6, 8, 10, 12, 14));
+  EXPECT_THAT(layout.group(GroupKind::kDpShard, 0), ElementsAre(0, 2, 4, 6));
+  EXPECT_THAT(layout.group(GroupKind::kDpShard, 10), ElementsAre(8, 10, 12, 14));
+  EXPECT_THAT(layout.group(GroupKind::kDpReplica, 2), ElementsAre(2, 10));
+  EXPECT_THAT(layout.group(GroupKind::kDpReplica, 17), ElementsAre(17, 25));
+  EXPECT_STREQ(to_string(GroupKind::kDpShard), "dp-shard");
+  EXPECT_STREQ(to_string(GroupKind::kDpReplica), "dp-replica");
+  for (GroupKind g : {GroupKind::kDpShard, GroupKind::kDpReplica}) {
+    const auto groups = layout.all_groups(g);
+    EXPECT_EQ(static_cast<int64_t>(groups.size()), 32 / layout.size(g));
+    std::set<int64_t> indices;
+    for (const auto& members : groups) {
+      const int64_t index = layout.group_index(g, members.front());
+      for (int64_t r : members) {
+        EXPECT_EQ(layout.group_index(g, r), index) << to_string(g) << " rank " << r;
+        EXPECT_EQ(layout.group(g, r), members);
+      }
+      indices.insert(index);
+    }
+    EXPECT_EQ(indices.size(), groups.size());
+    EXPECT_EQ(*indices.rbegin(), static_cast<int64_t>(groups.size()) - 1);
+  }
+  // One instance: the sharding group is DP x CP, a replica group one rank.
+  const RankLayout one(2, 2, 4, 2);
+  EXPECT_EQ(one.group(GroupKind::kDpShard, 0), one.group(GroupKind::kDpCp, 0));
+  EXPECT_THAT(one.group(GroupKind::kDpReplica, 6), ElementsAre(6));
+  EXPECT_THROW(RankLayout(2, 2, 4, 2, "tp-cp-dp-pp", 1, 0, 3), InvalidArgument);
+  EXPECT_THROW(RankLayout(2, 2, 4, 2, "tp-cp-dp-pp", 1, 0, 0), InvalidArgument);
+}
+
 TEST(RankLayout, RejectsBadOrdersAndSizes) {
   auto message = [](auto&& fn) {
     try {

@@ -98,7 +98,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_TRUE(keys_of("nonsense").empty());
   EXPECT_EQ(keys_of("model").size(), 27u);
   EXPECT_EQ(keys_of("parallelism").size(), 16u);
-  EXPECT_EQ(keys_of("training").size(), 34u);
+  EXPECT_EQ(keys_of("training").size(), 35u);
   EXPECT_TRUE(scenario_schema::is_section("training"));
   EXPECT_FALSE(scenario_schema::is_section("name"));
   EXPECT_TRUE(scenario_schema::is_nested_mapping("cluster.what_if.degraded_link"));
@@ -120,8 +120,9 @@ TEST(ScenarioSchema, PathsAndFlagsAreUnique) {
     EXPECT_EQ(k.flag.substr(0, 2), "--") << k.path();
     EXPECT_NE(k.type, ValueType::kMapping) << k.path();
   }
-  // The 57 flags the command line had before the table, --pipeline-schedule and Megatron-FSDP's 2.
-  EXPECT_EQ(flags.size(), 60u);
+  // The 57 flags the command line had before the table, --pipeline-schedule, Megatron-FSDP's 2
+  // and --num-distributed-optimizer-instances (HSDP).
+  EXPECT_EQ(flags.size(), 61u);
 }
 
 TEST(ScenarioSchema, DefaultsComeFromTheMembersOrTheirWords) {

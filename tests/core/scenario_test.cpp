@@ -960,6 +960,32 @@ TEST(ScenarioRules, MegatronFsdpKeys) {
                     HasSubstr("no_shard, optim, optim_grads, optim_grads_params")));
 }
 
+// HSDP (Megatron-Core's --num-distributed-optimizer-instances): DP 2 here, so 2 instances of
+// one rank each; 3 does not divide DP x CP = 2; it needs the distributed optimizer; 0 is refused
+// by the reader; a mixture of experts is not split.
+TEST(ScenarioRules, HsdpInstancesDivideDpTimesCp) {
+  ScenarioText t;
+  t.set("training", "use_distributed_optimizer", "true")
+      .set("training", "num_distributed_optimizer_instances", "2");
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.training.num_distributed_optimizer_instances, 2);
+  EXPECT_EQ(s.data_parallel_shard_size(), 1);
+  ScenarioText three = t;
+  three.set("training", "num_distributed_optimizer_instances", "3");
+  EXPECT_THAT(error_of(three),
+              AllOf(HasSubstr("training.num_distributed_optimizer_instances"),
+                    HasSubstr("3 does not divide data_parallel_size x context_parallel_size = "
+                              "2 x 1 = 2 (allowed: 1, 2;")));
+  ScenarioText no_distopt;
+  no_distopt.set("training", "num_distributed_optimizer_instances", "2");
+  EXPECT_THAT(error_of(no_distopt),
+              AllOf(HasSubstr("training.num_distributed_optimizer_instances"),
+                    HasSubstr("needs training.use_distributed_optimizer: true")));
+  ScenarioText zero = t;
+  zero.set("training", "num_distributed_optimizer_instances", "0");
+  EXPECT_THAT(error_of(zero), HasSubstr("training.num_distributed_optimizer_instances"));
+}
+
 TEST(ScenarioRules, SequenceParallelNeedsTensorParallel) {
   ScenarioText t;
   t.set("parallelism", "tensor_model_parallel_size", "1")
@@ -1989,6 +2015,15 @@ ScenarioText moe_text() {
       .set("model", "num_moe_experts", "8")
       .set("parallelism", "sequence_parallel", "true");
   return t;
+}
+
+// HSDP does not split the expert-data-parallel groups: refused with a mixture of experts.
+TEST(ScenarioMoe, HsdpIsRefusedByName) {
+  ScenarioText t = moe_text();
+  t.set("training", "use_distributed_optimizer", "true")
+      .set("training", "num_distributed_optimizer_instances", "2");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr("training.num_distributed_optimizer_instances"),
+                                 HasSubstr("mixture of experts is not modelled")));
 }
 
 TEST(ScenarioMoe, KeysAreReadWithMegatronDefaults) {

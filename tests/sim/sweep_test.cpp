@@ -645,6 +645,83 @@ TEST(Sweep, AThrowingProgressCallbackLeavesNoZombies) {
   EXPECT_THROW(run_isolated_concurrently(work, 0), InvalidArgument);
 }
 
+// The sharding axis on the small GPT over DP 8 (no distributed optimizer in the base): optim,
+// optim_grads and optim_grads_params turn Megatron-FSDP on and the distributed optimizer with
+// it, each change listed; no_shard keeps the plain layout (here DDP). Each stage shards more, so
+// the peak memory falls: (2 + 2 + K), 2 + 2 + K/8, 2 + (2 + K)/8 (+ a layer's gradients),
+// (2 + 2 + K)/8 (+ two layers' weights). With the distributed-optimizer axis swept off, the
+// FSDP rows break the scenario rule instead, naming it. sweep.csv carries the strategy.
+TEST(Sweep, DataParallelShardingStrategyAxis) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.data_parallel_sharding_strategy =
+      parse_sweep_sharding_strategies("--data-parallel-sharding-strategy",
+                                      "no_shard,optim,optim_grads,optim_grads_params");
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  ASSERT_EQ(configs.size(), 4u);
+  for (const auto& c : configs) {
+    ASSERT_TRUE(c.valid) << c.invalid_reason;
+    EXPECT_EQ(c.scenario.training.zero_stage(), c.index);
+    EXPECT_EQ(c.scenario.training.use_megatron_fsdp, c.index > 0);
+    EXPECT_EQ(c.scenario.training.use_distributed_optimizer, c.index > 0);
+    if (c.index == 0) {
+      EXPECT_TRUE(c.adjustments.empty());
+    } else {
+      ASSERT_EQ(c.adjustments.size(), 2u);
+      EXPECT_THAT(c.adjustments[0], HasSubstr("training.use_megatron_fsdp: false -> true"));
+      EXPECT_THAT(c.adjustments[1], HasSubstr("training.use_distributed_optimizer: false -> true"));
+    }
+  }
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_LT(configs[i].peak_memory_bytes, configs[i - 1].peak_memory_bytes) << i;
+  }
+  axes.distributed_optimizer = {false};
+  const auto swept_off = enumerate_configurations(base, axes, 1e15);
+  EXPECT_TRUE(swept_off[0].valid);
+  EXPECT_FALSE(swept_off[2].valid);
+  EXPECT_THAT(swept_off[2].invalid_reason,
+              HasSubstr("training.use_megatron_fsdp: true needs training.use_distributed_optimizer"));
+
+  std::vector<SweepRow> rows;
+  for (const auto& c : configs) rows.push_back(SweepRow{c, SweepStatus::kOutOfMemory});
+  const auto j = sweep_json(rows)["rows"];
+  EXPECT_EQ(j[3]["configuration"]["data_parallel_sharding_strategy"], "optim_grads_params");
+  EXPECT_EQ(j[3]["configuration"]["zero_stage"], 3);
+  EXPECT_EQ(j[0]["configuration"]["use_megatron_fsdp"], false);
+  const std::string csv = sweep_csv(rows);
+  EXPECT_THAT(csv, HasSubstr("configuration.data_parallel_sharding_strategy"));
+  EXPECT_THAT(csv, HasSubstr(",optim_grads,2,1,"));  // strategy, zero_stage, instances
+  const auto back = read_sweep_json(sweep_json(rows), "sweep.json");
+  EXPECT_EQ(back[2].configuration.data_parallel_sharding_strategy,
+            DataParallelShardingStrategy::kOptimGrads);
+  // The HSDP axis on DP 8 with ZeRO-3: 2 instances shard over 4 ranks (more memory than over
+  // 8), 3 do not divide DP x CP = 8 (the rule's message), and the records carry the count.
+  SweepAxes hsdp;
+  hsdp.data_parallel_sharding_strategy = {DataParallelShardingStrategy::kOptimGradsParams};
+  hsdp.num_distributed_optimizer_instances = {1, 2, 3};
+  const auto h = enumerate_configurations(base, hsdp, 1e15);
+  ASSERT_EQ(h.size(), 3u);
+  ASSERT_TRUE(h[0].valid && h[1].valid) << h[1].invalid_reason;
+  EXPECT_EQ(h[1].scenario.data_parallel_shard_size(), 4);
+  EXPECT_GT(h[1].peak_memory_bytes, h[0].peak_memory_bytes);
+  EXPECT_FALSE(h[2].valid);
+  EXPECT_THAT(h[2].invalid_reason,
+              HasSubstr("training.num_distributed_optimizer_instances: 3 does not divide "
+                        "data_parallel_size x context_parallel_size = 8 x 1 = 8"));
+  EXPECT_EQ(sweep_json({SweepRow{h[1], SweepStatus::kOutOfMemory}})["rows"][0]["configuration"]
+                      ["num_distributed_optimizer_instances"],
+            2);
+  hsdp.num_distributed_optimizer_instances = {2, 2};
+  EXPECT_THROW(enumerate_configurations(base, hsdp, 1e15), InvalidArgument);
+  try {
+    parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", "optim,zero3");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--data-parallel-sharding-strategy: 'zero3' is not allowed "
+                                    "(allowed: no_shard, optim, optim_grads, optim_grads_params"));
+  }
+}
+
 TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
   const Scenario base = small_scenario();
   SweepAxes axes;

@@ -69,14 +69,22 @@ class Executor::Impl {
       unsupported("training.num_distributed_optimizer_instances > 1 (HSDP: set it to 1)");
     }
     if (splits_backward(sc.parallel.pipeline_schedule)) {
-      // Never run as 1F1B in its place: a W step's ops (Phase::kWeightGrad) would need the
-      // model math to keep the output gradients of B until W (exec/gpt_model.cpp).
-      throw UnsupportedError(
-          "scenario " + sc.name + ": parallelism.pipeline_schedule is " +
-          to_string(sc.parallel.pipeline_schedule) + "; the " + backend_.name() +
-          " executor runs gpipe and 1f1b (interleaved too); " +
-          to_string(sc.parallel.pipeline_schedule) +
-          " needs the B/W split of the backward in exec/gpt_model.cpp, not implemented yet");
+      // Zero-bubble: B steps run the input gradient and W steps the wgrad GEMMs later
+      // (exec/gpt_model_layer.cpp keeps their inputs until then). What that does not cover yet
+      // is refused by name, never run as 1F1B in its place.
+      const std::string zb = "parallelism.pipeline_schedule " +
+                             std::string(to_string(sc.parallel.pipeline_schedule)) + " with ";
+      if (sc.parallel.pipeline_schedule == PipelineScheduleKind::kZbV) {
+        throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is zb-v; "
+                               "the " + backend_.name() + " executor runs zb-h1 and zb-h2 (its "
+                               "model chunks follow the interleaved placement, not ZB-V's V)");
+      }
+      if (sc.parallel.sequence_parallel) unsupported(zb + "parallelism.sequence_parallel");
+      if (sc.training.recompute_granularity != RecomputeGranularity::kNone) {
+        unsupported(zb + "training.recompute_granularity " +
+                    std::string(to_string(sc.training.recompute_granularity)));
+      }
+      if (sc.model.is_moe()) unsupported(zb + "an MoE model");
     }
     if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
       throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
@@ -744,7 +752,10 @@ class Executor::Impl {
     if (op.kind == OpKind::kSend) {
       if (backward) {
         f.buffer = std::move(model_->chunk_input_grad(st, chunk));
-        if (!st.layers.empty()) st.layers.front() = LayerState();
+        // The first layer is done, unless its W step is still to come (zero-bubble: W frees it).
+        if (!st.layers.empty() && !splits_backward(prog_.scenario.parallel.pipeline_schedule)) {
+          st.layers.front() = LayerState();
+        }
       } else {
         const Tensor& out = model_->chunk_output(st, chunk);
         f.buffer = zeros(static_cast<int64_t>(out.size()));

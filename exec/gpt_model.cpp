@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/schedule.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/rope.hpp"
 #include "exec/gpt_model_internal.hpp"
@@ -60,6 +61,7 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.vstart = shard_.vocab_start();
   g_.vtotal = g_.vl * g_.t;
   recompute_ = sc.training.recompute_granularity;
+  split_ = splits_backward(sc.parallel.pipeline_schedule);
   if (sc.model.is_moe()) {
     g_.experts = sc.model.num_moe_experts;
     g_.topk = sc.model.moe_router_topk;
@@ -484,6 +486,7 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
                                         g_.sp ? st.lnf_full : st.lnf, g_.b, g_.s, g_.h, g_.vl);
         st.d_logits.reset();
         st.lnf_full.reset();
+        if (split_) st.lnf.reset();
       } else {
         unexpected(op, "unexpected kernel " + kernel);
       }
@@ -498,7 +501,7 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
                     st.lnf_rstd);
       st.d_lnf_full.reset();
       st.d_lnf.reset();
-      st.lnf.reset();
+      if (!split_) st.lnf.reset();  // else the LM head's W step reads it
       return;
     default: unexpected(op, "not a head-backward role");
   }

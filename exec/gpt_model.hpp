@@ -148,6 +148,7 @@ struct LayerState {
   // backward
   Tensor d_resid1;                    // [b, Tl, H]
   Tensor d_branch;                    // [b, Tl, H] gradient of the dropout input (row-parallel output)
+  Tensor d_branch_mlp;                // [b, Tl, H] the MLP's d_branch kept for FC2's W step (split)
   Tensor d_branch_full;               // [b, s, H] SP-gathered d_branch
   Tensor d_gelu, d_fc1;               // [b, s, F], [b, s, fc1]
   Tensor d_attn;                      // [b, s, Hl]
@@ -347,6 +348,10 @@ class GptModel {
   bool all_gather_ = false;  // CP attention by all-gathered K/V (else the p2p ring)
   std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
+  /// A zero-bubble schedule (core/schedule.hpp splits_backward): B steps run the input gradient
+  /// alone and keep what the W step's wgrad GEMMs read (the layer's GEMM inputs and output
+  /// gradients, the final LayerNorm's output) until the W step frees it.
+  bool split_ = false;
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;
 
   int64_t iteration_ = 0;

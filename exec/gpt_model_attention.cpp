@@ -155,7 +155,7 @@ void GptModel::finish_blockwise_backward(LayerState& L) {
   L.kv_exchanges = 0;
   L.dkv_exchanges = 0;
   L.d_attn.reset();
-  L.attn.reset();
+  if (!split_) L.attn.reset();  // else the projection's W step reads it
   L.lse.reset();
   L.qkv_rope.reset();
 }

@@ -194,10 +194,16 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         linear_.backward_data(L.d_gelu, g_.sp ? L.d_branch_full : L.d_branch, P.fc2_w, b, s,
                                       f, h);
       } else if (wgrad) {
-        linear_.backward_weight(G.fc2_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.gelu,
-                                        b, s, f, h);
-        L.d_branch.reset();
-        L.d_branch_full.reset();
+        // In a W step (split_) the MLP's d_branch waits in d_branch_mlp.
+        const Tensor& dy = !L.d_branch_mlp.empty() ? L.d_branch_mlp
+                           : g_.sp                 ? L.d_branch_full
+                                                   : L.d_branch;
+        linear_.backward_weight(G.fc2_w, {}, dy, L.gelu, b, s, f, h);
+        L.d_branch_mlp.reset();
+        if (!split_) {
+          L.d_branch.reset();
+          L.d_branch_full.reset();
+        }
         L.gelu.reset();
       } else {
         bad_kernel();
@@ -251,11 +257,12 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       L.d_moe_in.reset();
       L.d_ln_full.reset();
       L.d_ln.reset();
-      L.ln2.reset();
+      if (!split_) L.ln2.reset();  // else FC1's W step reads it
       return;
     }
     case Role::kAttentionResidual:
       L.d_in = zeros(b * tl * h);
+      if (split_) L.d_branch_mlp = std::move(L.d_branch);  // FC2's W step comes later
       L.d_branch = zeros(b * tl * h);
       dropout_add_backward(L.d_branch, G.proj_b, L.d_in, L.d_resid1,
                            dropout(kSiteAttention, op.layer), op.micro_batch, false);
@@ -294,7 +301,7 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       }
       L.d_attn.reset();
       L.att.reset();
-      L.attn.reset();
+      if (!split_) L.attn.reset();  // else the projection's W step reads it
       L.qkv_rope.reset();
       return;
     }
@@ -308,6 +315,11 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         L.d_qkv.reset();
         L.ln1_full.reset();
         L.qkv.reset();
+        if (split_) {  // the layer's last W kernel: all but the input gradient goes
+          Tensor d_in = std::move(L.d_in);
+          L = LayerState();
+          L.d_in = std::move(d_in);
+        }
       } else {
         bad_kernel();
       }
@@ -315,6 +327,19 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kInputLayerNorm: {
       norm_backward(L.d_in, G.ln1_w, G.ln1_b, reduced(L.d_ln_full, L.d_ln), L.in, P.ln1_w,
                     L.ln1_mean, L.ln1_rstd);
+      if (split_) {
+        // B ends here; the W step reads the GEMM inputs (ln1, attn, ln2, gelu) and output
+        // gradients (d_qkv, d_branch, d_branch_mlp, d_fc1) and frees them after QKV's wgrad.
+        LayerState kept;
+        for (Tensor LayerState::*t :
+             {&LayerState::d_in, &LayerState::ln1, &LayerState::attn, &LayerState::ln2,
+              &LayerState::gelu, &LayerState::d_qkv, &LayerState::d_branch,
+              &LayerState::d_branch_mlp, &LayerState::d_fc1}) {
+          kept.*t = std::move(L.*t);
+        }
+        L = std::move(kept);
+        return;
+      }
       Tensor d_in = std::move(L.d_in);
       L = LayerState();
       L.d_in = std::move(d_in);

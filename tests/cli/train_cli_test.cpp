@@ -145,6 +145,24 @@ TEST_F(TrainCli, InterleavedPipelineWithTwoModelChunks) {
                            2));
 }
 
+// Zero-bubble schedules (Qi et al., ICLR 2024: ZB-H1, ZB-H2) split each backward into B (input
+// gradients) and W (weight gradients) run at other times, so the model keeps each layer's GEMM
+// inputs and output gradients from B to W: the same model, the same losses (TP 2 without SP
+// too: the column-parallel dgrad all-reduce is then waited by the next B kernel).
+TEST_F(TrainCli, ZeroBubbleSchedulesSplitTheBackward) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const std::string zb : {"zb-h1", "zb-h2"}) {
+    SCOPED_TRACE(zb);
+    expect_same_losses(train("--pipeline-model-parallel-size 2 --set parallelism.pipeline_schedule=" +
+                                 zb + " --set cluster.num_gpus=2",
+                             2));
+  }
+  expect_same_losses(train("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                           "--set parallelism.sequence_parallel=false "
+                           "--set parallelism.pipeline_schedule=zb-h2 --set cluster.num_gpus=4",
+                           4));
+}
+
 // Uneven pipeline stages (core/pipeline_split.hpp), trained for real. NVIDIA's Llama 3.1 405B
 // split (126 layers, PP 8 x VP 8, embedding and loss each counted as a layer) shrunk to 6 layers
 // on PP 2 x VP 2: stage 0 chunk 0 holds the embedding and layer 0, the last chunk layer 5 and the

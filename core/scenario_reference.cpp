@@ -17,20 +17,6 @@ namespace {
 using scenario_schema::KeySpec;
 using scenario_schema::ValueType;
 
-/// `text` safe inside a markdown table cell ('|' escaped).
-std::string cell(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '|') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-/// `text` as inline code, or "" for an empty text.
-std::string code(std::string_view text) {
-  return text.empty() ? std::string() : fmt::format("`{}`", cell(text));
-}
 
 std::string heading(std::string_view section) {
   if (section.empty()) return "Top level";
@@ -41,18 +27,18 @@ std::string row(const KeySpec& k) {
   std::string type(scenario_schema::to_string(k.type));
   if (!k.unit.empty()) type += fmt::format(" ({})", k.unit);
   const std::string default_value =
-      k.required ? "**required**" : cell(scenario_schema::default_of(k));
-  std::string allowed = cell(scenario_schema::allowed_of(k));
+      k.required ? "**required**" : markdown_cell(scenario_schema::default_of(k));
+  std::string allowed = markdown_cell(scenario_schema::allowed_of(k));
   if (k.type == ValueType::kEnum) {
     std::vector<std::string> names;
-    for (std::string_view v : k.values) names.push_back(code(v));
+    for (std::string_view v : k.values) names.push_back(markdown_code(v));
     allowed = scenario_schema::join(names, ", ");
   }
-  std::string doc = cell(k.doc);
+  std::string doc = markdown_cell(k.doc);
   if (k.needs_experts) doc += " (MoE models only)";
   if (k.executor_only) doc += " (live training; the simulator ignores it)";
-  return fmt::format("| {} | {} | {} | {} | {} | {} |\n", code(k.key), type, default_value,
-                     allowed, code(k.flag), doc);
+  return fmt::format("| {} | {} | {} | {} | {} | {} |\n", markdown_code(k.key), type, default_value,
+                     allowed, markdown_code(k.flag), doc);
 }
 
 /// `section` and, depth first, the mappings inside it: the file's order (the top level, model,

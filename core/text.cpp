@@ -65,4 +65,21 @@ std::string with_generated_section(const std::string& readme, std::string_view b
   return readme.substr(0, from) + body + readme.substr(e);
 }
 
+std::string markdown_cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string markdown_code(std::string_view text) {
+  if (text.empty()) return {};
+  std::string out(1, '`');
+  out += markdown_cell(text);
+  out += '`';
+  return out;
+}
+
 }  // namespace traintwin

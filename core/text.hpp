@@ -23,6 +23,11 @@ std::string_view closest_match(std::string_view key, const std::vector<std::stri
 /// written by a user: scenario values and the command line's flags.
 std::optional<double> parse_number_text(const std::string& text);
 
+/// `text` safe inside a markdown table cell ('|' escaped as '\\|').
+std::string markdown_cell(std::string_view text);
+/// `text` as inline code in a markdown table cell, or "" for an empty text.
+std::string markdown_code(std::string_view text);
+
 /// `readme` with the text between the line `begin` and the line `end` replaced by `body` (the
 /// generated key references of scenarios/README.md and topologies/README.md). Throws
 /// InvalidArgument naming the marker when the begin line is missing or no end line follows it.

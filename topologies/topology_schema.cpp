@@ -81,19 +81,6 @@ constexpr std::array kKeys = {
     KeySpec{"fabric", "hop_latency", V::kTime, true, 0, "130ns", "per switch crossed"},
 };
 
-/// `text` safe inside a markdown table cell ('|' escaped).
-std::string cell(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '|') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-std::string code(std::string_view text) {
-  return text.empty() ? std::string() : fmt::format("`{}`", cell(text));
-}
 
 std::string allowed(const KeySpec& k) {
   switch (k.type) {
@@ -148,8 +135,6 @@ namespace traintwin {
 std::string topology_key_reference() {
   using topology_schema::KeySpec;
   using topology_schema::allowed;
-  using topology_schema::cell;
-  using topology_schema::code;
   std::string out;
   std::string_view section = "(none)";
   for (const KeySpec& k : topology_schema::keys()) {
@@ -160,9 +145,9 @@ std::string topology_key_reference() {
       out += "\n\n| key | type | required | allowed | example | description |\n"
              "| --- | --- | --- | --- | --- | --- |\n";
     }
-    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", code(k.key),
+    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", markdown_code(k.key),
                        topology_schema::to_string(k.type), k.required ? "yes" : "no",
-                       cell(allowed(k)), code(k.example), cell(k.doc));
+                       markdown_cell(allowed(k)), markdown_code(k.example), markdown_cell(k.doc));
   }
   return out;
 }

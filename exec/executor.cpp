@@ -80,10 +80,6 @@ class Executor::Impl {
                                "model chunks follow the interleaved placement, not ZB-V's V)");
       }
       if (sc.parallel.sequence_parallel) unsupported(zb + "parallelism.sequence_parallel");
-      if (sc.training.recompute_granularity != RecomputeGranularity::kNone) {
-        unsupported(zb + "training.recompute_granularity " +
-                    std::string(to_string(sc.training.recompute_granularity)));
-      }
       if (sc.model.is_moe()) unsupported(zb + "an MoE model");
     }
     if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {

@@ -148,7 +148,8 @@ TEST_F(TrainCli, InterleavedPipelineWithTwoModelChunks) {
 // Zero-bubble schedules (Qi et al., ICLR 2024: ZB-H1, ZB-H2) split each backward into B (input
 // gradients) and W (weight gradients) run at other times, so the model keeps each layer's GEMM
 // inputs and output gradients from B to W: the same model, the same losses (TP 2 without SP
-// too: the column-parallel dgrad all-reduce is then waited by the next B kernel).
+// too: the column-parallel dgrad all-reduce is then waited by the next B kernel; full and
+// selective recomputation too).
 TEST_F(TrainCli, ZeroBubbleSchedulesSplitTheBackward) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   for (const std::string zb : {"zb-h1", "zb-h2"}) {
@@ -161,6 +162,15 @@ TEST_F(TrainCli, ZeroBubbleSchedulesSplitTheBackward) {
                            "--set parallelism.sequence_parallel=false "
                            "--set parallelism.pipeline_schedule=zb-h2 --set cluster.num_gpus=4",
                            4));
+  // Recomputation runs in B (the recomputed forward feeds the input gradients), and what W
+  // reads is kept from there.
+  for (const std::string r : {"full", "selective"}) {
+    SCOPED_TRACE(r);
+    expect_same_losses(train("--pipeline-model-parallel-size 2 --set "
+                             "parallelism.pipeline_schedule=zb-h1 --set cluster.num_gpus=2 "
+                             "--recompute-granularity " + r,
+                             2));
+  }
 }
 
 // Uneven pipeline stages (core/pipeline_split.hpp), trained for real. NVIDIA's Llama 3.1 405B

@@ -264,7 +264,7 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
     }
   }
   // What the zero-bubble B/W split does not cover yet is refused by name, never run as 1F1B:
-  // ZB-V's placement, and ZB-H1 / ZB-H2 with sequence parallelism or recomputation.
+  // ZB-V's placement, and ZB-H1 / ZB-H2 with sequence parallelism or MoE.
   Scenario zbv = tiny();
   zbv.parallel.pipeline_schedule = PipelineScheduleKind::kZbV;
   zbv.parallel.virtual_pipeline_model_parallel_size = 2;  // the V: two chunks per rank
@@ -274,14 +274,13 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("runs zb-h1 and zb-h2"), std::string::npos) << e.what();
   }
-  Scenario zb_recompute = tiny(RecomputeGranularity::kFull);
-  zb_recompute.parallel.pipeline_schedule = PipelineScheduleKind::kZbH1;
+  Scenario zb_moe = tiny_moe(true, 0);
+  zb_moe.parallel.pipeline_schedule = PipelineScheduleKind::kZbH1;
   try {
-    Rig x(zb_recompute);
-    FAIL() << "zb-h1 with full recomputation was accepted";
+    Rig x(zb_moe);
+    FAIL() << "zb-h1 with an MoE model was accepted";
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("zb-h1 with training.recompute_granularity full"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("zb-h1 with an MoE model"), std::string::npos)
         << e.what();
   }
   Scenario moe = tiny_moe(true, 0);

@@ -24,8 +24,13 @@ namespace traintwin::exec {
 
 GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& shard,
                    Backend& backend, const TrainingHyperparameters& hyper)
-    : prog_(program), rank_(rank.rank), coord_(rank.coord), shard_(shard), backend_(backend),
-      linear_(backend, program.scenario.training.precision), hyper_(hyper) {
+    : prog_(program),
+      rank_(rank.rank),
+      coord_(rank.coord),
+      shard_(shard),
+      backend_(backend),
+      linear_(backend, program.scenario.training.precision),
+      hyper_(hyper) {
   const Scenario& sc = prog_.scenario;
   g_.b = sc.training.micro_batch_size;
   g_.cp = sc.parallel.context_parallel_size;
@@ -411,8 +416,8 @@ void GptModel::head_forward(const Op& op, const std::string& kernel, Role role) 
       return;
     case Role::kLmHead: {
       st.logits = zeros(rows * g_.vl);
-      linear_.forward(st.logits, g_.sp ? st.lnf_full : st.lnf,
-                              head_weight(op.model_chunk, false), {}, g_.b, g_.s, g_.h, g_.vl);
+      linear_.forward(st.logits, g_.sp ? st.lnf_full : st.lnf, head_weight(op.model_chunk, false),
+                      {}, g_.b, g_.s, g_.h, g_.vl);
       st.lnf_full.reset();
       // Padded vocabulary entries (ids >= V) take no part in the softmax.
       const int64_t valid = std::clamp<int64_t>(g_.vocab - g_.vstart, 0, g_.vl);
@@ -479,11 +484,11 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
     case Role::kLmHead:
       if (dgrad) {
         st.d_lnf_full = zeros(rows * g_.h);
-        linear_.backward_data(st.d_lnf_full, st.d_logits,
-                                      head_weight(op.model_chunk, false), g_.b, g_.s, g_.h, g_.vl);
+        linear_.backward_data(st.d_lnf_full, st.d_logits, head_weight(op.model_chunk, false), g_.b,
+                              g_.s, g_.h, g_.vl);
       } else if (wgrad) {
         linear_.backward_weight(head_weight(op.model_chunk, true), {}, st.d_logits,
-                                        g_.sp ? st.lnf_full : st.lnf, g_.b, g_.s, g_.h, g_.vl);
+                                g_.sp ? st.lnf_full : st.lnf, g_.b, g_.s, g_.h, g_.vl);
         st.d_logits.reset();
         st.lnf_full.reset();
         if (split_) st.lnf.reset();
@@ -503,7 +508,8 @@ void GptModel::head_backward(const Op& op, const std::string& kernel, Role role)
       st.d_lnf.reset();
       if (!split_) st.lnf.reset();  // else the LM head's W step reads it
       return;
-    default: unexpected(op, "not a head-backward role");
+    default:
+      unexpected(op, "not a head-backward role");
   }
 }
 

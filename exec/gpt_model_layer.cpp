@@ -191,8 +191,7 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kFc2:
       if (dgrad) {
         L.d_gelu = zeros(b * s * f);
-        linear_.backward_data(L.d_gelu, g_.sp ? L.d_branch_full : L.d_branch, P.fc2_w, b, s,
-                                      f, h);
+        linear_.backward_data(L.d_gelu, g_.sp ? L.d_branch_full : L.d_branch, P.fc2_w, b, s, f, h);
       } else if (wgrad) {
         // In a W step (split_) the MLP's d_branch waits in d_branch_mlp.
         const Tensor& dy = !L.d_branch_mlp.empty() ? L.d_branch_mlp
@@ -230,8 +229,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         L.d_ln_full = zeros(b * s * h);
         linear_.backward_data(L.d_ln_full, L.d_fc1, P.fc1_w, b, s, h, fc1);
       } else if (wgrad) {
-        linear_.backward_weight(G.fc1_w, G.fc1_b, L.d_fc1, g_.sp ? L.ln2_full : L.ln2, b, s,
-                                        h, fc1);
+        linear_.backward_weight(G.fc1_w, G.fc1_b, L.d_fc1, g_.sp ? L.ln2_full : L.ln2, b, s, h,
+                                fc1);
         L.d_fc1.reset();
         L.ln2_full.reset();
       } else {
@@ -272,11 +271,11 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     case Role::kAttentionProjection:
       if (dgrad) {
         L.d_attn = zeros(b * s * hl);
-        linear_.backward_data(L.d_attn, g_.sp ? L.d_branch_full : L.d_branch, P.proj_w, b,
-                                      s, hl, h);
+        linear_.backward_data(L.d_attn, g_.sp ? L.d_branch_full : L.d_branch, P.proj_w, b, s, hl,
+                              h);
       } else if (wgrad) {
-        linear_.backward_weight(G.proj_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.attn,
-                                        b, s, hl, h);
+        linear_.backward_weight(G.proj_w, {}, g_.sp ? L.d_branch_full : L.d_branch, L.attn, b, s,
+                                hl, h);
         L.d_branch.reset();
         L.d_branch_full.reset();
       } else {
@@ -310,8 +309,8 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         L.d_ln_full = zeros(b * s * h);
         linear_.backward_data(L.d_ln_full, L.d_qkv, P.qkv_w, b, s, h, g_.qkv);
       } else if (wgrad) {
-        linear_.backward_weight(G.qkv_w, G.qkv_b, L.d_qkv, g_.sp ? L.ln1_full : L.ln1, b, s,
-                                        h, g_.qkv);
+        linear_.backward_weight(G.qkv_w, G.qkv_b, L.d_qkv, g_.sp ? L.ln1_full : L.ln1, b, s, h,
+                                g_.qkv);
         L.d_qkv.reset();
         L.ln1_full.reset();
         L.qkv.reset();

@@ -81,11 +81,10 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, i
         const int64_t rows = groups[static_cast<size_t>(expert)];
         if (rows > 0) {
           linear_.forward(L.expert_fc1.span().subspan(static_cast<size_t>(first * g_.fc1e),
-                                                              static_cast<size_t>(rows * g_.fc1e)),
-                                  L.dispatched.span().subspan(static_cast<size_t>(first * h),
-                                                              static_cast<size_t>(rows * h)),
-                                  expert_slice(P.experts_fc1_w, g_.el, expert), {}, 1, rows, h,
-                                  g_.fc1e);
+                                                      static_cast<size_t>(rows * g_.fc1e)),
+                          L.dispatched.span().subspan(static_cast<size_t>(first * h),
+                                                      static_cast<size_t>(rows * h)),
+                          expert_slice(P.experts_fc1_w, g_.el, expert), {}, 1, rows, h, g_.fc1e);
         }
       } else {
         unexpected(op, "unexpected expert FC1 kernel " + kernel);
@@ -121,11 +120,10 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, i
         const int64_t rows = groups[static_cast<size_t>(expert)];
         if (rows > 0) {
           linear_.forward(L.expert_fc2.span().subspan(static_cast<size_t>(first * h),
-                                                              static_cast<size_t>(rows * h)),
-                                  L.expert_act.span().subspan(static_cast<size_t>(first * g_.fe),
-                                                              static_cast<size_t>(rows * g_.fe)),
-                                  expert_slice(P.experts_fc2_w, g_.el, expert), {}, 1, rows, g_.fe,
-                                  h);
+                                                      static_cast<size_t>(rows * h)),
+                          L.expert_act.span().subspan(static_cast<size_t>(first * g_.fe),
+                                                      static_cast<size_t>(rows * g_.fe)),
+                          expert_slice(P.experts_fc2_w, g_.el, expert), {}, 1, rows, g_.fe, h);
         }
       } else {
         unexpected(op, "unexpected expert FC2 kernel " + kernel);

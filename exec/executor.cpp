@@ -747,11 +747,7 @@ class Executor::Impl {
     InFlight f;
     if (op.kind == OpKind::kSend) {
       if (backward) {
-        f.buffer = std::move(model_->chunk_input_grad(st, chunk));
-        // The first layer is done, unless its W step is still to come (zero-bubble: W frees it).
-        if (!st.layers.empty() && !splits_backward(prog_.scenario.parallel.pipeline_schedule)) {
-          st.layers.front() = LayerState();
-        }
+        f.buffer = model_->take_chunk_input_grad(st, chunk);
       } else {
         const Tensor& out = model_->chunk_output(st, chunk);
         f.buffer = zeros(static_cast<int64_t>(out.size()));

@@ -179,6 +179,12 @@ Tensor& GptModel::chunk_input_grad(ChunkState& st, int64_t chunk) {
   return is_last_vstage(chunk) ? st.d_last : st.d_output;
 }
 
+Tensor GptModel::take_chunk_input_grad(ChunkState& st, int64_t chunk) {
+  Tensor grad = std::move(chunk_input_grad(st, chunk));
+  if (!st.layers.empty() && !split_) st.layers.front() = LayerState();
+  return grad;
+}
+
 LayerState& GptModel::layer(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   return st.layers[static_cast<size_t>(op.layer - first_layer(op.model_chunk))];

@@ -270,6 +270,10 @@ class GptModel {
   /// The gradient of a chunk's input: its first layer's or, for a chunk without transformer
   /// layers, the gradient of its output (from the final LayerNorm or received).
   Tensor& chunk_input_grad(ChunkState& st, int64_t chunk);
+  /// chunk_input_grad moved out, for the backward send to the previous stage; the first layer's
+  /// state is freed with it unless its W step is still to come (a zero-bubble schedule: W frees
+  /// it).
+  Tensor take_chunk_input_grad(ChunkState& st, int64_t chunk);
 
  private:
   [[noreturn]] void unexpected(const Op& op, const std::string& what) const;

@@ -358,19 +358,7 @@ void dispatch_dims(int64_t head_dim, Fn&& fn) {
   }
 }
 
-/// Launches `kernel` with `smem` bytes of dynamic shared memory (raising the kernel's limit
-/// above the default 48 KiB when needed).
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {
-  if (smem > 48 * 1024) {
-    TRAINTWIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
-  }
-  kernel<<<grid, kWarps * 32, smem, stream>>>(args...);
-  TRAINTWIN_CUDA_CHECK_LAUNCH();
-}
-
-unsigned tiles(int64_t n) { return static_cast<unsigned>((n + kTileRows - 1) / kTileRows); }
+unsigned tiles(int64_t n) { return tiles_of(n, kTileRows); }
 
 }  // namespace
 
@@ -471,8 +459,8 @@ void block_attention_forward(float* out, float* lse, const float* q, const float
                     sizeof(float);
   const dim3 grid(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads));
   dispatch_dims(p.d, [&](auto dims) {
-    launch(block_attention_forward_kernel<decltype(dims)::value>, grid, smem, stream, out, lse, q,
-           kv, p);
+    launch_blocks(block_attention_forward_kernel<decltype(dims)::value>, grid, kWarps * 32, smem,
+                  stream, out, lse, q, kv, p);
   });
 }
 
@@ -543,12 +531,12 @@ void block_attention_backward(float* dq, float* dkv, const float* dout, const fl
   const auto smem = static_cast<size_t>(2 * (kTileRows + kLanes) * ld) * sizeof(float);
   dispatch_dims(p.d, [&](auto dims) {
     constexpr int kDims = decltype(dims)::value;
-    launch(block_attention_backward_dq_kernel<kDims>,
-           dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), smem, stream, dq, dout,
-           q, kv, lse, static_cast<const float*>(dsum), p);
-    launch(block_attention_backward_dkv_kernel<kDims>,
-           dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), smem, stream, dkv,
-           dout, q, kv, lse, static_cast<const float*>(dsum), p);
+    launch_blocks(block_attention_backward_dq_kernel<kDims>,
+                  dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), kWarps * 32, smem,
+                  stream, dq, dout, q, kv, lse, static_cast<const float*>(dsum), p);
+    launch_blocks(block_attention_backward_dkv_kernel<kDims>,
+                  dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), kWarps * 32,
+                  smem, stream, dkv, dout, q, kv, lse, static_cast<const float*>(dsum), p);
   });
 }
 

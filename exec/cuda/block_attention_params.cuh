@@ -1,9 +1,11 @@
 // Private to exec/cuda/block_attention.cu and exec/cuda/flash_attention_tc.cu: what the blockwise
 // attention kernels take besides the pointers (sizes, scale, the CP position maps, the
-// attention-probability dropout mask on global positions), and make_params, which checks a
-// call's arguments and builds them. The kernels come next: the fp32 ones in block_attention.cu,
+// attention-probability dropout mask on global positions), make_params, which checks a call's
+// arguments and builds them, and the launch helper the kernels share. The kernels come next: the fp32 ones in block_attention.cu,
 // the tensor-core ones in flash_attention_tc.cu.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -11,6 +13,7 @@
 #include "exec/cpu/attention.hpp"
 #include "exec/cpu/block_attention.hpp"
 #include "exec/cuda/cp_positions.cuh"
+#include "exec/cuda/cuda_check.hpp"
 #include "exec/cuda/dropout_mask.hpp"
 
 namespace traintwin::exec::cuda::detail {
@@ -47,5 +50,24 @@ struct Params {
 Params make_params(const CpSequence& q_positions, const CpSequence& k_positions,
                    const cpu::BlockAttentionShape& s,
                    const cpu::AttentionProbabilityDropout* dropout);
+
+/// Launches `kernel` on `grid` with `threads` per block and `smem` bytes of dynamic shared
+/// memory, raising the kernel's limit above the default 48 KiB when needed (the blockwise
+/// attention kernels of all three files). CudaError if the launch fails.
+template <typename Kernel, typename... Args>
+void launch_blocks(Kernel kernel, dim3 grid, unsigned threads, size_t smem, cudaStream_t stream,
+                   Args... args) {
+  if (smem > 48 * 1024) {
+    TRAINTWIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
+  }
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  TRAINTWIN_CUDA_CHECK_LAUNCH();
+}
+
+/// The tiles of `tile` rows that cover `n` rows (a grid dimension).
+inline unsigned tiles_of(int64_t n, int64_t tile) {
+  return static_cast<unsigned>((n + tile - 1) / tile);
+}
 
 }  // namespace traintwin::exec::cuda::detail

@@ -591,17 +591,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {
-  if (smem > 48 * 1024) {
-    TRAINTWIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
-  }
-  kernel<<<grid, kThreads, smem, stream>>>(args...);
-  TRAINTWIN_CUDA_CHECK_LAUNCH();
-}
-
-unsigned tiles(int64_t n) { return static_cast<unsigned>((n + kTile - 1) / kTile); }
+unsigned tiles(int64_t n) { return tiles_of(n, kTile); }
 
 template <typename Fn>
 void by_dim(int64_t d, Fn&& fn) {
@@ -657,8 +647,9 @@ void mma_attention_forward(float* out, float* lse, const float* q, const float* 
   const Bf16Copy qb(q, q_elements(p), stream), kvb(kv, kv_elements(p), stream);
   by_dim(p.d, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    launch(mma_forward_kernel<D>, dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)),
-           smem_bytes<D>(5, 0), stream, out, lse, qb.get(), kvb.get(), p);
+    launch_blocks(mma_forward_kernel<D>,
+                  dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)),
+                  kThreads, smem_bytes<D>(5, 0), stream, out, lse, qb.get(), kvb.get(), p);
   });
 }
 
@@ -670,12 +661,12 @@ void mma_attention_backward(float* dq, float* dkv, const float* dout, const floa
   by_dim(p.d, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     const size_t smem = smem_bytes<D>(6, 4);
-    launch(mma_backward_dq_kernel<D>,
-           dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), smem, stream, dq,
-           dob.get(), qb.get(), kvb.get(), lse, dsum, p);
-    launch(mma_backward_dkv_kernel<D>,
-           dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), smem, stream, dkv,
-           dob.get(), qb.get(), kvb.get(), lse, dsum, p);
+    launch_blocks(mma_backward_dq_kernel<D>,
+                  dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), kThreads, smem,
+                  stream, dq, dob.get(), qb.get(), kvb.get(), lse, dsum, p);
+    launch_blocks(mma_backward_dkv_kernel<D>,
+                  dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), kThreads, smem,
+                  stream, dkv, dob.get(), qb.get(), kvb.get(), lse, dsum, p);
   });
 }
 

@@ -559,19 +559,7 @@ __global__ void __launch_bounds__(kTcThreads)
   store_rows<T, D, true>(dst + (p.groups + g) * D, kvrow, wkeys, dv_acc, sm.scratch[0]);
 }
 
-/// Launches `kernel` on `grid` with `smem` bytes of dynamic shared memory (raising the
-/// kernel's limit above the default 48 KiB).
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, Args... args) {
-  if (smem > 48 * 1024) {
-    TRAINTWIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
-  }
-  kernel<<<grid, kTcThreads, smem, stream>>>(args...);
-  TRAINTWIN_CUDA_CHECK_LAUNCH();
-}
-
-unsigned tiles(int64_t n) { return static_cast<unsigned>((n + kTile - 1) / kTile); }
+unsigned tiles(int64_t n) { return tiles_of(n, kTile); }
 
 /// Calls fn(T{}, std::integral_constant<int, D>{}) for the call's operand type and head_dim.
 template <typename Fn>
@@ -609,8 +597,9 @@ void tensor_core_attention_forward(float* out, float* lse, const float* q, const
   dispatch(p, precision, [&](auto type, auto dim) {
     using T = decltype(type);
     constexpr int D = decltype(dim)::value;
-    launch(tc_forward_kernel<T, D>, dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)),
-           smem_bytes<T, D>(2, 2, 1), stream, out, lse, q, kv, p);
+    launch_blocks(tc_forward_kernel<T, D>,
+                  dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)),
+                  kTcThreads, smem_bytes<T, D>(2, 2, 1), stream, out, lse, q, kv, p);
   });
 }
 
@@ -622,12 +611,12 @@ void tensor_core_attention_backward(float* dq, float* dkv, const float* dout, co
     using T = decltype(type);
     constexpr int D = decltype(dim)::value;
     const size_t smem = smem_bytes<T, D>(4, 2, 2);
-    launch(tc_backward_dq_kernel<T, D>,
-           dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), smem, stream, dq, dout,
-           q, kv, lse, dsum, p);
-    launch(tc_backward_dkv_kernel<T, D>,
-           dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), smem, stream, dkv, dout,
-           q, kv, lse, dsum, p);
+    launch_blocks(tc_backward_dq_kernel<T, D>,
+                  dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), kTcThreads, smem,
+                  stream, dq, dout, q, kv, lse, dsum, p);
+    launch_blocks(tc_backward_dkv_kernel<T, D>,
+                  dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), kTcThreads, smem,
+                  stream, dkv, dout, q, kv, lse, dsum, p);
   });
 }
 

@@ -132,7 +132,8 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
         on_off(s.training.fp8()),
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
-        show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
+        show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s,
+        m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
         to_string(memory_verdict(r.config.peak_memory_bytes, r.config.memory_capacity_bytes)));
   }
   if (ranked > shown)

@@ -78,13 +78,13 @@ std::vector<SweepRow> evaluate_share(const std::vector<SweepConfiguration>& shar
     return run_sweep(share, make_simulation_evaluator(topo, costs), options);
   }
   options.isolate = false;
-  std::vector<SweepRow> rows = run_sweep(share, make_analytical_evaluator(topo, costs), options);
+  const Evaluator analytical = make_analytical_evaluator(topo, costs);
+  std::vector<SweepRow> rows = run_sweep(share, analytical, options);
   if (mode == "auto") {
     // Replay the top K of the analytical ranking with the simulator and rank again. ZeRO-3
     // (Megatron-FSDP optim_grads_params) is replayed only: such a row competes for the top K
     // with the estimate of its ZeRO-2 twin (the same layout without the per-layer parameter
     // gathers), an optimistic bound on its tokens/s.
-    const Evaluator analytical = make_analytical_evaluator(topo, costs);
     std::vector<std::pair<double, const SweepConfiguration*>> candidates;
     for (const SweepRow& r : rows) {
       if (r.status == SweepStatus::kRanked) {

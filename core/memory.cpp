@@ -257,8 +257,6 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   // (training.num_distributed_optimizer_instances N) the dense group is DP x CP / N.
   const BytesPerParameter full = bytes_per_parameter(tr.precision, false, 1);
   const int stage = tr.zero_stage();
-  // HSDP: the dense state is split over the sharding group (DP x CP / instances), replicated
-  // across the instances.
   const BytesPerParameter bpp = shard_bytes_per_parameter(full, stage, s.data_parallel_shard_size());
   const BytesPerParameter expert_bpp = shard_bytes_per_parameter(
       full, stage, s.model.is_moe() ? par.expert_data_parallel_size() : 1);

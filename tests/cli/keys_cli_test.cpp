@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
+#include "core/input_file.hpp"
 #include "core/scenario_reference.hpp"
 #include "core/scenario_schema.hpp"
 #include "run_cli.hpp"
@@ -24,11 +24,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::run_cli;
 
+/// The whole file (core/input_file.hpp's reader: a missing or oversized file throws).
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return read_input_file(path, "test file", kMaxConfigFileBytes);
 }
 
 TEST(KeysCli, PrintsTheReference) {

@@ -7,13 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/scenario_enum_names.hpp"
 #include "core/scenario_reference.hpp"
 
@@ -28,11 +27,9 @@ using scenario_schema::ValueType;
 
 const fs::path kSourceDir = TRAINTWIN_SOURCE_DIR;
 
+/// The whole file (core/input_file.hpp's reader: a missing or oversized file throws).
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return read_input_file(path, "test file", kMaxConfigFileBytes);
 }
 
 TEST(ScenarioSchema, ReadmeKeyReferenceIsCurrent) {

@@ -8,11 +8,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 
+#include "core/input_file.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "tests/config_error_of.hpp"
@@ -28,11 +27,9 @@ using topology_schema::ValueType;
 
 const fs::path kTopologies = fs::path(TRAINTWIN_SOURCE_DIR) / "topologies";
 
+/// The whole file (core/input_file.hpp's reader: a missing or oversized file throws).
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return read_input_file(path, "test file", kMaxConfigFileBytes);
 }
 
 std::string path_of(const KeySpec& k) {

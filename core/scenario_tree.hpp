@@ -82,7 +82,8 @@ class ScenarioTree {
                                    const scenario_schema::Interval& range) const;
   /// `text` as a path: one from the file is relative to the file's folder, one from --set to
   /// the current directory (it was typed there). The file need not exist yet.
-  std::filesystem::path resolve(const std::string& path, const std::filesystem::path& text, const std::filesystem::path& base_dir) const;
+  std::filesystem::path resolve(const std::string& path, const std::filesystem::path& text,
+                                const std::filesystem::path& base_dir) const;
   /// An optional path key, resolved as resolve() does.
   std::optional<std::filesystem::path> get_path(const std::string& sec, const std::string& key,
                                    const std::filesystem::path& base_dir) const;

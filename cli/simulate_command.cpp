@@ -159,6 +159,8 @@ void print_what_if(const Scenario& s, const SimulationSummary& m, const BaseRunM
              now.exposed_pp_s, now.exposed_pp_s - base.exposed_pp_s);
   fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "  of which DP", base.exposed_dp_s,
              now.exposed_dp_s, now.exposed_dp_s - base.exposed_dp_s);
+  fmt::print("  {:<20} {:>10.4f} s {:>10.4f} s {:>+8.4f} s\n", "sync wait (late peer)",
+             base.sync_wait_s, now.sync_wait_s, now.sync_wait_s - base.sync_wait_s);
 }
 
 void print_text(const Scenario& s, const TopologySpec& topo, const SimulationResult& r,
@@ -185,11 +187,21 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
       "time of rank {:<5} compute {:.4f} s ({:.1f} %, optimizer {:.4f} s), exposed TP {:.4f} s "
       "({:.1f} %), "
       "CP {:.4f} s ({:.1f} %), EP {:.4f} s ({:.1f} %), "
-      "PP {:.4f} s ({:.1f} %), DP {:.4f} s ({:.1f} %), pipeline bubble {:.4f} s ({:.1f} %)\n",
+      "PP {:.4f} s ({:.1f} %), DP {:.4f} s ({:.1f} %), pipeline bubble {:.4f} s ({:.1f} %), "
+      "sync wait {:.4f} s ({:.1f} %)\n",
       r.critical.rank, m.compute_s, pct(m.compute_s), m.optimizer_s, m.exposed_tp_s,
       pct(m.exposed_tp_s), m.exposed_cp_s, pct(m.exposed_cp_s), m.exposed_ep_s, pct(m.exposed_ep_s),
       m.exposed_pp_s, pct(m.exposed_pp_s), m.exposed_dp_s, pct(m.exposed_dp_s), r.critical.bubble_s,
-      pct(r.critical.bubble_s));
+      pct(r.critical.bubble_s), m.sync_wait_s, pct(m.sync_wait_s));
+  if (!r.late_peers.empty()) {
+    std::string who;
+    for (const LatePeer& p : r.late_peers) {
+      who += fmt::format("{}rank {} ({} collectives) {:.4f} s in {} wait{}",
+                         who.empty() ? "" : ", ", p.rank, to_string(p.group), p.wait_s, p.waits,
+                         p.waits == 1 ? "" : "s");
+    }
+    fmt::print("late peers         rank {} waited at collectives for {}\n", r.critical.rank, who);
+  }
   std::string fits = "fits";
   switch (memory_verdict(m.peak_memory_bytes, topo.gpu.memory_bytes)) {
     case MemoryVerdict::kFits:

@@ -553,14 +553,7 @@ class Estimator {
     if (!weight_grad) st.pending.clear();
     if (first_fwd) st.first_fwd_start[c] = start;
     if (last_bwd) st.last_bwd_start[c] = start;
-    st.b.compute_s += in.b.compute_s;
-    st.b.optimizer_s += in.b.optimizer_s;
-    st.b.exposed_tp_s += in.b.exposed_tp_s;
-    st.b.exposed_cp_s += in.b.exposed_cp_s;
-    st.b.exposed_ep_s += in.b.exposed_ep_s;
-    st.b.exposed_pp_s += in.b.exposed_pp_s;
-    st.b.exposed_dp_s += in.b.exposed_dp_s;
-    st.b.bubble_s += in.b.bubble_s;
+    st.b.add(in.b);
     st.cend = start + in.compute_end_s;
     st.ready = start + in.all_end_s;
     st.ready_wait = in.last_wait;
@@ -588,6 +581,8 @@ class Estimator {
   struct Tail {
     std::vector<double> end;  ///< per op of the template (non-step ops only)
     std::vector<double> ready;
+    /// Collectives spanning stages: when their last stage arrived (their start); others 0.
+    std::vector<double> start;
     size_t pos = 0;           ///< into the template's nonstep list
     bool waiting = false;
   };
@@ -600,6 +595,7 @@ class Estimator {
       const StageTemplate& t = tmpl_[st.tmpl];
       tl.end = st.pre_end;
       tl.ready.assign(t.rp->ops.size(), 0.0);
+      tl.start.assign(t.rp->ops.size(), 0.0);
       while (tl.pos < t.nonstep.size() && t.nonstep[tl.pos] < t.first_step_op) ++tl.pos;
     }
     // Collectives spanning stages: the stages' calls meet (matching rules), then all end at
@@ -633,6 +629,7 @@ class Estimator {
               auto m = met.find(key);
               if (m == met.end()) break;
               tl.waiting = false;
+              tl.start[id] = m->second;
               tl.end[id] = m->second + t.op_s[id];
               ++tl.pos;
               progress = true;
@@ -656,12 +653,41 @@ class Estimator {
     }
   }
 
-  /// Attributes a gap of stage `r`'s tail to `waited` (a final send/recv: the final batch's
-  /// transfer that ended last).
-  void attribute(int64_t r, double gap, const Op* waited) {
+  /// Attributes the idle interval [lo, hi] of stage `r`'s tail to `waited` (a final send/recv:
+  /// the final batch's transfer that ended last). A collective of the tail and the tail's
+  /// collectives it waited for in turn: the part spent before the other stages arrived at one
+  /// spanning stages is sync wait (the groups within a stage arrive together here).
+  void attribute(int64_t r, double lo, double hi, const Op* waited, const Tail& tl) {
     Stage& st = stages_[static_cast<size_t>(r)];
-    attribute_gap(st.b, gap, waited == nullptr ? WaitedFor{}
-                                               : waited_for(*waited, st.final_batch_transfer_s));
+    const double gap = hi - lo;
+    if (waited == nullptr) {
+      attribute_gap(st.b, gap, WaitedFor{});
+      return;
+    }
+    if (waited->kind != OpKind::kCollective) {
+      attribute_gap(st.b, gap, waited_for(*waited, st.final_batch_transfer_s));
+      return;
+    }
+    const StageTemplate& t = tmpl_[st.tmpl];
+    double sync = 0;
+    double until = hi;
+    for (const Op* c = waited; c != nullptr && until > lo && c->kind == OpKind::kCollective &&
+                               t.inst_of[c->id] == kNone;) {
+      const double arrival = tl.ready[c->id];
+      sync += late_member_wait_s(lo, until, arrival, std::max(arrival, tl.start[c->id]));
+      until = std::min(until, arrival);
+      const Op* next = nullptr;
+      double latest = -1;
+      for (uint32_t d : c->deps) {
+        const double e = dep_time(r, d, tl.end);
+        if (e > latest) {
+          latest = e;
+          next = &t.rp->ops[d];
+        }
+      }
+      c = next;
+    }
+    attribute_gap(st.b, gap, waited_for(*waited, 0, sync));
   }
 
   void tail_breakdown(int64_t r, const Tail& tl) {
@@ -684,7 +710,7 @@ class Estimator {
             waited = &t.rp->ops[d];
           }
         }
-        attribute(r, tl.ready[id] - prev_end, waited);
+        attribute(r, prev_end, tl.ready[id], waited, tl);
         st.b.compute_s += dur;
         if (op.phase == Phase::kOptimizer) st.b.optimizer_s += dur;
         prev_end = tl.end[id];
@@ -696,7 +722,7 @@ class Estimator {
         last_op = &t.rp->ops[id];
       }
     }
-    attribute(r, last_end - prev_end, last_op);
+    attribute(r, prev_end, last_end, last_op, tl);
     st.end = std::max(last_end, prev_end);
   }
 

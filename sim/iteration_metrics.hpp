@@ -20,13 +20,29 @@ struct TimeBreakdown {
   double exposed_pp_s = 0;   ///< idle during the transfer of a PP send/recv it waited for
   double exposed_dp_s = 0;   ///< idle waiting for DP/embedding/grad-norm collectives
   double bubble_s = 0;       ///< idle waiting for another stage (pipeline fill/drain)
+  /// Idle waiting for a late member of a collective (a straggler, a peer held up elsewhere):
+  /// from this rank's arrival to the last member's, not the collective's own time.
+  double sync_wait_s = 0;
 
   /// Exposed communication: TP + CP + EP + PP + DP.
   double exposed_comm_s() const {
     return exposed_tp_s + exposed_cp_s + exposed_ep_s + exposed_pp_s + exposed_dp_s;
   }
-  /// compute + exposed communication + bubble: the iteration time of this rank's breakdown.
-  double total_s() const { return compute_s + exposed_comm_s() + bubble_s; }
+  /// Adds every category of `o` to this one (the rank stays this one's).
+  void add(const TimeBreakdown& o) {
+    compute_s += o.compute_s;
+    optimizer_s += o.optimizer_s;
+    exposed_tp_s += o.exposed_tp_s;
+    exposed_cp_s += o.exposed_cp_s;
+    exposed_ep_s += o.exposed_ep_s;
+    exposed_pp_s += o.exposed_pp_s;
+    exposed_dp_s += o.exposed_dp_s;
+    bubble_s += o.bubble_s;
+    sync_wait_s += o.sync_wait_s;
+  }
+  /// compute + exposed communication + bubble + sync wait: the iteration time of this rank's
+  /// breakdown.
+  double total_s() const { return compute_s + exposed_comm_s() + bubble_s + sync_wait_s; }
 };
 
 /// One iteration's time and where it went, whichever engine computed it.

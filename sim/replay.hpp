@@ -41,6 +41,18 @@
 
 namespace traintwin {
 
+/// A rank whose late arrival at the collectives of one group kind made the critical rank wait
+/// (TimeBreakdown::sync_wait_s, split by who was last).
+struct LatePeer {
+  int64_t rank = 0;                ///< the member that arrived last
+  GroupKind group = GroupKind::kDp;
+  double wait_s = 0;               ///< the critical rank's sync wait on it, seconds
+  int64_t waits = 0;               ///< gaps of the critical rank that ended waiting for it
+};
+
+/// SimulationResult::late_peers keeps the largest this many.
+inline constexpr size_t kMaxLatePeers = 5;
+
 /// The outcome of one simulated iteration: the engines' common metrics (iteration time,
 /// breakdowns, ops replayed over all replayed ranks) and the network detail of the replay.
 struct SimulationResult : IterationMetrics {
@@ -58,6 +70,9 @@ struct SimulationResult : IterationMetrics {
   int64_t solver_flows = 0;               ///< flows SimGrid's solver held (the rest: closed form)
   int64_t max_solver_flows = 0;           ///< most flows in SimGrid's solver at once
   int64_t events = 0;                     ///< ops + flows + timers
+  /// The ranks the critical rank waited for at collectives, by sync wait, largest first (at
+  /// most kMaxLatePeers): who held it up, and in which group.
+  std::vector<LatePeer> late_peers;
   double sim_wall_s = 0;                  ///< replay + results (wall_phases_s)
   /// Wall seconds per phase, in order: "lowering" (build_program, simulate() only), "timing"
   /// (TimedProgram: every kernel through the cost model), "platform" (SimGrid zones), "replay"

@@ -80,6 +80,13 @@ struct PlanEntry {
   int8_t rail_symmetric = -1;  // Engine::rail_symmetric(), -1 until asked
 };
 
+/// When the members of one collective reached it (Engine::arrival), seconds.
+struct CollectiveArrival {
+  double start_s;     ///< the last replayed member's arrival: the collective's start
+  double own_s;       ///< the asking rank's arrival
+  int64_t last_rank;  ///< the member that arrived last (the asking rank when none was later)
+};
+
 /// A flow's route, group, lifetime and bytes (for the link utilization series).
 struct FlowRecord {
   const FlowRoute* route;
@@ -201,8 +208,14 @@ class Engine {
   double ready_time(int64_t rank, uint32_t id) const;
   /// The send (or recv) matching `op` of `rank` on its peer: (peer rank, op id).
   std::pair<int64_t, uint32_t> matching_p2p(int64_t rank, uint32_t id) const;
-  /// Walks the compute stream of `rank` and attributes every idle gap to the op it waited for.
-  TimeBreakdown breakdown(int64_t rank, double iteration_s) const;
+  /// The arrivals at collective `id` of `rank`: when its last replayed member arrived (the
+  /// collective's start), when `rank` did, and which member was last.
+  CollectiveArrival arrival(int64_t rank, uint32_t id) const;
+  /// Walks the compute stream of `rank` and attributes every idle gap to the op it waited for
+  /// (sim/attribution.hpp). `late`: when given, the sync wait is added up per (late member,
+  /// group kind).
+  TimeBreakdown breakdown(int64_t rank, double iteration_s,
+                          std::map<std::pair<int64_t, GroupKind>, LatePeer>* late = nullptr) const;
   /// The traced ranks' ops as timeline events (or handed to SimulationOptions::timeline_sink).
   Timeline timeline() const;
 

@@ -6,6 +6,7 @@
 #include <simgrid/s4u/Link.hpp>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 #include <unordered_map>
 
@@ -56,7 +57,13 @@ SimulationResult Engine::results() {
       }
     }
   }
-  res.critical = breakdown(last_rank, res.iteration_time_s);
+  std::map<std::pair<int64_t, GroupKind>, LatePeer> late;
+  res.critical = breakdown(last_rank, res.iteration_time_s, &late);
+  for (const auto& [key, p] : late) res.late_peers.push_back(p);
+  std::sort(res.late_peers.begin(), res.late_peers.end(), [](const LatePeer& a, const LatePeer& b) {
+    return a.wait_s != b.wait_s ? a.wait_s > b.wait_s : a.rank < b.rank;
+  });
+  if (res.late_peers.size() > kMaxLatePeers) res.late_peers.resize(kMaxLatePeers);
   for (int64_t pp = 0; pp < prog_.layout.size(GroupKind::kPp); ++pp) {
     res.per_stage.push_back(breakdown(prog_.layout.rank(RankCoord{0, 0, 0, pp}), res.iteration_time_s));
   }
@@ -168,41 +175,97 @@ std::pair<int64_t, uint32_t> Engine::matching_p2p(int64_t rank, uint32_t id) con
   return {peer, it == peer_tp.p2p_by_tag.end() ? kNone : it->second};
 }
 
-TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s) const {
+CollectiveArrival Engine::arrival(int64_t rank, uint32_t id) const {
+  const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
+  const Op& op = tp.rp->ops[id];
+  CollectiveArrival a{ready_time(rank, id), ready_time(rank, id), rank};
+  for (int64_t m : prog_.layout.group(op.group, rank)) {
+    if (m == rank || !replayed(m)) continue;
+    const Template& mt = templates_[ranks_[static_cast<size_t>(m)].tmpl];
+    uint32_t mid = id;
+    if (mt.rp != tp.rp) {
+      // A group across stages (the embedding's): the member's collective of the same group and
+      // sequence number, as the rendezvous matched them (sim/matching.hpp).
+      mid = kNone;
+      for (const Op& o : mt.rp->ops) {
+        if (o.kind == OpKind::kCollective && o.group == op.group && mt.seq[o.id] == tp.seq[id]) {
+          mid = o.id;
+          break;
+        }
+      }
+      if (mid == kNone) continue;
+    }
+    const double r = ready_time(m, mid);
+    if (r > a.start_s) {
+      a.start_s = r;
+      a.last_rank = m;
+    }
+  }
+  return a;
+}
+
+TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s,
+                                std::map<std::pair<int64_t, GroupKind>, LatePeer>* late) const {
   TimeBreakdown b;
   b.rank = rank;
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   const Template& tp = templates_[st.tmpl];
   double prev_end = 0;
-  auto attribute = [&](double gap, uint32_t waited) {
+  // The dependency of op `id` that ended last (kNone without dependencies).
+  auto latest_dep = [&](uint32_t id) {
+    uint32_t waited = kNone;
+    double latest = -1;
+    for (uint32_t d : tp.rp->ops[id].deps) {
+      if (st.t[d] > latest) {
+        latest = st.t[d];
+        waited = d;
+      }
+    }
+    return waited;
+  };
+  // The idle interval [lo, hi] of the compute stream, ended by op `waited`.
+  auto attribute = [&](double lo, double hi, uint32_t waited) {
+    const double gap = hi - lo;
     if (gap <= 0) return;
     if (waited == kNone) {
       attribute_gap(b, gap, WaitedFor{});
       return;
     }
     const Op& w = tp.rp->ops[waited];
-    double transfer = 0;
+    double comm = 0;
+    double sync = 0;
     if (w.kind == OpKind::kSend || w.kind == OpKind::kRecv) {
       auto [peer, other] = matching_p2p(rank, waited);
       const double start = std::max(ready_time(rank, waited),
                                     other == kNone ? 0.0 : ready_time(peer, other));
-      transfer = st.t[waited] - start;
+      comm = st.t[waited] - start;
     }
-    attribute_gap(b, gap, waited_for(w, transfer));
+    // Back through the collectives the gap waited for (each waited for the one before): the
+    // part of the gap before each one's last member arrived is sync wait on that member.
+    double until = hi;
+    for (uint32_t c = waited; c != kNone && until > lo && tp.rp->ops[c].kind == OpKind::kCollective;
+         c = latest_dep(c)) {
+      const CollectiveArrival a = arrival(rank, c);
+      const double wait = late_member_wait_s(lo, until, a.own_s, a.start_s);
+      if (wait > 0) {
+        sync += wait;
+        if (late != nullptr) {
+          LatePeer& p = (*late)[{a.last_rank, tp.rp->ops[c].group}];
+          p.rank = a.last_rank;
+          p.group = tp.rp->ops[c].group;
+          p.wait_s += wait;
+          p.waits += 1;
+        }
+      }
+      until = std::min(until, a.own_s);
+    }
+    attribute_gap(b, gap, waited_for(w, comm, sync));
   };
   for (const Op& op : tp.rp->ops) {
     if (op.kind != OpKind::kCompute) continue;
     const double dur = duration(rank, tp, op.id);
     const double start = st.t[op.id] - dur;
-    uint32_t waited = kNone;
-    double latest = -1;
-    for (uint32_t d : op.deps) {
-      if (st.t[d] > latest) {
-        latest = st.t[d];
-        waited = d;
-      }
-    }
-    attribute(start - prev_end, waited);
+    attribute(prev_end, start, latest_dep(op.id));
     b.compute_s += dur;
     if (op.phase == Phase::kOptimizer) b.optimizer_s += dur;
     prev_end = st.t[op.id];
@@ -216,7 +279,7 @@ TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s) const {
       last = op.id;
     }
   }
-  attribute(last_end - prev_end, last);
+  attribute(prev_end, last_end, last);
   attribute_gap(b, iteration_s - std::max(last_end, prev_end), WaitedFor{});
   return b;
 }

@@ -41,6 +41,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   out.exposed_ep_s = r.critical.exposed_ep_s;
   out.exposed_pp_s = r.critical.exposed_pp_s;
   out.exposed_dp_s = r.critical.exposed_dp_s;
+  out.sync_wait_s = r.critical.sync_wait_s;
   out.compute_s = r.critical.compute_s;
   out.optimizer_s = r.critical.optimizer_s;
   for (const StageMemory& m : memory_per_stage(s)) {
@@ -76,6 +77,7 @@ nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
   j["mfu_formula"] = m.mfu_formula;
   j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
   j["exposed_comm_s"] = exposed_comm_json(m);
+  j["sync_wait_s"] = m.sync_wait_s;
   j["compute_s"] = m.compute_s;
   j["optimizer_s"] = m.optimizer_s;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
@@ -96,6 +98,7 @@ SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j,
   m.mfu_formula = json_string(j, "mfu_formula", where);
   m.pipeline_bubble_fraction = json_number(j, "pipeline_bubble_fraction", where);
   read_exposed_comm(j, where, m);
+  m.sync_wait_s = json_number(j, "sync_wait_s", where);
   m.compute_s = json_number(j, "compute_s", where);
   m.optimizer_s = json_number(j, "optimizer_s", where);
   m.peak_memory_bytes = json_number(j, "peak_memory_bytes", where);
@@ -125,6 +128,7 @@ BaseRunMetrics base_run_metrics(const SimulationSummary& m) {
   b.exposed_ep_s = m.exposed_ep_s;
   b.exposed_pp_s = m.exposed_pp_s;
   b.exposed_dp_s = m.exposed_dp_s;
+  b.sync_wait_s = m.sync_wait_s;
   return b;
 }
 

@@ -30,6 +30,9 @@ struct SimulationSummary {
   double pipeline_bubble_fraction = 0;  ///< bubble of the critical rank / iteration time
   /// Exposed communication of the critical rank by kind (TimeBreakdown's categories).
   double exposed_tp_s = 0, exposed_cp_s = 0, exposed_ep_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
+  /// Sync wait of the critical rank: idle at collectives for a late member, not communication
+  /// (TimeBreakdown::sync_wait_s).
+  double sync_wait_s = 0;
   double compute_s = 0;
   double optimizer_s = 0;
   double peak_memory_bytes = 0;  ///< max over pipeline stages (memory model)
@@ -53,7 +56,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 
 /// The summary's own fields as summary.json spells them (iteration_time_s, tokens_per_s,
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
-/// exposed_comm_s {tp, cp, ep, pp, dp}, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
+/// exposed_comm_s {tp, cp, ep, pp, dp}, sync_wait_s, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
 /// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
 /// The "exposed_comm_s" object {tp, cp, ep, pp, dp} (seconds) of a summary or a base run: any
 /// type with exposed_{tp,cp,ep,pp,dp}_s members (SimulationSummary, BaseRunMetrics).
@@ -97,6 +100,7 @@ struct BaseRunMetrics {
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   double exposed_tp_s = 0, exposed_cp_s = 0, exposed_ep_s = 0, exposed_pp_s = 0, exposed_dp_s = 0;
+  double sync_wait_s = 0;  ///< not communication: waiting for a late member of a collective
 
   bool operator==(const BaseRunMetrics&) const = default;
   double exposed_comm_s() const {

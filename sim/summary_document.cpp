@@ -82,6 +82,7 @@ SummaryDocument summary_document(const Scenario& s, const TopologySpec& topo,
   d.link_series = r.link_series;
   d.critical_rank = r.critical;
   d.per_stage = r.per_stage;
+  d.late_peers = r.late_peers;
   d.collective_algorithms = r.collective_algorithms;
   if (include_wall_time) {
     d.sim_wall_s = r.sim_wall_s;
@@ -111,7 +112,8 @@ ojson breakdown_json(const TimeBreakdown& b) {
           {"exposed_ep_s", b.exposed_ep_s},
           {"exposed_pp_s", b.exposed_pp_s},
           {"exposed_dp_s", b.exposed_dp_s},
-          {"bubble_s", b.bubble_s}};
+          {"bubble_s", b.bubble_s},
+          {"sync_wait_s", b.sync_wait_s}};
 }
 
 ojson layout_json(const SummaryLayout& l) {
@@ -175,7 +177,8 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d) {
     j["base"] = {{"iteration_time_s", base.iteration_time_s},
                  {"tokens_per_s_per_gpu", base.tokens_per_s_per_gpu},
                  {"mfu", base.mfu},
-                 {"exposed_comm_s", exposed}};
+                 {"exposed_comm_s", exposed},
+                 {"sync_wait_s", base.sync_wait_s}};
     const DeltaVsBase& delta = *d.delta_vs_base;
     j["delta_vs_base"] = {{"iteration_time_relative", delta.iteration_time_relative},
                           {"tokens_per_s_relative", delta.tokens_per_s_relative},
@@ -231,6 +234,12 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d) {
   ojson stages = ojson::array();
   for (const TimeBreakdown& b : d.per_stage) stages.push_back(breakdown_json(b));
   j["per_stage"] = stages;
+  ojson late = ojson::array();
+  for (const LatePeer& p : d.late_peers) {
+    late.push_back(
+        {{"rank", p.rank}, {"group", to_string(p.group)}, {"wait_s", p.wait_s}, {"waits", p.waits}});
+  }
+  j["late_peers"] = late;
   j["collective_algorithms"] = d.collective_algorithms;
   if (d.sim_wall_s) {
     j["sim_wall_s"] = *d.sim_wall_s;
@@ -274,7 +283,31 @@ TimeBreakdown breakdown_from_json(const ojson& j, const JsonPlace& at) {
   b.exposed_pp_s = json_number(j, "exposed_pp_s", at);
   b.exposed_dp_s = json_number(j, "exposed_dp_s", at);
   b.bubble_s = json_number(j, "bubble_s", at);
+  b.sync_wait_s = json_number(j, "sync_wait_s", at);
   return b;
+}
+
+LatePeer late_peer_from_json(const ojson& j, const JsonPlace& at) {
+  LatePeer p;
+  p.rank = json_integer(j, "rank", at);
+  const std::string group = json_string(j, "group", at);
+  bool known = false;
+  std::vector<std::string> kinds;
+  for (size_t g = 0; g < kNumGroupKinds; ++g) {
+    const auto kind = static_cast<GroupKind>(g);
+    kinds.emplace_back(to_string(kind));
+    if (group == kinds.back()) {
+      p.group = kind;
+      known = true;
+    }
+  }
+  if (!known) {
+    throw Error(fmt::format("{}: '{}' must be a group kind ({}), got '{}'", at.origin,
+                            at.key("group").shown(), fmt::join(kinds, ", "), group));
+  }
+  p.wait_s = json_number(j, "wait_s", at);
+  p.waits = json_integer(j, "waits", at);
+  return p;
 }
 
 SummaryLayout layout_from_json(const ojson& j, const JsonPlace& at) {
@@ -380,6 +413,7 @@ SummaryDocument summary_document_from_json(const nlohmann::ordered_json& j,
     m.tokens_per_s_per_gpu = json_number(base, "tokens_per_s_per_gpu", b);
     m.mfu = json_number(base, "mfu", b);
     read_exposed_comm(base, b, m);
+    m.sync_wait_s = json_number(base, "sync_wait_s", b);
     d.base = m;  // exposed_comm_s.total is derived (BaseRunMetrics::exposed_comm_s())
     const ojson& delta = json_object(j, "delta_vs_base", where);
     const JsonPlace dp = where.key("delta_vs_base");
@@ -422,6 +456,7 @@ SummaryDocument summary_document_from_json(const nlohmann::ordered_json& j,
   d.critical_rank =
       breakdown_from_json(json_object(j, "critical_rank", where), where.key("critical_rank"));
   d.per_stage = array_of<TimeBreakdown>(j, "per_stage", where, breakdown_from_json);
+  d.late_peers = array_of<LatePeer>(j, "late_peers", where, late_peer_from_json);
   const ojson& algorithms = json_object(j, "collective_algorithms", where);
   for (const auto& [name, calls] : algorithms.items()) {
     d.collective_algorithms[name] =

@@ -30,7 +30,7 @@ namespace traintwin {
 
 /// The schema version summary.json carries ("schema_version", its first key) and the only one
 /// read_summary_json() reads. Raise it when a field is renamed, removed or changes meaning.
-inline constexpr int64_t kSummarySchemaVersion = 1;
+inline constexpr int64_t kSummarySchemaVersion = 2;
 
 /// summary.json's "layout": the parallel layout and batch of the run, and its pipeline split.
 struct SummaryLayout {
@@ -94,6 +94,7 @@ struct SummaryDocument {
   std::vector<LinkSeries> link_series;
   TimeBreakdown critical_rank;
   std::vector<TimeBreakdown> per_stage;
+  std::vector<LatePeer> late_peers;  ///< who the critical rank waited for at collectives
   std::map<std::string, int64_t> collective_algorithms;  ///< calls per algorithm
   /// Wall-clock time of the simulation and per phase; absent in byte-identical files.
   std::optional<double> sim_wall_s;
@@ -123,11 +124,13 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d);
 /// iteration), `sim_wall_s`, `wall_phases_s` (lowering, timing, platform, replay, results),
 /// `events`, `flows`, `group_flows` (flows timed in closed-form groups: they met only each
 /// other), `solver_flows` and `max_solver_flows` (flows SimGrid's solver held; the others were
-/// alone on their links), `collective_algorithms`, per-stage breakdowns, the
+/// alone on their links), `collective_algorithms`, per-stage breakdowns (each with its
+/// sync_wait_s), `late_peers` (the ranks the critical rank waited for at collectives: rank,
+/// group, wait_s, waits; largest first, at most kMaxLatePeers), the
 /// scenario's name and layout (with the pipeline split: the four Megatron keys and
 /// `layers_per_model_chunk` [stage][chunk]). With what-if knobs in the scenario: `what_if`
 /// (what_if_json()); with `base` also `base` (iteration_time_s, tokens_per_s_per_gpu, mfu,
-/// exposed_comm_s {tp, cp, ep, pp, dp, total}) and `delta_vs_base` (iteration_time_relative,
+/// exposed_comm_s {tp, cp, ep, pp, dp, total}, sync_wait_s) and `delta_vs_base` (iteration_time_relative,
 /// tokens_per_s_relative, mfu_relative: relative changes of this run against the base;
 /// exposed_comm_delta_s: the difference in seconds; speedup: base iteration time / this one).
 nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,

@@ -23,7 +23,7 @@ namespace traintwin {
 
 /// The schema version sweep.json carries ({"schema_version": 1, "rows": [...]}) and the only one
 /// read_sweep_json() reads. Raise it when a field is renamed, removed or changes meaning.
-inline constexpr int64_t kSweepSchemaVersion = 1;
+inline constexpr int64_t kSweepSchemaVersion = 2;
 
 /// A row's "configuration": the layout and batch the row ran.
 struct SweepRecordConfiguration {

@@ -75,6 +75,15 @@ std::string summary_table_html(const SummaryDocument& d) {
                     fmt::format("{} / {} / {} / {} / {}", format_seconds(m.exposed_tp_s),
                                 format_seconds(m.exposed_cp_s), format_seconds(m.exposed_ep_s),
                                 format_seconds(m.exposed_pp_s), format_seconds(m.exposed_dp_s)));
+  rows.emplace_back("sync wait (late peers, critical rank)", format_seconds(m.sync_wait_s));
+  if (!d.late_peers.empty()) {
+    std::string who;
+    for (const LatePeer& p : d.late_peers) {
+      who += fmt::format("{}rank {} ({}) {}", who.empty() ? "" : ", ", p.rank, to_string(p.group),
+                         format_seconds(p.wait_s));
+    }
+    rows.emplace_back("late peers", who);
+  }
   rows.emplace_back("optimizer", format_seconds(m.optimizer_s));
   // The knobs as compact JSON with sorted keys (nlohmann::json sorts them).
   if (d.what_if) rows.emplace_back("what-if", json(what_if_json(*d.what_if)).dump());
@@ -112,6 +121,7 @@ json time_breakdown_spec(const SummaryDocument& d) {
       {&TimeBreakdown::exposed_pp_s, "exposed PP comm"},
       {&TimeBreakdown::exposed_dp_s, "exposed DP comm"},
       {&TimeBreakdown::bubble_s, "pipeline bubble"},
+      {&TimeBreakdown::sync_wait_s, "sync wait (late peer)"},
       {&TimeBreakdown::optimizer_s, "optimizer"}};
   json values = json::array();
   auto add = [&](const TimeBreakdown& b, const std::string& row, int order) {

@@ -52,7 +52,7 @@ TEST(SweepCli, SmallSweepPrintsARankedTableAndWritesJsonAndCsv) {
   std::ifstream jf(dir / "sweep.json");
   ASSERT_TRUE(jf) << "no sweep.json";
   const auto file = nlohmann::json::parse(jf);
-  EXPECT_EQ(file["schema_version"], 1);
+  EXPECT_EQ(file["schema_version"], 2);
   const auto& j = file["rows"];
   ASSERT_TRUE(j.is_array());
   ASSERT_EQ(j.size(), 12u);

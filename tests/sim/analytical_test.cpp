@@ -46,15 +46,17 @@ std::string scenario_test_name(const ::testing::TestParamInfo<const char*>& info
 class AnalyticalVsReplay : public ::testing::TestWithParam<const char*> {};
 
 /// The critical rank's breakdown categories in a fixed order.
-std::array<double, 7> categories(const TimeBreakdown& b) {
-  return {b.compute_s, b.exposed_tp_s, b.exposed_cp_s, b.exposed_ep_s, b.exposed_pp_s, b.exposed_dp_s, b.bubble_s};
+std::array<double, 8> categories(const TimeBreakdown& b) {
+  return {b.compute_s,    b.exposed_tp_s, b.exposed_cp_s, b.exposed_ep_s,
+          b.exposed_pp_s, b.exposed_dp_s, b.bubble_s,     b.sync_wait_s};
 }
-constexpr std::array<const char*, 7> kCategoryNames = {"compute", "tp", "cp", "ep", "pp", "dp", "bubble"};
+constexpr std::array<const char*, 8> kCategoryNames = {"compute", "tp", "cp",     "ep",
+                                                       "pp",      "dp", "bubble", "sync_wait"};
 
 /// A replay's iteration time and critical breakdown, from a child process.
 struct Replayed {
   double iteration_s = 0;
-  std::array<double, 7> critical{};
+  std::array<double, 8> critical{};
 };
 
 Replayed replay(const Scenario& s, const TopologySpec& topo, const CostModel& costs, bool contention) {
@@ -95,7 +97,7 @@ double expect_uncontended_agreement(const char* name, const Replayed& exact, con
   const double diff = (a.iteration_time_s - exact.iteration_s) / exact.iteration_s;
   std::printf("%-26s replay %10.6f s  estimate %10.6f s  diff %+7.3f %%\n", name,
               exact.iteration_s, a.iteration_time_s, 100 * diff);
-  const std::array<double, 7> est = categories(a.critical);
+  const std::array<double, 8> est = categories(a.critical);
   for (size_t i = 0; i < est.size(); ++i) {
     std::printf("  %-8s replay %9.5f s  estimate %9.5f s\n", kCategoryNames[i], exact.critical[i], est[i]);
     EXPECT_NEAR(est[i], exact.critical[i], 0.005 * exact.iteration_s) << kCategoryNames[i];

@@ -128,14 +128,20 @@ TEST(SummaryDocument, ReaderRefusesAnotherSchemaVersionNamingTheFile) {
   newer["schema_version"] = kSummarySchemaVersion + 1;
   EXPECT_THAT([&] { read_summary_json(newer, "run/summary.json"); },
               ::testing::ThrowsMessage<Error>(AllOf(
-                  HasSubstr("run/summary.json: schema_version 2 is not one this traintwin reads"),
-                  HasSubstr("it reads schema_version 1 only"), HasSubstr("newer traintwin"))));
+                  HasSubstr("run/summary.json: schema_version " +
+                            std::to_string(kSummarySchemaVersion + 1) +
+                            " is not one this traintwin reads"),
+                  HasSubstr("it reads schema_version " + std::to_string(kSummarySchemaVersion) +
+                            " only"),
+                  HasSubstr("newer traintwin"))));
   ojson older = minimal_summary();
   older.erase("schema_version");
   EXPECT_THAT([&] { read_summary_json(older, "run/summary.json"); },
               ::testing::ThrowsMessage<Error>(
                   AllOf(HasSubstr("run/summary.json: no \"schema_version\""),
-                        HasSubstr("reads schema_version 1"), HasSubstr("traintwin simulate"))));
+                        HasSubstr("reads schema_version " +
+                                  std::to_string(kSummarySchemaVersion)),
+                        HasSubstr("traintwin simulate"))));
   ojson text = minimal_summary();
   text["schema_version"] = "1";
   EXPECT_THAT([&] { read_summary_json(text, "run/summary.json"); },
@@ -175,7 +181,8 @@ TEST(SweepRecord, ReaderRefusesAnotherSchemaVersionOrABareArrayNamingTheFile) {
       },
       ::testing::ThrowsMessage<Error>(
           AllOf(HasSubstr("out/sweep.json: schema_version 7 is not one this traintwin reads"),
-                HasSubstr("reads schema_version 1 only"))));
+                HasSubstr("reads schema_version " + std::to_string(kSweepSchemaVersion) +
+                          " only"))));
   // A sweep.json from before schema versions: a bare array of rows.
   EXPECT_THAT(
       [&] { read_sweep_json(rows, "out/sweep.json"); },

@@ -59,6 +59,32 @@ TEST(Attribution, EachWaitGoesToItsCategory) {
   EXPECT_DOUBLE_EQ(b.total_s(), 1 + 6 + 3 + 0.25 + 8 + 16);
 }
 
+// A collective's gap split by cause. Gap [0, 5]; the rank reached the collective at 1 and its
+// last member at 3: [1, 3] (2 s) is waiting for that member. Reached at -10 (before the gap):
+// only the part inside the gap counts, [0, 3]. The last member there first: no wait. The sync wait
+// an engine finds goes to sync_wait_s, at most the gap; the rest to the collective's kind.
+TEST(Attribution, ACollectivesGapIsSplitIntoSyncWaitAndItsOwnTime) {
+  EXPECT_DOUBLE_EQ(late_member_wait_s(0, 5, 1, 3), 2.0);
+  EXPECT_DOUBLE_EQ(late_member_wait_s(0, 5, -10, 3), 3.0);
+  EXPECT_DOUBLE_EQ(late_member_wait_s(0, 5, 1, 1), 0.0);
+  EXPECT_DOUBLE_EQ(late_member_wait_s(0, 2, 1, 3), 1.0);  // the gap ends at 2
+  Op dp_coll;
+  dp_coll.kind = OpKind::kCollective;
+  dp_coll.group = GroupKind::kDp;
+  Op tp_coll = dp_coll;
+  tp_coll.group = GroupKind::kTp;
+  TimeBreakdown b;
+  attribute_gap(b, 5.0, waited_for(dp_coll, 0, 2.0));
+  EXPECT_DOUBLE_EQ(b.sync_wait_s, 2.0);
+  EXPECT_DOUBLE_EQ(b.exposed_dp_s, 3.0);
+  attribute_gap(b, 1.0, waited_for(tp_coll, 0, 4.0));  // capped at the gap
+  EXPECT_DOUBLE_EQ(b.sync_wait_s, 3.0);
+  EXPECT_DOUBLE_EQ(b.exposed_tp_s, 0.0);
+  attribute_gap(b, 2.0, waited_for(tp_coll, 0, -1.0));  // negative: none
+  EXPECT_DOUBLE_EQ(b.exposed_tp_s, 2.0);
+  EXPECT_DOUBLE_EQ(b.total_s(), 5.0 + 1.0 + 2.0);
+}
+
 // ----- matching rules --------------------------------------------------------------------------
 
 TEST(Matching, CollectiveSequenceCountsPerGroupKind) {

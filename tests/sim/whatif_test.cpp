@@ -223,6 +223,52 @@ TEST(WhatIf, StragglerSlowsThePipelineAsTheCriticalPathPredicts) {
   EXPECT_EQ(same.dump(), base.dump());
 }
 
+// Waits attributed to their cause (sim/attribution.hpp), on the 1F1B pipeline above (p = 4,
+// m = 8, 1 s per forward or backward, PP 4 x DP 2). Base: stage s finishes its last backward s
+// seconds before stage 0 (the drain), and waits that long at the collectives spanning the stages
+// (embedding, gradient norm) for stage 0: sync wait s x 1 s, not communication. A straggler on
+// rank 7 (stage 3 of DP replica 1) x 1.2 delays its whole replica by its extra work
+// 2 m (k - 1) = 3.2 s; every stage of replica 0 then waits 3.2 s more at its DP all-reduce for
+// its replica-1 peer. Exposed DP (the all-reduces' own time, microseconds) does not move; the
+// critical rank (rank 0) names its DP peer, rank 1, as the late member; every breakdown still
+// adds up to the iteration.
+TEST(WhatIf, StragglerShowsAsSyncWaitOnItsPeersNotAsCommunication) {
+  const nlohmann::json base = pipeline_summary({});
+  const nlohmann::json slow = pipeline_summary(straggler(7, 1.2));
+  const double delta_s =
+      slow["iteration_time_s"].get<double>() - base["iteration_time_s"].get<double>();
+  EXPECT_NEAR(delta_s, 3.2, 1e-3);
+  ASSERT_EQ(base["per_stage"].size(), 4u);
+  for (size_t i = 0; i < base["per_stage"].size(); ++i) {
+    SCOPED_TRACE(i);
+    const nlohmann::json& b = base["per_stage"][i];
+    const nlohmann::json& w = slow["per_stage"][i];
+    std::printf("stage %zu rank %d: exposed DP %.6f -> %.6f s, sync wait %.6f -> %.6f s, "
+                "bubble %.6f -> %.6f s\n",
+                i, w["rank"].get<int>(), b["exposed_dp_s"].get<double>(),
+                w["exposed_dp_s"].get<double>(), b["sync_wait_s"].get<double>(),
+                w["sync_wait_s"].get<double>(), b["bubble_s"].get<double>(),
+                w["bubble_s"].get<double>());
+    EXPECT_NEAR(b["sync_wait_s"].get<double>(), static_cast<double>(i), 1e-3);
+    EXPECT_NEAR(w["sync_wait_s"].get<double>() - b["sync_wait_s"].get<double>(), 3.2, 1e-3);
+    EXPECT_NEAR(w["exposed_dp_s"].get<double>(), b["exposed_dp_s"].get<double>(), 1e-6);
+    EXPECT_LT(w["exposed_dp_s"].get<double>(), 1e-3);
+    EXPECT_NEAR(w["bubble_s"].get<double>(), b["bubble_s"].get<double>(), 1e-6);
+    double total = 0;
+    for (const char* k : {"compute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
+                          "exposed_pp_s", "exposed_dp_s", "bubble_s", "sync_wait_s"}) {
+      total += w[k].get<double>();
+    }
+    EXPECT_NEAR(total, slow["iteration_time_s"].get<double>(), 1e-6);
+  }
+  EXPECT_EQ(slow["critical_rank"]["rank"], 0);
+  ASSERT_FALSE(slow["late_peers"].empty());
+  EXPECT_EQ(slow["late_peers"][0]["rank"], 1);
+  EXPECT_EQ(slow["late_peers"][0]["group"], "dp-cp");
+  EXPECT_NEAR(slow["late_peers"][0]["wait_s"].get<double>(), 3.2, 1e-3);
+  EXPECT_TRUE(base["late_peers"].empty());
+}
+
 /// One send of `bytes` from rank 0 (node 0, rail 0) to rank 8 (node 1): PP 2 x DP 8.
 Program one_transfer(int64_t bytes) {
   const RankLayout layout(1, 1, 8, 2);

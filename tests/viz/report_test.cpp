@@ -21,6 +21,8 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "sim/summary_document.hpp"
+#include "sim/sweep_record.hpp"
 #include "tests/cli/run_cli.hpp"
 
 namespace traintwin {
@@ -66,10 +68,10 @@ fs::path fake_vega_dir() {
   return dir;
 }
 
-/// A summary.json (schema version 1, every key its writer writes): PP 2, TP 2, DP 2 (8 GPUs).
+/// A summary.json (schema version 2, every key its writer writes): PP 2, TP 2, DP 2 (8 GPUs).
 ojson small_summary() {
   return ojson::parse(R"({
-    "schema_version": 1,
+    "schema_version": 2,
     "scenario": "unit", "num_gpus": 8, "gpu": "H100",
     "layout": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
                "virtual_pipeline_model_parallel_size": 1, "context_parallel_size": 1,
@@ -84,6 +86,7 @@ ojson small_summary() {
     "model_tflops_per_gpu": 321.0, "mfu": 0.4213, "hfu": 0.4567, "mfu_formula": "MFU = ...",
     "pipeline_bubble_fraction": 0.125,
     "exposed_comm_s": {"tp": 0.01, "cp": 0.004, "ep": 0.006, "pp": 0.02, "dp": 0.03},
+    "sync_wait_s": 0.005,
     "compute_s": 0.4, "optimizer_s": 0.005,
     "peak_memory_bytes": 42949672960, "fits_in_memory": true, "gpu_memory_bytes": 85899345920,
     "memory_per_stage": [
@@ -104,12 +107,16 @@ ojson small_summary() {
                        "utilization": 0.25}],
     "link_tiers": [], "hot_links": [], "link_series": [],
     "critical_rank": {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
-                      "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
+                      "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035,
+       "sync_wait_s": 0.005},
     "per_stage": [
       {"rank": 0, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
-       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035},
+       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035,
+       "sync_wait_s": 0.005},
       {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
-       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035}],
+       "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035,
+       "sync_wait_s": 0.005}],
+    "late_peers": [{"rank": 3, "group": "dp", "wait_s": 0.005, "waits": 2}],
     "collective_algorithms": {"ring": 12}, "reductions": [], "replayed_ranks": 8,
     "events": 100, "ops": 80, "flows": 20, "solver_flows": 10, "max_solver_flows": 4
   })");
@@ -277,7 +284,8 @@ TEST(ReportSpec, SummaryTableHasTheHeadlineNumbers) {
   for (const char* text :
        {"unit", "8 x H100", "TP 2 x CP 1 x PP 2 x DP 2", "500.000 ms", "12346", "1543.2", "42.1 %",
         "45.7 %", "12.5 %", "10.000 ms / 4.000 ms / 6.000 ms / 20.000 ms / 30.000 ms",
-        "40.00 GiB / 80.00 GiB (fits)", "measured 25.0 %, roofline 75.0 %", "2 / 2 (even split)"}) {
+        "40.00 GiB / 80.00 GiB (fits)", "measured 25.0 %, roofline 75.0 %", "2 / 2 (even split)",
+        "sync wait (late peers, critical rank)", "rank 3 (dp) 5.000 ms"}) {
     EXPECT_THAT(html, HasSubstr(text));
   }
 }
@@ -296,10 +304,10 @@ TEST(ReportSpec, ReadingTheSummaryNamesTheFileAndKeyOfAMissingField) {
               ::testing::ThrowsMessage<Error>(HasSubstr("'exposed_comm_s.pp' must be a number")));
 }
 
-TEST(ReportSpec, TimeBreakdownHasEightPartsForTheCriticalRankAndEachStage) {
+TEST(ReportSpec, TimeBreakdownHasNinePartsForTheCriticalRankAndEachStage) {
   const json spec = time_breakdown_spec(typed(small_summary()));
   const json& values = spec["data"]["values"];
-  ASSERT_EQ(values.size(), 24u);
+  ASSERT_EQ(values.size(), 27u);
   EXPECT_EQ(values[0]["row"], "critical path (rank 4)");
   EXPECT_EQ(values[0]["part"], "compute");
   EXPECT_DOUBLE_EQ(values[0]["ms"].get<double>(), 400.0);
@@ -307,8 +315,10 @@ TEST(ReportSpec, TimeBreakdownHasEightPartsForTheCriticalRankAndEachStage) {
   EXPECT_EQ(values[3]["part"], "exposed EP comm");
   EXPECT_EQ(values[6]["part"], "pipeline bubble");
   EXPECT_DOUBLE_EQ(values[6]["ms"].get<double>(), 35.0);
-  EXPECT_EQ(values[23]["row"], "stage 1 (rank 4)");
-  EXPECT_EQ(values[23]["part"], "optimizer");
+  EXPECT_EQ(values[7]["part"], "sync wait (late peer)");
+  EXPECT_DOUBLE_EQ(values[7]["ms"].get<double>(), 5.0);
+  EXPECT_EQ(values[26]["row"], "stage 1 (rank 4)");
+  EXPECT_EQ(values[26]["part"], "optimizer");
 }
 
 TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {
@@ -407,6 +417,7 @@ ojson sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs
         {"mfu_formula", "MFU = ..."},
         {"pipeline_bubble_fraction", 0.1},
         {"exposed_comm_s", {{"tp", 0.0}, {"cp", 0.0}, {"ep", 0.0}, {"pp", 0.0}, {"dp", 0.0}}},
+        {"sync_wait_s", 0.0},
         {"compute_s", 1.0},
         {"optimizer_s", 0.1},
         {"peak_memory_bytes", 1e10},
@@ -418,7 +429,9 @@ ojson sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs
 }
 
 /// sweep.json (schema version 1) of `rows`.
-ojson sweep_file(const ojson& rows) { return {{"schema_version", 1}, {"rows", rows}}; }
+ojson sweep_file(const ojson& rows) {
+  return {{"schema_version", kSweepSchemaVersion}, {"rows", rows}};
+}
 
 ojson small_sweep() {
   return sweep_file(ojson::array(
@@ -619,14 +632,15 @@ TEST(ReportPage, WriteReportRefusesAnUnknownSchemaVersionNamingTheFile) {
               ::testing::ThrowsMessage<Error>(
                   AllOf(HasSubstr((dir / "summary.json").string() +
                                   ": schema_version 99 is not one this traintwin reads"),
-                        HasSubstr("it reads schema_version 1 only"))));
+                        HasSubstr("it reads schema_version " +
+                                  std::to_string(kSummarySchemaVersion) + " only"))));
   EXPECT_FALSE(fs::exists(dir / "report.html"));
   const fs::path old = fresh_dir("unversioned_sweep");
   write_text(old / "sweep.json", small_sweep()["rows"].dump());  // a bare array: no version
   EXPECT_THAT([&] { write_report(old, vega); },
               ::testing::ThrowsMessage<Error>(
                   AllOf(HasSubstr((old / "sweep.json").string() + ": must be a JSON object"),
-                        HasSubstr("schema_version 1"))));
+                        HasSubstr("schema_version " + std::to_string(kSweepSchemaVersion)))));
 }
 
 TEST(ReportCli, RebuildsReportHtmlAndSaysHowToFetchVega) {
@@ -787,7 +801,7 @@ TEST(ReportBrowser, RendersEveryChartWithItsMarksAndNoErrors) {
   }
   EXPECT_EQ(count_marks(dom, "rect", "gantt_bars_stage", "path"), timeline.events.size());
   EXPECT_GT(count_marks(dom, "text", "gantt_labels_stage", "text"), 0u);
-  EXPECT_EQ(count_marks(dom, "rect", "breakdown_marks", "path"), 8 * (1 + stages));
+  EXPECT_EQ(count_marks(dom, "rect", "breakdown_marks", "path"), 9 * (1 + stages));
   EXPECT_EQ(count_marks(dom, "rect", "memory_bars_marks", "path"),
             5 * summary["memory_per_stage"].size());
   EXPECT_EQ(count_marks(dom, "rule", "memory_capacity_marks", "line"), 1u);

@@ -17,6 +17,7 @@
 #include "core/memory.hpp"
 #include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
+#include "sim/chakra_import.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
@@ -42,6 +43,8 @@ struct SimulateOptions {
   std::string cost_db;
   std::string costs_from_timeline;
   std::string cost_db_topology;
+  std::vector<std::string> trace;  ///< --trace FORMAT DIR
+  std::string topology;            ///< --topology FILE (with --trace)
 };
 
 std::vector<int64_t> parse_rank_list(const std::string& text) {
@@ -268,6 +271,64 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   if (base) print_what_if(s, m, *base);
 }
 
+/// `simulate --trace chakra DIR --topology FILE`: a recorded or exported trace replayed on a
+/// topology (sim/chakra_import.hpp), printed as the critical rank's breakdown.
+void simulate_trace(const SimulateOptions& o) {
+  if (o.trace[0] != "chakra") {
+    throw ConfigError("--trace: format '" + o.trace[0] + "' (allowed: chakra)");
+  }
+  if (!o.scenario.file.empty()) {
+    throw ConfigError("simulate: give either a SCENARIO or --trace chakra DIR, not both");
+  }
+  if (o.topology.empty()) throw ConfigError("simulate --trace: --topology FILE is required");
+  for (const auto& [flag, given] : {std::pair{"--json", o.json},
+                                    {"--out", !o.out_dir.empty()},
+                                    {"--cost-db", !o.cost_db.empty()},
+                                    {"--costs-from-timeline", !o.costs_from_timeline.empty()},
+                                    {"--cost-db-topology", !o.cost_db_topology.empty()},
+                                    {"--aggregate-tp", o.aggregate_tp}}) {
+    if (given) {
+      throw ConfigError(std::string("simulate --trace: ") + flag +
+                        " is not supported with a trace (compute nodes take the trace's "
+                        "durations; the result is printed as text)");
+    }
+  }
+  const ChakraTrace trace = read_chakra_trace(o.trace[1]);
+  const TopologySpec topo = load_topology(o.topology);
+  SimulationOptions opts;
+  opts.collective_algorithm = o.collective_algorithm;
+  opts.link_contention = !o.no_link_contention;
+  ReplayProgressLine progress(!o.quiet);
+  opts.progress = progress.callback();
+  const SimulationResult r = simulate_chakra_trace(trace, topo, opts);
+  progress.finish();
+  const double t = r.iteration_time_s;
+  auto pct = [t](double x) { return t > 0 ? 100.0 * x / t : 0.0; };
+  fmt::print("traintwin simulate: Chakra trace {} ({} ranks, {} nodes, {}) on {} x {} ({})\n",
+             o.trace[1], trace.files.size(), trace.nodes, trace.name, trace.files.size(),
+             topo.gpu.name, topo.name);
+  const RankLayout& l = trace.program.layout;
+  fmt::print("layout             TP {} x CP {} x PP {} x DP {}, order {} ({})\n",
+             l.size(GroupKind::kTp), l.size(GroupKind::kCp), l.size(GroupKind::kPp),
+             l.size(GroupKind::kDp), l.order(), trace.layout_source);
+  fmt::print("iteration time     {:.6f} s\n", t);
+  const TimeBreakdown& b = r.critical;
+  fmt::print(
+      "time of rank {:<5} compute {:.6f} s ({:.1f} %), exposed TP {:.6f} s ({:.1f} %), CP {:.6f} s "
+      "({:.1f} %), EP {:.6f} s ({:.1f} %), PP {:.6f} s ({:.1f} %), DP {:.6f} s ({:.1f} %)\n",
+      b.rank, b.compute_s, pct(b.compute_s), b.exposed_tp_s, pct(b.exposed_tp_s), b.exposed_cp_s,
+      pct(b.exposed_cp_s), b.exposed_ep_s, pct(b.exposed_ep_s), b.exposed_pp_s, pct(b.exposed_pp_s),
+      b.exposed_dp_s, pct(b.exposed_dp_s));
+  std::string algos;
+  for (const auto& [name, n] : r.collective_algorithms)
+    algos += fmt::format("{}{} {}", algos.empty() ? "" : ", ", name, n);
+  fmt::print("collectives        {}\n", algos.empty() ? "none" : algos);
+  fmt::print(
+      "simulated in {:.2f} s wall: {} ops, {} flows ({} in closed-form groups, {} in "
+      "SimGrid's solver), {} events\n",
+      r.sim_wall_s, r.ops, r.flows, r.group_flows, r.solver_flows, r.events);
+}
+
 }  // namespace
 
 void register_simulate_command(CLI::App& app) {
@@ -309,7 +370,27 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--collective-algorithm", o->collective_algorithm,
                   "Force an NCCL algorithm for every collective")
       ->check(CLI::IsMember({"ring", "tree", "nvls"}));
+  cmd->get_option("scenario")->required(false);
+  cmd->add_option("--trace", o->trace,
+                  "Replay recorded traces instead of a scenario: --trace chakra DIR (Chakra ET "
+                  "files DIR/<name>.<rank>.et, or the prefix DIR/<name>), with --topology")
+      ->expected(2)
+      ->type_name("FORMAT DIR");
+  cmd->add_option("--topology", o->topology, "Topology file the --trace runs on")
+      ->check(CLI::ExistingFile);
   cmd->callback([o] {
+    if (!o->trace.empty()) {
+      simulate_trace(*o);
+      return;
+    }
+    if (o->scenario.file.empty()) {
+      throw ConfigError("simulate: give a SCENARIO file, or --trace chakra DIR --topology FILE");
+    }
+    if (!o->topology.empty()) {
+      throw ConfigError(
+          "simulate: --topology is for --trace; a scenario names its topology "
+          "(cluster.topology)");
+    }
     const Scenario s = o->scenario.load();
     // The output folder is checked before the simulation, not after it.
     std::optional<SimulationOutputs> out;

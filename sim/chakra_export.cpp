@@ -107,6 +107,26 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
   pb::AttributeProto* origin = meta.add_attr();
   origin->set_name("traintwin.scenario");
   origin->set_string_val(prog.scenario.name);
+  // The rank layout, so that a reader can give each process group its kind
+  // (sim/chakra_import.hpp).
+  const ParallelConfig& par = prog.scenario.parallel;
+  const auto meta_attr = [&](const char* name, int64_t v) {
+    pb::AttributeProto* a = meta.add_attr();
+    a->set_name(name);
+    a->set_int64_val(v);
+  };
+  meta_attr("traintwin.world_size", world);
+  pb::AttributeProto* order = meta.add_attr();
+  order->set_name("traintwin.rank_order");
+  order->set_string_val(prog.layout.order());
+  meta_attr("traintwin.tensor_model_parallel_size", par.tensor_model_parallel_size);
+  meta_attr("traintwin.context_parallel_size", par.context_parallel_size);
+  meta_attr("traintwin.data_parallel_size", par.data_parallel_size);
+  meta_attr("traintwin.pipeline_model_parallel_size", par.pipeline_model_parallel_size);
+  meta_attr("traintwin.expert_model_parallel_size", par.expert_model_parallel_size);
+  meta_attr("traintwin.expert_tensor_parallel_size", par.expert_tp());
+  meta_attr("traintwin.num_distributed_optimizer_instances",
+            prog.scenario.training.num_distributed_optimizer_instances);
   write_delimited(meta, out);
 
   std::array<int64_t, kNumStreams> last_on_stream;

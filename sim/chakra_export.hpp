@@ -16,8 +16,15 @@
 //   send, recv  COMM_SEND_NODE / COMM_RECV_NODE, comm_src, comm_dst, comm_tag (int32) and
 //               comm_size (int64 bytes).
 // data_deps are the op's dependencies, ctrl_deps the previous op of its stream (a stream runs its
-// ops in order). Every node also carries traintwin's own attributes: phase, stream, micro_batch,
-// layer (int64, -1 when none).
+// ops in order; as in PyTorch-converted traces, ctrl_deps is information, not a dependency:
+// Chakra's feeder, which ASTRA-sim uses, waits for data_deps only, and so does the import — the
+// sends and recvs of one p2p batch do not wait for each other). Every node also carries
+// traintwin's own attributes: phase, stream, micro_batch, layer (int64, -1 when none); the
+// GlobalMetadata the scenario's name and its rank layout (traintwin.world_size,
+// traintwin.rank_order, traintwin.<Megatron size>: tensor_model_parallel_size,
+// context_parallel_size, data_parallel_size, pipeline_model_parallel_size,
+// expert_model_parallel_size, expert_tensor_parallel_size, num_distributed_optimizer_instances),
+// which the import (sim/chakra_import.hpp) reads to give each process group its kind.
 #pragma once
 
 #include <cstdint>

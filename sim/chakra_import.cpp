@@ -1,0 +1,853 @@
+// Chakra execution traces in (sim/chakra_import.hpp).
+#include "sim/chakra_import.hpp"
+
+#include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <queue>
+#include <regex>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "core/input_file.hpp"
+#include "core/rank_layout.hpp"
+#include "traces/chakra/et_def.pb.h"
+
+namespace traintwin {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = ChakraProtoMsg;
+
+/// Largest ET file read: 4 GiB (read whole, one rank at a time).
+constexpr size_t kMaxEtFileBytes = size_t{4} << 30;
+/// Tags given to sends and recvs without comm_tag: above every int32 comm_tag.
+constexpr int64_t kUntaggedBase = int64_t{1} << 32;
+
+/// "node 12 (fwd mb0 L1 mlp)" for messages.
+std::string node_ref(const pb::Node& n) { return fmt::format("node {} ({})", n.id(), n.name()); }
+
+[[noreturn]] void refuse(const fs::path& file, const pb::Node& n, const std::string& what) {
+  throw ChakraTraceError(fmt::format("{}: {}: {}", file.string(), node_ref(n), what));
+}
+
+const pb::AttributeProto* find_attr(const pb::Node& n, const std::string& name) {
+  for (const pb::AttributeProto& a : n.attr()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+/// An integer attribute (int32, int64 or uint64 as Chakra's writers use them), nullopt when absent.
+std::optional<int64_t> int_attr(const fs::path& file, const pb::Node& n, const std::string& name) {
+  const pb::AttributeProto* a = find_attr(n, name);
+  if (!a) return std::nullopt;
+  switch (a->value_case()) {
+    case pb::AttributeProto::kInt32Val:
+      return a->int32_val();
+    case pb::AttributeProto::kInt64Val:
+      return a->int64_val();
+    case pb::AttributeProto::kUint64Val:
+      if (a->uint64_val() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        refuse(file, n, fmt::format("attribute {} = {} is too large", name, a->uint64_val()));
+      }
+      return static_cast<int64_t>(a->uint64_val());
+    default:
+      refuse(file, n, fmt::format("attribute {} is not an integer (int32, int64 or uint64)", name));
+  }
+}
+
+int64_t required_int_attr(const fs::path& file, const pb::Node& n, const std::string& name) {
+  const std::optional<int64_t> v = int_attr(file, n, name);
+  if (!v) refuse(file, n, fmt::format("{} has no attribute {}", pb::NodeType_Name(n.type()), name));
+  return *v;
+}
+
+std::optional<std::string> string_attr(const fs::path& file, const pb::Node& n,
+                                       const std::string& name) {
+  const pb::AttributeProto* a = find_attr(n, name);
+  if (!a) return std::nullopt;
+  if (a->value_case() != pb::AttributeProto::kStringVal) {
+    refuse(file, n, fmt::format("attribute {} is not a string", name));
+  }
+  return a->string_val();
+}
+
+/// One ET file: its GlobalMetadata and nodes, in file order.
+struct EtFile {
+  pb::GlobalMetadata meta;
+  std::vector<pb::Node> nodes;
+};
+
+/// Reads `file` as Chakra's feeder does: length-delimited messages (varint32 length, then the
+/// message), GlobalMetadata first.
+EtFile read_et_file(const fs::path& file) {
+  const std::string data = read_input_file(file, "Chakra ET file", kMaxEtFileBytes);
+  EtFile et;
+  size_t pos = 0;
+  bool first = true;
+  while (pos < data.size()) {
+    const size_t left = data.size() - pos;
+    google::protobuf::io::CodedInputStream coded(
+        reinterpret_cast<const uint8_t*>(data.data() + pos),
+        static_cast<int>(std::min<size_t>(left, INT_MAX)));
+    uint32_t size = 0;
+    if (!coded.ReadVarint32(&size)) {
+      throw ChakraTraceError(fmt::format(
+          "{}: truncated at byte {}: no message length (a Chakra ET file is length-delimited "
+          "messages)",
+          file.string(), pos));
+    }
+    const auto header = static_cast<size_t>(coded.CurrentPosition());
+    if (size > left - header) {
+      throw ChakraTraceError(
+          fmt::format("{}: truncated: the message at byte {} has {} bytes, the "
+                      "file only {} more",
+                      file.string(), pos, size, left - header));
+    }
+    const char* body = data.data() + pos + header;
+    if (first) {
+      if (!et.meta.ParseFromArray(body, static_cast<int>(size))) {
+        throw ChakraTraceError(fmt::format(
+            "{}: the first message is not a Chakra GlobalMetadata (et_def.proto)", file.string()));
+      }
+      first = false;
+    } else {
+      pb::Node& n = et.nodes.emplace_back();
+      if (!n.ParseFromArray(body, static_cast<int>(size))) {
+        throw ChakraTraceError(fmt::format(
+            "{}: the message at byte {} is not a Chakra Node (et_def.proto)", file.string(), pos));
+      }
+    }
+    pos += header + size;
+  }
+  if (first) throw ChakraTraceError(fmt::format("{}: empty (no GlobalMetadata)", file.string()));
+  return et;
+}
+
+/// The ET files `where` names, by rank.
+std::pair<std::string, std::vector<fs::path>> find_files(const fs::path& where) {
+  fs::path dir = where;
+  std::string wanted;
+  if (!fs::is_directory(where)) {
+    dir = where.parent_path().empty() ? fs::path(".") : where.parent_path();
+    wanted = where.filename().string();
+    if (!fs::is_directory(dir)) {
+      throw ChakraTraceError(fmt::format(
+          "{}: no such folder (a Chakra trace is a folder of <name>.<rank>.et files, or the prefix "
+          "<folder>/<name>)",
+          where.string()));
+    }
+  }
+  static const std::regex et_name(R"((.+)\.(\d+)\.et)");
+  std::map<std::string, std::map<int64_t, fs::path>> by_name;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string file = e.path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(file, m, et_name)) continue;
+    if (!wanted.empty() && m[1].str() != wanted) continue;
+    if (m[2].str().size() > 9) continue;  // no rank
+    by_name[m[1].str()][std::stoll(m[2].str())] = e.path();
+  }
+  if (by_name.empty()) {
+    throw ChakraTraceError(fmt::format("{}: no Chakra ET files (<name>.<rank>.et{})",
+                                       where.string(), wanted.empty() ? "" : ", name " + wanted));
+  }
+  if (by_name.size() > 1) {
+    std::string names;
+    for (const auto& [n, _] : by_name) names += (names.empty() ? "" : ", ") + n;
+    throw ChakraTraceError(fmt::format("{}: ET files of several traces ({}): name one as {}/<name>",
+                                       where.string(), names, dir.string()));
+  }
+  auto& [name, ranks] = *by_name.begin();
+  std::vector<fs::path> files;
+  for (int64_t r = 0; r < static_cast<int64_t>(ranks.size()); ++r) {
+    auto it = ranks.find(r);
+    if (it == ranks.end()) {
+      throw ChakraTraceError(
+          fmt::format("{}: rank {} is missing ({} not found; ranks go from 0 to "
+                      "the number of files - 1)",
+                      where.string(), r, (dir / fmt::format("{}.{}.et", name, r)).string()));
+    }
+    files.push_back(it->second);
+  }
+  return {name, files};
+}
+
+/// The rank layout traintwin's export writes in its GlobalMetadata, nullopt without it.
+std::optional<RankLayout> metadata_layout(const fs::path& file, const pb::GlobalMetadata& meta,
+                                          int64_t world, std::string& scenario_name,
+                                          ParallelConfig& par, int64_t& dp_replicas) {
+  std::map<std::string, const pb::AttributeProto*> attrs;
+  for (const pb::AttributeProto& a : meta.attr()) attrs[a.name()] = &a;
+  if (auto it = attrs.find("traintwin.scenario"); it != attrs.end()) {
+    scenario_name = it->second->string_val();
+  }
+  if (!attrs.count("traintwin.rank_order")) return std::nullopt;
+  const auto size = [&](const char* key) {
+    auto it = attrs.find(std::string("traintwin.") + key);
+    if (it == attrs.end() || it->second->value_case() != pb::AttributeProto::kInt64Val) {
+      throw ChakraTraceError(
+          fmt::format("{}: GlobalMetadata has traintwin.rank_order but no int64 traintwin.{}",
+                      file.string(), key));
+    }
+    return it->second->int64_val();
+  };
+  if (size("world_size") != world) {
+    throw ChakraTraceError(
+        fmt::format("{}: written for {} ranks (traintwin.world_size), the trace "
+                    "has {} files",
+                    file.string(), size("world_size"), world));
+  }
+  par.rank_order = attrs.at("traintwin.rank_order")->string_val();
+  par.tensor_model_parallel_size = size("tensor_model_parallel_size");
+  par.context_parallel_size = size("context_parallel_size");
+  par.data_parallel_size = size("data_parallel_size");
+  par.pipeline_model_parallel_size = size("pipeline_model_parallel_size");
+  par.expert_model_parallel_size = size("expert_model_parallel_size");
+  par.expert_tensor_parallel_size = size("expert_tensor_parallel_size");
+  dp_replicas = size("num_distributed_optimizer_instances");
+  try {
+    RankLayout layout(par.tensor_model_parallel_size, par.context_parallel_size,
+                      par.data_parallel_size, par.pipeline_model_parallel_size, par.rank_order,
+                      par.expert_model_parallel_size, par.expert_tp(), dp_replicas);
+    if (layout.world_size() != world) {
+      throw InvalidArgument(fmt::format("TP x CP x DP x PP = {}", layout.world_size()));
+    }
+    return layout;
+  } catch (const InvalidArgument& e) {
+    throw ChakraTraceError(
+        fmt::format("{}: the rank layout of its GlobalMetadata is not one of {} "
+                    "ranks: {}",
+                    file.string(), world, e.what()));
+  }
+}
+
+/// The comm groups JSON: pg_name -> members (ascending, unique, each in [0, world)).
+std::map<std::string, std::vector<int64_t>> read_comm_groups(const fs::path& file, int64_t world) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_input_file(file, "Chakra comm groups JSON", kMaxDataFileBytes));
+  } catch (const nlohmann::json::exception& e) {
+    throw ChakraTraceError(fmt::format("{}: not JSON: {}", file.string(), e.what()));
+  }
+  if (!j.is_object()) {
+    throw ChakraTraceError(
+        fmt::format("{}: not a JSON object {{\"<pg_name>\": [ranks...], ...}}", file.string()));
+  }
+  std::map<std::string, std::vector<int64_t>> groups;
+  for (const auto& [pg, members] : j.items()) {
+    std::vector<int64_t> m;
+    if (members.is_array()) {
+      for (const nlohmann::json& r : members) {
+        if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= world) {
+          m.clear();
+          break;
+        }
+        m.push_back(r.get<int64_t>());
+      }
+    }
+    std::sort(m.begin(), m.end());
+    if (m.empty() || std::adjacent_find(m.begin(), m.end()) != m.end()) {
+      throw ChakraTraceError(fmt::format("{}: key \"{}\": not a list of distinct ranks in [0, {})",
+                                         file.string(), pg, world));
+    }
+    groups.emplace(pg, std::move(m));
+  }
+  return groups;
+}
+
+/// A process group the collectives of the trace use, and where it was first met.
+struct ProcessGroup {
+  std::vector<int64_t> members;  // ascending
+  std::string first_use;         // "<file>: node ..." for messages
+  GroupKind kind = GroupKind::kWorld;
+};
+
+/// What one rank's file holds besides its RankProgram: the process group of each collective op.
+struct ReadRank {
+  RankProgram rp;
+  std::vector<int32_t> pg_of_op;  // index into the process groups; -1 for other ops
+  std::vector<bool> has_stream;   // the op's stream came from traintwin.stream
+};
+
+template <typename Enum, size_t N>
+Enum enum_of(const fs::path& file, const pb::Node& n, const char* attr, const std::string& text) {
+  std::string allowed;
+  for (size_t i = 0; i < N; ++i) {
+    const auto e = static_cast<Enum>(i);
+    if (text == to_string(e)) return e;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(e));
+  }
+  refuse(file, n, fmt::format("{} \"{}\" (allowed: {})", attr, text, allowed));
+}
+
+/// The per-rank reader: nodes -> ops in a topological order, with their dependencies.
+class RankReader {
+ public:
+  RankReader(const fs::path& file, int64_t rank, int64_t world,
+             const std::optional<std::map<std::string, std::vector<int64_t>>>& comm_groups,
+             const fs::path& comm_groups_file, std::vector<ProcessGroup>& pgs,
+             std::map<std::string, int32_t>& pg_index, std::deque<std::string>& names,
+             std::vector<Kernel>& kernels,
+             std::map<std::tuple<int64_t, int64_t, int64_t>, uint32_t>& kernel_index,
+             std::map<std::tuple<int64_t, int64_t, bool>, int64_t>& untagged)
+      : file_(file),
+        rank_(rank),
+        world_(world),
+        comm_groups_(comm_groups),
+        comm_groups_file_(comm_groups_file),
+        pgs_(pgs),
+        pg_index_(pg_index),
+        names_(names),
+        kernels_(kernels),
+        kernel_index_(kernel_index),
+        untagged_(untagged) {}
+
+  ReadRank read(const std::vector<pb::Node>& nodes) {
+    const std::vector<uint32_t> order = topological_order(nodes);
+    ReadRank out;
+    out.rp.rank = rank_;
+    out.rp.ops.resize(nodes.size());
+    out.pg_of_op.assign(nodes.size(), -1);
+    out.has_stream.assign(nodes.size(), false);
+    std::vector<uint32_t> op_of_node(nodes.size());
+    for (uint32_t i = 0; i < order.size(); ++i) op_of_node[order[i]] = i;
+    // Untagged sends and recvs are numbered in file order (the order the rank posted them).
+    std::vector<int64_t> untagged_tag(nodes.size(), -1);
+    for (uint32_t k = 0; k < nodes.size(); ++k) untagged_tag[k] = untagged_number(nodes[k]);
+    // One GPU compute node at a time and one CPU node at a time, in this order.
+    std::array<int64_t, 2> last_on{-1, -1};  // GPU compute, CPU
+    for (uint32_t i = 0; i < order.size(); ++i) {
+      const pb::Node& n = nodes[order[i]];
+      Op& op = out.rp.ops[i];
+      op.id = i;
+      for (uint32_t d : deps_[order[i]]) op.deps.push_back(op_of_node[d]);
+      const bool cpu = is_cpu_op(n);
+      if (cpu || n.type() == pb::COMP_NODE) {
+        int64_t& last = last_on[cpu ? 1 : 0];
+        if (last >= 0) op.deps.push_back(static_cast<uint32_t>(last));
+        last = i;
+      }
+      std::sort(op.deps.begin(), op.deps.end());
+      op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+      if (op.deps.size() >= UINT16_MAX) refuse(file_, n, "has too many dependencies");
+      names_.push_back(n.name());
+      op.what = names_.back().c_str();
+      out.has_stream[i] = convert(n, op, out.pg_of_op[i], untagged_tag[order[i]]);
+    }
+    return out;
+  }
+
+ private:
+  /// The nodes' dependencies (indices into `nodes`: their data_deps, without repeats) and a
+  /// topological order that keeps the file's order wherever it can (Kahn's algorithm, smallest
+  /// file position first). Throws for a repeated id, a dependency on a node the file lacks, a
+  /// cycle.
+  std::vector<uint32_t> topological_order(const std::vector<pb::Node>& nodes) {
+    std::unordered_map<uint64_t, uint32_t> index;
+    index.reserve(nodes.size());
+    for (uint32_t k = 0; k < nodes.size(); ++k) {
+      if (!index.emplace(nodes[k].id(), k).second) {
+        refuse(file_, nodes[k], "its id is used by another node of the file");
+      }
+    }
+    deps_.assign(nodes.size(), {});
+    std::vector<std::vector<uint32_t>> succ(nodes.size());
+    std::vector<uint32_t> waiting(nodes.size(), 0);
+    for (uint32_t k = 0; k < nodes.size(); ++k) {
+      const pb::Node& n = nodes[k];
+      std::vector<uint32_t>& d = deps_[k];
+      for (uint64_t id : n.data_deps()) {
+        auto it = index.find(id);
+        if (it == index.end()) {
+          refuse(file_, n,
+                 fmt::format("depends on node {} (data_deps), which the file does not hold", id));
+        }
+        d.push_back(it->second);
+      }
+      std::sort(d.begin(), d.end());
+      d.erase(std::unique(d.begin(), d.end()), d.end());
+      waiting[k] = static_cast<uint32_t>(d.size());
+      for (uint32_t p : d) succ[p].push_back(k);
+    }
+    std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> ready;
+    for (uint32_t k = 0; k < nodes.size(); ++k) {
+      if (waiting[k] == 0) ready.push(k);
+    }
+    std::vector<uint32_t> order;
+    order.reserve(nodes.size());
+    while (!ready.empty()) {
+      const uint32_t k = ready.top();
+      ready.pop();
+      order.push_back(k);
+      for (uint32_t s : succ[k]) {
+        if (--waiting[s] == 0) ready.push(s);
+      }
+    }
+    if (order.size() < nodes.size()) refuse_cycle(nodes, waiting);
+    return order;
+  }
+
+  /// Throws naming a cycle among the nodes Kahn's algorithm left (waiting > 0).
+  [[noreturn]] void refuse_cycle(const std::vector<pb::Node>& nodes,
+                                 const std::vector<uint32_t>& waiting) {
+    // From any node left, follow a dependency that is left too: the walk meets a cycle.
+    uint32_t k = 0;
+    while (waiting[k] == 0) ++k;
+    std::vector<uint32_t> path;
+    std::vector<int64_t> at(nodes.size(), -1);
+    while (at[k] < 0) {
+      at[k] = static_cast<int64_t>(path.size());
+      path.push_back(k);
+      for (uint32_t d : deps_[k]) {
+        if (waiting[d] > 0) {
+          k = d;
+          break;
+        }
+      }
+    }
+    std::string cycle;
+    for (size_t i = static_cast<size_t>(at[k]); i < path.size(); ++i) {
+      cycle += node_ref(nodes[path[i]]) + " <- ";
+    }
+    cycle += node_ref(nodes[k]);
+    refuse(file_, nodes[k], "is on a dependency cycle: " + cycle);
+  }
+
+  /// The number of an untagged send or recv among the untagged ones between its two ranks, -1
+  /// for every other node.
+  int64_t untagged_number(const pb::Node& n) {
+    const bool send = n.type() == pb::COMM_SEND_NODE;
+    if ((!send && n.type() != pb::COMM_RECV_NODE) || find_attr(n, "comm_tag")) return -1;
+    const int64_t src = send ? rank_ : int_attr(file_, n, "comm_src").value_or(-1);
+    const int64_t dst = send ? int_attr(file_, n, "comm_dst").value_or(-1) : rank_;
+    return untagged_[{src, dst, send}]++;
+  }
+
+  /// Whether `n` is a host (CPU) op: is_cpu_op true.
+  bool is_cpu_op(const pb::Node& n) const {
+    const pb::AttributeProto* a = find_attr(n, "is_cpu_op");
+    if (!a) return false;
+    if (a->value_case() != pb::AttributeProto::kBoolVal) {
+      refuse(file_, n, "attribute is_cpu_op is not a bool");
+    }
+    return a->bool_val();
+  }
+
+  /// Fills `op` from node `n`; returns whether traintwin.stream gave its stream.
+  bool convert(const pb::Node& n, Op& op, int32_t& pg, int64_t untagged_tag) {
+    const bool memory = n.type() == pb::MEM_LOAD_NODE || n.type() == pb::MEM_STORE_NODE;
+    switch (is_cpu_op(n) && !memory ? pb::COMP_NODE : n.type()) {
+      case pb::COMP_NODE:
+        compute(n, op);
+        break;
+      case pb::METADATA_NODE:
+        op.kind = OpKind::kCompute;
+        break;
+      case pb::COMM_COLL_NODE:
+        pg = collective(n, op);
+        break;
+      case pb::COMM_SEND_NODE:
+      case pb::COMM_RECV_NODE:
+        p2p(n, op, untagged_tag);
+        break;
+      default:
+        refuse(file_, n,
+               fmt::format("node type {} is not replayed (allowed: COMP_NODE, METADATA_NODE, "
+                           "COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)",
+                           pb::NodeType_IsValid(n.type()) ? pb::NodeType_Name(n.type())
+                                                          : std::to_string(n.type())));
+    }
+    if (auto phase = string_attr(file_, n, "traintwin.phase")) {
+      op.phase = enum_of<Phase, static_cast<size_t>(Phase::kWeightGrad) + 1>(
+          file_, n, "traintwin.phase", *phase);
+    }
+    if (auto mb = int_attr(file_, n, "traintwin.micro_batch")) {
+      op.micro_batch = static_cast<int32_t>(*mb);
+    }
+    if (auto layer = int_attr(file_, n, "traintwin.layer")) op.layer = static_cast<int32_t>(*layer);
+    if (auto stream = string_attr(file_, n, "traintwin.stream")) {
+      op.stream = enum_of<Stream, kNumStreams>(file_, n, "traintwin.stream", *stream);
+      return true;
+    }
+    return false;
+  }
+
+  void compute(const pb::Node& n, Op& op) {
+    op.kind = OpKind::kCompute;
+    op.stream = Stream::kCompute;
+    if (n.duration_micros() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      refuse(file_, n, fmt::format("duration_micros {} is too large", n.duration_micros()));
+    }
+    const auto us = static_cast<int64_t>(n.duration_micros());
+    const int64_t flops = int_attr(file_, n, "num_ops").value_or(0);
+    const int64_t bytes = int_attr(file_, n, "tensor_size").value_or(0);
+    auto [it, fresh] =
+        kernel_index_.try_emplace({us, flops, bytes}, static_cast<uint32_t>(kernels_.size()));
+    if (fresh) {
+      Kernel k;
+      k.key.name = kChakraComputeKernel;
+      k.key.shape = {us};
+      k.flops = static_cast<double>(flops);
+      k.bytes = static_cast<double>(bytes);
+      kernels_.push_back(std::move(k));
+    }
+    op.kernels = {it->second};
+    op.kernel_roles = {Role::kNone};
+  }
+
+  /// Returns the index of the collective's process group.
+  int32_t collective(const pb::Node& n, Op& op) {
+    op.kind = OpKind::kCollective;
+    const int64_t type = required_int_attr(file_, n, "comm_type");
+    switch (type) {
+      case pb::ALL_REDUCE:
+        op.collective = CollectiveKind::kAllReduce;
+        break;
+      case pb::ALL_GATHER:
+        op.collective = CollectiveKind::kAllGather;
+        break;
+      case pb::REDUCE_SCATTER:
+        op.collective = CollectiveKind::kReduceScatter;
+        break;
+      case pb::BROADCAST:
+        op.collective = CollectiveKind::kBroadcast;
+        break;
+      case pb::ALL_TO_ALL:
+        op.collective = CollectiveKind::kAllToAll;
+        break;
+      default:
+        refuse(
+            file_, n,
+            fmt::format("collective comm_type {} is not replayed (allowed: ALL_REDUCE, "
+                        "ALL_GATHER, REDUCE_SCATTER, BROADCAST, ALL_TO_ALL)",
+                        type >= 0 && type <= INT_MAX &&
+                                pb::CollectiveCommType_IsValid(static_cast<int>(type))
+                            ? pb::CollectiveCommType_Name(static_cast<pb::CollectiveCommType>(type))
+                            : std::to_string(type)));
+    }
+    op.bytes = required_int_attr(file_, n, "comm_size");
+    if (op.bytes < 0) refuse(file_, n, fmt::format("comm_size {} < 0", op.bytes));
+    const std::string pg = string_attr(file_, n, "pg_name").value_or("");
+    auto [it, fresh] = pg_index_.try_emplace(pg, static_cast<int32_t>(pgs_.size()));
+    if (fresh) {
+      ProcessGroup g;
+      g.first_use = fmt::format("{}: {}", file_.string(), node_ref(n));
+      if (pg.empty()) {
+        for (int64_t r = 0; r < world_; ++r) g.members.push_back(r);
+      } else if (!comm_groups_) {
+        refuse(file_, n,
+               fmt::format("process group pg_name \"{}\" cannot be resolved: no {} "
+                           "(a collective without pg_name spans every rank)",
+                           pg, comm_groups_file_.string()));
+      } else {
+        auto m = comm_groups_->find(pg);
+        if (m == comm_groups_->end()) {
+          refuse(file_, n,
+                 fmt::format("process group pg_name \"{}\" is not in {}", pg,
+                             comm_groups_file_.string()));
+        }
+        g.members = m->second;
+      }
+      pgs_.push_back(std::move(g));
+    }
+    const std::vector<int64_t>& members = pgs_[static_cast<size_t>(it->second)].members;
+    if (!std::binary_search(members.begin(), members.end(), rank_)) {
+      refuse(file_, n, fmt::format("rank {} is no member of its process group \"{}\"", rank_, pg));
+    }
+    return it->second;
+  }
+
+  void p2p(const pb::Node& n, Op& op, int64_t untagged_tag) {
+    const bool send = n.type() == pb::COMM_SEND_NODE;
+    op.kind = send ? OpKind::kSend : OpKind::kRecv;
+    op.stream = Stream::kPpComm;
+    const char* self_key = send ? "comm_src" : "comm_dst";
+    const char* peer_key = send ? "comm_dst" : "comm_src";
+    if (auto self = int_attr(file_, n, self_key); self && *self != rank_) {
+      refuse(file_, n, fmt::format("{} {} in the file of rank {}", self_key, *self, rank_));
+    }
+    op.peer = required_int_attr(file_, n, peer_key);
+    if (op.peer < 0 || op.peer >= world_ || op.peer == rank_) {
+      refuse(file_, n,
+             fmt::format("{} {} (allowed: another rank in [0, {}))", peer_key, op.peer, world_));
+    }
+    op.bytes = required_int_attr(file_, n, "comm_size");
+    if (op.bytes < 0) refuse(file_, n, fmt::format("comm_size {} < 0", op.bytes));
+    op.role = Role::kPipeline;
+    op.tag =
+        untagged_tag >= 0 ? kUntaggedBase + untagged_tag : required_int_attr(file_, n, "comm_tag");
+  }
+
+  const fs::path& file_;
+  int64_t rank_, world_;
+  const std::optional<std::map<std::string, std::vector<int64_t>>>& comm_groups_;
+  const fs::path& comm_groups_file_;
+  std::vector<ProcessGroup>& pgs_;
+  std::map<std::string, int32_t>& pg_index_;
+  std::deque<std::string>& names_;
+  std::vector<Kernel>& kernels_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, uint32_t>& kernel_index_;
+  std::map<std::tuple<int64_t, int64_t, bool>, int64_t>& untagged_;
+  std::vector<std::vector<uint32_t>> deps_;
+};
+
+std::vector<int64_t> sorted_group(const RankLayout& layout, GroupKind g, int64_t rank) {
+  std::vector<int64_t> m = layout.group(g, rank);
+  std::sort(m.begin(), m.end());
+  return m;
+}
+
+/// The group kinds of the dense layout searched for a process group, in order.
+constexpr std::array<GroupKind, 7> kDenseKinds = {GroupKind::kTp,   GroupKind::kCp,
+                                                  GroupKind::kDp,   GroupKind::kPp,
+                                                  GroupKind::kDpCp, GroupKind::kModelParallel,
+                                                  GroupKind::kWorld};
+
+/// The first kind of `kinds` whose group of members[0] in `layout` is `members`.
+std::optional<GroupKind> kind_of(const RankLayout& layout, const std::vector<int64_t>& members,
+                                 const std::vector<GroupKind>& kinds) {
+  for (GroupKind g : kinds) {
+    try {
+      if (sorted_group(layout, g, members[0]) == members) return g;
+    } catch (const InvalidArgument&) {
+      // expert groups unusable in this layout
+    }
+  }
+  return std::nullopt;
+}
+
+std::string members_text(const std::vector<int64_t>& m) {
+  std::string s;
+  for (size_t i = 0; i < m.size() && i < 16; ++i) s += (i ? "," : "") + std::to_string(m[i]);
+  if (m.size() > 16) s += fmt::format(",... ({} ranks)", m.size());
+  return "[" + s + "]";
+}
+
+/// Gives each process group of the traintwin layout `layout` its kind: the one its pg_name
+/// encodes (kind x world + lowest member) when it matches, else any kind holding it.
+void kinds_from_metadata(const RankLayout& layout, const std::map<std::string, int32_t>& pg_index,
+                         std::vector<ProcessGroup>& pgs) {
+  const int64_t world = layout.world_size();
+  std::vector<GroupKind> all;
+  for (size_t g = 0; g < kNumGroupKinds; ++g) all.push_back(static_cast<GroupKind>(g));
+  for (const auto& [name, i] : pg_index) {
+    ProcessGroup& pg = pgs[static_cast<size_t>(i)];
+    std::optional<GroupKind> kind;
+    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos &&
+        name.size() < 18) {
+      const int64_t id = std::stoll(name);
+      const int64_t k = id / world;
+      if (k < static_cast<int64_t>(kNumGroupKinds) && id % world == pg.members[0]) {
+        kind = kind_of(layout, pg.members, {static_cast<GroupKind>(k)});
+      }
+    }
+    if (!kind) kind = kind_of(layout, pg.members, all);
+    if (!kind) {
+      throw ChakraTraceError(fmt::format(
+          "{}: process group \"{}\" {} is no group of the trace's rank layout (TP {}, CP {}, DP "
+          "{}, PP {}, order {})",
+          pg.first_use, name, members_text(pg.members), layout.size(GroupKind::kTp),
+          layout.size(GroupKind::kCp), layout.size(GroupKind::kDp), layout.size(GroupKind::kPp),
+          layout.order()));
+    }
+    pg.kind = *kind;
+  }
+}
+
+/// The first dense layout (TP, then CP, then PP ascending, DP the rest; order tp-cp-dp-pp
+/// first) in which every process group is a group of one of kDenseKinds.
+RankLayout infer_layout(int64_t world, const std::map<std::string, int32_t>& pg_index,
+                        std::vector<ProcessGroup>& pgs) {
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= world; ++d) {
+    if (world % d == 0) divisors.push_back(d);
+  }
+  std::array<std::string, 4> dims = {"tp", "cp", "dp", "pp"};
+  std::vector<std::string> orders;
+  do {
+    orders.push_back(dims[0] + "-" + dims[1] + "-" + dims[2] + "-" + dims[3]);
+  } while (std::next_permutation(dims.begin(), dims.end(), [](const auto& a, const auto& b) {
+    const std::string rank_of = "tp cp dp pp";
+    return rank_of.find(a) < rank_of.find(b);
+  }));
+  const std::vector<GroupKind> kinds(kDenseKinds.begin(), kDenseKinds.end());
+  for (int64_t tp : divisors) {
+    for (int64_t cp : divisors) {
+      if ((world / tp) % cp != 0) continue;
+      for (int64_t pp : divisors) {
+        if ((world / tp / cp) % pp != 0) continue;
+        const int64_t dp = world / tp / cp / pp;
+        for (const std::string& order : orders) {
+          const RankLayout layout(tp, cp, dp, pp, order);
+          std::vector<GroupKind> found;
+          for (const ProcessGroup& pg : pgs) {
+            const std::optional<GroupKind> k = kind_of(layout, pg.members, kinds);
+            if (!k) break;
+            found.push_back(*k);
+          }
+          if (found.size() < pgs.size()) continue;
+          for (size_t i = 0; i < pgs.size(); ++i) pgs[i].kind = found[i];
+          return layout;
+        }
+      }
+    }
+  }
+  // Name the first process group that no layout holds on its own.
+  for (const auto& [name, i] : pg_index) {
+    const ProcessGroup& pg = pgs[static_cast<size_t>(i)];
+    bool alone = false;
+    for (int64_t tp : divisors) {
+      for (int64_t cp : divisors) {
+        if (alone || (world / tp) % cp != 0) continue;
+        for (int64_t pp : divisors) {
+          if (alone || (world / tp / cp) % pp != 0) continue;
+          for (const std::string& order : orders) {
+            const RankLayout layout(tp, cp, world / tp / cp / pp, pp, order);
+            if (kind_of(layout, pg.members, kinds)) {
+              alone = true;
+              break;
+            }
+          }
+        }
+      }
+    }
+    if (!alone) {
+      throw ChakraTraceError(fmt::format(
+          "{}: process group \"{}\" {} is no TP, CP, DP, PP, DP x CP, model-parallel or world "
+          "group of any rank layout TP x CP x DP x PP of {} ranks (the replay runs collectives "
+          "over such groups only)",
+          pg.first_use, name, members_text(pg.members), world));
+    }
+  }
+  throw ChakraTraceError(fmt::format(
+      "{}: the process groups of the trace are not the groups of one rank layout TP x CP x DP x "
+      "PP of {} ranks (each is alone, not all together; the replay runs collectives over the "
+      "groups of one layout)",
+      pgs.front().first_use, world));
+}
+
+Stream stream_of(GroupKind g) {
+  switch (g) {
+    case GroupKind::kTp:
+      return Stream::kTpComm;
+    case GroupKind::kCp:
+      return Stream::kCpComm;
+    case GroupKind::kPp:
+      return Stream::kPpComm;
+    case GroupKind::kEp:
+    case GroupKind::kEtp:
+    case GroupKind::kEtpEp:
+      return Stream::kEpComm;
+    default:
+      return Stream::kDpComm;
+  }
+}
+
+/// Costs kChakraComputeKernel {d} at d microseconds.
+class ChakraDurationCostModel : public CostModel {
+ public:
+  KernelCost duration(const Kernel& k, const GpuSpec& gpu) const override {
+    if (k.key.name != kChakraComputeKernel || k.key.shape.size() != 1) {
+      throw CostModelError(
+          fmt::format("chakra trace durations: no duration for kernel {} on {} "
+                      "(only {} {{duration_micros}} of a trace)",
+                      k.key.to_string(), gpu.name, kChakraComputeKernel));
+    }
+    return {static_cast<double>(k.key.shape[0]) * 1e-6, CostSource::kMeasured};
+  }
+};
+
+}  // namespace
+
+ChakraTrace read_chakra_trace(const std::filesystem::path& where) {
+  auto [name, files] = find_files(where);
+  const auto world = static_cast<int64_t>(files.size());
+  const fs::path groups_file = files.front().parent_path() / (name + ".comm_groups.json");
+  std::optional<std::map<std::string, std::vector<int64_t>>> comm_groups;
+  if (fs::exists(groups_file)) comm_groups = read_comm_groups(groups_file, world);
+
+  std::vector<ProcessGroup> pgs;
+  std::map<std::string, int32_t> pg_index;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, uint32_t> kernel_index;
+  std::map<std::tuple<int64_t, int64_t, bool>, int64_t> untagged;
+  std::vector<ReadRank> ranks;
+  std::optional<RankLayout> layout;
+  Scenario s;
+  s.name = name;
+  int64_t dp_replicas = 1;
+  std::deque<std::string> names;
+  std::vector<Kernel> kernels;
+  int64_t nodes = 0;
+  for (int64_t r = 0; r < world; ++r) {
+    const fs::path& file = files[static_cast<size_t>(r)];
+    const EtFile et = read_et_file(file);
+    if (r == 0) {
+      layout = metadata_layout(file, et.meta, world, s.name, s.parallel, dp_replicas);
+    }
+    RankReader reader(file, r, world, comm_groups, groups_file, pgs, pg_index, names, kernels,
+                      kernel_index, untagged);
+    ranks.push_back(reader.read(et.nodes));
+    nodes += static_cast<int64_t>(et.nodes.size());
+  }
+
+  std::string layout_source;
+  if (layout) {
+    kinds_from_metadata(*layout, pg_index, pgs);
+    layout_source = "traintwin metadata";
+  } else {
+    layout = infer_layout(world, pg_index, pgs);
+    layout_source = "inferred from the process groups";
+    ParallelConfig& p = s.parallel;
+    p.tensor_model_parallel_size = layout->size(GroupKind::kTp);
+    p.context_parallel_size = layout->size(GroupKind::kCp);
+    p.data_parallel_size = layout->size(GroupKind::kDp);
+    p.pipeline_model_parallel_size = layout->size(GroupKind::kPp);
+    p.rank_order = layout->order();
+  }
+  s.training.num_distributed_optimizer_instances = dp_replicas;
+  s.cluster.num_gpus = world;
+  ChakraTrace t(Program{std::move(s), *layout, std::move(kernels), {}});
+  t.name = name;
+  t.files = std::move(files);
+  if (comm_groups) t.comm_groups = groups_file;
+  t.layout_source = layout_source;
+  t.nodes = nodes;
+  t.names = std::move(names);  // the ops point into its strings, which a move keeps in place
+  for (ReadRank& rr : ranks) {
+    rr.rp.coord = layout->coord(rr.rp.rank);
+    for (Op& op : rr.rp.ops) {
+      const int32_t pg = rr.pg_of_op[op.id];
+      if (pg < 0) continue;
+      op.group = pgs[static_cast<size_t>(pg)].kind;
+      if (!rr.has_stream[op.id]) op.stream = stream_of(op.group);
+    }
+    t.program.ranks.emplace(rr.rp.rank, std::move(rr.rp));
+  }
+  return t;
+}
+
+std::unique_ptr<CostModel> chakra_duration_cost_model() {
+  return std::make_unique<ChakraDurationCostModel>();
+}
+
+SimulationResult simulate_chakra_trace(const ChakraTrace& trace, const TopologySpec& topo,
+                                       SimulationOptions opts) {
+  check_cluster_size(topo, trace.program.layout.world_size());
+  opts.exact_reductions = false;
+  opts.aggregate_tp = false;
+  const std::unique_ptr<CostModel> costs = chakra_duration_cost_model();
+  return simulate_program(trace.program, topo, *costs, opts);
+}
+
+}  // namespace traintwin

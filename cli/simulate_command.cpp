@@ -315,10 +315,12 @@ void simulate_trace(const SimulateOptions& o) {
   const TimeBreakdown& b = r.critical;
   fmt::print(
       "time of rank {:<5} compute {:.6f} s ({:.1f} %), exposed TP {:.6f} s ({:.1f} %), CP {:.6f} s "
-      "({:.1f} %), EP {:.6f} s ({:.1f} %), PP {:.6f} s ({:.1f} %), DP {:.6f} s ({:.1f} %)\n",
+      "({:.1f} %), EP {:.6f} s ({:.1f} %), PP {:.6f} s ({:.1f} %), DP {:.6f} s ({:.1f} %), "
+      "pipeline bubble {:.6f} s ({:.1f} %), sync wait {:.6f} s ({:.1f} %)\n",
       b.rank, b.compute_s, pct(b.compute_s), b.exposed_tp_s, pct(b.exposed_tp_s), b.exposed_cp_s,
       pct(b.exposed_cp_s), b.exposed_ep_s, pct(b.exposed_ep_s), b.exposed_pp_s, pct(b.exposed_pp_s),
-      b.exposed_dp_s, pct(b.exposed_dp_s));
+      b.exposed_dp_s, pct(b.exposed_dp_s), b.bubble_s, pct(b.bubble_s), b.sync_wait_s,
+      pct(b.sync_wait_s));
   std::string algos;
   for (const auto& [name, n] : r.collective_algorithms)
     algos += fmt::format("{}{} {}", algos.empty() ? "" : ", ", name, n);

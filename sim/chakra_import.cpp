@@ -1,25 +1,23 @@
-// Chakra execution traces in (sim/chakra_import.hpp).
+// Chakra execution traces in (sim/chakra_import.hpp): the nodes of each rank's ET file (read by
+// sim/chakra_et_file.hpp) as ops, the process groups as groups of a rank layout, and the replay.
 #include "sim/chakra_import.hpp"
 
 #include <fmt/format.h>
-#include <google/protobuf/io/coded_stream.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <queue>
-#include <regex>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
-#include "core/input_file.hpp"
 #include "core/rank_layout.hpp"
+#include "sim/chakra_et_file.hpp"
 #include "traces/chakra/et_def.pb.h"
 
 namespace traintwin {
@@ -27,161 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = ChakraProtoMsg;
+using namespace chakra;
 
-/// Largest ET file read: 4 GiB (read whole, one rank at a time).
-constexpr size_t kMaxEtFileBytes = size_t{4} << 30;
 /// Tags given to sends and recvs without comm_tag: above every int32 comm_tag.
 constexpr int64_t kUntaggedBase = int64_t{1} << 32;
-
-/// "node 12 (fwd mb0 L1 mlp)" for messages.
-std::string node_ref(const pb::Node& n) { return fmt::format("node {} ({})", n.id(), n.name()); }
-
-[[noreturn]] void refuse(const fs::path& file, const pb::Node& n, const std::string& what) {
-  throw ChakraTraceError(fmt::format("{}: {}: {}", file.string(), node_ref(n), what));
-}
-
-const pb::AttributeProto* find_attr(const pb::Node& n, const std::string& name) {
-  for (const pb::AttributeProto& a : n.attr()) {
-    if (a.name() == name) return &a;
-  }
-  return nullptr;
-}
-
-/// An integer attribute (int32, int64 or uint64 as Chakra's writers use them), nullopt when absent.
-std::optional<int64_t> int_attr(const fs::path& file, const pb::Node& n, const std::string& name) {
-  const pb::AttributeProto* a = find_attr(n, name);
-  if (!a) return std::nullopt;
-  switch (a->value_case()) {
-    case pb::AttributeProto::kInt32Val:
-      return a->int32_val();
-    case pb::AttributeProto::kInt64Val:
-      return a->int64_val();
-    case pb::AttributeProto::kUint64Val:
-      if (a->uint64_val() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        refuse(file, n, fmt::format("attribute {} = {} is too large", name, a->uint64_val()));
-      }
-      return static_cast<int64_t>(a->uint64_val());
-    default:
-      refuse(file, n, fmt::format("attribute {} is not an integer (int32, int64 or uint64)", name));
-  }
-}
-
-int64_t required_int_attr(const fs::path& file, const pb::Node& n, const std::string& name) {
-  const std::optional<int64_t> v = int_attr(file, n, name);
-  if (!v) refuse(file, n, fmt::format("{} has no attribute {}", pb::NodeType_Name(n.type()), name));
-  return *v;
-}
-
-std::optional<std::string> string_attr(const fs::path& file, const pb::Node& n,
-                                       const std::string& name) {
-  const pb::AttributeProto* a = find_attr(n, name);
-  if (!a) return std::nullopt;
-  if (a->value_case() != pb::AttributeProto::kStringVal) {
-    refuse(file, n, fmt::format("attribute {} is not a string", name));
-  }
-  return a->string_val();
-}
-
-/// One ET file: its GlobalMetadata and nodes, in file order.
-struct EtFile {
-  pb::GlobalMetadata meta;
-  std::vector<pb::Node> nodes;
-};
-
-/// Reads `file` as Chakra's feeder does: length-delimited messages (varint32 length, then the
-/// message), GlobalMetadata first.
-EtFile read_et_file(const fs::path& file) {
-  const std::string data = read_input_file(file, "Chakra ET file", kMaxEtFileBytes);
-  EtFile et;
-  size_t pos = 0;
-  bool first = true;
-  while (pos < data.size()) {
-    const size_t left = data.size() - pos;
-    google::protobuf::io::CodedInputStream coded(
-        reinterpret_cast<const uint8_t*>(data.data() + pos),
-        static_cast<int>(std::min<size_t>(left, INT_MAX)));
-    uint32_t size = 0;
-    if (!coded.ReadVarint32(&size)) {
-      throw ChakraTraceError(fmt::format(
-          "{}: truncated at byte {}: no message length (a Chakra ET file is length-delimited "
-          "messages)",
-          file.string(), pos));
-    }
-    const auto header = static_cast<size_t>(coded.CurrentPosition());
-    if (size > left - header) {
-      throw ChakraTraceError(
-          fmt::format("{}: truncated: the message at byte {} has {} bytes, the "
-                      "file only {} more",
-                      file.string(), pos, size, left - header));
-    }
-    const char* body = data.data() + pos + header;
-    if (first) {
-      if (!et.meta.ParseFromArray(body, static_cast<int>(size))) {
-        throw ChakraTraceError(fmt::format(
-            "{}: the first message is not a Chakra GlobalMetadata (et_def.proto)", file.string()));
-      }
-      first = false;
-    } else {
-      pb::Node& n = et.nodes.emplace_back();
-      if (!n.ParseFromArray(body, static_cast<int>(size))) {
-        throw ChakraTraceError(fmt::format(
-            "{}: the message at byte {} is not a Chakra Node (et_def.proto)", file.string(), pos));
-      }
-    }
-    pos += header + size;
-  }
-  if (first) throw ChakraTraceError(fmt::format("{}: empty (no GlobalMetadata)", file.string()));
-  return et;
-}
-
-/// The ET files `where` names, by rank.
-std::pair<std::string, std::vector<fs::path>> find_files(const fs::path& where) {
-  fs::path dir = where;
-  std::string wanted;
-  if (!fs::is_directory(where)) {
-    dir = where.parent_path().empty() ? fs::path(".") : where.parent_path();
-    wanted = where.filename().string();
-    if (!fs::is_directory(dir)) {
-      throw ChakraTraceError(fmt::format(
-          "{}: no such folder (a Chakra trace is a folder of <name>.<rank>.et files, or the prefix "
-          "<folder>/<name>)",
-          where.string()));
-    }
-  }
-  static const std::regex et_name(R"((.+)\.(\d+)\.et)");
-  std::map<std::string, std::map<int64_t, fs::path>> by_name;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    const std::string file = e.path().filename().string();
-    std::smatch m;
-    if (!std::regex_match(file, m, et_name)) continue;
-    if (!wanted.empty() && m[1].str() != wanted) continue;
-    if (m[2].str().size() > 9) continue;  // no rank
-    by_name[m[1].str()][std::stoll(m[2].str())] = e.path();
-  }
-  if (by_name.empty()) {
-    throw ChakraTraceError(fmt::format("{}: no Chakra ET files (<name>.<rank>.et{})",
-                                       where.string(), wanted.empty() ? "" : ", name " + wanted));
-  }
-  if (by_name.size() > 1) {
-    std::string names;
-    for (const auto& [n, _] : by_name) names += (names.empty() ? "" : ", ") + n;
-    throw ChakraTraceError(fmt::format("{}: ET files of several traces ({}): name one as {}/<name>",
-                                       where.string(), names, dir.string()));
-  }
-  auto& [name, ranks] = *by_name.begin();
-  std::vector<fs::path> files;
-  for (int64_t r = 0; r < static_cast<int64_t>(ranks.size()); ++r) {
-    auto it = ranks.find(r);
-    if (it == ranks.end()) {
-      throw ChakraTraceError(
-          fmt::format("{}: rank {} is missing ({} not found; ranks go from 0 to "
-                      "the number of files - 1)",
-                      where.string(), r, (dir / fmt::format("{}.{}.et", name, r)).string()));
-    }
-    files.push_back(it->second);
-  }
-  return {name, files};
-}
 
 /// The rank layout traintwin's export writes in its GlobalMetadata, nullopt without it.
 std::optional<RankLayout> metadata_layout(const fs::path& file, const pb::GlobalMetadata& meta,
@@ -230,40 +77,6 @@ std::optional<RankLayout> metadata_layout(const fs::path& file, const pb::Global
                     "ranks: {}",
                     file.string(), world, e.what()));
   }
-}
-
-/// The comm groups JSON: pg_name -> members (ascending, unique, each in [0, world)).
-std::map<std::string, std::vector<int64_t>> read_comm_groups(const fs::path& file, int64_t world) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_input_file(file, "Chakra comm groups JSON", kMaxDataFileBytes));
-  } catch (const nlohmann::json::exception& e) {
-    throw ChakraTraceError(fmt::format("{}: not JSON: {}", file.string(), e.what()));
-  }
-  if (!j.is_object()) {
-    throw ChakraTraceError(
-        fmt::format("{}: not a JSON object {{\"<pg_name>\": [ranks...], ...}}", file.string()));
-  }
-  std::map<std::string, std::vector<int64_t>> groups;
-  for (const auto& [pg, members] : j.items()) {
-    std::vector<int64_t> m;
-    if (members.is_array()) {
-      for (const nlohmann::json& r : members) {
-        if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= world) {
-          m.clear();
-          break;
-        }
-        m.push_back(r.get<int64_t>());
-      }
-    }
-    std::sort(m.begin(), m.end());
-    if (m.empty() || std::adjacent_find(m.begin(), m.end()) != m.end()) {
-      throw ChakraTraceError(fmt::format("{}: key \"{}\": not a list of distinct ranks in [0, {})",
-                                         file.string(), pg, world));
-    }
-    groups.emplace(pg, std::move(m));
-  }
-  return groups;
 }
 
 /// A process group the collectives of the trace use, and where it was first met.

@@ -4,6 +4,7 @@
 
 #include "cli/format.hpp"
 #include "core/memory.hpp"
+#include "core/memory_reserve.hpp"
 
 namespace traintwin::cli {
 
@@ -27,19 +28,21 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                                 hsdp, to_string(t.recompute_granularity));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).
-  out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",
-                     "stage", "layers", "params", "weights", "grads", "optimizer", "in-flight",
-                     "x layers", "activations", "emb+logits", "total", "fits");
+  out += fmt::format(
+      "{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}  {}\n",
+      "stage", "layers", "params", "weights", "grads", "optimizer", "in-flight", "x layers",
+      "activations", "emb+logits", "total", "reserve", "fits");
   const StageMemory* worst = nullptr;
   for (const auto& m : stages) {
-    const MemoryVerdict verdict = memory_verdict(m.total_bytes(), capacity);
-    out += fmt::format("{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11}  {}\n",
-                       m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
-                       gib(m.weights_bytes + m.fp8_weight_copies_bytes), gib(m.gradients_bytes),
-                       gib(m.optimizer_bytes), m.in_flight, m.in_flight_layers,
-                       gib(m.activations_bytes), gib(m.embedding_and_logits_bytes),
-                       gib(m.total_bytes()),
-                       verdict == MemoryVerdict::kFits ? "yes" : to_string(verdict));
+    const MemoryReserve reserve = memory_reserve(s, m);
+    const MemoryVerdict verdict = memory_verdict(m.total_bytes(), capacity, reserve.total_bytes());
+    out += fmt::format(
+        "{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}  {}\n",
+        m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
+        gib(m.weights_bytes + m.fp8_weight_copies_bytes), gib(m.gradients_bytes),
+        gib(m.optimizer_bytes), m.in_flight, m.in_flight_layers, gib(m.activations_bytes),
+        gib(m.embedding_and_logits_bytes), gib(m.total_bytes()), gib(reserve.total_bytes()),
+        verdict == MemoryVerdict::kFits ? "yes" : to_string(verdict));
     if (!worst || m.total_bytes() > worst->total_bytes()) worst = &m;
   }
   if (s.training.fp8() && !stages.empty()) {
@@ -55,16 +58,25 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                        gib(stages.front().moe_dispatch_buffers_bytes));
   }
   if (worst) {
-    const MemoryVerdict verdict = memory_verdict(worst->total_bytes(), capacity);
+    const MemoryReserve reserve = memory_reserve(s, *worst);
+    const MemoryVerdict verdict =
+        memory_verdict(worst->total_bytes(), capacity, reserve.total_bytes());
+    out += fmt::format(
+        "reserve of stage {}: {} = CUDA context {} + cuBLAS workspaces {} + NCCL buffers {} "
+        "({} communicators) + allocator fragmentation {} (core/memory_reserve.hpp)\n",
+        worst->pp_rank, gib(reserve.total_bytes()), gib(reserve.cuda_context_bytes),
+        gib(reserve.cublas_workspace_bytes), gib(reserve.nccl_bytes), reserve.nccl_communicators,
+        gib(reserve.fragmentation_bytes));
     if (verdict != MemoryVerdict::kOutOfMemory) {
-      out += fmt::format("{}: largest stage {} uses {} of {} ({:.1f} %)\n", to_string(verdict),
-                         worst->pp_rank, gib(worst->total_bytes()), gib(capacity),
-                         100.0 * worst->total_bytes() / capacity);
+      out += fmt::format("{}: largest stage {} uses {} of {} ({:.1f} %), {} with its reserve\n",
+                         to_string(verdict), worst->pp_rank, gib(worst->total_bytes()),
+                         gib(capacity), 100.0 * worst->total_bytes() / capacity,
+                         gib(worst->total_bytes() + reserve.total_bytes()));
       if (verdict == MemoryVerdict::kAtRisk) {
-        out += fmt::format("warning: above {:.0f} % of the GPU's memory; the CUDA context, NCCL "
-                           "buffers, cuBLAS workspaces and allocator fragmentation, which this "
-                           "model leaves out, take several GiB\n",
-                           100 * kMemoryAtRiskShare);
+        out += fmt::format(
+            "warning: inside the reserve or above {:.0f} % of the GPU's memory: the CUDA "
+            "context, NCCL buffers, cuBLAS workspaces and allocator fragmentation may not fit\n",
+            100 * kMemoryAtRiskShare);
       }
     } else {
       out += fmt::format("does NOT fit: stage {} needs {} of {} ({} over)\n", worst->pp_rank,

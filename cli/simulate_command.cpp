@@ -15,6 +15,7 @@
 #include "core/flops.hpp"
 #include "core/input_file.hpp"
 #include "core/memory.hpp"
+#include "core/memory_reserve.hpp"
 #include "core/posix_file.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/chakra_import.hpp"
@@ -206,14 +207,19 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
     fmt::print("late peers         rank {} waited at collectives for {}\n", r.critical.rank, who);
   }
   std::string fits = "fits";
-  switch (memory_verdict(m.peak_memory_bytes, topo.gpu.memory_bytes)) {
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  const double reserve = largest_memory_reserve_bytes(s, stages);
+  switch (layout_memory_verdict(s, stages, topo.gpu.memory_bytes)) {
     case MemoryVerdict::kFits:
+      fits = fmt::format("fits, with the reserve of {} (CUDA context, NCCL buffers, cuBLAS "
+                         "workspaces, fragmentation: `traintwin memory`)",
+                         gib(reserve));
       break;
     case MemoryVerdict::kAtRisk:
       fits = fmt::format(
-          "fits, at risk (above {:.0f} %: CUDA context, NCCL buffers and allocator "
-          "fragmentation are not counted)",
-          100 * kMemoryAtRiskShare);
+          "fits, at risk (inside the reserve of {} for the CUDA context, NCCL buffers, cuBLAS "
+          "workspaces and fragmentation, or above {:.0f} %: `traintwin memory`)",
+          gib(reserve), 100 * kMemoryAtRiskShare);
       break;
     case MemoryVerdict::kOutOfMemory:
       fits = "does NOT fit";

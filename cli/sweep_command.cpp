@@ -134,7 +134,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
         show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
-        to_string(memory_verdict(r.config.peak_memory_bytes, r.config.memory_capacity_bytes)));
+        to_string(r.config.memory_verdict));
   }
   if (ranked > shown)
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);

@@ -399,14 +399,19 @@ const char* to_string(MemoryVerdict v) {
   return "?";
 }
 
-MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes) {
+MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes, double reserve_bytes) {
   if (!(capacity_bytes > 0)) {
     throw InvalidArgument("memory_verdict: capacity must be > 0 bytes, got " +
                           std::to_string(capacity_bytes));
   }
+  if (!(reserve_bytes >= 0)) {
+    throw InvalidArgument("memory_verdict: reserve must be >= 0 bytes, got " +
+                          std::to_string(reserve_bytes));
+  }
   if (peak_bytes > capacity_bytes) return MemoryVerdict::kOutOfMemory;
-  return peak_bytes > kMemoryAtRiskShare * capacity_bytes ? MemoryVerdict::kAtRisk
-                                                          : MemoryVerdict::kFits;
+  const bool inside_reserve = peak_bytes + reserve_bytes > capacity_bytes;
+  return inside_reserve || peak_bytes > kMemoryAtRiskShare * capacity_bytes ? MemoryVerdict::kAtRisk
+                                                                            : MemoryVerdict::kFits;
 }
 
 }  // namespace traintwin

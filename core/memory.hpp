@@ -34,8 +34,9 @@
 // the vocab-parallel cross-entropy 4 s b V/t (V padded as Megatron pads it, padded_vocab_size).
 // Under 1F1B and interleaved 1F1B the last chunk holds one micro-batch (as in the paper);
 // under GPipe it holds m.
-// Not modelled: transient buffers (communication buffers, the workspace of the layer being
-// recomputed under full recomputation, allocator fragmentation, CUDA context).
+// Not counted here: the CUDA context, communication buffers, workspaces and the allocator's
+// fragmentation (core/memory_reserve.hpp counts them as the reserve), and the transient
+// workspace of the layer being recomputed under full recomputation.
 #pragma once
 
 #include <cstdint>
@@ -138,23 +139,22 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank);
 /// stage_memory() for every pipeline stage, stage 0 first.
 std::vector<StageMemory> memory_per_stage(const Scenario& s);
 
-/// The share of a GPU's memory above which a peak this model counts is only "at risk" of
-/// fitting: the model leaves out the CUDA context (about 0.5 GiB on Hopper), NCCL's
-/// communicator buffers, the cuBLAS workspaces and the caching allocator's fragmentation, which
-/// take several GiB of an 80 GiB GPU together (Megatron-LM's and PyTorch's memory reports show
-/// reserved above allocated by that much). The ~90 % line of the memory-headroom issue.
+/// The share of a GPU's memory above which a peak is only "at risk" of fitting, whatever the
+/// reserve (core/memory_reserve.hpp: the CUDA context, NCCL buffers, cuBLAS workspaces and
+/// fragmentation this model's peak leaves out) says: the ~90 % warning line.
 inline constexpr double kMemoryAtRiskShare = 0.90;
 
 /// Whether a peak fits a GPU's memory.
 enum class MemoryVerdict {
-  kFits,         ///< peak <= kMemoryAtRiskShare x capacity
-  kAtRisk,       ///< above that, up to the capacity
+  kFits,         ///< peak + reserve <= capacity and peak <= kMemoryAtRiskShare x capacity
+  kAtRisk,       ///< inside the reserve or above that share, up to the capacity
   kOutOfMemory,  ///< above the capacity
 };
 /// "fits" | "at risk" | "OOM".
 const char* to_string(MemoryVerdict v);
 
-/// The verdict of `peak_bytes` on a GPU of `capacity_bytes` (> 0; InvalidArgument otherwise).
-MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes);
+/// The verdict of `peak_bytes` (the model's tensors) on a GPU of `capacity_bytes` (> 0;
+/// InvalidArgument otherwise) that must also hold `reserve_bytes` (>= 0: MemoryReserve).
+MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes, double reserve_bytes);
 
 }  // namespace traintwin

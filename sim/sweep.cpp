@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/memory_reserve.hpp"
 #include "core/scenario_enum_names.hpp"
 
 namespace traintwin {
@@ -214,9 +215,12 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
     return c;
   }
   try {
-    for (const StageMemory& m : memory_per_stage(s)) {
+    const std::vector<StageMemory> stages = memory_per_stage(s);
+    for (const StageMemory& m : stages) {
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
     }
+    c.memory_reserve_bytes = largest_memory_reserve_bytes(s, stages);
+    c.memory_verdict = layout_memory_verdict(s, stages, gpu_memory_bytes);
   } catch (const Error& e) {
     c.invalid_reason = std::string("memory model: ") + e.what();
     c.peak_memory_bytes = 0;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.hpp"
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -85,6 +86,9 @@ struct SweepConfiguration {
   std::vector<std::string> adjustments;
   double peak_memory_bytes = 0;  ///< max over pipeline stages of memory_per_stage(); 0 if invalid
   double memory_capacity_bytes = 0;  ///< the GPU's memory
+  /// The largest stage's reserve (core/memory_reserve.hpp) and the layout's verdict with it.
+  double memory_reserve_bytes = 0;
+  MemoryVerdict memory_verdict = MemoryVerdict::kFits;
   /// peak_memory_bytes - memory_capacity_bytes when it does not fit, else 0.
   double excess_memory_bytes = 0;
 

@@ -52,6 +52,8 @@ SweepRecord sweep_record(const SweepRow& row) {
   r.memory_capacity_bytes = row.config.memory_capacity_bytes;
   r.excess_memory_bytes = row.config.excess_memory_bytes;
   r.fits = row.config.fits();
+  r.memory_reserve_bytes = row.config.memory_reserve_bytes;
+  r.memory_at_risk = row.config.valid && row.config.memory_verdict == MemoryVerdict::kAtRisk;
   r.adjustments = row.config.adjustments;
   if (row.status == SweepStatus::kInvalid) {
     r.reason = row.config.invalid_reason;
@@ -92,7 +94,9 @@ nlohmann::ordered_json sweep_record_json(const SweepRecord& r) {
   j["memory"] = {{"peak_bytes", r.peak_memory_bytes},
                  {"capacity_bytes", r.memory_capacity_bytes},
                  {"excess_bytes", r.excess_memory_bytes},
-                 {"fits", r.fits}};
+                 {"fits", r.fits},
+                 {"reserve_bytes", r.memory_reserve_bytes},
+                 {"at_risk", r.memory_at_risk}};
   j["adjustments"] = r.adjustments;
   j["reason"] = r.reason ? ojson(*r.reason) : ojson(nullptr);
   if (!r.metrics) {
@@ -248,6 +252,8 @@ SweepRecord sweep_record_from_json(const nlohmann::ordered_json& j, const JsonPl
   r.memory_capacity_bytes = json_number(memory, "capacity_bytes", mem);
   r.excess_memory_bytes = json_number(memory, "excess_bytes", mem);
   r.fits = json_bool(memory, "fits", mem);
+  r.memory_reserve_bytes = json_number(memory, "reserve_bytes", mem);
+  r.memory_at_risk = json_bool(memory, "at_risk", mem);
   r.adjustments = json_strings(j, "adjustments", where);
   r.reason = json_optional_string(j, "reason", where);
   const ojson& metrics = json_at(j, "metrics", where);

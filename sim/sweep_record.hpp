@@ -62,6 +62,8 @@ struct SweepRecord {
   double memory_capacity_bytes = 0;  ///< memory.capacity_bytes
   double excess_memory_bytes = 0;    ///< memory.excess_bytes (0 when it fits)
   bool fits = false;                 ///< memory.fits
+  double memory_reserve_bytes = 0;   ///< memory.reserve_bytes
+  bool memory_at_risk = false;       ///< memory.at_risk: fits, but inside the reserve or > 90 %
   std::vector<std::string> adjustments;
   /// Why an invalid row is invalid or an error row failed; nullopt (null) for the others.
   std::optional<std::string> reason;

@@ -1,6 +1,7 @@
 // Memory model: Korthikanti et al. 2022 activation formulas (sec. 4, Table 2), Megatron's
 // distributed-optimizer bytes per parameter, and per-stage memory from the actual schedules.
 #include "core/memory.hpp"
+#include "core/memory_reserve.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -667,17 +668,75 @@ TEST(MemoryMoe, StageMemoryShardsExpertStateOverExpertDataParallel) {
   EXPECT_EQ(dense.moe_dispatch_buffers_bytes, 0);
 }
 
-// The verdict: fits up to 90 % of the capacity, at risk above (what the model leaves out takes
-// several GiB), OOM above the capacity; the bounds belong to the lower verdict.
+// The verdict: fits while the peak and the reserve fit and the peak is within 90 % of the
+// capacity; at risk inside the reserve or above 90 %; OOM above the capacity; the bounds belong
+// to the lower verdict.
 TEST(MemoryVerdict, FitsAtRiskAndOutOfMemory) {
   const double cap = 80.0 * (1 << 30);
-  EXPECT_EQ(memory_verdict(0, cap), MemoryVerdict::kFits);
-  EXPECT_EQ(memory_verdict(0.9 * cap, cap), MemoryVerdict::kFits);
-  EXPECT_EQ(memory_verdict(0.9 * cap + 1, cap), MemoryVerdict::kAtRisk);
-  EXPECT_EQ(memory_verdict(cap, cap), MemoryVerdict::kAtRisk);
-  EXPECT_EQ(memory_verdict(cap + 1, cap), MemoryVerdict::kOutOfMemory);
+  const double gib = 1 << 30;
+  EXPECT_EQ(memory_verdict(0, cap, 0), MemoryVerdict::kFits);
+  EXPECT_EQ(memory_verdict(0.9 * cap, cap, 0), MemoryVerdict::kFits);
+  EXPECT_EQ(memory_verdict(0.9 * cap + 1, cap, 0), MemoryVerdict::kAtRisk);
+  EXPECT_EQ(memory_verdict(cap, cap, 0), MemoryVerdict::kAtRisk);
+  EXPECT_EQ(memory_verdict(cap + 1, cap, 0), MemoryVerdict::kOutOfMemory);
+  // A 10 GiB reserve: 70 GiB fits exactly, 70 GiB + 1 byte is inside the reserve.
+  EXPECT_EQ(memory_verdict(70 * gib, cap, 10 * gib), MemoryVerdict::kFits);
+  EXPECT_EQ(memory_verdict(70 * gib + 1, cap, 10 * gib), MemoryVerdict::kAtRisk);
   EXPECT_STREQ(to_string(MemoryVerdict::kAtRisk), "at risk");
-  EXPECT_THROW(memory_verdict(1, 0), InvalidArgument);
+  EXPECT_THROW(memory_verdict(1, 0, 0), InvalidArgument);
+  EXPECT_THROW(memory_verdict(1, cap, -1), InvalidArgument);
+}
+
+// The reserve of GPT-3 175B on 1024 GPUs (TP 8, PP 16, DP 8), counted by hand from the sources
+// in core/memory_reserve.hpp: context 0.5 GiB, cuBLAS 2 x 32 MiB, NCCL on a middle stage TP (8
+// members: 688 MB) + DP x CP (8: 688 MB) + the pipeline's send/recv (2: 544 MB) + the
+// model-parallel group (TP x PP = 128: 688 MB) = 2.608 GB in 4 communicators; the first stage
+// adds the embedding group (2: 544 MB); fragmentation 10 % of the activations.
+TEST(MemoryReserve, CountsTheCommunicatorsOfTheLayoutFromPublishedSizes) {
+  const Scenario s = Gpt3_175BOn1024();
+  const StageMemory middle = stage_memory(s, 5);
+  const MemoryReserve r = memory_reserve(s, middle);
+  EXPECT_DOUBLE_EQ(r.cuda_context_bytes, 0.5 * (1 << 30));
+  EXPECT_DOUBLE_EQ(r.cublas_workspace_bytes, 64.0 * (1 << 20));
+  EXPECT_EQ(r.nccl_communicators, 4);
+  EXPECT_DOUBLE_EQ(r.nccl_bytes, 688e6 + 688e6 + 544e6 + 688e6);
+  EXPECT_DOUBLE_EQ(r.fragmentation_bytes,
+                   0.1 * (middle.activations_bytes + middle.embedding_and_logits_bytes));
+  EXPECT_DOUBLE_EQ(r.total_bytes(), r.cuda_context_bytes + r.cublas_workspace_bytes +
+                                        r.nccl_bytes + r.fragmentation_bytes);
+  const MemoryReserve first = memory_reserve(s, stage_memory(s, 0));
+  EXPECT_EQ(first.nccl_communicators, 5);
+  EXPECT_DOUBLE_EQ(first.nccl_bytes, r.nccl_bytes + 544e6);
+  // One GPU: no communicator at all, only the context and workspaces (and fragmentation).
+  Scenario one = s;
+  one.parallel.tensor_model_parallel_size = 1;
+  one.parallel.pipeline_model_parallel_size = 1;
+  one.parallel.data_parallel_size = 1;
+  one.parallel.sequence_parallel = false;
+  one.cluster.num_gpus = 1;
+  one.training.global_batch_size = 1;
+  const MemoryReserve alone = memory_reserve(one, stage_memory(one, 0));
+  EXPECT_EQ(alone.nccl_communicators, 0);
+  EXPECT_EQ(alone.nccl_bytes, 0);
+}
+
+// An MoE layout adds the EP all-to-all (the communicator and 0.47 GB per peer, at most 7 peers)
+// and the expert-DP group; a2a CP is an all-to-all too.
+TEST(MemoryReserve, AllToAllsConnectEveryPeerUpToANode) {
+  Scenario s = TinyMoeScenario();
+  const MemoryReserve dense_part = [&] {
+    Scenario d = s;
+    d.model.num_moe_experts = 0;
+    return memory_reserve(d, stage_memory(s, 0));
+  }();
+  const MemoryReserve moe = memory_reserve(s, stage_memory(s, 0));
+  const int64_t ep = s.parallel.expert_model_parallel_size;
+  const int64_t edp = s.parallel.expert_data_parallel_size();
+  ASSERT_GT(ep, 1);
+  const double a2a = 688e6 + 0.47e9 * static_cast<double>(std::min<int64_t>(ep - 1, 7));
+  const double expert_dp = edp < 2 ? 0.0 : (edp == 2 ? 544e6 : 688e6);
+  EXPECT_EQ(moe.nccl_communicators - dense_part.nccl_communicators, edp < 2 ? 1 : 2);
+  EXPECT_NEAR(moe.nccl_bytes - dense_part.nccl_bytes, a2a + expert_dp, 1.0);
 }
 
 }  // namespace

@@ -402,7 +402,9 @@ ojson sweep_row(const std::string& status, int64_t rank, int tp, int pp, int mbs
                 {{"peak_bytes", 1e10},
                  {"capacity_bytes", 8e10},
                  {"excess_bytes", excess_bytes},
-                 {"fits", excess_bytes <= 0}}},
+                 {"fits", excess_bytes <= 0},
+                 {"reserve_bytes", 5e9},
+                 {"at_risk", false}}},
                {"adjustments", ojson::array()},
                {"reason", status == "invalid" || status == "error" ? ojson("why") : ojson(nullptr)},
                {"metrics", nullptr}};

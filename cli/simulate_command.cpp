@@ -175,10 +175,14 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   fmt::print("traintwin simulate: {} on {} x {} ({})\n", s.name, s.cluster.num_gpus, topo.gpu.name,
              topo.name);
   fmt::print(
-      "layout             TP {} x CP {} x PP {} x DP {}, {} chunk(s)/stage, SP {}, micro-batch {}, "
-      "global batch {} ({} micro-batches), recompute {}\n",
+      "layout             TP {} x CP {} x PP {} x DP {}{}, {} chunk(s)/stage, SP {}, "
+      "micro-batch {}, global batch {} ({} micro-batches), recompute {}\n",
       s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
       s.parallel.pipeline_model_parallel_size, s.parallel.data_parallel_size,
+      s.model.is_moe() ? fmt::format(" (experts: EP {} x ETP {} x expert DP {})",
+                                     s.parallel.expert_model_parallel_size, s.parallel.expert_tp(),
+                                     s.parallel.expert_data_parallel_size())
+                       : "",
       s.parallel.virtual_pipeline_model_parallel_size, s.parallel.sequence_parallel ? "on" : "off",
       s.training.micro_batch_size, s.training.global_batch_size, s.num_micro_batches(),
       to_string(s.training.recompute_granularity));

@@ -51,10 +51,15 @@ std::string summary_table_html(const SummaryDocument& d) {
   rows.emplace_back("GPUs", fmt::format("{} x {}", d.num_gpus, d.gpu));
   rows.emplace_back(
       "layout",
-      fmt::format("TP {} x CP {} x PP {} x DP {}, VPP {}, SP {}", layout.tensor_model_parallel_size,
-                  layout.context_parallel_size, layout.pipeline_model_parallel_size,
-                  layout.data_parallel_size, layout.virtual_pipeline_model_parallel_size,
-                  on_off(layout.sequence_parallel)));
+      fmt::format("TP {} x CP {} x PP {} x DP {}{}, VPP {}, SP {}",
+                  layout.tensor_model_parallel_size, layout.context_parallel_size,
+                  layout.pipeline_model_parallel_size, layout.data_parallel_size,
+                  layout.experts ? fmt::format(" (experts: EP {} x ETP {} x expert DP {})",
+                                               layout.experts->model_parallel_size,
+                                               layout.experts->tensor_parallel_size,
+                                               layout.experts->data_parallel_size)
+                                 : "",
+                  layout.virtual_pipeline_model_parallel_size, on_off(layout.sequence_parallel)));
   rows.emplace_back("batch",
                     fmt::format("micro-batch size {}, global batch size {}, {} "
                                 "micro-batches, recompute {}",

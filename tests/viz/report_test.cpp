@@ -290,6 +290,17 @@ TEST(ReportSpec, SummaryTableHasTheHeadlineNumbers) {
   }
 }
 
+// A mixture of experts shows its expert layout beside the dense one (issue 31: EP was invisible).
+TEST(ReportSpec, SummaryTableShowsTheExpertLayoutOfAnMoe) {
+  ojson summary = small_summary();
+  summary["layout"]["expert_model_parallel_size"] = 4;
+  summary["layout"]["expert_tensor_parallel_size"] = 1;
+  summary["layout"]["expert_data_parallel_size"] = 1;
+  const std::string html = summary_table_html(typed(summary));
+  EXPECT_THAT(html, HasSubstr("TP 2 x CP 1 x PP 2 x DP 2 (experts: EP 4 x ETP 1 x expert DP 1)"));
+  EXPECT_THAT(summary_table_html(typed(small_summary())), Not(HasSubstr("experts:")));
+}
+
 // The summary is read once, typed (read_summary_json); a missing or mistyped field stops the
 // report there, naming the file and the key.
 TEST(ReportSpec, ReadingTheSummaryNamesTheFileAndKeyOfAMissingField) {

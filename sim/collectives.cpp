@@ -146,8 +146,10 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
       // Per node and direction a double binary tree moves 2 S: as an interior node of one tree
       // it receives S/2 from each of 2 children and sends S/2 up, then the mirror in the
       // broadcast; as a leaf of the other tree S/2 up and S/2 down.
+      const bool across_units =
+          span.nodes > std::max<int64_t>(1, topo.fabric.nodes_per_scalable_unit);
       return 2.0 * static_cast<double>(ceil_log2(std::max<int64_t>(span.nodes, 2))) * alpha +
-             2.0 * S / (B * (span.nodes > 1 ? eff.tree : 1.0));
+             2.0 * S / (B * (across_units ? eff.tree : 1.0));
     }
     case CollectiveAlgorithm::kRing: {
       double B = nvlink_Bps * eff.nvlink_ring;

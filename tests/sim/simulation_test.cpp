@@ -271,6 +271,35 @@ TEST(Simulation, CollectiveBenchReproducesNcclTestsFigures) {
   EXPECT_LT(dp, 48.0);
 }
 
+// The tuner's choice agrees with what the flows show (issue 24): a 1 GiB all-reduce over all 1,024
+// GPUs (128 nodes, 4 scalable units) runs faster as a tree than as a ring when each is forced,
+// and the default picks the tree at the tree's time; 128 MiB over the 32 nodes of one scalable
+// unit (one GPU per node) runs its tree at the ideal 2 S / (NIC x 0.94), its closed form's.
+TEST(Simulation, DefaultAlgorithmIsTheFasterOneAsTheFlowsShow) {
+  auto row = [](int64_t gpus, BenchGroup g, int64_t bytes, const std::string& algo) {
+    return nlohmann::json::parse(run_isolated([&] {
+      SimulationOptions opts;
+      opts.collective_algorithm = algo;
+      return nlohmann::json(simulate_collective(h100(), gpus, CollectiveKind::kAllReduce, g, bytes,
+                                                opts))
+          .dump();
+    })).get<CollectiveRow>();
+  };
+  const int64_t gib = int64_t{1} << 30;
+  const CollectiveRow ring = row(1024, BenchGroup::kAll, gib, "ring");
+  const CollectiveRow tree = row(1024, BenchGroup::kAll, gib, "tree");
+  const CollectiveRow chosen = row(1024, BenchGroup::kAll, gib, "");
+  std::printf("1 GiB over 1024 GPUs: ring %.0f us, tree %.0f us, default %s %.0f us\n",
+              ring.time_us, tree.time_us, chosen.algorithm.c_str(), chosen.time_us);
+  EXPECT_LT(tree.time_us, ring.time_us);
+  EXPECT_EQ(chosen.algorithm, "tree");
+  EXPECT_DOUBLE_EQ(chosen.time_us, tree.time_us);
+  const int64_t S = int64_t{128} << 20;
+  const double ideal_us = 2.0 * static_cast<double>(S) / (50e9 * 0.94) * 1e6;
+  const CollectiveRow unit = row(256, BenchGroup::kDp, S, "tree");
+  EXPECT_NEAR(unit.time_us, ideal_us, ideal_us * 0.02);
+}
+
 // One ring all-reduce of S bytes over the 8 GPUs of one NVSwitch node, through the replay engine:
 // 2(n-1)/n S / B + 2(n-1) alpha with B = 450 GB/s x 0.80 and alpha = 1 us + 2 us, within 1 %.
 TEST(Simulation, RingAllReduceInsideANodeIsAlphaBeta) {

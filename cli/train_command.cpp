@@ -46,9 +46,9 @@ struct TrainOptions {
   std::string save, load, timeline;
   std::string backend = "cpu";
   double distributed_timeout_minutes = exec::kDefaultDistributedTimeoutMinutes;
-  std::string fault_inject;              // --fault-inject SPEC ("" = none)
-  std::optional<int64_t> max_restarts;   // set: run the elastic agent
-  std::optional<int64_t> nproc;          // the agent's mpirun -np
+  std::string fault_inject;             // --fault-inject SPEC ("" = none)
+  std::optional<int64_t> max_restarts;  // set: run the elastic agent
+  std::optional<int64_t> nproc;         // the agent's mpirun -np
 };
 
 using Clock = std::chrono::steady_clock;
@@ -237,8 +237,9 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
       fmt::print("{}\n", p);
     }
     if (trainer.first_iteration() > 1) {
-      fmt::print("resumed from {} at iteration {} (model built and checkpoint loaded in {:.1f} ms)\n",
-                 o.load, trainer.first_iteration() - 1, build_ms);
+      fmt::print(
+          "resumed from {} at iteration {} (model built and checkpoint loaded in {:.1f} ms)\n",
+          o.load, trainer.first_iteration() - 1, build_ms);
     } else if (trainer.load_found_no_checkpoint()) {
       fmt::print("no checkpoint in {} (no latest_checkpointed_iteration.txt): starting from "
                  "scratch, as Megatron-LM does\n",
@@ -265,7 +266,8 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
     }
     if (fault) {
       const double elapsed_s = ms_since(training) / 1000.0;
-      if (const std::optional<exec::FaultKind> kind = fault->at_iteration_end(l.iteration, elapsed_s)) {
+      if (const std::optional<exec::FaultKind> kind =
+              fault->at_iteration_end(l.iteration, elapsed_s)) {
         // The elastic agent reads this line to name the failed rank.
         fmt::print(stderr, "{}\n", fault->describe(l.iteration));
         std::fflush(stdout);
@@ -284,8 +286,8 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   };
   cb.on_checkpoint = [&](const exec::CheckpointLog& c) {
     if (root) {
-      fmt::print("saved checkpoint at iteration {} to {} ({:.1f} ms)\n", c.iteration, c.dir.string(),
-                 ms_since(step_done));
+      fmt::print("saved checkpoint at iteration {} to {} ({:.1f} ms)\n", c.iteration,
+                 c.dir.string(), ms_since(step_done));
       std::fflush(stdout);
     }
   };
@@ -348,13 +350,16 @@ void print_goodput_summary(const exec::ElasticRunReport& r) {
   };
   fmt::print("elastic agent: goodput of the run (measured)\n");
   fmt::print("  wall time          {:>10}\n", seconds(r.wall_s));
-  fmt::print("  productive time    {:>10}  ETTR {}\n", seconds(r.productive_s()), share(r.productive_s()));
+  fmt::print("  productive time    {:>10}  ETTR {}\n", seconds(r.productive_s()),
+             share(r.productive_s()));
   fmt::print("  restarts           {:>10}\n", r.restarts());
   fmt::print("  badput by cause (as `traintwin goodput` names them):\n");
-  const std::pair<const char*, double> causes[] = {
-      {"lost_progress", r.lost_progress_s()},   {"detection", r.detection_s()},
-      {"restart", r.restart_s()},               {"restore", r.restore_s()},
-      {"checkpoint_save", r.checkpoint_save_s()}, {"other", r.other_s()}};
+  const std::pair<const char*, double> causes[] = {{"lost_progress", r.lost_progress_s()},
+                                                   {"detection", r.detection_s()},
+                                                   {"restart", r.restart_s()},
+                                                   {"restore", r.restore_s()},
+                                                   {"checkpoint_save", r.checkpoint_save_s()},
+                                                   {"other", r.other_s()}};
   for (const auto& [name, s] : causes) {
     fmt::print("    {:<16} {:>10}  {}{}\n", name, seconds(s), share(s),
                std::string(name) == "other" ? "  (evaluation, logging, shutdown)" : "");
@@ -364,17 +369,23 @@ void print_goodput_summary(const exec::ElasticRunReport& r) {
 
 /// `traintwin train ... --max-restarts N --nproc R --save DIR` without mpirun.
 void run_elastic(const TrainOptions& o) {
-  if (launched_by_mpi()) {
-    throw ConfigError("--max-restarts: the elastic agent launches mpirun itself; run `traintwin "
-                      "train SCENARIO --max-restarts N --nproc R --save DIR` without mpirun/srun");
+  // Any launcher, even with one process (mpirun -np 1).
+  if (const std::string l = exec::read_launch_environment().launcher; l != "none") {
+    throw ConfigError(fmt::format(
+        "--max-restarts: the elastic agent launches mpirun itself, but this process was started "
+        "by {}; run `traintwin train SCENARIO --max-restarts N --nproc R --save DIR` without "
+        "mpirun/srun",
+        l));
   }
   if (o.save.empty()) {
-    throw ConfigError("--max-restarts needs --save DIR: every restart resumes from the last "
-                      "checkpoint saved there");
+    throw ConfigError(
+        "--max-restarts needs --save DIR: every restart resumes from the last "
+        "checkpoint saved there");
   }
   if (!o.nproc) {
-    throw ConfigError("--max-restarts needs --nproc R: the number of ranks the elastic agent "
-                      "launches with mpirun -np R");
+    throw ConfigError(
+        "--max-restarts needs --nproc R: the number of ranks the elastic agent "
+        "launches with mpirun -np R");
   }
   exec::ElasticAgentOptions a;
   a.nproc = *o.nproc;
@@ -403,25 +414,26 @@ void run_elastic(const TrainOptions& o) {
     fmt::print("elastic agent: attempt {} {} after {} (started at {} s): {}\n", r.attempt,
                r.completed ? "completed" : "failed", seconds(r.end_s - r.start_s),
                fmt::format("{:.2f}", r.start_s), r.how_ended);
-    fmt::print("  resumed from iteration {}, reached iteration {}, last checkpoint {}; time lost "
-               "{} (progress since the checkpoint {}, detection {}, restart {}, checkpoint load "
-               "{}, checkpoint saves {})\n",
-               r.resumed_from, r.last_iteration, r.last_checkpoint,
-               seconds(r.lost_progress_s + r.detection_s + r.restart_s + r.restore_s +
-                       r.checkpoint_save_s),
-               seconds(r.lost_progress_s), seconds(r.detection_s), seconds(r.restart_s),
-               seconds(r.restore_s), seconds(r.checkpoint_save_s));
+    fmt::print(
+        "  resumed from iteration {}, reached iteration {}, last checkpoint {}; time lost "
+        "{} (progress since the checkpoint {}, detection {}, restart {}, checkpoint load "
+        "{}, checkpoint saves {})\n",
+        r.resumed_from, r.last_iteration, r.last_checkpoint,
+        seconds(r.lost_progress_s + r.detection_s + r.restart_s + r.restore_s +
+                r.checkpoint_save_s),
+        seconds(r.lost_progress_s), seconds(r.detection_s), seconds(r.restart_s),
+        seconds(r.restore_s), seconds(r.checkpoint_save_s));
     std::fflush(stdout);
   };
   const exec::ElasticRunReport report = exec::run_elastic_job(a, cb);
   print_goodput_summary(report);
   if (!report.completed) {
     const exec::AttemptReport& last = report.attempts.back();
-    throw Error(fmt::format(
-        "the job failed on attempt {} (the last of 1 + --max-restarts {}){}: {}", last.attempt,
-        a.max_restarts,
-        last.failed_rank ? fmt::format(", rank {}", *last.failed_rank) : std::string(),
-        last.how_ended));
+    throw Error(
+        fmt::format("the job failed on attempt {} (the last of 1 + --max-restarts {}){}: {}",
+                    last.attempt, a.max_restarts,
+                    last.failed_rank ? fmt::format(", rank {}", *last.failed_rank) : std::string(),
+                    last.how_ended));
   }
 }
 
@@ -446,11 +458,12 @@ void register_train_command(CLI::App& app) {
                   "send/recv aborts the job, naming the op, group and missing ranks (Megatron-LM)")
       ->capture_default_str()
       ->check(positive_number());
-  cmd->add_option("--fault-inject", o->fault_inject,
-                  fmt::format("Make a rank fail in the training loop: rank=R,iteration=I[,kind=kill|"
-                              "stop][,attempt=A] or rate_per_hour=X[,seed=S][,rank=R][,kind=...]"
-                              " (keys: {})",
-                              exec::fault_spec_keys()));
+  cmd->add_option(
+      "--fault-inject", o->fault_inject,
+      fmt::format("Make a rank fail in the training loop: rank=R,iteration=I[,kind=kill|"
+                  "stop][,attempt=A] or rate_per_hour=X[,seed=S][,rank=R][,kind=...]"
+                  " (keys: {})",
+                  exec::fault_spec_keys()));
   cmd->add_option("--max-restarts", o->max_restarts,
                   "Without mpirun: run the elastic agent (as torchrun's --max-restarts), which "
                   "launches mpirun -np --nproc itself and relaunches the job from the last "
@@ -462,8 +475,9 @@ void register_train_command(CLI::App& app) {
     if (!o->fault_inject.empty()) exec::parse_fault_spec(o->fault_inject);  // refused up front
     if (o->max_restarts) return run_elastic(*o);
     if (o->nproc) {
-      throw ConfigError("--nproc goes with --max-restarts (the elastic agent's mpirun -np); "
-                        "under mpirun the job's size is mpirun's -np");
+      throw ConfigError(
+          "--nproc goes with --max-restarts (the elastic agent's mpirun -np); "
+          "under mpirun the job's size is mpirun's -np");
     }
     retain_freed_memory();  // the same blocks every iteration (core/allocator_policy.hpp)
     if (!launched_by_mpi()) return run_train(*o, nullptr);

@@ -40,18 +40,20 @@ void check_writable(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    throw ConfigError(fmt::format("--save {}: cannot create the checkpoint folder ({}); the "
-                                  "elastic agent restarts from it",
-                                  dir.string(), ec.message()));
+    throw ConfigError(
+        fmt::format("--save {}: cannot create the checkpoint folder ({}); the "
+                    "elastic agent restarts from it",
+                    dir.string(), ec.message()));
   }
   const std::filesystem::path probe = dir / ".traintwin-elastic-agent-probe";
   {
     std::ofstream f(probe);
     f << "probe\n";
     if (!f) {
-      throw ConfigError(fmt::format("--save {}: the checkpoint folder is not writable; the "
-                                    "elastic agent restarts from it",
-                                    dir.string()));
+      throw ConfigError(
+          fmt::format("--save {}: the checkpoint folder is not writable; the "
+                      "elastic agent restarts from it",
+                      dir.string()));
     }
   }
   std::filesystem::remove(probe, ec);
@@ -100,9 +102,10 @@ Finished run_launch(const std::vector<std::string>& argv, std::chrono::steady_cl
   ::close(fds[1]);
   if (rc != 0) {
     ::close(fds[0]);
-    throw Error(fmt::format("elastic agent: cannot start {} ({}); it launches every attempt of "
-                            "the job (`{} -np N traintwin train ...`)",
-                            argv[0], std::strerror(rc), argv[0]));
+    throw Error(
+        fmt::format("elastic agent: cannot start {} ({}); it launches every attempt of "
+                    "the job (`{} -np N traintwin train ...`)",
+                    argv[0], std::strerror(rc), argv[0]));
   }
   Finished f;
   bool reaped = false;
@@ -154,7 +157,9 @@ Finished run_launch(const std::vector<std::string>& argv, std::chrono::steady_cl
 
 }  // namespace
 
-double ElasticRunReport::productive_s() const { return sum_of(attempts, &AttemptReport::productive_s); }
+double ElasticRunReport::productive_s() const {
+  return sum_of(attempts, &AttemptReport::productive_s);
+}
 double ElasticRunReport::lost_progress_s() const {
   return sum_of(attempts, &AttemptReport::lost_progress_s);
 }
@@ -163,7 +168,9 @@ double ElasticRunReport::restore_s() const { return sum_of(attempts, &AttemptRep
 double ElasticRunReport::checkpoint_save_s() const {
   return sum_of(attempts, &AttemptReport::checkpoint_save_s);
 }
-double ElasticRunReport::detection_s() const { return sum_of(attempts, &AttemptReport::detection_s); }
+double ElasticRunReport::detection_s() const {
+  return sum_of(attempts, &AttemptReport::detection_s);
+}
 double ElasticRunReport::other_s() const { return sum_of(attempts, &AttemptReport::other_s); }
 double ElasticRunReport::ettr() const { return wall_s > 0 ? productive_s() / wall_s : 0; }
 
@@ -186,7 +193,8 @@ AttemptReport account_attempt(int64_t attempt, double start_s, double end_s,
                               const std::vector<TimedLine>& lines, int exit_status) {
   // The train command's lines (cli/train_command.cpp) and mpirun's.
   static const std::regex ready(R"(^training .* rank\(s\))");
-  static const std::regex resumed(R"(^resumed from .* at iteration (\d+)(?: \(.* in ([0-9.]+) ms\))?)");
+  static const std::regex resumed(
+      R"(^resumed from .* at iteration (\d+)(?: \(.* in ([0-9.]+) ms\))?)");
   static const std::regex iteration(
       R"(^ iteration +(\d+)/ *\d+ \|.*elapsed time per iteration \(ms\): ([0-9.]+) \|)");
   static const std::regex saved(R"(^saved checkpoint at iteration (\d+) to .* \(([0-9.]+) ms\)$)");
@@ -238,7 +246,8 @@ AttemptReport account_attempt(int64_t attempt, double start_s, double end_s,
     } else if (std::regex_search(l.text, m, noticed)) {
       if (!died_rank) {
         died_rank = std::stoll(m[1]);
-        died_text = fmt::format("rank {} exited on signal {} ({})", m[1].str(), m[2].str(), m[3].str());
+        died_text =
+            fmt::format("rank {} exited on signal {} ({})", m[1].str(), m[2].str(), m[3].str());
       }
     } else if (error_text.empty() && l.text.rfind("traintwin: error: ", 0) == 0) {
       error_text = l.text;
@@ -280,17 +289,19 @@ AttemptReport account_attempt(int64_t attempt, double start_s, double end_s,
 
 ElasticRunReport run_elastic_job(const ElasticAgentOptions& o, const ElasticAgentCallbacks& cb) {
   if (o.nproc < 1) {
-    throw ConfigError(fmt::format("--nproc: must be a whole number >= 1 (ranks of each launch), "
-                                  "got {}",
-                                  o.nproc));
+    throw ConfigError(
+        fmt::format("--nproc: must be a whole number >= 1 (ranks of each launch), "
+                    "got {}",
+                    o.nproc));
   }
   if (o.max_restarts < 0) {
-    throw ConfigError(fmt::format("--max-restarts: must be a whole number >= 0, got {}",
-                                  o.max_restarts));
+    throw ConfigError(
+        fmt::format("--max-restarts: must be a whole number >= 0, got {}", o.max_restarts));
   }
   if (o.save.empty()) {
-    throw ConfigError("--max-restarts needs --save DIR: every restart resumes from the last "
-                      "checkpoint saved there");
+    throw ConfigError(
+        "--max-restarts needs --save DIR: every restart resumes from the last "
+        "checkpoint saved there");
   }
   check_writable(o.save);
   const auto t0 = std::chrono::steady_clock::now();
@@ -298,7 +309,8 @@ ElasticRunReport run_elastic_job(const ElasticAgentOptions& o, const ElasticAgen
   double previous_end = 0;
   for (int64_t attempt = 0; attempt <= o.max_restarts; ++attempt) {
     const std::vector<std::string> cmd = launch_command(o, attempt);
-    const std::filesystem::path load = attempt == 0 && !o.first_load.empty() ? o.first_load : o.save;
+    const std::filesystem::path load =
+        attempt == 0 && !o.first_load.empty() ? o.first_load : o.save;
     if (cb.on_attempt_start) cb.on_attempt_start(attempt, latest_or_zero(load), cmd);
     std::vector<TimedLine> lines;
     const Finished f = run_launch(cmd, t0, o.attempt_timeout_s, [&](const TimedLine& l) {

@@ -64,15 +64,15 @@ struct AttemptReport {
   /// "completed" or why it failed: "rank 1 exited on signal 9 (Killed): fault injection: ...",
   /// the first "traintwin: error: ..." line (the watchdog's distributed timeout), an exit status.
   std::string how_ended;
-  int exit_status = 0;               ///< mpirun's exit status, or 128 + signal
+  int exit_status = 0;                 ///< mpirun's exit status, or 128 + signal
   std::optional<int64_t> failed_rank;  ///< the rank that died or was stopped, when known
-  int64_t resumed_from = 0;          ///< the checkpoint's iteration it loaded (0 = from scratch)
-  int64_t last_iteration = 0;        ///< the last iteration it logged
-  int64_t last_checkpoint = 0;       ///< the last checkpoint it saved (or resumed_from)
-  double productive_s = 0;       ///< iterations kept: up to its last checkpoint, or all if completed
-  double lost_progress_s = 0;    ///< iterations after its last checkpoint, up to the failure
-  double restart_s = 0;          ///< launch to training: process start, MPI init, model build
-  double restore_s = 0;          ///< model build and checkpoint load when it resumed
+  int64_t resumed_from = 0;            ///< the checkpoint's iteration it loaded (0 = from scratch)
+  int64_t last_iteration = 0;          ///< the last iteration it logged
+  int64_t last_checkpoint = 0;         ///< the last checkpoint it saved (or resumed_from)
+  double productive_s = 0;     ///< iterations kept: up to its last checkpoint, or all if completed
+  double lost_progress_s = 0;  ///< iterations after its last checkpoint, up to the failure
+  double restart_s = 0;        ///< launch to training: process start, MPI init, model build
+  double restore_s = 0;        ///< model build and checkpoint load when it resumed
   double checkpoint_save_s = 0;  ///< the saves' stalls (parameters synchronized and written)
   double detection_s = 0;        ///< failure to mpirun's exit (watchdog timeout, teardown)
   double other_s = 0;            ///< the rest: evaluation, logging, shutdown

@@ -74,11 +74,12 @@ FaultSpec parse_fault_spec(const std::string& text) {
       }
     } else if (key == "rate_per_hour") {
       const std::optional<double> v = parse_number_text(value);
-      if (!v || !(*v > 0)) refuse(text, fmt::format("rate_per_hour={}: expected a number > 0", value));
+      if (!v || !(*v > 0))
+        refuse(text, fmt::format("rate_per_hour={}: expected a number > 0", value));
       s.rate_per_hour = *v;
     } else {
-      const std::string_view near = closest_match(
-          key, {"rank", "iteration", "kind", "attempt", "rate_per_hour", "seed"});
+      const std::string_view near =
+          closest_match(key, {"rank", "iteration", "kind", "attempt", "rate_per_hour", "seed"});
       refuse(text, fmt::format("unknown key '{}'{}", key,
                                near.empty() ? "" : fmt::format(" (did you mean {}?)", near)));
     }
@@ -121,14 +122,16 @@ FaultInjector::FaultInjector(const FaultSpec& spec, int64_t rank, int64_t world_
                              int64_t train_iters)
     : spec_(spec), rank_(rank), failing_rank_(spec.rank.value_or(0)) {
   if (spec.rank && *spec.rank >= world_size) {
-    throw ConfigError(fmt::format("--fault-inject '{}': rank={} but the job has {} rank(s) "
-                                  "(allowed: 0..{})",
-                                  to_string(spec), *spec.rank, world_size, world_size - 1));
+    throw ConfigError(
+        fmt::format("--fault-inject '{}': rank={} but the job has {} rank(s) "
+                    "(allowed: 0..{})",
+                    to_string(spec), *spec.rank, world_size, world_size - 1));
   }
   if (spec.iteration && *spec.iteration > train_iters) {
-    throw ConfigError(fmt::format("--fault-inject '{}': iteration={} but training.train_iters is "
-                                  "{} (allowed: 1..{}): the fault would never fire",
-                                  to_string(spec), *spec.iteration, train_iters, train_iters));
+    throw ConfigError(
+        fmt::format("--fault-inject '{}': iteration={} but training.train_iters is "
+                    "{} (allowed: 1..{}): the fault would never fire",
+                    to_string(spec), *spec.iteration, train_iters, train_iters));
   }
   if (spec.random()) {
     // The same draws on every rank (seed and launch only), so that every rank agrees on which

@@ -40,9 +40,9 @@ struct FaultSpec {
   std::optional<int64_t> rank;       ///< the failing rank (random faults: nullopt = drawn)
   std::optional<int64_t> iteration;  ///< chosen fault: the iteration (1-based) it fires at
   FaultKind kind = FaultKind::kKill;
-  int64_t attempt = 0;                ///< the launch it is meant for (0 = the first)
+  int64_t attempt = 0;                  ///< the launch it is meant for (0 = the first)
   std::optional<double> rate_per_hour;  ///< random faults: job failures per hour (> 0)
-  uint64_t seed = 1;                  ///< random faults: the seed of the draws
+  uint64_t seed = 1;                    ///< random faults: the seed of the draws
 
   bool random() const { return rate_per_hour.has_value(); }
 };

@@ -153,10 +153,10 @@ TEST(ElasticAgent, AChosenFaultGoesOnlyToTheLaunchItNames) {
   o.fault = exec::parse_fault_spec("rank=1,iteration=3");
   const std::vector<std::string> first = exec::launch_command(o, 0);
   const std::vector<std::string> second = exec::launch_command(o, 1);
-  EXPECT_EQ(first, (std::vector<std::string>{"mpirun", "-np", "2", "/bin/traintwin", "train",
-                                             "tiny.yaml", "--save", "ck", "--load", "ck",
-                                             "--fault-inject",
-                                             "rank=1,iteration=3,kind=kill,attempt=0"}));
+  EXPECT_EQ(first,
+            (std::vector<std::string>{"mpirun", "-np", "2", "/bin/traintwin", "train", "tiny.yaml",
+                                      "--save", "ck", "--load", "ck", "--fault-inject",
+                                      "rank=1,iteration=3,kind=kill,attempt=0"}));
   EXPECT_EQ(second, (std::vector<std::string>{"mpirun", "-np", "2", "/bin/traintwin", "train",
                                               "tiny.yaml", "--save", "ck", "--load", "ck"}));
   o.fault = exec::parse_fault_spec("rate_per_hour=2,seed=5");
@@ -176,16 +176,20 @@ TEST(ElasticAgent, ALaunchIsAccountedFromItsLogLines) {
   const std::vector<exec::TimedLine> lines = {
       {11.9, "resumed from ck at iteration 2 (model built and checkpoint loaded in 500.0 ms)"},
       {12.0, "training tiny on 2 rank(s) (TP 1, PP 1, DP 2, 1 model chunk(s)), iterations 3..6, "},
-      {13.0, " iteration        3/       6 | consumed samples: 24 | elapsed time per iteration "
-             "(ms): 1000.0 | lm loss: 6.5E+00 |"},
-      {14.0, " iteration        4/       6 | consumed samples: 32 | elapsed time per iteration "
-             "(ms): 1000.0 | lm loss: 6.4E+00 |"},
+      {13.0,
+       " iteration        3/       6 | consumed samples: 24 | elapsed time per iteration "
+       "(ms): 1000.0 | lm loss: 6.5E+00 |"},
+      {14.0,
+       " iteration        4/       6 | consumed samples: 32 | elapsed time per iteration "
+       "(ms): 1000.0 | lm loss: 6.4E+00 |"},
       {14.25, "saved checkpoint at iteration 4 to ck (250.0 ms)"},
-      {15.25, " iteration        5/       6 | consumed samples: 40 | elapsed time per iteration "
-              "(ms): 1000.0 | lm loss: 6.3E+00 |"},
+      {15.25,
+       " iteration        5/       6 | consumed samples: 40 | elapsed time per iteration "
+       "(ms): 1000.0 | lm loss: 6.3E+00 |"},
       {16.5, "fault injection: rank 1 kill (SIGKILL) at iteration 5 of attempt 1"},
-      {19.0, "mpirun noticed that process rank 1 with PID 0 on node host exited on signal 9 "
-             "(Killed)."},
+      {19.0,
+       "mpirun noticed that process rank 1 with PID 0 on node host exited on signal 9 "
+       "(Killed)."},
   };
   const exec::AttemptReport r = exec::account_attempt(1, 10.0, 20.0, lines, 137);
   EXPECT_FALSE(r.completed);
@@ -197,14 +201,14 @@ TEST(ElasticAgent, ALaunchIsAccountedFromItsLogLines) {
   EXPECT_EQ(r.last_checkpoint, 4);
   EXPECT_DOUBLE_EQ(r.restore_s, 0.5);
   EXPECT_DOUBLE_EQ(r.restart_s, 12.0 - 10.0 - 0.5);
-  EXPECT_DOUBLE_EQ(r.productive_s, 2.0);                 // iterations 3 and 4
-  EXPECT_DOUBLE_EQ(r.lost_progress_s, 1.0 + 1.25);       // iteration 5 and the partial sixth
+  EXPECT_DOUBLE_EQ(r.productive_s, 2.0);            // iterations 3 and 4
+  EXPECT_DOUBLE_EQ(r.lost_progress_s, 1.0 + 1.25);  // iteration 5 and the partial sixth
   EXPECT_DOUBLE_EQ(r.checkpoint_save_s, 0.25);
   EXPECT_DOUBLE_EQ(r.detection_s, 20.0 - 16.5);
   EXPECT_NEAR(r.other_s, 0.0, 1e-12);
   // Completed, the same lines count every iteration as productive.
-  const exec::AttemptReport ok = exec::account_attempt(1, 10.0, 20.0,
-                                                       {lines.begin(), lines.begin() + 6}, 0);
+  const exec::AttemptReport ok =
+      exec::account_attempt(1, 10.0, 20.0, {lines.begin(), lines.begin() + 6}, 0);
   EXPECT_TRUE(ok.completed);
   EXPECT_EQ(ok.how_ended, "completed");
   EXPECT_DOUBLE_EQ(ok.productive_s, 3.0);
@@ -220,7 +224,8 @@ class TrainRestartsCli : public ::testing::Test {
                         ("traintwin-train-restarts-" + std::to_string(getpid())));
     fs::remove_all(*dir_);
     const std::string prefix = testing::write_synthetic_dataset(*dir_);
-    scenario_ = new std::string(testing::write_tiny_scenario(*dir_, prefix, "  save_interval: 2\n"));
+    scenario_ =
+        new std::string(testing::write_tiny_scenario(*dir_, prefix, "  save_interval: 2\n"));
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -232,11 +237,11 @@ class TrainRestartsCli : public ::testing::Test {
   /// runs mpirun itself: Open MPI's variables allow it as root and oversubscribed, as the
   /// other tests' flags do).
   static testing::CliResult agent(const std::string& args) {
-    return testing::run_cli_command(
-        testing::kMpirunEnvironment +
-        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-        "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 300 " +
-        std::string(TRAINTWIN_BINARY) + " train " + *scenario_ + " --train-iters 6 " + args);
+    return testing::run_cli_command(testing::kMpirunEnvironment +
+                                    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                    "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 300 " +
+                                    std::string(TRAINTWIN_BINARY) + " train " + *scenario_ +
+                                    " --train-iters 6 " + args);
   }
 
   /// The uninterrupted 2-rank run (once), saving to dir/straight.
@@ -292,7 +297,8 @@ TEST_F(TrainRestartsCli, AKilledRankIsRestartedFromTheCheckpointAndResumesBitExa
   ASSERT_EQ(r.status, 0) << r.output;
   print_lines(r.output, "elastic agent:");
   print_lines(r.output, "  ");
-  EXPECT_THAT(r.output, HasSubstr("fault injection: rank 1 kill (SIGKILL) at iteration 3 of attempt 0"));
+  EXPECT_THAT(r.output,
+              HasSubstr("fault injection: rank 1 kill (SIGKILL) at iteration 3 of attempt 0"));
   EXPECT_THAT(r.output, HasSubstr("elastic agent: attempt 0 failed"));
   EXPECT_THAT(r.output, HasSubstr("elastic agent: attempt 1 of 2: resuming from the checkpoint "
                                   "at iteration 2"));
@@ -306,7 +312,8 @@ TEST_F(TrainRestartsCli, AKilledRankIsRestartedFromTheCheckpointAndResumesBitExa
   ASSERT_NE(split, std::string::npos);
   const auto first = losses(r.output.substr(0, split)), second = losses(r.output.substr(split));
   ASSERT_GE(first.size(), 2u) << r.output;
-  for (const auto& [it, loss] : first) EXPECT_EQ(loss, want[static_cast<size_t>(it - 1)].second) << it;
+  for (const auto& [it, loss] : first)
+    EXPECT_EQ(loss, want[static_cast<size_t>(it - 1)].second) << it;
   ASSERT_EQ(second.size(), 4u) << r.output;
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(second[i].first, static_cast<int64_t>(3 + i));
@@ -370,7 +377,7 @@ TEST_F(TrainRestartsCli, BadFlagsAreRefusedNamingTheFlag) {
   EXPECT_NE(negative.status, 0);
   EXPECT_THAT(negative.output, HasSubstr("--max-restarts"));
   // One process: a fault on a rank the job does not have.
-  const testing::CliResult rank = run("--train-iters 2 --fault-inject rank=1,iteration=1");
+  const testing::CliResult rank = run("--train-iters 3 --fault-inject rank=1,iteration=1");
   EXPECT_EQ(rank.status, 2);
   EXPECT_THAT(rank.output, HasSubstr("rank=1 but the job has 1 rank(s) (allowed: 0..0)"));
   if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun for the --max-restarts under mpirun case";

@@ -1,16 +1,22 @@
 // `traintwin train SCENARIO [--backend cpu|cuda]`: live training with the executor, in one process
 // or under mpirun/srun (one process per rank; CPU backend). Prints Megatron-LM-style log lines
-// from rank 0.
+// from rank 0. `--fault-inject SPEC` makes a rank kill or stop itself in the training loop
+// (exec/fault_injection.hpp). Without mpirun, `--max-restarts N --nproc R --save DIR` runs the
+// elastic agent instead (exec/elastic_agent.hpp): it launches mpirun itself, relaunches the job
+// from the last checkpoint when it fails, and prints the measured goodput.
 #include <fmt/format.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cli/backend_choice.hpp"
 #include "cli/commands.hpp"
@@ -21,6 +27,8 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "core/posix_file.hpp"
+#include "exec/elastic_agent.hpp"
+#include "exec/fault_injection.hpp"
 #include "exec/launch_env.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
@@ -38,7 +46,16 @@ struct TrainOptions {
   std::string save, load, timeline;
   std::string backend = "cpu";
   double distributed_timeout_minutes = exec::kDefaultDistributedTimeoutMinutes;
+  std::string fault_inject;             // --fault-inject SPEC ("" = none)
+  std::optional<int64_t> max_restarts;  // set: run the elastic agent
+  std::optional<int64_t> nproc;         // the agent's mpirun -np
 };
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 /// Averages of the iterations since the last log line (Megatron's training_log).
 struct LogWindow {
@@ -197,7 +214,14 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   topts.load = o.load;
   topts.record_timeline = !o.timeline.empty();
   topts.backend = backend.get();
+  const Clock::time_point built = Clock::now();
   exec::Trainer trainer(s, *comm, topts);
+  const double build_ms = ms_since(built);  // model built, data opened, checkpoint loaded
+  std::optional<exec::FaultInjector> fault;
+  if (!o.fault_inject.empty()) {
+    fault.emplace(exec::parse_fault_spec(o.fault_inject), comm->rank(), comm->world_size(),
+                  *s.training.train_iters);
+  }
   if (root) {
     fmt::print("training {} on {} rank(s) (TP {}, PP {}, DP {}, {} model chunk(s)), iterations {}..{}, "
                "{} micro-batch(es) of {} x {} tokens per replica\n",
@@ -213,7 +237,9 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
       fmt::print("{}\n", p);
     }
     if (trainer.first_iteration() > 1) {
-      fmt::print("resumed from {} at iteration {}\n", o.load, trainer.first_iteration() - 1);
+      fmt::print(
+          "resumed from {} at iteration {} (model built and checkpoint loaded in {:.1f} ms)\n",
+          o.load, trainer.first_iteration() - 1, build_ms);
     } else if (trainer.load_found_no_checkpoint()) {
       fmt::print("no checkpoint in {} (no latest_checkpointed_iteration.txt): starting from "
                  "scratch, as Megatron-LM does\n",
@@ -223,6 +249,10 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   }
   LogWindow window;
   exec::TrainerCallbacks cb;
+  // A save's stall is timed from the end of the step (or of the evaluation before it) to the
+  // checkpoint callback: the parameters synchronized and every rank's file written.
+  Clock::time_point step_done = Clock::now();
+  const Clock::time_point training = Clock::now();
   // Every log line is flushed at once (as Megatron's print_rank_0 with flush=True): under mpirun
   // or into a file, progress shows live, and a job that dies keeps its last lines.
   cb.on_iteration = [&](const exec::IterationLog& l) {
@@ -234,16 +264,30 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
       }
       window = LogWindow();
     }
+    if (fault) {
+      const double elapsed_s = ms_since(training) / 1000.0;
+      if (const std::optional<exec::FaultKind> kind =
+              fault->at_iteration_end(l.iteration, elapsed_s)) {
+        // The elastic agent reads this line to name the failed rank.
+        fmt::print(stderr, "{}\n", fault->describe(l.iteration));
+        std::fflush(stdout);
+        std::fflush(stderr);
+        exec::inject_fault(*kind);
+      }
+    }
+    step_done = Clock::now();
   };
   cb.on_validation = [&](const exec::ValidationLog& v) {
     if (root) {
       print_validation(v);
       std::fflush(stdout);
     }
+    step_done = Clock::now();
   };
   cb.on_checkpoint = [&](const exec::CheckpointLog& c) {
     if (root) {
-      fmt::print("saved checkpoint at iteration {} to {}\n", c.iteration, c.dir.string());
+      fmt::print("saved checkpoint at iteration {} to {} ({:.1f} ms)\n", c.iteration,
+                 c.dir.string(), ms_since(step_done));
       std::fflush(stdout);
     }
   };
@@ -256,6 +300,140 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   if (!o.timeline.empty()) {
     write_timeline(trainer, *comm, mpi, o.timeline, s.name);
     if (root) fmt::print("timeline written to {}\n", o.timeline);
+  }
+}
+
+/// This process's command line after the program name (Linux: /proc/self/cmdline), for the
+/// elastic agent to launch the same train command under mpirun.
+std::vector<std::string> own_arguments() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t b = 0; b < all.size();) {
+    const size_t e = all.find('\0', b);
+    args.push_back(all.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  if (args.empty()) throw Error("elastic agent: cannot read this process's command line");
+  args.erase(args.begin());
+  return args;
+}
+
+/// `args` without the flags the agent sets per launch or keeps for itself (`--flag VALUE` and
+/// `--flag=VALUE` forms).
+std::vector<std::string> without_agent_flags(const std::vector<std::string>& args) {
+  static const std::vector<std::string> flags = {"--max-restarts", "--nproc", "--fault-inject",
+                                                 "--load"};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    bool dropped = false;
+    for (const std::string& f : flags) {
+      if (a == f) {
+        ++i;  // its value
+        dropped = true;
+      } else if (a.rfind(f + "=", 0) == 0) {
+        dropped = true;
+      }
+    }
+    if (!dropped) out.push_back(a);
+  }
+  return out;
+}
+
+std::string seconds(double s) { return fmt::format("{:.2f} s", s); }
+
+void print_goodput_summary(const exec::ElasticRunReport& r) {
+  const auto share = [&](double s) {
+    return r.wall_s > 0 ? fmt::format("{:5.1f} %", 100.0 * s / r.wall_s) : std::string("-");
+  };
+  fmt::print("elastic agent: goodput of the run (measured)\n");
+  fmt::print("  wall time          {:>10}\n", seconds(r.wall_s));
+  fmt::print("  productive time    {:>10}  ETTR {}\n", seconds(r.productive_s()),
+             share(r.productive_s()));
+  fmt::print("  restarts           {:>10}\n", r.restarts());
+  fmt::print("  badput by cause (as `traintwin goodput` names them):\n");
+  const std::pair<const char*, double> causes[] = {{"lost_progress", r.lost_progress_s()},
+                                                   {"detection", r.detection_s()},
+                                                   {"restart", r.restart_s()},
+                                                   {"restore", r.restore_s()},
+                                                   {"checkpoint_save", r.checkpoint_save_s()},
+                                                   {"other", r.other_s()}};
+  for (const auto& [name, s] : causes) {
+    fmt::print("    {:<16} {:>10}  {}{}\n", name, seconds(s), share(s),
+               std::string(name) == "other" ? "  (evaluation, logging, shutdown)" : "");
+  }
+  std::fflush(stdout);
+}
+
+/// `traintwin train ... --max-restarts N --nproc R --save DIR` without mpirun.
+void run_elastic(const TrainOptions& o) {
+  // Any launcher, even with one process (mpirun -np 1).
+  if (const std::string l = exec::read_launch_environment().launcher; l != "none") {
+    throw ConfigError(fmt::format(
+        "--max-restarts: the elastic agent launches mpirun itself, but this process was started "
+        "by {}; run `traintwin train SCENARIO --max-restarts N --nproc R --save DIR` without "
+        "mpirun/srun",
+        l));
+  }
+  if (o.save.empty()) {
+    throw ConfigError(
+        "--max-restarts needs --save DIR: every restart resumes from the last "
+        "checkpoint saved there");
+  }
+  if (!o.nproc) {
+    throw ConfigError(
+        "--max-restarts needs --nproc R: the number of ranks the elastic agent "
+        "launches with mpirun -np R");
+  }
+  exec::ElasticAgentOptions a;
+  a.nproc = *o.nproc;
+  a.max_restarts = *o.max_restarts;
+  a.program = std::filesystem::read_symlink("/proc/self/exe").string();
+  a.train_args = without_agent_flags(own_arguments());
+  a.save = o.save;
+  a.first_load = o.load;
+  if (!o.fault_inject.empty()) a.fault = exec::parse_fault_spec(o.fault_inject);
+  const int64_t launches = a.max_restarts + 1;
+  exec::ElasticAgentCallbacks cb;
+  cb.on_output = [](const exec::TimedLine& l) {
+    fmt::print("{}\n", l.text);
+    std::fflush(stdout);
+  };
+  cb.on_attempt_start = [&](int64_t attempt, int64_t from, const std::vector<std::string>& cmd) {
+    std::string line;
+    for (const std::string& c : cmd) line += (line.empty() ? "" : " ") + c;
+    fmt::print("elastic agent: attempt {} of {}: {}\n  {}\n", attempt, launches,
+               from > 0 ? fmt::format("resuming from the checkpoint at iteration {}", from)
+                        : std::string("starting from scratch"),
+               line);
+    std::fflush(stdout);
+  };
+  cb.on_attempt_end = [&](const exec::AttemptReport& r) {
+    fmt::print("elastic agent: attempt {} {} after {} (started at {} s): {}\n", r.attempt,
+               r.completed ? "completed" : "failed", seconds(r.end_s - r.start_s),
+               fmt::format("{:.2f}", r.start_s), r.how_ended);
+    fmt::print(
+        "  resumed from iteration {}, reached iteration {}, last checkpoint {}; time lost "
+        "{} (progress since the checkpoint {}, detection {}, restart {}, checkpoint load "
+        "{}, checkpoint saves {})\n",
+        r.resumed_from, r.last_iteration, r.last_checkpoint,
+        seconds(r.lost_progress_s + r.detection_s + r.restart_s + r.restore_s +
+                r.checkpoint_save_s),
+        seconds(r.lost_progress_s), seconds(r.detection_s), seconds(r.restart_s),
+        seconds(r.restore_s), seconds(r.checkpoint_save_s));
+    std::fflush(stdout);
+  };
+  const exec::ElasticRunReport report = exec::run_elastic_job(a, cb);
+  print_goodput_summary(report);
+  if (!report.completed) {
+    const exec::AttemptReport& last = report.attempts.back();
+    throw Error(
+        fmt::format("the job failed on attempt {} (the last of 1 + --max-restarts {}){}: {}",
+                    last.attempt, a.max_restarts,
+                    last.failed_rank ? fmt::format(", rank {}", *last.failed_rank) : std::string(),
+                    last.how_ended));
   }
 }
 
@@ -280,7 +458,27 @@ void register_train_command(CLI::App& app) {
                   "send/recv aborts the job, naming the op, group and missing ranks (Megatron-LM)")
       ->capture_default_str()
       ->check(positive_number());
+  cmd->add_option(
+      "--fault-inject", o->fault_inject,
+      fmt::format("Make a rank fail in the training loop: rank=R,iteration=I[,kind=kill|"
+                  "stop][,attempt=A] or rate_per_hour=X[,seed=S][,rank=R][,kind=...]"
+                  " (keys: {})",
+                  exec::fault_spec_keys()));
+  cmd->add_option("--max-restarts", o->max_restarts,
+                  "Without mpirun: run the elastic agent (as torchrun's --max-restarts), which "
+                  "launches mpirun -np --nproc itself and relaunches the job from the last "
+                  "checkpoint in --save up to N times when it fails")
+      ->check(non_negative_number());
+  cmd->add_option("--nproc", o->nproc, "With --max-restarts: ranks per launch (mpirun -np)")
+      ->check(positive_number());
   cmd->callback([o] {
+    if (!o->fault_inject.empty()) exec::parse_fault_spec(o->fault_inject);  // refused up front
+    if (o->max_restarts) return run_elastic(*o);
+    if (o->nproc) {
+      throw ConfigError(
+          "--nproc goes with --max-restarts (the elastic agent's mpirun -np); "
+          "under mpirun the job's size is mpirun's -np");
+    }
     retain_freed_memory();  // the same blocks every iteration (core/allocator_policy.hpp)
     if (!launched_by_mpi()) return run_train(*o, nullptr);
     const exec::MpiEnvironment env;

@@ -204,9 +204,10 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   if (!r.late_peers.empty()) {
     std::string who;
     for (const LatePeer& p : r.late_peers) {
-      who += fmt::format("{}rank {} ({} collectives) {:.4f} s in {} wait{}",
+      who += fmt::format("{}rank {} ({} collectives) {:.4f} s in {} wait{}, the largest {:.4f} s "
+                         "at {}",
                          who.empty() ? "" : ", ", p.rank, to_string(p.group), p.wait_s, p.waits,
-                         p.waits == 1 ? "" : "s");
+                         p.waits == 1 ? "" : "s", p.largest_wait_s, p.op);
     }
     fmt::print("late peers         rank {} waited at collectives for {}\n", r.critical.rank, who);
   }

@@ -48,6 +48,8 @@ struct LatePeer {
   GroupKind group = GroupKind::kDp;
   double wait_s = 0;               ///< the critical rank's sync wait on it, seconds
   int64_t waits = 0;               ///< gaps of the critical rank that ended waiting for it
+  std::string op;                  ///< the collective of its largest wait (Program::label)
+  double largest_wait_s = 0;       ///< that wait, seconds
 };
 
 /// SimulationResult::late_peers keeps the largest this many.

@@ -255,6 +255,10 @@ TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s,
           p.group = tp.rp->ops[c].group;
           p.wait_s += wait;
           p.waits += 1;
+          if (wait > p.largest_wait_s) {
+            p.largest_wait_s = wait;
+            p.op = prog_.label(tp.rp->ops[c]);
+          }
         }
       }
       until = std::min(until, a.own_s);

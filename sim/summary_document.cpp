@@ -236,8 +236,12 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d) {
   j["per_stage"] = stages;
   ojson late = ojson::array();
   for (const LatePeer& p : d.late_peers) {
-    late.push_back(
-        {{"rank", p.rank}, {"group", to_string(p.group)}, {"wait_s", p.wait_s}, {"waits", p.waits}});
+    late.push_back({{"rank", p.rank},
+                    {"group", to_string(p.group)},
+                    {"wait_s", p.wait_s},
+                    {"waits", p.waits},
+                    {"op", p.op},
+                    {"largest_wait_s", p.largest_wait_s}});
   }
   j["late_peers"] = late;
   j["collective_algorithms"] = d.collective_algorithms;
@@ -307,6 +311,8 @@ LatePeer late_peer_from_json(const ojson& j, const JsonPlace& at) {
   }
   p.wait_s = json_number(j, "wait_s", at);
   p.waits = json_integer(j, "waits", at);
+  p.op = json_string(j, "op", at);
+  p.largest_wait_s = json_number(j, "largest_wait_s", at);
   return p;
 }
 

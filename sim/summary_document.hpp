@@ -126,7 +126,8 @@ nlohmann::ordered_json summary_document_json(const SummaryDocument& d);
 /// other), `solver_flows` and `max_solver_flows` (flows SimGrid's solver held; the others were
 /// alone on their links), `collective_algorithms`, per-stage breakdowns (each with its
 /// sync_wait_s), `late_peers` (the ranks the critical rank waited for at collectives: rank,
-/// group, wait_s, waits; largest first, at most kMaxLatePeers), the
+/// group, wait_s, waits, op and largest_wait_s of its largest wait; largest first, at most
+/// kMaxLatePeers), the
 /// scenario's name and layout (with the pipeline split: the four Megatron keys and
 /// `layers_per_model_chunk` [stage][chunk]). With what-if knobs in the scenario: `what_if`
 /// (what_if_json()); with `base` also `base` (iteration_time_s, tokens_per_s_per_gpu, mfu,

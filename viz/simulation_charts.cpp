@@ -84,8 +84,8 @@ std::string summary_table_html(const SummaryDocument& d) {
   if (!d.late_peers.empty()) {
     std::string who;
     for (const LatePeer& p : d.late_peers) {
-      who += fmt::format("{}rank {} ({}) {}", who.empty() ? "" : ", ", p.rank, to_string(p.group),
-                         format_seconds(p.wait_s));
+      who += fmt::format("{}rank {} ({}) {}, the largest wait at {}", who.empty() ? "" : ", ",
+                         p.rank, to_string(p.group), format_seconds(p.wait_s), p.op);
     }
     rows.emplace_back("late peers", who);
   }

@@ -266,6 +266,10 @@ TEST(WhatIf, StragglerShowsAsSyncWaitOnItsPeersNotAsCommunication) {
   EXPECT_EQ(slow["late_peers"][0]["rank"], 1);
   EXPECT_EQ(slow["late_peers"][0]["group"], "dp-cp");
   EXPECT_NEAR(slow["late_peers"][0]["wait_s"].get<double>(), 3.2, 1e-3);
+  // One wait, at the stage's DP gradient all-reduce (the op the critical rank waited at).
+  EXPECT_EQ(slow["late_peers"][0]["waits"], 1);
+  EXPECT_NEAR(slow["late_peers"][0]["largest_wait_s"].get<double>(), 3.2, 1e-3);
+  EXPECT_THAT(slow["late_peers"][0]["op"].get<std::string>(), HasSubstr("all_reduce"));
   EXPECT_TRUE(base["late_peers"].empty());
 }
 

@@ -116,7 +116,8 @@ ojson small_summary() {
       {"rank": 4, "compute_s": 0.4, "optimizer_s": 0.005, "exposed_tp_s": 0.01, "exposed_cp_s": 0.0, "exposed_ep_s": 0.0,
        "exposed_pp_s": 0.02, "exposed_dp_s": 0.03, "bubble_s": 0.035,
        "sync_wait_s": 0.005}],
-    "late_peers": [{"rank": 3, "group": "dp", "wait_s": 0.005, "waits": 2}],
+    "late_peers": [{"rank": 3, "group": "dp", "wait_s": 0.005, "waits": 2,
+                    "op": "grad-sync dp all_reduce grads", "largest_wait_s": 0.003}],
     "collective_algorithms": {"ring": 12}, "reductions": [], "replayed_ranks": 8,
     "events": 100, "ops": 80, "flows": 20, "solver_flows": 10, "max_solver_flows": 4
   })");

@@ -56,8 +56,8 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 
 /// The summary's own fields as summary.json spells them (iteration_time_s, tokens_per_s,
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
-/// exposed_comm_s {tp, cp, ep, pp, dp}, sync_wait_s, compute_s, optimizer_s, peak_memory_bytes, fits_in_memory,
-/// cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
+/// exposed_comm_s {tp, cp, ep, pp, dp}, sync_wait_s, compute_s, optimizer_s, peak_memory_bytes,
+/// fits_in_memory, cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
 /// The "exposed_comm_s" object {tp, cp, ep, pp, dp} (seconds) of a summary or a base run: any
 /// type with exposed_{tp,cp,ep,pp,dp}_s members (SimulationSummary, BaseRunMetrics).
 template <class T>

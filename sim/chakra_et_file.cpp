@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "sim/chakra_import.hpp"
 
@@ -21,10 +22,43 @@ namespace pb = ChakraProtoMsg;
 
 namespace {
 
+/// Each collective Chakra and traintwin both have, once: comm_type() and collective_of() read it
+/// in opposite directions.
+constexpr std::pair<CollectiveKind, pb::CollectiveCommType> kCollectives[] = {
+    {CollectiveKind::kAllReduce, pb::ALL_REDUCE},
+    {CollectiveKind::kAllGather, pb::ALL_GATHER},
+    {CollectiveKind::kReduceScatter, pb::REDUCE_SCATTER},
+    {CollectiveKind::kBroadcast, pb::BROADCAST},
+    {CollectiveKind::kAllToAll, pb::ALL_TO_ALL},
+};
+
 /// Largest ET file read: 4 GiB (read whole, one rank at a time).
 constexpr size_t kMaxEtFileBytes = size_t{4} << 30;
 
 }  // namespace
+
+pb::CollectiveCommType comm_type(CollectiveKind k) {
+  for (const auto& [kind, type] : kCollectives) {
+    if (kind == k) return type;
+  }
+  // The ring exchange: sends and recvs, not a collective.
+  throw InvalidArgument(fmt::format("chakra: no Chakra collective for {}", to_string(k)));
+}
+
+std::optional<CollectiveKind> collective_of(int64_t type) {
+  for (const auto& [kind, t] : kCollectives) {
+    if (static_cast<int64_t>(t) == type) return kind;
+  }
+  return std::nullopt;
+}
+
+std::string replayed_comm_types() {
+  std::string out;
+  for (const auto& [kind, type] : kCollectives) {
+    out += (out.empty() ? "" : ", ") + pb::CollectiveCommType_Name(type);
+  }
+  return out;
+}
 
 std::string node_ref(const pb::Node& n) { return fmt::format("node {} ({})", n.id(), n.name()); }
 

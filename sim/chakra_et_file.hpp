@@ -1,4 +1,5 @@
-// The Chakra ET file format, internal to sim/chakra_import.cpp: finding a trace's files
+// The Chakra ET file format, internal to sim/chakra_import.cpp and sim/chakra_export.cpp: the
+// collective kinds as Chakra names them (both directions), finding a trace's files
 // (DIR/<name>.<rank>.et), reading one (a GlobalMetadata message, then Node messages, each
 // preceded by its length as a varint, as Chakra's feeder reads them), the comm groups JSON
 // (DIR/<name>.comm_groups.json), and a node's attributes, every failure a ChakraTraceError naming
@@ -13,9 +14,22 @@
 #include <utility>
 #include <vector>
 
+#include "core/program.hpp"
 #include "traces/chakra/et_def.pb.h"
 
 namespace traintwin::chakra {
+
+/// The Chakra comm type of collective `k` (CollectiveCommType in et_def.proto). Throws
+/// InvalidArgument for the ring exchange, which Chakra has no collective for (the export writes
+/// it as sends and recvs).
+ChakraProtoMsg::CollectiveCommType comm_type(CollectiveKind k);
+
+/// The collective of Chakra comm type `type`; nullopt for one traintwin does not replay (REDUCE,
+/// GATHER, SCATTER, REDUCE_SCATTER_BLOCK, BARRIER) or an unknown value.
+std::optional<CollectiveKind> collective_of(int64_t type);
+
+/// The comm types collective_of() reads, for messages: "ALL_REDUCE, ALL_GATHER, ...".
+std::string replayed_comm_types();
 
 /// "node 12 (fwd mb0 L1 mlp)" for messages.
 std::string node_ref(const ChakraProtoMsg::Node& n);

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/posix_file.hpp"
+#include "sim/chakra_et_file.hpp"
 #include "traces/chakra/et_def.pb.h"
 
 namespace traintwin {
@@ -22,24 +23,6 @@ namespace pb = ChakraProtoMsg;
 
 /// Tags of the sends/recvs a ring exchange becomes: above every pipeline tag.
 constexpr int64_t kRingExchangeTagBase = int64_t{1} << 30;
-
-pb::CollectiveCommType comm_type(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::kAllReduce:
-      return pb::ALL_REDUCE;
-    case CollectiveKind::kAllGather:
-      return pb::ALL_GATHER;
-    case CollectiveKind::kReduceScatter:
-      return pb::REDUCE_SCATTER;
-    case CollectiveKind::kBroadcast:
-      return pb::BROADCAST;
-    case CollectiveKind::kAllToAll:
-      return pb::ALL_TO_ALL;
-    case CollectiveKind::kRingExchange:
-      break;  // sends and recvs, not a collective
-  }
-  throw InvalidArgument(fmt::format("chakra: no Chakra collective for {}", to_string(k)));
-}
 
 void add_attr(pb::Node& n, const char* name, int64_t v) {
   pb::AttributeProto* a = n.add_attr();
@@ -212,7 +195,7 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
           continue;
         }
         n.set_type(pb::COMM_COLL_NODE);
-        add_attr(n, "comm_type", static_cast<int64_t>(comm_type(op.collective)));
+        add_attr(n, "comm_type", static_cast<int64_t>(chakra::comm_type(op.collective)));
         add_attr(n, "comm_size", op.bytes);
         add_attr(n, "pg_name", std::to_string(pg));
         std::sort(members.begin(), members.end());

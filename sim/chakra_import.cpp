@@ -323,32 +323,17 @@ class RankReader {
   int32_t collective(const pb::Node& n, Op& op) {
     op.kind = OpKind::kCollective;
     const int64_t type = required_int_attr(file_, n, "comm_type");
-    switch (type) {
-      case pb::ALL_REDUCE:
-        op.collective = CollectiveKind::kAllReduce;
-        break;
-      case pb::ALL_GATHER:
-        op.collective = CollectiveKind::kAllGather;
-        break;
-      case pb::REDUCE_SCATTER:
-        op.collective = CollectiveKind::kReduceScatter;
-        break;
-      case pb::BROADCAST:
-        op.collective = CollectiveKind::kBroadcast;
-        break;
-      case pb::ALL_TO_ALL:
-        op.collective = CollectiveKind::kAllToAll;
-        break;
-      default:
-        refuse(
-            file_, n,
-            fmt::format("collective comm_type {} is not replayed (allowed: ALL_REDUCE, "
-                        "ALL_GATHER, REDUCE_SCATTER, BROADCAST, ALL_TO_ALL)",
-                        type >= 0 && type <= INT_MAX &&
-                                pb::CollectiveCommType_IsValid(static_cast<int>(type))
-                            ? pb::CollectiveCommType_Name(static_cast<pb::CollectiveCommType>(type))
-                            : std::to_string(type)));
+    const std::optional<CollectiveKind> kind = collective_of(type);
+    if (!kind) {
+      refuse(file_, n,
+             fmt::format("collective comm_type {} is not replayed (allowed: {})",
+                         type >= 0 && type <= INT_MAX &&
+                                 pb::CollectiveCommType_IsValid(static_cast<int>(type))
+                             ? pb::CollectiveCommType_Name(static_cast<pb::CollectiveCommType>(type))
+                             : std::to_string(type),
+                         replayed_comm_types()));
     }
+    op.collective = *kind;
     op.bytes = required_int_attr(file_, n, "comm_size");
     if (op.bytes < 0) refuse(file_, n, fmt::format("comm_size {} < 0", op.bytes));
     const std::string pg = string_attr(file_, n, "pg_name").value_or("");

@@ -212,9 +212,9 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
     fmt::print("late peers         rank {} waited at collectives for {}\n", r.critical.rank, who);
   }
   std::string fits = "fits";
-  const std::vector<StageMemory> stages = memory_per_stage(s);
-  const double reserve = largest_memory_reserve_bytes(s, stages);
-  switch (layout_memory_verdict(s, stages, topo.gpu.memory_bytes)) {
+  const LayoutMemoryFit fit = layout_memory_fit(s, memory_per_stage(s), topo.gpu.memory_bytes);
+  const double reserve = fit.largest_reserve_bytes;
+  switch (fit.verdict) {
     case MemoryVerdict::kFits:
       fits = fmt::format("fits, with the reserve of {} (CUDA context, NCCL buffers, cuBLAS "
                          "workspaces, fragmentation: `traintwin memory`)",

@@ -49,21 +49,16 @@ MemoryReserve memory_reserve(const Scenario& s, const StageMemory& m) {
   return r;
 }
 
-MemoryVerdict layout_memory_verdict(const Scenario& s, const std::vector<StageMemory>& stages,
-                                    double capacity_bytes) {
-  MemoryVerdict worst = MemoryVerdict::kFits;
+LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
+                                  double capacity_bytes) {
+  LayoutMemoryFit fit;
   for (const StageMemory& m : stages) {
-    const MemoryVerdict v =
-        memory_verdict(m.total_bytes(), capacity_bytes, memory_reserve(s, m).total_bytes());
-    worst = std::max(worst, v);  // kFits < kAtRisk < kOutOfMemory
+    const double reserve = memory_reserve(s, m).total_bytes();
+    // kFits < kAtRisk < kOutOfMemory
+    fit.verdict = std::max(fit.verdict, memory_verdict(m.total_bytes(), capacity_bytes, reserve));
+    fit.largest_reserve_bytes = std::max(fit.largest_reserve_bytes, reserve);
   }
-  return worst;
-}
-
-double largest_memory_reserve_bytes(const Scenario& s, const std::vector<StageMemory>& stages) {
-  double largest = 0;
-  for (const StageMemory& m : stages) largest = std::max(largest, memory_reserve(s, m).total_bytes());
-  return largest;
+  return fit;
 }
 
 }  // namespace traintwin

@@ -64,12 +64,16 @@ struct MemoryReserve {
 /// file's opening comment counts it.
 MemoryReserve memory_reserve(const Scenario& s, const StageMemory& m);
 
-/// The verdict of a layout on a GPU of `capacity_bytes`: the worst of its stages' (each
-/// `stages[i]` of memory_per_stage(s) with its own reserve). InvalidArgument as memory_verdict().
-MemoryVerdict layout_memory_verdict(const Scenario& s, const std::vector<StageMemory>& stages,
-                                    double capacity_bytes);
+/// How a layout fits a GPU: the worst verdict of its stages and the largest reserve.
+struct LayoutMemoryFit {
+  MemoryVerdict verdict = MemoryVerdict::kFits;
+  double largest_reserve_bytes = 0;  ///< 0 for no stage
+};
 
-/// The largest reserve of the stages, bytes (0 for none).
-double largest_memory_reserve_bytes(const Scenario& s, const std::vector<StageMemory>& stages);
+/// The fit of a layout on a GPU of `capacity_bytes`: each `stages[i]` of memory_per_stage(s)
+/// judged with its own reserve (one memory_reserve() per stage). InvalidArgument as
+/// memory_verdict().
+LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
+                                  double capacity_bytes);
 
 }  // namespace traintwin

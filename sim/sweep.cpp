@@ -219,8 +219,9 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
     for (const StageMemory& m : stages) {
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
     }
-    c.memory_reserve_bytes = largest_memory_reserve_bytes(s, stages);
-    c.memory_verdict = layout_memory_verdict(s, stages, gpu_memory_bytes);
+    const LayoutMemoryFit fit = layout_memory_fit(s, stages, gpu_memory_bytes);
+    c.memory_reserve_bytes = fit.largest_reserve_bytes;
+    c.memory_verdict = fit.verdict;
   } catch (const Error& e) {
     c.invalid_reason = std::string("memory model: ") + e.what();
     c.peak_memory_bytes = 0;

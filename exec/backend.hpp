@@ -287,6 +287,9 @@ class Backend {
   virtual void convert_to_bf16(BSpan dst, CFSpan src) = 0;
   /// dst = src widened to fp32, exactly (equal sizes, else InvalidArgument).
   virtual void convert_from_bf16(FSpan dst, CBSpan src) = 0;
+  /// dst += src widened to fp32 (the bf16 dgrad added to the fp32 gradient it accumulates into,
+  /// in one pass; equal sizes, else InvalidArgument).
+  virtual void accumulate_from_bf16(FSpan dst, CBSpan src) = 0;
   /// out = bf16(inp W^T + bias) (bias may be empty). KernelKey "gemm_fwd", dtype bf16.
   virtual void matmul_forward_bf16(BSpan out,      // [B, T, OC]
                                    CBSpan inp,     // [B, T, C]
@@ -532,6 +535,14 @@ class Backend {
   // ---- optimizer (exec/cpu/adamw.hpp) -----------------------------------------------------------
   /// Sum of squares in double (for the global gradient norm); waits for the result.
   virtual double sum_of_squares(CFSpan values) = 0;
+  /// Sum of squares of every piece, in double (a rank's part of the global gradient norm over
+  /// its gradient tensors); one wait for the result, not one per piece. This default sums piece
+  /// by piece with sum_of_squares.
+  virtual double total_sum_of_squares(std::span<const CFSpan> pieces) {
+    double sum = 0;
+    for (const CFSpan& p : pieces) sum += sum_of_squares(p);
+    return sum;
+  }
   virtual void scale_in_place(FSpan values, double factor) = 0;
   /// One AdamW step (Loshchilov & Hutter 2019) at 1-based `step` with bias correction.
   virtual void adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,

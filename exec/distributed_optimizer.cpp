@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -26,7 +27,7 @@ std::pair<int64_t, int64_t> ShardOptimizer::owned(const ShardTensor& t, int64_t 
 }
 
 double ShardOptimizer::local_sum_of_squares(bool over_world) {
-  double sum_sq = 0;
+  std::vector<CFSpan> pieces;
   for (const auto& c : shard_.chunks()) {
     for (const auto& t : c.tensors) {
       if (t.shared_embedding) continue;
@@ -34,11 +35,10 @@ double ShardOptimizer::local_sum_of_squares(bool over_world) {
       if (!t.tensor_parallel && tp_rank != 0) continue;
       if (over_world && !distributed_ && member(t) != 0) continue;
       const auto [lo, hi] = owned(t, member(t));
-      sum_sq += backend_.sum_of_squares(
-          CFSpan(c.grads.data() + t.offset + lo, static_cast<size_t>(hi - lo)));
+      pieces.emplace_back(c.grads.data() + t.offset + lo, static_cast<size_t>(hi - lo));
     }
   }
-  return sum_sq;
+  return backend_.total_sum_of_squares(pieces);
 }
 
 double ShardOptimizer::checked_norm(double global_sum_of_squares, int64_t iteration) {

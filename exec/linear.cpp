@@ -42,6 +42,7 @@ void LinearLayers::forward(FSpan out, CFSpan inp, CFSpan weight, CFSpan bias, in
     backend_.matmul_forward(out, inp, weight, bias, batch, seq, channels, out_channels);
     return;
   }
+  last_dout_ = {};
   const Bf16Tensor x = rounded(inp);
   Bf16Tensor y(backend_, out.size(), kUninitialized);  // overwritten by the GEMM
   backend_.matmul_forward_bf16(y, x, weight_copy(weight), weight_copy(bias), batch, seq, channels,
@@ -55,13 +56,13 @@ void LinearLayers::backward_data(FSpan dinp, CFSpan dout, CFSpan weight, int64_t
     backend_.matmul_backward_data(dinp, dout, weight, batch, seq, channels, out_channels);
     return;
   }
-  const Bf16Tensor dy = rounded(dout);
+  last_dout_ = {};
+  Bf16Tensor dy = rounded(dout);
   Bf16Tensor dx(backend_, dinp.size(), kUninitialized);
   backend_.matmul_backward_data_bf16(dx, dy, weight_copy(weight), batch, seq, channels,
                                      out_channels);
-  Tensor wide(backend_, dinp.size(), kUninitialized);
-  backend_.convert_from_bf16(wide, dx);
-  backend_.add_in_place(dinp, wide);
+  backend_.accumulate_from_bf16(dinp, dx);
+  last_dout_ = {dout.data(), dout.size(), std::move(dy)};
 }
 
 void LinearLayers::backward_weight(FSpan dweight, FSpan dbias, CFSpan dout, CFSpan inp,
@@ -71,7 +72,10 @@ void LinearLayers::backward_weight(FSpan dweight, FSpan dbias, CFSpan dout, CFSp
     backend_.matmul_backward_weight(dweight, dbias, dout, inp, batch, seq, channels, out_channels);
     return;
   }
-  const Bf16Tensor dy = rounded(dout), x = rounded(inp);
+  RoundedGradient kept = std::move(last_dout_);
+  last_dout_ = {};
+  const bool reuse = kept.source == dout.data() && kept.size == dout.size() && !dout.empty();
+  const Bf16Tensor dy = reuse ? std::move(kept.values) : rounded(dout), x = rounded(inp);
   backend_.matmul_backward_weight_bf16(dweight, dbias, dy, x, batch, seq, channels, out_channels);
 }
 

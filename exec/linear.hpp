@@ -23,7 +23,9 @@ namespace traintwin::exec {
 
 /// The linear layers of one rank's model in one training precision. Not thread-safe (one per
 /// GptModel). The bf16 weight copies are cached per fp32 weight (by address) and refreshed at
-/// their first use after begin_iteration().
+/// their first use after begin_iteration(). The bf16 rounding of a dgrad's output gradient is
+/// kept for the wgrad that directly follows it with the same gradient (1F1B places a layer's W
+/// right after its B), so that gradient is rounded once, not twice; any other call drops it.
 class LinearLayers {
  public:
   /// `precision`: fp32 or bf16 (UnsupportedError naming training.precision otherwise).
@@ -58,10 +60,17 @@ class LinearLayers {
     Bf16Tensor values;
     uint64_t generation = 0;
   };
+  /// The last backward_data's rounded output gradient, by the fp32 span it was rounded from.
+  struct RoundedGradient {
+    const float* source = nullptr;
+    size_t size = 0;
+    Bf16Tensor values;
+  };
   Backend& backend_;
   Precision precision_;
   uint64_t generation_ = 1;
   std::unordered_map<const float*, Copy> copies_;
+  RoundedGradient last_dout_;
 };
 
 /// One line for the training log saying what `precision` computes on `backend` ("" for fp32):

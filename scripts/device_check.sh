@@ -26,10 +26,16 @@
 #   bf16      training.precision bf16 (exec/linear.hpp): 20 iterations of the tiny GPT and Llama
 #             on the cuda backend (losses against the train step's fp32 ones), GPT-2 124M and the
 #             1.3B GPT at micro-batch 1, 2 and 4: log lines, allocator peak, `traintwin memory`
+#   bf16tiny  the first part of bf16 alone: 20 iterations of the tiny GPT and Llama in bf16 on the
+#             cuda backend (losses against the train step's fp32 ones)
 #   attn      the mma.sync flash attention (exec/cuda/flash_attention_mma.cuh): its GPU tests, a
 #             profile of the 1.3B's flash_attention_* kernels in bf16 arithmetic, and the 1.3B
 #             trained in bf16 with attention_backend flash at micro-batch 1, 2 and 4, and the
 #             timeline of that run at micro-batch 4 (RESULTS/timeline-*.json)
+#   ncuattn   Nsight Compute (ncu, where the machine lets it read the counters) on one launch of
+#             each mma.sync flash attention kernel of the 1.3B GPT (forward, dq, dk/dv): speed
+#             of light, occupancy, warp stall reasons, memory and compute workload
+#             (-> RESULTS/ncu-attention.txt; not in the default steps)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 #   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
 #             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
@@ -159,11 +165,15 @@ for s in $steps; do
       step gemmdb 300 "gemmdb" ;;
     bf16)
       step bf16 300 "for sc in scenarios/gpt-tiny-brown.yaml scenarios/llama-tiny-brown.yaml; do tiny \$sc cuda bf16; done; $tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.train_iters=10 --set training.log_interval=5 2>&1 | grep -E 'iteration|peak|precision|error' | tail -3 | sed 's/^/  [124m bf16] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 mb \$mb] /\"; done; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml --set training.precision=bf16 | tail -2 | sed 's/^/  [memory bf16] /'" ;;
+    bf16tiny)
+      step bf16tiny 60 "for sc in scenarios/gpt-tiny-brown.yaml scenarios/llama-tiny-brown.yaml; do tiny \$sc cuda bf16; done" ;;
+    ncuattn)
+      step ncuattn 120 "ncu_bin=\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1); [ -n \"\$ncu_bin\" ] || { echo '  no ncu on this machine'; exit 0; }; for k in mma_forward mma_backward_dq mma_backward_dkv; do \$ncu_bin --clock-control none -k regex:\$k --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 1 --warmup 0 --min-time 0 --out /tmp/ncu-profile.json > $results/ncu-\$k.txt 2>&1; echo \"  [\$k] rc \$?\"; grep -E 'Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Block Limit|Executed Ipc|Issue Slots' $results/ncu-\$k.txt | head -24 | sed 's/^/    /'; done" ;;
     pytorch)
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
     attn)
       step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-flash-mb4.json 2>&1 | grep -E 'timeline|error' | sed 's/^/  [timeline] /'" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 attn)" >> "$summary" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

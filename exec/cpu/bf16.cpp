@@ -35,6 +35,11 @@ void from_bf16(std::span<float> dst, std::span<const uint16_t> src) {
   for (size_t i = 0; i < src.size(); ++i) dst[i] = bf16_to_float(src[i]);
 }
 
+void accumulate_bf16(std::span<float> dst, std::span<const uint16_t> src) {
+  require_same_size("accumulate_bf16", dst.size(), src.size());
+  for (size_t i = 0; i < src.size(); ++i) dst[i] += bf16_to_float(src[i]);
+}
+
 void matmul_forward_bf16(std::span<uint16_t> out, std::span<const uint16_t> inp,
                          std::span<const uint16_t> weight, std::span<const uint16_t> bias,
                          int64_t batch, int64_t seq, int64_t channels, int64_t out_channels) {

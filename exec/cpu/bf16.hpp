@@ -31,6 +31,8 @@ inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t{h}
 void to_bf16(std::span<uint16_t> dst, std::span<const float> src);
 /// dst[i] = bf16_to_float(src[i]). Throws InvalidArgument for different sizes.
 void from_bf16(std::span<float> dst, std::span<const uint16_t> src);
+/// dst[i] += bf16_to_float(src[i]) in fp32. Throws InvalidArgument for different sizes.
+void accumulate_bf16(std::span<float> dst, std::span<const uint16_t> src);
 
 /// The bf16 linear layer as Megatron-LM / Transformer Engine run it (bf16 operands, products
 /// summed in fp32, the result rounded once to bf16): out = bf16(inp W^T + bias), each operand

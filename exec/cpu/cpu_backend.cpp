@@ -155,6 +155,8 @@ void CpuBackend::convert_to_bf16(BSpan dst, CFSpan src) { cpu::to_bf16(dst, src)
 
 void CpuBackend::convert_from_bf16(FSpan dst, CBSpan src) { cpu::from_bf16(dst, src); }
 
+void CpuBackend::accumulate_from_bf16(FSpan dst, CBSpan src) { cpu::accumulate_bf16(dst, src); }
+
 void CpuBackend::matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias,
                                      int64_t batch, int64_t seq, int64_t channels,
                                      int64_t out_channels) {

@@ -12,7 +12,7 @@ namespace traintwin::exec::cpu {
 /// Backend running every kernel on the calling thread (GEMMs on OpenBLAS's threads,
 /// set_gemm_threads). Memory is host memory, zeroed on allocation, freed blocks of 256 KiB and
 /// more kept for reuse by size (HostBlockCache).
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   void synchronize() override {}
@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
                               int64_t seq, int64_t channels, int64_t out_channels) override;
   void convert_to_bf16(BSpan dst, CFSpan src) override;
   void convert_from_bf16(FSpan dst, CBSpan src) override;
+  void accumulate_from_bf16(FSpan dst, CBSpan src) override;
   void matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias, int64_t batch,
                            int64_t seq, int64_t channels, int64_t out_channels) override;
   void matmul_backward_data_bf16(BSpan dinp, CBSpan dout, CBSpan weight, int64_t batch,

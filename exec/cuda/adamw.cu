@@ -41,23 +41,32 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
   }
 }
 
-template <typename T>
-__global__ void sum_of_squares_kernel(const T* values, int64_t n, double* result) {
+// V elements per access (common.cuh: packed access), `packs` = n / V; squares summed in double.
+template <typename T, int V>
+__global__ void sum_of_squares_kernel(const T* values, int64_t packs, double* result) {
   __shared__ double scratch[32];
   double sum = 0.0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const double x = to_float(values[i]);
-    sum += x * x;
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const Pack<T, V> x = load_pack<V>(values, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const double d = to_float(x.v[k]);
+      sum += d * d;
+    }
   }
   sum = block_sum(sum, scratch);
   if (threadIdx.x == 0) atomicAdd(result, sum);
 }
 
-__global__ void scale_kernel(float* values, int64_t n, float factor) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    values[i] *= factor;
+template <int V>
+__global__ void scale_kernel(float* values, int64_t packs, float factor) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    Pack<float, V> x = load_pack<V>(values, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) x.v[k] *= factor;
+    store_pack(values, p, x);
   }
 }
 
@@ -111,10 +120,13 @@ void sum_of_squares(DType dtype, const void* values, int64_t n, double* result,
   require_pointer("sum_of_squares", result, "result");
   dispatch(dtype, "sum_of_squares", [&](auto tag) {
     using T = decltype(tag);
-    const unsigned blocks = std::min(grid_for(n), 1024u);
-    sum_of_squares_kernel<T><<<blocks, kBlock, 0, stream>>>(static_cast<const T*>(values), n,
-                                                             result);
-    TRAINTWIN_CUDA_CHECK_LAUNCH();
+    with_pack_width(n, {{values, sizeof(T)}}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const unsigned blocks = std::min(grid_for(n / V), 2048u);
+      sum_of_squares_kernel<T, V><<<blocks, kBlock, 0, stream>>>(static_cast<const T*>(values),
+                                                                 n / V, result);
+      TRAINTWIN_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
@@ -125,8 +137,12 @@ void scale_in_place(float* values, int64_t n, double factor, cudaStream_t stream
     throw InvalidArgument("cuda scale_in_place: factor must be finite, got " +
                           std::to_string(factor));
   }
-  scale_kernel<<<grid_for(n), kBlock, 0, stream>>>(values, n, static_cast<float>(factor));
-  TRAINTWIN_CUDA_CHECK_LAUNCH();
+  with_pack_width(n, {{values, sizeof(float)}}, [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    scale_kernel<V><<<grid_for(n / V), kBlock, 0, stream>>>(values, n / V,
+                                                            static_cast<float>(factor));
+    TRAINTWIN_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace traintwin::exec::cuda

@@ -12,11 +12,29 @@ using namespace detail;
 
 constexpr const char* kLayer = "convert";
 
-template <typename To, typename From>
-__global__ void convert_kernel(To* dst, const From* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = from_float<To>(to_float(src[i]));
+// dst = src converted, V elements per access (common.cuh: packed access), `packs` = n / V.
+template <typename To, typename From, int V>
+__global__ void convert_kernel(To* dst, const From* src, int64_t packs) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const Pack<From, V> x = load_pack<V>(src, p);
+    Pack<To, V> y;
+#pragma unroll
+    for (int k = 0; k < V; ++k) y.v[k] = from_float<To>(to_float(x.v[k]));
+    store_pack(dst, p, y);
+  }
+}
+
+// dst += widen(src), V elements per access (the bf16 dgrad's accumulation into fp32).
+template <int V>
+__global__ void accumulate_widened_kernel(float* dst, const __nv_bfloat16* src, int64_t packs) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const Pack<__nv_bfloat16, V> x = load_pack<V>(src, p);
+    Pack<float, V> y = load_pack<V>(dst, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) y.v[k] += __bfloat162float(x.v[k]);
+    store_pack(dst, p, y);
   }
 }
 
@@ -49,10 +67,25 @@ void convert(DType dst_type, void* dst, DType src_type, const void* src, int64_t
     using To = decltype(to_tag);
     dispatch(src_type, kLayer, [&](auto from_tag) {
       using From = decltype(from_tag);
-      convert_kernel<To, From><<<grid_for(n), kBlock, 0, stream>>>(
-          static_cast<To*>(dst), static_cast<const From*>(src), n);
-      TRAINTWIN_CUDA_CHECK_LAUNCH();
+      with_pack_width(n, {{dst, sizeof(To)}, {src, sizeof(From)}}, [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        convert_kernel<To, From, V><<<grid_for(n / V), kBlock, 0, stream>>>(
+            static_cast<To*>(dst), static_cast<const From*>(src), n / V);
+        TRAINTWIN_CUDA_CHECK_LAUNCH();
+      });
     });
+  });
+}
+
+void accumulate_widened_bf16(float* dst, const uint16_t* src, int64_t n, cudaStream_t stream) {
+  require_positive(kLayer, n, "n");
+  require_pointer(kLayer, dst, "dst");
+  require_pointer(kLayer, src, "src");
+  const auto* s16 = reinterpret_cast<const __nv_bfloat16*>(src);
+  with_pack_width(n, {{dst, sizeof(float)}, {src, sizeof(uint16_t)}}, [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    accumulate_widened_kernel<V><<<grid_for(n / V), kBlock, 0, stream>>>(dst, s16, n / V);
+    TRAINTWIN_CUDA_CHECK_LAUNCH();
   });
 }
 

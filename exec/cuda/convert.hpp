@@ -19,6 +19,10 @@ namespace traintwin::exec::cuda {
 void convert(DType dst_type, void* dst, DType src_type, const void* src, int64_t n,
              cudaStream_t stream);
 
+/// dst[i] += src[i] widened from bf16 (exact) to fp32, i < n: the bf16 dgrad's result added to
+/// the fp32 gradient it accumulates into, in one pass. Throws as convert.
+void accumulate_widened_bf16(float* dst, const uint16_t* src, int64_t n, cudaStream_t stream);
+
 /// dst[i] = the FP8 `kind` bits of scale * src[i], i < n: Transformer Engine's cast
 /// (__nv_cvt_float_to_fp8 with __NV_SATFINITE: ties to even, saturating to the largest finite
 /// value; exec/cpu/fp8.hpp's float_to_fp8 bit for bit but for NaN payloads). Throws as convert.

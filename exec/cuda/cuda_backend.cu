@@ -470,6 +470,12 @@ void CudaBackend::convert_from_bf16(FSpan dst, CBSpan src) {
                 stream_);
 }
 
+void CudaBackend::accumulate_from_bf16(FSpan dst, CBSpan src) {
+  check_size("accumulate_from_bf16", "dst", dst.size(), static_cast<int64_t>(src.size()));
+  if (src.empty()) return;
+  cuda::accumulate_widened_bf16(dst.data(), src.data(), static_cast<int64_t>(src.size()), stream_);
+}
+
 void CudaBackend::matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias,
                                       int64_t batch, int64_t seq, int64_t channels,
                                       int64_t out_channels) {
@@ -693,6 +699,35 @@ double CudaBackend::sum_of_squares(CFSpan values) {
   TRAINTWIN_CUDA_CHECK(cudaMemsetAsync(result.get(), 0, sizeof(double), stream_));
   cuda::sum_of_squares(kF32, values.data(), static_cast<int64_t>(values.size()),
                        result.as<double>(), stream_);
+  double host = 0;
+  TRAINTWIN_CUDA_CHECK(
+      cudaMemcpyAsync(&host, result.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+  return host;
+}
+
+double CudaBackend::total_sum_of_squares(std::span<const CFSpan> pieces) {
+  Scratch result(*this, sizeof(double));
+  TRAINTWIN_CUDA_CHECK(cudaMemsetAsync(result.get(), 0, sizeof(double), stream_));
+  const float* start = nullptr;
+  size_t length = 0;
+  auto flush = [&] {
+    if (length > 0) {
+      cuda::sum_of_squares(kF32, start, static_cast<int64_t>(length), result.as<double>(),
+                           stream_);
+    }
+  };
+  for (const CFSpan& p : pieces) {
+    if (p.empty()) continue;
+    if (start != nullptr && start + length == p.data()) {
+      length += p.size();
+    } else {
+      flush();
+      start = p.data();
+      length = p.size();
+    }
+  }
+  flush();
   double host = 0;
   TRAINTWIN_CUDA_CHECK(
       cudaMemcpyAsync(&host, result.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));

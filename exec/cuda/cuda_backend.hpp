@@ -120,6 +120,7 @@ class CudaBackend final : public Backend {
   bool has_bf16_arithmetic() const override { return true; }
   void convert_to_bf16(BSpan dst, CFSpan src) override;
   void convert_from_bf16(FSpan dst, CBSpan src) override;
+  void accumulate_from_bf16(FSpan dst, CBSpan src) override;
   /// cuBLASLt with bf16 A, B and D, CUBLAS_COMPUTE_32F, the bias epilogue in bf16.
   void matmul_forward_bf16(BSpan out, CBSpan inp, CBSpan weight, CBSpan bias, int64_t batch,
                            int64_t seq, int64_t channels, int64_t out_channels) override;
@@ -243,6 +244,9 @@ class CudaBackend final : public Backend {
                                              int64_t seq, int64_t vocab_start,
                                              int64_t vocab_local, int64_t vocab_total) override;
   double sum_of_squares(CFSpan values) override;
+  /// Every piece's kernel adds into one device sum (pieces adjacent in memory as one launch),
+  /// then one copy to the host.
+  double total_sum_of_squares(std::span<const CFSpan> pieces) override;
   void scale_in_place(FSpan values, double factor) override;
   void adamw_step(FSpan params, CFSpan grads, FSpan exp_avg, FSpan exp_avg_sq,
                   const cpu::AdamWParams& hyper, double lr, int64_t step) override;

@@ -22,11 +22,16 @@
 namespace traintwin::exec::cuda {
 namespace {
 
-// dst[i] += src[i] (grid-stride).
-__global__ void add_in_place_kernel(float* dst, const float* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] += src[i];
+// dst[i] += src[i], V elements per access (common.cuh: packed access), `packs` = n / V.
+template <int V>
+__global__ void add_in_place_kernel(float* dst, const float* src, int64_t packs) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    detail::Pack<float, V> d = detail::load_pack<V>(dst, p);
+    const detail::Pack<float, V> s = detail::load_pack<V>(src, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) d.v[k] += s.v[k];
+    detail::store_pack(dst, p, d);
   }
 }
 
@@ -137,14 +142,18 @@ void CudaBackend::attention_merge(FSpan out, FSpan lse, CFSpan block_out, CFSpan
                         heads, head_dim, stream_);
 }
 
-/// dst [N] += src [N]; one thread per element.
+/// dst [N] += src [N]; packed accesses where sizes and alignment allow.
 void CudaBackend::add_in_place(FSpan dst, CFSpan src) {
   check_size("add_in_place", "src", src.size(), static_cast<int64_t>(dst.size()));
   const auto n = static_cast<int64_t>(dst.size());
   if (n == 0) return;
-  add_in_place_kernel<<<detail::grid_for(n), detail::kBlock, 0, stream_>>>(dst.data(), src.data(),
-                                                                           n);
-  TRAINTWIN_CUDA_CHECK_LAUNCH();
+  detail::with_pack_width(
+      n, {{dst.data(), sizeof(float)}, {src.data(), sizeof(float)}}, [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        add_in_place_kernel<V><<<detail::grid_for(n / V), detail::kBlock, 0, stream_>>>(
+            dst.data(), src.data(), n / V);
+        TRAINTWIN_CUDA_CHECK_LAUNCH();
+      });
 }
 
 /// One block's backward: dq [B, Tq, NH D] and dkv [B, Tk, 2 G D] +=, from the final out and lse;

@@ -45,36 +45,57 @@ struct Mask {
   }
 };
 
-template <typename T>
+// V consecutive channels of one row per access (common.cuh: packed access; channels % V == 0):
+// their global indices are consecutive, index(row, c0) + k.
+template <typename T, int V>
 __global__ void bias_dropout_add_forward_kernel(T* out, const T* inp, const T* bias,
                                                 const T* residual, int64_t rows, Mask mask,
                                                 HiddenIndex index) {
-  const int64_t channels = index.channels;
-  const int64_t n = rows * channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / channels;
-    const int64_t c = i - row * channels;
-    float x = to_float(inp[i]);
-    if (bias != nullptr) x += to_float(bias[c]);
-    float y = x * mask.factor(index(row, c));
-    if (residual != nullptr) y += to_float(residual[i]);
-    out[i] = from_float<T>(y);
+  const int64_t row_packs = index.channels / V;
+  const int64_t packs = rows * row_packs;
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = p / row_packs;
+    const int64_t cp = p - row * row_packs;  // the pack's index within its row
+    const uint64_t first = index(row, cp * V);
+    const Pack<T, V> x = load_pack<V>(inp, p);
+    Pack<T, V> b{}, r{}, y;
+    if (bias != nullptr) b = load_pack<V>(bias, cp);
+    if (residual != nullptr) r = load_pack<V>(residual, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float v = to_float(x.v[k]);
+      if (bias != nullptr) v += to_float(b.v[k]);
+      float o = v * mask.factor(first + k);
+      if (residual != nullptr) o += to_float(r.v[k]);
+      y.v[k] = from_float<T>(o);
+    }
+    store_pack(out, p, y);
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void bias_dropout_add_backward_kernel(T* dinp, T* dresidual, const T* dout,
                                                  int64_t rows, Mask mask, HiddenIndex index) {
-  const int64_t channels = index.channels;
-  const int64_t n = rows * channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / channels;
-    const int64_t c = i - row * channels;
-    const float dy = to_float(dout[i]);
-    dinp[i] = from_float<T>(to_float(dinp[i]) + dy * mask.factor(index(row, c)));
-    if (dresidual != nullptr) dresidual[i] = from_float<T>(to_float(dresidual[i]) + dy);
+  const int64_t row_packs = index.channels / V;
+  const int64_t packs = rows * row_packs;
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < packs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = p / row_packs;
+    const uint64_t first = index(row, (p - row * row_packs) * V);
+    const Pack<T, V> dy = load_pack<V>(dout, p);
+    Pack<T, V> dx = load_pack<V>(dinp, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      dx.v[k] = from_float<T>(to_float(dx.v[k]) + to_float(dy.v[k]) * mask.factor(first + k));
+    }
+    store_pack(dinp, p, dx);
+    if (dresidual != nullptr) {
+      Pack<T, V> dr = load_pack<V>(dresidual, p);
+#pragma unroll
+      for (int k = 0; k < V; ++k) dr.v[k] = from_float<T>(to_float(dr.v[k]) + to_float(dy.v[k]));
+      store_pack(dresidual, p, dr);
+    }
   }
 }
 
@@ -179,10 +200,17 @@ void bias_dropout_add_forward(DType dtype, void* out, const void* inp, const voi
   require_pointer(kLayer, inp, "inp");
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    bias_dropout_add_forward_kernel<T><<<grid_for(rows * block.channels), kBlock, 0, stream>>>(
-        static_cast<T*>(out), static_cast<const T*>(inp), static_cast<const T*>(bias),
-        static_cast<const T*>(residual), rows, mask, hidden_index(block));
-    TRAINTWIN_CUDA_CHECK_LAUNCH();
+    with_pack_width(block.channels,
+                    {{out, sizeof(T)}, {inp, sizeof(T)}, {bias, sizeof(T)}, {residual, sizeof(T)}},
+                    [&](auto width) {
+                      constexpr int V = decltype(width)::value;
+                      bias_dropout_add_forward_kernel<T, V>
+                          <<<grid_for(rows * block.channels / V), kBlock, 0, stream>>>(
+                              static_cast<T*>(out), static_cast<const T*>(inp),
+                              static_cast<const T*>(bias), static_cast<const T*>(residual), rows,
+                              mask, hidden_index(block));
+                      TRAINTWIN_CUDA_CHECK_LAUNCH();
+                    });
   });
 }
 
@@ -195,10 +223,16 @@ void bias_dropout_add_backward(DType dtype, void* dinp, float* dbias, void* dres
   require_pointer(kLayer, dout, "dout");
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    bias_dropout_add_backward_kernel<T><<<grid_for(rows * block.channels), kBlock, 0, stream>>>(
-        static_cast<T*>(dinp), static_cast<T*>(dresidual), static_cast<const T*>(dout), rows,
-        mask, hidden_index(block));
-    TRAINTWIN_CUDA_CHECK_LAUNCH();
+    with_pack_width(block.channels,
+                    {{dinp, sizeof(T)}, {dresidual, sizeof(T)}, {dout, sizeof(T)}},
+                    [&](auto width) {
+                      constexpr int V = decltype(width)::value;
+                      bias_dropout_add_backward_kernel<T, V>
+                          <<<grid_for(rows * block.channels / V), kBlock, 0, stream>>>(
+                              static_cast<T*>(dinp), static_cast<T*>(dresidual),
+                              static_cast<const T*>(dout), rows, mask, hidden_index(block));
+                      TRAINTWIN_CUDA_CHECK_LAUNCH();
+                    });
     if (dbias != nullptr) {
       const dim3 grid(static_cast<unsigned>((block.channels + 31) / 32),
                       static_cast<unsigned>(std::min<int64_t>((rows + 7) / 8, 128)));

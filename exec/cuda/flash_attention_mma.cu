@@ -9,8 +9,10 @@
 // so the C fragments of two adjacent n-tiles, rounded to bf16 pairs, are the A fragment of the
 // next product (the score tile never leaves the registers). Tiles live in shared memory as
 // [64][D + 8] bf16 (rows of 16-byte-aligned, bank-conflict-free 272 or 144 bytes): a B operand
-// whose rows are the product's n index ([n][k]) is read with 32-bit loads, one whose rows are
-// its k index ([k][n]) by ldmatrix.trans.
+// whose rows are the product's n index ([n][k]) is read by ldmatrix, one whose rows are its k
+// index ([k][n]) by ldmatrix.trans, two n-tiles per instruction. The causal mask is tested only
+// in tiles that straddle the diagonal (or the block's end): a tile every row of the warp sees
+// whole skips it.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -66,13 +68,19 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0, 
   a[3] = ld32(s + (r0 + g + 8) * L + k0 + 8 + t2);
 }
 
-/// The B fragment (k k0 .. k0 + 15, n n0 .. n0 + 7) of a tile stored [n][k].
+/// The B fragments of two n-tiles (n n0 .. n0 + 7 in b[0], b[1] and n0 + 8 .. n0 + 15 in b[2],
+/// b[3]; k k0 .. k0 + 15) of a tile stored [n][k], by one ldmatrix (load_b's values for n-tiles
+/// n0 and n0 + 8 in a quarter of the instructions): lane l gives the address of row l % 8 of
+/// 8 x 8 matrix l / 8 ((n0, k0), (n0, k0 + 8), (n0 + 8, k0), (n0 + 8, k0 + 8)).
 template <int L>
-__device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const bf16* s, int n0, int k0,
-                                       int lane) {
-  const int g = lane >> 2, t2 = (lane & 3) * 2;
-  b0 = ld32(s + (n0 + g) * L + k0 + t2);
-  b1 = ld32(s + (n0 + g) * L + k0 + 8 + t2);
+__device__ __forceinline__ void load_b_pair(uint32_t (&b)[4], const bf16* s, int n0, int k0,
+                                            int lane) {
+  const int m = lane >> 3, r = lane & 7;
+  const bf16* row = s + (n0 + r + (m >> 1) * 8) * L + k0 + (m & 1) * 8;
+  const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(addr));
 }
 
 /// The B fragments of two n-tiles (k k0 .. k0 + 15; n n0 .. n0 + 7 in b[0], b[1] and n0 + 8 ..
@@ -147,6 +155,13 @@ __device__ __forceinline__ int key_position(const CpPositions& kpos, int64_t j, 
   return j < n ? static_cast<int>(kpos.global(j)) : INT_MAX;
 }
 
+/// Whether every key of the tile at j0 (64 keys, all inside the block) is visible to every query
+/// from local row w0 on (positions increase with the local index: w0's is the smallest).
+/// Warp-uniform.
+__device__ __forceinline__ bool tile_visible(const Params& p, int64_t j0, int64_t w0) {
+  return j0 + kTile <= p.seq_k && p.kpos.global(j0 + kTile - 1) <= p.qpos.global(w0);
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 // Block (query tile of 64 rows, b NH + h), heaviest tiles first; warp w owns rows 16 w ...; lane
 // 4 g + t holds rows g and g + 8 of the warp's score tile, columns 8 n + 2 t and 8 n + 2 t + 1.
@@ -218,19 +233,22 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          uint32_t b0, b1;
-          load_b<L>(b0, b1, kt, n * 8, kk * 16, lane);
-          mma(s[n], qa[kk], b0, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t kb[4];
+          load_b_pair<L>(kb, kt, n * 8, kk * 16, lane);
+          mma(s[n], qa[kk], kb[0], kb[1]);
+          mma(s[n + 1], qa[kk], kb[2], kb[3]);
         }
       }
-      // Scale, mask (causal on global positions), and the running max of each row.
+      // Scale, mask (causal on global positions; a tile whose last key the warp's first row
+      // sees is whole for every row: no test), and the running max of each row.
+      const bool whole = tile_visible(p, j0, w0);
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int kp = key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
+          const int kp = whole ? INT_MIN : key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
           s[n][e] = kp <= qp0 ? s[n][e] * scale2 : -INFINITY;
           s[n][2 + e] = kp <= qp1 ? s[n][2 + e] * scale2 : -INFINITY;
           mx0 = fmaxf(mx0, s[n][e]);
@@ -383,19 +401,22 @@ __global__ void __launch_bounds__(kThreads)
         load_a<L>(a, qs, warp * kRows, kk * 16, lane);
         load_a<L>(da, dos, warp * kRows, kk * 16, lane);
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          uint32_t b0, b1;
-          load_b<L>(b0, b1, kt, n * 8, kk * 16, lane);
-          mma(s[n], a, b0, b1);
-          load_b<L>(b0, b1, vt, n * 8, kk * 16, lane);
-          mma(dp[n], da, b0, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t bb[4];
+          load_b_pair<L>(bb, kt, n * 8, kk * 16, lane);
+          mma(s[n], a, bb[0], bb[1]);
+          mma(s[n + 1], a, bb[2], bb[3]);
+          load_b_pair<L>(bb, vt, n * 8, kk * 16, lane);
+          mma(dp[n], da, bb[0], bb[1]);
+          mma(dp[n + 1], da, bb[2], bb[3]);
         }
       }
+      const bool whole = tile_visible(p, j0, w0);
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int kp = key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
+          const int kp = whole ? INT_MIN : key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
           s[n][e] =
               kp <= qp0 ? exp2f(s[n][e] * scale2 - lse0) * (dp[n][e] - ds0) * p.scale : 0.0f;
           s[n][2 + e] = kp <= qp1
@@ -504,7 +525,6 @@ __global__ void __launch_bounds__(kThreads)
       wait_groups<0>();
     }
     __syncthreads();
-    const int64_t h = grp * per_group + i / tiles;
     const int64_t t0 = first + (i % tiles) * kTile;
     const int64_t nq = min(int64_t{kTile}, p.seq_q - t0);
     if (p.qpos.global(t0 + nq - 1) >= first_key_pos) {  // warp-uniform: sees some
@@ -524,14 +544,20 @@ __global__ void __launch_bounds__(kThreads)
         load_a<L>(a, ks, warp * kRows, kk * 16, lane);
         load_a<L>(va, vs, warp * kRows, kk * 16, lane);
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          uint32_t b0, b1;
-          load_b<L>(b0, b1, qt, n * 8, kk * 16, lane);
-          mma(st[n], a, b0, b1);
-          load_b<L>(b0, b1, dt, n * 8, kk * 16, lane);
-          mma(dpt[n], va, b0, b1);
+        for (int n = 0; n < kTile / 8; n += 2) {
+          uint32_t bb[4];
+          load_b_pair<L>(bb, qt, n * 8, kk * 16, lane);
+          mma(st[n], a, bb[0], bb[1]);
+          mma(st[n + 1], a, bb[2], bb[3]);
+          load_b_pair<L>(bb, dt, n * 8, kk * 16, lane);
+          mma(dpt[n], va, bb[0], bb[1]);
+          mma(dpt[n + 1], va, bb[2], bb[3]);
         }
       }
+      // Whole (no test): a full query tile whose first query sees the warp's last key (and
+      // every query row has a finite lse: it sees that key).
+      const bool whole = nq == kTile && wkeys == kRows &&
+                         p.kpos.global(wk0 + kRows - 1) <= p.qpos.global(t0);
       // P^T and dS^T; column c = query t0 + c.
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
@@ -539,8 +565,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 2; ++e) {
           const int c = n * 8 + t2 + e;
           const float cl = col_lse2[c];
-          const int qp =
-              c < nq && cl != -INFINITY ? static_cast<int>(p.qpos.global(t0 + c)) : -1;
+          const int qp = whole                           ? INT_MAX
+                         : c < nq && cl != -INFINITY ? static_cast<int>(p.qpos.global(t0 + c))
+                                                     : -1;
           const float cd = col_dsum[c];
           const float p0 = kp0 <= qp ? exp2f(st[n][e] * scale2 - cl) : 0.0f;
           const float p1 = kp1 <= qp ? exp2f(st[n][2 + e] * scale2 - cl) : 0.0f;

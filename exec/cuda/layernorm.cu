@@ -11,27 +11,45 @@ using namespace detail;
 
 constexpr const char* kLayer = "layernorm";
 
-template <typename T>
+// One warp per row; lanes read V consecutive channels per access (common.cuh: packed access;
+// channels % V == 0 and rows aligned to a pack), three passes over the row (L1-resident).
+template <typename T, int V>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const T* weight, const T* bias, int64_t rows,
                                          int64_t channels, float eps) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
+  const int64_t packs = channels / V;
   const T* x = inp + row * channels;
   const float inv_c = 1.0f / static_cast<float>(channels);
   float sum = 0.0f;
-  for (int64_t c = lane; c < channels; c += 32) sum += to_float(x[c]);
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, V> xv = load_pack<V>(x, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) sum += to_float(xv.v[k]);
+  }
   const float m = warp_sum(sum) * inv_c;
   float sq = 0.0f;
-  for (int64_t c = lane; c < channels; c += 32) {
-    const float d = to_float(x[c]) - m;
-    sq += d * d;
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, V> xv = load_pack<V>(x, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float d = to_float(xv.v[k]) - m;
+      sq += d * d;
+    }
   }
   const float s = rsqrtf(warp_sum(sq) * inv_c + eps);
   T* o = out + row * channels;
-  for (int64_t c = lane; c < channels; c += 32) {
-    o[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, V> xv = load_pack<V>(x, p), w = load_pack<V>(weight, p),
+                     b = load_pack<V>(bias, p);
+    Pack<T, V> y;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      y.v[k] = from_float<T>((to_float(xv.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+    }
+    store_pack(o, p, y);
   }
   if (lane == 0) {
     mean[row] = m;
@@ -39,7 +57,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp,
                                                 const T* weight, const float* mean,
                                                 const float* rstd, int64_t rows,
@@ -47,6 +65,7 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowWarps} + threadIdx.x / 32;
   if (row >= rows) return;
+  const int64_t packs = channels / V;
   const T* dy = dout + row * channels;
   const T* x = inp + row * channels;
   T* dx = dinp + row * channels;
@@ -57,19 +76,31 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
   // dnorm is rounded to fp32 (__fmul_rn, never contracted into an FMA) in both loops, so that
   // dnorm - dnorm_mean is exactly 0 where it should be (a row of one channel, where rstd is
   // 1/sqrt(eps) and would amplify the product's rounding error a few hundred times).
-  for (int64_t c = lane; c < channels; c += 32) {
-    const float norm = (to_float(x[c]) - m) * s;
-    const float dnorm = __fmul_rn(to_float(weight[c]), to_float(dy[c]));
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * norm;
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, V> xv = load_pack<V>(x, p), w = load_pack<V>(weight, p),
+                     g = load_pack<V>(dy, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float norm = (to_float(xv.v[k]) - m) * s;
+      const float dnorm = __fmul_rn(to_float(w.v[k]), to_float(g.v[k]));
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * norm;
+    }
   }
   const float inv_c = 1.0f / static_cast<float>(channels);
   const float dnorm_mean = warp_sum(dnorm_sum) * inv_c;
   const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) * inv_c;
-  for (int64_t c = lane; c < channels; c += 32) {
-    const float norm = (to_float(x[c]) - m) * s;
-    const float dnorm = __fmul_rn(to_float(weight[c]), to_float(dy[c]));
-    dx[c] = from_float<T>(to_float(dx[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, V> xv = load_pack<V>(x, p), w = load_pack<V>(weight, p),
+                     g = load_pack<V>(dy, p);
+    Pack<T, V> d = load_pack<V>(dx, p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float norm = (to_float(xv.v[k]) - m) * s;
+      const float dnorm = __fmul_rn(to_float(w.v[k]), to_float(g.v[k]));
+      d.v[k] = from_float<T>(to_float(d.v[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+    }
+    store_pack(dx, p, d);
   }
 }
 
@@ -121,11 +152,16 @@ void layernorm_forward(DType dtype, void* out, float* mean, float* rstd, const v
   const int64_t rows = batch * seq;
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    layernorm_forward_kernel<T><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
-        static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
-        static_cast<const T*>(weight), static_cast<const T*>(bias), rows, channels,
-        static_cast<float>(cpu::kLayerNormEps));
-    TRAINTWIN_CUDA_CHECK_LAUNCH();
+    with_pack_width(
+        channels, {{out, sizeof(T)}, {inp, sizeof(T)}, {weight, sizeof(T)}, {bias, sizeof(T)}},
+        [&](auto width) {
+          constexpr int V = decltype(width)::value;
+          layernorm_forward_kernel<T, V><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
+              static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
+              static_cast<const T*>(weight), static_cast<const T*>(bias), rows, channels,
+              static_cast<float>(cpu::kLayerNormEps));
+          TRAINTWIN_CUDA_CHECK_LAUNCH();
+        });
   });
 }
 
@@ -144,10 +180,15 @@ void layernorm_backward(DType dtype, void* dinp, float* dweight, float* dbias, c
   const int64_t rows = batch * seq;
   dispatch(dtype, kLayer, [&](auto tag) {
     using T = decltype(tag);
-    layernorm_backward_input_kernel<T><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
-        static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
-        static_cast<const T*>(weight), mean, rstd, rows, channels);
-    TRAINTWIN_CUDA_CHECK_LAUNCH();
+    with_pack_width(
+        channels, {{dinp, sizeof(T)}, {dout, sizeof(T)}, {inp, sizeof(T)}, {weight, sizeof(T)}},
+        [&](auto width) {
+          constexpr int V = decltype(width)::value;
+          layernorm_backward_input_kernel<T, V><<<row_blocks(rows), 32 * kRowWarps, 0, stream>>>(
+              static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+              static_cast<const T*>(weight), mean, rstd, rows, channels);
+          TRAINTWIN_CUDA_CHECK_LAUNCH();
+        });
     const dim3 grid(static_cast<unsigned>((channels + 31) / 32),
                     static_cast<unsigned>(std::min<int64_t>((rows + 7) / 8, 128)));
     layernorm_backward_params_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(

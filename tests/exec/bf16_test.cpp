@@ -112,6 +112,14 @@ TEST(Bf16, CpuBackendEmulates) {
   Tensor z(be, 2);
   be.convert_from_bf16(z, y);
   EXPECT_EQ(z.data()[0], 1.0f + 0x1p-6f);
+  // accumulate_from_bf16 adds the widened values in fp32: 0.25 + (1 + 2^-6), 2^-20 - 2.5 (an
+  // addend bf16 could not hold stays).
+  be.upload(z, std::vector<float>{0.25f, 0x1p-20f});
+  be.accumulate_from_bf16(z, y);
+  EXPECT_EQ(z.data()[0], 1.25f + 0x1p-6f);
+  EXPECT_EQ(z.data()[1], 0x1p-20f - 2.5f);
+  Tensor three(be, 3);
+  EXPECT_THROW(be.accumulate_from_bf16(three, y), InvalidArgument);
 }
 
 }  // namespace

@@ -76,6 +76,53 @@ TEST(LinearLayers, Bf16WeightCopiesFollowTheMasterWeightsEachIteration) {
   EXPECT_EQ(host(y)[0], 4.0f);
 }
 
+/// A cpu backend that counts the elements it rounds to bf16.
+class CountingBackend : public cpu::CpuBackend {
+ public:
+  void convert_to_bf16(BSpan dst, CFSpan src) override {
+    rounded += static_cast<int64_t>(src.size());
+    cpu::CpuBackend::convert_to_bf16(dst, src);
+  }
+  int64_t rounded = 0;
+};
+
+// A wgrad right after the dgrad of the same output gradient reuses its bf16 rounding (the same
+// bits: the results equal those of a separate rounding); after any other call in between, or
+// for another gradient, it rounds again.
+TEST(LinearLayers, Bf16WgradReusesTheDgradsRoundedGradient) {
+  CountingBackend be;
+  LinearLayers lin(be, Precision::kBf16);
+  const Tensor dy = tensor(be, {kOffGrid, 2.0f});                       // [1, 1, 2]
+  const Tensor w = tensor(be, {1.0f, 0.0f, 0.0f, kOffGrid, 1.0f, 1.0f});  // [2, 3]
+  const Tensor x = tensor(be, {3.0f, kOffGrid, -1.0f});                 // [1, 1, 3]
+  Tensor dx = tensor(be, {0.0f, 0.0f, 0.0f});
+  Tensor dw(be, 6), db(be, 2);
+  lin.backward_data(dx, dy, w, 1, 1, 3, 2);
+  EXPECT_EQ(be.rounded, 2 + 6);  // dy and the weight's copy
+  lin.backward_weight(dw, db, dy, x, 1, 1, 3, 2);
+  EXPECT_EQ(be.rounded, 2 + 6 + 3);  // x only
+  EXPECT_EQ(host(dw), (std::vector<float>{3.0f, 1.0f, -1.0f, 6.0f, 2.0f, -2.0f}));
+  EXPECT_EQ(host(db), (std::vector<float>{1.0f, 2.0f}));
+  // Used once: a second wgrad of the same gradient rounds it again.
+  lin.backward_weight(dw, db, dy, x, 1, 1, 3, 2);
+  EXPECT_EQ(be.rounded, 2 + 6 + 3 + 2 + 3);
+  // A forward between the dgrad and the wgrad drops it.
+  lin.backward_data(dx, dy, w, 1, 1, 3, 2);
+  Tensor y(be, 2);
+  lin.forward(y, x, w, {}, 1, 1, 3, 2);
+  const int64_t before = be.rounded;
+  lin.backward_weight(dw, db, dy, x, 1, 1, 3, 2);
+  EXPECT_EQ(be.rounded, before + 2 + 3);
+  // Another gradient of the same size is rounded, not taken for the kept one.
+  lin.backward_data(dx, dy, w, 1, 1, 3, 2);
+  const Tensor other = tensor(be, {4.0f, 8.0f});
+  Tensor dw2 = tensor(be, std::vector<float>(6, 0.0f));
+  const int64_t kept = be.rounded;
+  lin.backward_weight(dw2, {}, other, x, 1, 1, 3, 2);
+  EXPECT_EQ(be.rounded, kept + 2 + 3);
+  EXPECT_EQ(host(dw2), (std::vector<float>{12.0f, 4.0f, -4.0f, 24.0f, 8.0f, -8.0f}));
+}
+
 TEST(LinearLayers, RefusesOtherPrecisions) {
   cpu::CpuBackend be;
   for (const Precision p : {Precision::kFp16, Precision::kFp8, Precision::kTf32}) {

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu/adamw.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec/lr_schedule.hpp"
 
 namespace traintwin::exec {
@@ -183,6 +184,16 @@ TEST(ClipTest, SumOfSquaresAccumulatesInDouble) {
   // 2^48 + 4: a float accumulator would lose the four 1s (float spacing at 2^48 is 2^25).
   const std::vector<float> big = {16777216.0f, 1.0f, 1.0f, 1.0f, 1.0f};
   EXPECT_EQ(cpu::sum_of_squares(big), 281474976710660.0);
+}
+
+// A backend's total over pieces (the optimizer's gradient tensors) is the sum of the pieces' sums.
+TEST(ClipTest, TotalSumOfSquaresAddsThePieces) {
+  cpu::CpuBackend be;
+  const std::vector<float> values = {3.0f, -4.0f, 100.0f, 1.0f, 2.0f};
+  const CFSpan all(values);
+  const std::vector<CFSpan> pieces = {all.subspan(0, 2), all.subspan(3, 2), all.subspan(2, 0)};
+  EXPECT_EQ(be.total_sum_of_squares(pieces), 25.0 + 5.0);
+  EXPECT_EQ(be.total_sum_of_squares({}), 0.0);
 }
 
 TEST(ClipTest, ClipCoefficientIsMegatrons) {

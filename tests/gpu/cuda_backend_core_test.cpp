@@ -6,7 +6,10 @@
 // without probability dropout), GELU, bias_dropout_add (with and without bias and residual, p 0
 // and 0.1), the four vocab-parallel cross-entropy steps chained as exec/gpt_model.cpp chains them
 // (padded vocabulary entries at -inf included), sum_of_squares, scale_in_place and two AdamW
-// steps. Odd sizes throughout (B 2, T 37, C 72, NH 4, OC 100, V_local 203). fp32 on both sides,
+// steps, the bf16 storage conversions. Odd sizes throughout (B 2, T 37, C 72, NH 4, OC 100,
+// V_local 203); LayerNorm, GELU, bias_dropout_add, sum_of_squares and the conversions also at
+// sizes or offsets that take the scalar kernels instead of the packed ones (common.cuh: four
+// elements per access, taken when sizes and alignment allow). fp32 on both sides,
 // bound 1e-5; the attention backward 1e-4 (kAttentionGradBound). Outputs the kernel overwrites
 // are NaN-poisoned on the GPU; outputs it accumulates into start random.
 #include <gtest/gtest.h>
@@ -213,32 +216,36 @@ TEST(CudaBackendCore, PositionEmbeddingAtASequenceOffset) {
   TRAINTWIN_EXPECT_CLOSE(bp, dwpe, 1e-5);
 }
 
+// Channels 72 take the packed kernels (four channels per access), 75 the scalar ones.
 TEST(CudaBackendCore, LayerNormForwardAndBackward) {
   TRAINTWIN_REQUIRE_GPU();
   BackendPair bp;
-  const int64_t n = kB * kT * kC;
-  const Pair inp = bp.random(n, -2.0, 3.0), weight = bp.random(kC, 0.5, 1.5),
-             bias = bp.random(kC);
-  Pair out = bp.output(n), mean = bp.output(kB * kT), rstd = bp.output(kB * kT);
-  bp.cpu().layernorm_forward(out.cpu, mean.cpu, rstd.cpu, inp.cpu, weight.cpu, bias.cpu, kB, kT,
-                             kC);
-  bp.gpu().layernorm_forward(out.gpu, mean.gpu, rstd.gpu, inp.gpu, weight.gpu, bias.gpu, kB, kT,
-                             kC);
-  TRAINTWIN_EXPECT_CLOSE(bp, out, 1e-5);
-  TRAINTWIN_EXPECT_CLOSE(bp, mean, 1e-5);
-  TRAINTWIN_EXPECT_CLOSE(bp, rstd, 1e-5);
+  for (const int64_t channels : {kC, int64_t{75}}) {
+    SCOPED_TRACE("channels " + std::to_string(channels));
+    const int64_t n = kB * kT * channels;
+    const Pair inp = bp.random(n, -2.0, 3.0), weight = bp.random(channels, 0.5, 1.5),
+               bias = bp.random(channels);
+    Pair out = bp.output(n), mean = bp.output(kB * kT), rstd = bp.output(kB * kT);
+    bp.cpu().layernorm_forward(out.cpu, mean.cpu, rstd.cpu, inp.cpu, weight.cpu, bias.cpu, kB, kT,
+                               channels);
+    bp.gpu().layernorm_forward(out.gpu, mean.gpu, rstd.gpu, inp.gpu, weight.gpu, bias.gpu, kB, kT,
+                               channels);
+    TRAINTWIN_EXPECT_CLOSE(bp, out, 1e-5);
+    TRAINTWIN_EXPECT_CLOSE(bp, mean, 1e-5);
+    TRAINTWIN_EXPECT_CLOSE(bp, rstd, 1e-5);
 
-  // The backward from the CPU's mean and rstd on both sides; dinp, dweight, dbias accumulate.
-  const Pair saved_mean = bp.make(host(mean)), saved_rstd = bp.make(host(rstd));
-  const Pair dout = bp.random(n);
-  Pair dinp = bp.random(n), dweight = bp.random(kC), dbias = bp.random(kC);
-  bp.cpu().layernorm_backward(dinp.cpu, dweight.cpu, dbias.cpu, dout.cpu, inp.cpu, weight.cpu,
-                              saved_mean.cpu, saved_rstd.cpu, kB, kT, kC);
-  bp.gpu().layernorm_backward(dinp.gpu, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu,
-                              saved_mean.gpu, saved_rstd.gpu, kB, kT, kC);
-  TRAINTWIN_EXPECT_CLOSE(bp, dinp, 1e-5);
-  TRAINTWIN_EXPECT_CLOSE(bp, dweight, 1e-5);
-  TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);
+    // The backward from the CPU's mean and rstd on both sides; dinp, dweight, dbias accumulate.
+    const Pair saved_mean = bp.make(host(mean)), saved_rstd = bp.make(host(rstd));
+    const Pair dout = bp.random(n);
+    Pair dinp = bp.random(n), dweight = bp.random(channels), dbias = bp.random(channels);
+    bp.cpu().layernorm_backward(dinp.cpu, dweight.cpu, dbias.cpu, dout.cpu, inp.cpu, weight.cpu,
+                                saved_mean.cpu, saved_rstd.cpu, kB, kT, channels);
+    bp.gpu().layernorm_backward(dinp.gpu, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu,
+                                saved_mean.gpu, saved_rstd.gpu, kB, kT, channels);
+    TRAINTWIN_EXPECT_CLOSE(bp, dinp, 1e-5);
+    TRAINTWIN_EXPECT_CLOSE(bp, dweight, 1e-5);
+    TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);
+  }
 }
 
 TEST(CudaBackendCore, MatmulForwardAndBackward) {
@@ -359,6 +366,42 @@ TEST(CudaBackendCore, Bf16MatmulsMatchTheCpuReference) {
                                          dout16.gpu, inp16.gpu, kB, kT, kC, kOC);
     TRAINTWIN_EXPECT_CLOSE(bp, dweight, 1e-5);
     TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);
+  }
+}
+
+// The bf16 storage conversions, the dgrad's widening accumulation and add_in_place on the packed
+// kernels (4096 elements, four per access) and on the scalar ones (the same spans from their
+// second element: misaligned for a pack) agree with the CPU bit for bit: roundings to nearest
+// even, exact widenings, one fp32 addition each.
+TEST(CudaBackendCore, Bf16ConversionsPackedAndScalar) {
+  TRAINTWIN_REQUIRE_GPU();
+  BackendPair bp;
+  constexpr int64_t n = 4096;
+  for (const size_t offset : {size_t{0}, size_t{1}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    const Pair x = bp.random(n, -3.0, 3.0);
+    Bf16Pair b{Bf16Tensor(bp.cpu(), n), Bf16Tensor(bp.gpu(), n)};
+    bp.cpu().convert_to_bf16(b.cpu.span().subspan(offset), CFSpan(x.cpu).subspan(offset));
+    bp.gpu().convert_to_bf16(b.gpu.span().subspan(offset), CFSpan(x.gpu).subspan(offset));
+    std::vector<uint16_t> g(n);
+    TRAINTWIN_CUDA_CHECK(
+        cudaMemcpy(g.data(), b.gpu.data(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    int64_t differ = 0;
+    for (size_t i = offset; i < g.size(); ++i) differ += g[i] != b.cpu.data()[i];
+    EXPECT_EQ(differ, 0) << "bf16 roundings that differ (seed " << bp.seed() << ")";
+
+    Pair wide = bp.random(n);
+    bp.cpu().convert_from_bf16(FSpan(wide.cpu).subspan(offset), CBSpan(b.cpu).subspan(offset));
+    bp.gpu().convert_from_bf16(FSpan(wide.gpu).subspan(offset), CBSpan(b.gpu).subspan(offset));
+    TRAINTWIN_EXPECT_CLOSE(bp, wide, 0.0);
+    Pair acc = bp.random(n);
+    bp.cpu().accumulate_from_bf16(FSpan(acc.cpu).subspan(offset), CBSpan(b.cpu).subspan(offset));
+    bp.gpu().accumulate_from_bf16(FSpan(acc.gpu).subspan(offset), CBSpan(b.gpu).subspan(offset));
+    TRAINTWIN_EXPECT_CLOSE(bp, acc, 0.0);
+    Pair sum = bp.random(n);
+    bp.cpu().add_in_place(FSpan(sum.cpu).subspan(offset), CFSpan(x.cpu).subspan(offset));
+    bp.gpu().add_in_place(FSpan(sum.gpu).subspan(offset), CFSpan(x.gpu).subspan(offset));
+    TRAINTWIN_EXPECT_CLOSE(bp, sum, 0.0);
   }
 }
 
@@ -501,7 +544,8 @@ TEST(CudaBackendCore, AttentionForwardAndBackward) {
 TEST(CudaBackendCore, GeluForwardAndBackward) {
   TRAINTWIN_REQUIRE_GPU();
   BackendPair bp;
-  for (const int64_t n : {int64_t{1001}, kB * kT * 4 * kC + 3}) {
+  // 1001 and + 3: the scalar kernels; 4 kB kT kC: the packed ones (four elements per access).
+  for (const int64_t n : {int64_t{1001}, kB * kT * 4 * kC + 3, kB * kT * 4 * kC}) {
     SCOPED_TRACE("n " + std::to_string(n));
     const Pair inp = bp.random(n, -5.0, 5.0);
     Pair out = bp.output(n);
@@ -517,41 +561,45 @@ TEST(CudaBackendCore, GeluForwardAndBackward) {
   }
 }
 
+// Channels 72 take the packed kernels (four channels per access), 75 the scalar ones.
 TEST(CudaBackendCore, BiasDropoutAddForwardAndBackward) {
   TRAINTWIN_REQUIRE_GPU();
   BackendPair bp;
-  const int64_t n = kB * kT * kC;
-  // Samples [3, 5) of positions [5, 42) of 50.
-  const cpu::HiddenBlock block{kB, kT, kC, 3, 5, 50};
-  for (const double p : {0.0, 0.1}) {
-    for (const bool with_bias : {true, false}) {
-      for (const bool with_residual : {true, false}) {
-        SCOPED_TRACE("p " + std::to_string(p) + (with_bias ? " bias" : " no bias") +
-                     (with_residual ? " residual" : " no residual"));
-        const cpu::DropoutParams params{p, bp.gen()(), bp.gen()()};
-        const Pair inp = bp.random(n), bias = bp.random(kC), residual = bp.random(n);
-        Pair out = bp.output(n);
-        bp.cpu().bias_dropout_add_forward(out.cpu, inp.cpu,
-                                          with_bias ? CFSpan(bias.cpu) : CFSpan(),
-                                          with_residual ? CFSpan(residual.cpu) : CFSpan(), params,
-                                          block);
-        bp.gpu().bias_dropout_add_forward(out.gpu, inp.gpu,
-                                          with_bias ? CFSpan(bias.gpu) : CFSpan(),
-                                          with_residual ? CFSpan(residual.gpu) : CFSpan(), params,
-                                          block);
-        TRAINTWIN_EXPECT_CLOSE(bp, out, 1e-5);
+  for (const int64_t channels : {kC, int64_t{75}}) {
+    SCOPED_TRACE("channels " + std::to_string(channels));
+    const int64_t n = kB * kT * channels;
+    // Samples [3, 5) of positions [5, 42) of 50.
+    const cpu::HiddenBlock block{kB, kT, channels, 3, 5, 50};
+    for (const double p : {0.0, 0.1}) {
+      for (const bool with_bias : {true, false}) {
+        for (const bool with_residual : {true, false}) {
+          SCOPED_TRACE("p " + std::to_string(p) + (with_bias ? " bias" : " no bias") +
+                       (with_residual ? " residual" : " no residual"));
+          const cpu::DropoutParams params{p, bp.gen()(), bp.gen()()};
+          const Pair inp = bp.random(n), bias = bp.random(channels), residual = bp.random(n);
+          Pair out = bp.output(n);
+          bp.cpu().bias_dropout_add_forward(out.cpu, inp.cpu,
+                                            with_bias ? CFSpan(bias.cpu) : CFSpan(),
+                                            with_residual ? CFSpan(residual.cpu) : CFSpan(), params,
+                                            block);
+          bp.gpu().bias_dropout_add_forward(out.gpu, inp.gpu,
+                                            with_bias ? CFSpan(bias.gpu) : CFSpan(),
+                                            with_residual ? CFSpan(residual.gpu) : CFSpan(), params,
+                                            block);
+          TRAINTWIN_EXPECT_CLOSE(bp, out, 1e-5);
 
-        const Pair dout = bp.random(n);
-        Pair dinp = bp.random(n), dbias = bp.random(kC), dresidual = bp.random(n);
-        bp.cpu().bias_dropout_add_backward(dinp.cpu, with_bias ? FSpan(dbias.cpu) : FSpan(),
-                                           with_residual ? FSpan(dresidual.cpu) : FSpan(),
-                                           dout.cpu, params, block);
-        bp.gpu().bias_dropout_add_backward(dinp.gpu, with_bias ? FSpan(dbias.gpu) : FSpan(),
-                                           with_residual ? FSpan(dresidual.gpu) : FSpan(),
-                                           dout.gpu, params, block);
-        TRAINTWIN_EXPECT_CLOSE(bp, dinp, 1e-5);
-        TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);      // untouched without bias
-        TRAINTWIN_EXPECT_CLOSE(bp, dresidual, 1e-5);  // untouched without residual
+          const Pair dout = bp.random(n);
+          Pair dinp = bp.random(n), dbias = bp.random(channels), dresidual = bp.random(n);
+          bp.cpu().bias_dropout_add_backward(dinp.cpu, with_bias ? FSpan(dbias.cpu) : FSpan(),
+                                             with_residual ? FSpan(dresidual.cpu) : FSpan(),
+                                             dout.cpu, params, block);
+          bp.gpu().bias_dropout_add_backward(dinp.gpu, with_bias ? FSpan(dbias.gpu) : FSpan(),
+                                             with_residual ? FSpan(dresidual.gpu) : FSpan(),
+                                             dout.gpu, params, block);
+          TRAINTWIN_EXPECT_CLOSE(bp, dinp, 1e-5);
+          TRAINTWIN_EXPECT_CLOSE(bp, dbias, 1e-5);      // untouched without bias
+          TRAINTWIN_EXPECT_CLOSE(bp, dresidual, 1e-5);  // untouched without residual
+        }
       }
     }
   }
@@ -622,7 +670,7 @@ TEST(CudaBackendCore, VocabParallelCrossEntropyChain) {
 TEST(CudaBackendCore, SumOfSquaresAndScaleInPlace) {
   TRAINTWIN_REQUIRE_GPU();
   BackendPair bp;
-  for (const int64_t n : {int64_t{1}, int64_t{1001}, int64_t{100003}}) {
+  for (const int64_t n : {int64_t{1}, int64_t{1001}, int64_t{100003}, int64_t{100000}}) {
     SCOPED_TRACE("n " + std::to_string(n));
     Pair v = bp.random(n, -2.0, 2.0);
     const double cpu_sum = bp.cpu().sum_of_squares(v.cpu);
@@ -635,6 +683,20 @@ TEST(CudaBackendCore, SumOfSquaresAndScaleInPlace) {
     TRAINTWIN_EXPECT_CLOSE(bp, v, 1e-5);
   }
   EXPECT_EQ(bp.gpu().sum_of_squares(CFSpan()), 0.0);
+
+  // total_sum_of_squares over pieces (two adjacent, one apart, one empty) in one wait.
+  const Pair v = bp.random(30001, -2.0, 2.0);
+  auto pieces = [](const Tensor& t) {
+    const CFSpan s(t);
+    return std::vector<CFSpan>{s.subspan(0, 1000), s.subspan(1000, 9000), s.subspan(20000, 10001),
+                               s.subspan(12, 0)};
+  };
+  const double cpu_total = bp.cpu().total_sum_of_squares(pieces(v.cpu));
+  const double gpu_total = bp.gpu().total_sum_of_squares(pieces(v.gpu));
+  EXPECT_LE(std::abs(gpu_total - cpu_total), 1e-6 * cpu_total)
+      << "total_sum_of_squares " << gpu_total << " vs " << cpu_total << " (seed " << bp.seed()
+      << ")";
+  EXPECT_EQ(bp.gpu().total_sum_of_squares({}), 0.0);
 }
 
 TEST(CudaBackendCore, AdamWTwoSteps) {

@@ -1,9 +1,10 @@
 // The `runs` format of ../shared/validation/published-runs-2026.yaml turned into validation
 // cases (see load_published_runs in sim/validation.hpp). Unlike calibration.yaml's `cases`, a run
 // names its hardware as `system: {gpu, num_gpus}`, may inherit its model and layout from an
-// earlier run (`same_as`), and the file also holds rows that are not one training run of one
-// GPU type (memory figures, collective bandwidths, heterogeneous plans): those are listed as not
-// supported, with the reason, and never simulated.
+// earlier run (`same_as`), names its data-parallel sharding in `parallelism` (as torchtitan's
+// [parallelism] section does; see move_sharding), and the file also holds rows that are not one
+// training run of one GPU type (memory figures, collective bandwidths, heterogeneous plans): those
+// are listed as not supported, with the reason, and never simulated.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
@@ -63,6 +64,28 @@ YAML::Node section(const YAML::Node& run, const YAML::Node* base, const char* ke
   return YAML::Node();
 }
 
+/// A run's `parallelism.data_parallel_sharding_strategy` (the run format keeps the sharding with
+/// the layout, as torchtitan's [parallelism] keeps data_parallel_shard_degree) moved to where a
+/// traintwin scenario has it, `training`, with the switches Megatron-LM needs for it: a strategy
+/// other than no_shard is Megatron-FSDP over the distributed optimizer (use_megatron_fsdp and
+/// use_distributed_optimizer true unless the run says otherwise; a contradiction is then refused by
+/// the scenario's own rules, naming the keys). Both sections naming it is an error.
+void move_sharding(const std::string& where, YAML::Node& parallelism, YAML::Node& training) {
+  const char* key = "data_parallel_sharding_strategy";
+  if (!parallelism[key]) return;
+  if (training[key]) {
+    throw ConfigError(fmt::format("{}: {} is given in both parallelism and training (give it once)",
+                                  where, key));
+  }
+  const YAML::Node strategy = parallelism[key];
+  training[key] = strategy;
+  parallelism.remove(key);
+  if (strategy.IsScalar() && strategy.as<std::string>() != "no_shard") {
+    if (!training["use_megatron_fsdp"]) training["use_megatron_fsdp"] = true;
+    if (!training["use_distributed_optimizer"]) training["use_distributed_optimizer"] = true;
+  }
+}
+
 }  // namespace
 
 std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const std::string& file,
@@ -119,9 +142,12 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
         YAML::Node scenario;
         scenario["name"] = vc.id;
         scenario["model"] = full["model"];
-        YAML::Node parallelism =
-            full["parallelism"] ? full["parallelism"] : YAML::Node(YAML::NodeType::Map);
-        YAML::Node training = full["training"] ? full["training"] : YAML::Node(YAML::NodeType::Map);
+        // Copies: the sections below are edited, and later runs may inherit the originals.
+        YAML::Node parallelism = full["parallelism"] ? YAML::Clone(full["parallelism"])
+                                                     : YAML::Node(YAML::NodeType::Map);
+        YAML::Node training =
+            full["training"] ? YAML::Clone(full["training"]) : YAML::Node(YAML::NodeType::Map);
+        move_sharding(file + " run " + vc.id, parallelism, training);
         apply_source_defaults(vc.source, full["model"], parallelism, training, "");
         scenario["parallelism"] = parallelism;
         scenario["training"] = training;

@@ -1,8 +1,8 @@
 // Tests of the `runs` format (../shared/validation/published-runs-2026.yaml,
 // sim/published_runs.cpp): the GB200 NVL72 rows become cases on gb200-nvl72-superpod.yaml with the
 // recipe's implicit settings, `same_as` inherits the model and layout, tokens/s/GPU turns into an
-// iteration time, rows traintwin cannot simulate are listed with the reason, and broken rows are
-// errors.
+// iteration time, a sharding strategy in `parallelism` is Megatron-FSDP, rows traintwin cannot
+// simulate are listed with the reason, and broken rows are errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -39,8 +39,14 @@ TEST(PublishedRuns, Gb200RowsRunOnTheNvl72Topology) {
   int gb200 = 0;
   for (const ValidationCase& c : cases) {
     SCOPED_TRACE(c.id);
+    if (c.id == "torchtitan-llama3.1-8b-fsdp64-a100") {  // FSDP on A100s
+      ASSERT_TRUE(c.unsupported.empty()) << c.unsupported;
+      EXPECT_TRUE(c.scenario.training.use_megatron_fsdp);
+      continue;
+    }
     if (c.id.find("gb200") == std::string::npos) {
-      EXPECT_FALSE(c.unsupported.empty());  // FSDP, memory, bandwidth and mixed-GPU rows
+      // FSDP on a GPU without a topology, memory, bandwidth and mixed-GPU rows
+      EXPECT_FALSE(c.unsupported.empty());
       continue;
     }
     ++gb200;
@@ -105,6 +111,67 @@ TEST(PublishedRuns, SameAsAndTokensPerSecond) {
   EXPECT_EQ(cases[1].scenario.cluster.num_gpus, 256);
   EXPECT_DOUBLE_EQ(*cases[1].measured_mfu, 0.4);
   EXPECT_THAT(cases[2].unsupported, HasSubstr("no topology for GPU H20"));
+}
+
+// A run's sharding in `parallelism` (torchtitan's section for it) becomes Megatron-FSDP in the
+// scenario; a run inheriting the row with same_as keeps it; no_shard switches nothing on; the key
+// in both sections is an error naming it.
+TEST(PublishedRuns, ShardingInParallelismIsMegatronFsdp) {
+  const std::string row =
+      "runs:\n"
+      "  - id: fsdp\n"
+      "    source: test\n"
+      "    system: {gpu: A100-SXM-80GB, num_gpus: 64}\n"
+      "    model: {architecture: llama, num_layers: 4, hidden_size: 4096, ffn_hidden_size: 14336,\n"
+      "            num_attention_heads: 32, num_query_groups: 8, seq_length: 8192, vocab_size: "
+      "128256}\n"
+      "    parallelism: {data_parallel_sharding_strategy: optim_grads_params, data_parallel_size: "
+      "64}\n"
+      "    training: {micro_batch_size: 1, global_batch_size: 64, precision: bf16}\n"
+      "    measured: {tokens_per_s_per_gpu: 2904}\n"
+      "  - id: inherits\n"
+      "    same_as: fsdp\n"
+      "    system: {gpu: A100-SXM-80GB, num_gpus: 64}\n"
+      "    measured: {tokens_per_s_per_gpu: 2904}\n"
+      "  - id: replicated\n"
+      "    same_as: fsdp\n"
+      "    system: {gpu: A100-SXM-80GB, num_gpus: 64}\n"
+      "    parallelism: {data_parallel_sharding_strategy: no_shard, data_parallel_size: 64}\n"
+      "    measured: {tokens_per_s_per_gpu: 2904}\n";
+  const fs::path f = write_temp("runs-fsdp", row);
+  const auto cases = load_validation_cases(f, kSource / "topologies");
+  ASSERT_EQ(cases.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(cases[i].id);
+    ASSERT_TRUE(cases[i].unsupported.empty()) << cases[i].unsupported;
+    const TrainingConfig& t = cases[i].scenario.training;
+    EXPECT_EQ(t.data_parallel_sharding_strategy, DataParallelShardingStrategy::kOptimGradsParams);
+    EXPECT_TRUE(t.use_megatron_fsdp);
+    EXPECT_TRUE(t.use_distributed_optimizer);
+  }
+  ASSERT_TRUE(cases[2].unsupported.empty()) << cases[2].unsupported;
+  EXPECT_EQ(cases[2].scenario.training.data_parallel_sharding_strategy,
+            DataParallelShardingStrategy::kNoShard);
+  EXPECT_FALSE(cases[2].scenario.training.use_megatron_fsdp);
+  fs::remove(f);
+
+  const fs::path both = write_temp(
+      "runs-fsdp-both",
+      row.substr(0, row.find("  - id: inherits")) + "  - id: twice\n    same_as: fsdp\n"
+                                                    "    system: {gpu: A100-SXM-80GB, num_gpus: 64}\n"
+                                                    "    training: {micro_batch_size: 1, "
+                                                    "global_batch_size: 64, precision: bf16, "
+                                                    "data_parallel_sharding_strategy: optim}\n"
+                                                    "    measured: {tokens_per_s_per_gpu: 1}\n");
+  try {
+    load_validation_cases(both, kSource / "topologies");
+    ADD_FAILURE() << "the key in both sections was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()),
+                AllOf(HasSubstr("run twice"), HasSubstr("data_parallel_sharding_strategy"),
+                      HasSubstr("both parallelism and training")));
+  }
+  fs::remove(both);
 }
 
 TEST(PublishedRuns, BrokenRowsAreErrorsNamingFileAndRun) {

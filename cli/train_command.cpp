@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -427,6 +428,13 @@ void run_elastic(const TrainOptions& o) {
   };
   const exec::ElasticRunReport report = exec::run_elastic_job(a, cb);
   print_goodput_summary(report);
+  if (report.stopped_by_signal != 0) {
+    throw Error(fmt::format(
+        "stopped by signal {} ({}) after {} launch(es): forwarded to the job, not restarted; the "
+        "same command resumes from the last checkpoint in {}",
+        report.stopped_by_signal, ::strsignal(report.stopped_by_signal), report.attempts.size(),
+        a.save.string()));
+  }
   if (!report.completed) {
     const exec::AttemptReport& last = report.attempts.back();
     throw Error(

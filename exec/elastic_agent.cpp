@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -29,6 +30,40 @@ double sum_of(const std::vector<AttemptReport>& a, double AttemptReport::*field)
   for (const AttemptReport& r : a) s += r.*field;
   return s;
 }
+
+/// The signal that asked the agent to stop (SIGTERM from `scancel` or `kill`, SIGINT from Ctrl-C,
+/// SIGHUP), 0 while none came. Set by on_stop_signal, read by the launch loop.
+volatile sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+/// Catches SIGTERM, SIGINT and SIGHUP for its lifetime (the launches run in process groups of
+/// their own, which a terminal's Ctrl-C or a signal to the agent alone never reaches, so the
+/// agent forwards them) and restores the previous handlers after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: poll() returns at once with EINTR
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &sa, &previous_[i]);
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGTERM, SIGINT, SIGHUP};
+  std::array<struct sigaction, 3> previous_ = {};
+};
+
+/// Seconds a launch may take to exit after a stop signal was forwarded to it before its process
+/// group is killed (torch.distributed.elastic's PContext.close default).
+constexpr double kStopGrace_s = 30.0;
 
 /// Seconds since `t0`.
 double since(std::chrono::steady_clock::time_point t0) {
@@ -73,6 +108,7 @@ struct Finished {
   int status = 0;
   double end_s = 0;
   bool timed_out = false;
+  int stopped_by = 0;  ///< the stop signal forwarded to the launch (0 = none)
 };
 
 Finished run_launch(const std::vector<std::string>& argv, std::chrono::steady_clock::time_point t0,
@@ -124,9 +160,21 @@ Finished run_launch(const std::vector<std::string>& argv, std::chrono::steady_cl
       f.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
   };
+  double forwarded_at = 0;
   for (;;) {
+    // A stop signal: forwarded to the launch's process group (mpirun and the ranks it started),
+    // once; the group is killed if it has not exited within the grace period.
+    if (g_stop_signal != 0 && f.stopped_by == 0 && !reaped) {
+      f.stopped_by = g_stop_signal;
+      forwarded_at = since(t0);
+      ::kill(-pid, f.stopped_by);
+    }
+    if (f.stopped_by != 0 && !reaped && since(t0) - forwarded_at > kStopGrace_s) {
+      ::kill(-pid, SIGKILL);
+      reap(0);
+    }
     pollfd p{fds[0], POLLIN, 0};
-    const int n = ::poll(&p, 1, 100);
+    const int n = ::poll(&p, 1, 100);  // -1 with EINTR when a signal came: checked above
     if (n > 0) {
       char buf[4096];
       const ssize_t got = ::read(fds[0], buf, sizeof buf);
@@ -304,10 +352,15 @@ ElasticRunReport run_elastic_job(const ElasticAgentOptions& o, const ElasticAgen
         "checkpoint saved there");
   }
   check_writable(o.save);
+  const StopSignals stop_signals;
   const auto t0 = std::chrono::steady_clock::now();
   ElasticRunReport report;
   double previous_end = 0;
   for (int64_t attempt = 0; attempt <= o.max_restarts; ++attempt) {
+    if (g_stop_signal != 0) {  // came between two launches: no further launch
+      report.stopped_by_signal = g_stop_signal;
+      break;
+    }
     const std::vector<std::string> cmd = launch_command(o, attempt);
     const std::filesystem::path load =
         attempt == 0 && !o.first_load.empty() ? o.first_load : o.save;
@@ -323,10 +376,17 @@ ElasticRunReport run_elastic_job(const ElasticAgentOptions& o, const ElasticAgen
       a.how_ended = fmt::format("killed after the attempt time limit of {:.0f} s; {}",
                                 o.attempt_timeout_s, a.how_ended);
     }
+    if (f.stopped_by != 0) {
+      a.completed = false;
+      a.how_ended = fmt::format("stopped: the agent received signal {} ({}) and forwarded it to "
+                                "the job; not restarted",
+                                f.stopped_by, ::strsignal(f.stopped_by));
+      report.stopped_by_signal = f.stopped_by;
+    }
     previous_end = f.end_s;
     if (cb.on_attempt_end) cb.on_attempt_end(a);
     report.attempts.push_back(a);
-    if (a.completed) break;
+    if (a.completed || f.stopped_by != 0) break;
   }
   report.completed = !report.attempts.empty() && report.attempts.back().completed;
   report.wall_s = previous_end;  // the launches partition the run (the report is built after)

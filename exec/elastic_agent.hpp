@@ -82,6 +82,9 @@ struct AttemptReport {
 struct ElasticRunReport {
   std::vector<AttemptReport> attempts;
   bool completed = false;  ///< the last launch completed
+  /// SIGTERM, SIGINT or SIGHUP the agent received (0 = none): forwarded to the running launch's
+  /// process group (killed 30 s later if still there), and no launch after it.
+  int stopped_by_signal = 0;
   double wall_s = 0;       ///< the agent's run, seconds
   /// Sums over the attempts (seconds).
   double productive_s() const;
@@ -120,7 +123,9 @@ AttemptReport account_attempt(int64_t attempt, double start_s, double end_s,
                               const std::vector<TimedLine>& lines, int exit_status);
 
 /// Runs the job (see the file comment): launches until one completes or max_restarts restarts
-/// are spent, returns every launch's account. Throws ConfigError naming the flag for nproc < 1,
+/// are spent, returns every launch's account. While it runs, SIGTERM, SIGINT and SIGHUP are
+/// caught and forwarded to the launch (as torchrun's agent does): the run then stops without a
+/// restart (report.stopped_by_signal); the previous handlers are restored on return. Throws ConfigError naming the flag for nproc < 1,
 /// max_restarts < 0, an empty save folder or one that cannot be created or written; Error when
 /// the launcher cannot be started (e.g. mpirun not on PATH). A job that fails for good is not an
 /// error here: the report says so (completed false).

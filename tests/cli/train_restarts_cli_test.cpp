@@ -3,10 +3,15 @@
 // iteration 3; the agent relaunches the job from the checkpoint of iteration 2 (save_interval 2)
 // and the resumed run ends with the same losses and the same checkpoint files, byte for byte, as
 // a run that was never interrupted. Also: the spec's parsing, the per-launch spec, the seeded
-// draws of random faults and the accounting of one launch from its log lines.
+// draws of random faults, the accounting of one launch from its log lines, and a stop signal
+// forwarded to the launch.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -172,6 +177,54 @@ TEST(ElasticAgent, AChosenFaultGoesOnlyToTheLaunchItNames) {
 // A failed launch worked by hand: started at 10 s, ready at 12 s after loading the checkpoint of
 // iteration 2 in 0.5 s, iterations 3 and 4 of 1 s each, a save at 4 (0.25 s), iteration 5, the
 // fault at 16.5 s, mpirun gone at 20 s.
+// SIGTERM to the agent (scancel, kill) reaches the launch, whose process group of its own a
+// signal to the agent alone never reaches: the agent forwards it, the launch's trap sees it, and
+// no restart follows although restarts remain. The previous handler is back afterwards.
+TEST(ElasticAgent, AStopSignalIsForwardedToTheLaunchAndEndsTheRun) {
+  const fs::path dir = fs::temp_directory_path() / ("elastic-stop-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path launcher = dir / "fake-mpirun";
+  {
+    std::ofstream f(launcher);
+    f << "#!/bin/sh\n"
+         "trap 'echo \"fake launch got TERM\"; exit 143' TERM\n"
+         "echo \"fake launch up\"\n"
+         "sleep 30 & wait $!\n";
+  }
+  fs::permissions(launcher, fs::perms::owner_all);
+  exec::ElasticAgentOptions o;
+  o.launcher = launcher.string();
+  o.nproc = 1;
+  o.max_restarts = 3;
+  o.program = "traintwin";
+  o.train_args = {"train", "scenario.yaml"};
+  o.save = dir / "ckpt";
+  std::vector<std::string> lines;
+  exec::ElasticAgentCallbacks cb;
+  cb.on_output = [&](const exec::TimedLine& l) {
+    lines.push_back(l.text);
+    if (l.text == "fake launch up") ::kill(::getpid(), SIGTERM);
+  };
+  struct sigaction before = {};
+  ::sigaction(SIGTERM, nullptr, &before);
+  const auto start = std::chrono::steady_clock::now();
+  const exec::ElasticRunReport r = exec::run_elastic_job(o, cb);
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.stopped_by_signal, SIGTERM);
+  EXPECT_FALSE(r.completed);
+  ASSERT_EQ(r.attempts.size(), 1u);  // no restart, although 3 remained
+  EXPECT_EQ(r.attempts[0].exit_status, 143);
+  EXPECT_THAT(r.attempts[0].how_ended, HasSubstr("forwarded it to the job; not restarted"));
+  EXPECT_THAT(lines, ::testing::Contains("fake launch got TERM"));
+  EXPECT_LT(took_s, 20.0);  // the launch's own exit, not its 30 s sleep nor the grace period
+  // The agent's handler is gone: the one before it is back.
+  struct sigaction now = {};
+  ::sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, before.sa_handler);
+  fs::remove_all(dir);
+}
+
 TEST(ElasticAgent, ALaunchIsAccountedFromItsLogLines) {
   const std::vector<exec::TimedLine> lines = {
       {11.9, "resumed from ck at iteration 2 (model built and checkpoint loaded in 500.0 ms)"},

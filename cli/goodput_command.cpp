@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/format.hpp"
+#include "cli/goodput_live.hpp"
 #include "cli/replay_progress.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
@@ -35,6 +36,8 @@ struct GoodputOptions {
   std::string engine = "replay";
   std::optional<double> iteration_time_s;
   std::string out_dir;  // goodput.json, with every run of the chosen interval
+  bool live = false;
+  GoodputLiveOptions live_options;
 };
 
 /// "auto" -> 0 (Daly's interval), else minutes > 0 in seconds. Throws ConfigError naming the flag.
@@ -289,7 +292,39 @@ void register_goodput_command(CLI::App& app) {
   cmd->add_option("--iteration-time", o->iteration_time_s,
                   "Iteration time in seconds (skips the simulation of one iteration)")
       ->check(positive_number());
-  cmd->callback([o] {
+  cmd->add_flag("--live", o->live,
+                "Train the scenario here under the elastic agent with failures injected at "
+                "--rate-per-hour, and print its measured ETTR and badput beside the model's for "
+                "the same rate and the costs it measured");
+  cmd->add_option("--rate-per-hour", o->live_options.rate_per_hour,
+                  "With --live: failures injected per hour of training")
+      ->check(positive_number());
+  cmd->add_option("--nproc", o->live_options.nproc, "With --live: ranks per launch (mpirun -np)")
+      ->check(positive_number());
+  cmd->add_option("--save", o->live_options.save,
+                  "With --live: checkpoint folder of the run (empty, or new)");
+  cmd->add_option("--max-restarts", o->live_options.max_restarts,
+                  "With --live: relaunches allowed (default 20)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([o, cmd] {
+    // --live: the other flags of the live run; the model's own need the model's run.
+    static const std::vector<std::string> kLiveOnly = {"--rate-per-hour", "--nproc", "--save",
+                                                       "--max-restarts"};
+    static const std::vector<std::string> kModelOnly = {"--days", "--checkpoint-interval",
+                                                        "--engine", "--out", "--iteration-time"};
+    for (const std::string& f : o->live ? kModelOnly : kLiveOnly) {
+      if (cmd->count(f) > 0) {
+        throw ConfigError(fmt::format(
+            "{} {} --live (the {})", f, o->live ? "does not go with" : "needs",
+            o->live ? "live run takes its length, interval and iteration time from the scenario "
+                      "and measures them"
+                    : "flags of the live twin"));
+      }
+    }
+    if (o->live) {
+      run_goodput_live(o->scenario, o->live_options, o->runs, o->seed, o->json);
+      return;
+    }
     const Scenario s = o->scenario.load();
     const double interval_s = parse_interval_s(o->interval);
     // The output folder is checked before the simulation, not after it.

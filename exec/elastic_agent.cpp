@@ -303,6 +303,8 @@ AttemptReport account_attempt(int64_t attempt, double start_s, double end_s,
   }
   r.last_checkpoint = r.resumed_from;
   for (const auto& s : saves) r.last_checkpoint = std::max(r.last_checkpoint, s.second);
+  r.saves = static_cast<int64_t>(saves.size());
+  r.kept_iterations = (r.completed ? r.last_iteration : r.last_checkpoint) - r.resumed_from;
   r.restore_s = r.resumed_from > 0 ? load_s : 0;
   const double duration = end_s - start_s;
   if (r.completed) {

@@ -69,6 +69,8 @@ struct AttemptReport {
   int64_t resumed_from = 0;            ///< the checkpoint's iteration it loaded (0 = from scratch)
   int64_t last_iteration = 0;          ///< the last iteration it logged
   int64_t last_checkpoint = 0;         ///< the last checkpoint it saved (or resumed_from)
+  int64_t saves = 0;                   ///< checkpoints it saved
+  int64_t kept_iterations = 0;         ///< iterations whose work counts as productive_s
   double productive_s = 0;     ///< iterations kept: up to its last checkpoint, or all if completed
   double lost_progress_s = 0;  ///< iterations after its last checkpoint, up to the failure
   double restart_s = 0;        ///< launch to training: process start, MPI init, model build
@@ -125,10 +127,10 @@ AttemptReport account_attempt(int64_t attempt, double start_s, double end_s,
 /// Runs the job (see the file comment): launches until one completes or max_restarts restarts
 /// are spent, returns every launch's account. While it runs, SIGTERM, SIGINT and SIGHUP are
 /// caught and forwarded to the launch (as torchrun's agent does): the run then stops without a
-/// restart (report.stopped_by_signal); the previous handlers are restored on return. Throws ConfigError naming the flag for nproc < 1,
-/// max_restarts < 0, an empty save folder or one that cannot be created or written; Error when
-/// the launcher cannot be started (e.g. mpirun not on PATH). A job that fails for good is not an
-/// error here: the report says so (completed false).
+/// restart (report.stopped_by_signal); the previous handlers are restored on return. Throws
+/// ConfigError naming the flag for nproc < 1, max_restarts < 0, an empty save folder or one that
+/// cannot be created or written; Error when the launcher cannot be started (e.g. mpirun not on
+/// PATH). A job that fails for good is not an error here: the report says so (completed false).
 ElasticRunReport run_elastic_job(const ElasticAgentOptions& o, const ElasticAgentCallbacks& cb);
 
 }  // namespace traintwin::exec

@@ -441,5 +441,60 @@ TEST_F(TrainRestartsCli, BadFlagsAreRefusedNamingTheFlag) {
                                              "itself"));
 }
 
+// `goodput --live` (cli/goodput_live.hpp): the tiny job under the agent with failures injected
+// at a rate too low to fire in its few seconds: one launch completes, and the live ETTR and
+// badput are printed beside the model's at the injected rate (no "as drawn" line without a
+// failure); every iteration is logged for the accounting. The run's folder then holds a
+// checkpoint, which a second live run refuses (it starts from scratch).
+TEST_F(TrainRestartsCli, GoodputLivePrintsTheMeasuredRunBesideTheModel) {
+  if (!testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string save = (*dir_ / "live").string();
+  const std::string cmd = testing::kMpirunEnvironment +
+                          "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                          "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 300 " +
+                          std::string(TRAINTWIN_BINARY) + " goodput --live " + *scenario_ +
+                          " --set training.train_iters=4 --nproc 1 --rate-per-hour 0.001 "
+                          "--runs 20 --save " +
+                          save;
+  const testing::CliResult r = testing::run_cli_command(cmd);
+  ASSERT_EQ(r.status, 0) << r.output;
+  print_lines(r.output, "ETTR");
+  EXPECT_THAT(r.output, HasSubstr("live       launch 0 completed"));
+  EXPECT_THAT(r.output, ContainsRegex("1 launches \\(0 failures\\), 4 iterations kept"));
+  EXPECT_THAT(r.output, ContainsRegex("  live +[0-9. ]+ %   \\(0 failures in"));
+  EXPECT_THAT(r.output, HasSubstr("model at 0.001/h (injected)"));
+  EXPECT_THAT(r.output, Not(HasSubstr("(as drawn)")));
+  for (const char* row : {"lost_progress", "detection", "restart", "restore", "checkpoint_save",
+                          "other"}) {
+    EXPECT_THAT(r.output, ContainsRegex(std::string("\n  ") + row + " +[0-9.]+ %"));
+  }
+  const testing::CliResult again = testing::run_cli_command(cmd);
+  EXPECT_EQ(again.status, 2);
+  EXPECT_THAT(again.output, HasSubstr("already holds a checkpoint (iteration 4)"));
+}
+
+// The live twin's flags before anything runs: each missing one named, the model's own flags
+// and a sparser log refused with --live, the live ones refused without it.
+TEST_F(TrainRestartsCli, GoodputLiveFlagsAreCheckedFirst) {
+  auto run = [](const std::string& args) {
+    return testing::run_cli("goodput " + *scenario_ + " " + args);
+  };
+  const std::string save = " --save " + (*dir_ / "live-flags").string();
+  EXPECT_THAT(run("--live --nproc 1" + save).output,
+              HasSubstr("--live needs --rate-per-hour X"));
+  EXPECT_THAT(run("--live --rate-per-hour 1" + save).output, HasSubstr("--live needs --nproc R"));
+  EXPECT_THAT(run("--live --rate-per-hour 1 --nproc 1").output,
+              HasSubstr("--live needs --save DIR"));
+  EXPECT_THAT(run("--live --rate-per-hour 1 --nproc 1 --days 2" + save).output,
+              HasSubstr("--days does not go with --live"));
+  EXPECT_THAT(run("--nproc 2").output, HasSubstr("--nproc needs --live"));
+  EXPECT_THAT(run("--live --rate-per-hour 1 --nproc 1 --set training.log_interval=5" + save).output,
+              HasSubstr("training.log_interval=5: --live accounts each launch's work"));
+  EXPECT_THAT(
+      run("--live --rate-per-hour 1 --nproc 1 --set training.save_interval=null" + save).output,
+      HasSubstr("training.save_interval: the live twin needs checkpoints"));
+  EXPECT_FALSE(fs::exists(*dir_ / "live-flags" / "latest_checkpointed_iteration.txt"));
+}
+
 }  // namespace
 }  // namespace traintwin

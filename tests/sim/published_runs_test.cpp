@@ -155,14 +155,15 @@ TEST(PublishedRuns, ShardingInParallelismIsMegatronFsdp) {
   EXPECT_FALSE(cases[2].scenario.training.use_megatron_fsdp);
   fs::remove(f);
 
-  const fs::path both = write_temp(
-      "runs-fsdp-both",
-      row.substr(0, row.find("  - id: inherits")) + "  - id: twice\n    same_as: fsdp\n"
-                                                    "    system: {gpu: A100-SXM-80GB, num_gpus: 64}\n"
-                                                    "    training: {micro_batch_size: 1, "
-                                                    "global_batch_size: 64, precision: bf16, "
-                                                    "data_parallel_sharding_strategy: optim}\n"
-                                                    "    measured: {tokens_per_s_per_gpu: 1}\n");
+  const std::string twice =
+      "  - id: twice\n"
+      "    same_as: fsdp\n"
+      "    system: {gpu: A100-SXM-80GB, num_gpus: 64}\n"
+      "    training: {micro_batch_size: 1, global_batch_size: 64, precision: bf16,\n"
+      "               data_parallel_sharding_strategy: optim}\n"
+      "    measured: {tokens_per_s_per_gpu: 1}\n";
+  const fs::path both =
+      write_temp("runs-fsdp-both", row.substr(0, row.find("  - id: inherits")) + twice);
   try {
     load_validation_cases(both, kSource / "topologies");
     ADD_FAILURE() << "the key in both sections was accepted";

@@ -26,13 +26,9 @@ std::string pct(double x) { return fmt::format("{:5.1f} %", 100.0 * x); }
 /// The checks before anything runs (the flags, the scenario's checkpoints, the folder).
 void check_live(const GoodputLiveOptions& o, const Scenario& s,
                 const std::vector<Override>& scenario_overrides) {
-  if (const std::string l = exec::read_launch_environment().launcher; l != "none") {
-    throw ConfigError(fmt::format(
-        "--live: the live twin launches mpirun itself, but this process was started by {}; run "
-        "`traintwin goodput --live SCENARIO --nproc R --rate-per-hour X --save DIR` without "
-        "mpirun/srun",
-        l));
-  }
+  exec::require_no_launcher(
+      exec::read_launch_environment(), "--live", "the live twin",
+      "traintwin goodput --live SCENARIO --nproc R --rate-per-hour X --save DIR");
   if (!o.rate_per_hour) {
     throw ConfigError("--live needs --rate-per-hour X: the failures injected per hour of training");
   }

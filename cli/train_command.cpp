@@ -371,13 +371,9 @@ void print_goodput_summary(const exec::ElasticRunReport& r) {
 /// `traintwin train ... --max-restarts N --nproc R --save DIR` without mpirun.
 void run_elastic(const TrainOptions& o) {
   // Any launcher, even with one process (mpirun -np 1).
-  if (const std::string l = exec::read_launch_environment().launcher; l != "none") {
-    throw ConfigError(fmt::format(
-        "--max-restarts: the elastic agent launches mpirun itself, but this process was started "
-        "by {}; run `traintwin train SCENARIO --max-restarts N --nproc R --save DIR` without "
-        "mpirun/srun",
-        l));
-  }
+  exec::require_no_launcher(exec::read_launch_environment(), "--max-restarts",
+                            "the elastic agent",
+                            "traintwin train SCENARIO --max-restarts N --nproc R --save DIR");
   if (o.save.empty()) {
     throw ConfigError(
         "--max-restarts needs --save DIR: every restart resumes from the last "

@@ -108,4 +108,13 @@ LaunchEnvironment read_launch_environment(const Getenv& getenv) {
   return e;
 }
 
+void require_no_launcher(const LaunchEnvironment& env, const std::string& flag,
+                         const std::string& who, const std::string& usage) {
+  if (env.launcher == "none") return;
+  throw ConfigError(fmt::format(
+      "{}: {} launches mpirun itself, but this process was started by {}; run `{}` without "
+      "mpirun/srun",
+      flag, who, env.launcher, usage));
+}
+
 }  // namespace traintwin::exec

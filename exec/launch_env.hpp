@@ -31,4 +31,10 @@ LaunchEnvironment read_launch_environment(
       return static_cast<const char*>(std::getenv(name));
     });
 
+/// For the commands that run mpirun themselves (the elastic agent of `train --max-restarts`,
+/// `goodput --live`): throws ConfigError "<flag>: <who> launches mpirun itself, but this process
+/// was started by <launcher>; run `<usage>` without mpirun/srun" when `env` has a launcher.
+void require_no_launcher(const LaunchEnvironment& env, const std::string& flag,
+                         const std::string& who, const std::string& usage);
+
 }  // namespace traintwin::exec

@@ -158,6 +158,22 @@ TEST_F(ReliabilityTest, PlantedSymlinksAtTemporaryNamesAreNotFollowed) {
   EXPECT_EQ(read_rank_checkpoint(dir_ / "ckpt", 1, 0).tensors.size(), 1u);
 }
 
+// The commands that run mpirun themselves refuse to run under a launcher, naming the flag, the
+// launcher and the command to run instead.
+TEST(LaunchEnvironment, CommandsThatLaunchMpirunRefuseALauncher) {
+  exec::LaunchEnvironment env;
+  EXPECT_NO_THROW(exec::require_no_launcher(env, "--live", "the live twin", "traintwin x"));
+  env.launcher = "srun";
+  try {
+    exec::require_no_launcher(env, "--live", "the live twin", "traintwin goodput --live S");
+    ADD_FAILURE() << "no error under srun";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--live: the live twin launches mpirun itself, but this process was started by "
+                 "srun; run `traintwin goodput --live S` without mpirun/srun");
+  }
+}
+
 // srun and mpirun are read the same way: rank, world size, ranks on this node.
 TEST(LaunchEnvironment, ReadsOpenMpiSlurmAndPmi) {
   auto from = [](std::map<std::string, std::string> vars) {

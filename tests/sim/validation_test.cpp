@@ -57,6 +57,35 @@ TEST(Validation, ReadsEveryCaseOfTheSharedCalibrationFile) {
   EXPECT_DOUBLE_EQ(dgxc.measured_iteration_time_s, 8.309);
 }
 
+// The repository's held-out MoE file (bench/published-moe-runs.yaml, NVIDIA's Grok-1 recipe):
+// 20 step times, each a valid scenario; the layouts of the README tables (8 GPUs: the 2-layer
+// proxy with EP 2, so DP 2 and 512 micro-batches; 512 GPUs: PP 8 x VP 8, CP 2, EP 8; the 25.05
+// release with expert TP 1).
+TEST(Validation, ReadsTheHeldOutMoeFile) {
+  const auto cases =
+      load_validation_cases(kSource / "bench" / "published-moe-runs.yaml", kSource / "topologies");
+  ASSERT_EQ(cases.size(), 20u);
+  for (const auto& c : cases) {
+    EXPECT_TRUE(c.unsupported.empty()) << c.id << ": " << c.unsupported;
+    EXPECT_GT(c.measured_iteration_time_s, 0) << c.id;
+    EXPECT_EQ(c.scenario.model.num_moe_experts, 8) << c.id;
+    EXPECT_EQ(c.scenario.cluster.topology.filename().string(), "dgx-h100-superpod.yaml") << c.id;
+  }
+  const auto& proxy = cases[0];
+  EXPECT_EQ(proxy.id, "dgxc2502-grok1-bf16-8");
+  EXPECT_EQ(proxy.scenario.model.num_layers, 2);
+  EXPECT_EQ(proxy.scenario.parallel.data_parallel_size, 2);
+  EXPECT_EQ(proxy.scenario.parallel.expert_tp(), 4);  // expert TP = TP when unset
+  EXPECT_DOUBLE_EQ(proxy.measured_iteration_time_s, 24.00);
+  const auto& full = cases[6];
+  EXPECT_EQ(full.id, "dgxc2502-grok1-bf16-512");
+  EXPECT_EQ(full.scenario.parallel.virtual_pipeline_model_parallel_size, 8);
+  EXPECT_EQ(full.scenario.parallel.data_parallel_size, 8);  // 512 / (TP 4 x PP 8 x CP 2)
+  EXPECT_TRUE(cases[15].scenario.training.fp8_format.has_value());
+  EXPECT_EQ(cases[19].id, "dgxc2505-grok1-fp8-512");
+  EXPECT_EQ(cases[19].scenario.parallel.expert_tp(), 1);
+}
+
 // The calibration file is read like scenarios and topologies (issue 14): a regular file of at
 // most 4 MiB, one YAML document, and no ',' on which yaml-cpp 0.7's LoadAll would loop forever
 // (it then allocates about 1 GB/s: the parse runs in a bounded child).

@@ -41,6 +41,7 @@ void register_collective_command(CLI::App& app) {
     std::string group = "tp";
     std::string min_bytes = "8", max_bytes = "8G";
     std::string algorithm;
+    std::string protocol;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
@@ -51,7 +52,10 @@ void register_collective_command(CLI::App& app) {
   cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
   cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest size (nccl-tests -b)")->capture_default_str();
   cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
-  cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls")->check(CLI::IsMember({"ring", "tree", "nvls"}));
+  cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls (NCCL_ALGO)")
+      ->check(CLI::IsMember({"ring", "tree", "nvls"}));
+  cmd->add_option("--protocol", o->protocol, "Force LL | LL128 | Simple (NCCL_PROTO)")
+      ->check(CLI::IsMember({"LL", "LL128", "Simple"}));
   cmd->callback([o] {
     const auto [min_bytes, max_bytes] = parse_nccl_size_range(o->min_bytes, o->max_bytes);
     const TopologySpec topo = load_topology(o->topology);
@@ -61,7 +65,7 @@ void register_collective_command(CLI::App& app) {
     const auto members = bench_group_members(group, topo, o->num_gpus);
     fmt::print("# traintwin collective (simulated): {} over {} GPUs ({} group of {} x {})\n", o->op,
                members.size(), o->group, o->num_gpus, topo.gpu.name);
-    fmt::print("#\n{}", nccl_tests_header("algorithm"));
+    fmt::print("#\n{}", nccl_tests_inplace_header("algorithm  protocol"));
     // One worker process per size (SimGrid: one engine per process), as many at once as cores.
     const std::vector<int64_t> sizes =
         nccl_tests_sizes(min_bytes, max_bytes);
@@ -70,6 +74,7 @@ void register_collective_command(CLI::App& app) {
       work.push_back([&o, &topo, kind, group, bytes] {
         SimulationOptions opts;
         opts.collective_algorithm = o->algorithm;
+        opts.collective_protocol = o->protocol;
         return nlohmann::json(simulate_collective(topo, o->num_gpus, kind, group, bytes, opts)).dump();
       });
     }
@@ -81,8 +86,9 @@ void register_collective_command(CLI::App& app) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (!outcomes[i].ok) throw Error(outcomes[i].error);
       const auto r = nlohmann::json::parse(outcomes[i].output).get<CollectiveRow>();
-      fmt::print("{}", nccl_tests_row(r.bytes, r.bytes / 4, reduces ? "sum" : "none", r.time_us,
-                                      r.algbw_GBps, r.busbw_GBps, r.algorithm));
+      fmt::print("{}", nccl_tests_inplace_row(r.bytes, r.bytes / 4, reduces ? "sum" : "none",
+                                              r.time_us, r.algbw_GBps, r.busbw_GBps,
+                                              fmt::format("{:<9}  {}", r.algorithm, r.protocol)));
       busbw_sum += r.busbw_GBps;
     }
     // nccl-tests' closing line: the mean bus bandwidth over the sizes run.

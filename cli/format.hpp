@@ -75,7 +75,33 @@ inline std::string nccl_tests_header(const std::string& last = "") {
                      "(us)", "(GB/s)", "(GB/s)");
 }
 
-/// One row of that table.
+/// nccl-tests' full header (its src/common.cu): size, count, type, redop, root, then time, algbw,
+/// busbw and #wrong out of place and in place, then `last` (extra columns of ours).
+inline std::string nccl_tests_inplace_header(const std::string& last = "") {
+  return fmt::format("# {:>71}{:>35}\n", "out-of-place", "in-place") +
+         fmt::format("# {:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6} {:>10} {:>8} "
+                     "{:>8} {:>6}  {}\n",
+                     "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                     "time", "algbw", "busbw", "#wrong", last) +
+         fmt::format("# {:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6} {:>10} {:>8} "
+                     "{:>8} {:>6}\n",
+                     "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+                     "(GB/s)", "(GB/s)", "");
+}
+
+/// One row of that table: a simulated collective, whose in-place run takes the out-of-place
+/// time (NCCL runs the same kernels; only the buffers alias), #wrong "N/A" as nccl-tests prints
+/// without data checks (-c 0), root -1 for the collectives without one.
+inline std::string nccl_tests_inplace_row(int64_t bytes, int64_t count, const std::string& redop,
+                                          double time_us, double algbw_GBps, double busbw_GBps,
+                                          const std::string& last = "") {
+  return fmt::format("  {:>12} {:>12} {:>8} {:>6} {:>6} {:>10.2f} {:>8.2f} {:>8.2f} {:>6} "
+                     "{:>10.2f} {:>8.2f} {:>8.2f} {:>6}  {}\n",
+                     bytes, count, "float", redop, -1, time_us, algbw_GBps, busbw_GBps, "N/A",
+                     time_us, algbw_GBps, busbw_GBps, "N/A", last);
+}
+
+/// One row of nccl_tests_header()'s table.
 inline std::string nccl_tests_row(int64_t bytes, int64_t count, const std::string& redop,
                                   double time_us, double algbw_GBps, double busbw_GBps,
                                   const std::string& last = "") {

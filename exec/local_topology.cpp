@@ -97,6 +97,7 @@ void write_topology(const std::filesystem::path& file, const LocalTopology& t) {
       "  nvlink_bandwidth: {:.4f}GBps\n"
       "  nvlink_latency: {:.3f}us\n"
       "  nvls: false\n"
+      "  collectives: mpi\n"
       "nic:\n"
       "  nics_per_node: 1\n"
       "  line_rate: 100Gbps\n"

@@ -75,7 +75,11 @@ CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, Co
   const double n = static_cast<double>(members.size());
   row.algbw_GBps = r.iteration_time_s > 0 ? static_cast<double>(bytes) / r.iteration_time_s / 1e9 : 0;
   row.busbw_GBps = row.algbw_GBps * busbw_factor(kind, static_cast<int64_t>(n));
-  for (const auto& [name, calls] : r.collective_algorithms) row.algorithm += (row.algorithm.empty() ? "" : ",") + name;
+  for (const auto& [name, calls] : r.collective_protocols) {
+    const size_t slash = name.find('/');
+    row.algorithm += (row.algorithm.empty() ? "" : ",") + name.substr(0, slash);
+    row.protocol += (row.protocol.empty() ? "" : ",") + name.substr(slash + 1);
+  }
   return row;
 }
 
@@ -95,7 +99,8 @@ std::vector<int64_t> nccl_tests_sizes(int64_t min_bytes, int64_t max_bytes) {
 void to_json(nlohmann::json& j, const CollectiveRow& r) {
   j = nlohmann::json{{"bytes", r.bytes},           {"count", r.count},
                      {"time_us", r.time_us},       {"algbw_GBps", r.algbw_GBps},
-                     {"busbw_GBps", r.busbw_GBps}, {"algorithm", r.algorithm}};
+                     {"busbw_GBps", r.busbw_GBps}, {"algorithm", r.algorithm},
+                     {"protocol", r.protocol}};
 }
 
 void from_json(const nlohmann::json& j, CollectiveRow& r) {
@@ -105,6 +110,7 @@ void from_json(const nlohmann::json& j, CollectiveRow& r) {
   j.at("algbw_GBps").get_to(r.algbw_GBps);
   j.at("busbw_GBps").get_to(r.busbw_GBps);
   j.at("algorithm").get_to(r.algorithm);
+  j.at("protocol").get_to(r.protocol);
 }
 
 }  // namespace traintwin

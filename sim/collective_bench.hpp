@@ -26,7 +26,8 @@ struct CollectiveRow {
   double time_us = 0;
   double algbw_GBps = 0;
   double busbw_GBps = 0;
-  std::string algorithm;
+  std::string algorithm;  ///< NCCL's algorithm ("ring", "tree", "nvls", "p2p")
+  std::string protocol;   ///< NCCL's protocol ("LL", "LL128", "Simple")
 };
 
 /// A row through a process boundary (a worker process) and back; from_json throws nlohmann's

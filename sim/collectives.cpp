@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -44,8 +45,13 @@ double alpha_intra_s(const TopologySpec& t, const FabricEfficiency& e) {
 }
 
 /// NIC -> leaf -> spine -> leaf -> NIC: two NICs and three switches.
+double route_inter_s(const TopologySpec& t) {
+  return 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s;
+}
+
+/// A send/recv step between nodes: the route plus the step overhead.
 double alpha_inter_s(const TopologySpec& t, const FabricEfficiency& e) {
-  return 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + e.step_overhead_s;
+  return route_inter_s(t) + e.step_overhead_s;
 }
 
 /// Bus bandwidth across nodes of a group with k members per node: NCCL runs one channel per
@@ -76,12 +82,6 @@ double a2a_nic_fraction(const GroupSpan& s) {
 double a2a_nvlink_fraction(const GroupSpan& s) {
   const double n = static_cast<double>(s.ranks), k = static_cast<double>(s.ranks_per_node);
   return ((k - 1) + (n - k) * (k - 1) / k) / n;
-}
-
-int64_t ceil_log2(int64_t n) {
-  int64_t l = 0;
-  while ((int64_t{1} << l) < n) ++l;
-  return l;
 }
 
 }  // namespace
@@ -123,14 +123,20 @@ GroupSpan group_span(const std::vector<int64_t>& members, int64_t gpus_per_node)
 
 double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t bytes,
                          const GroupSpan& span, const TopologySpec& topo,
-                         const FabricEfficiency& eff) {
+                         const FabricEfficiency& eff, CollectiveProtocol protocol) {
   const int64_t n = span.ranks;
   if (n <= 1 || bytes <= 0) return 0.0;
   const double S = static_cast<double>(bytes);
   const double nvlink_Bps = topo.node.nvlink_bandwidth_Bps;
+  // Send/recv, and every collective of a host's MPI: one protocol, link latency + step overhead
+  // per step (ring_latency_s).
+  const bool alpha_steps = algo == CollectiveAlgorithm::kP2p ||
+                           kind == CollectiveKind::kRingExchange || !topo.node.nccl;
+  if (alpha_steps) protocol = CollectiveProtocol::kSimple;
   switch (algo) {
     case CollectiveAlgorithm::kNvls:
-      return alpha_intra_s(topo, eff) + S / (nvlink_Bps * eff.nvls);
+      return nccl_latency_s(kind, algo, protocol, span, route_inter_s(topo)) +
+             S / (nvlink_Bps * eff.nvls);
     case CollectiveAlgorithm::kP2p: {
       const double alpha = span.nodes > 1 ? alpha_inter_s(topo, eff) : alpha_intra_s(topo, eff);
       const double nic = span.nodes > 1 ? a2a_nic_fraction(span) * S / inter_node_Bps(topo, eff, 1)
@@ -142,14 +148,15 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
           span.nodes > 1 ? std::min(inter_node_Bps(topo, eff, span.ranks_per_node),
                                     intra_share_Bps(topo, eff, span.ranks_per_node))
                          : nvlink_Bps * eff.nvlink_ring;
-      const double alpha = span.nodes > 1 ? alpha_inter_s(topo, eff) : alpha_intra_s(topo, eff);
       // Per node and direction a double binary tree moves 2 S: as an interior node of one tree
       // it receives S/2 from each of 2 children and sends S/2 up, then the mirror in the
       // broadcast; as a leaf of the other tree S/2 up and S/2 down.
       const bool across_units =
           span.nodes > std::max<int64_t>(1, topo.fabric.nodes_per_scalable_unit);
-      return 2.0 * static_cast<double>(ceil_log2(std::max<int64_t>(span.nodes, 2))) * alpha +
-             2.0 * S / (B * (across_units ? eff.tree : 1.0));
+      return nccl_latency_s(kind, algo, protocol, span, route_inter_s(topo)) +
+             2.0 * S /
+                 (B * (across_units ? eff.tree : 1.0) *
+                  nccl_protocol_bandwidth_share(algo, protocol, span));
     }
     case CollectiveAlgorithm::kRing: {
       double B = nvlink_Bps * eff.nvlink_ring;
@@ -157,59 +164,120 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
         B = std::min(intra_share_Bps(topo, eff, span.ranks_per_node),
                      inter_node_Bps(topo, eff, span.ranks_per_node));
       }
-      return ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha_inter_s(topo, eff)) +
-             ring_factor(kind, n) * S / B;
+      if (alpha_steps) {
+        return ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha_inter_s(topo, eff)) +
+               ring_factor(kind, n) * S / B;
+      }
+      return nccl_latency_s(kind, algo, protocol, span, route_inter_s(topo)) +
+             ring_factor(kind, n) * S / (B * nccl_protocol_bandwidth_share(algo, protocol, span));
     }
   }
   return 0.0;
 }
 
-CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
-                                     const TopologySpec& topo, const FabricEfficiency& eff,
-                                     const std::string& forced) {
+CollectiveChoice choose_collective(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
+                                   const TopologySpec& topo, const FabricEfficiency& eff,
+                                   const std::string& forced, const std::string& forced_protocol) {
+  std::optional<CollectiveProtocol> only_protocol;
+  if (!forced_protocol.empty()) only_protocol = parse_protocol(forced_protocol);
   if (kind == CollectiveKind::kAllToAll && (forced.empty() || forced == "ring")) {
-    return CollectiveAlgorithm::kP2p;
+    return {CollectiveAlgorithm::kP2p, CollectiveProtocol::kSimple};
   }
+  if (kind == CollectiveKind::kRingExchange && (forced.empty() || forced == "ring")) {
+    return {CollectiveAlgorithm::kRing, CollectiveProtocol::kSimple};
+  }
+  if (!topo.node.nccl) {
+    if (!forced.empty() && forced != "ring") {
+      throw ConfigError("collective algorithm '" + forced + "': " + topo.name +
+                        " runs its collectives with MPI (node.collectives: mpi), as rings "
+                        "(allowed: ring)");
+    }
+    if (only_protocol && *only_protocol != CollectiveProtocol::kSimple) {
+      throw ConfigError("collective protocol '" + forced_protocol + "': " + topo.name +
+                        " runs its collectives with MPI (node.collectives: mpi), which has no "
+                        "NCCL protocols (allowed: Simple)");
+    }
+    return {CollectiveAlgorithm::kRing, CollectiveProtocol::kSimple};
+  }
+  std::vector<CollectiveAlgorithm> algorithms;
   if (!forced.empty()) {
-    if (forced == "ring") return CollectiveAlgorithm::kRing;
-    if (forced == "tree") {
+    if (forced == "ring") {
+      algorithms = {CollectiveAlgorithm::kRing};
+    } else if (forced == "tree") {
       if (kind != CollectiveKind::kAllReduce) {
         throw ConfigError("collective algorithm 'tree': NCCL's tree runs all_reduce only, not " +
                           std::string(to_string(kind)) + " (allowed: ring)");
       }
-      return CollectiveAlgorithm::kTree;
-    }
-    if (forced == "nvls") {
+      algorithms = {CollectiveAlgorithm::kTree};
+    } else if (forced == "nvls") {
       if (kind != CollectiveKind::kAllReduce || span.nodes > 1 || !topo.node.nvls) {
         throw ConfigError("collective algorithm 'nvls' needs an all_reduce inside one node with "
                           "NVLS (node.nvls: true in " + topo.name + ")");
       }
-      return CollectiveAlgorithm::kNvls;
+      algorithms = {CollectiveAlgorithm::kNvls};
+    } else {
+      throw ConfigError("collective algorithm '" + forced + "' unknown (allowed: ring, tree, nvls)");
     }
-    throw ConfigError("collective algorithm '" + forced + "' unknown (allowed: ring, tree, nvls)");
+  } else {
+    algorithms = {CollectiveAlgorithm::kRing};
+    if (kind == CollectiveKind::kAllReduce && span.nodes == 1 && topo.node.nvls) {
+      algorithms.push_back(CollectiveAlgorithm::kNvls);
+    }
+    if (kind == CollectiveKind::kAllReduce && span.nodes > 1) {
+      algorithms.push_back(CollectiveAlgorithm::kTree);
+    }
   }
-  if (kind != CollectiveKind::kAllReduce) return CollectiveAlgorithm::kRing;
-  if (span.nodes == 1) return topo.node.nvls ? CollectiveAlgorithm::kNvls : CollectiveAlgorithm::kRing;
-  const double ring = collective_time_s(kind, CollectiveAlgorithm::kRing, bytes, span, topo, eff);
-  const double tree = collective_time_s(kind, CollectiveAlgorithm::kTree, bytes, span, topo, eff);
-  return tree < ring ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kRing;
+  std::optional<CollectiveChoice> best;
+  double best_s = 0;
+  for (CollectiveAlgorithm a : algorithms) {
+    for (CollectiveProtocol p : {CollectiveProtocol::kLL, CollectiveProtocol::kLL128,
+                                 CollectiveProtocol::kSimple}) {
+      if (only_protocol && p != *only_protocol) continue;
+      if (a == CollectiveAlgorithm::kNvls && p != CollectiveProtocol::kSimple) continue;
+      const double t = collective_time_s(kind, a, bytes, span, topo, eff, p);
+      if (!best || t < best_s) {
+        best = CollectiveChoice{a, p};
+        best_s = t;
+      }
+    }
+  }
+  if (!best) {
+    throw ConfigError("collective protocol '" + forced_protocol + "': NCCL runs algorithm '" +
+                      forced + "' with Simple only (allowed: Simple)");
+  }
+  return *best;
+}
+
+CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
+                                     const TopologySpec& topo, const FabricEfficiency& eff,
+                                     const std::string& forced) {
+  return choose_collective(kind, bytes, span, topo, eff, forced).algorithm;
 }
 
 CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
                                const TopologySpec& topo, const FabricEfficiency& eff,
-                               const std::string& forced) {
+                               const std::string& forced, const std::string& forced_protocol) {
   const int64_t gpn = topo.node.gpus_per_node;
   const GroupSpan span = group_span(members, gpn);
   CollectivePlan plan;
-  plan.algorithm = choose_algorithm(kind, bytes, span, topo, eff, forced);
+  const CollectiveChoice choice =
+      choose_collective(kind, bytes, span, topo, eff, forced, forced_protocol);
+  plan.algorithm = choice.algorithm;
+  plan.protocol = choice.protocol;
   if (span.ranks <= 1 || bytes <= 0) return plan;
   if (span.nodes == 1) {
     const std::optional<double> measured =
         eff.measured ? eff.measured->time_s(kind, span.ranks, bytes) : std::nullopt;
-    plan.local_time_s =
-        measured ? *measured : collective_time_s(kind, plan.algorithm, bytes, span, topo, eff);
+    plan.local_time_s = measured ? *measured
+                                 : collective_time_s(kind, plan.algorithm, bytes, span, topo, eff,
+                                                     plan.protocol);
     return plan;
   }
+  // LL and LL128 move their flag bytes too: 1 / share of the data over every link.
+  const bool alpha_steps = plan.algorithm == CollectiveAlgorithm::kP2p ||
+                           kind == CollectiveKind::kRingExchange || !topo.node.nccl;
+  const double wire =
+      alpha_steps ? 1.0 : 1.0 / nccl_protocol_bandwidth_share(plan.algorithm, plan.protocol, span);
   // Members grouped by node, in rank order; k = members per node (uniform in Megatron layouts).
   std::map<int64_t, std::vector<int64_t>> by_node;
   for (int64_t r : members) by_node[r / gpn].push_back(r);
@@ -250,7 +318,7 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
   if (plan.algorithm == CollectiveAlgorithm::kTree) {
     // Two binary trees over the nodes (heap order and its mirror), each carrying half the data
     // up (reduce) and down (broadcast); each node edge split over the k channels.
-    const double per = S / 2.0 / static_cast<double>(k) / eff.ib;
+    const double per = wire * S / 2.0 / static_cast<double>(k) / eff.ib;
     for (int tree = 0; tree < 2; ++tree) {
       for (int64_t i = 1; i < m; ++i) {
         const int64_t child = tree == 0 ? i : m - 1 - i;
@@ -259,16 +327,18 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
         add(parent, child, per);
       }
     }
-    plan.latency_s = 2.0 * static_cast<double>(ceil_log2(m)) * alpha;
-    if (k > 1) plan.local_time_s = S / intra_share_Bps(topo, eff, k);
+    plan.latency_s = nccl_latency_s(kind, plan.algorithm, plan.protocol, span, route_inter_s(topo));
+    if (k > 1) plan.local_time_s = wire * S / intra_share_Bps(topo, eff, k);
     return plan;
   }
   // Ring: every member sends factor x S over its channel; the node ring's edges carry it.
   const double factor = ring_factor(kind, span.ranks);
-  const double per = factor * S / static_cast<double>(k) / eff.ib;
+  const double per = wire * factor * S / static_cast<double>(k) / eff.ib;
   for (int64_t a = 0; a < m; ++a) add(a, (a + 1) % m, per);
-  plan.latency_s = ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha);
-  if (k > 1) plan.local_time_s = factor * S / intra_share_Bps(topo, eff, k);
+  plan.latency_s = alpha_steps
+                       ? ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha)
+                       : nccl_latency_s(kind, plan.algorithm, plan.protocol, span, route_inter_s(topo));
+  if (k > 1) plan.local_time_s = wire * factor * S / intra_share_Bps(topo, eff, k);
   return plan;
 }
 

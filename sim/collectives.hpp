@@ -14,6 +14,7 @@
 
 #include "core/program.hpp"
 #include "sim/measured_collectives.hpp"
+#include "sim/nccl_tuning.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin {
@@ -56,8 +57,8 @@ struct FabricEfficiency {
   /// so the closed form agrees with the flows it stands for and the tuner picks what a forced
   /// run shows faster.
   double tree = 0.66;
-  /// Per-step software latency of one ring/tree step (NCCL Simple protocol, tuning.cc order of
-  /// magnitude), added to the link latency.
+  /// Per-step software latency of a send/recv step (all-to-all, a ring exchange), added to the
+  /// link latency; NCCL's collectives take their tuner's latencies instead (nccl_tuning.hpp).
   double step_overhead_s = 2e-6;
   /// Measured collective rows of the topology's device (`traintwin profile --collectives`, in
   /// its cost database; sim/measured_collectives.hpp): a collective inside one node whose op and
@@ -75,26 +76,48 @@ struct GroupSpan {
 /// The span of `members` (global ranks = GPU indices) on nodes of `gpus_per_node` GPUs.
 GroupSpan group_span(const std::vector<int64_t>& members, int64_t gpus_per_node);
 
-/// NCCL-tuner-like choice: inside one node, NVLS for all-reduce where the node has it, else
-/// ring; across nodes, the faster of ring and tree by the closed forms for all-reduce, ring for
-/// the others; all-to-all always p2p (NCCL runs it as grouped ncclSend/ncclRecv, which
-/// NCCL_ALGO does not affect, so a forced "ring" leaves it p2p). `forced` (when not empty: "ring" | "tree" | "nvls") overrides it; an override
-/// the group cannot run (tree for all_gather, NVLS across nodes or without NVLS hardware) throws
-/// ConfigError naming the override and why.
+/// The algorithm and protocol of one collective.
+struct CollectiveChoice {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kRing;
+  CollectiveProtocol protocol = CollectiveProtocol::kSimple;
+};
+
+/// NCCL's tuner (src/graph/tuning.cc, ncclTopoGetAlgoTime): the (algorithm, protocol) pair of
+/// least collective_time_s among those NCCL runs for `kind` over `span`: ring with LL, LL128 and
+/// Simple for every collective; for all-reduce also NVLS (Simple) inside one node whose
+/// topology has it, and the tree with the three protocols across nodes. All-to-all is always
+/// p2p (NCCL runs it as grouped ncclSend/ncclRecv, which NCCL_ALGO and NCCL_PROTO do not affect,
+/// so a forced "ring" leaves it p2p), as is a ring exchange's send/recv (reported as ring,
+/// Simple). `forced` ("ring" | "tree" | "nvls", NCCL_ALGO) and `forced_protocol` ("LL" | "LL128"
+/// | "Simple", NCCL_PROTO) restrict the choice when not empty; an override the group cannot
+/// run (tree for all_gather, NVLS across nodes or without NVLS hardware, NVLS with LL) throws
+/// ConfigError naming the override and why. A topology whose collectives MPI runs
+/// (node.collectives: mpi) takes rings with Simple only (other overrides: ConfigError).
+CollectiveChoice choose_collective(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
+                                   const TopologySpec& topo, const FabricEfficiency& eff,
+                                   const std::string& forced = "",
+                                   const std::string& forced_protocol = "");
+
+/// choose_collective()'s algorithm.
 CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
                                      const TopologySpec& topo, const FabricEfficiency& eff,
                                      const std::string& forced = "");
 
-/// Closed-form time of one collective in seconds (no contention): ring
-/// latency + factor x bytes / B with factor the busbw factor and the latency NCCL's tuning
-/// model's (src/graph/tuning.cc): of the 2(n-1) steps of all-reduce (n-1 otherwise), the
-/// 2(nodes-1) (nodes-1) that cross the network pay the inter-node alpha, the rest the NVLink one; B inside a node NVLink x nvlink_ring; across nodes with k members per
+/// Closed-form time of one collective in seconds (no contention) with `protocol` (Simple by
+/// default): ring latency + factor x bytes / (B x share) with factor the busbw factor, the
+/// latency NCCL's tuner's (nccl_latency_s with the fabric's NIC and switch latencies between
+/// nodes: of the 2(n-1) steps of all-reduce (n-1 otherwise), the 2(nodes-1) (nodes-1) that cross
+/// the network pay its network step, the rest its NVLink step) and share the protocol's
+/// (nccl_protocol_bandwidth_share). A ring exchange (one send/recv step), and every ring of a
+/// topology whose collectives MPI runs (node.collectives: mpi, e.g. the host topology `traintwin
+/// profile --topology-out` writes), take instead the link latency plus
+/// FabricEfficiency::step_overhead_s per step, Simple. B inside a node NVLink x nvlink_ring; across nodes with k members per
 /// node min(k NICs x ib, NVLink x nvlink_ring x k/(k-1)) (NCCL: one channel per member, each on
 /// its own NIC; (k-1)/k of a member's ring traffic stays on NVLink); tree all-reduce
-/// 2 ceil(log2 nodes) alpha + 2 bytes / (B x tree efficiency across scalable units)
+/// the tree's NCCL latency + 2 bytes / (B x tree efficiency across scalable units x share)
 /// (NCCL's double binary tree: each tree carries half the data up and down, so a node moves 2
-/// bytes per direction; FabricEfficiency::tree); NVLS all-reduce
-/// alpha + bytes / (NVLink x nvls); all-to-all (p2p) alpha + max(NVLink part, NIC part), every
+/// bytes per direction; FabricEfficiency::tree); NVLS all-reduce (Simple only)
+/// 25 us + bytes / (NVLink x nvls); all-to-all (p2p, Simple) alpha + max(NVLink part, NIC part), every
 /// member sending bytes / n to each other member: with k members per node on m nodes the NIC
 /// part is (n - k)/n x bytes / (NIC x ib) (NCCL's PXN: a message for another node first crosses
 /// NVLink to the local GPU on the destination's rail, so each GPU's NIC carries its rail's
@@ -104,7 +127,8 @@ CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const G
 /// group and progress together (one step).
 double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t bytes,
                          const GroupSpan& span, const TopologySpec& topo,
-                         const FabricEfficiency& eff);
+                         const FabricEfficiency& eff,
+                         CollectiveProtocol protocol = CollectiveProtocol::kSimple);
 
 /// One point-to-point flow of a collective: `bytes` from global rank `src` to global rank `dst`.
 struct CollectiveFlow {
@@ -117,6 +141,7 @@ struct CollectiveFlow {
 /// carry. The collective ends at start + max(flows done, local_time_s) + latency_s.
 struct CollectivePlan {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::kRing;
+  CollectiveProtocol protocol = CollectiveProtocol::kSimple;
   std::vector<CollectiveFlow> flows;
   double local_time_s = 0;
   double latency_s = 0;
@@ -129,15 +154,17 @@ struct CollectivePlan {
 /// local index j, a flow A_j -> B_j of factor x bytes / (k x ib efficiency) (factor 2(n-1)/n for
 /// all-reduce, (n-1)/n otherwise; k members per node); tree = for each edge of NCCL's two binary
 /// trees over nodes (heap order and its mirror), bytes/(2k) up and down per local index;
-/// local_time_s = the NVLink part of the ring (0 with one member per node); latency = the ring
-/// latency of collective_time_s (SIMGRID-NOTES.md: one transfer per ring edge carrying the step
-/// bytes, latency added analytically). All-to-all (p2p) across nodes: for each ordered pair of nodes (A, B) and local
+/// local_time_s = the NVLink part of the ring (0 with one member per node); latency = the
+/// algorithm's latency of collective_time_s (SIMGRID-NOTES.md: one transfer per ring edge carrying the step
+/// bytes, latency added analytically); LL and LL128 put 1 / share of those bytes on the links
+/// (their flag bytes: nccl_protocol_bandwidth_share), flows and NVLink part alike. All-to-all (p2p) across nodes: for each ordered pair of nodes (A, B) and local
 /// index j, one flow A_j -> B_j of k x bytes / n / ib efficiency — the k messages of node A for
 /// B_j, gathered on A_j by PXN and sent over rail j; local_time_s the NVLink part of
-/// collective_time_s; latency one alpha. `forced` as in choose_algorithm().
+/// collective_time_s; latency one alpha. `forced` and `forced_protocol` as in choose_collective().
 CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
                                const TopologySpec& topo, const FabricEfficiency& eff,
-                               const std::string& forced = "");
+                               const std::string& forced = "",
+                               const std::string& forced_protocol = "");
 
 /// Duration of one transfer of `bytes` from GPU `src` to GPU `dst` alone on its route (no other
 /// traffic): route latency + bytes / bottleneck bandwidth. Inside a node: NVLink latency and

@@ -314,7 +314,7 @@ PlanEntry& Engine::plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank
     PlanEntry e;
     e.members = prog_.layout.group(op.group, rank);
     e.plan = plan_collective(op.collective, op.bytes, e.members, topo_, opts_.fabric,
-                             opts_.collective_algorithm);
+                             opts_.collective_algorithm, opts_.collective_protocol);
     for (const CollectiveFlow& f : e.plan.flows) {
       e.flow_members.emplace_back(static_cast<uint32_t>(index_of(e.members, f.src)),
                                   static_cast<uint32_t>(index_of(e.members, f.dst)));

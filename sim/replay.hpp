@@ -82,6 +82,9 @@ struct SimulationResult : IterationMetrics {
   /// timeline handed to its sink).
   std::vector<std::pair<std::string, double>> wall_phases_s;
   std::map<std::string, int64_t> collective_algorithms;  ///< calls per algorithm
+  /// Calls per "algorithm/protocol" (e.g. "ring/LL", "nvls/Simple"; p2p and ring exchanges
+  /// Simple).
+  std::map<std::string, int64_t> collective_protocols;
   Timeline timeline;
 };
 

@@ -86,7 +86,11 @@ SimulationResult Engine::results() {
   res.reductions = reductions_;
   res.events = ops_ + flows_ + timers_;
   for (const PlanEntry& e : plans_) {
-    if (e.calls > 0) res.collective_algorithms[to_string(e.plan.algorithm)] += e.calls;
+    if (e.calls > 0) {
+      res.collective_algorithms[to_string(e.plan.algorithm)] += e.calls;
+      res.collective_protocols[std::string(to_string(e.plan.algorithm)) + "/" +
+                               to_string(e.plan.protocol)] += e.calls;
+    }
   }
   if (opts_.record_timeline) res.timeline = timeline();
   return res;
@@ -300,7 +304,10 @@ Timeline Engine::timeline() const {
       TimelineEvent e = op_event(prog_, op, r, peer, world_, st.start[op.id], st.t[op.id]);
       if (op.kind == OpKind::kCollective) {
         auto it = plan_ids_.find(plan_key(op));
-        if (it != plan_ids_.end()) e.args["algorithm"] = to_string(plans_[it->second].plan.algorithm);
+        if (it != plan_ids_.end()) {
+          e.args["algorithm"] = to_string(plans_[it->second].plan.algorithm);
+          e.args["protocol"] = to_string(plans_[it->second].plan.protocol);
+        }
       }
       if (opts_.timeline_sink) {
         opts_.timeline_sink(std::move(e));

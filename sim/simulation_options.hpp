@@ -48,6 +48,9 @@ struct SimulationOptions {
   /// Force one NCCL algorithm for every collective ("" = the scenario's
   /// cluster.collective_algorithm, whose default chooses per call like NCCL's tuner).
   std::string collective_algorithm;
+  /// Force one NCCL protocol ("LL" | "LL128" | "Simple", NCCL_PROTO) for every collective the
+  /// tuner times ("" = the fastest per call; traintwin collective --protocol).
+  std::string collective_protocol;
   /// Ranks whose ops go to the timeline; empty = TP rank 0 of DP rank 0 in every pipeline stage
   /// (one process per stage: a trace Perfetto opens at 1024+ GPUs).
   std::vector<int64_t> trace_ranks;

@@ -305,6 +305,14 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
   t.node.nvlink_bandwidth_Bps = node.quantity("nvlink_bandwidth");
   t.node.nvlink_latency_s = node.quantity("nvlink_latency");
   t.node.nvls = node.boolean("nvls");
+  if (node.has("collectives")) {
+    const std::string library = node.text("collectives");
+    if (library != "nccl" && library != "mpi") {
+      throw ConfigError(fmt::format("{}: unknown library \"{}\" (allowed: nccl, mpi)",
+                                    node.where("collectives"), library));
+    }
+    t.node.nccl = library == "nccl";
+  }
 
   // --- nic ---
   const Mapping nic =

@@ -79,6 +79,9 @@ struct NodeSpec {
   double nvlink_bandwidth_Bps = 0;  ///< per GPU, per direction (H100: 450 GB/s of 900 total)
   double nvlink_latency_s = 0;      ///< one GPU-to-GPU transfer through NVSwitch
   bool nvls = false;                ///< NVLink SHARP (in-switch reductions), Hopper and later
+  /// node.collectives: true = NCCL runs the collectives (its tuner's algorithms, protocols and
+  /// latencies: sim/nccl_tuning.hpp); false = a host's MPI ("mpi": rings, one protocol).
+  bool nccl = true;
 
   /// GPUs of the whole NVLink domain, spares included.
   int64_t domain_gpus() const {

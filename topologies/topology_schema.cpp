@@ -58,6 +58,10 @@ constexpr std::array kKeys = {
             "one GPU-to-GPU transfer through NVSwitch"},
     KeySpec{"node", "nvls", V::kBoolean, true, 0, "true",
             "NVLink SHARP (in-switch multicast and reductions)"},
+    KeySpec{"node", "collectives", V::kText, false, 0, "nccl",
+            "the library that runs the collectives (allowed: nccl, mpi): nccl, the default, "
+            "times them with NCCL's tuner (protocols LL, LL128, Simple); mpi, a host's MPI, "
+            "as rings of link latency + step overhead per step"},
 
     KeySpec{"nic", "nics_per_node", V::kInteger, true, 1, "8",
             "NICs of one NVLink domain = rails; must divide gpus_per_node"},

@@ -167,8 +167,9 @@ TEST(Cli, MemorySaysWhatDoesNotFit) {
   EXPECT_THAT(r.output, AllOf(HasSubstr("OOM"), HasSubstr("does NOT fit: stage 0")));
 }
 
-// collective --op all_to_all (MoE dispatch, NCCL's grouped send/recv: "p2p"), and nccl-tests'
-// closing "Avg bus bandwidth" line: the mean of the rows' busbw column.
+// collective --op all_to_all (MoE dispatch, NCCL's grouped send/recv: "p2p", Simple), nccl-tests'
+// columns (root -1; the in-place run as long as the out-of-place one, #wrong N/A without data)
+// and its closing "Avg bus bandwidth" line: the mean of the rows' busbw column.
 TEST(Cli, CollectiveAllToAllAndTheAverageBusBandwidth) {
   const std::string topo = std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml";
   const Result r = run("collective --topology " + topo +
@@ -185,10 +186,17 @@ TEST(Cli, CollectiveAllToAllAndTheAverageBusBandwidth) {
     }
     if (line.empty() || line[0] == '#') continue;
     std::istringstream row(line);
-    std::string size, count, type, redop, time, algbw, bus, algorithm;
-    row >> size >> count >> type >> redop >> time >> algbw >> bus >> algorithm;
+    std::string size, count, type, redop, root, time, algbw, bus, wrong, time_in, algbw_in,
+        bus_in, wrong_in, algorithm, protocol;
+    row >> size >> count >> type >> redop >> root >> time >> algbw >> bus >> wrong >> time_in >>
+        algbw_in >> bus_in >> wrong_in >> algorithm >> protocol;
     EXPECT_EQ(redop, "none");
+    EXPECT_EQ(root, "-1");
+    EXPECT_EQ(time_in, time);
+    EXPECT_EQ(bus_in, bus);
+    EXPECT_EQ(wrong, "N/A");
     EXPECT_EQ(algorithm, "p2p");
+    EXPECT_EQ(protocol, "Simple");
     busbw.push_back(std::stod(bus));
   }
   ASSERT_EQ(busbw.size(), 2u);

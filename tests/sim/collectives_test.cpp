@@ -30,14 +30,15 @@ TEST(Collectives, BusBandwidthFactorsAsNcclTests) {
   EXPECT_THROW(busbw_factor(CollectiveKind::kAllReduce, 0), InvalidArgument);
 }
 
-// Ring all-reduce of S bytes over 8 GPUs of one NVSwitch node: 2(n-1)/n S / B + 2(n-1) alpha,
-// B = 450 GB/s x 0.80, alpha = 1 us NVLink + 2 us per step.
+// Ring all-reduce of S bytes over 8 GPUs of one NVSwitch node, Simple: 2(n-1)/n S / B + NCCL's
+// tuner latency, B = 450 GB/s x 0.80, latency 8.4 us + 2(n-1) = 14 NVLink steps of 3.4 us
+// (src/graph/tuning.cc: ring Simple base and NVLink hardware latency).
 TEST(Collectives, RingInsideOneNodeIsTheAlphaBetaFormula) {
   const TopologySpec t = h100();
   const FabricEfficiency eff;
   const double S = 1 << 30;
   const GroupSpan span{8, 1, 8};
-  const double expected = 2.0 * 7 / 8 * S / (450e9 * 0.80) + 14 * (1e-6 + 2e-6);
+  const double expected = 2.0 * 7 / 8 * S / (450e9 * 0.80) + (8.4 + 14 * 3.4) * 1e-6;
   EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing,
                                 static_cast<int64_t>(S), span, t, eff),
               expected, expected * 1e-12);
@@ -88,7 +89,9 @@ TEST(Collectives, ChoosesLikeNccl) {
 }
 
 // A DP all-reduce over 4 nodes, one member per node (ranks 0, 8, 16, 24): a ring of 4 flows, each
-// carrying 2(n-1)/n S / ib-efficiency, latency 2(n-1) alpha, nothing on NVLink.
+// carrying 2(n-1)/n S / ib-efficiency (256 MiB: Simple, whose flows carry no flag bytes), nothing
+// on NVLink; NCCL's latency: 8.4 us + 2(n-1) = 6 network steps, each the tree's 14 us (one member
+// per node) plus the route, 2 NICs and 3 switches.
 TEST(Collectives, RingAcrossNodesIsOneFlowPerEdge) {
   const TopologySpec t = h100();
   const FabricEfficiency eff;
@@ -101,8 +104,9 @@ TEST(Collectives, RingAcrossNodesIsOneFlowPerEdge) {
     EXPECT_DOUBLE_EQ(f.bytes, 1.5 * S / eff.ib);
   }
   EXPECT_EQ(next, (std::map<int64_t, int64_t>{{0, 8}, {8, 16}, {16, 24}, {24, 0}}));
-  const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
-  EXPECT_NEAR(p.latency_s, 6 * alpha, 1e-15);
+  EXPECT_EQ(p.protocol, CollectiveProtocol::kSimple);
+  const double route = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s;
+  EXPECT_NEAR(p.latency_s, 8.4e-6 + 6 * (14e-6 + route), 1e-15);
   EXPECT_EQ(p.local_time_s, 0);
   // With 2 members per node (0,1 | 8,9): one channel per member, rails kept: 0 -> 8, 1 -> 9.
   const CollectivePlan q = plan_collective(CollectiveKind::kAllGather, S, {0, 1, 8, 9}, t, eff, "ring");
@@ -113,19 +117,21 @@ TEST(Collectives, RingAcrossNodesIsOneFlowPerEdge) {
   }
   EXPECT_GT(q.local_time_s, 0);
   // Latency as NCCL's tuning model counts it (src/graph/tuning.cc): of all-gather's n - 1 = 3
-  // ring steps, nodes - 1 = 1 crosses the network, the other 2 are NVLink steps.
-  const double alpha_intra = t.node.nvlink_latency_s + eff.step_overhead_s;
-  EXPECT_NEAR(q.latency_s, alpha + 2 * alpha_intra, 1e-15);
+  // ring steps, nodes - 1 = 1 crosses the network (the ring's 14 us, Simple, plus the route),
+  // the other 2 are NVLink steps (3.4 us, above the 3 us network overhead of Simple).
+  EXPECT_EQ(q.protocol, CollectiveProtocol::kSimple);
+  const double net = 14e-6 + route, nvlink = 3.4e-6;
+  EXPECT_NEAR(q.latency_s, 8.4e-6 + net + 2 * nvlink, 1e-15);
   // 16 members, 8 per node on 2 nodes, all-reduce: 2 (2 - 1) = 2 network steps of 2 x 15 = 30.
   std::vector<int64_t> two_nodes;
   for (int64_t r = 0; r < 16; ++r) two_nodes.push_back(r);
   const CollectivePlan w = plan_collective(CollectiveKind::kAllReduce, S, two_nodes, t, eff, "ring");
-  EXPECT_NEAR(w.latency_s, 2 * alpha + 28 * alpha_intra, 1e-15);
+  EXPECT_NEAR(w.latency_s, 8.4e-6 + 2 * net + 28 * nvlink, 1e-15);
   EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing, S,
                                 group_span(two_nodes, 8), t, eff) -
                   2.0 * 15 / 16 * static_cast<double>(S) /
                       std::min(8 * 50e9 * eff.ib, 450e9 * eff.nvlink_ring * 8 / 7),
-              2 * alpha + 28 * alpha_intra, 1e-12);
+              8.4e-6 + 2 * net + 28 * nvlink, 1e-12);
   // Inside one node: no flows, the closed form.
   const CollectivePlan r = plan_collective(CollectiveKind::kAllReduce, S, {0, 1, 2, 3}, t, eff);
   EXPECT_TRUE(r.flows.empty());
@@ -133,14 +139,85 @@ TEST(Collectives, RingAcrossNodesIsOneFlowPerEdge) {
   EXPECT_GT(r.local_time_s, 0);
 }
 
-// NCCL's double binary tree over m nodes: 2 trees x (m-1) edges x up and down.
+// NCCL's double binary tree over m nodes: 2 trees x (m-1) edges x up and down. 1 MiB over 5
+// nodes (one GPU each, B = 50 GB/s x 0.94) by NCCL's tuner, latency base + 2 floor(log2 5) = 4
+// network steps (tree: LL 5.0, LL128 8.5, Simple 14 us, plus the route) and bandwidth share
+// (LL 1/3.8, LL128 120/128): LL 6.8 + 4 x 6.59 + 2 MiB / 12.4 GB/s = 202.7 us, LL128
+// 14.0 + 4 x 10.09 + 2 MiB / 44.1 GB/s = 101.9 us, Simple 8.4 + 4 x 15.59 + 2 MiB / 47 GB/s =
+// 115.4 us: LL128, whose flows carry 128/120 of the data.
 TEST(Collectives, TreeHasTwoBinaryTrees) {
   const TopologySpec t = h100();
   const FabricEfficiency eff;
   const CollectivePlan p = plan_collective(CollectiveKind::kAllReduce, 1 << 20, {0, 8, 16, 24, 32}, t, eff, "tree");
   EXPECT_EQ(p.flows.size(), 2u * 4 * 2);
-  const double alpha = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s + eff.step_overhead_s;
-  EXPECT_NEAR(p.latency_s, 2 * 3 * alpha, 1e-15);  // ceil(log2 5) = 3
+  EXPECT_EQ(p.protocol, CollectiveProtocol::kLL128);
+  const double route = 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s;
+  EXPECT_NEAR(p.latency_s, 14e-6 + 2 * 2 * (8.5e-6 + route), 1e-15);  // floor(log2 5) = 2
+  EXPECT_NEAR(p.flows[0].bytes, 128.0 / 120 * (1 << 20) / 2 / eff.ib, 1e-6);
+  const GroupSpan span = group_span({0, 8, 16, 24, 32}, 8);
+  const double B = 50e9 * eff.ib;
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kTree, 1 << 20,
+                                span, t, eff, CollectiveProtocol::kLL),
+              6.8e-6 + 4 * (5e-6 + route) + 2.0 * (1 << 20) / (B / 3.8), 1e-12);
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kTree, 1 << 20,
+                                span, t, eff, CollectiveProtocol::kSimple),
+              8.4e-6 + 4 * (14e-6 + route) + 2.0 * (1 << 20) / B, 1e-12);
+}
+
+// A host whose collectives MPI runs (node.collectives: mpi, as the topology `profile
+// --topology-out` writes): rings of 2(n-1) steps of the link latency + the step overhead, one
+// protocol; NCCL's algorithms and protocols are refused by name.
+TEST(Collectives, MpiHostsKeepTheAlphaBetaRing) {
+  TopologySpec t = h100();
+  t.node.nccl = false;
+  const FabricEfficiency eff;
+  const GroupSpan node{8, 1, 8};
+  const CollectiveChoice c = choose_collective(CollectiveKind::kAllReduce, 8, node, t, eff);
+  EXPECT_EQ(c.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(c.protocol, CollectiveProtocol::kSimple);
+  const double S = 1 << 20;
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing,
+                                static_cast<int64_t>(S), node, t, eff),
+              14 * (t.node.nvlink_latency_s + eff.step_overhead_s) +
+                  2.0 * 7 / 8 * S / (450e9 * 0.80),
+              1e-15);
+  EXPECT_THROW(choose_collective(CollectiveKind::kAllReduce, 8, node, t, eff, "tree"), ConfigError);
+  EXPECT_THROW(choose_collective(CollectiveKind::kAllReduce, 8, node, t, eff, "", "LL"), ConfigError);
+}
+
+// NCCL's protocol choice inside a DGX H100 (8 GPUs, NVLS): small all-reduces take ring LL
+// (6.6 us + 14 x 0.6 us = 15 us), large ones NVLS (25 us + S / (450 GB/s x 0.61)); all-gather
+// has no NVLS here: LL, then LL128 (14 + 7 x 1.9 = 27.3 us at 92 % of the bandwidth), then
+// Simple (8.4 + 7 x 3.4 = 32.2 us at all of it). A forced protocol is kept; NVLS with LL is
+// refused.
+TEST(Collectives, ProtocolChoiceFollowsNcclsTuner) {
+  const TopologySpec t = h100();
+  const FabricEfficiency eff;
+  const GroupSpan node{8, 1, 8};
+  const CollectiveChoice small = choose_collective(CollectiveKind::kAllReduce, 8, node, t, eff);
+  EXPECT_EQ(small.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(small.protocol, CollectiveProtocol::kLL);
+  EXPECT_NEAR(collective_time_s(CollectiveKind::kAllReduce, CollectiveAlgorithm::kRing, 8, node, t,
+                                eff, CollectiveProtocol::kLL),
+              15e-6 + 2.0 * 7 / 8 * 8 / (0.5 * 450e9 * 0.80), 1e-15);
+  const CollectiveChoice big = choose_collective(CollectiveKind::kAllReduce, 1 << 26, node, t, eff);
+  EXPECT_EQ(big.algorithm, CollectiveAlgorithm::kNvls);
+  EXPECT_EQ(big.protocol, CollectiveProtocol::kSimple);
+  auto ag = [&](int64_t bytes) { return choose_collective(CollectiveKind::kAllGather, bytes, node, t, eff); };
+  EXPECT_EQ(ag(1 << 10).protocol, CollectiveProtocol::kLL);
+  EXPECT_EQ(ag(int64_t{1} << 30).protocol, CollectiveProtocol::kSimple);
+  // LL128 between them: where its 14 + 7 x 1.9 us latency and 92 % bandwidth beat both.
+  bool saw_ll128 = false;
+  for (int64_t b = 1 << 10; b <= (int64_t{1} << 30); b *= 2) saw_ll128 |= ag(b).protocol == CollectiveProtocol::kLL128;
+  EXPECT_TRUE(saw_ll128);
+  EXPECT_EQ(choose_collective(CollectiveKind::kAllReduce, 1 << 26, node, t, eff, "", "LL").protocol,
+            CollectiveProtocol::kLL);
+  EXPECT_EQ(choose_collective(CollectiveKind::kAllReduce, 1 << 26, node, t, eff, "", "LL").algorithm,
+            CollectiveAlgorithm::kRing);
+  EXPECT_THROW(choose_collective(CollectiveKind::kAllReduce, 1 << 26, node, t, eff, "nvls", "LL"),
+               ConfigError);
+  EXPECT_THROW(choose_collective(CollectiveKind::kAllReduce, 1 << 26, node, t, eff, "", "LL64"),
+               ConfigError);
 }
 
 // All-to-all as NCCL runs it: grouped send/recv to every peer. Inside one node of 8: each GPU

@@ -36,10 +36,11 @@ std::vector<int64_t> range(int64_t first, int64_t count) {
   return v;
 }
 
-// TP 8 all-reduce of S = 1 GiB inside one NVL72 rack (ranks 64..71: rack 1). NVLS (the default
-// inside a domain with node.nvls): alpha + S / (B x 0.61), B = 900 GB/s per direction (NVLink 5,
-// 1.8 TB/s both ways), alpha = 1 us NVLink + 2 us step overhead. Forced ring: 2(n-1) alpha +
-// 2(n-1)/n S / (B x 0.80). No flows: nothing leaves the rack.
+// TP 8 all-reduce of S = 1 GiB inside one NVL72 rack (ranks 64..71: rack 1). NVLS (NCCL's choice
+// at this size inside a domain with node.nvls): 25 us + S / (B x 0.61), B = 900 GB/s per
+// direction (NVLink 5, 1.8 TB/s both ways). Forced ring (Simple at this size): 8.4 us + 2(n-1)
+// NVLink steps of 3.4 us + 2(n-1)/n S / (B x 0.80) (NCCL's tuner latencies). No flows: nothing
+// leaves the rack.
 TEST(NvlinkDomainCollectives, TpAllReduceInsideARackIsTheNvlink5ClosedForm) {
   const TopologySpec t = gb200();
   const FabricEfficiency eff;
@@ -48,26 +49,28 @@ TEST(NvlinkDomainCollectives, TpAllReduceInsideARackIsTheNvlink5ClosedForm) {
   const CollectivePlan nvls = plan_collective(CollectiveKind::kAllReduce, S, range(64, 8), t, eff);
   EXPECT_EQ(nvls.algorithm, CollectiveAlgorithm::kNvls);
   EXPECT_TRUE(nvls.flows.empty());
-  const double nvls_expected = 3e-6 + s / (900e9 * 0.61);
+  const double nvls_expected = 25e-6 + s / (900e9 * 0.61);
   EXPECT_NEAR(nvls.local_time_s, nvls_expected, nvls_expected * 1e-12);
   const CollectivePlan ring =
       plan_collective(CollectiveKind::kAllReduce, S, range(64, 8), t, eff, "ring");
-  const double ring_expected = 14 * 3e-6 + 2.0 * 7 / 8 * s / (900e9 * 0.80);
+  const double ring_latency = (8.4 + 14 * 3.4) * 1e-6;
+  const double ring_expected = ring_latency + 2.0 * 7 / 8 * s / (900e9 * 0.80);
   EXPECT_NEAR(ring.local_time_s, ring_expected, ring_expected * 1e-12);
   EXPECT_TRUE(ring.flows.empty());
   // Twice the DGX H100's NVLink 4 (450 GB/s): the same ring's bandwidth term halves.
   const TopologySpec h100 = load_topology(kSource / "topologies" / "dgx-h100-superpod.yaml");
   const CollectivePlan h100_ring =
       plan_collective(CollectiveKind::kAllReduce, S, range(0, 8), h100, eff, "ring");
-  EXPECT_NEAR(h100_ring.local_time_s - 14 * 3e-6, 2 * (ring.local_time_s - 14 * 3e-6), 1e-12);
+  EXPECT_NEAR(h100_ring.local_time_s - ring_latency, 2 * (ring.local_time_s - ring_latency), 1e-12);
   // A 64-GPU group (all used GPUs of a rack, e.g. TP 4 x CP 2 x DP 8) is still one domain.
   EXPECT_TRUE(plan_collective(CollectiveKind::kAllGather, S, range(0, 64), t, eff).flows.empty());
 }
 
 // A DP group of one GPU per rack (ranks 0, 64, 128, 192: GPU 0 of racks 0..3, one SU) runs a
-// ring over rail 0: flows 0 -> 64 -> 128 -> 192 -> 0 of 2(n-1)/n S / 0.94 bytes each, one NIC
-// pair and one leaf per flow (2 x 600 ns + 130 ns), 2(n-1) steps of alpha_inter = 2 x 600 ns +
-// 3 x 130 ns + 2 us.
+// ring over rail 0: flows 0 -> 64 -> 128 -> 192 -> 0 of 2(n-1)/n S / 0.94 bytes each (Simple at
+// 256 MiB), one NIC pair and one leaf per flow (2 x 600 ns + 130 ns), NCCL's latency 8.4 us +
+// 2(n-1) network steps of the tree's 14 us (one member per node) + the route, 2 x 600 ns +
+// 3 x 130 ns.
 TEST(NvlinkDomainCollectives, GroupsAcrossRacksGoOverTheRails) {
   const TopologySpec t = gb200();
   const FabricEfficiency eff;
@@ -81,8 +84,8 @@ TEST(NvlinkDomainCollectives, GroupsAcrossRacksGoOverTheRails) {
   EXPECT_EQ(p.flows[3].dst, 0);
   const double flow_bytes = 2.0 * 3 / 4 * s / 0.94;
   EXPECT_NEAR(p.flows[0].bytes, flow_bytes, 1e-6);
-  const double alpha_inter = 2 * 600e-9 + 3 * 130e-9 + 2e-6;
-  const double expected = (2 * 600e-9 + 130e-9) + flow_bytes / 50e9 + 6 * alpha_inter;
+  const double net_step = 14e-6 + 2 * 600e-9 + 3 * 130e-9;
+  const double expected = (2 * 600e-9 + 130e-9) + flow_bytes / 50e9 + 8.4e-6 + 6 * net_step;
   EXPECT_NEAR(uncontended_time_s(p, t), expected, expected * 1e-9);
 }
 

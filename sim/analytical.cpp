@@ -1,10 +1,12 @@
-// The step-level analytical estimator; the model and its assumptions are in sim/analytical.hpp.
+// The step-level analytical estimator and its EstimateCache; the model and its assumptions are in
+// sim/analytical.hpp.
 #include "sim/analytical.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,12 +16,90 @@
 
 #include "core/error.hpp"
 #include "core/schedule.hpp"
+#include "sim/analytical_plan.hpp"
 #include "sim/attribution.hpp"
 #include "sim/matching.hpp"
 #include "sim/timed_program.hpp"
 
 namespace traintwin {
+
+namespace analytical_plan {
+
+/// EstimateCache's key of a pipeline plan.
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t>;  // kind, PP, micro-batches, VPP
+
+/// EstimateCache's key of a collective's uncontended time.
+struct CollectiveTimeKey {
+  int collective;
+  int64_t bytes;
+  std::vector<int64_t> members;
+  std::string algorithm;
+  double nvlink_bandwidth, ib_bandwidth;  // the what-if factors of the scaled topology
+  bool operator<(const CollectiveTimeKey& o) const {
+    return std::tie(collective, bytes, nvlink_bandwidth, ib_bandwidth, algorithm, members) <
+           std::tie(o.collective, o.bytes, o.nvlink_bandwidth, o.ib_bandwidth, o.algorithm,
+                    o.members);
+  }
+};
+
+/// EstimateCache's key of a p2p transfer's uncontended time: source and destination rank, bytes,
+/// the what-if NVLink and IB factors.
+using TransferKey = std::tuple<int64_t, int64_t, double, double, double>;
+
+}  // namespace analytical_plan
+
+struct EstimateCache::Impl {
+  static constexpr size_t kPlans = 16;           ///< pipeline plans kept (the most recent)
+  static constexpr size_t kCollectives = 4096;   ///< entries before the maps are emptied
+  std::mutex mutex;
+  const TopologySpec* topo = nullptr;  ///< what the cache serves (by address)
+  const FabricEfficiency* eff = nullptr;
+  std::vector<std::pair<analytical_plan::PlanKey,
+                        std::shared_ptr<const analytical_plan::PipelinePlan>>>
+      plans;  ///< oldest first
+  std::map<analytical_plan::CollectiveTimeKey, double> collectives;
+  std::map<analytical_plan::TransferKey, double> transfers;
+
+  /// Checks that the cache serves `t` and `e` (binds it to them on first use).
+  void bind(const TopologySpec& t, const FabricEfficiency& e) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (topo == nullptr) {
+      topo = &t;
+      eff = &e;
+    }
+    if (topo != &t || eff != &e) {
+      throw InvalidArgument("estimate: an EstimateCache serves one topology and one "
+                            "FabricEfficiency; this call gives others");
+    }
+  }
+
+  /// The plan of `key`, made once.
+  std::shared_ptr<const analytical_plan::PipelinePlan> plan(const analytical_plan::PlanKey& key) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& [k, p] : plans) {
+        if (k == key) return p;
+      }
+    }
+    auto made = std::make_shared<const analytical_plan::PipelinePlan>(analytical_plan::make_pipeline_plan(
+        static_cast<PipelineScheduleKind>(std::get<0>(key)), std::get<1>(key), std::get<2>(key),
+        std::get<3>(key)));
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (plans.size() >= kPlans) plans.erase(plans.begin());
+    plans.emplace_back(key, made);
+    return made;
+  }
+};
+
+EstimateCache::EstimateCache() : impl_(std::make_unique<Impl>()) {}
+EstimateCache::~EstimateCache() = default;
+
 namespace {
+
+using analytical_plan::Item;
+using analytical_plan::P2PRef;
+using analytical_plan::StagePlan;
+
 
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr double kUnposted = -1.0;
@@ -67,10 +147,13 @@ struct StageTemplate {
 
 class Estimator {
  public:
+  /// `scaling`: the what-if bandwidth factors `topo` is scaled by (the cache's keys);
+  /// `cache`: null, or one bound to the unscaled topology and `eff`.
   Estimator(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
-            const FabricEfficiency& eff, ComputeScaling compute, StepScope probe_steps)
+            const FabricEfficiency& eff, ComputeScaling compute, StepScope probe_steps,
+            const PlatformScaling& scaling, EstimateCache::Impl* cache)
       : s_(s), topo_(topo), costs_(costs), eff_(eff), compute_(std::move(compute)),
-        probe_steps_(probe_steps) {}
+        probe_steps_(probe_steps), scaling_(scaling), cache_(cache) {}
 
   IterationMetrics run() {
     const ParallelConfig& pc = s_.parallel;
@@ -102,6 +185,12 @@ class Estimator {
     for (int64_t r = 0; r < p_; ++r) stage_rank_[static_cast<size_t>(r)] = prog_->layout.rank({0, 0, 0, r});
     stages_.resize(static_cast<size_t>(p_));
     p2p_s_.assign(static_cast<size_t>(p_ * p_), -1.0);
+    if (cache_ != nullptr) {
+      plan_ = cache_->plan({static_cast<int>(kind_), p_, m_, v_});
+    } else {
+      plan_ = std::make_shared<const analytical_plan::PipelinePlan>(
+          analytical_plan::make_pipeline_plan(kind_, p_, m_, v_));
+    }
     for (int64_t r = 0; r < p_; ++r) prepare_stage(r);
     run_steps();
     run_tails();
@@ -118,10 +207,34 @@ class Estimator {
     const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes);
     auto it = coll_s_.find(key);
     if (it != coll_s_.end()) return it->second;
-    const std::vector<int64_t> members = prog_->layout.group(op.group, rank);
-    const CollectivePlan plan = plan_collective(op.collective, op.bytes, members, topo_, eff_,
-                                                s_.cluster.collective_algorithm);
-    const double t = uncontended_time_s(plan, topo_);
+    std::vector<int64_t> members = prog_->layout.group(op.group, rank);
+    auto time = [&] {
+      const CollectivePlan plan = plan_collective(op.collective, op.bytes, members, topo_, eff_,
+                                                  s_.cluster.collective_algorithm);
+      return uncontended_time_s(plan, topo_);
+    };
+    double t = 0;
+    if (cache_ != nullptr) {
+      analytical_plan::CollectiveTimeKey k{static_cast<int>(op.collective), op.bytes,
+                                           std::move(members), s_.cluster.collective_algorithm,
+                                           scaling_.nvlink_bandwidth, scaling_.ib_bandwidth};
+      std::unique_lock<std::mutex> lock(cache_->mutex);
+      const auto hit = cache_->collectives.find(k);
+      if (hit != cache_->collectives.end()) {
+        t = hit->second;
+      } else {
+        lock.unlock();
+        members = k.members;
+        t = time();
+        lock.lock();
+        if (cache_->collectives.size() >= EstimateCache::Impl::kCollectives) {
+          cache_->collectives.clear();
+        }
+        cache_->collectives.emplace(std::move(k), t);
+      }
+    } else {
+      t = time();
+    }
     coll_s_.emplace(key, t);
     return t;
   }
@@ -263,23 +376,10 @@ class Estimator {
 
   // ---- step 3: the real schedules as a step-level dataflow ------------------------------------
 
-  struct P2PRef {
-    bool send;
-    int64_t peer_stage;
-    int64_t tag;
-  };
-  struct Item {
-    int64_t step = -1;        ///< index into the schedule, or -1 for a p2p batch
-    uint32_t begin = 0, end = 0;  ///< a batch's sends and recvs: Stage::refs[begin, end)
-  };
-
   struct Stage {
     uint32_t tmpl = 0;
-    std::vector<ScheduleStep> schedule;
-    std::vector<Item> items;
-    std::vector<P2PRef> refs;
+    const StagePlan* plan = nullptr;  ///< its schedule and p2p batches (in plan_)
     std::vector<double> first_fwd_start, last_bwd_start;  ///< per chunk
-    std::vector<int64_t> first_fwd_step, last_bwd_step;   ///< per chunk: schedule index
     std::vector<double> pre_end;   ///< ends of the non-step ops run before the steps
     size_t pos = 0;
     double cend = 0;   ///< end of the last compute op
@@ -296,89 +396,6 @@ class Estimator {
   };
 
   int64_t nvs() const { return p_ * v_; }
-  /// A transfer of stage `r` (core/schedule.hpp's rule, the lowering's) as a P2PRef.
-  P2PRef ref(const PipelineTransfer& t, bool send) const {
-    const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
-    return P2PRef{send, rank_of_virtual_stage(kind_, p_, peer), pipeline_tag(t, nvs())};
-  }
-  // The transfers that cross ranks, by core/schedule.hpp's one rule (the lowering's).
-  std::optional<P2PRef> recv_input(int64_t r, const ScheduleStep& st) const {
-    const auto t = rank_step_input(kind_, p_, r, v_, st);
-    return t ? std::optional<P2PRef>(ref(*t, false)) : std::nullopt;
-  }
-  std::optional<P2PRef> send_output(int64_t r, const ScheduleStep& st) const {
-    const auto t = rank_step_output(kind_, p_, r, v_, st);
-    return t ? std::optional<P2PRef>(ref(*t, true)) : std::nullopt;
-  }
-
-
-  /// Megatron's p2p batches around the steps, as core/rank_lowering.cpp (lower_schedule) issues them.
-  void make_items(int64_t r, Stage& stage) const {
-    const std::vector<ScheduleStep>& steps = stage.schedule;
-    std::vector<Item>& out = stage.items;
-    std::vector<P2PRef>& refs = stage.refs;
-    out.reserve(2 * steps.size() + 2);
-    refs.reserve(2 * steps.size() + 2);
-    auto batch = [&](std::initializer_list<std::optional<P2PRef>> xs) {
-      Item it{-1, static_cast<uint32_t>(refs.size()), 0};
-      for (const auto& x : xs) {
-        if (x) refs.push_back(*x);
-      }
-      it.end = static_cast<uint32_t>(refs.size());
-      if (it.end > it.begin) out.push_back(it);
-    };
-    auto step = [&](int64_t i) { out.push_back(Item{i, 0, 0}); };
-    const auto n = static_cast<int64_t>(steps.size());
-    if (v_ == 1 || async_sends_) {  // as core/rank_lowering.cpp: also ZB-V's two chunks
-      // W steps have no p2p; the batches pair each F or B step with the next F or B step.
-      auto next_fb = [&](int64_t i) {
-        while (i < n && steps[static_cast<size_t>(i)].pass == Pass::kWeightGrad) ++i;
-        return i;
-      };
-      batch({recv_input(r, steps[0])});
-      for (int64_t i = 0; i < n; ++i) {
-        step(i);
-        const auto& st = steps[static_cast<size_t>(i)];
-        if (st.pass == Pass::kWeightGrad) continue;
-        const int64_t next = next_fb(i + 1);
-        if (next < n && steps[static_cast<size_t>(next)].pass != st.pass) {
-          batch({send_output(r, st), recv_input(r, steps[static_cast<size_t>(next)])});
-        } else {
-          batch({send_output(r, st)});
-          if (next < n) batch({recv_input(r, steps[static_cast<size_t>(next)])});
-        }
-      }
-      return;
-    }
-    std::vector<int64_t> fwd, bwd;
-    for (int64_t i = 0; i < n; ++i) {
-      (steps[static_cast<size_t>(i)].pass == Pass::kForward ? fwd : bwd).push_back(i);
-    }
-    size_t warmup = 0;
-    while (warmup < steps.size() && steps[warmup].pass == Pass::kForward) ++warmup;
-    const size_t total = fwd.size();
-    const size_t steady = total - warmup;
-    auto S = [&](int64_t i) -> const ScheduleStep& { return steps[static_cast<size_t>(i)]; };
-    auto recv_f = [&](size_t k) { return k < total ? recv_input(r, S(fwd[k])) : std::nullopt; };
-    auto recv_b = [&](size_t k) { return k < total ? recv_input(r, S(bwd[k])) : std::nullopt; };
-    batch({recv_f(0)});
-    for (size_t k = 0; k < warmup; ++k) {
-      step(fwd[k]);
-      batch({send_output(r, S(fwd[k])), recv_f(k + 1),
-             k + 1 == warmup && steady > 0 ? recv_b(0) : std::nullopt});
-    }
-    for (size_t j = 0; j < steady; ++j) {
-      step(fwd[warmup + j]);
-      step(bwd[j]);
-      batch({send_output(r, S(fwd[warmup + j])), send_output(r, S(bwd[j])), recv_f(warmup + j + 1),
-             recv_b(j + 1)});
-    }
-    if (steady == 0) batch({recv_b(0)});
-    for (size_t k = steady; k < total; ++k) {
-      step(bwd[k]);
-      batch({send_output(r, S(bwd[k])), recv_b(k + 1)});
-    }
-  }
 
   uint32_t template_of(int64_t r) const {
     if (r == 0) return 0;
@@ -389,19 +406,11 @@ class Estimator {
   void prepare_stage(int64_t r) {
     Stage& st = stages_[static_cast<size_t>(r)];
     st.tmpl = template_of(r);
-    st.schedule = build_schedule(s_.parallel.pipeline_schedule, p_, r, m_, v_);
-    make_items(r, st);
+    st.plan = &plan_->stages[static_cast<size_t>(r)];
     st.b.rank = stage_rank_[static_cast<size_t>(r)];
     const auto v = static_cast<size_t>(v_);
     st.first_fwd_start.assign(v, 0.0);
     st.last_bwd_start.assign(v, 0.0);
-    st.first_fwd_step.assign(v, -1);
-    st.last_bwd_step.assign(v, -1);
-    for (size_t i = 0; i < st.schedule.size(); ++i) {
-      const auto c = static_cast<size_t>(st.schedule[i].model_chunk);
-      if (st.schedule[i].pass == Pass::kForward && st.first_fwd_step[c] < 0) st.first_fwd_step[c] = static_cast<int64_t>(i);
-      if (st.schedule[i].pass == trigger_pass()) st.last_bwd_step[c] = static_cast<int64_t>(i);
-    }
     // Ops before the first step (the zero grad buffer kernel; parameter all-gathers with
     // overlap_param_gather): plain dataflow from time 0, inside the stage. The steps' compute
     // follows the compute ops among them (the compute stream is FIFO).
@@ -426,17 +435,37 @@ class Estimator {
   double transfer_s(int64_t src_stage, int64_t dst_stage) {
     double& cached = p2p_s_[static_cast<size_t>(src_stage * p_ + dst_stage)];
     if (cached >= 0) return cached;
-    // The Program's own payload (core/program.cpp's rule: CP, SP and the activation dtype
-    // included), taken from a send or recv of the probe.
-    double bytes = 0;
-    for (const StageTemplate& t : tmpl_) {
-      for (const Op& op : t.rp->ops) {
-        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) bytes = static_cast<double>(op.bytes);
+    if (p2p_bytes_ < 0) {
+      // The Program's own payload (core/program.cpp's rule: CP, SP and the activation dtype
+      // included), taken from a send or recv of the probe (the last of the first template that
+      // has one).
+      double bytes = 0;
+      for (const StageTemplate& t : tmpl_) {
+        for (const Op& op : t.rp->ops) {
+          if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) bytes = static_cast<double>(op.bytes);
+        }
+        if (bytes > 0) break;
       }
-      if (bytes > 0) break;
+      p2p_bytes_ = bytes;
     }
-    const double t = uncontended_transfer_s(stage_rank_[static_cast<size_t>(src_stage)],
-                                            stage_rank_[static_cast<size_t>(dst_stage)], bytes, topo_);
+    const int64_t src = stage_rank_[static_cast<size_t>(src_stage)];
+    const int64_t dst = stage_rank_[static_cast<size_t>(dst_stage)];
+    double t = 0;
+    if (cache_ != nullptr) {
+      const analytical_plan::TransferKey key{src, dst, p2p_bytes_, scaling_.nvlink_bandwidth,
+                                             scaling_.ib_bandwidth};
+      {
+        const std::lock_guard<std::mutex> lock(cache_->mutex);
+        const auto it = cache_->transfers.find(key);
+        if (it != cache_->transfers.end()) return cached = it->second;
+      }
+      t = uncontended_transfer_s(src, dst, p2p_bytes_, topo_);
+      const std::lock_guard<std::mutex> lock(cache_->mutex);
+      if (cache_->transfers.size() >= EstimateCache::Impl::kCollectives) cache_->transfers.clear();
+      cache_->transfers.emplace(key, t);
+    } else {
+      t = uncontended_transfer_s(src, dst, p2p_bytes_, topo_);
+    }
     cached = t;
     return t;
   }
@@ -454,33 +483,47 @@ class Estimator {
     const auto ntags = static_cast<size_t>(m_ * nvs() * 2);
     send_post_.assign(ntags, kUnposted);
     recv_post_.assign(ntags, kUnposted);
-    bool progress = true;
+    // Each stage runs until a step waits for a transfer its peer has not posted yet; it then
+    // waits on that tag and runs again once the peer posts it. A step's start depends only on
+    // its own stage and on the posts it waits for, so the order in which stages run changes
+    // nothing.
+    std::vector<int64_t> waiter(ntags, -1);  // tag -> the stage waiting for its other side
+    std::vector<int64_t> runnable;
+    runnable.reserve(static_cast<size_t>(p_));
+    for (int64_t r = p_ - 1; r >= 0; --r) runnable.push_back(r);
     size_t done = 0;
-    while (progress) {
-      progress = false;
-      for (int64_t r = 0; r < p_; ++r) {
-        Stage& st = stages_[static_cast<size_t>(r)];
-        while (st.pos < st.items.size()) {
-          const Item& it = st.items[st.pos];
-          if (it.step < 0) {
-            for (uint32_t k = it.begin; k < it.end; ++k) {
-              const P2PRef& x = st.refs[k];
-              auto& post = x.send ? send_post_ : recv_post_;
-              post[static_cast<size_t>(x.tag)] = st.cend;
-              (x.send && async_sends_ ? st.async_sends : st.pending).push_back(x);
+    while (!runnable.empty()) {
+      const int64_t r = runnable.back();
+      runnable.pop_back();
+      Stage& st = stages_[static_cast<size_t>(r)];
+      const StagePlan& plan = *st.plan;
+      while (st.pos < plan.items.size()) {
+        const Item& it = plan.items[st.pos];
+        if (it.step < 0) {
+          for (uint32_t k = it.begin; k < it.end; ++k) {
+            const P2PRef& x = plan.refs[k];
+            const auto tg = static_cast<size_t>(x.tag);
+            auto& post = x.send ? send_post_ : recv_post_;
+            post[tg] = st.cend;
+            (x.send && async_sends_ ? st.async_sends : st.pending).push_back(x);
+            if (waiter[tg] >= 0) {
+              runnable.push_back(waiter[tg]);
+              waiter[tg] = -1;
             }
-            ++st.pos;
-            progress = true;
-            continue;
           }
-          if (!run_step(r, st, it.step)) break;
           ++st.pos;
-          progress = true;
+          continue;
         }
-        if (st.pos == st.items.size() && st.end == 0) {
-          st.end = -1;  // marks "steps done"
-          ++done;
+        int64_t blocked = -1;
+        if (!run_step(r, st, it.step, blocked)) {
+          waiter[static_cast<size_t>(blocked)] = r;
+          break;
         }
+        ++st.pos;
+      }
+      if (st.pos == plan.items.size() && st.end == 0) {
+        st.end = -1;  // marks "steps done"
+        ++done;
       }
     }
     if (done != static_cast<size_t>(p_)) {
@@ -503,18 +546,23 @@ class Estimator {
     }
   }
 
-  /// Runs schedule step `i` of stage `r` if its inputs are there.
-  bool run_step(int64_t r, Stage& st, int64_t i) {
+  /// Runs schedule step `i` of stage `r` if its inputs are there; else false, with the tag of
+  /// a transfer it waits for in `blocked`.
+  bool run_step(int64_t r, Stage& st, int64_t i, int64_t& blocked) {
     // Wait for every op of the pending batch(es); a W step waits for none (they stay pending
     // for the next F or B step, as core/rank_lowering.cpp's lower_weight_grad holds them).
-    const ScheduleStep& step = st.schedule[static_cast<size_t>(i)];
+    const StagePlan& plan = *st.plan;
+    const ScheduleStep& step = plan.schedule[static_cast<size_t>(i)];
     const bool weight_grad = step.pass == Pass::kWeightGrad;
     double start = st.ready;
     WaitedFor waited = st.ready > st.cend ? st.ready_wait : WaitedFor{};
     for (const P2PRef& x : st.pending) {
       if (weight_grad) break;
       const auto e = transfer_end(x, r);
-      if (!e) return false;
+      if (!e) {
+        blocked = x.tag;
+        return false;
+      }
       if (*e > start) {
         start = *e;
         const auto tg = static_cast<size_t>(x.tag);
@@ -523,8 +571,8 @@ class Estimator {
     }
     const StageTemplate& t = tmpl_[st.tmpl];
     const auto c = static_cast<size_t>(step.model_chunk);
-    const bool first_fwd = st.first_fwd_step[c] == i;
-    const bool last_bwd = st.last_bwd_step[c] == i;
+    const bool first_fwd = plan.first_fwd_step[c] == i;
+    const bool last_bwd = plan.last_bwd_step[c] == i;
     uint32_t inst = t.typical[static_cast<size_t>(static_cast<int64_t>(step.pass) * v_ + step.model_chunk)];
     if (first_fwd && t.first_fwd[c] != kNone) inst = t.first_fwd[c];
     if (last_bwd && t.last_bwd[c] != kNone) inst = t.last_bwd[c];
@@ -756,6 +804,10 @@ class Estimator {
   std::optional<TimedProgram> timed_;
   std::map<std::tuple<int, int, int64_t>, double> coll_s_;
   std::vector<double> p2p_s_;  ///< by src stage x p + dst stage, < 0 until computed
+  double p2p_bytes_ = -1;      ///< the probe's p2p payload, < 0 until looked up
+  const PlatformScaling scaling_;
+  EstimateCache::Impl* const cache_;
+  std::shared_ptr<const analytical_plan::PipelinePlan> plan_;
   std::vector<StageTemplate> tmpl_;
   std::vector<int64_t> stage_rank_;
   std::vector<Stage> stages_;
@@ -766,7 +818,8 @@ class Estimator {
 }  // namespace
 
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
-                          const FabricEfficiency& eff, StepScope probe_steps) {
+                          const FabricEfficiency& eff, StepScope probe_steps,
+                          EstimateCache* cache) {
   check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {
@@ -787,8 +840,14 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const Cos
   // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
   // use, gpu_speed_scale the compute (in the timing layer).
   const SimulationOptions o = with_what_if(SimulationOptions{}, w);
+  EstimateCache::Impl* c = nullptr;
+  if (cache != nullptr) {
+    c = &cache->impl();
+    c->bind(topo, eff);
+  }
   return Estimator(s, scaled_topology(topo, o.scaling), costs, eff,
-                   ComputeScaling{o.gpu_speed_scale, std::nullopt, {}}, probe_steps).run();
+                   ComputeScaling{o.gpu_speed_scale, std::nullopt, {}}, probe_steps, o.scaling,
+                   c).run();
 }
 
 }  // namespace traintwin

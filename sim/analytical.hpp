@@ -52,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/program.hpp"
@@ -64,6 +65,33 @@
 
 namespace traintwin {
 
+/// What estimate() reuses from one call to the next: a sweep estimates hundreds of layouts that
+/// share their pipeline schedule (rows that differ only in recomputation, SP or the distributed
+/// optimizer) or their collectives. It holds
+///  - per (schedule kind, PP, number of micro-batches, VPP): every stage's schedule
+///    (build_schedule) and Megatron's p2p batches around its steps (the 16 most recent);
+///  - per collective (op, bytes, members, s.cluster.collective_algorithm, the what-if NVLink and
+///    IB bandwidth factors): its uncontended time (plan_collective, uncontended_time_s);
+///  - per p2p transfer (source and destination rank, bytes, the same factors): its uncontended
+///    time (uncontended_transfer_s).
+/// Each entry is a pure function of its key, so an estimate with a cache is bit-identical to one
+/// without (tests/sim/analytical_probe_test.cpp). One cache serves one topology and one
+/// FabricEfficiency (the objects estimate() is given, by address): estimate() throws
+/// InvalidArgument when a cache is used with others. Safe to share between threads (a mutex).
+class EstimateCache {
+ public:
+  EstimateCache();
+  ~EstimateCache();
+  EstimateCache(const EstimateCache&) = delete;
+  EstimateCache& operator=(const EstimateCache&) = delete;
+
+  struct Impl;  ///< defined in sim/analytical.cpp
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo` with `costs` (see the file comment).
 /// Collective algorithms as the replay chooses them (s.cluster.collective_algorithm, else the
 /// tuner). Throws what build_program() throws (UnsupportedError for CP > 1, ...), UnsupportedError
@@ -72,8 +100,11 @@ namespace traintwin {
 /// the schedule cannot complete (a p2p or collective never matched).
 /// `probe_steps`: the steps of the probe that are lowered; StepScope::kAll (every micro-batch of
 /// the probe) gives the same result, slower — the reference the tests compare with.
+/// `cache`: what an earlier call with the same `topo` and `eff` computed (EstimateCache); null:
+/// nothing reused. The result does not depend on it.
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
                           const FabricEfficiency& eff = {},
-                          StepScope probe_steps = StepScope::kBoundary);
+                          StepScope probe_steps = StepScope::kBoundary,
+                          EstimateCache* cache = nullptr);
 
 }  // namespace traintwin

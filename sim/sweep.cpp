@@ -10,7 +10,9 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -431,7 +433,8 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
     // Shares of the configurations; share k holds todo[k], todo[k + shares], ... (neighbours in
     // the enumeration cost about the same, so equal shares take about the same time). Each share
     // is a forked worker, which costs ~10 ms of CPU (fork, copy-on-write faults of the heap it
-    // writes, its result through a pipe: ~15 analytical estimates, bench/sweep_bench), so a share
+    // writes, its results through a pipe as CBOR: ~15 analytical estimates, bench/sweep_bench;
+    // a fresh worker also starts from the evaluator's cache as the fork found it), so a share
     // holds at least ~500 configurations: one share per worker for a small sweep, up to 8 per
     // worker on a large one for the progress bar.
     const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
@@ -447,7 +450,10 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
             out.push_back({{"error", e.what()}});
           }
         }
-        return out.dump();
+        // CBOR, not text: the same values (doubles bit for bit), read back at a fraction of the
+        // cost of parsing their decimal text, which the parent does alone.
+        const std::vector<uint8_t> bytes = nlohmann::json::to_cbor(out);
+        return std::string(bytes.begin(), bytes.end());
       });
     }
     // Progress in configurations: a share of n / shares configurations per finished share.
@@ -470,7 +476,7 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
         failure = outcomes[k].error;
       } else {
         try {
-          results = nlohmann::json::parse(outcomes[k].output);
+          results = nlohmann::json::from_cbor(outcomes[k].output);
         } catch (const std::exception& x) {
           failure = std::string("the worker's evaluations cannot be read back: ") + x.what();
         }
@@ -504,6 +510,7 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
 }
 
 std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
+  // Sorts positions, then moves each row once: a SweepRow (its Scenario) is costly to move.
   auto group = [](SweepStatus s) {
     switch (s) {
       case SweepStatus::kRanked:
@@ -517,7 +524,11 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
     }
     return 4;
   };
-  std::stable_sort(rows.begin(), rows.end(), [&group](const SweepRow& a, const SweepRow& b) {
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&group, &rows](size_t ia, size_t ib) {
+    const SweepRow& a = rows[ia];
+    const SweepRow& b = rows[ib];
     const int ga = group(a.status), gb = group(b.status);
     if (ga != gb) return ga < gb;
     if (a.status == SweepStatus::kRanked) {
@@ -531,9 +542,12 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
     }
     return a.config.index < b.config.index;
   });
+  std::vector<SweepRow> sorted;
+  sorted.reserve(rows.size());
+  for (size_t i : order) sorted.push_back(std::move(rows[i]));
   int64_t rank = 0;
-  for (SweepRow& r : rows) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
-  return rows;
+  for (SweepRow& r : sorted) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
+  return sorted;
 }
 
 // ----- flag parsing ---------------------------------------------------------------------------
@@ -668,9 +682,22 @@ std::vector<bool> parse_sweep_switch(const std::string& flag, const std::string&
 
 Evaluator make_analytical_evaluator(const TopologySpec& topo, std::shared_ptr<const CostModel> costs,
                                     FabricEfficiency fabric) {
-  return [topo, costs = std::move(costs), fabric](const Scenario& s) {
-    const IterationMetrics a = estimate(s, topo, *costs, fabric);
-    return SweepEvaluation{"analytical", summarize(s, topo, a), nullptr};
+  // What one estimate computes for the next (schedules, collective times): bound to this
+  // evaluator's own topology and fabric efficiency, which it holds in `state`.
+  struct State {
+    TopologySpec topo;
+    std::shared_ptr<const CostModel> costs;
+    FabricEfficiency fabric;
+    EstimateCache cache;
+  };
+  auto state = std::make_shared<State>();
+  state->topo = topo;
+  state->costs = std::move(costs);
+  state->fabric = std::move(fabric);
+  return [state](const Scenario& s) {
+    const IterationMetrics a =
+        estimate(s, state->topo, *state->costs, state->fabric, StepScope::kBoundary, &state->cache);
+    return SweepEvaluation{"analytical", summarize(s, state->topo, a), nullptr};
   };
 }
 

@@ -4,7 +4,9 @@
 // (StepScope::kAll). Both must give the same iteration time and the same breakdown on every
 // stage, bit for bit, on the shipped scenarios and on a sample of the sweep grid of
 // bench/sweep_bench.cpp (GPT-3 175B on 1024 H100: TP, PP, micro-batch, VPP, recompute, SP,
-// distributed optimizer).
+// distributed optimizer). An EstimateCache (what one estimate reuses from the last: schedules,
+// collective and p2p times) changes no result either, on every layout of that grid the memory
+// model accepts, estimated in enumeration order as a sweep does.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "bench/sweep_grid.hpp"
+#include "core/error.hpp"
 #include "core/program.hpp"
 #include "core/scenario.hpp"
 #include "sim/analytical.hpp"
@@ -146,6 +149,47 @@ TEST(ProbeScope, BoundaryStepsGiveTheFullProbesResultOnTheSweepGrid) {
   std::printf("compared %d grid configurations (%d interleaved)\n", compared, interleaved);
   EXPECT_GE(compared, 100);
   EXPECT_GE(interleaved, 40);
+}
+
+// Every valid layout of the grid, in enumeration order with one cache (neighbours share their
+// schedule and collectives: the cache hits), against an estimate without one: the same metrics,
+// bit for bit.
+TEST(EstimateCache, ReusedSchedulesAndCollectiveTimesGiveTheSameResultOnTheSweepGrid) {
+  const Scenario base = load_scenario(scenario_path("gpt3-175b-h100-1024"));
+  const TopologySpec topo = load_topology(base.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const FabricEfficiency eff;
+  EstimateCache cache;
+  int compared = 0;
+  for (const SweepConfiguration& c :
+       enumerate_configurations(base, gpt3_175b_speed_grid(), topo.gpu.memory_bytes)) {
+    if (!c.valid) continue;
+    const std::string what = "configuration " + std::to_string(c.index);
+    const IterationMetrics cached =
+        estimate(c.scenario, topo, *costs, eff, StepScope::kBoundary, &cache);
+    const IterationMetrics plain = estimate(c.scenario, topo, *costs, eff, StepScope::kBoundary);
+    EXPECT_EQ(cached.iteration_time_s, plain.iteration_time_s) << what;
+    EXPECT_EQ(cached.ops, plain.ops) << what;
+    expect_same(cached.critical, plain.critical, what + " critical");
+    ASSERT_EQ(cached.per_stage.size(), plain.per_stage.size()) << what;
+    for (size_t r = 0; r < plain.per_stage.size(); ++r) {
+      expect_same(cached.per_stage[r], plain.per_stage[r], what + " stage " + std::to_string(r));
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 1692);
+}
+
+// A cache serves the topology and fabric efficiency it was first used with.
+TEST(EstimateCache, RefusesAnotherTopology) {
+  const Scenario s = load_scenario(scenario_path("gpt3-175b-h100-1024"));
+  const TopologySpec topo = load_topology(s.cluster.topology);
+  const TopologySpec other = topo;
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const FabricEfficiency eff;
+  EstimateCache cache;
+  estimate(s, topo, *costs, eff, StepScope::kBoundary, &cache);
+  EXPECT_THROW(estimate(s, other, *costs, eff, StepScope::kBoundary, &cache), InvalidArgument);
 }
 
 }  // namespace

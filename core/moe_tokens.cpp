@@ -30,9 +30,12 @@ int64_t moe_local_tokens(const Scenario& s) {
 int64_t moe_expert_capacity(const Scenario& s) {
   const ModelSpec& m = s.model;
   if (!m.moe_expert_capacity_factor) return 0;
-  const double copies = static_cast<double>(moe_local_tokens(s) * m.moe_router_topk);
-  return static_cast<int64_t>(
-      std::ceil(copies / static_cast<double>(m.num_moe_experts) * *m.moe_expert_capacity_factor));
+  const int64_t tokens = moe_local_tokens(s);
+  const double copies = static_cast<double>(tokens * m.moe_router_topk);
+  const double capacity =
+      std::ceil(copies / static_cast<double>(m.num_moe_experts) * *m.moe_expert_capacity_factor);
+  // An expert keeps each token at most once: the top `capacity` of the tokens' gates.
+  return capacity >= static_cast<double>(tokens) ? tokens : static_cast<int64_t>(capacity);
 }
 
 double moe_expert_tokens_per_rank(const Scenario& s) {

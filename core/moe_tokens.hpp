@@ -22,7 +22,9 @@ namespace traintwin {
 /// when CP does not divide seq_length or TP the local tokens under SP.
 int64_t moe_local_tokens(const Scenario& s);
 
-/// Megatron's per-expert capacity from one source rank, ceil(T k / E x capacity_factor); 0 when
+/// Megatron's per-expert capacity from one source rank, ceil(T k / E x capacity_factor), at most
+/// T: an expert takes each token once (Megatron's drop policy keeps the top-capacity gates over
+/// the T tokens; the executor's router keeps min(capacity, T), exec/cpu/moe_router.cpp); 0 when
 /// dropless (no capacity factor).
 int64_t moe_expert_capacity(const Scenario& s);
 

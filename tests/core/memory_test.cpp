@@ -626,6 +626,12 @@ TEST(MemoryMoe, MoeLayerActivationsByHand) {
   s.model.moe_expert_capacity_factor = 2.0;
   s.model.moe_pad_expert_input_to_capacity = true;
   EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 64 * 320 + 4096);
+  // A factor of 1e6 pads to every token once, not to ceil(16 x 2 / 4 x 1e6): capacity T = 16, as
+  // the executor's router keeps min(capacity, tokens) (issue 31: 3,540 GiB "does not fit").
+  s.model.moe_expert_capacity_factor = 1e6;
+  EXPECT_EQ(moe_expert_capacity(s), 16);
+  EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 64 * 320 + 4096);
+  s.model.moe_expert_capacity_factor = 2.0;
   // A shared expert of width 64 adds its MLP under TP: 32 tokens x (2 x 128 + 2 x 64) / 2.
   s.model.moe_shared_expert_intermediate_size = 64;
   EXPECT_EQ(moe_mlp_activation_bytes(s), 128 + 64 * 320 + 4096 + 32.0 * (256 + 128) / 2);

@@ -55,7 +55,10 @@ enum class AttentionBackend { kUnfused, kFlash };
 /// which split each backward into B (input gradient) and W (weight gradient) steps. kZbV: the
 /// V-shaped zero-bubble schedule ZB-V (Qi et al., arXiv:2401.10241 v2, sec. 6): two model
 /// chunks per pipeline rank, chunk 0 of rank r the stage r and chunk 1 the stage 2p - 1 - r.
-enum class PipelineScheduleKind { kGPipe, k1F1B, kZbH1, kZbH2, kZbV };
+/// kDualPipeV: DeepSeek's DualPipeV (the "cut-in-half" DualPipe, deepseek-ai/DualPipe
+/// dualpipev.py) in the same V placement, overlapping a forward chunk with a backward chunk of
+/// another micro-batch.
+enum class PipelineScheduleKind { kGPipe, k1F1B, kZbH1, kZbH2, kZbV, kDualPipeV };
 
 /// How the learning rate decays after warm-up (Megatron --lr-decay-style; its
 /// OptimizerParamScheduler, megatron/core/optimizer_param_scheduler.py).
@@ -98,7 +101,7 @@ enum class CpCommType { kP2p, kA2a, kAllGather };
 const char* to_string(RecomputeGranularity r);
 /// "no_shard" | "optim" | "optim_grads" | "optim_grads_params".
 const char* to_string(DataParallelShardingStrategy d);
-/// "gpipe" | "1f1b" | "zb-h1" | "zb-h2" | "zb-v".
+/// "gpipe" | "1f1b" | "zb-h1" | "zb-h2" | "zb-v" | "dualpipev".
 const char* to_string(PipelineScheduleKind k);
 /// "unfused" | "flash".
 const char* to_string(AttentionBackend a);

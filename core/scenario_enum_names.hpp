@@ -80,7 +80,8 @@ TRAINTWIN_ENUM_NAMES(PipelineScheduleKind, std::pair{PipelineScheduleKind::kGPip
                      std::pair{PipelineScheduleKind::k1F1B, "1f1b"},
                      std::pair{PipelineScheduleKind::kZbH1, "zb-h1"},
                      std::pair{PipelineScheduleKind::kZbH2, "zb-h2"},
-                     std::pair{PipelineScheduleKind::kZbV, "zb-v"});
+                     std::pair{PipelineScheduleKind::kZbV, "zb-v"},
+                     std::pair{PipelineScheduleKind::kDualPipeV, "dualpipev"});
 TRAINTWIN_ENUM_NAMES(LrDecayStyle, std::pair{LrDecayStyle::kConstant, "constant"},
                      std::pair{LrDecayStyle::kLinear, "linear"},
                      std::pair{LrDecayStyle::kCosine, "cosine"});

@@ -510,33 +510,38 @@ void check_rules(const Scenario& s, const Locator& where) {
   }
 
   // Zero-bubble schedules (Qi et al. 2024): ZB-H1 and ZB-H2 one model chunk and at least PP
-  // micro-batches; ZB-V (arXiv:2401.10241 v2, sec. 6) two model chunks in its V placement and at
-  // least 2 x PP micro-batches (its warm-up runs 2p forwards, core/schedule.hpp zb_v_schedule).
+  // micro-batches; ZB-V (arXiv:2401.10241 v2, sec. 6) and DualPipeV (deepseek-ai/DualPipe) two
+  // model chunks in the V placement and at least 2 x PP micro-batches (their warm-ups run 2p
+  // forwards, core/schedule.hpp zb_v_schedule, dualpipev_schedule).
   if (splits_backward(p.pipeline_schedule)) {
     const std::string_view skey = "parallelism.pipeline_schedule";
-    const bool zb_v = p.pipeline_schedule == PipelineScheduleKind::kZbV;
+    const bool zb_v = v_shaped(p.pipeline_schedule);
+    const std::string name = to_string(p.pipeline_schedule);
     if (zb_v && v != 2) {
       rule_error(where, skey,
-                 fmt::format("zb-v needs parallelism.virtual_pipeline_model_parallel_size: 2 (or "
+                 fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 2 (or "
                              "num_layers_per_virtual_pipeline_stage = num_layers / (2 x PP)), got "
-                             "{} (rule: ZB-V holds two model chunks per rank, stages r and "
+                             "{} (rule: {} holds two model chunks per rank, stages r and "
                              "2p - 1 - r; allowed values with v = 1: gpipe, 1f1b, zb-h1, zb-h2)",
-                             v));
+                             name, v, name));
     }
     if (zb_v && (p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers)) {
       rule_error(where, skey,
-                 "zb-v is not combined with parallelism.decoder_first_pipeline_num_layers or "
-                 "decoder_last_pipeline_num_layers (rule: those keys size the first and the last "
-                 "rank, each chunk of a rank taking its share; ZB-V puts stages r and 2p - 1 - r on "
-                 "rank r, the first and the last stage both on rank 0; allowed with them: gpipe, "
-                 "1f1b, zb-h1, zb-h2; with zb-v, account_for_embedding_in_pipeline_split and "
-                 "account_for_loss_in_pipeline_split, which count per stage, do combine)");
+                 fmt::format(
+                     "{} is not combined with parallelism.decoder_first_pipeline_num_layers or "
+                     "decoder_last_pipeline_num_layers (rule: those keys size the first and the "
+                     "last rank, each chunk of a rank taking its share; the V puts stages r and "
+                     "2p - 1 - r on rank r, the first and the last stage both on rank 0; allowed "
+                     "with them: gpipe, 1f1b, zb-h1, zb-h2; with {}, "
+                     "account_for_embedding_in_pipeline_split and "
+                     "account_for_loss_in_pipeline_split, which count per stage, do combine)",
+                     name, name));
     }
     if (!zb_v && v > 1) {
       rule_error(where, skey,
                  fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "
                              "(rule: ZB-H1 and ZB-H2 have one model chunk per rank; allowed with "
-                             "v > 1: 1f1b, and zb-v with v = 2)",
+                             "v > 1: 1f1b, and zb-v or dualpipev with v = 2)",
                              to_string(p.pipeline_schedule), v));
     }
     const int64_t micro_batches = t.global_batch_size / per_step;
@@ -545,9 +550,9 @@ void check_rules(const Scenario& s, const Locator& where) {
       rule_error(where, skey,
                  fmt::format("{} needs at least {} micro-batches, got global_batch_size / "
                              "(micro_batch_size x DP) = {} / ({} x {}) = {} (rule: ZB-H1 and ZB-H2 "
-                             "fill the bubbles with the W's of PP micro-batches, ZB-V's warm-up "
-                             "runs 2 x PP chunk forwards; allowed values: gpipe, 1f1b, zb-h1, "
-                             "zb-h2, zb-v)",
+                             "fill the bubbles with the W's of PP micro-batches, ZB-V's and "
+                             "DualPipeV's warm-ups run 2 x PP chunk forwards; allowed values: "
+                             "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev)",
                              to_string(p.pipeline_schedule),
                              zb_v ? fmt::format("2 x pipeline_model_parallel_size = {}", need)
                                   : fmt::format("pipeline_model_parallel_size = {}", need),
@@ -558,12 +563,13 @@ void check_rules(const Scenario& s, const Locator& where) {
   // Interleaved 1F1B (v > 1 model chunks per pipeline rank).
   if (v > 1) {
     const std::string_view vkey = "parallelism.virtual_pipeline_model_parallel_size";
-    const bool zb_v = p.pipeline_schedule == PipelineScheduleKind::kZbV;
+    const bool zb_v = v_shaped(p.pipeline_schedule);
     if (p.pipeline_schedule != PipelineScheduleKind::k1F1B && !zb_v) {
       rule_error(where, vkey,
                  fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b (or zb-v "
-                             "with 2 chunks), got {} (rule: only 1F1B interleaves model chunks and "
-                             "ZB-V places two in a V; GPipe, ZB-H1 and ZB-H2 have none)",
+                             "or dualpipev with 2 chunks), got {} (rule: only 1F1B interleaves "
+                             "model chunks and ZB-V and DualPipeV place two in a V; GPipe, ZB-H1 "
+                             "and ZB-H2 have none)",
                              v, to_string(p.pipeline_schedule)));
     }
     if (pp < 2) {

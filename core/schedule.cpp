@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 
 #include "core/error.hpp"
 
@@ -258,27 +259,95 @@ std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
   return zb_v_steps(pp_size, pp_rank, num_micro_batches);
 }
 
+std::vector<ScheduleStep> dualpipev_schedule(int64_t pp_size, int64_t pp_rank,
+                                             int64_t num_micro_batches) {
+  check_pipeline_args("dualpipev_schedule", pp_size, pp_rank, num_micro_batches);
+  const int64_t p = pp_size, r = pp_rank, m = num_micro_batches;
+  if (m < 2 * p) {
+    throw InvalidArgument(fmt::format(
+        "dualpipev_schedule: num_micro_batches ({}) must be >= 2 x pp_size = {} (DualPipeV's "
+        "warm-up runs 2p forwards)",
+        m, 2 * p));
+  }
+  std::vector<ScheduleStep> out;
+  out.reserve(static_cast<size_t>(6 * m));
+  int64_t forward[2] = {0, 0}, backward[2] = {0, 0};
+  std::deque<ScheduleStep> deferred;  // W's of the backwards that deferred them, oldest first
+  auto f = [&](int64_t c) { out.push_back({Pass::kForward, forward[c]++, c}); };
+  auto b = [&](int64_t c, bool defer_w) {
+    const int64_t mb = backward[c]++;
+    out.push_back({Pass::kBackward, mb, c});
+    if (defer_w) {
+      deferred.push_back({Pass::kWeightGrad, mb, c});
+    } else {
+      out.push_back({Pass::kWeightGrad, mb, c});
+    }
+  };
+  auto w = [&] {
+    out.push_back(deferred.front());
+    deferred.pop_front();
+  };
+  for (int64_t i = 0; i < 2 * (p - r - 1); ++i) f(0);  // 1
+  for (int64_t i = 0; i < r + 1; ++i) {                 // 2
+    f(0);
+    f(1);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {  // 3
+    b(1, true);
+    w();
+    f(1);
+  }
+  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {  // 4: F&B(0, 1), F&B(1, 0)
+    f(0);
+    b(1, false);
+    f(1);
+    b(0, false);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {  // 5: B chunk 1, F&B(1, 0)
+    b(1, false);
+    f(1);
+    b(0, false);
+  }
+  bool defer = false;  // 6
+  for (int64_t i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) defer = true;
+    b(1, defer);
+    if (i == (r + 1) / 2 && r % 2 == 0) defer = true;
+    b(0, defer);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {  // 7
+    w();
+    b(0, true);
+  }
+  for (int64_t i = 0; i < r + 1; ++i) w();  // 8
+  return out;
+}
+
+bool v_shaped(PipelineScheduleKind kind) {
+  return kind == PipelineScheduleKind::kZbV || kind == PipelineScheduleKind::kDualPipeV;
+}
+
 bool splits_backward(PipelineScheduleKind kind) {
   return kind == PipelineScheduleKind::kZbH1 || kind == PipelineScheduleKind::kZbH2 ||
-         kind == PipelineScheduleKind::kZbV;
+         v_shaped(kind);
 }
 
 int64_t required_model_chunks(PipelineScheduleKind kind) {
-  if (kind == PipelineScheduleKind::kZbV) return 2;
+  if (v_shaped(kind)) return 2;
   if (kind == PipelineScheduleKind::k1F1B) return 0;
   return 1;
 }
 
 int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t model_chunk) {
-  if (kind == PipelineScheduleKind::kZbV) {
+  if (v_shaped(kind)) {
     return model_chunk == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank;
   }
   return model_chunk * pp_size + pp_rank;
 }
 
 int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage) {
-  if (kind == PipelineScheduleKind::kZbV) {
+  if (v_shaped(kind)) {
     return vstage < pp_size ? vstage : 2 * pp_size - 1 - vstage;
   }
   return vstage % pp_size;
@@ -300,6 +369,9 @@ std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_s
   if (kind == PipelineScheduleKind::kZbV) {
     return zb_v_schedule(pp_size, pp_rank, num_micro_batches);
   }
+  if (kind == PipelineScheduleKind::kDualPipeV) {
+    return dualpipev_schedule(pp_size, pp_rank, num_micro_batches);
+  }
   if (num_model_chunks == 1) return one_f_one_b_schedule(pp_size, pp_rank, num_micro_batches);
   return interleaved_1f1b_schedule(pp_size, pp_rank, num_micro_batches, num_model_chunks);
 }
@@ -311,7 +383,7 @@ int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
     return num_micro_batches;
   }
-  if (kind == PipelineScheduleKind::kZbV) {
+  if (v_shaped(kind)) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
     return std::min(2 * pp_size - 1, num_micro_batches * 2);
   }
@@ -414,6 +486,7 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
   const int64_t warmup =
       num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
   if (kind == PipelineScheduleKind::kZbV) return std::min(2 * pp_size, 2 * num_micro_batches);
+  if (kind == PipelineScheduleKind::kDualPipeV) return 2 * pp_size + 1;
   if (splits_backward(kind)) {
     // n forwards before the first B plus the d W's each B runs ahead of (zero_bubble_steps).
     const ZeroBubbleShape z = zero_bubble_shape(kind, pp_size, pp_rank);
@@ -436,6 +509,10 @@ double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t
                           "must be >= 1");
   }
   if (kind == PipelineScheduleKind::kZbH2 || kind == PipelineScheduleKind::kZbV) return 0.0;
+  if (kind == PipelineScheduleKind::kDualPipeV) {
+    return static_cast<double>(pp_size - 1) /
+           static_cast<double>(6 * num_micro_batches + pp_size - 1);
+  }
   if (kind == PipelineScheduleKind::kZbH1) {
     return static_cast<double>(pp_size - 1) /
            static_cast<double>(3 * num_micro_batches + pp_size - 1);

@@ -113,27 +113,56 @@ std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
 std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
                                         int64_t num_micro_batches);
 
+/// DualPipeV (deepseek-ai/DualPipe, dualpipev.py, DualPipeV.step; DeepSeek-V3 Technical Report
+/// sec. 3.2.1 for DualPipe, of which DualPipeV is the "cut-in-half" V of Sea AI Lab): 2p stages
+/// in ZB-V's V placement (chunk 0 = stage r, chunk 1 = stage 2p - 1 - r, the loss on rank 0).
+/// Rank r runs, each chunk's forwards and backwards in micro-batch order and the deferred W's
+/// first in, first out:
+///   1. 2(p - r - 1) forwards of chunk 0;
+///   2. r + 1 times: F chunk 0, F chunk 1;
+///   3. p - r - 1 times: B chunk 1 (W deferred), one deferred W, F chunk 1;
+///   4. m - 2p + r + 1 times: F&B (F chunk 0 with B chunk 1), F&B (F chunk 1 with B chunk 0);
+///   5. p - r - 1 times: B chunk 1, F&B (F chunk 1 with B chunk 0);
+///   6. r + 1 times: B chunk 1, B chunk 0, deferring their W's from the middle iteration on
+///      (from B chunk 1 of iteration floor((r + 1)/2) when r is odd, from B chunk 0 of it when even);
+///   7. p - r - 1 times: one deferred W, B chunk 0 (W deferred);
+///   8. r + 1 deferred W's.
+/// An F&B step is written as its forward followed by its whole backward (B then W: dualpipev.py
+/// runs F&B's backward without deferring W); what the overlap hides is the F&B's communication
+/// behind the other half's compute, which the engines' separate streams give. A backward whose
+/// W is not deferred is B followed at once by its W. With T_F = T_B = T_W, no communication and
+/// F&B as its two passes one after the other, rank r idles p - 1 - r units between its first
+/// and last op (tests/core/dualpipev_test.cpp) and holds at most 2p + 1 chunk activation sets
+/// (the DualPipe README's PP + 1 with PP = 2p stages). Throws as GPipe, and unless m >= 2p.
+std::vector<ScheduleStep> dualpipev_schedule(int64_t pp_size, int64_t pp_rank,
+                                             int64_t num_micro_batches);
+
+/// Whether `kind` places two model chunks per rank in a V (chunk 0 = stage r, chunk 1 = stage
+/// 2p - 1 - r): ZB-V and DualPipeV.
+bool v_shaped(PipelineScheduleKind kind);
+
 /// Whether the schedules of `kind` place the weight gradients as their own steps
-/// (Pass::kWeightGrad): ZB-H1, ZB-H2 and ZB-V.
+/// (Pass::kWeightGrad): ZB-H1, ZB-H2, ZB-V and DualPipeV.
 bool splits_backward(PipelineScheduleKind kind);
 
 /// The number of model chunks per rank a kind needs, or 0 when it takes any (1F1B: 1 or
-/// interleaved): 1 for GPipe, ZB-H1 and ZB-H2, 2 for ZB-V.
+/// interleaved): 1 for GPipe, ZB-H1 and ZB-H2, 2 for ZB-V and DualPipeV.
 int64_t required_model_chunks(PipelineScheduleKind kind);
 
 /// The virtual stage (0..p*v-1) of model chunk `model_chunk` of pipeline rank `pp_rank`:
-/// chunk * p + rank (Megatron's interleaved placement), but for ZB-V the V placement: rank for
-/// chunk 0, 2p - 1 - rank for chunk 1. No argument checks (callers pass valid ranks and chunks).
+/// chunk * p + rank (Megatron's interleaved placement), but for ZB-V and DualPipeV the V placement:
+/// rank for chunk 0, 2p - 1 - rank for chunk 1. No argument checks (callers pass valid ranks and
+/// chunks).
 int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t model_chunk);
 
 /// The pipeline rank that holds virtual stage `vstage` (virtual_stage_of's inverse, rank part):
-/// vstage mod p; for ZB-V vstage for vstage < p, else 2p - 1 - vstage.
+/// vstage mod p; for ZB-V and DualPipeV vstage for vstage < p, else 2p - 1 - vstage.
 int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage);
 
 /// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (kind 1F1B with v > 1),
-/// ZB-H1, ZB-H2 (v == 1), ZB-V (v == 2).
-/// Throws InvalidArgument for GPipe, ZB-H1 or ZB-H2 with v != 1, ZB-V with v != 2, for v < 1,
+/// ZB-H1, ZB-H2 (v == 1), ZB-V and DualPipeV (v == 2).
+/// Throws InvalidArgument for GPipe, ZB-H1 or ZB-H2 with v != 1, ZB-V or DualPipeV with v != 2, for v < 1,
 /// and whatever the chosen schedule throws.
 std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
                                          int64_t pp_rank, int64_t num_micro_batches,
@@ -141,8 +170,8 @@ std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_s
 
 /// Number of warm-up forwards the schedule of this rank runs before its first backward
 /// (GPipe: m; 1F1B: min(p - rank - 1, m); interleaved: see interleaved_1f1b_schedule; ZB-H1 and
-/// ZB-H2: min(n - 1, m) with n their forwards before the first B, as 1F1B counts them; ZB-V:
-/// 2p - 1, its 2p warm-up forwards counted the same way).
+/// ZB-H2: min(n - 1, m) with n their forwards before the first B, as 1F1B counts them; ZB-V and
+/// DualPipeV: 2p - 1, their 2p warm-up forwards counted the same way).
 /// Same argument checks as build_schedule.
 int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t num_micro_batches, int64_t num_model_chunks);
@@ -180,8 +209,9 @@ int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int6
 /// Megatron's bound on max_in_flight for this rank: GPipe m; 1F1B min(p - rank, m);
 /// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v); ZB-H1 min(p, m) and ZB-H2
 /// min(2p - 1, m) (Qi et al. Table 2: p M_B and (2p - 1) M_B); ZB-V 2p chunk activation sets
-/// (p M_B, each chunk half a stage; arXiv:2401.10241 v2 sec. 6). The schedules above reach it
-/// exactly. Same argument checks as build_schedule.
+/// (p M_B, each chunk half a stage; arXiv:2401.10241 v2 sec. 6); DualPipeV 2p + 1 chunk sets on
+/// every rank (the DualPipe README's PP + 1 activations per device, PP = 2p stages). The
+/// schedules above reach it exactly. Same argument checks as build_schedule.
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks);
 
@@ -190,7 +220,10 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
 /// (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v*m+p-1) for interleaved 1F1B (v = model chunks).
 /// Zero-bubble kinds with T_F = T_B = T_W (Qi et al. Table 2): ZB-H1 (p-1)/(3m+p-1) (a bubble
 /// of (p-1) T_F over 3m T_F of work), ZB-H2 and ZB-V 0 (measured from each stage's start, as the
-/// paper).
+/// paper); DualPipeV (p-1)/(6m + p - 1): the first rank's idle time over its span when each pass
+/// of a chunk takes one unit and an F&B is its forward and its backward one after the other
+/// (tests/core/dualpipev_test.cpp's event model; the DualPipe README's (PP/2 - 1)(F&B + B - 3W)
+/// is 2(p - 1) there: it counts the F&B as one overlapped step that waits for both its inputs).
 /// Throws InvalidArgument for sizes < 1.
 double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
                              int64_t num_model_chunks);

@@ -66,10 +66,12 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
     // is refused by name, never run as 1F1B in its place.
     const std::string zb = "parallelism.pipeline_schedule " +
                            std::string(to_string(sc.parallel.pipeline_schedule)) + " with ";
-    if (sc.parallel.pipeline_schedule == PipelineScheduleKind::kZbV) {
-      throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is zb-v; "
-                             "the " + backend_.name() + " executor runs zb-h1 and zb-h2 (its "
-                             "model chunks follow the interleaved placement, not ZB-V's V)");
+    if (v_shaped(sc.parallel.pipeline_schedule)) {
+      throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is " +
+                             std::string(to_string(sc.parallel.pipeline_schedule)) + "; the " +
+                             backend_.name() + " executor runs zb-h1 and zb-h2 (its model "
+                             "chunks follow the interleaved placement, not the V of zb-v and "
+                             "dualpipev)");
     }
     if (sc.parallel.sequence_parallel) unsupported(zb + "parallelism.sequence_parallel");
     if (sc.model.is_moe()) unsupported(zb + "an MoE model");

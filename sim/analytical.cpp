@@ -162,10 +162,10 @@ class Estimator {
     async_sends_ = splits_backward(pc.pipeline_schedule);
     kind_ = pc.pipeline_schedule;
     m_ = s_.num_micro_batches();
-    // The probe: the fewest micro-batches the schedule allows (ZB-V: 2p, its warm-up's forwards;
+    // The probe: the fewest micro-batches the schedule allows (ZB-V, DualPipeV: 2p, their warm-ups' forwards;
     // interleaved 1F1B: p; else 1), one rank per kind of stage.
     Scenario probe = s_;
-    const int64_t fewest = kind_ == PipelineScheduleKind::kZbV ? 2 * p_ : v_ > 1 ? p_ : 1;
+    const int64_t fewest = v_shaped(kind_) ? 2 * p_ : v_ > 1 ? p_ : 1;
     const int64_t m_probe = std::min<int64_t>(m_, fewest);
     probe.training.global_batch_size =
         m_probe * s_.training.micro_batch_size * pc.data_parallel_size;

@@ -161,12 +161,12 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
   // ZB-V places two model chunks per rank (its V, core/schedule.hpp): a configuration that does
   // not sweep the virtual pipeline size gets v = 2 when the layers divide over 2 x PP (else the
   // scenario rules refuse it, naming the key).
-  if (k.schedule == PipelineScheduleKind::kZbV && !k.vpp_swept && pp > 1 &&
+  if (v_shaped(k.schedule) && !k.vpp_swept && pp > 1 &&
       s.parallel.virtual_pipeline_model_parallel_size != 2 && s.model.num_layers % (2 * pp) == 0) {
     c.adjustments.push_back(fmt::format(
-        "parallelism.virtual_pipeline_model_parallel_size: {} -> 2 (zb-v holds two model chunks "
+        "parallelism.virtual_pipeline_model_parallel_size: {} -> 2 ({} holds two model chunks "
         "per pipeline rank)",
-        s.parallel.virtual_pipeline_model_parallel_size));
+        s.parallel.virtual_pipeline_model_parallel_size, to_string(k.schedule)));
     s.parallel.virtual_pipeline_model_parallel_size = 2;
   }
   s.training.use_distributed_optimizer = distributed_optimizer;

@@ -657,7 +657,7 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
       {"training", "attention_backend", "fused", "(allowed: unfused, flash)"},
       {"cluster", "collective_algorithm", "collnet", "(allowed: auto, ring, tree, nvls)"},
       {"parallelism", "pipeline_schedule", "interleaved",
-       "(allowed: gpipe, 1f1b, zb-h1, zb-h2, zb-v)"},
+       "(allowed: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev)"},
   };
   for (const Case& c : cases) {
     ScenarioText t;
@@ -920,7 +920,7 @@ TEST(ScenarioRules, InterleavingNeeds1F1B) {
   t.set("parallelism", "virtual_pipeline_model_parallel_size", "2")
       .set("parallelism", "pipeline_schedule", "gpipe");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("parallelism.virtual_pipeline_model_parallel_size"),
-                                 HasSubstr("pipeline_schedule: 1f1b (or zb-v with 2 chunks), got gpipe")));
+                                 HasSubstr("pipeline_schedule: 1f1b (or zb-v or dualpipev with 2 chunks), got gpipe")));
 }
 
 TEST(ScenarioRules, InterleavingNeedsAPipeline) {

@@ -1,8 +1,9 @@
-// ZB-V, the V-shaped zero-bubble schedule (core/schedule.hpp, zb_v_schedule; Qi et al., "Zero
-// Bubble (Almost) Pipeline Parallelism", arXiv:2401.10241 v2, sec. 6): its V placement, its
-// exact order worked by hand, its op-order invariants and cross-rank dependencies, its in-flight
-// activations (p M_B, as 1F1B) and its bubble under unit costs by an event model over the
-// virtual stages (the paper's zero bubble for T_F = T_B = T_W).
+// The V-shaped schedules (core/schedule.hpp): ZB-V (zb_v_schedule; Qi et al., "Zero Bubble
+// (Almost) Pipeline Parallelism", arXiv:2401.10241 v2, sec. 6) and DualPipeV (dualpipev_schedule;
+// deepseek-ai/DualPipe dualpipev.py): their V placement, their exact orders worked by hand, their
+// op-order invariants and cross-rank dependencies, their in-flight activations (ZB-V p M_B as
+// 1F1B, DualPipeV PP + 1 chunk sets as the DualPipe README) and their bubbles under unit costs by
+// an event model over the virtual stages (the paper's zero bubble for T_F = T_B = T_W).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 constexpr auto kZbV = PipelineScheduleKind::kZbV;
+constexpr auto kDualPipeV = PipelineScheduleKind::kDualPipeV;
 
 std::string text(const std::vector<ScheduleStep>& steps) {
   std::string out;
@@ -119,10 +121,11 @@ struct Span {
 /// Each rank runs its steps in order; F of (mb, stage vs) after F of (mb, vs - 1), B of (mb, vs)
 /// after B of (mb, vs + 1) (the last stage: after its own F), W after its own B; durations f, b,
 /// w; no communication. Stages per the V placement. Fails the test when the ranks deadlock.
-std::vector<Span> v_event_model(int64_t p, int64_t m, double f, double b, double w) {
+std::vector<Span> v_event_model(int64_t p, int64_t m, double f, double b, double w,
+                                PipelineScheduleKind kind = kZbV) {
   const int64_t nvs = 2 * p;
   std::vector<std::vector<ScheduleStep>> steps;
-  for (int64_t r = 0; r < p; ++r) steps.push_back(build_schedule(kZbV, p, r, m, 2));
+  for (int64_t r = 0; r < p; ++r) steps.push_back(build_schedule(kind, p, r, m, 2));
   std::map<std::tuple<int, int64_t, int64_t>, double> done;  // (pass, mb, vstage) -> end
   std::vector<size_t> pos(static_cast<size_t>(p), 0);
   std::vector<Span> span(static_cast<size_t>(p));
@@ -133,7 +136,7 @@ std::vector<Span> v_event_model(int64_t p, int64_t m, double f, double b, double
       Span& sp = span[static_cast<size_t>(r)];
       while (i < steps[static_cast<size_t>(r)].size()) {
         const ScheduleStep& s = steps[static_cast<size_t>(r)][i];
-        const int64_t vs = virtual_stage_of(kZbV, p, r, s.model_chunk);
+        const int64_t vs = virtual_stage_of(kind, p, r, s.model_chunk);
         bool has_dep = true;
         std::tuple<int, int64_t, int64_t> dep;
         if (s.pass == Pass::kForward) {
@@ -214,6 +217,98 @@ TEST(ZbVPaper, InFlightActivationsAsOneFOneB) {
   // Rank 0 with the same weights: F0.0 F1.0 F2.0 F0.1 = 3 x 3 + 5 = 14, then W0.1 F1.1 keeps
   // 14, W1.1 F3.0 gives 12, and no later step exceeds 14.
   EXPECT_EQ(peak_in_flight_weighted(kZbV, 2, 0, 4, 2, {3, 5}), 14);
+}
+
+// ---- DualPipeV --------------------------------------------------------------------------------
+
+// dualpipev.py's DualPipeV.step for 2 ranks and 4 micro-batches, phase by phase. Rank 0: 1. two
+// F chunk 0; 2. F2.0 F0.1; 3. B0.1 with its W deferred, that W, F1.1; 4. F&B (F3.0 with B1.1),
+// F&B (F2.1 with B0.0), each backward with its W; 5. B2.1, F&B (F3.1 with B1.0); 6. B3.1 whole,
+// then B2.0 deferring its W (the switch after chunk 1 on an even rank); 7. that W, B3.0 deferred;
+// 8. its W. Rank 1 (the last): 2. F0.0 F0.1 F1.0 F1.1; 4. two rounds of F&B; 6. B2.1 B2.0 whole,
+// then (odd rank: the switch before chunk 1) B3.1 and B3.0 deferred; 8. their W's in order.
+TEST(DualPipeVSchedule, OrdersOfDualPipeVStepWorkedByHand) {
+  EXPECT_EQ(text(dualpipev_schedule(2, 0, 4)),
+            "F0.0 F1.0 F2.0 F0.1 B0.1 W0.1 F1.1 F3.0 B1.1 W1.1 F2.1 B0.0 W0.0 B2.1 W2.1 F3.1 "
+            "B1.0 W1.0 B3.1 W3.1 B2.0 W2.0 B3.0 W3.0");
+  EXPECT_EQ(text(dualpipev_schedule(2, 1, 4)),
+            "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 W0.1 F2.1 B0.0 W0.0 F3.0 B1.1 W1.1 F3.1 B1.0 W1.0 "
+            "B2.1 W2.1 B2.0 W2.0 B3.1 B3.0 W3.1 W3.0");
+  EXPECT_EQ(build_schedule(kDualPipeV, 2, 1, 4, 2), dualpipev_schedule(2, 1, 4));
+  // The V placement of ZB-V: rank r holds stages r and 2p - 1 - r.
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(virtual_stage_of(kDualPipeV, 4, r, 0), r);
+    EXPECT_EQ(virtual_stage_of(kDualPipeV, 4, r, 1), 7 - r);
+    EXPECT_EQ(rank_of_virtual_stage(kDualPipeV, 4, 7 - r), r);
+  }
+  EXPECT_TRUE(splits_backward(kDualPipeV));
+  EXPECT_TRUE(v_shaped(kDualPipeV));
+  EXPECT_EQ(required_model_chunks(kDualPipeV), 2);
+  try {
+    dualpipev_schedule(4, 0, 7);
+    FAIL() << "m < 2p";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("num_micro_batches (7) must be >= 2 x pp_size = 8"));
+  }
+  EXPECT_THROW(build_schedule(kDualPipeV, 4, 0, 8, 1), InvalidArgument);
+}
+
+TEST(DualPipeVSchedule, EachChunkRunsFThenBThenWOnce) {
+  for (int64_t p : {1, 2, 3, 4, 8}) {
+    for (int64_t m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 3}) {
+      for (int64_t r = 0; r < p; ++r) {
+        std::map<std::pair<int64_t, int64_t>, std::string> seen;
+        const auto steps = dualpipev_schedule(p, r, m);
+        EXPECT_EQ(steps.size(), static_cast<size_t>(6 * m));
+        for (const ScheduleStep& s : steps) seen[{s.micro_batch, s.model_chunk}] += to_string(s).substr(0, 1);
+        ASSERT_EQ(seen.size(), static_cast<size_t>(2 * m));
+        for (const auto& [key, passes] : seen) {
+          EXPECT_EQ(passes, "FBW") << "p" << p << " r" << r << " m" << m << " mb" << key.first
+                                   << " chunk " << key.second;
+        }
+      }
+    }
+  }
+}
+
+// Activations per device: PP + 1 chunk sets with PP = 2p stages (the DualPipe README's table,
+// DualPipeV row), on every rank and for any m, against ZB-V's 2p.
+TEST(DualPipeVSchedule, InFlightActivationsAsTheReadme) {
+  for (int64_t p : {1, 2, 3, 4, 8}) {
+    for (int64_t m : {2 * p, 3 * p + 1, 6 * p}) {
+      for (int64_t r = 0; r < p; ++r) {
+        EXPECT_EQ(max_in_flight(dualpipev_schedule(p, r, m)), 2 * p + 1)
+            << "p" << p << " r" << r << " m" << m;
+        EXPECT_EQ(in_flight_bound(kDualPipeV, p, r, m, 2), 2 * p + 1);
+      }
+    }
+  }
+}
+
+// Unit costs per chunk pass, no communication, each F&B its forward then its whole backward:
+// rank r idles p - 1 - r between its first and its last op (the last rank none), every rank's
+// ops end by 6m + p - 1 (synchronized: ZB-V's skew). For p = 2, m = 4: rank 0 runs F0.0 F1.0
+// F2.0 in 0..3 while rank 1 runs F0.0 (1..2) and F0.1 (2..3), so F0.1 (stage 3) starts at 3 with
+// no wait; rank 0 still ends at 25 = 24 passes + 1 idle unit.
+TEST(DualPipeVSchedule, BubbleUnderUnitCosts) {
+  for (int64_t p : {1, 2, 3, 4, 8}) {
+    for (int64_t m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 2}) {
+      const auto span = v_event_model(p, m, 1, 1, 1, kDualPipeV);
+      double end = 0;
+      for (int64_t r = 0; r < p; ++r) {
+        const Span& s = span[static_cast<size_t>(r)];
+        EXPECT_DOUBLE_EQ(s.end - s.start - 6.0 * static_cast<double>(m),
+                         static_cast<double>(p - 1 - r))
+            << "p" << p << " r" << r << " m" << m;
+        end = std::max(end, s.end);
+      }
+      EXPECT_DOUBLE_EQ(end, 6.0 * static_cast<double>(m) + static_cast<double>(p - 1));
+    }
+  }
+  const auto span = v_event_model(2, 4, 1, 1, 1, kDualPipeV);
+  EXPECT_DOUBLE_EQ(span[0].start, 0.0);
+  EXPECT_DOUBLE_EQ(span[0].end, 25.0);
+  EXPECT_DOUBLE_EQ(ideal_bubble_fraction(kDualPipeV, 4, 8, 2), 3.0 / 51.0);
 }
 
 }  // namespace

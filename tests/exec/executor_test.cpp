@@ -275,6 +275,9 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
   zbv.parallel.pipeline_schedule = PipelineScheduleKind::kZbV;
   zbv.parallel.virtual_pipeline_model_parallel_size = 2;  // the V: two chunks per rank
   expect_has(unsupported_error_of(zbv, "zb-v"), "runs zb-h1 and zb-h2");
+  Scenario dpv = zbv;
+  dpv.parallel.pipeline_schedule = PipelineScheduleKind::kDualPipeV;
+  expect_has(unsupported_error_of(dpv, "dualpipev"), "runs zb-h1 and zb-h2");
   Scenario zb_moe = tiny_moe(true, 0);
   zb_moe.parallel.pipeline_schedule = PipelineScheduleKind::kZbH1;
   expect_has(unsupported_error_of(zb_moe, "zb-h1 with an MoE model"), "zb-h1 with an MoE model");

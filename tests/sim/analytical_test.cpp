@@ -315,6 +315,33 @@ TEST(Analytical, ZbVAgreesWithTheReplay) {
   }
 }
 
+// DualPipeV (deepseek-ai/DualPipe dualpipev.py, core/schedule.hpp dualpipev_schedule): the V
+// placement of ZB-V with DualPipe's op order (each F&B its forward then its backward); the
+// engines agree without contention on the same layouts as ZB-V, and the Grok-1 MoE scenario
+// (EP 8 all-to-alls, PP 8) runs it, printed beside 1F1B with the same virtual pipeline of 2.
+TEST(Analytical, DualPipeVAgreesWithTheReplay) {
+  struct Case {
+    const char* name;
+    const char* scenario;
+  };
+  for (const Case c : {Case{"Gpt13bPp2", "gpt-1.3b-h200-8"},
+                       Case{"Llama70bCpPp4", "llama3.1-70b-h100-64"},
+                       Case{"Gpt175bPp8", "gpt3-175b-h100-128"}}) {
+    const Scenario s =
+        load_scenario(scenario_path(c.scenario),
+                      {{"parallelism.pipeline_schedule", "dualpipev"},
+                       {"parallelism.virtual_pipeline_model_parallel_size", "2"}});
+    const std::string name = std::string(c.name) + " dualpipev";
+    const double dpv_s = expect_agreement(s, name.c_str()).estimate.iteration_time_s;
+    const Scenario zbv =
+        load_scenario(scenario_path(c.scenario),
+                      {{"parallelism.pipeline_schedule", "zb-v"},
+                       {"parallelism.virtual_pipeline_model_parallel_size", "2"}});
+    const double zbv_s = compare(zbv).estimate.iteration_time_s;
+    std::printf("%s: dualpipev %+.2f %% against zb-v\n", c.name, 100 * (dpv_s / zbv_s - 1));
+  }
+}
+
 // HSDP (num_distributed_optimizer_instances 2): the gradient reduce-scatters and parameter
 // gathers over the sharding group, the shards' all-reduce over the replica group; the engines
 // agree as without HSDP. GPT-1.3B on 8 H200 (PP 2, DP 4: sharding groups of 2 ranks) under

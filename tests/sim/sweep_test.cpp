@@ -499,7 +499,8 @@ TEST(Sweep, PipelineScheduleAxis) {
     ADD_FAILURE() << "accepted";
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("--pipeline-schedule: 'dualpipe' is not allowed (allowed: "
-                                    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, comma-separated)"));
+                                    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev, "
+                                    "comma-separated)"));
   }
   EXPECT_THROW(parse_sweep_schedules("--pipeline-schedule", "zb-h1,zb-h1"), ConfigError);
 }

@@ -73,21 +73,24 @@ TEST(ZbVSchedule, OrdersWorkedByHand) {
 
 // Each (micro-batch, chunk) runs F, then B, then W, once each, on every rank; and a rank's F of
 // chunk 1 of a micro-batch follows that micro-batch's F of chunk 0 on rank p - 1 ... over a grid.
+// ZB-V and DualPipeV alike.
 TEST(ZbVSchedule, EachChunkRunsFThenBThenWOnce) {
-  for (int64_t p : {1, 2, 3, 4, 8}) {
-    for (int64_t m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 3}) {
-      for (int64_t r = 0; r < p; ++r) {
-        std::map<std::pair<int64_t, int64_t>, std::string> seen;
-        const auto steps = build_schedule(kZbV, p, r, m, 2);
-        EXPECT_EQ(steps.size(), static_cast<size_t>(6 * m));
-        for (const ScheduleStep& s : steps) {
-          ASSERT_TRUE(s.model_chunk == 0 || s.model_chunk == 1);
-          seen[{s.micro_batch, s.model_chunk}] += to_string(s).substr(0, 1);
-        }
-        ASSERT_EQ(seen.size(), static_cast<size_t>(2 * m));
-        for (const auto& [key, passes] : seen) {
-          EXPECT_EQ(passes, "FBW") << "p" << p << " r" << r << " m" << m << " mb" << key.first
-                                   << " chunk " << key.second;
+  for (auto kind : {kZbV, kDualPipeV}) {
+    for (int64_t p : {1, 2, 3, 4, 8}) {
+      for (int64_t m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 3}) {
+        for (int64_t r = 0; r < p; ++r) {
+          std::map<std::pair<int64_t, int64_t>, std::string> seen;
+          const auto steps = build_schedule(kind, p, r, m, 2);
+          EXPECT_EQ(steps.size(), static_cast<size_t>(6 * m));
+          for (const ScheduleStep& s : steps) {
+            ASSERT_TRUE(s.model_chunk == 0 || s.model_chunk == 1);
+            seen[{s.micro_batch, s.model_chunk}] += to_string(s).substr(0, 1);
+          }
+          ASSERT_EQ(seen.size(), static_cast<size_t>(2 * m));
+          for (const auto& [key, passes] : seen) {
+            EXPECT_EQ(passes, "FBW") << to_string(kind) << " p" << p << " r" << r << " m" << m
+                                     << " mb" << key.first << " chunk " << key.second;
+          }
         }
       }
     }
@@ -251,24 +254,6 @@ TEST(DualPipeVSchedule, OrdersOfDualPipeVStepWorkedByHand) {
     EXPECT_THAT(e.what(), HasSubstr("num_micro_batches (7) must be >= 2 x pp_size = 8"));
   }
   EXPECT_THROW(build_schedule(kDualPipeV, 4, 0, 8, 1), InvalidArgument);
-}
-
-TEST(DualPipeVSchedule, EachChunkRunsFThenBThenWOnce) {
-  for (int64_t p : {1, 2, 3, 4, 8}) {
-    for (int64_t m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 3}) {
-      for (int64_t r = 0; r < p; ++r) {
-        std::map<std::pair<int64_t, int64_t>, std::string> seen;
-        const auto steps = dualpipev_schedule(p, r, m);
-        EXPECT_EQ(steps.size(), static_cast<size_t>(6 * m));
-        for (const ScheduleStep& s : steps) seen[{s.micro_batch, s.model_chunk}] += to_string(s).substr(0, 1);
-        ASSERT_EQ(seen.size(), static_cast<size_t>(2 * m));
-        for (const auto& [key, passes] : seen) {
-          EXPECT_EQ(passes, "FBW") << "p" << p << " r" << r << " m" << m << " mb" << key.first
-                                   << " chunk " << key.second;
-        }
-      }
-    }
-  }
 }
 
 // Activations per device: PP + 1 chunk sets with PP = 2p stages (the DualPipe README's table,

@@ -180,6 +180,12 @@ CollectiveChoice choose_collective(CollectiveKind kind, int64_t bytes, const Gro
                                    const std::string& forced, const std::string& forced_protocol) {
   std::optional<CollectiveProtocol> only_protocol;
   if (!forced_protocol.empty()) only_protocol = parse_protocol(forced_protocol);
+  const bool send_recv = kind == CollectiveKind::kAllToAll || kind == CollectiveKind::kRingExchange;
+  if (send_recv && only_protocol && *only_protocol != CollectiveProtocol::kSimple) {
+    throw ConfigError("collective protocol '" + forced_protocol + "': " +
+                      std::string(to_string(kind)) +
+                      " runs as grouped send/recv, modelled with one protocol (allowed: Simple)");
+  }
   if (kind == CollectiveKind::kAllToAll && (forced.empty() || forced == "ring")) {
     return {CollectiveAlgorithm::kP2p, CollectiveProtocol::kSimple};
   }

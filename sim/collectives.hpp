@@ -90,8 +90,9 @@ struct CollectiveChoice {
 /// so a forced "ring" leaves it p2p), as is a ring exchange's send/recv (reported as ring,
 /// Simple). `forced` ("ring" | "tree" | "nvls", NCCL_ALGO) and `forced_protocol` ("LL" | "LL128"
 /// | "Simple", NCCL_PROTO) restrict the choice when not empty; an override the group cannot
-/// run (tree for all_gather, NVLS across nodes or without NVLS hardware, NVLS with LL) throws
-/// ConfigError naming the override and why. A topology whose collectives MPI runs
+/// run (tree for all_gather, NVLS across nodes or without NVLS hardware, NVLS with LL, LL or
+/// LL128 for the send/recv of an all-to-all or a ring exchange) throws ConfigError naming the
+/// override and why. A topology whose collectives MPI runs
 /// (node.collectives: mpi) takes rings with Simple only (other overrides: ConfigError).
 CollectiveChoice choose_collective(CollectiveKind kind, int64_t bytes, const GroupSpan& span,
                                    const TopologySpec& topo, const FabricEfficiency& eff,

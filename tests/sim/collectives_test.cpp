@@ -218,6 +218,11 @@ TEST(Collectives, ProtocolChoiceFollowsNcclsTuner) {
                ConfigError);
   EXPECT_THROW(choose_collective(CollectiveKind::kAllReduce, 1 << 26, node, t, eff, "", "LL64"),
                ConfigError);
+  // All-to-all is send/recv, one protocol: a forced LL is refused, never dropped.
+  EXPECT_THROW(choose_collective(CollectiveKind::kAllToAll, 1 << 20, node, t, eff, "", "LL"),
+               ConfigError);
+  EXPECT_EQ(choose_collective(CollectiveKind::kAllToAll, 1 << 20, node, t, eff, "", "Simple").algorithm,
+            CollectiveAlgorithm::kP2p);
 }
 
 // All-to-all as NCCL runs it: grouped send/recv to every peer. Inside one node of 8: each GPU

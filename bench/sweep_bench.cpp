@@ -2,8 +2,8 @@
 // grid of GPT-3 175B on 1024 H100 (scenarios/gpt3-175b-h100-1024.yaml), TP 1,2,4,8 x PP
 // 1,2,4,8,16,32 x micro-batch 1,2,4,8 x VPP 1,2,3,4 x recompute none/selective/full x SP on/off x
 // distributed optimizer on/off, as `traintwin sweep --mode analytical` runs it:
-// enumerate_configurations() (scenario rules and memory model of every row), then run_sweep()
-// with the analytical evaluator on `jobs` workers.
+// enumerate_configurations() (scenario rules and memory model of every row, on `jobs` threads),
+// then run_sweep() with the analytical evaluator on `jobs` workers.
 //
 //   build/sweep_bench                                   # every benchmark
 //   build/sweep_bench --benchmark_filter=Grid/2         # the grid on 2 workers
@@ -89,7 +89,8 @@ void run_grid(benchmark::State& state, const SweepAxes& axes) {
   int64_t rows = 0, evaluated = 0, ranked = 0, errors = 0;
   const double self0 = cpu_s(RUSAGE_SELF), children0 = cpu_s(RUSAGE_CHILDREN);
   for (auto _ : state) {
-    const auto configs = enumerate_configurations(f.base, axes, f.topo.gpu.memory_bytes);
+    const auto configs =
+        enumerate_configurations(f.base, axes, f.topo.gpu.memory_bytes, options.jobs);
     const auto out = run_sweep(configs, eval, options);
     rows = static_cast<int64_t>(out.size());
     evaluated = ranked = errors = 0;

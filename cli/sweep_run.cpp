@@ -129,7 +129,9 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   if (!request.out_dir.empty()) prepare_output_directory(request.out_dir, "--out");
   TopologySpec topo = load_topology(base.cluster.topology);
   check_sweep(base, topo, request.axes);
-  auto configurations = enumerate_configurations(base, request.axes, topo.gpu.memory_bytes);
+  // The rules and memory model of every row, on as many threads as the sweep has workers.
+  auto configurations =
+      enumerate_configurations(base, request.axes, topo.gpu.memory_bytes, request.jobs);
   // A TP group larger than the GPUs the job uses per NVLink domain is invalid, as simulate says.
   for (SweepConfiguration& c : configurations) {
     if (!c.valid) continue;

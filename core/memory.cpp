@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/checks.hpp"
 #include "core/error.hpp"
@@ -216,12 +218,21 @@ BytesPerParameter shard_bytes_per_parameter(BytesPerParameter full, int zero_sta
   return full;
 }
 
-StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
+namespace {
+
+/// stage_memory() with the pipeline split kept in `split_cache` between the stages of one
+/// scenario: computed where stage_memory() computes it when the cache is empty (so that the
+/// first stage checks its arguments in the same order), reused when not.
+StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
+                            std::vector<ChunkLayers>& split_cache) {
   const ParallelConfig& par = s.parallel;
   const TrainingConfig& tr = s.training;
   StageMemory mem;
   mem.pp_rank = pp_rank;
-  const RankParameters held = stage_parameters_on_rank(s, pp_rank);  // checks pp_rank, TP, ...
+  // Checks pp_rank, TP, ...
+  const RankParameters held = split_cache.empty()
+                                  ? stage_parameters_on_rank(s, pp_rank)
+                                  : stage_parameters_on_rank(s, pp_rank, split_cache);
   mem.parameters = held.total();
   mem.expert_parameters = held.expert;
   require_at_least_one(par.data_parallel_size, "data_parallel_size");
@@ -238,7 +249,8 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   // The transformer layers of each of the stage's chunks (uneven under Megatron-Core's uneven
   // pipeline split, core/pipeline_split.hpp).
   // (The split once: chunk_layers() would recompute it for every chunk.)
-  const std::vector<ChunkLayers> split = pipeline_layer_split(s.model, par);
+  if (split_cache.empty()) split_cache = pipeline_layer_split(s.model, par);
+  const std::vector<ChunkLayers>& split = split_cache;
   std::vector<ChunkLayers> chunks;
   std::vector<int64_t> layers_of_chunk;
   for (int64_t c = 0; c < v; ++c) {
@@ -270,9 +282,14 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
     // and the prefetched next, ZeRO-3) and whose full gradients wait for their reduce-scatter.
     // The largest layer of the stage (an MoE layer's local experts included).
     double unit = 0, layer_dense = 0;
+    std::optional<RankParameters> dense_layer;  // a dense layer's, whatever its index
     for (const ChunkLayers& c : chunks) {
       for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
-        const RankParameters lp = layer_parameters_on_rank(s.model, par, l);
+        if (!s.model.is_moe_layer(l) && !dense_layer) {
+          dense_layer = layer_parameters_on_rank(s.model, par, l);
+        }
+        const RankParameters lp =
+            s.model.is_moe_layer(l) ? layer_parameters_on_rank(s.model, par, l) : *dense_layer;
         unit = std::max(unit, static_cast<double>(lp.total()));
         layer_dense += static_cast<double>(lp.dense);
       }
@@ -301,14 +318,21 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
     return peak_in_flight_weighted(par.pipeline_schedule, p, pp_rank, s.num_micro_batches(), v,
                                    weight_of_chunk);
   };
-  // The micro-batches in flight in chunk c alone.
+  mem.in_flight = peak_of(std::vector<int64_t>(static_cast<size_t>(v), 1));
+  // The micro-batches in flight in chunk c alone (with one chunk: all of them).
   auto in_flight_of_chunk = [&](int64_t c) {
+    if (v == 1) return mem.in_flight;
     std::vector<int64_t> only(static_cast<size_t>(v), 0);
     only[static_cast<size_t>(c)] = 1;
     return peak_of(only);
   };
-  mem.in_flight = peak_of(std::vector<int64_t>(static_cast<size_t>(v), 1));
-  mem.in_flight_layers = peak_of(layers_of_chunk);
+  // The peak is a maximum of weighted sums, linear in the weights: with every chunk holding the
+  // same L >= 0 layers (an even split) it is L x the unweighted peak, exactly (integers).
+  const bool same_layers =
+      std::all_of(layers_of_chunk.begin(), layers_of_chunk.end(),
+                  [&](int64_t l) { return l == layers_of_chunk.front() && l >= 0; });
+  mem.in_flight_layers =
+      same_layers ? layers_of_chunk.front() * mem.in_flight : peak_of(layers_of_chunk);
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
@@ -381,11 +405,20 @@ StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   return mem;
 }
 
+}  // namespace
+
+StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
+  std::vector<ChunkLayers> split;
+  return stage_memory_of(s, pp_rank, split);
+}
+
 std::vector<StageMemory> memory_per_stage(const Scenario& s) {
   require_at_least_one(s.parallel.pipeline_model_parallel_size, "pipeline_model_parallel_size");
   std::vector<StageMemory> stages;
+  stages.reserve(static_cast<size_t>(s.parallel.pipeline_model_parallel_size));
+  std::vector<ChunkLayers> split;  // the pipeline split, once for every stage
   for (int64_t r = 0; r < s.parallel.pipeline_model_parallel_size; ++r) {
-    stages.push_back(stage_memory(s, r));
+    stages.push_back(stage_memory_of(s, r, split));
   }
   return stages;
 }

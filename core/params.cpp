@@ -1,7 +1,9 @@
 // Parameter counts of a GPT model (see params.hpp for the layout and sources).
 #include "core/params.hpp"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/checks.hpp"
 #include "core/error.hpp"
@@ -150,7 +152,12 @@ RankParameters layer_parameters_on_rank(const ModelSpec& m, const ParallelConfig
   return r;
 }
 
-RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank) {
+namespace {
+
+/// stage_parameters_on_rank() with the pipeline split `given`, or computed where chunk_layers()
+/// would compute it (after the argument checks) when null.
+RankParameters stage_parameters(const Scenario& s, int64_t pp_rank,
+                                const std::vector<ChunkLayers>* given) {
   const ModelSpec& m = s.model;
   require_valid_model(m);
   const int64_t t = s.parallel.tensor_model_parallel_size;
@@ -166,11 +173,23 @@ RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   require_divisible(m.hidden_size, "hidden_size", t, "tensor_model_parallel_size");
   require_divisible(m.ffn_hidden_size, "ffn_hidden_size", t, "tensor_model_parallel_size");
 
+  std::vector<ChunkLayers> own;
+  if (given == nullptr) own = pipeline_layer_split(m, s.parallel);
+  const std::vector<ChunkLayers>& split = given != nullptr ? *given : own;
   RankParameters total;
+  // A dense layer's parameters do not depend on its index: computed once.
+  std::optional<RankParameters> dense_layer;
   for (int64_t c = 0; c < v; ++c) {
-    const ChunkLayers chunk = chunk_layers(s, pp_rank, c);  // l / (p v) layers when even
+    // chunk_layers(s, pp_rank, c): l / (p v) layers when even.
+    const ChunkLayers chunk = split.at(
+        static_cast<size_t>(virtual_stage_of(s.parallel.pipeline_schedule, p, pp_rank, c)));
     for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
-      total += layer_parameters_on_rank(m, s.parallel, l);
+      if (m.is_moe_layer(l)) {
+        total += layer_parameters_on_rank(m, s.parallel, l);
+      } else {
+        if (!dense_layer) dense_layer = layer_parameters_on_rank(m, s.parallel, l);
+        total += *dense_layer;
+      }
     }
   }
   const int64_t h = m.hidden_size;
@@ -189,6 +208,17 @@ RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank) {
   }
   if (last) total.dense += m.norm_parameters();  // final norm
   return total;
+}
+
+}  // namespace
+
+RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank) {
+  return stage_parameters(s, pp_rank, nullptr);
+}
+
+RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank,
+                                        const std::vector<ChunkLayers>& split) {
+  return stage_parameters(s, pp_rank, &split);
 }
 
 int64_t parameters_on_rank(const Scenario& s, int64_t pp_rank) {

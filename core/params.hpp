@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/pipeline_split.hpp"
 #include "core/scenario.hpp"
 
 namespace traintwin {
@@ -95,6 +96,12 @@ RankParameters layer_parameters_on_rank(const ModelSpec& m, const ParallelConfig
 /// parameters_on_rank() split into dense and expert parameters (the embedding, LM head and final
 /// norm are dense). Same errors as parameters_on_rank().
 RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank);
+
+/// stage_parameters_on_rank() with the pipeline split given: `split` must be
+/// pipeline_layer_split(s.model, s.parallel) (size PP x v), computed once by a caller that needs
+/// every stage (memory_per_stage). Same result and errors.
+RankParameters stage_parameters_on_rank(const Scenario& s, int64_t pp_rank,
+                                        const std::vector<ChunkLayers>& split);
 
 /// Parameters one GPU holds in pipeline stage `pp_rank` (all its model chunks) under TP (and,
 /// for the routed experts of MoE layers, EP x ETP: layer_parameters_on_rank(m, p, layer)):

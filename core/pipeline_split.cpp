@@ -17,12 +17,15 @@ constexpr const char* kLastKey = "parallelism.decoder_last_pipeline_num_layers";
 constexpr const char* kEmbeddingKey = "parallelism.account_for_embedding_in_pipeline_split";
 constexpr const char* kLossKey = "parallelism.account_for_loss_in_pipeline_split";
 
-[[noreturn]] void fail(const char* key, std::string problem) {
-  throw PipelineSplitError(key, std::move(problem));
+/// A broken rule as a value (what PipelineSplitError would say).
+std::optional<PipelineSplitProblem> fail(const char* key, std::string problem) {
+  return PipelineSplitProblem{key, std::move(problem)};
 }
 
-/// Layers of each pipeline rank (before the split over chunks) with first/last stage counts.
-std::vector<int64_t> first_last_split(const ModelSpec& m, const ParallelConfig& par) {
+/// Layers of each pipeline rank (before the split over chunks) with first/last stage counts, in
+/// `per_rank`; the first broken rule instead when there is one.
+std::optional<PipelineSplitProblem> first_last_split(const ModelSpec& m, const ParallelConfig& par,
+                                                     std::vector<int64_t>& per_rank) {
   const int64_t l = m.num_layers;
   const int64_t p = par.pipeline_model_parallel_size;
   const int64_t v = par.virtual_pipeline_model_parallel_size;
@@ -30,12 +33,14 @@ std::vector<int64_t> first_last_split(const ModelSpec& m, const ParallelConfig& 
   const std::optional<int64_t>& last = par.decoder_last_pipeline_num_layers;
   const char* given = first ? kFirstKey : kLastKey;
   if (par.account_for_embedding_in_pipeline_split || par.account_for_loss_in_pipeline_split) {
-    fail(given, fmt::format("cannot be combined with {} (rule: Megatron-Core sets the first/last "
-                            "stage layer counts or accounts for the embedding and loss, not both)",
-                            par.account_for_embedding_in_pipeline_split ? kEmbeddingKey : kLossKey));
+    return fail(
+        given, fmt::format("cannot be combined with {} (rule: Megatron-Core sets the first/last "
+                           "stage layer counts or accounts for the embedding and loss, not both)",
+                           par.account_for_embedding_in_pipeline_split ? kEmbeddingKey : kLossKey));
   }
   if (p < 2) {
-    fail(given, fmt::format("{} needs parallelism.pipeline_model_parallel_size > 1, got {} (rule: "
+    return fail(given,
+                fmt::format("{} needs parallelism.pipeline_model_parallel_size > 1, got {} (rule: "
                             "with one pipeline stage the first stage is also the last and holds "
                             "all model.num_layers = {})",
                             first ? *first : *last, p, l));
@@ -44,11 +49,12 @@ std::vector<int64_t> first_last_split(const ModelSpec& m, const ParallelConfig& 
   int64_t middle_stages = p;
   for (const auto& [key, value] : {std::pair{kFirstKey, first}, std::pair{kLastKey, last}}) {
     if (!value) continue;
-    if (*value < 1) fail(key, fmt::format("must be >= 1, got {}", *value));
+    if (*value < 1) return fail(key, fmt::format("must be >= 1, got {}", *value));
     if (*value % v != 0) {
-      fail(key, fmt::format("{} is not divisible by virtual_pipeline_model_parallel_size = {} "
-                            "(rule: the stage's layers are split equally over its model chunks)",
-                            *value, v));
+      return fail(key,
+                  fmt::format("{} is not divisible by virtual_pipeline_model_parallel_size = {} "
+                              "(rule: the stage's layers are split equally over its model chunks)",
+                              *value, v));
     }
     remaining -= *value;
     --middle_stages;
@@ -61,42 +67,46 @@ std::vector<int64_t> first_last_split(const ModelSpec& m, const ParallelConfig& 
                                                    : "decoder_last_pipeline_num_layers",
                                   first ? *first : *last);
   if (remaining < 0) {
-    fail(given, fmt::format("{} exceeds model.num_layers = {} (rule: the first/last stages hold "
+    return fail(given,
+                fmt::format("{} exceeds model.num_layers = {} (rule: the first/last stages hold "
                             "some of the model's layers)",
                             given_text, l));
   }
   if (middle_stages == 0 && remaining != 0) {
-    fail(given, fmt::format("{} leaves {} of model.num_layers = {} layers for no stage (rule: "
+    return fail(given,
+                fmt::format("{} leaves {} of model.num_layers = {} layers for no stage (rule: "
                             "with pipeline_model_parallel_size = 2 and both counts given they "
                             "must add up to num_layers)",
                             given_text, remaining, l));
   }
   if (middle_stages > 0 && remaining == 0) {
-    fail(given, fmt::format("{} leaves no layers for the {} middle pipeline stage(s) of "
-                            "model.num_layers = {} (rule: every middle stage holds layers)",
-                            given_text, middle_stages, l));
+    return fail(given, fmt::format("{} leaves no layers for the {} middle pipeline stage(s) of "
+                                   "model.num_layers = {} (rule: every middle stage holds layers)",
+                                   given_text, middle_stages, l));
   }
   int64_t per_middle = 0;
   if (middle_stages > 0) {
     if (remaining % middle_stages != 0) {
-      fail(given, fmt::format("the {} layers left by {} (of model.num_layers = {}) are not "
+      return fail(given,
+                  fmt::format("the {} layers left by {} (of model.num_layers = {}) are not "
                               "divisible by the {} middle pipeline stage(s) (rule: the middle "
                               "stages hold the same number of layers)",
                               remaining, given_text, l, middle_stages));
     }
     per_middle = remaining / middle_stages;
     if (per_middle % v != 0) {
-      fail(given, fmt::format("the middle pipeline stages hold {} layers each ((model.num_layers "
+      return fail(given,
+                  fmt::format("the middle pipeline stages hold {} layers each ((model.num_layers "
                               "- {}) / {}), not divisible by virtual_pipeline_model_parallel_size "
                               "= {} (rule: a stage's layers are split equally over its model "
                               "chunks)",
                               per_middle, given_text, middle_stages, v));
     }
   }
-  std::vector<int64_t> per_rank(static_cast<size_t>(p), per_middle);
+  per_rank.assign(static_cast<size_t>(p), per_middle);
   if (first) per_rank.front() = *first;
   if (last) per_rank.back() = *last;
-  return per_rank;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -109,7 +119,9 @@ bool uneven_pipeline_split(const ParallelConfig& p) {
          p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split;
 }
 
-std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const ParallelConfig& par) {
+std::optional<PipelineSplitProblem> try_pipeline_layer_split(const ModelSpec& m,
+                                                             const ParallelConfig& par,
+                                                             std::vector<ChunkLayers>& split) {
   require_at_least_one(m.num_layers, "num_layers");
   require_at_least_one(par.pipeline_model_parallel_size, "pipeline_model_parallel_size");
   require_at_least_one(par.virtual_pipeline_model_parallel_size,
@@ -119,9 +131,10 @@ std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const Parallel
   const int64_t v = par.virtual_pipeline_model_parallel_size;
 
   // Layers of each virtual stage, in virtual-stage order.
-  std::vector<ChunkLayers> split(static_cast<size_t>(p * v));
+  split.assign(static_cast<size_t>(p * v), ChunkLayers{});
   if (par.decoder_first_pipeline_num_layers || par.decoder_last_pipeline_num_layers) {
-    const std::vector<int64_t> per_rank = first_last_split(m, par);
+    std::vector<int64_t> per_rank;
+    if (auto problem = first_last_split(m, par, per_rank)) return problem;
     for (int64_t vs = 0; vs < p * v; ++vs) {
       split[static_cast<size_t>(vs)].num_layers = per_rank[static_cast<size_t>(vs % p)] / v;
     }
@@ -131,13 +144,14 @@ std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const Parallel
     const int64_t counted = l + (embedding ? 1 : 0) + (loss ? 1 : 0);
     if (!embedding && !loss) {
       if (l % (p * v) != 0) {
-        fail("model.num_layers",
-             fmt::format("{} is not divisible by pipeline_model_parallel_size x "
-                         "virtual_pipeline_model_parallel_size = {} x {} = {} (rule: every model "
-                         "chunk holds the same number of layers; see "
-                         "decoder_first/last_pipeline_num_layers and "
-                         "account_for_embedding/loss_in_pipeline_split for uneven splits)",
-                         l, p, v, p * v));
+        return fail(
+            "model.num_layers",
+            fmt::format("{} is not divisible by pipeline_model_parallel_size x "
+                        "virtual_pipeline_model_parallel_size = {} x {} = {} (rule: every model "
+                        "chunk holds the same number of layers; see "
+                        "decoder_first/last_pipeline_num_layers and "
+                        "account_for_embedding/loss_in_pipeline_split for uneven splits)",
+                        l, p, v, p * v));
       }
     } else {
       const std::string text =
@@ -146,16 +160,18 @@ std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const Parallel
                       counted);
       const char* key = embedding ? kEmbeddingKey : kLossKey;
       if (counted % p != 0) {
-        fail(key, fmt::format("true: {} is not divisible by pipeline_model_parallel_size = {} "
-                              "(rule: the embedding and loss count as one layer each in the "
-                              "split)",
-                              text, p));
+        return fail(key,
+                    fmt::format("true: {} is not divisible by pipeline_model_parallel_size = {} "
+                                "(rule: the embedding and loss count as one layer each in the "
+                                "split)",
+                                text, p));
       }
       if ((counted / p) % v != 0) {
-        fail(key, fmt::format("true: {} / pipeline_model_parallel_size = {} layers per pipeline "
-                              "stage, not divisible by virtual_pipeline_model_parallel_size = {} "
-                              "(rule: a stage's layers are split equally over its model chunks)",
-                              text, counted / p, v));
+        return fail(key,
+                    fmt::format("true: {} / pipeline_model_parallel_size = {} layers per pipeline "
+                                "stage, not divisible by virtual_pipeline_model_parallel_size = {} "
+                                "(rule: a stage's layers are split equally over its model chunks)",
+                                text, counted / p, v));
       }
     }
     const int64_t per_chunk = counted / (p * v);
@@ -172,6 +188,14 @@ std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const Parallel
     throw InvalidArgument(fmt::format("pipeline_layer_split: the stages hold {} layers, the model "
                                       "has {} (internal error)",
                                       next, l));
+  }
+  return std::nullopt;
+}
+
+std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const ParallelConfig& par) {
+  std::vector<ChunkLayers> split;
+  if (auto problem = try_pipeline_layer_split(m, par, split)) {
+    throw PipelineSplitError(std::move(problem->key), std::move(problem->problem));
   }
   return split;
 }

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,19 @@ class PipelineSplitError : public InvalidArgument {
   std::string key_;
   std::string problem_;
 };
+
+/// A broken rule of the pipeline split as a value: what PipelineSplitError holds.
+struct PipelineSplitProblem {
+  std::string key;      ///< the scenario key at fault
+  std::string problem;  ///< the value, the rule and the numbers
+};
+
+/// pipeline_layer_split() without the exception for a broken rule: fills `split` (size PP x v)
+/// and returns nullopt, or returns the first broken rule (`split` then unspecified). Throws
+/// InvalidArgument for sizes < 1, as pipeline_layer_split.
+std::optional<PipelineSplitProblem> try_pipeline_layer_split(const ModelSpec& m,
+                                                             const ParallelConfig& p,
+                                                             std::vector<ChunkLayers>& split);
 
 /// The layers of every virtual stage, indexed by vs = chunk x PP + pp_rank (size PP x v), under
 /// the rules in the file comment. Throws PipelineSplitError naming the key and the rule when the

@@ -28,103 +28,120 @@ using namespace scenario_schema;
   throw ConfigError(fmt::format("{}: {}: {}", where(key), key, problem));
 }
 
-void check_positive(const Locator& where, std::string_view key, int64_t value) {
-  if (value < 1) rule_error(where, key, fmt::format("must be >= 1, got {}", value));
+std::string RuleBreach::message() const { return key + ": " + problem; }
+
+namespace {
+
+/// The first broken rule of a check, or nullopt when it passes.
+using Breach = std::optional<RuleBreach>;
+
+/// A broken rule as a value.
+Breach broken(std::string_view key, std::string problem) {
+  return RuleBreach{std::string(key), std::move(problem)};
+}
+
+Breach check_positive(std::string_view key, int64_t value) {
+  if (value < 1) return broken(key, fmt::format("must be >= 1, got {}", value));
+  return std::nullopt;
 }
 
 /// A what-if factor in the schema's kScale (why those bounds: core/scenario_schema.hpp).
-void check_scale(const Locator& where, const std::string& key, const std::optional<double>& value) {
+Breach check_scale(const std::string& key, const std::optional<double>& value) {
   if (value && !kScale.contains(*value)) {
-    rule_error(where, key,
-               fmt::format("must be a number {} (a factor: 1.0 = as the topology file says), "
-                           "got {}",
-                           kScale.text(), *value));
+    return broken(key,
+                  fmt::format("must be a number {} (a factor: 1.0 = as the topology file says), "
+                              "got {}",
+                              kScale.text(), *value));
   }
+  return std::nullopt;
 }
 
 /// The what-if knobs: positive finite factors, a straggler among the cluster's ranks, a named
 /// degraded link (whether the name exists is checked when the platform is built).
-void check_what_if(const Scenario& s, const Locator& where) {
+Breach what_if_breach(const Scenario& s) {
   const WhatIf& w = s.cluster.what_if;
   const std::string prefix(kWhatIf);
-  check_scale(where, prefix + ".ib_bandwidth_scale", w.ib_bandwidth_scale);
-  check_scale(where, prefix + ".nvlink_bandwidth_scale", w.nvlink_bandwidth_scale);
-  check_scale(where, prefix + ".gpu_speed_scale", w.gpu_speed_scale);
+  if (Breach b = check_scale(prefix + ".ib_bandwidth_scale", w.ib_bandwidth_scale)) return b;
+  if (Breach b = check_scale(prefix + ".nvlink_bandwidth_scale", w.nvlink_bandwidth_scale))
+    return b;
+  if (Breach b = check_scale(prefix + ".gpu_speed_scale", w.gpu_speed_scale)) return b;
   if (w.straggler) {
     const std::string key(kStraggler);
-    check_scale(where, key + ".compute_scale", w.straggler->compute_scale);
+    if (Breach b = check_scale(key + ".compute_scale", w.straggler->compute_scale)) return b;
     const int64_t rank = w.straggler->rank;
     if (rank < 0 || rank >= s.cluster.num_gpus) {
-      rule_error(where, key + ".rank",
-                 fmt::format("{} is outside [0, cluster.num_gpus = {}) (rule: the straggler is "
-                             "one of the cluster's global ranks)",
-                             rank, s.cluster.num_gpus));
+      return broken(key + ".rank",
+                    fmt::format("{} is outside [0, cluster.num_gpus = {}) (rule: the straggler is "
+                                "one of the cluster's global ranks)",
+                                rank, s.cluster.num_gpus));
     }
   }
   if (w.degraded_link) {
     const std::string key(kDegradedLink);
-    check_scale(where, key + ".bandwidth_scale", w.degraded_link->bandwidth_scale);
+    if (Breach b = check_scale(key + ".bandwidth_scale", w.degraded_link->bandwidth_scale))
+      return b;
     if (w.degraded_link->name.empty()) {
-      rule_error(where, key + ".name",
-                 "must name a platform link, e.g. node0-nic0-up or rail0-leaf0-spine0-c0-up");
+      return broken(key + ".name",
+                    "must name a platform link, e.g. node0-nic0-up or rail0-leaf0-spine0-c0-up");
     }
   }
+  return std::nullopt;
 }
 
 /// The live-training keys: each in its range, min_lr <= lr, and the warm-up shorter than the
 /// decay (Megatron-LM's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps,
 /// megatron/core/optimizer_param_scheduler.py).
-void check_live_training(const Scenario& s, const Locator& where) {
+Breach live_training_breach(const Scenario& s) {
   const TrainingConfig& t = s.training;
   // Each key in its range (the schema's minimum or interval), whoever built the scenario.
   for (const KeySpec& k : scenario_keys()) {
     if (k.section != "training" || !k.executor_only) continue;
-    const std::string path = k.path();
     if (const auto* ref = std::get_if<FieldRef<std::optional<int64_t>>>(&k.bind)) {
       const std::optional<int64_t>& v = get(*ref, s);
-      if (v && *v < k.min) rule_error(where, path, fmt::format("must be >= {}, got {}", k.min, *v));
+      if (v && *v < k.min) return broken(k.path(), fmt::format("must be >= {}, got {}", k.min, *v));
     } else if (const auto* iref = std::get_if<FieldRef<int64_t>>(&k.bind)) {
       const int64_t v = get(*iref, s);
-      if (v < k.min) rule_error(where, path, fmt::format("must be >= {}, got {}", k.min, v));
+      if (v < k.min) return broken(k.path(), fmt::format("must be >= {}, got {}", k.min, v));
     } else if (const auto* oref = std::get_if<FieldRef<std::optional<double>>>(&k.bind)) {
       const std::optional<double>& v = get(*oref, s);
       if (v && !k.range.contains(*v)) {
-        rule_error(where, path,
-                   fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note,
-                               *v));
+        return broken(k.path(), fmt::format("must be a finite number {} ({}), got {}",
+                                            k.range.text(), k.note, *v));
       }
     } else if (const auto* dref = std::get_if<FieldRef<double>>(&k.bind)) {
       const double v = get(*dref, s);
       if (!k.range.contains(v)) {
-        rule_error(where, path,
-                   fmt::format("must be a finite number {} ({}), got {}", k.range.text(), k.note,
-                               v));
+        return broken(k.path(), fmt::format("must be a finite number {} ({}), got {}",
+                                            k.range.text(), k.note, v));
       }
     }
   }
   if (t.lr && t.min_lr > *t.lr) {
-    rule_error(where, "training.min_lr",
-               fmt::format("{} is larger than training.lr = {} (rule: 0 <= min_lr <= lr; the "
-                           "learning rate decays from lr to min_lr)",
-                           t.min_lr, *t.lr));
+    return broken("training.min_lr",
+                  fmt::format("{} is larger than training.lr = {} (rule: 0 <= min_lr <= lr; the "
+                              "learning rate decays from lr to min_lr)",
+                              t.min_lr, *t.lr));
   }
   const std::optional<int64_t> decay_iters = t.lr_decay_iters ? t.lr_decay_iters : t.train_iters;
   if (decay_iters && t.lr_warmup_iters >= *decay_iters) {
-    rule_error(where, "training.lr_warmup_iters",
-               fmt::format("{} is not smaller than training.lr_decay_iters = {} (train_iters when "
-                           "not given) (rule: lr_warmup_iters < lr_decay_iters, as Megatron-LM's "
-                           "OptimizerParamScheduler asserts)",
-                           t.lr_warmup_iters, *decay_iters));
+    return broken(
+        "training.lr_warmup_iters",
+        fmt::format("{} is not smaller than training.lr_decay_iters = {} (train_iters when "
+                    "not given) (rule: lr_warmup_iters < lr_decay_iters, as Megatron-LM's "
+                    "OptimizerParamScheduler asserts)",
+                    t.lr_warmup_iters, *decay_iters));
   }
+  return std::nullopt;
 }
 
 /// The data section: a well-formed split (the paths need not exist yet).
-void check_data(const DataConfig& d, const Locator& where) {
+Breach data_breach(const DataConfig& d) {
   try {
     split_fractions(d.split);
   } catch (const InvalidArgument& e) {
-    rule_error(where, "data.split", e.what());
+    return broken("data.split", e.what());
   }
+  return std::nullopt;
 }
 
 /// The mixture-of-experts rules (Megatron-LM's arguments.py and TransformerConfig checks).
@@ -132,24 +149,27 @@ void check_data(const DataConfig& d, const Locator& where) {
 /// needs 1 <= topk <= E, EP dividing E, ETP dividing the expert width, TP dividing the shared
 /// expert, ETP x EP dividing TP x CP x DP (parallel folding), sequence parallelism with TP > 1,
 /// ep in the rank order when EP > 1. Multi-latent attention is refused.
-void check_moe(const Scenario& s, const Locator& where) {
+Breach moe_breach(const Scenario& s) {
   const ModelSpec& m = s.model;
   const ParallelConfig& p = s.parallel;
   const std::optional<double>& imbalance = s.cluster.what_if.moe_load_imbalance;
   if (m.multi_latent_attention) {
-    rule_error(where, "model.multi_latent_attention",
-               "true is not supported yet (DeepSeek-V3's multi-latent attention); remove the key "
-               "or set it to false");
+    return broken(
+        "model.multi_latent_attention",
+        "true is not supported yet (DeepSeek-V3's multi-latent attention); remove the key "
+        "or set it to false");
   }
   if (m.num_moe_experts < 0) {
-    rule_error(where, "model.num_moe_experts",
-               fmt::format("must be >= 1 (0 in code = a dense model), got {}", m.num_moe_experts));
+    return broken(
+        "model.num_moe_experts",
+        fmt::format("must be >= 1 (0 in code = a dense model), got {}", m.num_moe_experts));
   }
   const int64_t ep = p.expert_model_parallel_size;
-  check_positive(where, "parallelism.expert_model_parallel_size", ep);
+  if (Breach b = check_positive("parallelism.expert_model_parallel_size", ep)) return b;
   if (p.expert_tensor_parallel_size) {
-    check_positive(where, "parallelism.expert_tensor_parallel_size",
-                   *p.expert_tensor_parallel_size);
+    if (Breach b = check_positive("parallelism.expert_tensor_parallel_size",
+                                  *p.expert_tensor_parallel_size))
+      return b;
   }
   if (!m.is_moe()) {
     // Every MoE setting away from its default, with the key that holds it.
@@ -173,70 +193,73 @@ void check_moe(const Scenario& s, const Locator& where) {
     }};
     for (const auto& [key, is_given] : given) {
       if (is_given) {
-        rule_error(where, key,
-                   "needs model.num_moe_experts >= 1 (rule: MoE settings apply to a model with "
-                   "routed experts; this model is dense)");
+        return broken(key,
+                      "needs model.num_moe_experts >= 1 (rule: MoE settings apply to a model with "
+                      "routed experts; this model is dense)");
       }
     }
-    return;
+    return std::nullopt;
   }
   const int64_t experts = m.num_moe_experts;
   if (m.moe_router_topk < 1 || m.moe_router_topk > experts) {
-    rule_error(where, "model.moe_router_topk",
-               fmt::format("{} is outside [1, model.num_moe_experts = {}] (rule: each token goes "
-                           "to k distinct experts)",
-                           m.moe_router_topk, experts));
+    return broken(
+        "model.moe_router_topk",
+        fmt::format("{} is outside [1, model.num_moe_experts = {}] (rule: each token goes "
+                    "to k distinct experts)",
+                    m.moe_router_topk, experts));
   }
   if (m.moe_ffn_hidden_size < 0) {
-    rule_error(where, "model.moe_ffn_hidden_size",
-               fmt::format("must be >= 1, got {}", m.moe_ffn_hidden_size));
+    return broken("model.moe_ffn_hidden_size",
+                  fmt::format("must be >= 1, got {}", m.moe_ffn_hidden_size));
   }
   if (m.moe_shared_expert_intermediate_size < 0) {
-    rule_error(where, "model.moe_shared_expert_intermediate_size",
-               fmt::format("must be >= 1, got {}", m.moe_shared_expert_intermediate_size));
+    return broken("model.moe_shared_expert_intermediate_size",
+                  fmt::format("must be >= 1, got {}", m.moe_shared_expert_intermediate_size));
   }
   if (!m.moe_layer_pattern.empty()) {
     if (static_cast<int64_t>(m.moe_layer_pattern.size()) != m.num_layers) {
-      rule_error(where, "model.moe_layer_freq",
-                 fmt::format("a list of {} entries for model.num_layers = {} layers (rule: one 0 "
-                             "or 1 per layer)",
-                             m.moe_layer_pattern.size(), m.num_layers));
+      return broken(
+          "model.moe_layer_freq",
+          fmt::format("a list of {} entries for model.num_layers = {} layers (rule: one 0 "
+                      "or 1 per layer)",
+                      m.moe_layer_pattern.size(), m.num_layers));
     }
     if (std::any_of(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end(),
                     [](int e) { return e != 0 && e != 1; })) {
-      rule_error(where, "model.moe_layer_freq",
-                 "entries must be 0 (dense layer) or 1 (MoE layer)");
+      return broken("model.moe_layer_freq", "entries must be 0 (dense layer) or 1 (MoE layer)");
     }
     if (std::none_of(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end(),
                      [](int e) { return e == 1; })) {
-      rule_error(where, "model.moe_layer_freq",
-                 "has no 1: no layer would be an MoE layer (rule: a dense model leaves "
-                 "model.num_moe_experts out)");
+      return broken("model.moe_layer_freq",
+                    "has no 1: no layer would be an MoE layer (rule: a dense model leaves "
+                    "model.num_moe_experts out)");
     }
   }
-  const Interval& capacity = key("model.moe_expert_capacity_factor").range;
+  // The schema is static: looked up once (a lookup walks the key table).
+  static const Interval& capacity = key("model.moe_expert_capacity_factor").range;
   if (m.moe_expert_capacity_factor && !capacity.contains(*m.moe_expert_capacity_factor)) {
-    rule_error(where, "model.moe_expert_capacity_factor",
-               fmt::format("must be a finite number {} (null = dropless), got {}",
-                           capacity.text(), *m.moe_expert_capacity_factor));
+    return broken("model.moe_expert_capacity_factor",
+                  fmt::format("must be a finite number {} (null = dropless), got {}",
+                              capacity.text(), *m.moe_expert_capacity_factor));
   }
   if (m.moe_pad_expert_input_to_capacity && !m.moe_expert_capacity_factor) {
-    rule_error(where, "model.moe_pad_expert_input_to_capacity",
-               "true needs model.moe_expert_capacity_factor (rule: as Megatron-Core, padding "
-               "fills each expert to its capacity; a dropless MoE has none)");
+    return broken("model.moe_pad_expert_input_to_capacity",
+                  "true needs model.moe_expert_capacity_factor (rule: as Megatron-Core, padding "
+                  "fills each expert to its capacity; a dropless MoE has none)");
   }
-  const Interval& coeff = key("model.moe_aux_loss_coeff").range;
+  // The schema is static: looked up once (a lookup walks the key table).
+  static const Interval& coeff = key("model.moe_aux_loss_coeff").range;
   if (!coeff.contains(m.moe_aux_loss_coeff)) {
-    rule_error(where, "model.moe_aux_loss_coeff",
-               fmt::format("must be a finite number {}, got {}", coeff.text(),
-                           m.moe_aux_loss_coeff));
+    return broken("model.moe_aux_loss_coeff", fmt::format("must be a finite number {}, got {}",
+                                                          coeff.text(), m.moe_aux_loss_coeff));
   }
   if (experts % ep != 0) {
-    rule_error(where, "parallelism.expert_model_parallel_size",
-               fmt::format("{} does not divide model.num_moe_experts = {} (rule: "
-                           "num_moe_experts % expert_model_parallel_size == 0; each EP rank holds "
-                           "E / EP whole experts)",
-                           ep, experts));
+    return broken(
+        "parallelism.expert_model_parallel_size",
+        fmt::format("{} does not divide model.num_moe_experts = {} (rule: "
+                    "num_moe_experts % expert_model_parallel_size == 0; each EP rank holds "
+                    "E / EP whole experts)",
+                    ep, experts));
   }
   const int64_t etp = p.expert_tp();
   const std::string etp_key = p.expert_tensor_parallel_size
@@ -249,90 +272,103 @@ void check_moe(const Scenario& s, const Locator& where) {
                         "expert_tensor_parallel_size is not given)",
                         etp);
   if (m.moe_expert_ffn() % etp != 0) {
-    rule_error(where, etp_key,
-               fmt::format("{} does not divide the routed expert width {} = {} (rule: each "
-                           "expert's FC1/FC2 are split over the expert TP ranks)",
-                           etp_text,
-                           m.moe_ffn_hidden_size > 0 ? "model.moe_ffn_hidden_size"
-                                                     : "model.ffn_hidden_size",
-                           m.moe_expert_ffn()));
+    return broken(etp_key,
+                  fmt::format("{} does not divide the routed expert width {} = {} (rule: each "
+                              "expert's FC1/FC2 are split over the expert TP ranks)",
+                              etp_text,
+                              m.moe_ffn_hidden_size > 0 ? "model.moe_ffn_hidden_size"
+                                                        : "model.ffn_hidden_size",
+                              m.moe_expert_ffn()));
   }
   const int64_t tp = p.tensor_model_parallel_size;
   if (m.moe_shared_expert_intermediate_size % tp != 0) {
-    rule_error(where, "parallelism.tensor_model_parallel_size",
-               fmt::format("{} does not divide model.moe_shared_expert_intermediate_size = {} "
-                           "(rule: the shared expert is a dense MLP split over TP)",
-                           tp, m.moe_shared_expert_intermediate_size));
+    return broken("parallelism.tensor_model_parallel_size",
+                  fmt::format("{} does not divide model.moe_shared_expert_intermediate_size = {} "
+                              "(rule: the shared expert is a dense MLP split over TP)",
+                              tp, m.moe_shared_expert_intermediate_size));
   }
   // Megatron-Core's parallel folding: the TP x CP x DP ranks of one pipeline stage are regrouped
   // as ETP x EP x expert-DP (parallel_state.initialize_model_parallel asserts the divisibility).
   const int64_t stage_ranks = mul(mul(tp, p.context_parallel_size), p.data_parallel_size);
   if (stage_ranks % mul(etp, ep) != 0) {
-    rule_error(where, "parallelism.expert_model_parallel_size",
-               fmt::format("{} x {} = {} does not divide tensor_model_parallel_size x "
-                           "context_parallel_size x data_parallel_size = {} x {} x {} = {} "
-                           "(rule: parallel folding regroups the ranks of a pipeline stage as "
-                           "expert TP x EP x expert DP)",
-                           ep, etp_text, mul(etp, ep), tp, p.context_parallel_size,
-                           p.data_parallel_size, stage_ranks));
+    return broken("parallelism.expert_model_parallel_size",
+                  fmt::format("{} x {} = {} does not divide tensor_model_parallel_size x "
+                              "context_parallel_size x data_parallel_size = {} x {} x {} = {} "
+                              "(rule: parallel folding regroups the ranks of a pipeline stage as "
+                              "expert TP x EP x expert DP)",
+                              ep, etp_text, mul(etp, ep), tp, p.context_parallel_size,
+                              p.data_parallel_size, stage_ranks));
   }
   // Megatron-LM (arguments.py): "When using MoE and tensor parallelism, sequence parallelism
   // must be used."
   if (tp > 1 && !p.sequence_parallel) {
-    rule_error(where, "parallelism.sequence_parallel",
-               fmt::format("must be true for an MoE model with tensor_model_parallel_size = {} > 1 "
-                           "(rule: as Megatron-LM asserts, MoE with TP needs sequence "
-                           "parallelism)",
-                           tp));
+    return broken(
+        "parallelism.sequence_parallel",
+        fmt::format("must be true for an MoE model with tensor_model_parallel_size = {} > 1 "
+                    "(rule: as Megatron-LM asserts, MoE with TP needs sequence "
+                    "parallelism)",
+                    tp));
   }
   if (ep > 1) {
     const std::vector<std::string> dims = split(p.rank_order, '-');
     if (std::find(dims.begin(), dims.end(), "ep") == dims.end()) {
-      rule_error(where, "parallelism.rank_order",
-                 fmt::format("'{}' has no ep while expert_model_parallel_size = {} > 1 (rule: "
-                             "the order places every dimension of size > 1, e.g. Megatron's "
-                             "tp-cp-ep-dp-pp, the default)",
-                             p.rank_order, ep));
+      return broken("parallelism.rank_order",
+                    fmt::format("'{}' has no ep while expert_model_parallel_size = {} > 1 (rule: "
+                                "the order places every dimension of size > 1, e.g. Megatron's "
+                                "tp-cp-ep-dp-pp, the default)",
+                                p.rank_order, ep));
     }
   }
   if (imbalance && !(std::isfinite(*imbalance) && *imbalance >= 1)) {
-    rule_error(where, "cluster.what_if.moe_load_imbalance",
-               fmt::format("must be a finite number >= 1 (the busiest expert's tokens over the "
-                           "mean; 1 = balanced), got {}",
-                           *imbalance));
+    return broken("cluster.what_if.moe_load_imbalance",
+                  fmt::format("must be a finite number >= 1 (the busiest expert's tokens over the "
+                              "mean; 1 = balanced), got {}",
+                              *imbalance));
   }
+  return std::nullopt;
 }
 
-/// The rules of validate_scenario(), with messages located by `where`.
-void check_rules(const Scenario& s, const Locator& where) {
+}  // namespace
+
+void check_moe(const Scenario& s, const Locator& where) {
+  if (Breach b = moe_breach(s)) rule_error(where, b->key, b->problem);
+}
+
+std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
   const ModelSpec& m = s.model;
   const ParallelConfig& p = s.parallel;
   const TrainingConfig& t = s.training;
 
   // Sizes (the file reader already checks them; a Scenario built in code may not be).
-  check_positive(where, "model.num_layers", m.num_layers);
-  check_positive(where, "model.hidden_size", m.hidden_size);
-  check_positive(where, "model.num_attention_heads", m.num_attention_heads);
-  check_positive(where, "model.ffn_hidden_size", m.ffn_hidden_size);
-  check_positive(where, "model.num_query_groups", m.query_groups());
-  check_positive(where, "model.seq_length", m.seq_length);
-  check_positive(where, "model.vocab_size", m.vocab_size);
-  check_positive(where, "parallelism.tensor_model_parallel_size", p.tensor_model_parallel_size);
-  check_positive(where, "parallelism.pipeline_model_parallel_size", p.pipeline_model_parallel_size);
-  check_positive(where, "parallelism.virtual_pipeline_model_parallel_size",
-                 p.virtual_pipeline_model_parallel_size);
-  check_positive(where, "parallelism.context_parallel_size", p.context_parallel_size);
-  check_positive(where, "parallelism.data_parallel_size", p.data_parallel_size);
-  check_positive(where, "training.num_distributed_optimizer_instances",
-                 t.num_distributed_optimizer_instances);
-  check_positive(where, "training.micro_batch_size", t.micro_batch_size);
-  check_positive(where, "training.global_batch_size", t.global_batch_size);
-  check_positive(where, "cluster.num_gpus", s.cluster.num_gpus);
+  if (Breach b = check_positive("model.num_layers", m.num_layers)) return b;
+  if (Breach b = check_positive("model.hidden_size", m.hidden_size)) return b;
+  if (Breach b = check_positive("model.num_attention_heads", m.num_attention_heads)) return b;
+  if (Breach b = check_positive("model.ffn_hidden_size", m.ffn_hidden_size)) return b;
+  if (Breach b = check_positive("model.num_query_groups", m.query_groups())) return b;
+  if (Breach b = check_positive("model.seq_length", m.seq_length)) return b;
+  if (Breach b = check_positive("model.vocab_size", m.vocab_size)) return b;
+  if (Breach b =
+          check_positive("parallelism.tensor_model_parallel_size", p.tensor_model_parallel_size))
+    return b;
+  if (Breach b = check_positive("parallelism.pipeline_model_parallel_size",
+                                p.pipeline_model_parallel_size))
+    return b;
+  if (Breach b = check_positive("parallelism.virtual_pipeline_model_parallel_size",
+                                p.virtual_pipeline_model_parallel_size))
+    return b;
+  if (Breach b = check_positive("parallelism.context_parallel_size", p.context_parallel_size))
+    return b;
+  if (Breach b = check_positive("parallelism.data_parallel_size", p.data_parallel_size)) return b;
+  if (Breach b = check_positive("training.num_distributed_optimizer_instances",
+                                t.num_distributed_optimizer_instances))
+    return b;
+  if (Breach b = check_positive("training.micro_batch_size", t.micro_batch_size)) return b;
+  if (Breach b = check_positive("training.global_batch_size", t.global_batch_size)) return b;
+  if (Breach b = check_positive("cluster.num_gpus", s.cluster.num_gpus)) return b;
 
   if (!contains(kArchitectures, m.architecture)) {
-    rule_error(
-        where, "model.architecture",
-        fmt::format("'{}' is not supported (allowed: {})", m.architecture, join(kArchitectures)));
+    return broken("model.architecture", fmt::format("'{}' is not supported (allowed: {})",
+                                                    m.architecture, join(kArchitectures)));
   }
 
   const int64_t tp = p.tensor_model_parallel_size;
@@ -344,149 +380,156 @@ void check_rules(const Scenario& s, const Locator& where) {
   // Model shape. With kv_channels the head dimension is given, and h need not be a multiple of
   // a (Megatron-LM asserts hidden_size % num_attention_heads == 0 only to derive kv_channels).
   if (m.kv_channels < 0) {
-    rule_error(where, "model.kv_channels",
-               fmt::format("must be >= 1, got {} (0 in code = hidden_size / num_attention_heads)",
-                           m.kv_channels));
+    return broken(
+        "model.kv_channels",
+        fmt::format("must be >= 1, got {} (0 in code = hidden_size / num_attention_heads)",
+                    m.kv_channels));
   }
   if (m.kv_channels == 0 && m.hidden_size % m.num_attention_heads != 0) {
-    rule_error(where, "model.hidden_size",
-               fmt::format("{} is not divisible by model.num_attention_heads = {} "
-                           "(rule: hidden_size % num_attention_heads == 0 unless "
-                           "model.kv_channels gives the head dimension)",
-                           m.hidden_size, m.num_attention_heads));
+    return broken("model.hidden_size",
+                  fmt::format("{} is not divisible by model.num_attention_heads = {} "
+                              "(rule: hidden_size % num_attention_heads == 0 unless "
+                              "model.kv_channels gives the head dimension)",
+                              m.hidden_size, m.num_attention_heads));
   }
   // Tensor parallelism splits attention heads and the MLP's inner dimension.
   if (m.num_attention_heads % tp != 0) {
-    rule_error(where, "parallelism.tensor_model_parallel_size",
-               fmt::format("{} does not divide model.num_attention_heads = {} "
-                           "(rule: num_attention_heads % tensor_model_parallel_size == 0)",
-                           tp, m.num_attention_heads));
+    return broken("parallelism.tensor_model_parallel_size",
+                  fmt::format("{} does not divide model.num_attention_heads = {} "
+                              "(rule: num_attention_heads % tensor_model_parallel_size == 0)",
+                              tp, m.num_attention_heads));
   }
   // Grouped-query attention: each K/V head serves a / g query heads, and TP splits K/V heads.
   const int64_t g = m.query_groups();
   if (m.num_attention_heads % g != 0) {
-    rule_error(where, "model.num_query_groups",
-               fmt::format("{} does not divide model.num_attention_heads = {} "
-                           "(rule: num_attention_heads % num_query_groups == 0)",
-                           g, m.num_attention_heads));
+    return broken("model.num_query_groups",
+                  fmt::format("{} does not divide model.num_attention_heads = {} "
+                              "(rule: num_attention_heads % num_query_groups == 0)",
+                              g, m.num_attention_heads));
   }
   if (g % tp != 0) {
-    rule_error(where, "parallelism.tensor_model_parallel_size",
-               fmt::format("{} does not divide model.num_query_groups = {} "
-                           "(rule: num_query_groups % tensor_model_parallel_size == 0; each TP "
-                           "rank holds whole K/V heads, as Megatron-LM asserts)",
-                           tp, g));
+    return broken("parallelism.tensor_model_parallel_size",
+                  fmt::format("{} does not divide model.num_query_groups = {} "
+                              "(rule: num_query_groups % tensor_model_parallel_size == 0; each TP "
+                              "rank holds whole K/V heads, as Megatron-LM asserts)",
+                              tp, g));
   }
-  const Interval& base = key("model.rotary_base").range;
+  // The schema is static: looked up once (a lookup walks the key table).
+  static const Interval& base = key("model.rotary_base").range;
   if (!base.contains(m.rotary_base)) {
-    rule_error(where, "model.rotary_base",
-               fmt::format("must be a finite number {} (RoPE's base, Megatron --rotary-base), "
-                           "got {}", base.text(), m.rotary_base));
+    return broken("model.rotary_base",
+                  fmt::format("must be a finite number {} (RoPE's base, Megatron --rotary-base), "
+                              "got {}",
+                              base.text(), m.rotary_base));
   }
   if (m.position_embedding_type == PositionEmbedding::kRope && m.head_dim() % 2 != 0) {
-    rule_error(where, "model.position_embedding_type",
-               fmt::format("rope needs an even head dimension (model.kv_channels, else "
-                           "hidden_size / num_attention_heads), got {} (rule: RoPE rotates pairs "
-                           "of channels)",
-                           m.head_dim()));
+    return broken(
+        "model.position_embedding_type",
+        fmt::format("rope needs an even head dimension (model.kv_channels, else "
+                    "hidden_size / num_attention_heads), got {} (rule: RoPE rotates pairs "
+                    "of channels)",
+                    m.head_dim()));
   }
   if (m.ffn_hidden_size % tp != 0) {
-    rule_error(where, "parallelism.tensor_model_parallel_size",
-               fmt::format("{} does not divide model.ffn_hidden_size = {} "
-                           "(rule: ffn_hidden_size % tensor_model_parallel_size == 0)",
-                           tp, m.ffn_hidden_size));
+    return broken("parallelism.tensor_model_parallel_size",
+                  fmt::format("{} does not divide model.ffn_hidden_size = {} "
+                              "(rule: ffn_hidden_size % tensor_model_parallel_size == 0)",
+                              tp, m.ffn_hidden_size));
   }
   // Sequence parallelism shards the TP group's activations: without TP it has nothing to shard.
   // (Megatron-LM silently disables it; traintwin never downgrades a requested setting.)
   if (p.sequence_parallel && tp == 1) {
-    rule_error(where, "parallelism.sequence_parallel",
-               "true needs parallelism.tensor_model_parallel_size > 1, got 1 "
-               "(rule: sequence parallelism shards activations over the TP group)");
+    return broken("parallelism.sequence_parallel",
+                  "true needs parallelism.tensor_model_parallel_size > 1, got 1 "
+                  "(rule: sequence parallelism shards activations over the TP group)");
   }
   // Megatron-LM: "Tensor parallel communication/GEMM overlap can happen only when sequence
   // parallelism is enabled".
   if (t.tp_comm_overlap && !p.sequence_parallel) {
-    rule_error(where, "training.tp_comm_overlap",
-               "true needs parallelism.sequence_parallel: true "
-               "(rule: TP communication/GEMM overlap works on sequence-parallel collectives)");
+    return broken("training.tp_comm_overlap",
+                  "true needs parallelism.sequence_parallel: true "
+                  "(rule: TP communication/GEMM overlap works on sequence-parallel collectives)");
   }
   // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
   // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
   if (cp > 1 && m.seq_length % mul(2, cp) != 0) {
-    rule_error(where, "parallelism.context_parallel_size",
-               fmt::format("{} needs model.seq_length = {} divisible by 2 x context_parallel_size"
-                           " = {} (rule: the sequence is split into 2 x CP chunks for causal load"
-                           " balance)",
-                           cp, m.seq_length, mul(2, cp)));
+    return broken(
+        "parallelism.context_parallel_size",
+        fmt::format("{} needs model.seq_length = {} divisible by 2 x context_parallel_size"
+                    " = {} (rule: the sequence is split into 2 x CP chunks for causal load"
+                    " balance)",
+                    cp, m.seq_length, mul(2, cp)));
   }
   if (cp > 1 && p.cp_comm_type == CpCommType::kA2a && (m.num_attention_heads / tp) % cp != 0) {
-    rule_error(where, "parallelism.cp_comm_type",
-               fmt::format("a2a needs context_parallel_size = {} to divide the attention heads "
-                           "per TP rank, num_attention_heads / tensor_model_parallel_size = {} "
-                           "(rule: the all-to-all re-shards heads over CP)",
-                           cp, m.num_attention_heads / tp));
+    return broken("parallelism.cp_comm_type",
+                  fmt::format("a2a needs context_parallel_size = {} to divide the attention heads "
+                              "per TP rank, num_attention_heads / tensor_model_parallel_size = {} "
+                              "(rule: the all-to-all re-shards heads over CP)",
+                              cp, m.num_attention_heads / tp));
   }
   if (cp > 1 && p.cp_comm_type == CpCommType::kA2a && (g / tp) % cp != 0) {
-    rule_error(where, "parallelism.cp_comm_type",
-               fmt::format("a2a needs context_parallel_size = {} to divide the query groups per "
-                           "TP rank, num_query_groups / tensor_model_parallel_size = {} "
-                           "(rule: the all-to-all re-shards K/V heads over CP)",
-                           cp, g / tp));
+    return broken("parallelism.cp_comm_type",
+                  fmt::format("a2a needs context_parallel_size = {} to divide the query groups per "
+                              "TP rank, num_query_groups / tensor_model_parallel_size = {} "
+                              "(rule: the all-to-all re-shards K/V heads over CP)",
+                              cp, g / tp));
   }
   // FP8 runs its GEMMs in FP8 on top of a 16-bit model (Transformer Engine).
   if (t.fp8() && t.precision == Precision::kFp32) {
-    rule_error(where, "training.fp8_format",
-               fmt::format("{} needs training.precision bf16 or fp16, got fp32 (rule: FP8 GEMMs "
-                           "run on top of 16-bit training, as Megatron-LM's --fp8-format)",
-                           to_string(*t.fp8_format)));
+    return broken("training.fp8_format",
+                  fmt::format("{} needs training.precision bf16 or fp16, got fp32 (rule: FP8 GEMMs "
+                              "run on top of 16-bit training, as Megatron-LM's --fp8-format)",
+                              to_string(*t.fp8_format)));
   }
   if (t.fp8_param_gather && !t.fp8()) {
-    rule_error(where, "training.fp8_param_gather",
-               "true needs training.fp8_format (rule: FP8 parameters exist only in FP8 training)");
+    return broken(
+        "training.fp8_param_gather",
+        "true needs training.fp8_format (rule: FP8 parameters exist only in FP8 training)");
   }
   if (t.float32_matmul_precision != Float32MatmulPrecision::kHighest &&
       t.precision != Precision::kFp32) {
-    rule_error(where, "training.float32_matmul_precision",
-               fmt::format("{} needs training.precision fp32, got {} (rule: it sets the "
-                           "arithmetic of fp32 matrix products, as PyTorch's "
-                           "torch.set_float32_matmul_precision; allowed with {}: highest)",
-                           to_string(t.float32_matmul_precision), to_string(t.precision),
-                           to_string(t.precision)));
+    return broken("training.float32_matmul_precision",
+                  fmt::format("{} needs training.precision fp32, got {} (rule: it sets the "
+                              "arithmetic of fp32 matrix products, as PyTorch's "
+                              "torch.set_float32_matmul_precision; allowed with {}: highest)",
+                              to_string(t.float32_matmul_precision), to_string(t.precision),
+                              to_string(t.precision)));
   }
   if (t.precision == Precision::kFp8 || t.precision == Precision::kTf32 ||
       t.precision == Precision::kFp32Bf16) {
-    rule_error(where, "training.precision",
-               fmt::format("{} is not a training precision (allowed: fp32, fp16, bf16); use "
-                           "training.fp8_format on top of bf16, or "
-                           "training.float32_matmul_precision high or medium on top of fp32",
-                           to_string(t.precision)));
+    return broken("training.precision",
+                  fmt::format("{} is not a training precision (allowed: fp32, fp16, bf16); use "
+                              "training.fp8_format on top of bf16, or "
+                              "training.float32_matmul_precision high or medium on top of fp32",
+                              to_string(t.precision)));
   }
 
   // Pipeline split: Megatron-Core's rules, even or uneven (core/pipeline_split.hpp).
-  try {
-    pipeline_layer_split(m, p);
-  } catch (const PipelineSplitError& e) {
-    rule_error(where, e.key(), e.problem());
+  {
+    std::vector<ChunkLayers> split;
+    if (auto problem = try_pipeline_layer_split(m, p, split)) {
+      return broken(problem->key, std::move(problem->problem));
+    }
   }
 
   // World size.
   const int64_t world = mul(mul(mul(tp, cp), pp), dp);
   if (world != s.cluster.num_gpus) {
-    rule_error(where, "cluster.num_gpus",
-               fmt::format("{} != tensor_model_parallel_size x context_parallel_size x "
-                           "pipeline_model_parallel_size x data_parallel_size = "
-                           "{} x {} x {} x {} = {} (rule: num_gpus = TP x CP x PP x DP)",
-                           s.cluster.num_gpus, tp, cp, pp, dp, world));
+    return broken("cluster.num_gpus",
+                  fmt::format("{} != tensor_model_parallel_size x context_parallel_size x "
+                              "pipeline_model_parallel_size x data_parallel_size = "
+                              "{} x {} x {} x {} = {} (rule: num_gpus = TP x CP x PP x DP)",
+                              s.cluster.num_gpus, tp, cp, pp, dp, world));
   }
 
   // Batch.
   const int64_t per_step = mul(t.micro_batch_size, dp);
   if (t.global_batch_size % per_step != 0) {
-    rule_error(where, "training.global_batch_size",
-               fmt::format("{} is not divisible by training.micro_batch_size x "
-                           "parallelism.data_parallel_size = {} x {} = {} "
-                           "(rule: global_batch_size % (micro_batch_size x DP) == 0)",
-                           t.global_batch_size, t.micro_batch_size, dp, per_step));
+    return broken("training.global_batch_size",
+                  fmt::format("{} is not divisible by training.micro_batch_size x "
+                              "parallelism.data_parallel_size = {} x {} = {} "
+                              "(rule: global_batch_size % (micro_batch_size x DP) == 0)",
+                              t.global_batch_size, t.micro_batch_size, dp, per_step));
   }
 
   // Work bound: a rank's Program holds ~20 ops per layer, micro-batch and pass; past
@@ -498,14 +541,14 @@ void check_rules(const Scenario& s, const Locator& where) {
     const int64_t passes = mul(micro_batches, layers_per_stage);
     if (passes > kMaxLayerPassesPerRank) {
       const bool batch = micro_batches >= layers_per_stage;
-      rule_error(where, batch ? "training.global_batch_size" : "model.num_layers",
-                 fmt::format("{} micro-batches (global_batch_size / (micro_batch_size x DP) = {} / "
-                             "({} x {})) x {} layers per pipeline stage (num_layers / PP = {} / {}) "
-                             "= {} layer passes per rank and iteration, more than the {} a "
-                             "Program may hold (rule: micro-batches x num_layers / PP <= {})",
-                             micro_batches, t.global_batch_size, t.micro_batch_size, dp,
-                             layers_per_stage, m.num_layers, pp, passes, kMaxLayerPassesPerRank,
-                             kMaxLayerPassesPerRank));
+      return broken(
+          batch ? "training.global_batch_size" : "model.num_layers",
+          fmt::format("{} micro-batches (global_batch_size / (micro_batch_size x DP) = {} / "
+                      "({} x {})) x {} layers per pipeline stage (num_layers / PP = {} / {}) "
+                      "= {} layer passes per rank and iteration, more than the {} a "
+                      "Program may hold (rule: micro-batches x num_layers / PP <= {})",
+                      micro_batches, t.global_batch_size, t.micro_batch_size, dp, layers_per_stage,
+                      m.num_layers, pp, passes, kMaxLayerPassesPerRank, kMaxLayerPassesPerRank));
     }
   }
 
@@ -518,45 +561,45 @@ void check_rules(const Scenario& s, const Locator& where) {
     const bool zb_v = v_shaped(p.pipeline_schedule);
     const std::string name = to_string(p.pipeline_schedule);
     if (zb_v && v != 2) {
-      rule_error(where, skey,
-                 fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 2 (or "
-                             "num_layers_per_virtual_pipeline_stage = num_layers / (2 x PP)), got "
-                             "{} (rule: {} holds two model chunks per rank, stages r and "
-                             "2p - 1 - r; allowed values with v = 1: gpipe, 1f1b, zb-h1, zb-h2)",
-                             name, v, name));
+      return broken(
+          skey, fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 2 (or "
+                            "num_layers_per_virtual_pipeline_stage = num_layers / (2 x PP)), got "
+                            "{} (rule: {} holds two model chunks per rank, stages r and "
+                            "2p - 1 - r; allowed values with v = 1: gpipe, 1f1b, zb-h1, zb-h2)",
+                            name, v, name));
     }
     if (zb_v && (p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers)) {
-      rule_error(where, skey,
-                 fmt::format(
-                     "{} is not combined with parallelism.decoder_first_pipeline_num_layers or "
-                     "decoder_last_pipeline_num_layers (rule: those keys size the first and the "
-                     "last rank, each chunk of a rank taking its share; the V puts stages r and "
-                     "2p - 1 - r on rank r, the first and the last stage both on rank 0; allowed "
-                     "with them: gpipe, 1f1b, zb-h1, zb-h2; with {}, "
-                     "account_for_embedding_in_pipeline_split and "
-                     "account_for_loss_in_pipeline_split, which count per stage, do combine)",
-                     name, name));
+      return broken(
+          skey,
+          fmt::format(
+              "{} is not combined with parallelism.decoder_first_pipeline_num_layers or "
+              "decoder_last_pipeline_num_layers (rule: those keys size the first and the last "
+              "rank, each chunk of a rank taking its share; the V puts stages r and 2p - 1 - r "
+              "on rank r, the first and the last stage both on rank 0; allowed with them: gpipe, "
+              "1f1b, zb-h1, zb-h2; with {}, account_for_embedding_in_pipeline_split and "
+              "account_for_loss_in_pipeline_split, which count per stage, do combine)",
+              name, name));
     }
     if (!zb_v && v > 1) {
-      rule_error(where, skey,
-                 fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "
-                             "(rule: ZB-H1 and ZB-H2 have one model chunk per rank; allowed with "
-                             "v > 1: 1f1b, and zb-v or dualpipev with v = 2)",
-                             to_string(p.pipeline_schedule), v));
+      return broken(
+          skey, fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "
+                            "(rule: ZB-H1 and ZB-H2 have one model chunk per rank; allowed with "
+                            "v > 1: 1f1b, and zb-v or dualpipev with v = 2)",
+                            to_string(p.pipeline_schedule), v));
     }
     const int64_t micro_batches = t.global_batch_size / per_step;
     const int64_t need = zb_v ? 2 * pp : pp;
     if (micro_batches < need) {
-      rule_error(where, skey,
-                 fmt::format("{} needs at least {} micro-batches, got global_batch_size / "
-                             "(micro_batch_size x DP) = {} / ({} x {}) = {} (rule: ZB-H1 and ZB-H2 "
-                             "fill the bubbles with the W's of PP micro-batches, ZB-V's and "
-                             "DualPipeV's warm-ups run 2 x PP chunk forwards; allowed values: "
-                             "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev)",
-                             to_string(p.pipeline_schedule),
-                             zb_v ? fmt::format("2 x pipeline_model_parallel_size = {}", need)
-                                  : fmt::format("pipeline_model_parallel_size = {}", need),
-                             t.global_batch_size, t.micro_batch_size, dp, micro_batches));
+      return broken(
+          skey, fmt::format("{} needs at least {} micro-batches, got global_batch_size / "
+                            "(micro_batch_size x DP) = {} / ({} x {}) = {} (rule: ZB-H1 and ZB-H2 "
+                            "fill the bubbles with the W's of PP micro-batches, ZB-V's and "
+                            "DualPipeV's warm-ups run 2 x PP chunk forwards; allowed values: "
+                            "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev)",
+                            to_string(p.pipeline_schedule),
+                            zb_v ? fmt::format("2 x pipeline_model_parallel_size = {}", need)
+                                 : fmt::format("pipeline_model_parallel_size = {}", need),
+                            t.global_batch_size, t.micro_batch_size, dp, micro_batches));
     }
   }
 
@@ -565,60 +608,60 @@ void check_rules(const Scenario& s, const Locator& where) {
     const std::string_view vkey = "parallelism.virtual_pipeline_model_parallel_size";
     const bool zb_v = v_shaped(p.pipeline_schedule);
     if (p.pipeline_schedule != PipelineScheduleKind::k1F1B && !zb_v) {
-      rule_error(where, vkey,
-                 fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b (or zb-v "
-                             "or dualpipev with 2 chunks), got {} (rule: only 1F1B interleaves "
-                             "model chunks and ZB-V and DualPipeV place two in a V; GPipe, ZB-H1 "
-                             "and ZB-H2 have none)",
-                             v, to_string(p.pipeline_schedule)));
+      return broken(
+          vkey, fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b (or zb-v "
+                            "or dualpipev with 2 chunks), got {} (rule: only 1F1B interleaves "
+                            "model chunks and ZB-V and DualPipeV place two in a V; GPipe, ZB-H1 "
+                            "and ZB-H2 have none)",
+                            v, to_string(p.pipeline_schedule)));
     }
     if (pp < 2) {
-      rule_error(where, vkey,
-                 fmt::format("{} model chunks need parallelism.pipeline_model_parallel_size > 1, "
-                             "got {} (rule: the interleaved schedule needs a pipeline)",
-                             v, pp));
+      return broken(
+          vkey, fmt::format("{} model chunks need parallelism.pipeline_model_parallel_size > 1, "
+                            "got {} (rule: the interleaved schedule needs a pipeline)",
+                            v, pp));
     }
     const int64_t micro_batches = t.global_batch_size / per_step;
     if (!zb_v && micro_batches % pp != 0) {
-      rule_error(where, vkey,
-                 fmt::format("{} model chunks need the number of micro-batches, "
-                             "global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = {}, "
-                             "to be divisible by pipeline_model_parallel_size = {} "
-                             "(rule: Megatron-LM's interleaved schedule)",
-                             v, t.global_batch_size, t.micro_batch_size, dp, micro_batches, pp));
+      return broken(
+          vkey, fmt::format("{} model chunks need the number of micro-batches, "
+                            "global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) = {}, "
+                            "to be divisible by pipeline_model_parallel_size = {} "
+                            "(rule: Megatron-LM's interleaved schedule)",
+                            v, t.global_batch_size, t.micro_batch_size, dp, micro_batches, pp));
     }
   }
 
   // Distributed-optimizer overlap (Megatron-LM: --overlap-param-gather needs the distributed
   // optimizer and --overlap-grad-reduce).
   if (t.overlap_param_gather && !t.use_distributed_optimizer) {
-    rule_error(where, "training.overlap_param_gather",
-               "true needs training.use_distributed_optimizer: true "
-               "(rule: only the distributed optimizer all-gathers parameters)");
+    return broken("training.overlap_param_gather",
+                  "true needs training.use_distributed_optimizer: true "
+                  "(rule: only the distributed optimizer all-gathers parameters)");
   }
   // Megatron-FSDP (Megatron-LM's Megatron-FSDP user guide: --use-megatron-fsdp goes with
   // --use-distributed-optimizer; the sharding strategy applies to Megatron-FSDP only).
   if (t.use_megatron_fsdp && !t.use_distributed_optimizer) {
-    rule_error(where, "training.use_megatron_fsdp",
-               "true needs training.use_distributed_optimizer: true (rule: as Megatron-LM's "
-               "Megatron-FSDP)");
+    return broken("training.use_megatron_fsdp",
+                  "true needs training.use_distributed_optimizer: true (rule: as Megatron-LM's "
+                  "Megatron-FSDP)");
   }
   if (!t.use_megatron_fsdp &&
       t.data_parallel_sharding_strategy != DataParallelShardingStrategy::kNoShard) {
-    rule_error(where, "training.data_parallel_sharding_strategy",
-               fmt::format("{} needs training.use_megatron_fsdp: true (without it, "
-                           "use_distributed_optimizer shards the optimizer state: ZeRO-1)",
-                           to_string(t.data_parallel_sharding_strategy)));
+    return broken("training.data_parallel_sharding_strategy",
+                  fmt::format("{} needs training.use_megatron_fsdp: true (without it, "
+                              "use_distributed_optimizer shards the optimizer state: ZeRO-1)",
+                              to_string(t.data_parallel_sharding_strategy)));
   }
   // HSDP (Megatron-Core's --num-distributed-optimizer-instances: the distributed optimizer
   // sharded inside each instance, asserted to need --use-distributed-optimizer).
   if (const int64_t n = t.num_distributed_optimizer_instances; n > 1) {
     const std::string key = "training.num_distributed_optimizer_instances";
     if (!t.use_distributed_optimizer) {
-      rule_error(where, key,
-                 fmt::format("{} needs training.use_distributed_optimizer: true (rule: HSDP "
-                             "shards inside each of the {} instances, as Megatron-LM)",
-                             n, n));
+      return broken(key,
+                    fmt::format("{} needs training.use_distributed_optimizer: true (rule: HSDP "
+                                "shards inside each of the {} instances, as Megatron-LM)",
+                                n, n));
     }
     const int64_t dp_cp = p.data_parallel_size * p.context_parallel_size;
     if (dp_cp % n != 0) {
@@ -626,29 +669,28 @@ void check_rules(const Scenario& s, const Locator& where) {
       for (int64_t d = 1; d <= dp_cp; ++d) {
         if (dp_cp % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
       }
-      rule_error(where, key,
-                 fmt::format("{} does not divide data_parallel_size x context_parallel_size = "
-                             "{} x {} = {} (allowed: {}; rule: every instance holds "
-                             "DP x CP / N ranks)",
-                             n, p.data_parallel_size, p.context_parallel_size, dp_cp,
-                             divisors));
+      return broken(key,
+                    fmt::format("{} does not divide data_parallel_size x context_parallel_size = "
+                                "{} x {} = {} (allowed: {}; rule: every instance holds "
+                                "DP x CP / N ranks)",
+                                n, p.data_parallel_size, p.context_parallel_size, dp_cp, divisors));
     }
     if (m.is_moe()) {
-      rule_error(where, key,
-                 fmt::format("{} with a mixture of experts is not modelled (the expert-data-"
-                             "parallel groups have no HSDP split here; allowed: 1)",
-                             n));
+      return broken(key,
+                    fmt::format("{} with a mixture of experts is not modelled (the expert-data-"
+                                "parallel groups have no HSDP split here; allowed: 1)",
+                                n));
     }
   }
   if (t.overlap_param_gather && !t.overlap_grad_reduce) {
-    rule_error(where, "training.overlap_param_gather",
-               "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
+    return broken("training.overlap_param_gather",
+                  "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
   }
 
-  check_moe(s, where);
-  check_what_if(s, where);
-  check_live_training(s, where);
-  check_data(s.data, where);
+  if (Breach b = moe_breach(s)) return b;
+  if (Breach b = what_if_breach(s)) return b;
+  if (Breach b = live_training_breach(s)) return b;
+  if (Breach b = data_breach(s.data)) return b;
 
   // Rank order: a permutation of tp, cp, ep, dp, pp, as the rank layout parses it.
   // An MoE model needs its expert groups (Megatron-Core asserts the two generators agree on the
@@ -657,8 +699,13 @@ void check_rules(const Scenario& s, const Locator& where) {
     const RankLayout layout = layout_of(s);
     if (m.is_moe()) layout.check_expert_groups();
   } catch (const InvalidArgument& e) {
-    rule_error(where, "parallelism.rank_order", e.what());
+    return broken("parallelism.rank_order", e.what());
   }
+  return std::nullopt;
+}
+
+void check_rules(const Scenario& s, const Locator& where) {
+  if (Breach b = first_broken_rule(s)) rule_error(where, b->key, b->problem);
 }
 
 }  // namespace traintwin::scenario_rules

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "core/memory.hpp"
 #include "core/memory_reserve.hpp"
 #include "core/scenario_enum_names.hpp"
+#include "core/scenario_rules.hpp"
 
 namespace traintwin {
 
@@ -55,14 +58,6 @@ void check_unique(const char* name, const std::vector<T>& axis) {
       }
     }
   }
-}
-
-constexpr const char* kOrigin = "sweep";
-
-/// validate_scenario's message without its "sweep: " prefix.
-std::string strip_origin(const std::string& message) {
-  const std::string prefix = std::string(kOrigin) + ": ";
-  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
 /// One combination of the axes' values (etp 0: the base's expert TP setting). sp_swept and
@@ -137,13 +132,13 @@ void adapt_inherited(const Scenario& base, const Combination& k, Scenario& s,
                                       per_vstage, layers, k.pp)));
 }
 
-/// Applies one combination to a copy of the base, derives DP, checks the rules and memory.
-SweepConfiguration make_configuration(const Scenario& base, int64_t index, const Combination& k,
-                                      double gpu_memory_bytes) {
+/// Applies one combination to a copy of the base, derives DP, checks the rules and memory, into
+/// `c` (default-constructed).
+void make_configuration(const Scenario& base, int64_t index, const Combination& k,
+                        double gpu_memory_bytes, SweepConfiguration& c) {
   const int64_t tp = k.tp, cp = k.cp, pp = k.pp, vpp = k.vpp, mbs = k.mbs;
   const RecomputeGranularity recompute = k.recompute;
   const bool sp = k.sp, distributed_optimizer = k.distributed_optimizer, fp8 = k.fp8;
-  SweepConfiguration c;
   c.index = index;
   c.memory_capacity_bytes = gpu_memory_bytes;
   Scenario& s = c.scenario;
@@ -204,17 +199,19 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
         "context_parallel_size x pipeline_model_parallel_size = {} x {} x {} = {} "
         "(rule: num_gpus = TP x CP x PP x DP)",
         s.cluster.num_gpus, tp, s.parallel.context_parallel_size, pp, replica);
-    return c;
+    return;
   }
   s.parallel.data_parallel_size = s.cluster.num_gpus / replica;
   if (k.global_batch_size_per_dp > 0) {
     s.training.global_batch_size = k.global_batch_size_per_dp * s.parallel.data_parallel_size;
   }
-  try {
-    validate_scenario(s, kOrigin);
-  } catch (const ConfigError& e) {
-    c.invalid_reason = strip_origin(e.what());
-    return c;
+  // The first broken rule as a value (validate_scenario's rule and message without its
+  // "sweep: " prefix): most rows of a large grid break one, and an exception per row would cost
+  // more than checking the rules.
+  if (const std::optional<scenario_rules::RuleBreach> broken =
+          scenario_rules::first_broken_rule(s)) {
+    c.invalid_reason = broken->message();
+    return;
   }
   try {
     const std::vector<StageMemory> stages = memory_per_stage(s);
@@ -227,18 +224,66 @@ SweepConfiguration make_configuration(const Scenario& base, int64_t index, const
   } catch (const Error& e) {
     c.invalid_reason = std::string("memory model: ") + e.what();
     c.peak_memory_bytes = 0;
-    return c;
+    return;
   }
   c.valid = true;
   c.excess_memory_bytes = std::max(0.0, c.peak_memory_bytes - gpu_memory_bytes);
-  return c;
+}
+
+/// Rows per block of the parallel enumeration: thread t of T takes blocks t, t + T, ... (the
+/// rows' costs vary along the grid; interleaved blocks even them out).
+constexpr size_t kEnumerationBlock = 64;
+
+/// make_configuration() of every combination into `out` (same size), on `threads` threads. The
+/// exception of the first row (in enumeration order) that throws is rethrown, as a loop would.
+void make_configurations(const Scenario& base, const std::vector<Combination>& combinations,
+                         double gpu_memory_bytes, int threads,
+                         std::vector<SweepConfiguration>& out) {
+  const size_t n = combinations.size();
+  const size_t blocks = (n + kEnumerationBlock - 1) / kEnumerationBlock;
+  const size_t t_count = std::max<size_t>(1, std::min(static_cast<size_t>(threads), blocks));
+  // Each thread's first failure: its row and exception. A thread stops there; every row before
+  // the smallest failing row has been made, so that one is the loop's first failure.
+  std::vector<size_t> failed_at(t_count, n);
+  std::vector<std::exception_ptr> failure(t_count);
+  auto work = [&](size_t t) {
+    for (size_t b = t; b < blocks; b += t_count) {
+      const size_t end = std::min(n, (b + 1) * kEnumerationBlock);
+      for (size_t i = b * kEnumerationBlock; i < end; ++i) {
+        try {
+          make_configuration(base, static_cast<int64_t>(i), combinations[i], gpu_memory_bytes,
+                             out[i]);
+        } catch (...) {
+          failed_at[t] = i;
+          failure[t] = std::current_exception();
+          return;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  try {
+    for (size_t t = 1; t < t_count; ++t) helpers.emplace_back(work, t);
+  } catch (...) {  // a thread that cannot start: the started ones end before the error leaves
+    for (std::thread& h : helpers) h.join();
+    throw;
+  }
+  work(0);
+  for (std::thread& h : helpers) h.join();
+  const size_t first =
+      static_cast<size_t>(std::min_element(failed_at.begin(), failed_at.end()) - failed_at.begin());
+  if (failure[first]) std::rethrow_exception(failure[first]);
 }
 
 }  // namespace
 
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
-                                                         double gpu_memory_bytes) {
+                                                         double gpu_memory_bytes, int threads) {
+  if (threads < 1) {
+    throw InvalidArgument(
+        fmt::format("enumerate_configurations: threads must be >= 1, got {}", threads));
+  }
   if (!(gpu_memory_bytes > 0)) {
     throw InvalidArgument(fmt::format(
         "enumerate_configurations: gpu_memory_bytes must be > 0, got {}", gpu_memory_bytes));
@@ -279,10 +324,11 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
       or_base(axes.data_parallel_sharding_strategy, base.training.data_parallel_sharding_strategy);
   const auto instances = or_base(axes.num_distributed_optimizer_instances,
                                  base.training.num_distributed_optimizer_instances);
-  std::vector<SweepConfiguration> out;
-  out.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() * mbss.size() *
-              recomputes.size() * sps.size() * dos.size() * fp8s.size() * eps.size() * etps.size() *
-              schedules.size() * shardings.size() * instances.size());
+  std::vector<Combination> combinations;
+  combinations.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() *
+                       mbss.size() * recomputes.size() * sps.size() * dos.size() * fp8s.size() *
+                       eps.size() * etps.size() * schedules.size() * shardings.size() *
+                       instances.size());
   for (int64_t n : gpus) {
     for (int64_t tp : tps) {
       for (int64_t cp : cps) {
@@ -305,8 +351,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                 k.vpp_swept = !axes.vpp.empty();
                                 k.sharding_swept = !axes.data_parallel_sharding_strategy.empty();
                                 k.distributed_optimizer_swept = !axes.distributed_optimizer.empty();
-                                out.push_back(make_configuration(
-                                    base, static_cast<int64_t>(out.size()), k, gpu_memory_bytes));
+                                combinations.push_back(k);
                               }
                             }
                           }
@@ -322,6 +367,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
       }
     }
   }
+  std::vector<SweepConfiguration> out(combinations.size());
+  make_configurations(base, combinations, gpu_memory_bytes, threads, out);
   return out;
 }
 

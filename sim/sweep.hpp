@@ -108,12 +108,14 @@ struct SweepConfiguration {
 /// sequence_parallel); then validate_scenario() decides (a combination with SP on and TP 1 is
 /// invalid, with its rule; so are EP not dividing the experts, ETP x EP not dividing TP x CP x
 /// DP, EP > 1 on a dense model); the memory model (memory_per_stage) gives the peak of a valid one,
-/// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). Throws
-/// InvalidArgument for an axis value < 1, a duplicate value in an axis, a negative
-/// global_batch_size_per_dp, or gpu_memory_bytes <= 0.
+/// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). The combinations are
+/// checked on `threads` threads (this one and threads - 1 more; each row is independent of the
+/// others: the same result for any count). Throws InvalidArgument for an axis value < 1, a
+/// duplicate value in an axis, a negative global_batch_size_per_dp, gpu_memory_bytes <= 0 or
+/// threads < 1.
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
-                                                         double gpu_memory_bytes);
+                                                         double gpu_memory_bytes, int threads = 1);
 
 /// How far a sweep has got (the worker pool's progress, sim/isolated.hpp).
 using SweepProgress = JobProgress;

@@ -1,6 +1,7 @@
-// Tests of the parameter sweep: enumeration against a brute-force validate_scenario loop, the
-// memory verdict against the memory model, the ranking order, and the concurrent runner (input
-// order, failures as error outcomes, no zombies). No SimGrid: evaluators here are fakes.
+// Tests of the parameter sweep: enumeration against a brute-force validate_scenario loop (its
+// reasons against the rules' messages, one thread against several), the memory verdict against the
+// memory model, the ranking order, and the concurrent runner (input order, failures as error
+// outcomes, no zombies). No SimGrid: evaluators here are fakes.
 #include "sim/sweep.hpp"
 
 #include <gmock/gmock.h>
@@ -115,6 +116,59 @@ TEST(Sweep, EnumerationEqualsBruteForceValidation) {
   }
   EXPECT_GT(valid, 10u);
   EXPECT_LT(valid, configs.size());
+}
+
+// The rows' verdicts as values (first_broken_rule) carry validate_scenario's messages, and the
+// enumeration on several threads gives the rows of one thread, field for field.
+TEST(Sweep, EnumerationOnThreadsMatchesOneThreadAndTheRulesMessages) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.tp = {1, 2, 4, 8};
+  axes.pp = {1, 2, 3, 4};
+  axes.vpp = {1, 2, 3};
+  axes.mbs = {1, 2, 4};
+  axes.sequence_parallel = {false, true};
+  axes.distributed_optimizer = {false, true};
+  axes.data_parallel_sharding_strategy = {
+      DataParallelShardingStrategy::kNoShard, DataParallelShardingStrategy::kOptim,
+      DataParallelShardingStrategy::kOptimGradsParams};
+  const auto one = enumerate_configurations(base, axes, 80e9, 1);
+  const auto three = enumerate_configurations(base, axes, 80e9, 3);
+  ASSERT_EQ(one.size(), 4u * 4 * 3 * 3 * 2 * 2 * 3);
+  ASSERT_EQ(three.size(), one.size());
+  size_t invalid = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    SCOPED_TRACE(i);
+    const SweepConfiguration& a = one[i];
+    const SweepConfiguration& b = three[i];
+    EXPECT_EQ(a.index, static_cast<int64_t>(i));
+    EXPECT_EQ(b.index, a.index);
+    EXPECT_EQ(b.valid, a.valid);
+    EXPECT_EQ(b.invalid_reason, a.invalid_reason);
+    EXPECT_EQ(b.adjustments, a.adjustments);
+    EXPECT_EQ(b.peak_memory_bytes, a.peak_memory_bytes);
+    EXPECT_EQ(b.memory_reserve_bytes, a.memory_reserve_bytes);
+    EXPECT_EQ(b.memory_verdict, a.memory_verdict);
+    EXPECT_EQ(b.excess_memory_bytes, a.excess_memory_bytes);
+    EXPECT_EQ(b.scenario.parallel.tensor_model_parallel_size,
+              a.scenario.parallel.tensor_model_parallel_size);
+    EXPECT_EQ(b.scenario.training.data_parallel_sharding_strategy,
+              a.scenario.training.data_parallel_sharding_strategy);
+    if (a.valid || a.scenario.parallel.data_parallel_size == 0 ||
+        a.invalid_reason.rfind("memory model: ", 0) == 0) {
+      continue;
+    }
+    // A row the rules refuse: its reason is validate_scenario's message without the origin.
+    ++invalid;
+    try {
+      validate_scenario(a.scenario, "origin");
+      ADD_FAILURE() << "validate_scenario accepts an invalid row: " << a.invalid_reason;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ("origin: " + a.invalid_reason, e.what());
+    }
+  }
+  EXPECT_GT(invalid, 100u);
+  EXPECT_THROW(enumerate_configurations(base, axes, 80e9, 0), InvalidArgument);
 }
 
 TEST(Sweep, EmptyAxesKeepTheScenarioValues) {

@@ -49,6 +49,13 @@ double route_inter_s(const TopologySpec& t) {
   return 2 * t.nic.latency_s + 3 * t.fabric.hop_latency_s;
 }
 
+/// Whether a collective runs as steps of link latency + step overhead, one protocol, outside
+/// NCCL's tuner: send/recv (an all-to-all, a ring exchange) and every collective of a host's MPI.
+bool alpha_steps(CollectiveKind kind, CollectiveAlgorithm algo, const TopologySpec& t) {
+  return algo == CollectiveAlgorithm::kP2p || kind == CollectiveKind::kRingExchange ||
+         !t.node.nccl;
+}
+
 /// A send/recv step between nodes: the route plus the step overhead.
 double alpha_inter_s(const TopologySpec& t, const FabricEfficiency& e) {
   return route_inter_s(t) + e.step_overhead_s;
@@ -128,11 +135,8 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
   if (n <= 1 || bytes <= 0) return 0.0;
   const double S = static_cast<double>(bytes);
   const double nvlink_Bps = topo.node.nvlink_bandwidth_Bps;
-  // Send/recv, and every collective of a host's MPI: one protocol, link latency + step overhead
-  // per step (ring_latency_s).
-  const bool alpha_steps = algo == CollectiveAlgorithm::kP2p ||
-                           kind == CollectiveKind::kRingExchange || !topo.node.nccl;
-  if (alpha_steps) protocol = CollectiveProtocol::kSimple;
+  const bool by_steps = alpha_steps(kind, algo, topo);
+  if (by_steps) protocol = CollectiveProtocol::kSimple;
   switch (algo) {
     case CollectiveAlgorithm::kNvls:
       return nccl_latency_s(kind, algo, protocol, span, route_inter_s(topo)) +
@@ -164,7 +168,7 @@ double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t 
         B = std::min(intra_share_Bps(topo, eff, span.ranks_per_node),
                      inter_node_Bps(topo, eff, span.ranks_per_node));
       }
-      if (alpha_steps) {
+      if (by_steps) {
         return ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha_inter_s(topo, eff)) +
                ring_factor(kind, n) * S / B;
       }
@@ -280,10 +284,9 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
     return plan;
   }
   // LL and LL128 move their flag bytes too: 1 / share of the data over every link.
-  const bool alpha_steps = plan.algorithm == CollectiveAlgorithm::kP2p ||
-                           kind == CollectiveKind::kRingExchange || !topo.node.nccl;
+  const bool by_steps = alpha_steps(kind, plan.algorithm, topo);
   const double wire =
-      alpha_steps ? 1.0 : 1.0 / nccl_protocol_bandwidth_share(plan.algorithm, plan.protocol, span);
+      by_steps ? 1.0 : 1.0 / nccl_protocol_bandwidth_share(plan.algorithm, plan.protocol, span);
   // Members grouped by node, in rank order; k = members per node (uniform in Megatron layouts).
   std::map<int64_t, std::vector<int64_t>> by_node;
   for (int64_t r : members) by_node[r / gpn].push_back(r);
@@ -341,7 +344,7 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
   const double factor = ring_factor(kind, span.ranks);
   const double per = wire * factor * S / static_cast<double>(k) / eff.ib;
   for (int64_t a = 0; a < m; ++a) add(a, (a + 1) % m, per);
-  plan.latency_s = alpha_steps
+  plan.latency_s = by_steps
                        ? ring_latency_s(kind, span, alpha_intra_s(topo, eff), alpha)
                        : nccl_latency_s(kind, plan.algorithm, plan.protocol, span, route_inter_s(topo));
   if (k > 1) plan.local_time_s = wire * factor * S / intra_share_Bps(topo, eff, k);

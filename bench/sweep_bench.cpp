@@ -80,6 +80,17 @@ BENCHMARK(BM_AnalyticalSweepGridSharding)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+/// The grid with the pipeline-schedule axis (bench/sweep_grid.hpp): 5x the rows.
+void BM_AnalyticalSweepGridSchedules(benchmark::State& state) {
+  static const SweepAxes axes = gpt3_175b_schedule_grid();
+  run_grid(state, axes);
+}
+BENCHMARK(BM_AnalyticalSweepGridSchedules)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void run_grid(benchmark::State& state, const SweepAxes& axes) {
   const Fixture& f = fixture();
   SweepOptions options;

@@ -35,4 +35,15 @@ inline SweepAxes gpt3_175b_sharding_grid() {
   return axes;
 }
 
+/// The same grid with the pipeline-schedule axis added (issue 26's speed target): 1f1b, zb-h1,
+/// zb-h2, zb-v, dualpipev (23,040 rows). The zero-bubble kinds of one chunk break the rule with
+/// VPP > 1, the V kinds without VPP 2 when the VPP axis is swept (invalid rows).
+inline SweepAxes gpt3_175b_schedule_grid() {
+  SweepAxes axes = gpt3_175b_speed_grid();
+  axes.pipeline_schedule = {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kZbH1,
+                            PipelineScheduleKind::kZbH2, PipelineScheduleKind::kZbV,
+                            PipelineScheduleKind::kDualPipeV};
+  return axes;
+}
+
 }  // namespace traintwin

@@ -10,6 +10,10 @@
 # Then each held-out file (HELD_OUT, default bench/published-moe-runs.yaml: NVIDIA's Grok-1 MoE
 # recipe at 8-2,048 H100, BF16 and FP8, 20 rows) is validated at the calibrated roofline only:
 # nothing is fitted on it, so its MAPE is a held-out error (about 1 minute).
+# Then Blackwell's set: the GB200 runs of ../shared/validation/published-runs-2026.yaml with
+# --leave-one-out over the grid the Blackwell efficiencies were fitted on (sim/cost_model.cpp;
+# 84 points x 5 cases, about 3 minutes on 2 cores), and the whole of that file at the calibrated
+# roofline (its GB200 rows in-sample, the others held out).
 # Usage: bench/accuracy.sh [build dir] [calibration files...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +32,16 @@ for f in "${files[@]}"; do
   "$bin" validate "$f" --leave-one-out | tee "$out/$name.txt"
   echo "($(( $(date +%s) - start )) s)"
 done
-read -r -a held_out <<< "${HELD_OUT-bench/published-moe-runs.yaml}"
+runs2026=../shared/validation/published-runs-2026.yaml
+echo "== $runs2026 --case gb200 (Blackwell's efficiencies)"
+start=$(date +%s)
+"$bin" validate "$runs2026" --case gb200 --leave-one-out --refit-gemm 0.44 0.48 0.52 0.56 0.60 0.64 0.68 \
+  --refit-attention 0.35 0.45 0.55 --refit-memory 0.3 0.4 0.5 0.6 | tee "$out/gb200.txt"
+echo "($(( $(date +%s) - start )) s)"
+read -r -a held_out <<< "${HELD_OUT-bench/published-moe-runs.yaml $runs2026}"
 for f in "${held_out[@]}"; do
   name=$(basename "$f" .yaml)
-  echo "== $f (held out: no refit)"
+  echo "== $f (at the calibrated roofline: no refit)"
   start=$(date +%s)
   "$bin" validate "$f" | tee "$out/$name.txt"
   echo "($(( $(date +%s) - start )) s)"
@@ -43,6 +53,7 @@ for f in "${files[@]}"; do
   printf '%-24s MAPE at the calibrated roofline over %s\n' "$name" "$(grep -m1 '^MAPE over' "$out/$name.txt" | sed 's/^MAPE over //')"
   printf '%-24s grid refit: MAPE %s\n' "$name" "$(grep -m1 '^MAPE in-sample' "$out/$name.txt" | sed 's/^MAPE //')"
 done
+printf '%-24s grid refit: MAPE %s\n' "gb200 (published-runs)" "$(grep -m1 '^MAPE in-sample' "$out/gb200.txt" | sed 's/^MAPE //')"
 for f in "${held_out[@]}"; do
   name=$(basename "$f" .yaml)
   printf '%-24s MAPE at the calibrated roofline over %s\n' "$name" "$(grep -m1 '^MAPE over' "$out/$name.txt" | sed 's/^MAPE over //')"

@@ -113,7 +113,7 @@ void print_validation_table(const std::vector<ValidationCase>& cases, const Effi
              "time with their eq. 3, or NeMo's model TFLOP/s per GPU turned into a time with the model "
              "FLOPs of the summary (no causal halving); MFU against the dense peak of the GEMM dtype "
              "(FP8 peak for FP8 runs); in-sample: the roofline's efficiencies were fitted on the case "
-             "(the {} cases of calibration.yaml), held-out: never fitted on (--leave-one-out refits "
+             "(the {} cases of calibration.yaml and of published-runs-2026.yaml's GB200 runs), held-out: never fitted on (--leave-one-out refits "
              "without each case); compute costs (share of compute time by source): {}\n",
              roofline_calibration_case_ids().size(), fmt::join(sources_seen, " "));
   if (failed > 0) throw Error(fmt::format("validate: {} of {} cases failed to simulate", failed, cases.size()));

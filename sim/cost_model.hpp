@@ -80,15 +80,20 @@ struct RooflineEfficiency {
   double launch_overhead_s = 4e-6;  ///< added once per kernel, >= 0
 };
 
-/// The calibrated efficiencies for a GPU, chosen by its name (A100, H100, H200; others get the
-/// RooflineEfficiency defaults). Calibrated against ../shared/validation/calibration.yaml with
-/// `traintwin validate` (see the values and their derivation in cost_model.cpp).
+/// True for a Blackwell GPU, told by its name: "B" or "GB" followed by a digit (B200, GB200-186GB).
+bool is_blackwell(const GpuSpec& gpu);
+
+/// The calibrated efficiencies for a GPU: one set for Blackwell (is_blackwell(), fitted on the
+/// GB200 runs of ../shared/validation/published-runs-2026.yaml), one for every GPU before it
+/// (fitted on ../shared/validation/calibration.yaml), each with `traintwin validate` (the values,
+/// commands and errors in cost_model.cpp).
 RooflineEfficiency default_roofline_efficiency(const GpuSpec& gpu);
 
 /// The ids of the published cases (ValidationCase::id, sim/validation.hpp) the efficiencies of
 /// default_roofline_efficiency() were fitted on: the ten cases of
-/// ../shared/validation/calibration.yaml. A validation of these is in-sample; every other case is
-/// held out (sim/calibration_refit.hpp gives their leave-one-out errors).
+/// ../shared/validation/calibration.yaml (the set before Blackwell) and the five GB200 runs of
+/// published-runs-2026.yaml (Blackwell's). A validation of these is in-sample; every other case
+/// is held out (sim/calibration_refit.hpp gives their leave-one-out errors).
 const std::vector<std::string>& roofline_calibration_case_ids();
 
 /// Roofline cost model with per-class efficiencies (no database). Throws InvalidArgument for

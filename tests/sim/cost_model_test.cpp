@@ -108,6 +108,27 @@ TEST(CostKernelClass, ByNamePrefix) {
 
 // 4096^3 bf16 GEMM on H100: 2 x 4096^3 = 137,438,953,472 FLOPs / (989e12 x 0.75) = 185.2901 us
 // (bytes: 3 x 4096^2 x 2 = 100,663,296 / (3350e9 x 0.8) = 37.56 us, below) + 4 us launch.
+// Blackwell is told by name, and gets its own fitted set (sim/cost_model.cpp): every GPU before
+// it shares the set fitted on calibration.yaml.
+TEST(CostRoofline, BlackwellHasItsOwnEfficiencies) {
+  const auto named = [](const char* n) {
+    GpuSpec g;
+    g.name = n;
+    return g;
+  };
+  EXPECT_TRUE(is_blackwell(named("GB200-186GB")));
+  EXPECT_TRUE(is_blackwell(named("B200-SXM-180GB")));
+  EXPECT_FALSE(is_blackwell(named("H100-SXM-80GB")));
+  EXPECT_FALSE(is_blackwell(named("A100-SXM-80GB")));
+  EXPECT_FALSE(is_blackwell(named("GB")));
+  EXPECT_FALSE(is_blackwell(named("BigGPU")));
+  const RooflineEfficiency hopper = default_roofline_efficiency(named("H100-SXM-80GB"));
+  const RooflineEfficiency blackwell = default_roofline_efficiency(named("GB200-186GB"));
+  EXPECT_DOUBLE_EQ(hopper.gemm, default_roofline_efficiency(named("A100-SXM-80GB")).gemm);
+  EXPECT_LT(blackwell.gemm, hopper.gemm);
+  EXPECT_LT(blackwell.memory, hopper.memory);
+}
+
 TEST(CostRoofline, GemmIsComputeBound) {
   const auto model = make_roofline_cost_model();
   const KernelCost c = model->duration(gemm("gemm_fwd", 4096, 4096, 4096), h100());

@@ -254,7 +254,9 @@ enum class StepScope : uint8_t {
 /// and FC2 output gradients, fused into the norm / activation that produces the others as
 /// Transformer Engine does (tensorwise scaling never fuses: an amax pass and a cast each), the
 /// weights cast once per iteration after the optimizer step (Megatron's FP8 parameters; without them Transformer Engine does the same work on the first
-/// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch, the
+/// micro-batch), the delayed recipe's amax-history/scale update per layer and micro-batch and its
+/// blocking amax all-reduce over TP x DP x CP (GroupKind::kTpDpCp) per model chunk and
+/// micro-batch after the chunk's layers in forward and in backward, the
 /// tensorwise recipe's extra amax pass per cast; the embedding and LM head stay 16-bit; with
 /// fp8_param_gather the distributed optimizer all-gathers the GEMM weights in FP8.
 /// Context parallelism (CP > 1): every op runs on s/CP tokens (the 2 x CP chunks of the causal

@@ -36,6 +36,7 @@ GroupDims dims_of(GroupKind g) {
     // Cut from the DP x CP group (RankLayout::hsdp_group), not a product of dims.
     case GroupKind::kDpShard:
     case GroupKind::kDpReplica: d.in[kDp] = d.in[kCp] = true; break;
+    case GroupKind::kTpDpCp: d.in[kTp] = d.in[kDp] = d.in[kCp] = true; break;
   }
   return d;
 }
@@ -58,6 +59,7 @@ const char* to_string(GroupKind g) {
     case GroupKind::kEtpEp: return "etp-ep";
     case GroupKind::kDpShard: return "dp-shard";
     case GroupKind::kDpReplica: return "dp-replica";
+    case GroupKind::kTpDpCp: return "tp-dp-cp";
   }
   return "?";
 }
@@ -168,6 +170,7 @@ int64_t RankLayout::size(GroupKind g) const {
     case GroupKind::kEtpEp: return etp_ * ep_;
     case GroupKind::kDpShard: return dp_ * cp_ / dp_replicas_;
     case GroupKind::kDpReplica: return dp_replicas_;
+    case GroupKind::kTpDpCp: return tp_ * dp_ * cp_;
   }
   return 0;
 }

@@ -18,7 +18,9 @@ namespace traintwin {
 /// A process group kind. kDpCp is the combined DP x CP group over which Megatron reduces
 /// gradients; kEmbedding is the first and last pipeline stage of one pipeline (tied embedding);
 /// kModelParallel is TP x PP (Megatron's model-parallel group, e.g. for the grad norm);
-/// kWorld is every rank. Expert groups (from the expert generator): kEp the expert-model-parallel
+/// kWorld is every rank; kTpDpCp is TP x DP x CP (the ranks of one pipeline stage: Megatron's
+/// tensor-and-data-parallel group with CP, which get_amax_reduction_group(with_context_parallel=
+/// True) returns for FP8's amax reduction). Expert groups (from the expert generator): kEp the expert-model-parallel
 /// group (the routed experts are split over it; the all-to-all dispatch runs in it), kEtp the
 /// expert-tensor-parallel group, kEdp the expert-data-parallel group (expert gradients are
 /// reduced over it), kEtpEp the ETP x EP group (the allgather token dispatcher's group).
@@ -30,13 +32,13 @@ namespace traintwin {
 /// kDpShard is the DP x CP group and kDpReplica a single rank.
 enum class GroupKind {
   kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld, kEp, kEtp, kEdp, kEtpEp,
-  kDpShard, kDpReplica
+  kDpShard, kDpReplica, kTpDpCp
 };
 /// Number of GroupKind values (the size of per-kind arrays).
-inline constexpr size_t kNumGroupKinds = 14;
+inline constexpr size_t kNumGroupKinds = 15;
 
 /// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world" | "ep" | "etp" | "edp" |
-/// "etp-ep" | "dp-shard" | "dp-replica".
+/// "etp-ep" | "dp-shard" | "dp-replica" | "tp-dp-cp".
 const char* to_string(GroupKind g);
 
 /// Coordinates of one rank, each in [0, size of that dimension).

@@ -197,6 +197,17 @@ class RankLowering {
   /// fuses: an amax pass and a cast kernel for every operand.
   void fp8_cast(int64_t n, const char* what, Cast where);
 
+  /// FP8 with the delayed recipe: Transformer Engine's amax reduction of the current model
+  /// chunk's fp8_autocast region, a blocking all-reduce (MAX) of one fp32 amax per FP8 tensor
+  /// over the amax reduction group (GroupKind::kTpDpCp). Megatron-Core opens one region per
+  /// TransformerBlock forward (one per model chunk and micro-batch); TE reduces the forward
+  /// tensors' amaxes (input, weight, output of each GEMM: 3) when the region exits and the
+  /// backward ones (output and input gradients: 2) in the backward of the region's first module,
+  /// the last to run (transformer_engine/pytorch fp8.py, reduce_and_update_fp8_tensors). GEMMs of
+  /// a layer: QKV, projection, FC1, FC2; in an MoE layer FC1 and FC2 per local expert (and the
+  /// shared expert's) instead of the dense MLP's. A chunk without layers reduces nothing.
+  void fp8_amax_reduction(bool forward, int64_t chunk);
+
   /// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
   /// for gather piece i only. FP8 (`fp8`): the input is cast first.
   /// FP8 (`fp8`): the input, a norm's output, is cast by the norm (Cast::kFused).

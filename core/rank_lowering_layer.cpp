@@ -28,6 +28,19 @@ void RankLowering::fp8_cast(int64_t n, const char* what, Cast where) {
   kernel(k_.fp8_cast(n, true), what);
 }
 
+void RankLowering::fp8_amax_reduction(bool forward, int64_t chunk) {
+  if (!fp8() || sc_.training.fp8_recipe != Fp8Recipe::kDelayed) return;
+  const ChunkLayers& layers = layers_of(chunk);
+  int64_t gemms = 0;
+  for (int64_t l = layers.first_layer; l < layers.end_layer(); ++l) {
+    gemms += sc_.model.is_moe_layer(l) ? 2 + 2 * d_.local_experts + (d_.shared_ffn > 0 ? 2 : 0) : 4;
+  }
+  if (gemms == 0) return;
+  role(Role::kNone);
+  wait(collective(CollectiveKind::kAllReduce, GroupKind::kTpDpCp, Stream::kTpComm,
+                  4 * gemms * (forward ? 3 : 2), "fp8 amax all_reduce"));
+}
+
 void RankLowering::gathered_gemm(int64_t n, int64_t k, const char* what, bool fp8) {
   if (fp8) fp8_cast(d_.tokens_sp * k, what, Cast::kFused);
   if (!d_.sp) {

@@ -71,6 +71,10 @@ std::string unusable_group_reason(const RankLayout& layout, GroupKind kind) {
     return "the HSDP groups (dp-shard, dp-replica) are not executed (training."
            "num_distributed_optimizer_instances > 1 is refused by the executor)";
   }
+  if (kind == GroupKind::kTpDpCp) {
+    return "the FP8 amax reduction group (tp-dp-cp) is not executed (training.fp8_format is "
+           "refused by the executor)";
+  }
   if (!is_expert_group(kind)) return "";
   try {
     layout.check_expert_groups();

@@ -14,16 +14,14 @@
 
 namespace traintwin::exec {
 
-/// Number of GroupKinds (kTp .. kDpReplica): the size of the communicators' per-group arrays.
-inline constexpr size_t kNumGroupKinds = static_cast<size_t>(GroupKind::kDpReplica) + 1;
-
 /// True for the expert groups (kEp, kEtp, kEdp, kEtpEp).
 bool is_expert_group(GroupKind kind);
 
 /// "" when the groups of `kind` exist in `layout`, else why not: an expert group of a layout
 /// whose expert generator is unusable (RankLayout::check_expert_groups's message; dense models
 /// never use those groups, so the communicators leave them out instead of failing), or an HSDP
-/// group (kDpShard, kDpReplica: the executor runs no HSDP).
+/// group (kDpShard, kDpReplica: the executor runs no HSDP), or FP8's amax reduction group
+/// (kTpDpCp: the executor runs no FP8).
 std::string unusable_group_reason(const RankLayout& layout, GroupKind kind);
 
 /// MPI_Error_string of `code` (or "MPI error <code>").

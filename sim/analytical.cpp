@@ -250,6 +250,7 @@ class Estimator {
       case GroupKind::kDpCp:
       case GroupKind::kDpShard:
       case GroupKind::kDpReplica:
+      case GroupKind::kTpDpCp:
       case GroupKind::kEp:
       case GroupKind::kEtp:
       case GroupKind::kEdp:

@@ -407,10 +407,9 @@ std::vector<int64_t> sorted_group(const RankLayout& layout, GroupKind g, int64_t
 }
 
 /// The group kinds of the dense layout searched for a process group, in order.
-constexpr std::array<GroupKind, 7> kDenseKinds = {GroupKind::kTp,   GroupKind::kCp,
-                                                  GroupKind::kDp,   GroupKind::kPp,
-                                                  GroupKind::kDpCp, GroupKind::kModelParallel,
-                                                  GroupKind::kWorld};
+constexpr std::array<GroupKind, 8> kDenseKinds = {
+    GroupKind::kTp,   GroupKind::kCp,      GroupKind::kDp,    GroupKind::kPp,
+    GroupKind::kDpCp, GroupKind::kModelParallel, GroupKind::kTpDpCp, GroupKind::kWorld};
 
 /// The first kind of `kinds` whose group of members[0] in `layout` is `members`.
 std::optional<GroupKind> kind_of(const RankLayout& layout, const std::vector<int64_t>& members,
@@ -522,7 +521,8 @@ RankLayout infer_layout(int64_t world, const std::map<std::string, int32_t>& pg_
     }
     if (!alone) {
       throw ChakraTraceError(fmt::format(
-          "{}: process group \"{}\" {} is no TP, CP, DP, PP, DP x CP, model-parallel or world "
+          "{}: process group \"{}\" {} is no TP, CP, DP, PP, DP x CP, model-parallel, TP x DP "
+          "x CP or world "
           "group of any rank layout TP x CP x DP x PP of {} ranks (the replay runs collectives "
           "over such groups only)",
           pg.first_use, name, members_text(pg.members), world));

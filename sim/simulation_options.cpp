@@ -30,7 +30,7 @@ std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec&
   std::vector<GroupKind> kinds = {GroupKind::kCp,        GroupKind::kDp,
                                   GroupKind::kPp,        GroupKind::kDpCp,
                                   GroupKind::kEmbedding, GroupKind::kModelParallel,
-                                  GroupKind::kWorld};
+                                  GroupKind::kWorld,     GroupKind::kTpDpCp};
   if (expert_groups) {
     kinds.insert(kinds.end(),
                  {GroupKind::kEp, GroupKind::kEtp, GroupKind::kEdp, GroupKind::kEtpEp});

@@ -1151,6 +1151,46 @@ TEST(Program, Fp8GemmsAndTheirCasts) {
   }
 }
 
+// FP8, delayed recipe: Transformer Engine reduces the amaxes of each model chunk's fp8_autocast
+// region over TP x DP x CP once per forward (3 per GEMM: input, weight, output) and once per
+// backward (2 per GEMM: output and input gradients), a blocking all-reduce of 4-byte amaxes.
+// Here TP 2, DP 2, PP 2 x VPP 2, 2 layers per chunk of 4 GEMMs, 6 micro-batches per DP rank:
+// 6 x 2 chunks = 12 of each per rank, 2 x 4 x 3 x 4 = 96 bytes forward, 64 backward, over the 4 ranks of
+// the stage. Tensorwise scaling and BF16 have none.
+TEST(Program, Fp8DelayedScalingReducesAmaxesPerChunkAndMicroBatch) {
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise}) {
+    for (bool fp8 : {true, false}) {
+      LlamaKnobs k;
+      k.tp = 2, k.dp = 2, k.pp = 2, k.v = 2, k.m = 6, k.sp = true;  // 6 micro-batches per DP rank
+      k.fp8 = fp8, k.recipe = recipe;
+      const Scenario s = make_llama(k);
+      const Program prog = build_program(s, {0, 5});
+      for (const auto& [rank, rp] : prog.ranks) {
+        int64_t forward = 0, backward = 0;
+        for (const Op& op : rp.ops) {
+          if (std::string(op.what) != "fp8 amax all_reduce") continue;
+          EXPECT_EQ(op.kind, OpKind::kCollective);
+          EXPECT_EQ(op.collective, CollectiveKind::kAllReduce);
+          EXPECT_EQ(op.group, GroupKind::kTpDpCp);
+          EXPECT_EQ(prog.layout.group(GroupKind::kTpDpCp, rank).size(), 4u);
+          EXPECT_GE(op.micro_batch, 0);
+          if (op.phase == Phase::kForward) {
+            ++forward;
+            EXPECT_EQ(op.bytes, 2 * 4 * 3 * 4);
+          } else {
+            ++backward;
+            EXPECT_EQ(op.phase, Phase::kBackward);
+            EXPECT_EQ(op.bytes, 2 * 4 * 2 * 4);
+          }
+        }
+        const int64_t expected = fp8 && recipe == Fp8Recipe::kDelayed ? 6 * 2 : 0;
+        EXPECT_EQ(forward, expected) << "rank " << rank;
+        EXPECT_EQ(backward, expected) << "rank " << rank;
+      }
+    }
+  }
+}
+
 // fp32 training with TF32 / bf16-arithmetic products: the gemm and attention classes of the
 // catalogue carry the arithmetic's dtype in their keys (so a database row measured with it
 // serves them), every other kernel fp32; FLOPs and bytes are those of fp32 storage.

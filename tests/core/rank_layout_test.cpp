@@ -71,7 +71,8 @@ TEST(RankLayout, GroupsPartitionTheWorldForEveryOrder) {
       ASSERT_EQ(layout.world_size(), world);
       for (int64_t r = 0; r < world; ++r) ASSERT_EQ(layout.rank(layout.coord(r)), r) << order;
       for (GroupKind g : {GroupKind::kTp, GroupKind::kCp, GroupKind::kDp, GroupKind::kPp,
-                          GroupKind::kDpCp, GroupKind::kModelParallel, GroupKind::kWorld}) {
+                          GroupKind::kDpCp, GroupKind::kModelParallel, GroupKind::kWorld,
+                          GroupKind::kTpDpCp}) {
         auto groups = layout.all_groups(g);
         ASSERT_EQ(static_cast<int64_t>(groups.size()), world / layout.size(g));
         std::set<int64_t> seen;
@@ -83,8 +84,9 @@ TEST(RankLayout, GroupsPartitionTheWorldForEveryOrder) {
             ASSERT_EQ(layout.group_index(g, m), static_cast<int64_t>(i)) << order;
             RankCoord a = layout.coord(m), b = layout.coord(groups[i][0]);
             const bool world = g == GroupKind::kWorld, mp = g == GroupKind::kModelParallel;
-            const bool dpcp = g == GroupKind::kDpCp;
-            if (g != GroupKind::kTp && !mp && !world) ASSERT_EQ(a.tp, b.tp);
+            const bool dpcp = g == GroupKind::kDpCp || g == GroupKind::kTpDpCp;
+            const bool tpdpcp = g == GroupKind::kTpDpCp;  // a pipeline stage
+            if (g != GroupKind::kTp && !mp && !world && !tpdpcp) ASSERT_EQ(a.tp, b.tp);
             if (g != GroupKind::kCp && !dpcp && !world) ASSERT_EQ(a.cp, b.cp);
             if (g != GroupKind::kDp && !dpcp && !world) ASSERT_EQ(a.dp, b.dp);
             if (g != GroupKind::kPp && !mp && !world) ASSERT_EQ(a.pp, b.pp);
@@ -123,6 +125,7 @@ TEST(RankLayout, HsdpShardAndReplicaGroupsCutTheDpCpGroup) {
   EXPECT_THAT(layout.group(GroupKind::kDpReplica, 17), ElementsAre(17, 25));
   EXPECT_STREQ(to_string(GroupKind::kDpShard), "dp-shard");
   EXPECT_STREQ(to_string(GroupKind::kDpReplica), "dp-replica");
+  EXPECT_STREQ(to_string(GroupKind::kTpDpCp), "tp-dp-cp");
   for (GroupKind g : {GroupKind::kDpShard, GroupKind::kDpReplica}) {
     const auto groups = layout.all_groups(g);
     EXPECT_EQ(static_cast<int64_t>(groups.size()), 32 / layout.size(g));

@@ -174,11 +174,11 @@ class Degradation {
   std::vector<Kind> kinds_;
 };
 
-/// One run's state and its event loop.
+/// One run's state and its event loop. kRecord: the run's events go to `events` (GoodputEvent;
+/// trace_goodput_run()); the Monte Carlo's runs are compiled without it and pay nothing.
+template <bool kRecord>
 class RunSimulation {
  public:
-  /// `events`, when given, receives the run's events (GoodputEvent); null in the Monte Carlo's
-  /// runs, which then pay one pointer test per event.
   RunSimulation(const GoodputJob& job, const GoodputCosts& costs, double interval_s,
                 const GoodputHorizon& horizon, uint64_t seed,
                 std::vector<GoodputEvent>* events = nullptr)
@@ -269,14 +269,14 @@ class RunSimulation {
 
   /// Records [start, end] as `phase` (when recording, and when it lasts).
   void record(GoodputPhase phase, double start, double end) {
-    if (events_ != nullptr && end > start) {
-      events_->push_back(GoodputEvent{phase, start, end, progress_, false});
+    if constexpr (kRecord) {
+      if (end > start) events_->push_back(GoodputEvent{phase, start, end, progress_, false});
     }
   }
 
   /// Records an instant `phase` now (when recording).
   void record_instant(GoodputPhase phase) {
-    if (events_ != nullptr) events_->push_back(GoodputEvent{phase, t_, t_, progress_, false});
+    if constexpr (kRecord) events_->push_back(GoodputEvent{phase, t_, t_, progress_, false});
   }
 
   /// Fresh clocks for a node slot (a new or replaced node): each class's next failure.
@@ -312,7 +312,7 @@ class RunSimulation {
     clocks_.pop();
     ++out_.failures;
     out_.badput.lost_progress_s += progress_ - committed_;
-    if (events_ != nullptr) {
+    if constexpr (kRecord) {
       // The compute since the durable checkpoint (saves end compute stretches exactly there).
       for (auto e = events_->rbegin(); e != events_->rend(); ++e) {
         if (e->phase == GoodputPhase::kFailure) break;
@@ -636,7 +636,8 @@ double whole_iterations_s(const GoodputJob& job, double interval_s,
 GoodputRun simulate_goodput_run(const GoodputJob& job, double interval_s,
                                 const GoodputHorizon& horizon, uint64_t seed) {
   const GoodputCosts costs = goodput_costs(job);
-  return RunSimulation(job, costs, whole_iterations_s(job, interval_s, horizon), horizon, seed)
+  return RunSimulation<false>(job, costs, whole_iterations_s(job, interval_s, horizon), horizon,
+                              seed)
       .run();
 }
 
@@ -646,7 +647,7 @@ GoodputRunTrace trace_goodput_run(const GoodputJob& job, double interval_s,
   GoodputRunTrace out;
   out.seed = seed;
   out.interval_s = whole_iterations_s(job, interval_s, horizon);
-  out.run = RunSimulation(job, costs, out.interval_s, horizon, seed, &out.events).run();
+  out.run = RunSimulation<true>(job, costs, out.interval_s, horizon, seed, &out.events).run();
   return out;
 }
 
@@ -660,7 +661,8 @@ GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
   std::array<std::vector<double>, Badput::kCauses.size()> shares;
   for (int64_t i = 0; i < runs; ++i) {
     GoodputRun r =
-        RunSimulation(job, costs, out.interval_s, horizon, seed + static_cast<uint64_t>(i)).run();
+        RunSimulation<false>(job, costs, out.interval_s, horizon, seed + static_cast<uint64_t>(i))
+            .run();
     ettr.push_back(r.ettr());
     tokens.push_back(std::floor(r.useful_s / job.iteration_s) * job.tokens_per_iteration);
     out.mean_ettr += r.ettr() / static_cast<double>(runs);

@@ -618,6 +618,11 @@ TEST(ReportPage, WriteReportErrorsNameTheFile) {
   const fs::path empty = fresh_dir("empty");
   EXPECT_THAT([&] { write_report(empty, vega); },
               ::testing::ThrowsMessage<Error>(HasSubstr(empty.string() + ": holds neither")));
+  write_text(empty / "goodput.json", "{}");
+  EXPECT_THAT([&] { write_report(empty, vega); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("`traintwin goodput --out` writes its report.html itself")));
+  fs::remove(empty / "goodput.json");
   EXPECT_THAT([&] { write_report(empty / "nope", vega); },
               ::testing::ThrowsMessage<Error>(HasSubstr("nope: not a directory")));
   const fs::path bad = fresh_dir("bad");

@@ -1,5 +1,6 @@
 // `traintwin goodput`: the whole run under failures, checkpoints and restarts (sim/goodput.hpp),
 // on one iteration's time from the replay (sim/session.hpp) or the estimator (sim/analytical.hpp).
+// With --out, goodput.json and report.html (viz/goodput_charts.hpp, cli/report_output.hpp).
 #include <fmt/format.h>
 
 #include <array>
@@ -14,6 +15,7 @@
 #include "cli/format.hpp"
 #include "cli/goodput_live.hpp"
 #include "cli/replay_progress.hpp"
+#include "cli/report_output.hpp"
 #include "cli/scenario_options.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -125,8 +127,9 @@ void print_report(const Scenario& s, const GoodputJob& job, const GoodputReport&
       "simulated every {}\n\n",
       minutes(r.young_s), minutes(r.daly_s), minutes(r.chosen.interval_s));
   const GoodputAtInterval& a = r.chosen;
-  fmt::print("ETTR       p10 {}  p50 {}  p90 {}  (mean {})\n", pct(a.ettr.p10), pct(a.ettr.p50),
-             pct(a.ettr.p90), pct(a.mean_ettr));
+  fmt::print("ETTR       p10 {}  p50 {}  p90 {}  (mean {}); Kokolis et al. closed form {}\n",
+             pct(a.ettr.p10), pct(a.ettr.p50), pct(a.ettr.p90), pct(a.mean_ettr),
+             pct(r.kokolis_ettr));
   fmt::print("tokens     p50 {} useful (p10 {}, p90 {}): {}/s over the wall time\n",
              si(a.useful_tokens.p50), si(a.useful_tokens.p10), si(a.useful_tokens.p90),
              si(a.useful_tokens.p50 / (o.days * 86400.0)));
@@ -235,6 +238,7 @@ nlohmann::json report_json(const Scenario& s, const GoodputJob& job, const Goodp
             {"mtbf_s", c.mtbf_s}}},
           {"young_interval_s", r.young_s},
           {"daly_interval_s", r.daly_s},
+          {"kokolis_ettr", r.kokolis_ettr},
           {"chosen", to_json(r.chosen)},
           {"sweep", sweep},
           {"best_interval_s", r.best_interval_s},
@@ -287,8 +291,9 @@ void register_goodput_command(CLI::App& app) {
                   "analytical (the estimator, faster at 10K+ GPUs)")
       ->check(CLI::IsMember({"replay", "analytical"}));
   cmd->add_option("--out", o->out_dir,
-                  "Write DIR/goodput.json: the report and every simulated run of the chosen "
-                  "interval (wall, useful time, failures, badput by cause)");
+                  "Write DIR/goodput.json (the report and every simulated run of the chosen "
+                  "interval: wall, useful time, failures, badput by cause) and DIR/report.html "
+                  "(ETTR against the interval, badput by cause, the run of --seed as a timeline)");
   cmd->add_option("--iteration-time", o->iteration_time_s,
                   "Iteration time in seconds (skips the simulation of one iteration)")
       ->check(positive_number());
@@ -348,6 +353,10 @@ void register_goodput_command(CLI::App& app) {
     if (!o->out_dir.empty()) {
       const std::filesystem::path path = write_goodput_file(o->out_dir, out, r.chosen.runs);
       if (!o->json) fmt::print("wrote {}\n", path.string());
+      const GoodputHorizon horizon{o->days * 86400.0, 0};
+      GoodputPageInput page{s.name, job, horizon, o->runs, o->seed, r,
+                            trace_goodput_run(job, r.chosen.interval_s, horizon, o->seed)};
+      write_goodput_report_or_warn(o->out_dir, !o->json, page);
     }
   });
 }

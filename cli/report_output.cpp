@@ -22,4 +22,17 @@ void write_report_or_warn(const std::filesystem::path& dir, bool announce,
   if (announce) fmt::print("wrote {}\n", written.string());
 }
 
+void write_goodput_report_or_warn(const std::filesystem::path& dir, bool announce,
+                                  const GoodputPageInput& page) {
+  std::filesystem::path vega;
+  try {
+    vega = resolve_vega_dir("");
+  } catch (const Error& e) {
+    fmt::print(stderr, "traintwin: warning: no report.html: {}\n", e.what());
+    return;
+  }
+  const auto written = write_goodput_report(dir, vega, page);
+  if (announce) fmt::print("wrote {}\n", written.string());
+}
+
 }  // namespace traintwin::cli

@@ -1,10 +1,11 @@
-// Writing report.html at the end of `simulate --out` and `sweep --out`.
+// Writing report.html at the end of `simulate --out`, `sweep --out` and `goodput --out`.
 #pragma once
 
 #include <filesystem>
 #include <optional>
 
 #include "traces/timeline.hpp"
+#include "viz/goodput_charts.hpp"
 
 namespace traintwin::cli {
 
@@ -14,5 +15,10 @@ namespace traintwin::cli {
 /// `timeline`: DIR/timeline.json's events when the caller still has them (not read back).
 void write_report_or_warn(const std::filesystem::path& dir, bool announce,
                           std::optional<Timeline> timeline = std::nullopt);
+
+/// Writes DIR/report.html of `goodput --out DIR` (viz/report_page.hpp's write_goodput_report);
+/// missing Vega builds leave goodput.json alone with a warning on stderr, as above.
+void write_goodput_report_or_warn(const std::filesystem::path& dir, bool announce,
+                                  const GoodputPageInput& page);
 
 }  // namespace traintwin::cli

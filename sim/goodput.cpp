@@ -174,11 +174,14 @@ class Degradation {
   std::vector<Kind> kinds_;
 };
 
-/// One run's state and its event loop.
+/// One run's state and its event loop. kRecord: the run's events go to `events` (GoodputEvent;
+/// trace_goodput_run()); the Monte Carlo's runs are compiled without it and pay nothing.
+template <bool kRecord>
 class RunSimulation {
  public:
   RunSimulation(const GoodputJob& job, const GoodputCosts& costs, double interval_s,
-                const GoodputHorizon& horizon, uint64_t seed)
+                const GoodputHorizon& horizon, uint64_t seed,
+                std::vector<GoodputEvent>* events = nullptr)
       : job_(job),
         c_(costs),
         interval_s_(interval_s),
@@ -187,7 +190,8 @@ class RunSimulation {
         work_s_(horizon.wall_s > 0 ? kInf : horizon.work_s),
         spares_free_(job.reliability.spare_nodes),
         repair_s_(job.reliability.node_repair_hours * 3600.0),
-        degradation_(job, seed) {
+        degradation_(job, seed),
+        events_(events) {
     for (const auto& [name, f] : job.reliability.failures) {
       classes_.push_back({1000.0 * kSecondsPerDay / f.rate_per_1000_node_days, f.weibull_shape});
     }
@@ -206,6 +210,7 @@ class RunSimulation {
       if (last_save_ >= work_s_) {  // the work is saved; only the final write is left
         const double t_next = std::min(t_commit, t_fail);
         out_.badput.checkpoint_save_s += t_next - t_;
+        record(GoodputPhase::kCheckpointSave, t_, t_next);
         t_ = t_next;
         if (t_commit == t_next) {
           committed_ = pending_->first;
@@ -229,6 +234,9 @@ class RunSimulation {
         (links ? out_.badput.degraded_links_s : out_.badput.straggler_s) +=
             (t_next - t_) - (progress_ - before);
       }
+      record(speed < 1.0 ? (links ? GoodputPhase::kDegradedLinks : GoodputPhase::kStraggler)
+                         : GoodputPhase::kCompute,
+             t_, t_next);
       t_ = t_next;
       if (t_ >= wall_end_) break;
       if (t_commit == t_next) {
@@ -258,6 +266,18 @@ class RunSimulation {
   enum class Phase { kDone, kFailure, kWallEnd };
 
   bool finished() const { return t_ >= wall_end_ || committed_ >= work_s_; }
+
+  /// Records [start, end] as `phase` (when recording, and when it lasts).
+  void record(GoodputPhase phase, double start, double end) {
+    if constexpr (kRecord) {
+      if (end > start) events_->push_back(GoodputEvent{phase, start, end, progress_, false});
+    }
+  }
+
+  /// Records an instant `phase` now (when recording).
+  void record_instant(GoodputPhase phase) {
+    if constexpr (kRecord) events_->push_back(GoodputEvent{phase, t_, t_, progress_, false});
+  }
 
   /// Fresh clocks for a node slot (a new or replaced node): each class's next failure.
   void draw_slot(int64_t slot) {
@@ -292,31 +312,46 @@ class RunSimulation {
     clocks_.pop();
     ++out_.failures;
     out_.badput.lost_progress_s += progress_ - committed_;
+    if constexpr (kRecord) {
+      // The compute since the durable checkpoint (saves end compute stretches exactly there).
+      for (auto e = events_->rbegin(); e != events_->rend(); ++e) {
+        if (e->phase == GoodputPhase::kFailure) break;
+        if (!is_compute(e->phase)) continue;
+        if (e->progress_s <= committed_) break;
+        e->lost = true;
+      }
+    }
     progress_ = committed_;
     last_save_ = committed_;
     pending_.reset();
+    record_instant(GoodputPhase::kFailure);
     repairs_.push(t_ + repair_s_);
     draw_slot(slot);
   }
 
-  /// `d` seconds of a non-progress phase, charged to `bucket`, unless a failure or the wall end
-  /// comes first (charged up to it; a failure is then taken with fail_now()).
-  Phase phase(double d, double& bucket) {
+  /// `d` seconds of a non-progress phase, charged to `bucket` and recorded as `kind`, unless a
+  /// failure or the wall end comes first (charged up to it; a failure is then taken with
+  /// fail_now()).
+  Phase phase(double d, double& bucket, GoodputPhase kind) {
+    const double start = t_;
     const double end = t_ + d;
     const double t_fail = next_failure();
     if (t_fail < end && t_fail < wall_end_) {
       bucket += t_fail - t_;
       t_ = t_fail;
+      record(kind, start, t_);
       fail_now();
       return Phase::kFailure;
     }
     if (end >= wall_end_) {
       bucket += wall_end_ - t_;
       t_ = wall_end_;
+      record(kind, start, t_);
       return Phase::kWallEnd;
     }
     bucket += d;
     t_ = end;
+    record(kind, start, t_);
     return Phase::kDone;
   }
 
@@ -326,7 +361,7 @@ class RunSimulation {
     Badput& b = out_.badput;
     for (;;) {
       Phase p = Phase::kDone;
-      if (detect) p = phase(c_.detection_s, b.detection_s);
+      if (detect) p = phase(c_.detection_s, b.detection_s, GoodputPhase::kDetection);
       while (p == Phase::kDone && needed > 0) {
         while (!repairs_.empty() && repairs_.top() <= t_) {
           repairs_.pop();
@@ -338,14 +373,14 @@ class RunSimulation {
           continue;
         }
         const double back = repairs_.top();  // a failure sent a node to repair
-        p = phase(back - t_, b.spare_wait_s);
+        p = phase(back - t_, b.spare_wait_s, GoodputPhase::kSpareWait);
         if (p == Phase::kDone) {
           repairs_.pop();
           --needed;
         }
       }
-      if (p == Phase::kDone) p = phase(c_.restart_s, b.restart_s);
-      if (p == Phase::kDone) p = phase(c_.restore_s, b.restore_s);
+      if (p == Phase::kDone) p = phase(c_.restart_s, b.restart_s, GoodputPhase::kRestart);
+      if (p == Phase::kDone) p = phase(c_.restore_s, b.restore_s, GoodputPhase::kRestore);
       if (p != Phase::kFailure) return;
       detect = true;
       ++needed;
@@ -358,7 +393,7 @@ class RunSimulation {
     ++out_.checkpoints;
     double stall = c_.save_stall_s;
     if (pending_) stall += std::max(0.0, pending_->second - t_);
-    const Phase p = phase(stall, out_.badput.checkpoint_save_s);
+    const Phase p = phase(stall, out_.badput.checkpoint_save_s, GoodputPhase::kCheckpointSave);
     if (p == Phase::kFailure) {
       restart(true, 1);
       return;
@@ -376,9 +411,11 @@ class RunSimulation {
   /// A planned interruption: a synchronous save, then a restart without detection or new node.
   void planned() {
     ++out_.planned;
+    record_instant(GoodputPhase::kPlannedInterruption);
     draw_planned(t_);
     ++out_.checkpoints;
-    const Phase p = phase(c_.save_write_s, out_.badput.checkpoint_save_s);
+    const Phase p =
+        phase(c_.save_write_s, out_.badput.checkpoint_save_s, GoodputPhase::kCheckpointSave);
     if (p == Phase::kFailure) {
       restart(true, 1);
       return;
@@ -405,6 +442,7 @@ class RunSimulation {
   double t_ = 0, progress_ = 0, committed_ = 0, last_save_ = 0;
   std::optional<std::pair<double, double>> pending_;  // (progress it holds, write end)
   Degradation degradation_;
+  std::vector<GoodputEvent>* events_;
   GoodputRun out_;
 };
 
@@ -444,6 +482,51 @@ double daly_expected_wall_s(double work_s, double interval_s, double save_s, dou
   require_non_negative(restart_s, "the restart time", kWho);
   return mtbf_s * std::exp(restart_s / mtbf_s) * std::expm1((interval_s + save_s) / mtbf_s) *
          work_s / interval_s;
+}
+
+double kokolis_expected_ettr(int64_t nodes, double failures_per_node_day,
+                             double checkpoint_interval_s, double restart_overhead_s,
+                             double checkpoint_save_s) {
+  constexpr const char* kWho = "kokolis_expected_ettr";
+  if (nodes < 1) throw InvalidArgument(fmt::format("{}: nodes must be >= 1 (got {})", kWho, nodes));
+  require_positive(failures_per_node_day, "the failures per node-day", kWho);
+  require_positive(checkpoint_interval_s, "the checkpoint interval", kWho);
+  require_non_negative(restart_overhead_s, "the restart overhead", kWho);
+  require_non_negative(checkpoint_save_s, "the checkpoint save time", kWho);
+  const double failures_per_s = static_cast<double>(nodes) * failures_per_node_day / kSecondsPerDay;
+  const double lost = failures_per_s * (restart_overhead_s + checkpoint_interval_s / 2.0);
+  return std::max(0.0, 1.0 - lost) / (1.0 + checkpoint_save_s / checkpoint_interval_s);
+}
+
+std::string_view to_string(GoodputPhase phase) {
+  switch (phase) {
+    case GoodputPhase::kCompute:
+      return "compute";
+    case GoodputPhase::kStraggler:
+      return "straggler";
+    case GoodputPhase::kDegradedLinks:
+      return "degraded_links";
+    case GoodputPhase::kCheckpointSave:
+      return "checkpoint_save";
+    case GoodputPhase::kDetection:
+      return "detection";
+    case GoodputPhase::kSpareWait:
+      return "spare_wait";
+    case GoodputPhase::kRestart:
+      return "restart";
+    case GoodputPhase::kRestore:
+      return "restore";
+    case GoodputPhase::kFailure:
+      return "failure";
+    case GoodputPhase::kPlannedInterruption:
+      return "planned_interruption";
+  }
+  return "unknown";
+}
+
+bool is_compute(GoodputPhase phase) {
+  return phase == GoodputPhase::kCompute || phase == GoodputPhase::kStraggler ||
+         phase == GoodputPhase::kDegradedLinks;
 }
 
 double checkpoint_bytes(const Scenario& s) {
@@ -553,8 +636,19 @@ double whole_iterations_s(const GoodputJob& job, double interval_s,
 GoodputRun simulate_goodput_run(const GoodputJob& job, double interval_s,
                                 const GoodputHorizon& horizon, uint64_t seed) {
   const GoodputCosts costs = goodput_costs(job);
-  return RunSimulation(job, costs, whole_iterations_s(job, interval_s, horizon), horizon, seed)
+  return RunSimulation<false>(job, costs, whole_iterations_s(job, interval_s, horizon), horizon,
+                              seed)
       .run();
+}
+
+GoodputRunTrace trace_goodput_run(const GoodputJob& job, double interval_s,
+                                  const GoodputHorizon& horizon, uint64_t seed) {
+  const GoodputCosts costs = goodput_costs(job);
+  GoodputRunTrace out;
+  out.seed = seed;
+  out.interval_s = whole_iterations_s(job, interval_s, horizon);
+  out.run = RunSimulation<true>(job, costs, out.interval_s, horizon, seed, &out.events).run();
+  return out;
 }
 
 GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
@@ -567,7 +661,8 @@ GoodputAtInterval goodput_at_interval(const GoodputJob& job, double interval_s,
   std::array<std::vector<double>, Badput::kCauses.size()> shares;
   for (int64_t i = 0; i < runs; ++i) {
     GoodputRun r =
-        RunSimulation(job, costs, out.interval_s, horizon, seed + static_cast<uint64_t>(i)).run();
+        RunSimulation<false>(job, costs, out.interval_s, horizon, seed + static_cast<uint64_t>(i))
+            .run();
     ettr.push_back(r.ettr());
     tokens.push_back(std::floor(r.useful_s / job.iteration_s) * job.tokens_per_iteration);
     out.mean_ettr += r.ettr() / static_cast<double>(runs);
@@ -614,6 +709,10 @@ GoodputReport run_goodput(const GoodputJob& job, double interval_s, const Goodpu
     }
     rep.sweep.push_back(std::move(at));
   }
+  const double per_node_day = kSecondsPerDay / (rep.costs.mtbf_s * static_cast<double>(job.nodes));
+  rep.kokolis_ettr = kokolis_expected_ettr(
+      job.nodes, per_node_day, rep.chosen.interval_s,
+      rep.costs.detection_s + rep.costs.restart_s + rep.costs.restore_s, rep.costs.save_stall_s);
   return rep;
 }
 

@@ -32,6 +32,8 @@
 //   - Wall time = useful progress + lost progress + save stalls + detection + spare waits +
 //     restart + restore + straggler slowdown + degraded links (each interrupted phase counts in
 //     its own category): ETTR (effective training time ratio) = useful / wall.
+// A run can also be recorded as its list of events (trace_goodput_run(): the report's timeline of
+// one sampled run); the Monte Carlo's other runs record nothing.
 #pragma once
 
 #include <array>
@@ -63,6 +65,24 @@ double daly_interval_s(double save_s, double mtbf_s);
 /// M <= 0, or a negative delta or R.
 double daly_expected_wall_s(double work_s, double interval_s, double save_s, double restart_s,
                             double mtbf_s);
+
+/// Kokolis et al.'s expected ETTR of a job (Kokolis, Kuchnik, Hoffman et al. 2025, "Revisiting
+/// Reliability in Large-Scale Machine Learning Research Clusters", HPCA 2025 / arXiv 2410.21680,
+/// sec. "Estimating ETTR"), in the form
+///   E[ETTR] ~ (1 - N r_f (u0 + dt / 2)) / (1 + w / dt)
+/// with N the job's nodes, r_f the failures per node-day (failures a Poisson process of rate
+/// N r_f), u0 the restart overhead of one failure (detection, restart, checkpoint load: seconds),
+/// dt the checkpoint interval (seconds of training between saves; a failure loses dt / 2 of it on
+/// average) and w what one save stalls training (seconds). We could not read the paper's text for
+/// this work: the form is derived from the assumptions the paper states (and matches a third
+/// party's reading of it); see tests/sim/goodput_test.cpp. A first-order approximation: it holds
+/// while failures are rare against the interval and the restart, N r_f (u0 + dt) << 1 (there it
+/// agrees with Daly's complete model, daly_expected_wall_s(), to second order). Returns 0 where
+/// N r_f (u0 + dt / 2) >= 1. Throws InvalidArgument for nodes < 1, a rate or an interval <= 0, or
+/// a negative u0 or w.
+double kokolis_expected_ettr(int64_t nodes, double failures_per_node_day,
+                             double checkpoint_interval_s, double restart_overhead_s,
+                             double checkpoint_save_s);
 
 /// The job whose run is simulated.
 struct GoodputJob {
@@ -139,12 +159,47 @@ struct GoodputRun {
   double wall_s = 0;
   double useful_s =
       0;  ///< progress at the end (the last iterations count: a final save ends a run)
-  int64_t failures = 0;     ///< unexpected interruptions
-  int64_t planned = 0;      ///< planned interruptions that stopped the job
-  int64_t checkpoints = 0;  ///< saves started
+  int64_t failures = 0;           ///< unexpected interruptions
+  int64_t planned = 0;            ///< planned interruptions that stopped the job
+  int64_t checkpoints = 0;        ///< saves started
   int64_t degraded_episodes = 0;  ///< degraded episodes that began during the run (all kinds)
   Badput badput;
   double ettr() const { return wall_s > 0 ? useful_s / wall_s : 0.0; }
+};
+
+/// What a stretch of a recorded run's wall time was (trace_goodput_run()). The compute kinds
+/// make progress (kStraggler and kDegradedLinks slower, at that state's iteration time); the
+/// others are badput causes of Badput's; kFailure and kPlannedInterruption are instants.
+enum class GoodputPhase {
+  kCompute,
+  kStraggler,      ///< computing with a straggler under way
+  kDegradedLinks,  ///< computing with a link or NIC down or a flapping link
+  kCheckpointSave,
+  kDetection,
+  kSpareWait,
+  kRestart,
+  kRestore,
+  kFailure,             ///< an unexpected failure stopped the job (instant)
+  kPlannedInterruption  ///< a planned interruption stopped the job (instant; a save follows)
+};
+
+/// "compute", "straggler", "degraded_links", "checkpoint_save", "detection", "spare_wait",
+/// "restart", "restore", "failure", "planned_interruption".
+std::string_view to_string(GoodputPhase phase);
+
+/// Whether `phase` makes progress (kCompute, kStraggler, kDegradedLinks).
+bool is_compute(GoodputPhase phase);
+
+/// One event of a recorded run. Consecutive events tile the wall time: each starts where the
+/// previous one ended, the first at 0, the last ends at the run's wall_s.
+struct GoodputEvent {
+  GoodputPhase phase = GoodputPhase::kCompute;
+  double start_s = 0;  ///< wall clock
+  double end_s = 0;    ///< == start_s for the instants
+  /// Useful progress at end_s (seconds of healthy training; after a failure, the durable
+  /// progress the job restarts from).
+  double progress_s = 0;
+  bool lost = false;  ///< a compute stretch whose progress a later failure threw away
 };
 
 /// How long a run lasts: a wall-clock budget (a run of D days), or until `work_s` of progress is
@@ -159,6 +214,19 @@ struct GoodputHorizon {
 /// horizon with neither (or both) limits set.
 GoodputRun simulate_goodput_run(const GoodputJob& job, double interval_s,
                                 const GoodputHorizon& horizon, uint64_t seed);
+
+/// One run and its events (the report's timeline of a sampled run).
+struct GoodputRunTrace {
+  uint64_t seed = 0;
+  double interval_s = 0;  ///< the checkpoint interval, in whole iterations
+  GoodputRun run;         ///< the same as simulate_goodput_run()'s for these arguments
+  std::vector<GoodputEvent> events;
+};
+
+/// simulate_goodput_run() with every event recorded: the run is the same (recording draws no
+/// random number). Throws as simulate_goodput_run().
+GoodputRunTrace trace_goodput_run(const GoodputJob& job, double interval_s,
+                                  const GoodputHorizon& horizon, uint64_t seed);
 
 /// p10 / p50 / p90 of a quantity over runs.
 struct Percentiles {
@@ -193,6 +261,10 @@ struct GoodputReport {
   std::vector<GoodputAtInterval> sweep;  ///< Daly's interval x 2^(k/2), k = -4..4 (no runs kept)
   double best_interval_s = 0;            ///< of the sweep, highest mean ETTR
   double best_mean_ettr = 0;
+  /// kokolis_expected_ettr() at the chosen interval: N r_f from the job MTBF, u0 = detection +
+  /// restart + restore, w = the save stall (unexpected failures only: no planned interruptions,
+  /// spare waits or degraded states).
+  double kokolis_ettr = 0;
 };
 
 /// The report for `job` over `horizon`: the chosen interval (`interval_s` > 0, or 0 for Daly's

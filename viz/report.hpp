@@ -11,11 +11,13 @@
 //   viz/simulation_charts.hpp  -> summary table, time breakdown, memory, links: sections
 //   viz/gantt_chart.hpp        -> the pipeline schedule of timeline.json
 //   viz/sweep_charts.hpp       -> sweep heatmaps and ranked table: sections
+//   viz/goodput_charts.hpp     -> `goodput --out`: ETTR against the interval, badput, a run
 //   viz/report_page.hpp        -> the page (self-check script, Vega inlined), write_report
 //   viz/report_format.hpp      -> the text helpers they share (escaping, units, spec skeleton)
 #pragma once
 
 #include "viz/gantt_chart.hpp"
+#include "viz/goodput_charts.hpp"
 #include "viz/report_data.hpp"
 #include "viz/report_format.hpp"
 #include "viz/report_page.hpp"

@@ -44,10 +44,14 @@ ReportInput read_report_input(const std::filesystem::path& dir, std::optional<Ti
   const bool has_summary = std::filesystem::is_regular_file(summary_path);
   const bool has_sweep = std::filesystem::is_regular_file(sweep_path);
   if (!has_summary && !has_sweep) {
-    throw Error(
-        fmt::format("{}: holds neither summary.json (traintwin simulate --out) nor "
-                    "sweep.json (traintwin sweep --out): nothing to report",
-                    dir.string()));
+    const bool goodput = std::filesystem::is_regular_file(dir / "goodput.json");
+    throw Error(fmt::format(
+        "{}: holds neither summary.json (traintwin simulate --out) nor "
+        "sweep.json (traintwin sweep --out): nothing to report{}",
+        dir.string(),
+        goodput ? " (its goodput.json has no events of the sampled run: `traintwin goodput "
+                  "--out` writes its report.html itself; run it again)"
+                : ""));
   }
   if (has_summary) {
     in.summary = read_summary_json(read_json_file(summary_path), in.summary_origin);

@@ -1,5 +1,5 @@
 // The report's page: the HTML that holds the sections (viz/simulation_charts.hpp,
-// viz/sweep_charts.hpp, before this in the flow), the self-check script, the inlined Vega,
+// viz/sweep_charts.hpp, viz/goodput_charts.hpp, before this in the flow), the self-check script, the inlined Vega,
 // Vega-Lite and vega-embed browser builds (scripts/fetch_vega.sh puts them into data/vega/), and
 // write_report(), which reads a run's folder (viz/report_data.hpp) and writes DIR/report.html.
 // The end of the flow: `traintwin report` (cli/report_command.cpp) calls write_report().
@@ -17,6 +17,7 @@
 
 #include "traces/timeline.hpp"
 #include "viz/gantt_chart.hpp"
+#include "viz/goodput_charts.hpp"
 #include "viz/report_data.hpp"
 
 namespace traintwin {
@@ -42,6 +43,13 @@ std::filesystem::path write_report(const std::filesystem::path& dir,
                                    const std::filesystem::path& vega_dir,
                                    const GanttOptions& gantt = {},
                                    std::optional<Timeline> timeline = std::nullopt);
+
+/// Writes DIR/report.html (whole or not at all) for `traintwin goodput --out DIR`: the goodput
+/// sections (viz/goodput_charts.hpp) of `in`, titled by its scenario. Returns the path written.
+/// Throws Error on missing Vega builds (as render_report_html) or a write failure.
+std::filesystem::path write_goodput_report(const std::filesystem::path& dir,
+                                           const std::filesystem::path& vega_dir,
+                                           const GoodputPageInput& in);
 
 /// Where the Vega builds are looked for, in order: $TRAINTWIN_VEGA_DIR when set, then
 /// data/vega beside the parent of `executable`'s folder (build/traintwin -> data/vega) and the

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,6 +22,18 @@ using traintwin::testing::run_cli;
 
 const std::string kScenario =
     std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt3-175b-h100-1024.yaml";
+
+/// `traintwin <args>` with stand-in Vega builds (TRAINTWIN_VEGA_DIR), so that `goodput --out`
+/// writes report.html instead of warning on stderr (which run_cli mixes into the output).
+CliResult run_cli_with_vega(const std::string& args) {
+  const std::string vega = ::testing::TempDir() + "goodput_vega";
+  std::filesystem::create_directories(vega);
+  for (const char* f : {"vega.min.js", "vega-lite.min.js", "vega-embed.min.js"}) {
+    std::ofstream(vega + "/" + f) << "// stand-in\n";
+  }
+  return traintwin::testing::run_cli_command("TRAINTWIN_VEGA_DIR=" + vega + " " + TRAINTWIN_BINARY +
+                                             " " + args);
+}
 
 TEST(GoodputCli, JsonReportHoldsTogether) {
   const CliResult r =
@@ -38,16 +52,35 @@ TEST(GoodputCli, JsonReportHoldsTogether) {
   EXPECT_GT(ettr, 0.5);
   EXPECT_LT(ettr, 1.0);
   EXPECT_GE(j["best_mean_ettr"].get<double>(), ettr - 1e-12);  // Daly's is one of the sweep's
+  // Kokolis et al.'s closed form at the chosen interval, from the report's own costs.
+  const auto& c = j["costs"];
+  const double nodes = 128;
+  EXPECT_NEAR(j["kokolis_ettr"].get<double>(),
+              traintwin::kokolis_expected_ettr(
+                  128, 86400.0 / (mtbf * nodes), j["chosen"]["interval_s"].get<double>(),
+                  c["detection_s"].get<double>() + c["restart_s"].get<double>() +
+                      c["restore_s"].get<double>(),
+                  stall),
+              1e-12);
+  EXPECT_NEAR(j["kokolis_ettr"].get<double>(), ettr, 0.05);
 }
 
 // --out writes goodput.json: the report and every run of the chosen interval, each run's wall
-// time the sum of its useful time and badput; an output path under a file fails before any work.
-TEST(GoodputCli, OutWritesEveryRun) {
+// time the sum of its useful time and badput, and report.html with the goodput charts (here with
+// stand-in Vega builds); an output path under a file fails before any work. The text report
+// prints Kokolis et al.'s ETTR beside the Monte Carlo's.
+TEST(GoodputCli, OutWritesEveryRunAndTheReport) {
   const std::string dir = ::testing::TempDir() + "goodput_out";
-  const CliResult r =
-      run_cli("goodput " + kScenario + " --iteration-time 8 --runs 4 --days 3 --out " + dir);
+  const CliResult r = run_cli_with_vega("goodput " + kScenario +
+                                        " --iteration-time 8 --runs 4 --days 3 --out " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("wrote " + dir + "/goodput.json"));
+  EXPECT_THAT(r.output, HasSubstr("wrote " + dir + "/report.html"));
+  EXPECT_THAT(r.output, HasSubstr("; Kokolis et al. closed form "));
+  std::ifstream page(dir + "/report.html");
+  const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(html, HasSubstr("chart-goodput-timeline"));
+  EXPECT_THAT(html, HasSubstr("chart-goodput-badput"));
   std::ifstream in(dir + "/goodput.json");
   const nlohmann::json j = nlohmann::json::parse(in);
   ASSERT_EQ(j["chosen_runs"].size(), 4u);
@@ -95,10 +128,11 @@ TEST(GoodputCli, ScenarioReliabilityAndBadFlags) {
 TEST(GoodputCli, DegradedStatesAreReplayedAndCharged) {
   const std::string tiny = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-tiny-brown.yaml";
   const std::string dir = ::testing::TempDir() + "goodput_degraded";
-  const CliResult r = run_cli("goodput " + tiny + " --runs 5 --days 5 --json --out " + dir +
-                              " --set cluster.reliability.spare_nodes=1"
-                              " --set cluster.reliability.straggler_rate_per_1000_node_days=20000"
-                              " --set cluster.reliability.link_flap_rate_per_1000_node_days=20000");
+  const CliResult r =
+      run_cli_with_vega("goodput " + tiny + " --runs 5 --days 5 --json --out " + dir +
+                        " --set cluster.reliability.spare_nodes=1"
+                        " --set cluster.reliability.straggler_rate_per_1000_node_days=20000"
+                        " --set cluster.reliability.link_flap_rate_per_1000_node_days=20000");
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["iteration_source"], "replay");

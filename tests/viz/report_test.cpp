@@ -618,6 +618,11 @@ TEST(ReportPage, WriteReportErrorsNameTheFile) {
   const fs::path empty = fresh_dir("empty");
   EXPECT_THAT([&] { write_report(empty, vega); },
               ::testing::ThrowsMessage<Error>(HasSubstr(empty.string() + ": holds neither")));
+  write_text(empty / "goodput.json", "{}");
+  EXPECT_THAT([&] { write_report(empty, vega); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("`traintwin goodput --out` writes its report.html itself")));
+  fs::remove(empty / "goodput.json");
   EXPECT_THAT([&] { write_report(empty / "nope", vega); },
               ::testing::ThrowsMessage<Error>(HasSubstr("nope: not a directory")));
   const fs::path bad = fresh_dir("bad");
@@ -839,6 +844,37 @@ TEST(ReportBrowser, RendersEveryChartWithItsMarksAndNoErrors) {
   EXPECT_GT(fs::file_size(png), 10000u);
   fs::remove_all(dir / "chromium-profile");
   std::cout << "report screenshot: " << png.string() << "\n";
+}
+
+// `goodput --out` writes its own page: every chart drawn without a problem, two badput bars of
+// eight causes, a point per swept interval, and a timeline with bars and failure rules.
+TEST(ReportBrowser, GoodputPageRendersEveryChart) {
+  if (!fs::exists(kChromium)) GTEST_SKIP() << kChromium << " is not installed";
+  std::string why;
+  const fs::path vega = vega_dir_or_why(why);
+  if (vega.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("goodput");
+  const auto run = shell("TRAINTWIN_VEGA_DIR=" + vega.string() + " " + TRAINTWIN_BINARY +
+                         " goodput " + (kSource / "scenarios/gpt3-175b-h100-1024.yaml").string() +
+                         " --iteration-time 8 --runs 10 --days 10 --out " + (dir / "out").string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  const json report = json::parse(slurp(dir / "out" / "goodput.json"));
+  const std::string dom = dump_dom(dir / "out" / "report.html", dir);
+  write_text(dir / "dom.html", dom);
+  EXPECT_EQ(page_problems(dom), "");
+  EXPECT_THAT(dom, HasSubstr("data-report-status=\"rendered\""));
+  for (const char* id :
+       {"goodput-interval", "goodput-badput", "goodput-progress", "goodput-timeline"}) {
+    EXPECT_THAT(dom, ::testing::ContainsRegex(
+                         fmt::format("id=\"chart-{}\"[^>]*data-rendered=\"true\"", id)));
+  }
+  EXPECT_EQ(count_marks(dom, "rect", "badput_bars", "path"), 2 * Badput::kCauses.size());
+  EXPECT_EQ(count_marks(dom, "symbol", "best_interval", "path"), 1u);
+  EXPECT_EQ(count_marks(dom, "rule", "interval_rules", "line"), 2u);
+  EXPECT_EQ(count_marks(dom, "symbol", "failure_points", "path"),
+            report["chosen_runs"][0]["failures"].get<size_t>());
+  EXPECT_GT(count_marks(dom, "rect", "timeline_bars", "path"), 0u);
+  fs::remove_all(dir / "chromium-profile");
 }
 
 TEST(ReportBrowser, ThePageReportsABrokenChart) {

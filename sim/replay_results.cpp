@@ -162,9 +162,18 @@ void Engine::link_results(SimulationResult& res) const {
   }
 }
 
+std::vector<std::pair<const simgrid::s4u::Link*, double>> Engine::link_bytes() const {
+  std::vector<std::pair<const simgrid::s4u::Link*, double>> out;
+  if (net_ == nullptr) return out;
+  for (size_t i = 0; i < link_bytes_.size(); ++i) {
+    if (link_bytes_[i] > 0) out.emplace_back(net_->links()[i], link_bytes_[i]);
+  }
+  return out;
+}
+
 double Engine::ready_time(int64_t rank, uint32_t id) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
-  double t = 0;
+  double t = t0_;
   for (uint32_t d : op_of(rank, id).deps) t = std::max(t, st.t[d]);
   return t;
 }
@@ -214,7 +223,7 @@ TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s,
   b.rank = rank;
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   const Template& tp = templates_[st.tmpl];
-  double prev_end = 0;
+  double prev_end = t0_;
   // The dependency of op `id` that ended last (kNone without dependencies).
   auto latest_dep = [&](uint32_t id) {
     uint32_t waited = kNone;

@@ -82,8 +82,8 @@ void print_text(const ClusterResult& r) {
     }
   }
   for (const std::string& red : r.reductions) fmt::print("reduction  {}\n", red);
-  fmt::print("simulated in {:.2f} s (alone {:.2f} s, together {:.2f} s; {} flows together, {} in "
-             "SimGrid's solver)\n",
+  fmt::print("simulated in {:.2f} s (lowering and alone replays {:.2f} s, then together {:.2f} s; "
+             "{} flows together, {} in SimGrid's solver)\n",
              r.wall_s, r.alone_wall_s, r.together_wall_s, r.flows, r.solver_flows);
 }
 
@@ -107,8 +107,7 @@ void register_cluster_command(CLI::App& app) {
                 "Also replay together the jobs that share no link with another (by default their "
                 "iterations are their alone one's, which is exact)");
   cmd->add_option("--workers", o->workers,
-                  "Child processes at once for the alone replays (default: the cores, at most the "
-                  "jobs)")
+                  "Child processes at once for the replays (default: the cores)")
       ->check(CLI::PositiveNumber);
   cmd->callback([o] {
     const Placement p = load_placement(o->placement);
@@ -116,8 +115,7 @@ void register_cluster_command(CLI::App& app) {
     opts.full_replay = o->full_replay;
     opts.replay_independent_jobs = o->replay_independent;
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    opts.workers = o->workers > 0 ? o->workers
-                                  : std::min(cores, static_cast<int>(p.jobs.size()));
+    opts.workers = o->workers > 0 ? o->workers : cores;
     const ClusterResult r = run_cluster(p, opts);
     if (o->json) {
       fmt::print("{}\n", to_json(r).dump(2));

@@ -172,8 +172,9 @@ TimeBreakdown mean_breakdown(const std::vector<JobIteration>& its) {
 struct PreparedJob {
   std::string where;  // "<file>:<line>: jobs[i] (name)"
   const JobPlacement* place = nullptr;
-  std::unique_ptr<SimulationSession> session;
-  std::unique_ptr<Program> program;
+  // Shared by the jobs of one scenario and overrides (lowered once).
+  std::shared_ptr<const SimulationSession> session;
+  std::shared_ptr<const Program> program;
   SimulationOptions options;
 
   JobInput input(int64_t iterations, double start_s) const {
@@ -194,8 +195,13 @@ struct PreparedJob {
   throw ConfigError(fmt::format("{}: {}{}", where, key.empty() ? "" : key + ": ", e.what()));
 }
 
+/// The jobs already lowered, by scenario file and overrides.
+using LoweredJobs =
+    std::map<std::string, std::pair<std::shared_ptr<const SimulationSession>,
+                                    std::shared_ptr<const Program>>>;
+
 PreparedJob prepare_job(const Placement& p, size_t i, const TopologySpec& topo,
-                        const ClusterOptions& o) {
+                        const ClusterOptions& o, LoweredJobs& lowered) {
   const JobPlacement& jp = p.jobs[i];
   PreparedJob job;
   job.place = &jp;
@@ -250,15 +256,23 @@ PreparedJob prepare_job(const Placement& p, size_t i, const TopologySpec& topo,
         job.where, jp.scenario_file.string()));
   }
   if (opts.collective_algorithm.empty()) opts.collective_algorithm = s.cluster.collective_algorithm;
-  try {
-    job.session = std::make_unique<SimulationSession>(s, topo, p.topology_file,
-                                                      SessionCostSource{}, opts);
-  } catch (const ConfigError& e) {
-    rethrow_at(job.where, "", e);
+  std::string key = jp.scenario_file.string();
+  for (const Override& ov : jp.overrides) key += "\n" + ov.key + "=" + ov.value;
+  auto& [session, program] = lowered[key];
+  if (!session) {
+    try {
+      session = std::make_shared<const SimulationSession>(s, topo, p.topology_file,
+                                                          SessionCostSource{}, opts);
+    } catch (const ConfigError& e) {
+      rethrow_at(job.where, "", e);
+    }
+    const Scenario& sc = session->scenario();
+    program = std::make_shared<const Program>(
+        build_program(sc, layout_of(sc).first_rank_of_each_stage()));
   }
-  job.options = job.session->options();
-  const Scenario& sc = job.session->scenario();
-  job.program = std::make_unique<Program>(build_program(sc, layout_of(sc).first_rank_of_each_stage()));
+  job.session = session;
+  job.program = program;
+  job.options = session->options();
   return job;
 }
 
@@ -441,10 +455,24 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
                                   p.topology_file.string(), e.what()));
   }
   std::vector<PreparedJob> jobs;
-  for (size_t i = 0; i < p.jobs.size(); ++i) jobs.push_back(prepare_job(p, i, topo, o));
+  LoweredJobs lowered;
+  for (size_t i = 0; i < p.jobs.size(); ++i) jobs.push_back(prepare_job(p, i, topo, o, lowered));
 
-  // Alone: one iteration each, on the same nodes of the same fabric.
+  // Alone: one iteration each, on the same nodes of the same fabric. With
+  // replay_independent_jobs every job is replayed together whatever the alone replays find, so
+  // that replay runs beside them (first, as the longest).
+  auto together_of = [&](const std::vector<size_t>& which) {
+    return [&jobs, &topo, &p, which] {
+      std::vector<JobInput> in;
+      for (size_t j : which) in.push_back(jobs[j].input(jobs[j].place->iterations, jobs[j].place->start_s));
+      return encode(replay_jobs(in, topo, p.num_nodes));
+    };
+  };
+  std::vector<size_t> all(jobs.size());
+  std::iota(all.begin(), all.end(), 0);
   std::vector<std::function<std::string()>> work;
+  const size_t first_alone = o.replay_independent_jobs ? 1 : 0;
+  if (o.replay_independent_jobs) work.push_back(together_of(all));
   for (const PreparedJob& j : jobs) {
     work.push_back([&j, &topo, &p] { return encode(replay_jobs({j.input(1, 0.0)}, topo, p.num_nodes)); });
   }
@@ -456,8 +484,9 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
     }
   };
   const auto outcomes = run_isolated_concurrently(work, o.workers);
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i].ok) throw Error(fmt::format("{}: alone: {}", jobs[i].where, outcomes[i].error));
+  for (size_t i = first_alone; i < outcomes.size(); ++i) {
+    const std::string& where = jobs[i - first_alone].where;
+    if (!outcomes[i].ok) throw Error(fmt::format("{}: alone: {}", where, outcomes[i].error));
     JobsReplay r = decode(outcomes[i].output);
     alone.push_back(std::move(r.jobs.front()));
   }
@@ -480,19 +509,17 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
   std::vector<FabricLink> links;
   ClusterResult res;
   if (!coupled.empty()) {
-    const std::string text = [&] {
+    std::string text;
+    if (o.replay_independent_jobs) {
+      if (!outcomes[0].ok) throw Error(fmt::format("{}: together: {}", file, outcomes[0].error));
+      text = outcomes[0].output;
+    } else {
       try {
-        return run_isolated([&] {
-          std::vector<JobInput> in;
-          for (size_t j : coupled) {
-            in.push_back(jobs[j].input(jobs[j].place->iterations, jobs[j].place->start_s));
-          }
-          return encode(replay_jobs(in, topo, p.num_nodes));
-        });
+        text = run_isolated(together_of(coupled));
       } catch (const Error& e) {
         throw Error(fmt::format("{}: together: {}", file, e.what()));
       }
-    }();
+    }
     JobsReplay r = decode(text);
     links = r.links;
     for (size_t k = 0; k < coupled.size(); ++k) {
@@ -529,7 +556,7 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
   }
   if (links.empty()) {
     // Every job independent: the links of the fabric from an alone replay.
-    links = decode(outcomes.front().output).links;
+    links = decode(outcomes.back().output).links;
   }
 
   res.name = p.name;

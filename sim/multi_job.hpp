@@ -162,6 +162,9 @@ struct ClusterResult {
   std::vector<std::string> reductions;    ///< one line each (TP aggregation, independent jobs)
   int64_t flows = 0;                      ///< flows of the together replay
   int64_t solver_flows = 0;               ///< of which SimGrid's solver held
+  /// Wall seconds: loading, lowering and the alone replays (with
+  /// ClusterOptions::replay_independent_jobs the together replay runs beside them); then the
+  /// together replay; in all.
   double alone_wall_s = 0, together_wall_s = 0, wall_s = 0;
 };
 

@@ -82,7 +82,8 @@ void print_text(const ClusterResult& r) {
     }
   }
   for (const std::string& red : r.reductions) fmt::print("reduction  {}\n", red);
-  fmt::print("simulated in {:.2f} s (lowering and alone replays {:.2f} s, then together {:.2f} s; "
+  fmt::print("simulated in {:.2f} s (lowering, alone replays and every job together beside them {:.2f} "
+             "s, then together {:.2f} s; "
              "{} flows together, {} in SimGrid's solver)\n",
              r.wall_s, r.alone_wall_s, r.together_wall_s, r.flows, r.solver_flows);
 }

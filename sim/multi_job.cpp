@@ -458,9 +458,9 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
   LoweredJobs lowered;
   for (size_t i = 0; i < p.jobs.size(); ++i) jobs.push_back(prepare_job(p, i, topo, o, lowered));
 
-  // Alone: one iteration each, on the same nodes of the same fabric. With
-  // replay_independent_jobs every job is replayed together whatever the alone replays find, so
-  // that replay runs beside them (first, as the longest).
+  // Alone: one iteration each, on the same nodes of the same fabric. Beside them (first, as the
+  // longest) the replay of every job together, given up when the alone replays show that some
+  // job shares no link with another (kept with replay_independent_jobs).
   auto together_of = [&](const std::vector<size_t>& which) {
     return [&jobs, &topo, &p, which] {
       std::vector<JobInput> in;
@@ -470,38 +470,55 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
   };
   std::vector<size_t> all(jobs.size());
   std::iota(all.begin(), all.end(), 0);
+  const bool speculate = jobs.size() > 1 || o.replay_independent_jobs;
+  const size_t first_alone = speculate ? 1 : 0;
   std::vector<std::function<std::string()>> work;
-  const size_t first_alone = o.replay_independent_jobs ? 1 : 0;
-  if (o.replay_independent_jobs) work.push_back(together_of(all));
+  if (speculate) work.push_back(together_of(all));
   for (const PreparedJob& j : jobs) {
     work.push_back([&j, &topo, &p] { return encode(replay_jobs({j.input(1, 0.0)}, topo, p.num_nodes)); });
   }
+  // Which jobs are replayed together, from the alone replays' links.
+  auto coupled_jobs = [&](const std::vector<JobReplay>& alone_runs) {
+    const std::vector<size_t> comp = sharing_components(alone_runs);
+    std::map<size_t, int> comp_size;
+    for (size_t c : comp) comp_size[c] += 1;
+    std::vector<size_t> out;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (o.replay_independent_jobs || comp_size[comp[j]] > 1) out.push_back(j);
+    }
+    return out;
+  };
   std::vector<JobReplay> alone;
+  const auto outcomes = run_isolated_concurrently(
+      work, o.workers, {}, [&](const std::vector<IsolatedOutcome>& got) -> std::vector<size_t> {
+        if (!speculate) return {};
+        std::vector<JobReplay> runs;
+        for (size_t i = first_alone; i < got.size(); ++i) {
+          if (!got[i].ok && !got[i].error.empty()) return {0};  // failed: the error is thrown below
+          if (!got[i].ok) return {};                            // still running
+          runs.push_back(std::move(decode(got[i].output).jobs.front()));
+        }
+        return coupled_jobs(runs).size() == jobs.size() ? std::vector<size_t>{} : std::vector<size_t>{0};
+      });
+  for (size_t i = first_alone; i < outcomes.size(); ++i) {
+    const std::string& where = jobs[i - first_alone].where;
+    if (!outcomes[i].ok) throw Error(fmt::format("{}: alone: {}", where, outcomes[i].error));
+    alone.push_back(std::move(decode(outcomes[i].output).jobs.front()));
+  }
+  const auto wall1 = Clock::now();
   std::vector<std::string> reductions;
   auto add_reductions = [&reductions](const std::vector<std::string>& lines) {
     for (const std::string& l : lines) {
       if (std::find(reductions.begin(), reductions.end(), l) == reductions.end()) reductions.push_back(l);
     }
   };
-  const auto outcomes = run_isolated_concurrently(work, o.workers);
-  for (size_t i = first_alone; i < outcomes.size(); ++i) {
-    const std::string& where = jobs[i - first_alone].where;
-    if (!outcomes[i].ok) throw Error(fmt::format("{}: alone: {}", where, outcomes[i].error));
-    JobsReplay r = decode(outcomes[i].output);
-    alone.push_back(std::move(r.jobs.front()));
-  }
-  const auto wall1 = Clock::now();
 
   // Together: the jobs that share a link with another.
-  const std::vector<size_t> comp = sharing_components(alone);
-  std::map<size_t, int> comp_size;
-  for (size_t c : comp) comp_size[c] += 1;
-  std::vector<size_t> coupled;
+  // (A together replay that ran to its end beside them holds every job: exact for all.)
+  const std::vector<size_t> coupled = speculate && outcomes[0].ok ? all : coupled_jobs(alone);
   std::vector<std::string> independent;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (o.replay_independent_jobs || comp_size[comp[j]] > 1) {
-      coupled.push_back(j);
-    } else {
+    if (std::find(coupled.begin(), coupled.end(), j) == coupled.end()) {
       independent.push_back(jobs[j].place->name);
     }
   }
@@ -510,9 +527,10 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
   ClusterResult res;
   if (!coupled.empty()) {
     std::string text;
-    if (o.replay_independent_jobs) {
-      if (!outcomes[0].ok) throw Error(fmt::format("{}: together: {}", file, outcomes[0].error));
-      text = outcomes[0].output;
+    if (speculate && outcomes[0].ok) {
+      text = outcomes[0].output;  // every job was coupled: the replay that ran beside
+    } else if (speculate && outcomes[0].error != "cancelled") {
+      throw Error(fmt::format("{}: together: {}", file, outcomes[0].error));
     } else {
       try {
         text = run_isolated(together_of(coupled));

@@ -7,13 +7,15 @@
 // links by CM02's max-min, in closed-form groups or in SimGrid's solver as for one job.
 //
 // Flow: a placement file (sim/placement.hpp) -> run_cluster(): each job's scenario loaded on the
-// placement's topology and checked (GPU count, NVLink domain), lowered once; each job alone for
-// one iteration in a child process (every iteration of a job alone is the same: it starts on an
-// idle fabric), then the jobs that share a link with another job together for their iterations in
-// one more child (replay_jobs(); SimGrid allows one engine per process, sim/isolated.hpp). A job
-// that shares no link with any other is exact alone (its flows meet none of theirs), so its
-// iterations are its alone one's, unless ClusterOptions::replay_independent_jobs. The CLI
-// (`traintwin cluster`, cli/cluster_command.cpp) prints the ClusterResult.
+// placement's topology and checked (GPU count, NVLink domain), lowered once (once for all jobs of
+// one scenario and overrides); each job alone for one iteration in a child process (every
+// iteration of a job alone is the same: it starts on an idle fabric) and, beside them in one more
+// child, every job together for its iterations (replay_jobs(); SimGrid allows one engine per
+// process, sim/isolated.hpp). A job that shares no link with any other (by the links its alone
+// replay used) is exact alone: its iterations together are its alone one's, the speculative
+// together replay is given up and only the jobs that share links are replayed together, unless
+// ClusterOptions::replay_independent_jobs. The CLI (`traintwin cluster`,
+// cli/cluster_command.cpp) prints the ClusterResult.
 #pragma once
 
 #include <cstdint>
@@ -162,9 +164,9 @@ struct ClusterResult {
   std::vector<std::string> reductions;    ///< one line each (TP aggregation, independent jobs)
   int64_t flows = 0;                      ///< flows of the together replay
   int64_t solver_flows = 0;               ///< of which SimGrid's solver held
-  /// Wall seconds: loading, lowering and the alone replays (with
-  /// ClusterOptions::replay_independent_jobs the together replay runs beside them); then the
-  /// together replay; in all.
+  /// Wall seconds: loading, lowering and the alone replays (with the together replay of every
+  /// job beside them); then the together replay of the jobs that share links when that one was
+  /// given up; in all.
   double alone_wall_s = 0, together_wall_s = 0, wall_s = 0;
 };
 

@@ -2,13 +2,16 @@
 // per job its iteration time alone and together (mean, min / p50 / max), slowdown and exposed
 // communication per kind; per tier the links the jobs use and share and how busy they are.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "core/posix_file.hpp"
 #include "sim/multi_job.hpp"
 #include "sim/placement.hpp"
 
@@ -21,7 +24,50 @@ struct ClusterCommandOptions {
   bool full_replay = false;
   bool replay_independent = false;
   int workers = 0;
+  std::string out_dir;
 };
+
+/// The result as a Chrome trace (ui.perfetto.dev): one process per job with its iterations
+/// together as slices (alone time and slowdown in their args), and one counter track per busiest
+/// shared link with each job's utilization over time (percent).
+nlohmann::ordered_json cluster_trace(const ClusterResult& r) {
+  nlohmann::ordered_json ev = nlohmann::ordered_json::array();
+  const auto us = [](double s) { return s * 1e6; };
+  for (size_t j = 0; j < r.jobs.size(); ++j) {
+    const ClusterJobResult& job = r.jobs[j];
+    const auto pid = static_cast<int64_t>(j);
+    ev.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"},
+                  {"args", {{"name", "job " + job.name}}}});
+    ev.push_back({{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "thread_name"},
+                  {"args", {{"name", "iterations"}}}});
+    for (size_t k = 0; k < job.together_iterations.size(); ++k) {
+      const JobIteration& it = job.together_iterations[k];
+      ev.push_back({{"ph", "X"}, {"pid", pid}, {"tid", 0}, {"name", fmt::format("iteration {}", k + 1)},
+                    {"ts", us(it.start_s)}, {"dur", us(it.time_s())},
+                    {"args", {{"time_ms", it.time_s() * 1e3},
+                              {"alone_ms", job.alone.mean_s * 1e3},
+                              {"slowdown", job.alone.mean_s > 0 ? it.time_s() / job.alone.mean_s : 1.0},
+                              {"exposed_comm_ms", it.critical.exposed_comm_s() * 1e3}}}});
+    }
+  }
+  const auto links_pid = static_cast<int64_t>(r.jobs.size());
+  if (!r.shared_series.empty()) {
+    ev.push_back({{"ph", "M"}, {"pid", links_pid}, {"name", "process_name"},
+                  {"args", {{"name", "shared links (utilization %)"}}}});
+  }
+  for (const SharedLinkSeries& ls : r.shared_series) {
+    const size_t bins = ls.utilization.empty() ? 0 : ls.utilization[0].size();
+    for (size_t b = 0; b <= bins; ++b) {
+      nlohmann::ordered_json args;
+      for (size_t j = 0; j < r.jobs.size() && j < ls.utilization.size(); ++j) {
+        args[r.jobs[j].name] = b < bins ? 100 * ls.utilization[j][b] : 0.0;
+      }
+      ev.push_back({{"ph", "C"}, {"pid", links_pid}, {"name", ls.name},
+                    {"ts", us(static_cast<double>(b) * ls.bin_s)}, {"args", args}});
+    }
+  }
+  return {{"traceEvents", ev}, {"displayTimeUnit", "ms"}, {"otherData", {{"name", r.name}}}};
+}
 
 std::string ms(double s) { return fmt::format("{:.3f}", s * 1e3); }
 
@@ -102,6 +148,9 @@ void register_cluster_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the tables");
+  cmd->add_option("--out", o->out_dir,
+                  "Write cluster.json (as --json) and timeline.json (Perfetto: each job's "
+                  "iterations, the busiest shared links' utilization per job) into DIR");
   cmd->add_flag("--full-replay", o->full_replay,
                 "Replay every rank of every job (no TP aggregation)");
   cmd->add_flag("--replay-independent", o->replay_independent,
@@ -112,6 +161,8 @@ void register_cluster_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->callback([o] {
     const Placement p = load_placement(o->placement);
+    // The output folder is checked before the replays, not after them.
+    if (!o->out_dir.empty()) prepare_output_directory(o->out_dir, "--out");
     ClusterOptions opts;
     opts.full_replay = o->full_replay;
     opts.replay_independent_jobs = o->replay_independent;
@@ -122,6 +173,20 @@ void register_cluster_command(CLI::App& app) {
       fmt::print("{}\n", to_json(r).dump(2));
     } else {
       print_text(r);
+    }
+    if (!o->out_dir.empty()) {
+      const std::filesystem::path dir = o->out_dir;
+      prepare_output_directory(dir, "--out");
+      AtomicFile summary(dir / "cluster.json");
+      summary.write(to_json(r).dump(2) + "\n");
+      summary.commit();
+      AtomicFile trace(dir / "timeline.json");
+      trace.write(cluster_trace(r).dump() + "\n");
+      trace.commit();
+      if (!o->json) {
+        fmt::print("wrote {} and {} (open it in ui.perfetto.dev)\n", (dir / "cluster.json").string(),
+                   (dir / "timeline.json").string());
+      }
     }
   });
 }

@@ -23,6 +23,7 @@
 #include "core/rank_layout.hpp"
 #include "sim/flow_network.hpp"
 #include "sim/isolated.hpp"
+#include "sim/link_traffic.hpp"
 #include "sim/platform.hpp"
 #include "sim/replay_engine.hpp"
 #include "sim/session.hpp"
@@ -88,6 +89,11 @@ std::string encode(const JobsReplay& r) {
   j["solver_flows"] = r.solver_flows;
   j["max_solver_flows"] = r.max_solver_flows;
   for (const FabricLink& l : r.links) j["links"].push_back({l.name, l.tier, l.bandwidth_Bps});
+  j["shared_series"] = nlohmann::json::array();
+  for (const SharedLinkSeries& ls : r.shared_series) {
+    j["shared_series"].push_back(
+        {{"name", ls.name}, {"tier", ls.tier}, {"bin_s", ls.bin_s}, {"utilization", ls.utilization}});
+  }
   for (const JobReplay& job : r.jobs) {
     nlohmann::json o;
     o["name"] = job.name;
@@ -117,6 +123,11 @@ JobsReplay decode(const std::string& text) {
   r.max_solver_flows = j.at("max_solver_flows").get<int64_t>();
   for (const auto& l : j.at("links")) {
     r.links.push_back({l.at(0).get<std::string>(), l.at(1).get<std::string>(), l.at(2).get<double>()});
+  }
+  for (const auto& ls : j.at("shared_series")) {
+    r.shared_series.push_back({ls.at("name").get<std::string>(), ls.at("tier").get<std::string>(),
+                               ls.at("bin_s").get<double>(),
+                               ls.at("utilization").get<std::vector<std::vector<double>>>()});
   }
   for (const auto& o : j.at("jobs")) {
     JobReplay job;
@@ -434,6 +445,44 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
     jr.flows = e.flows();
     res.jobs.push_back(std::move(jr));
   }
+  // The 5 links with the most bytes of two or more jobs, over time.
+  std::vector<std::pair<double, size_t>> shared;
+  for (size_t l = 0; l < res.links.size(); ++l) {
+    int users = 0;
+    double total = 0;
+    for (const JobReplay& jr : res.jobs) {
+      users += jr.link_bytes[l] > 0 ? 1 : 0;
+      total += jr.link_bytes[l];
+    }
+    if (users >= 2) shared.emplace_back(-total, l);
+  }
+  std::sort(shared.begin(), shared.end());
+  if (shared.size() > 5) shared.resize(5);
+  double end_s = 0;
+  for (const JobReplay& jr : res.jobs) end_s = std::max(end_s, jr.iterations.back().end_s);
+  if (!shared.empty() && end_s > 0) {
+    std::unordered_map<const simgrid::s4u::Link*, size_t> series_of;
+    std::vector<double> bw;
+    for (const auto& [neg, l] : shared) {
+      series_of[platform->links()[l].link] = bw.size();
+      bw.push_back(res.links[l].bandwidth_Bps);
+    }
+    for (size_t j = 0; j < engines.size(); ++j) {
+      std::vector<LinkSeries> series(shared.size());
+      for (size_t k = 0; k < shared.size(); ++k) {
+        series[k].bin_s = end_s / kSharedLinkBins;
+        series[k].utilization.assign(kSharedLinkBins, 0.0);
+      }
+      engines[j]->add_link_series(series_of, bw, series);
+      for (size_t k = 0; k < shared.size(); ++k) {
+        if (j == 0) {
+          const FabricLink& fl = res.links[shared[k].second];
+          res.shared_series.push_back({fl.name, fl.tier, end_s / kSharedLinkBins, {}});
+        }
+        res.shared_series[k].utilization.push_back(std::move(series[k].utilization));
+      }
+    }
+  }
   res.group_flows = net.stats().group_flows;
   res.solver_flows = net.stats().solver_flows;
   res.max_solver_flows = net.stats().max_in_solver;
@@ -540,6 +589,14 @@ ClusterResult run_cluster(const Placement& p, const ClusterOptions& o) {
     }
     JobsReplay r = decode(text);
     links = r.links;
+    for (SharedLinkSeries& ls : r.shared_series) {
+      SharedLinkSeries full{ls.name, ls.tier, ls.bin_s, {}};
+      full.utilization.assign(jobs.size(), std::vector<double>(ls.utilization.empty() ? 0 : ls.utilization[0].size(), 0.0));
+      for (size_t k = 0; k < coupled.size() && k < ls.utilization.size(); ++k) {
+        full.utilization[coupled[k]] = std::move(ls.utilization[k]);
+      }
+      res.shared_series.push_back(std::move(full));
+    }
     for (size_t k = 0; k < coupled.size(); ++k) {
       add_reductions(r.jobs[k].reductions);
       together[coupled[k]] = std::move(r.jobs[k]);
@@ -724,6 +781,13 @@ nlohmann::ordered_json to_json(const ClusterResult& r) {
                                  {"bandwidth_Bps", l.bandwidth_Bps},
                                  {"utilization_per_job", l.utilization},
                                  {"utilization_total", l.total}});
+  }
+  j["shared_link_series"] = nlohmann::ordered_json::array();
+  for (const SharedLinkSeries& ls : r.shared_series) {
+    j["shared_link_series"].push_back({{"name", ls.name},
+                                       {"tier", ls.tier},
+                                       {"bin_s", ls.bin_s},
+                                       {"utilization_per_job", ls.utilization}});
   }
   j["reductions"] = r.reductions;
   j["flows"] = r.flows;

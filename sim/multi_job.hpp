@@ -75,10 +75,24 @@ struct JobReplay {
   int64_t flows = 0;                     ///< flows started, all iterations
 };
 
+/// A link's utilization over the replay, per job, in equal time bins from time 0.
+struct SharedLinkSeries {
+  std::string name;
+  std::string tier;
+  double bin_s = 0;  ///< width of a bin, seconds
+  /// Per job (in order), per bin: the job's bytes on the link in the bin / (bandwidth x bin_s).
+  std::vector<std::vector<double>> utilization;
+};
+
+/// Bins of SharedLinkSeries over the replay.
+inline constexpr int kSharedLinkBins = 200;
+
 /// What replay_jobs() returns.
 struct JobsReplay {
   std::vector<JobReplay> jobs;    ///< in the order of the inputs
   std::vector<FabricLink> links;  ///< every link of the platform (Platform::links())
+  /// The (at most 5) links carrying the most bytes of two or more jobs, over time.
+  std::vector<SharedLinkSeries> shared_series;
   int64_t group_flows = 0;        ///< flows that ended in a closed-form group
   int64_t solver_flows = 0;       ///< flows SimGrid's solver held
   int64_t max_solver_flows = 0;   ///< most flows in SimGrid's solver at once
@@ -161,6 +175,8 @@ struct ClusterResult {
   std::vector<ClusterJobResult> jobs;
   std::vector<TierSharing> tiers;         ///< tiers with traffic, in the platform's order
   std::vector<SharedLink> shared_links;   ///< the 10 busiest shared links by total
+  /// The 5 busiest shared links' utilization per job over time (from the together replay).
+  std::vector<SharedLinkSeries> shared_series;
   std::vector<std::string> reductions;    ///< one line each (TP aggregation, independent jobs)
   int64_t flows = 0;                      ///< flows of the together replay
   int64_t solver_flows = 0;               ///< of which SimGrid's solver held

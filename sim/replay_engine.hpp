@@ -143,6 +143,11 @@ class Engine {
   const std::vector<IterationRecord>& iterations() const { return iteration_records_; }
   /// Bytes this job's flows put on each link (mirrored TP ranks' included), by SimGrid link.
   std::vector<std::pair<const simgrid::s4u::Link*, double>> link_bytes() const;
+  /// Adds this job's flows on the links of `series_of` (SimGrid link -> index into `series`) to
+  /// those series (add_to_series(), bandwidth `bandwidth_Bps[index]`), mirrored TP ranks' too.
+  void add_link_series(const std::unordered_map<const simgrid::s4u::Link*, size_t>& series_of,
+                       const std::vector<double>& bandwidth_Bps,
+                       std::vector<LinkSeries>& series) const;
   int64_t ops() const { return ops_; }
   int64_t flows() const { return flows_; }
   /// The reductions applied (SimulationResult::reductions).

@@ -171,6 +171,28 @@ std::vector<std::pair<const simgrid::s4u::Link*, double>> Engine::link_bytes() c
   return out;
 }
 
+void Engine::add_link_series(
+    const std::unordered_map<const simgrid::s4u::Link*, size_t>& series_of,
+    const std::vector<double>& bandwidth_Bps, std::vector<LinkSeries>& series) const {
+  if (net_ == nullptr || series_of.empty()) return;
+  std::vector<int64_t> by_id(net_->links().size(), -1);
+  for (size_t id = 0; id < by_id.size(); ++id) {
+    auto it = series_of.find(net_->links()[id]);
+    if (it != series_of.end()) by_id[id] = static_cast<int64_t>(it->second);
+  }
+  auto add = [&](const FlowRecord& f, uint32_t l) {
+    if (l >= by_id.size() || by_id[l] < 0) return;
+    const auto s = static_cast<size_t>(by_id[l]);
+    add_to_series(series[s], bandwidth_Bps[s], f.start_s, f.end_s, f.bytes);
+  };
+  for (const FlowRecord& f : flow_records_) {
+    for (uint32_t l : f.route->link_ids) add(f, l);
+    if (f.mirrored) {
+      for (uint32_t l : *f.mirrored) add(f, l);
+    }
+  }
+}
+
 double Engine::ready_time(int64_t rank, uint32_t id) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   double t = t0_;

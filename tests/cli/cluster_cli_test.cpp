@@ -4,6 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/cli/run_cli.hpp"
@@ -44,8 +49,32 @@ TEST(ClusterCli, ExamplePlacementSlowsBothJobsOnTheirSharedCables) {
   EXPECT_GT(std::max(j["jobs"][0]["slowdown"].get<double>(), j["jobs"][1]["slowdown"].get<double>()),
             1.0 + 1e-6);
 
-  const auto text = run_cli("cluster " + kExample);
+  // The busiest shared links over time, per job: both jobs put bytes on them.
+  ASSERT_FALSE(j.at("shared_link_series").empty());
+  for (const auto& series : j.at("shared_link_series")) {
+    ASSERT_EQ(series.at("utilization_per_job").size(), 2u);
+    for (const auto& per_job : series.at("utilization_per_job")) {
+      double most = 0;
+      for (const auto& u : per_job) most = std::max(most, u.get<double>());
+      EXPECT_GT(most, 0.1) << series.at("name");
+    }
+  }
+
+  const std::string out = ::testing::TempDir() + "tt-cluster-out-" + std::to_string(::getpid());
+  const auto text = run_cli("cluster " + kExample + " --out " + out);
   ASSERT_EQ(text.status, 0) << text.output;
+  std::ifstream trace_file(out + "/timeline.json");
+  const auto trace = nlohmann::json::parse(trace_file);
+  int slices = 0, counters = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    slices += e.at("ph") == "X" ? 1 : 0;
+    counters += e.at("ph") == "C" ? 1 : 0;
+  }
+  EXPECT_EQ(slices, 20);  // 2 jobs x 10 iterations
+  EXPECT_GT(counters, 0);
+  std::ifstream summary_file(out + "/cluster.json");
+  EXPECT_EQ(nlohmann::json::parse(summary_file).at("jobs").size(), 2u);
+  std::filesystem::remove_all(out);
   EXPECT_NE(text.output.find("iteration time (ms)"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("busiest shared links"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("tiny-b"), std::string::npos);

@@ -37,7 +37,7 @@ namespace fs = std::filesystem;
 const fs::path kSource = TRAINTWIN_SOURCE_DIR;
 
 /// The 4-node lab fabric: 2 SUs of 2 nodes, one leaf-spine cable per leaf and rail.
-TopologySpec lab() { return load_topology(kSource / "topologies/two-leaf-h100-lab.yaml"); }
+TopologySpec lab() { return load_topology(kSource / "placements/two-leaf-h100-lab.yaml"); }
 
 /// A Program of `layout` where every rank runs one all-reduce of `bytes` over `group`.
 Program one_collective(const RankLayout& layout, GroupKind group, int64_t bytes) {
@@ -208,7 +208,7 @@ struct TempDir {
   }
 };
 
-const std::string kHead = "topology: " + (kSource / "topologies/two-leaf-h100-lab.yaml").string() +
+const std::string kHead = "topology: " + (kSource / "placements/two-leaf-h100-lab.yaml").string() +
                           "\njobs:\n";
 const std::string kTiny = (kSource / "scenarios/gpt-tiny-brown.yaml").string();
 
@@ -320,7 +320,7 @@ TEST(MultiJob, OneJobAloneIsSimulate) {
   const ClusterResult r = run_cluster(load_placement(f));
   const std::string text = run_isolated([&] {
     Scenario s = load_scenario(kTiny);
-    s.cluster.topology = kSource / "topologies/two-leaf-h100-lab.yaml";
+    s.cluster.topology = kSource / "placements/two-leaf-h100-lab.yaml";
     const SimulationSession session(s, SessionCostSource{}, SimulationOptions{});
     const SimulationResult sr = session.run();
     return fmt::format("{:.17g} {:.17g}", sr.iteration_time_s, sr.critical.exposed_comm_s());

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -168,7 +169,8 @@ TEST(MultiJob, SharedLinkClosedFormMatchesSimGridsSolver) {
 }
 
 // Pipeline jobs (compute, PP send/recv, DP all-reduce) on disjoint nodes of one SU share no link:
-// every iteration of each, together, takes its alone time exactly.
+// every iteration of each, together, takes its alone time exactly, and its critical rank's
+// breakdown (measured from the iteration's start) adds up to it and equals the alone one's.
 TEST(MultiJob, JobsThatShareNoLinkRunAtTheirAloneTimes) {
   Scenario s;
   s.name = "pipeline";
@@ -182,13 +184,37 @@ TEST(MultiJob, JobsThatShareNoLinkRunAtTheirAloneTimes) {
   TableCostModel costs({{"attention_fwd", 1e-3}, {"attention_bwd", 2e-3}});
   SimulationOptions o;
   o.record_timeline = false;
-  const auto alone = times_in_child({job("a", p, costs, {0, 1}, 1, 0, o)}, h100(), 4);
-  const auto together = times_in_child(
-      {job("a", p, costs, {0, 1}, 4, 0, o), job("b", p, costs, {3, 2}, 4, 2.5e-3, o)}, h100(), 4);
-  ASSERT_EQ(together.size(), 2u);
-  for (const auto& j : together) {
-    ASSERT_EQ(j.size(), 4u);
-    for (double it : j) EXPECT_NEAR(it / alone.at(0).at(0), 1.0, 1e-9);
+  // Per iteration: its time, its critical breakdown's total, exposed communication and bubble.
+  const auto run = [&](const std::vector<JobInput>& jobs) {
+    const std::string text = run_isolated([&] {
+      const JobsReplay r = replay_jobs(jobs, h100(), 4);
+      std::string out;
+      for (const JobReplay& j : r.jobs) {
+        for (const JobIteration& it : j.iterations) {
+          out += fmt::format("{:.17g} {:.17g} {:.17g} {:.17g}\n", it.time_s(), it.critical.total_s(),
+                             it.critical.exposed_comm_s(), it.critical.bubble_s);
+        }
+      }
+      return out;
+    });
+    std::vector<std::array<double, 4>> rows;
+    std::istringstream in(text);
+    for (std::array<double, 4> r{}; in >> r[0] >> r[1] >> r[2] >> r[3];) rows.push_back(r);
+    return rows;
+  };
+  const auto alone = run({job("a", p, costs, {0, 1}, 1, 0, o)});
+  const auto together =
+      run({job("a", p, costs, {0, 1}, 4, 0, o), job("b", p, costs, {3, 2}, 4, 2.5e-3, o)});
+  ASSERT_EQ(alone.size(), 1u);
+  ASSERT_EQ(together.size(), 8u);  // 4 iterations of a, then 4 of b
+  const auto& a = alone[0];
+  EXPECT_GT(a[2], 0);  // some exposed communication to compare
+  EXPECT_GT(a[3], 0);  // and a pipeline bubble
+  for (const auto& it : together) {
+    EXPECT_NEAR(it[0] / a[0], 1.0, 1e-9);
+    EXPECT_NEAR(it[1], it[0], it[0] * 1e-9);  // the breakdown adds up to the iteration
+    EXPECT_NEAR(it[2], a[2], a[0] * 1e-9);
+    EXPECT_NEAR(it[3], a[3], a[0] * 1e-9);
   }
 }
 

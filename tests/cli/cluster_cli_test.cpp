@@ -80,6 +80,30 @@ TEST(ClusterCli, ExamplePlacementSlowsBothJobsOnTheirSharedCables) {
   EXPECT_NE(text.output.find("tiny-b"), std::string::npos);
 }
 
+// TP aggregation stays exact when jobs share links: both jobs aggregated (TP 2, one rail per GPU)
+// give every rank's replay's iteration times and shared-link loads.
+TEST(ClusterCli, TpAggregationAcrossJobsIsExact) {
+  const auto agg = run_cli("cluster " + kExample + " --json");
+  const auto full = run_cli("cluster " + kExample + " --json --full-replay");
+  ASSERT_EQ(agg.status, 0) << agg.output;
+  ASSERT_EQ(full.status, 0) << full.output;
+  const auto a = nlohmann::json::parse(agg.output), f = nlohmann::json::parse(full.output);
+  EXPECT_NE(a.at("reductions").dump().find("TP aggregation"), std::string::npos);
+  EXPECT_EQ(f.at("reductions").dump().find("TP aggregation"), std::string::npos);
+  for (size_t j = 0; j < 2; ++j) {
+    const auto& ia = a["jobs"][j].at("together_iterations");
+    const auto& ifull = f["jobs"][j].at("together_iterations");
+    ASSERT_EQ(ia.size(), ifull.size());
+    for (size_t k = 0; k < ia.size(); ++k) {
+      EXPECT_NEAR(ia[k].at("end_s").get<double>(), ifull[k].at("end_s").get<double>(), 1e-12);
+    }
+  }
+  for (size_t t = 0; t < a.at("tiers").size(); ++t) {
+    EXPECT_NEAR(a["tiers"][t].at("shared_utilization_total_mean").get<double>(),
+                f["tiers"][t].at("shared_utilization_total_mean").get<double>(), 1e-12);
+  }
+}
+
 TEST(ClusterCli, BadPlacementIsAnErrorNamingTheJobAndKey) {
   const auto r = run_cli("cluster " + std::string(TRAINTWIN_SOURCE_DIR) +
                          "/scenarios/gpt-tiny-brown.yaml");

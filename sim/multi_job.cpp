@@ -364,17 +364,28 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
       x.exact_reductions = false;
     }
   }
-  std::vector<std::unique_ptr<TimedProgram>> timed;
+  // Each op's duration once per Program, cost model and GPU speed (jobs of one scenario share).
+  std::vector<std::shared_ptr<TimedProgram>> timed;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const SimulationOptions& x = opts[j];
     const Program& prog = *jobs[j].program;
+    bool shared = false;
+    for (size_t k = 0; k < j && !x.straggler; ++k) {
+      if (jobs[k].program == jobs[j].program && jobs[k].costs == jobs[j].costs &&
+          !opts[k].straggler && opts[k].gpu_speed_scale == x.gpu_speed_scale) {
+        timed.push_back(timed[k]);
+        shared = true;
+        break;
+      }
+    }
+    if (shared) continue;
     ComputeScaling compute{x.gpu_speed_scale, x.straggler, {}};
     if (x.straggler && x.straggler_tp_group && x.straggler->rank >= 0 &&
         x.straggler->rank < prog.layout.world_size()) {
       compute.straggler_peers = prog.layout.group(GroupKind::kTp, x.straggler->rank);
       std::sort(compute.straggler_peers.begin(), compute.straggler_peers.end());
     }
-    timed.push_back(std::make_unique<TimedProgram>(prog, *jobs[j].costs, topo.gpu, std::move(compute)));
+    timed.push_back(std::make_shared<TimedProgram>(prog, *jobs[j].costs, topo.gpu, std::move(compute)));
   }
   replay_engine::claim_simgrid_engine();
   int argc = 2;

@@ -278,6 +278,8 @@ class Engine {
   Timeline timeline() const;
 
   std::map<GroupKind, int64_t> replayed_size_;
+  /// arrival()'s groups: RankLayout::group(kind, rank) by rank x kNumGroupKinds + kind.
+  mutable std::unordered_map<uint64_t, std::vector<int64_t>> arrival_groups_;
   const Program& prog_;
   const TimedProgram& timed_;
   const TopologySpec& topo_;

@@ -214,7 +214,10 @@ CollectiveArrival Engine::arrival(int64_t rank, uint32_t id) const {
   const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
   const Op& op = tp.rp->ops[id];
   CollectiveArrival a{ready_time(rank, id), ready_time(rank, id), rank};
-  for (int64_t m : prog_.layout.group(op.group, rank)) {
+  auto [members, fresh] = arrival_groups_.try_emplace(
+      static_cast<uint64_t>(rank) * kNumGroupKinds + static_cast<uint64_t>(op.group));
+  if (fresh) members->second = prog_.layout.group(op.group, rank);
+  for (int64_t m : members->second) {
     if (m == rank || !replayed(m)) continue;
     const Template& mt = templates_[ranks_[static_cast<size_t>(m)].tmpl];
     uint32_t mid = id;

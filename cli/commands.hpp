@@ -17,6 +17,8 @@ void register_program_command(CLI::App& app);
 void register_memory_command(CLI::App& app);
 /// `traintwin simulate SCENARIO [--json] [--out DIR]`: one iteration replayed in SimGrid.
 void register_simulate_command(CLI::App& app);
+/// `traintwin cluster PLACEMENT [--json]`: several jobs on one shared fabric, alone vs together.
+void register_cluster_command(CLI::App& app);
 /// `traintwin validate calibration.yaml`: predicted vs measured for published runs, and MAPE.
 void register_validate_command(CLI::App& app);
 /// `traintwin collective --topology FILE --num-gpus N --op OP --group tp|dp|all`: simulated

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version",
                        fmt::format("traintwin {} (backends: {})", TRAINTWIN_VERSION, kBackends));
   traintwin::cli::register_simulate_command(app);
+  traintwin::cli::register_cluster_command(app);
   traintwin::cli::register_validate_command(app);
   traintwin::cli::register_collective_command(app);
   traintwin::cli::register_summary_command(app);

@@ -145,6 +145,12 @@ Child start_child(const std::function<std::string()>& work, size_t job,
 std::vector<IsolatedOutcome> run_isolated_concurrently(
     const std::vector<std::function<std::string()>>& work, int jobs,
     const ProgressCallback& progress) {
+  return run_isolated_concurrently(work, jobs, progress, {});
+}
+
+std::vector<IsolatedOutcome> run_isolated_concurrently(
+    const std::vector<std::function<std::string()>>& work, int jobs,
+    const ProgressCallback& progress, const CancelCallback& cancel) {
   if (jobs < 1) {
     throw InvalidArgument(
         fmt::format("run_isolated_concurrently: jobs must be >= 1, got {}", jobs));
@@ -157,12 +163,18 @@ std::vector<IsolatedOutcome> run_isolated_concurrently(
   size_t next = 0;
   int64_t done = 0;
   std::vector<pollfd> fds;
+  std::vector<bool> skipped(work.size(), false);  // cancelled before they started
   char buf[65536];
   while (next < work.size() || !running.empty()) {
     while (next < work.size() && running.size() < static_cast<size_t>(jobs)) {
+      if (skipped[next]) {
+        ++next;
+        continue;
+      }
       running.push_back(start_child(work[next], next, running));
       ++next;
     }
+    if (running.empty()) break;
     fds.clear();
     for (const Child& c : running) fds.push_back({c.fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), -1) < 0) {
@@ -190,6 +202,24 @@ std::vector<IsolatedOutcome> run_isolated_concurrently(
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(*it));
     }
     for (size_t k = 0; k < finished.size(); ++k) clock.report(++done);
+    if (cancel && !finished.empty()) {
+      for (size_t job : cancel(results)) {
+        if (job >= work.size() || results[job].ok || !results[job].error.empty()) continue;
+        results[job].error = "cancelled";
+        if (job >= next) {
+          skipped[job] = true;
+          continue;
+        }
+        for (auto it = running.begin(); it != running.end(); ++it) {
+          if (it->job != job) continue;
+          ::close(it->fd);
+          ::kill(it->pid, SIGKILL);
+          wait_for(it->pid);
+          running.erase(it);
+          break;
+        }
+      }
+    }
   }
   return results;
 }

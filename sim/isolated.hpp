@@ -52,6 +52,19 @@ std::vector<IsolatedOutcome> run_isolated_concurrently(
     const std::vector<std::function<std::string()>>& work, int jobs,
     const ProgressCallback& progress = {});
 
+/// Asked after each finished job with the outcomes so far (unfinished jobs: ok false, empty
+/// error): the indices of unfinished jobs to give up.
+using CancelCallback = std::function<std::vector<size_t>(const std::vector<IsolatedOutcome>&)>;
+
+/// run_isolated_concurrently() that gives up the jobs `cancel` names after each finished job: a
+/// running one is killed (SIGKILL) and reaped, a waiting one never starts; their outcome is
+/// ok = false with error "cancelled". For speculative work (sim/multi_job.cpp starts the replay
+/// of every job together beside their alone replays and drops it when those show it is not
+/// needed).
+std::vector<IsolatedOutcome> run_isolated_concurrently(
+    const std::vector<std::function<std::string()>>& work, int jobs,
+    const ProgressCallback& progress, const CancelCallback& cancel);
+
 /// Runs `work` in a forked child (run_isolated_concurrently with one job) and returns the string
 /// it produced. A child that throws has its message rethrown here as Error; a child that crashes
 /// or exits early gives an Error naming its exit status or signal.

@@ -20,6 +20,12 @@
 namespace traintwin {
 namespace replay_engine {
 
+void claim_simgrid_engine() {
+  static bool used = false;
+  if (used) throw Error("simulate: SimGrid runs one simulation per process");
+  used = true;
+}
+
 SimulationResult Engine::run() {
   const auto wall0 = std::chrono::steady_clock::now();
   wall0_ = last_progress_ = wall0;
@@ -30,15 +36,10 @@ SimulationResult Engine::run() {
           templates_[ranks_[static_cast<size_t>(r)].tmpl].ndeps.size());
     }
   }
-  net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
-               opts_.lone_flows_in_closed_form, opts_.max_group_flows);
-  for (int64_t r = 0; r < world_; ++r) {
-    if (!replayed(r)) continue;
-    const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
-    for (uint32_t op = 0; op < tp.ndeps.size(); ++op) {
-      if (tp.ndeps[op] == 0) worklist_.push_back({r, op});
-    }
-  }
+  own_net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
+                   opts_.lone_flows_in_closed_form, opts_.max_group_flows);
+  net_ = &*own_net_;
+  queue_first_ops();
   drain();
   simgrid::s4u::Engine::get_instance()->run();
   drain();
@@ -50,6 +51,67 @@ SimulationResult Engine::run() {
                        {"results", std::chrono::duration<double>(wall2 - wall1).count()}};
   res.sim_wall_s = std::chrono::duration<double>(wall2 - wall0).count();
   return res;
+}
+
+void Engine::queue_first_ops() {
+  for (int64_t r = 0; r < world_; ++r) {
+    if (!replayed(r)) continue;
+    const Template& tp = templates_[ranks_[static_cast<size_t>(r)].tmpl];
+    for (uint32_t op = 0; op < tp.ndeps.size(); ++op) {
+      if (tp.ndeps[op] == 0) worklist_.push_back({r, op});
+    }
+  }
+}
+
+void Engine::begin_job() {
+  wall0_ = last_progress_ = std::chrono::steady_clock::now();
+  if (job_ == nullptr || job_->network == nullptr || job_->iterations < 1) {
+    throw InvalidArgument("replay: begin_job() needs a JobBinding with a flow network and at "
+                          "least one iteration");
+  }
+  prepare();
+  if (static_cast<int64_t>(job_->gpu_of_rank.size()) != world_) {
+    throw InvalidArgument("replay: a job of " + std::to_string(world_) + " ranks bound to " +
+                          std::to_string(job_->gpu_of_rank.size()) + " GPUs");
+  }
+  for (int64_t r = 0; r < world_; ++r) {
+    if (replayed(r)) {
+      ops_total_ += static_cast<int64_t>(
+          templates_[ranks_[static_cast<size_t>(r)].tmpl].ndeps.size());
+    }
+  }
+  net_ = job_->network;
+  t0_ = job_->start_s;
+  for (RankState& st : ranks_) std::fill(st.t.begin(), st.t.end(), t0_);
+  queue_first_ops();
+  drain();
+}
+
+void Engine::end_iteration() {
+  IterationRecord rec;
+  rec.start_s = rec.end_s = t0_;
+  int64_t last_rank = 0;
+  for (int64_t r = 0; r < world_; ++r) {
+    if (!replayed(r)) continue;
+    for (double t : ranks_[static_cast<size_t>(r)].t) {
+      if (t > rec.end_s) {
+        rec.end_s = t;
+        last_rank = r;
+      }
+    }
+  }
+  rec.critical = breakdown(last_rank, rec.end_s);
+  iteration_records_.push_back(rec);
+  if (static_cast<int64_t>(iteration_records_.size()) >= job_->iterations) return;
+  t0_ = rec.end_s;
+  done_ops_ = 0;
+  for (int64_t r = 0; r < world_; ++r) {
+    if (!replayed(r)) continue;
+    RankState& st = ranks_[static_cast<size_t>(r)];
+    std::fill(st.t.begin(), st.t.end(), t0_);
+    st.remaining = templates_[st.tmpl].ndeps;
+  }
+  queue_first_ops();
 }
 
 void Engine::prepare() {
@@ -187,10 +249,18 @@ int64_t Engine::replayed_size(GroupKind g) {
 }
 
 void Engine::drain() {
-  while (!worklist_.empty()) {
-    auto [rank, op] = worklist_.back();
-    worklist_.pop_back();
-    start_op(rank, op);
+  for (;;) {
+    while (!worklist_.empty()) {
+      auto [rank, op] = worklist_.back();
+      worklist_.pop_back();
+      start_op(rank, op);
+    }
+    // A bound job's iteration ends when all its ops have run; the next one starts from there.
+    if (job_ == nullptr || done_ops_ < ops_total_ ||
+        static_cast<int64_t>(iteration_records_.size()) >= job_->iterations) {
+      return;
+    }
+    end_iteration();
   }
 }
 
@@ -227,6 +297,7 @@ void Engine::finish(int64_t rank, uint32_t id, double end) {
   const Template& tp = templates_[st.tmpl];
   st.t[id] = end;
   st.remaining[id] = UINT16_MAX;  // done marker (ops have < UINT16_MAX deps)
+  ++done_ops_;
   for (uint32_t i = tp.succ_begin[id]; i < tp.succ_begin[id + 1]; ++i) {
     const uint32_t s = tp.succ[i];
     st.t[s] = std::max(st.t[s], end);
@@ -398,7 +469,7 @@ void Engine::launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double
 }
 
 void Engine::start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes, bool mirror) {
-  auto [from, to] = platform_.endpoints(src, dst);
+  auto [from, to] = platform_.endpoints(gpu(src), gpu(dst));
   const FlowRoute& route = net_->route(from, to);
   const std::vector<uint32_t>* mirrored =
       mirror && mirror_rails_ ? &mirror_links(src, dst, route) : nullptr;
@@ -410,14 +481,14 @@ void Engine::start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes, bo
   const auto record = static_cast<uint64_t>(flow_records_.size());
   flow_records_.push_back({&route, mirrored, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
   ++flows_;
-  net_->start(from, to, bytes, record);
+  net_->start(from, to, bytes, record + (job_ == nullptr ? 0 : job_->tag_base));
 }
 
 const std::vector<uint32_t>& Engine::mirror_links(int64_t src, int64_t dst, const FlowRoute& route) {
   auto [it, fresh] = mirror_links_.try_emplace(&route);
   if (fresh) {
     for (int64_t k = 1; k < tp_stride_; ++k) {
-      auto [from, to] = platform_.endpoints(src + k, dst + k);
+      auto [from, to] = platform_.endpoints(gpu(src + k), gpu(dst + k));
       const FlowRoute& r = net_->route(from, to);
       it->second.insert(it->second.end(), r.link_ids.begin(), r.link_ids.end());
     }
@@ -467,9 +538,7 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   }
   const TimedProgram timed(prog, costs, topo.gpu, std::move(compute));
   const auto wall1 = Clock::now();
-  static bool used = false;
-  if (used) throw Error("simulate: SimGrid runs one simulation per process");
-  used = true;
+  replay_engine::claim_simgrid_engine();
   int argc = 2;
   char arg0[] = "traintwin";
   char arg1[] = "--log=root.thresh:critical";

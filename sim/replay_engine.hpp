@@ -95,15 +95,64 @@ struct FlowRecord {
   double start_s, end_s, bytes;
 };
 
+/// Claims this process's one SimGrid engine: throws Error "simulate: SimGrid runs one simulation
+/// per process" on the second call (simulate_program() and replay_jobs() call it first).
+void claim_simgrid_engine();
+
+/// One job of several replayed together on one platform (sim/multi_job.hpp): the platform GPU
+/// each of its ranks runs on, the flow network the jobs share, and its iterations.
+struct JobBinding {
+  std::vector<int64_t> gpu_of_rank;  ///< platform GPU of the job's rank r (size: its world)
+  FlowNetwork* network = nullptr;    ///< shared by every job of the SimGrid engine
+  uint64_t tag_base = 0;             ///< added to the job's flow record ids (FlowNetwork tags)
+  int64_t iterations = 1;            ///< iterations to replay, one after the other (>= 1)
+  double start_s = 0;                ///< simulated time its first iteration starts, seconds
+};
+
+/// One replayed iteration of a job: when it started (the previous one's end) and ended (its
+/// last op), seconds of simulated time, and its critical rank's breakdown.
+struct IterationRecord {
+  double start_s = 0;
+  double end_s = 0;
+  TimeBreakdown critical;
+};
+
 /// Replays one iteration of a TimedProgram on a Platform (sim/replay.hpp says how time is
-/// computed).
+/// computed), or, bound to a job of several (JobBinding), its iterations on a shared platform.
 class Engine {
  public:
+  /// `job`: null for the single job of simulate() (ranks on GPUs 0 .. world - 1, the engine's
+  /// own flow network, one iteration); else kept by reference and used by begin_job().
   Engine(const TimedProgram& timed, const TopologySpec& topo, const SimulationOptions& opts,
-         Platform& platform)
-      : prog_(timed.program()), timed_(timed), topo_(topo), opts_(opts), platform_(platform) {}
+         Platform& platform, const JobBinding* job = nullptr)
+      : prog_(timed.program()), timed_(timed), topo_(topo), opts_(opts), platform_(platform),
+        job_(job) {}
   /// Replays one iteration of every replayed rank; the engine is used once.
   SimulationResult run();
+
+  // ---- a job of several (sim/multi_job.hpp) --------------------------------------------------
+  /// Prepares the job and runs its first iteration's dataflow from JobBinding::start_s up to its
+  /// first flows; the caller then runs SimGrid, routing each flow's end to flow_done(). Each
+  /// iteration starts when the previous one's last op ends, until JobBinding::iterations.
+  void begin_job();
+  /// A flow of this job (its FlowNetwork tag minus JobBinding::tag_base) ended at `now`.
+  void flow_done(uint64_t record, double now) { on_flow_done(record, now); }
+  /// After SimGrid ran: throws Error (as check_complete) when an iteration could not complete.
+  void check_job_complete() { check_complete(); }
+  /// The iterations completed so far, in order.
+  const std::vector<IterationRecord>& iterations() const { return iteration_records_; }
+  /// Bytes this job's flows put on each link (mirrored TP ranks' included), by SimGrid link.
+  std::vector<std::pair<const simgrid::s4u::Link*, double>> link_bytes() const;
+  /// Adds this job's flows on the links of `series_of` (SimGrid link -> index into `series`) to
+  /// those series (add_to_series(), bandwidth `bandwidth_Bps[index]`), mirrored TP ranks' too.
+  void add_link_series(const std::unordered_map<const simgrid::s4u::Link*, size_t>& series_of,
+                       const std::vector<double>& bandwidth_Bps,
+                       std::vector<LinkSeries>& series) const;
+  int64_t ops() const { return ops_; }
+  int64_t flows() const { return flows_; }
+  /// The reductions applied (SimulationResult::reductions).
+  const std::vector<std::string>& reductions() const { return reductions_; }
+
  private:
   // ---- set-up ---------------------------------------------------------------------------------
   /// Templates, rank states, traced ranks and the TP aggregation choice (with its checks).
@@ -195,6 +244,15 @@ class Engine {
   bool spans_tp(GroupKind g);
   /// A flow ended at `now`; the last of its group completes the group's ops.
   void on_flow_done(uint64_t record, double now);
+  /// Platform GPU of rank `r` (r itself without a JobBinding).
+  int64_t gpu(int64_t r) const {
+    return job_ == nullptr ? r : job_->gpu_of_rank[static_cast<size_t>(r)];
+  }
+  /// A bound job's iteration has run all its ops: records it (IterationRecord) and, while
+  /// iterations are left, starts the next at its end (every rank's state reset, ready ops queued).
+  void end_iteration();
+  /// Queues every op without dependencies of every replayed rank.
+  void queue_first_ops();
 
   // ---- completion check and results -----------------------------------------------------------
   /// Throws Error naming the first waiting ops when some op never ran (a deadlock).
@@ -220,6 +278,8 @@ class Engine {
   Timeline timeline() const;
 
   std::map<GroupKind, int64_t> replayed_size_;
+  /// arrival()'s groups: RankLayout::group(kind, rank) by rank x kNumGroupKinds + kind.
+  mutable std::unordered_map<uint64_t, std::vector<int64_t>> arrival_groups_;
   const Program& prog_;
   const TimedProgram& timed_;
   const TopologySpec& topo_;
@@ -244,7 +304,12 @@ class Engine {
   std::array<std::vector<std::vector<int64_t>>, kNumGroupKinds> group_members_;
   std::vector<FlowGroup> groups_;
   std::vector<uint32_t> free_groups_;
-  std::optional<FlowNetwork> net_;
+  const JobBinding* job_ = nullptr;
+  double t0_ = 0;          // start of the current iteration (0 without a JobBinding)
+  int64_t done_ops_ = 0;   // ops finished in the current iteration
+  std::vector<IterationRecord> iteration_records_;
+  std::optional<FlowNetwork> own_net_;  // the single job's flow network
+  FlowNetwork* net_ = nullptr;          // own_net_, or JobBinding::network
   std::vector<FlowRecord> flow_records_;
   std::vector<double> link_bytes_;  // by FlowNetwork::links() index
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;

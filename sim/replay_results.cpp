@@ -162,9 +162,40 @@ void Engine::link_results(SimulationResult& res) const {
   }
 }
 
+std::vector<std::pair<const simgrid::s4u::Link*, double>> Engine::link_bytes() const {
+  std::vector<std::pair<const simgrid::s4u::Link*, double>> out;
+  if (net_ == nullptr) return out;
+  for (size_t i = 0; i < link_bytes_.size(); ++i) {
+    if (link_bytes_[i] > 0) out.emplace_back(net_->links()[i], link_bytes_[i]);
+  }
+  return out;
+}
+
+void Engine::add_link_series(
+    const std::unordered_map<const simgrid::s4u::Link*, size_t>& series_of,
+    const std::vector<double>& bandwidth_Bps, std::vector<LinkSeries>& series) const {
+  if (net_ == nullptr || series_of.empty()) return;
+  std::vector<int64_t> by_id(net_->links().size(), -1);
+  for (size_t id = 0; id < by_id.size(); ++id) {
+    auto it = series_of.find(net_->links()[id]);
+    if (it != series_of.end()) by_id[id] = static_cast<int64_t>(it->second);
+  }
+  auto add = [&](const FlowRecord& f, uint32_t l) {
+    if (l >= by_id.size() || by_id[l] < 0) return;
+    const auto s = static_cast<size_t>(by_id[l]);
+    add_to_series(series[s], bandwidth_Bps[s], f.start_s, f.end_s, f.bytes);
+  };
+  for (const FlowRecord& f : flow_records_) {
+    for (uint32_t l : f.route->link_ids) add(f, l);
+    if (f.mirrored) {
+      for (uint32_t l : *f.mirrored) add(f, l);
+    }
+  }
+}
+
 double Engine::ready_time(int64_t rank, uint32_t id) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
-  double t = 0;
+  double t = t0_;
   for (uint32_t d : op_of(rank, id).deps) t = std::max(t, st.t[d]);
   return t;
 }
@@ -183,7 +214,10 @@ CollectiveArrival Engine::arrival(int64_t rank, uint32_t id) const {
   const Template& tp = templates_[ranks_[static_cast<size_t>(rank)].tmpl];
   const Op& op = tp.rp->ops[id];
   CollectiveArrival a{ready_time(rank, id), ready_time(rank, id), rank};
-  for (int64_t m : prog_.layout.group(op.group, rank)) {
+  auto [members, fresh] = arrival_groups_.try_emplace(
+      static_cast<uint64_t>(rank) * kNumGroupKinds + static_cast<uint64_t>(op.group));
+  if (fresh) members->second = prog_.layout.group(op.group, rank);
+  for (int64_t m : members->second) {
     if (m == rank || !replayed(m)) continue;
     const Template& mt = templates_[ranks_[static_cast<size_t>(m)].tmpl];
     uint32_t mid = id;
@@ -214,7 +248,7 @@ TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s,
   b.rank = rank;
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   const Template& tp = templates_[st.tmpl];
-  double prev_end = 0;
+  double prev_end = t0_;
   // The dependency of op `id` that ended last (kNone without dependencies).
   auto latest_dep = [&](uint32_t id) {
     uint32_t waited = kNone;

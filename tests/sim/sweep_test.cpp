@@ -700,6 +700,28 @@ TEST(Sweep, AThrowingProgressCallbackLeavesNoZombies) {
   EXPECT_THROW(run_isolated_concurrently(work, 0), InvalidArgument);
 }
 
+// Speculative work (sim/multi_job.cpp): a job that would sleep for a minute is killed when a
+// finished job says so, a waiting one never starts, and both read "cancelled".
+TEST(Sweep, CancelledJobsAreKilledOrNeverStarted) {
+  std::vector<std::function<std::string()>> work = {
+      [] {
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+        return std::string("slept");
+      },
+      [] { return std::string("quick"); }, [] { return std::string("never"); }};
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = run_isolated_concurrently(
+      work, 2, {}, [](const std::vector<IsolatedOutcome>& got) {
+        return got[1].ok ? std::vector<size_t>{0, 2} : std::vector<size_t>{};
+      });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+  EXPECT_EQ(out[0].error, "cancelled");
+  EXPECT_EQ(out[1].output, "quick");
+  EXPECT_EQ(out[2].error, "cancelled");
+  EXPECT_FALSE(out[0].ok || out[2].ok);
+  expect_no_children();
+}
+
 // The sharding axis on the small GPT over DP 8 (no distributed optimizer in the base): optim,
 // optim_grads and optim_grads_params turn Megatron-FSDP on and the distributed optimizer with
 // it, each change listed; no_shard keeps the plain layout (here DDP). Each stage shards more, so

@@ -273,7 +273,7 @@ void RankLowering::lower_step(const ScheduleStep& st) {
       }
       layer_forward();
     }
-    fp8_amax_reduction(true, st.model_chunk);
+    fp8_amax_reduction(true, st.micro_batch, st.model_chunk);
     if (is_last_vs) {
       context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
       if (first_forward) wait_param_gather(st.model_chunk, -1);
@@ -306,7 +306,7 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     layer_backward(st.micro_batch, st.model_chunk, l);
     if (last_backward) bucket_done(st.model_chunk, l);
   }
-  fp8_amax_reduction(false, st.model_chunk);
+  fp8_amax_reduction(false, st.micro_batch, st.model_chunk);
   part_ = BackwardPart::kAll;
   if (vs == 0 && !split_) {  // split: the embedding's backward is all weight gradient (W)
     context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);

@@ -205,8 +205,10 @@ class RankLowering {
   /// backward ones (output and input gradients: 2) in the backward of the region's first module,
   /// the last to run (transformer_engine/pytorch fp8.py, reduce_and_update_fp8_tensors). GEMMs of
   /// a layer: QKV, projection, FC1, FC2; in an MoE layer FC1 and FC2 per local expert (and the
-  /// shared expert's) instead of the dense MLP's. A chunk without layers reduces nothing.
-  void fp8_amax_reduction(bool forward, int64_t chunk);
+  /// shared expert's) instead of the dense MLP's. A chunk without layers reduces nothing. The op
+  /// belongs to the step (micro-batch `mb`, phase kForward or kBackward) whatever context the
+  /// ops before it left (a gradient bucket's reduce sets kGradSync).
+  void fp8_amax_reduction(bool forward, int64_t mb, int64_t chunk);
 
   /// All-gather (SP) + GEMM, chunked into TP pieces with tp_comm_overlap: GEMM piece i waits
   /// for gather piece i only. FP8 (`fp8`): the input is cast first.

@@ -28,7 +28,7 @@ void RankLowering::fp8_cast(int64_t n, const char* what, Cast where) {
   kernel(k_.fp8_cast(n, true), what);
 }
 
-void RankLowering::fp8_amax_reduction(bool forward, int64_t chunk) {
+void RankLowering::fp8_amax_reduction(bool forward, int64_t mb, int64_t chunk) {
   if (!fp8() || sc_.training.fp8_recipe != Fp8Recipe::kDelayed) return;
   const ChunkLayers& layers = layers_of(chunk);
   int64_t gemms = 0;
@@ -36,6 +36,7 @@ void RankLowering::fp8_amax_reduction(bool forward, int64_t chunk) {
     gemms += sc_.model.is_moe_layer(l) ? 2 + 2 * d_.local_experts + (d_.shared_ffn > 0 ? 2 : 0) : 4;
   }
   if (gemms == 0) return;
+  context(forward ? Phase::kForward : Phase::kBackward, mb, chunk, -1);
   role(Role::kNone);
   wait(collective(CollectiveKind::kAllReduce, GroupKind::kTpDpCp, Stream::kTpComm,
                   4 * gemms * (forward ? 3 : 2), "fp8 amax all_reduce"));

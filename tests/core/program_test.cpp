@@ -1163,6 +1163,9 @@ TEST(Program, Fp8DelayedScalingReducesAmaxesPerChunkAndMicroBatch) {
       LlamaKnobs k;
       k.tp = 2, k.dp = 2, k.pp = 2, k.v = 2, k.m = 6, k.sp = true;  // 6 micro-batches per DP rank
       k.fp8 = fp8, k.recipe = recipe;
+      // Gradient buckets triggered in the last backward step leave a kGradSync context behind:
+      // the backward reduction still belongs to its step.
+      k.dist_opt = true, k.overlap = true;
       const Scenario s = make_llama(k);
       const Program prog = build_program(s, {0, 5});
       for (const auto& [rank, rp] : prog.ranks) {

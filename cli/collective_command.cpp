@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -14,6 +15,7 @@
 #include "cli/format.hpp"
 #include "core/error.hpp"
 #include "sim/collective_bench.hpp"
+#include "sim/collective_tenants.hpp"
 #include "sim/isolated.hpp"
 #include "topologies/topology.hpp"
 
@@ -31,6 +33,32 @@ CollectiveKind parse_op(const std::string& op) {
                     "all_to_all)");
 }
 
+/// `--tenants FILE`: every tenant's ring all-reduce loop run together on the file's fabric, one
+/// nccl-tests-like row per tenant (sim/collective_tenants.hpp).
+void print_tenants(const std::string& file) {
+  const TenantsFile f = load_tenants(file);
+  const TopologySpec topo = load_topology(f.topology_file);
+  const std::vector<TenantBandwidth> rows = simulate_ring_tenants(topo, f.num_gpus, f.tenants);
+  fmt::print("# traintwin collective --tenants (simulated steady state): {} ring all-reduce "
+             "tenant(s) together on {} GPUs of {} ({})\n#\n",
+             rows.size(), f.num_gpus, topo.name, topo.gpu.name);
+  fmt::print("# {:<12} {:>5} {:>12} {:>10} {:>8} {:>8}  {}\n", "tenant", "GPUs", "size (B)",
+             "time (us)", "algbw", "busbw", "limited by");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const TenantBandwidth& r = rows[i];
+    fmt::print("  {:<12} {:>5} {:>12} {:>10.1f} {:>8.2f} {:>8.2f}  {}\n", r.name, r.gpus, r.bytes,
+               r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
+               r.bottleneck.empty() ? "its own slowest link" : r.bottleneck);
+  }
+  fmt::print("# rings: {}\n", [&] {
+    std::string s;
+    for (const CollectiveTenant& t : f.tenants) {
+      s += fmt::format("{}{} [{}]", s.empty() ? "" : "; ", t.name, fmt::join(t.ring, " "));
+    }
+    return s;
+  }());
+}
+
 }  // namespace
 
 void register_collective_command(CLI::App& app) {
@@ -42,10 +70,15 @@ void register_collective_command(CLI::App& app) {
     std::string min_bytes = "8", max_bytes = "8G";
     std::string algorithm;
     std::string protocol;
+    std::string tenants;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
-  cmd->add_option("--topology", o->topology, "Topology file")->required();
+  cmd->add_option("--topology", o->topology, "Topology file (required without --tenants)");
+  cmd->add_option("--tenants", o->tenants,
+                  "Tenants file: several ring all-reduce loops (GPU sets, ring orders, sizes) run "
+                  "together on the file's topology, each tenant's busbw (max-min fair share)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--num-gpus", o->num_gpus, "Cluster size")->capture_default_str();
   cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all")
       ->capture_default_str();
@@ -57,6 +90,14 @@ void register_collective_command(CLI::App& app) {
   cmd->add_option("--protocol", o->protocol, "Force LL | LL128 | Simple (NCCL_PROTO)")
       ->check(CLI::IsMember({"LL", "LL128", "Simple"}));
   cmd->callback([o] {
+    if (!o->tenants.empty()) {
+      if (!o->topology.empty()) {
+        throw ConfigError("collective: --topology: the --tenants file names its topology (give one "
+                          "of them)");
+      }
+      return print_tenants(o->tenants);
+    }
+    if (o->topology.empty()) throw ConfigError("collective: --topology FILE is required (or --tenants FILE)");
     const auto [min_bytes, max_bytes] = parse_nccl_size_range(o->min_bytes, o->max_bytes);
     const TopologySpec topo = load_topology(o->topology);
     check_cluster_size(topo, o->num_gpus);

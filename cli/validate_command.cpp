@@ -21,6 +21,7 @@
 #include "cli/validate_live.hpp"
 #include "core/error.hpp"
 #include "sim/calibration_refit.hpp"
+#include "sim/collective_validation.hpp"
 #include "sim/cost_model.hpp"
 #include "traces/cost_db.hpp"
 #include "sim/isolated.hpp"
@@ -117,6 +118,40 @@ void print_validation_table(const std::vector<ValidationCase>& cases, const Effi
              "without each case); compute costs (share of compute time by source): {}\n",
              roofline_calibration_case_ids().size(), fmt::join(sources_seen, " "));
   if (failed > 0) throw Error(fmt::format("validate: {} of {} cases failed to simulate", failed, cases.size()));
+}
+
+/// The collective rows (measured bus bandwidth of tenants sharing a fabric): predicted vs
+/// published busbw per tenant, the error and the MAPE; nothing fitted (computed in this process:
+/// the tenant model runs no SimGrid engine).
+void print_collective_table(const std::vector<CollectiveValidationCase>& cases) {
+  if (cases.empty()) return;
+  fmt::print("\n{:<44} {:>9} {:>10} {:>8}  {}\n", "collective case (busbw GB/s)", "measured",
+             "predicted", "error", "setting");
+  double abs_sum = 0;
+  int n = 0, unsupported = 0;
+  for (const CollectiveValidationCase& c : cases) {
+    if (!c.unsupported.empty()) {
+      fmt::print("{:<44} {:>9.2f} not supported yet: {}\n", c.id, c.measured_busbw_GBps,
+                 c.unsupported);
+      ++unsupported;
+      continue;
+    }
+    const CollectivePrediction p = simulate_collective_validation_case(c);
+    const double err = (p.busbw_GBps - c.measured_busbw_GBps) / c.measured_busbw_GBps;
+    abs_sum += std::abs(err);
+    ++n;
+    fmt::print("{:<44} {:>9.2f} {:>10.2f} {:>+7.1f}%  {}{}\n", c.id, c.measured_busbw_GBps,
+               p.busbw_GBps, 100 * err, c.setting,
+               p.bottleneck.empty() ? std::string() : "; limited by " + p.bottleneck);
+  }
+  if (n > 0) {
+    fmt::print("MAPE over {} collective cases: {:.1f} %{}\n", n, 100 * abs_sum / n,
+               unsupported > 0 ? fmt::format(" ({} not supported yet, left out)", unsupported)
+                               : std::string());
+  }
+  fmt::print("collective cases: ring all-reduce tenants run together, each ring edge routed on the "
+             "topology's fabric (D-mod-K, as the replay's platform), rates by max-min fair share "
+             "(sim/collective_tenants.hpp); busbw = algbw x 2(n-1)/n as nccl-tests; nothing fitted\n");
 }
 
 std::string efficiency_text(const RooflineEfficiency& e) {
@@ -296,6 +331,13 @@ void register_validate_command(CLI::App& app) {
       return eff;
     };
     print_validation_table(cases, efficiency_of, o->topologies, o->jobs);
+    std::vector<CollectiveValidationCase> collectives;
+    for (CollectiveValidationCase& c : load_collective_validation_cases(o->file, o->topologies)) {
+      if (o->only.empty() || c.id.find(o->only) != std::string::npos) {
+        collectives.push_back(std::move(c));
+      }
+    }
+    print_collective_table(collectives);
     if (o->leave_one_out) {
       print_leave_one_out(cases, efficiency_of,
                           RefitGrid{o->refit_gemm, o->refit_attention, o->refit_memory},

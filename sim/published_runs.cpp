@@ -4,7 +4,9 @@
 // earlier run (`same_as`), names its data-parallel sharding in `parallelism` (as torchtitan's
 // [parallelism] section does; see move_sharding), and the file also holds rows that are not one
 // training run of one GPU type (memory figures, collective bandwidths, heterogeneous plans): those
-// are listed as not supported, with the reason, and never simulated.
+// are listed as not supported, with the reason, and never simulated. Rows measuring bus bandwidth
+// (`measured: {busbw_GBps: ...}`, the mCCS multi-tenant all-reduce) are left to
+// sim/collective_validation.hpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
@@ -104,6 +106,9 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
       }
     }
     if (!run["id"]) throw ConfigError(at(file, run) + ": runs[].id: missing");
+    // Bus-bandwidth rows (collective tenants) are read by load_collective_validation_cases()
+    // (sim/collective_validation.hpp), not as training runs.
+    if (run["measured"] && run["measured"].IsMap() && run["measured"]["busbw_GBps"]) continue;
     ValidationCase vc;
     vc.id = run["id"].as<std::string>();
     vc.source = run["source"] ? run["source"].as<std::string>() : std::string();

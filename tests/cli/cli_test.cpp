@@ -5,6 +5,8 @@
 
 #include "run_cli.hpp"
 
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -201,6 +203,29 @@ TEST(Cli, CollectiveAllToAllAndTheAverageBusBandwidth) {
   }
   ASSERT_EQ(busbw.size(), 2u);
   EXPECT_NEAR(average, (busbw[0] + busbw[1]) / 2, 1e-2);  // the rows print 2 decimals
+}
+
+// collective --tenants: mCCS setting 2 (placements/mccs-setting2-three-tenants.yaml). Green [1,5]
+// and red [3,7] both go up to spine 1 and share its 50 Gbps cables (max-min: 3.125 GB/s each,
+// busbw = algbw for 2 GPUs: 134217728 B / (4.2 us + 42.9497 ms) = 3.12 GB/s); blue's good ring
+// keeps its 6.25 GB/s ports (6.25 x 32.212 / 32.225 ms = 6.25 GB/s after its 12.6 us latency).
+// A ring naming a GPU twice is refused naming the file, tenant and key.
+TEST(Cli, CollectiveTenantsShareTheSpineMaxMinFairly) {
+  const std::string src = TRAINTWIN_SOURCE_DIR;
+  const Result r = run("collective --tenants " + src + "/placements/mccs-setting2-three-tenants.yaml");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("blue             4    134217728    32224.9     4.17     6.25"));
+  EXPECT_THAT(r.output, HasSubstr("green            2    134217728    42953.9     3.12     3.12  "
+                                  "rail0-leaf0->rail0-spine1 (1 edge of its ring; shared with: "
+                                  "green, red)"));
+  const std::string bad = (std::filesystem::temp_directory_path() /
+                           ("tenants-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(bad) << "topology: " << src << "/placements/mccs-rtx3090-testbed.yaml\n"
+                     << "num_gpus: 8\ntenants:\n  - {name: a, ring: [0, 2, 0], bytes: 1MiB}\n";
+  const Result e = run("collective --tenants " + bad);
+  EXPECT_NE(e.status, 0);
+  EXPECT_THAT(e.output, HasSubstr("tenants[0] (a): ring: GPU 0 is given twice"));
+  std::filesystem::remove(bad);
 }
 
 // traintwin --version: the project's version and the backends this build has (the CPU always).

@@ -27,6 +27,7 @@
 #include "sim/platform.hpp"
 #include "sim/replay_engine.hpp"
 #include "sim/session.hpp"
+#include "sim/summary_document.hpp"
 #include "sim/timed_program.hpp"
 
 namespace traintwin {
@@ -53,34 +54,6 @@ int64_t aggregated_tp(const JobInput& j, const TopologySpec& topo) {
   return 1;
 }
 
-nlohmann::json breakdown_json(const TimeBreakdown& b) {
-  return {{"rank", b.rank},
-          {"compute_s", b.compute_s},
-          {"optimizer_s", b.optimizer_s},
-          {"exposed_tp_s", b.exposed_tp_s},
-          {"exposed_cp_s", b.exposed_cp_s},
-          {"exposed_ep_s", b.exposed_ep_s},
-          {"exposed_pp_s", b.exposed_pp_s},
-          {"exposed_dp_s", b.exposed_dp_s},
-          {"bubble_s", b.bubble_s},
-          {"sync_wait_s", b.sync_wait_s}};
-}
-
-TimeBreakdown breakdown_from(const nlohmann::json& j) {
-  TimeBreakdown b;
-  b.rank = j.at("rank").get<int64_t>();
-  b.compute_s = j.at("compute_s").get<double>();
-  b.optimizer_s = j.at("optimizer_s").get<double>();
-  b.exposed_tp_s = j.at("exposed_tp_s").get<double>();
-  b.exposed_cp_s = j.at("exposed_cp_s").get<double>();
-  b.exposed_ep_s = j.at("exposed_ep_s").get<double>();
-  b.exposed_pp_s = j.at("exposed_pp_s").get<double>();
-  b.exposed_dp_s = j.at("exposed_dp_s").get<double>();
-  b.bubble_s = j.at("bubble_s").get<double>();
-  b.sync_wait_s = j.at("sync_wait_s").get<double>();
-  return b;
-}
-
 /// A JobsReplay through a child's pipe (doubles round-trip exactly).
 std::string encode(const JobsReplay& r) {
   nlohmann::json j;
@@ -103,7 +76,7 @@ std::string encode(const JobsReplay& r) {
     o["iterations"] = nlohmann::json::array();
     for (const JobIteration& it : job.iterations) {
       o["iterations"].push_back({{"start_s", it.start_s}, {"end_s", it.end_s},
-                                 {"critical", breakdown_json(it.critical)}});
+                                 {"critical", nlohmann::json(breakdown_json(it.critical))}});
     }
     o["link_bytes"] = nlohmann::json::array();
     for (size_t i = 0; i < job.link_bytes.size(); ++i) {
@@ -137,7 +110,8 @@ JobsReplay decode(const std::string& text) {
     job.reductions = o.at("reductions").get<std::vector<std::string>>();
     for (const auto& it : o.at("iterations")) {
       job.iterations.push_back({it.at("start_s").get<double>(), it.at("end_s").get<double>(),
-                                breakdown_from(it.at("critical"))});
+                                breakdown_from_json(nlohmann::ordered_json(it.at("critical")),
+                                                    JsonPlace{"multi-job replay", "critical"})});
     }
     job.link_bytes.assign(r.links.size(), 0.0);
     for (const auto& lb : o.at("link_bytes")) {

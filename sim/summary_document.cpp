@@ -101,8 +101,6 @@ SummaryDocument summary_document(const Scenario& s, const TopologySpec& topo,
 
 // ----- the writer -------------------------------------------------------------------------------
 
-namespace {
-
 ojson breakdown_json(const TimeBreakdown& b) {
   return {{"rank", b.rank},
           {"compute_s", b.compute_s},
@@ -115,6 +113,8 @@ ojson breakdown_json(const TimeBreakdown& b) {
           {"bubble_s", b.bubble_s},
           {"sync_wait_s", b.sync_wait_s}};
 }
+
+namespace {
 
 ojson layout_json(const SummaryLayout& l) {
   ojson j = {{"tensor_model_parallel_size", l.tensor_model_parallel_size},
@@ -274,8 +274,6 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
 
 // ----- the reader -------------------------------------------------------------------------------
 
-namespace {
-
 TimeBreakdown breakdown_from_json(const ojson& j, const JsonPlace& at) {
   TimeBreakdown b;
   b.rank = json_integer(j, "rank", at);
@@ -290,6 +288,8 @@ TimeBreakdown breakdown_from_json(const ojson& j, const JsonPlace& at) {
   b.sync_wait_s = json_number(j, "sync_wait_s", at);
   return b;
 }
+
+namespace {
 
 LatePeer late_peer_from_json(const ojson& j, const JsonPlace& at) {
   LatePeer p;

@@ -143,6 +143,14 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
 /// or outside its allowed values (recompute_granularity: none, selective, full).
 SummaryDocument summary_document_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
 
+/// One rank's breakdown as summary.json writes it (critical_rank, per_stage[]): rank, compute_s,
+/// optimizer_s, exposed_{tp,cp,ep,pp,dp}_s, bubble_s, sync_wait_s (seconds).
+nlohmann::ordered_json breakdown_json(const TimeBreakdown& b);
+
+/// The breakdown breakdown_json() wrote, at `where`. Throws Error naming where.origin and the
+/// key's path for a missing key or a value of the wrong type.
+TimeBreakdown breakdown_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
+
 /// summary.json's parsed text from `origin` (a file name, starting every error message): checks
 /// schema_version (check_schema_version: kSummarySchemaVersion only), then
 /// summary_document_from_json().

@@ -112,4 +112,18 @@ TEST_F(ProbeDefectsCli, TheWorkBoundCountsContextParallelism) {
                      {"parallelism.context_parallel_size", "314572", "cp_comm_type p2p"});
 }
 
+// A sweep grid was held whole in memory (300^3 values: a bare "out of memory"): a grid past the
+// row limit is refused before any configuration is made, naming each axis and its count.
+TEST_F(ProbeDefectsCli, ASweepGridPastTheRowLimitIsRefusedNamingItsAxes) {
+  std::string values;
+  for (int i = 1; i <= 102; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
+  const CliResult r = run("sweep " + kGpt + " --mode analytical --tensor-model-parallel-size " +
+                          values + " --pipeline-model-parallel-size " + values +
+                          " --micro-batch-size " + values);
+  expect_clear_error(r, {"parallelism.tensor_model_parallel_size (102 values)",
+                         "parallelism.pipeline_model_parallel_size (102 values)",
+                         "training.micro_batch_size (102 values)", "= 1061208 configurations",
+                         "more than the 1048576"});
+}
+
 }  // namespace

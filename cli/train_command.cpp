@@ -210,6 +210,10 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
     comm = std::make_unique<exec::LocalCommunicator>(layout, backend.get());
   }
   const bool root = comm->rank() == 0;
+  // The outputs' places checked before the model is built and trained, not after: every rank
+  // writes its checkpoint files into --save, rank 0 the timeline.
+  if (!o.save.empty()) prepare_output_directory(o.save, "--save");
+  if (!o.timeline.empty() && root) prepare_output_file(o.timeline, "--timeline");
   exec::TrainerOptions topts;
   topts.save = o.save;
   topts.load = o.load;

@@ -66,6 +66,55 @@ class ProbeDefectsCli : public ::testing::Test {
   fs::path dir_;
 };
 
+// `train --save/--timeline`, `profile --out/--topology-out` and `validate --live --timeline`
+// checked where they write only after the work: a read-only --save lost the whole run.
+TEST_F(ProbeDefectsCli, OutputPlacesAreCheckedBeforeTheWork) {
+  const std::string data = traintwin::testing::write_synthetic_dataset(dir_ / "data");
+  const std::string tiny = traintwin::testing::write_tiny_scenario(dir_, data);
+  const CliResult save = run("train " + tiny + " --save " + under_file("ckpt"));
+  expect_clear_error(save, {"--save " + under_file("ckpt"), "is a file, not a folder"});
+  EXPECT_THAT(save.output, Not(HasSubstr("iteration ")));  // not a single step trained
+  const CliResult timeline = run("train " + tiny + " --timeline " + under_file("t.json"));
+  expect_clear_error(timeline, {"--timeline " + under_file("t.json"), "is not a folder"});
+  EXPECT_THAT(timeline.output, Not(HasSubstr("iteration ")));
+  const CliResult folder = run("train " + tiny + " --timeline " + dir_.string());
+  expect_clear_error(folder, {"--timeline " + dir_.string(), "is a folder"});
+
+  const std::string profile = "profile " + tiny + " --warmup 0 --repeats 1 --min-time 0 ";
+  const CliResult out = run(profile + "--out " + under_file("db.json"));
+  expect_clear_error(out, {"--out " + under_file("db.json"), "is not a folder"});
+  EXPECT_THAT(out.output, Not(HasSubstr("profiling ")));  // nothing measured
+  const CliResult topo =
+      run(profile + "--out " + (dir_ / "db.json").string() + " --topology-out " + under_file("t.yaml"));
+  expect_clear_error(topo, {"--topology-out " + under_file("t.yaml"), "is not a folder"});
+  EXPECT_THAT(topo.output, Not(HasSubstr("profiling ")));
+  EXPECT_FALSE(fs::exists(dir_ / "db.json"));
+
+  const CliResult live = run("validate --live " + tiny + " --timeline " + under_file("l.json"));
+  expect_clear_error(live, {"--timeline " + under_file("l.json"), "is not a folder"});
+}
+
+// `profile --collectives -e 64G` under mpirun grew every rank until the kernel killed it: the
+// sizes are checked against the host's memory x the ranks on it before any buffer exists.
+TEST_F(ProbeDefectsCli, CollectiveSizesPastTheHostsMemoryAreRefused) {
+  if (!traintwin::testing::have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path db = dir_ / "coll.json";
+  // 1 TiB (the largest -e) x 3 x 2 ranks: more than any host holds.
+  const CliResult r = traintwin::testing::run_cli_command(
+      traintwin::testing::kMpirunEnvironment +
+      "timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " + TRAINTWIN_BINARY +
+      " profile --collectives -b 1G -e 1024G --warmup 0 --repeats 1 --out " + db.string());
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "not refused before the work: " << r.output;
+  EXPECT_THAT(r.output, HasSubstr("traintwin: error: "));
+  EXPECT_THAT(r.output, HasSubstr("-e/--maxbytes"));
+  EXPECT_THAT(r.output, HasSubstr("1099511627776 bytes"));
+  EXPECT_THAT(r.output, HasSubstr("x 2 rank(s) on this host"));
+  EXPECT_THAT(r.output, HasSubstr("more than this host's memory"));
+  EXPECT_THAT(r.output, Not(HasSubstr("algbw")));  // nothing timed
+  EXPECT_FALSE(fs::exists(db));
+}
+
 // The scenario's sizes had no upper bound: 2^40 experts "fit" with negative memory, a load
 // imbalance of 1e12 was an internal error. Each is refused naming its key and its bound, by
 // every command that reads a scenario.

@@ -166,6 +166,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
   if (!o.timeline.empty() && root) {
     Timeline t;
     t.name = s.name + " (live)";
+    t.device = device;  // what simulate --costs-from-timeline charges its durations for
     for (size_t it = 0; it < live.spans.size(); ++it) {
       for (const exec::OpSpan& sp : live.spans[it]) {
         t.events.push_back(exec::live_event(*live.program, 0, comm.world_size(), sp,

@@ -115,6 +115,24 @@ TEST_F(ProbeDefectsCli, CollectiveSizesPastTheHostsMemoryAreRefused) {
   EXPECT_FALSE(fs::exists(db));
 }
 
+// A live timeline's kernel durations were charged as the target's own whatever device recorded
+// them (a CPU timeline on an H100 cluster): the timeline records its device, and another device
+// needs --cost-db-topology (whose GPU must be the recorded one); the scaling then shows.
+TEST_F(ProbeDefectsCli, ATimelineOfAnotherDeviceIsRefusedWithoutItsTopology) {
+  const std::string sim = "simulate " + kGpt + " --costs-from-timeline ";
+  const std::string cpu = live_timeline("cpu-test-host-1t");
+  expect_clear_error(run(sim + cpu), {"--costs-from-timeline " + cpu, "recorded on cpu-test-host-1t",
+                                      "H100-SXM-80GB", "--cost-db-topology"});
+  const std::string none = live_timeline("");
+  expect_clear_error(run(sim + none),
+                     {"--costs-from-timeline " + none, "does not record the device", "--cost-db-topology"});
+  // With --cost-db-topology of another device than the recorded one: refused too.
+  const std::string a100 = kSource + "/topologies/dgx-a100-superpod.yaml";
+  expect_clear_error(run(sim + cpu + " --cost-db-topology " + a100),
+                     {"recorded on cpu-test-host-1t", "--cost-db-topology dgx-a100-superpod",
+                      "A100-SXM-80GB"});
+}
+
 // The scenario's sizes had no upper bound: 2^40 experts "fit" with negative memory, a load
 // imbalance of 1e12 was an internal error. Each is refused naming its key and its bound, by
 // every command that reads a scenario.

@@ -93,8 +93,10 @@ SimulationSession::SimulationSession(Scenario s, TopologySpec topology,
     std::ifstream in(source.costs_from_timeline);
     const std::string file = source.costs_from_timeline.string();
     const Timeline live = read_chrome_trace(in, file);
-    check_timeline_device(file, live, db_topo ? &*db_topo : nullptr, topology_);
+    // Its kernel durations first ("not a live timeline" says more about a simulation's
+    // timeline than its missing device), then the device they were measured on.
     costs_ = make_timeline_cost_model(live, measured_on, topology_.gpu, file);
+    check_timeline_device(file, live, db_topo ? &*db_topo : nullptr, topology_);
     return;
   }
   if (!source.cost_db.empty() && !db_topo) check_database_device(source.cost_db, topology_);

@@ -26,6 +26,7 @@
 #include "cli/sweep_mpi.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/error.hpp"
+#include "core/posix_file.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/matmul.hpp"
@@ -183,8 +184,13 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   const std::unique_ptr<exec::Backend> backend = make_backend(o.backend);
   const CostDbDevice device = backend_cost_device(*backend, threads);
   const std::filesystem::path file = database_path(o, backend_device_id(*backend, device), &s);
-  // Refuse a foreign or malformed database before measuring anything.
+  // Refuse a foreign or malformed database, or an output that cannot be written, before
+  // measuring anything (rank 0 writes both).
   CostDatabase db = exec::open_database_for(file, device, backend_versions(*backend));
+  if (root) {
+    prepare_output_file(file, o.out.empty() ? "the database" : "--out");
+    if (!o.topology_out.empty()) prepare_output_file(o.topology_out, "--topology-out");
+  }
   const auto targets = selected_targets(o, scenarios);
   // Every kernel's dtype checked before any is timed: a refusal loses no measurement.
   for (const auto& [sc, t] : targets) exec::check_runs_dtype(*backend, *sc, t.kernel.key);
@@ -315,11 +321,23 @@ void profile_collectives(const ProfileCliOptions& o) {
       const int64_t r = std::max(unit, b / unit * unit);
       if (sizes.empty() || sizes.back() != r) sizes.push_back(r);
     }
-    const auto timings = exec::profile_collectives(comm, sizes, o.warmup, o.repeats);
-    if (!root) return;
+    // Before any buffer: each rank holds ~3x the largest size, and every rank of this host
+    // at once (a size past the host's memory grew the ranks until the kernel killed them).
+    exec::check_collective_sizes_fit_host(
+        sizes.back(), std::max<int64_t>(1, exec::read_launch_environment().local_size),
+        exec::cpu::host_memory_bytes());
+    // The database rank 0 writes: a foreign or malformed one, or a place that cannot be
+    // written, refused before anything is measured.
     const CostDbDevice device = exec::cpu::host_device(threads);
     const std::filesystem::path file = database_path(o, exec::cpu::device_id(device), s ? &*s : nullptr);
-    CostDatabase db = exec::open_database_for(file, device, exec::cpu::host_versions());
+    std::optional<CostDatabase> opened;
+    if (root) {
+      opened = exec::open_database_for(file, device, exec::cpu::host_versions());
+      prepare_output_file(file, o.out.empty() ? "the database" : "--out");
+    }
+    const auto timings = exec::profile_collectives(comm, sizes, o.warmup, o.repeats);
+    if (!root) return;
+    CostDatabase& db = *opened;
     std::vector<CollectiveMeasurement> rows;
     std::string last_op;
     for (const exec::CollectiveTiming& t : timings) {

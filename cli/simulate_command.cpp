@@ -363,7 +363,8 @@ void register_simulate_command(CLI::App& app) {
          "--costs-from-timeline", o->costs_from_timeline,
          "Kernel costs from a recorded live timeline (train --timeline, validate --live "
          "--timeline) instead of the cost model: replay a recorded run on this topology or "
-         "scale (measured on --cost-db-topology's GPU, default the scenario's)")
+         "scale (measured on --cost-db-topology's GPU, default the scenario's; a timeline "
+         "recorded on another device than that GPU is refused)")
       ->check(CLI::ExistingFile)
       ->excludes("--cost-db");
   cmd->add_option("--cost-db-topology", o->cost_db_topology,

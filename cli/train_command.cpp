@@ -104,11 +104,11 @@ void print_validation(const exec::ValidationLog& v) {
 /// Gathers every rank's events on rank 0 (each rank's trace serialized with the Chrome trace
 /// writer and read back there) and writes them to `path`.
 void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool mpi,
-                    const std::string& path, const std::string& name) {
-  Timeline mine{name, trainer.timeline()};
+                    const std::string& path, const std::string& name, const std::string& device) {
+  Timeline mine{name, trainer.timeline(), device};
   std::ostringstream text;
   write_chrome_trace(mine, text);
-  Timeline all{name, {}};
+  Timeline all{name, {}, device};
   if (!mpi) {
     all = mine;
   } else {
@@ -136,10 +136,10 @@ void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool
 /// Under mpirun every process would start as many OpenBLAS threads as the node has cores; the
 /// node's cores are shared among its ranks instead (the launcher's count of ranks on this node:
 /// mpirun or srun), unless OPENBLAS_NUM_THREADS says otherwise (exec::cpu::gemm_threads_for, the
-/// rule profile and validate --live time kernels with).
-void share_cores_among_local_ranks() {
+/// rule profile and validate --live time kernels with). Returns the GEMM threads per rank.
+int share_cores_among_local_ranks() {
   const int ranks = static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size));
-  exec::cpu::use_gemm_threads(ranks);
+  return exec::cpu::use_gemm_threads(ranks);
 }
 
 /// The scenario as launched: under mpirun/srun the cluster is the job's world (cluster.num_gpus
@@ -164,7 +164,7 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   const Scenario s = load_for_launch(o.scenario, env);
   std::unique_ptr<exec::Communicator> comm;
   const RankLayout layout = layout_of(s);
-  share_cores_among_local_ranks();
+  const int gemm_threads = share_cores_among_local_ranks();
   if (mpi && o.backend != "cpu") {
     // The NCCL communicator (exec/cuda/nccl_communicator.hpp) is not wired to the executor yet:
     // the executor's grad-norm all-reduce is on host doubles and its p2p ops are single calls.
@@ -210,6 +210,10 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
     comm = std::make_unique<exec::LocalCommunicator>(layout, backend.get());
   }
   const bool root = comm->rank() == 0;
+  // The outputs' places checked before the model is built and trained, not after: every rank
+  // writes its checkpoint files into --save, rank 0 the timeline.
+  if (!o.save.empty()) prepare_output_directory(o.save, "--save");
+  if (!o.timeline.empty() && root) prepare_output_file(o.timeline, "--timeline");
   exec::TrainerOptions topts;
   topts.save = o.save;
   topts.load = o.load;
@@ -299,7 +303,9 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
                backend->name(), static_cast<double>(*peak) / (1 << 30));
   }
   if (!o.timeline.empty()) {
-    write_timeline(trainer, *comm, mpi, o.timeline, s.name);
+    // The device as a topology names it, which simulate --costs-from-timeline checks.
+    write_timeline(trainer, *comm, mpi, o.timeline, s.name,
+                   backend_device_id(*backend, backend_cost_device(*backend, gemm_threads)));
     if (root) fmt::print("timeline written to {}\n", o.timeline);
   }
 }

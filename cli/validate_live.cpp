@@ -134,6 +134,8 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
          exec::Backend& backend) {
   const Scenario s = o.scenario.load();
   const bool root = comm.rank() == 0;
+  // The timeline's place checked before the run, not after it (rank 0 writes it).
+  if (!o.timeline.empty() && root) prepare_output_file(o.timeline, "--timeline");
   const int local_ranks =
       mpi ? static_cast<int>(std::max<int64_t>(1, exec::read_launch_environment().local_size)) : 1;
   const int threads = exec::cpu::use_gemm_threads(local_ranks, o.threads);
@@ -164,6 +166,7 @@ void run(const ValidateLiveOptions& o, exec::Communicator& comm, bool mpi,
   if (!o.timeline.empty() && root) {
     Timeline t;
     t.name = s.name + " (live)";
+    t.device = device;  // what simulate --costs-from-timeline charges its durations for
     for (size_t it = 0; it < live.spans.size(); ++it) {
       for (const exec::OpSpan& sp : live.spans[it]) {
         t.events.push_back(exec::live_event(*live.program, 0, comm.world_size(), sp,

@@ -85,6 +85,18 @@ void prepare_output_directory(const std::filesystem::path& dir, const std::strin
   ::unlink(name.data());
 }
 
+void prepare_output_file(const std::filesystem::path& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  const std::string where = option + " " + path.string();
+  if (path.empty()) throw Error(option + ": an empty path (give a file name)");
+  std::error_code ec;
+  if (fs::is_directory(fs::status(path, ec))) {
+    throw Error(where + ": is a folder (give a file name)");
+  }
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  prepare_output_directory(dir, where + ": its folder");
+}
+
 /// The ostream buffer of AtomicFile: 64 KiB, flushed through AtomicFile::write.
 class AtomicFile::StreamBuf : public std::streambuf {
  public:

@@ -31,6 +31,12 @@ void sync_directory(const std::filesystem::path& dir);
 /// file, lies under a file, or cannot be created or written to (read-only, /proc, permissions).
 void prepare_output_directory(const std::filesystem::path& dir, const std::string& option);
 
+/// Checks that the file `path` can be written (by AtomicFile) before any work is done: its
+/// folder is created when missing (prepare_output_directory's checks, naming `option` and
+/// `path`), and throws Error naming `option` and `path` when `path` is a folder or its folder
+/// cannot hold a new file. An existing file at `path` is left as it is (AtomicFile replaces it).
+void prepare_output_file(const std::filesystem::path& path, const std::string& option);
+
 /// A file written whole or not at all. The bytes go to a temporary "<path>.tmp.XXXXXX" in the
 /// same folder, created exclusively (mkostemp: O_CREAT | O_EXCL, so a planted file or symlink
 /// of that name is never followed, truncated or reused), mode 0644 less the umask; commit()

@@ -69,7 +69,9 @@ class Reader : public scenario_reader::ScenarioTree {
         s);  // the file's layer keys and training.attention_backend win over it
     read_section("model", s, base_dir);
     if (!given("model", "num_query_groups")) m.num_query_groups = m.num_attention_heads;
-    if (!given("model", "ffn_hidden_size")) m.ffn_hidden_size = 4 * m.hidden_size;
+    // Saturating: a hidden_size past its bound is refused by name (scenario_rules), not turned
+    // into a wrapped ffn_hidden_size of 0 (4 x 2^62).
+    if (!given("model", "ffn_hidden_size")) m.ffn_hidden_size = mul(4, m.hidden_size);
     if (given("model", "rotary_base") && m.position_embedding_type != PositionEmbedding::kRope) {
       fail(path_of("model", "rotary_base"),
            "applies only to position_embedding_type: rope (this model uses learned_absolute "

@@ -45,6 +45,100 @@ Breach check_positive(std::string_view key, int64_t value) {
   return std::nullopt;
 }
 
+/// `value` <= `max` (the upper bounds of core/scenario_rules.hpp).
+Breach check_at_most(std::string_view key, int64_t value, int64_t max, std::string_view what) {
+  if (value > max) {
+    return broken(key, fmt::format("must be at most {} ({}), got {} (rule: sizes have sane upper "
+                                   "bounds, far above any model or cluster trained, so that the "
+                                   "counts derived from them stay exact)",
+                                   max, what, value));
+  }
+  return std::nullopt;
+}
+
+/// The upper bounds of the sizes, then the parameters of the whole model (in long double: the
+/// count itself may pass int64's range), named by the key of its largest part.
+Breach size_bound_breach(const Scenario& s) {
+  const ModelSpec& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const TrainingConfig& t = s.training;
+  struct Bound {
+    std::string_view key;
+    int64_t value;
+    int64_t max;
+    std::string_view what;
+  };
+  const std::string_view width = "a width, 2^20";
+  const std::string_view count = "2^16";
+  const std::string_view parallel = "a parallel size, 2^24";
+  const Bound bounds[] = {
+      {"model.num_layers", m.num_layers, kMaxModelCount, count},
+      {"model.hidden_size", m.hidden_size, kMaxModelWidth, width},
+      {"model.num_attention_heads", m.num_attention_heads, kMaxModelCount, count},
+      {"model.num_query_groups", m.num_query_groups, kMaxModelCount, count},
+      {"model.kv_channels", m.kv_channels, kMaxModelWidth, width},
+      {"model.ffn_hidden_size", m.ffn_hidden_size, kMaxModelWidth, width},
+      {"model.seq_length", m.seq_length, kMaxTokens, "tokens, 2^24"},
+      {"model.vocab_size", m.vocab_size, kMaxTokens, "tokens, 2^24"},
+      {"model.num_moe_experts", m.num_moe_experts, kMaxModelCount, count},
+      {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size, kMaxModelWidth, width},
+      {"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size,
+       kMaxModelWidth, width},
+      {"parallelism.tensor_model_parallel_size", p.tensor_model_parallel_size, kMaxParallelSize,
+       parallel},
+      {"parallelism.context_parallel_size", p.context_parallel_size, kMaxParallelSize, parallel},
+      {"parallelism.pipeline_model_parallel_size", p.pipeline_model_parallel_size,
+       kMaxParallelSize, parallel},
+      {"parallelism.virtual_pipeline_model_parallel_size",
+       p.virtual_pipeline_model_parallel_size, kMaxParallelSize, parallel},
+      {"parallelism.data_parallel_size", p.data_parallel_size, kMaxParallelSize, parallel},
+      {"parallelism.expert_model_parallel_size", p.expert_model_parallel_size, kMaxParallelSize,
+       parallel},
+      {"parallelism.expert_tensor_parallel_size", p.expert_tensor_parallel_size.value_or(1),
+       kMaxParallelSize, parallel},
+      {"training.num_distributed_optimizer_instances", t.num_distributed_optimizer_instances,
+       kMaxParallelSize, parallel},
+      {"cluster.num_gpus", s.cluster.num_gpus, kMaxParallelSize, "GPUs, 2^24"},
+      {"training.global_batch_size", t.global_batch_size, kMaxGlobalBatch, "samples, 2^32"},
+  };
+  for (const Bound& b : bounds) {
+    if (Breach x = check_at_most(b.key, b.value, b.max, b.what)) return x;
+  }
+  if (mul(t.micro_batch_size, m.seq_length) > kMaxMicroBatchTokens) {
+    return broken("training.micro_batch_size",
+                  fmt::format("{} x model.seq_length = {} x {} tokens per micro-batch, more than "
+                              "2^26 = {} (rule: micro_batch_size x seq_length <= 2^26)",
+                              t.micro_batch_size, t.micro_batch_size, m.seq_length,
+                              kMaxMicroBatchTokens));
+  }
+  // Parameters, every layer as an MoE layer when the model has experts (an upper bound).
+  using F = long double;
+  const F h = static_cast<F>(m.hidden_size);
+  const auto mlp = [&](int64_t ffn) {
+    return h * (static_cast<F>(m.fc1_width_of(ffn)) + static_cast<F>(ffn));
+  };
+  const F attention = h * (static_cast<F>(m.qkv_width()) + static_cast<F>(m.attention_width()));
+  const F experts = m.is_moe() ? static_cast<F>(m.num_moe_experts) * mlp(m.moe_expert_ffn()) +
+                                     mlp(m.moe_shared_expert_intermediate_size)
+                               : mlp(m.ffn_hidden_size);
+  const F layers = static_cast<F>(m.num_layers);
+  const F embeddings = 2 * static_cast<F>(m.vocab_size) * h;
+  const F total = layers * (attention + experts) + embeddings;
+  if (total > static_cast<F>(kMaxParameters)) {
+    std::string_view key = "model.num_layers";
+    if (embeddings >= layers * (attention + experts)) key = "model.vocab_size";
+    else if (m.is_moe() && experts >= attention) key = "model.num_moe_experts";
+    else if (experts >= attention) key = "model.ffn_hidden_size";
+    else key = "model.hidden_size";
+    return broken(key, fmt::format("the model would hold about {:.3g} parameters, more than "
+                                   "{:.0e} (rule: at most 1e15 parameters, each layer counted as "
+                                   "an MoE layer when the model has experts; the largest models "
+                                   "trained hold ~2e12)",
+                                   static_cast<double>(total), kMaxParameters));
+  }
+  return std::nullopt;
+}
+
 /// A what-if factor in the schema's kScale (why those bounds: core/scenario_schema.hpp).
 Breach check_scale(const std::string& key, const std::optional<double>& value) {
   if (value && !kScale.contains(*value)) {
@@ -319,11 +413,18 @@ Breach moe_breach(const Scenario& s) {
                                 p.rank_order, ep));
     }
   }
-  if (imbalance && !(std::isfinite(*imbalance) && *imbalance >= 1)) {
+  // The busiest expert takes at most every token once, E / k times the mean of T k / E.
+  const double most_imbalance =
+      static_cast<double>(experts) / static_cast<double>(m.moe_router_topk);
+  if (imbalance && !(std::isfinite(*imbalance) && *imbalance >= 1 &&
+                     *imbalance <= std::max(1.0, most_imbalance))) {
     return broken("cluster.what_if.moe_load_imbalance",
-                  fmt::format("must be a finite number >= 1 (the busiest expert's tokens over the "
-                              "mean; 1 = balanced), got {}",
-                              *imbalance));
+                  fmt::format("must be a finite number >= 1 and at most model.num_moe_experts "
+                              "/ model.moe_router_topk = {} / {} = {:g} (the busiest expert's "
+                              "tokens over the mean; 1 = balanced, {:g} = every token routed to "
+                              "it), got {}",
+                              experts, m.moe_router_topk, std::max(1.0, most_imbalance),
+                              std::max(1.0, most_imbalance), *imbalance));
   }
   return std::nullopt;
 }
@@ -365,6 +466,7 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
   if (Breach b = check_positive("training.micro_batch_size", t.micro_batch_size)) return b;
   if (Breach b = check_positive("training.global_batch_size", t.global_batch_size)) return b;
   if (Breach b = check_positive("cluster.num_gpus", s.cluster.num_gpus)) return b;
+  if (Breach b = size_bound_breach(s)) return b;
 
   if (!contains(kArchitectures, m.architecture)) {
     return broken("model.architecture", fmt::format("'{}' is not supported (allowed: {})",
@@ -539,6 +641,24 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
     const int64_t micro_batches = t.global_batch_size / per_step;
     const int64_t layers_per_stage = m.num_layers / pp;
     const int64_t passes = mul(micro_batches, layers_per_stage);
+    // Context parallelism's ring (p2p) or gathered blocks (all_gather) add ops per CP step to
+    // every layer pass: about a fifth of a pass's ops each (Llama 3.1 8B, 4096 passes: 100,681
+    // ops at CP 1, 256,329 at CP 8, 747,805 at CP 32); the Ulysses all-to-all (a2a) adds none.
+    const int64_t cp_steps = p.cp_comm_type == CpCommType::kA2a ? 0 : cp - 1;
+    const int64_t weighted = mul(passes, 5 + cp_steps) / 5;
+    if (passes <= kMaxLayerPassesPerRank && weighted > kMaxLayerPassesPerRank) {
+      return broken(
+          "parallelism.context_parallel_size",
+          fmt::format("{} makes the {} layer passes per rank and iteration (micro-batches x "
+                      "num_layers / PP = {} x {} / {}) hold the ops of {} (x (1 + (CP - 1) / 5): "
+                      "each CP step of cp_comm_type {} adds about a fifth of a layer pass's "
+                      "ops), more than the {} a Program may hold (rule: micro-batches x "
+                      "num_layers / PP x (1 + (CP - 1) / 5) <= {}; cp_comm_type a2a adds no ops "
+                      "per CP step)",
+                      cp, passes, micro_batches, m.num_layers, pp, weighted,
+                      to_string(p.cp_comm_type), kMaxLayerPassesPerRank,
+                      kMaxLayerPassesPerRank));
+    }
     if (passes > kMaxLayerPassesPerRank) {
       const bool batch = micro_batches >= layers_per_stage;
       return broken(

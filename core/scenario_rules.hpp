@@ -15,6 +15,30 @@
 
 namespace traintwin::scenario_rules {
 
+/// Upper bounds of the sizes (first_broken_rule checks them after the lower ones), each far above
+/// any model or cluster trained (the largest: hidden 53,248 wide, 128 heads, 256 experts, a
+/// 1M-token context, a 256K vocabulary, ~2e12 parameters, ~1e5 GPUs), so that no count the
+/// memory model or the Program derives from them (parameters, tokens, bytes) passes int64's
+/// range: hidden_size, ffn_hidden_size, kv_channels and the expert widths.
+inline constexpr int64_t kMaxModelWidth = int64_t{1} << 20;
+/// num_layers, num_attention_heads, num_query_groups, num_moe_experts.
+inline constexpr int64_t kMaxModelCount = int64_t{1} << 16;
+/// seq_length and vocab_size, in tokens.
+inline constexpr int64_t kMaxTokens = int64_t{1} << 24;
+/// Every parallel size (TP, CP, PP, VPP, DP, EP, ETP, HSDP instances) and cluster.num_gpus.
+inline constexpr int64_t kMaxParallelSize = int64_t{1} << 24;
+/// training.global_batch_size, in samples.
+inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 32;
+/// Tokens of one micro-batch: micro_batch_size x seq_length.
+inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 26;
+/// The model's parameters (every layer counted as an MoE layer when the model has experts).
+inline constexpr double kMaxParameters = 1e15;
+
+/// The work bound (kMaxLayerPassesPerRank, core/scenario.hpp) counts context parallelism too: with
+/// cp_comm_type p2p or all_gather each CP step adds about a fifth of a layer pass's ops, so the
+/// rule is micro-batches x num_layers / PP x (1 + (CP - 1) / 5) <= kMaxLayerPassesPerRank, and it
+/// names parallelism.context_parallel_size when CP is what passes it.
+
 /// Returns "where" (file:line, --set, or the origin) for a dotted key path.
 using Locator = std::function<std::string(std::string_view key)>;
 

@@ -1,6 +1,7 @@
 // Live-run timeline events; see live_events.hpp.
 #include "exec/live_events.hpp"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,7 +28,9 @@ TimelineEvent live_event(const Program& prog, int64_t rank, int64_t world_size, 
                          {"tp", k.key.tp},
                          {"flops", k.flops},
                          {"bytes", k.bytes},
-                         {"us", span.kernel_s[i] * 1e6}});
+                         // A reading below the clock's resolution (a CUDA event pair reads
+                         // 0) as 1 ns, every cost-database row's floor: a duration is > 0.
+                         {"us", std::max(span.kernel_s[i] * 1e6, 1e-3)}});
     }
     e.args["kernels"] = kernels.dump();
   }

@@ -18,7 +18,8 @@ namespace traintwin::exec {
 /// The event of `span` (an op of `rank` in iteration `iteration`): op_event's name prefixed with
 /// "it <iteration> ", args "iteration" and, for compute ops, "kernels": a JSON array of
 /// {"name", "shape", "dtype", "tp", "flops", "bytes", "us"} (the Program's KernelKey and work of
-/// each kernel, its measured microseconds). Flow ids are made unique across iterations.
+/// each kernel, its measured microseconds, at least 1 ns: a reading below the clock's resolution
+/// is written as 1 ns). Flow ids are made unique across iterations.
 TimelineEvent live_event(const Program& prog, int64_t rank, int64_t world_size, const OpSpan& span,
                          int64_t iteration);
 

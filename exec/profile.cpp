@@ -9,6 +9,8 @@
 #include <string>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/rank_layout.hpp"
@@ -205,6 +207,31 @@ std::vector<CollectiveTiming> profile_collectives(Communicator& comm,
     }
   }
   return rows;
+}
+
+void check_collective_sizes_fit_host(int64_t largest_bytes, int64_t ranks_on_host,
+                                     int64_t host_memory_bytes) {
+  if (ranks_on_host < 1) {
+    throw InvalidArgument("profile --collectives: ranks on this host must be >= 1, got " +
+                          std::to_string(ranks_on_host));
+  }
+  if (host_memory_bytes <= 0 || largest_bytes <= 0) return;
+  constexpr int64_t k = kCollectiveProfileBuffersPerRank;
+  // In double: 3 x 1 TiB x many ranks may pass int64's range.
+  const double need = static_cast<double>(k) * static_cast<double>(largest_bytes) *
+                      static_cast<double>(ranks_on_host);
+  if (need <= static_cast<double>(host_memory_bytes)) return;
+  const int64_t fits = host_memory_bytes / (k * ranks_on_host);
+  int64_t fits_pow2 = 1;
+  while (fits_pow2 * 2 <= fits) fits_pow2 *= 2;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw InvalidArgument(fmt::format(
+      "profile --collectives: -e/--maxbytes: sizes up to {} bytes need {} x {} bytes per rank "
+      "(two buffers of the size and MPI's temporary) x {} rank(s) on this host = {:.0f} bytes "
+      "({:.1f} GiB), more than this host's memory of {} bytes ({:.1f} GiB); give -e {} or "
+      "less (the largest power of two that fits)",
+      largest_bytes, k, largest_bytes, ranks_on_host, need, need / kGiB, host_memory_bytes,
+      static_cast<double>(host_memory_bytes) / kGiB, fits_pow2));
 }
 
 void merge_measurements(CostDatabase& db, const std::vector<KernelMeasurement>& rows) {

@@ -107,6 +107,19 @@ std::vector<CollectiveTiming> profile_collectives(Communicator& comm,
                                                   const std::vector<int64_t>& sizes, int warmup,
                                                   int repeats);
 
+/// Host bytes one rank of profile_collectives() holds at a size of `bytes`: its two fp32 buffers
+/// of that size and about as much again for the MPI library's temporary (Open MPI's all-reduce
+/// and reduce-scatter of a large buffer; a rank grew to ~3x the size under mpirun).
+constexpr int64_t kCollectiveProfileBuffersPerRank = 3;
+
+/// Refuses, before anything is allocated, collective sizes that cannot fit this host: throws
+/// InvalidArgument naming -e/--maxbytes, the bytes needed (kCollectiveProfileBuffersPerRank x
+/// `largest_bytes` x `ranks_on_host`), `host_memory_bytes` and the largest -e that fits, when
+/// the need exceeds the host's memory. `ranks_on_host` >= 1 (the launcher's ranks on this node);
+/// a `host_memory_bytes` <= 0 (unknown) accepts any size.
+void check_collective_sizes_fit_host(int64_t largest_bytes, int64_t ranks_on_host,
+                                     int64_t host_memory_bytes);
+
 /// Adds `rows` to `db`, replacing rows of the same key (a second profile run updates a
 /// database instead of failing on duplicates).
 void merge_measurements(CostDatabase& db, const std::vector<KernelMeasurement>& rows);

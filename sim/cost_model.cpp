@@ -327,11 +327,12 @@ std::vector<LeaveOneOutRow> leave_one_out(const CostDatabase& db, const GpuSpec&
 }
 
 std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
-                                                    const GpuSpec& target) {
+                                                    const GpuSpec& target,
+                                                    const std::string& origin) {
   auto db = std::make_shared<CostDatabase>(
       CostDbDevice{"live timeline " + live.name, 1, 1, 1, std::nullopt, std::nullopt, std::nullopt},
       CostDbVersions{"n/a", "n/a", "n/a", "n/a", "n/a", std::nullopt});
-  for (KernelMeasurement& m : kernel_rows_from_timeline(live)) db->add(std::move(m));
+  for (KernelMeasurement& m : kernel_rows_from_timeline(live, origin)) db->add(std::move(m));
   return make_database_cost_model(std::move(db), recorded_on,
                                   make_roofline_cost_model(default_roofline_efficiency(target)));
 }

@@ -177,8 +177,10 @@ std::vector<LeaveOneOutRow> leave_one_out(const CostDatabase& db, const GpuSpec&
 /// durations in `live`'s "kernels" args (traces/timeline_costs.hpp; every rank and iteration,
 /// median per KernelKey) measured on `recorded_on`, looked up and interpolated as
 /// make_database_cost_model() does (scaled when the target GPU differs), with the calibrated
-/// roofline of the target as fallback. Throws Error when the timeline has no kernel durations.
+/// roofline of the target as fallback. Throws Error (naming `origin`, the timeline's file, or
+/// live.name when empty) when the timeline has no kernel durations or a malformed one.
 std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const GpuSpec& recorded_on,
-                                                    const GpuSpec& target);
+                                                    const GpuSpec& target,
+                                                    const std::string& origin = "");
 
 }  // namespace traintwin

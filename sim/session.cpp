@@ -39,6 +39,39 @@ void check_database_device(const std::filesystem::path& file, const TopologySpec
       target.gpu.name));
 }
 
+/// Throws ConfigError when live timeline `file` was recorded on another device than the one its
+/// durations are charged for: `measured_on` (--cost-db-topology, whose times are scaled to the
+/// target) when given, else the target `topology` itself (times charged unscaled). A timeline
+/// that records no device (written before traintwin recorded it) needs --cost-db-topology.
+void check_timeline_device(const std::string& file, const Timeline& live,
+                           const TopologySpec* measured_on, const TopologySpec& topology) {
+  if (measured_on == nullptr && live.device.empty()) {
+    throw ConfigError(fmt::format(
+        "--costs-from-timeline {}: the timeline does not record the device it ran on (otherData "
+        "\"device\"; written before traintwin recorded it), so its times cannot be charged as "
+        "those of {}'s {}: give --cost-db-topology with the topology of the device it ran on "
+        "(its times are then scaled to {}), or record it again with train --timeline or "
+        "validate --live --timeline",
+        file, topology.name, topology.gpu.name, topology.gpu.name));
+  }
+  if (measured_on == nullptr && live.device != topology.gpu.name) {
+    throw ConfigError(fmt::format(
+        "--costs-from-timeline {}: recorded on {}, but topology {} is {} {}; its times would be "
+        "charged as that device's own: give --cost-db-topology (the topology of {}, e.g. the one "
+        "`traintwin profile --topology-out` wrote) to scale them to {}, or a timeline recorded "
+        "on {}",
+        file, live.device, topology.name,
+        is_cpu_topology(topology) ? "the CPU host" : "a cluster of", topology.gpu.name,
+        live.device, topology.gpu.name, topology.gpu.name));
+  }
+  if (measured_on != nullptr && !live.device.empty() && live.device != measured_on->gpu.name) {
+    throw ConfigError(fmt::format(
+        "--costs-from-timeline {}: recorded on {}, but --cost-db-topology {} describes {}: give "
+        "the topology of {} (its gpu.name is the device the timeline records)",
+        file, live.device, measured_on->name, measured_on->gpu.name, live.device));
+  }
+}
+
 }  // namespace
 
 SimulationSession::SimulationSession(Scenario s, const SessionCostSource& source,
@@ -58,8 +91,12 @@ SimulationSession::SimulationSession(Scenario s, TopologySpec topology,
   if (!source.costs_from_timeline.empty()) {
     check_input_file(source.costs_from_timeline, "live timeline");  // streamed: any size
     std::ifstream in(source.costs_from_timeline);
-    const Timeline live = read_chrome_trace(in, source.costs_from_timeline.string());
-    costs_ = make_timeline_cost_model(live, measured_on, topology_.gpu);
+    const std::string file = source.costs_from_timeline.string();
+    const Timeline live = read_chrome_trace(in, file);
+    // Its kernel durations first ("not a live timeline" says more about a simulation's
+    // timeline than its missing device), then the device they were measured on.
+    costs_ = make_timeline_cost_model(live, measured_on, topology_.gpu, file);
+    check_timeline_device(file, live, db_topo ? &*db_topo : nullptr, topology_);
     return;
   }
   if (!source.cost_db.empty() && !db_topo) check_database_device(source.cost_db, topology_);

@@ -40,7 +40,10 @@ class SimulationSession {
   /// what load_topology, check_cluster_size and the cost models throw (ConfigError,
   /// CostDatabaseError, TimelineError), and ConfigError for a --cost-db measured on a CPU used
   /// for a GPU's topology, or the other way round, without the cost_db_topology it was measured
-  /// on (its costs would be charged as the target's own, unscaled).
+  /// on (its costs would be charged as the target's own, unscaled); likewise for a
+  /// costs_from_timeline recorded on another device than the topology's gpu.name (or, with
+  /// cost_db_topology, than its gpu.name), or one that records no device, without
+  /// cost_db_topology.
   SimulationSession(Scenario s, const SessionCostSource& source, SimulationOptions options);
   /// The scenario on `topology`, read from `topology_file` (which places traces/db): for a
   /// topology the caller adjusted (validate --live on part of a node).

@@ -324,11 +324,39 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
       or_base(axes.data_parallel_sharding_strategy, base.training.data_parallel_sharding_strategy);
   const auto instances = or_base(axes.num_distributed_optimizer_instances,
                                  base.training.num_distributed_optimizer_instances);
+  // The grid's size before any combination is made (in double: 15 axes of many values may pass
+  // int64's range), naming every axis of more than one value.
+  const std::pair<const char*, size_t> sizes[] = {
+      {"cluster.num_gpus", gpus.size()},
+      {"parallelism.tensor_model_parallel_size", tps.size()},
+      {"parallelism.context_parallel_size", cps.size()},
+      {"parallelism.pipeline_model_parallel_size", pps.size()},
+      {"parallelism.virtual_pipeline_model_parallel_size", vpps.size()},
+      {"training.micro_batch_size", mbss.size()},
+      {"training.recompute_granularity", recomputes.size()},
+      {"parallelism.sequence_parallel", sps.size()},
+      {"training.use_distributed_optimizer", dos.size()},
+      {"training.fp8_format (on/off)", fp8s.size()},
+      {"parallelism.expert_model_parallel_size", eps.size()},
+      {"parallelism.expert_tensor_parallel_size", etps.size()},
+      {"parallelism.pipeline_schedule", schedules.size()},
+      {"training.data_parallel_sharding_strategy", shardings.size()},
+      {"training.num_distributed_optimizer_instances", instances.size()},
+  };
+  double grid = 1;
+  std::string named;
+  for (const auto& [name, n] : sizes) {
+    grid *= static_cast<double>(n);
+    if (n > 1) named += fmt::format("{}{} ({} values)", named.empty() ? "" : " x ", name, n);
+  }
+  if (grid > static_cast<double>(kMaxSweepConfigurations)) {
+    throw InvalidArgument(fmt::format(
+        "sweep: {} = {:.0f} configurations, more than the {} a sweep holds (each is a whole "
+        "scenario in memory); sweep fewer values per axis, or split the grid into several sweeps",
+        named, grid, kMaxSweepConfigurations));
+  }
   std::vector<Combination> combinations;
-  combinations.reserve(gpus.size() * tps.size() * cps.size() * pps.size() * vpps.size() *
-                       mbss.size() * recomputes.size() * sps.size() * dos.size() * fp8s.size() *
-                       eps.size() * etps.size() * schedules.size() * shardings.size() *
-                       instances.size());
+  combinations.reserve(static_cast<size_t>(grid));
   for (int64_t n : gpus) {
     for (int64_t tp : tps) {
       for (int64_t cp : cps) {

@@ -98,6 +98,11 @@ struct SweepConfiguration {
   int64_t gpus_per_replica() const;
 };
 
+/// The most configurations one sweep enumerates: each is a whole scenario held in memory (a few
+/// KB, and its row of results later), so a grid past this bound is refused before any is made
+/// (300 x 300 x 300 values ran out of memory).
+inline constexpr int64_t kMaxSweepConfigurations = int64_t{1} << 20;
+
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
 /// num_gpus, tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep,
 /// etp, pipeline_schedule, data_parallel_sharding_strategy, num_distributed_optimizer_instances.
@@ -111,8 +116,9 @@ struct SweepConfiguration {
 /// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). The combinations are
 /// checked on `threads` threads (this one and threads - 1 more; each row is independent of the
 /// others: the same result for any count). Throws InvalidArgument for an axis value < 1, a
-/// duplicate value in an axis, a negative global_batch_size_per_dp, gpu_memory_bytes <= 0 or
-/// threads < 1.
+/// duplicate value in an axis, a negative global_batch_size_per_dp, gpu_memory_bytes <= 0,
+/// threads < 1, or a grid of more than kMaxSweepConfigurations combinations (naming each axis
+/// of more than one value and its count).
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes, int threads = 1);

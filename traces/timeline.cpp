@@ -270,8 +270,8 @@ class TraceReader {
 
 }  // namespace
 
-ChromeTraceWriter::ChromeTraceWriter(std::ostream& out, std::string name)
-    : out_(out), name_(std::move(name)) {
+ChromeTraceWriter::ChromeTraceWriter(std::ostream& out, std::string name, std::string device)
+    : out_(out), name_(std::move(name)), device_(std::move(device)) {
   for (size_t i = 0; i < kFixedStreams.size(); ++i) {
     tids_.emplace(std::string(kFixedStreams[i]), static_cast<int64_t>(i));
   }
@@ -347,6 +347,7 @@ void ChromeTraceWriter::finish() {
   }
   OrderedJson other;
   other["name"] = name_;
+  if (!device_.empty()) other["device"] = device_;
   out_ << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << Dump(other) << "}\n";
 }
 
@@ -354,7 +355,7 @@ void write_chrome_trace(const Timeline& t, std::ostream& out) {
   // Every event checked before the first byte: a bad timeline writes nothing.
   std::set<std::pair<int64_t, bool>> flow_sides;
   for (size_t i = 0; i < t.events.size(); ++i) CheckEvent(t.events[i], i, flow_sides);
-  ChromeTraceWriter w(out, t.name);
+  ChromeTraceWriter w(out, t.name, t.device);
   w.write_tracks(t.events);
   for (const TimelineEvent& e : t.events) w.write(e);
   w.finish();
@@ -401,6 +402,8 @@ Timeline read_chrome_trace(std::istream& in, const std::string& origin) {
   if (other != doc.end() && other->is_object()) {
     auto name = other->find("name");
     if (name != other->end() && name->is_string()) t.name = name->get<std::string>();
+    auto device = other->find("device");
+    if (device != other->end() && device->is_string()) t.device = device->get<std::string>();
   }
   return t;
 }

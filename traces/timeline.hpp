@@ -30,11 +30,16 @@ struct TimelineEvent {
 struct Timeline {
   std::string name;
   std::vector<TimelineEvent> events;
+  /// The device a live run ran on, as a topology's gpu.name names it (e.g. "H100-SXM-80GB" or
+  /// "cpu-amd-epyc-7b13-1t"): what its kernel durations were measured on. Empty for a
+  /// simulation, and in a trace written before traintwin recorded it.
+  std::string device;
 };
 
 /// Writes `t` as Chrome Trace Event Format JSON (loads in ui.perfetto.dev and chrome://tracing).
 ///
-/// Layout: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"name": t.name}}, one
+/// Layout: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"name": t.name}} (and
+/// "device": t.device in otherData when it is not empty), one
 /// trace event per line. Each rank is a process (pid = rank) with "process_name" "rank N" and
 /// "process_sort_index" N; each stream is a thread whose tid is the same on every rank:
 /// compute 0, tp-comm 1, cp-comm 2, pp-comm 3, dp-comm 4, ep-comm 5, then other streams from 6 in
@@ -64,7 +69,8 @@ void write_chrome_trace(const Timeline& t, std::ostream& out);
 /// Without finish() the document is left unterminated.
 class ChromeTraceWriter {
  public:
-  ChromeTraceWriter(std::ostream& out, std::string name);
+  /// `device`: Timeline::device (otherData "device" when not empty).
+  ChromeTraceWriter(std::ostream& out, std::string name, std::string device = "");
   /// Writes now the metadata of every (rank, stream) of `events` (sorted by rank, then tid), so
   /// that it comes before the events (write_chrome_trace's layout).
   void write_tracks(const std::vector<TimelineEvent>& events);
@@ -79,6 +85,7 @@ class ChromeTraceWriter {
 
   std::ostream& out_;
   std::string name_;
+  std::string device_;
   std::map<std::string, int64_t> tids_;
   std::map<int64_t, std::set<int64_t>> metadata_;             ///< rank -> tids announced
   std::map<int64_t, std::map<int64_t, std::string>> seen_;    ///< rank -> tid -> stream
@@ -91,7 +98,8 @@ class ChromeTraceWriter {
 /// becomes a TimelineEvent in file order, rank = pid, stream = the "thread_name" of its
 /// (pid, tid), times in seconds; each "s"/"f" flow event is bound to the "X" slice on its
 /// (pid, tid) that contains its ts (preferring the last one before it in the file) and sets that
-/// event's flow_id and flow_start. Timeline::name comes from otherData.name when present.
+/// event's flow_id and flow_start. Timeline::name and Timeline::device come from otherData's
+/// "name" and "device" when present.
 ///
 /// Strict: malformed JSON, no "traceEvents" array, an event that is not an object or has no
 /// "ph", an "X" event without numeric ts/dur (dur >= 0), integer pid/tid or string name, a

@@ -1,6 +1,8 @@
 // Cost-database rows from raw timings; see timeline_costs.hpp.
 #include "traces/timeline_costs.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -43,7 +45,9 @@ KernelMeasurement measurement_from_samples(const Kernel& kernel, std::vector<dou
   return m;
 }
 
-std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t) {
+std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t,
+                                                         const std::string& origin) {
+  const std::string& file = origin.empty() ? t.name : origin;
   struct Samples {
     Kernel kernel;
     std::vector<double> us;
@@ -52,7 +56,7 @@ std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t) {
   for (size_t i = 0; i < t.events.size(); ++i) {
     const auto it = t.events[i].args.find("kernels");
     if (it == t.events[i].args.end()) continue;
-    const std::string where = t.name + ": event " + std::to_string(i) + " (" + t.events[i].name +
+    const std::string where = file + ": event " + std::to_string(i) + " (" + t.events[i].name +
                               "): args.kernels: ";
     try {
       for (const auto& j : nlohmann::json::parse(it->second)) {
@@ -71,9 +75,9 @@ std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t) {
         Samples& s = by_key[k.key.to_string()];
         s.kernel = k;
         const double us = j.at("us").get<double>();
-        if (!std::isfinite(us) || us < 0) {
-          throw Error(k.key.to_string() + ": us must be a duration >= 0, got " +
-                      std::to_string(us));
+        if (!std::isfinite(us) || us <= 0) {
+          throw Error(fmt::format("{}: us must be a duration > 0 (microseconds), got {}",
+                                  k.key.to_string(), us));
         }
         s.us.push_back(us);
       }
@@ -84,7 +88,7 @@ std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t) {
     }
   }
   if (by_key.empty()) {
-    throw Error(t.name + ": no event has kernel durations (args.kernels): not a live timeline "
+    throw Error(file + ": no event has kernel durations (args.kernels): not a live timeline "
                 "written by traintwin train --timeline or validate --live --timeline");
   }
   std::vector<KernelMeasurement> rows;

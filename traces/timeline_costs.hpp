@@ -19,8 +19,11 @@ KernelMeasurement measurement_from_samples(const Kernel& kernel, std::vector<dou
 
 /// Per KernelKey, the row of the kernel durations recorded in the "kernels" args of `t`'s
 /// events (every rank and iteration): a JSON array of {"name", "shape", "dtype", "tp",
-/// "flops", "bytes", "us"}. Throws Error naming the event when an entry is malformed, and when
-/// no event has kernels (not a live timeline).
-std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t);
+/// "flops", "bytes", "us"}; "us" a duration > 0 (a kernel that ran took time: traintwin writes
+/// a reading below the clock's resolution as 1 ns, exec/live_events.hpp). Throws Error naming
+/// `origin` (the file it was read from; t.name when empty) and the event when an entry is
+/// malformed or its duration is not > 0, and when no event has kernels (not a live timeline).
+std::vector<KernelMeasurement> kernel_rows_from_timeline(const Timeline& t,
+                                                         const std::string& origin = "");
 
 }  // namespace traintwin

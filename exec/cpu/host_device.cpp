@@ -2,6 +2,7 @@
 #include "exec/cpu/host_device.hpp"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -89,6 +90,19 @@ int64_t last_level_cache_bytes() {
   return int64_t{32} << 20;
 }
 
+int64_t host_memory_bytes() {
+  const std::string mem = proc_value("/proc/meminfo", "MemTotal");  // "131891092 kB"
+  if (!mem.empty()) {
+    try {
+      return std::stoll(mem) * 1024;
+    } catch (const std::exception&) {
+      // not a number: fall through to sysconf
+    }
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
 CostDbDevice host_device(int threads) {
   if (threads < 1) throw InvalidArgument("threads must be >= 1, got " + std::to_string(threads));
   CostDbDevice d;
@@ -97,8 +111,7 @@ CostDbDevice host_device(int threads) {
   d.sm_count = host_cores();
   const std::string mhz = proc_value("/proc/cpuinfo", "cpu MHz");
   d.clock_mhz = mhz.empty() ? 1.0 : std::max(1.0, std::stod(mhz));
-  const std::string mem = proc_value("/proc/meminfo", "MemTotal");  // "131891092 kB"
-  d.memory_bytes = mem.empty() ? 1 : std::max<int64_t>(1, std::stoll(mem) * 1024);
+  d.memory_bytes = std::max<int64_t>(1, host_memory_bytes());
   d.kind = "cpu";
   d.threads = threads;
   return d;

@@ -35,8 +35,12 @@ int use_gemm_threads(int local_ranks, int requested = 0);
 /// does not say.
 int64_t last_level_cache_bytes();
 
+/// This host's memory in bytes: /proc/meminfo MemTotal (the physical memory the kernel manages),
+/// else sysconf's physical pages x page size; 0 when neither says.
+int64_t host_memory_bytes();
+
 /// This CPU as a cost-database device: name = /proc/cpuinfo "model name", sm_count = cores,
-/// clock_mhz = "cpu MHz" of CPU 0 now, memory_bytes = /proc/meminfo MemTotal, kind "cpu",
+/// clock_mhz = "cpu MHz" of CPU 0 now, memory_bytes = host_memory_bytes() (>= 1), kind "cpu",
 /// threads = `threads`. Throws InvalidArgument for threads < 1.
 CostDbDevice host_device(int threads);
 

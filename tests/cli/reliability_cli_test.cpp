@@ -75,14 +75,21 @@ TEST_F(ReliabilityCli, CollectiveSizesAreCheckedLikeNcclTests) {
   EXPECT_THAT(ok.output, AllOf(HasSubstr(" 1024 "), HasSubstr(" 2048 "), HasSubstr(" 4096 ")));
 }
 
-// Defect 3: bad_alloc after a long wait; now refused at once, naming the key and the limit.
+// Defect 3: bad_alloc after a long wait; now refused at once, naming the key and the limit:
+// sizes past their upper bounds (issue 31: 2^32 samples, 2^16 layers), and within them the
+// work bound of 131072 layer passes per rank.
 TEST_F(ReliabilityCli, WorkThatCannotBeSimulatedIsRefusedAtOnce) {
   for (const std::string cmd : {"summary", "memory", "simulate", "train"}) {
     SCOPED_TRACE(cmd);
     expect_clear_error(run(cmd + " " + kTinyScenario + " --global-batch-size 1000000000000000"),
+                       {"training.global_batch_size", "must be at most 4294967296"});
+    expect_clear_error(run(cmd + " " + kTinyScenario + " --global-batch-size 4294967296"),
                        {"training.global_batch_size", "131072"});
   }
   expect_clear_error(run("summary " + kTinyScenario + " --set model.num_layers=10000000"),
+                     {"model.num_layers", "must be at most 65536"});
+  expect_clear_error(run("summary " + kTinyScenario + " --set model.num_layers=65536 "
+                         "--global-batch-size 512"),
                      {"model.num_layers", "131072"});
 }
 

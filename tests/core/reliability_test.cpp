@@ -135,7 +135,8 @@ TEST_F(CoreReliabilityTest, HugeSplitWeightsNormalizeWithoutOverflow) {
 }
 
 // Defect 3: --global-batch-size 1e15 died of bad_alloc; num_layers 10^7 ran for minutes. Both are
-// refused by the rule, naming the key and the limit, at once.
+// refused by the rule, naming the key and the limit, at once (issue 31: past their own upper
+// bounds, 2^32 samples and 2^16 layers, by those; within them, by the work bound).
 TEST_F(CoreReliabilityTest, WorkBeyondTheProgramBoundIsRefusedNamingTheKey) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -143,10 +144,23 @@ TEST_F(CoreReliabilityTest, WorkBeyondTheProgramBoundIsRefusedNamingTheKey) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("training.global_batch_size"),
-                                HasSubstr(std::to_string(kMaxLayerPassesPerRank))));
+                                HasSubstr("must be at most 4294967296")));
   }
   try {
     load_scenario(kScenario, {{"model.num_layers", "10000000"}});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("model.num_layers"), HasSubstr("must be at most 65536")));
+  }
+  try {
+    load_scenario(kScenario, {{"training.global_batch_size", "4294967296"}});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("training.global_batch_size"),
+                                HasSubstr(std::to_string(kMaxLayerPassesPerRank))));
+  }
+  try {
+    load_scenario(kScenario, {{"model.num_layers", "65536"}, {"training.global_batch_size", "512"}});
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("model.num_layers"),

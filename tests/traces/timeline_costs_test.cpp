@@ -1,6 +1,7 @@
 // traces/timeline_costs.hpp: kernel rows from a live timeline's args.kernels: the cuda
 // backend's TF32 keys are read (a GPU timeline replays like a CPU one), the statistics of the
-// samples, and a negative duration is refused naming the event and kernel (issue 31).
+// samples, and a negative or zero duration is refused naming the file, the event and the kernel
+// (issue 31).
 #include "traces/timeline_costs.hpp"
 
 #include <gmock/gmock.h>
@@ -47,7 +48,16 @@ TEST(TimelineCosts, NegativeDurationsAndUnknownDtypesAreRefused) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("live.json: event 0 (fwd mb0 L0): args.kernels: "));
-    EXPECT_THAT(e.what(), HasSubstr("us must be a duration >= 0, got -5"));
+    EXPECT_THAT(e.what(), HasSubstr("us must be a duration > 0 (microseconds), got -5"));
+  }
+  // A kernel that ran took time: 0 is no measurement (traintwin writes a reading below the
+  // clock's resolution as 1 ns).
+  try {
+    kernel_rows_from_timeline(timeline_with("[" + kernel("fp32", 70) + "," + kernel("fp32", 0) + "]"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("gemm_fwd[2048,2048,2048] fp32 tp1: us must be a duration > 0 "
+                                    "(microseconds), got 0"));
   }
   try {
     kernel_rows_from_timeline(timeline_with("[" + kernel("int8", 5) + "]"));
@@ -55,6 +65,27 @@ TEST(TimelineCosts, NegativeDurationsAndUnknownDtypesAreRefused) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(),
                 HasSubstr("unknown dtype \"int8\" (allowed: fp32, fp16, bf16, fp8, tf32, fp32-bf16)"));
+  }
+}
+
+// The messages name the file the timeline was read from, not the run's name inside it
+// (otherData.name, e.g. "gpt-tiny (live)"), which told the user nothing about where to look.
+TEST(TimelineCosts, MessagesNameTheFileTheTimelineCameFrom) {
+  Timeline t = timeline_with("[" + kernel("fp32", -5) + "]");
+  t.name = "tiny (live)";
+  try {
+    kernel_rows_from_timeline(t, "/runs/live.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/runs/live.json: event 0 (fwd mb0 L0): args.kernels: "));
+  }
+  Timeline none;
+  none.name = "tiny (live)";
+  try {
+    kernel_rows_from_timeline(none, "/runs/sim.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/runs/sim.json: no event has kernel durations"));
   }
 }
 

@@ -287,6 +287,20 @@ TEST(TimelineTest, EmptyTimelineWritesAValidFile) {
   EXPECT_EQ(back.name, "");
 }
 
+// A live run's device travels with its timeline (otherData.device), so that simulate
+// --costs-from-timeline can refuse a timeline of another device (issue 31); a simulation's
+// timeline has none and writes none.
+TEST(TimelineTest, TheDeviceOfALiveRunRoundTrips) {
+  Timeline t = Sample();
+  t.device = "cpu-amd-epyc-7b13-1t";
+  const std::string text = Write(t);
+  EXPECT_EQ(Json::parse(text)["otherData"]["device"], "cpu-amd-epyc-7b13-1t");
+  EXPECT_EQ(Read(text).device, "cpu-amd-epyc-7b13-1t");
+  const std::string simulated = Write(Sample());
+  EXPECT_FALSE(Json::parse(simulated)["otherData"].contains("device"));
+  EXPECT_EQ(Read(simulated).device, "");
+}
+
 TEST(TimelineTest, ReadsAHandWrittenTraceWithFlowsBeforeTheirSlices) {
   // Metadata last, the flow events before the slices they bind to, integer times.
   const Timeline t = Read(R"({"traceEvents": [

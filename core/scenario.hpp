@@ -491,7 +491,9 @@ void apply_architecture_preset(Scenario& s);
 /// The most layer passes (micro-batches x layers per pipeline stage) one rank's Program may hold
 /// per iteration: 2^17, about 100x the largest shipped scenario. Memory grows ~14 KB per layer
 /// pass (`summary` of gpt-tiny-brown: 2^16 passes, 0.93 GB peak and 2.5 s; 2^20, 14 GB): at the
-/// bound about 2 GB, beyond it a machine would run out of memory or time.
+/// bound about 2 GB, beyond it a machine would run out of memory or time. Context parallelism
+/// counts (1 + (CP - 1) / 5) per pass, and every size has an upper bound of its own
+/// (core/scenario_rules.hpp).
 inline constexpr int64_t kMaxLayerPassesPerRank = int64_t{1} << 17;
 
 /// Checks the cross-key rules (throws ConfigError naming the key(s) and the rule):

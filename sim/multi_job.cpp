@@ -361,13 +361,8 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
     }
     timed.push_back(std::make_shared<TimedProgram>(prog, *jobs[j].costs, topo.gpu, std::move(compute)));
   }
-  replay_engine::claim_simgrid_engine();
-  int argc = 2;
-  char arg0[] = "traintwin";
-  char arg1[] = "--log=root.thresh:critical";
-  char* argv[] = {arg0, arg1, nullptr};
-  simgrid::s4u::Engine engine(&argc, argv);
-  auto platform = Platform::build(engine, topo, num_nodes * G);
+  const auto engine = replay_engine::start_simgrid_engine();
+  auto platform = Platform::build(*engine, topo, num_nodes * G);
   std::vector<std::unique_ptr<replay_engine::Engine>> engines;
   constexpr uint64_t kRecordMask = (uint64_t{1} << kJobTagShift) - 1;
   FlowNetwork net(
@@ -397,7 +392,7 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
       throw Error(fmt::format("job {}: {}", jobs[j].name, e.what()));
     }
   }
-  engine.run();
+  engine->run();
   JobsReplay res;
   std::unordered_map<const simgrid::s4u::Link*, size_t> link_index;
   for (const PlatformLink& l : platform->links()) {

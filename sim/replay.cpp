@@ -20,10 +20,15 @@
 namespace traintwin {
 namespace replay_engine {
 
-void claim_simgrid_engine() {
+std::unique_ptr<simgrid::s4u::Engine> start_simgrid_engine() {
   static bool used = false;
   if (used) throw Error("simulate: SimGrid runs one simulation per process");
   used = true;
+  int argc = 2;
+  char arg0[] = "traintwin";
+  char arg1[] = "--log=root.thresh:critical";
+  char* argv[] = {arg0, arg1, nullptr};
+  return std::make_unique<simgrid::s4u::Engine>(&argc, argv);
 }
 
 SimulationResult Engine::run() {
@@ -538,13 +543,8 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
   }
   const TimedProgram timed(prog, costs, topo.gpu, std::move(compute));
   const auto wall1 = Clock::now();
-  replay_engine::claim_simgrid_engine();
-  int argc = 2;
-  char arg0[] = "traintwin";
-  char arg1[] = "--log=root.thresh:critical";
-  char* argv[] = {arg0, arg1, nullptr};
-  simgrid::s4u::Engine engine(&argc, argv);
-  auto platform = Platform::build(engine, topo, prog.layout.world_size(), opts.scaling);
+  const auto engine = replay_engine::start_simgrid_engine();
+  auto platform = Platform::build(*engine, topo, prog.layout.world_size(), opts.scaling);
   // Closed forms (collectives inside a node, algorithm choice) see the scaled tiers.
   const TopologySpec scaled = scaled_topology(topo, opts.scaling);
   const auto wall2 = Clock::now();

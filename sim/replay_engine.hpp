@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -95,9 +96,10 @@ struct FlowRecord {
   double start_s, end_s, bytes;
 };
 
-/// Claims this process's one SimGrid engine: throws Error "simulate: SimGrid runs one simulation
-/// per process" on the second call (simulate_program() and replay_jobs() call it first).
-void claim_simgrid_engine();
+/// This process's one SimGrid engine, its log threshold at critical (SimGrid prints nothing
+/// else). Throws Error "simulate: SimGrid runs one simulation per process" on the second call
+/// (simulate_program() and replay_jobs() start theirs with it).
+std::unique_ptr<simgrid::s4u::Engine> start_simgrid_engine();
 
 /// One job of several replayed together on one platform (sim/multi_job.hpp): the platform GPU
 /// each of its ranks runs on, the flow network the jobs share, and its iterations.

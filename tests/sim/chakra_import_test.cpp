@@ -3,10 +3,12 @@
 // ops, dependencies, groups and iteration time of the direct replay. The export rounds each
 // compute op's time to the microsecond; these tests cost kernels in whole microseconds (the
 // roofline rounded), so nothing is lost but floating-point summation (an op's kernels summed in
-// the direct replay, its total read back): iteration times agree to 1e-9 relative. Refusals: an
-// unknown node or collective type, a dependency on a missing node, a cycle, an unresolved
-// process group, each naming the file and the node. SimGrid allows one engine per process, so
-// each replay runs in a forked child (tests/bounded_child.hpp).
+// the direct replay, its total read back): iteration times agree to 1e-9 relative; CP ring
+// exchanges (a send and a recv in the trace) come back as one collective. Refusals: an unknown
+// node or collective type, a dependency on a missing node, a cycle, an unresolved process group,
+// a ring exchange half alone, each naming the file and the node. --cost-model: the kernels our
+// export lists are priced by a cost model, other nodes keep their durations. SimGrid allows one
+// engine per process, so each replay runs in a forked child (tests/bounded_child.hpp).
 #include "sim/chakra_import.hpp"
 
 #include <google/protobuf/io/coded_stream.h>

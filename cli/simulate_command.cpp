@@ -26,6 +26,7 @@
 #include "sim/summary.hpp"
 #include "sim/summary_document.hpp"
 #include "topologies/topology.hpp"
+#include "traces/cost_db.hpp"
 #include "traces/timeline.hpp"
 
 namespace traintwin::cli {
@@ -46,6 +47,7 @@ struct SimulateOptions {
   std::string cost_db_topology;
   std::vector<std::string> trace;  ///< --trace FORMAT DIR
   std::string topology;            ///< --topology FILE (with --trace)
+  bool cost_model = false;         ///< --cost-model (with --trace)
 };
 
 std::vector<int64_t> parse_rank_list(const std::string& text) {
@@ -294,24 +296,32 @@ void simulate_trace(const SimulateOptions& o) {
   if (o.topology.empty()) throw ConfigError("simulate --trace: --topology FILE is required");
   for (const auto& [flag, given] : {std::pair{"--json", o.json},
                                     {"--out", !o.out_dir.empty()},
-                                    {"--cost-db", !o.cost_db.empty()},
+                                    {"--cost-db", !o.cost_db.empty() && !o.cost_model},
                                     {"--costs-from-timeline", !o.costs_from_timeline.empty()},
                                     {"--cost-db-topology", !o.cost_db_topology.empty()},
                                     {"--aggregate-tp", o.aggregate_tp}}) {
     if (given) {
       throw ConfigError(std::string("simulate --trace: ") + flag +
                         " is not supported with a trace (compute nodes take the trace's "
-                        "durations; the result is printed as text)");
+                        "durations, or with --cost-model the cost model --cost-db gives; the "
+                        "result is printed as text)");
     }
   }
-  const ChakraTrace trace = read_chakra_trace(o.trace[1]);
+  const ChakraTrace trace = read_chakra_trace(o.trace[1], {.kernels = o.cost_model});
   const TopologySpec topo = load_topology(o.topology);
+  // --cost-model: the cost model a scenario on this topology gets (its GPU's database beside
+  // the topologies, or --cost-db, with the calibrated roofline as fallback).
+  std::unique_ptr<CostModel> kernel_costs;
+  if (o.cost_model) {
+    kernel_costs =
+        make_simulation_cost_model(topo.gpu, default_database_dir(o.topology), o.cost_db);
+  }
   SimulationOptions opts;
   opts.collective_algorithm = o.collective_algorithm;
   opts.link_contention = !o.no_link_contention;
   ReplayProgressLine progress(!o.quiet);
   opts.progress = progress.callback();
-  const SimulationResult r = simulate_chakra_trace(trace, topo, opts);
+  const SimulationResult r = simulate_chakra_trace(trace, topo, opts, kernel_costs.get());
   progress.finish();
   const double t = r.iteration_time_s;
   auto pct = [t](double x) { return t > 0 ? 100.0 * x / t : 0.0; };
@@ -322,6 +332,16 @@ void simulate_trace(const SimulateOptions& o) {
   fmt::print("layout             TP {} x CP {} x PP {} x DP {}, order {} ({})\n",
              l.size(GroupKind::kTp), l.size(GroupKind::kCp), l.size(GroupKind::kPp),
              l.size(GroupKind::kDp), l.order(), trace.layout_source);
+  if (o.cost_model) {
+    fmt::print(
+        "compute costs      {} of {} compute nodes priced by the cost model ({}), the rest at "
+        "their trace durations (nodes without traintwin.kernels, or naming a kernel traintwin "
+        "does not know)\n",
+        trace.kernel_nodes, trace.compute_nodes, topo.gpu.name);
+  } else {
+    fmt::print("compute costs      {} compute nodes at their trace durations\n",
+               trace.compute_nodes);
+  }
   fmt::print("iteration time     {:.6f} s\n", t);
   const TimeBreakdown& b = r.critical;
   fmt::print(
@@ -392,6 +412,10 @@ void register_simulate_command(CLI::App& app) {
       ->type_name("FORMAT DIR");
   cmd->add_option("--topology", o->topology, "Topology file the --trace runs on")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--cost-model", o->cost_model,
+                "With --trace: price the compute nodes that name traintwin kernels (our export's "
+                "traintwin.kernels) with the topology GPU's cost model (or --cost-db) instead of "
+                "their trace durations; the others keep their durations and are counted");
   cmd->callback([o] {
     if (!o->trace.empty()) {
       simulate_trace(*o);
@@ -399,6 +423,11 @@ void register_simulate_command(CLI::App& app) {
     }
     if (o->scenario.file.empty()) {
       throw ConfigError("simulate: give a SCENARIO file, or --trace chakra DIR --topology FILE");
+    }
+    if (o->cost_model) {
+      throw ConfigError(
+          "simulate: --cost-model is for --trace (a scenario is always priced by the cost "
+          "model)");
     }
     if (!o->topology.empty()) {
       throw ConfigError(

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -36,7 +38,9 @@
 #include "exec/local_communicator.hpp"
 #include "exec/mpi_communicator.hpp"
 #include "exec/linear.hpp"
+#include "exec/live_events.hpp"
 #include "exec/trainer.hpp"
+#include "sim/chakra_export.hpp"
 #include "traces/timeline.hpp"
 
 namespace traintwin::cli {
@@ -45,6 +49,7 @@ namespace {
 struct TrainOptions {
   ScenarioOptions scenario;
   std::string save, load, timeline;
+  std::string timeline_format = "perfetto";  // --timeline-format perfetto | chakra
   std::string backend = "cpu";
   double distributed_timeout_minutes = exec::kDefaultDistributedTimeoutMinutes;
   std::string fault_inject;             // --fault-inject SPEC ("" = none)
@@ -101,6 +106,62 @@ void print_validation(const exec::ValidationLog& v) {
   std::fflush(stdout);
 }
 
+/// Every rank's `mine` on rank 0, by rank (under mpirun: MPI_Gatherv); empty on the other
+/// ranks. Without mpirun, `mine` alone.
+std::vector<std::string> gather_on_root(exec::Communicator& comm, bool mpi,
+                                        const std::string& mine) {
+  if (!mpi) return {mine};
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(comm.world_size()));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> displs(lens.size(), 0);
+  for (size_t i = 1; i < lens.size(); ++i) displs[i] = displs[i - 1] + lens[i - 1];
+  std::string buf(comm.rank() == 0 ? static_cast<size_t>(displs.back() + lens.back()) : 0, '\0');
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, buf.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+              MPI_COMM_WORLD);
+  if (comm.rank() != 0) return {};
+  std::vector<std::string> all;
+  for (size_t r = 0; r < lens.size(); ++r) {
+    all.push_back(buf.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r])));
+  }
+  return all;
+}
+
+/// `--timeline-format chakra`: the last iteration's ops of every rank as Chakra ET
+/// (sim/chakra_export.hpp, compute nodes at their measured times), written by rank 0 to
+/// DIR/<name>.<rank>.et with DIR/<name>.comm_groups.json, so that `simulate --trace chakra DIR`
+/// (and ASTRA-sim) replays the live run.
+void write_chakra_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool mpi,
+                           const std::string& dir, const std::string& name) {
+  const Program& prog = trainer.program();
+  const int64_t rank = comm.rank();
+  const std::vector<double> seconds =
+      exec::live_op_seconds(prog, rank, trainer.last_iteration_spans());
+  std::ostringstream et;
+  ChakraCommGroups groups;
+  write_chakra_rank(
+      prog, rank, rank, [&](uint32_t op) { return seconds[op]; }, et, groups);
+  const std::vector<std::string> files = gather_on_root(comm, mpi, et.str());
+  const std::vector<std::string> group_texts =
+      gather_on_root(comm, mpi, nlohmann::json(groups).dump());
+  if (files.empty()) return;
+  ChakraCommGroups all_groups;
+  for (const std::string& text : group_texts) {
+    for (const auto& [id, members] : nlohmann::json::parse(text).get<ChakraCommGroups>()) {
+      all_groups.emplace(id, members);
+    }
+  }
+  std::filesystem::create_directories(dir);
+  for (size_t r = 0; r < files.size(); ++r) {
+    AtomicFile f(std::filesystem::path(dir) / fmt::format("{}.{}.et", name, r));
+    f.write(files[r]);
+    f.commit();
+  }
+  AtomicFile g(std::filesystem::path(dir) / fmt::format("{}.comm_groups.json", name));
+  g.write(chakra_comm_groups_json(all_groups));
+  g.commit();
+}
+
 /// Gathers every rank's events on rank 0 (each rank's trace serialized with the Chrome trace
 /// writer and read back there) and writes them to `path`.
 void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool mpi,
@@ -112,18 +173,10 @@ void write_timeline(const exec::Trainer& trainer, exec::Communicator& comm, bool
   if (!mpi) {
     all = mine;
   } else {
-    const std::string s = text.str();
-    int len = static_cast<int>(s.size());
-    std::vector<int> lens(static_cast<size_t>(comm.world_size()));
-    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    std::vector<int> displs(lens.size(), 0);
-    for (size_t i = 1; i < lens.size(); ++i) displs[i] = displs[i - 1] + lens[i - 1];
-    std::string buf(comm.rank() == 0 ? static_cast<size_t>(displs.back() + lens.back()) : 0, '\0');
-    MPI_Gatherv(s.data(), len, MPI_CHAR, buf.data(), lens.data(), displs.data(), MPI_CHAR, 0,
-                MPI_COMM_WORLD);
-    if (comm.rank() != 0) return;
-    for (size_t r = 0; r < lens.size(); ++r) {
-      std::istringstream in(buf.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r])));
+    const std::vector<std::string> texts = gather_on_root(comm, mpi, text.str());
+    if (texts.empty()) return;
+    for (size_t r = 0; r < texts.size(); ++r) {
+      std::istringstream in(texts[r]);
       Timeline t = read_chrome_trace(in, "timeline of rank " + std::to_string(r));
       all.events.insert(all.events.end(), t.events.begin(), t.events.end());
     }
@@ -213,7 +266,14 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
   // The outputs' places checked before the model is built and trained, not after: every rank
   // writes its checkpoint files into --save, rank 0 the timeline.
   if (!o.save.empty()) prepare_output_directory(o.save, "--save");
-  if (!o.timeline.empty() && root) prepare_output_file(o.timeline, "--timeline");
+  if (!o.timeline.empty() && root) {
+    // Chakra ET: a folder of one file per rank; Perfetto: one file.
+    if (o.timeline_format == "chakra") {
+      prepare_output_directory(o.timeline, "--timeline");
+    } else {
+      prepare_output_file(o.timeline, "--timeline");
+    }
+  }
   exec::TrainerOptions topts;
   topts.save = o.save;
   topts.load = o.load;
@@ -302,7 +362,13 @@ void run_train(const TrainOptions& o, const exec::MpiEnvironment* env) {
                "pool; `traintwin memory` models it)\n",
                backend->name(), static_cast<double>(*peak) / (1 << 30));
   }
-  if (!o.timeline.empty()) {
+  if (!o.timeline.empty() && o.timeline_format == "chakra") {
+    write_chakra_timeline(trainer, *comm, mpi, o.timeline, s.name);
+    if (root) {
+      fmt::print("timeline of iteration {} written to {} as Chakra ET ({}.<rank>.et)\n",
+                 *s.training.train_iters, o.timeline, s.name);
+    }
+  } else if (!o.timeline.empty()) {
     // The device as a topology names it, which simulate --costs-from-timeline checks.
     write_timeline(trainer, *comm, mpi, o.timeline, s.name,
                    backend_device_id(*backend, backend_cost_device(*backend, gemm_threads)));
@@ -462,7 +528,14 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--timeline", o->timeline,
-                  "Write every op of every rank as a Chrome/Perfetto trace (the simulator's format)");
+                  "Write every op of every rank as a Chrome/Perfetto trace (the simulator's "
+                  "format), or with --timeline-format chakra the last iteration's ops into this "
+                  "folder as Chakra ET files");
+  cmd->add_option("--timeline-format", o->timeline_format,
+                  "perfetto: one Chrome/Perfetto JSON file; chakra: a folder of Chakra ET files "
+                  "<name>.<rank>.et (measured compute times) for `simulate --trace chakra`")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"perfetto", "chakra"}));
   cmd->add_option("--distributed-timeout-minutes", o->distributed_timeout_minutes,
                   "Under mpirun/srun: a rank that waits longer than this on a collective or "
                   "send/recv aborts the job, naming the op, group and missing ranks (Megatron-LM)")

@@ -37,4 +37,19 @@ TimelineEvent live_event(const Program& prog, int64_t rank, int64_t world_size, 
   return e;
 }
 
+std::vector<double> live_op_seconds(const Program& prog, int64_t rank,
+                                    const std::vector<OpSpan>& spans) {
+  const RankProgram& rp = prog.ranks.at(rank);
+  std::vector<double> seconds(rp.ops.size(), 0.0);
+  for (const OpSpan& span : spans) {
+    if (span.op >= seconds.size()) {
+      throw InvalidArgument("live_op_seconds: a span of op " + std::to_string(span.op) +
+                            ", but rank " + std::to_string(rank) + " has " +
+                            std::to_string(seconds.size()) + " ops");
+    }
+    seconds[span.op] = span.end_s - span.start_s;
+  }
+  return seconds;
+}
+
 }  // namespace traintwin::exec

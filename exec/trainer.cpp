@@ -256,6 +256,7 @@ class Trainer::Impl {
   }
 
   const std::vector<TimelineEvent>& timeline() const { return events_; }
+  const std::vector<OpSpan>& last_iteration_spans() const { return last_spans_; }
   const Program& program() const { return *program_; }
 
  private:
@@ -277,6 +278,7 @@ class Trainer::Impl {
     for (const OpSpan& span : r.spans) {
       events_.push_back(live_event(*program_, comm_.rank(), comm_.world_size(), span, it));
     }
+    last_spans_ = r.spans;
   }
 
   // ---- checkpoints -----------------------------------------------------------------------------
@@ -388,6 +390,7 @@ class Trainer::Impl {
   int64_t first_iteration_ = 1;
   bool load_found_no_checkpoint_ = false;
   std::vector<TimelineEvent> events_;
+  std::vector<OpSpan> last_spans_;  // of the last iteration recorded
 };
 
 Trainer::Trainer(const Scenario& s, Communicator& comm, TrainerOptions options)
@@ -397,6 +400,9 @@ int64_t Trainer::first_iteration() const { return impl_->first_iteration(); }
 bool Trainer::load_found_no_checkpoint() const { return impl_->load_found_no_checkpoint(); }
 void Trainer::train(const TrainerCallbacks& callbacks) { impl_->train(callbacks); }
 const std::vector<TimelineEvent>& Trainer::timeline() const { return impl_->timeline(); }
+const std::vector<OpSpan>& Trainer::last_iteration_spans() const {
+  return impl_->last_iteration_spans();
+}
 const Program& Trainer::program() const { return impl_->program(); }
 
 }  // namespace traintwin::exec

@@ -16,6 +16,7 @@
 #include "core/scenario.hpp"
 #include "exec/backend.hpp"
 #include "exec/communicator.hpp"
+#include "exec/executor.hpp"
 #include "exec/gpt_model.hpp"
 #include "traces/timeline.hpp"
 
@@ -113,6 +114,9 @@ class Trainer {
   /// train() started (after a barrier, so
   /// ranks share the origin); names are prefixed with "it N ".
   const std::vector<TimelineEvent>& timeline() const;
+
+  /// The op spans of the last training iteration (empty unless record_timeline).
+  const std::vector<OpSpan>& last_iteration_spans() const;
 
   /// The Program this rank executes.
   const Program& program() const;

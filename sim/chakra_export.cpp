@@ -73,9 +73,30 @@ int64_t group_id(GroupKind kind, const std::vector<int64_t>& members, int64_t wo
 
 }  // namespace
 
+std::string chakra_kernels_json(const Program& prog, const Op& op) {
+  nlohmann::json list = nlohmann::json::array();
+  for (uint32_t k : op.kernels) {
+    const Kernel& kernel = prog.kernels[k];
+    list.push_back({{"name", kernel.key.name},
+                    {"shape", kernel.key.shape},
+                    {"dtype", to_string(kernel.key.dtype)},
+                    {"tp", kernel.key.tp},
+                    {"flops", kernel.flops},
+                    {"bytes", kernel.bytes}});
+  }
+  return list.dump();
+}
+
 int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t program_rank,
                           std::ostream& out, ChakraCommGroups& groups) {
-  const Program& prog = timed.program();
+  return write_chakra_rank(
+      timed.program(), rank, program_rank,
+      [&](uint32_t op) { return timed.compute_s(rank, program_rank, op); }, out, groups);
+}
+
+int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_rank,
+                          const std::function<double(uint32_t op)>& compute_s, std::ostream& out,
+                          ChakraCommGroups& groups) {
   const int64_t world = prog.layout.world_size();
   if (rank < 0 || rank >= world) {
     throw InvalidArgument(fmt::format("chakra: rank {} outside the world of {}", rank, world));
@@ -145,7 +166,7 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
     switch (op.kind) {
       case OpKind::kCompute: {
         n.set_type(pb::COMP_NODE);
-        const double us = timed.compute_s(rank, program_rank, op.id) * 1e6;
+        const double us = compute_s(op.id) * 1e6;
         n.set_duration_micros(static_cast<uint64_t>(std::llround(us)));
         double flops = 0, bytes = 0;
         for (uint32_t k : op.kernels) {
@@ -154,6 +175,7 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
         }
         add_attr(n, "num_ops", static_cast<int64_t>(std::llround(flops)));
         add_attr_u64(n, "tensor_size", static_cast<uint64_t>(std::llround(bytes)));
+        if (!op.kernels.empty()) add_attr(n, kChakraKernelsAttr, chakra_kernels_json(prog, op));
         break;
       }
       case OpKind::kSend:
@@ -169,6 +191,9 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
       case OpKind::kCollective: {
         std::vector<int64_t> members = prog.layout.group(op.group, rank);
         const int64_t pg = group_id(op.group, members, world);
+        std::vector<int64_t> sorted_members = members;
+        std::sort(sorted_members.begin(), sorted_members.end());
+        groups.emplace(pg, std::move(sorted_members));
         if (op.collective == CollectiveKind::kRingExchange) {
           // Every member sends to the next member (group order, cyclically) and receives from
           // the previous one; the k-th ring exchange of a group has tag base + k on every member.
@@ -177,6 +202,9 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
           const int64_t next = members[static_cast<size_t>((me + 1) % size)];
           const int64_t prev_member = members[static_cast<size_t>((me + size - 1) % size)];
           const int64_t tag = kRingExchangeTagBase + ring_exchanges[pg]++;
+          // Both halves name the exchange's process group, so that the import rebuilds the
+          // one ring exchange (sim/chakra_import.hpp); other readers see a send and a recv.
+          add_attr(n, "traintwin.ring_exchange", std::to_string(pg));
           pb::Node recv = n;
           n.set_type(pb::COMM_SEND_NODE);
           add_attr_i32(n, "comm_src", rank);
@@ -198,8 +226,6 @@ int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t progr
         add_attr(n, "comm_type", static_cast<int64_t>(chakra::comm_type(op.collective)));
         add_attr(n, "comm_size", op.bytes);
         add_attr(n, "pg_name", std::to_string(pg));
-        std::sort(members.begin(), members.end());
-        groups.emplace(pg, std::move(members));
         break;
       }
     }

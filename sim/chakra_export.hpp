@@ -7,10 +7,14 @@
 //
 // One op becomes one node, with node id = 2 x op id (a ring exchange, which Chakra has no
 // collective for, becomes a send to the next member of its group, id 2 x op id, and a recv from
-// the previous one, id 2 x op id + 1):
+// the previous one, id 2 x op id + 1, both with the string attribute traintwin.ring_exchange =
+// the group's pg id, which the import reads back as one ring exchange; the group is in the comm
+// groups JSON as a collective's):
 //   compute     COMP_NODE, duration_micros = the op's time rounded to the microsecond, attributes
 //               is_cpu_op false, num_ops (FLOPs, int64) and tensor_size (bytes, uint64) of its
-//               kernels;
+//               kernels, and traintwin.kernels (string): the op's kernels as a JSON list of
+//               {"name", "shape", "dtype", "tp", "flops", "bytes"} (chakra_kernels_json), which
+//               `simulate --trace chakra --cost-model` prices with traintwin's cost model;
 //   collective  COMM_COLL_NODE, comm_type (CollectiveCommType, int64), comm_size (the nccl-tests
 //               size: the whole buffer, int64 bytes), pg_name (the group's id in the comm groups);
 //   send, recv  COMM_SEND_NODE / COMM_RECV_NODE, comm_src, comm_dst, comm_tag (int32) and
@@ -29,6 +33,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -43,6 +48,14 @@ namespace traintwin {
 /// in mlcommons/chakra (src/generator/generator.py).
 inline constexpr const char* kChakraEtVersion = "1.0.0";
 
+/// The compute-node attribute that lists the node's kernels (chakra_kernels_json()).
+inline constexpr const char* kChakraKernelsAttr = "traintwin.kernels";
+
+/// The kernels of compute op `op` of `prog`, in run order, as compact JSON: a list of
+/// {"name": KernelKey::name, "shape": [int64...], "dtype": "bf16" | ..., "tp": int64,
+/// "flops": double, "bytes": double} (doubles written so that they read back exactly).
+std::string chakra_kernels_json(const Program& prog, const Op& op);
+
 /// The process groups the collectives of the exported ranks name: pg_name (a decimal id,
 /// group kind x world size + lowest member, the same on every member) -> members, ascending.
 using ChakraCommGroups = std::map<int64_t, std::vector<int64_t>>;
@@ -54,6 +67,12 @@ using ChakraCommGroups = std::map<int64_t, std::vector<int64_t>>;
 /// Error when `out` fails.
 int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t program_rank,
                           std::ostream& out, ChakraCommGroups& groups);
+
+/// The same for a Program whose compute ops last `compute_s(op id)` seconds (a live run's
+/// measured times, say: `train --timeline DIR --timeline-format chakra`).
+int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_rank,
+                          const std::function<double(uint32_t op)>& compute_s, std::ostream& out,
+                          ChakraCommGroups& groups);
 
 /// `groups` as ASTRA-sim's comm-group JSON: {"<pg_name>": [ranks...], ...}.
 std::string chakra_comm_groups_json(const ChakraCommGroups& groups);

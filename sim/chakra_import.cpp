@@ -9,6 +9,7 @@
 #include <climits>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <queue>
 #include <set>
@@ -16,8 +17,10 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/kernel_catalogue.hpp"
 #include "core/rank_layout.hpp"
 #include "sim/chakra_et_file.hpp"
+#include "sim/chakra_export.hpp"
 #include "traces/chakra/et_def.pb.h"
 
 namespace traintwin {
@@ -29,6 +32,9 @@ using namespace chakra;
 
 /// Tags given to sends and recvs without comm_tag: above every int32 comm_tag.
 constexpr int64_t kUntaggedBase = int64_t{1} << 32;
+
+/// The attribute traintwin's export gives both halves of a ring exchange: its process group.
+constexpr const char* kRingExchangeAttr = "traintwin.ring_exchange";
 
 /// The rank layout traintwin's export writes in its GlobalMetadata, nullopt without it.
 std::optional<RankLayout> metadata_layout(const fs::path& file, const pb::GlobalMetadata& meta,
@@ -104,6 +110,59 @@ Enum enum_of(const fs::path& file, const pb::Node& n, const char* attr, const st
   refuse(file, n, fmt::format("{} \"{}\" (allowed: {})", attr, text, allowed));
 }
 
+/// What the compute nodes gave over all files: their number, and with
+/// ChakraReadOptions::kernels the kernels read from traintwin.kernels.
+struct ComputeNodes {
+  bool read_kernels = false;
+  int64_t count = 0;                      // compute nodes (COMP_NODE and host ops)
+  int64_t with_kernels = 0;               // of which run traintwin kernels
+  std::map<std::string, uint32_t> index;  // a kernel's JSON text -> index in the kernels
+};
+
+/// The kernels `text` (a traintwin.kernels list) names, or nullopt when one of them is no
+/// kernel of traintwin's catalogue (core/kernel_catalogue.hpp). Refuses text that is no such
+/// list.
+std::optional<std::vector<Kernel>> kernels_of(const fs::path& file, const pb::Node& n,
+                                              const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    refuse(file, n,
+           fmt::format("{} is not a list of {{\"name\", \"shape\", \"dtype\", \"tp\", "
+                       "\"flops\", \"bytes\"}}: {}",
+                       kChakraKernelsAttr, why));
+  };
+  nlohmann::json list;
+  try {
+    list = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    bad(e.what());
+  }
+  if (!list.is_array() || list.empty()) bad("not a non-empty list");
+  std::vector<Kernel> out;
+  for (const nlohmann::json& j : list) {
+    if (!j.is_object()) bad("an item is no object");
+    for (const char* key : {"name", "shape", "dtype", "tp", "flops", "bytes"}) {
+      if (!j.contains(key)) bad(fmt::format("an item has no \"{}\"", key));
+    }
+    try {
+      Kernel k;
+      k.key.name = j.at("name").get<std::string>();
+      if (!find_kernel(k.key.name)) return std::nullopt;
+      k.key.shape = j.at("shape").get<std::vector<int64_t>>();
+      const std::string dtype = j.at("dtype").get<std::string>();
+      const std::optional<Precision> p = precision_from_string(dtype);
+      if (!p) bad(fmt::format("dtype \"{}\" is no precision", dtype));
+      k.key.dtype = *p;
+      k.key.tp = j.at("tp").get<int64_t>();
+      k.flops = j.at("flops").get<double>();
+      k.bytes = j.at("bytes").get<double>();
+      out.push_back(std::move(k));
+    } catch (const nlohmann::json::exception& e) {
+      bad(e.what());
+    }
+  }
+  return out;
+}
+
 /// The per-rank reader: nodes -> ops in a topological order, with their dependencies.
 class RankReader {
  public:
@@ -126,7 +185,13 @@ class RankReader {
         kernel_index_(kernel_index),
         untagged_(untagged) {}
 
-  ReadRank read(const std::vector<pb::Node>& nodes) {
+  /// Compute nodes are counted in `c` (and read as their kernels when c.read_kernels).
+  void count_compute_nodes(ComputeNodes& c) { compute_nodes_ = &c; }
+
+  ReadRank read(const std::vector<pb::Node>& file_nodes) {
+    std::vector<pb::Node> merged;
+    const std::vector<pb::Node>& nodes =
+        merge_ring_exchanges(file_nodes, merged) ? merged : file_nodes;
     const std::vector<uint32_t> order = topological_order(nodes);
     ReadRank out;
     out.rp.rank = rank_;
@@ -162,6 +227,83 @@ class RankReader {
   }
 
  private:
+  /// Pairs the send and the recv traintwin's export wrote for one ring exchange (both with the
+  /// string attribute traintwin.ring_exchange = its process group, and the same comm_tag) into
+  /// one node: the first of the two in the file, waiting for the data_deps of both; dependencies
+  /// on the other one point to it. Returns false, leaving `out` empty, when the file has no
+  /// such node. Refuses a node with the attribute that is no send or recv, a half without its
+  /// other half, a half met twice, halves of different comm_size.
+  bool merge_ring_exchanges(const std::vector<pb::Node>& nodes, std::vector<pb::Node>& out) {
+    // (process group, comm_tag) -> node index of the send, of the recv
+    std::map<std::pair<std::string, int64_t>, std::array<int64_t, 2>> halves;
+    for (uint32_t k = 0; k < nodes.size(); ++k) {
+      const pb::Node& n = nodes[k];
+      const std::optional<std::string> pg = string_attr(file_, n, kRingExchangeAttr);
+      if (!pg) continue;
+      if (n.type() != pb::COMM_SEND_NODE && n.type() != pb::COMM_RECV_NODE) {
+        refuse(file_, n,
+               fmt::format("has {} but is a {} (allowed: COMM_SEND_NODE, COMM_RECV_NODE)",
+                           kRingExchangeAttr,
+                           pb::NodeType_IsValid(n.type()) ? pb::NodeType_Name(n.type())
+                                                          : std::to_string(n.type())));
+      }
+      const int64_t tag = required_int_attr(file_, n, "comm_tag");
+      const size_t side = n.type() == pb::COMM_SEND_NODE ? 0 : 1;
+      auto& h = halves.try_emplace({*pg, tag}, std::array<int64_t, 2>{-1, -1}).first->second;
+      if (h[side] >= 0) {
+        refuse(file_, n,
+               fmt::format("is a second ring exchange {} of {} \"{}\" with comm_tag {} (the "
+                           "first: {})",
+                           side == 0 ? "send" : "recv", kRingExchangeAttr, *pg, tag,
+                           node_ref(nodes[static_cast<size_t>(h[side])])));
+      }
+      h[side] = k;
+    }
+    if (halves.empty()) return false;
+    std::unordered_map<uint64_t, uint64_t> alias;    // id of the half dropped -> id of the kept
+    std::vector<int64_t> partner(nodes.size(), -1);  // kept half -> the dropped one
+    std::vector<bool> dropped(nodes.size(), false);
+    for (const auto& [key, h] : halves) {
+      for (size_t side = 0; side < 2; ++side) {
+        if (h[1 - side] < 0) {
+          refuse(file_, nodes[static_cast<size_t>(h[side])],
+                 fmt::format("is a ring exchange {} ({} \"{}\", comm_tag {}) without its {}",
+                             side == 0 ? "send" : "recv", kRingExchangeAttr, key.first, key.second,
+                             side == 0 ? "recv" : "send"));
+        }
+      }
+      const auto keep = static_cast<size_t>(std::min(h[0], h[1]));
+      const auto drop = static_cast<size_t>(std::max(h[0], h[1]));
+      const int64_t keep_bytes = required_int_attr(file_, nodes[keep], "comm_size");
+      const int64_t drop_bytes = required_int_attr(file_, nodes[drop], "comm_size");
+      if (keep_bytes != drop_bytes) {
+        refuse(file_, nodes[drop],
+               fmt::format("comm_size {} differs from its ring exchange partner {} ({})",
+                           drop_bytes, node_ref(nodes[keep]), keep_bytes));
+      }
+      partner[keep] = static_cast<int64_t>(drop);
+      dropped[drop] = true;
+      alias[nodes[drop].id()] = nodes[keep].id();
+    }
+    out.reserve(nodes.size() - halves.size());
+    for (uint32_t k = 0; k < nodes.size(); ++k) {
+      if (dropped[k]) continue;
+      pb::Node n = nodes[k];
+      if (partner[k] >= 0) {
+        for (uint64_t d : nodes[static_cast<size_t>(partner[k])].data_deps()) n.add_data_deps(d);
+      }
+      std::vector<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
+      n.clear_data_deps();
+      for (uint64_t d : deps) {
+        if (auto it = alias.find(d); it != alias.end()) d = it->second;
+        // A half that waited for its partner waits for nothing within the exchange.
+        if (d != n.id()) n.add_data_deps(d);
+      }
+      out.push_back(std::move(n));
+    }
+    return true;
+  }
+
   /// The nodes' dependencies (indices into `nodes`: their data_deps, without repeats) and a
   /// topological order that keeps the file's order wherever it can (Kahn's algorithm, smallest
   /// file position first). Throws for a repeated id, a dependency on a node the file lacks, a
@@ -272,7 +414,11 @@ class RankReader {
         break;
       case pb::COMM_SEND_NODE:
       case pb::COMM_RECV_NODE:
-        p2p(n, op, untagged_tag);
+        if (auto ring = string_attr(file_, n, kRingExchangeAttr)) {
+          pg = ring_exchange(n, op, *ring);
+        } else {
+          p2p(n, op, untagged_tag);
+        }
         break;
       default:
         refuse(file_, n,
@@ -302,6 +448,10 @@ class RankReader {
     if (n.duration_micros() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       refuse(file_, n, fmt::format("duration_micros {} is too large", n.duration_micros()));
     }
+    if (compute_nodes_) {
+      ++compute_nodes_->count;
+      if (compute_nodes_->read_kernels && traintwin_kernels(n, op)) return;
+    }
     const auto us = static_cast<int64_t>(n.duration_micros());
     const int64_t flops = int_attr(file_, n, "num_ops").value_or(0);
     const int64_t bytes = int_attr(file_, n, "tensor_size").value_or(0);
@@ -317,6 +467,26 @@ class RankReader {
     }
     op.kernels = {it->second};
     op.kernel_roles = {Role::kNone};
+  }
+
+  /// Gives `op` the kernels the node's traintwin.kernels lists, when it has the attribute and
+  /// every kernel is one of traintwin's; returns whether it did.
+  bool traintwin_kernels(const pb::Node& n, Op& op) {
+    const std::optional<std::string> text = string_attr(file_, n, kChakraKernelsAttr);
+    if (!text) return false;
+    std::optional<std::vector<Kernel>> ks = kernels_of(file_, n, *text);
+    if (!ks) return false;
+    op.kernels.clear();
+    for (Kernel& k : *ks) {
+      const std::string id = fmt::format("{} {} {}", k.key.to_string(), k.flops, k.bytes);
+      auto [it, fresh] =
+          compute_nodes_->index.try_emplace(id, static_cast<uint32_t>(kernels_.size()));
+      if (fresh) kernels_.push_back(std::move(k));
+      op.kernels.push_back(it->second);
+    }
+    op.kernel_roles.assign(op.kernels.size(), Role::kNone);
+    ++compute_nodes_->with_kernels;
+    return true;
   }
 
   /// Returns the index of the collective's process group.
@@ -336,7 +506,26 @@ class RankReader {
     op.collective = *kind;
     op.bytes = required_int_attr(file_, n, "comm_size");
     if (op.bytes < 0) refuse(file_, n, fmt::format("comm_size {} < 0", op.bytes));
-    const std::string pg = string_attr(file_, n, "pg_name").value_or("");
+    return process_group(n, string_attr(file_, n, "pg_name").value_or(""), "pg_name");
+  }
+
+  /// The ring exchange merge_ring_exchanges() made of a send and a recv, over process group
+  /// `pg`; returns the index of the process group.
+  int32_t ring_exchange(const pb::Node& n, Op& op, const std::string& pg) {
+    op.kind = OpKind::kCollective;
+    op.collective = CollectiveKind::kRingExchange;
+    op.bytes = required_int_attr(file_, n, "comm_size");
+    if (op.bytes < 0) refuse(file_, n, fmt::format("comm_size {} < 0", op.bytes));
+    if (pg.empty()) {
+      refuse(file_, n, fmt::format("{} is empty (a process group)", kRingExchangeAttr));
+    }
+    return process_group(n, pg, kRingExchangeAttr);
+  }
+
+  /// The index of process group `pg` (named by attribute `key` of `n`), resolved in the comm
+  /// groups the first time; "" spans every rank. Refuses a group it cannot resolve and one
+  /// the file's rank is no member of.
+  int32_t process_group(const pb::Node& n, const std::string& pg, const char* key) {
     auto [it, fresh] = pg_index_.try_emplace(pg, static_cast<int32_t>(pgs_.size()));
     if (fresh) {
       ProcessGroup g;
@@ -345,14 +534,14 @@ class RankReader {
         for (int64_t r = 0; r < world_; ++r) g.members.push_back(r);
       } else if (!comm_groups_) {
         refuse(file_, n,
-               fmt::format("process group pg_name \"{}\" cannot be resolved: no {} "
+               fmt::format("process group {} \"{}\" cannot be resolved: no {} "
                            "(a collective without pg_name spans every rank)",
-                           pg, comm_groups_file_.string()));
+                           key, pg, comm_groups_file_.string()));
       } else {
         auto m = comm_groups_->find(pg);
         if (m == comm_groups_->end()) {
           refuse(file_, n,
-                 fmt::format("process group pg_name \"{}\" is not in {}", pg,
+                 fmt::format("process group {} \"{}\" is not in {}", key, pg,
                              comm_groups_file_.string()));
         }
         g.members = m->second;
@@ -397,6 +586,7 @@ class RankReader {
   std::vector<Kernel>& kernels_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, uint32_t>& kernel_index_;
   std::map<std::tuple<int64_t, int64_t, bool>, int64_t>& untagged_;
+  ComputeNodes* compute_nodes_ = nullptr;
   std::vector<std::vector<uint32_t>> deps_;
 };
 
@@ -552,10 +742,14 @@ Stream stream_of(GroupKind g) {
   }
 }
 
-/// Costs kChakraComputeKernel {d} at d microseconds.
+/// Costs kChakraComputeKernel {d} at d microseconds, every other kernel with `kernels` when
+/// given.
 class ChakraDurationCostModel : public CostModel {
  public:
+  explicit ChakraDurationCostModel(const CostModel* kernels = nullptr) : kernels_(kernels) {}
+
   KernelCost duration(const Kernel& k, const GpuSpec& gpu) const override {
+    if (kernels_ && k.key.name != kChakraComputeKernel) return kernels_->duration(k, gpu);
     if (k.key.name != kChakraComputeKernel || k.key.shape.size() != 1) {
       throw CostModelError(
           fmt::format("chakra trace durations: no duration for kernel {} on {} "
@@ -564,11 +758,15 @@ class ChakraDurationCostModel : public CostModel {
     }
     return {static_cast<double>(k.key.shape[0]) * 1e-6, CostSource::kMeasured};
   }
+
+ private:
+  const CostModel* kernels_;
 };
 
 }  // namespace
 
-ChakraTrace read_chakra_trace(const std::filesystem::path& where) {
+ChakraTrace read_chakra_trace(const std::filesystem::path& where,
+                              const ChakraReadOptions& options) {
   auto [name, files] = find_files(where);
   const auto world = static_cast<int64_t>(files.size());
   const fs::path groups_file = files.front().parent_path() / (name + ".comm_groups.json");
@@ -587,6 +785,8 @@ ChakraTrace read_chakra_trace(const std::filesystem::path& where) {
   std::deque<std::string> names;
   std::vector<Kernel> kernels;
   int64_t nodes = 0;
+  ComputeNodes compute_nodes;
+  compute_nodes.read_kernels = options.kernels;
   for (int64_t r = 0; r < world; ++r) {
     const fs::path& file = files[static_cast<size_t>(r)];
     const EtFile et = read_et_file(file);
@@ -595,6 +795,7 @@ ChakraTrace read_chakra_trace(const std::filesystem::path& where) {
     }
     RankReader reader(file, r, world, comm_groups, groups_file, pgs, pg_index, names, kernels,
                       kernel_index, untagged);
+    reader.count_compute_nodes(compute_nodes);
     ranks.push_back(reader.read(et.nodes));
     nodes += static_cast<int64_t>(et.nodes.size());
   }
@@ -621,6 +822,8 @@ ChakraTrace read_chakra_trace(const std::filesystem::path& where) {
   if (comm_groups) t.comm_groups = groups_file;
   t.layout_source = layout_source;
   t.nodes = nodes;
+  t.compute_nodes = compute_nodes.count;
+  t.kernel_nodes = compute_nodes.with_kernels;
   t.names = std::move(names);  // the ops point into its strings, which a move keeps in place
   for (ReadRank& rr : ranks) {
     rr.rp.coord = layout->coord(rr.rp.rank);
@@ -640,12 +843,12 @@ std::unique_ptr<CostModel> chakra_duration_cost_model() {
 }
 
 SimulationResult simulate_chakra_trace(const ChakraTrace& trace, const TopologySpec& topo,
-                                       SimulationOptions opts) {
+                                       SimulationOptions opts, const CostModel* kernel_costs) {
   check_cluster_size(topo, trace.program.layout.world_size());
   opts.exact_reductions = false;
   opts.aggregate_tp = false;
-  const std::unique_ptr<CostModel> costs = chakra_duration_cost_model();
-  return simulate_program(trace.program, topo, *costs, opts);
+  const ChakraDurationCostModel costs(kernel_costs);
+  return simulate_program(trace.program, topo, costs, opts);
 }
 
 }  // namespace traintwin

@@ -11,7 +11,11 @@
 // file that keeps the file's order wherever the dependencies allow it):
 //   COMP_NODE       compute op of one kernel, kChakraComputeKernel {duration_micros}, whose FLOPs
 //                   and bytes are the node's num_ops and tensor_size attributes (0 when absent);
-//                   chakra_duration_cost_model() costs it at duration_micros. A node with
+//                   chakra_duration_cost_model() costs it at duration_micros. With
+//                   ChakraReadOptions::kernels, a node whose traintwin.kernels (our export's
+//                   list, sim/chakra_export.hpp) names only kernels of traintwin's catalogue
+//                   (core/kernel_catalogue.hpp) runs those kernels instead, for traintwin's cost
+//                   model to price (simulate_chakra_trace's kernel_costs). A node with
 //                   is_cpu_op true (a host op: PyTorch's c10d:: calls are COMM_COLL_NODEs) is such
 //                   a compute op too, whatever its type, as ASTRA-sim issues it;
 //   METADATA_NODE   compute op of no kernel (0 s): it keeps its place in the dependencies;
@@ -42,9 +46,12 @@
 // layout TP x CP x DP x PP (sizes ascending, Megatron's order tp-cp-dp-pp first) in which every
 // process group is a TP, CP, DP, PP, DP x CP, model-parallel or world group. A process group no
 // layout holds is refused by name.
-// A ring exchange our export wrote (a send and a recv) is read as that send and recv: the round
-// trip of a CP p2p (ring attention) Program is not exact (the collective completes for all
-// members together, the sends and recvs one by one).
+// A ring exchange our export wrote (a send and a recv, both with the string attribute
+// traintwin.ring_exchange = its process group's pg_name, and the same comm_tag) is read back as
+// one kRingExchange collective over that group: one op, at the place of the first half, waiting
+// for the data_deps of both, and what waited for either half waits for it; so the round trip of
+// a CP p2p (ring attention) Program is exact. Sends and recvs without the attribute stay sends
+// and recvs.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +94,10 @@ struct ChakraTrace {
   /// How program.layout was chosen: "traintwin metadata" or "inferred from the process groups".
   std::string layout_source;
   int64_t nodes = 0;  ///< over all files
+  /// Compute nodes (COMP_NODE and host ops) over all files, and those of them read as
+  /// traintwin kernels (ChakraReadOptions::kernels): the rest run at their trace durations.
+  int64_t compute_nodes = 0;
+  int64_t kernel_nodes = 0;
 
   explicit ChakraTrace(Program p) : program(std::move(p)) {}
   ChakraTrace(ChakraTrace&&) = default;
@@ -98,19 +109,31 @@ struct ChakraTrace {
   std::deque<std::string> names;
 };
 
+/// How read_chakra_trace() reads compute nodes.
+struct ChakraReadOptions {
+  /// Read a compute node as the kernels its traintwin.kernels lists when every one is a kernel
+  /// of traintwin's catalogue (then a cost model prices it), else at its duration_micros.
+  bool kernels = false;
+};
+
 /// Reads the Chakra ET files `where` names: a folder holding DIR/<name>.<rank>.et for one name
 /// (ranks 0 .. N-1, each once), or the prefix DIR/<name> (ASTRA-sim's
 /// --workload-configuration). Throws ChakraTraceError for a folder without ET files or with
 /// several names, a missing rank (naming its file), and every refusal of the file comment;
-/// ConfigError (from read_input_file) for a file that cannot be read.
-ChakraTrace read_chakra_trace(const std::filesystem::path& where);
+/// ConfigError (from read_input_file) for a file that cannot be read; with options.kernels, a
+/// traintwin.kernels that is no kernel list (naming file, node and attribute).
+ChakraTrace read_chakra_trace(const std::filesystem::path& where,
+                              const ChakraReadOptions& options = {});
 
 /// The cost model of a trace's compute nodes: kChakraComputeKernel {d} lasts d microseconds
 /// (CostSource::kMeasured: a trace's duration is a measurement or the exporter's timing).
 /// duration() throws CostModelError for any other kernel.
 std::unique_ptr<CostModel> chakra_duration_cost_model();
 
-/// Simulates one iteration of `trace` on `topo` (its first world-size GPUs) with `opts` (its
+/// Simulates one iteration of `trace` on `topo` (its first world-size GPUs), compute nodes at
+/// their trace durations and the traintwin kernels read with ChakraReadOptions::kernels costed
+/// by `kernel_costs` (required then: without it such a kernel throws CostModelError), with
+/// `opts` (its
 /// what-if GPU speed, straggler, degraded links and options apply as to any Program). Every rank
 /// is replayed: exact_reductions and aggregate_tp are switched off, since a trace's ranks need
 /// not be alike. Creates the process's SimGrid engine: call at most once per process. Throws
@@ -118,6 +141,7 @@ std::unique_ptr<CostModel> chakra_duration_cost_model();
 /// simulate_program() throws (Error when the trace cannot complete: a send without its recv, a
 /// collective some member never reaches, naming the ranks and nodes left waiting).
 SimulationResult simulate_chakra_trace(const ChakraTrace& trace, const TopologySpec& topo,
-                                       SimulationOptions opts = {});
+                                       SimulationOptions opts = {},
+                                       const CostModel* kernel_costs = nullptr);
 
 }  // namespace traintwin

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/chakra_import.hpp"
 #include "tests/cli/run_cli.hpp"
 #include "tests/cli/train_log.hpp"
 #include "tests/mpi_child_run.hpp"
@@ -217,6 +218,49 @@ TEST_F(TrainCli, UnevenFirstStageLayerCount) {
 TEST_F(TrainCli, DataParallelWithOverlappedGradientBuckets) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   expect_same_losses(train("--set cluster.num_gpus=2 --set training.overlap_grad_reduce=true", 2));
+}
+
+// `--timeline DIR --timeline-format chakra`: the last iteration of a 2-rank run (PP 2: sends and
+// recvs of activations and gradients, and the DP-less layout's collectives) as Chakra ET files,
+// one per rank, with measured compute durations; the importer reads them and `simulate --trace
+// chakra` replays them on two H100s, one per node (cuda-h100-1gpu.yaml).
+TEST_F(TrainCli, ChakraTimelineOfATwoRankRunReplaysInTheSimulator) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const fs::path out = *dir_ / "chakra-timeline";
+  const testing::CliResult r =
+      train("--pipeline-model-parallel-size 2 --set cluster.num_gpus=2 --set "
+            "training.train_iters=2 --set training.lr_warmup_iters=1 --timeline " +
+                out.string() + " --timeline-format chakra",
+            2);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("timeline of iteration 2 written to"));
+  for (const char* f : {"tiny.0.et", "tiny.1.et", "tiny.comm_groups.json"}) {
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  }
+  const ChakraTrace t = read_chakra_trace(out);
+  EXPECT_EQ(t.name, "tiny");
+  EXPECT_EQ(t.layout_source, "traintwin metadata");
+  EXPECT_EQ(t.program.layout.size(GroupKind::kPp), 2);
+  int64_t sends = 0, recvs = 0, measured = 0, compute = 0;
+  for (const auto& [rank, rp] : t.program.ranks) {
+    for (const Op& op : rp.ops) {
+      sends += op.kind == OpKind::kSend;
+      recvs += op.kind == OpKind::kRecv;
+      if (op.kind != OpKind::kCompute || op.kernels.empty()) continue;
+      ++compute;
+      measured += t.program.kernels[op.kernels[0]].key.shape.at(0) > 0;
+    }
+  }
+  EXPECT_GT(sends, 0);
+  EXPECT_EQ(sends, recvs);
+  EXPECT_GT(compute, 0);
+  EXPECT_GT(measured, compute / 2);  // most ops of a CPU run last a microsecond or more
+  const testing::CliResult sim = testing::run_cli(
+      "simulate --quiet --trace chakra " + out.string() + " --topology " +
+      (fs::path(TRAINTWIN_SOURCE_DIR) / "topologies/cuda-h100-1gpu.yaml").string());
+  ASSERT_EQ(sim.status, 0) << sim.output;
+  EXPECT_THAT(sim.output, HasSubstr("Chakra trace"));
+  EXPECT_THAT(sim.output, HasSubstr("iteration time"));
 }
 
 // ZeRO-1: each DP rank updates its piece of every tensor (reduce-scatter of the gradient buckets,

@@ -106,8 +106,10 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
       EXPECT_TRUE(seen.insert(n.id()).second) << n.name();
       for (uint64_t d : n.data_deps()) EXPECT_TRUE(seen.count(d)) << n.name() << " <- " << d;
       for (uint64_t d : n.ctrl_deps()) EXPECT_TRUE(seen.count(d)) << n.name() << " <- " << d;
-      if (n.id() % 2 == 1) {  // a ring exchange's recv
+      if (n.id() % 2 == 1) {  // a ring exchange's recv, marked with its CP group
         EXPECT_EQ(n.type(), pb::COMM_RECV_NODE);
+        ASSERT_NE(attr(n, "traintwin.ring_exchange"), nullptr) << n.name();
+        EXPECT_TRUE(groups.contains(attr(n, "traintwin.ring_exchange")->string_val()));
         continue;
       }
       ++op_nodes;
@@ -120,10 +122,27 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
           EXPECT_EQ(n.duration_micros(),
                     static_cast<uint64_t>(std::llround(timed.compute_s(r, r, op.id) * 1e6)));
           EXPECT_EQ(attr(n, "num_ops")->int64_val(), std::llround(all.op_flops(op)));
+          if (!op.kernels.empty()) {
+            // The op's kernels, in order, with their keys and work.
+            const nlohmann::json ks =
+                nlohmann::json::parse(attr(n, kChakraKernelsAttr)->string_val());
+            ASSERT_EQ(ks.size(), op.kernels.size()) << n.name();
+            for (size_t i = 0; i < ks.size(); ++i) {
+              const Kernel& k = all.kernels[op.kernels[i]];
+              EXPECT_EQ(ks[i].at("name"), k.key.name);
+              EXPECT_EQ(ks[i].at("shape").get<std::vector<int64_t>>(), k.key.shape);
+              EXPECT_EQ(ks[i].at("flops").get<double>(), k.flops);
+              EXPECT_EQ(ks[i].at("bytes").get<double>(), k.bytes);
+            }
+          }
           break;
         case OpKind::kCollective:
           if (op.collective == CollectiveKind::kRingExchange) {
             EXPECT_EQ(n.type(), pb::COMM_SEND_NODE);
+            ASSERT_NE(attr(n, "traintwin.ring_exchange"), nullptr) << n.name();
+            const nlohmann::json& members =
+                groups.at(attr(n, "traintwin.ring_exchange")->string_val());
+            EXPECT_EQ(members.size(), all.layout.group(GroupKind::kCp, r).size());
             ++ring_sends;
           } else {
             EXPECT_EQ(n.type(), pb::COMM_COLL_NODE);

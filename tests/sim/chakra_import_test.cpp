@@ -3,10 +3,12 @@
 // ops, dependencies, groups and iteration time of the direct replay. The export rounds each
 // compute op's time to the microsecond; these tests cost kernels in whole microseconds (the
 // roofline rounded), so nothing is lost but floating-point summation (an op's kernels summed in
-// the direct replay, its total read back): iteration times agree to 1e-9 relative. Refusals: an
-// unknown node or collective type, a dependency on a missing node, a cycle, an unresolved
-// process group, each naming the file and the node. SimGrid allows one engine per process, so
-// each replay runs in a forked child (tests/bounded_child.hpp).
+// the direct replay, its total read back): iteration times agree to 1e-9 relative; CP ring
+// exchanges (a send and a recv in the trace) come back as one collective. Refusals: an unknown
+// node or collective type, a dependency on a missing node, a cycle, an unresolved process group,
+// a ring exchange half alone, each naming the file and the node. --cost-model: the kernels our
+// export lists are priced by a cost model, other nodes keep their durations. SimGrid allows one
+// engine per process, so each replay runs in a forked child (tests/bounded_child.hpp).
 #include "sim/chakra_import.hpp"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -15,10 +17,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "../bounded_child.hpp"
@@ -107,9 +111,16 @@ std::vector<uint32_t> unique_sorted(std::vector<uint32_t> v) {
   return v;
 }
 
+/// What round_trip() met over all ranks: ops by kind, and the ring exchanges among the
+/// collectives.
+struct RoundTripOps {
+  std::array<int64_t, 4> kinds{};  // compute, collective, send, recv
+  int64_t ring_exchanges = 0;
+};
+
 /// Exports shipped scenario `file`, reads it back and checks it op by op against build_program;
 /// then replays both (the direct one with every rank replayed, as the import does) and compares.
-void round_trip(const std::string& file, const std::string& tag) {
+RoundTripOps round_trip(const std::string& file, const std::string& tag) {
   const Scenario s = load_scenario(fs::path(TRAINTWIN_SOURCE_DIR) / "scenarios" / file);
   const TopologySpec topo = load_topology(s.cluster.topology);
   const WholeMicrosecondCosts costs(topo.gpu);
@@ -127,20 +138,27 @@ void round_trip(const std::string& file, const std::string& tag) {
   for (GroupKind g : {GroupKind::kTp, GroupKind::kCp, GroupKind::kDp, GroupKind::kPp}) {
     EXPECT_EQ(back.layout.size(g), direct.layout.size(g)) << to_string(g);
   }
-  ASSERT_EQ(back.ranks.size(), direct.ranks.size());
-  std::array<int64_t, 4> kinds{};  // compute, collective, send, recv over all ranks
+  RoundTripOps met;
+  std::array<int64_t, 4>& kinds = met.kinds;
+  EXPECT_EQ(back.ranks.size(), direct.ranks.size());
+  if (back.ranks.size() != direct.ranks.size()) return met;
   const TimedProgram timed(direct, costs, topo.gpu);
   const auto trace_costs = chakra_duration_cost_model();
   const TimedProgram timed_back(back, *trace_costs, topo.gpu);
   for (const auto& [r, rp] : direct.ranks) {
     const RankProgram& bp = back.ranks.at(r);
     EXPECT_EQ(bp.coord, rp.coord) << "rank " << r;
-    ASSERT_EQ(bp.ops.size(), rp.ops.size()) << "rank " << r;
+    EXPECT_EQ(bp.ops.size(), rp.ops.size()) << "rank " << r;
+    if (bp.ops.size() != rp.ops.size()) return met;
     for (size_t i = 0; i < rp.ops.size(); ++i) {
       const Op& a = rp.ops[i];
       const Op& b = bp.ops[i];
       ++kinds[static_cast<size_t>(a.kind)];
-      ASSERT_EQ(b.kind, a.kind) << "rank " << r << " op " << i << ": " << direct.label(a);
+      EXPECT_EQ(b.kind, a.kind) << "rank " << r << " op " << i << ": " << direct.label(a);
+      if (b.kind != a.kind) return met;
+      if (a.kind == OpKind::kCollective && a.collective == CollectiveKind::kRingExchange) {
+        ++met.ring_exchanges;
+      }
       EXPECT_EQ(unique_sorted(b.deps), unique_sorted(a.deps)) << direct.label(a);
       EXPECT_EQ(b.stream, a.stream) << direct.label(a);
       EXPECT_EQ(b.phase, a.phase) << direct.label(a);
@@ -165,7 +183,6 @@ void round_trip(const std::string& file, const std::string& tag) {
       }
     }
   }
-  EXPECT_GT(kinds[static_cast<size_t>(OpKind::kCollective)], 0);
 
   // The same iteration in both replays.
   SimulationOptions full;
@@ -184,18 +201,64 @@ void round_trip(const std::string& file, const std::string& tag) {
   EXPECT_NEAR(i.exposed_pp_s, d.exposed_pp_s, 1e-9 * d.iteration_time_s);
   EXPECT_NEAR(i.exposed_dp_s, d.exposed_dp_s, 1e-9 * d.iteration_time_s);
   EXPECT_NEAR(i.exposed_ep_s, d.exposed_ep_s, 1e-9 * d.iteration_time_s);
+  return met;
 }
 
 // A dense GPT, TP 2 x PP 2 x DP 2 with sequence parallelism (1F1B sends and recvs, TP
 // all-gathers and reduce-scatters, DP gradient reduce) on one DGX H100.
 TEST(ChakraImport, RoundTripOfGptTinyGivesTheDirectReplay) {
-  round_trip("gpt-tiny-brown.yaml", "gpt");
+  const RoundTripOps met = round_trip("gpt-tiny-brown.yaml", "gpt");
+  EXPECT_GT(met.kinds[static_cast<size_t>(OpKind::kCollective)], 0);
+  EXPECT_GT(met.kinds[static_cast<size_t>(OpKind::kSend)], 0);
 }
 
 // A mixture of experts, EP 2 over DP 8 (all-to-all token dispatch and combine over EP, expert
 // gradients over expert-DP).
 TEST(ChakraImport, RoundTripOfMoeTinyGivesTheDirectReplay) {
-  round_trip("moe-tiny-brown.yaml", "moe");
+  const RoundTripOps met = round_trip("moe-tiny-brown.yaml", "moe");
+  EXPECT_GT(met.kinds[static_cast<size_t>(OpKind::kCollective)], 0);
+}
+
+// Context parallelism with p2p cp_comm_type (ring attention), CP 2 x DP 4 on one DGX H100: each
+// ring exchange goes out as a send and a recv marked traintwin.ring_exchange and comes back as
+// the one collective over the CP group, so ops and iteration time are the direct replay's.
+TEST(ChakraImport, RoundTripOfContextParallelRingExchangesGivesTheDirectReplay) {
+  const RoundTripOps met = round_trip("llama3.1-8b-h100-8.yaml", "cp");
+  EXPECT_GT(met.ring_exchanges, 0);
+}
+
+// Issue 30's "round trip exact on the shipped scenarios": every scenario under scenarios/ (and
+// scenarios/device/) of at most 16 GPUs, besides the three above (about 3 s in all). Left out,
+// since exporting and replaying every rank twice takes long: qwen3-30b-a3b-h100-16 (its 16 ranks'
+// MoE all-to-alls: about 65 s; it passed when last run by hand) and every scenario of 64 GPUs
+// and more (llama3.1-70b, llama3.1-8b-128k, mixtral-8x7b, gpt3-175b, grok1, llama3.1-405b,
+// megatron-145b, gpt-400b, whatif-175b).
+TEST(ChakraImport, RoundTripOfEveryShippedScenarioUpTo16GpusGivesTheDirectReplay) {
+  const fs::path root = fs::path(TRAINTWIN_SOURCE_DIR) / "scenarios";
+  const std::set<std::string> own_test = {"gpt-tiny-brown.yaml", "moe-tiny-brown.yaml",
+                                          "llama3.1-8b-h100-8.yaml"};
+  const std::set<std::string> too_long = {"qwen3-30b-a3b-h100-16.yaml"};
+  std::vector<std::string> files;
+  for (const fs::path sub : {fs::path(), fs::path("device")}) {
+    for (const auto& entry : fs::directory_iterator(root / sub)) {
+      if (entry.path().extension() != ".yaml") continue;
+      const std::string file = (sub / entry.path().filename()).string();
+      if (own_test.count(file) || too_long.count(file)) continue;
+      if (load_scenario(entry.path()).cluster.num_gpus > 16) continue;
+      files.push_back(file);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_GE(files.size(), 6u);
+  int n = 0;
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    const auto t0 = std::chrono::steady_clock::now();
+    round_trip(file, "all" + std::to_string(n++));
+    // Informational: what each scenario costs this test.
+    std::printf("%s: %.1f s\n", file.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
 }
 
 // ---- hand-written traces ------------------------------------------------------------------------
@@ -374,6 +437,60 @@ TEST(ChakraImport, RefusesAProcessGroupNoRankLayoutHolds) {
   EXPECT_TRUE(has(msg, "t.0.et: node 1 (n1)")) << msg;
 }
 
+// A ring exchange half (traintwin.ring_exchange) whose other half is missing is refused by name;
+// with both halves it reads back as one collective over the group, and sends and recvs without
+// the attribute stay sends and recvs (ForeignTraceWithoutGroupsOrTagsSimulates).
+TEST(ChakraImport, RebuildsARingExchangeFromItsHalvesAndRefusesAHalfAlone) {
+  TempDir dir("ring");
+  const auto half = [](uint64_t id, bool send, int64_t r, const std::vector<uint64_t>& deps) {
+    pb::Node n = node(id, send ? pb::COMM_SEND_NODE : pb::COMM_RECV_NODE, deps);
+    attr(n, send ? "comm_dst" : "comm_src", 1 - r);
+    attr(n, "comm_size", int64_t{1} << 20);
+    pb::AttributeProto* tag = n.add_attr();
+    tag->set_name("comm_tag");
+    tag->set_int32_val(1 << 30);
+    attr(n, "traintwin.ring_exchange", std::string("3"));
+    return n;
+  };
+  bool with_recv = false;
+  write_trace(dir.path, 2, [&](int64_t r) {
+    std::vector<pb::Node> nodes = {compute(1, 5), half(2, true, r, {1})};
+    if (with_recv) nodes.push_back(half(3, false, r, {1}));
+    nodes.push_back(compute(4, 5, {2, 3}));
+    return nodes;
+  });
+  std::ofstream(dir.path / "t.comm_groups.json") << R"({"3": [0, 1]})";
+  const std::string msg = refusal(dir.path);
+  EXPECT_TRUE(has(msg, "t.0.et: node 2 (n2)")) << msg;
+  EXPECT_TRUE(has(msg, "ring exchange send (traintwin.ring_exchange \"3\"")) << msg;
+  EXPECT_TRUE(has(msg, "without its recv")) << msg;
+
+  with_recv = true;
+  write_trace(dir.path, 2, [&](int64_t r) {
+    std::vector<pb::Node> nodes = {compute(1, 5), half(2, true, r, {1})};
+    if (with_recv) nodes.push_back(half(3, false, r, {1}));
+    nodes.push_back(compute(4, 5, {2, 3}));
+    return nodes;
+  });
+  const ChakraTrace t = read_chakra_trace(dir.path);
+  const RankProgram& rp = t.program.ranks.at(1);
+  ASSERT_EQ(rp.ops.size(), 3u);
+  EXPECT_EQ(rp.ops[1].kind, OpKind::kCollective);
+  EXPECT_EQ(rp.ops[1].collective, CollectiveKind::kRingExchange);
+  EXPECT_EQ(rp.ops[1].bytes, int64_t{1} << 20);
+  EXPECT_EQ(rp.ops[2].deps, std::vector<uint32_t>({0, 1}));
+  EXPECT_EQ(t.nodes, 8);  // nodes in the files
+
+  // A recv alone (its send dropped, nothing depends on it) is refused as a half.
+  write_trace(dir.path, 2, [&](int64_t r) {
+    return std::vector<pb::Node>{compute(1, 5), half(3, false, r, {1})};
+  });
+  const std::string alone = refusal(dir.path);
+  EXPECT_TRUE(has(alone, "node 3 (n3)")) << alone;
+  EXPECT_TRUE(has(alone, "ring exchange recv")) << alone;
+  EXPECT_TRUE(has(alone, "without its send")) << alone;
+}
+
 TEST(ChakraImport, RefusesAMissingRankNamingItsFile) {
   TempDir dir("missing");
   write_trace(dir.path, 3, [](int64_t) { return std::vector<pb::Node>{compute(1, 5)}; });
@@ -457,6 +574,81 @@ TEST(ChakraImport, TraceFromChakraRepositoryLoadsAndSimulates) {
   EXPECT_NEAR(r.compute_s, compute_us * 1e-6, 1e-12);
   EXPECT_GE(r.iteration_time_s, longest_us * 1e-6);
   EXPECT_LE(r.iteration_time_s, compute_us * 1e-6 + 1e-3);
+}
+
+// ---- --cost-model ------------------------------------------------------------------------------
+
+// Our export lists each compute node's kernels (traintwin.kernels): read with
+// ChakraReadOptions::kernels, every compute node runs them, and the replay with a cost model (the
+// calibrated roofline, not the whole-microsecond one the export timed with) is the direct
+// simulation with that cost model.
+TEST(ChakraImport, CostModelPricesExportedKernelsAsTheDirectSimulation) {
+  const Scenario s =
+      load_scenario(fs::path(TRAINTWIN_SOURCE_DIR) / "scenarios/gpt-tiny-brown.yaml");
+  const TopologySpec topo = load_topology(s.cluster.topology);
+  const WholeMicrosecondCosts exported_with(topo.gpu);
+  TempDir dir("cost_model");
+  export_chakra(s, exported_with, topo.gpu, dir.path, {});
+  const ChakraTrace trace = read_chakra_trace(dir.path, {.kernels = true});
+  EXPECT_GT(trace.compute_nodes, 0);
+  EXPECT_EQ(trace.kernel_nodes, trace.compute_nodes);
+  const std::unique_ptr<CostModel> roofline =
+      make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  SimulationOptions full;
+  full.exact_reductions = false;
+  const Replayed d = replay_in_child([&] { return simulate(s, topo, *roofline, full); });
+  const Replayed i =
+      replay_in_child([&] { return simulate_chakra_trace(trace, topo, {}, roofline.get()); });
+  const Replayed at_durations =
+      replay_in_child([&] { return simulate_chakra_trace(read_chakra_trace(dir.path), topo); });
+  EXPECT_NEAR(i.iteration_time_s, d.iteration_time_s, 1e-9 * d.iteration_time_s);
+  EXPECT_NEAR(i.compute_s, d.compute_s, 1e-9 * d.iteration_time_s);
+  EXPECT_EQ(i.ops, d.ops);
+  // The whole-microsecond durations give another time: the cost model did price the nodes.
+  EXPECT_GT(std::abs(at_durations.iteration_time_s - d.iteration_time_s),
+            1e-6 * d.iteration_time_s);
+}
+
+// Nodes without traintwin.kernels, or naming a kernel traintwin does not know, keep their trace
+// durations and are counted apart; a traintwin.kernels that is no kernel list is refused.
+TEST(ChakraImport, CostModelKeepsTheDurationsOfUnknownKernels) {
+  TempDir dir("cost_model_unknown");
+  const std::string known = R"([{"name":"gemm_fwd","shape":[1024,1024,1024],"dtype":"bf16","tp":1,)"
+                            R"("flops":2147483648.0,"bytes":6291456.0}])";
+  const std::string unknown =
+      R"([{"name":"aten::mm","shape":[1],"dtype":"bf16","tp":1,"flops":1.0,"bytes":1.0}])";
+  std::string third = unknown;
+  write_trace(dir.path, 1, [&](int64_t) {
+    pb::Node a = compute(1, 1000);
+    attr(a, "traintwin.kernels", known);
+    pb::Node b = compute(2, 70, {1});
+    attr(b, "traintwin.kernels", third);
+    return std::vector<pb::Node>{a, b, compute(3, 30, {2})};
+  });
+  const ChakraTrace t = read_chakra_trace(dir.path, {.kernels = true});
+  EXPECT_EQ(t.compute_nodes, 3);
+  EXPECT_EQ(t.kernel_nodes, 1);
+  const RankProgram& rp = t.program.ranks.at(0);
+  EXPECT_EQ(t.program.kernels[rp.ops[0].kernels.at(0)].key.name, "gemm_fwd");
+  EXPECT_EQ(t.program.kernels[rp.ops[1].kernels.at(0)].key.name, kChakraComputeKernel);
+  EXPECT_EQ(t.program.kernels[rp.ops[2].kernels.at(0)].key.name, kChakraComputeKernel);
+  // Without the option every node keeps its duration.
+  EXPECT_EQ(read_chakra_trace(dir.path).kernel_nodes, 0);
+
+  third = R"({"name":"gemm_fwd"})";
+  write_trace(dir.path, 1, [&](int64_t) {
+    pb::Node a = compute(1, 1000);
+    attr(a, "traintwin.kernels", third);
+    return std::vector<pb::Node>{a};
+  });
+  std::string msg;
+  try {
+    read_chakra_trace(dir.path, {.kernels = true});
+  } catch (const ChakraTraceError& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(has(msg, "t.0.et: node 1 (n1)")) << msg;
+  EXPECT_TRUE(has(msg, "traintwin.kernels")) << msg;
 }
 
 }  // namespace

@@ -168,8 +168,11 @@ json time_breakdown_spec(const SummaryDocument& d) {
         {"title", nullptr},
         {"scale",
          {{"domain", domain},
-          {"range", {"#4c78a8", "#f58518", "#72b7b2", "#b279a2", "#bab0ac", "#54a24b"}}}},
-        {"legend", {{"orient", "bottom"}, {"columns", 6}}}}},
+          // One colour per part (nine: the six before repeated, so the bubble read as compute
+          // and the sync wait as TP communication).
+          {"range", {"#4c78a8", "#f58518", "#72b7b2", "#b279a2", "#bab0ac", "#54a24b",
+                     "#e45756", "#eeca3b", "#9d755d"}}}},
+        {"legend", {{"orient", "bottom"}, {"columns", 5}}}}},
       {"order", {{"field", "part_order"}, {"type", "quantitative"}}},
       {"tooltip", json::array({{{"field", "row"}, {"title", "rank"}},
                                {{"field", "part"}},
@@ -211,7 +214,8 @@ json memory_spec(const SummaryDocument& d) {
           {"type", "nominal"},
           {"title", "pipeline stage"},
           {"sort", {{"field", "stage_order"}, {"op", "min"}}},
-          {"axis", {{"labelAngle", 0}}}}},
+          // Slanted: "stage 12 (10 layers)" is wider than a stage's bar.
+          {"axis", {{"labelAngle", -30}}}}},
         {"y",
          {{"field", "GiB"},
           {"type", "quantitative"},

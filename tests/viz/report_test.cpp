@@ -331,6 +331,13 @@ TEST(ReportSpec, TimeBreakdownHasNinePartsForTheCriticalRankAndEachStage) {
   EXPECT_DOUBLE_EQ(values[7]["ms"].get<double>(), 5.0);
   EXPECT_EQ(values[26]["row"], "stage 1 (rank 4)");
   EXPECT_EQ(values[26]["part"], "optimizer");
+  // One colour per part: with fewer colours than parts Vega repeats them, and the bubble read
+  // as compute, the sync wait as TP communication (seen in a headless screenshot).
+  const json& scale = spec["encoding"]["color"]["scale"];
+  ASSERT_EQ(scale["domain"].size(), 9u);
+  ASSERT_EQ(scale["range"].size(), scale["domain"].size());
+  const std::set<std::string> colours(scale["range"].begin(), scale["range"].end());
+  EXPECT_EQ(colours.size(), 9u);
 }
 
 TEST(ReportSpec, MemoryStacksFivePartsPerStageUnderTheCapacityRule) {

@@ -40,28 +40,17 @@ const fs::path kSource = TRAINTWIN_SOURCE_DIR;
 /// The 4-node lab fabric: 2 SUs of 2 nodes, one leaf-spine cable per leaf and rail.
 TopologySpec lab() { return load_topology(kSource / "placements/two-leaf-h100-lab.yaml"); }
 
-/// A Program of `layout` where every rank runs one all-reduce of `bytes` over `group`.
-Program one_collective(const RankLayout& layout, GroupKind group, int64_t bytes) {
+/// The scenario of one_collective() programs here (one tiny GPT layer).
+Scenario collective_scenario() {
   Scenario s;
   s.name = "one-collective";
   s.model = ModelSpec{"gpt", 1, 64, 8, 256, 32, 1024};
-  s.cluster.num_gpus = layout.world_size();
-  Program prog{s, layout, {}, {}};
-  for (int64_t r = 0; r < layout.world_size(); ++r) {
-    RankProgram rp;
-    rp.rank = r;
-    rp.coord = layout.coord(r);
-    Op op;
-    op.kind = OpKind::kCollective;
-    op.stream = Stream::kDpComm;
-    op.phase = Phase::kGradSync;
-    op.group = group;
-    op.bytes = bytes;
-    op.what = "all_reduce";
-    rp.ops.push_back(op);
-    prog.ranks.emplace(r, std::move(rp));
-  }
-  return prog;
+  return s;
+}
+
+/// A Program of `layout` where every rank runs one all-reduce of `bytes` over `group`.
+Program one_collective(const RankLayout& layout, GroupKind group, int64_t bytes) {
+  return testing::one_collective(collective_scenario(), layout, group, bytes);
 }
 
 SimulationOptions ring_simple() {

@@ -81,24 +81,7 @@ TEST(Replay, InterleavingReducesTheBubbleAsTheFormulaSays) { expect_pipeline_bub
 
 /// A Program of `world` ranks where every rank runs one all-reduce of `bytes` on `group`.
 Program one_collective(const RankLayout& layout, GroupKind group, int64_t bytes) {
-  Scenario s = pipeline_scenario(1, 1, 1, 1);
-  s.cluster.num_gpus = layout.world_size();
-  Program prog{s, layout, {}, {}};
-  for (int64_t r = 0; r < layout.world_size(); ++r) {
-    RankProgram rp;
-    rp.rank = r;
-    rp.coord = layout.coord(r);
-    Op op;
-    op.kind = OpKind::kCollective;
-    op.stream = Stream::kDpComm;
-    op.phase = Phase::kGradSync;
-    op.group = group;
-    op.bytes = bytes;
-    op.what = "all_reduce";
-    rp.ops.push_back(op);
-    prog.ranks.emplace(r, std::move(rp));
-  }
-  return prog;
+  return testing::one_collective(pipeline_scenario(1, 1, 1, 1), layout, group, bytes);
 }
 
 // Cross-node DP all-reduce on the fat tree: 4 nodes, one member each (TP 8 x DP 4), ring over

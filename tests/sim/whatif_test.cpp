@@ -59,24 +59,7 @@ double iteration_time_s(const std::function<SimulationResult()>& simulate_once) 
 
 /// A Program of `layout` where every rank runs one collective of `bytes` on `group`.
 Program one_collective(const RankLayout& layout, GroupKind group, int64_t bytes) {
-  Scenario s = pipeline_scenario(1, 1);
-  s.cluster.num_gpus = layout.world_size();
-  Program prog{s, layout, {}, {}};
-  for (int64_t r = 0; r < layout.world_size(); ++r) {
-    RankProgram rp;
-    rp.rank = r;
-    rp.coord = layout.coord(r);
-    Op op;
-    op.kind = OpKind::kCollective;
-    op.stream = group == GroupKind::kTp ? Stream::kTpComm : Stream::kDpComm;
-    op.phase = Phase::kGradSync;
-    op.group = group;
-    op.bytes = bytes;
-    op.what = "all_reduce";
-    rp.ops.push_back(op);
-    prog.ranks.emplace(r, std::move(rp));
-  }
-  return prog;
+  return testing::one_collective(pipeline_scenario(1, 1), layout, group, bytes);
 }
 
 /// Simulates `prog` with the knobs of `what_if` (on top of `opts`) in a child process.

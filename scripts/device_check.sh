@@ -36,6 +36,11 @@
 #             each mma.sync flash attention kernel of the 1.3B GPT (forward, dq, dk/dv): speed
 #             of light, occupancy, warp stall reasons, memory and compute workload
 #             (-> RESULTS/ncu-attention.txt; not in the default steps)
+#   bf16live  the prediction check in bf16 with attention_backend flash: profile --backend cuda of
+#             the 1.3B GPT at micro-batch 1, 2 and 4 (-> RESULTS/cuda-<gpu>.json), then validate
+#             --live of the variants in BF16_VALIDATE ("MB RECOMPUTE" separated by commas; default
+#             micro-batch 1/2/4 without recomputation, 1 selective, 1 and 4 full; not in the
+#             default steps)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 #   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
 #             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
@@ -52,6 +57,7 @@ dir=$(cd "${1:?usage: device_check.sh DIR}" && pwd)
 results=${RESULTS:-$dir/results}
 steps=${STEPS:-info tests train speed matmul profile validate pytorch gemm}
 validate_variants=${VALIDATE:-1 none,2 none,1 selective,1 full,4 full}
+bf16_validate_variants=${BF16_VALIDATE:-1 none,2 none,4 none,1 selective,1 full,4 full}
 # The first H100 run (2026-11-26, 8 minutes): info, tests, train, pytorch, gemm took 90 s; the
 # 1.3B model's host initialization (then one core, about a minute a process) starved speed,
 # profile and validate. Initialization now runs on every core.
@@ -137,7 +143,9 @@ gemmdb() {
 # A 1.3B variant: micro-batch MB, recompute R, float32 matmul precision P (default highest).
 v13() { echo "--micro-batch-size $1 --recompute-granularity $2${3:+ --float32-matmul-precision $3}"; }
 export -f tiny v13 gemmdb
-export tt validate_variants results
+# The 1.3B in bf16 with flash attention (steps bf16live).
+b16="--set training.precision=bf16 --set training.attention_backend=flash"
+export tt validate_variants bf16_validate_variants results b16
 
 for s in $steps; do
   case $s in
@@ -173,7 +181,9 @@ for s in $steps; do
       step pytorch 60 "cd bench && for v in 'fp32' 'bf16 --sdpa'; do set -- \$v; python3 pytorch_gpt_step.py --device cuda --layers 12 --hidden 768 --heads 12 --seq 1024 --micro-batch 8 --global-batch 32 --warmup 3 --steps 5 --dtype \$* | tail -1 | sed 's/^/  /'; done" ;;
     attn)
       step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-flash-mb4.json 2>&1 | grep -E 'timeline|error' | sed 's/^/  [timeline] /'" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn)" >> "$summary" ;;
+    bf16live)
+      step bf16live 420 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile bf16 mb \$mb] /\"; done; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [bf16 mb \$v] /\"; done" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn bf16live)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

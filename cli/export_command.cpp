@@ -49,7 +49,7 @@ void register_export_command(CLI::App& app) {
     prepare_output_directory(o->out_dir, "--out");  // before the work, not after it
     const SimulationSession session(s, SessionCostSource{o->cost_db, {}, {}}, {});
     const ChakraExport e =
-        export_chakra(s, session.costs(), session.topology().gpu, o->out_dir, o->ranks);
+        export_chakra(s, session.costs(), session.topology(), o->out_dir, o->ranks);
     fmt::print("wrote {} Chakra ET files ({} nodes, schema version {}) and {} into {}\n",
                e.files.size(), e.nodes, kChakraEtVersion, e.comm_groups.filename().string(),
                o->out_dir);

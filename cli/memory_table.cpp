@@ -10,7 +10,11 @@ namespace traintwin::cli {
 
 std::string memory_table(const Scenario& s, const TopologySpec& topo) {
   const auto stages = memory_per_stage(s);
-  const double capacity = topo.gpu.memory_bytes;
+  // A mixed cluster: every stage against the job's smallest GPU (a stage may sit on either).
+  const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
+  const double capacity = job.smallest_memory_bytes();
+  const std::string gpu_name =
+      job.mixed() ? fmt::format("{}, the smallest", job.describe()) : topo.gpu.name;
   // The sharding as Megatron names it, with its ZeRO stage.
   const TrainingConfig& t = s.training;
   const std::string sharding =
@@ -24,7 +28,7 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                         s.data_parallel_shard_size(), t.num_distributed_optimizer_instances)
           : "";
   std::string out = fmt::format("memory per GPU ({} {}, {} precision, {}{}, recompute {}):\n",
-                                topo.gpu.name, gib(capacity), to_string(t.precision), sharding,
+                                gpu_name, gib(capacity), to_string(t.precision), sharding,
                                 hsdp, to_string(t.recompute_granularity));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).

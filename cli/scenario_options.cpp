@@ -103,7 +103,8 @@ void SchemaFlags::append_overrides(std::vector<Override>& out) const {
 void PipelineSplitFlags::add_to(CLI::Option_group& g) {
   flags_.add_to(g, [](const KeySpec& k) {
     return k.section == "parallelism" &&
-           (k.key == "decoder_first_pipeline_num_layers" ||
+           (k.key == "pipeline_model_parallel_layout" ||
+            k.key == "decoder_first_pipeline_num_layers" ||
             k.key == "decoder_last_pipeline_num_layers" ||
             k.key == "account_for_embedding_in_pipeline_split" ||
             k.key == "account_for_loss_in_pipeline_split");

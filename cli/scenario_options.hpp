@@ -40,12 +40,13 @@ class SchemaFlags {
   std::map<std::string, bool> switches_;
 };
 
-/// Megatron-LM's four flags of the uneven pipeline split (core/pipeline_split.hpp), for `sweep`
-/// (which keeps them for every layout): --decoder-first-pipeline-num-layers,
-/// --decoder-last-pipeline-num-layers, --account-for-embedding-in-pipeline-split and
-/// --account-for-loss-in-pipeline-split, from the schema.
+/// Megatron-LM's five flags of the uneven pipeline split (core/pipeline_split.hpp), for `sweep`
+/// (which keeps them for every layout): --pipeline-model-parallel-layout,
+/// --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers,
+/// --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split, from the
+/// schema.
 struct PipelineSplitFlags {
-  /// Adds the four flags to `group`.
+  /// Adds the five flags to `group`.
   void add_to(CLI::Option_group& group);
   /// Appends the flags given as their parallelism.* overrides.
   void append_overrides(std::vector<Override>& out) const;

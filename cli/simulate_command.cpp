@@ -174,7 +174,9 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   const SimulationSummary m = summarize(s, topo, r);
   const double t = m.iteration_time_s;
   auto pct = [t](double x) { return t > 0 ? 100.0 * x / t : 0.0; };
-  fmt::print("traintwin simulate: {} on {} x {} ({})\n", s.name, s.cluster.num_gpus, topo.gpu.name,
+  const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
+  fmt::print("traintwin simulate: {} on {} ({})\n", s.name,
+             job.mixed() ? job.describe() : fmt::format("{} x {}", s.cluster.num_gpus, topo.gpu.name),
              topo.name);
   fmt::print(
       "layout             TP {} x CP {} x PP {} x DP {}{}, {} chunk(s)/stage, SP {}, "
@@ -214,7 +216,7 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
     fmt::print("late peers         rank {} waited at collectives for {}\n", r.critical.rank, who);
   }
   std::string fits = "fits";
-  const LayoutMemoryFit fit = layout_memory_fit(s, memory_per_stage(s), topo.gpu.memory_bytes);
+  const LayoutMemoryFit fit = layout_memory_fit(s, memory_per_stage(s), job.smallest_memory_bytes());
   const double reserve = fit.largest_reserve_bytes;
   switch (fit.verdict) {
     case MemoryVerdict::kFits:

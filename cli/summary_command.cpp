@@ -80,7 +80,9 @@ void print_summary(const Scenario& s) {
              to_string(m.position_embedding_type),
              m.untie_embeddings_and_output_weights ? "untied" : "tied",
              m.add_bias_linear ? "" : "no ");
-  fmt::print("cluster    {} x {} ({}), topology {}\n", s.cluster.num_gpus, topo.gpu.name,
+  const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
+  fmt::print("cluster    {} ({}), topology {}\n",
+             job.mixed() ? job.describe() : fmt::format("{} x {}", s.cluster.num_gpus, topo.gpu.name),
              topo.name, s.cluster.topology.string());
   fmt::print("layout     TP {} x CP {} x PP {} x DP {} (order {}), {} model chunk(s) per stage, "
              "sequence parallel {}\n",
@@ -133,7 +135,7 @@ void print_summary(const Scenario& s) {
              "per GPU\n           {}\n",
              si(model_flops), si(hw_flops), si(model_flops / static_cast<double>(s.cluster.num_gpus)),
              model_flops_formula(m));
-  const double peak = topo.gpu.peak_FLOPs(gemm_precision(t));
+  const double peak = job.mean_peak_FLOPs(gemm_precision(t));  // mixed: the job's mean
   fmt::print("peak       {} FLOP/s per GPU ({}): an iteration takes at least {:.3f} s at 100 % MFU\n",
              si(peak), to_string(gemm_precision(t)),
              model_flops / (peak * static_cast<double>(s.cluster.num_gpus)));

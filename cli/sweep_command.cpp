@@ -241,7 +241,7 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
   }
   if (count[SweepStatus::kOutOfMemory] > 0) {
     fmt::print("\nout of memory ({}, closest to fitting first; {} per GPU):\n",
-               count[SweepStatus::kOutOfMemory], gib(topo.gpu.memory_bytes));
+               count[SweepStatus::kOutOfMemory], gib(smallest_gpu_memory_bytes(topo)));
     int shown = 0;
     for (const SweepRow& r : rows) {
       if (r.status != SweepStatus::kOutOfMemory) continue;

@@ -131,7 +131,7 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   check_sweep(base, topo, request.axes);
   // The rules and memory model of every row, on as many threads as the sweep has workers.
   auto configurations =
-      enumerate_configurations(base, request.axes, topo.gpu.memory_bytes, request.jobs);
+      enumerate_configurations(base, request.axes, smallest_gpu_memory_bytes(topo), request.jobs);
   // A TP group larger than the GPUs the job uses per NVLink domain is invalid, as simulate says.
   for (SweepConfiguration& c : configurations) {
     if (!c.valid) continue;
@@ -149,7 +149,7 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
 
   const auto db_dir = default_database_dir(base.cluster.topology);
   const std::shared_ptr<const CostModel> costs =
-      make_simulation_cost_model(topo.gpu, db_dir, request.cost_db);
+      make_cluster_cost_model(topo, db_dir, request.cost_db);
   // Under mpirun/srun every rank evaluates its share; rank 0 gathers, ranks and prints.
   const bool mpi = launched_by_mpi();
   const bool root_process = !mpi || std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -16,6 +17,8 @@ constexpr const char* kFirstKey = "parallelism.decoder_first_pipeline_num_layers
 constexpr const char* kLastKey = "parallelism.decoder_last_pipeline_num_layers";
 constexpr const char* kEmbeddingKey = "parallelism.account_for_embedding_in_pipeline_split";
 constexpr const char* kLossKey = "parallelism.account_for_loss_in_pipeline_split";
+
+constexpr const char* kLayoutKey = "parallelism.pipeline_model_parallel_layout";
 
 /// A broken rule as a value (what PipelineSplitError would say).
 std::optional<PipelineSplitProblem> fail(const char* key, std::string problem) {
@@ -109,6 +112,138 @@ std::optional<PipelineSplitProblem> first_last_split(const ModelSpec& m, const P
   return std::nullopt;
 }
 
+/// Expands a layout's repeats (X*N, (...)*N) into its symbols, ',' and blanks dropped: the
+/// symbols in `out`, or the first problem. Recursive descent over
+///   seq := item*;  item := atom ('*' N)?;  atom := 't' | 'E' | 'L' | 'm' | '|' | '(' seq ')'.
+class LayoutExpander {
+ public:
+  explicit LayoutExpander(const std::string& text) : text_(text) {}
+
+  std::optional<std::string> expand(std::string& out) {
+    if (auto problem = sequence(out, 0)) return problem;
+    if (pos_ < text_.size()) return at("a ')' without its '('");
+    return std::nullopt;
+  }
+
+ private:
+  std::optional<std::string> at(const std::string& what) const {
+    return fmt::format("\"{}\": {} at position {} (allowed: t, E, L, |, (...), X*N, (...)*N, ',')",
+                       text_, what, pos_ + 1);
+  }
+
+  void skip() {
+    while (pos_ < text_.size() && (text_[pos_] == ',' || text_[pos_] == ' ')) ++pos_;
+  }
+
+  std::optional<std::string> sequence(std::string& out, int depth) {
+    if (depth > 16) return at("parentheses nested deeper than 16");
+    for (skip(); pos_ < text_.size() && text_[pos_] != ')'; skip()) {
+      std::string item;
+      const char c = text_[pos_];
+      if (c == '(') {
+        ++pos_;
+        if (auto problem = sequence(item, depth + 1)) return problem;
+        if (pos_ >= text_.size()) return at("a '(' without its ')'");
+        ++pos_;  // ')'
+      } else if (c == 't' || c == 'E' || c == 'L' || c == 'm' || c == '|') {
+        item = std::string(1, c);
+        ++pos_;
+      } else {
+        return at(fmt::format("unexpected '{}'", c));
+      }
+      skip();
+      int64_t n = 1;
+      if (pos_ < text_.size() && text_[pos_] == '*') {
+        ++pos_;
+        const size_t start = pos_;
+        n = 0;
+        while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9' && n <= 1000000) {
+          n = n * 10 + (text_[pos_] - '0');
+          ++pos_;
+        }
+        if (pos_ == start) return at("a '*' without a count");
+        if (n > 1000000) return at("a repeat count above 1000000");
+      }
+      if (out.size() + item.size() * static_cast<size_t>(n) > 10000000) {
+        return at("a layout of more than 10^7 symbols");
+      }
+      for (int64_t k = 0; k < n; ++k) out += item;
+    }
+    return std::nullopt;
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+/// Transformer layers of each virtual stage from parallelism.pipeline_model_parallel_layout, in
+/// `per_stage`; the first broken rule instead.
+std::optional<PipelineSplitProblem> layout_split(const ModelSpec& m, const ParallelConfig& par,
+                                                 std::vector<int64_t>& per_stage) {
+  const std::string& layout = par.pipeline_model_parallel_layout;
+  if (par.decoder_first_pipeline_num_layers || par.decoder_last_pipeline_num_layers ||
+      par.account_for_embedding_in_pipeline_split || par.account_for_loss_in_pipeline_split) {
+    const char* other = par.decoder_first_pipeline_num_layers  ? kFirstKey
+                        : par.decoder_last_pipeline_num_layers ? kLastKey
+                        : par.account_for_embedding_in_pipeline_split ? kEmbeddingKey
+                                                                      : kLossKey;
+    return fail(kLayoutKey, fmt::format("cannot be combined with {} (rule: the layout places every "
+                                        "layer itself, as Megatron-Core requires)",
+                                        other));
+  }
+  std::string symbols;
+  if (auto problem = LayoutExpander(layout).expand(symbols)) return fail(kLayoutKey, *problem);
+  std::vector<std::string> stages(1);
+  for (char c : symbols) {
+    if (c == '|') {
+      stages.emplace_back();
+    } else {
+      stages.back() += c;
+    }
+  }
+  const int64_t p = par.pipeline_model_parallel_size;
+  const int64_t v = par.virtual_pipeline_model_parallel_size;
+  if (static_cast<int64_t>(stages.size()) != p * v) {
+    return fail(kLayoutKey,
+                fmt::format("\"{}\" gives {} virtual stages, but pipeline_model_parallel_size x "
+                            "virtual_pipeline_model_parallel_size = {} x {} = {} (rule: one '|'-"
+                            "separated stage per virtual stage, in order)",
+                            layout, stages.size(), p, v, p * v));
+  }
+  per_stage.assign(stages.size(), 0);
+  int64_t layers = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    for (char c : stages[i]) {
+      if (c == 'm') {
+        return fail(kLayoutKey, fmt::format("\"{}\": stage {} holds an MTP layer (m), which "
+                                            "traintwin does not model (allowed: t, E, L)",
+                                            layout, i));
+      }
+      const bool first = i == 0, last = i + 1 == stages.size();
+      if ((c == 'E' && !first) || (c == 'L' && !last)) {
+        return fail(kLayoutKey,
+                    fmt::format("\"{}\": '{}' in stage {} (rule: the embedding E is in the first "
+                                "stage and the loss L in the last, {})",
+                                layout, c, i, stages.size() - 1));
+      }
+      if (c == 't') ++per_stage[i];
+    }
+    layers += per_stage[i];
+  }
+  if (std::count(symbols.begin(), symbols.end(), 'E') != 1 ||
+      std::count(symbols.begin(), symbols.end(), 'L') != 1) {
+    return fail(kLayoutKey, fmt::format("\"{}\" must hold one E (the embedding, in the first "
+                                        "stage) and one L (the loss, in the last)",
+                                        layout));
+  }
+  if (layers != m.num_layers) {
+    return fail(kLayoutKey, fmt::format("\"{}\" places {} transformer layers, but "
+                                        "model.num_layers = {} (rule: every layer once)",
+                                        layout, layers, m.num_layers));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 PipelineSplitError::PipelineSplitError(std::string key, std::string problem)
@@ -116,7 +251,8 @@ PipelineSplitError::PipelineSplitError(std::string key, std::string problem)
 
 bool uneven_pipeline_split(const ParallelConfig& p) {
   return p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
-         p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split;
+         p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split ||
+         !p.pipeline_model_parallel_layout.empty();
 }
 
 std::optional<PipelineSplitProblem> try_pipeline_layer_split(const ModelSpec& m,
@@ -132,7 +268,11 @@ std::optional<PipelineSplitProblem> try_pipeline_layer_split(const ModelSpec& m,
 
   // Layers of each virtual stage, in virtual-stage order.
   split.assign(static_cast<size_t>(p * v), ChunkLayers{});
-  if (par.decoder_first_pipeline_num_layers || par.decoder_last_pipeline_num_layers) {
+  if (!par.pipeline_model_parallel_layout.empty()) {
+    std::vector<int64_t> per_stage;
+    if (auto problem = layout_split(m, par, per_stage)) return problem;
+    for (size_t vs = 0; vs < split.size(); ++vs) split[vs].num_layers = per_stage[vs];
+  } else if (par.decoder_first_pipeline_num_layers || par.decoder_last_pipeline_num_layers) {
     std::vector<int64_t> per_rank;
     if (auto problem = first_last_split(m, par, per_rank)) return problem;
     for (int64_t vs = 0; vs < p * v; ++vs) {

@@ -13,6 +13,12 @@
 // counts of the virtual stages before it (Megatron's offset formulas reduce to that sum).
 //
 // The rules (whichever applies):
+//  - a custom layout (pipeline_model_parallel_layout, Megatron-Core's --pipeline-model-parallel-
+//    layout, megatron/core/transformer/pipeline_parallel_layer_layout.py): the virtual stages in
+//    order separated by '|', each listing its layers: t a transformer layer, E the embedding, L
+//    the loss; X*N repeats a symbol, (...)*N a group, ',' and blanks separate. Rules: p x v
+//    stages; one E, in the first stage, one L, in the last; num_layers t's in all; no MTP layer
+//    (m: not modelled); not together with the other uneven-split keys. A stage may hold no t.
 //  - first/last stage layer counts (decoder_first_pipeline_num_layers F and/or
 //    decoder_last_pipeline_num_layers L given): pipeline rank 0 holds F layers, rank p - 1 holds
 //    L, and the other ("middle") ranks share the rest equally, M = (l - F - L) / (p - #given);
@@ -92,7 +98,7 @@ ChunkLayers chunk_layers(const Scenario& s, int64_t pp_rank, int64_t chunk);
 /// chunk_layers.
 int64_t layers_on_stage(const Scenario& s, int64_t pp_rank);
 
-/// True when any of the four uneven-split keys is set (the split may still come out even, e.g.
+/// True when any of the five uneven-split keys is set (the split may still come out even, e.g.
 /// both account flags with PP 1).
 bool uneven_pipeline_split(const ParallelConfig& p);
 

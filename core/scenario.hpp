@@ -249,6 +249,11 @@ struct ParallelConfig {
   /// --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split).
   bool account_for_embedding_in_pipeline_split = false;
   bool account_for_loss_in_pipeline_split = false;
+  /// Megatron-Core's custom layout (--pipeline-model-parallel-layout): the virtual stages in
+  /// order separated by '|', each its layers ('t' a transformer layer, 'E' the embedding on the
+  /// first, 'L' the loss on the last, 'X*N' and '(...)*N' repeats), e.g. "Et*3|(tt|)*6,tL" for
+  /// 16 layers on 8 stages; "" = none (core/pipeline_split.hpp has the rules).
+  std::string pipeline_model_parallel_layout;
 
   /// True when 1F1B runs with > 1 model chunk per pipeline rank (interleaved 1F1B).
   bool interleaved() const { return virtual_pipeline_model_parallel_size > 1; }

@@ -174,6 +174,14 @@ const std::vector<KeySpec>& table() {
        .type = V::kBoolean, .doc = "the LM head and loss count as one layer in the split",
        .flag = "--account-for-loss-in-pipeline-split",
        .bind = field<kPar, &P::account_for_loss_in_pipeline_split>()},
+      {.section = "parallelism", .key = "pipeline_model_parallel_layout", .type = V::kString,
+       .default_text = "none",
+       .doc = "the layers of each virtual stage, stages in order split by '|': t a transformer "
+              "layer, E the embedding (first stage), L the loss (last stage), X*N and (...)*N "
+              "repeats, ',' a separator (Megatron-Core's custom layout, e.g. \"Et*3|(tt|)*6,tL\"); "
+              "PP x v stages; not with the other uneven-split keys",
+       .flag = "--pipeline-model-parallel-layout",
+       .bind = field<kPar, &P::pipeline_model_parallel_layout>()},
       {.section = "parallelism", .key = "context_parallel_size", .type = V::kInteger,
        .unit = "GPUs", .doc = "CP: > 1 needs seq_length divisible by 2 x CP",
        .flag = "--context-parallel-size", .bind = field<kPar, &P::context_parallel_size>()},

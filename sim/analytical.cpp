@@ -818,9 +818,24 @@ class Estimator {
 
 }  // namespace
 
-IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const CostModel& costs,
+IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const CostModel& costs,
                           const FabricEfficiency& eff, StepScope probe_steps,
                           EstimateCache* cache) {
+  const JobGpus job = job_gpus(topo_in, s.cluster.num_gpus);
+  if (job.mixed()) {
+    // One rank stands for its stage here; on a mixed cluster a stage's ranks differ.
+    throw UnsupportedError("analytical estimate: topology " + topo_in.name +
+                           " places this job on GPUs of several kinds (node_groups); use the "
+                           "replay (simulate, or sweep --mode simulate)");
+  }
+  // A job inside one node group of a mixed cluster sees that group's GPU only.
+  TopologySpec one_kind;
+  if (!topo_in.node_groups.empty()) {
+    one_kind = topo_in;
+    one_kind.gpu = job.types.front();
+    one_kind.node_groups.clear();
+  }
+  const TopologySpec& topo = topo_in.node_groups.empty() ? topo_in : one_kind;
   check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {
@@ -844,7 +859,7 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo, const Cos
   EstimateCache::Impl* c = nullptr;
   if (cache != nullptr) {
     c = &cache->impl();
-    c->bind(topo, eff);
+    c->bind(topo_in, eff);  // the caller's object: the cache checks its address
   }
   return Estimator(s, scaled_topology(topo, o.scaling), costs, eff,
                    ComputeScaling{o.gpu_speed_scale, std::nullopt, {}}, probe_steps, o.scaling,

@@ -243,8 +243,11 @@ std::string chakra_comm_groups_json(const ChakraCommGroups& groups) {
   return j.dump(2) + "\n";
 }
 
-ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuSpec& gpu,
-                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
+namespace {
+/// export_chakra with rank r timed on gpu_of(r).
+template <typename GpuOf>
+ChakraExport export_ranks(const Scenario& s, const CostModel& costs, GpuOf&& gpu_of,
+                          const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
   std::vector<int64_t> wanted = ranks;
   if (wanted.empty()) {
     for (int64_t r = 0; r < s.cluster.num_gpus; ++r) wanted.push_back(r);
@@ -254,7 +257,7 @@ ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuS
   for (int64_t r : wanted) {
     // One rank at a time: its Program, its costs, its file.
     const Program prog = build_program(s, {r});
-    const TimedProgram timed(prog, costs, gpu);
+    const TimedProgram timed(prog, costs, gpu_of(r));
     const std::filesystem::path file = dir / fmt::format("{}.{}.et", s.name, r);
     AtomicFile f(file);
     out.nodes += write_chakra_rank(timed, r, r, f.stream(), groups);
@@ -266,6 +269,20 @@ ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuS
   g.write(chakra_comm_groups_json(groups));
   g.commit();
   return out;
+}
+}  // namespace
+
+ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuSpec& gpu,
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
+  return export_ranks(s, costs, [&gpu](int64_t) -> const GpuSpec& { return gpu; }, dir, ranks);
+}
+
+ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const TopologySpec& topo,
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
+  return export_ranks(
+      s, costs,
+      [&topo](int64_t r) -> const GpuSpec& { return gpu_of_node(topo, place_rank(topo, r).node); },
+      dir, ranks);
 }
 
 }  // namespace traintwin

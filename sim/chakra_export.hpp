@@ -91,4 +91,9 @@ struct ChakraExport {
 ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuSpec& gpu,
                            const std::filesystem::path& dir, const std::vector<int64_t>& ranks);
 
+/// The same on cluster `topo`: each rank timed on the GPU of its node (gpu_of_node of its
+/// place_rank: a mixed cluster's node groups), the rest as above.
+ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const TopologySpec& topo,
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks);
+
 }  // namespace traintwin

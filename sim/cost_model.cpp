@@ -297,6 +297,33 @@ std::shared_ptr<const MeasuredCollectives> make_simulation_measured_collectives(
   return m->empty() ? nullptr : m;
 }
 
+namespace {
+class PerGpuCostModel : public CostModel {
+ public:
+  PerGpuCostModel(std::map<std::string, std::unique_ptr<CostModel>> by_gpu,
+                  std::unique_ptr<CostModel> fallback)
+      : by_gpu_(std::move(by_gpu)), fallback_(std::move(fallback)) {}
+
+  KernelCost duration(const Kernel& k, const GpuSpec& gpu) const override {
+    const auto it = by_gpu_.find(gpu.name);
+    return (it != by_gpu_.end() ? *it->second : *fallback_).duration(k, gpu);
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<CostModel>> by_gpu_;
+  std::unique_ptr<CostModel> fallback_;
+};
+}  // namespace
+
+std::unique_ptr<CostModel> make_per_gpu_cost_model(
+    std::map<std::string, std::unique_ptr<CostModel>> by_gpu, std::unique_ptr<CostModel> fallback) {
+  if (!fallback) throw InvalidArgument("make_per_gpu_cost_model: no fallback model");
+  for (const auto& [name, model] : by_gpu) {
+    if (!model) throw InvalidArgument("make_per_gpu_cost_model: no model for " + name);
+  }
+  return std::make_unique<PerGpuCostModel>(std::move(by_gpu), std::move(fallback));
+}
+
 std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
                                                       const std::filesystem::path& db_dir,
                                                       const std::filesystem::path& db_file,
@@ -306,6 +333,21 @@ std::unique_ptr<CostModel> make_simulation_cost_model(const GpuSpec& target,
   if (file.empty()) return roofline;
   auto db = std::make_shared<const CostDatabase>(CostDatabase::load(file));
   return make_database_cost_model(std::move(db), db_gpu ? *db_gpu : target, std::move(roofline));
+}
+
+std::unique_ptr<CostModel> make_cluster_cost_model(const TopologySpec& topo,
+                                                   const std::filesystem::path& db_dir,
+                                                   const std::filesystem::path& db_file,
+                                                   const GpuSpec* db_gpu) {
+  std::unique_ptr<CostModel> costs = make_simulation_cost_model(topo.gpu, db_dir, db_file, db_gpu);
+  if (!db_file.empty() || topo.node_groups.empty()) return costs;
+  std::map<std::string, std::unique_ptr<CostModel>> by_gpu;
+  for (const NodeGroup& g : topo.node_groups) {
+    if (g.gpu.name == topo.gpu.name || by_gpu.count(g.gpu.name) != 0) continue;
+    by_gpu.emplace(g.gpu.name, make_simulation_cost_model(g.gpu, db_dir, {}, nullptr));
+  }
+  if (by_gpu.empty()) return costs;
+  return make_per_gpu_cost_model(std::move(by_gpu), std::move(costs));
 }
 
 std::vector<LeaveOneOutRow> leave_one_out(const CostDatabase& db, const GpuSpec& device,

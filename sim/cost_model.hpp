@@ -16,6 +16,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -150,6 +151,22 @@ std::filesystem::path simulation_cost_db_file(const GpuSpec& target,
 std::shared_ptr<const MeasuredCollectives> make_simulation_measured_collectives(
     const GpuSpec& target, const std::filesystem::path& db_dir,
     const std::filesystem::path& db_file = {});
+
+/// A cost model that times each GPU with its own model (a mixed cluster's node groups):
+/// `by_gpu` keyed by GpuSpec::name, every other GPU with `fallback`. Throws InvalidArgument for a
+/// null model.
+std::unique_ptr<CostModel> make_per_gpu_cost_model(
+    std::map<std::string, std::unique_ptr<CostModel>> by_gpu, std::unique_ptr<CostModel> fallback);
+
+/// The cost model for every GPU of `topo`: make_simulation_cost_model() of topo.gpu, and on a
+/// mixed cluster (node_groups) each group's GPU with its own database in `db_dir` where one
+/// exists (else the roofline calibrated for it) through make_per_gpu_cost_model(); with a
+/// `db_file`, that database serves (scaled to) every GPU. Throws CostDatabaseError for a
+/// malformed database.
+std::unique_ptr<CostModel> make_cluster_cost_model(const TopologySpec& topo,
+                                                   const std::filesystem::path& db_dir,
+                                                   const std::filesystem::path& db_file = {},
+                                                   const GpuSpec* db_gpu = nullptr);
 
 /// The cost model the simulator uses for `target`: the measured database `db_file` when given
 /// (measured on `db_gpu`, the target's GPU when not given), else traces/db/<gpu name>.json in

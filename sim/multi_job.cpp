@@ -343,8 +343,18 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
   for (size_t j = 0; j < jobs.size(); ++j) {
     const SimulationOptions& x = opts[j];
     const Program& prog = *jobs[j].program;
+    // Each rank on its node's GPU (a mixed cluster's node groups).
+    JobGpus gpus;
+    gpus.rank_type.resize(static_cast<size_t>(prog.layout.world_size()));
+    for (int64_t r = 0; r < prog.layout.world_size(); ++r) {
+      const GpuSpec& gpu = gpu_of_node(topo, jobs[j].nodes[static_cast<size_t>(r / G)]);
+      size_t k = 0;
+      while (k < gpus.types.size() && gpus.types[k].name != gpu.name) ++k;
+      if (k == gpus.types.size()) gpus.types.push_back(gpu);
+      gpus.rank_type[static_cast<size_t>(r)] = static_cast<uint8_t>(k);
+    }
     bool shared = false;
-    for (size_t k = 0; k < j && !x.straggler; ++k) {
+    for (size_t k = 0; k < j && !x.straggler && topo.node_groups.empty(); ++k) {
       if (jobs[k].program == jobs[j].program && jobs[k].costs == jobs[j].costs &&
           !opts[k].straggler && opts[k].gpu_speed_scale == x.gpu_speed_scale) {
         timed.push_back(timed[k]);
@@ -359,7 +369,7 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
       compute.straggler_peers = prog.layout.group(GroupKind::kTp, x.straggler->rank);
       std::sort(compute.straggler_peers.begin(), compute.straggler_peers.end());
     }
-    timed.push_back(std::make_shared<TimedProgram>(prog, *jobs[j].costs, topo.gpu, std::move(compute)));
+    timed.push_back(std::make_shared<TimedProgram>(prog, *jobs[j].costs, gpus, std::move(compute)));
   }
   const auto engine = replay_engine::start_simgrid_engine();
   auto platform = Platform::build(*engine, topo, num_nodes * G);

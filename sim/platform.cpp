@@ -173,14 +173,15 @@ class SimGridPlatform final : public Platform {
       const std::string nvswitch = fmt::format("node{}-nvswitch", node);
       const std::string loop_name = fmt::format("node{}-loopback", node);
       // Device-local copies (never asked by endpoints()): HBM bandwidth, no sharing, no latency.
-      sg4::Link* loopback = zone->create_link(loop_name, topo_.gpu.hbm_bandwidth_Bps)
+      const GpuSpec& node_gpu = gpu_of_node(topo_, node);  // a mixed cluster's node groups
+      sg4::Link* loopback = zone->create_link(loop_name, node_gpu.hbm_bandwidth_Bps)
                                 ->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE)
                                 ->set_latency(0.0)
                                 ->seal();
-      links_.push_back({loop_name, "loopback", topo_.gpu.hbm_bandwidth_Bps, "", "", loopback});
+      links_.push_back({loop_name, "loopback", node_gpu.hbm_bandwidth_Bps, "", "", loopback});
       for (int64_t j = 0; j < plan_.gpus_per_node; ++j) {
         const std::string gpu = fmt::format("node{}-gpu{}", node, j);
-        sg4::Host* host = zone->create_host(gpu, topo_.gpu.peak.bf16_FLOPs)->seal();
+        sg4::Host* host = zone->create_host(gpu, node_gpu.peak.bf16_FLOPs)->seal();
         gpu_hosts_.push_back(host);
         sg4::SplitDuplexLink* nvlink = zone->create_split_duplex_link(gpu + "-nvlink", nvlink_Bps);
         nvlink->set_latency(topo_.node.nvlink_latency_s / 2)->seal();

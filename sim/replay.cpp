@@ -208,7 +208,9 @@ void Engine::prepare() {
 Template Engine::make_template(const RankProgram& rp) {
   Template t;
   t.rp = &rp;
-  t.duration_s = &timed_.durations(rp.rank);
+  for (size_t g = 0; g < timed_.gpu_types(); ++g) {
+    t.duration_s.push_back(&timed_.durations(rp.rank, g));
+  }
   t.seq = collective_sequence(rp);
   const size_t n = rp.ops.size();
   t.ndeps.assign(n, 0);
@@ -541,7 +543,8 @@ SimulationResult simulate_program(const Program& prog, const TopologySpec& topo,
     compute.straggler_peers = prog.layout.group(GroupKind::kTp, opts.straggler->rank);
     std::sort(compute.straggler_peers.begin(), compute.straggler_peers.end());
   }
-  const TimedProgram timed(prog, costs, topo.gpu, std::move(compute));
+  const TimedProgram timed(prog, costs, job_gpus(topo, prog.layout.world_size()),
+                           std::move(compute));
   const auto wall1 = Clock::now();
   const auto engine = replay_engine::start_simgrid_engine();
   auto platform = Platform::build(*engine, topo, prog.layout.world_size(), opts.scaling);

@@ -35,7 +35,8 @@ constexpr std::array<int8_t, N> filled(int8_t v) {
 /// A Program shared by the ranks of one pipeline stage, with what the engine precomputes.
 struct Template {
   const RankProgram* rp = nullptr;
-  const std::vector<double>* duration_s = nullptr;  // TimedProgram::durations of rp
+  // TimedProgram::durations of rp, per GPU type (one on a homogeneous cluster).
+  std::vector<const std::vector<double>*> duration_s;
   std::vector<uint32_t> succ_begin;   // CSR of successors (size ops + 1)
   std::vector<uint32_t> succ;
   std::vector<uint16_t> ndeps;
@@ -164,7 +165,7 @@ class Engine {
   Template make_template(const RankProgram& rp);
   /// Duration of compute op `id` of `rank` (the timing layer's, every what-if applied).
   double duration(int64_t rank, const Template& tp, uint32_t id) const {
-    return (*tp.duration_s)[id] * timed_.rank_factor(rank);
+    return (*tp.duration_s[timed_.gpu_type(rank)])[id] * timed_.rank_factor(rank);
   }
   /// The peer of send/recv `op` of `tp` when `rank` runs it: mapped_peer() (sim/matching.hpp)
   /// with the coordinate offsets taken once per template.

@@ -101,8 +101,9 @@ SimulationSession::SimulationSession(Scenario s, TopologySpec topology,
   }
   if (!source.cost_db.empty() && !db_topo) check_database_device(source.cost_db, topology_);
   const std::filesystem::path db_dir = default_database_dir(topology_file);
-  costs_ = make_simulation_cost_model(topology_.gpu, db_dir, source.cost_db,
-                                      db_topo ? &db_topo->gpu : nullptr);
+  // A mixed cluster's node groups: each GPU with its own database (cost_model.hpp).
+  costs_ = make_cluster_cost_model(topology_, db_dir, source.cost_db,
+                                   db_topo ? &db_topo->gpu : nullptr);
   // A database's collective rows time its own device's collectives, not another device's.
   if (!db_topo) {
     options_.fabric.measured =

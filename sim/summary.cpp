@@ -23,7 +23,10 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   const double t = r.iteration_time_s;
   const double gpus = static_cast<double>(s.cluster.num_gpus);
   const double tokens = static_cast<double>(s.training.global_batch_size * s.model.seq_length);
-  const double peak = topo.gpu.peak_FLOPs(gemm_precision(s.training));
+  // A mixed cluster: the peak of the job's GPUs on average (MFU against the sum of their
+  // peaks), and memory against its smallest GPU (a stage may sit on either kind).
+  const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
+  const double peak = job.mean_peak_FLOPs(gemm_precision(s.training));
   const double model = model_flops_per_iteration(s.model, s.training.global_batch_size);
   const double hardware = hardware_flops_per_iteration(s.model, s.training.global_batch_size,
                                                        s.training.recompute_granularity);
@@ -47,7 +50,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   for (const StageMemory& m : memory_per_stage(s)) {
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, m.total_bytes());
   }
-  out.fits_in_memory = out.peak_memory_bytes <= topo.gpu.memory_bytes;
+  out.fits_in_memory = out.peak_memory_bytes <= job.smallest_memory_bytes();
   double total = 0;
   for (const auto& [src, sec] : compute_s_by_source) total += sec;
   for (CostSource src : {CostSource::kMeasured, CostSource::kScaled, CostSource::kRoofline}) {

@@ -33,7 +33,9 @@ SummaryDocument summary_document(const Scenario& s, const TopologySpec& topo,
   SummaryDocument d;
   d.scenario = s.name;
   d.num_gpus = s.cluster.num_gpus;
-  d.gpu = topo.gpu.name;
+  const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
+  // A mixed cluster names its kinds with their counts ("4 x H200-SXM-141GB + 4 x ...").
+  d.gpu = job.mixed() ? job.describe() : topo.gpu.name;
   const ParallelConfig& par = s.parallel;
   SummaryLayout& l = d.layout;
   l.tensor_model_parallel_size = par.tensor_model_parallel_size;
@@ -51,7 +53,8 @@ SummaryDocument summary_document(const Scenario& s, const TopologySpec& topo,
     l.experts = SummaryLayout::Experts{par.expert_model_parallel_size, par.expert_tp(),
                                        par.expert_data_parallel_size()};
   }
-  // The pipeline split (core/pipeline_split.hpp): Megatron's four keys and its result.
+  // The pipeline split (core/pipeline_split.hpp): Megatron's keys and its result.
+  l.pipeline_model_parallel_layout = par.pipeline_model_parallel_layout;
   l.decoder_first_pipeline_num_layers = par.decoder_first_pipeline_num_layers;
   l.decoder_last_pipeline_num_layers = par.decoder_last_pipeline_num_layers;
   l.account_for_embedding_in_pipeline_split = par.account_for_embedding_in_pipeline_split;
@@ -74,7 +77,7 @@ SummaryDocument summary_document(const Scenario& s, const TopologySpec& topo,
         relative_change(now.mfu, base->mfu), now.exposed_comm_s() - base->exposed_comm_s(),
         now.iteration_time_s > 0 ? base->iteration_time_s / now.iteration_time_s : 0.0};
   }
-  d.gpu_memory_bytes = topo.gpu.memory_bytes;
+  d.gpu_memory_bytes = job.smallest_memory_bytes();  // as fits_in_memory
   d.memory_per_stage = memory_per_stage(s);
   d.busiest_links = r.busiest_links;
   d.link_tiers = r.link_tiers;
@@ -136,6 +139,9 @@ ojson layout_json(const SummaryLayout& l) {
   auto optional_int = [](const std::optional<int64_t>& v) {
     return v ? ojson(*v) : ojson(nullptr);
   };
+  if (!l.pipeline_model_parallel_layout.empty()) {
+    j["pipeline_model_parallel_layout"] = l.pipeline_model_parallel_layout;
+  }
   j["decoder_first_pipeline_num_layers"] = optional_int(l.decoder_first_pipeline_num_layers);
   j["decoder_last_pipeline_num_layers"] = optional_int(l.decoder_last_pipeline_num_layers);
   j["account_for_embedding_in_pipeline_split"] = l.account_for_embedding_in_pipeline_split;
@@ -335,6 +341,9 @@ SummaryLayout layout_from_json(const ojson& j, const JsonPlace& at) {
     l.experts = SummaryLayout::Experts{json_integer(j, "expert_model_parallel_size", at),
                                        json_integer(j, "expert_tensor_parallel_size", at),
                                        json_integer(j, "expert_data_parallel_size", at)};
+  }
+  if (j.contains("pipeline_model_parallel_layout")) {
+    l.pipeline_model_parallel_layout = json_string(j, "pipeline_model_parallel_layout", at);
   }
   l.decoder_first_pipeline_num_layers =
       json_optional_integer(j, "decoder_first_pipeline_num_layers", at);

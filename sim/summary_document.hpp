@@ -53,7 +53,9 @@ struct SummaryLayout {
     bool operator==(const Experts&) const = default;
   };
   std::optional<Experts> experts;
-  /// Megatron's four pipeline-split keys (core/pipeline_split.hpp); null: not given.
+  /// Megatron's pipeline-split keys (core/pipeline_split.hpp); null (the layout: "", written
+  /// only when given): not given.
+  std::string pipeline_model_parallel_layout;
   std::optional<int64_t> decoder_first_pipeline_num_layers;
   std::optional<int64_t> decoder_last_pipeline_num_layers;
   bool account_for_embedding_in_pipeline_split = false;
@@ -80,13 +82,14 @@ struct DeltaVsBase {
 struct SummaryDocument {
   std::string scenario;  ///< the scenario's name
   int64_t num_gpus = 0;
-  std::string gpu;  ///< the topology's GPU name
+  /// The topology's GPU name; on a mixed cluster each kind with its count ("4 x A + 4 x B").
+  std::string gpu;
   SummaryLayout layout;
   std::optional<WhatIf> what_if;             ///< the scenario's what-if knobs, when any
   std::optional<BaseRunMetrics> base;        ///< the base run, when it was simulated
   std::optional<DeltaVsBase> delta_vs_base;  ///< present with `base`
   SimulationSummary summary;  ///< iteration time, throughput, MFU, exposed comm, cost sources
-  double gpu_memory_bytes = 0;
+  double gpu_memory_bytes = 0;  ///< of the job's smallest GPU
   std::vector<StageMemory> memory_per_stage;  ///< memory model, one per pipeline stage
   std::vector<LinkLoad> busiest_links;        ///< top 10 by bytes (bandwidth_Bps not written)
   std::vector<TierTraffic> link_tiers;

@@ -10,7 +10,18 @@ namespace traintwin {
 
 TimedProgram::TimedProgram(const Program& prog, const CostModel& costs, const GpuSpec& gpu,
                            ComputeScaling scaling)
-    : prog_(&prog), scaling_(std::move(scaling)) {
+    : TimedProgram(prog, costs, JobGpus{{gpu}, {}}, std::move(scaling)) {}
+
+TimedProgram::TimedProgram(const Program& prog, const CostModel& costs, const JobGpus& gpus,
+                           ComputeScaling scaling)
+    : prog_(&prog), scaling_(std::move(scaling)), gpus_(gpus) {
+  if (gpus_.types.empty()) throw InvalidArgument("TimedProgram: no GPU type");
+  if (!gpus_.rank_type.empty() &&
+      static_cast<int64_t>(gpus_.rank_type.size()) != prog.layout.world_size()) {
+    throw InvalidArgument("TimedProgram: " + std::to_string(gpus_.rank_type.size()) +
+                          " ranks' GPU types for a world of " +
+                          std::to_string(prog.layout.world_size()));
+  }
   if (!(scaling_.gpu_speed_scale > 0) || !std::isfinite(scaling_.gpu_speed_scale)) {
     throw ConfigError("simulate: gpu_speed_scale = " + std::to_string(scaling_.gpu_speed_scale) +
                       " (allowed: a positive factor)");
@@ -33,33 +44,45 @@ TimedProgram::TimedProgram(const Program& prog, const CostModel& costs, const Gp
       for (uint32_t k : op.kernels) used[k] = true;
     }
   }
-  kernel_costs_.resize(prog.kernels.size());
-  for (size_t k = 0; k < prog.kernels.size(); ++k) {
-    if (used[k]) kernel_costs_[k] = costs.duration(prog.kernels[k], gpu);
+  const size_t types = gpus_.types.size();
+  kernel_costs_.assign(types, std::vector<KernelCost>(prog.kernels.size()));
+  for (size_t g = 0; g < types; ++g) {
+    for (size_t k = 0; k < prog.kernels.size(); ++k) {
+      if (used[k]) kernel_costs_[g][k] = costs.duration(prog.kernels[k], gpus_.types[g]);
+    }
   }
   for (const auto& [r, rp] : prog.ranks) {
-    std::vector<double>& d = durations_[r];
-    d.assign(rp.ops.size(), 0.0);
-    for (const Op& op : rp.ops) {
-      if (op.kind != OpKind::kCompute) continue;
-      double s = 0;
-      for (uint32_t k : op.kernels) s += kernel_costs_[k].seconds;
-      d[op.id] = s / scaling_.gpu_speed_scale;
-    }
-    // Seconds per cost source of the whole RankProgram, summed once (replays add it per rank).
-    std::map<CostSource, double>& by_source = by_source_[r];
-    for (const Op& op : rp.ops) {
-      for (uint32_t k : op.kernels) by_source[kernel_costs_[k].source] += kernel_costs_[k].seconds;
+    std::vector<std::vector<double>>& per_type = durations_[r];
+    std::vector<std::map<CostSource, double>>& sources = by_source_[r];
+    per_type.resize(types);
+    sources.resize(types);
+    for (size_t g = 0; g < types; ++g) {
+      const std::vector<KernelCost>& kc = kernel_costs_[g];
+      std::vector<double>& d = per_type[g];
+      d.assign(rp.ops.size(), 0.0);
+      for (const Op& op : rp.ops) {
+        if (op.kind != OpKind::kCompute) continue;
+        double s = 0;
+        for (uint32_t k : op.kernels) s += kc[k].seconds;
+        d[op.id] = s / scaling_.gpu_speed_scale;
+      }
+      // Seconds per cost source of the whole RankProgram, summed once (replays add it per rank).
+      for (const Op& op : rp.ops) {
+        for (uint32_t k : op.kernels) sources[g][kc[k].source] += kc[k].seconds;
+      }
     }
   }
 }
 
-const std::vector<double>& TimedProgram::durations(int64_t program_rank) const {
+const std::vector<double>& TimedProgram::durations(int64_t program_rank, size_t gpu_type) const {
   auto it = durations_.find(program_rank);
   if (it == durations_.end()) {
     throw InvalidArgument("TimedProgram: no Program lowered for rank " + std::to_string(program_rank));
   }
-  return it->second;
+  if (gpu_type >= it->second.size()) {
+    throw InvalidArgument("TimedProgram: no GPU type " + std::to_string(gpu_type));
+  }
+  return it->second[gpu_type];
 }
 
 void TimedProgram::add_compute_by_source(int64_t rank, int64_t program_rank, double weight,
@@ -69,7 +92,7 @@ void TimedProgram::add_compute_by_source(int64_t rank, int64_t program_rank, dou
   if (it == by_source_.end()) {
     throw InvalidArgument("TimedProgram: no Program lowered for rank " + std::to_string(program_rank));
   }
-  for (const auto& [source, seconds] : it->second) out[source] += seconds * factor;
+  for (const auto& [source, seconds] : it->second[gpu_type(rank)]) out[source] += seconds * factor;
 }
 
 }  // namespace traintwin

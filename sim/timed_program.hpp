@@ -37,14 +37,28 @@ class TimedProgram {
   TimedProgram(const Program& prog, const CostModel& costs, const GpuSpec& gpu,
                ComputeScaling scaling = {});
 
+  /// The same on a mixed cluster: every kernel costed once per GPU type of `gpus` (job_gpus()
+  /// of the topology), each rank timed on its own GPU (`gpus.rank_type`, one entry per rank of
+  /// the layout: InvalidArgument otherwise).
+  TimedProgram(const Program& prog, const CostModel& costs, const JobGpus& gpus,
+               ComputeScaling scaling = {});
+
   const Program& program() const { return *prog_; }
   const ComputeScaling& scaling() const { return scaling_; }
 
-  /// Durations (seconds) of the ops of prog.ranks.at(program_rank), by op id: compute ops the
-  /// sum of their kernels / gpu_speed_scale, communication ops 0. Shared by every rank that runs
-  /// that RankProgram; rank-specific factors come from compute_s(). InvalidArgument for a rank
-  /// without a RankProgram.
-  const std::vector<double>& durations(int64_t program_rank) const;
+  /// Durations (seconds) of the ops of prog.ranks.at(program_rank) on GPU type `gpu_type` (0:
+  /// the first type, the only one of a homogeneous cluster), by op id: compute ops the sum of
+  /// their kernels / gpu_speed_scale, communication ops 0. Shared by every rank of that type
+  /// that runs that RankProgram; rank-specific factors come from compute_s(). InvalidArgument
+  /// for a rank without a RankProgram or an unknown type.
+  const std::vector<double>& durations(int64_t program_rank, size_t gpu_type = 0) const;
+
+  /// GPU types the durations are given for (1 on a homogeneous cluster).
+  size_t gpu_types() const { return gpus_.types.size(); }
+  /// The GPU type `rank` runs on (an index of durations()).
+  size_t gpu_type(int64_t rank) const {
+    return gpus_.rank_type.empty() ? 0 : gpus_.rank_type[static_cast<size_t>(rank)];
+  }
 
   /// The straggler factor of `rank` (compute_scale on the straggler, 1 elsewhere).
   double rank_factor(int64_t rank) const {
@@ -57,12 +71,14 @@ class TimedProgram {
 
   /// Duration of op `op` of program_rank's RankProgram when `rank` runs it: every factor applied.
   double compute_s(int64_t rank, int64_t program_rank, uint32_t op) const {
-    return durations(program_rank)[op] * rank_factor(rank);
+    return durations(program_rank, gpu_type(rank))[op] * rank_factor(rank);
   }
 
-  /// The cost of kernel `k` (an index into Program::kernels) as the cost model gave it, without
-  /// what-if factors.
-  const KernelCost& kernel_cost(uint32_t k) const { return kernel_costs_[k]; }
+  /// The cost of kernel `k` (an index into Program::kernels) on GPU type `gpu_type` as the cost
+  /// model gave it, without what-if factors.
+  const KernelCost& kernel_cost(uint32_t k, size_t gpu_type = 0) const {
+    return kernel_costs_[gpu_type][k];
+  }
 
   /// Adds to `out` the compute seconds per cost source of `rank` running program_rank's ops,
   /// what-if factors applied, times `weight` (the number of ranks `rank` stands for). O(cost
@@ -74,9 +90,11 @@ class TimedProgram {
  private:
   const Program* prog_;
   ComputeScaling scaling_;
-  std::vector<KernelCost> kernel_costs_;
-  std::map<int64_t, std::vector<double>> durations_;
-  std::map<int64_t, std::map<CostSource, double>> by_source_;  // per RankProgram, no factors
+  JobGpus gpus_;                                     // rank_type empty: one type
+  std::vector<std::vector<KernelCost>> kernel_costs_;  // [gpu type][kernel]
+  // Per RankProgram, [gpu type]: op durations; compute seconds per cost source (no factors).
+  std::map<int64_t, std::vector<std::vector<double>>> durations_;
+  std::map<int64_t, std::vector<std::map<CostSource, double>>> by_source_;
 };
 
 }  // namespace traintwin

@@ -193,6 +193,22 @@ class Mapping {
     }
   }
 
+  /// The items of list `key` (a YAML sequence), each with its line; ConfigError when it is not a
+  /// non-empty list.
+  std::vector<std::pair<YAML::Node, int>> list(const std::string& key) const {
+    spec(key, ValueType::kList);
+    const YAML::Node& n = node(key);
+    if (!n.IsSequence() || n.size() == 0) {
+      throw ConfigError(fmt::format("{}: expected a non-empty list of mappings", where(key)));
+    }
+    std::vector<std::pair<YAML::Node, int>> items;
+    for (const YAML::Node& item : n) {
+      const int at = item.IsDefined() && !item.IsNull() ? line_of(item) : line(key);
+      items.emplace_back(item, at > 0 ? at : line(key));
+    }
+    return items;
+  }
+
   /// A "down:up" ratio of positive integers.
   std::pair<int64_t, int64_t> ratio(const std::string& key) const {
     spec(key, ValueType::kRatio);
@@ -254,7 +270,14 @@ class Mapping {
   std::map<std::string, int> lines_;
 };
 
-TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
+/// The node groups of `top` (its node_groups list; none when absent): each node_template read
+/// relative to `base_dir`, its node and nic sections checked equal to `t`'s.
+std::vector<NodeGroup> parse_node_groups(const Mapping& top, const TopologySpec& t,
+                                         const std::string& origin,
+                                         const std::filesystem::path& base_dir);
+
+TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
+                        const std::filesystem::path& base_dir) {
   const Mapping top(root, origin, "", 1);
   TopologySpec t;
   t.name = top.text("name");
@@ -381,7 +404,78 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin) {
   }
   f.link_rate_Bps = fabric.quantity("link_rate");
   f.hop_latency_s = fabric.quantity("hop_latency");
+  t.node_groups = parse_node_groups(top, t, origin, base_dir);
   return t;
+}
+
+/// The first key of the node and nic sections whose values differ between `a` and `b`, with
+/// both values as text; nullopt when none does.
+std::optional<std::tuple<std::string, std::string, std::string>> first_node_difference(
+    const TopologySpec& a, const TopologySpec& b) {
+  auto count = [](int64_t v) { return std::to_string(v); };
+  const std::initializer_list<std::tuple<const char*, std::string, std::string>> keys = {
+      {"node.gpus_per_node", count(a.node.nvlink_domain_gpus), count(b.node.nvlink_domain_gpus)},
+      {"node.gpus_used_per_node", count(a.node.gpus_per_node), count(b.node.gpus_per_node)},
+      {"node.gpus_per_tray", count(a.node.tray_gpus()), count(b.node.tray_gpus())},
+      {"node.nvlink_bandwidth", format_bandwidth_Bps(a.node.nvlink_bandwidth_Bps),
+       format_bandwidth_Bps(b.node.nvlink_bandwidth_Bps)},
+      {"node.nvlink_latency", format_time_s(a.node.nvlink_latency_s),
+       format_time_s(b.node.nvlink_latency_s)},
+      {"node.nvls", a.node.nvls ? "true" : "false", b.node.nvls ? "true" : "false"},
+      {"node.collectives", a.node.nccl ? "nccl" : "mpi", b.node.nccl ? "nccl" : "mpi"},
+      {"nic.nics_per_node", count(a.nic.nics_per_node), count(b.nic.nics_per_node)},
+      {"nic.line_rate", format_bandwidth_Bps(a.nic.line_rate_Bps),
+       format_bandwidth_Bps(b.nic.line_rate_Bps)},
+      {"nic.latency", format_time_s(a.nic.latency_s), format_time_s(b.nic.latency_s)},
+  };
+  for (const auto& [key, va, vb] : keys) {
+    if (va != vb) return std::make_tuple(std::string(key), va, vb);
+  }
+  return std::nullopt;
+}
+
+std::vector<NodeGroup> parse_node_groups(const Mapping& top, const TopologySpec& t,
+                                         const std::string& origin,
+                                         const std::filesystem::path& base_dir) {
+  std::vector<NodeGroup> groups;
+  if (!top.has("node_groups")) return groups;
+  for (const auto& [yaml, line] : top.list("node_groups")) {
+    const Mapping item(yaml, origin, "node_groups", line);
+    NodeGroup g;
+    g.name = item.text("name");
+    for (const NodeGroup& before : groups) {
+      if (before.name == g.name) {
+        throw ConfigError(fmt::format("{}: duplicate group name \"{}\"", item.where("name"),
+                                      g.name));
+      }
+    }
+    g.nodes = item.integer("nodes");
+    const std::filesystem::path file = base_dir / item.text("node_template");
+    TopologySpec tmpl;
+    try {
+      tmpl = load_topology(file);
+    } catch (const Error& e) {
+      throw ConfigError(fmt::format("{}: group \"{}\": {}", item.where("node_template"), g.name,
+                                    e.what()));
+    }
+    if (!tmpl.node_groups.empty()) {
+      throw ConfigError(fmt::format(
+          "{}: group \"{}\": {} has node_groups itself (allowed: a topology of one GPU type)",
+          item.where("node_template"), g.name, file.string()));
+    }
+    if (const auto diff = first_node_difference(t, tmpl)) {
+      const auto& [key, mine, theirs] = *diff;
+      throw ConfigError(fmt::format(
+          "{}: group \"{}\": {} of {} is {}, this file's is {}; the node groups of a topology "
+          "share its node and nic sections (per-group NVLink and NIC rates are not modelled: "
+          "allowed a template whose node and nic equal this file's, e.g. H100 and H200 nodes)",
+          item.where("node_template"), g.name, key, file.string(), theirs, mine));
+    }
+    g.gpu = tmpl.gpu;
+    g.node_template = file;
+    groups.push_back(std::move(g));
+  }
+  return groups;
 }
 
 }  // namespace
@@ -453,7 +547,24 @@ void check_layout_fits_nvlink_domain(const TopologySpec& t, const Scenario& s) {
   }
 }
 
+namespace {
+/// check_gpu_supports for one GPU of `t`.
+void check_one_gpu_supports(const TopologySpec& t, const GpuSpec& gpu,
+                            const TrainingConfig& training);
+}  // namespace
+
 void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
+  check_one_gpu_supports(t, t.gpu, training);
+  for (const NodeGroup& g : t.node_groups) check_one_gpu_supports(t, g.gpu, training);
+}
+
+namespace {
+void check_one_gpu_supports(const TopologySpec& t_in, const GpuSpec& gpu,
+                            const TrainingConfig& training) {
+  // The messages name this GPU; `t` stands for the topology with it.
+  TopologySpec t;
+  t.name = t_in.name;
+  t.gpu = gpu;
   if (matmul_precision(training) == Precision::kTf32 && !t.gpu.peak.tf32_FLOPs) {
     throw ConfigError(fmt::format(
         "training.float32_matmul_precision: high runs the matrix products on TF32 tensor cores; "
@@ -475,11 +586,70 @@ void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
         t.gpu.name));
   }
 }
+}  // namespace
 
-TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin) {
+const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node) {
+  if (node < 0) throw InvalidArgument(fmt::format("gpu_of_node: node {} < 0", node));
+  int64_t first = 0;
+  for (const NodeGroup& g : t.node_groups) {
+    if (node < first + g.nodes) return g.gpu;
+    first += g.nodes;
+  }
+  return t.gpu;
+}
+
+JobGpus job_gpus(const TopologySpec& t, int64_t num_gpus) {
+  if (num_gpus < 1) throw InvalidArgument(fmt::format("job_gpus: num_gpus {} < 1", num_gpus));
+  JobGpus out;
+  out.rank_type.resize(static_cast<size_t>(num_gpus));
+  for (int64_t r = 0; r < num_gpus; ++r) {
+    const GpuSpec& gpu = gpu_of_node(t, place_rank(t, r).node);
+    size_t k = 0;
+    while (k < out.types.size() && out.types[k].name != gpu.name) ++k;
+    if (k == out.types.size()) {
+      if (k == 255) throw InvalidArgument("job_gpus: more than 255 GPU types");
+      out.types.push_back(gpu);
+    }
+    out.rank_type[static_cast<size_t>(r)] = static_cast<uint8_t>(k);
+  }
+  return out;
+}
+
+double smallest_gpu_memory_bytes(const TopologySpec& t) {
+  double m = t.gpu.memory_bytes;
+  for (const NodeGroup& g : t.node_groups) m = std::min(m, g.gpu.memory_bytes);
+  return m;
+}
+
+double JobGpus::smallest_memory_bytes() const {
+  double m = types.empty() ? 0.0 : types.front().memory_bytes;
+  for (const GpuSpec& g : types) m = std::min(m, g.memory_bytes);
+  return m;
+}
+
+double JobGpus::mean_peak_FLOPs(Precision p) const {
+  if (rank_type.empty()) return types.empty() ? 0.0 : types.front().peak_FLOPs(p);
+  double sum = 0;
+  for (uint8_t k : rank_type) sum += types[k].peak_FLOPs(p);
+  return sum / static_cast<double>(rank_type.size());
+}
+
+std::string JobGpus::describe() const {
+  std::vector<int64_t> count(types.size(), 0);
+  for (uint8_t k : rank_type) ++count[k];
+  std::string out;
+  for (size_t k = 0; k < types.size(); ++k) {
+    if (!out.empty()) out += " + ";
+    out += fmt::format("{} x {}", count[k], types[k].name);
+  }
+  return out;
+}
+
+TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin,
+                            const std::filesystem::path& base_dir) {
   const YAML::Node root = load_single_yaml_document(yaml_text, origin, "topology file");
   try {
-    return parse_root(root, origin);
+    return parse_root(root, origin, base_dir);
   } catch (const YAML::Exception& e) {  // defensive: yaml-cpp conversions we did not foresee
     const int line = e.mark.line >= 0 ? e.mark.line + 1 : 0;
     throw ConfigError(fmt::format("{}: {}", place(origin, line), e.msg));
@@ -487,8 +657,8 @@ TopologySpec parse_topology(const std::string& yaml_text, const std::string& ori
 }
 
 TopologySpec load_topology(const std::filesystem::path& file) {
-  TopologySpec t =
-      parse_topology(read_input_file(file, "topology file", kMaxConfigFileBytes), file.string());
+  TopologySpec t = parse_topology(read_input_file(file, "topology file", kMaxConfigFileBytes),
+                                  file.string(), file.parent_path());
   t.source = file;
   return t;
 }
@@ -589,6 +759,15 @@ std::string describe_topology(const TopologySpec& t) {
       f.tiers, f.switch_radix, f.oversubscription_down, f.oversubscription_up, down,
       f.switch_radix - down, f.nodes_per_scalable_unit, format_line_rate_bps(f.link_rate_Bps),
       format_time_s(f.hop_latency_s));
+  int64_t first = 0;
+  for (const NodeGroup& g : t.node_groups) {
+    out += fmt::format("  group   {}: nodes {} to {}: {}, {} HBM, dense {} bf16 (from {})\n",
+                       g.name, first, first + g.nodes - 1, g.gpu.name,
+                       format_bytes(g.gpu.memory_bytes),
+                       format_flop_rate_FLOPs(g.gpu.peak.bf16_FLOPs),
+                       g.node_template.filename().string());
+    first += g.nodes;
+  }
   const int64_t nodes = max_nodes(t);
   out += fmt::format("  size    up to {} leaves = {} scalable units = {} nodes = {} GPUs\n",
                      max_leaf_switches(f), nodes / std::max<int64_t>(f.nodes_per_scalable_unit, 1),

@@ -35,6 +35,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/scenario.hpp"
 
@@ -118,16 +119,53 @@ struct FabricSpec {
   }
 };
 
+/// Nodes of another GPU type in a mixed cluster (one item of the file's node_groups): `nodes`
+/// NVLink domains, after those of the groups before it, whose GPUs are `gpu` (the node_template
+/// file's). Their node and NIC sections equal the topology's (the loader checks it).
+struct NodeGroup {
+  std::string name;
+  int64_t nodes = 0;
+  GpuSpec gpu;
+  std::filesystem::path node_template;  ///< the topology file the GPU was read from
+};
+
 /// A whole cluster topology as read from topologies/*.yaml.
 struct TopologySpec {
   std::string name;
   std::string description;       ///< "" when the file has none
   std::filesystem::path source;  ///< the file it was read from ("" when parsed from text)
-  GpuSpec gpu;
+  GpuSpec gpu;                   ///< the GPU of every node past the node groups
   NodeSpec node;
   NicSpec nic;
   FabricSpec fabric;
+  std::vector<NodeGroup> node_groups;  ///< node 0 on, in order; empty: every node has `gpu`
 };
+
+/// The GPU of NVLink domain `node`: its node group's, else t.gpu. InvalidArgument for node < 0.
+const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node);
+
+/// The GPUs a job of `num_gpus` ranks (placed by place_rank) runs on: the distinct types in the
+/// order of their first rank, and each rank's index into them. One type unless the job reaches
+/// into nodes of another node group.
+struct JobGpus {
+  std::vector<GpuSpec> types;
+  std::vector<uint8_t> rank_type;  ///< [num_gpus]
+  bool mixed() const { return types.size() > 1; }
+  /// Memory of the smallest GPU (a mixed job fits where its largest stage fits the smallest).
+  double smallest_memory_bytes() const;
+  /// Dense peak for `p` averaged over the ranks (MFU of a mixed job is against the sum of its
+  /// GPUs' peaks).
+  double mean_peak_FLOPs(Precision p) const;
+  /// "8 x H100-SXM-80GB", or "512 x H200-SXM-141GB + 512 x H100-SXM-80GB" for a mixed job.
+  std::string describe() const;
+};
+
+/// Memory of the smallest GPU of the topology (its gpu and its node groups'): what a sweep over
+/// cluster sizes checks every layout against.
+double smallest_gpu_memory_bytes(const TopologySpec& t);
+
+/// JobGpus of the first num_gpus ranks. InvalidArgument for num_gpus < 1 or more than 255 types.
+JobGpus job_gpus(const TopologySpec& t, int64_t num_gpus);
 
 /// Rails of the fabric: NICs of a whole NVLink domain, spares included
 /// (nic.nics_per_node x domain_gpus() / gpus_per_node; = nics_per_node without spares).
@@ -165,8 +203,10 @@ TopologySpec load_topology(const std::filesystem::path& file);
 /// Throws ConfigError as those do.
 TopologySpec load_scenario_topology(const Scenario& s);
 
-/// Same as load_topology() from YAML text; `origin` names it in messages.
-TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin);
+/// Same as load_topology() from YAML text; `origin` names it in messages, node_groups'
+/// node_template files are read relative to `base_dir` (default: the working directory).
+TopologySpec parse_topology(const std::string& yaml_text, const std::string& origin,
+                            const std::filesystem::path& base_dir = {});
 
 /// Leaf switch ports toward nodes: floor(k * down / (down + up)) (k/2 when non-blocking).
 int64_t leaf_down_ports(const FabricSpec& f);
@@ -183,7 +223,7 @@ int64_t max_nodes(const TopologySpec& t);
 /// ConfigError with the numbers.
 void check_cluster_size(const TopologySpec& t, int64_t num_gpus);
 
-/// Checks that the GPU of `t` can run what `training` asks of it: FP8 GEMMs
+/// Checks that every GPU of `t` (the node groups' too) can run what `training` asks of it: FP8 GEMMs
 /// (training.fp8_format) need an FP8 peak (gpu.peak_flops.fp8: Hopper and later; an A100 has
 /// none), the mxfp8 recipe needs Blackwell's MX block scaling (a GPU named B*/GB*), and TF32
 /// matrix products (training.float32_matmul_precision high) a TF32 peak (gpu.peak_flops.tf32).

@@ -25,6 +25,9 @@ constexpr std::array kKeys = {
             "one NVLink domain (NVSwitch fabric): a DGX node or a GB200 NVL72 rack"},
     KeySpec{"", "nic", V::kMapping, true, 0, "", "the InfiniBand NICs of one NVLink domain"},
     KeySpec{"", "fabric", V::kMapping, true, 0, "", "the switched network between the domains"},
+    KeySpec{"", "node_groups", V::kList, false, 0, "",
+            "nodes of other GPU types (a mixed cluster), in node order from node 0: a list of "
+            "{name, nodes, node_template}; the nodes past the groups have this file's gpu"},
 
     KeySpec{"gpu", "name", V::kText, true, 0, "H100-SXM-80GB",
             "the GPU's name (calibration files' cluster.gpu; picks traces/db/<name>.json)"},
@@ -83,6 +86,15 @@ constexpr std::array kKeys = {
     KeySpec{"fabric", "link_rate", V::kBandwidth, true, 0, "400Gbps",
             "switch-to-switch links, per direction"},
     KeySpec{"fabric", "hop_latency", V::kTime, true, 0, "130ns", "per switch crossed"},
+
+    KeySpec{"node_groups", "name", V::kText, true, 0, "h200",
+            "the group's name (in messages and the summary)"},
+    KeySpec{"node_groups", "nodes", V::kInteger, true, 1, "16",
+            "NVLink domains of the group, taken in node order after the groups before it"},
+    KeySpec{"node_groups", "node_template", V::kText, true, 0, "dgx-h200-superpod.yaml",
+            "a topology file (relative to this one) whose gpu the group's nodes have; its node "
+            "and nic sections must equal this file's (per-group NVLink and NIC rates are not "
+            "modelled)"},
 };
 
 
@@ -101,6 +113,7 @@ std::string allowed(const KeySpec& k) {
 std::string_view to_string(ValueType t) {
   switch (t) {
     case V::kMapping: return "mapping";
+    case V::kList: return "list";
     case V::kText:
     case V::kFreeText: return "text";
     case V::kInteger: return "integer";

@@ -20,6 +20,7 @@ namespace traintwin::topology_schema {
 /// What a key holds; quantities carry their unit in the file (core/units.hpp).
 enum class ValueType {
   kMapping,    ///< a nested mapping (its keys are the section of the same path)
+  kList,       ///< a list of mappings (each item's keys are the section of the same path)
   kText,       ///< a non-empty text
   kFreeText,   ///< any text (may be empty)
   kInteger,    ///< an integer >= KeySpec::min
@@ -31,12 +32,14 @@ enum class ValueType {
   kRatio,      ///< "down:up" with positive integers: "1:1", "2:1"
 };
 
-/// "mapping", "text", "integer", "boolean", "size", "bandwidth", "time", "FLOP rate", "ratio".
+/// "mapping", "list", "text", "integer", "boolean", "size", "bandwidth", "time", "FLOP rate",
+/// "ratio".
 std::string_view to_string(ValueType t);
 
 /// One key of a topology file.
 struct KeySpec {
-  std::string_view section;  ///< "" (top level), "gpu", "gpu.peak_flops", "node", "nic", "fabric"
+  /// "" (top level), "gpu", "gpu.peak_flops", "node", "nic", "fabric", "node_groups" (one item)
+  std::string_view section;
   std::string_view key;
   ValueType type;
   bool required;
@@ -45,7 +48,8 @@ struct KeySpec {
   std::string_view doc;
 };
 
-/// Every key, sections in file order (top level, gpu, gpu.peak_flops, node, nic, fabric).
+/// Every key, sections in file order (top level, gpu, gpu.peak_flops, node, nic, fabric,
+/// node_groups).
 std::span<const KeySpec> keys();
 
 /// The keys of one section, in table order (empty for an unknown section).

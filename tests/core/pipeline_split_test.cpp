@@ -296,3 +296,71 @@ TEST(PipelineSplit, ChunkLayersChecksItsArguments) {
 
 }  // namespace
 }  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+ParallelConfig with_layout(int64_t pp, int64_t v, const std::string& layout) {
+  ParallelConfig p = parallel(pp, v);
+  p.pipeline_model_parallel_layout = layout;
+  return p;
+}
+
+// Megatron-Core's documented example: DeepSeek-V3's 61 decoder layers on PP 16 x v 2 as
+// "Et*3|(tt|)*29,m|L" (with its MTP layer m, which traintwin does not model): without the m,
+// stage 0 holds the embedding and 3 layers, stages 1-29 hold 2 each, stage 30 none, stage 31 the
+// loss alone: 3 + 29 x 2 = 61.
+TEST(PipelineSplit, CustomLayoutOfDeepSeekV3WithoutItsMtpLayer) {
+  EXPECT_TRUE(uneven_pipeline_split(with_layout(16, 2, "Et*3|(tt|)*29,|L")));
+  const std::vector<ChunkLayers> split = checked_split(61, with_layout(16, 2, "Et*3|(tt|)*29,|L"));
+  std::vector<int64_t> expected(32, 2);
+  expected[0] = 3;
+  expected[30] = 0;
+  expected[31] = 0;
+  EXPECT_EQ(counts(split), expected);
+  // Virtual stage 17 = chunk 1 of pipeline rank 1: layers after 3 + 16 x 2.
+  EXPECT_EQ(split[17], (ChunkLayers{3 + 16 * 2, 2}));
+}
+
+// A pipeline balanced by hand for unequal GPUs: fewer layers on the last two stages.
+TEST(PipelineSplit, CustomLayoutSetsEachStage) {
+  EXPECT_EQ(counts(checked_split(16, with_layout(4, 1, "Et*5|t*5|t*3|t*3L"))),
+            (std::vector<int64_t>{5, 5, 3, 3}));
+  EXPECT_EQ(counts(checked_split(12, with_layout(2, 2, "E, tt | t*4 | (t)*3 | ttt, L"))),
+            (std::vector<int64_t>{2, 4, 3, 3}));
+  EXPECT_EQ(counts(checked_split(4, with_layout(1, 1, "Et*4L"))), (std::vector<int64_t>{4}));
+}
+
+TEST(PipelineSplit, CustomLayoutRulesNameTheKey) {
+  const std::string key = "parallelism.pipeline_model_parallel_layout";
+  auto problem = [&](int64_t layers, const ParallelConfig& p) {
+    const PipelineSplitError e = split_error(layers, p);
+    EXPECT_EQ(e.key(), key);
+    return e.problem();
+  };
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*4|t*3L")),
+              HasSubstr("places 7 transformer layers, but model.num_layers = 8"));
+  EXPECT_THAT(problem(8, with_layout(4, 1, "Et*4|t*4L")),
+              HasSubstr("gives 2 virtual stages, but pipeline_model_parallel_size x "
+                        "virtual_pipeline_model_parallel_size = 4 x 1 = 4"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "t*4|Et*4L")),
+              HasSubstr("'E' in stage 1 (rule: the embedding E is in the first stage"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*4L|t*4")), HasSubstr("'L' in stage 0"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "t*4|t*4L")), HasSubstr("must hold one E"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*4|t*3mL")),
+              HasSubstr("stage 1 holds an MTP layer (m)"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*4|tx*3L")),
+              AllOf(HasSubstr("unexpected 'x' at position 7"), HasSubstr("allowed: t, E, L")));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "E(t*4|t*4L")), HasSubstr("a '(' without its ')'"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*4)|t*4L")), HasSubstr("a ')' without its '('"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*|t*4L")), HasSubstr("a '*' without a count"));
+  EXPECT_THAT(problem(8, with_layout(2, 1, "Et*99999999|L")),
+              HasSubstr("a repeat count above 1000000"));
+  ParallelConfig both = with_layout(2, 1, "Et*4|t*4L");
+  both.decoder_first_pipeline_num_layers = 4;
+  EXPECT_THAT(problem(8, both),
+              HasSubstr("cannot be combined with parallelism.decoder_first_pipeline_num_layers"));
+}
+
+}  // namespace
+}  // namespace traintwin

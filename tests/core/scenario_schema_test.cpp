@@ -94,7 +94,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_TRUE(keys_of("model.num_layers").empty());  // a value, not a mapping
   EXPECT_TRUE(keys_of("nonsense").empty());
   EXPECT_EQ(keys_of("model").size(), 27u);
-  EXPECT_EQ(keys_of("parallelism").size(), 16u);
+  EXPECT_EQ(keys_of("parallelism").size(), 17u);
   EXPECT_EQ(keys_of("training").size(), 35u);
   EXPECT_TRUE(scenario_schema::is_section("training"));
   EXPECT_FALSE(scenario_schema::is_section("name"));
@@ -117,9 +117,9 @@ TEST(ScenarioSchema, PathsAndFlagsAreUnique) {
     EXPECT_EQ(k.flag.substr(0, 2), "--") << k.path();
     EXPECT_NE(k.type, ValueType::kMapping) << k.path();
   }
-  // The 57 flags the command line had before the table, --pipeline-schedule, Megatron-FSDP's 2
-  // and --num-distributed-optimizer-instances (HSDP).
-  EXPECT_EQ(flags.size(), 61u);
+  // The 57 flags the command line had before the table, --pipeline-schedule, Megatron-FSDP's 2,
+  // --num-distributed-optimizer-instances (HSDP) and --pipeline-model-parallel-layout.
+  EXPECT_EQ(flags.size(), 62u);
 }
 
 TEST(ScenarioSchema, DefaultsComeFromTheMembersOrTheirWords) {

@@ -36,12 +36,18 @@ std::string path_of(const KeySpec& k) {
   return k.section.empty() ? std::string(k.key) : std::string(k.section) + "." + std::string(k.key);
 }
 
-/// Every dotted key path a YAML mapping gives, nested mappings included.
+/// Every dotted key path a YAML mapping gives, nested mappings and the items of lists of
+/// mappings (node_groups) included.
 void collect(const YAML::Node& n, const std::string& prefix, std::set<std::string>& out) {
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string path = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
     out.insert(path);
     if (it->second.IsMap()) collect(it->second, path, out);
+    if (it->second.IsSequence()) {
+      for (const YAML::Node& item : it->second) {
+        if (item.IsMap()) collect(item, path, out);
+      }
+    }
   }
 }
 

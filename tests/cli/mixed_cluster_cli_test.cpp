@@ -1,0 +1,97 @@
+// `traintwin simulate` on a mixed cluster (a topology with node_groups) and with Megatron-Core's
+// custom pipeline layout: the kinds named in the output and summary.json, a layout's layers per
+// stage, and the errors of each.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/cli/run_cli.hpp"
+
+namespace traintwin {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::run_cli;
+
+namespace fs = std::filesystem;
+
+const std::string kSource = TRAINTWIN_SOURCE_DIR;
+const std::string kTiny = kSource + "/scenarios/gpt-tiny-brown.yaml";
+
+/// A temporary folder holding a DGX H100 topology whose node 0 holds H200s.
+class MixedCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("traintwin-mixed-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    std::ifstream in(kSource + "/topologies/dgx-h100-superpod.yaml");
+    std::ofstream out(topology());
+    out << in.rdbuf() << "\nnode_groups:\n  - name: h200\n    nodes: 1\n    node_template: "
+        << kSource << "/topologies/dgx-h200-superpod.yaml\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string topology() const { return (dir_ / "dgx-h100-superpod.yaml").string(); }
+
+  /// The tiny GPT (TP 2 x PP 2) on 16 GPUs of the mixed cluster: DP 4, stage 0 (ranks 0-7) on
+  /// the H200 node, stage 1 on the H100 node.
+  std::string tiny16(const std::string& more = "") const {
+    return "simulate " + kTiny + " --set cluster.topology=" + topology() +
+           " --set cluster.num_gpus=16 --quiet --out " + (dir_ / "out").string() + " " + more;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(MixedCluster, SimulateNamesBothKindsAndTimesEachStageOnItsGpu) {
+  const auto r = run_cli(tiny16());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("on 8 x H200-SXM-141GB + 8 x H100-SXM-80GB ("));
+  std::ifstream in(dir_ / "out" / "summary.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("gpu"), "8 x H200-SXM-141GB + 8 x H100-SXM-80GB");
+  EXPECT_DOUBLE_EQ(j.at("gpu_memory_bytes").get<double>(), 81559.0 * 1024 * 1024);  // the H100
+  // The same job on H100s only is slower: stage 0's H200s have the faster HBM.
+  const auto h100 = run_cli("simulate " + kTiny + " --set cluster.num_gpus=16 --quiet --out " +
+                            (dir_ / "h100").string());
+  ASSERT_EQ(h100.status, 0) << h100.output;
+  std::ifstream in2(dir_ / "h100" / "summary.json");
+  const auto k = nlohmann::json::parse(in2);
+  EXPECT_LT(j.at("iteration_time_s").get<double>(), k.at("iteration_time_s").get<double>());
+}
+
+TEST_F(MixedCluster, ACustomLayoutSetsTheLayersOfEachStage) {
+  const auto layout = run_cli(tiny16("--pipeline-model-parallel-layout 'Et*3|tL'"));
+  ASSERT_EQ(layout.status, 0) << layout.output;
+  std::ifstream in(dir_ / "out" / "summary.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("layout").at("pipeline_model_parallel_layout"), "Et*3|tL");
+  EXPECT_EQ(j.at("layout").at("layers_per_model_chunk"), nlohmann::json::parse("[[3], [1]]"));
+  const auto bad = run_cli(tiny16("--pipeline-model-parallel-layout 'Et*3|t*2L'"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("parallelism.pipeline_model_parallel_layout"));
+  EXPECT_THAT(bad.output, HasSubstr("places 5 transformer layers, but model.num_layers = 4"));
+}
+
+TEST_F(MixedCluster, AnA100GroupIsRefusedNamingWhatDiffers) {
+  std::ofstream out(dir_ / "a100.yaml");
+  std::ifstream in(kSource + "/topologies/dgx-h100-superpod.yaml");
+  out << in.rdbuf() << "\nnode_groups:\n  - {name: old, nodes: 1, node_template: " << kSource
+      << "/topologies/dgx-a100-superpod.yaml}\n";
+  out.close();
+  const auto r = run_cli("simulate " + kTiny + " --set cluster.topology=" +
+                         (dir_ / "a100.yaml").string() + " --set cluster.num_gpus=16 --quiet");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("a100.yaml:"));
+  EXPECT_THAT(r.output, HasSubstr("node.nvlink_bandwidth"));
+  EXPECT_THAT(r.output, HasSubstr("not modelled"));
+}
+
+}  // namespace
+}  // namespace traintwin

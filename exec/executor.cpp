@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -51,14 +53,32 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                            backend_.name() + " backend yet");
   };
   if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
-  // ZeRO-1 is the distributed optimizer the executor has; Megatron-FSDP's sharded gradients
-  // and parameters would need their own buffers (the losses would match, the memory not).
-  if (sc.training.use_megatron_fsdp) {
-    unsupported("training.use_megatron_fsdp (shard the optimizer state with "
-                "use_distributed_optimizer alone)");
-  }
+  // Megatron-FSDP: ZeRO-1 (optim, or no_shard with the distributed optimizer), ZeRO-2
+  // (optim_grads: each bucket's reduce-scatter after every micro-batch's backward, only this
+  // rank's reduced pieces kept) and ZeRO-3 (optim_grads_params: and each transformer layer's
+  // parameters all-gathered before its forward and its backward, only this rank's pieces kept
+  // between uses). What the executor does not run is refused by name, never run as ZeRO-1.
+  zero_stage_ = sc.training.zero_stage();
   if (sc.training.num_distributed_optimizer_instances > 1) {
-    unsupported("training.num_distributed_optimizer_instances > 1 (HSDP: set it to 1)");
+    unsupported("training.num_distributed_optimizer_instances = " +
+                std::to_string(sc.training.num_distributed_optimizer_instances) +
+                " (HSDP; allowed: 1)");
+  }
+  if (zero_stage_ >= 2) {
+    const std::string strategy = "training.data_parallel_sharding_strategy " +
+                                 std::string(to_string(sc.training.data_parallel_sharding_strategy));
+    if (sc.model.is_moe()) {
+      throw UnsupportedError("scenario " + sc.name + ": " + strategy +
+                             " with an MoE model is not executed by the " + backend_.name() +
+                             " backend yet (allowed with MoE: no_shard, optim)");
+    }
+    if (splits_backward(sc.parallel.pipeline_schedule)) {
+      throw UnsupportedError("scenario " + sc.name + ": " + strategy + " with " +
+                             "parallelism.pipeline_schedule " +
+                             std::string(to_string(sc.parallel.pipeline_schedule)) +
+                             " is not executed by the " + backend_.name() +
+                             " backend yet (allowed with zb-h1/zb-h2: no_shard, optim)");
+    }
   }
   if (splits_backward(sc.parallel.pipeline_schedule)) {
     // Zero-bubble: B steps run the input gradient and W steps the wgrad GEMMs later
@@ -150,6 +170,22 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
       zero_op = zero_op || r == Role::kZeroGradBuffer;
     }
   }
+  // ZeRO-2/3: each bucket's reduce-scatters of one iteration (one per micro-batch) form a
+  // series whose reduced pieces add up in one accumulator.
+  if (zero_stage_ >= 2) {
+    std::map<std::tuple<int64_t, GroupKind, std::vector<int32_t>>, size_t> series_of;
+    grad_series_.assign(rp_->ops.size(), kNoSeries);
+    for (const Op& op : rp_->ops) {
+      if (op.role != Role::kGradBucket || op.collective != CollectiveKind::kReduceScatter) continue;
+      auto [it, fresh] = series_of.try_emplace(
+          std::make_tuple(op.model_chunk, op.group,
+                          std::vector<int32_t>(op.bucket_layers.begin(), op.bucket_layers.end())),
+          grad_acc_.size());
+      if (fresh) grad_acc_.emplace_back();
+      grad_series_[op.id] = it->second;
+      ++grad_acc_[it->second].rounds;
+    }
+  }
   // Gradients are zeroed and clipped by the Program's ops (zero grad buffer, grad clip scale):
   // a Program without them would leave gradients accumulating or unclipped.
   if (!zero_op) unexpected_program("no zero grad buffer kernel");
@@ -218,6 +254,10 @@ void Executor::Impl::begin(int64_t iteration, const MicroBatchSource& data, bool
   }
   sum_sq_ = 0;
   step_ = {};
+  for (GradSeries& s : grad_acc_) {
+    s.done = 0;
+    s.acc.reset();
+  }
 }
 
 void Executor::Impl::finish() {
@@ -292,7 +332,11 @@ void Executor::Impl::run_kernel(const Op& op, const std::string& name, Role role
       return;
     case Role::kZeroGradBuffer: optimizer_->zero_grad_buffer(); return;
     case Role::kGradClipScale: optimizer_->clip(sum_sq_, iteration_); return;
-    case Role::kOptimizerStep: step_ = optimizer_->step(sum_sq_, iteration_); return;
+    case Role::kOptimizerStep:
+      step_ = optimizer_->step(sum_sq_, iteration_);
+      // ZeRO-3: between iterations a rank keeps only its pieces of the layers' parameters.
+      if (zero_stage_ >= 3) reshard_layers();
+      return;
     default: model_->run(op, name, role, expert);
   }
   if (role == Role::kRouter && name == "moe_router_topk_fwd" && g().sp && g().t > 1) {
@@ -374,5 +418,7 @@ void Executor::reset_clock() { impl_->reset_clock(); }
 void Executor::set_kernel_timing(bool on) { impl_->set_kernel_timing(on); }
 
 void Executor::synchronize_parameters() { impl_->synchronize_parameters(); }
+
+void Executor::gather_sharded_state() { impl_->gather_sharded_state(); }
 
 }  // namespace traintwin::exec

@@ -508,6 +508,103 @@ TEST_F(TrainCli, LlamaRotaryBaseChangesTheModel) {
   EXPECT_GT(most, 1e-4);
 }
 
+// Megatron-FSDP's sharding strategies (Rajbhandari et al., SC 2020): optim_grads (ZeRO-2: each
+// gradient bucket reduce-scattered after every micro-batch's backward, a rank keeping only its
+// reduced pieces) and optim_grads_params (ZeRO-3: and every transformer layer, an FSDP unit,
+// all-gathered before its forward and again before its backward, only the rank's pieces of its
+// parameters kept between uses) train the model plain DP trains: the one-process losses
+// (relative 1e-5) on DP 2 (2 micro-batches per rank: the reduced pieces accumulate), DP 4 (pieces
+// of unequal size), and ZeRO-3 with TP 2 + SP and with PP 2.
+constexpr const char* kZero2 =
+    " --use-distributed-optimizer --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads";
+constexpr const char* kZero3 =
+    " --use-distributed-optimizer --use-megatron-fsdp "
+    "--data-parallel-sharding-strategy optim_grads_params";
+
+TEST_F(TrainCli, ShardedDataParallelZero2AndZero3TrainThePlainDataParallelModel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(std::string("--set cluster.num_gpus=2") + zero, 2));
+    expect_same_losses(train(std::string("--set cluster.num_gpus=4") + zero, 4));
+  }
+  expect_same_losses(train(std::string("--set cluster.num_gpus=2 "
+                                       "--set training.overlap_grad_reduce=true "
+                                       "--set training.overlap_param_gather=true") + kZero3, 2));
+  expect_same_losses(train(std::string("--tensor-model-parallel-size 2 --sequence-parallel "
+                                       "--set cluster.num_gpus=4") + kZero3, 4));
+}
+
+TEST_F(TrainCli, LlamaShardedDataParallelZero2AndZero3) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(std::string(kLlama) + " --set cluster.num_gpus=2" + zero, 2), kLlama);
+  }
+  expect_same_losses(train(std::string(kLlama) + " --tensor-model-parallel-size 2 "
+                                                 "--sequence-parallel --set cluster.num_gpus=4" +
+                               kZero2, 4), kLlama);
+  expect_same_losses(train(std::string(kLlama) + " --tensor-model-parallel-size 2 "
+                                                 "--sequence-parallel --set cluster.num_gpus=4" +
+                               kZero3, 4), kLlama);
+  expect_same_losses(train(std::string(kLlama) + " --pipeline-model-parallel-size 2 "
+                                                 "--set cluster.num_gpus=4" + kZero3, 4), kLlama);
+}
+
+// A checkpoint holds the whole state of the rank's TP/PP shard whatever the sharding (the
+// pieces are all-gathered over DP before saving): 10 steps under ZeRO-3 resume under plain DP and
+// 10 steps of plain DP resume under ZeRO-3, each printing the losses of 20 steps straight
+// (relative 1e-5: the reductions sum in another order).
+TEST_F(TrainCli, CheckpointsResumeAcrossShardingStrategies) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string dp = "--set cluster.num_gpus=2 ";
+  const Losses& base = baseline();
+  int n = 0;
+  for (const auto& [save, load] : {std::pair<std::string, std::string>{kZero3, ""},
+                                   std::pair<std::string, std::string>{"", kZero3},
+                                   std::pair<std::string, std::string>{kZero2, " --use-distributed-optimizer"}}) {
+    SCOPED_TRACE("save with '" + save + "', load with '" + load + "'");
+    const fs::path ckpt = *dir_ / ("ckpt-zero-" + std::to_string(n++));
+    const testing::CliResult first =
+        train(dp + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string() + save, 2);
+    const testing::CliResult rest = train(dp + "--load " + ckpt.string() + load, 2);
+    ASSERT_EQ(first.status, 0) << first.output;
+    ASSERT_EQ(rest.status, 0) << rest.output;
+    EXPECT_THAT(rest.output, HasSubstr("resumed from"));
+    const Losses a = parse_losses(first.output), b = parse_losses(rest.output);
+    ASSERT_EQ(a.train.size(), 10u);
+    ASSERT_EQ(b.train.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_NEAR(a.train[i], base.train[i], 1e-5 * base.train[i]) << "step " << i + 1;
+      EXPECT_NEAR(b.train[i], base.train[10 + i], 1e-5 * base.train[10 + i]) << "step " << i + 11;
+    }
+  }
+}
+
+// What the executor does not run under ZeRO-2/3 is refused by name, never run as ZeRO-1: HSDP,
+// MoE, the zero-bubble schedules.
+TEST_F(TrainCli, ShardedDataParallelCombinationsNotExecutedAreRefused) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const testing::CliResult hsdp = train(
+      std::string("--set cluster.num_gpus=2 --set training.num_distributed_optimizer_instances=2") +
+          kZero3, 2);
+  EXPECT_NE(hsdp.status, 0);
+  EXPECT_THAT(hsdp.output, HasSubstr("training.num_distributed_optimizer_instances = 2 (HSDP; "
+                                     "allowed: 1)"));
+  EXPECT_THAT(hsdp.output, ::testing::Not(HasSubstr("lm loss")));
+  const testing::CliResult moe = train(std::string(kMoe) + " --set cluster.num_gpus=2" + kZero2, 2);
+  EXPECT_NE(moe.status, 0);
+  EXPECT_THAT(moe.output, HasSubstr("training.data_parallel_sharding_strategy optim_grads with an "
+                                    "MoE model"));
+  EXPECT_THAT(moe.output, HasSubstr("allowed with MoE: no_shard, optim"));
+  const testing::CliResult zb =
+      train(std::string("--pipeline-model-parallel-size 2 --set parallelism.pipeline_schedule=zb-h1 "
+                        "--set cluster.num_gpus=2") + kZero3, 2);
+  EXPECT_NE(zb.status, 0);
+  EXPECT_THAT(zb.output, HasSubstr("training.data_parallel_sharding_strategy optim_grads_params "
+                                   "with parallelism.pipeline_schedule zb-h1"));
+}
+
 TEST_F(TrainCli, ContextParallelA2aIsRefused) {
   const testing::CliResult r =
       train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "

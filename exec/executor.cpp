@@ -232,7 +232,9 @@ void Executor::Impl::synchronize_parameters() {
   inflight_.clear();
   inflight_.resize(rp_->ops.size());
   for (const Op& op : rp_->ops) {
-    if (op.role != Role::kParamBucket) continue;
+    // ZeRO-3's FSDP units are gathered by the forward that uses them (and for a checkpoint by
+    // gather_sharded_state), not here.
+    if (op.role != Role::kParamBucket || fsdp_unit(op)) continue;
     issue_s_ = now_s();
     param_bucket(op);
   }

@@ -102,7 +102,8 @@ class Executor {
 
   /// With the distributed optimizer and overlap_param_gather, the parameter all-gathers that the
   /// next iteration would start (each DP rank holds only its own updated pieces until then), done
-  /// now — Megatron's forced param sync before evaluation and checkpointing. No-op otherwise.
+  /// now — Megatron's forced param sync before evaluation and checkpointing (ZeRO-3's per-layer
+  /// gathers excepted: the forward that uses a layer gathers it). No-op otherwise.
   /// Collective over the DP groups: every rank calls it at the same point.
   void synchronize_parameters();
 

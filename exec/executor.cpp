@@ -57,28 +57,13 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   // (optim_grads: each bucket's reduce-scatter after every micro-batch's backward, only this
   // rank's reduced pieces kept) and ZeRO-3 (optim_grads_params: and each transformer layer's
   // parameters all-gathered before its forward and its backward, only this rank's pieces kept
-  // between uses). What the executor does not run is refused by name, never run as ZeRO-1.
+  // between uses), with TP, SP, CP, PP (1F1B, interleaved, ZB-H1/H2) and MoE (expert buckets over
+  // expert-DP). HSDP is refused by name, never run as plain ZeRO.
   zero_stage_ = sc.training.zero_stage();
   if (sc.training.num_distributed_optimizer_instances > 1) {
     unsupported("training.num_distributed_optimizer_instances = " +
                 std::to_string(sc.training.num_distributed_optimizer_instances) +
                 " (HSDP; allowed: 1)");
-  }
-  if (zero_stage_ >= 2) {
-    const std::string strategy = "training.data_parallel_sharding_strategy " +
-                                 std::string(to_string(sc.training.data_parallel_sharding_strategy));
-    if (sc.model.is_moe()) {
-      throw UnsupportedError("scenario " + sc.name + ": " + strategy +
-                             " with an MoE model is not executed by the " + backend_.name() +
-                             " backend yet (allowed with MoE: no_shard, optim)");
-    }
-    if (splits_backward(sc.parallel.pipeline_schedule)) {
-      throw UnsupportedError("scenario " + sc.name + ": " + strategy + " with " +
-                             "parallelism.pipeline_schedule " +
-                             std::string(to_string(sc.parallel.pipeline_schedule)) +
-                             " is not executed by the " + backend_.name() +
-                             " backend yet (allowed with zb-h1/zb-h2: no_shard, optim)");
-    }
   }
   if (splits_backward(sc.parallel.pipeline_schedule)) {
     // Zero-bubble: B steps run the input gradient and W steps the wgrad GEMMs later

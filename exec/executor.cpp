@@ -58,13 +58,9 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   // rank's reduced pieces kept) and ZeRO-3 (optim_grads_params: and each transformer layer's
   // parameters all-gathered before its forward and its backward, only this rank's pieces kept
   // between uses), with TP, SP, CP, PP (1F1B, interleaved, ZB-H1/H2) and MoE (expert buckets over
-  // expert-DP). HSDP is refused by name, never run as plain ZeRO.
+  // expert-DP), and HSDP (sharded inside each of num_distributed_optimizer_instances groups, the
+  // gradient pieces all-reduced across them).
   zero_stage_ = sc.training.zero_stage();
-  if (sc.training.num_distributed_optimizer_instances > 1) {
-    unsupported("training.num_distributed_optimizer_instances = " +
-                std::to_string(sc.training.num_distributed_optimizer_instances) +
-                " (HSDP; allowed: 1)");
-  }
   if (splits_backward(sc.parallel.pipeline_schedule)) {
     // Zero-bubble: B steps run the input gradient and W steps the wgrad GEMMs later
     // (exec/gpt_model_layer.cpp keeps their inputs until then). What that does not cover yet
@@ -136,15 +132,23 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   }
   coord_ = rp_->coord;
   // Gradients are reduced, and the distributed optimizer shards its state, over DP x CP (the
-  // CP ranks of a replica hold the same weights): member dp_cp_index_ of dp_cp_size_.
-  const std::vector<int64_t> dp_cp = comm_.layout().group(GroupKind::kDpCp, rp_->rank);
+  // CP ranks of a replica hold the same weights): member dp_cp_index_ of dp_cp_size_. HSDP
+  // (num_distributed_optimizer_instances R > 1): over the rank's sharding group (DP x CP / R
+  // consecutive members), the R groups holding the same pieces (replicas).
+  dense_group_ = sc.training.num_distributed_optimizer_instances > 1 ? GroupKind::kDpShard
+                                                                     : GroupKind::kDpCp;
+  const std::vector<int64_t> dp_cp = comm_.layout().group(dense_group_, rp_->rank);
   dp_cp_size_ = static_cast<int64_t>(dp_cp.size());
   dp_cp_index_ = std::find(dp_cp.begin(), dp_cp.end(), rp_->rank) - dp_cp.begin();
+  if (sc.training.num_distributed_optimizer_instances > 1) {
+    const std::vector<int64_t> replicas = comm_.layout().group(GroupKind::kDpReplica, rp_->rank);
+    replica_index_ = std::find(replicas.begin(), replicas.end(), rp_->rank) - replicas.begin();
+  }
   RankCoord zero_coord = coord_;
   zero_coord.dp = dp_cp_index_;
   model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
   optimizer_.emplace(shard_, backend_, zero_coord, dp_cp_size_,
-                     sc.training.use_distributed_optimizer, hyper_);
+                     sc.training.use_distributed_optimizer, hyper_, replica_index_);
   // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
   // experts outside TP x PP): which replicas count their squares (ShardOptimizer).
   bool clip_op = false, zero_op = false;
@@ -244,6 +248,7 @@ void Executor::Impl::begin(int64_t iteration, const MicroBatchSource& data, bool
   for (GradSeries& s : grad_acc_) {
     s.done = 0;
     s.acc.reset();
+    s.last_issued.reset();
   }
 }
 

@@ -67,8 +67,7 @@ struct IterationResult {
 /// outlive it.
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
-/// tp_comm_overlap, cp_comm_type a2a, FP8, HSDP (num_distributed_optimizer_instances > 1),
-/// attention dropout with
+/// tp_comm_overlap, cp_comm_type a2a, FP8, attention dropout with
 /// grouped-query attention, a precision other than fp32 and bf16 (bf16: exec/linear.hpp; never
 /// silently), the zb-v and dualpipev schedules and ZB-H1/H2 with sequence parallelism or MoE (the B/W split:
 /// exec/gpt_model_layer.cpp); for MoE: bf16,

@@ -282,6 +282,21 @@ int64_t Executor::Impl::pieces_per_member(const std::vector<const ShardTensor*>&
 void Executor::Impl::grad_bucket(const Op& op) {
   auto& grads = shard_.chunks()[static_cast<size_t>(op.model_chunk)].grads;
   InFlight f;
+  if (op.collective == CollectiveKind::kAllReduce && op.group == GroupKind::kDpReplica) {
+    // HSDP: this rank's reduced pieces of the bucket (after its reduce-scatter, the Program's
+    // dependency) summed over the replicas that hold the same pieces.
+    const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
+    const int64_t me = bucket_member(op);
+    f.buffer = zeros(pieces_per_member(tensors));
+    copy_pieces(grads, tensors, me, f.buffer, 0, true);
+    f.request = comm_.all_reduce(op.group, f.buffer.span(), ReduceOp::kSum);
+    InFlight& slot = start(op, std::move(f));
+    Tensor* packed = &slot.buffer;
+    slot.on_complete = [this, tensors, packed, &grads, me] {
+      copy_pieces(grads, tensors, me, packed->span(), 0, false);
+    };
+    return;
+  }
   if (op.collective == CollectiveKind::kAllReduce) {
     const auto [begin, end] =
         shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
@@ -317,6 +332,11 @@ void Executor::Impl::grad_bucket(const Op& op) {
   // The other pieces stay 0: no rank keeps a gradient it does not own.
   const size_t series = grad_series_.at(op.id);
   if (series == kNoSeries) unexpected(op, "a reduce-scatter outside the gradient buckets");
+  // The series completes in issue order (the previous micro-batch's reduce-scatter is done long
+  // before, a backward ago), so whatever waits for the last one (the HSDP replica all-reduce)
+  // finds the accumulated pieces.
+  if (const std::optional<uint32_t> prev = grad_acc_[series].last_issued) complete(*prev);
+  grad_acc_[series].last_issued = op.id;
   const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
   if (end > begin) {
     backend_.fill_2d(FSpan(grads.data() + begin, static_cast<size_t>(end - begin)), end - begin,
@@ -363,7 +383,7 @@ void Executor::Impl::gather_sharded_state() {
         if (t.expert == expert) tensors.push_back(&t);
       }
       if (tensors.empty()) continue;
-      const GroupKind group = expert ? GroupKind::kEdp : GroupKind::kDpCp;
+      const GroupKind group = expert ? GroupKind::kEdp : dense_group_;
       const int64_t members = expert ? comm_.layout().size(group) : dp_cp_size_;
       const int64_t me = expert ? shard_.expert_coord().edp : dp_cp_index_;
       if (members <= 1) continue;

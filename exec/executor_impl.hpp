@@ -131,7 +131,8 @@ class Executor::Impl {
   int64_t bucket_member(const Op& op) const;
   /// Pieces per member of a bucket of `tensors` (the distributed optimizer's split).
   int64_t pieces_per_member(const std::vector<const ShardTensor*>& tensors) const;
-  /// A DP gradient bucket: all-reduce, or (distributed optimizer) reduce-scatter of pieces.
+  /// A DP gradient bucket: all-reduce, or (distributed optimizer) reduce-scatter of pieces;
+  /// HSDP: the all-reduce of this rank's reduced pieces over the replica group.
   void grad_bucket(const Op& op);
   /// Distributed optimizer: every DP rank's updated pieces of the bucket's parameters to all.
   /// ZeRO-3's per-layer gather (an FSDP unit) first drops the other ranks' pieces of the layer
@@ -172,7 +173,9 @@ class Executor::Impl {
   std::chrono::steady_clock::time_point origin_;
   double issue_s_ = 0;  ///< when the communication op being issued was reached (now_s())
   RankCoord coord_;
-  int64_t dp_cp_size_ = 1, dp_cp_index_ = 0;  // this rank in its DP x CP group
+  int64_t dp_cp_size_ = 1, dp_cp_index_ = 0;  // this rank in its DP x CP group (HSDP: kDpShard)
+  GroupKind dense_group_ = GroupKind::kDpCp;   // what dense state is sharded over
+  int64_t replica_index_ = 0;                  // HSDP: this rank in its kDpReplica group
   std::optional<GptModel> model_;
   std::optional<ShardOptimizer> optimizer_;
   // per iteration
@@ -191,6 +194,7 @@ class Executor::Impl {
     int64_t rounds = 0;            ///< reduce-scatters per iteration
     int64_t done = 0;              ///< completed so far this iteration
     std::shared_ptr<Tensor> acc;   ///< their reduced pieces summed (member-major piece layout)
+    std::optional<uint32_t> last_issued;  ///< the op id of the latest one issued
   };
   static constexpr size_t kNoSeries = static_cast<size_t>(-1);
   std::vector<size_t> grad_series_;  ///< per op id: its series in grad_acc_, or kNoSeries

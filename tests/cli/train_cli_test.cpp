@@ -611,17 +611,31 @@ TEST_F(TrainCli, CheckpointsResumeAcrossShardingStrategies) {
   }
 }
 
-// HSDP (sharded inside groups, replicated across them) is not executed: refused by name with
-// the allowed value, never run as plain ZeRO-3.
-TEST_F(TrainCli, HybridShardedDataParallelIsRefused) {
+// HSDP (Megatron-Core's num_distributed_optimizer_instances R: the DP x CP ranks split into R
+// sharding groups, the state sharded inside each and replicated across them; each bucket's
+// reduced pieces all-reduced over the R replicas after the last micro-batch's reduce-scatter,
+// the gradient norm counting one replica) under ZeRO-1, ZeRO-2 and ZeRO-3 on DP 4 with 2
+// micro-batches per rank, R = 2 (sharding groups of 2); ZeRO-3 with TP 2 on 8 ranks; the
+// Llama's ZeRO-3 over DP 2 x CP 2 with R = 2. An MoE model with HSDP is refused by rule, naming
+// the key and the allowed value.
+TEST_F(TrainCli, HybridShardedDataParallelTrainsThePlainDataParallelModel) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
-  const testing::CliResult hsdp = train(
-      std::string("--set cluster.num_gpus=2 --set training.num_distributed_optimizer_instances=2") +
-          kZero3, 2);
-  EXPECT_NE(hsdp.status, 0);
-  EXPECT_THAT(hsdp.output, HasSubstr("training.num_distributed_optimizer_instances = 2 (HSDP; "
-                                     "allowed: 1)"));
-  EXPECT_THAT(hsdp.output, ::testing::Not(HasSubstr("lm loss")));
+  const std::string mb1 = "--set training.micro_batch_size=1";
+  const std::string hsdp = " --set training.num_distributed_optimizer_instances=2";
+  for (const char* zero : {" --use-distributed-optimizer", kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(mb1 + " --set cluster.num_gpus=4" + hsdp + zero, 4), mb1);
+  }
+  expect_same_losses(train(std::string("--tensor-model-parallel-size 2 --sequence-parallel "
+                                       "--set cluster.num_gpus=8") + hsdp + kZero3, 8));
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--set cluster.num_gpus=4" + hsdp + kZero3, 4),
+                     kLlama);
+  const testing::CliResult moe =
+      train(std::string(kMoe) + " --set cluster.num_gpus=4" + hsdp + kZero3, 4);
+  EXPECT_NE(moe.status, 0);
+  EXPECT_THAT(moe.output, HasSubstr("training.num_distributed_optimizer_instances"));
+  EXPECT_THAT(moe.output, HasSubstr("allowed: 1"));
 }
 
 TEST_F(TrainCli, ContextParallelA2aIsRefused) {

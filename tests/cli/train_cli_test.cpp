@@ -13,6 +13,7 @@
 #include <map>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim/chakra_import.hpp"
@@ -583,21 +584,29 @@ TEST_F(TrainCli, MoeShardedDataParallelZero2AndZero3) {
 
 // A checkpoint holds the whole state of the rank's TP/PP shard whatever the sharding (the
 // pieces are all-gathered over DP before saving): 10 steps under ZeRO-3 resume under plain DP and
-// 10 steps of plain DP resume under ZeRO-3, each printing the losses of 20 steps straight
-// (relative 1e-5: the reductions sum in another order).
+// 10 steps of plain DP resume under ZeRO-3, ZeRO-2 under ZeRO-1, HSDP's ZeRO-3 under plain DP,
+// each printing the losses of 20 steps straight (relative 1e-5: the reductions sum in another
+// order).
 TEST_F(TrainCli, CheckpointsResumeAcrossShardingStrategies) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
-  const std::string dp = "--set cluster.num_gpus=2 ";
   const Losses& base = baseline();
   int n = 0;
-  for (const auto& [save, load] : {std::pair<std::string, std::string>{kZero3, ""},
-                                   std::pair<std::string, std::string>{"", kZero3},
-                                   std::pair<std::string, std::string>{kZero2, " --use-distributed-optimizer"}}) {
-    SCOPED_TRACE("save with '" + save + "', load with '" + load + "'");
+  // (ranks, save's sharding, load's sharding): HSDP's sharding groups of 2 on 4 ranks too.
+  const std::string hsdp = std::string(" --set training.num_distributed_optimizer_instances=2") +
+                           kZero3;
+  for (const auto& [ranks, save, load] :
+       {std::tuple<int, std::string, std::string>{2, kZero3, ""},
+        std::tuple<int, std::string, std::string>{2, "", kZero3},
+        std::tuple<int, std::string, std::string>{2, kZero2, " --use-distributed-optimizer"},
+        std::tuple<int, std::string, std::string>{4, hsdp, ""}}) {
+    SCOPED_TRACE("save with '" + save + "', load with '" + load + "' on " +
+                 std::to_string(ranks) + " ranks");
     const fs::path ckpt = *dir_ / ("ckpt-zero-" + std::to_string(n++));
+    const std::string layout = "--set cluster.num_gpus=" + std::to_string(ranks) + " ";
     const testing::CliResult first =
-        train(dp + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string() + save, 2);
-    const testing::CliResult rest = train(dp + "--load " + ckpt.string() + load, 2);
+        train(layout + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string() + save,
+              ranks);
+    const testing::CliResult rest = train(layout + "--load " + ckpt.string() + load, ranks);
     ASSERT_EQ(first.status, 0) << first.output;
     ASSERT_EQ(rest.status, 0) << rest.output;
     EXPECT_THAT(rest.output, HasSubstr("resumed from"));

@@ -11,9 +11,10 @@
 namespace traintwin::exec {
 
 ShardOptimizer::ShardOptimizer(ModelShard& shard, Backend& backend, const RankCoord& coord,
-                               int64_t dp, bool distributed, const TrainingHyperparameters& hyper)
+                               int64_t dp, bool distributed, const TrainingHyperparameters& hyper,
+                               int64_t replica)
     : shard_(shard), backend_(backend), coord_(coord), dp_(std::max<int64_t>(dp, 1)),
-      distributed_(distributed), hyper_(hyper) {
+      distributed_(distributed), replica_(replica), hyper_(hyper) {
   if (shard.scenario().model.is_moe()) {
     edp_ = std::max<int64_t>(shard.scenario().parallel.expert_data_parallel_size(), 1);
     edp_rank_ = shard.expert_coord().edp;
@@ -34,6 +35,7 @@ double ShardOptimizer::local_sum_of_squares(bool over_world) {
       const int64_t tp_rank = t.expert ? shard_.expert_coord().etp : coord_.tp;
       if (!t.tensor_parallel && tp_rank != 0) continue;
       if (over_world && !distributed_ && member(t) != 0) continue;
+      if (distributed_ && !t.expert && replica_ != 0) continue;  // HSDP: the same pieces as replica 0
       const auto [lo, hi] = owned(t, member(t));
       pieces.emplace_back(c.grads.data() + t.offset + lo, static_cast<size_t>(hi - lo));
     }

@@ -1,5 +1,6 @@
-// The optimizer side of one rank's shard: the distributed optimizer's (ZeRO-1) partition of every
-// tensor over the DP ranks, the local part of the global gradient norm, clipping and the AdamW
+// The optimizer side of one rank's shard: the distributed optimizer's (ZeRO-1, and the optimizer
+// side of ZeRO-2/3) partition of every tensor over the DP ranks (under HSDP, over the sharding
+// group), the local part of the global gradient norm, clipping and the AdamW
 // step, every kernel through the Backend.
 //
 // With the distributed optimizer DP rank d owns piece d of every tensor: elements
@@ -27,9 +28,11 @@ namespace traintwin::exec {
 class ShardOptimizer {
  public:
   /// `distributed`: the distributed optimizer (ZeRO-1) over `dp` ranks, else every rank owns
-  /// every element.
+  /// every element. `replica`: under HSDP this rank's index in its replica group (the ranks of
+  /// the other sharding groups holding the same pieces); only replica 0 counts its dense pieces
+  /// in the gradient norm.
   ShardOptimizer(ModelShard& shard, Backend& backend, const RankCoord& coord, int64_t dp,
-                 bool distributed, const TrainingHyperparameters& hyper);
+                 bool distributed, const TrainingHyperparameters& hyper, int64_t replica = 0);
 
   /// The size of the group `t`'s gradients are reduced over: DP, or expert-DP for an expert
   /// weight.
@@ -76,6 +79,7 @@ class ShardOptimizer {
   int64_t edp_ = 1;
   int64_t edp_rank_ = 0;
   bool distributed_ = false;
+  int64_t replica_ = 0;
   const TrainingHyperparameters& hyper_;
 
   /// sqrt(global_sum_of_squares); throws Error naming the iteration when not finite.

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -51,15 +53,14 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                            backend_.name() + " backend yet");
   };
   if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
-  // ZeRO-1 is the distributed optimizer the executor has; Megatron-FSDP's sharded gradients
-  // and parameters would need their own buffers (the losses would match, the memory not).
-  if (sc.training.use_megatron_fsdp) {
-    unsupported("training.use_megatron_fsdp (shard the optimizer state with "
-                "use_distributed_optimizer alone)");
-  }
-  if (sc.training.num_distributed_optimizer_instances > 1) {
-    unsupported("training.num_distributed_optimizer_instances > 1 (HSDP: set it to 1)");
-  }
+  // Megatron-FSDP: ZeRO-1 (optim, or no_shard with the distributed optimizer), ZeRO-2
+  // (optim_grads: each bucket's reduce-scatter after every micro-batch's backward, only this
+  // rank's reduced pieces kept) and ZeRO-3 (optim_grads_params: and each transformer layer's
+  // parameters all-gathered before its forward and its backward, only this rank's pieces kept
+  // between uses), with TP, SP, CP, PP (1F1B, interleaved, ZB-H1/H2) and MoE (expert buckets over
+  // expert-DP), and HSDP (sharded inside each of num_distributed_optimizer_instances groups, the
+  // gradient pieces all-reduced across them).
+  zero_stage_ = sc.training.zero_stage();
   if (splits_backward(sc.parallel.pipeline_schedule)) {
     // Zero-bubble: B steps run the input gradient and W steps the wgrad GEMMs later
     // (exec/gpt_model_layer.cpp keeps their inputs until then). What that does not cover yet
@@ -131,15 +132,23 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   }
   coord_ = rp_->coord;
   // Gradients are reduced, and the distributed optimizer shards its state, over DP x CP (the
-  // CP ranks of a replica hold the same weights): member dp_cp_index_ of dp_cp_size_.
-  const std::vector<int64_t> dp_cp = comm_.layout().group(GroupKind::kDpCp, rp_->rank);
+  // CP ranks of a replica hold the same weights): member dp_cp_index_ of dp_cp_size_. HSDP
+  // (num_distributed_optimizer_instances R > 1): over the rank's sharding group (DP x CP / R
+  // consecutive members), the R groups holding the same pieces (replicas).
+  dense_group_ = sc.training.num_distributed_optimizer_instances > 1 ? GroupKind::kDpShard
+                                                                     : GroupKind::kDpCp;
+  const std::vector<int64_t> dp_cp = comm_.layout().group(dense_group_, rp_->rank);
   dp_cp_size_ = static_cast<int64_t>(dp_cp.size());
   dp_cp_index_ = std::find(dp_cp.begin(), dp_cp.end(), rp_->rank) - dp_cp.begin();
+  if (sc.training.num_distributed_optimizer_instances > 1) {
+    const std::vector<int64_t> replicas = comm_.layout().group(GroupKind::kDpReplica, rp_->rank);
+    replica_index_ = std::find(replicas.begin(), replicas.end(), rp_->rank) - replicas.begin();
+  }
   RankCoord zero_coord = coord_;
   zero_coord.dp = dp_cp_index_;
   model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
   optimizer_.emplace(shard_, backend_, zero_coord, dp_cp_size_,
-                     sc.training.use_distributed_optimizer, hyper_);
+                     sc.training.use_distributed_optimizer, hyper_, replica_index_);
   // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
   // experts outside TP x PP): which replicas count their squares (ShardOptimizer).
   bool clip_op = false, zero_op = false;
@@ -148,6 +157,22 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
     for (Role r : op.kernel_roles) {
       clip_op = clip_op || r == Role::kGradClipScale;
       zero_op = zero_op || r == Role::kZeroGradBuffer;
+    }
+  }
+  // ZeRO-2/3: each bucket's reduce-scatters of one iteration (one per micro-batch) form a
+  // series whose reduced pieces add up in one accumulator.
+  if (zero_stage_ >= 2) {
+    std::map<std::tuple<int64_t, GroupKind, std::vector<int32_t>>, size_t> series_of;
+    grad_series_.assign(rp_->ops.size(), kNoSeries);
+    for (const Op& op : rp_->ops) {
+      if (op.role != Role::kGradBucket || op.collective != CollectiveKind::kReduceScatter) continue;
+      auto [it, fresh] = series_of.try_emplace(
+          std::make_tuple(op.model_chunk, op.group,
+                          std::vector<int32_t>(op.bucket_layers.begin(), op.bucket_layers.end())),
+          grad_acc_.size());
+      if (fresh) grad_acc_.emplace_back();
+      grad_series_[op.id] = it->second;
+      ++grad_acc_[it->second].rounds;
     }
   }
   // Gradients are zeroed and clipped by the Program's ops (zero grad buffer, grad clip scale):
@@ -196,7 +221,9 @@ void Executor::Impl::synchronize_parameters() {
   inflight_.clear();
   inflight_.resize(rp_->ops.size());
   for (const Op& op : rp_->ops) {
-    if (op.role != Role::kParamBucket) continue;
+    // ZeRO-3's FSDP units are gathered by the forward that uses them (and for a checkpoint by
+    // gather_sharded_state), not here.
+    if (op.role != Role::kParamBucket || fsdp_unit(op)) continue;
     issue_s_ = now_s();
     param_bucket(op);
   }
@@ -218,6 +245,11 @@ void Executor::Impl::begin(int64_t iteration, const MicroBatchSource& data, bool
   }
   sum_sq_ = 0;
   step_ = {};
+  for (GradSeries& s : grad_acc_) {
+    s.done = 0;
+    s.acc.reset();
+    s.last_issued.reset();
+  }
 }
 
 void Executor::Impl::finish() {
@@ -292,7 +324,11 @@ void Executor::Impl::run_kernel(const Op& op, const std::string& name, Role role
       return;
     case Role::kZeroGradBuffer: optimizer_->zero_grad_buffer(); return;
     case Role::kGradClipScale: optimizer_->clip(sum_sq_, iteration_); return;
-    case Role::kOptimizerStep: step_ = optimizer_->step(sum_sq_, iteration_); return;
+    case Role::kOptimizerStep:
+      step_ = optimizer_->step(sum_sq_, iteration_);
+      // ZeRO-3: between iterations a rank keeps only its pieces of the layers' parameters.
+      if (zero_stage_ >= 3) reshard_layers();
+      return;
     default: model_->run(op, name, role, expert);
   }
   if (role == Role::kRouter && name == "moe_router_topk_fwd" && g().sp && g().t > 1) {
@@ -374,5 +410,7 @@ void Executor::reset_clock() { impl_->reset_clock(); }
 void Executor::set_kernel_timing(bool on) { impl_->set_kernel_timing(on); }
 
 void Executor::synchronize_parameters() { impl_->synchronize_parameters(); }
+
+void Executor::gather_sharded_state() { impl_->gather_sharded_state(); }
 
 }  // namespace traintwin::exec

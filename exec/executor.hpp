@@ -67,7 +67,7 @@ struct IterationResult {
 /// outlive it.
 ///
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
-/// tp_comm_overlap, cp_comm_type a2a, FP8, Megatron-FSDP and HSDP, attention dropout with
+/// tp_comm_overlap, cp_comm_type a2a, FP8, attention dropout with
 /// grouped-query attention, a precision other than fp32 and bf16 (bf16: exec/linear.hpp; never
 /// silently), the zb-v and dualpipev schedules and ZB-H1/H2 with sequence parallelism or MoE (the B/W split:
 /// exec/gpt_model_layer.cpp); for MoE: bf16,
@@ -100,9 +100,19 @@ class Executor {
 
   /// With the distributed optimizer and overlap_param_gather, the parameter all-gathers that the
   /// next iteration would start (each DP rank holds only its own updated pieces until then), done
-  /// now — Megatron's forced param sync before evaluation and checkpointing. No-op otherwise.
+  /// now — Megatron's forced param sync before evaluation and checkpointing (ZeRO-3's per-layer
+  /// gathers excepted: the forward that uses a layer gathers it). No-op otherwise.
   /// Collective over the DP groups: every rank calls it at the same point.
   void synchronize_parameters();
+
+  /// With the optimizer state sharded (the distributed optimizer, Megatron-FSDP's ZeRO-1/2/3):
+  /// every DP (expert-DP for routed experts) rank's pieces of the parameters and AdamW moments
+  /// all-gathered into every rank's full-size buffers, so that each rank holds the whole state of
+  /// its TP/PP shard, as an unsharded run does — what a checkpoint saves, so that it resumes under
+  /// any sharding strategy. Training state is unchanged (a rank still updates only its pieces;
+  /// ZeRO-3 reshards the layers at their next gather). No-op without sharding. Collective over
+  /// the DP groups: every rank calls it at the same point.
+  void gather_sharded_state();
 
   /// Restarts the clock OpSpan times are measured from.
   void reset_clock();

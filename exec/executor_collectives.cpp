@@ -282,6 +282,21 @@ int64_t Executor::Impl::pieces_per_member(const std::vector<const ShardTensor*>&
 void Executor::Impl::grad_bucket(const Op& op) {
   auto& grads = shard_.chunks()[static_cast<size_t>(op.model_chunk)].grads;
   InFlight f;
+  if (op.collective == CollectiveKind::kAllReduce && op.group == GroupKind::kDpReplica) {
+    // HSDP: this rank's reduced pieces of the bucket (after its reduce-scatter, the Program's
+    // dependency) summed over the replicas that hold the same pieces.
+    const std::vector<const ShardTensor*> tensors = bucket_tensors(op);
+    const int64_t me = bucket_member(op);
+    f.buffer = zeros(pieces_per_member(tensors));
+    copy_pieces(grads, tensors, me, f.buffer, 0, true);
+    f.request = comm_.all_reduce(op.group, f.buffer.span(), ReduceOp::kSum);
+    InFlight& slot = start(op, std::move(f));
+    Tensor* packed = &slot.buffer;
+    slot.on_complete = [this, tensors, packed, &grads, me] {
+      copy_pieces(grads, tensors, me, packed->span(), 0, false);
+    };
+    return;
+  }
   if (op.collective == CollectiveKind::kAllReduce) {
     const auto [begin, end] =
         shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
@@ -301,10 +316,88 @@ void Executor::Impl::grad_bucket(const Op& op) {
   for (int64_t d = 0; d < dp; ++d) copy_pieces(grads, tensors, d, f.buffer, d * per_member, true);
   auto out = std::make_shared<Tensor>(zeros(per_member));
   f.request = comm_.reduce_scatter(op.group, f.buffer, out->span(), ReduceOp::kSum);
-  f.on_complete = [this, tensors, out, &grads, me] {
-    copy_pieces(grads, tensors, me, out->span(), 0, false);
+  if (zero_stage_ < 2) {
+    // ZeRO-1: once per iteration, after the last micro-batch; the reduced pieces replace this
+    // rank's pieces of the accumulated gradients.
+    f.on_complete = [this, tensors, out, &grads, me] {
+      copy_pieces(grads, tensors, me, out->span(), 0, false);
+    };
+    start(op, std::move(f));
+    return;
+  }
+  // ZeRO-2/3: after every micro-batch's backward. The micro-batch's gradients are in the send
+  // buffer now, so the bucket's range of the gradient buffer starts the next micro-batch from
+  // zero; the reduced pieces add up in the series' accumulator, which becomes this rank's
+  // pieces of the gradients (what the norm, clipping and AdamW read) once the series is complete.
+  // The other pieces stay 0: no rank keeps a gradient it does not own.
+  const size_t series = grad_series_.at(op.id);
+  if (series == kNoSeries) unexpected(op, "a reduce-scatter outside the gradient buckets");
+  // The series completes in issue order (the previous micro-batch's reduce-scatter is done long
+  // before, a backward ago), so whatever waits for the last one (the HSDP replica all-reduce)
+  // finds the accumulated pieces.
+  if (const std::optional<uint32_t> prev = grad_acc_[series].last_issued) complete(*prev);
+  grad_acc_[series].last_issued = op.id;
+  const auto [begin, end] = shard_.item_range(op.model_chunk, op.bucket_layers, expert_bucket(op));
+  if (end > begin) {
+    backend_.fill_2d(FSpan(grads.data() + begin, static_cast<size_t>(end - begin)), end - begin,
+                     end - begin, 1, 0.0f);
+  }
+  f.on_complete = [this, tensors, out, &grads, me, series] {
+    GradSeries& s = grad_acc_[series];
+    if (s.done++ == 0) {
+      s.acc = out;
+    } else {
+      backend_.add_in_place(s.acc->span(), out->span());
+    }
+    if (s.done == s.rounds) copy_pieces(grads, tensors, me, s.acc->span(), 0, false);
   };
   start(op, std::move(f));
+}
+
+void Executor::Impl::reshard(Tensor& flat, const std::vector<const ShardTensor*>& tensors,
+                             int64_t d) {
+  auto zero = [&](const ShardTensor& t, int64_t lo, int64_t hi) {
+    if (hi > lo) backend_.fill_2d(elements(flat, t, lo, hi), hi - lo, hi - lo, 1, 0.0f);
+  };
+  for (const ShardTensor* t : tensors) {
+    const auto [lo, hi] = optimizer_->owned(*t, d);
+    zero(*t, 0, lo);
+    zero(*t, hi, t->numel);
+  }
+}
+
+void Executor::Impl::reshard_layers() {
+  for (ChunkShard& c : shard_.chunks()) {
+    for (const ShardTensor& t : c.tensors) {
+      if (t.item >= 0) reshard(c.params, {&t}, optimizer_->member(t));
+    }
+  }
+}
+
+void Executor::Impl::gather_sharded_state() {
+  if (zero_stage_ < 1) return;
+  for (ChunkShard& c : shard_.chunks()) {
+    for (const bool expert : {false, true}) {
+      std::vector<const ShardTensor*> tensors;
+      for (const ShardTensor& t : c.tensors) {
+        if (t.expert == expert) tensors.push_back(&t);
+      }
+      if (tensors.empty()) continue;
+      const GroupKind group = expert ? GroupKind::kEdp : dense_group_;
+      const int64_t members = expert ? comm_.layout().size(group) : dp_cp_size_;
+      const int64_t me = expert ? shard_.expert_coord().edp : dp_cp_index_;
+      if (members <= 1) continue;
+      const int64_t per_member = pieces_per_member(tensors);
+      for (Tensor* buf : {&c.params, &c.exp_avg, &c.exp_avg_sq}) {
+        Tensor mine = zeros(per_member), all = zeros(per_member * members);
+        copy_pieces(*buf, tensors, me, mine.span(), 0, true);
+        comm_.all_gather(group, mine.span(), all.span())->wait();
+        for (int64_t d = 0; d < members; ++d) {
+          copy_pieces(*buf, tensors, d, all.span(), d * per_member, false);
+        }
+      }
+    }
+  }
 }
 
 void Executor::Impl::param_bucket(const Op& op) {
@@ -315,6 +408,9 @@ void Executor::Impl::param_bucket(const Op& op) {
   const int64_t dp = expert_bucket(op) ? comm_.layout().size(op.group) : dp_cp_size_;
   auto mine = std::make_shared<Tensor>(zeros(per_member));
   copy_pieces(params, tensors, bucket_member(op), mine->span(), 0, true);
+  // ZeRO-3: the layer was resharded after its last use (here, at the gather that replaces it),
+  // so its forward or backward reads only what this gather brings.
+  if (fsdp_unit(op)) reshard(params, tensors, bucket_member(op));
   InFlight f;
   f.buffer = zeros(per_member * dp);
   f.request = comm_.all_gather(op.group, mine->span(), f.buffer.span());

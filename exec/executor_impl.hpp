@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ class Executor::Impl {
   IterationResult evaluate(const MicroBatchSource& data);
   /// The parameters of rank DP 0 to every DP rank (Executor::synchronize_parameters).
   void synchronize_parameters();
+  /// Every DP (expert-DP) rank's pieces of the parameters and AdamW moments to all of them
+  /// (Executor::gather_sharded_state).
+  void gather_sharded_state();
   void reset_clock() { origin_ = std::chrono::steady_clock::now(); }
   void set_kernel_timing(bool on) { time_kernels_ = on; }
  private:
@@ -127,10 +131,22 @@ class Executor::Impl {
   int64_t bucket_member(const Op& op) const;
   /// Pieces per member of a bucket of `tensors` (the distributed optimizer's split).
   int64_t pieces_per_member(const std::vector<const ShardTensor*>& tensors) const;
-  /// A DP gradient bucket: all-reduce, or (distributed optimizer) reduce-scatter of pieces.
+  /// A DP gradient bucket: all-reduce, or (distributed optimizer) reduce-scatter of pieces;
+  /// HSDP: the all-reduce of this rank's reduced pieces over the replica group.
   void grad_bucket(const Op& op);
   /// Distributed optimizer: every DP rank's updated pieces of the bucket's parameters to all.
+  /// ZeRO-3's per-layer gather (an FSDP unit) first drops the other ranks' pieces of the layer
+  /// (reshard), so the layer runs on what the gather brings.
   void param_bucket(const Op& op);
+  /// A ZeRO-3 FSDP unit's gather: one transformer layer's bucket.
+  bool fsdp_unit(const Op& op) const {
+    return zero_stage_ >= 3 && op.bucket_layers.size() == 1 && op.bucket_layers[0] >= 0;
+  }
+  /// Zeroes every element of `tensors` in `flat` outside member `d`'s piece (ZeRO-3 reshard:
+  /// the full-size buffer stays allocated; only the values of the other pieces are dropped).
+  void reshard(Tensor& flat, const std::vector<const ShardTensor*>& tensors, int64_t d);
+  /// ZeRO-3 after the optimizer step: every transformer layer's parameters resharded.
+  void reshard_layers();
   /// SP: the gradients of the TP-replicated tensors computed from sequence shards (LayerNorms,
   /// row-parallel biases) summed over TP: packed, all-reduced, unpacked on completion.
   void layernorm_grads(const Op& op);
@@ -157,7 +173,9 @@ class Executor::Impl {
   std::chrono::steady_clock::time_point origin_;
   double issue_s_ = 0;  ///< when the communication op being issued was reached (now_s())
   RankCoord coord_;
-  int64_t dp_cp_size_ = 1, dp_cp_index_ = 0;  // this rank in its DP x CP group
+  int64_t dp_cp_size_ = 1, dp_cp_index_ = 0;  // this rank in its DP x CP group (HSDP: kDpShard)
+  GroupKind dense_group_ = GroupKind::kDpCp;   // what dense state is sharded over
+  int64_t replica_index_ = 0;                  // HSDP: this rank in its kDpReplica group
   std::optional<GptModel> model_;
   std::optional<ShardOptimizer> optimizer_;
   // per iteration
@@ -167,6 +185,20 @@ class Executor::Impl {
   double sum_sq_ = 0;
   ShardOptimizer::Step step_;
   GroupKind grad_norm_group_ = GroupKind::kModelParallel;
+  /// training.zero_stage(): 0 replicated, 1 the distributed optimizer, 2 and gradients sharded,
+  /// 3 and parameters sharded.
+  int zero_stage_ = 0;
+  /// ZeRO-2/3: the reduce-scatters of one bucket in an iteration (one per micro-batch) and the
+  /// sum of their reduced pieces (this rank's shard of the bucket's gradient).
+  struct GradSeries {
+    int64_t rounds = 0;            ///< reduce-scatters per iteration
+    int64_t done = 0;              ///< completed so far this iteration
+    std::shared_ptr<Tensor> acc;   ///< their reduced pieces summed (member-major piece layout)
+    std::optional<uint32_t> last_issued;  ///< the op id of the latest one issued
+  };
+  static constexpr size_t kNoSeries = static_cast<size_t>(-1);
+  std::vector<size_t> grad_series_;  ///< per op id: its series in grad_acc_, or kNoSeries
+  std::vector<GradSeries> grad_acc_;
 };
 
 }  // namespace traintwin::exec

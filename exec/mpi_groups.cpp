@@ -65,11 +65,13 @@ bool is_expert_group(GroupKind kind) {
 }
 
 std::string unusable_group_reason(const RankLayout& layout, GroupKind kind) {
-  // The executor runs no HSDP (training.num_distributed_optimizer_instances > 1 is refused), so
-  // its communicators leave the sharding and replica groups out rather than duplicate DP x CP.
-  if (kind == GroupKind::kDpShard || kind == GroupKind::kDpReplica) {
-    return "the HSDP groups (dp-shard, dp-replica) are not executed (training."
-           "num_distributed_optimizer_instances > 1 is refused by the executor)";
+  // With one distributed-optimizer instance the sharding group is DP x CP and the replica group
+  // one rank: the communicators leave them out rather than duplicate DP x CP (the Program uses
+  // them only for HSDP, training.num_distributed_optimizer_instances > 1).
+  if ((kind == GroupKind::kDpShard || kind == GroupKind::kDpReplica) &&
+      layout.size(GroupKind::kDpReplica) == 1) {
+    return "the HSDP groups (dp-shard, dp-replica) exist only with "
+           "training.num_distributed_optimizer_instances > 1";
   }
   if (kind == GroupKind::kTpDpCp) {
     return "the FP8 amax reduction group (tp-dp-cp) is not executed (training.fp8_format is "

@@ -20,7 +20,8 @@ bool is_expert_group(GroupKind kind);
 /// "" when the groups of `kind` exist in `layout`, else why not: an expert group of a layout
 /// whose expert generator is unusable (RankLayout::check_expert_groups's message; dense models
 /// never use those groups, so the communicators leave them out instead of failing), or an HSDP
-/// group (kDpShard, kDpReplica: the executor runs no HSDP), or FP8's amax reduction group
+/// group (kDpShard, kDpReplica) of a layout with one distributed-optimizer instance (they would
+/// duplicate DP x CP and one rank; the Program uses them only for HSDP), or FP8's amax reduction group
 /// (kTpDpCp: the executor runs no FP8).
 std::string unusable_group_reason(const RankLayout& layout, GroupKind kind);
 

@@ -249,6 +249,9 @@ class Trainer::Impl {
       if ((eval && cb.on_validation) || save) executor_->synchronize_parameters();
       if (eval && cb.on_validation) cb.on_validation({it, evaluate()});
       if (save) {
+        // The whole state of this rank's TP/PP shard (sharded pieces gathered over DP), so the
+        // checkpoint resumes under any data_parallel_sharding_strategy.
+        executor_->gather_sharded_state();
         this->save(it);
         if (cb.on_checkpoint) cb.on_checkpoint({it, opts_.save, false});
       }

@@ -13,6 +13,7 @@
 #include <map>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim/chakra_import.hpp"
@@ -506,6 +507,144 @@ TEST_F(TrainCli, LlamaRotaryBaseChangesTheModel) {
     most = std::max(most, std::abs(l.train[i] - base.train[i]) / base.train[i]);
   }
   EXPECT_GT(most, 1e-4);
+}
+
+// Megatron-FSDP's sharding strategies (Rajbhandari et al., SC 2020): optim_grads (ZeRO-2: each
+// gradient bucket reduce-scattered after every micro-batch's backward, a rank keeping only its
+// reduced pieces) and optim_grads_params (ZeRO-3: and every transformer layer, an FSDP unit,
+// all-gathered before its forward and again before its backward, only the rank's pieces of its
+// parameters kept between uses) train the model plain DP trains: the one-process losses
+// (relative 1e-5) on DP 2 (2 micro-batches per rank: the reduced pieces accumulate), DP 4 (pieces
+// of unequal size), ZeRO-3 with overlapped buckets and parameter gathers, and with TP 2 + SP.
+constexpr const char* kZero2 =
+    " --use-distributed-optimizer --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads";
+constexpr const char* kZero3 =
+    " --use-distributed-optimizer --use-megatron-fsdp "
+    "--data-parallel-sharding-strategy optim_grads_params";
+
+TEST_F(TrainCli, ShardedDataParallelZero2AndZero3TrainThePlainDataParallelModel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(std::string("--set cluster.num_gpus=2") + zero, 2));
+    expect_same_losses(train(std::string("--set cluster.num_gpus=4") + zero, 4));
+  }
+  expect_same_losses(train(std::string("--set cluster.num_gpus=2 "
+                                       "--set training.overlap_grad_reduce=true "
+                                       "--set training.overlap_param_gather=true") + kZero3, 2));
+  expect_same_losses(train(std::string("--tensor-model-parallel-size 2 --sequence-parallel "
+                                       "--set cluster.num_gpus=4") + kZero3, 4));
+}
+
+TEST_F(TrainCli, LlamaShardedDataParallelZero2AndZero3) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(std::string(kLlama) + " --set cluster.num_gpus=2" + zero, 2), kLlama);
+  }
+  expect_same_losses(train(std::string(kLlama) + " --tensor-model-parallel-size 2 "
+                                                 "--sequence-parallel --set cluster.num_gpus=4" +
+                               kZero2, 4), kLlama);
+  expect_same_losses(train(std::string(kLlama) + " --tensor-model-parallel-size 2 "
+                                                 "--sequence-parallel --set cluster.num_gpus=4" +
+                               kZero3, 4), kLlama);
+  expect_same_losses(train(std::string(kLlama) + " --pipeline-model-parallel-size 2 "
+                                                 "--set cluster.num_gpus=4" + kZero3, 4), kLlama);
+}
+
+// Pipelines under ZeRO-2/3 on PP 2 x DP 2: the interleaved schedule (2 model chunks, each with
+// its own FSDP units and buckets) and ZB-H1, whose weight-gradient steps (W) trigger the
+// reduce-scatters and whose input-gradient steps (B) gather the layers.
+TEST_F(TrainCli, ShardedDataParallelWithInterleavedAndZeroBubblePipelines) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(std::string("--pipeline-model-parallel-size 2 "
+                                         "--virtual-pipeline-model-parallel-size 2 "
+                                         "--set cluster.num_gpus=4") + zero, 4));
+    expect_same_losses(train(std::string("--pipeline-model-parallel-size 2 "
+                                         "--set parallelism.pipeline_schedule=zb-h1 "
+                                         "--set cluster.num_gpus=4") + zero, 4));
+  }
+}
+
+// A mixture of experts under ZeRO-2/3: the routed experts' buckets reduce-scatter over
+// expert-DP and their FSDP gathers run over expert-DP (EP 2 x expert-DP 2 on DP 4), the dense
+// ones over DP.
+TEST_F(TrainCli, MoeShardedDataParallelZero2AndZero3) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(std::string(kMoe) + " --expert-model-parallel-size 2 "
+                                                 "--set cluster.num_gpus=4" + zero,
+                             4),
+                       kMoe);
+  }
+}
+
+// A checkpoint holds the whole state of the rank's TP/PP shard whatever the sharding (the
+// pieces are all-gathered over DP before saving): 10 steps under ZeRO-3 resume under plain DP and
+// 10 steps of plain DP resume under ZeRO-3, ZeRO-2 under ZeRO-1, HSDP's ZeRO-3 under plain DP,
+// each printing the losses of 20 steps straight (relative 1e-5: the reductions sum in another
+// order).
+TEST_F(TrainCli, CheckpointsResumeAcrossShardingStrategies) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const Losses& base = baseline();
+  int n = 0;
+  // (ranks, save's sharding, load's sharding): HSDP's sharding groups of 2 on 4 ranks too.
+  const std::string hsdp = std::string(" --set training.num_distributed_optimizer_instances=2") +
+                           kZero3;
+  for (const auto& [ranks, save, load] :
+       {std::tuple<int, std::string, std::string>{2, kZero3, ""},
+        std::tuple<int, std::string, std::string>{2, "", kZero3},
+        std::tuple<int, std::string, std::string>{2, kZero2, " --use-distributed-optimizer"},
+        std::tuple<int, std::string, std::string>{4, hsdp, ""}}) {
+    SCOPED_TRACE("save with '" + save + "', load with '" + load + "' on " +
+                 std::to_string(ranks) + " ranks");
+    const fs::path ckpt = *dir_ / ("ckpt-zero-" + std::to_string(n++));
+    const std::string layout = "--set cluster.num_gpus=" + std::to_string(ranks) + " ";
+    const testing::CliResult first =
+        train(layout + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string() + save,
+              ranks);
+    const testing::CliResult rest = train(layout + "--load " + ckpt.string() + load, ranks);
+    ASSERT_EQ(first.status, 0) << first.output;
+    ASSERT_EQ(rest.status, 0) << rest.output;
+    EXPECT_THAT(rest.output, HasSubstr("resumed from"));
+    const Losses a = parse_losses(first.output), b = parse_losses(rest.output);
+    ASSERT_EQ(a.train.size(), 10u);
+    ASSERT_EQ(b.train.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_NEAR(a.train[i], base.train[i], 1e-5 * base.train[i]) << "step " << i + 1;
+      EXPECT_NEAR(b.train[i], base.train[10 + i], 1e-5 * base.train[10 + i]) << "step " << i + 11;
+    }
+  }
+}
+
+// HSDP (Megatron-Core's num_distributed_optimizer_instances R: the DP x CP ranks split into R
+// sharding groups, the state sharded inside each and replicated across them; each bucket's
+// reduced pieces all-reduced over the R replicas after the last micro-batch's reduce-scatter,
+// the gradient norm counting one replica) under ZeRO-1, ZeRO-2 and ZeRO-3 on DP 4 with 2
+// micro-batches per rank, R = 2 (sharding groups of 2); ZeRO-3 with TP 2 on 8 ranks; the
+// Llama's ZeRO-3 over DP 2 x CP 2 with R = 2. An MoE model with HSDP is refused by rule, naming
+// the key and the allowed value.
+TEST_F(TrainCli, HybridShardedDataParallelTrainsThePlainDataParallelModel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string mb1 = "--set training.micro_batch_size=1";
+  const std::string hsdp = " --set training.num_distributed_optimizer_instances=2";
+  for (const char* zero : {" --use-distributed-optimizer", kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(mb1 + " --set cluster.num_gpus=4" + hsdp + zero, 4), mb1);
+  }
+  expect_same_losses(train(std::string("--tensor-model-parallel-size 2 --sequence-parallel "
+                                       "--set cluster.num_gpus=8") + hsdp + kZero3, 8));
+  expect_same_losses(train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                                 "--set cluster.num_gpus=4" + hsdp + kZero3, 4),
+                     kLlama);
+  const testing::CliResult moe =
+      train(std::string(kMoe) + " --set cluster.num_gpus=4" + hsdp + kZero3, 4);
+  EXPECT_NE(moe.status, 0);
+  EXPECT_THAT(moe.output, HasSubstr("training.num_distributed_optimizer_instances"));
+  EXPECT_THAT(moe.output, HasSubstr("allowed: 1"));
 }
 
 TEST_F(TrainCli, ContextParallelA2aIsRefused) {

@@ -8,6 +8,11 @@
 #   git clone https://github.com/astra-sim/astra-sim.git && cd astra-sim
 #   git checkout 72dd7f8a69d2c8b1f5409e9a0bc9397eb7638af0   # tested; newer may work
 #   git submodule update --init --recursive
+# (or only what the analytical build uses, without ns-3 and htsim: git submodule update --init
+#  extern/graph_frontend/chakra extern/network_backend/analytical extern/remote_memory_backend/analytical
+#  extern/helper/fmt extern/helper/spdlog && git -C extern/network_backend/analytical submodule
+#  update --init extern/yaml-cpp). A source tree without .git (a tarball) names its commit in
+# a file .astra_commit at its top, else its build goes to <cache>/unversioned.
 # Tested with ASTRA-sim 72dd7f8 (2025-09-03, "bugfix: dont report overlap if there is no
 # overlap") and its submodules: chakra 90630ca, astra-network-analytical 599a047 (+ its yaml-cpp
 # 3d2888c), astra-memory-analytical 641cce8, fmt 7e73566; spdlog v1.13.0-31-g6230201 stood in for
@@ -63,6 +68,7 @@ if [ ! -x "$bin" ]; then
   # As ASTRA-sim's own build/astra_analytical/build.sh: generated next to the .proto.
   [ -f "$proto/et_def.pb.cc" ] || protoc et_def.proto --proto_path="$proto" --cpp_out="$proto"
   echo "building ASTRA-sim ${commit:0:12} (congestion_unaware, -j$JOBS) into $build ..." >&2
+  mkdir -p "$build"
   # shellcheck disable=SC2086
   cmake -S "$ASTRA_SIM_DIR/build/astra_analytical" -B "$build" -DBUILDTARGET=congestion_unaware \
     -DCMAKE_BUILD_TYPE=Release ${ASTRA_CMAKE_ARGS:-} > "$build.configure.log" 2>&1 ||

@@ -66,9 +66,12 @@ void write_delimited(const google::protobuf::Message& msg, std::ostream& out) {
   if (coded.HadError()) throw Error("chakra: writing a message failed");
 }
 
-/// The group's pg id: kind x world + lowest member (the same on every member).
+/// The group's pg id: kind x world + lowest member + 1 (the same on every member). Never 0:
+/// ASTRA-sim reserves pg_name "0" for the group of all ranks (before its commit 8817510, a
+/// CommunicatorGroup with id 0 fails an assertion; since, "0" is read as the world group).
 int64_t group_id(GroupKind kind, const std::vector<int64_t>& members, int64_t world) {
-  return static_cast<int64_t>(kind) * world + *std::min_element(members.begin(), members.end());
+  return static_cast<int64_t>(kind) * world + *std::min_element(members.begin(), members.end()) +
+         1;
 }
 
 }  // namespace

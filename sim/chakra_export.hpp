@@ -21,8 +21,10 @@
 //               comm_size (int64 bytes).
 // data_deps are the op's dependencies, ctrl_deps the previous op of its stream (a stream runs its
 // ops in order; as in PyTorch-converted traces, ctrl_deps is information, not a dependency:
-// Chakra's feeder, which ASTRA-sim uses, waits for data_deps only, and so does the import — the
-// sends and recvs of one p2p batch do not wait for each other). Every node also carries
+// Chakra's original feeder waits for data_deps only, and so does the import — the sends and
+// recvs of one p2p batch do not wait for each other. ASTRA-sim's feeder_v3 (chakra 90630ca,
+// RESOLVE_CTRL_DEPS) waits for both, and so runs a p2p batch in stream order; see
+// bench/astra_sim_compare.sh). Every node also carries
 // traintwin's own attributes: phase, stream, micro_batch, layer (int64, -1 when none); the
 // GlobalMetadata the scenario's name and its rank layout (traintwin.world_size,
 // traintwin.rank_order, traintwin.<Megatron size>: tensor_model_parallel_size,
@@ -57,7 +59,8 @@ inline constexpr const char* kChakraKernelsAttr = "traintwin.kernels";
 std::string chakra_kernels_json(const Program& prog, const Op& op);
 
 /// The process groups the collectives of the exported ranks name: pg_name (a decimal id,
-/// group kind x world size + lowest member, the same on every member) -> members, ascending.
+/// group kind x world size + lowest member + 1, never 0, the same on every member) -> members,
+/// ascending.
 using ChakraCommGroups = std::map<int64_t, std::vector<int64_t>>;
 
 /// Writes global rank `rank`'s ops as one Chakra ET stream (GlobalMetadata, then its nodes in op

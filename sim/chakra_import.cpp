@@ -622,7 +622,7 @@ std::string members_text(const std::vector<int64_t>& m) {
 }
 
 /// Gives each process group of the traintwin layout `layout` its kind: the one its pg_name
-/// encodes (kind x world + lowest member) when it matches, else any kind holding it.
+/// encodes (kind x world + lowest member + 1) when it matches, else any kind holding it.
 void kinds_from_metadata(const RankLayout& layout, const std::map<std::string, int32_t>& pg_index,
                          std::vector<ProcessGroup>& pgs) {
   const int64_t world = layout.world_size();
@@ -633,9 +633,9 @@ void kinds_from_metadata(const RankLayout& layout, const std::map<std::string, i
     std::optional<GroupKind> kind;
     if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos &&
         name.size() < 18) {
-      const int64_t id = std::stoll(name);
+      const int64_t id = std::stoll(name) - 1;
       const int64_t k = id / world;
-      if (k < static_cast<int64_t>(kNumGroupKinds) && id % world == pg.members[0]) {
+      if (id >= 0 && k < static_cast<int64_t>(kNumGroupKinds) && id % world == pg.members[0]) {
         kind = kind_of(layout, pg.members, {static_cast<GroupKind>(k)});
       }
     }

@@ -42,7 +42,7 @@
 // recvs on the pipeline stream.
 // Process groups become the groups of a rank layout (core/rank_layout.hpp), the only groups the
 // replay knows: the layout traintwin's export writes in the metadata (the group kind of each
-// pg_name decoded as the export encodes it, kind x world size + lowest member), else the first
+// pg_name decoded as the export encodes it, kind x world size + lowest member + 1), else the first
 // layout TP x CP x DP x PP (sizes ascending, Megatron's order tp-cp-dp-pp first) in which every
 // process group is a TP, CP, DP, PP, DP x CP, model-parallel or world group. A process group no
 // layout holds is refused by name.

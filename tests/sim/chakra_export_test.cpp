@@ -147,6 +147,8 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
           } else {
             EXPECT_EQ(n.type(), pb::COMM_COLL_NODE);
             EXPECT_EQ(attr(n, "comm_size")->int64_val(), op.bytes);
+            // ASTRA-sim reads pg_name "0" as the group of all ranks: never a subgroup's id.
+            EXPECT_NE(attr(n, "pg_name")->string_val(), "0") << n.name();
             const nlohmann::json& members = groups.at(attr(n, "pg_name")->string_val());
             EXPECT_EQ(members.size(), all.layout.group(op.group, r).size());
             EXPECT_NE(std::find(members.begin(), members.end(), r), members.end());

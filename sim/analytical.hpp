@@ -23,6 +23,14 @@
 //         point-to-point time). Under a zero-bubble schedule (splits_backward()) a W step waits
 //         for no batch and the F/B steps for the recvs only; the sends end the stage when they
 //         end last. This is a list scheduling of O(stages x steps) events.
+//         Under ZeRO-2/3 (Megatron-FSDP optim_grads, optim_grads_params) the DP stream is
+//         followed as the FIFO queue it is: every step issues DP-stream ops (ZeRO-3's FSDP
+//         parameter all-gathers, prefetched one unit ahead, and the gradient reduce-scatters
+//         each backward triggers, counted in the step that triggers them), so a step's first
+//         all-gather can wait behind the reduce-scatters of earlier steps. Each stage keeps when
+//         its DP stream frees up; a step whose first DP-stream op would start earlier than that
+//         is run again as a local dataflow from the stream's state (O(its ops)), the others as
+//         timed in step 2. Only the last micro-batch's backward issues HSDP's replica all-reduces.
 //      4. The ops outside the steps (parameter all-gathers, DP gradient buckets, LayerNorm and
 //         embedding gradient all-reduces, grad norm, optimizer step) run as an op-level
 //         dataflow per stage, their dependencies on step ops resolved through the step
@@ -95,7 +103,7 @@ class EstimateCache {
 /// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo` with `costs` (see the file comment).
 /// Collective algorithms as the replay chooses them (s.cluster.collective_algorithm, else the
 /// tuner). Throws what build_program() throws (UnsupportedError for CP > 1, ...), UnsupportedError
-/// for a straggler, a degraded link or ZeRO-3 (Megatron-FSDP optim_grads_params), CostModelError
+/// for a straggler or a degraded link, CostModelError
 /// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
 /// the schedule cannot complete (a p2p or collective never matched).
 /// `probe_steps`: the steps of the probe that are lowered; StepScope::kAll (every micro-batch of

@@ -152,6 +152,30 @@ struct StepRun {
   WaitedFor first_wait;      ///< what that op waited for last (an op of the step), if > 0
 };
 
+/// A step's run when its DP stream frees up late, as a function of that time D (offset from
+/// the step's start). The step is a max-plus system: an op's end is max(a, D + b), a its end
+/// with the stream free (the template), b its longest path from the stream's availability
+/// (-infinity when the queue does not reach it). Past D* = max(a - b) over the ops the queue
+/// reaches, each of those ends at D + b and the others at a, so one run at some D_ref > D*
+/// gives every other by a shift: the reached ops move by D - D_ref, as does the one gap
+/// between compute ops that opens up (before the first compute op the queue reaches).
+struct Saturation {
+  bool known = false;  ///< d_star and reach computed
+  double d_star = 0;
+  std::vector<uint8_t> reach;  ///< by position in the step's ops: the queue reaches it
+  bool have_ref = false;       ///< a run at d_ref > d_star is kept
+  double d_ref = 0;
+  StepRun ref;
+  std::vector<double> ref_end;  ///< by position: ends at d_ref
+  bool first_reached = false;   ///< the first compute op is reached
+  bool last_reached = false;    ///< the last compute op is reached
+  TimeBreakdown gap_unit;       ///< the category of the gap that grows with D (zero: none)
+  double unreached_end = -std::numeric_limits<double>::infinity();  ///< non-DP ops, not reached
+  WaitedFor unreached_wait;
+  double reached_end = -std::numeric_limits<double>::infinity();  ///< non-DP ops, reached, at d_ref
+  WaitedFor reached_wait;
+};
+
 /// A probe rank's Program split into steps and the rest.
 struct StageTemplate {
   const RankProgram* rp = nullptr;
@@ -167,6 +191,9 @@ struct StageTemplate {
   std::vector<uint32_t> nonstep;   ///< non-step, non-p2p ops, ascending
   /// Per op: it runs on Stream::kDpComm (the DP stream queue).
   std::vector<uint8_t> on_dp;
+  /// Per instance x 2 (+1: not its chunk's last backward, replica all-reduces left out): the
+  /// shortcut of its queued runs, made when first needed.
+  std::vector<Saturation> saturation;
   uint32_t first_step_op = kNone;  ///< smallest id of a step or p2p op
   std::vector<int64_t> seq;        ///< collective_sequence(rp)
 };
@@ -405,9 +432,11 @@ class Estimator {
   /// backward (or W), which alone issues the HSDP replica all-reduces (a template step other
   /// than that leaves them out). Ends into `end` (by op id, offsets), the rest into `run`;
   /// `external`: null, or where the waits on ops outside the steps are recorded (the template).
+  /// `origin`: when the ops that wait for nothing in the step are ready (0: the step's start;
+  /// -infinity: only the queue starts anything, Saturation's b).
   void run_ops(const StageTemplate& t, uint32_t idx, double dp_free_s, bool last,
                std::vector<double>& end, StepRun& run,
-               std::vector<std::pair<uint32_t, double>>* external) const {
+               std::vector<std::pair<uint32_t, double>>* external, double origin = 0) const {
     const Instance& in = t.insts[idx];
     const RankProgram& rp = *t.rp;
     double prev_end = 0;
@@ -415,10 +444,10 @@ class Estimator {
     for (uint32_t id : in.ops) {
       const Op& op = rp.ops[id];
       if (!last && op.group == GroupKind::kDpReplica && t.on_dp[id]) {
-        end[id] = 0;  // not issued by this micro-batch; the stream order is kept by dp_free_s
+        end[id] = origin;  // not issued by this micro-batch; the stream keeps its order by dp_free_s
         continue;
       }
-      double ready = 0;
+      double ready = origin;
       uint32_t waited = kNone;
       double latest = -1;
       for (uint32_t d : op.deps) {
@@ -720,9 +749,8 @@ class Estimator {
     if (in.has_dp && (st.dp_free > start + in.dp_first_ready_s || (in.has_replica && !last_bwd))) {
       // Its DP-stream ops queue behind earlier ones (or it leaves out the replica all-reduces
       // of the last micro-batch): run again from the stream's state.
-      queued_end_.resize(t.rp->ops.size());
       StepRun run;
-      run_ops(t, inst, st.dp_free - start, last_bwd, queued_end_, run, nullptr);
+      queued_run(tmpl_[st.tmpl], inst, st.dp_free - start, last_bwd, first_fwd || last_bwd, run);
       attribute_first_gap(st, start, waited, run.first_ready_s, run.first_wait);
       if (first_fwd || last_bwd) {
         st.queued_end.resize(t.rp->ops.size());
@@ -743,6 +771,136 @@ class Estimator {
     st.ready_wait = in.last_wait;
     if (in.has_dp) st.dp_free = start + in.dp_end_s;
     return true;
+  }
+
+  /// Step `idx` of template `t` run with its DP stream free from `d_s` on (offset from its
+  /// start, s): into `run`, and when `ends` the ends of its ops (offsets, by op id) into
+  /// queued_end_. `last`: its chunk's last backward (run_ops). Past the step's saturation point
+  /// by a shift of the run kept there (Saturation), else by run_ops.
+  void queued_run(StageTemplate& t, uint32_t idx, double d_s, bool last, bool ends, StepRun& run) {
+    const Instance& in = t.insts[idx];
+    queued_end_.resize(t.rp->ops.size());
+    const bool replica_out = in.has_replica && !last;
+    if (t.saturation.empty()) t.saturation.resize(2 * t.insts.size());
+    Saturation& sat = t.saturation[2 * idx + (replica_out ? 1 : 0)];
+    if (!sat.known) saturation_point(t, idx, last, sat);
+    if (!(d_s > sat.d_star)) {
+      run_ops(t, idx, d_s, last, queued_end_, run, nullptr);
+      return;
+    }
+    if (!sat.have_ref) {
+      // The reference one second past the saturation point: any point past it gives the same
+      // shifts, and one fixed by the step alone gives every probe (StepScope) the same result.
+      const double d_ref = sat.d_star + 1.0;
+      run_ops(t, idx, d_ref, last, queued_end_, run, nullptr);
+      keep_reference(t, idx, d_ref, replica_out, run, sat);
+    }
+    const double delta = d_s - sat.d_ref;
+    run = sat.ref;
+    if (sat.last_reached) run.compute_end_s += delta;
+    run.dp_end_s += delta;
+    if (sat.first_reached) run.first_ready_s += delta;
+    add_scaled(run.b, sat.gap_unit, delta);
+    const double reached = sat.reached_end + delta;
+    if (reached > sat.unreached_end) {
+      run.all_end_s = reached;
+      run.last_wait = sat.reached_wait;
+    } else {
+      run.all_end_s = sat.unreached_end;
+      run.last_wait = sat.unreached_wait;
+    }
+    if (ends) {
+      for (size_t k = 0; k < in.ops.size(); ++k) {
+        queued_end_[in.ops[k]] = sat.ref_end[k] + (sat.reach[k] ? delta : 0.0);
+      }
+    }
+  }
+
+  /// Saturation::d_star and reach of step `idx` (`last`: as run_ops).
+  void saturation_point(const StageTemplate& t, uint32_t idx, bool last, Saturation& sat) {
+    const Instance& in = t.insts[idx];
+    const size_t n = t.rp->ops.size();
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    StepRun scratch;
+    const std::vector<double>* a = &t.local_end;  // ends with the stream free
+    if (in.has_replica && !last) {
+      sat_a_.resize(n);
+      run_ops(t, idx, -kInf, last, sat_a_, scratch, nullptr);
+      a = &sat_a_;
+    }
+    sat_b_.resize(n);
+    run_ops(t, idx, 0.0, last, sat_b_, scratch, nullptr, -kInf);
+    sat.reach.assign(in.ops.size(), 0);
+    sat.d_star = -kInf;
+    for (size_t k = 0; k < in.ops.size(); ++k) {
+      const uint32_t id = in.ops[k];
+      if (!(sat_b_[id] > -kInf)) continue;
+      sat.reach[k] = 1;
+      sat.d_star = std::max(sat.d_star, (*a)[id] - sat_b_[id]);
+    }
+    sat.known = true;
+  }
+
+  /// Keeps `run` (step `idx` run at `d_s` > Saturation::d_star, its ends in queued_end_) as
+  /// the reference later queued runs of the step are shifted from.
+  void keep_reference(const StageTemplate& t, uint32_t idx, double d_s, bool replica_out,
+                      const StepRun& run, Saturation& sat) const {
+    const Instance& in = t.insts[idx];
+    const RankProgram& rp = *t.rp;
+    sat.have_ref = true;
+    sat.d_ref = d_s;
+    sat.ref = run;
+    sat.ref_end.resize(in.ops.size());
+    sat.unreached_end = 0;  // run_ops' all_end_s starts at 0
+    sat.unreached_wait = {};
+    bool seen_compute = false, prev_reached = false;
+    for (size_t k = 0; k < in.ops.size(); ++k) {
+      const uint32_t id = in.ops[k];
+      const Op& op = rp.ops[id];
+      const double e = queued_end_[id];
+      sat.ref_end[k] = e;
+      if (t.on_dp[id]) continue;  // (a left-out replica all-reduce is a DP-stream op)
+      const bool reached = sat.reach[k] != 0;
+      if (op.kind == OpKind::kCompute) {
+        if (!seen_compute) {
+          sat.first_reached = reached;
+        } else if (reached && !prev_reached) {
+          // The gap before the first compute op the queue reaches grows with D: its category.
+          uint32_t waited = kNone;
+          double latest = -1;
+          for (uint32_t d : op.deps) {
+            if (t.inst_of[d] != idx || (replica_out && t.on_dp[d] &&
+                                        rp.ops[d].group == GroupKind::kDpReplica)) {
+              continue;
+            }
+            if (queued_end_[d] > latest) {
+              latest = queued_end_[d];
+              waited = d;
+            }
+          }
+          attribute_gap(sat.gap_unit, 1.0, waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]));
+        }
+        seen_compute = true;
+        prev_reached = reached;
+        sat.last_reached = reached;
+      }
+      double& part = reached ? sat.reached_end : sat.unreached_end;
+      if (e > part) {
+        part = e;
+        (reached ? sat.reached_wait : sat.unreached_wait) = waited_for(op);
+      }
+    }
+  }
+
+  /// b += k x unit, category by category (the exposed and idle ones).
+  static void add_scaled(TimeBreakdown& b, const TimeBreakdown& unit, double k) {
+    b.exposed_tp_s += k * unit.exposed_tp_s;
+    b.exposed_cp_s += k * unit.exposed_cp_s;
+    b.exposed_ep_s += k * unit.exposed_ep_s;
+    b.exposed_pp_s += k * unit.exposed_pp_s;
+    b.exposed_dp_s += k * unit.exposed_dp_s;
+    b.bubble_s += k * unit.bubble_s;
+    b.sync_wait_s += k * unit.sync_wait_s;
   }
 
   /// Attributes the idle gap of stage `st`'s compute stream before the first compute op of a
@@ -966,6 +1124,7 @@ class Estimator {
   /// unit's parameters in every step): the DP stream is followed as a queue across the steps.
   bool queue_dp_ = false;
   std::vector<double> queued_end_;  ///< run_ops' scratch for a queued step
+  std::vector<double> sat_a_, sat_b_;  ///< saturation_point's scratch
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
   std::map<std::tuple<int, int, int64_t>, double> coll_s_;

@@ -30,7 +30,9 @@
 //         all-gather can wait behind the reduce-scatters of earlier steps. Each stage keeps when
 //         its DP stream frees up; a step whose first DP-stream op would start earlier than that
 //         is run again as a local dataflow from the stream's state (O(its ops)), the others as
-//         timed in step 2. Only the last micro-batch's backward issues HSDP's replica all-reduces.
+//         timed in step 2. Past a step's saturation point (the stream so late that every op it
+//         reaches waits for it) its run is the one kept there, shifted (O(1)). Only the last
+//         micro-batch's backward issues HSDP's replica all-reduces.
 //      4. The ops outside the steps (parameter all-gathers, DP gradient buckets, LayerNorm and
 //         embedding gradient all-reduces, grad norm, optimizer step) run as an op-level
 //         dataflow per stage, their dependencies on step ops resolved through the step

@@ -444,7 +444,7 @@ class Estimator {
     for (uint32_t id : in.ops) {
       const Op& op = rp.ops[id];
       if (!last && op.group == GroupKind::kDpReplica && t.on_dp[id]) {
-        end[id] = origin;  // not issued by this micro-batch; the stream keeps its order by dp_free_s
+        end[id] = origin;  // not issued by this micro-batch (dp_free_s keeps the stream's order)
         continue;
       }
       double ready = origin;
@@ -878,7 +878,8 @@ class Estimator {
               waited = d;
             }
           }
-          attribute_gap(sat.gap_unit, 1.0, waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]));
+          attribute_gap(sat.gap_unit, 1.0,
+                        waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]));
         }
         seen_compute = true;
         prev_reached = reached;

@@ -56,11 +56,14 @@
 //    chunk differ, by their waits and triggers, which it keeps; under ZeRO-2/3 a step's
 //    duration also depends on its DP stream's backlog, which it follows), and that a step's
 //    compute chain shifts as a whole when its start is delayed by a parameter all-gather.
-//  - ZeRO-3 with PP: the estimate is a little slower than the replay without contention
-//    (+0.017 % on Llama 3.1 70B, PP 4 x VPP 5, 64 GPUs; +0.036 % on 1,024), exactly equal at
-//    PP 1 and on GPT-1.3B with PP 2. Not yet explained; a candidate: a step's ops start no
-//    earlier than the step, while the Program lets a step's first gather start when the
-//    previous compute op ends, even when the step waits for a send.
+//  - ZeRO-3 with interleaving: the estimate is a little slower than the replay without
+//    contention (+0.017 % on Llama 3.1 70B, PP 4 x VPP 5, 64 GPUs; +0.036 % on 1,024; +0.024 %
+//    on GPT-3 175B, PP 8 x VPP 12, 128 GPUs; +0.086 % on Mixtral 8x7B, PP 4 x VPP 8), exactly
+//    equal at PP 1 and with one chunk per stage. On GPT-3 175B the critical rank's waits also
+//    split differently (the replay has ~2 s of them in the bubble, the estimate in exposed DP;
+//    their sum agrees). Not yet explained; a candidate: a step's ops start no earlier than the
+//    step, while the Program lets a step's first gather start when the previous compute op
+//    ends, even when the step waits for a send.
 // Compute durations come from the timing layer (sim/timed_program.hpp) and the breakdown from its
 // attribution (sim/attribution.hpp), as in the replay: each idle gap of the compute stream goes
 // to the dependency that ended last — TP collective, p2p transfer (the transfer's duration, the

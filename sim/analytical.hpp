@@ -61,9 +61,9 @@
 //    on GPT-3 175B, PP 8 x VPP 12, 128 GPUs; +0.086 % on Mixtral 8x7B, PP 4 x VPP 8), exactly
 //    equal at PP 1 and with one chunk per stage. On GPT-3 175B the critical rank's waits also
 //    split differently (the replay has ~2 s of them in the bubble, the estimate in exposed DP;
-//    their sum agrees). Not yet explained; a candidate: a step's ops start no earlier than the
-//    step, while the Program lets a step's first gather start when the previous compute op
-//    ends, even when the step waits for a send.
+//    their sum agrees). Not yet explained. (A step's ops start no earlier than the step, while
+//    the Program lets a step's first gather start when the previous compute op ends even when
+//    the step waits for a send; but one chunk per stage has such waits too and is exact.)
 // Compute durations come from the timing layer (sim/timed_program.hpp) and the breakdown from its
 // attribution (sim/attribution.hpp), as in the replay: each idle gap of the compute stream goes
 // to the dependency that ended last — TP collective, p2p transfer (the transfer's duration, the

@@ -136,6 +136,9 @@ struct Instance {
   /// up no later than this, the step runs as timed here.
   double dp_first_ready_s = std::numeric_limits<double>::infinity();
   double dp_end_s = 0;  ///< end offset of its last DP-stream op
+  /// Its first DP-stream op waits for nothing in the step (only for the previous compute op,
+  /// the recvs the step waits for and the stream), so it can start before the step.
+  bool dp_first_free = false;
 };
 
 /// One run of a step's ops (the template's, or a step whose DP-stream ops queue behind earlier
@@ -407,8 +410,7 @@ class Estimator {
   void run_instance(StageTemplate& t, uint32_t idx) {
     Instance& in = t.insts[idx];
     StepRun run;
-    run_ops(t, idx, -std::numeric_limits<double>::infinity(), /*last=*/true, t.local_end, run,
-            &in.external);
+    run_ops(t, idx, 0.0, /*last=*/true, t.local_end, run, &in.external);
     in.compute_end_s = run.compute_end_s;
     in.all_end_s = run.all_end_s;
     in.b = run.b;
@@ -421,6 +423,8 @@ class Estimator {
       if (!in.has_dp) {
         in.dp_first_ready_s = t.local_end[id] - t.op_s[id];
         in.has_dp = true;
+        in.dp_first_free = true;
+        for (uint32_t d : t.rp->ops[id].deps) in.dp_first_free = in.dp_first_free && t.inst_of[d] != idx;
       }
       in.has_replica = in.has_replica || t.rp->ops[id].group == GroupKind::kDpReplica;
     }
@@ -447,7 +451,8 @@ class Estimator {
         end[id] = origin;  // not issued by this micro-batch (dp_free_s keeps the stream's order)
         continue;
       }
-      double ready = origin;
+      // A DP-stream op waits for the stream (dp_free_s) and its dependencies in the step only.
+      double ready = t.on_dp[id] ? -std::numeric_limits<double>::infinity() : origin;
       uint32_t waited = kNone;
       double latest = -1;
       for (uint32_t d : op.deps) {
@@ -743,14 +748,30 @@ class Estimator {
         }
       }
     }
+    // When the DP stream can start the step's first DP-stream op (offset from the step's start):
+    // a first op that waits for nothing in the step waits only for the previous compute op, the
+    // recvs of the batches the step waits for (core/rank_lowering.cpp's collective()) and the
+    // stream, not for the sends and TP collectives the step itself waits for.
+    double d_s = st.dp_free - start;
+    if (in.has_dp && in.dp_first_free) {
+      double anchor = st.cend;
+      if (!weight_grad) {
+        for (const P2PRef& x : st.pending) {
+          if (x.send) continue;
+          if (const auto e = transfer_end(x, r)) anchor = std::max(anchor, *e);
+        }
+      }
+      d_s = std::max(st.dp_free, anchor) - start;
+    }
     if (!weight_grad) st.pending.clear();
     if (first_fwd) st.first_fwd_start[c] = start;
     if (last_bwd) st.last_bwd_start[c] = start;
-    if (in.has_dp && (st.dp_free > start + in.dp_first_ready_s || (in.has_replica && !last_bwd))) {
+    const bool as_timed = in.dp_first_free ? d_s == 0 : d_s <= in.dp_first_ready_s;
+    if (in.has_dp && (!as_timed || (in.has_replica && !last_bwd))) {
       // Its DP-stream ops queue behind earlier ones (or it leaves out the replica all-reduces
       // of the last micro-batch): run again from the stream's state.
       StepRun run;
-      queued_run(tmpl_[st.tmpl], inst, st.dp_free - start, last_bwd, first_fwd || last_bwd, run);
+      queued_run(tmpl_[st.tmpl], inst, d_s, last_bwd, first_fwd || last_bwd, as_timed, run);
       attribute_first_gap(st, start, waited, run.first_ready_s, run.first_wait);
       if (first_fwd || last_bwd) {
         st.queued_end.resize(t.rp->ops.size());
@@ -775,16 +796,19 @@ class Estimator {
 
   /// Step `idx` of template `t` run with its DP stream free from `d_s` on (offset from its
   /// start, s): into `run`, and when `ends` the ends of its ops (offsets, by op id) into
-  /// queued_end_. `last`: its chunk's last backward (run_ops). Past the step's saturation point
-  /// by a shift of the run kept there (Saturation), else by run_ops.
-  void queued_run(StageTemplate& t, uint32_t idx, double d_s, bool last, bool ends, StepRun& run) {
+  /// queued_end_. `last`: its chunk's last backward (run_ops). `as_timed`: the stream does not
+  /// hold it up (it runs again only to leave out the replica all-reduces): by run_ops, as the
+  /// template of a step without them would give. Past the step's saturation point by a shift
+  /// of the run kept there (Saturation), else by run_ops.
+  void queued_run(StageTemplate& t, uint32_t idx, double d_s, bool last, bool ends, bool as_timed,
+                  StepRun& run) {
     const Instance& in = t.insts[idx];
     queued_end_.resize(t.rp->ops.size());
     const bool replica_out = in.has_replica && !last;
     if (t.saturation.empty()) t.saturation.resize(2 * t.insts.size());
     Saturation& sat = t.saturation[2 * idx + (replica_out ? 1 : 0)];
     if (!sat.known) saturation_point(t, idx, last, sat);
-    if (!(d_s > sat.d_star)) {
+    if (as_timed || !(d_s > sat.d_star)) {
       run_ops(t, idx, d_s, last, queued_end_, run, nullptr);
       return;
     }
@@ -822,12 +846,9 @@ class Estimator {
     const size_t n = t.rp->ops.size();
     constexpr double kInf = std::numeric_limits<double>::infinity();
     StepRun scratch;
-    const std::vector<double>* a = &t.local_end;  // ends with the stream free
-    if (in.has_replica && !last) {
-      sat_a_.resize(n);
-      run_ops(t, idx, -kInf, last, sat_a_, scratch, nullptr);
-      a = &sat_a_;
-    }
+    sat_a_.resize(n);  // ends without the stream (its ops that wait for nothing else: never)
+    run_ops(t, idx, -kInf, last, sat_a_, scratch, nullptr);
+    const std::vector<double>* a = &sat_a_;
     sat_b_.resize(n);
     run_ops(t, idx, 0.0, last, sat_b_, scratch, nullptr, -kInf);
     sat.reach.assign(in.ops.size(), 0);

@@ -30,7 +30,10 @@
 //         all-gather can wait behind the reduce-scatters of earlier steps. Each stage keeps when
 //         its DP stream frees up; a step whose first DP-stream op would start earlier than that
 //         is run again as a local dataflow from the stream's state (O(its ops)), the others as
-//         timed in step 2. Past a step's saturation point (the stream so late that every op it
+//         timed in step 2. A step's first DP-stream op that waits for nothing in the step
+//         (a forward's first gather) waits in the Program only for the previous compute op, the
+//         recvs of the batches the step waits for and the stream, not for the step's sends or
+//         pending TP collectives: it may start before the step. Past a step's saturation point (the stream so late that every op it
 //         reaches waits for it) its run is the one kept there, shifted (O(1)). Only the last
 //         micro-batch's backward issues HSDP's replica all-reduces.
 //      4. The ops outside the steps (parameter all-gathers, DP gradient buckets, LayerNorm and
@@ -56,14 +59,9 @@
 //    chunk differ, by their waits and triggers, which it keeps; under ZeRO-2/3 a step's
 //    duration also depends on its DP stream's backlog, which it follows), and that a step's
 //    compute chain shifts as a whole when its start is delayed by a parameter all-gather.
-//  - ZeRO-3 with interleaving: the estimate is a little slower than the replay without
-//    contention (+0.017 % on Llama 3.1 70B, PP 4 x VPP 5, 64 GPUs; +0.036 % on 1,024; +0.024 %
-//    on GPT-3 175B, PP 8 x VPP 12, 128 GPUs; +0.086 % on Mixtral 8x7B, PP 4 x VPP 8), exactly
-//    equal at PP 1 and with one chunk per stage. On GPT-3 175B the critical rank's waits also
-//    split differently (the replay has ~2 s of them in the bubble, the estimate in exposed DP;
-//    their sum agrees). Not yet explained. (A step's ops start no earlier than the step, while
-//    the Program lets a step's first gather start when the previous compute op ends even when
-//    the step waits for a send; but one chunk per stage has such waits too and is exact.)
+//  - ZeRO-3 with interleaving, GPT-3 175B (PP 8 x VPP 12, 128 GPUs): the iteration time is the
+//    replay's, but the critical rank's waits split differently (the replay has ~2 s of them in
+//    the bubble, the estimate in exposed DP; their sum agrees). Not yet explained.
 // Compute durations come from the timing layer (sim/timed_program.hpp) and the breakdown from its
 // attribution (sim/attribution.hpp), as in the replay: each idle gap of the compute stream goes
 // to the dependency that ended last — TP collective, p2p transfer (the transfer's duration, the

@@ -59,9 +59,10 @@
 //    chunk differ, by their waits and triggers, which it keeps; under ZeRO-2/3 a step's
 //    duration also depends on its DP stream's backlog, which it follows), and that a step's
 //    compute chain shifts as a whole when its start is delayed by a parameter all-gather.
-//  - ZeRO-3 with interleaving, GPT-3 175B (PP 8 x VPP 12, 128 GPUs): the iteration time is the
-//    replay's, but the critical rank's waits split differently (the replay has ~2 s of them in
-//    the bubble, the estimate in exposed DP; their sum agrees). Not yet explained.
+//  - ZeRO-3 with interleaving, GPT-3 175B (PP 8 x VPP 12, 128 GPUs) with the roofline costs:
+//    the iteration time is the replay's, but the critical rank's waits split differently (the
+//    replay has ~2 s of them in the bubble, the estimate in exposed DP; their sum agrees; with
+//    the measured H100 costs every category agrees). Not yet explained.
 // Compute durations come from the timing layer (sim/timed_program.hpp) and the breakdown from its
 // attribution (sim/attribution.hpp), as in the replay: each idle gap of the compute stream goes
 // to the dependency that ended last — TP collective, p2p transfer (the transfer's duration, the

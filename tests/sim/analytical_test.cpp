@@ -423,11 +423,12 @@ INSTANTIATE_TEST_SUITE_P(
                                "gpt-1.3b-h200-8",
                                {{"parallelism.pipeline_schedule", "zb-h1"}}},
                       FsdpCase{"Llama70bPp4Vpp5", "llama3.1-70b-h100-64", {}},
-                      // The waits agree together, not one by one: the replay puts ~2 s of them
-                      // (6.8 % of the iteration) in the bubble, the estimate in exposed DP. Seen
-                      // with interleaving only (measured H100 costs: exact per category at VPP 1
-                      // under 1F1B and ZB-H1, 0.6 s apart at VPP 2); the cause is not established
-                      // (sim/analytical.hpp).
+                      // The iteration time is the replay's, the waits agree together but not one
+                      // by one: the replay's critical rank has ~2 s of them (6.8 % of the
+                      // iteration) in the bubble, the estimate's in exposed DP. With this test's
+                      // roofline costs only: with the measured H100 costs (traintwin simulate,
+                      // sweep) the layout agrees per category at VPP 1, 2 and 12. The cause is
+                      // not established (sim/analytical.hpp).
                       FsdpCase{"Gpt175bPp8Vpp12", "gpt3-175b-h100-128", {}, false},
                       FsdpCase{"MixtralEp8Pp4Vpp8", "mixtral-8x7b-h100-64", {}}),
     [](const auto& info) { return std::string(info.param.name); });

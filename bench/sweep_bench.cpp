@@ -68,8 +68,8 @@ void run_grid(benchmark::State& state, const SweepAxes& axes);
 void BM_AnalyticalSweepGrid(benchmark::State& state) { run_grid(state, fixture().axes); }
 BENCHMARK(BM_AnalyticalSweepGrid)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-/// The grid with the sharding axis (bench/sweep_grid.hpp): 4x the rows; errors counts the ZeRO-3
-/// rows the estimator refuses.
+/// The grid with the sharding axis (bench/sweep_grid.hpp): 4x the rows, ZeRO-3 estimated with its
+/// DP-stream queue (sim/analytical.hpp).
 void BM_AnalyticalSweepGridSharding(benchmark::State& state) {
   static const SweepAxes axes = gpt3_175b_sharding_grid();
   run_grid(state, axes);

@@ -25,8 +25,7 @@ inline SweepAxes gpt3_175b_speed_grid() {
 
 /// The same grid with Megatron-FSDP's sharding axis added (no_shard, optim, optim_grads,
 /// optim_grads_params: 18,432 rows). The distributed-optimizer axis is swept, so the FSDP values
-/// with it off break the scenario rule (invalid); ZeRO-3 rows that fit are refused by the
-/// estimator (replayed only: error rows).
+/// with it off break the scenario rule (invalid).
 inline SweepAxes gpt3_175b_sharding_grid() {
   SweepAxes axes = gpt3_175b_speed_grid();
   axes.data_parallel_sharding_strategy = {

@@ -81,24 +81,10 @@ std::vector<SweepRow> evaluate_share(const std::vector<SweepConfiguration>& shar
   const Evaluator analytical = make_analytical_evaluator(topo, costs);
   std::vector<SweepRow> rows = run_sweep(share, analytical, options);
   if (mode == "auto") {
-    // Replay the top K of the analytical ranking with the simulator and rank again. ZeRO-3
-    // (Megatron-FSDP optim_grads_params) is replayed only: such a row competes for the top K
-    // with the estimate of its ZeRO-2 twin (the same layout without the per-layer parameter
-    // gathers), an optimistic bound on its tokens/s.
+    // Replay the top K of the analytical ranking with the simulator and rank again.
     std::vector<std::pair<double, const SweepConfiguration*>> candidates;
     for (const SweepRow& r : rows) {
-      if (r.status == SweepStatus::kRanked) {
-        candidates.emplace_back(r.tokens_per_s, &r.config);
-      } else if (r.status == SweepStatus::kError &&
-                 r.config.scenario.training.zero_stage() >= 3) {
-        Scenario twin = r.config.scenario;
-        twin.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
-        try {
-          candidates.emplace_back(analytical(twin).summary.tokens_per_s, &r.config);
-        } catch (const Error&) {
-          // No bound: left as the estimator's error.
-        }
-      }
+      if (r.status == SweepStatus::kRanked) candidates.emplace_back(r.tokens_per_s, &r.config);
     }
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -42,11 +42,10 @@ struct SweepOutcome {
 /// GPU's FP8 support; enumerates the configurations and evaluates them by the --mode: simulate
 /// (the SimGrid replay, in worker processes), analytical (the estimator, in this process) or auto
 /// (the estimator for every configuration, then the replay of its top K = max(top, 1) ranked
-/// ones, ranked again; a ZeRO-3 configuration, which the estimator refuses, competes for the
-/// top K with the estimate of its ZeRO-2 twin as an optimistic bound). Progress goes to stderr on
+/// ones, ranked again; ZeRO-3 is estimated as every other layout). Progress goes to stderr on
 /// the printing process. Under mpirun/srun every rank evaluates its share and rank 0 gathers the
-/// rows; the other ranks get std::nullopt. Throws what load_scenario, load_topology, the checks and
-/// run_sweep throw.
+/// rows; the other ranks get std::nullopt. Throws what load_scenario, load_topology, the checks
+/// and run_sweep throw.
 std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request);
 
 }  // namespace traintwin::cli

@@ -121,11 +121,62 @@ struct Instance {
   std::vector<uint32_t> ops;  ///< step ops, ascending ids
   double compute_end_s = 0;   ///< end of its last compute op (p2p batches post then)
   double all_end_s = 0;       ///< end of its last op (pending TP waits included)
-  TimeBreakdown b;           ///< of the step alone (gaps inside it attributed)
+  TimeBreakdown b;           ///< of the step alone (gaps inside it attributed, but the first)
   WaitedFor last_wait;       ///< what ends at all_end_s (the next step waits for it)
+  double first_ready_s = 0;  ///< when its first compute op is ready (> 0: it waits in the step)
+  WaitedFor first_wait;      ///< what that op waited for, when first_ready_s > 0
   /// Dependencies on ops outside the steps (parameter all-gathers): (op, start offset of the
   /// op that waits).
   std::vector<std::pair<uint32_t, double>> external;
+  // The DP-stream queue (ZeRO-2/3, Estimator::queue_dp_): the step's ops on Stream::kDpComm, its
+  // FSDP parameter all-gathers and the gradient reduce-scatters its backward triggers.
+  bool has_dp = false;       ///< it issues DP-stream ops
+  bool has_replica = false;  ///< among them an HSDP replica all-reduce (last micro-batch only)
+  /// Ready offset of its first DP-stream op when the stream is free: while the stream frees
+  /// up no later than this, the step runs as timed here.
+  double dp_first_ready_s = std::numeric_limits<double>::infinity();
+  double dp_end_s = 0;  ///< end offset of its last DP-stream op
+  /// Its first DP-stream op waits for nothing in the step (only for the previous compute op,
+  /// the recvs the step waits for and the stream), so it can start before the step.
+  bool dp_first_free = false;
+};
+
+/// One run of a step's ops (the template's, or a step whose DP-stream ops queue behind earlier
+/// ones), offsets from the step's start in seconds.
+struct StepRun {
+  double compute_end_s = 0;  ///< end of its last compute op
+  double all_end_s = 0;      ///< end of its last op outside the DP stream
+  double dp_end_s = 0;       ///< end of its last DP-stream op (0 when none)
+  /// Its compute and the gaps between its compute ops attributed (not the gap before the
+  /// first, which run_step attributes with the wait before the step).
+  TimeBreakdown b;
+  WaitedFor last_wait;       ///< what ends at all_end_s
+  double first_ready_s = 0;  ///< when its first compute op is ready
+  WaitedFor first_wait;      ///< what that op waited for last (an op of the step), if > 0
+};
+
+/// A step's run when its DP stream frees up late, as a function of that time D (offset from
+/// the step's start). The step is a max-plus system: an op's end is max(a, D + b), a its end
+/// with the stream free (the template), b its longest path from the stream's availability
+/// (-infinity when the queue does not reach it). Past D* = max(a - b) over the ops the queue
+/// reaches, each of those ends at D + b and the others at a, so one run at some D_ref > D*
+/// gives every other by a shift: the reached ops move by D - D_ref, as does the one gap
+/// between compute ops that opens up (before the first compute op the queue reaches).
+struct Saturation {
+  bool known = false;  ///< d_star and reach computed
+  double d_star = 0;
+  std::vector<uint8_t> reach;  ///< by position in the step's ops: the queue reaches it
+  bool have_ref = false;       ///< a run at d_ref > d_star is kept
+  double d_ref = 0;
+  StepRun ref;
+  std::vector<double> ref_end;  ///< by position: ends at d_ref
+  bool first_reached = false;   ///< the first compute op is reached
+  bool last_reached = false;    ///< the last compute op is reached
+  TimeBreakdown gap_unit;       ///< the category of the gap that grows with D (zero: none)
+  double unreached_end = -std::numeric_limits<double>::infinity();  ///< non-DP ops, not reached
+  WaitedFor unreached_wait;
+  double reached_end = -std::numeric_limits<double>::infinity();  ///< non-DP ops, reached, at d_ref
+  WaitedFor reached_wait;
 };
 
 /// A probe rank's Program split into steps and the rest.
@@ -141,6 +192,11 @@ struct StageTemplate {
   /// its last backward, or its last W under a schedule that splits the backward.
   std::vector<uint32_t> first_fwd, last_bwd;
   std::vector<uint32_t> nonstep;   ///< non-step, non-p2p ops, ascending
+  /// Per op: it runs on Stream::kDpComm (the DP stream queue).
+  std::vector<uint8_t> on_dp;
+  /// Per instance x 2 (+1: not its chunk's last backward, replica all-reduces left out): the
+  /// shortcut of its queued runs, made when first needed.
+  std::vector<Saturation> saturation;
   uint32_t first_step_op = kNone;  ///< smallest id of a step or p2p op
   std::vector<int64_t> seq;        ///< collective_sequence(rp)
 };
@@ -160,6 +216,7 @@ class Estimator {
     p_ = pc.pipeline_model_parallel_size;
     v_ = pc.virtual_pipeline_model_parallel_size;
     async_sends_ = splits_backward(pc.pipeline_schedule);
+    queue_dp_ = s_.training.zero_stage() >= 2;
     kind_ = pc.pipeline_schedule;
     m_ = s_.num_micro_batches();
     // The probe: the fewest micro-batches the schedule allows (ZB-V, DualPipeV: 2p, their warm-ups' forwards;
@@ -293,23 +350,35 @@ class Estimator {
     t.op_s.assign(n, 0.0);
     t.last_bwd.assign(static_cast<size_t>(v_), kNone);
     t.seq = collective_sequence(rp);
+    t.on_dp.assign(n, 0);
     const std::vector<double>& compute = timed_->durations(rp.rank);
     for (const Op& op : rp.ops) {
       if (op.kind == OpKind::kCompute) t.op_s[op.id] = compute[op.id];
       if (op.kind == OpKind::kCollective) t.op_s[op.id] = collective_s(op, rp.rank);
+      t.on_dp[op.id] = op.stream == Stream::kDpComm;
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
         t.first_step_op = std::min(t.first_step_op, op.id);
         continue;
       }
       if (!in_step(op)) {
-        t.nonstep.push_back(op.id);
+        // ZeRO-2/3: a gradient reduce-scatter (and HSDP's replica all-reduce) issued after a
+        // backward compute op of a step belongs to that step's DP stream: every micro-batch
+        // issues it, and the later gathers and reduce-scatters queue behind it.
+        const uint32_t owner = queue_dp_ && t.on_dp[op.id] ? owner_step(t, op) : kNone;
+        if (owner == kNone) {
+          t.nonstep.push_back(op.id);
+          continue;
+        }
+        t.inst_of[op.id] = owner;
+        t.insts[owner].ops.push_back(op.id);
         continue;
       }
       t.first_step_op = std::min(t.first_step_op, op.id);
       const StepKey key{pass_of(op.phase), op.micro_batch, op.model_chunk};
       auto [it, inserted] = t.by_key.try_emplace(key, static_cast<uint32_t>(t.insts.size()));
       if (inserted) {
-        t.insts.push_back(Instance{key, {}, 0, 0, {}, {}, {}});
+        t.insts.emplace_back();
+        t.insts.back().key = key;
         uint32_t& typ = t.typical[static_cast<size_t>(static_cast<int64_t>(key.pass) * v_ + key.model_chunk)];
         if (typ == kNone) typ = it->second;
       }
@@ -327,22 +396,76 @@ class Estimator {
     return t;
   }
 
+  /// The step that owns DP-stream op `op` outside the steps (ZeRO-2/3's reduce-scatter): the
+  /// step of the compute op it follows, or kNone.
+  static uint32_t owner_step(const StageTemplate& t, const Op& op) {
+    for (uint32_t d : op.deps) {
+      if (t.inst_of[d] != kNone && t.rp->ops[d].kind == OpKind::kCompute) return t.inst_of[d];
+    }
+    return kNone;
+  }
+
+  /// Times the template's step `idx` (with the DP stream free when it starts, every op of it
+  /// issued) and records its external waits and its DP-stream ops.
   void run_instance(StageTemplate& t, uint32_t idx) {
     Instance& in = t.insts[idx];
+    StepRun run;
+    run_ops(t, idx, 0.0, /*last=*/true, t.local_end, run, &in.external);
+    in.compute_end_s = run.compute_end_s;
+    in.all_end_s = run.all_end_s;
+    in.b = run.b;
+    in.last_wait = run.last_wait;
+    in.dp_end_s = run.dp_end_s;
+    in.first_ready_s = run.first_ready_s;
+    in.first_wait = run.first_wait;
+    for (uint32_t id : in.ops) {
+      if (!t.on_dp[id]) continue;
+      if (!in.has_dp) {
+        in.dp_first_ready_s = t.local_end[id] - t.op_s[id];
+        in.has_dp = true;
+        in.dp_first_free = true;
+        for (uint32_t d : t.rp->ops[id].deps) in.dp_first_free = in.dp_first_free && t.inst_of[d] != idx;
+      }
+      in.has_replica = in.has_replica || t.rp->ops[id].group == GroupKind::kDpReplica;
+    }
+  }
+
+  /// Runs step `idx`'s ops as a local dataflow (dependencies outside the step ignored) with the
+  /// DP stream free from `dp_free_s` on (offset from the step's start, seconds; its ops run in
+  /// issue order, FIFO as the Program chains them). `last`: the step is its chunk's last
+  /// backward (or W), which alone issues the HSDP replica all-reduces (a template step other
+  /// than that leaves them out). Ends into `end` (by op id, offsets), the rest into `run`;
+  /// `external`: null, or where the waits on ops outside the steps are recorded (the template).
+  /// `origin`: when the ops that wait for nothing in the step are ready (0: the step's start;
+  /// -infinity: only the queue starts anything, Saturation's b).
+  void run_ops(const StageTemplate& t, uint32_t idx, double dp_free_s, bool last,
+               std::vector<double>& end, StepRun& run,
+               std::vector<std::pair<uint32_t, double>>* external, double origin = 0) const {
+    const Instance& in = t.insts[idx];
     const RankProgram& rp = *t.rp;
     double prev_end = 0;
+    bool first_compute = true;
     for (uint32_t id : in.ops) {
       const Op& op = rp.ops[id];
-      double ready = 0;
+      if (!last && op.group == GroupKind::kDpReplica && t.on_dp[id]) {
+        end[id] = origin;  // not issued by this micro-batch (dp_free_s keeps the stream's order)
+        continue;
+      }
+      // A DP-stream op waits for the stream (dp_free_s) and its dependencies in the step only.
+      double ready = t.on_dp[id] ? -std::numeric_limits<double>::infinity() : origin;
       uint32_t waited = kNone;
       double latest = -1;
       for (uint32_t d : op.deps) {
         if (t.inst_of[d] != idx) {
           const Op& dop = rp.ops[d];
-          if (t.inst_of[d] == kNone && dop.kind == OpKind::kCollective) in.external.emplace_back(d, -1.0);
+          // (A DP-stream op after one outside the step: the stream order, dp_free_s.)
+          if (external != nullptr && t.inst_of[d] == kNone && dop.kind == OpKind::kCollective &&
+              !(t.on_dp[id] && t.on_dp[d])) {
+            external->emplace_back(d, -1.0);
+          }
           continue;
         }
-        const double e = t.local_end[d];
+        const double e = end[d];
         ready = std::max(ready, e);
         if (e > latest) {
           latest = e;
@@ -350,27 +473,43 @@ class Estimator {
         }
       }
       // External waits: remember the start offset of the op that waits.
-      for (auto& x : in.external) {
-        if (x.second < 0) x.second = ready;
+      if (external != nullptr) {
+        for (auto& x : *external) {
+          if (x.second < 0) x.second = ready;
+        }
+      }
+      if (t.on_dp[id]) {
+        ready = std::max(ready, dp_free_s);
+        end[id] = ready + t.op_s[id];
+        dp_free_s = end[id];
+        run.dp_end_s = end[id];
+        continue;
       }
       if (op.kind == OpKind::kCompute) {
         const double dur = t.op_s[id];
-        attribute_gap(in.b, ready - prev_end, waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]));
-        in.b.compute_s += dur;
-        if (op.phase == Phase::kOptimizer) in.b.optimizer_s += dur;
-        t.local_end[id] = ready + dur;
+        const WaitedFor w = waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]);
+        if (first_compute) {
+          run.first_ready_s = ready;
+          run.first_wait = w;
+          first_compute = false;
+        } else {
+          attribute_gap(run.b, ready - prev_end, w);
+        }
+        run.b.compute_s += dur;
+        if (op.phase == Phase::kOptimizer) run.b.optimizer_s += dur;
+        end[id] = ready + dur;
         prev_end = ready + dur;
-        in.compute_end_s = prev_end;
+        run.compute_end_s = prev_end;
       } else {
         if (group_stages(op.group) > 1) {
           throw Error("analytical estimate: a collective over several pipeline stages inside a "
                       "schedule step (" + prog_->label(op) + ")");
         }
-        t.local_end[id] = ready + t.op_s[id];
+        end[id] = ready + t.op_s[id];
       }
-      if (t.local_end[id] > in.all_end_s) {
-        in.all_end_s = t.local_end[id];
-        in.last_wait = waited_for(op);
+      if (end[id] > run.all_end_s) {
+        run.all_end_s = end[id];
+        run.last_wait = waited_for(op);
       }
     }
   }
@@ -394,6 +533,12 @@ class Estimator {
     double final_batch_end = 0;
     double final_batch_transfer_s = 0;  ///< the transfer of the final batch that ends last
     double end = 0;
+    // The DP stream queue (queue_dp_).
+    double dp_free = 0;  ///< when its last DP-stream op issued so far ends (absolute)
+    /// Absolute ends of the ops of the first forward and last backward steps that ran with
+    /// their DP-stream ops queued (by op id; the others: their start + the template's offset).
+    std::vector<double> queued_end;
+    std::vector<uint8_t> first_fwd_queued, last_bwd_queued;  ///< per chunk: ends in queued_end
   };
 
   int64_t nvs() const { return p_ * v_; }
@@ -417,12 +562,17 @@ class Estimator {
     // follows the compute ops among them (the compute stream is FIFO).
     const StageTemplate& t = tmpl_[st.tmpl];
     st.pre_end.assign(t.rp->ops.size(), 0.0);
+    if (queue_dp_) {
+      st.first_fwd_queued.assign(v, 0);
+      st.last_bwd_queued.assign(v, 0);
+    }
     for (uint32_t id : t.nonstep) {
       if (id >= t.first_step_op) break;
       const Op& op = t.rp->ops[id];
       double ready = 0;
       for (uint32_t d : op.deps) ready = std::max(ready, st.pre_end[d]);
       st.pre_end[id] = ready + t.op_s[id];
+      if (t.on_dp[id]) st.dp_free = std::max(st.dp_free, st.pre_end[id]);
       if (op.kind == OpKind::kCompute) {
         attribute_gap(st.b, ready - st.cend, WaitedFor{});
         st.b.compute_s += t.op_s[id];
@@ -598,15 +748,196 @@ class Estimator {
         }
       }
     }
-    attribute_gap(st.b, start - st.cend, waited);
+    // When the DP stream can start the step's first DP-stream op (offset from the step's start):
+    // a first op that waits for nothing in the step waits only for the previous compute op, the
+    // recvs of the batches the step waits for (core/rank_lowering.cpp's collective()) and the
+    // stream, not for the sends and TP collectives the step itself waits for.
+    double d_s = st.dp_free - start;
+    if (in.has_dp && in.dp_first_free) {
+      double anchor = st.cend;
+      if (!weight_grad) {
+        for (const P2PRef& x : st.pending) {
+          if (x.send) continue;
+          if (const auto e = transfer_end(x, r)) anchor = std::max(anchor, *e);
+        }
+      }
+      d_s = std::max(st.dp_free, anchor) - start;
+    }
     if (!weight_grad) st.pending.clear();
     if (first_fwd) st.first_fwd_start[c] = start;
     if (last_bwd) st.last_bwd_start[c] = start;
+    const bool as_timed = in.dp_first_free ? d_s == 0 : d_s <= in.dp_first_ready_s;
+    if (in.has_dp && (!as_timed || (in.has_replica && !last_bwd))) {
+      // Its DP-stream ops queue behind earlier ones (or it leaves out the replica all-reduces
+      // of the last micro-batch): run again from the stream's state.
+      StepRun run;
+      queued_run(tmpl_[st.tmpl], inst, d_s, last_bwd, first_fwd || last_bwd, as_timed, run);
+      attribute_first_gap(st, start, waited, run.first_ready_s, run.first_wait);
+      if (first_fwd || last_bwd) {
+        st.queued_end.resize(t.rp->ops.size());
+        for (uint32_t id : in.ops) st.queued_end[id] = start + queued_end_[id];
+        (first_fwd ? st.first_fwd_queued : st.last_bwd_queued)[c] = 1;
+      }
+      st.b.add(run.b);
+      st.cend = start + run.compute_end_s;
+      st.ready = start + run.all_end_s;
+      st.ready_wait = run.last_wait;
+      st.dp_free = start + run.dp_end_s;
+      return true;
+    }
+    attribute_first_gap(st, start, waited, in.first_ready_s, in.first_wait);
     st.b.add(in.b);
     st.cend = start + in.compute_end_s;
     st.ready = start + in.all_end_s;
     st.ready_wait = in.last_wait;
+    if (in.has_dp) st.dp_free = start + in.dp_end_s;
     return true;
+  }
+
+  /// Step `idx` of template `t` run with its DP stream free from `d_s` on (offset from its
+  /// start, s): into `run`, and when `ends` the ends of its ops (offsets, by op id) into
+  /// queued_end_. `last`: its chunk's last backward (run_ops). `as_timed`: the stream does not
+  /// hold it up (it runs again only to leave out the replica all-reduces): by run_ops, as the
+  /// template of a step without them would give. Past the step's saturation point by a shift
+  /// of the run kept there (Saturation), else by run_ops.
+  void queued_run(StageTemplate& t, uint32_t idx, double d_s, bool last, bool ends, bool as_timed,
+                  StepRun& run) {
+    const Instance& in = t.insts[idx];
+    queued_end_.resize(t.rp->ops.size());
+    const bool replica_out = in.has_replica && !last;
+    if (t.saturation.empty()) t.saturation.resize(2 * t.insts.size());
+    Saturation& sat = t.saturation[2 * idx + (replica_out ? 1 : 0)];
+    if (!sat.known) saturation_point(t, idx, last, sat);
+    if (as_timed || !(d_s > sat.d_star)) {
+      run_ops(t, idx, d_s, last, queued_end_, run, nullptr);
+      return;
+    }
+    if (!sat.have_ref) {
+      // The reference one second past the saturation point: any point past it gives the same
+      // shifts, and one fixed by the step alone gives every probe (StepScope) the same result.
+      const double d_ref = sat.d_star + 1.0;
+      run_ops(t, idx, d_ref, last, queued_end_, run, nullptr);
+      keep_reference(t, idx, d_ref, replica_out, run, sat);
+    }
+    const double delta = d_s - sat.d_ref;
+    run = sat.ref;
+    if (sat.last_reached) run.compute_end_s += delta;
+    run.dp_end_s += delta;
+    if (sat.first_reached) run.first_ready_s += delta;
+    add_scaled(run.b, sat.gap_unit, delta);
+    const double reached = sat.reached_end + delta;
+    if (reached > sat.unreached_end) {
+      run.all_end_s = reached;
+      run.last_wait = sat.reached_wait;
+    } else {
+      run.all_end_s = sat.unreached_end;
+      run.last_wait = sat.unreached_wait;
+    }
+    if (ends) {
+      for (size_t k = 0; k < in.ops.size(); ++k) {
+        queued_end_[in.ops[k]] = sat.ref_end[k] + (sat.reach[k] ? delta : 0.0);
+      }
+    }
+  }
+
+  /// Saturation::d_star and reach of step `idx` (`last`: as run_ops).
+  void saturation_point(const StageTemplate& t, uint32_t idx, bool last, Saturation& sat) {
+    const Instance& in = t.insts[idx];
+    const size_t n = t.rp->ops.size();
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    StepRun scratch;
+    sat_a_.resize(n);  // ends without the stream (its ops that wait for nothing else: never)
+    run_ops(t, idx, -kInf, last, sat_a_, scratch, nullptr);
+    const std::vector<double>* a = &sat_a_;
+    sat_b_.resize(n);
+    run_ops(t, idx, 0.0, last, sat_b_, scratch, nullptr, -kInf);
+    sat.reach.assign(in.ops.size(), 0);
+    sat.d_star = -kInf;
+    for (size_t k = 0; k < in.ops.size(); ++k) {
+      const uint32_t id = in.ops[k];
+      if (!(sat_b_[id] > -kInf)) continue;
+      sat.reach[k] = 1;
+      sat.d_star = std::max(sat.d_star, (*a)[id] - sat_b_[id]);
+    }
+    sat.known = true;
+  }
+
+  /// Keeps `run` (step `idx` run at `d_s` > Saturation::d_star, its ends in queued_end_) as
+  /// the reference later queued runs of the step are shifted from.
+  void keep_reference(const StageTemplate& t, uint32_t idx, double d_s, bool replica_out,
+                      const StepRun& run, Saturation& sat) const {
+    const Instance& in = t.insts[idx];
+    const RankProgram& rp = *t.rp;
+    sat.have_ref = true;
+    sat.d_ref = d_s;
+    sat.ref = run;
+    sat.ref_end.resize(in.ops.size());
+    sat.unreached_end = 0;  // run_ops' all_end_s starts at 0
+    sat.unreached_wait = {};
+    bool seen_compute = false, prev_reached = false;
+    for (size_t k = 0; k < in.ops.size(); ++k) {
+      const uint32_t id = in.ops[k];
+      const Op& op = rp.ops[id];
+      const double e = queued_end_[id];
+      sat.ref_end[k] = e;
+      if (t.on_dp[id]) continue;  // (a left-out replica all-reduce is a DP-stream op)
+      const bool reached = sat.reach[k] != 0;
+      if (op.kind == OpKind::kCompute) {
+        if (!seen_compute) {
+          sat.first_reached = reached;
+        } else if (reached && !prev_reached) {
+          // The gap before the first compute op the queue reaches grows with D: its category.
+          uint32_t waited = kNone;
+          double latest = -1;
+          for (uint32_t d : op.deps) {
+            if (t.inst_of[d] != idx || (replica_out && t.on_dp[d] &&
+                                        rp.ops[d].group == GroupKind::kDpReplica)) {
+              continue;
+            }
+            if (queued_end_[d] > latest) {
+              latest = queued_end_[d];
+              waited = d;
+            }
+          }
+          attribute_gap(sat.gap_unit, 1.0,
+                        waited == kNone ? WaitedFor{} : waited_for(rp.ops[waited]));
+        }
+        seen_compute = true;
+        prev_reached = reached;
+        sat.last_reached = reached;
+      }
+      double& part = reached ? sat.reached_end : sat.unreached_end;
+      if (e > part) {
+        part = e;
+        (reached ? sat.reached_wait : sat.unreached_wait) = waited_for(op);
+      }
+    }
+  }
+
+  /// b += k x unit, category by category (the exposed and idle ones).
+  static void add_scaled(TimeBreakdown& b, const TimeBreakdown& unit, double k) {
+    b.exposed_tp_s += k * unit.exposed_tp_s;
+    b.exposed_cp_s += k * unit.exposed_cp_s;
+    b.exposed_ep_s += k * unit.exposed_ep_s;
+    b.exposed_pp_s += k * unit.exposed_pp_s;
+    b.exposed_dp_s += k * unit.exposed_dp_s;
+    b.bubble_s += k * unit.bubble_s;
+    b.sync_wait_s += k * unit.sync_wait_s;
+  }
+
+  /// Attributes the idle gap of stage `st`'s compute stream before the first compute op of a
+  /// step that starts at `start` (absolute, s) after waiting for `waited`, the op being ready
+  /// `first_ready_s` after `start` when it waits for an op of its step (`first_wait`): as the
+  /// replay does, the whole gap goes to the dependency that ended last, so to that op when
+  /// first_ready_s > 0 (a ZeRO-3 gather that queued behind reduce-scatters, a TP gather), else to
+  /// `waited`.
+  static void attribute_first_gap(Stage& st, double start, const WaitedFor& waited,
+                                  double first_ready_s, const WaitedFor& first_wait) {
+    if (first_ready_s > 0) {
+      attribute_gap(st.b, start + first_ready_s - st.cend, first_wait);
+    } else {
+      attribute_gap(st.b, start - st.cend, waited);
+    }
   }
 
   // ---- step 4: the ops outside the steps ------------------------------------------------------
@@ -620,9 +951,19 @@ class Estimator {
     const uint32_t inst = t.inst_of[d];
     if (inst == kNone) return tail_end[d];
     for (size_t c = 0; c < t.last_bwd.size(); ++c) {
-      if (t.last_bwd[c] == inst) return st.last_bwd_start[c] + t.local_end[d];
-      if (t.first_fwd[c] == inst) return st.first_fwd_start[c] + t.local_end[d];
+      if (t.last_bwd[c] == inst) {
+        return queue_dp_ && st.last_bwd_queued[c] ? st.queued_end[d]
+                                                 : st.last_bwd_start[c] + t.local_end[d];
+      }
+      if (t.first_fwd[c] == inst) {
+        return queue_dp_ && st.first_fwd_queued[c] ? st.queued_end[d]
+                                                  : st.first_fwd_start[c] + t.local_end[d];
+      }
     }
+    // ZeRO-2/3 with every micro-batch of the probe lowered (StepScope::kAll): the optimizer
+    // waits for every micro-batch's reduce-scatters, and the DP stream ends them in issue order,
+    // so the last, of the stage's last backward (a chunk's last), ends last.
+    if (queue_dp_ && t.on_dp[d]) return 0;
     throw Error("analytical estimate: an op outside the steps depends on a step that is neither "
                 "the first forward nor the last backward of its chunk (" + prog_->label(op) + ")");
   }
@@ -801,6 +1142,11 @@ class Estimator {
   int64_t p_ = 1, v_ = 1, m_ = 1;
   PipelineScheduleKind kind_ = PipelineScheduleKind::k1F1B;  ///< for the stage placement
   bool async_sends_ = false;  ///< sends that no step waits for (splits_backward())
+  /// ZeRO-2/3 (every micro-batch reduce-scatters its gradients; ZeRO-3 gathers every FSDP
+  /// unit's parameters in every step): the DP stream is followed as a queue across the steps.
+  bool queue_dp_ = false;
+  std::vector<double> queued_end_;  ///< run_ops' scratch for a queued step
+  std::vector<double> sat_a_, sat_b_;  ///< saturation_point's scratch
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
   std::map<std::tuple<int, int, int64_t>, double> coll_s_;
@@ -844,14 +1190,6 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
         std::string(w.straggler ? "straggler" : "degraded_link") +
         " breaks the symmetry the estimator relies on (one rank per stage); use the replay "
         "(simulate, or sweep --mode simulate)");
-  }
-  if (s.training.zero_stage() >= 3) {
-    // Its per-layer gathers queue on the DP stream behind the gradient reduce-scatters of other
-    // steps, which the step-level dataflow does not follow (Llama 3.1 70B on 64 GPUs: 17.0 s
-    // estimated against 21.9 s replayed without contention).
-    throw UnsupportedError(
-        "analytical estimate: training.data_parallel_sharding_strategy optim_grads_params "
-        "(ZeRO-3) is replayed only; use the replay (simulate, or sweep --mode simulate)");
   }
   // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
   // use, gpu_speed_scale the compute (in the timing layer).

@@ -89,7 +89,8 @@ INSTANTIATE_TEST_SUITE_P(Shipped, ProbeScopeOnShippedScenarios,
 // other steps — parameter all-gathers the first forward waits for (overlap_param_gather, on in
 // this scenario), gradient buckets the last backward triggers (overlap_grad_reduce on and off) —
 // and the features that add ops to a step (TP communication overlap, on here; FP8 with the
-// delayed and the tensorwise recipes; CP; recomputation; an uneven split), with interleaving.
+// delayed and the tensorwise recipes; CP; recomputation; an uneven split; Megatron-FSDP's
+// per-micro-batch reduce-scatters and ZeRO-3's per-layer gathers), with interleaving.
 TEST(ProbeScope, BoundaryStepsGiveTheFullProbesResultWithEveryStepFeature) {
   const std::string f = scenario_path("gpt3-175b-h100-128");  // TP 4, PP 8, VPP 12
   const Scenario base = load_scenario(f);
@@ -113,6 +114,15 @@ TEST(ProbeScope, BoundaryStepsGiveTheFullProbesResultWithEveryStepFeature) {
       {{"parallelism.virtual_pipeline_model_parallel_size", "2"},
        {"parallelism.decoder_first_pipeline_num_layers", "6"},
        {"parallelism.decoder_last_pipeline_num_layers", "6"}},
+      // Megatron-FSDP ZeRO-2 and ZeRO-3 (every step's DP-stream ops queued), ZeRO-3 with HSDP
+      // (the replica all-reduces of the last micro-batch only).
+      {{"training.use_megatron_fsdp", "true"},
+       {"training.data_parallel_sharding_strategy", "optim_grads"}},
+      {{"training.use_megatron_fsdp", "true"},
+       {"training.data_parallel_sharding_strategy", "optim_grads_params"}},
+      {{"training.use_megatron_fsdp", "true"},
+       {"training.data_parallel_sharding_strategy", "optim_grads_params"},
+       {"training.num_distributed_optimizer_instances", "2"}},
   };
   for (const auto& set : cases) {
     std::string what;

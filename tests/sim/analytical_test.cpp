@@ -346,39 +346,109 @@ TEST(Analytical, HsdpAgreesWithTheReplay) {
 }
 
 // Megatron-FSDP ZeRO-2: its per-micro-batch gradient reduce-scatters; the engines agree as for
-// the distributed optimizer. ZeRO-3's per-layer gathers queue on the DP stream behind other
-// steps' reduce-scatters, which the estimator does not follow: it refuses ZeRO-3 by name, and
-// the replay shows what it costs: with PP 4 (5 chunks) and 64 micro-batches, Llama 3.1 70B's
-// 2 x 64 gathers of each layer expose several seconds of DP time (ZeRO-2 a tenth of a second).
+// the distributed optimizer.
 TEST(Analytical, MegatronFsdpAgreesWithTheReplay) {
   const std::vector<Override> fsdp = {{"training.use_megatron_fsdp", "true"},
-                                      {"training.use_distributed_optimizer", "true"}};
+                                      {"training.use_distributed_optimizer", "true"},
+                                      {"training.data_parallel_sharding_strategy", "optim_grads"}};
   for (const char* scenario : {"gpt-1.3b-h200-8", "llama3.1-70b-h100-64"}) {
-    std::vector<Override> o = fsdp;
-    o.push_back({"training.data_parallel_sharding_strategy", "optim_grads"});
     const std::string name = std::string(scenario) + " optim_grads";
-    expect_agreement(load_scenario(scenario_path(scenario), o), name.c_str());
+    expect_agreement(load_scenario(scenario_path(scenario), fsdp), name.c_str());
   }
-  std::vector<Override> o = fsdp;
-  o.push_back({"training.data_parallel_sharding_strategy", "optim_grads_params"});
+}
+
+// Megatron-FSDP ZeRO-3 (optim_grads_params): every step gathers each FSDP unit's parameters on
+// the DP stream, prefetched one unit ahead, and every backward reduce-scatters each unit's
+// gradients on the same stream, so a step's gathers queue behind the reduce-scatters of the
+// steps before it. The estimator follows that queue and agrees with the replay as without
+// sharding: without PP (GPT-1.3B on 8 H100, DP 8; Llama 3.1 8B with CP 2, sharding over DP x
+// CP), with PP (GPT-1.3B on 8 H200, PP 2; the same with HSDP, 2 replicas; under ZB-H1, whose W
+// steps trigger the reduce-scatters), with interleaving (GPT-3 175B on 128 H100, TP 4, PP 8 x
+// VPP 12), with experts (Mixtral 8x7B, EP 8, PP 4 x VPP 8: the experts' gathers and
+// reduce-scatters over expert-DP on the same stream) and on Llama 3.1 70B on 64 H100 (TP 4,
+// CP 2, PP 4 x VPP 5, 64 micro-batches, where the queue exposes seconds of DP time: the
+// estimator that left it out, with the reduce-scatters in the tail, gave 16.4 s against 21.6 s
+// replayed with the measured H100 costs, exposed DP 2.2 s against 7.5 s). ZeRO-3 is slower than
+// ZeRO-2 on the 70B layout.
+struct FsdpCase {
+  const char* name;
+  const char* scenario;
+  std::vector<Override> overrides;
+  /// Compare the critical rank's categories one by one (else: the iteration time, and the
+  /// waits together, DP + PP + bubble + sync wait).
+  bool breakdown = true;
+};
+
+void PrintTo(const FsdpCase& c, std::ostream* os) { *os << c.name; }
+
+class Zero3AnalyticalVsReplay : public ::testing::TestWithParam<FsdpCase> {};
+
+TEST_P(Zero3AnalyticalVsReplay, AgreeWithinHalfAPercentWithoutContention) {
+  const FsdpCase& c = GetParam();
+  std::vector<Override> o = {{"training.use_megatron_fsdp", "true"},
+                             {"training.use_distributed_optimizer", "true"},
+                             {"training.data_parallel_sharding_strategy", "optim_grads_params"}};
+  o.insert(o.end(), c.overrides.begin(), c.overrides.end());
+  const Scenario s = load_scenario(scenario_path(c.scenario), o);
+  ASSERT_EQ(s.training.zero_stage(), 3);
+  if (c.breakdown) {
+    const Compared cmp = expect_agreement(s, c.name);
+    EXPECT_GT(cmp.estimate.critical.exposed_dp_s, 0) << "the per-layer gathers expose DP time";
+    return;
+  }
+  const Compared cmp = compare(s);
+  const std::array<double, 8> est = categories(cmp.estimate.critical);
+  const std::array<double, 8>& rep = cmp.exact.critical;
+  std::printf("%-26s replay %10.6f s  estimate %10.6f s\n", c.name, cmp.exact.iteration_s,
+              cmp.estimate.iteration_time_s);
+  for (size_t i = 0; i < est.size(); ++i) {
+    std::printf("  %-8s replay %9.5f s  estimate %9.5f s\n", kCategoryNames[i], rep[i], est[i]);
+  }
+  EXPECT_NEAR(cmp.estimate.iteration_time_s, cmp.exact.iteration_s, 0.005 * cmp.exact.iteration_s);
+  EXPECT_NEAR(est[0], rep[0], 0.005 * cmp.exact.iteration_s) << "compute";
+  EXPECT_NEAR(est[1], rep[1], 0.005 * cmp.exact.iteration_s) << "tp";
+  const auto waits = [](const std::array<double, 8>& x) { return x[4] + x[5] + x[6] + x[7]; };
+  EXPECT_NEAR(waits(est), waits(rep), 0.005 * cmp.exact.iteration_s) << "dp + pp + bubble + sync";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Zero3Layouts, Zero3AnalyticalVsReplay,
+    ::testing::Values(FsdpCase{"Gpt13bDp8", "gpt-1.3b-h100-8", {}},
+                      FsdpCase{"Llama8bCp2", "llama3.1-8b-h100-8", {}},
+                      FsdpCase{"Gpt13bPp2", "gpt-1.3b-h200-8", {}},
+                      FsdpCase{"Gpt13bPp2Hsdp2",
+                               "gpt-1.3b-h200-8",
+                               {{"training.num_distributed_optimizer_instances", "2"}}},
+                      FsdpCase{"Gpt13bPp2ZbH1",
+                               "gpt-1.3b-h200-8",
+                               {{"parallelism.pipeline_schedule", "zb-h1"}}},
+                      FsdpCase{"Llama70bPp4Vpp5", "llama3.1-70b-h100-64", {}},
+                      // The iteration time is the replay's, the waits agree together but not one
+                      // by one: the replay's critical rank has ~2 s of them (6.8 % of the
+                      // iteration) in the bubble, the estimate's in exposed DP. With this test's
+                      // roofline costs only: with the measured H100 costs (traintwin simulate,
+                      // sweep) the layout agrees per category at VPP 1, 2 and 12. The cause is
+                      // not established (sim/analytical.hpp).
+                      FsdpCase{"Gpt175bPp8Vpp12", "gpt3-175b-h100-128", {}, false},
+                      FsdpCase{"MixtralEp8Pp4Vpp8", "mixtral-8x7b-h100-64", {}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Analytical, Zero3IsSlowerThanZero2OnLlama70b) {
+  std::vector<Override> o = {{"training.use_megatron_fsdp", "true"},
+                             {"training.use_distributed_optimizer", "true"},
+                             {"training.data_parallel_sharding_strategy", "optim_grads_params"}};
   const Scenario zero3 = load_scenario(scenario_path("llama3.1-70b-h100-64"), o);
+  o.back().value = "optim_grads";
+  const Scenario zero2 = load_scenario(scenario_path("llama3.1-70b-h100-64"), o);
   const TopologySpec topo = load_topology(zero3.cluster.topology);
   const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
-  try {
-    estimate(zero3, topo, *costs);
-    ADD_FAILURE() << "the estimator took ZeRO-3";
-  } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("optim_grads_params (ZeRO-3) is replayed only"),
-              std::string::npos);
-  }
-  const Replayed exact = replay(zero3, topo, *costs, /*contention=*/false);
-  o.back().value = "optim_grads";
-  const Replayed zero2 =
-      replay(load_scenario(scenario_path("llama3.1-70b-h100-64"), o), topo, *costs, false);
-  std::printf("llama3.1-70b ZeRO-3: replay %.3f s (exposed DP %.3f s); ZeRO-2 %.3f s (%.3f s)\n",
-              exact.iteration_s, exact.critical[5], zero2.iteration_s, zero2.critical[5]);
-  EXPECT_GT(exact.iteration_s, zero2.iteration_s);
-  EXPECT_GT(exact.critical[5], 10 * zero2.critical[5]);
+  const IterationMetrics a3 = estimate(zero3, topo, *costs);
+  const IterationMetrics a2 = estimate(zero2, topo, *costs);
+  std::printf("llama3.1-70b estimate: ZeRO-3 %.3f s (exposed DP %.3f s); ZeRO-2 %.3f s (%.3f s)\n",
+              a3.iteration_time_s, a3.critical.exposed_dp_s, a2.iteration_time_s,
+              a2.critical.exposed_dp_s);
+  EXPECT_GT(a3.iteration_time_s, a2.iteration_time_s);
+  EXPECT_GT(a3.critical.exposed_dp_s, 10 * a2.critical.exposed_dp_s);
 }
 
 // Uneven pipeline splits (core/pipeline_split.hpp) on the DGX Cloud GPT-3 recipe (TP 4 x PP 8 on

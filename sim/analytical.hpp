@@ -110,10 +110,12 @@ class EstimateCache {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo` with `costs` (see the file comment).
-/// Collective algorithms as the replay chooses them (s.cluster.collective_algorithm, else the
-/// tuner). Throws what build_program() throws (UnsupportedError for CP > 1, ...), UnsupportedError
-/// for a straggler or a degraded link, CostModelError
+/// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo`
+/// with `costs` (see the file comment); a job inside the first node group of a mixed cluster on
+/// that group's GPU. Collective algorithms as the replay chooses them
+/// (s.cluster.collective_algorithm, else the tuner). Throws what build_program() throws
+/// (UnsupportedError for CP > 1, ...), UnsupportedError for a straggler, a degraded link or a job
+/// on GPUs of several kinds (job_gpus(): mixed), CostModelError
 /// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
 /// the schedule cannot complete (a p2p or collective never matched).
 /// `probe_steps`: the steps of the probe that are lowered; StepScope::kAll (every micro-batch of

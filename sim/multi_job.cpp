@@ -345,13 +345,8 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
     const Program& prog = *jobs[j].program;
     // Each rank on its node's GPU (a mixed cluster's node groups).
     JobGpus gpus;
-    gpus.rank_type.resize(static_cast<size_t>(prog.layout.world_size()));
     for (int64_t r = 0; r < prog.layout.world_size(); ++r) {
-      const GpuSpec& gpu = gpu_of_node(topo, jobs[j].nodes[static_cast<size_t>(r / G)]);
-      size_t k = 0;
-      while (k < gpus.types.size() && gpus.types[k].name != gpu.name) ++k;
-      if (k == gpus.types.size()) gpus.types.push_back(gpu);
-      gpus.rank_type[static_cast<size_t>(r)] = static_cast<uint8_t>(k);
+      gpus.add_rank(gpu_of_node(topo, jobs[j].nodes[static_cast<size_t>(r / G)]));
     }
     bool shared = false;
     for (size_t k = 0; k < j && !x.straggler && topo.node_groups.empty(); ++k) {

@@ -601,18 +601,19 @@ const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node) {
 JobGpus job_gpus(const TopologySpec& t, int64_t num_gpus) {
   if (num_gpus < 1) throw InvalidArgument(fmt::format("job_gpus: num_gpus {} < 1", num_gpus));
   JobGpus out;
-  out.rank_type.resize(static_cast<size_t>(num_gpus));
-  for (int64_t r = 0; r < num_gpus; ++r) {
-    const GpuSpec& gpu = gpu_of_node(t, place_rank(t, r).node);
-    size_t k = 0;
-    while (k < out.types.size() && out.types[k].name != gpu.name) ++k;
-    if (k == out.types.size()) {
-      if (k == 255) throw InvalidArgument("job_gpus: more than 255 GPU types");
-      out.types.push_back(gpu);
-    }
-    out.rank_type[static_cast<size_t>(r)] = static_cast<uint8_t>(k);
-  }
+  out.rank_type.reserve(static_cast<size_t>(num_gpus));
+  for (int64_t r = 0; r < num_gpus; ++r) out.add_rank(gpu_of_node(t, place_rank(t, r).node));
   return out;
+}
+
+void JobGpus::add_rank(const GpuSpec& gpu) {
+  size_t k = 0;
+  while (k < types.size() && types[k].name != gpu.name) ++k;
+  if (k == types.size()) {
+    if (k == 255) throw InvalidArgument("JobGpus: more than 255 GPU types");
+    types.push_back(gpu);
+  }
+  rank_type.push_back(static_cast<uint8_t>(k));
 }
 
 double smallest_gpu_memory_bytes(const TopologySpec& t) {

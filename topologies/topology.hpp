@@ -151,6 +151,9 @@ struct JobGpus {
   std::vector<GpuSpec> types;
   std::vector<uint8_t> rank_type;  ///< [num_gpus]
   bool mixed() const { return types.size() > 1; }
+  /// Appends the next rank, on `gpu` (a new type when no type has its name). InvalidArgument
+  /// past 255 types.
+  void add_rank(const GpuSpec& gpu);
   /// Memory of the smallest GPU (a mixed job fits where its largest stage fits the smallest).
   double smallest_memory_bytes() const;
   /// Dense peak for `p` averaged over the ranks (MFU of a mixed job is against the sum of its

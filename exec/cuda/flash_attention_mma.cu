@@ -35,6 +35,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;                // rows (queries, or keys in dk/dv) per warp
 constexpr int kTile = kWarps * kRows;    // 64 rows per block; 64 keys (or queries) per step
 constexpr int kPad = 8;                  // tile rows of D + 8 bf16
+constexpr int kDsLd = kTile + kPad;      // the backward's dS^T tile: rows of 64 + 8 bf16
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -95,6 +96,31 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const bf16* s, in
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                : "r"(addr));
+}
+
+/// The A fragment of rows m0 .. m0 + 15, columns k0 .. k0 + 15 of a matrix stored transposed,
+/// [k][m] with rows of LD, by ldmatrix.trans: lane l gives the address of row l % 8 of 8 x 8
+/// matrix l / 8 ((k0, m0), (k0, m0 + 8), (k0 + 8, m0), (k0 + 8, m0 + 8) in storage), which
+/// arrive transposed as a0 .. a3.
+template <int LD>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const bf16* s, int m0, int k0,
+                                             int lane) {
+  const int m = lane >> 3, r = lane & 7;
+  const bf16* row = s + (k0 + r + (m >> 1) * 8) * LD + m0 + (m & 1) * 8;
+  const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
+
+/// dst[0] += x, dst[1] += y atomically (one 8-byte atomic on Hopper; dst 8-byte aligned).
+__device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
 }
 
 /// The A fragment of 16 keys (or queries) kk .. kk + 15 from fp32 C fragments c[2 kk / 8] and
@@ -323,154 +349,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- backward: dq ----------------------------------------------------------------------------
-// Block and warps as the forward. Per key tile: S = Q K^T and dP = dO V^T, P = exp2(S scale2 -
-// lse2), dS = P (dP - dsum) scale, dq += dS K.
+// ---- backward ----------------------------------------------------------------------------------
+// FlashAttention-2's Algorithm 2 in one kernel. Block (key tile of 64, b G + g) over the query
+// tiles that see it, for each query head of the group; warp w owns keys 16 w ...: S^T = K Q^T,
+// P^T = exp2(S^T scale2 - lse2[col]), dv += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - dsum[col])
+// scale, dk += dS^T Q; dS^T goes to shared memory (bf16, the operand dk used), and after a barrier
+// warp w computes dq rows 16 w ... of the query tile, dS K over the block's 64 keys, and adds them
+// to dq with fp32 atomics (the order of the key tiles' additions is unspecified, as in
+// FlashAttention-2: dq is not bitwise deterministic run to run).
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    mma_backward_dq_kernel(float* dq, const bf16* dout, const bf16* q, const bf16* kv,
-                           const float* lse, const float* dsum, Params p) {
-  constexpr int L = D + kPad;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* dos = qs + kTile * L;
-  bf16* ks[2] = {qs + 2 * kTile * L, qs + 4 * kTile * L};
-  bf16* vs[2] = {qs + 3 * kTile * L, qs + 5 * kTile * L};
-  float* row_lse2 = reinterpret_cast<float*>(qs + 6 * kTile * L);
-  float* row_dsum = row_lse2 + kTile;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane >> 2, t2 = (lane & 3) * 2;
-  const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
-  const int64_t grp = h / (p.heads / p.groups);
-  const int64_t qrow = p.heads * D, kvrow = 2 * p.groups * D;
-  const int64_t t0 = (gridDim.x - 1 - blockIdx.x) * int64_t{kTile};
-  const int64_t rows = min(int64_t{kTile}, p.seq_q - t0);
-  const int64_t at = (b * p.seq_q + t0) * qrow + h * D;
-  const int64_t w0 = t0 + warp * kRows;
-  const int64_t wrows = max(int64_t{0}, min(int64_t{kRows}, p.seq_q - w0));
-  const int64_t warp_keys =
-      wrows > 0 ? p.kpos.count_at_most(p.seq_k, p.qpos.global(w0 + wrows - 1)) : 0;
-  const int64_t keys = p.kpos.count_at_most(p.seq_k, p.qpos.global(t0 + rows - 1));
-  const bf16* kvb = kv + b * p.seq_k * kvrow;
-  auto load_kv = [&](int buf, int64_t j0) {
-    const int64_t nk = min(int64_t{kTile}, p.seq_k - j0);
-    load_tile_async<D>(ks[buf], kvb + j0 * kvrow + grp * D, nk, kvrow);
-    load_tile_async<D>(vs[buf], kvb + j0 * kvrow + (p.groups + grp) * D, nk, kvrow);
-    commit();
-  };
-  load_tile_async<D>(qs, q + at, rows, qrow);
-  load_tile_async<D>(dos, dout + at, rows, qrow);
-  commit();
-  if (keys > 0) load_kv(0, 0);
-  for (int r = threadIdx.x; r < kTile; r += kThreads) {
-    const int64_t stat = (b * p.heads + h) * p.seq_q + t0 + r;
-    row_lse2[r] = r < rows ? lse[stat] * kLog2e : -INFINITY;
-    row_dsum[r] = r < rows ? dsum[stat] : 0.0f;
-  }
-  const float scale2 = p.scale * kLog2e;
-  const int qp0 = g < wrows ? static_cast<int>(p.qpos.global(w0 + g)) : -1;
-  const int qp1 = g + 8 < wrows ? static_cast<int>(p.qpos.global(w0 + g + 8)) : -1;
-  __syncthreads();  // the statistics
-  const float lse0 = row_lse2[warp * kRows + g], lse1 = row_lse2[warp * kRows + g + 8];
-  const float ds0 = row_dsum[warp * kRows + g], ds1 = row_dsum[warp * kRows + g + 8];
-
-  float acc[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  int buf = 0;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile, buf ^= 1) {
-    if (j0 + kTile < keys) {
-      load_kv(buf ^ 1, j0 + kTile);
-      wait_groups<1>();
-    } else {
-      wait_groups<0>();
-    }
-    __syncthreads();
-    if (j0 < warp_keys) {
-      const bf16* kt = ks[buf];
-      const bf16* vt = vs[buf];
-      float s[kTile / 8][4], dp[kTile / 8][4];
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4], da[4];
-        load_a<L>(a, qs, warp * kRows, kk * 16, lane);
-        load_a<L>(da, dos, warp * kRows, kk * 16, lane);
-#pragma unroll
-        for (int n = 0; n < kTile / 8; n += 2) {
-          uint32_t bb[4];
-          load_b_pair<L>(bb, kt, n * 8, kk * 16, lane);
-          mma(s[n], a, bb[0], bb[1]);
-          mma(s[n + 1], a, bb[2], bb[3]);
-          load_b_pair<L>(bb, vt, n * 8, kk * 16, lane);
-          mma(dp[n], da, bb[0], bb[1]);
-          mma(dp[n + 1], da, bb[2], bb[3]);
-        }
-      }
-      const bool whole = tile_visible(p, j0, w0);
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int kp = whole ? INT_MIN : key_position(p.kpos, j0 + n * 8 + t2 + e, p.seq_k);
-          s[n][e] =
-              kp <= qp0 ? exp2f(s[n][e] * scale2 - lse0) * (dp[n][e] - ds0) * p.scale : 0.0f;
-          s[n][2 + e] = kp <= qp1
-                            ? exp2f(s[n][2 + e] * scale2 - lse1) * (dp[n][2 + e] - ds1) * p.scale
-                            : 0.0f;
-        }
-      }
-      // dq += dS K: K [key][dim] by ldmatrix.trans.
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        uint32_t a[4];
-        to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-          uint32_t bk[4];
-          load_b_trans<L>(bk, kt, kk * 16, n * 8, lane);
-          mma(acc[n], a, bk[0], bk[1]);
-          mma(acc[n + 1], a, bk[2], bk[3]);
-        }
-      }
-    }
-    __syncthreads();
-  }
-  wait_groups<0>();  // no copy outlives the block (keys 0: the Q and dO tiles)
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = g + half * 8;
-    if (r >= wrows) continue;
-    float* dst = dq + (b * p.seq_q + w0 + r) * qrow + h * D + t2;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      float2 v = *reinterpret_cast<float2*>(dst + n * 8);
-      v.x += acc[n][2 * half];
-      v.y += acc[n][2 * half + 1];
-      *reinterpret_cast<float2*>(dst + n * 8) = v;
-    }
-  }
-}
-
-// ---- backward: dk, dv ------------------------------------------------------------------------
-// Block (key tile of 64, b G + g) over the query tiles that see it, for each query head of the
-// group; warp w owns keys 16 w ...: S^T = K Q^T, P^T = exp2(S^T scale2 - lse2[col]),
-// dv += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - dsum[col]) scale, dk += dS^T Q.
-template <int D>
-__global__ void __launch_bounds__(kThreads)
-    mma_backward_dkv_kernel(float* dkv, const bf16* dout, const bf16* q, const bf16* kv,
-                            const float* lse, const float* dsum, Params p) {
+    mma_backward_kernel(float* dq, float* dkv, const bf16* dout, const bf16* q, const bf16* kv,
+                        const float* lse, const float* dsum, Params p) {
   constexpr int L = D + kPad;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);
   bf16* vs = ks + kTile * L;
   bf16* qs[2] = {ks + 2 * kTile * L, ks + 4 * kTile * L};
   bf16* dos[2] = {ks + 3 * kTile * L, ks + 5 * kTile * L};
-  float* stats = reinterpret_cast<float*>(ks + 6 * kTile * L);  // [2][lse2, dsum][64]
+  bf16* dss = ks + 6 * kTile * L;                                // dS^T [key][query], kDsLd
+  float* stats = reinterpret_cast<float*>(dss + kTile * kDsLd);  // [2][lse2, dsum][64]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane >> 2, t2 = (lane & 3) * 2;
   const int64_t b = blockIdx.y / p.groups, grp = blockIdx.y % p.groups;
@@ -527,6 +425,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const int64_t t0 = first + (i % tiles) * kTile;
     const int64_t nq = min(int64_t{kTile}, p.seq_q - t0);
+    const int r0 = warp * kRows;  // the warp's keys in dS^T, its queries in dq
     if (p.qpos.global(t0 + nq - 1) >= first_key_pos) {  // warp-uniform: sees some
       const bf16* qt = qs[buf];
       const bf16* dt = dos[buf];
@@ -577,12 +476,19 @@ __global__ void __launch_bounds__(kThreads)
           dpt[n][2 + e] = p1 * (dpt[n][2 + e] - cd) * p.scale;
         }
       }
-      // dv += P^T dO and dk += dS^T Q: dO and Q [query][dim] by ldmatrix.trans.
+      // dv += P^T dO and dk += dS^T Q: dO and Q [query][dim] by ldmatrix.trans. dS^T's bf16
+      // fragments also go to shared memory for the block's dq product.
 #pragma unroll
       for (int kk = 0; kk < kTile / 16; ++kk) {
         uint32_t pa[4], da[4];
         to_a(pa, st[2 * kk], st[2 * kk + 1]);
         to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+        uint32_t* ds_lo = reinterpret_cast<uint32_t*>(dss + (r0 + g) * kDsLd + kk * 16 + t2);
+        uint32_t* ds_hi = reinterpret_cast<uint32_t*>(dss + (r0 + g + 8) * kDsLd + kk * 16 + t2);
+        ds_lo[0] = da[0];  // (key g, queries 16 kk + 2 t ..), as to_a packs them
+        ds_hi[0] = da[1];
+        ds_lo[4] = da[2];  // queries 16 kk + 8 + 2 t ..
+        ds_hi[4] = da[3];
 #pragma unroll
         for (int n = 0; n < D / 8; n += 2) {
           uint32_t bb[4];
@@ -594,8 +500,49 @@ __global__ void __launch_bounds__(kThreads)
           mma(dk[n + 1], da, bb[2], bb[3]);
         }
       }
+    } else {  // keys the tile does not see: no gradient
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dss + (r0 + g) * kDsLd + n * 8 + t2) = 0u;
+        *reinterpret_cast<uint32_t*>(dss + (r0 + g + 8) * kDsLd + n * 8 + t2) = 0u;
+      }
     }
-    __syncthreads();
+    __syncthreads();  // dS^T whole
+    // dq [queries r0 ..] += dS [query][key] K [key][dim]: dS from dS^T and K by ldmatrix.trans,
+    // the head's dim in chunks of 32 columns (16 accumulator registers).
+    {
+      const int64_t h = grp * per_group + i / tiles;
+      constexpr int kChunk = 32;
+#pragma unroll
+      for (int c0 = 0; c0 < D; c0 += kChunk) {
+        float acc[kChunk / 8][4];
+#pragma unroll
+        for (int n = 0; n < kChunk / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+          uint32_t da[4];
+          load_a_trans<kDsLd>(da, dss, r0, kk * 16, lane);
+#pragma unroll
+          for (int n = 0; n < kChunk / 8; n += 2) {
+            uint32_t bk[4];
+            load_b_trans<L>(bk, ks, kk * 16, c0 + n * 8, lane);
+            mma(acc[n], da, bk[0], bk[1]);
+            mma(acc[n + 1], da, bk[2], bk[3]);
+          }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = r0 + g + half * 8;
+          if (r >= nq) continue;
+          float* dst = dq + (b * p.seq_q + t0 + r) * qrow + h * D + c0 + t2;
+#pragma unroll
+          for (int n = 0; n < kChunk / 8; ++n) {
+            atomic_add_pair(dst + n * 8, acc[n][2 * half], acc[n][2 * half + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the buffers of this step (and dS^T) are consumed
   }
   wait_groups<0>();  // no copy outlives the block (no steps: the K and V tiles)
 #pragma unroll
@@ -687,13 +634,10 @@ void mma_attention_backward(float* dq, float* dkv, const float* dout, const floa
       dob(dout, q_elements(p), stream);
   by_dim(p.d, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    const size_t smem = smem_bytes<D>(6, 4);
-    launch_blocks(mma_backward_dq_kernel<D>,
-                  dim3(tiles(p.seq_q), static_cast<unsigned>(p.batch * p.heads)), kThreads, smem,
-                  stream, dq, dob.get(), qb.get(), kvb.get(), lse, dsum, p);
-    launch_blocks(mma_backward_dkv_kernel<D>,
+    const size_t smem = smem_bytes<D>(6, 4) + size_t{kTile} * kDsLd * sizeof(bf16);
+    launch_blocks(mma_backward_kernel<D>,
                   dim3(tiles(p.seq_k), static_cast<unsigned>(p.batch * p.groups)), kThreads, smem,
-                  stream, dkv, dob.get(), qb.get(), kvb.get(), lse, dsum, p);
+                  stream, dq, dkv, dob.get(), qb.get(), kvb.get(), lse, dsum, p);
   });
 }
 

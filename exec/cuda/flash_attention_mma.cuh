@@ -13,9 +13,10 @@
 // in the backward Q, dO and K, are read as transposed operands by ldmatrix.trans. Each call
 // rounds q, kv (and dout) to bf16 copies once (stream-ordered allocations, freed when the call's
 // kernels are done), which the kernels copy into shared memory with cp.async, the next K/V (or
-// Q/dO) tile in flight while the current one is used. Backward as the tensor-core kernels: one
-// kernel per query tile for dq, one per key tile of a K/V head for dk and dv over the group's
-// heads (nothing atomic). head_dim 64 or 128.
+// Q/dO) tile in flight while the current one is used. Backward in one kernel (FlashAttention-2's
+// Algorithm 2): a block per key tile of a K/V head computes dk and dv over the group's heads and
+// adds each query tile's dq share with fp32 atomics (dq's summation order varies run to run).
+// head_dim 64 or 128.
 #pragma once
 
 #include <cuda_runtime_api.h>

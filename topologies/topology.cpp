@@ -548,45 +548,36 @@ void check_layout_fits_nvlink_domain(const TopologySpec& t, const Scenario& s) {
 }
 
 namespace {
-/// check_gpu_supports for one GPU of `t`.
-void check_one_gpu_supports(const TopologySpec& t, const GpuSpec& gpu,
-                            const TrainingConfig& training);
-}  // namespace
-
-void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
-  check_one_gpu_supports(t, t.gpu, training);
-  for (const NodeGroup& g : t.node_groups) check_one_gpu_supports(t, g.gpu, training);
-}
-
-namespace {
-void check_one_gpu_supports(const TopologySpec& t_in, const GpuSpec& gpu,
+/// check_gpu_supports for `gpu`, one GPU of topology `topology`.
+void check_one_gpu_supports(const std::string& topology, const GpuSpec& gpu,
                             const TrainingConfig& training) {
-  // The messages name this GPU; `t` stands for the topology with it.
-  TopologySpec t;
-  t.name = t_in.name;
-  t.gpu = gpu;
-  if (matmul_precision(training) == Precision::kTf32 && !t.gpu.peak.tf32_FLOPs) {
+  if (matmul_precision(training) == Precision::kTf32 && !gpu.peak.tf32_FLOPs) {
     throw ConfigError(fmt::format(
         "training.float32_matmul_precision: high runs the matrix products on TF32 tensor cores; "
         "topology {} gives no gpu.peak_flops.tf32 for {} (give it, or use highest or medium)",
-        t.name, t.gpu.name));
+        topology, gpu.name));
   }
   if (!training.fp8()) return;
-  if (!t.gpu.peak.fp8_FLOPs) {
+  if (!gpu.peak.fp8_FLOPs) {
     throw ConfigError(fmt::format(
         "training.fp8_format: {}: {} has no FP8 tensor cores (topology {} gives no "
         "gpu.peak_flops.fp8); FP8 training needs Hopper (H100, H200) or later (B200, GB200)",
-        to_string(*training.fp8_format), t.gpu.name, t.name));
+        to_string(*training.fp8_format), gpu.name, topology));
   }
-  const bool blackwell = t.gpu.name.rfind("B", 0) == 0 || t.gpu.name.rfind("GB", 0) == 0;
+  const bool blackwell = gpu.name.rfind("B", 0) == 0 || gpu.name.rfind("GB", 0) == 0;
   if (training.fp8_recipe == Fp8Recipe::kMxfp8 && !blackwell) {
     throw ConfigError(fmt::format(
         "training.fp8_recipe: mxfp8 needs Blackwell's MX block scaling (B200, GB200); {} has "
         "none (allowed here: delayed, tensorwise, blockwise)",
-        t.gpu.name));
+        gpu.name));
   }
 }
 }  // namespace
+
+void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
+  check_one_gpu_supports(t.name, t.gpu, training);
+  for (const NodeGroup& g : t.node_groups) check_one_gpu_supports(t.name, g.gpu, training);
+}
 
 const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node) {
   if (node < 0) throw InvalidArgument(fmt::format("gpu_of_node: node {} < 0", node));

@@ -157,7 +157,9 @@ for run in "${runs[@]}"; do
   rm -rf "$dir" && mkdir -p "$dir/et"
   echo "== $label: export, traintwin simulate, ASTRA-sim ..." >&2
   (cd "$ROOT" && write_configs "$dir" "$scen" "${extra[@]}")
-  (cd "$ROOT" && "$TRAINTWIN" export --format chakra "$scen" "${extra[@]}" --out "$dir/et") > "$dir/export.log"
+  # ASTRA-sim reads an all-gather's comm_size as each rank's input (its Ring.cc).
+  (cd "$ROOT" && "$TRAINTWIN" export --format chakra --all-gather-comm-size input "$scen" "${extra[@]}" \
+     --out "$dir/et") > "$dir/export.log"
   name=$(basename "$(ls "$dir"/et/*.comm_groups.json)" .comm_groups.json)
   if grep -q '^  "0":' "$dir/et/$name.comm_groups.json"; then
     die "$dir/et/$name.comm_groups.json names process group 0: this traintwin predates the export fix (pg ids from 1)"

@@ -23,6 +23,7 @@ struct ExportOptions {
   std::string out_dir;
   std::vector<int64_t> ranks;
   std::string cost_db;
+  std::string all_gather_comm_size = "input";
 };
 
 }  // namespace
@@ -44,12 +45,20 @@ void register_export_command(CLI::App& app) {
                   "Measured cost database (default: traces/db/<gpu>.json beside topologies/, if "
                   "any)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--all-gather-comm-size", o->all_gather_comm_size,
+                  "What an ALL_GATHER's comm_size counts: each rank's input (what ASTRA-sim "
+                  "reads) or the gathered output (SimAI's workloads, nccl-tests' size); written "
+                  "to each file's GlobalMetadata, which traintwin's import reads")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"input", "output"}));
   cmd->callback([o] {
     const Scenario s = o->scenario.load();
     prepare_output_directory(o->out_dir, "--out");  // before the work, not after it
     const SimulationSession session(s, SessionCostSource{o->cost_db, {}, {}}, {});
+    ChakraWriteOptions write;
+    write.all_gather_size = *parse_chakra_all_gather_size(o->all_gather_comm_size);
     const ChakraExport e =
-        export_chakra(s, session.costs(), session.topology(), o->out_dir, o->ranks);
+        export_chakra(s, session.costs(), session.topology(), o->out_dir, o->ranks, write);
     fmt::print("wrote {} Chakra ET files ({} nodes, schema version {}) and {} into {}\n",
                e.files.size(), e.nodes, kChakraEtVersion, e.comm_groups.filename().string(),
                o->out_dir);

@@ -48,6 +48,7 @@ struct SimulateOptions {
   std::vector<std::string> trace;  ///< --trace FORMAT DIR
   std::string topology;            ///< --topology FILE (with --trace)
   bool cost_model = false;         ///< --cost-model (with --trace)
+  std::string all_gather_comm_size;  ///< --all-gather-comm-size (with --trace)
 };
 
 std::vector<int64_t> parse_rank_list(const std::string& text) {
@@ -309,7 +310,12 @@ void simulate_trace(const SimulateOptions& o) {
                         "result is printed as text)");
     }
   }
-  const ChakraTrace trace = read_chakra_trace(o.trace[1], {.kernels = o.cost_model});
+  ChakraReadOptions read;
+  read.kernels = o.cost_model;
+  if (!o.all_gather_comm_size.empty()) {
+    read.all_gather_size = parse_chakra_all_gather_size(o.all_gather_comm_size);
+  }
+  const ChakraTrace trace = read_chakra_trace(o.trace[1], read);
   const TopologySpec topo = load_topology(o.topology);
   // --cost-model: the cost model a scenario on this topology gets (its GPU's database beside
   // the topologies, or --cost-db, with the calibrated roofline as fallback).
@@ -334,6 +340,10 @@ void simulate_trace(const SimulateOptions& o) {
   fmt::print("layout             TP {} x CP {} x PP {} x DP {}, order {} ({})\n",
              l.size(GroupKind::kTp), l.size(GroupKind::kCp), l.size(GroupKind::kPp),
              l.size(GroupKind::kDp), l.order(), trace.layout_source);
+  fmt::print("all-gather size    comm_size read as each rank's {} ({})\n",
+             trace.all_gather_size == ChakraAllGatherSize::kInput ? "input"
+                                                                  : "gathered output",
+             trace.all_gather_size_source);
   if (o.cost_model) {
     fmt::print(
         "compute costs      {} of {} compute nodes priced by the cost model ({}), the rest at "
@@ -418,6 +428,11 @@ void register_simulate_command(CLI::App& app) {
                 "With --trace: price the compute nodes that name traintwin kernels (our export's "
                 "traintwin.kernels) with the topology GPU's cost model (or --cost-db) instead of "
                 "their trace durations; the others keep their durations and are counted");
+  cmd->add_option("--all-gather-comm-size", o->all_gather_comm_size,
+                  "With --trace, for traces that do not say (other tools' traces): an "
+                  "ALL_GATHER's comm_size counts each rank's input (ASTRA-sim's reading, the "
+                  "default) or the gathered output (SimAI's, nccl-tests' size)")
+      ->check(CLI::IsMember({"input", "output"}));
   cmd->callback([o] {
     if (!o->trace.empty()) {
       simulate_trace(*o);
@@ -430,6 +445,10 @@ void register_simulate_command(CLI::App& app) {
       throw ConfigError(
           "simulate: --cost-model is for --trace (a scenario is always priced by the cost "
           "model)");
+    }
+    if (!o->all_gather_comm_size.empty()) {
+      throw ConfigError("simulate: --all-gather-comm-size is for --trace (how a Chakra trace's "
+                        "all-gathers count their bytes)");
     }
     if (!o->topology.empty()) {
       throw ConfigError(

@@ -92,6 +92,13 @@ export LD_LIBRARY_PATH=$root/lib:$(IFS=:; echo "${cuda_dirs[*]:-}")${LD_LIBRARY_
 export OMPI_MCA_mca_base_component_path=$root/openmpi/components
 export PATH=$root/bin:$PATH
 tt=$root/bin/traintwin
+# The cuda topology whose gpu.name is this GPU's device id ("cuda-" + its CUDA name in lower case,
+# other characters as '-': cli/backend_choice.hpp): scenarios/device/ names the H100's, so
+# validate --live on another GPU (an H200: topologies/cuda-h200-1gpu.yaml) passes its own.
+gpu_model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+device_id=cuda-$(printf '%s' "$gpu_model" | tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
+device_topology=$(grep -l "^  name: $device_id\$" topologies/cuda-*.yaml 2>/dev/null | head -1)
+vt=${device_topology:+--topology $device_topology}
 
 step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2; shift 2
@@ -145,12 +152,12 @@ v13() { echo "--micro-batch-size $1 --recompute-granularity $2${3:+ --float32-ma
 export -f tiny v13 gemmdb
 # The 1.3B in bf16 with flash attention (steps bf16live).
 b16="--set training.precision=bf16 --set training.attention_backend=flash"
-export tt validate_variants bf16_validate_variants results b16
+export tt validate_variants bf16_validate_variants results b16 vt
 
 for s in $steps; do
   case $s in
     info)
-      step info 30 "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1 | sed 's/^/  /'; echo '  LD_LIBRARY_PATH='\$LD_LIBRARY_PATH; ldd $tt | grep -E 'not found|cublas|cudart' | sed 's/^/  /'" ;;
+      step info 30 "echo '  device id $device_id, topology ${device_topology:-none (validate --live will refuse: add topologies/cuda-<gpu>-1gpu.yaml)}'; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1 | sed 's/^/  /'; echo '  LD_LIBRARY_PATH='\$LD_LIBRARY_PATH; ldd $tt | grep -E 'not found|cublas|cudart' | sed 's/^/  /'" ;;
     tests)
       step tests 80 "cuda_host_tests --gtest_brief=1; gpu_tests --gtest_brief=1" ;;
     gemm)
@@ -162,13 +169,13 @@ for s in $steps; do
     profile)
       step profile 150 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [mb \$mb] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
     validate)
-      step validate 200 "IFS=,; for v in \$validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [mb \$v] /\"; done" ;;
+      step validate 200 "IFS=,; for v in \$validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [mb \$v] /\"; done" ;;
     matmul)
-      step matmul 240 "for p in high medium; do $tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=10 --set training.log_interval=5 2>&1 | grep -E 'iteration|error' | tail -1 | sed \"s/^/  [124m \$p] /\"; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b \$p] /\"; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [validate \$p] /\"; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --micro-batch-size 1 --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile \$p] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
+      step matmul 240 "for p in high medium; do $tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=10 --set training.log_interval=5 2>&1 | grep -E 'iteration|error' | tail -1 | sed \"s/^/  [124m \$p] /\"; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b \$p] /\"; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt --float32-matmul-precision \$p \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [validate \$p] /\"; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$p --micro-batch-size 1 --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile \$p] /\"; cp traces/db/cuda-*.json $results/ 2>/dev/null; done" ;;
     speed)
       step speed 100 "$tt train scenarios/device/gpt2-124m-h100-1.yaml --backend cuda 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.train_iters=4 --set training.log_interval=2 2>&1 | grep -E 'iteration|peak|error' | tail -3 | sed 's/^/  /'; $tt memory scenarios/device/gpt-1.3b-h100-1.yaml | tail -2 | sed 's/^/  /'" ;;
     flash)
-      step flash 220 "for pr in high medium; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$pr --set training.attention_backend=flash --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b flash \$pr] /\"; done; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed 's/^/  [validate flash high] /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash --micro-batch-size 1 --repeats 5 --min-time 0.01 --out $results/flash-profile.json 2>/dev/null | tail -1 | sed 's/^/  [profile flash high] /'" ;;
+      step flash 220 "for pr in high medium; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision \$pr --set training.attention_backend=flash --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b flash \$pr] /\"; done; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt --float32-matmul-precision high --set training.attention_backend=flash \$(v13 1 none) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed 's/^/  [validate flash high] /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision high --set training.attention_backend=flash --micro-batch-size 1 --repeats 5 --min-time 0.01 --out $results/flash-profile.json 2>/dev/null | tail -1 | sed 's/^/  [profile flash high] /'" ;;
     gemmdb)
       step gemmdb 300 "gemmdb" ;;
     bf16)
@@ -182,7 +189,7 @@ for s in $steps; do
     attn)
       step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-flash-mb4.json 2>&1 | grep -E 'timeline|error' | sed 's/^/  [timeline] /'" ;;
     bf16live)
-      step bf16live 420 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile bf16 mb \$mb] /\"; done; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [bf16 mb \$v] /\"; done" ;;
+      step bf16live 420 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile bf16 mb \$mb] /\"; done; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt \$b16 \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [bf16 mb \$v] /\"; done" ;;
     *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn bf16live)" >> "$summary" ;;
   esac
 done

@@ -91,15 +91,16 @@ std::string chakra_kernels_json(const Program& prog, const Op& op) {
 }
 
 int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t program_rank,
-                          std::ostream& out, ChakraCommGroups& groups) {
+                          std::ostream& out, ChakraCommGroups& groups,
+                          const ChakraWriteOptions& options) {
   return write_chakra_rank(
       timed.program(), rank, program_rank,
-      [&](uint32_t op) { return timed.compute_s(rank, program_rank, op); }, out, groups);
+      [&](uint32_t op) { return timed.compute_s(rank, program_rank, op); }, out, groups, options);
 }
 
 int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_rank,
                           const std::function<double(uint32_t op)>& compute_s, std::ostream& out,
-                          ChakraCommGroups& groups) {
+                          ChakraCommGroups& groups, const ChakraWriteOptions& options) {
   const int64_t world = prog.layout.world_size();
   if (rank < 0 || rank >= world) {
     throw InvalidArgument(fmt::format("chakra: rank {} outside the world of {}", rank, world));
@@ -114,6 +115,9 @@ int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_ran
   pb::AttributeProto* origin = meta.add_attr();
   origin->set_name("traintwin.scenario");
   origin->set_string_val(prog.scenario.name);
+  pb::AttributeProto* all_gather = meta.add_attr();
+  all_gather->set_name(kChakraAllGatherSizeAttr);
+  all_gather->set_string_val(std::string(to_string(options.all_gather_size)));
   // The rank layout, so that a reader can give each process group its kind
   // (sim/chakra_import.hpp).
   const ParallelConfig& par = prog.scenario.parallel;
@@ -227,7 +231,11 @@ int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_ran
         }
         n.set_type(pb::COMM_COLL_NODE);
         add_attr(n, "comm_type", static_cast<int64_t>(chakra::comm_type(op.collective)));
-        add_attr(n, "comm_size", op.bytes);
+        add_attr(n, "comm_size",
+                 op.collective == CollectiveKind::kAllGather
+                     ? chakra_all_gather_comm_size(options.all_gather_size, op.bytes,
+                                                   static_cast<int64_t>(members.size()))
+                     : op.bytes);
         add_attr(n, "pg_name", std::to_string(pg));
         break;
       }
@@ -250,7 +258,8 @@ namespace {
 /// export_chakra with rank r timed on gpu_of(r).
 template <typename GpuOf>
 ChakraExport export_ranks(const Scenario& s, const CostModel& costs, GpuOf&& gpu_of,
-                          const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
+                          const std::filesystem::path& dir, const std::vector<int64_t>& ranks,
+                          const ChakraWriteOptions& options) {
   std::vector<int64_t> wanted = ranks;
   if (wanted.empty()) {
     for (int64_t r = 0; r < s.cluster.num_gpus; ++r) wanted.push_back(r);
@@ -263,7 +272,7 @@ ChakraExport export_ranks(const Scenario& s, const CostModel& costs, GpuOf&& gpu
     const TimedProgram timed(prog, costs, gpu_of(r));
     const std::filesystem::path file = dir / fmt::format("{}.{}.et", s.name, r);
     AtomicFile f(file);
-    out.nodes += write_chakra_rank(timed, r, r, f.stream(), groups);
+    out.nodes += write_chakra_rank(timed, r, r, f.stream(), groups, options);
     f.commit();
     out.files.push_back(file);
   }
@@ -276,16 +285,19 @@ ChakraExport export_ranks(const Scenario& s, const CostModel& costs, GpuOf&& gpu
 }  // namespace
 
 ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuSpec& gpu,
-                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
-  return export_ranks(s, costs, [&gpu](int64_t) -> const GpuSpec& { return gpu; }, dir, ranks);
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks,
+                           const ChakraWriteOptions& options) {
+  return export_ranks(
+      s, costs, [&gpu](int64_t) -> const GpuSpec& { return gpu; }, dir, ranks, options);
 }
 
 ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const TopologySpec& topo,
-                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks) {
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks,
+                           const ChakraWriteOptions& options) {
   return export_ranks(
       s, costs,
       [&topo](int64_t r) -> const GpuSpec& { return gpu_of_node(topo, place_rank(topo, r).node); },
-      dir, ranks);
+      dir, ranks, options);
 }
 
 }  // namespace traintwin

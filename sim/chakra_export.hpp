@@ -15,8 +15,11 @@
 //               kernels, and traintwin.kernels (string): the op's kernels as a JSON list of
 //               {"name", "shape", "dtype", "tp", "flops", "bytes"} (chakra_kernels_json), which
 //               `simulate --trace chakra --cost-model` prices with traintwin's cost model;
-//   collective  COMM_COLL_NODE, comm_type (CollectiveCommType, int64), comm_size (the nccl-tests
-//               size: the whole buffer, int64 bytes), pg_name (the group's id in the comm groups);
+//   collective  COMM_COLL_NODE, comm_type (CollectiveCommType, int64), comm_size (int64 bytes:
+//               each rank's input buffer, which is the nccl-tests size for every collective but
+//               the all-gather, whose comm_size is the gathered output / group size by default,
+//               as ASTRA-sim reads it, or the whole output with ChakraWriteOptions; see
+//               sim/chakra_all_gather_size.hpp), pg_name (the group's id in the comm groups);
 //   send, recv  COMM_SEND_NODE / COMM_RECV_NODE, comm_src, comm_dst, comm_tag (int32) and
 //               comm_size (int64 bytes).
 // data_deps are the op's dependencies, ctrl_deps the previous op of its stream (a stream runs its
@@ -26,7 +29,8 @@
 // RESOLVE_CTRL_DEPS) waits for both, and so runs a p2p batch in stream order; see
 // bench/astra_sim_compare.sh). Every node also carries
 // traintwin's own attributes: phase, stream, micro_batch, layer (int64, -1 when none); the
-// GlobalMetadata the scenario's name and its rank layout (traintwin.world_size,
+// GlobalMetadata the scenario's name, the all-gather convention (kChakraAllGatherSizeAttr) and its
+// rank layout (traintwin.world_size,
 // traintwin.rank_order, traintwin.<Megatron size>: tensor_model_parallel_size,
 // context_parallel_size, data_parallel_size, pipeline_model_parallel_size,
 // expert_model_parallel_size, expert_tensor_parallel_size, num_distributed_optimizer_instances),
@@ -42,6 +46,7 @@
 #include <vector>
 
 #include "core/program.hpp"
+#include "sim/chakra_all_gather_size.hpp"
 #include "sim/timed_program.hpp"
 
 namespace traintwin {
@@ -63,19 +68,28 @@ std::string chakra_kernels_json(const Program& prog, const Op& op);
 /// ascending.
 using ChakraCommGroups = std::map<int64_t, std::vector<int64_t>>;
 
+/// How the export writes what Chakra leaves to the writer.
+struct ChakraWriteOptions {
+  /// What an all-gather's comm_size counts: each rank's input (ASTRA-sim's reading, the default)
+  /// or the gathered output (SimAI's, nccl-tests' size). Written to the GlobalMetadata.
+  ChakraAllGatherSize all_gather_size = ChakraAllGatherSize::kInput;
+};
+
 /// Writes global rank `rank`'s ops as one Chakra ET stream (GlobalMetadata, then its nodes in op
 /// order) to `out`, with compute durations from `timed` (which holds the RankProgram `rank` runs,
 /// `program_rank`), and adds the groups its collectives use to `groups`. Returns the number of
 /// nodes written. Throws InvalidArgument for a rank outside the world or without a RankProgram,
-/// Error when `out` fails.
+/// or (options.all_gather_size kInput) an all-gather whose bytes do not split evenly over its
+/// group, Error when `out` fails.
 int64_t write_chakra_rank(const TimedProgram& timed, int64_t rank, int64_t program_rank,
-                          std::ostream& out, ChakraCommGroups& groups);
+                          std::ostream& out, ChakraCommGroups& groups,
+                          const ChakraWriteOptions& options = {});
 
 /// The same for a Program whose compute ops last `compute_s(op id)` seconds (a live run's
 /// measured times, say: `train --timeline DIR --timeline-format chakra`).
 int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_rank,
                           const std::function<double(uint32_t op)>& compute_s, std::ostream& out,
-                          ChakraCommGroups& groups);
+                          ChakraCommGroups& groups, const ChakraWriteOptions& options = {});
 
 /// `groups` as ASTRA-sim's comm-group JSON: {"<pg_name>": [ranks...], ...}.
 std::string chakra_comm_groups_json(const ChakraCommGroups& groups);
@@ -92,11 +106,13 @@ struct ChakraExport {
 /// at all), then the comm groups. Throws what build_program and the cost model throw,
 /// InvalidArgument for a rank outside the world, Error when a file cannot be written.
 ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const GpuSpec& gpu,
-                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks);
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks,
+                           const ChakraWriteOptions& options = {});
 
 /// The same on cluster `topo`: each rank timed on the GPU of its node (gpu_of_node of its
 /// place_rank: a mixed cluster's node groups), the rest as above.
 ChakraExport export_chakra(const Scenario& s, const CostModel& costs, const TopologySpec& topo,
-                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks);
+                           const std::filesystem::path& dir, const std::vector<int64_t>& ranks,
+                           const ChakraWriteOptions& options = {});
 
 }  // namespace traintwin

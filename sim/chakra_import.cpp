@@ -85,6 +85,23 @@ std::optional<RankLayout> metadata_layout(const fs::path& file, const pb::Global
   }
 }
 
+/// The all-gather convention file `file`'s GlobalMetadata names (kChakraAllGatherSizeAttr),
+/// nullopt without one; refuses a value other than "input" and "output".
+std::optional<ChakraAllGatherSize> metadata_all_gather_size(const fs::path& file,
+                                                            const pb::GlobalMetadata& meta) {
+  for (const pb::AttributeProto& a : meta.attr()) {
+    if (a.name() != kChakraAllGatherSizeAttr) continue;
+    const std::optional<ChakraAllGatherSize> c = parse_chakra_all_gather_size(a.string_val());
+    if (!c) {
+      throw ChakraTraceError(fmt::format(
+          "{}: GlobalMetadata {} is \"{}\" (allowed: input, output)", file.string(),
+          kChakraAllGatherSizeAttr, a.string_val()));
+    }
+    return c;
+  }
+  return std::nullopt;
+}
+
 /// A process group the collectives of the trace use, and where it was first met.
 struct ProcessGroup {
   std::vector<int64_t> members;  // ascending
@@ -172,7 +189,8 @@ class RankReader {
              std::map<std::string, int32_t>& pg_index, std::deque<std::string>& names,
              std::vector<Kernel>& kernels,
              std::map<std::tuple<int64_t, int64_t, int64_t>, uint32_t>& kernel_index,
-             std::map<std::tuple<int64_t, int64_t, bool>, int64_t>& untagged)
+             std::map<std::tuple<int64_t, int64_t, bool>, int64_t>& untagged,
+             ChakraAllGatherSize all_gather_size)
       : file_(file),
         rank_(rank),
         world_(world),
@@ -183,7 +201,8 @@ class RankReader {
         names_(names),
         kernels_(kernels),
         kernel_index_(kernel_index),
-        untagged_(untagged) {}
+        untagged_(untagged),
+        all_gather_size_(all_gather_size) {}
 
   /// Compute nodes are counted in `c` (and read as their kernels when c.read_kernels).
   void count_compute_nodes(ComputeNodes& c) { compute_nodes_ = &c; }
@@ -506,7 +525,16 @@ class RankReader {
     op.collective = *kind;
     op.bytes = required_int_attr(file_, n, "comm_size");
     if (op.bytes < 0) refuse(file_, n, fmt::format("comm_size {} < 0", op.bytes));
-    return process_group(n, string_attr(file_, n, "pg_name").value_or(""), "pg_name");
+    const int32_t pg = process_group(n, string_attr(file_, n, "pg_name").value_or(""), "pg_name");
+    if (op.collective == CollectiveKind::kAllGather) {
+      const auto members = static_cast<int64_t>(pgs_[static_cast<size_t>(pg)].members.size());
+      try {
+        op.bytes = program_all_gather_bytes(all_gather_size_, op.bytes, members);
+      } catch (const InvalidArgument& e) {
+        refuse(file_, n, e.what());
+      }
+    }
+    return pg;
   }
 
   /// The ring exchange merge_ring_exchanges() made of a send and a recv, over process group
@@ -586,6 +614,7 @@ class RankReader {
   std::vector<Kernel>& kernels_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, uint32_t>& kernel_index_;
   std::map<std::tuple<int64_t, int64_t, bool>, int64_t>& untagged_;
+  ChakraAllGatherSize all_gather_size_;
   ComputeNodes* compute_nodes_ = nullptr;
   std::vector<std::vector<uint32_t>> deps_;
 };
@@ -787,14 +816,41 @@ ChakraTrace read_chakra_trace(const std::filesystem::path& where,
   int64_t nodes = 0;
   ComputeNodes compute_nodes;
   compute_nodes.read_kernels = options.kernels;
+  ChakraAllGatherSize all_gather_size = options.all_gather_size.value_or(ChakraAllGatherSize::kInput);
+  std::string all_gather_size_source =
+      options.all_gather_size ? "--all-gather-comm-size" : "ASTRA-sim's reading (default)";
+  std::optional<ChakraAllGatherSize> rank0_said;
   for (int64_t r = 0; r < world; ++r) {
     const fs::path& file = files[static_cast<size_t>(r)];
     const EtFile et = read_et_file(file);
     if (r == 0) {
       layout = metadata_layout(file, et.meta, world, s.name, s.parallel, dp_replicas);
     }
+    // Every file says the same or nothing (rank 0 decides, the others must agree).
+    const std::optional<ChakraAllGatherSize> said = metadata_all_gather_size(file, et.meta);
+    if (r == 0) {
+      rank0_said = said;
+      if (said && options.all_gather_size && *options.all_gather_size != *said) {
+        throw ChakraTraceError(fmt::format(
+            "{}: its all-gathers' comm_size counts the {} ({} in its GlobalMetadata), not the "
+            "{} that --all-gather-comm-size asks for (leave the flag out for traintwin's traces)",
+            file.string(), to_string(*said), kChakraAllGatherSizeAttr,
+            to_string(*options.all_gather_size)));
+      }
+      if (said) {
+        all_gather_size = *said;
+        all_gather_size_source = "traintwin metadata";
+      }
+    } else if (said != rank0_said) {
+      const auto text = [](const std::optional<ChakraAllGatherSize>& c) {
+        return c ? fmt::format("\"{}\"", to_string(*c)) : std::string("absent");
+      };
+      throw ChakraTraceError(fmt::format("{}: GlobalMetadata {} is {}, in rank 0's file {}",
+                                         file.string(), kChakraAllGatherSizeAttr, text(said),
+                                         text(rank0_said)));
+    }
     RankReader reader(file, r, world, comm_groups, groups_file, pgs, pg_index, names, kernels,
-                      kernel_index, untagged);
+                      kernel_index, untagged, all_gather_size);
     reader.count_compute_nodes(compute_nodes);
     ranks.push_back(reader.read(et.nodes));
     nodes += static_cast<int64_t>(et.nodes.size());
@@ -821,6 +877,8 @@ ChakraTrace read_chakra_trace(const std::filesystem::path& where,
   t.files = std::move(files);
   if (comm_groups) t.comm_groups = groups_file;
   t.layout_source = layout_source;
+  t.all_gather_size = all_gather_size;
+  t.all_gather_size_source = all_gather_size_source;
   t.nodes = nodes;
   t.compute_nodes = compute_nodes.count;
   t.kernel_nodes = compute_nodes.with_kernels;

@@ -20,7 +20,10 @@
 //                   a compute op too, whatever its type, as ASTRA-sim issues it;
 //   METADATA_NODE   compute op of no kernel (0 s): it keeps its place in the dependencies;
 //   COMM_COLL_NODE  collective of comm_type ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST or
-//                   ALL_TO_ALL, comm_size bytes (the nccl-tests size, as Program ops), over the
+//                   ALL_TO_ALL, comm_size bytes (each rank's input; an ALL_GATHER's comm_size is
+//                   read as the file's GlobalMetadata kChakraAllGatherSizeAttr says, else as
+//                   ChakraReadOptions::all_gather_size says, else as ASTRA-sim reads it, each
+//                   rank's input: sim/chakra_all_gather_size.hpp), over the
 //                   members of its process group pg_name: from DIR/<name>.comm_groups.json
 //                   ({"<pg_name>": [ranks...]}, ASTRA-sim's --comm-group-configuration); a node
 //                   without pg_name (or with "") spans every rank, ASTRA-sim's default;
@@ -63,6 +66,7 @@
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "sim/chakra_all_gather_size.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/replay.hpp"
 #include "sim/simulation_options.hpp"
@@ -93,6 +97,10 @@ struct ChakraTrace {
   Program program;
   /// How program.layout was chosen: "traintwin metadata" or "inferred from the process groups".
   std::string layout_source;
+  /// How the ALL_GATHER nodes' comm_size was read, and why: "traintwin metadata",
+  /// "--all-gather-comm-size" (ChakraReadOptions::all_gather_size) or "ASTRA-sim's reading (default)".
+  ChakraAllGatherSize all_gather_size = ChakraAllGatherSize::kInput;
+  std::string all_gather_size_source;
   int64_t nodes = 0;  ///< over all files
   /// Compute nodes (COMP_NODE and host ops) over all files, and those of them read as
   /// traintwin kernels (ChakraReadOptions::kernels): the rest run at their trace durations.
@@ -114,12 +122,19 @@ struct ChakraReadOptions {
   /// Read a compute node as the kernels its traintwin.kernels lists when every one is a kernel
   /// of traintwin's catalogue (then a cost model prices it), else at its duration_micros.
   bool kernels = false;
+  /// What an ALL_GATHER's comm_size counts in a trace whose GlobalMetadata does not say
+  /// (kChakraAllGatherSizeAttr; traces of other tools): unset reads ASTRA-sim's convention, each
+  /// rank's input. A trace that says is read as it says; a value here that contradicts it is
+  /// refused.
+  std::optional<ChakraAllGatherSize> all_gather_size;
 };
 
 /// Reads the Chakra ET files `where` names: a folder holding DIR/<name>.<rank>.et for one name
 /// (ranks 0 .. N-1, each once), or the prefix DIR/<name> (ASTRA-sim's
 /// --workload-configuration). Throws ChakraTraceError for a folder without ET files or with
-/// several names, a missing rank (naming its file), and every refusal of the file comment;
+/// several names, a missing rank (naming its file), files whose GlobalMetadata name different
+/// all-gather conventions or one that options.all_gather_size contradicts, an
+/// kChakraAllGatherSizeAttr other than "input" or "output", and every refusal of the file comment;
 /// ConfigError (from read_input_file) for a file that cannot be read; with options.kernels, a
 /// traintwin.kernels that is no kernel list (naming file, node and attribute).
 ChakraTrace read_chakra_trace(const std::filesystem::path& where,

@@ -74,4 +74,42 @@ TEST(ExportCli, SimulateTraceWithCostModelPricesEveryExportedComputeNode) {
   fs::remove_all(dir);
 }
 
+// --all-gather-comm-size: an export written with the gathered output says so in its metadata, and
+// the replay of it reads it so (the same iteration time as the default export's), without the
+// flag; the flag contradicting the trace is refused, and so is the flag without --trace.
+TEST(ExportCli, AllGatherCommSizeTravelsWithTheTrace) {
+  const fs::path in = fs::temp_directory_path() / ("export_cli_in_" + std::to_string(::getpid()));
+  const fs::path out = fs::temp_directory_path() / ("export_cli_out_" + std::to_string(::getpid()));
+  CliResult r = run_cli("export " + kScenario + " --out " + in.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_cli("export " + kScenario + " --all-gather-comm-size output --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string topo = std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod.yaml";
+  const auto iteration = [](const std::string& text) {
+    std::smatch m;
+    const std::regex it(R"(iteration time\s+([0-9.]+ \w+))");
+    return std::regex_search(text, m, it) ? m[1].str() : std::string("none");
+  };
+  const CliResult a = run_cli("simulate --quiet --trace chakra " + in.string() + " --topology " + topo);
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_THAT(a.output, HasSubstr("comm_size read as each rank's input (traintwin metadata)"));
+  const CliResult b = run_cli("simulate --quiet --trace chakra " + out.string() + " --topology " + topo);
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_THAT(b.output, HasSubstr("comm_size read as each rank's gathered output (traintwin metadata)"));
+  EXPECT_NE(iteration(a.output), "none") << a.output;
+  EXPECT_EQ(iteration(a.output), iteration(b.output));
+  r = run_cli("simulate --quiet --trace chakra " + out.string() + " --topology " + topo +
+              " --all-gather-comm-size input");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("not the input that --all-gather-comm-size asks for"));
+  r = run_cli("simulate " + kScenario + " --all-gather-comm-size input");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("--all-gather-comm-size is for --trace"));
+  r = run_cli("export " + kScenario + " --all-gather-comm-size whole --out " + out.string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("--all-gather-comm-size"));
+  fs::remove_all(in);
+  fs::remove_all(out);
+}
+
 }  // namespace

@@ -91,6 +91,7 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
   // (src, dst, tag) -> size, for sends and recvs separately.
   std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> sends, recvs;
   int64_t ring_sends = 0;
+  int64_t all_gathers = 0;
   const Program all = build_program(s);
   const TimedProgram timed(all, *costs, topo.gpu);
   for (int64_t r = 0; r < 8; ++r) {
@@ -98,6 +99,11 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
               "chakra-tiny." + std::to_string(r) + ".et");
     const EtFile et = read_et(e.files[static_cast<size_t>(r)]);
     EXPECT_EQ(et.meta.version(), kChakraEtVersion);
+    // The all-gather convention, ASTRA-sim's by default, in the metadata.
+    const auto said = std::find_if(et.meta.attr().begin(), et.meta.attr().end(),
+                                   [](const auto& a) { return a.name() == kChakraAllGatherSizeAttr; });
+    ASSERT_NE(said, et.meta.attr().end());
+    EXPECT_EQ(said->string_val(), "input");
     const RankProgram& rp = all.ranks.at(r);
     std::set<uint64_t> seen;
     size_t op_nodes = 0;
@@ -146,7 +152,15 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
             ++ring_sends;
           } else {
             EXPECT_EQ(n.type(), pb::COMM_COLL_NODE);
-            EXPECT_EQ(attr(n, "comm_size")->int64_val(), op.bytes);
+            // Each rank's input: an all-gather's output over its group, the rest whole.
+            const auto group_size = static_cast<int64_t>(all.layout.group(op.group, r).size());
+            if (op.collective == CollectiveKind::kAllGather) {
+              EXPECT_EQ(attr(n, "comm_size")->int64_val() * group_size, op.bytes) << n.name();
+              EXPECT_EQ(op.bytes % group_size, 0) << n.name();
+              ++all_gathers;
+            } else {
+              EXPECT_EQ(attr(n, "comm_size")->int64_val(), op.bytes) << n.name();
+            }
             // ASTRA-sim reads pg_name "0" as the group of all ranks: never a subgroup's id.
             EXPECT_NE(attr(n, "pg_name")->string_val(), "0") << n.name();
             const nlohmann::json& members = groups.at(attr(n, "pg_name")->string_val());
@@ -173,7 +187,8 @@ TEST(ChakraExport, EveryRankReadsBackWithItsOpsDependenciesAndCosts) {
     }
     EXPECT_EQ(op_nodes, rp.ops.size());
   }
-  EXPECT_GT(ring_sends, 0);  // CP 2's KV ring
+  EXPECT_GT(ring_sends, 0);   // CP 2's KV ring
+  EXPECT_GT(all_gathers, 0);  // sequence parallelism's
   EXPECT_FALSE(sends.empty());
   EXPECT_EQ(sends, recvs);  // every send meets its recv: same peers, tag and size
   fs::remove_all(dir);

@@ -118,15 +118,19 @@ struct RoundTripOps {
   int64_t ring_exchanges = 0;
 };
 
-/// Exports shipped scenario `file`, reads it back and checks it op by op against build_program;
-/// then replays both (the direct one with every rank replayed, as the import does) and compares.
-RoundTripOps round_trip(const std::string& file, const std::string& tag) {
+/// Exports shipped scenario `file` (with `write`), reads it back and checks it op by op against
+/// build_program; then replays both (the direct one with every rank replayed, as the import does)
+/// and compares.
+RoundTripOps round_trip(const std::string& file, const std::string& tag,
+                        const ChakraWriteOptions& write = {}) {
   const Scenario s = load_scenario(fs::path(TRAINTWIN_SOURCE_DIR) / "scenarios" / file);
   const TopologySpec topo = load_topology(s.cluster.topology);
   const WholeMicrosecondCosts costs(topo.gpu);
   TempDir dir(tag);
-  const ChakraExport e = export_chakra(s, costs, topo.gpu, dir.path, {});
+  const ChakraExport e = export_chakra(s, costs, topo.gpu, dir.path, {}, write);
   const ChakraTrace trace = read_chakra_trace(dir.path);
+  EXPECT_EQ(trace.all_gather_size, write.all_gather_size);
+  EXPECT_EQ(trace.all_gather_size_source, "traintwin metadata");
 
   // The Program read back is the Program lowered: ops, dependencies, peers, tags, groups.
   const Program direct = build_program(s);
@@ -210,6 +214,14 @@ TEST(ChakraImport, RoundTripOfGptTinyGivesTheDirectReplay) {
   const RoundTripOps met = round_trip("gpt-tiny-brown.yaml", "gpt");
   EXPECT_GT(met.kinds[static_cast<size_t>(OpKind::kCollective)], 0);
   EXPECT_GT(met.kinds[static_cast<size_t>(OpKind::kSend)], 0);
+}
+
+// The same with the all-gathers' comm_size as the gathered output (SimAI's reading): the metadata
+// says so and the import reads it back as the same Program.
+TEST(ChakraImport, RoundTripWithOutputSizedAllGathersGivesTheDirectReplay) {
+  const RoundTripOps met = round_trip("gpt-tiny-brown.yaml", "gpt_output",
+                                      {.all_gather_size = ChakraAllGatherSize::kOutput});
+  EXPECT_GT(met.kinds[static_cast<size_t>(OpKind::kCollective)], 0);
 }
 
 // A mixture of experts, EP 2 over DP 8 (all-to-all token dispatch and combine over EP, expert
@@ -537,6 +549,81 @@ TEST(ChakraImport, ForeignTraceWithoutGroupsOrTagsSimulates) {
   // Compute, then an all-reduce and a transfer that take time on NVLink.
   EXPECT_GT(r.iteration_time_s, 107e-6 + 1e-6);
   EXPECT_LT(r.iteration_time_s, 107e-6 + 10e-3);
+}
+
+/// A 4-rank trace of one ALL_GATHER of `comm_size` bytes over every rank, each file's
+/// GlobalMetadata naming convention `said[rank]` (none where empty).
+void write_all_gather_trace(const fs::path& dir, int64_t comm_size,
+                            const std::vector<std::string>& said) {
+  for (int64_t r = 0; r < 4; ++r) {
+    std::ofstream out(dir / ("t." + std::to_string(r) + ".et"), std::ios::binary);
+    pb::GlobalMetadata meta;
+    meta.set_version("1.0.0");
+    if (!said[static_cast<size_t>(r)].empty()) {
+      pb::AttributeProto* a = meta.add_attr();
+      a->set_name(kChakraAllGatherSizeAttr);
+      a->set_string_val(said[static_cast<size_t>(r)]);
+    }
+    write_delimited(meta, out);
+    pb::Node n = node(1, pb::COMM_COLL_NODE);
+    attr(n, "comm_type", int64_t{pb::ALL_GATHER});
+    attr(n, "comm_size", comm_size);
+    write_delimited(n, out);
+  }
+}
+
+// An ALL_GATHER's comm_size: each rank's input unless the trace or the caller says otherwise.
+// 1 MiB per rank over 4 ranks is a 4 MiB gathered output, the Program op's bytes (nccl-tests'
+// size); read as the output it stays 1 MiB.
+TEST(ChakraImport, ReadsAnAllGatherSizeAsTheTraceOrTheCallerSays) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const auto bytes = [](const ChakraTrace& t) { return t.program.ranks.at(2).ops.at(0).bytes; };
+  {
+    TempDir dir("ag_default");
+    write_all_gather_trace(dir.path, kMiB, {"", "", "", ""});
+    const ChakraTrace t = read_chakra_trace(dir.path);
+    EXPECT_EQ(bytes(t), 4 * kMiB);
+    EXPECT_EQ(t.all_gather_size_source, "ASTRA-sim's reading (default)");
+    const ChakraTrace o =
+        read_chakra_trace(dir.path, {.all_gather_size = ChakraAllGatherSize::kOutput});
+    EXPECT_EQ(bytes(o), kMiB);
+    EXPECT_EQ(o.all_gather_size_source, "--all-gather-comm-size");
+  }
+  {
+    TempDir dir("ag_said");
+    write_all_gather_trace(dir.path, kMiB, {"output", "output", "output", "output"});
+    const ChakraTrace t = read_chakra_trace(dir.path);
+    EXPECT_EQ(bytes(t), kMiB);
+    EXPECT_EQ(t.all_gather_size_source, "traintwin metadata");
+    // The caller contradicting the trace is refused, naming both.
+    try {
+      read_chakra_trace(dir.path, {.all_gather_size = ChakraAllGatherSize::kInput});
+      ADD_FAILURE() << "no refusal";
+    } catch (const ChakraTraceError& e) {
+      EXPECT_TRUE(has(e.what(), "counts the output")) << e.what();
+      EXPECT_TRUE(has(e.what(), "not the input")) << e.what();
+    }
+  }
+  {
+    TempDir dir("ag_mixed");
+    write_all_gather_trace(dir.path, kMiB, {"input", "input", "output", "input"});
+    const std::string msg = refusal(dir.path);
+    EXPECT_TRUE(has(msg, "t.2.et")) << msg;
+    EXPECT_TRUE(has(msg, "is \"output\", in rank 0's file \"input\"")) << msg;
+  }
+  {
+    TempDir dir("ag_missing");
+    write_all_gather_trace(dir.path, kMiB, {"input", "", "input", "input"});
+    const std::string msg = refusal(dir.path);
+    EXPECT_TRUE(has(msg, "t.1.et")) << msg;
+    EXPECT_TRUE(has(msg, "is absent")) << msg;
+  }
+  {
+    TempDir dir("ag_bad");
+    write_all_gather_trace(dir.path, kMiB, {"whole", "whole", "whole", "whole"});
+    const std::string msg = refusal(dir.path);
+    EXPECT_TRUE(has(msg, "\"whole\" (allowed: input, output)")) << msg;
+  }
 }
 
 // A trace from Chakra's own repository (tests/sim/chakra_fixture/NOTICE.md: 12 nodes of the

@@ -1,6 +1,7 @@
 // `traintwin cluster PLACEMENT [--json]`: several jobs on one shared fabric (sim/multi_job.hpp):
 // per job its iteration time alone and together (mean, min / p50 / max), slowdown and exposed
-// communication per kind; per tier the links the jobs use and share and how busy they are.
+// communication per kind; per tier the links the jobs use and share and how busy they are; with
+// --out, cluster.json, a Perfetto timeline and report.html (viz/cluster_charts.hpp).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/report_output.hpp"
 #include "core/posix_file.hpp"
 #include "sim/multi_job.hpp"
 #include "sim/placement.hpp"
@@ -149,8 +151,9 @@ void register_cluster_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the tables");
   cmd->add_option("--out", o->out_dir,
-                  "Write cluster.json (as --json) and timeline.json (Perfetto: each job's "
-                  "iterations, the busiest shared links' utilization per job) into DIR");
+                  "Write cluster.json (as --json), timeline.json (Perfetto: each job's "
+                  "iterations, the busiest shared links' utilization per job) and report.html "
+                  "(the tables, the iterations together and the shared links over time) into DIR");
   cmd->add_flag("--full-replay", o->full_replay,
                 "Replay every rank of every job (no TP aggregation)");
   cmd->add_flag("--replay-independent", o->replay_independent,
@@ -187,6 +190,7 @@ void register_cluster_command(CLI::App& app) {
         fmt::print("wrote {} and {} (open it in ui.perfetto.dev)\n", (dir / "cluster.json").string(),
                    (dir / "timeline.json").string());
       }
+      write_cluster_report_or_warn(dir, !o->json, r);
     }
   });
 }

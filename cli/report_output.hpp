@@ -1,10 +1,12 @@
-// Writing report.html at the end of `simulate --out`, `sweep --out` and `goodput --out`.
+// Writing report.html at the end of `simulate --out`, `sweep --out`, `goodput --out` and
+// `cluster --out`.
 #pragma once
 
 #include <filesystem>
 #include <optional>
 
 #include "traces/timeline.hpp"
+#include "sim/multi_job.hpp"
 #include "viz/goodput_charts.hpp"
 
 namespace traintwin::cli {
@@ -20,5 +22,10 @@ void write_report_or_warn(const std::filesystem::path& dir, bool announce,
 /// missing Vega builds leave goodput.json alone with a warning on stderr, as above.
 void write_goodput_report_or_warn(const std::filesystem::path& dir, bool announce,
                                   const GoodputPageInput& page);
+
+/// Writes DIR/report.html of `cluster --out DIR` (viz/report_page.hpp's write_cluster_report);
+/// missing Vega builds leave cluster.json and timeline.json alone with a warning on stderr.
+void write_cluster_report_or_warn(const std::filesystem::path& dir, bool announce,
+                                  const ClusterResult& r);
 
 }  // namespace traintwin::cli

@@ -192,6 +192,18 @@ std::filesystem::path write_goodput_report(const std::filesystem::path& dir,
   return out_path;
 }
 
+std::filesystem::path write_cluster_report(const std::filesystem::path& dir,
+                                           const std::filesystem::path& vega_dir,
+                                           const ClusterResult& r) {
+  const std::string html =
+      render_report_html("traintwin cluster: " + r.name, cluster_sections(r), vega_dir);
+  const auto out_path = dir / "report.html";
+  AtomicFile out(out_path);
+  out.write(html);
+  out.commit();
+  return out_path;
+}
+
 std::vector<std::filesystem::path> vega_dir_candidates(const std::filesystem::path& executable) {
   std::vector<std::filesystem::path> out;
   if (const char* env = std::getenv("TRAINTWIN_VEGA_DIR"); env != nullptr && *env != '\0') {

@@ -1,5 +1,5 @@
 // The report's page: the HTML that holds the sections (viz/simulation_charts.hpp,
-// viz/sweep_charts.hpp, viz/goodput_charts.hpp, before this in the flow), the self-check script, the inlined Vega,
+// viz/sweep_charts.hpp, viz/goodput_charts.hpp, viz/cluster_charts.hpp, before this in the flow), the self-check script, the inlined Vega,
 // Vega-Lite and vega-embed browser builds (scripts/fetch_vega.sh puts them into data/vega/), and
 // write_report(), which reads a run's folder (viz/report_data.hpp) and writes DIR/report.html.
 // The end of the flow: `traintwin report` (cli/report_command.cpp) calls write_report().
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "traces/timeline.hpp"
+#include "viz/cluster_charts.hpp"
 #include "viz/gantt_chart.hpp"
 #include "viz/goodput_charts.hpp"
 #include "viz/report_data.hpp"
@@ -50,6 +51,13 @@ std::filesystem::path write_report(const std::filesystem::path& dir,
 std::filesystem::path write_goodput_report(const std::filesystem::path& dir,
                                            const std::filesystem::path& vega_dir,
                                            const GoodputPageInput& in);
+
+/// Writes DIR/report.html (whole or not at all) for `traintwin cluster --out DIR`: the cluster
+/// sections (viz/cluster_charts.hpp) of `r`, titled by its placement. Returns the path written.
+/// Throws Error on missing Vega builds (as render_report_html) or a write failure.
+std::filesystem::path write_cluster_report(const std::filesystem::path& dir,
+                                           const std::filesystem::path& vega_dir,
+                                           const ClusterResult& r);
 
 /// Where the Vega builds are looked for, in order: $TRAINTWIN_VEGA_DIR when set, then
 /// data/vega beside the parent of `executable`'s folder (build/traintwin -> data/vega) and the

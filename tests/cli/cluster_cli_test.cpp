@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/cli/run_cli.hpp"
@@ -60,9 +61,26 @@ TEST(ClusterCli, ExamplePlacementSlowsBothJobsOnTheirSharedCables) {
     }
   }
 
+  // --out with stand-in Vega builds (TRAINTWIN_VEGA_DIR), so report.html is written too.
   const std::string out = ::testing::TempDir() + "tt-cluster-out-" + std::to_string(::getpid());
-  const auto text = run_cli("cluster " + kExample + " --out " + out);
+  const std::string vega = out + "-vega";
+  std::filesystem::create_directories(vega);
+  for (const char* f : {"vega.min.js", "vega-lite.min.js", "vega-embed.min.js"}) {
+    std::ofstream(vega + "/" + f) << "// stand-in\n";
+  }
+  const auto text = traintwin::testing::run_cli_command("TRAINTWIN_VEGA_DIR=" + vega + " " +
+                                                        TRAINTWIN_BINARY + " cluster " + kExample +
+                                                        " --out " + out);
   ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("wrote " + out + "/report.html"), std::string::npos) << text.output;
+  std::ifstream page_file(out + "/report.html");
+  const std::string page((std::istreambuf_iterator<char>(page_file)),
+                         std::istreambuf_iterator<char>());
+  for (const char* id : {"cluster-jobs", "cluster-tiers", "chart-cluster-iterations",
+                         "chart-cluster-links"}) {
+    EXPECT_NE(page.find(id), std::string::npos) << id;
+  }
+  std::filesystem::remove_all(vega);
   std::ifstream trace_file(out + "/timeline.json");
   const auto trace = nlohmann::json::parse(trace_file);
   int slices = 0, counters = 0;

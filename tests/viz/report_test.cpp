@@ -884,6 +884,37 @@ TEST(ReportBrowser, GoodputPageRendersEveryChart) {
   fs::remove_all(dir / "chromium-profile");
 }
 
+// `cluster --out` writes its own page: both charts drawn without a problem, one bar per
+// iteration of each job (2 jobs x 10), and one facet of stacked areas per busiest shared link.
+TEST(ReportBrowser, ClusterPageRendersEveryChart) {
+  if (!fs::exists(kChromium)) GTEST_SKIP() << kChromium << " is not installed";
+  std::string why;
+  const fs::path vega = vega_dir_or_why(why);
+  if (vega.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("cluster");
+  const auto run = shell("TRAINTWIN_VEGA_DIR=" + vega.string() + " " + TRAINTWIN_BINARY +
+                         " cluster " + (kSource / "placements/two-small-jobs.yaml").string() +
+                         " --out " + (dir / "out").string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  const json cluster = json::parse(slurp(dir / "out" / "cluster.json"));
+  const std::string dom = dump_dom(dir / "out" / "report.html", dir);
+  write_text(dir / "dom.html", dom);
+  EXPECT_EQ(page_problems(dom), "");
+  EXPECT_THAT(dom, HasSubstr("data-report-status=\"rendered\""));
+  for (const char* id : {"cluster-iterations", "cluster-links"}) {
+    EXPECT_THAT(dom, ::testing::ContainsRegex(
+                         fmt::format("id=\"chart-{}\"[^>]*data-rendered=\"true\"", id)));
+  }
+  size_t iterations = 0;
+  for (const json& j : cluster["jobs"]) iterations += j["iterations"].get<size_t>();
+  EXPECT_EQ(iterations, 20u);
+  EXPECT_EQ(count_marks(dom, "rect", "job_iterations", "path"), iterations);
+  // One area per (link, job): the stacked shares of each shared link.
+  EXPECT_EQ(count_marks(dom, "area", "link_utilization", "path"),
+            cluster["shared_link_series"].size() * cluster["jobs"].size());
+  fs::remove_all(dir / "chromium-profile");
+}
+
 TEST(ReportBrowser, ThePageReportsABrokenChart) {
   // The collector the rendering check relies on: a spec Vega-Lite rejects shows up in the page.
   if (!fs::exists(kChromium)) GTEST_SKIP() << kChromium << " is not installed";

@@ -97,6 +97,13 @@ void print_validation_table(const std::vector<ValidationCase>& cases, const Effi
                100 * err, 100 * m.mfu, in_sample(c) ? "in-sample" : "held-out",
                c.measured_mfu ? fmt::format("  (published MFU {:.1f}%)", 100 * *c.measured_mfu)
                               : std::string());
+    if (c.measured_peak_memory_gib) {
+      const double predicted_gib = m.peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
+      fmt::print("{:<58} {:>9} peak memory per GPU: published {:.1f} GiB, memory model {:.1f} GiB "
+                 "({:+.1f}%)\n",
+                 "", "", *c.measured_peak_memory_gib, predicted_gib,
+                 100 * (predicted_gib - *c.measured_peak_memory_gib) / *c.measured_peak_memory_gib);
+    }
   }
   if (n_in + n_out > 0) {
     std::string split;

@@ -182,6 +182,9 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
         vc.measured_as = "tokens_per_s_per_gpu " + tps.as<std::string>();
       }
       if (measured["mfu"]) vc.measured_mfu = measured["mfu"].as<double>();
+      if (measured["peak_memory_gib"]) {
+        vc.measured_peak_memory_gib = measured["peak_memory_gib"].as<double>();
+      }
     }
     out.push_back(std::move(vc));
   }

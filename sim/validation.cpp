@@ -98,6 +98,7 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
 
 std::string topology_file_for_gpu(const std::string& gpu) {
   if (gpu.rfind("A100", 0) == 0) return "dgx-a100-superpod.yaml";
+  if (gpu.rfind("H100-96GB", 0) == 0) return "grand-teton-h100-96gb.yaml";
   if (gpu.rfind("H100", 0) == 0) return "dgx-h100-superpod.yaml";
   if (gpu.rfind("H200", 0) == 0) return "dgx-h200-superpod.yaml";
   // B200 in an NVL72 rack is the GB200's GPU; a DGX B200 (8 per node) has no file yet.

@@ -29,6 +29,10 @@ struct ValidationCase {
   /// The MFU the source prints (a fraction), where it gives one; shown beside the prediction,
   /// never fitted on.
   std::optional<double> measured_mfu;
+  /// The peak memory per GPU the source gives (GiB: torchtitan logs the allocator's maximum
+  /// reserved memory, the largest over ranks), where it gives one; shown beside the memory
+  /// model's peak (SimulationSummary::peak_memory_bytes), never fitted on.
+  std::optional<double> measured_peak_memory_gib;
   /// Non-empty when the case uses a feature traintwin does not build yet (e.g. "mixture of
   /// experts"): `scenario` is then empty and the case is reported, not simulated.
   std::string unsupported;
@@ -48,7 +52,8 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
                                                   const std::filesystem::path& topologies_dir);
 
 /// The topology file (in the topologies folder) of a calibration GPU name, by prefix: A100* ->
-/// dgx-a100-superpod.yaml, H100* -> dgx-h100-superpod.yaml, H200* -> dgx-h200-superpod.yaml,
+/// dgx-a100-superpod.yaml, H100-96GB* -> grand-teton-h100-96gb.yaml (torchtitan's benchmark
+/// hosts), other H100* -> dgx-h100-superpod.yaml, H200* -> dgx-h200-superpod.yaml,
 /// GB200* -> gb200-nvl72-superpod.yaml; "" for any other GPU.
 std::string topology_file_for_gpu(const std::string& gpu);
 

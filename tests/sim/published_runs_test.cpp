@@ -47,10 +47,26 @@ TEST(PublishedRuns, Gb200RowsRunOnTheNvl72Topology) {
     if (c.id == "torchtitan-llama3.1-8b-fsdp64-a100") {  // FSDP on A100s
       ASSERT_TRUE(c.unsupported.empty()) << c.unsupported;
       EXPECT_TRUE(c.scenario.training.use_megatron_fsdp);
+      EXPECT_FALSE(c.measured_peak_memory_gib.has_value());  // the A100 row gives none
+      continue;
+    }
+    if (c.id.rfind("torchtitan-llama3.1-8b-fsdp", 0) == 0) {
+      // FSDP2 on Grand Teton's H100 96GB (its own topology), with the published peak memory
+      // (82.4 GiB on 8 GPUs, 67.0 on 128).
+      ASSERT_TRUE(c.unsupported.empty()) << c.unsupported;
+      EXPECT_EQ(c.scenario.cluster.topology.filename(), "grand-teton-h100-96gb.yaml");
+      EXPECT_TRUE(c.scenario.training.use_megatron_fsdp);
+      ASSERT_TRUE(c.measured_peak_memory_gib.has_value());
+      EXPECT_DOUBLE_EQ(*c.measured_peak_memory_gib,
+                       c.scenario.cluster.num_gpus == 8 ? 82.4 : 67.0);
+      // 16 x 8192 tokens at 5762 tokens/s on each of 8 GPUs: 2.843 s.
+      if (c.scenario.cluster.num_gpus == 8) {
+        EXPECT_NEAR(c.measured_iteration_time_s, 16.0 * 8192 / (5762.0 * 8), 1e-12);
+      }
       continue;
     }
     if (c.id.find("gb200") == std::string::npos) {
-      // FSDP on a GPU without a topology, memory, bandwidth and mixed-GPU rows
+      // Memory, bandwidth and mixed-GPU rows
       EXPECT_FALSE(c.unsupported.empty());
       continue;
     }

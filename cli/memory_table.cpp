@@ -5,16 +5,21 @@
 #include "cli/format.hpp"
 #include "core/memory.hpp"
 #include "core/memory_reserve.hpp"
+#include "sim/summary.hpp"
 
 namespace traintwin::cli {
 
 std::string memory_table(const Scenario& s, const TopologySpec& topo) {
   const auto stages = memory_per_stage(s);
-  // A mixed cluster: every stage against the job's smallest GPU (a stage may sit on either).
+  // A mixed cluster: every stage against its own ranks' GPUs (sim/summary.hpp), shown per stage.
   const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
-  const double capacity = job.smallest_memory_bytes();
+  const std::vector<double> capacity_of_stage = gpu_memory_per_stage_bytes(s, job);
+  const auto capacity_of = [&](const StageMemory& m) {
+    return capacity_of_stage[static_cast<size_t>(m.pp_rank)];
+  };
   const std::string gpu_name =
-      job.mixed() ? fmt::format("{}, the smallest", job.describe()) : topo.gpu.name;
+      job.mixed() ? fmt::format("{}: each stage on its own GPUs", job.describe())
+                  : topo.gpu.name + " " + gib(topo.gpu.memory_bytes);
   // The sharding as Megatron names it, with its ZeRO stage.
   const TrainingConfig& t = s.training;
   const std::string sharding =
@@ -27,27 +32,33 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
           ? fmt::format(", HSDP: sharded over {} ranks, {} replicas",
                         s.data_parallel_shard_size(), t.num_distributed_optimizer_instances)
           : "";
-  std::string out = fmt::format("memory per GPU ({} {}, {} precision, {}{}, recompute {}):\n",
-                                gpu_name, gib(capacity), to_string(t.precision), sharding,
-                                hsdp, to_string(t.recompute_granularity));
+  std::string out = fmt::format("memory per GPU ({}, {} precision, {}{}, recompute {}):\n",
+                                gpu_name, to_string(t.precision), sharding, hsdp,
+                                to_string(t.recompute_granularity));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).
   out += fmt::format(
-      "{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}  {}\n",
+      "{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}{}  {}\n",
       "stage", "layers", "params", "weights", "grads", "optimizer", "in-flight", "x layers",
-      "activations", "emb+logits", "total", "reserve", "fits");
+      "activations", "emb+logits", "total", "reserve",
+      job.mixed() ? fmt::format(" {:>11}", "GPU memory") : "", "fits");
+  // The worst stage: the largest share of its own GPU's memory.
   const StageMemory* worst = nullptr;
   for (const auto& m : stages) {
     const MemoryReserve reserve = memory_reserve(s, m);
-    const MemoryVerdict verdict = memory_verdict(m.total_bytes(), capacity, reserve.total_bytes());
+    const MemoryVerdict verdict =
+        memory_verdict(m.total_bytes(), capacity_of(m), reserve.total_bytes());
     out += fmt::format(
-        "{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}  {}\n",
+        "{:>5} {:>6} {:>10} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}{}  {}\n",
         m.pp_rank, m.layers, si(static_cast<double>(m.parameters)),
         gib(m.weights_bytes + m.fp8_weight_copies_bytes), gib(m.gradients_bytes),
         gib(m.optimizer_bytes), m.in_flight, m.in_flight_layers, gib(m.activations_bytes),
         gib(m.embedding_and_logits_bytes), gib(m.total_bytes()), gib(reserve.total_bytes()),
+        job.mixed() ? fmt::format(" {:>11}", gib(capacity_of(m))) : "",
         verdict == MemoryVerdict::kFits ? "yes" : to_string(verdict));
-    if (!worst || m.total_bytes() > worst->total_bytes()) worst = &m;
+    if (!worst || m.total_bytes() / capacity_of(m) > worst->total_bytes() / capacity_of(*worst)) {
+      worst = &m;
+    }
   }
   if (s.training.fp8() && !stages.empty()) {
     out += fmt::format("weights include the FP8 copies and transposes of the layers' GEMM weights "
@@ -62,6 +73,7 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                        gib(stages.front().moe_dispatch_buffers_bytes));
   }
   if (worst) {
+    const double capacity = capacity_of(*worst);
     const MemoryReserve reserve = memory_reserve(s, *worst);
     const MemoryVerdict verdict =
         memory_verdict(worst->total_bytes(), capacity, reserve.total_bytes());
@@ -72,9 +84,10 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
         gib(reserve.cublas_workspace_bytes), gib(reserve.nccl_bytes), reserve.nccl_communicators,
         gib(reserve.fragmentation_bytes));
     if (verdict != MemoryVerdict::kOutOfMemory) {
-      out += fmt::format("{}: largest stage {} uses {} of {} ({:.1f} %), {} with its reserve\n",
-                         to_string(verdict), worst->pp_rank, gib(worst->total_bytes()),
-                         gib(capacity), 100.0 * worst->total_bytes() / capacity,
+      out += fmt::format("{}: {} stage {} uses {} of {} ({:.1f} %), {} with its reserve\n",
+                         to_string(verdict), job.mixed() ? "fullest" : "largest",
+                         worst->pp_rank, gib(worst->total_bytes()), gib(capacity),
+                         100.0 * worst->total_bytes() / capacity,
                          gib(worst->total_bytes() + reserve.total_bytes()));
       if (verdict == MemoryVerdict::kAtRisk) {
         out += fmt::format(

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -217,7 +218,8 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
     fmt::print("late peers         rank {} waited at collectives for {}\n", r.critical.rank, who);
   }
   std::string fits = "fits";
-  const LayoutMemoryFit fit = layout_memory_fit(s, memory_per_stage(s), job.smallest_memory_bytes());
+  // Each stage on its own GPUs (a mixed cluster's stages may sit on different kinds).
+  const LayoutMemoryFit fit = job_memory_fit(s, job);
   const double reserve = fit.largest_reserve_bytes;
   switch (fit.verdict) {
     case MemoryVerdict::kFits:
@@ -235,8 +237,31 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
       fits = "does NOT fit";
       break;
   }
-  fmt::print("memory             peak {} per GPU of {}: {}\n", gib(m.peak_memory_bytes),
-             gib(topo.gpu.memory_bytes), fits);
+  std::string capacity = gib(topo.gpu.memory_bytes);
+  if (job.mixed()) {
+    capacity.clear();
+    const std::vector<double> per_stage = gpu_memory_per_stage_bytes(s, job);
+    const std::vector<StageMemory> stages = memory_per_stage(s);
+    // Consecutive stages on GPUs of one memory size as one run: "stages 0-7: peak X of Y".
+    for (size_t i = 0; i < stages.size();) {
+      const double cap = per_stage[static_cast<size_t>(stages[i].pp_rank)];
+      size_t j = i;
+      double peak = 0;
+      while (j < stages.size() && per_stage[static_cast<size_t>(stages[j].pp_rank)] == cap) {
+        peak = std::max(peak, stages[j].total_bytes());
+        ++j;
+      }
+      capacity += fmt::format("{}stage{} {}: peak {} of {}", capacity.empty() ? "" : ", ",
+                              j - i > 1 ? "s" : "",
+                              j - i > 1 ? fmt::format("{}-{}", stages[i].pp_rank,
+                                                      stages[j - 1].pp_rank)
+                                        : std::to_string(stages[i].pp_rank),
+                              gib(peak), gib(cap));
+      i = j;
+    }
+  }
+  fmt::print("memory             peak {} per GPU{}{}: {}\n", gib(m.peak_memory_bytes),
+             job.mixed() ? " (" : " of ", job.mixed() ? capacity + ")" : capacity, fits);
   std::string sources;
   for (const auto& [name, share] : m.cost_sources) {
     if (share > 0)

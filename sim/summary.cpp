@@ -10,11 +10,44 @@
 #include "core/flops.hpp"
 #include "core/memory.hpp"
 #include "core/pipeline_split.hpp"
+#include "core/rank_layout.hpp"
 
 namespace traintwin {
 
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const SimulationResult& r) {
   return summarize(s, topo, static_cast<const IterationMetrics&>(r), r.compute_s_by_source);
+}
+
+std::vector<double> gpu_memory_per_stage_bytes(const Scenario& s, const JobGpus& job) {
+  const int64_t stages = s.parallel.pipeline_model_parallel_size;
+  if (!job.mixed() || job.rank_type.empty()) {
+    return std::vector<double>(static_cast<size_t>(stages), job.smallest_memory_bytes());
+  }
+  if (static_cast<int64_t>(job.rank_type.size()) != s.cluster.num_gpus) {
+    throw InvalidArgument(fmt::format("gpu_memory_per_stage_bytes: {} ranks' GPUs for {} GPUs",
+                                      job.rank_type.size(), s.cluster.num_gpus));
+  }
+  std::vector<double> out(static_cast<size_t>(stages), 0.0);
+  const RankLayout layout = layout_of(s);
+  for (int64_t r = 0; r < s.cluster.num_gpus; ++r) {
+    const double m = job.types[job.rank_type[static_cast<size_t>(r)]].memory_bytes;
+    double& cap = out[static_cast<size_t>(layout.coord(r).pp)];
+    cap = cap > 0 ? std::min(cap, m) : m;
+  }
+  return out;
+}
+
+LayoutMemoryFit job_memory_fit(const Scenario& s, const JobGpus& job) {
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  const std::vector<double> capacity = gpu_memory_per_stage_bytes(s, job);
+  LayoutMemoryFit worst;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const LayoutMemoryFit f =
+        layout_memory_fit(s, {stages[i]}, capacity[static_cast<size_t>(stages[i].pp_rank)]);
+    worst.verdict = std::max(worst.verdict, f.verdict);
+    worst.largest_reserve_bytes = std::max(worst.largest_reserve_bytes, f.largest_reserve_bytes);
+  }
+  return worst;
 }
 
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const IterationMetrics& r,
@@ -24,7 +57,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   const double gpus = static_cast<double>(s.cluster.num_gpus);
   const double tokens = static_cast<double>(s.training.global_batch_size * s.model.seq_length);
   // A mixed cluster: the peak of the job's GPUs on average (MFU against the sum of their
-  // peaks), and memory against its smallest GPU (a stage may sit on either kind).
+  // peaks), and each stage's memory against its own GPUs.
   const JobGpus job = job_gpus(topo, s.cluster.num_gpus);
   const double peak = job.mean_peak_FLOPs(gemm_precision(s.training));
   const double model = model_flops_per_iteration(s.model, s.training.global_batch_size);
@@ -47,10 +80,12 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   out.sync_wait_s = r.critical.sync_wait_s;
   out.compute_s = r.critical.compute_s;
   out.optimizer_s = r.critical.optimizer_s;
+  const std::vector<double> capacity = gpu_memory_per_stage_bytes(s, job);
+  out.fits_in_memory = true;
   for (const StageMemory& m : memory_per_stage(s)) {
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, m.total_bytes());
+    if (m.total_bytes() > capacity[static_cast<size_t>(m.pp_rank)]) out.fits_in_memory = false;
   }
-  out.fits_in_memory = out.peak_memory_bytes <= job.smallest_memory_bytes();
   double total = 0;
   for (const auto& [src, sec] : compute_s_by_source) total += sec;
   for (CostSource src : {CostSource::kMeasured, CostSource::kScaled, CostSource::kRoofline}) {

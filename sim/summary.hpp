@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/memory_reserve.hpp"
 #include "core/scenario.hpp"
 #include "sim/iteration_metrics.hpp"
 #include "sim/json_fields.hpp"
@@ -36,6 +37,8 @@ struct SimulationSummary {
   double compute_s = 0;
   double optimizer_s = 0;
   double peak_memory_bytes = 0;  ///< max over pipeline stages (memory model)
+  /// Every stage's peak within the memory of its own GPUs (gpu_memory_per_stage_bytes; the
+  /// reserve of core/memory_reserve.hpp not counted).
   bool fits_in_memory = false;
   std::map<std::string, double> cost_sources;  ///< share of compute seconds per source
   /// How MFU was counted: the GEMM precision's peak and the model FLOPs formula (summary.json's
@@ -46,6 +49,17 @@ struct SimulationSummary {
 /// The MFU formula of scenario `s` in words: the dense peak of its GEMM precision, the model
 /// FLOPs formula of its model, the GPT closed form and how HFU differs.
 std::string mfu_formula_text(const Scenario& s);
+
+/// Per pipeline stage (0 .. PP - 1), the memory of the smallest GPU its ranks run on, bytes: the
+/// topology's GPU on a cluster of one type; on a mixed cluster (node_groups) each stage's own
+/// ranks' GPUs (global rank r on the GPU of `job`'s rank_type[r], its stage layout_of(s)'s
+/// coord(r).pp), so a stage on H200s is judged against 141 GB while a stage on H100s is against
+/// 80 GB. Throws InvalidArgument when `job` holds another number of ranks than the scenario.
+std::vector<double> gpu_memory_per_stage_bytes(const Scenario& s, const JobGpus& job);
+
+/// The fit of each stage of memory_per_stage(s) on its own GPUs (gpu_memory_per_stage_bytes;
+/// layout_memory_fit per stage): the worst verdict of the stages and the largest reserve.
+LayoutMemoryFit job_memory_fit(const Scenario& s, const JobGpus& job);
 
 /// Derives the summary from either engine's metrics; `compute_s_by_source` (seconds of compute
 /// per cost source over all ranks, empty when unknown) gives cost_sources.

@@ -53,6 +53,15 @@ TEST_F(MixedCluster, SimulateNamesBothKindsAndTimesEachStageOnItsGpu) {
   const auto r = run_cli(tiny16());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("on 8 x H200-SXM-141GB + 8 x H100-SXM-80GB ("));
+  // Each stage's memory against its own GPUs: stage 0 on the H200s, stage 1 on the H100s.
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("stage 0: peak [0-9.]+ GiB of 140.40 GiB, "
+                                                 "stage 1: peak [0-9.]+ GiB of 79.65 GiB"));
+  const auto mem = run_cli("memory " + kTiny + " --set cluster.topology=" + topology() +
+                           " --set cluster.num_gpus=16");
+  ASSERT_EQ(mem.status, 0) << mem.output;
+  EXPECT_THAT(mem.output, HasSubstr("each stage on its own GPUs"));
+  EXPECT_THAT(mem.output, HasSubstr(" 140.40 GiB  yes\n"));  // stage 0, on the H200s
+  EXPECT_THAT(mem.output, HasSubstr("  79.65 GiB  yes\n"));  // stage 1, on the H100s
   std::ifstream in(dir_ / "out" / "summary.json");
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j.at("gpu"), "8 x H200-SXM-141GB + 8 x H100-SXM-80GB");

@@ -13,6 +13,7 @@
 #include "core/rank_layout.hpp"
 #include "core/scenario.hpp"
 #include "core/flops.hpp"
+#include "core/memory.hpp"
 #include "sim/analytical.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -170,6 +171,39 @@ TEST(MixedGpus, AGroupOfTheSameGpuReplaysAsTheHomogeneousCluster) {
   ASSERT_TRUE(job_gpus(copy, 16).mixed());
   const auto costs = proportional_roofline(h100.gpu);
   EXPECT_EQ(replayed_iteration_s(s, copy, *costs), replayed_iteration_s(s, h100, *costs));
+}
+
+// Memory per stage on its own GPUs: stage 0 (node 0's H100s) holds the embedding and two
+// micro-batches in flight, stage 1 (node 1) less. With node 1's GPU between the two stages'
+// peaks, each stage fits its own GPU, so the job fits, though its largest stage would not fit its
+// smallest GPU (the rule before: every stage against the smallest GPU).
+TEST(MixedGpus, EachStagesMemoryIsJudgedOnItsOwnGpu) {
+  const Scenario s = tiny_on_two_nodes();
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  ASSERT_EQ(stages.size(), 2u);
+  const double m0 = stages[0].total_bytes(), m1 = stages[1].total_bytes();
+  ASSERT_GT(m0, m1);
+  GpuSpec small = testing::h100().gpu;
+  small.name = "H100-small";
+  small.memory_bytes = (m0 + m1) / 2;
+  const TopologySpec mixed = h100_then(small);
+  const JobGpus job = job_gpus(mixed, s.cluster.num_gpus);
+  ASSERT_TRUE(job.mixed());
+  EXPECT_EQ(gpu_memory_per_stage_bytes(s, job),
+            (std::vector<double>{testing::h100().gpu.memory_bytes, (m0 + m1) / 2}));
+  EXPECT_LT(job.smallest_memory_bytes(), m0);  // the old rule's verdict: out of memory
+  EXPECT_TRUE(summarize(s, mixed, IterationMetrics{}).fits_in_memory);
+  EXPECT_NE(job_memory_fit(s, job).verdict, MemoryVerdict::kOutOfMemory);
+  // Below stage 1's peak on node 1 it does not fit.
+  small.memory_bytes = m1 * 0.9;
+  const TopologySpec tight = h100_then(small);
+  const JobGpus tight_job = job_gpus(tight, s.cluster.num_gpus);
+  EXPECT_FALSE(summarize(s, tight, IterationMetrics{}).fits_in_memory);
+  EXPECT_EQ(job_memory_fit(s, tight_job).verdict, MemoryVerdict::kOutOfMemory);
+  // One GPU type: every stage against it.
+  const JobGpus one = job_gpus(testing::h100(), s.cluster.num_gpus);
+  EXPECT_EQ(gpu_memory_per_stage_bytes(s, one),
+            std::vector<double>(2, testing::h100().gpu.memory_bytes));
 }
 
 TEST(MixedGpus, TheEstimatorRefusesAMixedJob) {

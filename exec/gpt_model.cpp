@@ -192,7 +192,11 @@ Tensor& GptModel::chunk_input(ChunkState& st, int64_t chunk) {
   if (st.input.empty()) {
     // The V's turn (zb-v, dualpipev): virtual stages p - 1 and p both on rank p - 1.
     const int64_t prev = chunk_of_vstage(vstage(chunk) - 1);
-    if (prev >= 0) st.input = clone(chunk_output(this->chunk(prev, st.mb), prev));
+    if (prev >= 0) {
+      const Tensor& out = chunk_output(this->chunk(prev, st.mb), prev);
+      if (out.empty()) local_handover_missing("output", prev, chunk, st.mb);
+      st.input = clone(out);
+    }
   }
   return st.input;
 }
@@ -200,9 +204,21 @@ Tensor& GptModel::chunk_input(ChunkState& st, int64_t chunk) {
 Tensor& GptModel::chunk_output_grad(ChunkState& st, int64_t chunk) {
   if (st.d_output.empty()) {
     const int64_t next = chunk_of_vstage(vstage(chunk) + 1);
-    if (next >= 0) st.d_output = take_chunk_input_grad(this->chunk(next, st.mb), next);
+    if (next >= 0) {
+      st.d_output = take_chunk_input_grad(this->chunk(next, st.mb), next);
+      if (st.d_output.empty()) local_handover_missing("input gradient", next, chunk, st.mb);
+    }
   }
   return st.d_output;
+}
+
+void GptModel::local_handover_missing(const char* what, int64_t from, int64_t to,
+                                      int64_t mb) const {
+  throw InvalidArgument("executor: rank " + std::to_string(rank_) + ": model chunk " +
+                        std::to_string(to) + " (virtual stage " + std::to_string(vstage(to)) +
+                        ") needs the " + what + " of chunk " + std::to_string(from) +
+                        " (virtual stage " + std::to_string(vstage(from)) + ") for micro-batch " +
+                        std::to_string(mb) + ", which the Program has not computed yet");
 }
 
 Tensor GptModel::take_chunk_input_grad(ChunkState& st, int64_t chunk) {

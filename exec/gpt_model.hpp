@@ -293,6 +293,10 @@ class GptModel {
 
  private:
   [[noreturn]] void unexpected(const Op& op, const std::string& what) const;
+  /// InvalidArgument: the V's turn found chunk `from`'s `what` for micro-batch `mb` missing
+  /// when chunk `to` needed it (a Program whose op order does not follow the data).
+  [[noreturn]] void local_handover_missing(const char* what, int64_t from, int64_t to,
+                                           int64_t mb) const;
   int64_t seq_offset() const { return g_.sp ? coord_.tp * g_.tl : 0; }
   int64_t first_sample(int64_t mb) const;
   Tensor zeros(int64_t n) { return Tensor(backend_, n); }

@@ -558,7 +558,7 @@ TEST_F(TrainCli, LlamaShardedDataParallelZero2AndZero3) {
 // embedding (the tied LM head then reads the word embedding itself, no copy), and on rank p - 1
 // chunk 0's output feeds chunk 1 without a transfer. The same model, the same losses: the tiny
 // GPT on PP 2 and PP 4 (8 layers, 16 micro-batches of 2 in the global batch), the Llama (untied
-// head) on PP 2 x DP 2.
+// head) on PP 2 x DP 2, and an uneven split with chunks holding only the embedding or the loss.
 TEST_F(TrainCli, VShapedSchedulesPlaceTheModelChunksInAV) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const std::string gbs16 = " --set training.global_batch_size=16";
@@ -574,6 +574,18 @@ TEST_F(TrainCli, VShapedSchedulesPlaceTheModelChunksInAV) {
     expect_same_losses(
         train(llama + " --pipeline-model-parallel-size 2 --set cluster.num_gpus=4" + v, 4), llama);
   }
+  // 2 layers with the embedding and the loss each counted as a layer: rank 0's chunks hold only
+  // the embedding (stage 0) and only the head and loss (stage 3, reading the embedding's
+  // weight), rank 1's a layer each, handed over in the V's turn; TP 2 + SP on 4 ranks.
+  const std::string two = "--set model.num_layers=2";
+  expect_same_losses(train(two + " --tensor-model-parallel-size 2 --sequence-parallel "
+                                 "--pipeline-model-parallel-size 2 "
+                                 "--virtual-pipeline-model-parallel-size 2 "
+                                 "--set parallelism.pipeline_schedule=dualpipev "
+                                 "--account-for-embedding-in-pipeline-split "
+                                 "--account-for-loss-in-pipeline-split --set cluster.num_gpus=4",
+                           4),
+                     two);
 }
 
 // A checkpoint of a V: 10 steps of ZB-V on PP 2 resume under DualPipeV (the same V placement)

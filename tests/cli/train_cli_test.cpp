@@ -558,7 +558,8 @@ TEST_F(TrainCli, LlamaShardedDataParallelZero2AndZero3) {
 // embedding (the tied LM head then reads the word embedding itself, no copy), and on rank p - 1
 // chunk 0's output feeds chunk 1 without a transfer. The same model, the same losses: the tiny
 // GPT on PP 2 and PP 4 (8 layers, 16 micro-batches of 2 in the global batch), the Llama (untied
-// head) on PP 2 x DP 2, and an uneven split with chunks holding only the embedding or the loss.
+// head) on PP 2 x DP 2 and CP 2 x PP 2, and an uneven split with chunks holding only the
+// embedding or the loss.
 TEST_F(TrainCli, VShapedSchedulesPlaceTheModelChunksInAV) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const std::string gbs16 = " --set training.global_batch_size=16";
@@ -574,6 +575,14 @@ TEST_F(TrainCli, VShapedSchedulesPlaceTheModelChunksInAV) {
     expect_same_losses(
         train(llama + " --pipeline-model-parallel-size 2 --set cluster.num_gpus=4" + v, 4), llama);
   }
+  // Context parallelism (ring attention over CP 2) in the V: the Llama on CP 2 x PP 2.
+  const std::string v = " --virtual-pipeline-model-parallel-size 2 "
+                        "--set parallelism.pipeline_schedule=dualpipev";
+  expect_same_losses(train(std::string(kLlama) + " --context-parallel-size 2 "
+                                                 "--pipeline-model-parallel-size 2 "
+                                                 "--set cluster.num_gpus=4" + v,
+                           4),
+                     kLlama);
   // 2 layers with the embedding and the loss each counted as a layer: rank 0's chunks hold only
   // the embedding (stage 0) and only the head and loss (stage 3, reading the embedding's
   // weight), rank 1's a layer each, handed over in the V's turn; TP 2 + SP on 4 ranks.

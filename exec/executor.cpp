@@ -57,25 +57,31 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   // (optim_grads: each bucket's reduce-scatter after every micro-batch's backward, only this
   // rank's reduced pieces kept) and ZeRO-3 (optim_grads_params: and each transformer layer's
   // parameters all-gathered before its forward and its backward, only this rank's pieces kept
-  // between uses), with TP, SP, CP, PP (1F1B, interleaved, ZB-H1/H2) and MoE (expert buckets over
+  // between uses), with TP, SP, CP, PP (every schedule) and MoE (expert buckets over
   // expert-DP), and HSDP (sharded inside each of num_distributed_optimizer_instances groups, the
   // gradient pieces all-reduced across them).
   zero_stage_ = sc.training.zero_stage();
-  if (splits_backward(sc.parallel.pipeline_schedule)) {
-    // Zero-bubble: B steps run the input gradient and W steps the wgrad GEMMs later
-    // (exec/gpt_model_layer.cpp keeps their inputs until then). What that does not cover yet
-    // is refused by name, never run as 1F1B in its place.
-    const std::string zb = "parallelism.pipeline_schedule " +
-                           std::string(to_string(sc.parallel.pipeline_schedule)) + " with ";
-    if (v_shaped(sc.parallel.pipeline_schedule)) {
+  // Every pipeline schedule the executor walks: the Program's op order, with its model chunks in
+  // the Program's placement (core/schedule.hpp virtual_stage_of: interleaved, or the V of zb-v
+  // and dualpipev, whose turn on rank p - 1 hands the activation and its gradient over between
+  // the rank's two chunks without a transfer). The zero-bubble schedules' B steps run the input
+  // gradients and their W steps the wgrad GEMMs later (exec/gpt_model_layer.cpp and
+  // gpt_model_moe.cpp keep their inputs until then: the SP shards W all-gathers again, the
+  // gathered output gradients, the routed experts' rows). A schedule added to core/ is refused
+  // here by name until the executor runs it.
+  switch (sc.parallel.pipeline_schedule) {
+    case PipelineScheduleKind::kGPipe:
+    case PipelineScheduleKind::k1F1B:
+    case PipelineScheduleKind::kZbH1:
+    case PipelineScheduleKind::kZbH2:
+    case PipelineScheduleKind::kZbV:
+    case PipelineScheduleKind::kDualPipeV:
+      break;
+    default:
       throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is " +
                              std::string(to_string(sc.parallel.pipeline_schedule)) + "; the " +
-                             backend_.name() + " executor runs zb-h1 and zb-h2 (its model "
-                             "chunks follow the interleaved placement, not the V of zb-v and "
-                             "dualpipev)");
-    }
-    if (sc.parallel.sequence_parallel) unsupported(zb + "parallelism.sequence_parallel");
-    if (sc.model.is_moe()) unsupported(zb + "an MoE model");
+                             backend_.name() + " executor runs gpipe, 1f1b, zb-h1, zb-h2, zb-v "
+                             "and dualpipev");
   }
   if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
     throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
@@ -147,6 +153,7 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   RankCoord zero_coord = coord_;
   zero_coord.dp = dp_cp_index_;
   model_.emplace(prog_, *rp_, shard_, backend_, hyper_);
+  check_tied_head_order();
   optimizer_.emplace(shard_, backend_, zero_coord, dp_cp_size_,
                      sc.training.use_distributed_optimizer, hyper_, replica_index_);
   // The grad-norm all-reduce's group (TP x PP, or every rank: the distributed optimizer, or
@@ -183,6 +190,37 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                        " but the Program has no grad clip scale kernel (training.clip_grad "
                        "of the scenario is " +
                        std::to_string(sc.training.clip_grad) + ")");
+  }
+}
+
+void Executor::Impl::check_tied_head_order() const {
+  // The V placement with a tied embedding: the LM head (last virtual stage, chunk 1 of rank 0)
+  // accumulates its weight gradient into chunk 0's word embedding, which chunk 0's gradient
+  // buckets reduce over DP. The head's last backward must come before the last of those.
+  if (shard_.head_has_own_weight()) return;
+  int64_t head_chunk = -1;
+  for (int64_t c = 0; c < g().v; ++c) {
+    if (model_->is_last_vstage(c)) head_chunk = c;
+  }
+  if (head_chunk <= 0) return;  // not on this rank, or in chunk 0 with the embedding (PP 1)
+  std::optional<size_t> last_head, last_bucket;
+  for (size_t i = 0; i < rp_->ops.size(); ++i) {
+    const Op& op = rp_->ops[i];
+    const bool head = op.model_chunk == head_chunk && op.phase != Phase::kForward &&
+                      std::find(op.kernel_roles.begin(), op.kernel_roles.end(), Role::kLmHead) !=
+                          op.kernel_roles.end();
+    if (head) last_head = i;
+    if (op.role == Role::kGradBucket && op.model_chunk == 0 &&
+        std::find(op.bucket_layers.begin(), op.bucket_layers.end(), -2) !=
+            op.bucket_layers.end()) {
+      last_bucket = i;
+    }
+  }
+  if (last_head && last_bucket && *last_bucket < *last_head) {
+    unexpected_program("the LM head's last backward (op " + std::to_string(*last_head) +
+                       ", model chunk " + std::to_string(head_chunk) +
+                       ") follows the DP reduce of the word embedding it shares (op " +
+                       std::to_string(*last_bucket) + ")");
   }
 }
 
@@ -370,7 +408,8 @@ void Executor::Impl::issue_p2p(const Op& op) {
   const bool backward = t.pass == Pass::kBackward;
   const int64_t mb = t.micro_batch;
   const int64_t my_vs = op.kind == OpKind::kSend ? t.sender_vstage : t.receiver_vstage();
-  const int64_t chunk = my_vs / g().p;
+  const int64_t chunk = model_->chunk_of_vstage(my_vs);  // the Program's placement
+  if (chunk < 0) unexpected(op, "virtual stage " + std::to_string(my_vs) + " is not on this rank");
   ChunkState& st = model_->chunk(chunk, mb);
   InFlight f;
   if (op.kind == OpKind::kSend) {

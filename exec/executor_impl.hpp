@@ -75,6 +75,10 @@ class Executor::Impl {
   /// call: Open MPI's non-blocking collectives do work inside the call (an MPI_Iallreduce of a
   /// 204 MB bucket spends ~80 ms there on 2 Zen 5 cores), which belongs to the collective.
   InFlight& start(const Op& op, InFlight f);
+  /// InvalidArgument (unexpected_program) when the LM head shares chunk 0's word embedding from
+  /// another chunk (the V placement's rank 0) and a DP reduce of that embedding's bucket
+  /// precedes the head's last backward in the rank's ops.
+  void check_tied_head_order() const;
   [[noreturn]] void unexpected_program(const std::string& what) const;
   [[noreturn]] void unexpected(const Op& op, const std::string& what) const;
   Tensor zeros(int64_t n) { return Tensor(backend_, n); }

@@ -59,7 +59,10 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.p = sc.parallel.pipeline_model_parallel_size;
   g_.v = sc.parallel.virtual_pipeline_model_parallel_size;
   g_.m = sc.num_micro_batches();
-  for (int64_t c = 0; c < g_.v; ++c) chunk_layers_.push_back(chunk_layers(sc, coord_.pp, c));
+  for (int64_t c = 0; c < g_.v; ++c) {
+    chunk_layers_.push_back(chunk_layers(sc, coord_.pp, c));
+    vstage_.push_back(virtual_stage_of(sc.parallel.pipeline_schedule, g_.p, coord_.pp, c));
+  }
   g_.dp = sc.parallel.data_parallel_size;
   g_.vocab = sc.model.vocab_size;
   g_.vl = shard_.vocab_local();
@@ -146,6 +149,7 @@ ChunkState& GptModel::chunk(int64_t chunk, int64_t mb) {
   auto [it, inserted] = chunks_.try_emplace({chunk, mb});
   if (inserted) {
     ChunkState& st = it->second;
+    st.mb = mb;
     st.layers.resize(static_cast<size_t>(num_layers(chunk)));
     if (vstage(chunk) == 0 || is_last_vstage(chunk)) {
       // The micro-batch's whole sequences; under CP this rank keeps its two chunks of each.
@@ -169,14 +173,52 @@ ChunkState& GptModel::chunk(int64_t chunk, int64_t mb) {
   return it->second;
 }
 
+int64_t GptModel::chunk_of_vstage(int64_t vs) const {
+  const auto it = std::find(vstage_.begin(), vstage_.end(), vs);
+  return it == vstage_.end() ? -1 : it - vstage_.begin();
+}
+
 Tensor& GptModel::chunk_output(ChunkState& st, int64_t chunk) {
   if (!st.layers.empty()) return st.layers.back().out;
-  return vstage(chunk) == 0 ? st.emb_out : st.input;
+  return vstage(chunk) == 0 ? st.emb_out : chunk_input(st, chunk);
 }
 
 Tensor& GptModel::chunk_input_grad(ChunkState& st, int64_t chunk) {
   if (!st.layers.empty()) return st.layers.front().d_in;
-  return is_last_vstage(chunk) ? st.d_last : st.d_output;
+  return is_last_vstage(chunk) ? st.d_last : chunk_output_grad(st, chunk);
+}
+
+Tensor& GptModel::chunk_input(ChunkState& st, int64_t chunk) {
+  if (st.input.empty()) {
+    // The V's turn (zb-v, dualpipev): virtual stages p - 1 and p both on rank p - 1.
+    const int64_t prev = chunk_of_vstage(vstage(chunk) - 1);
+    if (prev >= 0) {
+      const Tensor& out = chunk_output(this->chunk(prev, st.mb), prev);
+      if (out.empty()) local_handover_missing("output", prev, chunk, st.mb);
+      st.input = clone(out);
+    }
+  }
+  return st.input;
+}
+
+Tensor& GptModel::chunk_output_grad(ChunkState& st, int64_t chunk) {
+  if (st.d_output.empty()) {
+    const int64_t next = chunk_of_vstage(vstage(chunk) + 1);
+    if (next >= 0) {
+      st.d_output = take_chunk_input_grad(this->chunk(next, st.mb), next);
+      if (st.d_output.empty()) local_handover_missing("input gradient", next, chunk, st.mb);
+    }
+  }
+  return st.d_output;
+}
+
+void GptModel::local_handover_missing(const char* what, int64_t from, int64_t to,
+                                      int64_t mb) const {
+  throw InvalidArgument("executor: rank " + std::to_string(rank_) + ": model chunk " +
+                        std::to_string(to) + " (virtual stage " + std::to_string(vstage(to)) +
+                        ") needs the " + what + " of chunk " + std::to_string(from) +
+                        " (virtual stage " + std::to_string(vstage(from)) + ") for micro-batch " +
+                        std::to_string(mb) + ", which the Program has not computed yet");
 }
 
 Tensor GptModel::take_chunk_input_grad(ChunkState& st, int64_t chunk) {
@@ -196,10 +238,11 @@ Tensor GptModel::clone(const Tensor& x) {
   return y;
 }
 
-/// The LM head's weight on the last stage: its own (untied) weight, else the word embedding's
-/// copy when PP > 1, the word embedding itself (chunk 0) when PP == 1.
+/// The LM head's weight on the last stage: its own (untied) weight or the word embedding's copy
+/// (ModelShard::head_has_own_weight), else the word embedding itself (chunk 0: PP 1, or the V
+/// placement's last stage on rank 0).
 std::span<float> GptModel::head_weight(int64_t chunk, bool grad) {
-  if (g_.untied || g_.p > 1) {
+  if (shard_.head_has_own_weight()) {
     return grad ? shard_.grad(chunk, "output_layer.weight")
                 : shard_.param(chunk, "output_layer.weight");
   }

@@ -179,9 +179,14 @@ struct LayerState {
 
 /// Everything of one micro-batch on one model chunk.
 struct ChunkState {
+  int64_t mb = 0;                        // the micro-batch
   DeviceBuffer<int32_t> tokens, labels;  // [b, s]
-  Tensor input;                          // [b, Tl, H] received activation (vs > 0)
-  Tensor d_output;                       // [b, Tl, H] received output gradient (not last vs)
+  /// [b, Tl, H] received activation (vs > 0), or under the V placement on rank p - 1 (chunk 1,
+  /// vs p) a copy of chunk 0's output on the same rank (no transfer; chunk_input()).
+  Tensor input;
+  /// [b, Tl, H] received output gradient (not last vs), or on rank p - 1 of the V (chunk 0, vs
+  /// p - 1) chunk 1's input gradient moved over (chunk_output_grad()).
+  Tensor d_output;
   std::vector<LayerState> layers;        // layers of the chunk, first layer first
   // embedding (vs == 0)
   Tensor emb, emb_rs, emb_out;           // [b, s, H], [b, Tl, H], [b, Tl, H]
@@ -251,9 +256,12 @@ class GptModel {
 
   const ShardGeometry& geometry() const { return g_; }
   Backend& backend() { return backend_; }
-  /// Virtual pipeline stage of this rank's `chunk`.
-  int64_t vstage(int64_t chunk) const { return chunk * g_.p + coord_.pp; }
+  /// Virtual pipeline stage of this rank's `chunk`, by the Program's placement
+  /// (core/schedule.hpp virtual_stage_of: chunk x p + rank, or the V of zb-v and dualpipev).
+  int64_t vstage(int64_t chunk) const { return vstage_[static_cast<size_t>(chunk)]; }
   bool is_last_vstage(int64_t chunk) const { return vstage(chunk) == g_.p * g_.v - 1; }
+  /// This rank's model chunk that holds virtual stage `vs`, or -1 when another rank holds it.
+  int64_t chunk_of_vstage(int64_t vs) const;
   /// The word embedding's gradient on the first stage, the LM head's copy on the last.
   std::span<float> embedding_grad_to_reduce();
   /// The transformer layers of this rank's `chunk` (core/pipeline_split.hpp: uneven under an
@@ -270,6 +278,14 @@ class GptModel {
   /// The gradient of a chunk's input: its first layer's or, for a chunk without transformer
   /// layers, the gradient of its output (from the final LayerNorm or received).
   Tensor& chunk_input_grad(ChunkState& st, int64_t chunk);
+  /// The input of a chunk past virtual stage 0: st.input, which the V's turn on rank p - 1
+  /// fills on first use with a copy of the previous virtual stage's output (the rank's other
+  /// chunk; the Program has no transfer there, core/schedule.hpp rank_step_input).
+  Tensor& chunk_input(ChunkState& st, int64_t chunk);
+  /// The gradient of a chunk's output (not the last virtual stage): st.d_output, which the V's
+  /// turn on rank p - 1 fills on first use by moving the next virtual stage's input gradient
+  /// over (take_chunk_input_grad of the rank's other chunk).
+  Tensor& chunk_output_grad(ChunkState& st, int64_t chunk);
   /// chunk_input_grad moved out, for the backward send to the previous stage; the first layer's
   /// state is freed with it unless its W step is still to come (a zero-bubble schedule: W frees
   /// it).
@@ -277,6 +293,10 @@ class GptModel {
 
  private:
   [[noreturn]] void unexpected(const Op& op, const std::string& what) const;
+  /// InvalidArgument: the V's turn found chunk `from`'s `what` for micro-batch `mb` missing
+  /// when chunk `to` needed it (a Program whose op order does not follow the data).
+  [[noreturn]] void local_handover_missing(const char* what, int64_t from, int64_t to,
+                                           int64_t mb) const;
   int64_t seq_offset() const { return g_.sp ? coord_.tp * g_.tl : 0; }
   int64_t first_sample(int64_t mb) const;
   Tensor zeros(int64_t n) { return Tensor(backend_, n); }
@@ -351,6 +371,7 @@ class GptModel {
   CpSequence seq_;  // this rank's positions of the sequence
   bool all_gather_ = false;  // CP attention by all-gathered K/V (else the p2p ring)
   std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
+  std::vector<int64_t> vstage_;             // virtual stage of each model chunk of this rank
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
   /// A zero-bubble schedule (core/schedule.hpp splits_backward): B steps run the input gradient
   /// alone and keep what the W step's wgrad GEMMs read (the layer's GEMM inputs and output

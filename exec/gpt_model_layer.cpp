@@ -20,7 +20,7 @@ Tensor GptModel::take_layer_input(const Op& op) {
   const int64_t i = op.layer - first_layer(op.model_chunk);
   if (i > 0) return std::move(st.layers[static_cast<size_t>(i - 1)].out);
   if (vstage(op.model_chunk) == 0) return std::move(st.emb_out);
-  return std::move(st.input);
+  return std::move(chunk_input(st, op.model_chunk));
 }
 
 /// The forward of one layer, Role by Role (between them the walk runs the TP collectives: the
@@ -160,7 +160,7 @@ Tensor GptModel::take_output_grad(const Op& op) {
   if (i + 1 < num_layers(op.model_chunk))
     return std::move(st.layers[static_cast<size_t>(i + 1)].d_in);
   if (is_last_vstage(op.model_chunk)) return std::move(st.d_last);
-  return std::move(st.d_output);
+  return std::move(chunk_output_grad(st, op.model_chunk));
 }
 
 /// The backward of one layer, Role by Role in reverse order; the linear layers run their data
@@ -261,7 +261,9 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
     }
     case Role::kAttentionResidual:
       L.d_in = zeros(b * tl * h);
-      if (split_) L.d_branch_mlp = std::move(L.d_branch);  // FC2's W step comes later
+      // FC2's W step comes later: it reads the MLP's output gradient as its dgrad did (SP: the
+      // gathered one, before the projection's gather takes d_branch_full).
+      if (split_) L.d_branch_mlp = std::move(g_.sp ? L.d_branch_full : L.d_branch);
       L.d_branch = zeros(b * tl * h);
       dropout_add_backward(L.d_branch, G.proj_b, L.d_in, L.d_resid1,
                            dropout(kSiteAttention, op.layer), op.micro_batch, false);
@@ -327,15 +329,21 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
       norm_backward(L.d_in, G.ln1_w, G.ln1_b, reduced(L.d_ln_full, L.d_ln), L.in, P.ln1_w,
                     L.ln1_mean, L.ln1_rstd);
       if (split_) {
-        // B ends here; the W step reads the GEMM inputs (ln1, attn, ln2, gelu) and output
-        // gradients (d_qkv, d_branch, d_branch_mlp, d_fc1) and frees them after QKV's wgrad.
+        // B ends here; the W step reads the GEMM inputs (ln1, attn, ln2, gelu; the SP shards
+        // of ln1 and ln2, which W all-gathers again) and output gradients (d_qkv, d_branch,
+        // d_branch_full under SP, d_branch_mlp, d_fc1), in an MoE layer the routed experts'
+        // (dispatched, expert_act, d_expert_fc1, d_expert_fc2, their row groups) and the
+        // router's (d_logits), and frees them after QKV's wgrad.
         LayerState kept;
         for (Tensor LayerState::*t :
              {&LayerState::d_in, &LayerState::ln1, &LayerState::attn, &LayerState::ln2,
               &LayerState::gelu, &LayerState::d_qkv, &LayerState::d_branch,
-              &LayerState::d_branch_mlp, &LayerState::d_fc1}) {
+              &LayerState::d_branch_full, &LayerState::d_branch_mlp, &LayerState::d_fc1,
+              &LayerState::dispatched, &LayerState::expert_act, &LayerState::d_expert_fc1,
+              &LayerState::d_expert_fc2, &LayerState::d_logits}) {
           kept.*t = std::move(L.*t);
         }
+        kept.exchange = std::move(L.exchange);
         L = std::move(kept);
         return;
       }

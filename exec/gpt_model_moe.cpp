@@ -199,8 +199,10 @@ void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role, 
       }
       return;
     case Role::kExpertActivation:
-      L.d_expert_fc2.reset();
-      L.expert_act.reset();
+      if (!split_) {  // else FC2's W step reads them
+        L.d_expert_fc2.reset();
+        L.expert_act.reset();
+      }
       L.d_expert_fc1 = zeros(r * g_.fc1e);
       if (r > 0) {
         switch (g_.activation) {

@@ -29,6 +29,7 @@
 #include "core/error.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
+#include "core/schedule.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/counter_rng.hpp"
 #include "exec/cpu/cpu_backend.hpp"
@@ -252,8 +253,12 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
   };
 
   const int64_t last_vstage = p * v - 1;
+  const PipelineScheduleKind schedule = par.pipeline_schedule;
+  head_copy_ = model.untie_embeddings_and_output_weights ||
+               rank_of_virtual_stage(schedule, p, last_vstage) != 0;
   for (int64_t c = 0; c < v; ++c) {
-    const int64_t vs = c * p + coord.pp;
+    // The Program's placement (chunk x p + rank, or the V of zb-v and dualpipev).
+    const int64_t vs = virtual_stage_of(schedule, p, coord.pp, c);
     std::vector<TensorSpec> specs;
     // Norms carry a bias only as LayerNorm; linear layers only with add_bias_linear
     // (Llama: RMSNorm, no biases); learned positions only without RoPE.
@@ -269,7 +274,7 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         TensorSpec head = vocab_weight("output_layer.weight", -1);
         head.stream_name = "output_layer.weight";
         specs.push_back(std::move(head));
-      } else if (p > 1) {
+      } else if (head_copy_) {
         TensorSpec head = vocab_weight("output_layer.weight", -1);
         head.tensor.shared_embedding = true;
         specs.push_back(std::move(head));

@@ -72,7 +72,7 @@ struct ShardTensor {
   int64_t numel = 0;
   bool tensor_parallel = false;  ///< sharded over TP (else replicated on every TP rank)
   bool weight_decay = true;      ///< false for biases and LayerNorm parameters (Megatron)
-  bool shared_embedding = false; ///< output_layer.weight on the last stage (a copy; PP > 1)
+  bool shared_embedding = false; ///< output_layer.weight on the last stage (a copy: head_has_own_weight)
   /// Replicated over TP but computed from sequence-parallel shards: LayerNorm weights/biases,
   /// row-parallel biases and the MoE router weight; their gradients are all-reduced over TP when
   /// SP is on.
@@ -121,6 +121,13 @@ class ModelShard {
   int64_t vocab_local() const { return vocab_local_; }   ///< padded_vocab_size(V, t) / t
   int64_t vocab_start() const { return vocab_local_ * coord_.tp; }
 
+  /// Whether the last virtual stage holds an LM head weight of its own (output_layer.weight):
+  /// untied, or tied with the last virtual stage on another pipeline rank than the embedding
+  /// (Megatron's shared copy, summed by the embedding group's all-reduce). Else (PP 1, or the V
+  /// placement of zb-v and dualpipev, whose last virtual stage is on rank 0) the head reads and
+  /// accumulates into chunk 0's word embedding (core/params.cpp counts the same one copy).
+  bool head_has_own_weight() const { return head_copy_; }
+
   std::vector<ChunkShard>& chunks() { return chunks_; }
   const std::vector<ChunkShard>& chunks() const { return chunks_; }
 
@@ -147,6 +154,7 @@ class ModelShard {
   ExpertCoord expert_;
   int64_t local_experts_ = 0;
   int64_t vocab_local_ = 0;
+  bool head_copy_ = false;
   std::vector<ChunkShard> chunks_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/pipeline_split.hpp"
+#include "core/schedule.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/executor.hpp"
@@ -121,6 +122,9 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"rank.pp", str(c.pp)},
       {"rank.dp", str(c.dp)},
   };
+  // ZB-V's and DualPipeV's V puts other layers in a rank's chunks than interleaving does
+  // (core/schedule.hpp virtual_stage_of): only a V resumes a V (either schedule).
+  if (v_shaped(p.pipeline_schedule)) signature["parallelism.model_chunk_placement"] = "v";
   if (s.model.is_moe()) {
     const RankLayout layout = layout_of(s);
     const ExpertCoord expert = layout.expert_coord(layout.rank(c));

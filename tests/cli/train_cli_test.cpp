@@ -552,6 +552,133 @@ TEST_F(TrainCli, LlamaShardedDataParallelZero2AndZero3) {
                                                  "--set cluster.num_gpus=4" + kZero3, 4), kLlama);
 }
 
+// The V-shaped schedules (ZB-V, Qi et al. ICLR 2024 sec. 6; DualPipeV, deepseek-ai/DualPipe
+// dualpipev.py) place rank r's model chunks at virtual stages r and 2p - 1 - r (core/schedule.hpp
+// virtual_stage_of), as the Program does: the last stage and its loss sit on rank 0 beside the
+// embedding (the tied LM head then reads the word embedding itself, no copy), and on rank p - 1
+// chunk 0's output feeds chunk 1 without a transfer. The same model, the same losses: the tiny
+// GPT on PP 2 and PP 4 (8 layers, 16 micro-batches of 2 in the global batch), the Llama (untied
+// head) on PP 2 x DP 2 and CP 2 x PP 2, and an uneven split with chunks holding only the
+// embedding or the loss.
+TEST_F(TrainCli, VShapedSchedulesPlaceTheModelChunksInAV) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string gbs16 = " --set training.global_batch_size=16";
+  const std::string pp4 = "--set model.num_layers=8" + gbs16;
+  const std::string llama = std::string(kLlama) + gbs16;
+  for (const std::string schedule : {"zb-v", "dualpipev"}) {
+    SCOPED_TRACE(schedule);
+    const std::string v = " --virtual-pipeline-model-parallel-size 2 "
+                          "--set parallelism.pipeline_schedule=" + schedule;
+    expect_same_losses(train("--pipeline-model-parallel-size 2 --set cluster.num_gpus=2" + v, 2));
+    expect_same_losses(
+        train(pp4 + " --pipeline-model-parallel-size 4 --set cluster.num_gpus=4" + v, 4), pp4);
+    expect_same_losses(
+        train(llama + " --pipeline-model-parallel-size 2 --set cluster.num_gpus=4" + v, 4), llama);
+  }
+  // Context parallelism (ring attention over CP 2) in the V: the Llama on CP 2 x PP 2.
+  const std::string v = " --virtual-pipeline-model-parallel-size 2 "
+                        "--set parallelism.pipeline_schedule=dualpipev";
+  expect_same_losses(train(std::string(kLlama) + " --context-parallel-size 2 "
+                                                 "--pipeline-model-parallel-size 2 "
+                                                 "--set cluster.num_gpus=4" + v,
+                           4),
+                     kLlama);
+  // 2 layers with the embedding and the loss each counted as a layer: rank 0's chunks hold only
+  // the embedding (stage 0) and only the head and loss (stage 3, reading the embedding's
+  // weight), rank 1's a layer each, handed over in the V's turn; TP 2 + SP on 4 ranks.
+  const std::string two = "--set model.num_layers=2";
+  expect_same_losses(train(two + " --tensor-model-parallel-size 2 --sequence-parallel "
+                                 "--pipeline-model-parallel-size 2 "
+                                 "--virtual-pipeline-model-parallel-size 2 "
+                                 "--set parallelism.pipeline_schedule=dualpipev "
+                                 "--account-for-embedding-in-pipeline-split "
+                                 "--account-for-loss-in-pipeline-split --set cluster.num_gpus=4",
+                           4),
+                     two);
+}
+
+// A checkpoint of a V: 10 steps of ZB-V on PP 2 resume under DualPipeV (the same V placement)
+// for 10 more, with the losses of 20 ZB-V steps straight; interleaved 1F1B, whose chunks hold
+// other layers, refuses it by its signature.
+TEST_F(TrainCli, VShapedCheckpointsResumeOnlyInAV) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string layout = "--pipeline-model-parallel-size 2 --set cluster.num_gpus=2 "
+                             "--virtual-pipeline-model-parallel-size 2 ";
+  const std::string zbv = layout + "--set parallelism.pipeline_schedule=zb-v ";
+  const fs::path ckpt = *dir_ / "ckpt-zbv";
+  const testing::CliResult straight = train(zbv, 2);
+  const testing::CliResult first =
+      train(zbv + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), 2);
+  const testing::CliResult rest =
+      train(layout + "--set parallelism.pipeline_schedule=dualpipev --load " + ckpt.string(), 2);
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_THAT(rest.output, HasSubstr("resumed from"));
+  const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
+               b = parse_losses(rest.output);
+  ASSERT_EQ(all.train.size(), 20u);
+  ASSERT_EQ(a.train.size(), 10u);
+  ASSERT_EQ(b.train.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
+    EXPECT_NEAR(b.train[i], all.train[10 + i], 1e-5 * all.train[10 + i]) << "step " << i + 11;
+  }
+  const testing::CliResult interleaved = train(layout + "--load " + ckpt.string(), 2);
+  EXPECT_NE(interleaved.status, 0);
+  EXPECT_THAT(interleaved.output,
+              HasSubstr("parallelism.model_chunk_placement: checkpoint v, this run (absent)"));
+}
+
+// Where the V changes no order of gradient accumulation (untied LM head: every parameter sums
+// its micro-batches' gradients in micro-batch order, as under 1F1B, and the loss is counted in
+// the same order), ZB-V and DualPipeV print the very losses of 1F1B on the same layout.
+TEST_F(TrainCli, VShapedSchedulesPrintTheLossesOf1F1B) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string layout = std::string(kLlama) +
+                             " --pipeline-model-parallel-size 2 --set cluster.num_gpus=2 "
+                             "--virtual-pipeline-model-parallel-size 2";
+  const testing::CliResult base = train(layout, 2);
+  ASSERT_EQ(base.status, 0) << base.output;
+  const Losses b = parse_losses(base.output);
+  ASSERT_EQ(b.train.size(), 20u);
+  for (const std::string schedule : {"zb-v", "dualpipev"}) {
+    SCOPED_TRACE(schedule);
+    const testing::CliResult r =
+        train(layout + " --set parallelism.pipeline_schedule=" + schedule, 2);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const Losses l = parse_losses(r.output);
+    EXPECT_EQ(l.train, b.train);
+    EXPECT_EQ(l.validation, b.validation);
+  }
+}
+
+// The B/W split under sequence parallelism (W all-gathers the SP shards of the QKV and FC1
+// inputs again; the row-parallel layers' gathered output gradients wait from B) and with a
+// mixture of experts (W runs the routed experts' grouped wgrad GEMMs on the rows B kept, and
+// the router's wgrad), on ZB-H1 and ZB-V.
+TEST_F(TrainCli, ZeroBubbleSchedulesWithSequenceParallelismAndExperts) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string gbs16 = " --set training.global_batch_size=16";
+  const std::string tp_sp = " --tensor-model-parallel-size 2 --sequence-parallel "
+                            "--pipeline-model-parallel-size 2 --set cluster.num_gpus=4";
+  const std::string zbv = " --virtual-pipeline-model-parallel-size 2 "
+                          "--set parallelism.pipeline_schedule=zb-v";
+  expect_same_losses(train(tp_sp + " --set parallelism.pipeline_schedule=zb-h1", 4));
+  expect_same_losses(train(gbs16 + tp_sp + zbv, 4), gbs16);
+  const std::string moe = std::string(kMoe) + gbs16;
+  expect_same_losses(train(std::string(kMoe) + " --expert-model-parallel-size 2 "
+                                               "--pipeline-model-parallel-size 2 "
+                                               "--set parallelism.pipeline_schedule=zb-h1 "
+                                               "--set cluster.num_gpus=4",
+                           4),
+                     kMoe);
+  expect_same_losses(train(moe + tp_sp + " --expert-model-parallel-size 2 "
+                                         "--expert-tensor-parallel-size 1" + zbv,
+                           4),
+                     moe);
+}
+
 // Pipelines under ZeRO-2/3 on PP 2 x DP 2: the interleaved schedule (2 model chunks, each with
 // its own FSDP units and buckets) and ZB-H1, whose weight-gradient steps (W) trigger the
 // reduce-scatters and whose input-gradient steps (B) gather the layers.
@@ -565,6 +692,14 @@ TEST_F(TrainCli, ShardedDataParallelWithInterleavedAndZeroBubblePipelines) {
     expect_same_losses(train(std::string("--pipeline-model-parallel-size 2 "
                                          "--set parallelism.pipeline_schedule=zb-h1 "
                                          "--set cluster.num_gpus=4") + zero, 4));
+    // ZB-V: the tied LM head on rank 0 adds into the word embedding's gradient, whose bucket
+    // reduce-scatters after each micro-batch's W (the head's W of a micro-batch comes first).
+    const std::string gbs16 = " --set training.global_batch_size=16";
+    expect_same_losses(train(std::string("--pipeline-model-parallel-size 2 "
+                                         "--virtual-pipeline-model-parallel-size 2 "
+                                         "--set parallelism.pipeline_schedule=zb-v "
+                                         "--set cluster.num_gpus=4") + gbs16 + zero, 4),
+                       gbs16);
   }
 }
 

@@ -34,8 +34,10 @@ void RankLowering::plan_buckets() {
     std::vector<std::tuple<int64_t, int64_t, int64_t>> items, expert_items;
     if (vs == num_vstages() - 1) {
       // Final norm, plus the LM head: its own weight when untied, the tied copy when the
-      // embedding lives on another stage.
-      const bool head = sc_.model.untie_embeddings_and_output_weights || d_.p > 1;
+      // embedding lives on another rank (not under a V, whose last stage is on rank 0 beside
+      // the embedding: one weight, as core/params.cpp counts it).
+      const bool head = sc_.model.untie_embeddings_and_output_weights ||
+                        rank_of_vstage_pp(num_vstages() - 1) != 0;
       items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0), 0);
     }
     const ChunkLayers& layers = layers_of(c);

@@ -490,6 +490,28 @@ TEST(Program, DataParallelBucketsCoverEveryParameterOnce) {
   }
 }
 
+// The same under the V of zb-v and dualpipev (tied embedding): rank 0 holds the first and the
+// last virtual stage, so the LM head is the embedding's weight, counted once (core/params.cpp)
+// and reduced once over DP; no rank all-reduces the embedding over the embedding group.
+TEST(Program, DataParallelBucketsUnderAVCountTheTiedHeadOnce) {
+  for (PipelineScheduleKind kind : {PipelineScheduleKind::kZbV, PipelineScheduleKind::kDualPipeV}) {
+    Knobs k;
+    k.pp = 2, k.v = 2, k.dp = 2, k.m = 4, k.layers = 8, k.schedule = kind;
+    const Scenario s = make(k);
+    const Program prog = build_program(s);
+    for (const auto& [r, rp] : prog.ranks) {
+      int64_t grad_bytes = 0, embedding_all_reduces = 0;
+      for (const Op& op : rp.ops) {
+        if (op.kind != OpKind::kCollective) continue;
+        if (op.group == GroupKind::kDpCp && op.phase == Phase::kGradSync) grad_bytes += op.bytes;
+        embedding_all_reduces += op.group == GroupKind::kEmbedding;
+      }
+      EXPECT_EQ(grad_bytes, parameters_on_rank(s, rp.coord.pp) * 4) << "rank " << r;
+      EXPECT_EQ(embedding_all_reduces, 0) << "rank " << r;
+    }
+  }
+}
+
 // Every kernel and communication op carries the role the executor dispatches on: a layer's
 // forward kernels in Megatron's order, each collective tagged with the computation it serves, and
 // every bucket op lists the layers whose gradients it holds (each layer once per chunk).

@@ -1168,17 +1168,20 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
                           const FabricEfficiency& eff, StepScope probe_steps,
                           EstimateCache* cache) {
   const JobGpus job = job_gpus(topo_in, s.cluster.num_gpus);
-  if (job.mixed()) {
+  if (job.mixed() || !job_on_one_node_kind(topo_in, s.cluster.num_gpus)) {
     // One rank stands for its stage here; on a mixed cluster a stage's ranks differ.
     throw UnsupportedError("analytical estimate: topology " + topo_in.name +
                            " places this job on GPUs of several kinds (node_groups); use the "
                            "replay (simulate, or sweep --mode simulate)");
   }
-  // A job inside one node group of a mixed cluster sees that group's GPU only.
+  // A job inside one node group of a mixed cluster sees that group's GPU, NVLink domain and
+  // NICs only (those of its first node: all its nodes have them).
   TopologySpec one_kind;
   if (!topo_in.node_groups.empty()) {
     one_kind = topo_in;
     one_kind.gpu = job.types.front();
+    one_kind.node = node_spec_of(topo_in, 0);
+    one_kind.nic = nic_spec_of(topo_in, 0);
     one_kind.node_groups.clear();
   }
   const TopologySpec& topo = topo_in.node_groups.empty() ? topo_in : one_kind;

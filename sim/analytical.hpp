@@ -112,10 +112,11 @@ class EstimateCache {
 
 /// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo`
 /// with `costs` (see the file comment); a job inside the first node group of a mixed cluster on
-/// that group's GPU. Collective algorithms as the replay chooses them
+/// that group's GPU, NVLink domain and NICs. Collective algorithms as the replay chooses them
 /// (s.cluster.collective_algorithm, else the tuner). Throws what build_program() throws
 /// (UnsupportedError for CP > 1, ...), UnsupportedError for a straggler, a degraded link or a job
-/// on GPUs of several kinds (job_gpus(): mixed), CostModelError
+/// on nodes of several kinds (job_gpus(): mixed, or nodes whose NVLink or NIC rates differ:
+/// job_on_one_node_kind()), CostModelError
 /// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
 /// the schedule cannot complete (a p2p or collective never matched).
 /// `probe_steps`: the steps of the probe that are lowered; StepScope::kAll (every micro-batch of

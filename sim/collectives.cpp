@@ -78,6 +78,16 @@ double intra_share_Bps(const TopologySpec& t, const FabricEfficiency& e, int64_t
          static_cast<double>(k - 1);
 }
 
+/// The distinct nodes of `members` (node = rank / gpus_per_node), ascending.
+std::vector<int64_t> nodes_of(const std::vector<int64_t>& members, int64_t gpus_per_node) {
+  std::vector<int64_t> nodes;
+  nodes.reserve(members.size());
+  for (int64_t r : members) nodes.push_back(r / gpus_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  return nodes;
+}
+
 /// All-to-all: the fraction of its buffer each member sends to other nodes, (n - k)/n.
 double a2a_nic_fraction(const GroupSpan& s) {
   return static_cast<double>(s.ranks - s.ranks_per_node) / static_cast<double>(s.ranks);
@@ -264,9 +274,38 @@ CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const G
   return choose_collective(kind, bytes, span, topo, eff, forced).algorithm;
 }
 
-CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
-                               const TopologySpec& topo, const FabricEfficiency& eff,
-                               const std::string& forced, const std::string& forced_protocol) {
+TopologySpec group_topology(const TopologySpec& topo, const std::vector<int64_t>& members) {
+  TopologySpec t = topo;
+  if (!has_per_node_rates(topo)) return t;
+  t.node_groups.clear();
+  const int64_t gpn = topo.node.gpus_per_node;
+  bool first = true;
+  for (int64_t node : nodes_of(members, gpn)) {
+    const NodeSpec& n = node_spec_of(topo, node);
+    const NicSpec& c = nic_spec_of(topo, node);
+    if (first) {
+      t.node = n;
+      t.nic = c;
+      first = false;
+      continue;
+    }
+    t.node.nvlink_bandwidth_Bps = std::min(t.node.nvlink_bandwidth_Bps, n.nvlink_bandwidth_Bps);
+    t.node.nvlink_latency_s = std::max(t.node.nvlink_latency_s, n.nvlink_latency_s);
+    t.node.nvls = t.node.nvls && n.nvls;
+    t.nic.line_rate_Bps = std::min(t.nic.line_rate_Bps, c.line_rate_Bps);
+    t.nic.latency_s = std::max(t.nic.latency_s, c.latency_s);
+  }
+  return t;
+}
+
+namespace {
+
+/// plan_collective on a topology whose every node of the group has the same rates.
+CollectivePlan plan_on_uniform_nodes(CollectiveKind kind, int64_t bytes,
+                                     const std::vector<int64_t>& members,
+                                     const TopologySpec& topo, const FabricEfficiency& eff,
+                                     const std::string& forced,
+                                     const std::string& forced_protocol) {
   const int64_t gpn = topo.node.gpus_per_node;
   const GroupSpan span = group_span(members, gpn);
   CollectivePlan plan;
@@ -351,24 +390,73 @@ CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::ve
   return plan;
 }
 
+/// Whether every member's node holds the topology's own GPU and rates (its file's node, nic and
+/// gpu, not a node group's of another kind).
+bool on_own_nodes(const TopologySpec& topo, const std::vector<int64_t>& members) {
+  const int64_t gpn = topo.node.gpus_per_node;
+  for (int64_t node : nodes_of(members, gpn)) {
+    if (&node_spec_of(topo, node) != &topo.node || &nic_spec_of(topo, node) != &topo.nic ||
+        gpu_of_node(topo, node).name != topo.gpu.name) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
+                               const TopologySpec& topo, const FabricEfficiency& eff,
+                               const std::string& forced, const std::string& forced_protocol) {
+  return plan_placed_collective(kind, bytes, members, members, topo, eff, forced,
+                                forced_protocol);
+}
+
+CollectivePlan plan_placed_collective(CollectiveKind kind, int64_t bytes,
+                                      const std::vector<int64_t>& members,
+                                      const std::vector<int64_t>& placed,
+                                      const TopologySpec& topo, const FabricEfficiency& eff,
+                                      const std::string& forced,
+                                      const std::string& forced_protocol) {
+  if (topo.node_groups.empty()) {
+    return plan_on_uniform_nodes(kind, bytes, members, topo, eff, forced, forced_protocol);
+  }
+  if (placed.size() != members.size()) {
+    throw InvalidArgument("plan_placed_collective: " + std::to_string(members.size()) +
+                          " members placed on " + std::to_string(placed.size()) + " GPUs");
+  }
+  // A mixed cluster: the group's slowest rates; measured rows only on the file's own nodes.
+  FabricEfficiency own = eff;
+  if (own.measured && !on_own_nodes(topo, placed)) own.measured = nullptr;
+  if (!has_per_node_rates(topo)) {
+    return plan_on_uniform_nodes(kind, bytes, members, topo, own, forced, forced_protocol);
+  }
+  return plan_on_uniform_nodes(kind, bytes, members, group_topology(topo, placed), own, forced,
+                               forced_protocol);
+}
+
 namespace {
 
 /// Route latency of a transfer between two GPUs (see the header: NVLink inside a node; two NICs
 /// and one leaf inside a scalable unit, plus two spine hops across units).
+/// Each node's own rates (node_spec_of, nic_spec_of: a mixed cluster's node groups).
 double route_latency_s(int64_t src, int64_t dst, const TopologySpec& t) {
   const int64_t gpn = t.node.gpus_per_node;
   const int64_t ns = src / gpn, nd = dst / gpn;
-  if (ns == nd) return t.node.nvlink_latency_s;
+  if (ns == nd) return node_spec_of(t, ns).nvlink_latency_s;
   const int64_t su = std::max<int64_t>(1, t.fabric.nodes_per_scalable_unit);
   const double hops = ns / su == nd / su ? 1.0 : 3.0;
-  return 2.0 * t.nic.latency_s + hops * t.fabric.hop_latency_s;
+  return nic_spec_of(t, ns).latency_s + nic_spec_of(t, nd).latency_s +
+         hops * t.fabric.hop_latency_s;
 }
 
-/// Bottleneck bandwidth of a transfer between two GPUs.
+/// Bottleneck bandwidth of a transfer between two GPUs: the slower of the two nodes' NICs.
 double route_Bps(int64_t src, int64_t dst, const TopologySpec& t) {
   const int64_t gpn = t.node.gpus_per_node;
-  if (src / gpn == dst / gpn) return t.node.nvlink_bandwidth_Bps;
-  return std::min(t.nic.line_rate_Bps, t.fabric.link_rate_Bps);
+  const int64_t ns = src / gpn, nd = dst / gpn;
+  if (ns == nd) return node_spec_of(t, ns).nvlink_bandwidth_Bps;
+  return std::min({nic_spec_of(t, ns).line_rate_Bps, nic_spec_of(t, nd).line_rate_Bps,
+                   t.fabric.link_rate_Bps});
 }
 
 }  // namespace

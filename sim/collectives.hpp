@@ -125,7 +125,9 @@ CollectiveAlgorithm choose_algorithm(CollectiveKind kind, int64_t bytes, const G
 /// share, (n - k)/n x bytes, a rail per member), the NVLink part ((k - 1) + (n - k)(k - 1)/k)/n
 /// x bytes / (NVLink x nvlink_ring) (direct sends to the k - 1 local peers plus the PXN hops);
 /// alpha the inter-node one across nodes, else the NVLink one: all sends are posted in one
-/// group and progress together (one step).
+/// group and progress together (one step). `topo`'s node and nic are the group's rates: on a
+/// mixed cluster pass group_topology(topo, members) (as plan_collective does); choose_collective
+/// likewise.
 double collective_time_s(CollectiveKind kind, CollectiveAlgorithm algo, int64_t bytes,
                          const GroupSpan& span, const TopologySpec& topo,
                          const FabricEfficiency& eff,
@@ -148,6 +150,19 @@ struct CollectivePlan {
   double latency_s = 0;
 };
 
+/// The topology a collective over `members` (global ranks, GPU i on node i / gpus_per_node) is
+/// chosen, timed and planned on: `topo` whose node and nic hold the slowest of the members'
+/// nodes (node_spec_of, nic_spec_of: a mixed cluster's node groups): the least NVLink bandwidth
+/// and NIC line rate, the largest NVLink and NIC latencies, NVLS only if every node has it; no
+/// node groups. One rule for a group across nodes of several kinds: NCCL's ring moves each step
+/// to the next member and its tree each chunk to the next level in lockstep, so every channel
+/// runs at the pace of its slowest link (NCCL's topology search, src/graph/search.cc
+/// ncclTopoCompute, settles on the highest per-channel bandwidth that every GPU's path of the
+/// ring or tree can carry), and NVLS needs the GPUs' multicast support (src/transport/nvls.cc,
+/// ncclNvlsInit: CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED; Hopper and later, no A100).
+/// `topo` itself (a copy) when it has no per-node rates (has_per_node_rates).
+TopologySpec group_topology(const TopologySpec& topo, const std::vector<int64_t>& members);
+
 /// Plans a collective over `members` (global ranks, GPU i on node i / gpus_per_node).
 /// Inside one node: no flows, local_time_s = the measured rows' time when eff.measured covers
 /// the op and group size (MeasuredCollectives::time_s), else the closed form. Across nodes, NCCL-style with one
@@ -162,16 +177,32 @@ struct CollectivePlan {
 /// index j, one flow A_j -> B_j of k x bytes / n / ib efficiency — the k messages of node A for
 /// B_j, gathered on A_j by PXN and sent over rail j; local_time_s the NVLink part of
 /// collective_time_s; latency one alpha. `forced` and `forced_protocol` as in choose_collective().
+/// On a mixed cluster (has_per_node_rates) the choice, closed forms and latencies take
+/// group_topology(topo, members), and eff.measured (the rows of the topology's own device) times
+/// only a group whose nodes all hold the topology's own GPU and rates.
 CollectivePlan plan_collective(CollectiveKind kind, int64_t bytes, const std::vector<int64_t>& members,
                                const TopologySpec& topo, const FabricEfficiency& eff,
                                const std::string& forced = "",
                                const std::string& forced_protocol = "");
 
+/// plan_collective for a group whose member i runs on platform GPU placed[i] (a job placed on
+/// some nodes of a shared fabric, sim/multi_job.hpp): the rates, NVLS and measured rows those
+/// GPUs' nodes give, the flows between `members` as plan_collective plans them (placed ==
+/// members: plan_collective). InvalidArgument when the sizes differ.
+CollectivePlan plan_placed_collective(CollectiveKind kind, int64_t bytes,
+                                      const std::vector<int64_t>& members,
+                                      const std::vector<int64_t>& placed,
+                                      const TopologySpec& topo, const FabricEfficiency& eff,
+                                      const std::string& forced = "",
+                                      const std::string& forced_protocol = "");
+
 /// Duration of one transfer of `bytes` from GPU `src` to GPU `dst` alone on its route (no other
 /// traffic): route latency + bytes / bottleneck bandwidth. Inside a node: NVLink latency and
 /// bandwidth. Across nodes: two NIC latencies plus one leaf hop inside a scalable unit or
 /// leaf-spine-leaf (three hops) across units (a three-tier core crossing, ~0.3 us more, is not
-/// distinguished), at min(NIC line rate, fabric link rate). Both engines time uncontended
+/// distinguished), at min(NIC line rate, fabric link rate). Each node takes its own rates
+/// (node_spec_of, nic_spec_of: the sender's and the receiver's NIC on a mixed cluster), as the
+/// platform's links do. Both engines time uncontended
 /// communication with it (the estimator always, the replay without link contention).
 /// InvalidArgument for src == dst.
 double uncontended_transfer_s(int64_t src, int64_t dst, double bytes, const TopologySpec& topo);

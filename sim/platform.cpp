@@ -167,9 +167,11 @@ class SimGridPlatform final : public Platform {
   void build_nodes(sg4::NetZone* root) {
     sg4::NetZone* zone = sg4::create_star_zone("nodes");
     zone->set_parent(root);
-    const double nvlink_Bps = topo_.node.nvlink_bandwidth_Bps * scaling_.nvlink_bandwidth;
     gpu_hosts_.reserve(static_cast<size_t>(plan_.num_gpus));
     for (int64_t node = 0; node < plan_.num_nodes; ++node) {
+      // A mixed cluster's node groups: each node's own NVLink domain.
+      const NodeSpec& domain = node_spec_of(topo_, node);
+      const double nvlink_Bps = domain.nvlink_bandwidth_Bps * scaling_.nvlink_bandwidth;
       const std::string nvswitch = fmt::format("node{}-nvswitch", node);
       const std::string loop_name = fmt::format("node{}-loopback", node);
       // Device-local copies (never asked by endpoints()): HBM bandwidth, no sharing, no latency.
@@ -184,7 +186,7 @@ class SimGridPlatform final : public Platform {
         sg4::Host* host = zone->create_host(gpu, node_gpu.peak.bf16_FLOPs)->seal();
         gpu_hosts_.push_back(host);
         sg4::SplitDuplexLink* nvlink = zone->create_split_duplex_link(gpu + "-nvlink", nvlink_Bps);
-        nvlink->set_latency(topo_.node.nvlink_latency_s / 2)->seal();
+        nvlink->set_latency(domain.nvlink_latency_s / 2)->seal();
         zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr,
                         {sg4::LinkInRoute(nvlink, sg4::LinkInRoute::Direction::UP)}, true);
         zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
@@ -221,7 +223,6 @@ class SimGridPlatform final : public Platform {
         });
     const double ib = scaling_.ib_bandwidth;
     const double link_Bps = topo_.fabric.link_rate_Bps * ib;
-    const double nic_Bps = topo_.nic.line_rate_Bps * ib;
     const double hop_s = topo_.fabric.hop_latency_s;
     std::vector<sg4::Link*> created;
     created.reserve(2 * cables.size());
@@ -257,10 +258,13 @@ class SimGridPlatform final : public Platform {
             rail, i, up->get_name(), down->get_name(), simgrid_id(p, c.level, c.child),
             simgrid_id(p, c.level + 1, c.parent)));
       }
+      // NIC links: each node's own NICs (a mixed cluster's node groups); the padding's the file's.
+      const NicSpec& nic = nic_spec_of(topo_, c.level == 0 ? c.child : 0);
+      const double nic_Bps = nic.line_rate_Bps * ib;
       if (c.level == 0) {
         for (sg4::Link* l : {up, down}) {
           l->set_bandwidth(nic_Bps);
-          l->set_latency(topo_.nic.latency_s + hop_s / 2);
+          l->set_latency(nic.latency_s + hop_s / 2);
         }
       }
       if (is_padding(p, c)) continue;
@@ -357,6 +361,10 @@ TopologySpec scaled_topology(const TopologySpec& topo, const PlatformScaling& sc
   TopologySpec t = topo;
   t.node.nvlink_bandwidth_Bps *= scaling.nvlink_bandwidth;
   t.nic.line_rate_Bps *= scaling.ib_bandwidth;
+  for (NodeGroup& g : t.node_groups) {
+    if (g.node) g.node->nvlink_bandwidth_Bps *= scaling.nvlink_bandwidth;
+    if (g.nic) g.nic->line_rate_Bps *= scaling.ib_bandwidth;
+  }
   t.fabric.link_rate_Bps *= scaling.ib_bandwidth;
   return t;
 }

@@ -1,11 +1,11 @@
 // The SimGrid platform of a cluster: built with SimGrid's C++ builders from a TopologySpec for
 // `num_gpus` GPUs. Layout (rail-optimized DGX SuperPOD):
 //  - inside nodes: a star through each node's NVSwitch, each GPU host with its own split-duplex
-//    NVLink (per-direction bandwidth and latency of node.nvlink_*), so intra-node transfers share
-//    only their endpoints' NVLinks;
+//    NVLink (per-direction bandwidth and latency of node.nvlink_*; on a mixed cluster each node's
+//    own, node_spec_of()), so intra-node transfers share only their endpoints' NVLinks;
 //  - one fat-tree zone per rail r: an endpoint ("NIC host") per node for its r-th NIC, NIC link
-//    at nic.line_rate, leaves/spines(/cores) as the fabric states (oversubscription, link rate,
-//    hop latency).
+//    at nic.line_rate (each node's own: nic_spec_of()), leaves/spines(/cores) as the fabric states
+//    (oversubscription, link rate, hop latency; one fabric for every node group).
 // A transfer between GPUs of one node uses the GPU hosts; between nodes it travels on the
 // sender's rail from the sender node's NIC host to the receiver node's NIC host of that rail
 // (NCCL's PXN places any NVLink hop on the sender side; that hop is not modelled).
@@ -45,8 +45,8 @@
 //    with unused NIC hosts "rail<r>-spare<k>" and the last pod with unused leaves; those links
 //    carry no traffic and are not listed by links(). Routing is SimGrid's static D-mod-K (no
 //    adaptive routing, no ECMP). Link bandwidth: the zone's links are created at
-//    fabric.link_rate x ib_bandwidth, then its NIC links are set to nic.line_rate x ib_bandwidth
-//    (SimGrid takes one bandwidth and latency per fat-tree zone).
+//    fabric.link_rate x ib_bandwidth, then its NIC links are set to their node's nic.line_rate x
+//    ib_bandwidth and nic.latency (SimGrid takes one bandwidth and latency per fat-tree zone).
 //  - What-if scaling (PlatformScaling): NVLink and InfiniBand tiers are created at their scaled
 //    bandwidth; each degraded link is then set to its (scaled) bandwidth x bandwidth_scale with
 //    Link::set_bandwidth once the zones are built. Its name is checked before SimGrid is touched
@@ -91,9 +91,9 @@ std::vector<std::string> platform_link_names(const TopologySpec& topo, int64_t n
 void check_platform_scaling(const TopologySpec& topo, int64_t num_gpus,
                             const PlatformScaling& scaling);
 
-/// `topo` with the tier factors of `scaling` applied: node.nvlink_bandwidth_Bps x
-/// nvlink_bandwidth, nic.line_rate_Bps and fabric.link_rate_Bps x ib_bandwidth (what the closed
-/// forms of collectives must use; degraded links are not in it).
+/// `topo` with the tier factors of `scaling` applied: node.nvlink_bandwidth_Bps (the node groups'
+/// too) x nvlink_bandwidth, nic.line_rate_Bps (the groups' too) and fabric.link_rate_Bps x
+/// ib_bandwidth (what the closed forms of collectives must use; degraded links are not in it).
 TopologySpec scaled_topology(const TopologySpec& topo, const PlatformScaling& scaling);
 
 /// A link of the platform, for metrics: one direction of a full-duplex cable (or a loopback).

@@ -327,7 +327,7 @@ void Engine::arrive(int64_t rank, uint32_t id, const Op& op, double t) {
                   std::to_string(c.rank) + " runs " + prog_.label(other));
     }
   }
-  PlanEntry& entry = plan_of(tp, id, op, rank);
+  PlanEntry& entry = plan_of(tp, id, op, rank, key.group_index);
   const CollectivePlan& plan = entry.plan;
   // Under TP aggregation a collective of a group within one TP rank stands for TP of them.
   entry.calls += tp_stride_ > 1 && !spans_tp(op.group) ? tp_stride_ : 1;
@@ -384,15 +384,21 @@ size_t Engine::index_of(const std::vector<int64_t>& v, int64_t x) {
   return static_cast<size_t>(std::find(v.begin(), v.end(), x) - v.begin());
 }
 
-PlanEntry& Engine::plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank) {
+PlanEntry& Engine::plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank,
+                           int64_t group_index) {
   if (tp.plan[id] != kNone) return plans_[tp.plan[id]];
-  const auto key = plan_key(op);
+  const auto key = plan_key(op, node_kinds(op.group, group_index, rank));
   auto it = plan_ids_.find(key);
   if (it == plan_ids_.end()) {
     PlanEntry e;
     e.members = prog_.layout.group(op.group, rank);
-    e.plan = plan_collective(op.collective, op.bytes, e.members, topo_, opts_.fabric,
-                             opts_.collective_algorithm, opts_.collective_protocol);
+    // Rates of the nodes the members run on (a bound job's placement on a mixed cluster).
+    std::vector<int64_t> placed;
+    placed.reserve(e.members.size());
+    for (int64_t r : e.members) placed.push_back(gpu(r));
+    e.plan = plan_placed_collective(op.collective, op.bytes, e.members, placed, topo_,
+                                    opts_.fabric, opts_.collective_algorithm,
+                                    opts_.collective_protocol);
     for (const CollectiveFlow& f : e.plan.flows) {
       e.flow_members.emplace_back(static_cast<uint32_t>(index_of(e.members, f.src)),
                                   static_cast<uint32_t>(index_of(e.members, f.dst)));
@@ -400,8 +406,37 @@ PlanEntry& Engine::plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank
     it = plan_ids_.emplace(key, static_cast<uint32_t>(plans_.size())).first;
     plans_.push_back(std::move(e));
   }
-  tp.plan[id] = it->second;
+  if (topo_.node_groups.empty()) tp.plan[id] = it->second;
   return plans_[it->second];
+}
+
+const std::string& Engine::node_kinds(GroupKind g, int64_t index, int64_t rank) {
+  static const std::string kOneKind;
+  if (topo_.node_groups.empty()) return kOneKind;
+  auto& of_kind = group_node_kinds_[static_cast<size_t>(g)];
+  if (static_cast<size_t>(index) >= of_kind.size()) of_kind.resize(static_cast<size_t>(index) + 1);
+  std::string& kinds = of_kind[static_cast<size_t>(index)];  // a group has members: "" = not yet
+  if (kinds.empty()) kinds = node_kinds_of(group_members(g, index, rank));
+  return kinds;
+}
+
+std::string Engine::node_kinds_of(const std::vector<int64_t>& members) const {
+  std::string kinds;
+  if (topo_.node_groups.empty()) return kinds;
+  const int64_t gpn = topo_.node.gpus_per_node;
+  for (int64_t r : members) {
+    // The index of the node group of r's node, or the number of groups past them.
+    int64_t node = gpu(r) / gpn, kind = 0;
+    for (const NodeGroup& ng : topo_.node_groups) {
+      if (node < ng.nodes) break;
+      node -= ng.nodes;
+      ++kind;
+    }
+    kinds.push_back(static_cast<char>(kind));
+  }
+  std::sort(kinds.begin(), kinds.end());
+  kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+  return kinds;
 }
 
 const std::vector<int64_t>& Engine::group_members(GroupKind g, int64_t index, int64_t rank) {

@@ -217,13 +217,24 @@ class Engine {
   bool rail_symmetric(PlanEntry& e);
   /// Index of `x` in `v` (v.size() when absent).
   static size_t index_of(const std::vector<int64_t>& v, int64_t x);
-  std::tuple<int, int, int64_t> plan_key(const Op& op) const {
-    return {static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes};
+  /// `node_kinds`: node_kinds() of the op's group ("" on a cluster without node groups).
+  std::tuple<int, int, int64_t, std::string> plan_key(const Op& op,
+                                                      const std::string& node_kinds) const {
+    return {static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes, node_kinds};
   }
-  /// The plan of collective `id` of `tp` (first asked by `rank`). Plans are the same for every
-  /// group of a kind (Megatron layouts are uniform), so they are kept per (group kind,
-  /// collective, bytes) with the members they were planned on; each op remembers its plan.
-  PlanEntry& plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank);
+  /// The plan of collective `id` of `tp` (first asked by `rank`, a member of the group of index
+  /// `group_index`). Plans are the same for every group of a kind (Megatron layouts are
+  /// uniform) whose nodes are of the same kinds, so they are kept per (group kind, collective,
+  /// bytes, node_kinds) with the members they were planned on; each op remembers its plan on a
+  /// cluster without node groups (on a mixed one the ranks of one template sit on nodes of
+  /// several kinds: a TP group on an A100 node runs at its NVLink rate, on an H100 node at its).
+  PlanEntry& plan_of(Template& tp, uint32_t id, const Op& op, int64_t rank, int64_t group_index);
+  /// The node kinds of the group of kind `g` and index `index` holding `rank` on a mixed
+  /// cluster: one byte per distinct node group its members' nodes are in (the nodes past the
+  /// groups count as one more), ascending; "" without node groups. Cached per group.
+  const std::string& node_kinds(GroupKind g, int64_t index, int64_t rank);
+  /// node_kinds() of a group of `members`, not cached.
+  std::string node_kinds_of(const std::vector<int64_t>& members) const;
   /// Members of the group of kind `g` with index `index` (RankLayout::group_index) that holds
   /// `rank`, from RankLayout::group() once per group.
   const std::vector<int64_t>& group_members(GroupKind g, int64_t index, int64_t rank);
@@ -303,7 +314,8 @@ class Engine {
   CollectiveRendezvous<PendingP2P> arrivals_;
   TransferMatcher<PendingP2P> transfers_;
   std::vector<PlanEntry> plans_;
-  std::map<std::tuple<int, int, int64_t>, uint32_t> plan_ids_;  // plan_key -> plans_ index
+  std::map<std::tuple<int, int, int64_t, std::string>, uint32_t> plan_ids_;  // plan_key -> plans_
+  std::array<std::vector<std::string>, kNumGroupKinds> group_node_kinds_;  // node_kinds() cache
   std::array<std::vector<std::vector<int64_t>>, kNumGroupKinds> group_members_;
   std::vector<FlowGroup> groups_;
   std::vector<uint32_t> free_groups_;

@@ -337,7 +337,7 @@ Timeline Engine::timeline() const {
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) peer = peer_of(r, tp, op);
       TimelineEvent e = op_event(prog_, op, r, peer, world_, st.start[op.id], st.t[op.id]);
       if (op.kind == OpKind::kCollective) {
-        auto it = plan_ids_.find(plan_key(op));
+        auto it = plan_ids_.find(plan_key(op, node_kinds_of(prog_.layout.group(op.group, r))));
         if (it != plan_ids_.end()) {
           e.args["algorithm"] = to_string(plans_[it->second].plan.algorithm);
           e.args["protocol"] = to_string(plans_[it->second].plan.protocol);

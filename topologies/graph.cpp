@@ -320,18 +320,20 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
     }
   }
 
-  const double nvlink_Bps = t.node.nvlink_bandwidth_Bps;
-  const double nic_Bps = t.nic.line_rate_Bps;
   const double link_Bps = t.fabric.link_rate_Bps;
   const double hop_s = t.fabric.hop_latency_s;
   const auto add = [&](GraphVertexId a, GraphVertexId b, LinkTier tier, double bw, double lat,
                        int64_t cable) {
     boost::add_edge(a, b, GraphEdge{tier, bw, lat, cable}, graph_);
   };
+  // Each node's own NVLink domain and NICs (a mixed cluster's node groups).
   for (int64_t node = 0; node < p.num_nodes; ++node) {
+    const NodeSpec& domain = node_spec_of(t, node);
+    const double nic_Bps = nic_spec_of(t, node).line_rate_Bps;
     for (int64_t j = 0; j < p.gpus_per_node; ++j) {
       const int64_t g = node * p.gpus_per_node + j;
-      add(gpu(g), nvswitch(node), LinkTier::kNvlink, nvlink_Bps, t.node.nvlink_latency_s / 2, 0);
+      add(gpu(g), nvswitch(node), LinkTier::kNvlink, domain.nvlink_bandwidth_Bps,
+          domain.nvlink_latency_s / 2, 0);
     }
     for (int64_t j = 0; j < p.gpus_per_node; ++j) {
       const int64_t g = node * p.gpus_per_node + j;
@@ -340,8 +342,9 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
   }
   for (int64_t r = 0; r < p.rails; ++r) {
     for (int64_t node = 0; node < p.num_nodes; ++node) {
-      add(nic(node, r), leaf(r, node / p.nodes_per_leaf), LinkTier::kNic, nic_Bps,
-          t.nic.latency_s + hop_s / 2, 0);
+      const NicSpec& node_nic = nic_spec_of(t, node);
+      add(nic(node, r), leaf(r, node / p.nodes_per_leaf), LinkTier::kNic, node_nic.line_rate_Bps,
+          node_nic.latency_s + hop_s / 2, 0);
     }
     for (int64_t l = 0; l < p.leaves_per_rail; ++l) {
       const int64_t pod = l / p.leaves_per_pod;
@@ -576,10 +579,19 @@ GraphCounts count_graph(const ClusterGraph& g) {
   return c;
 }
 
+namespace {
+/// Line rate of one NIC of each of nodes 0 .. half-1, summed (each node's own: nic_spec_of).
+double first_half_nic_Bps(const TopologySpec& t, int64_t half) {
+  double sum = 0;
+  for (int64_t node = 0; node < half; ++node) sum += nic_spec_of(t, node).line_rate_Bps;
+  return sum;
+}
+}  // namespace
+
 double bisection_bandwidth_Bps(const ClusterGraph& g) {
   const FabricPlan& p = g.plan();
-  const double nic_Bps = g.topology().nic.line_rate_Bps;
-  const double link_Bps = g.topology().fabric.link_rate_Bps;
+  const TopologySpec& t = g.topology();
+  const double link_Bps = t.fabric.link_rate_Bps;
   const int64_t half = p.num_nodes / 2;
   if (half == 0) return 0;
   const double leaf_up_Bps = static_cast<double>(p.leaf_uplinks) * link_Bps;
@@ -593,12 +605,15 @@ double bisection_bandwidth_Bps(const ClusterGraph& g) {
          l < std::min((pod + 1) * p.leaves_per_pod, p.leaves_per_rail); ++l) {
       const int64_t first = l * p.nodes_per_leaf;
       const int64_t last = std::min(first + p.nodes_per_leaf, 2 * half);  // exclusive
-      const int64_t in_a = std::max<int64_t>(0, std::min(last, half) - first);
-      const int64_t in_b = std::max<int64_t>(0, last - std::max(first, half));
-      const int64_t pairs = std::min(in_a, in_b);
-      matched += static_cast<double>(pairs) * nic_Bps;
-      pod_a += std::min(static_cast<double>(in_a - pairs) * nic_Bps, leaf_up_Bps);
-      pod_b += std::min(static_cast<double>(in_b - pairs) * nic_Bps, leaf_up_Bps);
+      // Each node's NIC rate (a mixed cluster's node groups may differ).
+      double a_Bps = 0, b_Bps = 0;
+      for (int64_t node = first; node < last; ++node) {
+        (node < half ? a_Bps : b_Bps) += nic_spec_of(t, node).line_rate_Bps;
+      }
+      const double pairs = std::min(a_Bps, b_Bps);
+      matched += pairs;
+      pod_a += std::min(a_Bps - pairs, leaf_up_Bps);
+      pod_b += std::min(b_Bps - pairs, leaf_up_Bps);
     }
     if (p.tiers == 2) {
       top_a += pod_a;
@@ -657,7 +672,7 @@ std::string describe_cluster_graph(const ClusterGraph& g) {
     out += fmt::format(
         "  bisection {:.1f} GB/s between nodes 0-{} and {}-{} ({} of their NICs' line rate)\n",
         bisection / 1e9, half - 1, half, 2 * half - 1,
-        percent(bisection, static_cast<double>(half * p.rails) * t.nic.line_rate_Bps));
+        percent(bisection, static_cast<double>(p.rails) * first_half_nic_Bps(t, half)));
   } else {
     out += "  bisection none: one node\n";
   }

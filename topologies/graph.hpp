@@ -12,7 +12,8 @@
 //   spine     "rail<r>-spine<s>" spine s of rail r's spine group (pod s / spines_per_pod)
 //   core      "rail<r>-core<c>"  core c of rail r (three tiers)
 // Edges (undirected, full duplex: `bandwidth_Bps` in each direction; one edge per cable):
-//   nvlink      GPU - its node's NVSwitch, node.nvlink_bandwidth
+//   nvlink      GPU - its node's NVSwitch, node.nvlink_bandwidth (each node's own on a mixed
+//               cluster: node_spec_of, topologies/topology.hpp; NIC rates likewise)
 //   pcie        GPU - its NIC (GPU j uses NIC j * nics_per_node / gpus_per_node) through the
 //               node's PCIe switch; the file gives no PCIe figure, so it carries the NIC line
 //               rate (PCIe Gen4/Gen5 x16 is faster than HDR/NDR); routes do not use it (below)
@@ -231,7 +232,7 @@ GraphCounts count_graph(const ClusterGraph& g);
 /// half of the nodes (0 .. N/2-1) can send to the second half (N/2 .. 2*(N/2)-1) at once,
 /// every rail, NIC to NIC (a node left over when N is odd takes no part; one node: 0).
 /// Fat-tree formula, per rail, bottom-up: under each leaf, half A and half B nodes pair up at
-/// the NIC rate; what is left goes up, at most U x link_rate per leaf; the pods (with two tiers,
+/// their NICs' rates (min of the two halves' sums under the leaf); what is left goes up, at most U x link_rate per leaf; the pods (with two tiers,
 /// the whole rail) pair up what comes up, the rest leaves the pod at most a x c2 x P2 x link_rate
 /// per pod and pairs up at the cores. For whole SUs and whole pods split evenly this is
 ///   rails x min(N/2 x line_rate, leaves/2 x U x link_rate [, pods/2 x pod up-capacity]).

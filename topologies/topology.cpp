@@ -408,25 +408,20 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
   return t;
 }
 
-/// The first key of the node and nic sections whose values differ between `a` and `b`, with
-/// both values as text; nullopt when none does.
-std::optional<std::tuple<std::string, std::string, std::string>> first_node_difference(
+/// The first key of the node and nic sections that set the shape of an NVLink domain and its
+/// rails (what every node of a topology shares: rank placement, the rails of the fabric, the
+/// collectives library) whose values differ between `a` and `b`, with both values as text;
+/// nullopt when none does. The rates (NVLink bandwidth and latency, NVLS, NIC line rate and
+/// latency) may differ per node group.
+std::optional<std::tuple<std::string, std::string, std::string>> first_shape_difference(
     const TopologySpec& a, const TopologySpec& b) {
   auto count = [](int64_t v) { return std::to_string(v); };
   const std::initializer_list<std::tuple<const char*, std::string, std::string>> keys = {
       {"node.gpus_per_node", count(a.node.nvlink_domain_gpus), count(b.node.nvlink_domain_gpus)},
       {"node.gpus_used_per_node", count(a.node.gpus_per_node), count(b.node.gpus_per_node)},
       {"node.gpus_per_tray", count(a.node.tray_gpus()), count(b.node.tray_gpus())},
-      {"node.nvlink_bandwidth", format_bandwidth_Bps(a.node.nvlink_bandwidth_Bps),
-       format_bandwidth_Bps(b.node.nvlink_bandwidth_Bps)},
-      {"node.nvlink_latency", format_time_s(a.node.nvlink_latency_s),
-       format_time_s(b.node.nvlink_latency_s)},
-      {"node.nvls", a.node.nvls ? "true" : "false", b.node.nvls ? "true" : "false"},
       {"node.collectives", a.node.nccl ? "nccl" : "mpi", b.node.nccl ? "nccl" : "mpi"},
       {"nic.nics_per_node", count(a.nic.nics_per_node), count(b.nic.nics_per_node)},
-      {"nic.line_rate", format_bandwidth_Bps(a.nic.line_rate_Bps),
-       format_bandwidth_Bps(b.nic.line_rate_Bps)},
-      {"nic.latency", format_time_s(a.nic.latency_s), format_time_s(b.nic.latency_s)},
   };
   for (const auto& [key, va, vb] : keys) {
     if (va != vb) return std::make_tuple(std::string(key), va, vb);
@@ -463,16 +458,26 @@ std::vector<NodeGroup> parse_node_groups(const Mapping& top, const TopologySpec&
           "{}: group \"{}\": {} has node_groups itself (allowed: a topology of one GPU type)",
           item.where("node_template"), g.name, file.string()));
     }
-    if (const auto diff = first_node_difference(t, tmpl)) {
+    if (const auto diff = first_shape_difference(t, tmpl)) {
       const auto& [key, mine, theirs] = *diff;
       throw ConfigError(fmt::format(
           "{}: group \"{}\": {} of {} is {}, this file's is {}; the node groups of a topology "
-          "share its node and nic sections (per-group NVLink and NIC rates are not modelled: "
-          "allowed a template whose node and nic equal this file's, e.g. H100 and H200 nodes)",
+          "share the shape of its NVLink domain and its rails on one fabric (allowed: a template "
+          "whose node.gpus_per_node, gpus_used_per_node, gpus_per_tray, collectives and "
+          "nic.nics_per_node equal this file's; NVLink and NIC rates may differ, e.g. DGX A100 "
+          "nodes beside DGX H100 ones)",
           item.where("node_template"), g.name, key, file.string(), theirs, mine));
     }
     g.gpu = tmpl.gpu;
     g.node_template = file;
+    const NodeSpec& n = tmpl.node;
+    if (n.nvlink_bandwidth_Bps != t.node.nvlink_bandwidth_Bps ||
+        n.nvlink_latency_s != t.node.nvlink_latency_s || n.nvls != t.node.nvls) {
+      g.node = n;
+    }
+    if (tmpl.nic.line_rate_Bps != t.nic.line_rate_Bps || tmpl.nic.latency_s != t.nic.latency_s) {
+      g.nic = tmpl.nic;
+    }
     groups.push_back(std::move(g));
   }
   return groups;
@@ -579,14 +584,59 @@ void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
   for (const NodeGroup& g : t.node_groups) check_one_gpu_supports(t.name, g.gpu, training);
 }
 
-const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node) {
-  if (node < 0) throw InvalidArgument(fmt::format("gpu_of_node: node {} < 0", node));
+namespace {
+/// The node group that holds NVLink domain `node`, or null for the nodes past the groups.
+/// InvalidArgument for node < 0.
+const NodeGroup* group_of_node(const TopologySpec& t, int64_t node, const char* who) {
+  if (node < 0) throw InvalidArgument(fmt::format("{}: node {} < 0", who, node));
   int64_t first = 0;
   for (const NodeGroup& g : t.node_groups) {
-    if (node < first + g.nodes) return g.gpu;
+    if (node < first + g.nodes) return &g;
     first += g.nodes;
   }
-  return t.gpu;
+  return nullptr;
+}
+}  // namespace
+
+const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node) {
+  const NodeGroup* g = group_of_node(t, node, "gpu_of_node");
+  return g != nullptr ? g->gpu : t.gpu;
+}
+
+const NodeSpec& node_spec_of(const TopologySpec& t, int64_t node) {
+  const NodeGroup* g = group_of_node(t, node, "node_spec_of");
+  return g != nullptr && g->node ? *g->node : t.node;
+}
+
+const NicSpec& nic_spec_of(const TopologySpec& t, int64_t node) {
+  const NodeGroup* g = group_of_node(t, node, "nic_spec_of");
+  return g != nullptr && g->nic ? *g->nic : t.nic;
+}
+
+bool has_per_node_rates(const TopologySpec& t) {
+  return std::any_of(t.node_groups.begin(), t.node_groups.end(),
+                     [](const NodeGroup& g) { return g.node || g.nic; });
+}
+
+bool job_on_one_node_kind(const TopologySpec& t, int64_t num_gpus) {
+  if (num_gpus < 1) {
+    throw InvalidArgument(fmt::format("job_on_one_node_kind: num_gpus {} < 1", num_gpus));
+  }
+  const int64_t last = place_rank(t, num_gpus - 1).node;
+  const NodeSpec& n0 = node_spec_of(t, 0);
+  const NicSpec& c0 = nic_spec_of(t, 0);
+  const std::string& gpu0 = gpu_of_node(t, 0).name;
+  for (int64_t node = 1; node <= last; ++node) {
+    const NodeSpec& n = node_spec_of(t, node);
+    const NicSpec& c = nic_spec_of(t, node);
+    if (n.nvlink_bandwidth_Bps != n0.nvlink_bandwidth_Bps ||
+        n.nvlink_latency_s != n0.nvlink_latency_s || n.nvls != n0.nvls ||
+        c.line_rate_Bps != c0.line_rate_Bps || c.latency_s != c0.latency_s ||
+        gpu_of_node(t, node).name != gpu0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 JobGpus job_gpus(const TopologySpec& t, int64_t num_gpus) {
@@ -753,10 +803,20 @@ std::string describe_topology(const TopologySpec& t) {
       format_time_s(f.hop_latency_s));
   int64_t first = 0;
   for (const NodeGroup& g : t.node_groups) {
-    out += fmt::format("  group   {}: nodes {} to {}: {}, {} HBM, dense {} bf16 (from {})\n",
+    std::string rates;
+    if (g.node) {
+      rates += fmt::format(", NVLink {} per GPU per direction, {} latency, NVLS {}",
+                           format_bandwidth_Bps(g.node->nvlink_bandwidth_Bps),
+                           format_time_s(g.node->nvlink_latency_s), g.node->nvls ? "on" : "off");
+    }
+    if (g.nic) {
+      rates += fmt::format(", NICs {}, {} latency", format_line_rate_bps(g.nic->line_rate_Bps),
+                           format_time_s(g.nic->latency_s));
+    }
+    out += fmt::format("  group   {}: nodes {} to {}: {}, {} HBM, dense {} bf16{} (from {})\n",
                        g.name, first, first + g.nodes - 1, g.gpu.name,
                        format_bytes(g.gpu.memory_bytes),
-                       format_flop_rate_FLOPs(g.gpu.peak.bf16_FLOPs),
+                       format_flop_rate_FLOPs(g.gpu.peak.bf16_FLOPs), rates,
                        g.node_template.filename().string());
     first += g.nodes;
   }

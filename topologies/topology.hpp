@@ -120,13 +120,20 @@ struct FabricSpec {
 };
 
 /// Nodes of another GPU type in a mixed cluster (one item of the file's node_groups): `nodes`
-/// NVLink domains, after those of the groups before it, whose GPUs are `gpu` (the node_template
-/// file's). Their node and NIC sections equal the topology's (the loader checks it).
+/// NVLink domains, after those of the groups before it, whose GPUs, NVLink domain and NICs are the
+/// node_template file's (its fabric is not used: the switches are the topology's). The domain's
+/// shape (node.gpus_per_node, gpus_used_per_node, gpus_per_tray, collectives) and the rails
+/// (nic.nics_per_node) equal the topology's (the loader checks it); its rates may differ (a DGX
+/// A100 node: NVLink 3 at 300 GB/s per direction, no NVLS, HDR 200 Gb/s NICs).
 struct NodeGroup {
   std::string name;
   int64_t nodes = 0;
   GpuSpec gpu;
   std::filesystem::path node_template;  ///< the topology file the GPU was read from
+  /// The template's node and nic where their rates differ from the topology's; nullopt: the
+  /// topology's own (node_spec_of(), nic_spec_of()).
+  std::optional<NodeSpec> node = std::nullopt;
+  std::optional<NicSpec> nic = std::nullopt;
 };
 
 /// A whole cluster topology as read from topologies/*.yaml.
@@ -143,6 +150,23 @@ struct TopologySpec {
 
 /// The GPU of NVLink domain `node`: its node group's, else t.gpu. InvalidArgument for node < 0.
 const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node);
+
+/// The NVLink domain (bandwidth, latency, NVLS) of NVLink domain `node`: its node group's where
+/// the group has its own (NodeGroup::node), else t.node. InvalidArgument for node < 0.
+const NodeSpec& node_spec_of(const TopologySpec& t, int64_t node);
+
+/// The NICs (line rate, latency) of NVLink domain `node`: its node group's where the group has
+/// its own (NodeGroup::nic), else t.nic. InvalidArgument for node < 0.
+const NicSpec& nic_spec_of(const TopologySpec& t, int64_t node);
+
+/// Whether some node group has NVLink or NIC rates of its own (NodeGroup::node or nic set):
+/// then the platform and the collectives take each node's rates (node_spec_of, nic_spec_of).
+bool has_per_node_rates(const TopologySpec& t);
+
+/// Whether the NVLink domains of the first `num_gpus` ranks (place_rank) all have one GPU type
+/// and the same NVLink and NIC rates: a job the estimator can time with one node template.
+/// InvalidArgument for num_gpus < 1.
+bool job_on_one_node_kind(const TopologySpec& t, int64_t num_gpus);
 
 /// The GPUs a job of `num_gpus` ranks (placed by place_rank) runs on: the distinct types in the
 /// order of their first rank, and each rank's index into them. One type unless the job reaches

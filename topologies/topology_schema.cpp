@@ -27,7 +27,8 @@ constexpr std::array kKeys = {
     KeySpec{"", "fabric", V::kMapping, true, 0, "", "the switched network between the domains"},
     KeySpec{"", "node_groups", V::kList, false, 0, "",
             "nodes of other GPU types (a mixed cluster), in node order from node 0: a list of "
-            "{name, nodes, node_template}; the nodes past the groups have this file's gpu"},
+            "{name, nodes, node_template}; the nodes past the groups have this file's gpu, node "
+            "and nic"},
 
     KeySpec{"gpu", "name", V::kText, true, 0, "H100-SXM-80GB",
             "the GPU's name (calibration files' cluster.gpu; picks traces/db/<name>.json)"},
@@ -92,9 +93,10 @@ constexpr std::array kKeys = {
     KeySpec{"node_groups", "nodes", V::kInteger, true, 1, "16",
             "NVLink domains of the group, taken in node order after the groups before it"},
     KeySpec{"node_groups", "node_template", V::kText, true, 0, "dgx-h200-superpod.yaml",
-            "a topology file (relative to this one) whose gpu the group's nodes have; its node "
-            "and nic sections must equal this file's (per-group NVLink and NIC rates are not "
-            "modelled)"},
+            "a topology file (relative to this one) whose gpu, NVLink domain and NICs the "
+            "group's nodes have (its fabric is not used); its node.gpus_per_node, "
+            "gpus_used_per_node, gpus_per_tray, collectives and nic.nics_per_node must equal "
+            "this file's, its NVLink and NIC rates may differ (DGX A100 beside DGX H100)"},
 };
 
 

@@ -88,18 +88,47 @@ TEST_F(MixedCluster, ACustomLayoutSetsTheLayersOfEachStage) {
   EXPECT_THAT(bad.output, HasSubstr("places 5 transformer layers, but model.num_layers = 4"));
 }
 
-TEST_F(MixedCluster, AnA100GroupIsRefusedNamingWhatDiffers) {
-  std::ofstream out(dir_ / "a100.yaml");
+/// A DGX H100 topology in `dir` whose node 0 comes from `node_template` (a shipped topology).
+std::string h100_with_first_node(const fs::path& dir, const std::string& node_template) {
+  const fs::path file = dir / ("first-" + node_template);
+  std::ofstream out(file);
   std::ifstream in(kSource + "/topologies/dgx-h100-superpod.yaml");
-  out << in.rdbuf() << "\nnode_groups:\n  - {name: old, nodes: 1, node_template: " << kSource
-      << "/topologies/dgx-a100-superpod.yaml}\n";
-  out.close();
-  const auto r = run_cli("simulate " + kTiny + " --set cluster.topology=" +
-                         (dir_ / "a100.yaml").string() + " --set cluster.num_gpus=16 --quiet");
+  out << in.rdbuf() << "\nnode_groups:\n  - {name: first, nodes: 1, node_template: " << kSource
+      << "/topologies/" << node_template << "}\n";
+  return file.string();
+}
+
+// A DGX A100 node beside a DGX H100 one: pipeline stage 0 on the A100 node (its GPU, NVLink 3
+// and HDR NICs), stage 1 on the H100 node; both kinds named; slower than on H100s only, faster
+// than on A100s only.
+TEST_F(MixedCluster, AnA100NodeBesideAnH100NodeRunsEachStageOnItsKind) {
+  const std::string topo = h100_with_first_node(dir_, "dgx-a100-superpod.yaml");
+  const auto iteration_s = [&](const std::string& topology, const std::string& out) {
+    const auto r = run_cli("simulate " + kTiny + " --set cluster.topology=" + topology +
+                           " --set cluster.num_gpus=16 --quiet --out " + (dir_ / out).string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream in(dir_ / out / "summary.json");
+    const auto j = nlohmann::json::parse(in);
+    return std::make_pair(r.output, j.at("iteration_time_s").get<double>());
+  };
+  const auto [output, mixed_s] = iteration_s(topo, "mixed");
+  EXPECT_THAT(output, HasSubstr("on 8 x A100-SXM-80GB + 8 x H100-SXM-80GB ("));
+  const double h100_s =
+      iteration_s(kSource + "/topologies/dgx-h100-superpod.yaml", "h100").second;
+  const double a100_s =
+      iteration_s(kSource + "/topologies/dgx-a100-superpod.yaml", "a100").second;
+  EXPECT_GT(mixed_s, h100_s);
+  EXPECT_LT(mixed_s, a100_s);
+}
+
+TEST_F(MixedCluster, ANodeTemplateOfAnotherDomainShapeIsRefusedNamingTheKey) {
+  const std::string topo = h100_with_first_node(dir_, "gb200-nvl72-superpod.yaml");
+  const auto r = run_cli("simulate " + kTiny + " --set cluster.topology=" + topo +
+                         " --set cluster.num_gpus=16 --quiet");
   EXPECT_NE(r.status, 0);
-  EXPECT_THAT(r.output, HasSubstr("a100.yaml:"));
-  EXPECT_THAT(r.output, HasSubstr("node.nvlink_bandwidth"));
-  EXPECT_THAT(r.output, HasSubstr("not modelled"));
+  EXPECT_THAT(r.output, HasSubstr("first-gb200-nvl72-superpod.yaml:"));
+  EXPECT_THAT(r.output, HasSubstr("node.gpus_per_node"));
+  EXPECT_THAT(r.output, HasSubstr("is 72, this file's is 8"));
 }
 
 }  // namespace

@@ -1,12 +1,19 @@
 // Tests of a job on a mixed cluster (topologies' node_groups): each rank timed on its own GPU by
 // the timing layer (sim/timed_program.hpp), the replay against a straggler that slows the same
 // ranks by the same factor, the summary's MFU over the job's peaks, and the estimator's refusal.
+// Node groups with their own NVLink and NIC rates (DGX A100 nodes beside DGX H100 ones): the
+// platform's links per node, the closed forms of a group at its slowest node's rates
+// (group_topology), the replay's plans per node kind, and a job on one kind against the
+// homogeneous cluster of that kind.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/program.hpp"
@@ -15,12 +22,15 @@
 #include "core/flops.hpp"
 #include "core/memory.hpp"
 #include "sim/analytical.hpp"
+#include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
+#include "sim/platform.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
 #include "sim/timed_program.hpp"
 #include "tests/sim/sim_test_support.hpp"
+#include "tests/sim/simgrid_test_engine.hpp"
 
 namespace traintwin {
 namespace {
@@ -227,6 +237,230 @@ TEST(MixedGpus, TheEstimatorRefusesAMixedJob) {
   const double on_mixed = estimate(one_node, mixed, *costs).iteration_time_s;
   EXPECT_GT(on_mixed, 0);
   EXPECT_EQ(on_mixed, estimate(one_node, testing::h100(), *costs).iteration_time_s);
+}
+
+// ---- node groups with their own NVLink and NIC rates (DGX A100 beside DGX H100) -------------
+
+const std::string kTopologies = std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/";
+
+TopologySpec a100() { return load_topology(kTopologies + "dgx-a100-superpod.yaml"); }
+TopologySpec mixed_a100() { return load_topology(kTopologies + "mixed-h100-a100-superpod.yaml"); }
+
+/// DGX H100 whose first `nodes` nodes are DGX A100s (GPU, NVLink domain and NICs), built in code
+/// as the loader builds the shipped mixed file's group.
+TopologySpec a100_then_h100(int64_t nodes) {
+  TopologySpec t = testing::h100();
+  const TopologySpec old = a100();
+  t.node_groups.push_back({"a100", nodes, old.gpu, "", old.node, old.nic});
+  return t;
+}
+
+/// DGX H100 with DGX A100 node and NIC rates everywhere (H100 GPUs): every node as fast as the
+/// slowest of a100_then_h100's, so a group across both kinds must time as on it.
+TopologySpec h100_at_a100_rates() {
+  TopologySpec t = testing::h100();
+  t.node = a100().node;
+  t.nic = a100().nic;
+  return t;
+}
+
+int64_t GiB(int64_t n) { return n << 30; }
+
+/// The tiny GPT as TP `tp` x DP on `gpus` GPUs (one pipeline stage), for Programs of one
+/// collective on that layout (testing::one_collective).
+Scenario tiny_tp_dp(int64_t tp, int64_t gpus) {
+  return load_scenario(kScenarios + "gpt-tiny-brown.yaml",
+                       {{"model.num_attention_heads", "8"},
+                        {"parallelism.tensor_model_parallel_size", std::to_string(tp)},
+                        {"parallelism.pipeline_model_parallel_size", "1"},
+                        {"cluster.num_gpus", std::to_string(gpus)}});
+}
+
+TEST(MixedNodes, ThePlatformBuildsEachNodeFromItsGroupsTemplate) {
+  const TopologySpec t = mixed_a100();
+  const auto p = Platform::build(testing::simgrid_test_engine(), t, 1024);  // nodes 0-127
+  std::map<std::string, double> bw;
+  for (const PlatformLink& l : p->links()) bw[l.name] = l.bandwidth_Bps;
+  // DGX A100 (nodes 0-63): NVLink 3 at 300 GB/s per direction, HDR 200 Gb/s = 25 GB/s.
+  EXPECT_EQ(bw.at("node0-gpu0-nvlink-up"), 300e9);
+  EXPECT_EQ(bw.at("node63-gpu7-nvlink-down"), 300e9);
+  EXPECT_EQ(bw.at("node0-nic0-up"), 25e9);
+  EXPECT_EQ(bw.at("node63-nic7-down"), 25e9);
+  // DGX H100 (nodes 64-127): 450 GB/s, NDR 400 Gb/s = 50 GB/s.
+  EXPECT_EQ(bw.at("node64-gpu0-nvlink-up"), 450e9);
+  EXPECT_EQ(bw.at("node64-nic0-up"), 50e9);
+  EXPECT_EQ(bw.at("node127-nic7-down"), 50e9);
+  // The fabric is the file's: NDR switch-to-switch links under A100 and H100 leaves alike.
+  EXPECT_EQ(bw.at("rail0-leaf0-spine0-c0-up"), 50e9);
+  EXPECT_EQ(bw.at("rail0-leaf2-spine0-c0-up"), 50e9);
+}
+
+// A job on the A100 nodes of the mixed cluster (nodes 0-63) is the same job on a DGX A100
+// SuperPOD: replay and estimate alike, exactly. TP 8 x DP 2 x PP 2 on 4 nodes of one leaf: TP
+// all-reduces on NVLink 3, DP rings and pipeline sends over the HDR NICs (the two files' fabrics
+// differ only above the leaves, which these routes do not reach).
+TEST(MixedNodes, AJobOnTheA100NodesIsTheJobOnADgxA100SuperPod) {
+  const Scenario s = load_scenario(kScenarios + "gpt-tiny-brown.yaml",
+                                   {{"model.hidden_size", "2048"},
+                                    {"model.num_attention_heads", "16"},
+                                    {"model.seq_length", "2048"},
+                                    {"parallelism.tensor_model_parallel_size", "8"},
+                                    {"parallelism.pipeline_model_parallel_size", "2"},
+                                    {"cluster.num_gpus", "32"}});
+  const TopologySpec mixed = mixed_a100();
+  ASSERT_FALSE(job_gpus(mixed, 32).mixed());
+  ASSERT_TRUE(job_on_one_node_kind(mixed, 32));
+  const auto costs = proportional_roofline(a100().gpu);
+  const double on_a100 = replayed_iteration_s(s, a100(), *costs);
+  EXPECT_EQ(replayed_iteration_s(s, mixed, *costs), on_a100);
+  // The same job on H100 nodes (and GPUs) is faster: the A100 rates are really used.
+  EXPECT_LT(replayed_iteration_s(s, testing::h100(), *costs), 0.8 * on_a100);
+  EXPECT_EQ(estimate(s, mixed, *costs).iteration_time_s,
+            estimate(s, a100(), *costs).iteration_time_s);
+}
+
+// A TP-8 all-reduce of 1 GiB inside an A100 node of the mixed cluster costs what the DGX A100
+// topology gives: a ring on NVLink 3 (no NVLS), 2 (n-1)/n S / (300 GB/s x 0.80) = 7.83 ms plus
+// NCCL's latency (under 1 %); inside an H100 node what the DGX H100 topology gives (NVLS).
+TEST(MixedNodes, AnAllReduceInsideANodeTakesThatNodesNvlink) {
+  const TopologySpec mixed = mixed_a100();
+  const FabricEfficiency eff;
+  const std::vector<int64_t> a100_node = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<int64_t> h100_node = {512, 513, 514, 515, 516, 517, 518, 519};
+  const CollectivePlan on_mixed = plan_collective(CollectiveKind::kAllReduce, GiB(1), a100_node,
+                                                  mixed, eff);
+  const CollectivePlan on_a100 =
+      plan_collective(CollectiveKind::kAllReduce, GiB(1), a100_node, a100(), eff);
+  EXPECT_EQ(on_mixed.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(on_mixed.local_time_s, on_a100.local_time_s);
+  const double by_hand = 2.0 * 7 / 8 * static_cast<double>(GiB(1)) / (300e9 * eff.nvlink_ring);
+  EXPECT_NEAR(on_mixed.local_time_s, by_hand, 0.01 * by_hand);
+  const CollectivePlan h100_mixed =
+      plan_collective(CollectiveKind::kAllReduce, GiB(1), h100_node, mixed, eff);
+  const CollectivePlan h100_alone =
+      plan_collective(CollectiveKind::kAllReduce, GiB(1), a100_node, testing::h100(), eff);
+  EXPECT_EQ(h100_mixed.algorithm, CollectiveAlgorithm::kNvls);
+  EXPECT_EQ(h100_mixed.local_time_s, h100_alone.local_time_s);
+  // NVLS asked of an A100 node is refused; of an H100 node of the same cluster it runs.
+  EXPECT_THROW(plan_collective(CollectiveKind::kAllReduce, GiB(1), a100_node, mixed, eff, "nvls"),
+               ConfigError);
+  EXPECT_EQ(plan_collective(CollectiveKind::kAllReduce, GiB(1), h100_node, mixed, eff, "nvls")
+                .algorithm,
+            CollectiveAlgorithm::kNvls);
+  // The rule: the group's slowest node (here one node: its own rates).
+  EXPECT_EQ(group_topology(mixed, a100_node).node.nvlink_bandwidth_Bps, 300e9);
+  EXPECT_FALSE(group_topology(mixed, a100_node).node.nvls);
+  EXPECT_EQ(group_topology(mixed, h100_node).node.nvlink_bandwidth_Bps, 450e9);
+}
+
+// A DP ring over GPU 0 of nodes 62-65 (two A100 nodes, two H100 nodes) runs at the A100's HDR
+// NIC: every ring step waits for its slowest edge. 1 GiB: 2 (n-1)/n S / (25 GB/s x 0.94) =
+// 68.5 ms plus latency (under 1 %), as on H100 nodes with A100 rates, twice the all-H100 ring.
+TEST(MixedNodes, ARingAcrossBothKindsTakesTheSlowerNic) {
+  const TopologySpec mixed = mixed_a100();
+  const FabricEfficiency eff;
+  const std::vector<int64_t> ring = {62 * 8, 63 * 8, 64 * 8, 65 * 8};
+  const TopologySpec slowest = group_topology(mixed, ring);
+  EXPECT_EQ(slowest.nic.line_rate_Bps, 25e9);
+  EXPECT_EQ(slowest.node.nvlink_bandwidth_Bps, 300e9);
+  EXPECT_FALSE(slowest.node.nvls);
+  EXPECT_TRUE(slowest.node_groups.empty());
+  const CollectivePlan plan = plan_collective(CollectiveKind::kAllReduce, GiB(1), ring, mixed, eff);
+  EXPECT_EQ(plan.algorithm, CollectiveAlgorithm::kRing);
+  const double t = uncontended_time_s(plan, mixed);
+  const TopologySpec ref = h100_at_a100_rates();
+  EXPECT_EQ(t, uncontended_time_s(
+                   plan_collective(CollectiveKind::kAllReduce, GiB(1), ring, ref, eff), ref));
+  const double by_hand = 1.5 * static_cast<double>(GiB(1)) / (25e9 * eff.ib);
+  EXPECT_NEAR(t, by_hand, 0.01 * by_hand);
+  const TopologySpec h100 = testing::h100();
+  const double fast = uncontended_time_s(
+      plan_collective(CollectiveKind::kAllReduce, GiB(1), ring, h100, eff), h100);
+  EXPECT_NEAR(t / fast, 2.0, 0.02);
+  // A transfer between an A100 and an H100 node: the A100's NIC bounds it.
+  EXPECT_EQ(uncontended_transfer_s(63 * 8, 64 * 8, 25e9, mixed),
+            uncontended_transfer_s(63 * 8, 64 * 8, 25e9, ref));
+}
+
+// The replay of a DP all-reduce over nodes 0-3 (A100, A100, H100, H100: TP 8 x DP 4), its flows
+// on the platform's links with contention: as on four nodes at A100 rates, twice the all-H100.
+TEST(MixedNodes, TheReplayedRingAcrossBothKindsTakesTheSlowerNic) {
+  const RankLayout layout(8, 1, 4, 1);
+  const Program prog =
+      testing::one_collective(tiny_tp_dp(8, 32), layout, GroupKind::kDp, GiB(1) / 4);
+  testing::TableCostModel costs;
+  const auto replayed = [&](const TopologySpec& t) {
+    return std::stod(run_isolated([&] {
+      return fmt::format("{:.17g}", simulate_program(prog, t, costs).iteration_time_s);
+    }));
+  };
+  const double mixed = replayed(a100_then_h100(2));
+  const double slow = replayed(h100_at_a100_rates());
+  EXPECT_NEAR(mixed, slow, 1e-9 * slow);
+  EXPECT_GT(mixed, 1.8 * replayed(testing::h100()));
+}
+
+// Each node's TP all-reduce at its own NVLink in one replay: rank 0's group on the A100 node,
+// rank 8's on the H100 node (one template for both: the plan is kept per node kind, not per
+// group kind alone).
+TEST(MixedNodes, EachNodesTpAllReduceTakesItsOwnNvlinkInOneReplay) {
+  const RankLayout layout(8, 1, 2, 1);
+  const Program prog =
+      testing::one_collective(tiny_tp_dp(8, 16), layout, GroupKind::kTp, GiB(1));
+  testing::TableCostModel costs;
+  const TopologySpec mixed = a100_then_h100(1);
+  const std::string out = run_isolated([&] {
+    SimulationOptions o;
+    o.trace_ranks = {0, 8};
+    const SimulationResult r = simulate_program(prog, mixed, costs, o);
+    std::string s;
+    for (const TimelineEvent& e : r.timeline.events) {
+      s += fmt::format("{} {:.17g} {}\n", e.rank, e.end_s - e.start_s, e.args.count("algorithm")
+                                                                          ? e.args.at("algorithm")
+                                                                          : "-");
+    }
+    return s;
+  });
+  const FabricEfficiency eff;
+  const std::vector<int64_t> node = {0, 1, 2, 3, 4, 5, 6, 7};
+  const TopologySpec a = a100(), h = testing::h100();
+  const double on_a100 = uncontended_time_s(
+      plan_collective(CollectiveKind::kAllReduce, GiB(1), node, a, eff), a);
+  const double on_h100 = uncontended_time_s(
+      plan_collective(CollectiveKind::kAllReduce, GiB(1), node, h, eff), h);
+  ASSERT_GT(on_a100, 1.5 * on_h100);
+  std::istringstream in(out);
+  int64_t rank = 0;
+  double d = 0;
+  std::string algorithm;
+  int seen = 0;
+  while (in >> rank >> d >> algorithm) {
+    ++seen;
+    EXPECT_NEAR(d, rank == 0 ? on_a100 : on_h100, 1e-9 * d) << "rank " << rank;
+    EXPECT_EQ(algorithm, rank == 0 ? "ring" : "nvls") << "rank " << rank;
+  }
+  EXPECT_EQ(seen, 2) << out;
+}
+
+// The estimator times a job on one kind of node with that kind's rates, and refuses one whose
+// nodes differ in NVLink or NIC rates even where the GPU is the same.
+TEST(MixedNodes, TheEstimatorRefusesNodesOfOtherRatesUnderOneGpu) {
+  TopologySpec hdr_first = testing::h100();
+  hdr_first.node_groups.push_back({"hdr", 1, hdr_first.gpu, "", std::nullopt, a100().nic});
+  ASSERT_TRUE(has_per_node_rates(hdr_first));
+  const Scenario two_nodes = tiny_on_two_nodes();
+  ASSERT_FALSE(job_gpus(hdr_first, 16).mixed());
+  const auto costs = proportional_roofline(hdr_first.gpu);
+  EXPECT_THROW(estimate(two_nodes, hdr_first, *costs), UnsupportedError);
+  const Scenario one_node = load_scenario(kScenarios + "gpt-tiny-brown.yaml",
+                                          {{"model.num_attention_heads", "8"},
+                                           {"parallelism.tensor_model_parallel_size", "8"},
+                                           {"parallelism.pipeline_model_parallel_size", "1"},
+                                           {"cluster.num_gpus", "8"}});
+  TopologySpec hdr = testing::h100();
+  hdr.nic = a100().nic;
+  EXPECT_EQ(estimate(one_node, hdr_first, *costs).iteration_time_s,
+            estimate(one_node, hdr, *costs).iteration_time_s);
 }
 
 }  // namespace

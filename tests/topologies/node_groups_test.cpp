@@ -1,6 +1,7 @@
 // Tests of a mixed cluster's node groups (topologies/topology.hpp: node_groups, gpu_of_node,
-// job_gpus): the shipped mixed H100/H200 topology, the GPU of each node and rank, and the
-// loader's errors for groups it cannot model.
+// node_spec_of, nic_spec_of, job_gpus): the shipped mixed H100/H200 and H100/A100 topologies, the
+// GPU, NVLink domain and NICs of each node and rank, and the loader's errors for groups it cannot
+// model.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -85,9 +86,44 @@ TEST(NodeGroups, GroupsTakeNodesInOrder) {
   EXPECT_EQ(job_gpus(t, 32).describe(), "16 x H200-SXM-141GB + 16 x H100-SXM-80GB");
 }
 
+// DGX A100 nodes beside DGX H100 ones: the group keeps its template's NVLink domain and NICs
+// (dgx-a100-superpod.yaml: NVLink 3 at 300 GB/s per direction, no NVLS, HDR 200 Gb/s), the rest
+// the file's (450 GB/s, NVLS, NDR 400 Gb/s); the fabric is the file's.
+TEST(NodeGroups, TheShippedA100H100SuperPodGivesEachNodeItsOwnRates) {
+  const TopologySpec t = load_topology(kTopologies / "mixed-h100-a100-superpod.yaml");
+  ASSERT_EQ(t.node_groups.size(), 1u);
+  EXPECT_EQ(t.node_groups[0].nodes, 64);
+  EXPECT_TRUE(has_per_node_rates(t));
+  EXPECT_EQ(gpu_of_node(t, 63).name, "A100-SXM-80GB");
+  EXPECT_EQ(node_spec_of(t, 63).nvlink_bandwidth_Bps, 300e9);
+  EXPECT_FALSE(node_spec_of(t, 63).nvls);
+  EXPECT_EQ(nic_spec_of(t, 63).line_rate_Bps, 25e9);
+  EXPECT_EQ(nic_spec_of(t, 63).nics_per_node, 8);
+  EXPECT_EQ(gpu_of_node(t, 64).name, "H100-SXM-80GB");
+  EXPECT_EQ(node_spec_of(t, 64).nvlink_bandwidth_Bps, 450e9);
+  EXPECT_TRUE(node_spec_of(t, 64).nvls);
+  EXPECT_EQ(nic_spec_of(t, 64).line_rate_Bps, 50e9);
+  EXPECT_EQ(t.fabric.link_rate_Bps, 50e9);
+  EXPECT_THROW(node_spec_of(t, -1), InvalidArgument);
+  EXPECT_THROW(nic_spec_of(t, -1), InvalidArgument);
+  EXPECT_TRUE(job_on_one_node_kind(t, 512));    // nodes 0-63
+  EXPECT_FALSE(job_on_one_node_kind(t, 520));   // and node 64
+  EXPECT_EQ(job_gpus(t, 1024).describe(), "512 x A100-SXM-80GB + 512 x H100-SXM-80GB");
+  EXPECT_THAT(describe_topology(t),
+              HasSubstr("\n  group   a100: nodes 0 to 63: A100-SXM-80GB, 80.0 GiB HBM, dense 312 "));
+  EXPECT_THAT(describe_topology(t), HasSubstr("NVLS off, NICs 200 Gb/s"));
+  // H200 nodes have the H100's NVLink and NICs: no rates of their own.
+  const TopologySpec h200 = load_topology(kTopologies / "mixed-h100-h200-superpod.yaml");
+  EXPECT_FALSE(has_per_node_rates(h200));
+  EXPECT_FALSE(h200.node_groups[0].node.has_value());
+  EXPECT_EQ(&node_spec_of(h200, 0), &h200.node);
+  EXPECT_TRUE(job_on_one_node_kind(h200, 512));
+  EXPECT_FALSE(job_on_one_node_kind(h200, 1024));  // H200 and H100 GPUs
+  EXPECT_THROW(job_on_one_node_kind(h200, 0), InvalidArgument);
+}
+
 TEST(NodeGroups, EveryGpuMustRunWhatTheScenarioAsks) {
-  // An FP8 run on a cluster whose group has A100s (no FP8): refused naming the A100. The A100's
-  // node differs, so build the group in code (the loader refuses it, see below).
+  // An FP8 run on a cluster whose group has A100s (no FP8): refused naming the A100.
   TopologySpec t = load_topology(kTopologies / "dgx-h100-superpod.yaml");
   t.node_groups.push_back(
       {"a100", 1, load_topology(kTopologies / "dgx-a100-superpod.yaml").gpu, ""});
@@ -98,14 +134,26 @@ TEST(NodeGroups, EveryGpuMustRunWhatTheScenarioAsks) {
 }
 
 TEST(NodeGroupErrors, EachNamesTheFileLineAndWhatIsAllowed) {
-  // A node template whose node or NIC differs: per-group NVLink and NIC rates are not modelled.
+  // A node template whose NVLink domain has another shape (GB200 NVL72: 72 GPUs): its ranks
+  // could not be placed as the file's, nor its rails built; the key and both values named.
   EXPECT_THAT(
       config_error_of([] {
-        parse("node_groups:\n  - {name: old, nodes: 4, node_template: dgx-a100-superpod.yaml}\n");
+        parse("node_groups:\n  - {name: rack, nodes: 4, node_template: gb200-nvl72-superpod.yaml}\n");
       }),
       AllOf(HasSubstr("test.yaml:"), HasSubstr("node_groups.node_template"),
-            HasSubstr("group \"old\""), HasSubstr("node.nvlink_bandwidth"),
-            HasSubstr("300 GB/s"), HasSubstr("not modelled")));
+            HasSubstr("group \"rack\""), HasSubstr("node.gpus_per_node of"),
+            HasSubstr("is 72, this file's is 8"), HasSubstr("shape of its NVLink domain")));
+  // One NVLink domain of 1 GPU and 1 NIC (the device machine's topology).
+  EXPECT_THAT(config_error_of([] {
+                parse("node_groups:\n  - {name: one, nodes: 1, node_template: cuda-h100-1gpu.yaml}\n");
+              }),
+              AllOf(HasSubstr("group \"one\""), HasSubstr("node.gpus_per_node")));
+  // The A100's NVLink and NICs are rates: accepted, kept as the group's own.
+  const TopologySpec old = parse(
+      "node_groups:\n  - {name: old, nodes: 4, node_template: dgx-a100-superpod.yaml}\n");
+  ASSERT_TRUE(old.node_groups[0].node && old.node_groups[0].nic);
+  EXPECT_EQ(old.node_groups[0].node->nvlink_bandwidth_Bps, 300e9);
+  EXPECT_EQ(old.node_groups[0].nic->line_rate_Bps, 25e9);
   EXPECT_THAT(
       config_error_of([] {
         parse("node_groups:\n"

@@ -234,6 +234,13 @@ Breach live_training_breach(const Scenario& s) {
 /// topology has a host link is checked against the topology (check_gpu_supports).
 Breach offload_breach(const Scenario& s) {
   const TrainingConfig& t = s.training;
+  static const Interval& fraction = key("training.optimizer_offload_fraction").range;
+  if (!fraction.contains(t.optimizer_offload_fraction)) {
+    return broken("training.optimizer_offload_fraction",
+                  fmt::format("must be a finite number {} (the share of the optimizer state "
+                              "offloaded), got {}",
+                              fraction.text(), t.optimizer_offload_fraction));
+  }
   if (!t.optimizer_cpu_offload && t.optimizer_offload_fraction != 1.0) {
     return broken("training.optimizer_offload_fraction",
                   fmt::format("{} needs training.optimizer_cpu_offload: true (rule: the "

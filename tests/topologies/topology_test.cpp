@@ -319,7 +319,8 @@ TEST(ParseTopology, UnknownKeyNamesFileLineAndAllowedKeys) {
   const std::string msg = error_for(with("  hbm_bandwidth:", "  hbm_bandwith:"));
   EXPECT_THAT(msg, AllOf(HasSubstr("t.yaml:5: gpu.hbm_bandwith: unknown key"),
                          HasSubstr("did you mean 'hbm_bandwidth'?"),
-                         HasSubstr("(allowed: name, memory, hbm_bandwidth, peak_flops)")));
+                         HasSubstr("(allowed: name, memory, hbm_bandwidth, peak_flops, "
+                                   "host_link (optional))")));
   EXPECT_THAT(error_for(kValid + "color: green\n"),
               AllOf(HasSubstr("t.yaml:28: color: unknown key"), Not(HasSubstr("did you mean")),
                     HasSubstr("description (optional)")));

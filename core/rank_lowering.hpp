@@ -3,7 +3,8 @@
 // RankProgram. Its members live by concept: op creation, the pipeline and one schedule step in
 // core/rank_lowering.cpp; the transformer layer, attention, embedding and LM head in
 // core/rank_lowering_layer.cpp; the MoE layer in core/rank_lowering_moe.cpp; DP buckets, the
-// gradient sync and the optimizer step in core/rank_lowering_optimizer.cpp. The kernels it issues
+// gradient sync and the optimizer step in core/rank_lowering_optimizer.cpp; CPU offload's host ops
+// in core/rank_lowering_offload.cpp. The kernels it issues
 // come from core/lowering_kernels.hpp.
 #pragma once
 

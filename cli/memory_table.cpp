@@ -9,6 +9,47 @@
 
 namespace traintwin::cli {
 
+std::string host_memory_lines(const Scenario& s, const TopologySpec& topo,
+                              const std::vector<StageMemory>& stages) {
+  const TrainingConfig& t = s.training;
+  if (!t.optimizer_cpu_offload && !t.cpu_offloading) return "";
+  std::string out;
+  if (t.optimizer_cpu_offload) {
+    out += fmt::format("optimizer CPU offload: {:.0f} % of the optimizer shard on the host "
+                       "(fp32 main params, Adam moments, grad copy: 16 B per parameter), stepped "
+                       "by the host CPU's AdamW\n",
+                       100 * t.optimizer_offload_fraction);
+  }
+  if (t.cpu_offloading) {
+    out += fmt::format("activation CPU offload: the first {} of {} layers' activations on the "
+                       "host between their forward and backward\n",
+                       t.cpu_offloading_num_layers, s.model.num_layers);
+  }
+  const StageMemory* most = nullptr;
+  for (const StageMemory& m : stages) {
+    if (!most || m.host_total_bytes() > most->host_total_bytes()) most = &m;
+  }
+  if (most == nullptr) return out;
+  const GpuSpec& gpu = topo.gpu;
+  const std::string sizes =
+      fmt::format("host memory per GPU (stage {}): optimizer {}, activations {}, total {}",
+                  most->pp_rank, gib(most->host_optimizer_bytes),
+                  gib(most->host_activations_bytes), gib(most->host_total_bytes()));
+  if (!gpu.host_link) {
+    return out + sizes + " (the topology gives no gpu.host_link.host_memory to check it)\n";
+  }
+  const double cap = gpu.host_link->host_memory_bytes;
+  const MemoryVerdict v = host_memory_verdict(most->host_total_bytes(), cap);
+  out += fmt::format("{} of {} ({:.1f} %): {}\n", sizes, gib(cap),
+                     100 * most->host_total_bytes() / cap,
+                     v == MemoryVerdict::kFits ? "fits"
+                     : v == MemoryVerdict::kAtRisk
+                         ? fmt::format("at risk (above {:.0f} % of the host memory)",
+                                       100 * kMemoryAtRiskShare)
+                         : std::string("does NOT fit in host memory"));
+  return out;
+}
+
 std::string memory_table(const Scenario& s, const TopologySpec& topo) {
   const auto stages = memory_per_stage(s);
   // A mixed cluster: every stage against its own ranks' GPUs (sim/summary.hpp), shown per stage.
@@ -72,6 +113,7 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
                        s.parallel.expert_data_parallel_size(),
                        gib(stages.front().moe_dispatch_buffers_bytes));
   }
+  out += host_memory_lines(s, topo, stages);
   if (worst) {
     const double capacity = capacity_of(*worst);
     const MemoryReserve reserve = memory_reserve(s, *worst);

@@ -3,6 +3,9 @@
 
 #include <string>
 
+#include <vector>
+
+#include "core/memory.hpp"
 #include "core/scenario.hpp"
 #include "topologies/topology.hpp"
 
@@ -12,5 +15,12 @@ namespace traintwin::cli {
 /// total) against the GPU's memory, and a verdict line naming the stage that does not fit and by
 /// how much.
 std::string memory_table(const Scenario& s, const TopologySpec& topo);
+
+/// With CPU offload (training.optimizer_cpu_offload, training.cpu_offloading): what is offloaded
+/// and the host memory of the stage that needs most (StageMemory::host_*_bytes) against the
+/// topology's gpu.host_link.host_memory, with host_memory_verdict()'s verdict ("does NOT fit in
+/// host memory" above it); "" without offload.
+std::string host_memory_lines(const Scenario& s, const TopologySpec& topo,
+                              const std::vector<StageMemory>& stages);
 
 }  // namespace traintwin::cli

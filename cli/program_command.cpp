@@ -23,7 +23,7 @@ void print_program(const Program& prog, const RankProgram& rp, const ProgramOpti
              rp.coord.tp, rp.coord.cp, rp.coord.dp, rp.coord.pp, prog.scenario.name, rp.ops.size(),
              st.kernels, si(st.flops));
   for (Stream s : {Stream::kCompute, Stream::kTpComm, Stream::kCpComm, Stream::kPpComm,
-                   Stream::kDpComm, Stream::kEpComm}) {
+                   Stream::kDpComm, Stream::kEpComm, Stream::kOffload}) {
     const auto i = static_cast<size_t>(s);
     if (st.ops[i] == 0) continue;
     if (s == Stream::kCompute) {

@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/format.hpp"
+#include "cli/memory_table.hpp"
 #include "cli/replay_progress.hpp"
 #include "cli/report_output.hpp"
 #include "cli/scenario_options.hpp"
@@ -262,6 +263,18 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   }
   fmt::print("memory             peak {} per GPU{}{}: {}\n", gib(m.peak_memory_bytes),
              job.mixed() ? " (" : " of ", job.mixed() ? capacity + ")" : capacity, fits);
+  // CPU offload: its exposed time and the host memory it takes (shown only with offload on).
+  if (s.training.optimizer_cpu_offload || s.training.cpu_offloading) {
+    fmt::print("cpu offload        exposed {:.4f} s ({:.1f} %) of rank {} waiting for host ops "
+               "(host-link copies, the host CPU's optimizer step)\n",
+               r.critical.exposed_offload_s, pct(r.critical.exposed_offload_s), r.critical.rank);
+    std::string lines = cli::host_memory_lines(s, topo, memory_per_stage(s));
+    for (size_t at = 0; at < lines.size();) {
+      const size_t end = lines.find('\n', at);
+      fmt::print("                   {}\n", lines.substr(at, end - at));
+      at = end + 1;
+    }
+  }
   std::string sources;
   for (const auto& [name, share] : m.cost_sources) {
     if (share > 0)

@@ -369,6 +369,33 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
     mem.moe_dispatch_buffers_bytes = moe_dispatch_buffer_bytes(s);
   }
 
+  // CPU offload: what moves from the GPU to host memory.
+  if (tr.optimizer_cpu_offload) {
+    // The offloaded share f of the rank's optimizer shard (the rules allow it with the
+    // distributed optimizer only, ZeRO-1: n = dense / (DP x CP) + expert / expert-DP
+    // parameters): its device state leaves the GPU; the host holds 16 bytes per offloaded
+    // parameter (HybridDeviceOptimizer with param_update_in_fp32: fp32 main parameter, exp_avg,
+    // exp_avg_sq and the pinned fp32 gradient copy it steps from).
+    const double f = tr.optimizer_offload_fraction;
+    const double shard =
+        dense / static_cast<double>(s.data_parallel_shard_size()) +
+        (s.model.is_moe() ? expert / static_cast<double>(par.expert_data_parallel_size()) : 0.0);
+    mem.host_optimizer_bytes = f * kHostOptimizerBytesPerParameter * shard;
+    mem.optimizer_bytes *= 1.0 - f;
+  }
+  if (tr.cpu_offloading && tr.cpu_offloading_num_layers > 0) {
+    // The first cpu_offloading_num_layers layers' saved activations of every micro-batch in
+    // flight (the rules refuse PP > 1: one stage holds every layer) live on the host;
+    // Transformer Engine keeps at most num_layers - cpu_offloading_num_layers sets on the GPU
+    // (its default scheduling stalls compute and reloads to enforce it).
+    double offloaded = 0;
+    for (int64_t l = 0; l < tr.cpu_offloading_num_layers; ++l) {
+      offloaded += offloaded_layer_activation_bytes(s, l);
+    }
+    mem.host_activations_bytes = static_cast<double>(mem.in_flight) * offloaded;
+    mem.activations_bytes -= mem.host_activations_bytes;
+  }
+
   // Outside the transformer layers (Korthikanti et al. 2022, sec. 4.3), counted for each
   // micro-batch in flight in the model chunk that holds them.
   const double t = static_cast<double>(par.tensor_model_parallel_size);
@@ -406,6 +433,22 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
 }
 
 }  // namespace
+
+double offloaded_layer_activation_bytes(const Scenario& s, int64_t layer) {
+  const ParallelConfig& par = s.parallel;
+  const TrainingConfig& tr = s.training;
+  double bytes = layer_activation_bytes(s.model, tr.micro_batch_size,
+                                        par.tensor_model_parallel_size, par.context_parallel_size,
+                                        par.sequence_parallel, tr.recompute_granularity,
+                                        tr.precision, tr.attention_backend, tr.fp8());
+  if (s.model.is_moe_layer(layer) && tr.recompute_granularity != RecomputeGranularity::kFull) {
+    bytes += moe_mlp_activation_bytes(s) -
+             dense_mlp_activation_bytes(s.model, tr.micro_batch_size,
+                                        par.tensor_model_parallel_size, par.context_parallel_size,
+                                        tr.precision, tr.fp8());
+  }
+  return bytes;
+}
 
 StageMemory stage_memory(const Scenario& s, int64_t pp_rank) {
   std::vector<ChunkLayers> split;
@@ -445,6 +488,16 @@ MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes, double re
   const bool inside_reserve = peak_bytes + reserve_bytes > capacity_bytes;
   return inside_reserve || peak_bytes > kMemoryAtRiskShare * capacity_bytes ? MemoryVerdict::kAtRisk
                                                                             : MemoryVerdict::kFits;
+}
+
+MemoryVerdict host_memory_verdict(double host_bytes, double host_capacity_bytes) {
+  if (!(host_capacity_bytes > 0)) {
+    throw InvalidArgument("host_memory_verdict: host capacity must be > 0 bytes, got " +
+                          std::to_string(host_capacity_bytes));
+  }
+  if (host_bytes > host_capacity_bytes) return MemoryVerdict::kOutOfMemory;
+  return host_bytes > kMemoryAtRiskShare * host_capacity_bytes ? MemoryVerdict::kAtRisk
+                                                               : MemoryVerdict::kFits;
 }
 
 }  // namespace traintwin

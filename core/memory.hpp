@@ -76,6 +76,13 @@ double moe_mlp_activation_bytes(const Scenario& s);
 /// e (T_in / ETP) h; allgather, the hidden states of the EP x ETP group, e T EP ETP h.
 double moe_dispatch_buffer_bytes(const Scenario& s);
 
+/// Activation bytes one micro-batch of transformer layer `layer` saves on its GPU (the dense
+/// layer's layer_activation_bytes() of the scenario's sizes; an MoE layer's with the MLP terms
+/// replaced by moe_mlp_activation_bytes()): what training.cpu_offloading copies to the host after
+/// the layer's forward and back before its backward (the memory model and the Program lowering
+/// both use it). Throws as those do.
+double offloaded_layer_activation_bytes(const Scenario& s, int64_t layer);
+
 /// Bytes per parameter of weights, gradients and optimizer state (see file comment).
 struct BytesPerParameter {
   double weights = 0, gradients = 0, optimizer = 0;
@@ -126,6 +133,18 @@ struct StageMemory {
     return weights_bytes + fp8_weight_copies_bytes + gradients_bytes + optimizer_bytes +
            activations_bytes + embedding_and_logits_bytes + moe_dispatch_buffers_bytes;
   }
+  // ---- host memory (CPU offload), not in total_bytes() ----
+  /// training.optimizer_cpu_offload: the offloaded fraction f of the rank's optimizer shard of
+  /// n parameters in pinned host memory, as Megatron-Core's HybridDeviceOptimizer keeps it with
+  /// param_update_in_fp32: fp32 main parameters and the two fp32 Adam moments (12 bytes) plus
+  /// the fp32 gradient copy it steps from (4 bytes), 16 f n bytes. optimizer_bytes holds the
+  /// rest (1 - f of the device's optimizer share).
+  double host_optimizer_bytes = 0;
+  /// training.cpu_offloading: the saved activations of the offloaded layers of one micro-batch
+  /// (pipeline parallelism is refused with it, so one micro-batch is in flight); activations_bytes
+  /// holds the other layers'.
+  double host_activations_bytes = 0;
+  double host_total_bytes() const { return host_optimizer_bytes + host_activations_bytes; }
 };
 
 /// Memory of one GPU of stage `pp_rank` (throws InvalidArgument if out of range, or for the
@@ -156,5 +175,16 @@ const char* to_string(MemoryVerdict v);
 /// The verdict of `peak_bytes` (the model's tensors) on a GPU of `capacity_bytes` (> 0;
 /// InvalidArgument otherwise) that must also hold `reserve_bytes` (>= 0: MemoryReserve).
 MemoryVerdict memory_verdict(double peak_bytes, double capacity_bytes, double reserve_bytes);
+
+/// Host bytes per offloaded parameter under training.optimizer_cpu_offload (StageMemory::
+/// host_optimizer_bytes): fp32 main parameter, two fp32 Adam moments, fp32 gradient copy.
+inline constexpr double kHostOptimizerBytesPerParameter = 16;
+
+/// Whether the host memory CPU offload takes (StageMemory::host_total_bytes()) fits the host
+/// memory of one GPU, `host_capacity_bytes` (the topology's gpu.host_link.host_memory): kFits up
+/// to kMemoryAtRiskShare of it (the rest is the host's operating system, data loader and
+/// framework), kAtRisk up to the capacity, kOutOfMemory above. InvalidArgument for a capacity
+/// <= 0.
+MemoryVerdict host_memory_verdict(double host_bytes, double host_capacity_bytes);
 
 }  // namespace traintwin

@@ -12,6 +12,7 @@ std::string op_class(const Program& prog, const Op& op, size_t kernel) {
     case OpKind::kRecv: return "pp send/recv";
     case OpKind::kCollective:
       return std::string(to_string(op.group)) + " " + to_string(op.collective);
+    case OpKind::kHost: return std::string("host ") + to_string(op.host);
     case OpKind::kCompute: break;
   }
   if (op.kernels.empty()) return "elementwise";

@@ -29,6 +29,7 @@ const char* to_string(Stream s) {
     case Stream::kPpComm: return "pp-comm";
     case Stream::kDpComm: return "dp-comm";
     case Stream::kEpComm: return "ep-comm";
+    case Stream::kOffload: return "offload";
   }
   return "?";
 }
@@ -39,6 +40,16 @@ const char* to_string(OpKind k) {
     case OpKind::kCollective: return "collective";
     case OpKind::kSend: return "send";
     case OpKind::kRecv: return "recv";
+    case OpKind::kHost: return "host";
+  }
+  return "?";
+}
+
+const char* to_string(HostOp h) {
+  switch (h) {
+    case HostOp::kCopyD2H: return "d2h copy";
+    case HostOp::kCopyH2D: return "h2d copy";
+    case HostOp::kCpuAdamW: return "cpu adamw";
   }
   return "?";
 }
@@ -106,6 +117,8 @@ const char* to_string(Role r) {
     case Role::kOptimizerStep: return "optimizer step";
     case Role::kZeroGradBuffer: return "zero grad buffer";
     case Role::kGradClipScale: return "grad clip scale";
+    case Role::kOffloadedOptimizer: return "offloaded optimizer";
+    case Role::kActivationOffload: return "activation offload";
   }
   return "?";
 }
@@ -150,6 +163,7 @@ std::string Program::label(const Op& op) const {
       break;
     case OpKind::kSend: o << " [send " << op.bytes << " B to " << op.peer << " tag " << op.tag << ']'; break;
     case OpKind::kRecv: o << " [recv " << op.bytes << " B from " << op.peer << " tag " << op.tag << ']'; break;
+    case OpKind::kHost: o << " [" << to_string(op.host) << ' ' << op.bytes << " B]"; break;
   }
   return o.str();
 }

@@ -29,15 +29,27 @@
 namespace traintwin {
 
 /// Where an op runs: one compute stream and one stream per kind of communication. kEpComm
-/// carries the MoE token dispatch and combine (Role kMoeDispatch / kMoeCombine).
-enum class Stream : uint8_t { kCompute, kTpComm, kCpComm, kPpComm, kDpComm, kEpComm };
+/// carries the MoE token dispatch and combine (Role kMoeDispatch / kMoeCombine). kOffload
+/// carries the host ops of CPU offload (OpKind::kHost: copies over the GPU's host link and the
+/// host CPU's optimizer step), in issue order beside the compute stream.
+enum class Stream : uint8_t { kCompute, kTpComm, kCpComm, kPpComm, kDpComm, kEpComm, kOffload };
 /// Number of streams (the size of per-stream arrays).
-inline constexpr size_t kNumStreams = 6;
-/// "compute" | "tp-comm" | "cp-comm" | "pp-comm" | "dp-comm" | "ep-comm".
+inline constexpr size_t kNumStreams = 7;
+/// "compute" | "tp-comm" | "cp-comm" | "pp-comm" | "dp-comm" | "ep-comm" | "offload".
 const char* to_string(Stream s);
 
-enum class OpKind : uint8_t { kCompute, kCollective, kSend, kRecv };
+/// kHost: an op of the GPU's host side (Op::host says which), timed from the topology's
+/// gpu.host_link by the timing layer (sim/timed_program.hpp), never by the GPU's cost model.
+enum class OpKind : uint8_t { kCompute, kCollective, kSend, kRecv, kHost };
 const char* to_string(OpKind k);
+
+/// What an OpKind::kHost op does with its Op::bytes: a copy of them over the host link, device
+/// to host or host to device (one direction each; PCIe and NVLink-C2C are full duplex), or the
+/// host CPU's AdamW step that reads and writes them (torch.optim.AdamW on the offloaded fp32
+/// main parameters, gradients and moments: 28 bytes per parameter, 16 read and 12 written).
+enum class HostOp : uint8_t { kCopyD2H, kCopyH2D, kCpuAdamW };
+/// "d2h copy" | "h2d copy" | "cpu adamw".
+const char* to_string(HostOp h);
 
 /// kRingExchange: every member sends `bytes` to the next member of the group (in group order,
 /// cyclically) and receives `bytes` from the previous one, as one batch of NCCL send/recv
@@ -116,6 +128,9 @@ enum class Role : uint8_t {
   kOptimizerStep,         ///< AdamW
   kZeroGradBuffer,        ///< memset of the rank's gradient buffer before the first micro-batch
   kGradClipScale,         ///< grads *= min(1, clip_grad / (norm + 1e-6)) before the step
+  // CPU offload (OpKind::kHost ops)
+  kOffloadedOptimizer,    ///< optimizer_cpu_offload: gradients D2H, the CPU AdamW, params H2D
+  kActivationOffload,     ///< cpu_offloading: a layer's saved activations D2H / reloaded H2D
 };
 const char* to_string(Role r);
 
@@ -172,8 +187,11 @@ struct Op {
   /// Collective: kind and group (members: Program::layout.group(group, rank)).
   CollectiveKind collective = CollectiveKind::kAllReduce;
   GroupKind group = GroupKind::kTp;
-  /// Collective size (see file comment) or send/recv payload, in bytes.
+  /// Collective size (see file comment), send/recv payload, or the bytes a kHost op copies or
+  /// its CPU AdamW reads and writes.
   int64_t bytes = 0;
+  /// kHost: what the op does with `bytes`.
+  HostOp host = HostOp::kCopyD2H;
   /// Send/recv: the other global rank and the matching tag.
   int64_t peer = -1;
   int64_t tag = -1;
@@ -331,6 +349,18 @@ enum class StepScope : uint8_t {
 /// step waits for no p2p op, and the next F or B step for the recvs of its batches only (the
 /// sends complete on their own, as the zero-bubble runtime posts them). Under every other
 /// schedule the Program is as above (W right after B, inside the backward).
+/// CPU offload (host ops, OpKind::kHost on Stream::kOffload, FIFO): training.cpu_offloading
+/// (Megatron-Core cpu_offloading with Transformer Engine's default scheduling; PP = 1): after the
+/// forward of each of the first cpu_offloading_num_layers layers a D2H copy of its saved
+/// activations (offloaded_layer_activation_bytes(), core/memory.hpp); the forward of layer
+/// l + W (W = num_layers - cpu_offloading_num_layers, the sets the GPU may hold) waits for layer
+/// l's copy; after the backward of layer l + W the H2D reload of layer l, which layer l's
+/// backward waits for. training.optimizer_cpu_offload: after the gradient clip, of the n_opt
+/// parameters the rank's optimizer steps, round(f n_opt) (f = optimizer_offload_fraction) go
+/// D2H as fp32 gradients (4 bytes each), through the host CPU's AdamW (28 bytes each) and back H2D
+/// in the parameter dtype, beside the GPU's adamw_step of the rest; the parameter all-gathers
+/// after the step wait for the H2D copy (Megatron-Core's HybridDeviceOptimizer.step; its
+/// overlap_cpu_optimizer_d2h_h2d, which pipelines the three per parameter, is not modelled).
 /// Throws UnsupportedError for tp_comm_overlap without sequence_parallel; InvalidArgument for a
 /// rank outside the world; PipelineSplitError for an impossible pipeline split.
 /// `scope` (default kAll) chooses the steps that are lowered (StepScope::kBoundary: the

@@ -271,7 +271,9 @@ void RankLowering::lower_step(const ScheduleStep& st) {
       if (sc_.training.zero_stage() >= 3) {
         fsdp_gather(st.model_chunk, l, l < last_layer ? std::optional<int64_t>(l + 1) : std::nullopt);
       }
+      offload_before_forward(l);
       layer_forward();
+      offload_after_forward(l);
     }
     fp8_amax_reduction(true, st.micro_batch, st.model_chunk);
     if (is_last_vs) {
@@ -303,7 +305,9 @@ void RankLowering::lower_step(const ScheduleStep& st) {
       layer_forward();
     }
     context(Phase::kBackward, st.micro_batch, st.model_chunk, l);
+    reload_before_backward(l);
     layer_backward(st.micro_batch, st.model_chunk, l);
+    reload_after_backward(l);
     if (last_backward) bucket_done(st.model_chunk, l);
   }
   fp8_amax_reduction(false, st.micro_batch, st.model_chunk);

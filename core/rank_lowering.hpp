@@ -3,7 +3,8 @@
 // RankProgram. Its members live by concept: op creation, the pipeline and one schedule step in
 // core/rank_lowering.cpp; the transformer layer, attention, embedding and LM head in
 // core/rank_lowering_layer.cpp; the MoE layer in core/rank_lowering_moe.cpp; DP buckets, the
-// gradient sync and the optimizer step in core/rank_lowering_optimizer.cpp. The kernels it issues
+// gradient sync and the optimizer step in core/rank_lowering_optimizer.cpp; CPU offload's host ops
+// in core/rank_lowering_offload.cpp. The kernels it issues
 // come from core/lowering_kernels.hpp.
 #pragma once
 
@@ -298,6 +299,40 @@ class RankLowering {
   /// Backward of moe_forward(), mirrored.
   void moe_backward();
 
+  // ---- CPU offload (core/rank_lowering_offload.cpp) ------------------------------------------
+
+  /// An OpKind::kHost op on Stream::kOffload after the last compute op and the stream's previous
+  /// op (FIFO), with the current role and context.
+  uint32_t host_op(HostOp h, int64_t bytes, const char* what);
+
+  /// training.cpu_offloading offloads `layer`'s activations (one of the first
+  /// cpu_offloading_num_layers; the rules keep PP = 1, so layer indices are the stage's).
+  bool offloads_layer(int64_t layer) const {
+    return sc_.training.cpu_offloading && layer < sc_.training.cpu_offloading_num_layers;
+  }
+  /// Activation sets Transformer Engine lets the GPU hold: num_layers - cpu_offloading_num_layers.
+  int64_t offload_window() const {
+    return sc_.model.num_layers - sc_.training.cpu_offloading_num_layers;
+  }
+  /// Activation offload (Transformer Engine's default scheduling, at most offload_window() sets
+  /// on the GPU): before `layer`'s forward, wait for the D2H copy of layer - offload_window()
+  /// (its set must have left); after it, the D2H copy of `layer`'s saved activations
+  /// (offloaded_layer_activation_bytes(), core/memory.hpp) on the offload stream.
+  void offload_before_forward(int64_t layer);
+  void offload_after_forward(int64_t layer);
+  /// Before `layer`'s backward, wait for its reload; after it (its set freed), the H2D reload of
+  /// layer - offload_window(), the next offloaded layer whose set fits.
+  void reload_before_backward(int64_t layer);
+  void reload_after_backward(int64_t layer);
+
+  /// training.optimizer_cpu_offload (Megatron-Core's HybridDeviceOptimizer.step): of the `local`
+  /// parameters this rank's optimizer steps, the offloaded n = round(f local) go D2H (fp32
+  /// gradients, 4 n bytes), through the host CPU's AdamW (28 n bytes) and back H2D (the
+  /// updated parameters in the parameter dtype) on the offload stream, after the gradient clip
+  /// and beside the GPU's AdamW of the other local - n; returns local - n. The parameter
+  /// gathers after the step wait for the H2D copy (optimizer_h2d_).
+  int64_t offload_optimizer(int64_t local);
+
   // ---- DP buckets, finalize, optimizer -------------------------------------------------------
 
   /// Splits each chunk's parameters, in backward order, into Megatron DDP buckets: the dense
@@ -374,7 +409,15 @@ class RankLowering {
   uint32_t open_compute_ = kNoOp;
   uint32_t last_compute_ = kNoOp;
   std::vector<uint32_t> waits_;
-  std::array<uint32_t, kNumStreams> last_on_stream_{kNoOp, kNoOp, kNoOp, kNoOp, kNoOp, kNoOp};
+  std::array<uint32_t, kNumStreams> last_on_stream_ = [] {
+    std::array<uint32_t, kNumStreams> a{};
+    a.fill(kNoOp);
+    return a;
+  }();
+  // CPU offload: per offloaded layer, its activations' D2H copy and H2D reload of the step being
+  // lowered; the H2D copy of the offloaded optimizer's parameters (the parameter gathers wait).
+  std::vector<uint32_t> offload_d2h_, offload_h2d_;
+  uint32_t optimizer_h2d_ = kNoOp;
 
   std::vector<std::vector<Bucket>> buckets_;  // per model chunk
   // Per model chunk: the bucket index of each layer id, and of each bucket's trigger id (so that

@@ -164,6 +164,8 @@ void RankLowering::issue_param_gathers(Phase phase) {
           bucket.group == GroupKind::kEdp ? "edp all_gather expert params" : "dp all_gather params");
       if (bucket.param_gather_op != kNoOp) {
         out_.ops[bucket.param_gather_op].bucket_layers.assign(bucket.layers.begin(), bucket.layers.end());
+        // The parameters the host stepped are gathered once they are back (kNoOp: none).
+        add_dep(bucket.param_gather_op, optimizer_h2d_);
       }
     }
   }
@@ -277,9 +279,12 @@ void RankLowering::finalize_and_step() {
     role(Role::kGradClipScale);
     kernel(k_.grad_clip_scale(local), "optimizer step");
   }
+  // CPU offload: the offloaded share steps on the host, beside the GPU's step of the rest.
+  const int64_t on_gpu = offload_optimizer(local);
   role(Role::kOptimizerStep);
-  kernel(k_.adamw(local), "optimizer step");
+  if (on_gpu > 0) kernel(k_.adamw(on_gpu), "optimizer step");
   if (fp8()) {
+    wait(optimizer_h2d_);  // the FP8 copies are cast from the updated parameters
     // The FP8 copies (and transposes) of the layers' GEMM weights, refreshed once per
     // iteration from the updated weights: what Megatron's FP8 parameters do after the step
     // (and, without them, Transformer Engine on the first micro-batch: the same work).

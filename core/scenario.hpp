@@ -311,6 +311,24 @@ struct TrainingConfig {
   /// kept in FP8 (no 16-bit copy) and the distributed optimizer all-gathers them in FP8.
   bool fp8_param_gather = false;
 
+  /// Optimizer CPU offload (Megatron-Core --optimizer-cpu-offload; its HybridDeviceOptimizer,
+  /// megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py): the first
+  /// optimizer_offload_fraction of the rank's optimizer shard (by parameters) keeps its fp32
+  /// main parameters and Adam moments in pinned host memory and is stepped there by the host
+  /// CPU's AdamW (torch.optim.AdamW); each iteration copies its fp32 gradients device-to-host
+  /// before the step and its updated parameters host-to-device (16-bit) after it.
+  bool optimizer_cpu_offload = false;
+  /// The share of the optimizer shard's parameters offloaded, in [0, 1] (Megatron
+  /// --optimizer-offload-fraction, default 1.0).
+  double optimizer_offload_fraction = 1.0;
+  /// Activation offload (Megatron-Core TransformerConfig cpu_offloading with
+  /// cpu_offloading_activations, Transformer Engine's get_cpu_offload_context): the saved
+  /// activations of the first cpu_offloading_num_layers transformer layers are copied to host
+  /// memory after each layer's forward and reloaded before its backward, on a copy stream.
+  bool cpu_offloading = false;
+  /// Layers whose activations are offloaded, in [0, num_layers) (Megatron's rule).
+  int64_t cpu_offloading_num_layers = 0;
+
   bool fp8() const { return fp8_format.has_value(); }
 
   // Live training (the executor). Megatron-LM's arguments and defaults

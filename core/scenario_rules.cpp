@@ -229,6 +229,74 @@ Breach live_training_breach(const Scenario& s) {
 }
 
 /// The data section: a well-formed split (the paths need not exist yet).
+/// CPU offload (training.optimizer_cpu_offload, training.cpu_offloading), as Megatron-LM
+/// asserts it (megatron/training/arguments.py; TransformerConfig.__post_init__). That the
+/// topology has a host link is checked against the topology (check_gpu_supports).
+Breach offload_breach(const Scenario& s) {
+  const TrainingConfig& t = s.training;
+  static const Interval& fraction = key("training.optimizer_offload_fraction").range;
+  if (!fraction.contains(t.optimizer_offload_fraction)) {
+    return broken("training.optimizer_offload_fraction",
+                  fmt::format("must be a finite number {} (the share of the optimizer state "
+                              "offloaded), got {}",
+                              fraction.text(), t.optimizer_offload_fraction));
+  }
+  if (!t.optimizer_cpu_offload && t.optimizer_offload_fraction != 1.0) {
+    return broken("training.optimizer_offload_fraction",
+                  fmt::format("{} needs training.optimizer_cpu_offload: true (rule: the "
+                              "fraction says how much of the optimizer state it offloads)",
+                              t.optimizer_offload_fraction));
+  }
+  if (t.optimizer_cpu_offload) {
+    const std::string_view key = "training.optimizer_cpu_offload";
+    if (!t.use_distributed_optimizer) {
+      return broken(key, "true needs training.use_distributed_optimizer: true (rule: Megatron-LM "
+                         "asserts --use-precision-aware-optimizer, whose code path the hybrid "
+                         "device optimizer reuses, and that needs the distributed optimizer)");
+    }
+    if (t.use_megatron_fsdp) {
+      return broken(key, "true with training.use_megatron_fsdp is not supported (rule: "
+                         "Megatron-Core's fully sharded optimizer refuses optimizer CPU "
+                         "offload; allowed: the distributed optimizer without Megatron-FSDP)");
+    }
+    if (t.fp8_param_gather && t.fp8_recipe != Fp8Recipe::kDelayed) {
+      return broken(key, fmt::format("true with training.fp8_param_gather needs "
+                                     "training.fp8_recipe: delayed, got {} (rule: as Megatron-LM)",
+                                     to_string(t.fp8_recipe)));
+    }
+  }
+  if (!t.cpu_offloading && t.cpu_offloading_num_layers != 0) {
+    return broken("training.cpu_offloading_num_layers",
+                  fmt::format("{} needs training.cpu_offloading: true (Megatron-LM turns it on "
+                              "for you; here it is said, never implied)",
+                              t.cpu_offloading_num_layers));
+  }
+  if (t.cpu_offloading) {
+    const std::string_view key = "training.cpu_offloading";
+    const int64_t layers = s.model.num_layers;
+    if (t.cpu_offloading_num_layers >= layers) {
+      return broken("training.cpu_offloading_num_layers",
+                    fmt::format("{} must be below model.num_layers = {} (allowed: 0 to {}; rule: "
+                                "Megatron-Core keeps at least one layer's activations on the "
+                                "GPU)",
+                                t.cpu_offloading_num_layers, layers, layers - 1));
+    }
+    if (s.parallel.pipeline_model_parallel_size > 1) {
+      return broken(key, fmt::format("true needs parallelism.pipeline_model_parallel_size: 1, "
+                                     "got {} (rule: Megatron-Core has no pipeline parallelism "
+                                     "with CPU offloading)",
+                                     s.parallel.pipeline_model_parallel_size));
+    }
+    if (t.recompute_granularity != RecomputeGranularity::kNone) {
+      return broken(key, fmt::format("true needs training.recompute_granularity: none, got {} "
+                                     "(rule: Megatron-Core's CPU offloading does not work with "
+                                     "activation recomputation)",
+                                     to_string(t.recompute_granularity)));
+    }
+  }
+  return std::nullopt;
+}
+
 Breach data_breach(const DataConfig& d) {
   try {
     split_fractions(d.split);
@@ -806,6 +874,7 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
     return broken("training.overlap_param_gather",
                   "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
   }
+  if (Breach b = offload_breach(s)) return b;
 
   if (Breach b = moe_breach(s)) return b;
   if (Breach b = what_if_breach(s)) return b;

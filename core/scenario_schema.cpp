@@ -278,6 +278,33 @@ const std::vector<KeySpec>& table() {
       {.section = "training", .key = "fp8_param_gather", .type = V::kBoolean,
        .doc = "GEMM weights kept and all-gathered in FP8 (needs fp8_format)",
        .flag = "--fp8-param-gather", .bind = field<kTrain, &T::fp8_param_gather>()},
+      {.section = "training", .key = "optimizer_cpu_offload", .type = V::kBoolean,
+       .doc = "Megatron-Core's HybridDeviceOptimizer: optimizer_offload_fraction of the rank's "
+              "optimizer shard (fp32 main params, Adam moments) in host memory, stepped by the "
+              "host CPU's AdamW; per iteration its fp32 grads copied D2H before the step and its "
+              "params H2D after (needs use_distributed_optimizer, as Megatron's "
+              "--use-precision-aware-optimizer, and the topology's gpu.host_link)",
+       .flag = "--optimizer-cpu-offload", .bind = field<kTrain, &T::optimizer_cpu_offload>()},
+      {.section = "training", .key = "optimizer_offload_fraction", .type = V::kNumber,
+       .range = Interval{0, false, 1, false},
+       .doc = "share of the optimizer shard's parameters offloaded (needs "
+              "optimizer_cpu_offload)",
+       .flag = "--optimizer-offload-fraction",
+       .bind = field<kTrain, &T::optimizer_offload_fraction>(),
+       .note = "the share of the optimizer state offloaded"},
+      {.section = "training", .key = "cpu_offloading", .type = V::kBoolean,
+       .doc = "activation offload (Megatron-Core cpu_offloading, Transformer Engine's CPU "
+              "offload): the first cpu_offloading_num_layers layers' saved activations copied "
+              "to host memory after their forward and reloaded before their backward, on the "
+              "offload stream (needs pipeline_model_parallel_size 1, no recomputation, and the "
+              "topology's gpu.host_link)",
+       .flag = "--cpu-offloading", .bind = field<kTrain, &T::cpu_offloading>()},
+      {.section = "training", .key = "cpu_offloading_num_layers", .type = V::kInteger,
+       .unit = "layers", .min = 0,
+       .doc = "layers whose activations are offloaded, in [0, num_layers) (needs "
+              "cpu_offloading)",
+       .flag = "--cpu-offloading-num-layers",
+       .bind = field<kTrain, &T::cpu_offloading_num_layers>()},
       {.section = "training", .key = "train_iters", .type = V::kInteger, .unit = "iterations",
        .doc = "iterations to train", .flag = "--train-iters",
        .bind = field<kTrain, &T::train_iters>(), .executor_only = true},

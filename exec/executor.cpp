@@ -53,6 +53,21 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                            backend_.name() + " backend yet");
   };
   if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
+  // CPU offload (training.optimizer_cpu_offload, training.cpu_offloading): on the cpu backend the
+  // host's memory is the device's, so there is nothing to offload to; no backend copies state
+  // or activations over a host link yet. Refused by name, never run without the offload.
+  for (const auto& [on, key] : {std::pair{sc.training.optimizer_cpu_offload,
+                                          "training.optimizer_cpu_offload"},
+                                std::pair{sc.training.cpu_offloading, "training.cpu_offloading"}}) {
+    if (!on) continue;
+    if (backend_.name() == "cpu") {
+      throw UnsupportedError("scenario " + sc.name + ": " + key +
+                             " is refused by the cpu backend: its device memory is the host's "
+                             "memory, there is no host to offload to (set " + key +
+                             ": false; offload is modelled by simulate and memory)");
+    }
+    unsupported(key);
+  }
   // Megatron-FSDP: ZeRO-1 (optim, or no_shard with the distributed optimizer), ZeRO-2
   // (optim_grads: each bucket's reduce-scatter after every micro-batch's backward, only this
   // rank's reduced pieces kept) and ZeRO-3 (optim_grads_params: and each transformer layer's
@@ -352,6 +367,8 @@ void Executor::Impl::execute(const Op& op) {
       issue_s_ = now_s();
       issue_p2p(op);
       break;
+    case OpKind::kHost:  // refused with CPU offload in the constructor
+      throw UnsupportedError("executor: host op " + prog_.label(op) + " (CPU offload)");
   }
 }
 

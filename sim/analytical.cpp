@@ -321,7 +321,9 @@ class Estimator {
   }
 
   static bool in_step(const Op& op) {
-    return op.micro_batch >= 0 && (op.kind == OpKind::kCompute || op.kind == OpKind::kCollective) &&
+    return op.micro_batch >= 0 &&
+           (op.kind == OpKind::kCompute || op.kind == OpKind::kCollective ||
+            op.kind == OpKind::kHost) &&
            (op.phase == Phase::kForward || op.phase == Phase::kBackward ||
             op.phase == Phase::kRecompute || op.phase == Phase::kWeightGrad);
   }
@@ -353,7 +355,8 @@ class Estimator {
     t.on_dp.assign(n, 0);
     const std::vector<double>& compute = timed_->durations(rp.rank);
     for (const Op& op : rp.ops) {
-      if (op.kind == OpKind::kCompute) t.op_s[op.id] = compute[op.id];
+      // (Host ops: their host-link or host-CPU time, from the timing layer too.)
+      if (op.kind == OpKind::kCompute || op.kind == OpKind::kHost) t.op_s[op.id] = compute[op.id];
       if (op.kind == OpKind::kCollective) t.op_s[op.id] = collective_s(op, rp.rank);
       t.on_dp[op.id] = op.stream == Stream::kDpComm;
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
@@ -923,6 +926,7 @@ class Estimator {
     b.exposed_dp_s += k * unit.exposed_dp_s;
     b.bubble_s += k * unit.bubble_s;
     b.sync_wait_s += k * unit.sync_wait_s;
+    b.exposed_offload_s += k * unit.exposed_offload_s;
   }
 
   /// Attributes the idle gap of stage `st`'s compute stream before the first compute op of a

@@ -29,6 +29,7 @@ WaitedFor waited_for(const Op& op, double comm_s, double sync_wait_s) {
       return {collective_kind(op.group), 0, std::max(0.0, sync_wait_s)};
     case OpKind::kSend:
     case OpKind::kRecv: return {WaitedFor::Kind::kTransfer, std::max(0.0, comm_s), 0};
+    case OpKind::kHost: return {WaitedFor::Kind::kHost, 0, 0};
   }
   return {};
 }
@@ -57,6 +58,7 @@ void attribute_gap(TimeBreakdown& b, double gap_s, const WaitedFor& w) {
       b.bubble_s += gap_s - exposed;
       return;
     }
+    case WaitedFor::Kind::kHost: b.exposed_offload_s += exposed; return;
     case WaitedFor::Kind::kNothing:
     case WaitedFor::Kind::kCompute: b.bubble_s += gap_s; return;
   }

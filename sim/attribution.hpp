@@ -23,6 +23,7 @@ struct WaitedFor {
     kEpCollective,    ///< an MoE dispatch/combine (groups EP, ETP, ETP x EP)
     kSyncCollective,  ///< any other collective (DP buckets, embedding, grad norm, param gather)
     kTransfer,        ///< a PP send/recv; comm_s is how long its transfer took
+    kHost,            ///< a host op of CPU offload (a host-link copy, the CPU optimizer step)
   };
   Kind kind = Kind::kNothing;
   /// kTransfer: the transfer's own time, seconds, from both sides posted to its end.

@@ -171,6 +171,11 @@ int64_t write_chakra_rank(const Program& prog, int64_t rank, int64_t program_ran
     add_attr(n, "traintwin.micro_batch", int64_t{op.micro_batch});
     add_attr(n, "traintwin.layer", int64_t{op.layer});
     switch (op.kind) {
+      case OpKind::kHost:
+        throw UnsupportedError("chakra export: " + prog.label(op) +
+                               " is a host op of CPU offload, which the Chakra execution trace "
+                               "export does not write yet (training.optimizer_cpu_offload and "
+                               "training.cpu_offloading: false to export)");
       case OpKind::kCompute: {
         n.set_type(pb::COMP_NODE);
         const double us = compute_s(op.id) * 1e6;

@@ -23,6 +23,9 @@ struct TimeBreakdown {
   /// Idle waiting for a late member of a collective (a straggler, a peer held up elsewhere):
   /// from this rank's arrival to the last member's, not the collective's own time.
   double sync_wait_s = 0;
+  /// Idle waiting for a host op of CPU offload (OpKind::kHost: a copy over the host link, the
+  /// host CPU's optimizer step).
+  double exposed_offload_s = 0;
 
   /// Exposed communication: TP + CP + EP + PP + DP.
   double exposed_comm_s() const {
@@ -39,10 +42,13 @@ struct TimeBreakdown {
     exposed_dp_s += o.exposed_dp_s;
     bubble_s += o.bubble_s;
     sync_wait_s += o.sync_wait_s;
+    exposed_offload_s += o.exposed_offload_s;
   }
-  /// compute + exposed communication + bubble + sync wait: the iteration time of this rank's
-  /// breakdown.
-  double total_s() const { return compute_s + exposed_comm_s() + bubble_s + sync_wait_s; }
+  /// compute + exposed communication + bubble + sync wait + exposed offload: the iteration time
+  /// of this rank's breakdown.
+  double total_s() const {
+    return compute_s + exposed_comm_s() + bubble_s + sync_wait_s + exposed_offload_s;
+  }
 };
 
 /// One iteration's time and where it went, whichever engine computed it.

@@ -286,6 +286,12 @@ void Engine::start_op(int64_t rank, uint32_t id) {
     case OpKind::kCollective: arrive(rank, id, op, t); return;
     case OpKind::kSend:
     case OpKind::kRecv: p2p(rank, id, op, tp, t); return;
+    case OpKind::kHost:
+      // A host-link copy or the host CPU's step: its own time on this GPU's host link (the
+      // timing layer's, no what-if factor; a GPU's link is its own, so nothing shares it).
+      if (!st.start.empty()) st.start[id] = t;
+      finish(rank, id, t + (*tp.duration_s[timed_.gpu_type(rank)])[id]);
+      return;
   }
 }
 

@@ -61,6 +61,10 @@ TimedProgram::TimedProgram(const Program& prog, const CostModel& costs, const Jo
       std::vector<double>& d = per_type[g];
       d.assign(rp.ops.size(), 0.0);
       for (const Op& op : rp.ops) {
+        if (op.kind == OpKind::kHost) {
+          d[op.id] = host_op_s(op, gpus_.types[g]);
+          continue;
+        }
         if (op.kind != OpKind::kCompute) continue;
         double s = 0;
         for (uint32_t k : op.kernels) s += kc[k].seconds;
@@ -72,6 +76,24 @@ TimedProgram::TimedProgram(const Program& prog, const CostModel& costs, const Jo
       }
     }
   }
+}
+
+double host_op_s(const Op& op, const GpuSpec& gpu) {
+  if (op.kind != OpKind::kHost) {
+    throw InvalidArgument("host_op_s: op " + std::to_string(op.id) + " is not a host op");
+  }
+  if (!gpu.host_link) {
+    throw ConfigError("simulate: CPU offload needs the GPU's host link; the topology gives no "
+                      "gpu.host_link for " + gpu.name);
+  }
+  const HostLinkSpec& h = *gpu.host_link;
+  const auto bytes = static_cast<double>(op.bytes);
+  switch (op.host) {
+    case HostOp::kCopyD2H:
+    case HostOp::kCopyH2D: return h.latency_s + bytes / h.bandwidth_Bps;
+    case HostOp::kCpuAdamW: return bytes / h.optimizer_bandwidth_Bps;
+  }
+  return 0;
 }
 
 const std::vector<double>& TimedProgram::durations(int64_t program_rank, size_t gpu_type) const {

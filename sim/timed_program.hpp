@@ -27,7 +27,14 @@ struct ComputeScaling {
   std::vector<int64_t> straggler_peers;
 };
 
-/// A Program with the duration of every compute op.
+/// Duration (seconds) of host op `op` (OpKind::kHost) on a GPU with `gpu`'s host link
+/// (gpu.host_link): a copy latency_s + bytes / bandwidth_Bps (one direction of the link, which
+/// this GPU alone uses: no contention with other GPUs' copies is modelled), the CPU AdamW bytes /
+/// optimizer_bandwidth_Bps. No what-if factor applies (they scale the GPU). Throws ConfigError
+/// when the GPU has no host link, InvalidArgument for an op of another kind.
+double host_op_s(const Op& op, const GpuSpec& gpu);
+
+/// A Program with the duration of every compute op and host op.
 class TimedProgram {
  public:
   /// Costs every kernel of `prog` once with `costs` on `gpu` (the only call of
@@ -48,7 +55,7 @@ class TimedProgram {
 
   /// Durations (seconds) of the ops of prog.ranks.at(program_rank) on GPU type `gpu_type` (0:
   /// the first type, the only one of a homogeneous cluster), by op id: compute ops the sum of
-  /// their kernels / gpu_speed_scale, communication ops 0. Shared by every rank of that type
+  /// their kernels / gpu_speed_scale, host ops host_op_s() (no factor), communication ops 0. Shared by every rank of that type
   /// that runs that RankProgram; rank-specific factors come from compute_s(). InvalidArgument
   /// for a rank without a RankProgram or an unknown type.
   const std::vector<double>& durations(int64_t program_rank, size_t gpu_type = 0) const;

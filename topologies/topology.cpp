@@ -298,6 +298,23 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
   t.gpu.peak.bf16_FLOPs = peak.quantity("bf16");
   if (peak.has("fp8")) t.gpu.peak.fp8_FLOPs = peak.quantity("fp8");
   if (peak.has("fp4")) t.gpu.peak.fp4_FLOPs = peak.quantity("fp4");
+  if (gpu.has("host_link")) {
+    // The GPU's link to its host and the host's share for this GPU: what CPU offload uses.
+    const Mapping link = gpu.child("host_link");
+    HostLinkSpec h;
+    h.bandwidth_Bps = link.quantity("bandwidth");
+    h.latency_s = link.quantity("latency");
+    h.host_memory_bytes = link.quantity("host_memory");
+    h.optimizer_bandwidth_Bps = link.quantity("optimizer_bandwidth");
+    for (const auto& [key, value] : {std::pair{"bandwidth", h.bandwidth_Bps},
+                                     std::pair{"host_memory", h.host_memory_bytes},
+                                     std::pair{"optimizer_bandwidth", h.optimizer_bandwidth_Bps}}) {
+      if (value <= 0) {
+        throw ConfigError(fmt::format("{}: must be greater than zero", link.where(key)));
+      }
+    }
+    t.gpu.host_link = h;
+  }
 
   // --- node: one NVLink domain, its trays and the GPUs a job uses ---
   const Mapping node = top.child("node");
@@ -561,6 +578,14 @@ void check_one_gpu_supports(const std::string& topology, const GpuSpec& gpu,
         "training.float32_matmul_precision: high runs the matrix products on TF32 tensor cores; "
         "topology {} gives no gpu.peak_flops.tf32 for {} (give it, or use highest or medium)",
         topology, gpu.name));
+  }
+  if ((training.optimizer_cpu_offload || training.cpu_offloading) && !gpu.host_link) {
+    throw ConfigError(fmt::format(
+        "training.{}: CPU offload copies over the GPU's link to its host; topology {} gives no "
+        "gpu.host_link for {} (give its bandwidth, latency, host_memory and "
+        "optimizer_bandwidth, or set it false)",
+        training.optimizer_cpu_offload ? "optimizer_cpu_offload" : "cpu_offloading", topology,
+        gpu.name));
   }
   if (!training.fp8()) return;
   if (!gpu.peak.fp8_FLOPs) {

@@ -53,12 +53,26 @@ struct PeakFlops {
   std::optional<double> fp4_FLOPs;
 };
 
+/// A GPU's link to its host CPU and the host's share for that GPU (the file's gpu.host_link):
+/// what CPU offload (training.optimizer_cpu_offload, training.cpu_offloading) uses.
+struct HostLinkSpec {
+  double bandwidth_Bps = 0;  ///< per direction (PCIe Gen5 x16 ~ 55e9 measured; GB200 C2C 450e9)
+  double latency_s = 0;      ///< per copy
+  double host_memory_bytes = 0;  ///< host DRAM for this GPU's process: the host's / its GPUs
+  /// Memory bandwidth the host CPU's AdamW reaches for this GPU (its share of the host's): a
+  /// step of n parameters takes 28 n / this (fp32 parameter, gradient and two moments read,
+  /// parameter and moments written).
+  double optimizer_bandwidth_Bps = 0;
+};
+
 /// One GPU.
 struct GpuSpec {
   std::string name;              ///< e.g. "H100-SXM-80GB" (calibration.yaml `cluster.gpu`)
   double memory_bytes = 0;       ///< device memory (nvidia-smi memory.total)
   double hbm_bandwidth_Bps = 0;  ///< peak HBM bandwidth
   PeakFlops peak;
+  /// The host link (gpu.host_link), when the file gives it; CPU offload needs it.
+  std::optional<HostLinkSpec> host_link;
 
   /// Dense peak for a kernel dtype: fp32 -> fp32_FLOPs, fp16, bf16, fp8 and tf32 (0 when the GPU
   /// has no FP8 / the file gives no TF32 peak; the cost model then refuses those kernels).

@@ -38,6 +38,9 @@ constexpr std::array kKeys = {
     KeySpec{"gpu", "peak_flops", V::kMapping, true, 0, "",
             "dense peak math throughput per precision (no 2:4 sparsity)"},
 
+    KeySpec{"gpu", "host_link", V::kMapping, false, 0, "",
+            "the GPU's link to its host CPU and the host's share for this GPU (CPU offload "
+            "needs it): PCIe Gen5 x16 on DGX H100/H200, NVLink-C2C on GB200"},
     KeySpec{"gpu.peak_flops", "fp32", V::kFlopRate, true, 0, "67TFLOPs", "non-tensor FP32"},
     KeySpec{"gpu.peak_flops", "tf32", V::kFlopRate, false, 0, "494.5TFLOPs",
             "tensor-core TF32 (kernels of float32_matmul_precision high need it)"},
@@ -48,6 +51,15 @@ constexpr std::array kKeys = {
     KeySpec{"gpu.peak_flops", "fp4", V::kFlopRate, false, 0, "9800TFLOPs",
             "tensor-core FP4 (Blackwell): shown only, no kernel runs in FP4 yet"},
 
+    KeySpec{"gpu.host_link", "bandwidth", V::kBandwidth, true, 0, "55GBps",
+            "host-device copy bandwidth per GPU, per direction (> 0)"},
+    KeySpec{"gpu.host_link", "latency", V::kTime, true, 0, "10us", "per host-device copy"},
+    KeySpec{"gpu.host_link", "host_memory", V::kBytes, true, 0, "256GB",
+            "host memory for this GPU's process: the host's DRAM / its GPUs (> 0)"},
+    KeySpec{"gpu.host_link", "optimizer_bandwidth", V::kBandwidth, true, 0, "45GBps",
+            "memory bandwidth the host CPU's AdamW reaches for this GPU (> 0; a step of n "
+            "parameters moves 28 n bytes); measure: `traintwin profile` on the host, its "
+            "adamw_step row's bytes / time"},
     KeySpec{"node", "gpus_per_node", V::kInteger, true, 1, "8",
             "GPUs of one NVLink domain: a DGX node (8) or a GB200 NVL72 rack (72)"},
     KeySpec{"node", "gpus_per_tray", V::kInteger, false, 1, "4",

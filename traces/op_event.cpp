@@ -28,6 +28,7 @@ TimelineEvent op_event(const Program& prog, const Op& op, int64_t rank, int64_t 
     e.category = "comm";
     e.args["bytes"] = std::to_string(op.bytes);
   }
+  if (op.kind == OpKind::kHost) e.args["host"] = to_string(op.host);
   if (op.kind == OpKind::kCollective) {
     e.args["collective"] = to_string(op.collective);
     e.args["group"] = to_string(op.group);

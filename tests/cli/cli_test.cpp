@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using Result = traintwin::testing::CliResult;
 Result run(const std::string& args) { return traintwin::testing::run_cli(args); }
@@ -167,6 +168,38 @@ TEST(Cli, MemorySaysWhatDoesNotFit) {
                  "--global-batch-size 2048");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("OOM"), HasSubstr("does NOT fit: stage 0")));
+}
+
+// CPU offload in memory and simulate: Llama 3.1 70B on 64 H100 with TP 8 x DP 8 (PP 1) needs
+// 84.4 GiB per GPU; with 60 of its 80 layers' activations offloaded it fits, and the 16.7 GiB go
+// to the host (256 GiB per GPU on a DGX H100); simulate shows the exposed offload time and the
+// host memory; the A100 topology has no host link, so offload there is refused naming the key.
+TEST(Cli, MemoryAndSimulateShowCpuOffload) {
+  const std::string llama = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/llama3.1-70b-h100-64.yaml";
+  const std::string pp1 =
+      " --tensor-model-parallel-size 8 --set parallelism.pipeline_model_parallel_size=1"
+      " --set parallelism.virtual_pipeline_model_parallel_size=1"
+      " --set parallelism.context_parallel_size=1";
+  const std::string offload =
+      " --set training.cpu_offloading=true --set training.cpu_offloading_num_layers=60";
+  EXPECT_THAT(run("memory " + llama + pp1).output, HasSubstr("does NOT fit: stage 0"));
+  const Result m = run("memory " + llama + pp1 + offload);
+  ASSERT_EQ(m.status, 0) << m.output;
+  EXPECT_THAT(m.output, AllOf(HasSubstr("activation CPU offload: the first 60 of 80 layers"),
+                              HasSubstr("host memory per GPU (stage 0): optimizer 0.00 GiB, "
+                                        "activations 16.66 GiB, total 16.66 GiB of 256.00 GiB"),
+                              Not(HasSubstr("does NOT fit"))));
+  const Result s = run("simulate " + llama + pp1 + offload +
+                       " --set training.optimizer_cpu_offload=true --quiet");
+  ASSERT_EQ(s.status, 0) << s.output;
+  EXPECT_THAT(s.output, AllOf(HasSubstr("cpu offload        exposed"),
+                              HasSubstr("optimizer 16.43 GiB, activations 16.66 GiB")));
+  const std::string a100 = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/gpt-22b-a100-8.yaml";
+  const Result refused = run("simulate " + a100 +
+                             " --set training.use_distributed_optimizer=true"
+                             " --set training.optimizer_cpu_offload=true --quiet");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_THAT(refused.output, HasSubstr("gives no gpu.host_link for A100-SXM-80GB"));
 }
 
 // collective --op all_to_all (MoE dispatch, NCCL's grouped send/recv: "p2p", Simple), nccl-tests'

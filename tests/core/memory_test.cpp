@@ -545,6 +545,57 @@ TEST(MemoryTest, NoPipelineHasBothEnds) {
             18.0 * static_cast<double>(parameter_count(s.model)));
 }
 
+// CPU offload, worked by hand on Small() (8 GPT layers, h 64, ffn 256, V 1024, s 32), PP 1,
+// DP 2, b 2, bf16, the distributed optimizer. Parameters: per layer QKV 3h^2 + 3h = 12,480,
+// projection h^2 + h = 4,160, FC1 4h^2 + 4h = 16,640, FC2 4h^2 + h = 16,448, two LayerNorms 4h =
+// 256: 49,984; 8 layers 399,872 + word embedding V h 65,536 + positions s h 2,048 + final norm
+// 2h 128 = 467,584. The optimizer shard is 467,584 / 2 = 233,792 parameters; half offloaded:
+// host 0.5 x 16 x 233,792 = 1,870,336 bytes (HybridDeviceOptimizer's fp32 main parameter, two
+// moments and gradient copy), the GPU keeps 0.5 x 12 x 233,792 = 1,402,752. Activations: one
+// micro-batch in flight, 180,224 bytes per layer (NoPipelineHasBothEnds); the first 3 layers
+// offloaded: host 540,672, GPU 5 x 180,224 = 901,120. Host total 2,411,008.
+TEST(MemoryTest, CpuOffloadMovesOptimizerStateAndActivationsToTheHost) {
+  Scenario s;
+  s.model = Small();
+  s.parallel.data_parallel_size = 2;
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 8;
+  s.training.precision = Precision::kBf16;
+  s.training.use_distributed_optimizer = true;
+  s.cluster.num_gpus = 2;
+  ASSERT_EQ(parameter_count(s.model), 467584);
+  const StageMemory before = stage_memory(s, 0);
+  EXPECT_EQ(before.optimizer_bytes, 12.0 * 233792);
+  EXPECT_EQ(before.host_total_bytes(), 0.0);
+
+  s.training.optimizer_cpu_offload = true;
+  s.training.optimizer_offload_fraction = 0.5;
+  s.training.cpu_offloading = true;
+  s.training.cpu_offloading_num_layers = 3;
+  const StageMemory off = stage_memory(s, 0);
+  EXPECT_EQ(off.host_optimizer_bytes, 1870336.0);
+  EXPECT_EQ(off.optimizer_bytes, 1402752.0);
+  EXPECT_EQ(offloaded_layer_activation_bytes(s, 0), 180224.0);
+  EXPECT_EQ(off.host_activations_bytes, 540672.0);
+  EXPECT_EQ(off.activations_bytes, 901120.0);
+  EXPECT_EQ(off.host_total_bytes(), 2411008.0);
+  // What left the GPU is what the host holds, less the host's own gradient copy (4 bytes per
+  // offloaded parameter: 0.5 x 233,792 x 4 = 467,584).
+  EXPECT_EQ(before.total_bytes() - off.total_bytes(), off.host_total_bytes() - 467584.0);
+  // Everything offloaded: no optimizer state left on the GPU, 16 bytes per shard parameter on
+  // the host.
+  s.training.optimizer_offload_fraction = 1.0;
+  EXPECT_EQ(stage_memory(s, 0).optimizer_bytes, 0.0);
+  EXPECT_EQ(stage_memory(s, 0).host_optimizer_bytes, 16.0 * 233792);
+
+  // The host-capacity check: 2,411,008 bytes against 3e6 (80.4 %) fits, against 2.5e6 (96.4 %,
+  // above the 90 % line) is at risk, against 2.4e6 does not fit.
+  EXPECT_EQ(host_memory_verdict(off.host_total_bytes(), 3e6), MemoryVerdict::kFits);
+  EXPECT_EQ(host_memory_verdict(off.host_total_bytes(), 2.5e6), MemoryVerdict::kAtRisk);
+  EXPECT_EQ(host_memory_verdict(off.host_total_bytes(), 2.4e6), MemoryVerdict::kOutOfMemory);
+  EXPECT_THROW(host_memory_verdict(1, 0), InvalidArgument);
+}
+
 TEST(MemoryTest, Gpt3_175BOnOneGpuCannotFit) {
   // TP 1, PP 1: 174615846912 parameters x 18 bytes = 3.14e12 bytes before any activation;
   // activations 96 * s b h (34 + 5 a s / h) = 96 * 25165824 * 114 = 2.75e11.

@@ -99,7 +99,8 @@ size_t replay_all(const Program& prog, std::vector<std::string>& errors) {
         s.posted[op.id] = true;
         progress = true;
         switch (op.kind) {
-          case OpKind::kCompute: s.done[op.id] = true; break;
+          case OpKind::kCompute:
+          case OpKind::kHost: s.done[op.id] = true; break;
           case OpKind::kCollective: {
             const auto members = prog.layout.group(op.group, r);
             const auto arr = arrivals.arrive(collective_key(prog.layout, r, op, s.seq[op.id]),
@@ -704,6 +705,95 @@ TEST(Program, MegatronFsdpReducesEveryMicroBatchAndGathersEveryLayer) {
              rp.ops[d].bucket_layers == std::vector<int32_t>{layer};
     })) << "layer " << layer;
   }
+}
+
+// CPU offload on the small GPT (8 layers, h 64, 8 heads, s 32, b 1, V 1024, bf16), PP 1, DP 2,
+// 2 micro-batches, the distributed optimizer. Parameters: 49,984 per layer, 467,584 in all
+// (12h^2 + 13h per layer, 1024 x 64 + 32 x 64 embeddings, 2h final norm): the optimizer shard
+// is 233,792. Half offloaded: n = 116,896 go D2H as fp32 gradients (467,584 bytes), through the
+// CPU AdamW (28 n = 3,273,088 bytes) and back H2D in bf16 (233,792 bytes); the GPU's adamw_step
+// steps the other 116,896. Activations: 3 of 8 layers offloaded, 110,592 bytes each per
+// micro-batch (s b h (34 + 5 a s / h) = 2,048 x 54, Korthikanti Table 2); the GPU holds W =
+// 8 - 3 = 5 sets, so the forward of layer l + 5 waits for layer l's D2H and the H2D reload of
+// layer l follows the backward of layer l + 5.
+TEST(Program, CpuOffloadLowersHostOpsOnTheOffloadStream) {
+  Knobs k;
+  k.layers = 8;
+  k.dp = 2;
+  k.m = 2;
+  k.dist_opt = true;
+  Scenario s = make(k);
+  s.training.optimizer_cpu_offload = true;
+  s.training.optimizer_offload_fraction = 0.5;
+  s.training.cpu_offloading = true;
+  s.training.cpu_offloading_num_layers = 3;
+  const Program prog = build_program(s);
+  std::vector<std::string> errors;
+  EXPECT_EQ(replay_all(prog, errors), 0u);
+  EXPECT_TRUE(errors.empty());
+  const RankProgram& rp = prog.ranks.at(0);
+  // (phase, micro-batch, layer) -> the first compute op; what -> host ops.
+  std::map<std::tuple<Phase, int32_t, int32_t>, const Op*> first_compute;
+  std::map<std::string, std::vector<const Op*>> host;
+  const Op* previous_host = nullptr;
+  for (const Op& op : rp.ops) {
+    if (op.kind == OpKind::kCompute) first_compute.try_emplace({op.phase, op.micro_batch, op.layer}, &op);
+    if (op.kind != OpKind::kHost) continue;
+    EXPECT_EQ(op.stream, Stream::kOffload);
+    if (previous_host != nullptr) {  // the offload stream is FIFO
+      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), previous_host->id), op.deps.end())
+          << prog.label(op);
+    }
+    previous_host = &op;
+    host[op.what].push_back(&op);
+  }
+  auto waits_for = [](const Op* op, const Op* dep) {
+    return std::find(op->deps.begin(), op->deps.end(), dep->id) != op->deps.end();
+  };
+  ASSERT_EQ(host["offload activations"].size(), 6u);
+  ASSERT_EQ(host["reload activations"].size(), 6u);
+  for (const Op* d2h : host["offload activations"]) {
+    EXPECT_EQ(d2h->host, HostOp::kCopyD2H);
+    EXPECT_EQ(d2h->bytes, 110592);
+    EXPECT_EQ(d2h->phase, Phase::kForward);
+    EXPECT_EQ(d2h->role, Role::kActivationOffload);
+    EXPECT_LT(d2h->layer, 3);
+    // The forward of layer + 5 waits for it (Transformer Engine's window of 5 sets).
+    EXPECT_TRUE(waits_for(first_compute.at({Phase::kForward, d2h->micro_batch, d2h->layer + 5}), d2h));
+  }
+  for (const Op* h2d : host["reload activations"]) {
+    EXPECT_EQ(h2d->host, HostOp::kCopyH2D);
+    EXPECT_EQ(h2d->bytes, 110592);
+    EXPECT_EQ(h2d->phase, Phase::kBackward);
+    // After the backward of layer + 5; the layer's backward waits for it.
+    EXPECT_TRUE(waits_for(h2d, first_compute.at({Phase::kBackward, h2d->micro_batch, h2d->layer + 5})) ||
+                std::any_of(h2d->deps.begin(), h2d->deps.end(), [&](uint32_t d) {
+                  return rp.ops[d].kind == OpKind::kCompute && rp.ops[d].layer == h2d->layer + 5 &&
+                         rp.ops[d].phase == Phase::kBackward;
+                }));
+    EXPECT_TRUE(waits_for(first_compute.at({Phase::kBackward, h2d->micro_batch, h2d->layer}), h2d));
+  }
+  ASSERT_EQ(host["offload optimizer grads"].size(), 1u);
+  ASSERT_EQ(host["cpu optimizer step"].size(), 1u);
+  ASSERT_EQ(host["reload optimizer params"].size(), 1u);
+  EXPECT_EQ(host["offload optimizer grads"][0]->bytes, 467584);
+  EXPECT_EQ(host["cpu optimizer step"][0]->host, HostOp::kCpuAdamW);
+  EXPECT_EQ(host["cpu optimizer step"][0]->bytes, 3273088);
+  const Op* h2d = host["reload optimizer params"][0];
+  EXPECT_EQ(h2d->bytes, 233792);
+  int gathers = 0;
+  for (const Op& op : rp.ops) {
+    for (uint32_t kid : op.kernels) {
+      if (prog.kernels[kid].key.name == "adamw_step") {
+        EXPECT_EQ(prog.kernels[kid].key.shape, (std::vector<int64_t>{116896}));
+      }
+    }
+    if (std::string_view(op.what) == "dp all_gather params") {
+      ++gathers;
+      EXPECT_TRUE(waits_for(&op, h2d));  // the host-stepped parameters are gathered once back
+    }
+  }
+  EXPECT_GT(gathers, 0);
 }
 
 // HSDP (Megatron-Core's num_distributed_optimizer_instances = 2) over DP 4: the DP group

@@ -95,7 +95,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_TRUE(keys_of("nonsense").empty());
   EXPECT_EQ(keys_of("model").size(), 27u);
   EXPECT_EQ(keys_of("parallelism").size(), 17u);
-  EXPECT_EQ(keys_of("training").size(), 35u);
+  EXPECT_EQ(keys_of("training").size(), 39u);
   EXPECT_TRUE(scenario_schema::is_section("training"));
   EXPECT_FALSE(scenario_schema::is_section("name"));
   EXPECT_TRUE(scenario_schema::is_nested_mapping("cluster.what_if.degraded_link"));
@@ -118,8 +118,10 @@ TEST(ScenarioSchema, PathsAndFlagsAreUnique) {
     EXPECT_NE(k.type, ValueType::kMapping) << k.path();
   }
   // The 57 flags the command line had before the table, --pipeline-schedule, Megatron-FSDP's 2,
-  // --num-distributed-optimizer-instances (HSDP) and --pipeline-model-parallel-layout.
-  EXPECT_EQ(flags.size(), 62u);
+  // --num-distributed-optimizer-instances (HSDP), --pipeline-model-parallel-layout and CPU
+  // offload's 4 (--optimizer-cpu-offload, --optimizer-offload-fraction, --cpu-offloading,
+  // --cpu-offloading-num-layers).
+  EXPECT_EQ(flags.size(), 66u);
 }
 
 TEST(ScenarioSchema, DefaultsComeFromTheMembersOrTheirWords) {

@@ -960,6 +960,68 @@ TEST(ScenarioRules, MegatronFsdpKeys) {
                     HasSubstr("no_shard, optim, optim_grads, optim_grads_params")));
 }
 
+// CPU offload, as Megatron-LM asserts it (megatron/training/arguments.py: optimizer offload needs
+// --use-precision-aware-optimizer, which needs the distributed optimizer; TransformerConfig:
+// activation offload of fewer layers than num_layers, no pipeline parallelism, no
+// recomputation). The base scenario has 8 layers, TP 2, PP 2, DP 2.
+TEST(ScenarioRules, CpuOffloadKeys) {
+  ScenarioText t;
+  t.set("training", "use_distributed_optimizer", "true")
+      .set("training", "optimizer_cpu_offload", "true")
+      .set("training", "optimizer_offload_fraction", "0.25");
+  const Scenario s = parse(t.text());
+  EXPECT_TRUE(s.training.optimizer_cpu_offload);
+  EXPECT_EQ(s.training.optimizer_offload_fraction, 0.25);
+  EXPECT_EQ(parse(ScenarioText().text()).training.optimizer_offload_fraction, 1.0);  // Megatron's
+
+  ScenarioText range = t;
+  range.set("training", "optimizer_offload_fraction", "1.5");
+  EXPECT_THAT(error_of(range), AllOf(HasSubstr("training.optimizer_offload_fraction"),
+                                     HasSubstr("in [0, 1]")));
+  ScenarioText no_offload;
+  no_offload.set("training", "optimizer_offload_fraction", "0.5");
+  EXPECT_THAT(error_of(no_offload),
+              AllOf(HasSubstr("training.optimizer_offload_fraction"),
+                    HasSubstr("0.5 needs training.optimizer_cpu_offload: true")));
+  ScenarioText no_distopt;
+  no_distopt.set("training", "optimizer_cpu_offload", "true");
+  EXPECT_THAT(error_of(no_distopt),
+              AllOf(HasSubstr("training.optimizer_cpu_offload"),
+                    HasSubstr("needs training.use_distributed_optimizer: true"),
+                    HasSubstr("--use-precision-aware-optimizer")));
+  ScenarioText fsdp = t;
+  fsdp.set("training", "use_megatron_fsdp", "true");
+  EXPECT_THAT(error_of(fsdp), AllOf(HasSubstr("training.optimizer_cpu_offload"),
+                                    HasSubstr("use_megatron_fsdp is not supported")));
+
+  // Activation offload: PP 1 (8 GPUs: TP 2 x DP 4).
+  ScenarioText act;
+  act.set("parallelism", "pipeline_model_parallel_size", "1")
+      .set("training", "cpu_offloading", "true")
+      .set("training", "cpu_offloading_num_layers", "7");
+  EXPECT_EQ(parse(act.text()).training.cpu_offloading_num_layers, 7);
+  ScenarioText all = act;
+  all.set("training", "cpu_offloading_num_layers", "8");
+  EXPECT_THAT(error_of(all), AllOf(HasSubstr("training.cpu_offloading_num_layers"),
+                                   HasSubstr("8 must be below model.num_layers = 8 (allowed: 0 "
+                                             "to 7")));
+  ScenarioText pp = act;
+  pp.set("parallelism", "pipeline_model_parallel_size", "2");
+  EXPECT_THAT(error_of(pp), AllOf(HasSubstr("training.cpu_offloading"),
+                                  HasSubstr("needs parallelism.pipeline_model_parallel_size: 1, "
+                                            "got 2")));
+  ScenarioText recompute = act;
+  recompute.set("training", "recompute_granularity", "selective");
+  EXPECT_THAT(error_of(recompute),
+              AllOf(HasSubstr("training.cpu_offloading"),
+                    HasSubstr("needs training.recompute_granularity: none, got selective")));
+  ScenarioText layers_alone;
+  layers_alone.set("training", "cpu_offloading_num_layers", "2");
+  EXPECT_THAT(error_of(layers_alone),
+              AllOf(HasSubstr("training.cpu_offloading_num_layers"),
+                    HasSubstr("2 needs training.cpu_offloading: true")));
+}
+
 // HSDP (Megatron-Core's --num-distributed-optimizer-instances): DP 2 here, so 2 instances of
 // one rank each; 3 does not divide DP x CP = 2; it needs the distributed optimizer; 0 is refused
 // by the reader; a mixture of experts is not split.

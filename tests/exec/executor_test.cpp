@@ -318,5 +318,21 @@ TEST(Executor, RefusesWhatTheCpuBackendDoesNotRun) {
   expect_has(unsupported_error_of(moe, "the allgather dispatcher"), "moe_token_dispatcher_type");
 }
 
+// CPU offload has nowhere to go on the cpu backend (its device memory is the host's memory): both
+// offloads are refused by name, never trained without the offload.
+TEST(Executor, RefusesCpuOffloadByName) {
+  Scenario opt = tiny();
+  opt.training.use_distributed_optimizer = true;
+  opt.training.optimizer_cpu_offload = true;
+  const std::string e = unsupported_error_of(opt, "optimizer_cpu_offload");
+  expect_has(e, "training.optimizer_cpu_offload is refused by the cpu backend");
+  expect_has(e, "its device memory is the host's memory");
+  Scenario act = tiny();
+  act.training.cpu_offloading = true;
+  act.training.cpu_offloading_num_layers = 1;
+  expect_has(unsupported_error_of(act, "cpu_offloading"),
+             "training.cpu_offloading is refused by the cpu backend");
+}
+
 }  // namespace
 }  // namespace traintwin::exec

@@ -231,6 +231,61 @@ TEST(ShippedTopologies, Tf32PeakAndSupport) {
   EXPECT_NO_THROW(check_gpu_supports(no_tf32, t));
 }
 
+// The host link (gpu.host_link, CPU offload): the shipped DGX H100/H200 files give PCIe Gen5
+// x16 (55 GB/s per direction measured of 64 raw) and 2 TB / 8 GPUs of host memory, GB200 its
+// NVLink-C2C (900 GB/s bidirectional: 450 per direction) and 480 GB / 2 GPUs; the A100 file
+// none, and offload on it is refused naming the key. A parsed link needs all four keys, each
+// with its unit and > 0.
+TEST(ShippedTopologies, HostLinkAndOffloadSupport) {
+  const TopologySpec h100 = load_topology(kTopologies / "dgx-h100-superpod.yaml");
+  const TopologySpec h200 = load_topology(kTopologies / "dgx-h200-superpod.yaml");
+  const TopologySpec gb200 = load_topology(kTopologies / "gb200-nvl72-superpod.yaml");
+  const TopologySpec a100 = load_topology(kTopologies / "dgx-a100-superpod.yaml");
+  for (const TopologySpec* t : {&h100, &h200}) {
+    ASSERT_TRUE(t->gpu.host_link.has_value()) << t->name;
+    EXPECT_DOUBLE_EQ(t->gpu.host_link->bandwidth_Bps, 55e9);
+    EXPECT_DOUBLE_EQ(t->gpu.host_link->host_memory_bytes, 256 * kGiB);
+  }
+  ASSERT_TRUE(gb200.gpu.host_link.has_value());
+  EXPECT_DOUBLE_EQ(gb200.gpu.host_link->bandwidth_Bps, 450e9);
+  EXPECT_DOUBLE_EQ(gb200.gpu.host_link->host_memory_bytes, 240e9);
+  EXPECT_FALSE(a100.gpu.host_link.has_value());
+  TrainingConfig t;
+  t.use_distributed_optimizer = true;
+  t.optimizer_cpu_offload = true;
+  EXPECT_NO_THROW(check_gpu_supports(h100, t));
+  try {
+    check_gpu_supports(a100, t);
+    ADD_FAILURE() << "optimizer offload without a host link accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("training.optimizer_cpu_offload"));
+    EXPECT_THAT(e.what(), HasSubstr("gives no gpu.host_link for A100-SXM-80GB"));
+  }
+  TrainingConfig act;
+  act.cpu_offloading = true;
+  EXPECT_THROW(check_gpu_supports(a100, act), ConfigError);
+
+  const std::string link =
+      "  host_link:\n"
+      "    bandwidth: 64GBps\n"
+      "    latency: 5us\n"
+      "    host_memory: 128GiB\n"
+      "    optimizer_bandwidth: 40GBps\n"
+      "node:\n";
+  const TopologySpec p = parse_topology(with("node:\n", link), "t.yaml");
+  ASSERT_TRUE(p.gpu.host_link.has_value());
+  EXPECT_DOUBLE_EQ(p.gpu.host_link->bandwidth_Bps, 64e9);
+  EXPECT_DOUBLE_EQ(p.gpu.host_link->latency_s, 5e-6);
+  EXPECT_DOUBLE_EQ(p.gpu.host_link->host_memory_bytes, 128 * kGiB);
+  EXPECT_DOUBLE_EQ(p.gpu.host_link->optimizer_bandwidth_Bps, 40e9);
+  std::string missing = link;
+  missing.erase(missing.find("    latency"), std::string("    latency: 5us\n").size());
+  EXPECT_THAT(error_for(with("node:\n", missing)), HasSubstr("latency"));
+  std::string zero = link;
+  zero.replace(zero.find("64GBps"), 6, "0GBps");
+  EXPECT_THAT(error_for(with("node:\n", zero)), HasSubstr("must be greater than zero"));
+}
+
 TEST(ParseTopology, ValidTextAndOptionalKeys) {
   const TopologySpec t = parse_topology(kValid, "t.yaml");
   EXPECT_EQ(t.name, "test-pod");
@@ -264,7 +319,8 @@ TEST(ParseTopology, UnknownKeyNamesFileLineAndAllowedKeys) {
   const std::string msg = error_for(with("  hbm_bandwidth:", "  hbm_bandwith:"));
   EXPECT_THAT(msg, AllOf(HasSubstr("t.yaml:5: gpu.hbm_bandwith: unknown key"),
                          HasSubstr("did you mean 'hbm_bandwidth'?"),
-                         HasSubstr("(allowed: name, memory, hbm_bandwidth, peak_flops)")));
+                         HasSubstr("(allowed: name, memory, hbm_bandwidth, peak_flops, "
+                                   "host_link (optional))")));
   EXPECT_THAT(error_for(kValid + "color: green\n"),
               AllOf(HasSubstr("t.yaml:28: color: unknown key"), Not(HasSubstr("did you mean")),
                     HasSubstr("description (optional)")));

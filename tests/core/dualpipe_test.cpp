@@ -214,9 +214,9 @@ TEST(DualPipeSchedule, InFlightActivationsAsTheReadme) {
 
 // ---- the event model over the two directions (tests/core/pipeline_event_model.hpp) ----------
 
-std::vector<testing::RankSpan> event_model(PipelineScheduleKind kind, int64_t p, int64_t m,
+std::vector<pipeline_events::RankSpan> event_model(PipelineScheduleKind kind, int64_t p, int64_t m,
                                            double f, double b, double w) {
-  return testing::run_event_model(kind, p, m, 2, {f, b, w, 0.0});
+  return pipeline_events::run_event_model(kind, p, m, 2, {f, b, w, 0.0});
 }
 
 // The two directions mirror each other, so under any costs DualPipe on p ranks runs as DualPipeV
@@ -230,7 +230,7 @@ TEST(DualPipeSchedule, TimedAsDualPipeVOnHalfTheRanks) {
         const auto dual = event_model(kDualPipe, p, m, f, b, w);
         const auto half = event_model(kDualPipeV, p / 2, m / 2, f, b, w);
         for (int64_t r = 0; r < p; ++r) {
-          const testing::RankSpan& v = half[static_cast<size_t>(std::min(r, p - 1 - r))];
+          const pipeline_events::RankSpan& v = half[static_cast<size_t>(std::min(r, p - 1 - r))];
           EXPECT_DOUBLE_EQ(dual[static_cast<size_t>(r)].start, v.start) << "p" << p << " r" << r;
           EXPECT_DOUBLE_EQ(dual[static_cast<size_t>(r)].end, v.end) << "p" << p << " r" << r;
         }
@@ -251,7 +251,7 @@ TEST(DualPipeSchedule, BubbleUnderUnitCosts) {
       const auto span = event_model(kDualPipe, p, m, 1, 1, 1);
       double end = 0;
       for (int64_t r = 0; r < p; ++r) {
-        const testing::RankSpan& s = span[static_cast<size_t>(r)];
+        const pipeline_events::RankSpan& s = span[static_cast<size_t>(r)];
         const int64_t h = std::min(r, p - 1 - r);
         EXPECT_DOUBLE_EQ(s.end - s.start - 3.0 * static_cast<double>(m),
                          static_cast<double>(p / 2 - 1 - h))

@@ -7,8 +7,8 @@
 // (sail-sg/zero-bubble-pipeline-parallelism, megatron/core/pipeline_parallel/zerobubble/
 // scheduler/zb.py, Graph.manual_order: t = max(e + cost, t_parent + comm + cost)). Communication
 // delays the receiver only (it occupies no rank), and a hop between two stages on the same rank
-// (ZB-V's and DualPipeV's p - 1 -> p) costs nothing. Used by tests/core/dualpipe_test.cpp and
-// tests/core/zero_bubble_table9_test.cpp; the engines' own timing is tested in tests/sim/.
+// (ZB-V's and DualPipeV's p - 1 -> p) costs nothing. Used by the schedule tests (zero_bubble,
+// zero_bubble_v, dualpipe, zero_bubble_table9); the engines' own timing is tested in tests/sim/.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@
 
 #include "core/schedule.hpp"
 
-namespace traintwin::testing {
+namespace traintwin::pipeline_events {
 
 /// Costs of one pass of one model chunk (any unit): f forward, b input gradient (B), w weight
 /// gradient (W), comm per transfer between two ranks. Under a schedule without W steps (GPipe,
@@ -113,4 +113,4 @@ inline double bubble_rate(PipelineScheduleKind kind, int64_t p, int64_t m, int64
   return (cost - static_cast<double>(m) * (stage.f + stage.b + stage.w)) / cost;
 }
 
-}  // namespace traintwin::testing
+}  // namespace traintwin::pipeline_events

@@ -63,7 +63,7 @@ const std::vector<PaperRow> kTable9 = {
 constexpr double kPrinted = 0.5e-4 + 1e-9;
 
 double rate(PipelineScheduleKind kind, const PaperRow& row) {
-  return testing::bubble_rate(kind, row.p, row.m, 1, {row.t_f, row.t_b, row.t_w, row.t_comm});
+  return pipeline_events::bubble_rate(kind, row.p, row.m, 1, {row.t_f, row.t_b, row.t_w, row.t_comm});
 }
 
 std::string name(const PaperRow& row) {
@@ -97,7 +97,7 @@ TEST(ZeroBubblePaperTable9, CommunicationOnEveryHopIsPartOfTheRates) {
   const double work = static_cast<double>(row.m) * (row.t_f + row.t_b + row.t_w);
   const double bubble = static_cast<double>(row.p - 1) * (row.t_f + row.t_b - row.t_w);
   const double closed = bubble / (work + bubble);
-  EXPECT_NEAR(testing::bubble_rate(PipelineScheduleKind::kZbH1, row.p, row.m, 1,
+  EXPECT_NEAR(pipeline_events::bubble_rate(PipelineScheduleKind::kZbH1, row.p, row.m, 1,
                                    {row.t_f, row.t_b, row.t_w, 0.0}),
               closed, 1e-12);
   EXPECT_NEAR(closed, 0.1476, 1e-4);

@@ -183,9 +183,9 @@ bool splits_backward(PipelineScheduleKind kind);
 int64_t required_model_chunks(PipelineScheduleKind kind);
 
 /// The virtual stage (0..p*v-1) of model chunk `model_chunk` of pipeline rank `pp_rank`:
-/// chunk * p + rank (Megatron's interleaved placement), but for the v_shaped() kinds (ZB-V, DualPipe,
-/// DualPipeV) the V placement: rank for chunk 0, 2p - 1 - rank for chunk 1. No argument checks
-/// (callers pass valid ranks and chunks).
+/// chunk * p + rank (Megatron's interleaved placement), but for the v_shaped() kinds (ZB-V,
+/// DualPipe, DualPipeV) the V placement: rank for chunk 0, 2p - 1 - rank for chunk 1. No argument
+/// checks (callers pass valid ranks and chunks).
 int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t model_chunk);
 

@@ -128,7 +128,9 @@ TEST(DualPipeSchedule, TwoParameterCopiesAndThePeersOfEachDirection) {
   EXPECT_EQ(required_model_chunks(kDualPipe), 2);
   using T = PipelineTransfer;
   const auto in = [](int64_t r, ScheduleStep s) { return rank_step_input(kDualPipe, 4, r, 2, s); };
-  const auto out = [](int64_t r, ScheduleStep s) { return rank_step_output(kDualPipe, 4, r, 2, s); };
+  const auto out = [](int64_t r, ScheduleStep s) {
+    return rank_step_output(kDualPipe, 4, r, 2, s);
+  };
   // Forward direction (micro-batch 0): stage 0 on rank 0 takes no input; rank 1 (the middle
   // rank p/2 - 1) sends its activations to rank 2 (DualPipeV keeps that hop on one rank); stage 3
   // on rank 3 computes the loss: no forward output, no backward input.

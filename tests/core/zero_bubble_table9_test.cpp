@@ -63,7 +63,8 @@ const std::vector<PaperRow> kTable9 = {
 constexpr double kPrinted = 0.5e-4 + 1e-9;
 
 double rate(PipelineScheduleKind kind, const PaperRow& row) {
-  return pipeline_events::bubble_rate(kind, row.p, row.m, 1, {row.t_f, row.t_b, row.t_w, row.t_comm});
+  return pipeline_events::bubble_rate(kind, row.p, row.m, 1,
+                                      {row.t_f, row.t_b, row.t_w, row.t_comm});
 }
 
 std::string name(const PaperRow& row) {

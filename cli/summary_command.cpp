@@ -103,6 +103,7 @@ void print_summary(const Scenario& s) {
                       : p.pipeline_schedule == PipelineScheduleKind::kZbH2 ? "ZB-H2"
                       : p.pipeline_schedule == PipelineScheduleKind::kZbV  ? "ZB-V"
                       : p.pipeline_schedule == PipelineScheduleKind::kDualPipeV ? "DualPipeV"
+                      : p.pipeline_schedule == PipelineScheduleKind::kDualPipe  ? "DualPipe"
                       : p.interleaved()                                    ? "interleaved 1F1B"
                                                                            : "1F1B";
   fmt::print("batch      global {}, micro {}: {} micro-batches per pipeline, schedule {}, "

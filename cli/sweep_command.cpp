@@ -421,7 +421,8 @@ void register_sweep_command(CLI::App& app) {
   g->add_option("--expert-tensor-parallel-size", o->etp, "Expert TP sizes (MoE), e.g. 1,2,4")
       ->type_name("LIST");
   g->add_option("--pipeline-schedule", o->schedule,
-                "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2,zb-v (of gpipe,1f1b,zb-h1,zb-h2,zb-v,dualpipev)")
+                "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2,zb-v (of gpipe,1f1b,zb-h1,zb-h2,zb-v,"
+                "dualpipev; dualpipe is refused by the scenario rules until it is lowered)")
       ->type_name("LIST");
   g->add_option("--data-parallel-sharding-strategy", o->sharding,
                 "Megatron-FSDP sharding, e.g. no_shard,optim,optim_grads,optim_grads_params "

@@ -57,8 +57,12 @@ enum class AttentionBackend { kUnfused, kFlash };
 /// chunks per pipeline rank, chunk 0 of rank r the stage r and chunk 1 the stage 2p - 1 - r.
 /// kDualPipeV: DeepSeek's DualPipeV (the "cut-in-half" DualPipe, deepseek-ai/DualPipe
 /// dualpipev.py) in the same V placement, overlapping a forward chunk with a backward chunk of
-/// another micro-batch.
-enum class PipelineScheduleKind { kGPipe, k1F1B, kZbH1, kZbH2, kZbV, kDualPipeV };
+/// another micro-batch. kDualPipe: DeepSeek's bidirectional DualPipe (DeepSeek-V3 Technical
+/// Report sec. 3.2.1; deepseek-ai/DualPipe dualpipe.py): p stages on p ranks fed from both ends,
+/// rank r holding stage r of the forward direction and stage p - 1 - r of the reverse one (two
+/// parameter copies); its op order is core/schedule.hpp dualpipe_schedule, and the scenario rules
+/// refuse it by name until the Program lowers its two directions (core/scenario_rules.cpp).
+enum class PipelineScheduleKind { kGPipe, k1F1B, kZbH1, kZbH2, kZbV, kDualPipeV, kDualPipe };
 
 /// How the learning rate decays after warm-up (Megatron --lr-decay-style; its
 /// OptimizerParamScheduler, megatron/core/optimizer_param_scheduler.py).
@@ -101,7 +105,7 @@ enum class CpCommType { kP2p, kA2a, kAllGather };
 const char* to_string(RecomputeGranularity r);
 /// "no_shard" | "optim" | "optim_grads" | "optim_grads_params".
 const char* to_string(DataParallelShardingStrategy d);
-/// "gpipe" | "1f1b" | "zb-h1" | "zb-h2" | "zb-v" | "dualpipev".
+/// "gpipe" | "1f1b" | "zb-h1" | "zb-h2" | "zb-v" | "dualpipe" | "dualpipev".
 const char* to_string(PipelineScheduleKind k);
 /// "unfused" | "flash".
 const char* to_string(AttentionBackend a);

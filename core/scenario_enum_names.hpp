@@ -81,6 +81,7 @@ TRAINTWIN_ENUM_NAMES(PipelineScheduleKind, std::pair{PipelineScheduleKind::kGPip
                      std::pair{PipelineScheduleKind::kZbH1, "zb-h1"},
                      std::pair{PipelineScheduleKind::kZbH2, "zb-h2"},
                      std::pair{PipelineScheduleKind::kZbV, "zb-v"},
+                     std::pair{PipelineScheduleKind::kDualPipe, "dualpipe"},
                      std::pair{PipelineScheduleKind::kDualPipeV, "dualpipev"});
 TRAINTWIN_ENUM_NAMES(LrDecayStyle, std::pair{LrDecayStyle::kConstant, "constant"},
                      std::pair{LrDecayStyle::kLinear, "linear"},

@@ -746,6 +746,18 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
   // forwards, core/schedule.hpp zb_v_schedule, dualpipev_schedule).
   if (splits_backward(p.pipeline_schedule)) {
     const std::string_view skey = "parallelism.pipeline_schedule";
+    // DualPipe (deepseek-ai/DualPipe dualpipe.py): the op order exists (core/schedule.hpp
+    // dualpipe_schedule, with its placement and p2p peers), the Program does not lower it yet.
+    if (bidirectional(p.pipeline_schedule)) {
+      return broken(
+          skey, "dualpipe is not simulated yet (rule: its op order is core/schedule.hpp "
+                "dualpipe_schedule, but the Program does not lower its two directions: the "
+                "embedding and the loss on both end ranks, the split of the layers over p stages "
+                "held twice, and the all-reduce of the two parameter copies' gradients between "
+                "ranks r and p - 1 - r; allowed values: gpipe, 1f1b, zb-h1, zb-h2, zb-v, "
+                "dualpipev; dualpipev runs the same schedule cut in half, on PP ranks holding "
+                "2 x PP stages)");
+    }
     const bool zb_v = v_shaped(p.pipeline_schedule);
     const std::string name = to_string(p.pipeline_schedule);
     if (zb_v && v != 2) {

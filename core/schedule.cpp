@@ -1,6 +1,6 @@
-// Pipeline schedules: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, and the
+// Pipeline schedules: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, the
 // zero-bubble ZB-H1, ZB-H2 (Qi et al., ICLR 2024) and ZB-V (Qi et al., arXiv:2401.10241 v2,
-// sec. 6).
+// sec. 6), and DeepSeek's DualPipe and DualPipeV (deepseek-ai/DualPipe).
 #include "core/schedule.hpp"
 
 #include <fmt/format.h>
@@ -62,9 +62,11 @@ void check_kind_args(const char* fn, PipelineScheduleKind kind, int64_t num_mode
   }
   if (need == 2 && num_model_chunks != 2) {
     throw InvalidArgument(fmt::format(
-        "{}: the {} schedule needs num_model_chunks == 2 (the V placement: chunk 0 = stage r, "
-        "chunk 1 = stage 2p - 1 - r), got {}",
-        fn, to_string(kind), num_model_chunks));
+        "{}: the {} schedule needs num_model_chunks == 2 ({}), got {}", fn, to_string(kind),
+        bidirectional(kind) ? "its two parameter copies: chunk 0 = stage r of the forward "
+                              "direction, chunk 1 = stage p - 1 - r of the reverse one"
+                            : "the V placement: chunk 0 = stage r, chunk 1 = stage 2p - 1 - r",
+        num_model_chunks));
   }
 }
 
@@ -259,16 +261,11 @@ std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
   return zb_v_steps(pp_size, pp_rank, num_micro_batches);
 }
 
-std::vector<ScheduleStep> dualpipev_schedule(int64_t pp_size, int64_t pp_rank,
-                                             int64_t num_micro_batches) {
-  check_pipeline_args("dualpipev_schedule", pp_size, pp_rank, num_micro_batches);
-  const int64_t p = pp_size, r = pp_rank, m = num_micro_batches;
-  if (m < 2 * p) {
-    throw InvalidArgument(fmt::format(
-        "dualpipev_schedule: num_micro_batches ({}) must be >= 2 x pp_size = {} (DualPipeV's "
-        "warm-up runs 2p forwards)",
-        m, 2 * p));
-  }
+namespace {
+
+// DualPipeV's order of rank r of p with m micro-batches per chunk (see dualpipev_schedule in
+// core/schedule.hpp for the eight steps); DualPipe's per half rank. Needs m >= 2p.
+std::vector<ScheduleStep> dualpipev_steps(int64_t p, int64_t r, int64_t m) {
   std::vector<ScheduleStep> out;
   out.reserve(static_cast<size_t>(6 * m));
   int64_t forward[2] = {0, 0}, backward[2] = {0, 0};
@@ -323,9 +320,54 @@ std::vector<ScheduleStep> dualpipev_schedule(int64_t pp_size, int64_t pp_rank,
   return out;
 }
 
-bool v_shaped(PipelineScheduleKind kind) {
-  return kind == PipelineScheduleKind::kZbV || kind == PipelineScheduleKind::kDualPipeV;
+}  // namespace
+
+std::vector<ScheduleStep> dualpipev_schedule(int64_t pp_size, int64_t pp_rank,
+                                             int64_t num_micro_batches) {
+  check_pipeline_args("dualpipev_schedule", pp_size, pp_rank, num_micro_batches);
+  if (num_micro_batches < 2 * pp_size) {
+    throw InvalidArgument(fmt::format(
+        "dualpipev_schedule: num_micro_batches ({}) must be >= 2 x pp_size = {} (DualPipeV's "
+        "warm-up runs 2p forwards)",
+        num_micro_batches, 2 * pp_size));
+  }
+  return dualpipev_steps(pp_size, pp_rank, num_micro_batches);
 }
+
+std::vector<ScheduleStep> dualpipe_schedule(int64_t pp_size, int64_t pp_rank,
+                                            int64_t num_micro_batches) {
+  check_pipeline_args("dualpipe_schedule", pp_size, pp_rank, num_micro_batches);
+  const int64_t p = pp_size, r = pp_rank, m = num_micro_batches;
+  if (p % 2 != 0) {
+    throw InvalidArgument(fmt::format(
+        "dualpipe_schedule: pp_size ({}) must be even (DualPipe pairs rank r with rank p - 1 - r; "
+        "dualpipe.py asserts num_ranks % 2 == 0)",
+        p));
+  }
+  if (m % 2 != 0 || m < 2 * p) {
+    throw InvalidArgument(fmt::format(
+        "dualpipe_schedule: num_micro_batches ({}) must be even and >= 2 x pp_size = {} (half of "
+        "them enter from each end, and each direction's warm-up runs p forwards through the two "
+        "copies; dualpipe.py asserts num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)",
+        m, 2 * p));
+  }
+  const int64_t half = m / 2;
+  const int64_t second_half = r >= p / 2 ? 1 : 0;  // dualpipe.py is_in_second_half
+  std::vector<ScheduleStep> out = dualpipev_steps(p / 2, std::min(r, p - 1 - r), half);
+  for (ScheduleStep& s : out) {
+    const int64_t direction = s.model_chunk ^ second_half;  // dualpipe.py: phase ^= ...
+    s.model_chunk = direction;
+    s.micro_batch += direction * half;
+  }
+  return out;
+}
+
+bool v_shaped(PipelineScheduleKind kind) {
+  return kind == PipelineScheduleKind::kZbV || kind == PipelineScheduleKind::kDualPipeV ||
+         bidirectional(kind);
+}
+
+bool bidirectional(PipelineScheduleKind kind) { return kind == PipelineScheduleKind::kDualPipe; }
 
 bool splits_backward(PipelineScheduleKind kind) {
   return kind == PipelineScheduleKind::kZbH1 || kind == PipelineScheduleKind::kZbH2 ||
@@ -372,6 +414,9 @@ std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_s
   if (kind == PipelineScheduleKind::kDualPipeV) {
     return dualpipev_schedule(pp_size, pp_rank, num_micro_batches);
   }
+  if (kind == PipelineScheduleKind::kDualPipe) {
+    return dualpipe_schedule(pp_size, pp_rank, num_micro_batches);
+  }
   if (num_model_chunks == 1) return one_f_one_b_schedule(pp_size, pp_rank, num_micro_batches);
   return interleaved_1f1b_schedule(pp_size, pp_rank, num_micro_batches, num_model_chunks);
 }
@@ -382,6 +427,10 @@ int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
   if (kind == PipelineScheduleKind::kGPipe) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
     return num_micro_batches;
+  }
+  if (bidirectional(kind)) {
+    check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
+    return std::min(pp_size - 1, num_micro_batches);
   }
   if (v_shaped(kind)) {
     check_pipeline_args("num_warmup_steps", pp_size, pp_rank, num_micro_batches);
@@ -487,6 +536,7 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
       num_warmup_steps(kind, pp_size, pp_rank, num_micro_batches, num_model_chunks);
   if (kind == PipelineScheduleKind::kZbV) return std::min(2 * pp_size, 2 * num_micro_batches);
   if (kind == PipelineScheduleKind::kDualPipeV) return 2 * pp_size + 1;
+  if (kind == PipelineScheduleKind::kDualPipe) return pp_size + 1;
   if (splits_backward(kind)) {
     // n forwards before the first B plus the d W's each B runs ahead of (zero_bubble_steps).
     const ZeroBubbleShape z = zero_bubble_shape(kind, pp_size, pp_rank);
@@ -512,6 +562,10 @@ double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t
   if (kind == PipelineScheduleKind::kDualPipeV) {
     return static_cast<double>(pp_size - 1) /
            static_cast<double>(6 * num_micro_batches + pp_size - 1);
+  }
+  if (kind == PipelineScheduleKind::kDualPipe) {  // DualPipeV's on p/2 ranks, m/2 per chunk
+    const int64_t idle = std::max<int64_t>(pp_size / 2 - 1, 0);
+    return static_cast<double>(idle) / static_cast<double>(3 * num_micro_batches + idle);
   }
   if (kind == PipelineScheduleKind::kZbH1) {
     return static_cast<double>(pp_size - 1) /
@@ -559,11 +613,30 @@ std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vs
   return PipelineTransfer{step.micro_batch, vstage, step.pass};
 }
 
+namespace {
+
+// step_input / step_output of `step` at virtual stage `vstage` of `vstages`; under a
+// bidirectional() kind within the direction's own p stages (0..p-1 or p..2p-1), the transfer's
+// sender renamed back to the whole range.
+template <typename F>
+std::optional<PipelineTransfer> directed(F&& of, PipelineScheduleKind kind, int64_t pp_size,
+                                         const ScheduleStep& step, int64_t vstage,
+                                         int64_t vstages) {
+  if (!bidirectional(kind)) return of(step, vstage, vstages);
+  const int64_t base = vstage < pp_size ? 0 : pp_size;
+  auto t = of(step, vstage - base, pp_size);
+  if (t) t->sender_vstage += base;
+  return t;
+}
+
+}  // namespace
+
 std::optional<PipelineTransfer> rank_step_input(PipelineScheduleKind kind, int64_t pp_size,
                                                 int64_t pp_rank, int64_t model_chunks,
                                                 const ScheduleStep& step) {
-  const auto t = step_input(step, virtual_stage_of(kind, pp_size, pp_rank, step.model_chunk),
-                            pp_size * model_chunks);
+  const auto t = directed(step_input, kind, pp_size, step,
+                          virtual_stage_of(kind, pp_size, pp_rank, step.model_chunk),
+                          pp_size * model_chunks);
   if (t && rank_of_virtual_stage(kind, pp_size, t->sender_vstage) == pp_rank) return std::nullopt;
   return t;
 }
@@ -571,8 +644,9 @@ std::optional<PipelineTransfer> rank_step_input(PipelineScheduleKind kind, int64
 std::optional<PipelineTransfer> rank_step_output(PipelineScheduleKind kind, int64_t pp_size,
                                                  int64_t pp_rank, int64_t model_chunks,
                                                  const ScheduleStep& step) {
-  const auto t = step_output(step, virtual_stage_of(kind, pp_size, pp_rank, step.model_chunk),
-                             pp_size * model_chunks);
+  const auto t = directed(step_output, kind, pp_size, step,
+                          virtual_stage_of(kind, pp_size, pp_rank, step.model_chunk),
+                          pp_size * model_chunks);
   if (t && rank_of_virtual_stage(kind, pp_size, t->receiver_vstage()) == pp_rank) {
     return std::nullopt;
   }

@@ -7,7 +7,8 @@
 // with the default microbatch_group_size_per_vp_stage = p); ZB-H1 and ZB-H2 as the handcrafted
 // schedules of Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024, sec. 3.1,
 // Figure 3 and Table 2; ZB-V as the V-shaped schedule of the same paper's arXiv version
-// (arXiv:2401.10241 v2, sec. 6, "memory efficient zero bubble schedule").
+// (arXiv:2401.10241 v2, sec. 6, "memory efficient zero bubble schedule"); DualPipe and DualPipeV
+// in the op order of deepseek-ai/DualPipe (dualpipe.py, dualpipev.py).
 //
 // Notation: p = pp_size, r = pp_rank, m = num_micro_batches, v = num_model_chunks.
 #pragma once
@@ -137,32 +138,65 @@ std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
 std::vector<ScheduleStep> dualpipev_schedule(int64_t pp_size, int64_t pp_rank,
                                              int64_t num_micro_batches);
 
-/// Whether `kind` places two model chunks per rank in a V (chunk 0 = stage r, chunk 1 = stage
-/// 2p - 1 - r): ZB-V and DualPipeV.
+/// DualPipe (DeepSeek-V3 Technical Report sec. 3.2.1, Figure 5 and Table 2; deepseek-ai/DualPipe
+/// dualpipe.py, DualPipe.step): p ranks (p even) and p model stages, the m micro-batches in two
+/// halves fed from both ends: micro-batches 0..m/2-1 in the forward direction (stage s on rank s,
+/// the loss on rank p - 1), m/2..m-1 in the reverse direction (stage s on rank p - 1 - s, the loss
+/// on rank 0). Rank r holds two parameter copies as its model chunks: chunk 0 = stage r of the
+/// forward direction (virtual stage r), chunk 1 = stage p - 1 - r of the reverse direction
+/// (virtual stage 2p - 1 - r; virtual stages p..2p-1 are the reverse direction's stages 0..p-1,
+/// bidirectional()), so a step's chunk is its micro-batch's direction.
+/// Rank r runs DualPipeV's order (dualpipev_schedule) for p/2 ranks, rank h = min(r, p - 1 - r)
+/// and m/2 micro-batches per chunk: dualpipe.py's steps 1-8 are dualpipev.py's with
+/// num_half_ranks and half_rank in place of num_ranks and rank. A phase is a direction as
+/// dualpipe.py maps it (phase XOR [r >= p/2]: on the second half of the ranks phase 0 is the
+/// reverse direction), and a phase's k-th micro-batch is micro-batch k of the forward direction
+/// or m/2 + k of the reverse one. F&B pairs, the deferred W's (first in, first out) and the W
+/// right after a backward that does not defer it are written as in dualpipev_schedule.
+/// With T_F = T_B = T_W and no communication its timing is DualPipeV's on p/2 ranks (ranks r and
+/// p - 1 - r both rank h's: the two directions mirror each other), so rank r idles p/2 - 1 - h
+/// units between its first and last op (tests/core/dualpipe_test.cpp) and holds at most p + 1
+/// chunk activation sets (the DualPipe README's PP + 1; each chunk a whole stage).
+/// Throws InvalidArgument as GPipe, and unless p is even and m is even and >= 2p (dualpipe.py's
+/// asserts: num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= num_ranks * 2).
+std::vector<ScheduleStep> dualpipe_schedule(int64_t pp_size, int64_t pp_rank,
+                                            int64_t num_micro_batches);
+
+/// Whether `kind` places two model chunks per rank in a V (chunk 0 = virtual stage r, chunk 1 =
+/// virtual stage 2p - 1 - r): ZB-V and DualPipeV, and DualPipe, whose virtual stages p..2p-1
+/// are the reverse direction's copies of stages 0..p-1 (bidirectional()).
 bool v_shaped(PipelineScheduleKind kind);
 
+/// Whether `kind` feeds micro-batches from both ends of the pipeline (DualPipe): its 2p virtual
+/// stages are two pipelines of p stages each, the forward direction's 0..p-1 (virtual stage s on
+/// rank s) and the reverse direction's p..2p-1 (virtual stage p + s is stage s, on rank p - 1 - s);
+/// a micro-batch runs through one of them, so virtual stages p - 1 and 2p - 1 compute the loss
+/// and 0 and p take the embedding.
+bool bidirectional(PipelineScheduleKind kind);
+
 /// Whether the schedules of `kind` place the weight gradients as their own steps
-/// (Pass::kWeightGrad): ZB-H1, ZB-H2, ZB-V and DualPipeV.
+/// (Pass::kWeightGrad): ZB-H1, ZB-H2, ZB-V, DualPipe and DualPipeV.
 bool splits_backward(PipelineScheduleKind kind);
 
 /// The number of model chunks per rank a kind needs, or 0 when it takes any (1F1B: 1 or
-/// interleaved): 1 for GPipe, ZB-H1 and ZB-H2, 2 for ZB-V and DualPipeV.
+/// interleaved): 1 for GPipe, ZB-H1 and ZB-H2, 2 for ZB-V, DualPipe and DualPipeV.
 int64_t required_model_chunks(PipelineScheduleKind kind);
 
 /// The virtual stage (0..p*v-1) of model chunk `model_chunk` of pipeline rank `pp_rank`:
-/// chunk * p + rank (Megatron's interleaved placement), but for ZB-V and DualPipeV the V placement:
-/// rank for chunk 0, 2p - 1 - rank for chunk 1. No argument checks (callers pass valid ranks and
-/// chunks).
+/// chunk * p + rank (Megatron's interleaved placement), but for the v_shaped() kinds (ZB-V,
+/// DualPipe, DualPipeV) the V placement: rank for chunk 0, 2p - 1 - rank for chunk 1. No argument
+/// checks (callers pass valid ranks and chunks).
 int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t model_chunk);
 
 /// The pipeline rank that holds virtual stage `vstage` (virtual_stage_of's inverse, rank part):
-/// vstage mod p; for ZB-V and DualPipeV vstage for vstage < p, else 2p - 1 - vstage.
+/// vstage mod p; for the v_shaped() kinds vstage for vstage < p, else 2p - 1 - vstage.
 int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage);
 
 /// Dispatch: GPipe (needs v == 1), 1F1B (v == 1) or interleaved 1F1B (kind 1F1B with v > 1),
-/// ZB-H1, ZB-H2 (v == 1), ZB-V and DualPipeV (v == 2).
-/// Throws InvalidArgument for GPipe, ZB-H1 or ZB-H2 with v != 1, ZB-V or DualPipeV with v != 2, for v < 1,
+/// ZB-H1, ZB-H2 (v == 1), ZB-V, DualPipe and DualPipeV (v == 2).
+/// Throws InvalidArgument for GPipe, ZB-H1 or ZB-H2 with v != 1, ZB-V, DualPipe or DualPipeV with
+/// v != 2, for v < 1,
 /// and whatever the chosen schedule throws.
 std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_size,
                                          int64_t pp_rank, int64_t num_micro_batches,
@@ -171,7 +205,7 @@ std::vector<ScheduleStep> build_schedule(PipelineScheduleKind kind, int64_t pp_s
 /// Number of warm-up forwards the schedule of this rank runs before its first backward
 /// (GPipe: m; 1F1B: min(p - rank - 1, m); interleaved: see interleaved_1f1b_schedule; ZB-H1 and
 /// ZB-H2: min(n - 1, m) with n their forwards before the first B, as 1F1B counts them; ZB-V and
-/// DualPipeV: 2p - 1, their 2p warm-up forwards counted the same way).
+/// DualPipeV: 2p - 1, their 2p warm-up forwards counted the same way; DualPipe: p - 1, its p).
 /// Same argument checks as build_schedule.
 int64_t num_warmup_steps(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t num_micro_batches, int64_t num_model_chunks);
@@ -210,7 +244,8 @@ int64_t peak_in_flight_weighted(PipelineScheduleKind kind, int64_t pp_size, int6
 /// interleaved min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v); ZB-H1 min(p, m) and ZB-H2
 /// min(2p - 1, m) (Qi et al. Table 2: p M_B and (2p - 1) M_B); ZB-V 2p chunk activation sets
 /// (p M_B, each chunk half a stage; arXiv:2401.10241 v2 sec. 6); DualPipeV 2p + 1 chunk sets on
-/// every rank (the DualPipe README's PP + 1 activations per device, PP = 2p stages). The
+/// every rank (the DualPipe README's PP + 1 activations per device, PP = 2p stages); DualPipe
+/// p + 1 (its PP + 1 with PP = p, each chunk a whole stage). The
 /// schedules above reach it exactly. Same argument checks as build_schedule.
 int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                         int64_t num_micro_batches, int64_t num_model_chunks);
@@ -223,7 +258,9 @@ int64_t in_flight_bound(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_r
 /// paper); DualPipeV (p-1)/(6m + p - 1): the first rank's idle time over its span when each pass
 /// of a chunk takes one unit and an F&B is its forward and its backward one after the other
 /// (tests/core/dualpipev_test.cpp's event model; the DualPipe README's (PP/2 - 1)(F&B + B - 3W)
-/// is 2(p - 1) there: it counts the F&B as one overlapped step that waits for both its inputs).
+/// is 2(p - 1) there: it counts the F&B as one overlapped step that waits for both its inputs);
+/// DualPipe (p/2 - 1)/(3m + p/2 - 1), DualPipeV's on p/2 ranks with m/2 micro-batches per chunk
+/// (dualpipe_schedule).
 /// Throws InvalidArgument for sizes < 1.
 double ideal_bubble_fraction(PipelineScheduleKind kind, int64_t pp_size, int64_t num_micro_batches,
                              int64_t num_model_chunks);
@@ -276,7 +313,11 @@ std::optional<PipelineTransfer> step_output(const ScheduleStep& step, int64_t vs
 /// The transfers of pipeline rank `pp_rank`'s `step` that cross ranks, as the lowering and the
 /// estimator issue them: step_input / step_output of the step's chunk as a virtual stage
 /// (virtual_stage_of; p x model_chunks stages), none where the other stage is on the same rank
-/// (ZB-V's stages p - 1 and p, both on rank p - 1). Same argument rules as those.
+/// (ZB-V's stages p - 1 and p, both on rank p - 1). Under a bidirectional() kind each direction
+/// is a pipeline of its own: step_input / step_output within virtual stages 0..p-1 or p..2p-1
+/// (virtual stage p's forward has no input, p - 1's forward no output: DualPipe's middle ranks
+/// p/2 - 1 and p/2 exchange the forward direction's activations across ranks, where DualPipeV
+/// keeps them on one). Same argument rules as those.
 std::optional<PipelineTransfer> rank_step_input(PipelineScheduleKind kind, int64_t pp_size,
                                                 int64_t pp_rank, int64_t model_chunks,
                                                 const ScheduleStep& step);

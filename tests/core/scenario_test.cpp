@@ -657,7 +657,7 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
       {"training", "attention_backend", "fused", "(allowed: unfused, flash)"},
       {"cluster", "collective_algorithm", "collnet", "(allowed: auto, ring, tree, nvls)"},
       {"parallelism", "pipeline_schedule", "interleaved",
-       "(allowed: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev)"},
+       "(allowed: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipe, dualpipev)"},
   };
   for (const Case& c : cases) {
     ScenarioText t;
@@ -743,6 +743,23 @@ TEST(ScenarioRules, ZbVNeedsTwoChunksAndTwicePpMicroBatches) {
                                    HasSubstr("allowed with them: gpipe, 1f1b, zb-h1, zb-h2")))
         << key;
   }
+}
+
+// DualPipe (core/schedule.hpp dualpipe_schedule): the schedule exists, the Program does not lower
+// its two directions, so the rules refuse it by name (never run as another schedule), with or
+// without the two chunks and micro-batches it would need.
+TEST(ScenarioRules, DualPipeIsRefusedByNameUntilLowered) {
+  ScenarioText t;
+  t.set("parallelism", "pipeline_schedule", "dualpipe")
+      .set("parallelism", "virtual_pipeline_model_parallel_size", "2");
+  EXPECT_THAT(error_of(t),
+              AllOf(HasSubstr(at(t, "parallelism.pipeline_schedule") +
+                              "parallelism.pipeline_schedule"),
+                    HasSubstr("dualpipe is not simulated yet"),
+                    HasSubstr("the all-reduce of the two parameter copies' gradients"),
+                    HasSubstr("allowed values: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev")));
+  t.set("parallelism", "virtual_pipeline_model_parallel_size", "1");
+  EXPECT_THAT(error_of(t), HasSubstr("dualpipe is not simulated yet"));
 }
 
 TEST(ScenarioRules, TensorParallelDividesHeads) {

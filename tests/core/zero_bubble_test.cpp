@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/schedule.hpp"
+#include "pipeline_event_model.hpp"
 
 namespace traintwin {
 namespace {
@@ -121,61 +121,15 @@ TEST(ZeroBubbleSchedule, RefusesVirtualPipelineAndNamesTheSchedule) {
 
 // ---- Table 2's bubbles with unit costs ------------------------------------------------------
 
-/// Each stage's first start and last end when stage r runs its steps in order, F_j after F_j of
-/// stage r - 1, B_j after B_j of stage r + 1 (the last stage: after its own F_j), W_j after its
-/// own B_j, with durations f, b, w and no communication. A schedule without W steps (1F1B) runs
+/// Each stage's first start and last end (tests/core/pipeline_event_model.hpp: F_j after F_j of
+/// stage r - 1, B_j after B_j of stage r + 1, the last stage's after its own F_j, W_j after its
+/// own B_j), with durations f, b, w and no communication. A schedule without W steps (1F1B) runs
 /// each backward for b + w (the input gradient is sent after the whole backward).
-struct StageSpan {
-  double start = -1, end = 0;
-};
+using StageSpan = pipeline_events::RankSpan;
 
 std::vector<StageSpan> event_model(PipelineScheduleKind kind, int64_t p, int64_t m, double f,
                                    double b, double w) {
-  std::vector<std::vector<ScheduleStep>> steps;
-  for (int64_t r = 0; r < p; ++r) steps.push_back(build_schedule(kind, p, r, m, 1));
-  const bool split = splits_backward(kind);
-  std::map<std::tuple<int, int64_t, int64_t>, double> done;  // (pass, mb, stage) -> end
-  std::vector<size_t> pos(static_cast<size_t>(p), 0);
-  std::vector<StageSpan> span(static_cast<size_t>(p));
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int64_t r = 0; r < p; ++r) {
-      auto& i = pos[static_cast<size_t>(r)];
-      StageSpan& sp = span[static_cast<size_t>(r)];
-      while (i < steps[static_cast<size_t>(r)].size()) {
-        const ScheduleStep& s = steps[static_cast<size_t>(r)][i];
-        std::tuple<int, int64_t, int64_t> dep;
-        bool has_dep = true;
-        if (s.pass == Pass::kForward) {
-          has_dep = r > 0;
-          dep = {0, s.micro_batch, r - 1};
-        } else if (s.pass == Pass::kBackward) {
-          dep = r + 1 < p ? std::tuple<int, int64_t, int64_t>{1, s.micro_batch, r + 1}
-                          : std::tuple<int, int64_t, int64_t>{0, s.micro_batch, r};
-        } else {
-          dep = {1, s.micro_batch, r};
-        }
-        double start = sp.end;
-        if (has_dep) {
-          auto it = done.find(dep);
-          if (it == done.end()) break;
-          start = std::max(start, it->second);
-        }
-        const double d = s.pass == Pass::kForward    ? f
-                         : s.pass == Pass::kBackward ? (split ? b : b + w)
-                                                     : w;
-        if (sp.start < 0) sp.start = start;
-        sp.end = start + d;
-        done[{static_cast<int>(s.pass), s.micro_batch, r}] = sp.end;
-        ++i;
-        progress = true;
-      }
-    }
-  }
-  for (int64_t r = 0; r < p; ++r) {
-    EXPECT_EQ(pos[static_cast<size_t>(r)], steps[static_cast<size_t>(r)].size()) << "stuck";
-  }
-  return span;
+  return pipeline_events::run_event_model(kind, p, m, 1, {f, b, w, 0.0});
 }
 
 /// The bubble as the paper measures it: the first stage's span less its work (Qi et al. sec. 4

@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/schedule.hpp"
+#include "pipeline_event_model.hpp"
 
 namespace traintwin {
 namespace {
@@ -117,60 +117,15 @@ TEST(ZbVSchedule, RefusesWhatItCannotRun) {
 
 // ---- the event model over virtual stages ------------------------------------------------------
 
-struct Span {
-  double start = -1, end = 0;
-};
+using Span = pipeline_events::RankSpan;
 
-/// Each rank runs its steps in order; F of (mb, stage vs) after F of (mb, vs - 1), B of (mb, vs)
-/// after B of (mb, vs + 1) (the last stage: after its own F), W after its own B; durations f, b,
-/// w; no communication. Stages per the V placement. Fails the test when the ranks deadlock.
+/// Each rank runs its steps in order (tests/core/pipeline_event_model.hpp): F of (mb, stage vs)
+/// after F of (mb, vs - 1), B of (mb, vs) after B of (mb, vs + 1) (the last stage: after its own
+/// F), W after its own B; durations f, b, w per chunk pass; no communication. Stages per the V
+/// placement. Fails the test when the ranks deadlock.
 std::vector<Span> v_event_model(int64_t p, int64_t m, double f, double b, double w,
                                 PipelineScheduleKind kind = kZbV) {
-  const int64_t nvs = 2 * p;
-  std::vector<std::vector<ScheduleStep>> steps;
-  for (int64_t r = 0; r < p; ++r) steps.push_back(build_schedule(kind, p, r, m, 2));
-  std::map<std::tuple<int, int64_t, int64_t>, double> done;  // (pass, mb, vstage) -> end
-  std::vector<size_t> pos(static_cast<size_t>(p), 0);
-  std::vector<Span> span(static_cast<size_t>(p));
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int64_t r = 0; r < p; ++r) {
-      auto& i = pos[static_cast<size_t>(r)];
-      Span& sp = span[static_cast<size_t>(r)];
-      while (i < steps[static_cast<size_t>(r)].size()) {
-        const ScheduleStep& s = steps[static_cast<size_t>(r)][i];
-        const int64_t vs = virtual_stage_of(kind, p, r, s.model_chunk);
-        bool has_dep = true;
-        std::tuple<int, int64_t, int64_t> dep;
-        if (s.pass == Pass::kForward) {
-          has_dep = vs > 0;
-          dep = {0, s.micro_batch, vs - 1};
-        } else if (s.pass == Pass::kBackward) {
-          dep = vs + 1 < nvs ? std::tuple<int, int64_t, int64_t>{1, s.micro_batch, vs + 1}
-                             : std::tuple<int, int64_t, int64_t>{0, s.micro_batch, vs};
-        } else {
-          dep = {1, s.micro_batch, vs};
-        }
-        double start = sp.end;
-        if (has_dep) {
-          auto it = done.find(dep);
-          if (it == done.end()) break;
-          start = std::max(start, it->second);
-        }
-        const double d = s.pass == Pass::kForward ? f : s.pass == Pass::kBackward ? b : w;
-        if (sp.start < 0) sp.start = start;
-        sp.end = start + d;
-        done[{static_cast<int>(s.pass), s.micro_batch, vs}] = sp.end;
-        ++i;
-        progress = true;
-      }
-    }
-  }
-  for (int64_t r = 0; r < p; ++r) {
-    EXPECT_EQ(pos[static_cast<size_t>(r)], steps[static_cast<size_t>(r)].size())
-        << "deadlock at rank " << r << " p" << p << " m" << m;
-  }
-  return span;
+  return pipeline_events::run_event_model(kind, p, m, 2, {f, b, w, 0.0});
 }
 
 // Qi et al., arXiv:2401.10241 v2, sec. 6: with T_F = T_B = T_W ZB-V has no bubble (each rank

@@ -548,12 +548,16 @@ TEST(Sweep, PipelineScheduleAxis) {
   EXPECT_GE(configs[1].peak_memory_bytes, configs[0].peak_memory_bytes);
   EXPECT_EQ(parse_sweep_schedules("--pipeline-schedule", "1f1b,zb-h1,zb-h2"),
             axes.pipeline_schedule);
+  // dualpipe parses (the scenario rules then refuse its configurations by name).
+  EXPECT_EQ(parse_sweep_schedules("--pipeline-schedule", "1f1b,dualpipe"),
+            (std::vector<PipelineScheduleKind>{PipelineScheduleKind::k1F1B,
+                                               PipelineScheduleKind::kDualPipe}));
   try {
-    parse_sweep_schedules("--pipeline-schedule", "1f1b,dualpipe");
+    parse_sweep_schedules("--pipeline-schedule", "1f1b,dualpipe-v");
     ADD_FAILURE() << "accepted";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--pipeline-schedule: 'dualpipe' is not allowed (allowed: "
-                                    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev, "
+    EXPECT_THAT(e.what(), HasSubstr("--pipeline-schedule: 'dualpipe-v' is not allowed (allowed: "
+                                    "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipe, dualpipev, "
                                     "comma-separated)"));
   }
   EXPECT_THROW(parse_sweep_schedules("--pipeline-schedule", "zb-h1,zb-h1"), ConfigError);

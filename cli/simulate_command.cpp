@@ -319,9 +319,11 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   for (const auto& [phase, sec] : r.wall_phases_s)
     phases += fmt::format("{}{} {:.2f} s", phases.empty() ? "" : ", ", phase, sec);
   fmt::print("wall time by phase {}\n", phases);
-  fmt::print("MFU = model FLOPs / (iteration time x GPUs x {} dense {} peak); {}\n",
-             si(topo.gpu.peak_FLOPs(gemm_precision(s.training))),
-             to_string(gemm_precision(s.training)), model_flops_formula(s.model));
+  // A mixed job's MFU is against its GPUs' mean peak (summarize()), and says so.
+  fmt::print("MFU = model FLOPs / (iteration time x GPUs x {} dense {} peak{}); {}\n",
+             si(job.mean_peak_FLOPs(gemm_precision(s.training))),
+             to_string(gemm_precision(s.training)),
+             job.mixed() ? ", the mean of the job's GPUs" : "", model_flops_formula(s.model));
   if (base) print_what_if(s, m, *base);
 }
 

@@ -156,6 +156,20 @@ window.addEventListener('unhandledrejection', function (e) {
   return html;
 }
 
+namespace {
+/// DIR/report.html (whole or not at all) of `sections` under `title`; the path written.
+std::filesystem::path write_page(const std::filesystem::path& dir, const std::string& title,
+                                 const std::vector<ReportSection>& sections,
+                                 const std::filesystem::path& vega_dir) {
+  const std::string html = render_report_html(title, sections, vega_dir);
+  const auto out_path = dir / "report.html";
+  AtomicFile out(out_path);  // never follows a planted temporary; "no space left" names it
+  out.write(html);
+  out.commit();
+  return out_path;
+}
+}  // namespace
+
 std::filesystem::path write_report(const std::filesystem::path& dir,
                                    const std::filesystem::path& vega_dir, const GanttOptions& gantt,
                                    std::optional<Timeline> timeline) {
@@ -172,36 +186,19 @@ std::filesystem::path write_report(const std::filesystem::path& dir,
     sections.insert(sections.end(), s.begin(), s.end());
     if (!in.summary) title += ": sweep";
   }
-  const std::string html = render_report_html(title, sections, vega_dir);
-  const auto out_path = dir / "report.html";
-  AtomicFile out(out_path);  // never follows a planted temporary; "no space left" names it
-  out.write(html);
-  out.commit();
-  return out_path;
+  return write_page(dir, title, sections, vega_dir);
 }
 
 std::filesystem::path write_goodput_report(const std::filesystem::path& dir,
                                            const std::filesystem::path& vega_dir,
                                            const GoodputPageInput& in) {
-  const std::string html =
-      render_report_html("traintwin goodput: " + in.scenario, goodput_sections(in), vega_dir);
-  const auto out_path = dir / "report.html";
-  AtomicFile out(out_path);
-  out.write(html);
-  out.commit();
-  return out_path;
+  return write_page(dir, "traintwin goodput: " + in.scenario, goodput_sections(in), vega_dir);
 }
 
 std::filesystem::path write_cluster_report(const std::filesystem::path& dir,
                                            const std::filesystem::path& vega_dir,
                                            const ClusterResult& r) {
-  const std::string html =
-      render_report_html("traintwin cluster: " + r.name, cluster_sections(r), vega_dir);
-  const auto out_path = dir / "report.html";
-  AtomicFile out(out_path);
-  out.write(html);
-  out.commit();
-  return out_path;
+  return write_page(dir, "traintwin cluster: " + r.name, cluster_sections(r), vega_dir);
 }
 
 std::vector<std::filesystem::path> vega_dir_candidates(const std::filesystem::path& executable) {

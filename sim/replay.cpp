@@ -431,14 +431,7 @@ std::string Engine::node_kinds_of(const std::vector<int64_t>& members) const {
   if (topo_.node_groups.empty()) return kinds;
   const int64_t gpn = topo_.node.gpus_per_node;
   for (int64_t r : members) {
-    // The index of the node group of r's node, or the number of groups past them.
-    int64_t node = gpu(r) / gpn, kind = 0;
-    for (const NodeGroup& ng : topo_.node_groups) {
-      if (node < ng.nodes) break;
-      node -= ng.nodes;
-      ++kind;
-    }
-    kinds.push_back(static_cast<char>(kind));
+    kinds.push_back(static_cast<char>(node_group_index(topo_, gpu(r) / gpn)));
   }
   std::sort(kinds.begin(), kinds.end());
   kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());

@@ -610,18 +610,28 @@ void check_gpu_supports(const TopologySpec& t, const TrainingConfig& training) {
 }
 
 namespace {
+/// node_group_index() naming the caller `who` in its error.
+size_t group_index(const TopologySpec& t, int64_t node, const char* who) {
+  if (node < 0) throw InvalidArgument(fmt::format("{}: node {} < 0", who, node));
+  int64_t first = 0;
+  for (size_t k = 0; k < t.node_groups.size(); ++k) {
+    if (node < first + t.node_groups[k].nodes) return k;
+    first += t.node_groups[k].nodes;
+  }
+  return t.node_groups.size();
+}
+
 /// The node group that holds NVLink domain `node`, or null for the nodes past the groups.
 /// InvalidArgument for node < 0.
 const NodeGroup* group_of_node(const TopologySpec& t, int64_t node, const char* who) {
-  if (node < 0) throw InvalidArgument(fmt::format("{}: node {} < 0", who, node));
-  int64_t first = 0;
-  for (const NodeGroup& g : t.node_groups) {
-    if (node < first + g.nodes) return &g;
-    first += g.nodes;
-  }
-  return nullptr;
+  const size_t k = group_index(t, node, who);
+  return k < t.node_groups.size() ? &t.node_groups[k] : nullptr;
 }
 }  // namespace
+
+size_t node_group_index(const TopologySpec& t, int64_t node) {
+  return group_index(t, node, "node_group_index");
+}
 
 const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node) {
   const NodeGroup* g = group_of_node(t, node, "gpu_of_node");

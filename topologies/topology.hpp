@@ -162,6 +162,11 @@ struct TopologySpec {
   std::vector<NodeGroup> node_groups;  ///< node 0 on, in order; empty: every node has `gpu`
 };
 
+/// The index in t.node_groups of the group that holds NVLink domain `node`, or
+/// t.node_groups.size() for the nodes past the groups (the file's own GPU). InvalidArgument for
+/// node < 0.
+size_t node_group_index(const TopologySpec& t, int64_t node);
+
 /// The GPU of NVLink domain `node`: its node group's, else t.gpu. InvalidArgument for node < 0.
 const GpuSpec& gpu_of_node(const TopologySpec& t, int64_t node);
 

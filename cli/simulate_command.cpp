@@ -220,7 +220,9 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   }
   std::string fits = "fits";
   // Each stage on its own GPUs (a mixed cluster's stages may sit on different kinds).
-  const LayoutMemoryFit fit = job_memory_fit(s, job);
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  const std::vector<double> per_stage = gpu_memory_per_stage_bytes(s, job);
+  const LayoutMemoryFit fit = layout_memory_fit(s, stages, per_stage);
   const double reserve = fit.largest_reserve_bytes;
   switch (fit.verdict) {
     case MemoryVerdict::kFits:
@@ -241,8 +243,6 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
   std::string capacity = gib(topo.gpu.memory_bytes);
   if (job.mixed()) {
     capacity.clear();
-    const std::vector<double> per_stage = gpu_memory_per_stage_bytes(s, job);
-    const std::vector<StageMemory> stages = memory_per_stage(s);
     // Consecutive stages on GPUs of one memory size as one run: "stages 0-7: peak X of Y".
     for (size_t i = 0; i < stages.size();) {
       const double cap = per_stage[static_cast<size_t>(stages[i].pp_rank)];
@@ -268,7 +268,7 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
     fmt::print("cpu offload        exposed {:.4f} s ({:.1f} %) of rank {} waiting for host ops "
                "(host-link copies, the host CPU's optimizer step)\n",
                r.critical.exposed_offload_s, pct(r.critical.exposed_offload_s), r.critical.rank);
-    std::string lines = cli::host_memory_lines(s, topo, memory_per_stage(s));
+    std::string lines = cli::host_memory_lines(s, topo, stages);
     for (size_t at = 0; at < lines.size();) {
       const size_t end = lines.find('\n', at);
       fmt::print("                   {}\n", lines.substr(at, end - at));

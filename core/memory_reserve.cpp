@@ -2,6 +2,9 @@
 #include "core/memory_reserve.hpp"
 
 #include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace traintwin {
 
@@ -49,16 +52,37 @@ MemoryReserve memory_reserve(const Scenario& s, const StageMemory& m) {
   return r;
 }
 
-LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
-                                  double capacity_bytes) {
+namespace {
+/// layout_memory_fit() with stage m on a GPU of capacity_of(m) bytes.
+template <typename CapacityOf>
+LayoutMemoryFit fit_stages(const Scenario& s, const std::vector<StageMemory>& stages,
+                           CapacityOf&& capacity_of) {
   LayoutMemoryFit fit;
   for (const StageMemory& m : stages) {
     const double reserve = memory_reserve(s, m).total_bytes();
     // kFits < kAtRisk < kOutOfMemory
-    fit.verdict = std::max(fit.verdict, memory_verdict(m.total_bytes(), capacity_bytes, reserve));
+    fit.verdict = std::max(fit.verdict, memory_verdict(m.total_bytes(), capacity_of(m), reserve));
     fit.largest_reserve_bytes = std::max(fit.largest_reserve_bytes, reserve);
   }
   return fit;
+}
+}  // namespace
+
+LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
+                                  double capacity_bytes) {
+  return fit_stages(s, stages, [capacity_bytes](const StageMemory&) { return capacity_bytes; });
+}
+
+LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
+                                  const std::vector<double>& capacity_per_stage_bytes) {
+  return fit_stages(s, stages, [&](const StageMemory& m) {
+    if (m.pp_rank < 0 || static_cast<size_t>(m.pp_rank) >= capacity_per_stage_bytes.size()) {
+      throw InvalidArgument("layout_memory_fit: stage " + std::to_string(m.pp_rank) +
+                            " has no capacity (" +
+                            std::to_string(capacity_per_stage_bytes.size()) + " given)");
+    }
+    return capacity_per_stage_bytes[static_cast<size_t>(m.pp_rank)];
+  });
 }
 
 }  // namespace traintwin

@@ -76,4 +76,11 @@ struct LayoutMemoryFit {
 LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
                                   double capacity_bytes);
 
+/// The same with each stage on GPUs of its own memory: stages[i] against
+/// capacity_per_stage_bytes[stages[i].pp_rank] (a mixed cluster's stages, sim/summary.hpp
+/// gpu_memory_per_stage_bytes). InvalidArgument as memory_verdict(), or for a pp_rank outside
+/// capacity_per_stage_bytes.
+LayoutMemoryFit layout_memory_fit(const Scenario& s, const std::vector<StageMemory>& stages,
+                                  const std::vector<double>& capacity_per_stage_bytes);
+
 }  // namespace traintwin

@@ -37,19 +37,6 @@ std::vector<double> gpu_memory_per_stage_bytes(const Scenario& s, const JobGpus&
   return out;
 }
 
-LayoutMemoryFit job_memory_fit(const Scenario& s, const JobGpus& job) {
-  const std::vector<StageMemory> stages = memory_per_stage(s);
-  const std::vector<double> capacity = gpu_memory_per_stage_bytes(s, job);
-  LayoutMemoryFit worst;
-  for (size_t i = 0; i < stages.size(); ++i) {
-    const LayoutMemoryFit f =
-        layout_memory_fit(s, {stages[i]}, capacity[static_cast<size_t>(stages[i].pp_rank)]);
-    worst.verdict = std::max(worst.verdict, f.verdict);
-    worst.largest_reserve_bytes = std::max(worst.largest_reserve_bytes, f.largest_reserve_bytes);
-  }
-  return worst;
-}
-
 SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const IterationMetrics& r,
                             const std::map<CostSource, double>& compute_s_by_source) {
   SimulationSummary out;

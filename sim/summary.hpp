@@ -54,12 +54,9 @@ std::string mfu_formula_text(const Scenario& s);
 /// topology's GPU on a cluster of one type; on a mixed cluster (node_groups) each stage's own
 /// ranks' GPUs (global rank r on the GPU of `job`'s rank_type[r], its stage layout_of(s)'s
 /// coord(r).pp), so a stage on H200s is judged against 141 GB while a stage on H100s is against
-/// 80 GB. Throws InvalidArgument when `job` holds another number of ranks than the scenario.
+/// 80 GB (their fit: core/memory_reserve.hpp layout_memory_fit with these capacities). Throws
+/// InvalidArgument when `job` holds another number of ranks than the scenario.
 std::vector<double> gpu_memory_per_stage_bytes(const Scenario& s, const JobGpus& job);
-
-/// The fit of each stage of memory_per_stage(s) on its own GPUs (gpu_memory_per_stage_bytes;
-/// layout_memory_fit per stage): the worst verdict of the stages and the largest reserve.
-LayoutMemoryFit job_memory_fit(const Scenario& s, const JobGpus& job);
 
 /// Derives the summary from either engine's metrics; `compute_s_by_source` (seconds of compute
 /// per cost source over all ranks, empty when unknown) gives cost_sources.

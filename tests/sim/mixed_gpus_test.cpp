@@ -203,13 +203,15 @@ TEST(MixedGpus, EachStagesMemoryIsJudgedOnItsOwnGpu) {
             (std::vector<double>{testing::h100().gpu.memory_bytes, (m0 + m1) / 2}));
   EXPECT_LT(job.smallest_memory_bytes(), m0);  // the old rule's verdict: out of memory
   EXPECT_TRUE(summarize(s, mixed, IterationMetrics{}).fits_in_memory);
-  EXPECT_NE(job_memory_fit(s, job).verdict, MemoryVerdict::kOutOfMemory);
+  EXPECT_NE(layout_memory_fit(s, stages, gpu_memory_per_stage_bytes(s, job)).verdict,
+            MemoryVerdict::kOutOfMemory);
   // Below stage 1's peak on node 1 it does not fit.
   small.memory_bytes = m1 * 0.9;
   const TopologySpec tight = h100_then(small);
   const JobGpus tight_job = job_gpus(tight, s.cluster.num_gpus);
   EXPECT_FALSE(summarize(s, tight, IterationMetrics{}).fits_in_memory);
-  EXPECT_EQ(job_memory_fit(s, tight_job).verdict, MemoryVerdict::kOutOfMemory);
+  EXPECT_EQ(layout_memory_fit(s, stages, gpu_memory_per_stage_bytes(s, tight_job)).verdict,
+            MemoryVerdict::kOutOfMemory);
   // One GPU type: every stage against it.
   const JobGpus one = job_gpus(testing::h100(), s.cluster.num_gpus);
   EXPECT_EQ(gpu_memory_per_stage_bytes(s, one),

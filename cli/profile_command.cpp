@@ -48,6 +48,7 @@ struct ProfileCliOptions {
   int warmup = 3;
   int repeats = 20;
   double min_time_s = 0.05;
+  bool bf16_activations = false;
   int threads = 0;
   bool collectives = false;
   std::string min_bytes = "8", max_bytes = "128M";
@@ -219,6 +220,7 @@ void profile_kernels(const ProfileCliOptions& o, exec::Communicator* comm) {
   popts.warmup = o.warmup;
   popts.repeats = o.repeats;
   popts.min_time_s = o.min_time_s;
+  popts.bf16_activations = o.bf16_activations;
   std::vector<KernelMeasurement> rows;
   std::vector<int> timed_on;  // ranks that timed each row
   const auto t0 = std::chrono::steady_clock::now();
@@ -400,6 +402,12 @@ void register_profile_command(CLI::App& app) {
                   "most 600 per kernel")
       ->check(number_in(0, false, 600))
       ->capture_default_str();
+  cmd->add_flag("--bf16-activations", o->bf16_activations,
+               "bf16 linear-layer GEMMs alone on bf16 operands in memory, as Megatron-LM runs them "
+               "(activations kept in bf16 between kernels): rows for a database that simulates "
+               "Megatron clusters (traces/db/<GPU>.json). Default: as train runs them, with the "
+               "executor's roundings of its fp32 activations to bf16 and widenings of the results "
+               "(the rows validate --live predicts this executor with)");
   cmd->add_option("--threads", o->threads,
                   "GEMM threads per rank (default: OPENBLAS_NUM_THREADS when set, else this "
                   "host's cores shared among the ranks on it, as train)")

@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "exec/distributed_optimizer.hpp"
 #include "exec/executor_impl.hpp"
+#include "exec/linear.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -119,23 +120,12 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                            " executor trains in fp32 or bf16 (allowed: fp32, bf16; fp16 "
                            "needs dynamic loss scaling, not implemented)");
   }
-  if (sc.training.precision == Precision::kBf16) {
-    if (sc.model.is_moe()) {
-      unsupported("training.precision bf16 with MoE (the experts' grouped GEMMs have no bf16 "
-                  "path in the executor; use precision: fp32)");
-    }
-    // Megatron's bf16 attention multiplies bf16 q, k, v and probabilities: on a backend with
-    // bf16 arithmetic the attention core's products run in it (float32_matmul_precision
-    // medium's arithmetic; its storage stays fp32). A backend without it (the cpu backend,
-    // whose bf16 GEMMs are an exact emulation) keeps fp32 products there.
-    if (backend_.has_bf16_arithmetic()) {
-      backend_.set_float32_matmul_precision(Float32MatmulPrecision::kMedium);
-    }
-  } else {
-    // TF32 or bf16 arithmetic of the fp32 matrix products, or UnsupportedError from a backend
-    // without it (never a silent fp32).
-    backend_.set_float32_matmul_precision(sc.training.float32_matmul_precision);
+  if (sc.training.precision == Precision::kBf16 && sc.model.is_moe()) {
+    unsupported("training.precision bf16 with MoE (the experts' grouped GEMMs have no bf16 "
+                "path in the executor; use precision: fp32)");
   }
+  // The attention core's products in the training's arithmetic (exec/linear.hpp).
+  set_matmul_arithmetic(backend_, sc.training);
   if (sc.model.is_moe()) {
     if (sc.model.moe_token_dispatcher_type != MoeTokenDispatcher::kAllToAll) {
       unsupported("model.moe_token_dispatcher_type: allgather (use alltoall)");

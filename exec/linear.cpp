@@ -7,6 +7,16 @@
 
 namespace traintwin::exec {
 
+void set_matmul_arithmetic(Backend& backend, const TrainingConfig& t) {
+  if (t.precision == Precision::kBf16) {
+    if (backend.has_bf16_arithmetic()) {
+      backend.set_float32_matmul_precision(Float32MatmulPrecision::kMedium);
+    }
+    return;
+  }
+  backend.set_float32_matmul_precision(t.float32_matmul_precision);
+}
+
 LinearLayers::LinearLayers(Backend& backend, Precision precision)
     : backend_(backend), precision_(precision) {
   if (precision != Precision::kFp32 && precision != Precision::kBf16) {

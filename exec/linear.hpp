@@ -21,6 +21,15 @@
 
 namespace traintwin::exec {
 
+/// Sets `backend`'s arithmetic for the matrix products outside the linear layers (the attention
+/// core) as `train` runs training `t` and `profile` times it: under bf16 training on a backend
+/// with bf16 arithmetic, bf16 products (float32_matmul_precision medium's arithmetic; Megatron's
+/// bf16 attention multiplies bf16 q, k, v and probabilities; storage stays fp32); a backend
+/// without it (the cpu backend, whose bf16 GEMMs are an exact emulation) keeps fp32 products;
+/// otherwise t.float32_matmul_precision. Throws UnsupportedError from a backend that lacks the
+/// requested TF32 / bf16 arithmetic (never a silent fp32).
+void set_matmul_arithmetic(Backend& backend, const TrainingConfig& t);
+
 /// The linear layers of one rank's model in one training precision. Not thread-safe (one per
 /// GptModel). The bf16 weight copies are cached per fp32 weight (by address) and refreshed at
 /// their first use after begin_iteration(). The bf16 rounding of a dgrad's output gradient is

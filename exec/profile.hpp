@@ -61,6 +61,12 @@ struct ProfileOptions {
   /// Input sets are added until their bytes exceed this. 0: rotation_bytes() of the kernel.
   int64_t rotate_bytes = 0;
   uint64_t seed = 1;         ///< of the random inputs
+  /// bf16 linear-layer GEMMs timed alone on bf16 operands in memory, as Megatron-LM runs them
+  /// (it keeps activations in bf16 between kernels): rows for databases that simulate Megatron
+  /// clusters (traces/db/<GPU>.json). false (the default): as `train` runs them, with the
+  /// executor's roundings of its fp32 activations to bf16 on entry and widenings on exit
+  /// (exec/linear.hpp LinearLayers), the rows `validate --live` predicts this executor with.
+  bool bf16_activations = false;
 };
 
 /// How much memory a kernel's input sets rotate over: the smaller of twice the last-level cache
@@ -74,9 +80,11 @@ int64_t rotation_bytes(const Scenario& s, const ProfileTarget& target, int64_t l
 /// Throws UnsupportedError (naming the kernel and why) unless `backend` runs `key` in its
 /// dtype, so that no row is ever another dtype's time under this one's name: fp32 (and tf32 /
 /// fp32-bf16, which Backend::set_float32_matmul_precision checks) on every backend; bf16 and
-/// fp8 only for the linear-layer GEMMs (gemm_fwd, gemm_dgrad, gemm_wgrad) on a backend with
-/// that arithmetic (Backend::has_bf16_arithmetic, has_fp8_arithmetic), fp8 under `s`'s
-/// per-tensor recipes (delayed, tensorwise) only; fp16 nowhere yet. profile_kernel calls it;
+/// fp8 GEMMs (gemm_*, grouped_gemm_*) on a backend with that arithmetic
+/// (Backend::has_bf16_arithmetic, has_fp8_arithmetic), fp8 under `s`'s per-tensor recipes
+/// (delayed, tensorwise) only; the other kernels of a bf16 scenario on a backend with bf16
+/// arithmetic, as the executor runs them in bf16 training (fp32 storage, bf16 attention
+/// products: exec/linear.hpp), never on one that emulates bf16; fp16 nowhere yet. profile_kernel calls it;
 /// `profile` calls it on every kernel before timing any.
 void check_runs_dtype(const Backend& backend, const Scenario& s, const KernelKey& key);
 

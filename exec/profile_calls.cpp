@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -15,6 +16,7 @@
 #include "exec/cpu/host_device.hpp"
 #include "exec/cpu/moe_router.hpp"
 #include "exec/cpu/rope.hpp"
+#include "exec/linear.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -284,6 +286,48 @@ KernelCall make_bf16_gemm_call(Backend& be, const KernelKey& key, bool bias, Pro
   return c;
 }
 
+/// A bf16 linear-layer GEMM as `train` runs it (exec/linear.hpp LinearLayers): the fp32
+/// activation rounded to bf16 into a new buffer, the bf16 GEMM with fp32 accumulation against
+/// the weight's bf16 copy (refreshed once per iteration, so primed here, outside the timing), the
+/// bf16 result widened into (dgrad: added to) the model's fp32 tensor. The wgrad reuses the
+/// output gradient its dgrad rounded (1F1B places a layer's W right after its B), so it rounds
+/// only the activation.
+KernelCall make_linear_layer_bf16_call(Backend& be, const KernelKey& key, bool bias,
+                                       ProfileInputs& in) {
+  const GemmShape shape = gemm_shape(key);
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  if (shape.g != 1) unsupported(key);
+  const std::string_view v = variant(key.name);
+  auto layers = std::make_shared<LinearLayers>(be, Precision::kBf16);
+  KernelCall c;
+  if (v == "fwd") {
+    c.fresh = {0};
+    c.t = list(in.zeros(m * n), in.uniform(m * k), in.uniform(n * k));
+    if (bias) c.t.push_back(in.uniform(n));
+    c.run = [layers, m, n, k, bias](KernelCall& x) {
+      layers->forward(x.t[0], x.t[1], x.t[2], bias ? CFSpan(x.t[3]) : CFSpan(), 1, m, k, n);
+    };
+    c.run(c);  // the weight's bf16 copy
+  } else if (v == "dgrad") {
+    c.fresh = {0};
+    c.t = list(in.zeros(m * k), in.uniform(m * n), in.uniform(n * k));
+    c.run = [layers, m, n, k](KernelCall& x) {
+      layers->backward_data(x.t[0], x.t[1], x.t[2], 1, m, k, n);
+    };
+    c.run(c);
+  } else {  // the fp32 main_grad (and bias gradient) persist, as the shard's buffers
+    c.t = list(in.zeros(n * k), in.zeros(bias ? n : 0), in.uniform(m * k));
+    c.h.push_back(in.uniform_bf16(m * n));  // the output gradient its dgrad rounded
+    c.run = [&be, m, n, k](KernelCall& x) {
+      Bf16Tensor xb(be, x.t[2].size(), kUninitialized);
+      be.convert_to_bf16(xb, CFSpan(x.t[2]));
+      be.matmul_backward_weight_bf16(FSpan(x.t[0]), FSpan(x.t[1]), CBSpan(x.h[0]), CBSpan(xb), 1,
+                                     m, k, n);
+    };
+  }
+  return c;
+}
+
 }  // namespace
 
 bool is_gemm(const std::string& name) {
@@ -292,7 +336,7 @@ bool is_gemm(const std::string& name) {
 }
 
 KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
-                            ProfileInputs& in) {
+                            ProfileInputs& in, bool bf16_activations) {
   const KernelKey& key = target.kernel.key;
   const std::vector<int64_t>& d = key.shape;
   const std::string& name = key.name;
@@ -309,7 +353,10 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
     need(3);
     const int64_t m = d[0], n = d[1], k = d[2];
     const bool bias = has_bias(target.role);
-    if (key.dtype == Precision::kBf16) return make_bf16_gemm_call(be, key, bias, in);
+    if (key.dtype == Precision::kBf16) {
+      return bf16_activations ? make_bf16_gemm_call(be, key, bias, in)
+                              : make_linear_layer_bf16_call(be, key, bias, in);
+    }
     if (key.dtype == Precision::kFp8) return make_fp8_gemm_call(be, sc, key, in);
     if (name == "gemm_fwd") {
       c.fresh = {0};
@@ -342,8 +389,43 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
     auto drop = std::make_shared<cpu::AttentionProbabilityDropout>(cpu::AttentionProbabilityDropout{
         cpu::DropoutParams{p_att, 1, 3}, cpu::AttentionBlock{bb, heads, s, 0, 0, heads}});
     const cpu::AttentionProbabilityDropout* dp = p_att > 0 ? drop.get() : nullptr;
-    if (flash || sc.parallel.context_parallel_size > 1) {
-      // GptModel runs flash attention, and every block of ring attention, with the blockwise
+    if (flash && sc.parallel.context_parallel_size == 1) {
+      // GptModel's flash attention op (exec/gpt_model_attention.cpp): the queries and the K/V
+      // block packed from the QKV rows (zeroed buffers, two 2-D copies), the blockwise kernel;
+      // the backward packs them again, and scatters dq and dK/dV into a zeroed QKV-rows gradient.
+      const cpu::BlockAttentionShape shape{bb, s, s, heads, kv, hd};
+      const CpSequence seq(s, 1, 0);
+      const int64_t rows = bb * s, qw = heads * hd, kvw = 2 * kv * hd;
+      auto pack = [&be, rows, qw, kvw, width](KernelCall& x, size_t qkv, size_t q, size_t kvb) {
+        be.copy_2d(x.t[q], qw, x.t[qkv], width, qw, rows);
+        be.copy_2d(x.t[kvb], kvw, CFSpan(x.t[qkv]).subspan(static_cast<size_t>(qw)), width, kvw,
+                   rows);
+      };
+      if (fwd) {  // out, lse, q, kv (allocated at the op), the QKV rows
+        c.fresh = {0, 1, 2, 3};
+        c.t = list(in.zeros(rows * C), in.zeros(bb * heads * s), in.zeros(rows * qw),
+                   in.zeros(rows * kvw), in.uniform(rows * width));
+        c.run = [&be, shape, seq, drop, dp, pack](KernelCall& x) {
+          pack(x, 4, 2, 3);
+          be.block_attention_forward(x.t[0], x.t[1], x.t[2], x.t[3], seq, seq, shape, dp);
+        };
+      } else {  // dq, dkv, q, kv, d_qkv (allocated at the op), d_attn, QKV rows, attn, lse
+        c.fresh = {0, 1, 2, 3, 4};
+        c.t = list(in.zeros(rows * C), in.zeros(rows * kvw), in.zeros(rows * qw),
+                   in.zeros(rows * kvw), in.zeros(rows * width), in.uniform(rows * C),
+                   in.uniform(rows * width), in.uniform(rows * C),
+                   in.uniform(bb * heads * s, 1.0, 3.0));
+        c.run = [&be, shape, seq, drop, dp, pack, rows, qw, kvw, width](KernelCall& x) {
+          pack(x, 6, 2, 3);
+          be.block_attention_backward(x.t[0], x.t[1], x.t[5], x.t[2], x.t[3], x.t[7], x.t[8], seq,
+                                      seq, shape, dp);
+          be.copy_2d(x.t[4], width, x.t[0], qw, qw, rows);
+          be.copy_2d(FSpan(x.t[4]).subspan(static_cast<size_t>(qw)), width, x.t[1], kvw, kvw,
+                     rows);
+        };
+      }
+    } else if (flash || sc.parallel.context_parallel_size > 1) {
+      // GptModel runs every block of ring attention (and flash attention) with the blockwise
       // kernel; a causal block of s queries and keys has the work of a CP ring block (each
       // visits half of its s x s pairs under the causal load balance).
       const cpu::BlockAttentionShape shape{bb, s, s, heads, kv, hd};

@@ -47,7 +47,8 @@ bool is_gemm(const std::string& name);
 
 /// The kernel of `target` on fresh inputs from `in`, with the Backend calls exec/gpt_model*.cpp
 /// make for its Role. Throws UnsupportedError for a kernel the executor's model does not run.
+/// `bf16_activations`: ProfileOptions::bf16_activations.
 KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget& target,
-                            ProfileInputs& in);
+                            ProfileInputs& in, bool bf16_activations);
 
 }  // namespace traintwin::exec

@@ -137,7 +137,8 @@ tiny() {  # tiny SCENARIO BACKEND [PRECISION]
 # gemmdb).
 gemmdb() {
   local re='^(grouped_)?gemm_(fwd|dgrad|wgrad)\[.*\] (bf16|fp8) ' db=$results/H100-SXM-80GB.json
-  local args=(--backend cuda --kernels "$re" --out "$db" --warmup 2 --repeats 10 --min-time 0.01)
+  local args=(--backend cuda --kernels "$re" --out "$db" --warmup 2 --repeats 10 --min-time 0.01
+              --bf16-activations)
   for sc in $(grep -l 'dgx-h100-superpod' scenarios/*.yaml); do
     "$tt" profile "$sc" "${args[@]}" 2>&1 | grep -E '^wrote|error' | sed "s|^|  [$(basename "$sc" .yaml)] |"
   done
@@ -189,7 +190,7 @@ for s in $steps; do
     attn)
       step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-flash-mb4.json 2>&1 | grep -E 'timeline|error' | sed 's/^/  [timeline] /'" ;;
     bf16live)
-      step bf16live 420 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size \$mb --repeats 10 --min-time 0.02 2>/dev/null | tail -1 | sed \"s/^/  [profile bf16 mb \$mb] /\"; done; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt \$b16 \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error' | head -2 | sed \"s/^/  [bf16 mb \$v] /\"; done" ;;
+      step bf16live 420 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size \$mb --repeats 10 --min-time 0.02 > $results/profile.out 2>&1; { grep -a 'rror' $results/profile.out | tail -1; tail -1 $results/profile.out; } | sed \"s/^/  [profile bf16 mb \$mb] /\"; done; rm -f $results/profile.out; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt \$b16 \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error|^(GEMM|attention|elementwise|optimizer) ' | head -6 | sed \"s/^/  [bf16 mb \$v] /\"; done" ;;
     *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn bf16live)" >> "$summary" ;;
   esac
 done

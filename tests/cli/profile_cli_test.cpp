@@ -167,9 +167,10 @@ TEST_F(ProfileCli, KernelsSelectsByKey) {
   EXPECT_FALSE(fs::exists(none));
 }
 
-// A bf16 scenario: no kernel is ever timed in another dtype under its name. Every kernel but the
-// linear-layer GEMMs is refused naming its dtype; the GEMMs are refused on the cpu backend (it
-// emulates bf16); nothing is written.
+// A bf16 scenario on the cpu backend, which has no bf16 arithmetic: no kernel is ever timed in
+// another arithmetic under its name. Every kernel but the GEMMs is refused naming its dtype (a
+// backend with bf16 arithmetic times them as train runs them: tests/exec/profile_bindings_test);
+// the GEMMs are refused too (the cpu backend emulates bf16); nothing is written.
 TEST_F(ProfileCli, Bf16KernelsAreNeverTimedInFp32) {
   const fs::path db_file = dir_ / "bf16.json";
   const testing::CliResult all =

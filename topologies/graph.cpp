@@ -55,6 +55,14 @@ void check_spec(const TopologySpec& t) {
     fail(fmt::format("fabric.oversubscription = {}:{} (allowed: positive integers down:up)",
                      f.oversubscription_down, f.oversubscription_up));
   }
+  if (f.spine_oversubscription_down < 1 || f.spine_oversubscription_up < 1) {
+    fail(fmt::format("fabric.spine_oversubscription = {}:{} (allowed: positive integers down:up)",
+                     f.spine_oversubscription_down, f.spine_oversubscription_up));
+  }
+  if (f.tiers != 3 && (f.spine_oversubscription_down != 1 || f.spine_oversubscription_up != 1)) {
+    fail(fmt::format("fabric.spine_oversubscription = {}:{} with {} tiers (allowed: three tiers)",
+                     f.spine_oversubscription_down, f.spine_oversubscription_up, f.tiers));
+  }
   if (t.node.domain_gpus() < t.node.gpus_per_node ||
       t.node.domain_gpus() % t.node.tray_gpus() != 0 ||
       t.node.gpus_per_node % t.node.tray_gpus() != 0) {
@@ -241,8 +249,17 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
     p.spines_per_pod = u;
     // Spine-core cables are bundled (a core of radix k serves k / pods cables of each spine
     // position), else a two-pod fabric would need a core switch per cable. SimGrid's down-path
-    // choice among bundled cables can collide for cross-pod traffic (graph.hpp).
-    const int64_t spine_up = p.leaves_per_pod;
+    // choice among bundled cables can collide for cross-pod traffic (graph.hpp). A spine has
+    // as many cables up as down (a), or ceil(a x up / down) under fabric.spine_oversubscription.
+    const int64_t spine_up = ceil_div(p.leaves_per_pod * f.spine_oversubscription_up,
+                                      f.spine_oversubscription_down);
+    if (p.leaves_per_pod + spine_up > k) {
+      throw ConfigError(fmt::format(
+          "topology '{}': fabric.spine_oversubscription {}:{} gives a spine {} cables down and {} "
+          "up, more than its radix {}",
+          t.name, f.spine_oversubscription_down, f.spine_oversubscription_up, p.leaves_per_pod,
+          spine_up, k));
+    }
     p.cables_spine_core = largest_divisor_at_most(spine_up, k / p.pods);
     p.cores_per_spine = spine_up / p.cables_spine_core;
   }
@@ -595,8 +612,10 @@ double bisection_bandwidth_Bps(const ClusterGraph& g) {
   const int64_t half = p.num_nodes / 2;
   if (half == 0) return 0;
   const double leaf_up_Bps = static_cast<double>(p.leaf_uplinks) * link_Bps;
+  // A pod's cables to the cores (its spines' uplinks: as many as their downlinks when the spines
+  // are non-blocking).
   const double pod_up_Bps =
-      static_cast<double>(p.spines_per_pod * p.leaves_per_pod * p.cables_leaf_spine) * link_Bps;
+      static_cast<double>(p.spines_per_pod * p.cores_per_spine * p.cables_spine_core) * link_Bps;
   double matched = 0;           // one rail
   double top_a = 0, top_b = 0;  // what reaches the top level from each half
   for (int64_t pod = 0; pod < p.pods; ++pod) {

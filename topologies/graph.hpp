@@ -47,10 +47,11 @@
 //    without its idle core tier.
 //  * Three tiers: a rail's leaves form `pods` = ceil(leaves / (radix/2)) pods of
 //    a = ceil(leaves / pods) leaves (the last pod may hold fewer). A pod has P2 = U spines; every
-//    leaf of a pod connects to each of them with one cable. Spines are non-blocking: a spine has
-//    as many cables up as down (a). Spine y of every pod connects to the same P3 cores (core
-//    y + P2 * z, z < P3) with c3 cables each (c3 = the largest divisor of a with
-//    pods * c3 <= radix, P3 = a / c3): P2 * P3 cores per rail. The bundled spine-core cables
+//    leaf of a pod connects to each of them with one cable. A spine has S = a cables up, as many
+//    as down (non-blocking), or S = ceil(a * up / down) for fabric.spine_oversubscription
+//    "down:up". Spine y of every pod connects to the same P3 cores (core y + P2 * z, z < P3)
+//    with c3 cables each (c3 = the largest divisor of S with pods * c3 <= radix, P3 = S / c3):
+//    P2 * P3 cores per rail. The bundled spine-core cables
 //    can still collide for cross-pod traffic (SimGrid's down-path choice, see above).
 //  This is an extended generalized fat tree XGFT(levels; down; up; cables), exactly the shape
 //  SimGrid's create_fatTree_zone builds (FabricPlan::xgft_*), padded to whole SUs and pods.

@@ -396,6 +396,16 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
   }
   std::tie(f.oversubscription_down, f.oversubscription_up) =
       fabric.ratio("oversubscription");
+  if (fabric.has("spine_oversubscription")) {
+    if (f.tiers != 3) {
+      throw ConfigError(fmt::format(
+          "{}: a spine's uplinks go to the cores of a three-tier fat tree; this fabric has {} "
+          "tiers (allowed: tiers 3, or leave the key out)",
+          fabric.where("spine_oversubscription"), f.tiers));
+    }
+    std::tie(f.spine_oversubscription_down, f.spine_oversubscription_up) =
+        fabric.ratio("spine_oversubscription");
+  }
   const int64_t down = leaf_down_ports(f);
   if (down < 1 || down >= f.switch_radix) {
     throw ConfigError(fmt::format(
@@ -832,9 +842,14 @@ std::string describe_topology(const TopologySpec& t) {
   const int64_t down = leaf_down_ports(f);
   out += fmt::format(
       "  fabric  {}-tier rail-optimized fat tree of radix-{} switches, leaves {}:{} ({} down, {} "
-      "up), {} nodes per scalable unit, {} links, {} per hop\n",
+      "up){}, {} nodes per scalable unit, {} links, {} per hop\n",
       f.tiers, f.switch_radix, f.oversubscription_down, f.oversubscription_up, down,
-      f.switch_radix - down, f.nodes_per_scalable_unit, format_line_rate_bps(f.link_rate_Bps),
+      f.switch_radix - down,
+      f.spine_oversubscription_down != 1 || f.spine_oversubscription_up != 1
+          ? fmt::format(", spines {}:{}", f.spine_oversubscription_down,
+                        f.spine_oversubscription_up)
+          : std::string(),
+      f.nodes_per_scalable_unit, format_line_rate_bps(f.link_rate_Bps),
       format_time_s(f.hop_latency_s));
   int64_t first = 0;
   for (const NodeGroup& g : t.node_groups) {

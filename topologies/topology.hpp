@@ -124,6 +124,10 @@ struct FabricSpec {
   int64_t switch_radix = 0;                     ///< ports per switch (k)
   int64_t oversubscription_down = 1;            ///< leaf down ports share of "down:up"
   int64_t oversubscription_up = 1;              ///< leaf up ports share of "down:up"
+  /// Spine ports down:up of a three-tier fabric (fabric.spine_oversubscription; 1:1 when the
+  /// file gives none): a spine has ceil(leaves per pod x up / down) cables up to the cores.
+  int64_t spine_oversubscription_down = 1;
+  int64_t spine_oversubscription_up = 1;
   double link_rate_Bps = 0;                     ///< switch-to-switch links, per direction
   double hop_latency_s = 0;                     ///< per switch crossed (incl. its cables)
 

@@ -96,6 +96,10 @@ constexpr std::array kKeys = {
             "ports per switch (even for 3 tiers)"},
     KeySpec{"fabric", "oversubscription", V::kRatio, true, 0, "1:1",
             "leaf ports down:up (\"1:1\" = non-blocking)"},
+    KeySpec{"fabric", "spine_oversubscription", V::kRatio, false, 0, "1:1",
+            "three tiers only: spine ports down:up (\"1:1\" = non-blocking, the default; "
+            "\"2:1\" gives each spine half as many cables to the cores as to its leaves, so "
+            "traffic between pods shares half the capacity)"},
     KeySpec{"fabric", "link_rate", V::kBandwidth, true, 0, "400Gbps",
             "switch-to-switch links, per direction"},
     KeySpec{"fabric", "hop_latency", V::kTime, true, 0, "130ns", "per switch crossed"},

@@ -304,6 +304,24 @@ TEST(Platform, FatTreesMatchTheGraphLinkForLinkAndRouteForRoute) {
   }
 }
 
+// fabric.spine_oversubscription 2:1 (three tiers, radix 8, 4 nodes per SU, 64 nodes: 4 pods of
+// 4 leaves): the fat trees SimGrid builds from the plan hold the graph's cables, half as many
+// spine-core ones as non-blocking spines (2 x 16 spines x 2 cables per rail).
+TEST(Platform, SpineOversubscriptionMatchesTheGraph) {
+  TopologySpec t = small(3, 8, 4, "1:1");
+  t.fabric.spine_oversubscription_down = 2;
+  const auto p = Platform::build(engine(), t, 64 * 2);
+  const ClusterGraph g = build_cluster_graph(t, 64 * 2);
+  std::multiset<Directed> platform;
+  int64_t spine_core = 0;
+  for (const PlatformLink& l : p->links()) {
+    if (l.tier != "loopback") platform.emplace(l.from, l.to, l.tier, l.bandwidth_Bps);
+    spine_core += l.tier == "spine-core" ? 1 : 0;
+  }
+  EXPECT_EQ(platform, graph_cables(g));
+  EXPECT_EQ(spine_core, 2 * 2 * 16 * 2);  // both directions, 2 rails
+}
+
 // --- scale, errors ------------------------------------------------------------------------------
 
 // 16,384 H100 GPUs: 2048 nodes, 8 rails of 64 leaves, 64 spines, 32 cores.

@@ -314,6 +314,38 @@ TEST(GraphBisection, FormulaMatchesBoostMaxFlow) {
   }
 }
 
+// fabric.spine_oversubscription 2:1 on three tiers: 64 nodes in 16 SUs per rail = 4 pods of 4
+// leaves (radix 8); 4 spines per pod (1:1 leaves, 4 nodes each). A non-blocking spine has 4
+// cables up (c3 = 2 to each of P3 = 2 cores: 8 cores per rail); at 2:1 it has 2 (one core of 2
+// cables: 4 cores per rail), and the halves 0-31 / 32-63 (pods 0-1 / 2-3) exchange through the
+// pods' uplinks only: 8 instead of 16 cables per pod, so the bisection halves (max flow agrees).
+TEST(GraphBisection, SpineOversubscriptionHalvesTheCoreTier) {
+  TopologySpec t = small(3, 8, 4, "1:1", 2);
+  const ClusterGraph full = build_cluster_graph(t, 64 * 2);
+  t.fabric.spine_oversubscription_down = 2;
+  const ClusterGraph half = build_cluster_graph(t, 64 * 2);
+  EXPECT_EQ(full.plan().cores_per_spine, 2);
+  EXPECT_EQ(full.plan().cables_spine_core, 2);
+  EXPECT_EQ(half.plan().cores_per_spine, 1);
+  EXPECT_EQ(half.plan().cables_spine_core, 2);
+  const size_t core_tier = static_cast<size_t>(LinkTier::kSpineCore);
+  EXPECT_EQ(count_graph(full).tiers[core_tier].links, 2 * 16 * 4);
+  EXPECT_EQ(count_graph(half).tiers[core_tier].links, 2 * 16 * 2);
+  EXPECT_EQ(count_graph(full).cores, 2 * 8);
+  EXPECT_EQ(count_graph(half).cores, 2 * 4);
+  const double link_Bps = t.fabric.link_rate_Bps;
+  EXPECT_DOUBLE_EQ(bisection_bandwidth_Bps(full), 2 * 2 * 16 * link_Bps);
+  EXPECT_DOUBLE_EQ(bisection_bandwidth_Bps(half), 2 * 2 * 8 * link_Bps);
+  EXPECT_DOUBLE_EQ(bisection_bandwidth_Bps(half), max_flow_Bps(half));
+  EXPECT_NO_THROW(validate_cluster_graph(half));
+  // More cables up than the radix leaves: refused, naming the key.
+  t.fabric.spine_oversubscription_down = 1;
+  t.fabric.spine_oversubscription_up = 2;
+  EXPECT_THAT(config_error_of([&] { (void)build_cluster_graph(t, 64 * 2); }),
+              HasSubstr("fabric.spine_oversubscription 1:2 gives a spine 4 cables down and 8 "
+                        "up, more than its radix 8"));
+}
+
 TEST(GraphBisection, FullForNonBlockingHalfForTwoToOne) {
   // H100 1024 GPUs: 64 nodes x 8 rails x 50 GB/s = 25.6 TB/s, non-blocking.
   const ClusterGraph h100 = build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 1024);

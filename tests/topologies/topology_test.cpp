@@ -398,6 +398,32 @@ TEST(ParseTopology, FabricRules) {
               HasSubstr("t.yaml:16: nic.nics_per_node: 3 NICs cannot be shared evenly"));
 }
 
+// fabric.spine_oversubscription: three tiers only (a two-tier spine has no uplinks), a ratio;
+// 1:1 when absent.
+TEST(ParseTopology, SpineOversubscriptionNeedsThreeTiers) {
+  const TopologySpec plain = parse_topology(kValid, "t.yaml");
+  EXPECT_EQ(plain.fabric.spine_oversubscription_down, 1);
+  EXPECT_EQ(plain.fabric.spine_oversubscription_up, 1);
+  const std::string spines = "  spine_oversubscription: \"2:1\"\n  link_rate:";
+  EXPECT_THAT(error_for(with("  link_rate:", spines)),
+              HasSubstr("t.yaml:26: fabric.spine_oversubscription: a spine's uplinks go to the "
+                        "cores of a three-tier fat tree; this fabric has 2 tiers"));
+  auto three_tiers = [](const std::string& spine_line) {
+    std::string s = with("tiers: 2\n", "tiers: 3\n");
+    s.insert(s.find("  link_rate:"), spine_line);
+    return s;
+  };
+  const TopologySpec three =
+      parse_topology(three_tiers("  spine_oversubscription: \"2:1\"\n"), "t.yaml");
+  EXPECT_EQ(three.fabric.spine_oversubscription_down, 2);
+  EXPECT_EQ(three.fabric.spine_oversubscription_up, 1);
+  EXPECT_THAT(describe_topology(three), HasSubstr("leaves 1:1 (32 down, 32 up), spines 2:1,"));
+  const std::string bad = three_tiers("  spine_oversubscription: 2.5\n");
+  EXPECT_THAT(error_for(bad),
+              HasSubstr("t.yaml:26: fabric.spine_oversubscription: \"2.5\" is not a down:up "
+                        "ratio"));
+}
+
 TEST(ParseTopology, DuplicateKeysAndSyntaxErrors) {
   EXPECT_THAT(error_for(with("  nvls: true\n", "  nvls: true\n  nvls: false\n")),
               HasSubstr("t.yaml:15: node.nvls: duplicate key (first given on line 14)"));

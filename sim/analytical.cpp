@@ -433,7 +433,8 @@ class Estimator {
     t.last_bwd.assign(static_cast<size_t>(v_), kNone);
     t.seq = collective_sequence(rp);
     t.on_dp.assign(n, 0);
-    const std::vector<double>& compute = timed_->durations(rp.rank);
+    // On its own GPU (a mixed job's stages differ).
+    const std::vector<double>& compute = timed_->durations(rp.rank, timed_->gpu_type(rp.rank));
     for (const Op& op : rp.ops) {
       // (Host ops: their host-link or host-CPU time, from the timing layer too.)
       if (op.kind == OpKind::kCompute || op.kind == OpKind::kHost) t.op_s[op.id] = compute[op.id];

@@ -228,7 +228,11 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
   fmt::print(
       "traintwin sweep: {} on {} x {} ({}): {} configurations: {} ranked, {} out of memory, "
       "{} failed, {} invalid\n",
-      base.name, gpu_counts, topo.gpu.name, topo.name, rows.size(),
+      base.name, gpu_counts,
+      // A mixed cluster: the GPUs of the base's job ("512 x A100-SXM-80GB + 512 x H100-SXM-80GB").
+      topo.node_groups.empty() ? topo.gpu.name
+                               : "(" + job_gpus(topo, base.cluster.num_gpus).describe() + ")",
+      topo.name, rows.size(),
       count[SweepStatus::kRanked], count[SweepStatus::kOutOfMemory], count[SweepStatus::kError],
       count[SweepStatus::kInvalid]);
   if (count[SweepStatus::kRanked] > 0) {

@@ -136,7 +136,8 @@ TEST(SweepSplit, AutoAddsTheFamilyTowardsTheBalancedSplit) {
 TEST(SweepSplit, RefusesABaseWithItsOwnUnevenSplit) {
   const Scenario base = load_scenario(
       gpt3_path(), {{"parallelism.virtual_pipeline_model_parallel_size", "1"},
-                    {"parallelism.decoder_first_pipeline_num_layers", "6"}});
+                    {"parallelism.decoder_first_pipeline_num_layers", "6"},
+                    {"parallelism.decoder_last_pipeline_num_layers", "6"}});
   PipelineSplitAxis axis;
   axis.layouts = {"E,t*8|t*8|t*8|t*8|t*16|t*16|t*16|t*16,L"};
   try {

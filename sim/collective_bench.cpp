@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.hpp"
 #include "sim/collectives.hpp"
@@ -49,8 +50,9 @@ std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& t
     throw ConfigError(fmt::format(
         "--node {}: a cluster of --num-gpus {} has nodes 0..{} of {} GPUs each (allowed: 0..{}{})",
         node, num_gpus, nodes - 1, gpn, nodes - 1,
-        node >= nodes ? fmt::format("; --num-gpus {} reaches node {}", (node + 1) * gpn, node)
-                      : std::string()));
+        node >= nodes && node < std::numeric_limits<int64_t>::max() / gpn - 1
+            ? fmt::format("; --num-gpus {} reaches node {}", (node + 1) * gpn, node)
+            : std::string()));
   }
   return layout.group(group_kind(group), node * gpn);
 }

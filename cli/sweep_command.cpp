@@ -256,8 +256,12 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
     fmt::print("no configuration both fits the GPU's memory and simulates\n");
   }
   if (count[SweepStatus::kOutOfMemory] > 0) {
-    fmt::print("\nout of memory ({}, closest to fitting first; {} per GPU):\n",
-               count[SweepStatus::kOutOfMemory], gib(smallest_gpu_memory_bytes(topo)));
+    fmt::print("\nout of memory ({}, closest to fitting first; {}):\n",
+               count[SweepStatus::kOutOfMemory],
+               topo.node_groups.empty()
+                   ? gib(smallest_gpu_memory_bytes(topo)) + " per GPU"
+                   : "each stage against its own GPUs' memory, the smallest " +
+                         gib(smallest_gpu_memory_bytes(topo)));
     int shown = 0;
     for (const SweepRow& r : rows) {
       if (r.status != SweepStatus::kOutOfMemory) continue;

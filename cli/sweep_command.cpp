@@ -114,12 +114,12 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
                   bool show_schedule, bool show_zero, bool show_split) {
   fmt::print(
       "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {}{}{:>10} "
-      "{:>11} {:>6} {:>11}  {:<10}{}\n",
+      "{:>11} {:>6} {:>11}  {}\n",
       "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
       show_schedule ? fmt::format("{:<8} ", "schedule") : "",
       show_zero ? fmt::format("{:<8} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
-      "peak mem", "memory", show_split ? "  layers per stage" : "");
+      "peak mem", show_split ? fmt::format("{:<10}  layers per stage", "memory") : "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
     if (r.status != SweepStatus::kRanked) continue;
@@ -129,7 +129,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
     const SimulationSummary& m = r.evaluation->summary;
     fmt::print(
         "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} "
-        "{}{}{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {:<10}{}\n",
+        "{}{}{:>10.4f} {:>11.1f} {:>6.1f} {:>11}  {}\n",
         r.rank, show_gpus ? fmt::format("{:>6} ", s.cluster.num_gpus) : "",
         s.parallel.tensor_model_parallel_size, s.parallel.context_parallel_size,
         s.parallel.pipeline_model_parallel_size, s.parallel.virtual_pipeline_model_parallel_size,
@@ -141,8 +141,9 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
         show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
-        to_string(r.config.memory_verdict),
-        show_split ? "  " + layers_per_stage_text(s) : std::string());
+        show_split ? fmt::format("{:<10}  {}", to_string(r.config.memory_verdict),
+                                 layers_per_stage_text(s))
+                   : std::string(to_string(r.config.memory_verdict)));
   }
   if (ranked > shown)
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);

@@ -391,6 +391,12 @@ void print_outcome(const SweepRequest& request, const SweepOutcome& outcome) {
   const SweepAxes& axes = request.axes;
   const std::vector<SweepRow>& rows = outcome.rows;
   print_report(base, outcome.topology, rows, request.top, axes.num_gpus);
+  if (outcome.unsearched_splits > 0) {
+    fmt::print("\n--pipeline-split auto: {} layout(s) kept their even split only: the analytical "
+               "estimator cannot cost their stages (a stage with ranks in two node groups, or a "
+               "layout it refuses); list layouts to try them\n",
+               outcome.unsearched_splits);
+  }
   if (!axes.num_gpus.empty() || request.train_tokens) {
     fmt::print("\nglobal batch: {}\n",
                axes.global_batch_size_per_dp > 0

@@ -142,8 +142,10 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   const std::shared_ptr<const CostModel> costs =
       make_cluster_cost_model(topo, db_dir, request.cost_db);
   // The split axis: each valid layout's searched (or listed) uneven splits beside it.
+  int64_t unsearched = 0;
   configurations = add_pipeline_splits(std::move(configurations), request.pipeline_split,
-                                       estimated_stage_costs(topo, costs), smallest, capacity);
+                                       estimated_stage_costs(topo, costs), smallest, capacity,
+                                       &unsearched);
   // Under mpirun/srun every rank evaluates its share; rank 0 gathers, ranks and prints.
   const bool mpi = launched_by_mpi();
   const bool root_process = !mpi || std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
@@ -163,7 +165,7 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   } else {
     rows = run_share(configurations);
   }
-  return SweepOutcome{std::move(base), std::move(topo), std::move(rows)};
+  return SweepOutcome{std::move(base), std::move(topo), std::move(rows), unsearched};
 }
 
 }  // namespace traintwin::cli

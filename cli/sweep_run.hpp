@@ -37,6 +37,9 @@ struct SweepOutcome {
   Scenario base;
   TopologySpec topology;
   std::vector<SweepRow> rows;
+  /// Valid layouts with PP > 1 that --pipeline-split auto could not search (the estimator could
+  /// not cost their stages: add_pipeline_splits' `uncosted`).
+  int64_t unsearched_splits = 0;
 };
 
 /// Runs `request`: loads the base scenario with its overrides; checks the --out folder (before

@@ -214,7 +214,9 @@ std::vector<SweepConfiguration> add_pipeline_splits(std::vector<SweepConfigurati
                                                     const PipelineSplitAxis& axis,
                                                     const StageCostFunction& costs,
                                                     double gpu_memory_bytes,
-                                                    const StageMemoryCapacity& stage_capacity) {
+                                                    const StageMemoryCapacity& stage_capacity,
+                                                    int64_t* uncosted) {
+  if (uncosted != nullptr) *uncosted = 0;
   if (axis.empty()) return configurations;
   const size_t n = configurations.size();
   int64_t next = 0;
@@ -244,7 +246,10 @@ std::vector<SweepConfiguration> add_pipeline_splits(std::vector<SweepConfigurati
     std::vector<std::string> layouts = axis.layouts;
     if (axis.automatic) {
       const std::vector<StageCost> stage_costs = costs ? costs(s) : std::vector<StageCost>{};
-      if (stage_costs.size() != static_cast<size_t>(par.pipeline_model_parallel_size)) continue;
+      if (stage_costs.size() != static_cast<size_t>(par.pipeline_model_parallel_size)) {
+        if (uncosted != nullptr) ++*uncosted;
+        continue;
+      }
       const std::vector<int64_t> even = stage_layers(s);
       const auto family = split_family(even, balanced_layers(stage_costs, s.model.num_layers));
       for (size_t k = 1; k < family.size(); ++k) {

@@ -93,12 +93,15 @@ StageCostFunction estimated_stage_costs(const TopologySpec& topo,
 /// balanced_layers(costs(s)), the even split itself left out), indices continuing after the
 /// last. Each new one has s.parallel.pipeline_model_parallel_layout set and is checked by
 /// check_configuration (gpu_memory_bytes, stage_capacity). An empty axis returns them as they
-/// are. Throws ConfigError when the axis is given and the base of a configuration already sets
+/// are. `uncosted` (optional): set to the number of valid layouts with PP > 1 that auto could
+/// not search because `costs` gave none (the caller says so: nothing is dropped silently).
+/// Throws ConfigError when the axis is given and the base of a configuration already sets
 /// an uneven-split key (naming it: the layout cannot be combined with them).
 std::vector<SweepConfiguration> add_pipeline_splits(std::vector<SweepConfiguration> configurations,
                                                     const PipelineSplitAxis& axis,
                                                     const StageCostFunction& costs,
                                                     double gpu_memory_bytes,
-                                                    const StageMemoryCapacity& stage_capacity);
+                                                    const StageMemoryCapacity& stage_capacity,
+                                                    int64_t* uncosted = nullptr);
 
 }  // namespace traintwin

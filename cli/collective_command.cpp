@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -71,6 +72,8 @@ void register_collective_command(CLI::App& app) {
     std::string algorithm;
     std::string protocol;
     std::string tenants;
+    std::optional<int64_t> node;
+    std::string node_group;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("collective", "Simulated nccl-tests: one collective over a group, by size");
@@ -83,6 +86,13 @@ void register_collective_command(CLI::App& app) {
   cmd->add_option("--op", o->op, "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all")
       ->capture_default_str();
   cmd->add_option("--group", o->group, "tp (one node) | dp (one GPU per node) | all")->capture_default_str();
+  auto* node_opt = cmd->add_option(
+      "--node", o->node,
+      "With --group tp: the node (NVLink domain) whose GPUs run it, 0 .. num_gpus / "
+      "gpus_per_node - 1 (default 0; on a mixed cluster a node of any node group)");
+  cmd->add_option("--node-group", o->node_group,
+                  "With --group tp: the first node of this node group (topology node_groups[].name)")
+      ->excludes(node_opt);
   cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest size (nccl-tests -b)")->capture_default_str();
   cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size (nccl-tests -e)")->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm, "Force ring | tree | nvls (NCCL_ALGO)")
@@ -103,20 +113,26 @@ void register_collective_command(CLI::App& app) {
     check_cluster_size(topo, o->num_gpus);
     const CollectiveKind kind = parse_op(o->op);
     const BenchGroup group = parse_bench_group(o->group);
-    const auto members = bench_group_members(group, topo, o->num_gpus);
-    fmt::print("# traintwin collective (simulated): {} over {} GPUs ({} group of {} x {})\n", o->op,
-               members.size(), o->group, o->num_gpus, topo.gpu.name);
+    const int64_t node =
+        !o->node_group.empty() ? first_node_of_group(topo, o->node_group) : o->node.value_or(0);
+    const auto members = bench_group_members(group, topo, o->num_gpus, node);
+    const GpuSpec& gpu = gpu_of_node(topo, place_rank(topo, members.front()).node);
+    fmt::print("# traintwin collective (simulated): {} over {} GPUs ({} group{} of {} GPUs; {})\n",
+               o->op, members.size(), o->group,
+               group == BenchGroup::kTp ? fmt::format(" on node {}", node) : std::string(),
+               o->num_gpus, group == BenchGroup::kTp ? gpu.name : job_gpus(topo, o->num_gpus).describe());
     fmt::print("#\n{}", nccl_tests_inplace_header("algorithm  protocol"));
     // One worker process per size (SimGrid: one engine per process), as many at once as cores.
     const std::vector<int64_t> sizes =
         nccl_tests_sizes(min_bytes, max_bytes);
     std::vector<std::function<std::string()>> work;
     for (int64_t bytes : sizes) {
-      work.push_back([&o, &topo, kind, group, bytes] {
+      work.push_back([&o, &topo, kind, group, bytes, node] {
         SimulationOptions opts;
         opts.collective_algorithm = o->algorithm;
         opts.collective_protocol = o->protocol;
-        return nlohmann::json(simulate_collective(topo, o->num_gpus, kind, group, bytes, opts)).dump();
+        return nlohmann::json(simulate_collective(topo, o->num_gpus, kind, group, bytes, opts, node))
+            .dump();
       });
     }
     const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -25,6 +25,7 @@
 #include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/pipeline_split.hpp"
 #include "core/posix_file.hpp"
 #include "core/text.hpp"
 #include "sim/scaling_study.hpp"
@@ -43,6 +44,7 @@ struct SweepCommandOptions {
   int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
   std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
+  std::optional<std::string> split_axis;  // --pipeline-split: auto or layouts
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int top = 20;
   std::string out_dir;
@@ -54,7 +56,8 @@ struct SweepCommandOptions {
 const char* on_off(bool b) { return b ? "on" : "off"; }
 
 /// "TP 2 PP 4 VPP 1 DP 8 mbs 1 recompute none SP off DO on": a configuration in one phrase (with
-/// "schedule zb-h1" after it for a schedule other than 1F1B).
+/// "schedule zb-h1" after it for a schedule other than 1F1B, "layers 6/6/18/18" under a searched
+/// pipeline split).
 std::string layout_phrase(const Scenario& s) {
   const std::string experts =
       s.model.is_moe() ? fmt::format(" EP {} ETP {}", s.parallel.expert_model_parallel_size,
@@ -78,7 +81,10 @@ std::string layout_phrase(const Scenario& s) {
               : "") +
          (s.training.num_distributed_optimizer_instances > 1
               ? fmt::format(" HSDP {} replicas", s.training.num_distributed_optimizer_instances)
-              : "");
+              : "") +
+         (s.parallel.pipeline_model_parallel_layout.empty()
+              ? ""
+              : fmt::format(" layers {}", layers_per_stage_text(s)));
 }
 
 /// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP";
@@ -102,9 +108,10 @@ std::string rule_of(const std::string& reason) {
 /// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
 /// a schedule column (a sweep over --pipeline-schedule), `show_zero` a ZeRO column (a sweep over
 /// --data-parallel-sharding-strategy or --num-distributed-optimizer-instances: DDP, ZeRO-1 ..
-/// ZeRO-3, "/N" for N HSDP replicas).
+/// ZeRO-3, "/N" for N HSDP replicas), `show_split` a last column with the layers of each
+/// pipeline stage (a sweep over --pipeline-split).
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus,
-                  bool show_schedule, bool show_zero) {
+                  bool show_schedule, bool show_zero, bool show_split) {
   fmt::print(
       "{:>4} {}{:>3} {:>3} {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:<9} {:<3} {:<3} {:<3} {}{}{:>10} "
       "{:>11} {:>6} {:>11}  {}\n",
@@ -112,7 +119,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
       show_schedule ? fmt::format("{:<8} ", "schedule") : "",
       show_zero ? fmt::format("{:<8} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
-      "peak mem", "memory");
+      "peak mem", show_split ? fmt::format("{:<10}  layers per stage", "memory") : "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
     if (r.status != SweepStatus::kRanked) continue;
@@ -134,7 +141,9 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
         show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
-        to_string(r.config.memory_verdict));
+        show_split ? fmt::format("{:<10}  {}", to_string(r.config.memory_verdict),
+                                 layers_per_stage_text(s))
+                   : std::string(to_string(r.config.memory_verdict)));
   }
   if (ranked > shown)
     fmt::print("... and {} more ranked configurations (--top 0 lists all)\n", ranked - shown);
@@ -220,7 +229,11 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
   fmt::print(
       "traintwin sweep: {} on {} x {} ({}): {} configurations: {} ranked, {} out of memory, "
       "{} failed, {} invalid\n",
-      base.name, gpu_counts, topo.gpu.name, topo.name, rows.size(),
+      base.name, gpu_counts,
+      // A mixed cluster: the GPUs of the base's job ("512 x A100-SXM-80GB + 512 x H100-SXM-80GB").
+      topo.node_groups.empty() ? topo.gpu.name
+                               : "(" + job_gpus(topo, base.cluster.num_gpus).describe() + ")",
+      topo.name, rows.size(),
       count[SweepStatus::kRanked], count[SweepStatus::kOutOfMemory], count[SweepStatus::kError],
       count[SweepStatus::kInvalid]);
   if (count[SweepStatus::kRanked] > 0) {
@@ -235,13 +248,21 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
       return zero_phrase(r.config.scenario.training) !=
              zero_phrase(rows.front().config.scenario.training);
     });
-    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1, schedules, zero);
+    const bool splits = std::any_of(rows.begin(), rows.end(), [](const SweepRow& r) {
+      return !r.config.scenario.parallel.pipeline_model_parallel_layout.empty();
+    });
+    print_ranked(rows, top, count[SweepStatus::kRanked], gpus.size() > 1, schedules, zero,
+                 splits);
   } else {
     fmt::print("no configuration both fits the GPU's memory and simulates\n");
   }
   if (count[SweepStatus::kOutOfMemory] > 0) {
-    fmt::print("\nout of memory ({}, closest to fitting first; {} per GPU):\n",
-               count[SweepStatus::kOutOfMemory], gib(smallest_gpu_memory_bytes(topo)));
+    fmt::print("\nout of memory ({}, closest to fitting first; {}):\n",
+               count[SweepStatus::kOutOfMemory],
+               topo.node_groups.empty()
+                   ? gib(smallest_gpu_memory_bytes(topo)) + " per GPU"
+                   : "each stage against its own GPUs' memory, the smallest " +
+                         gib(smallest_gpu_memory_bytes(topo)));
     int shown = 0;
     for (const SweepRow& r : rows) {
       if (r.status != SweepStatus::kOutOfMemory) continue;
@@ -347,6 +368,7 @@ SweepRequest parse_request(const SweepCommandOptions& o) {
     axes.data_parallel_sharding_strategy =
         parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", *o.sharding);
   }
+  if (o.split_axis) r.pipeline_split = parse_pipeline_split_axis("--pipeline-split", *o.split_axis);
   axes.global_batch_size_per_dp = o.global_batch_size_per_dp;
   if (o.train_tokens) r.train_tokens = parse_tokens(*o.train_tokens);
   for (const auto& s : o.set) r.overrides.push_back(parse_override(s));
@@ -369,6 +391,12 @@ void print_outcome(const SweepRequest& request, const SweepOutcome& outcome) {
   const SweepAxes& axes = request.axes;
   const std::vector<SweepRow>& rows = outcome.rows;
   print_report(base, outcome.topology, rows, request.top, axes.num_gpus);
+  if (outcome.unsearched_splits > 0) {
+    fmt::print("\n--pipeline-split auto: {} layout(s) kept their even split only: the analytical "
+               "estimator cannot cost their stages (a stage with ranks in two node groups, or a "
+               "layout it refuses); list layouts to try them\n",
+               outcome.unsearched_splits);
+  }
   if (!axes.num_gpus.empty() || request.train_tokens) {
     fmt::print("\nglobal batch: {}\n",
                axes.global_batch_size_per_dp > 0
@@ -434,6 +462,11 @@ void register_sweep_command(CLI::App& app) {
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")
       ->type_name("LIST");
+  g->add_option("--pipeline-split", o->split_axis,
+                "Uneven pipeline splits beside each layout's even one: auto (layers moved from "
+                "slower to faster stages, e.g. on a mixed cluster) or ';'-separated "
+                "pipeline_model_parallel_layout strings, e.g. \"E,t*5|t*19,L\"")
+      ->type_name("auto|LAYOUTS");
   auto* split = cmd->add_option_group(
       "Pipeline split", "Megatron-LM's uneven split flags, kept for every swept layout");
   o->pipeline_split.add_to(*split);

@@ -116,8 +116,13 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   TopologySpec topo = load_topology(base.cluster.topology);
   check_sweep(base, topo, request.axes);
   // The rules and memory model of every row, on as many threads as the sweep has workers.
+  // Each stage against its own GPUs' memory on a mixed cluster.
+  std::vector<int64_t> gpu_counts = request.axes.num_gpus;
+  gpu_counts.push_back(base.cluster.num_gpus);
+  const StageMemoryCapacity capacity = stage_memory_capacity(topo, gpu_counts);
+  const double smallest = smallest_gpu_memory_bytes(topo);
   auto configurations =
-      enumerate_configurations(base, request.axes, smallest_gpu_memory_bytes(topo), request.jobs);
+      enumerate_configurations(base, request.axes, smallest, request.jobs, capacity);
   // A TP group larger than the GPUs the job uses per NVLink domain is invalid, as simulate says.
   for (SweepConfiguration& c : configurations) {
     if (!c.valid) continue;
@@ -136,6 +141,11 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   const auto db_dir = default_database_dir(base.cluster.topology);
   const std::shared_ptr<const CostModel> costs =
       make_cluster_cost_model(topo, db_dir, request.cost_db);
+  // The split axis: each valid layout's searched (or listed) uneven splits beside it.
+  int64_t unsearched = 0;
+  configurations = add_pipeline_splits(std::move(configurations), request.pipeline_split,
+                                       estimated_stage_costs(topo, costs), smallest, capacity,
+                                       &unsearched);
   // Under mpirun/srun every rank evaluates its share; rank 0 gathers, ranks and prints.
   const bool mpi = launched_by_mpi();
   const bool root_process = !mpi || std::getenv("OMPI_COMM_WORLD_RANK") == nullptr ||
@@ -155,7 +165,7 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   } else {
     rows = run_share(configurations);
   }
-  return SweepOutcome{std::move(base), std::move(topo), std::move(rows)};
+  return SweepOutcome{std::move(base), std::move(topo), std::move(rows), unsearched};
 }
 
 }  // namespace traintwin::cli

@@ -11,6 +11,7 @@
 
 #include "core/scenario.hpp"
 #include "sim/sweep.hpp"
+#include "sim/sweep_split.hpp"
 #include "topologies/topology.hpp"
 
 namespace traintwin::cli {
@@ -20,6 +21,7 @@ struct SweepRequest {
   std::string scenario_file;           ///< the base scenario
   std::vector<Override> overrides;     ///< --set entries, then the pipeline-split flags
   SweepAxes axes;                      ///< the swept values (and global_batch_size_per_dp)
+  PipelineSplitAxis pipeline_split;    ///< --pipeline-split (sim/sweep_split.hpp)
   std::optional<double> train_tokens;  ///< --train-tokens: a token budget
   int jobs = 1;                        ///< --jobs: simulations at once (>= 1)
   int top = 20;                        ///< --top: rows listed, and the K of --mode auto
@@ -35,6 +37,9 @@ struct SweepOutcome {
   Scenario base;
   TopologySpec topology;
   std::vector<SweepRow> rows;
+  /// Valid layouts with PP > 1 that --pipeline-split auto could not search (the estimator could
+  /// not cost their stages: add_pipeline_splits' `uncosted`).
+  int64_t unsearched_splits = 0;
 };
 
 /// Runs `request`: loads the base scenario with its overrides; checks the --out folder (before
@@ -42,7 +47,10 @@ struct SweepOutcome {
 /// GPU's FP8 support; enumerates the configurations and evaluates them by the --mode: simulate
 /// (the SimGrid replay, in worker processes), analytical (the estimator, in this process) or auto
 /// (the estimator for every configuration, then the replay of its top K = max(top, 1) ranked
-/// ones, ranked again; ZeRO-3 is estimated as every other layout). Progress goes to stderr on
+/// ones, ranked again; ZeRO-3 is estimated as every other layout). On a mixed cluster every
+/// stage's memory is judged on its own GPUs (stage_memory_capacity); --pipeline-split adds the
+/// searched or listed splits of each layout (add_pipeline_splits; auto costs the stages by the
+/// estimate of the even split, estimated_stage_costs). Progress goes to stderr on
 /// the printing process. Under mpirun/srun every rank evaluates its share and rank 0 gathers the
 /// rows; the other ranks get std::nullopt. Throws what load_scenario, load_topology, the checks
 /// and run_sweep throw.

@@ -15,6 +15,8 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/pipeline_split.hpp"
+#include "core/rank_layout.hpp"
 #include "core/schedule.hpp"
 #include "sim/analytical_plan.hpp"
 #include "sim/attribution.hpp"
@@ -227,13 +229,20 @@ class Estimator {
     probe.training.global_batch_size =
         m_probe * s_.training.micro_batch_size * pc.data_parallel_size;
     const RankLayout layout = layout_of(s_);
-    std::vector<int64_t> kinds = {0};
-    if (p_ > 1) kinds.push_back(1);
-    if (p_ > 2) kinds.push_back(p_ - 1);
+    // One template per kind of stage (stage_kinds): the probe lowers the first stage of each.
+    const std::vector<int64_t> kinds = stage_kinds(layout);
     std::vector<int64_t> reps;
     for (int64_t k : kinds) reps.push_back(layout.rank({0, 0, 0, k}));
+    for (size_t i = 0; i < reps.size(); ++i) {
+      rep_node_group_[reps[i]] = node_group_of_stage_[static_cast<size_t>(kinds[i])];
+    }
     prog_ = build_program(probe, reps, probe_steps_);
-    timed_.emplace(*prog_, costs_, topo_.gpu, compute_);
+    if (topo_.node_groups.empty()) {
+      timed_.emplace(*prog_, costs_, topo_.gpu, compute_);
+    } else {
+      // A mixed job: every rank timed on its own GPU (the replay's timing, sim/replay.cpp).
+      timed_.emplace(*prog_, costs_, job_gpus(topo_, s_.cluster.num_gpus), compute_);
+    }
     for (size_t i = 0; i < kinds.size(); ++i) {
       tmpl_.push_back(make_template(prog_->ranks.at(reps[i])));
       result_.ops += static_cast<int64_t>(prog_->ranks.at(reps[i]).ops.size());
@@ -256,12 +265,83 @@ class Estimator {
   }
 
  private:
+  // ---- kinds of stage ---------------------------------------------------------------------------
+
+  /// What makes two pipeline stages lower and time alike: being the first or the last stage
+  /// (embedding, loss, the p2p ends), the transformer layers of each model chunk (with the MoE
+  /// pattern of those layers) and the node group its ranks run in (GPU, NVLink, NICs).
+  struct StageSignature {
+    bool first = false, last = false;
+    std::vector<int64_t> layers;  ///< per chunk: its count, then its MoE pattern bits
+    size_t node_group = 0;
+    bool operator==(const StageSignature&) const = default;
+  };
+
+  /// The first stage of each kind of stage, ascending, and template_of_stage_ (stage -> index
+  /// into them). An even split on one kind of node has at most three kinds (first, middle,
+  /// last); an uneven split (core/pipeline_split.hpp) or a mixed cluster more. Also fills
+  /// node_group_of_stage_. Throws UnsupportedError for a stage whose ranks lie in several node
+  /// groups (its ranks would not run in lockstep).
+  std::vector<int64_t> stage_kinds(const RankLayout& layout) {
+    node_group_of_stage_.assign(static_cast<size_t>(p_), 0);
+    if (!topo_.node_groups.empty()) {
+      std::vector<int64_t> first_rank(static_cast<size_t>(p_), -1);
+      for (int64_t rank = 0; rank < s_.cluster.num_gpus; ++rank) {
+        const auto st = static_cast<size_t>(layout.coord(rank).pp);
+        const size_t g = node_group_index(topo_, place_rank(topo_, rank).node);
+        if (first_rank[st] < 0) {
+          first_rank[st] = rank;
+          node_group_of_stage_[st] = g;
+        } else if (node_group_of_stage_[st] != g) {
+          throw UnsupportedError(
+              "analytical estimate: pipeline stage " + std::to_string(st) + " of this job has "
+              "ranks on nodes of two node groups of topology " + topo_.name + " (rank " +
+              std::to_string(first_rank[st]) + " on node " +
+              std::to_string(place_rank(topo_, first_rank[st]).node) + ", rank " +
+              std::to_string(rank) + " on node " + std::to_string(place_rank(topo_, rank).node) +
+              "); the estimator times one rank per stage, so each stage must sit in one node "
+              "group: choose PP so that the stage boundaries fall on the groups' boundaries, or "
+              "use the replay (simulate, or sweep --mode simulate)");
+        }
+      }
+    }
+    const std::vector<ChunkLayers> split = pipeline_layer_split(s_.model, s_.parallel);
+    std::vector<StageSignature> seen;
+    std::vector<int64_t> kinds;
+    template_of_stage_.assign(static_cast<size_t>(p_), 0);
+    for (int64_t r = 0; r < p_; ++r) {
+      StageSignature sig;
+      sig.first = r == 0;
+      sig.last = r == p_ - 1;
+      sig.node_group = node_group_of_stage_[static_cast<size_t>(r)];
+      for (int64_t c = 0; c < v_; ++c) {
+        const ChunkLayers& cl = split.at(static_cast<size_t>(c * p_ + r));
+        sig.layers.push_back(cl.num_layers);
+        if (!s_.model.moe_layer_pattern.empty()) {
+          for (int64_t l = cl.first_layer; l < cl.end_layer(); ++l) {
+            sig.layers.push_back(s_.model.is_moe_layer(l) ? 1 : 0);
+          }
+        }
+      }
+      const auto it = std::find(seen.begin(), seen.end(), sig);
+      if (it != seen.end()) {
+        template_of_stage_[static_cast<size_t>(r)] = static_cast<uint32_t>(it - seen.begin());
+        continue;
+      }
+      template_of_stage_[static_cast<size_t>(r)] = static_cast<uint32_t>(seen.size());
+      seen.push_back(std::move(sig));
+      kinds.push_back(r);
+    }
+    return kinds;
+  }
+
   // ---- costs ----------------------------------------------------------------------------------
 
-  /// No-contention time of a collective of `rank`'s group (cached per group kind, kind, bytes:
-  /// Megatron layouts are uniform).
+  /// No-contention time of a collective of `rank`'s group (a probe rank; cached per node group
+  /// of its stage, group kind, kind, bytes: Megatron layouts are uniform inside a node group).
   double collective_s(const Op& op, int64_t rank) {
-    const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes);
+    const auto key = std::make_tuple(rep_node_group_.at(rank), static_cast<int>(op.group),
+                                     static_cast<int>(op.collective), op.bytes);
     auto it = coll_s_.find(key);
     if (it != coll_s_.end()) return it->second;
     std::vector<int64_t> members = prog_->layout.group(op.group, rank);
@@ -353,7 +433,8 @@ class Estimator {
     t.last_bwd.assign(static_cast<size_t>(v_), kNone);
     t.seq = collective_sequence(rp);
     t.on_dp.assign(n, 0);
-    const std::vector<double>& compute = timed_->durations(rp.rank);
+    // On its own GPU (a mixed job's stages differ).
+    const std::vector<double>& compute = timed_->durations(rp.rank, timed_->gpu_type(rp.rank));
     for (const Op& op : rp.ops) {
       // (Host ops: their host-link or host-CPU time, from the timing layer too.)
       if (op.kind == OpKind::kCompute || op.kind == OpKind::kHost) t.op_s[op.id] = compute[op.id];
@@ -546,11 +627,7 @@ class Estimator {
 
   int64_t nvs() const { return p_ * v_; }
 
-  uint32_t template_of(int64_t r) const {
-    if (r == 0) return 0;
-    if (r == p_ - 1) return p_ > 2 ? 2 : 1;
-    return 1;
-  }
+  uint32_t template_of(int64_t r) const { return template_of_stage_[static_cast<size_t>(r)]; }
 
   void prepare_stage(int64_t r) {
     Stage& st = stages_[static_cast<size_t>(r)];
@@ -1153,7 +1230,10 @@ class Estimator {
   std::vector<double> sat_a_, sat_b_;  ///< saturation_point's scratch
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
-  std::map<std::tuple<int, int, int64_t>, double> coll_s_;
+  std::map<std::tuple<size_t, int, int, int64_t>, double> coll_s_;
+  std::vector<uint32_t> template_of_stage_;   ///< stage -> template (stage_kinds)
+  std::vector<size_t> node_group_of_stage_;   ///< stage -> node_group_index of its ranks
+  std::map<int64_t, size_t> rep_node_group_;  ///< probe rank -> its stage's node group
   std::vector<double> p2p_s_;  ///< by src stage x p + dst stage, < 0 until computed
   double p2p_bytes_ = -1;      ///< the probe's p2p payload, < 0 until looked up
   const PlatformScaling scaling_;
@@ -1171,24 +1251,22 @@ class Estimator {
 IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const CostModel& costs,
                           const FabricEfficiency& eff, StepScope probe_steps,
                           EstimateCache* cache) {
-  const JobGpus job = job_gpus(topo_in, s.cluster.num_gpus);
-  if (job.mixed() || !job_on_one_node_kind(topo_in, s.cluster.num_gpus)) {
-    // One rank stands for its stage here; on a mixed cluster a stage's ranks differ.
-    throw UnsupportedError("analytical estimate: topology " + topo_in.name +
-                           " places this job on GPUs of several kinds (node_groups); use the "
-                           "replay (simulate, or sweep --mode simulate)");
-  }
-  // A job inside one node group of a mixed cluster sees that group's GPU, NVLink domain and
-  // NICs only (those of its first node: all its nodes have them).
+  // A job on nodes of one kind inside one node group of a mixed cluster sees that group's GPU,
+  // NVLink domain and NICs only (those of its first node: all its nodes have them). A job across
+  // node kinds keeps the whole topology, as the replay does: each stage's ranks on their own
+  // GPU (the timing layer's JobGpus), each collective and transfer at its nodes' rates
+  // (group_topology), each stage inside one node group (stage_kinds).
   TopologySpec one_kind;
-  if (!topo_in.node_groups.empty()) {
+  const bool across_kinds = !topo_in.node_groups.empty() &&
+                            !job_on_one_node_kind(topo_in, s.cluster.num_gpus);
+  if (!topo_in.node_groups.empty() && !across_kinds) {
     one_kind = topo_in;
-    one_kind.gpu = job.types.front();
+    one_kind.gpu = gpu_of_node(topo_in, 0);
     one_kind.node = node_spec_of(topo_in, 0);
     one_kind.nic = nic_spec_of(topo_in, 0);
     one_kind.node_groups.clear();
   }
-  const TopologySpec& topo = topo_in.node_groups.empty() ? topo_in : one_kind;
+  const TopologySpec& topo = topo_in.node_groups.empty() || across_kinds ? topo_in : one_kind;
   check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {

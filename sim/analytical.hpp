@@ -6,7 +6,10 @@
 //      1. A *probe* Program is lowered with build_program() for the same scenario with the
 //         fewest micro-batches the schedule allows (1, or PP with interleaving) and only the
 //         representative ranks (TP = CP = DP = 0) of the distinct kinds of pipeline stage: the
-//         first, one middle (all middle stages lower to the same ops) and the last. The ops of
+//         first, the last, and one of each middle stage that differs from the others in its
+//         layers per model chunk (an uneven split, core/pipeline_split.hpp) or in the node group
+//         its ranks run in (a mixed cluster: each stage timed on its own GPU, NVLink and NICs);
+//         an even split on one kind of node has one middle kind. The ops of
 //         one (pass, micro-batch, model chunk) are the same for every micro-batch, so the probe
 //         holds every schedule step's content; of the steps it lowers only, per model chunk, the
 //         first forward and the last backward (StepScope::kBoundary: with interleaving the
@@ -112,11 +115,14 @@ class EstimateCache {
 
 /// Step-level estimate of one iteration (IterationMetrics::ops: the probe's ops) of `s` on `topo`
 /// with `costs` (see the file comment); a job inside the first node group of a mixed cluster on
-/// that group's GPU, NVLink domain and NICs. Collective algorithms as the replay chooses them
+/// that group's GPU, NVLink domain and NICs; a job across node groups (job_on_one_node_kind()
+/// false) with each pipeline stage on its own node group's GPU (the timing layer's JobGpus),
+/// and each collective and p2p transfer at its nodes' rates, as the replay times them (the two
+/// agree without contention: tests/sim/analytical_test.cpp). Collective algorithms as the replay chooses them
 /// (s.cluster.collective_algorithm, else the tuner). Throws what build_program() throws
-/// (UnsupportedError for CP > 1, ...), UnsupportedError for a straggler, a degraded link or a job
-/// on nodes of several kinds (job_gpus(): mixed, or nodes whose NVLink or NIC rates differ:
-/// job_on_one_node_kind()), CostModelError
+/// (UnsupportedError for CP > 1, ...), UnsupportedError for a straggler, a degraded link or a
+/// pipeline stage whose ranks lie in two node groups (its ranks would not run in lockstep),
+/// CostModelError
 /// from the cost model, ConfigError for a forced algorithm a group cannot run, and Error when
 /// the schedule cannot complete (a p2p or collective never matched).
 /// `probe_steps`: the steps of the probe that are lowered; StepScope::kAll (every micro-batch of

@@ -1,6 +1,10 @@
 #include "sim/collective_bench.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <limits>
 
 #include "core/error.hpp"
 #include "sim/collectives.hpp"
@@ -32,19 +36,54 @@ BenchGroup parse_bench_group(const std::string& text) {
   throw ConfigError("--group: '" + text + "' unknown (allowed: tp, dp, all)");
 }
 
-std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus) {
-  return bench_layout(topo, num_gpus).group(group_kind(group), 0);
+std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus,
+                                         int64_t node) {
+  const RankLayout layout = bench_layout(topo, num_gpus);
+  const int64_t gpn = layout.size(GroupKind::kTp);
+  const int64_t nodes = num_gpus / gpn;
+  if (node != 0 && group != BenchGroup::kTp) {
+    throw ConfigError(fmt::format("--node {}: only --group tp runs on one node (dp and all span "
+                                  "every node of the cluster)",
+                                  node));
+  }
+  if (node < 0 || node >= nodes) {
+    throw ConfigError(fmt::format(
+        "--node {}: a cluster of --num-gpus {} has nodes 0..{} of {} GPUs each (allowed: 0..{}{})",
+        node, num_gpus, nodes - 1, gpn, nodes - 1,
+        node >= nodes && node < std::numeric_limits<int64_t>::max() / gpn - 1
+            ? fmt::format("; --num-gpus {} reaches node {}", (node + 1) * gpn, node)
+            : std::string()));
+  }
+  return layout.group(group_kind(group), node * gpn);
+}
+
+int64_t first_node_of_group(const TopologySpec& topo, const std::string& name) {
+  int64_t first = 0;
+  std::vector<std::string> names;
+  for (const NodeGroup& g : topo.node_groups) {
+    if (g.name == name) return first;
+    names.push_back(g.name);
+    first += g.nodes;
+  }
+  throw ConfigError(fmt::format(
+      "--node-group '{}': topology '{}' has {} (the nodes after the groups, {} on, are of its "
+      "own gpu {}: --node {})",
+      name, topo.name,
+      names.empty() ? std::string("no node_groups")
+                    : fmt::format("node_groups {}", fmt::join(names, ", ")),
+      first, topo.gpu.name, first));
 }
 
 CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, CollectiveKind kind,
-                                  BenchGroup group, int64_t bytes, const SimulationOptions& opts) {
+                                  BenchGroup group, int64_t bytes, const SimulationOptions& opts,
+                                  int64_t node) {
   const RankLayout layout = bench_layout(topo, num_gpus);
   const GroupKind g = group_kind(group);
   Scenario s;
   s.name = "collective";
   s.cluster.num_gpus = num_gpus;
   Program prog{s, layout, {}, {}};
-  const std::vector<int64_t> members = layout.group(g, 0);
+  const std::vector<int64_t> members = bench_group_members(group, topo, num_gpus, node);
   for (int64_t r = 0; r < num_gpus; ++r) {
     RankProgram rp;
     rp.rank = r;

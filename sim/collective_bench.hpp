@@ -35,12 +35,24 @@ struct CollectiveRow {
 void to_json(nlohmann::json& j, const CollectiveRow& r);
 void from_json(const nlohmann::json& j, CollectiveRow& r);
 
-/// The members of `group` on a cluster of `num_gpus` GPUs.
-std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus);
+/// The members of `group` on a cluster of `num_gpus` GPUs; with kTp those of NVLink domain
+/// `node` (its GPUs, ranks node x gpus_per_node ..: on a mixed cluster a node of any group).
+/// Throws ConfigError naming --node for a node outside the cluster's (0 .. num_gpus /
+/// gpus_per_node - 1, saying which --num-gpus reaches it) or a node other than 0 with kDp or
+/// kAll (they span every node).
+std::vector<int64_t> bench_group_members(BenchGroup group, const TopologySpec& topo, int64_t num_gpus,
+                                         int64_t node = 0);
 
-/// Simulates one `kind` of `bytes` over `group` (creates this process's SimGrid engine).
+/// Simulates one `kind` of `bytes` over `group` (of `node` for kTp, as bench_group_members;
+/// creates this process's SimGrid engine).
 CollectiveRow simulate_collective(const TopologySpec& topo, int64_t num_gpus, CollectiveKind kind,
-                                  BenchGroup group, int64_t bytes, const SimulationOptions& opts = {});
+                                  BenchGroup group, int64_t bytes, const SimulationOptions& opts = {},
+                                  int64_t node = 0);
+
+/// The first node (NVLink domain) of the node group named `name` (topology node_groups[].name).
+/// Throws ConfigError naming --node-group and the allowed names (and where the nodes after the
+/// groups begin) for an unknown name.
+int64_t first_node_of_group(const TopologySpec& topo, const std::string& name);
 
 /// nccl-tests' sizes: min_bytes, doubling, up to max_bytes (default 8 B to 8 GiB: -b 8 -e 8G -f 2).
 /// Throws InvalidArgument unless 1 <= min_bytes <= max_bytes.

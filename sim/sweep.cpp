@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -135,7 +137,8 @@ void adapt_inherited(const Scenario& base, const Combination& k, Scenario& s,
 /// Applies one combination to a copy of the base, derives DP, checks the rules and memory, into
 /// `c` (default-constructed).
 void make_configuration(const Scenario& base, int64_t index, const Combination& k,
-                        double gpu_memory_bytes, SweepConfiguration& c) {
+                        double gpu_memory_bytes, const StageMemoryCapacity& stage_capacity,
+                        SweepConfiguration& c) {
   const int64_t tp = k.tp, cp = k.cp, pp = k.pp, vpp = k.vpp, mbs = k.mbs;
   const RecomputeGranularity recompute = k.recompute;
   const bool sp = k.sp, distributed_optimizer = k.distributed_optimizer, fp8 = k.fp8;
@@ -205,29 +208,7 @@ void make_configuration(const Scenario& base, int64_t index, const Combination& 
   if (k.global_batch_size_per_dp > 0) {
     s.training.global_batch_size = k.global_batch_size_per_dp * s.parallel.data_parallel_size;
   }
-  // The first broken rule as a value (validate_scenario's rule and message without its
-  // "sweep: " prefix): most rows of a large grid break one, and an exception per row would cost
-  // more than checking the rules.
-  if (const std::optional<scenario_rules::RuleBreach> broken =
-          scenario_rules::first_broken_rule(s)) {
-    c.invalid_reason = broken->message();
-    return;
-  }
-  try {
-    const std::vector<StageMemory> stages = memory_per_stage(s);
-    for (const StageMemory& m : stages) {
-      c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
-    }
-    const LayoutMemoryFit fit = layout_memory_fit(s, stages, gpu_memory_bytes);
-    c.memory_reserve_bytes = fit.largest_reserve_bytes;
-    c.memory_verdict = fit.verdict;
-  } catch (const Error& e) {
-    c.invalid_reason = std::string("memory model: ") + e.what();
-    c.peak_memory_bytes = 0;
-    return;
-  }
-  c.valid = true;
-  c.excess_memory_bytes = std::max(0.0, c.peak_memory_bytes - gpu_memory_bytes);
+  check_configuration(c, gpu_memory_bytes, stage_capacity);
 }
 
 /// Rows per block of the parallel enumeration: thread t of T takes blocks t, t + T, ... (the
@@ -237,8 +218,8 @@ constexpr size_t kEnumerationBlock = 64;
 /// make_configuration() of every combination into `out` (same size), on `threads` threads. The
 /// exception of the first row (in enumeration order) that throws is rethrown, as a loop would.
 void make_configurations(const Scenario& base, const std::vector<Combination>& combinations,
-                         double gpu_memory_bytes, int threads,
-                         std::vector<SweepConfiguration>& out) {
+                         double gpu_memory_bytes, const StageMemoryCapacity& stage_capacity,
+                         int threads, std::vector<SweepConfiguration>& out) {
   const size_t n = combinations.size();
   const size_t blocks = (n + kEnumerationBlock - 1) / kEnumerationBlock;
   const size_t t_count = std::max<size_t>(1, std::min(static_cast<size_t>(threads), blocks));
@@ -252,7 +233,7 @@ void make_configurations(const Scenario& base, const std::vector<Combination>& c
       for (size_t i = b * kEnumerationBlock; i < end; ++i) {
         try {
           make_configuration(base, static_cast<int64_t>(i), combinations[i], gpu_memory_bytes,
-                             out[i]);
+                             stage_capacity, out[i]);
         } catch (...) {
           failed_at[t] = i;
           failure[t] = std::current_exception();
@@ -277,9 +258,75 @@ void make_configurations(const Scenario& base, const std::vector<Combination>& c
 
 }  // namespace
 
+StageMemoryCapacity stage_memory_capacity(const TopologySpec& topo,
+                                          const std::vector<int64_t>& gpu_counts) {
+  if (topo.node_groups.empty()) return {};
+  auto jobs = std::make_shared<std::map<int64_t, JobGpus>>();
+  for (const int64_t n : gpu_counts) {
+    if (jobs->count(n) == 0) jobs->emplace(n, job_gpus(topo, n));
+  }
+  return [jobs](const Scenario& s) {
+    const auto it = jobs->find(s.cluster.num_gpus);
+    if (it == jobs->end()) {
+      throw InvalidArgument(fmt::format("stage_memory_capacity: no GPUs made for {} GPUs",
+                                        s.cluster.num_gpus));
+    }
+    return gpu_memory_per_stage_bytes(s, it->second);
+  };
+}
+
+void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
+                         const StageMemoryCapacity& stage_capacity) {
+  const Scenario& s = c.scenario;
+  c.valid = false;
+  c.invalid_reason.clear();
+  c.peak_memory_bytes = 0;
+  c.excess_memory_bytes = 0;
+  c.memory_reserve_bytes = 0;
+  c.memory_verdict = MemoryVerdict::kFits;
+  c.memory_capacity_bytes = gpu_memory_bytes;
+  // The first broken rule as a value (validate_scenario's rule and message without its
+  // "sweep: " prefix): most rows of a large grid break one, and an exception per row would cost
+  // more than checking the rules.
+  if (const std::optional<scenario_rules::RuleBreach> broken =
+          scenario_rules::first_broken_rule(s)) {
+    c.invalid_reason = broken->message();
+    return;
+  }
+  try {
+    const std::vector<StageMemory> stages = memory_per_stage(s);
+    // Each stage against the memory of its own GPUs (a mixed cluster), else all against one.
+    const std::vector<double> capacity =
+        stage_capacity ? stage_capacity(s)
+                       : std::vector<double>(
+                             static_cast<size_t>(s.parallel.pipeline_model_parallel_size),
+                             gpu_memory_bytes);
+    double tightest = -std::numeric_limits<double>::infinity();
+    for (const StageMemory& m : stages) {
+      c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
+      const double cap = capacity.at(static_cast<size_t>(m.pp_rank));
+      if (m.total_bytes() - cap > tightest) {
+        tightest = m.total_bytes() - cap;
+        c.memory_capacity_bytes = cap;
+      }
+    }
+    const LayoutMemoryFit fit = layout_memory_fit(s, stages, capacity);
+    c.memory_reserve_bytes = fit.largest_reserve_bytes;
+    c.memory_verdict = fit.verdict;
+    c.excess_memory_bytes = std::max(0.0, tightest);
+  } catch (const Error& e) {
+    c.invalid_reason = std::string("memory model: ") + e.what();
+    c.peak_memory_bytes = 0;
+    c.excess_memory_bytes = 0;
+    return;
+  }
+  c.valid = true;
+}
+
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
-                                                         double gpu_memory_bytes, int threads) {
+                                                         double gpu_memory_bytes, int threads,
+                                                         const StageMemoryCapacity& stage_capacity) {
   if (threads < 1) {
     throw InvalidArgument(
         fmt::format("enumerate_configurations: threads must be >= 1, got {}", threads));
@@ -396,7 +443,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
     }
   }
   std::vector<SweepConfiguration> out(combinations.size());
-  make_configurations(base, combinations, gpu_memory_bytes, threads, out);
+  make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, threads, out);
   return out;
 }
 

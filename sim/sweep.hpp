@@ -85,7 +85,8 @@ struct SweepConfiguration {
   /// training.use_distributed_optimizer)". Empty for most configurations.
   std::vector<std::string> adjustments;
   double peak_memory_bytes = 0;  ///< max over pipeline stages of memory_per_stage(); 0 if invalid
-  double memory_capacity_bytes = 0;  ///< the GPU's memory
+  /// The GPU's memory; on a mixed cluster that of the tightest stage's GPUs (check_configuration).
+  double memory_capacity_bytes = 0;
   /// The largest stage's reserve (core/memory_reserve.hpp) and the layout's verdict with it.
   double memory_reserve_bytes = 0;
   MemoryVerdict memory_verdict = MemoryVerdict::kFits;
@@ -97,6 +98,30 @@ struct SweepConfiguration {
   /// TP x CP x PP: the GPUs holding one model replica.
   int64_t gpus_per_replica() const;
 };
+
+/// Per pipeline stage (0 .. PP - 1) of a configuration's scenario, the memory of the GPUs that
+/// stage runs on, bytes: on a mixed cluster gpu_memory_per_stage_bytes() of its job
+/// (sim/summary.hpp), so each stage is judged on its own GPU. An empty function: every stage on
+/// the one gpu_memory_bytes.
+using StageMemoryCapacity = std::function<std::vector<double>(const Scenario&)>;
+
+/// The StageMemoryCapacity of a sweep on `topo` over the GPU counts `gpu_counts` (the base's and
+/// the --num-gpus axis'): on a mixed cluster (node_groups) each stage against its own GPUs
+/// (gpu_memory_per_stage_bytes of job_gpus(topo, n), made here once per count; a configuration
+/// of another count throws InvalidArgument); an empty function on a cluster of one GPU type.
+StageMemoryCapacity stage_memory_capacity(const TopologySpec& topo,
+                                          const std::vector<int64_t>& gpu_counts);
+
+/// Checks configuration `c` (its scenario made: axes applied, DP derived) as the enumeration
+/// does: the first broken scenario rule makes it invalid with the rule's message; else the
+/// memory model (memory_per_stage) gives its peak, and each stage is judged against its own
+/// capacity (`stage_capacity`, else `gpu_memory_bytes` for all): memory_verdict from
+/// layout_memory_fit (core/memory_reserve.hpp), excess_memory_bytes the largest stage peak
+/// minus that stage's capacity (0 when every stage fits), memory_capacity_bytes the capacity of
+/// that tightest stage. A memory-model error makes it invalid. Resets every verdict field first;
+/// used again by the pipeline-split search (sim/sweep_split.hpp) on the layouts it adds.
+void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
+                         const StageMemoryCapacity& stage_capacity = {});
 
 /// The most configurations one sweep enumerates: each is a whole scenario held in memory (a few
 /// KB, and its row of results later), so a grid past this bound is refused before any is made
@@ -113,7 +138,8 @@ inline constexpr int64_t kMaxSweepConfigurations = int64_t{1} << 20;
 /// sequence_parallel); then validate_scenario() decides (a combination with SP on and TP 1 is
 /// invalid, with its rule; so are EP not dividing the experts, ETP x EP not dividing TP x CP x
 /// DP, EP > 1 on a dense model); the memory model (memory_per_stage) gives the peak of a valid one,
-/// compared with `gpu_memory_bytes` (a memory-model error makes it invalid). The combinations are
+/// compared with `gpu_memory_bytes`, or per stage with `stage_capacity` where given
+/// (check_configuration; a memory-model error makes it invalid). The combinations are
 /// checked on `threads` threads (this one and threads - 1 more; each row is independent of the
 /// others: the same result for any count). Throws InvalidArgument for an axis value < 1, a
 /// duplicate value in an axis, a negative global_batch_size_per_dp, gpu_memory_bytes <= 0,
@@ -121,7 +147,8 @@ inline constexpr int64_t kMaxSweepConfigurations = int64_t{1} << 20;
 /// of more than one value and its count).
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
-                                                         double gpu_memory_bytes, int threads = 1);
+                                                         double gpu_memory_bytes, int threads = 1,
+                                                         const StageMemoryCapacity& stage_capacity = {});
 
 /// How far a sweep has got (the worker pool's progress, sim/isolated.hpp).
 using SweepProgress = JobProgress;

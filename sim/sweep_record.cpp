@@ -44,6 +44,7 @@ SweepRecord sweep_record(const SweepRow& row) {
   c.expert_tensor_parallel_size = s.parallel.expert_tp();
   c.gpus_per_replica = row.config.gpus_per_replica();
   c.pipeline_schedule = s.parallel.pipeline_schedule;
+  c.pipeline_model_parallel_layout = s.parallel.pipeline_model_parallel_layout;
   c.use_megatron_fsdp = s.training.use_megatron_fsdp;
   c.data_parallel_sharding_strategy = s.training.data_parallel_sharding_strategy;
   c.zero_stage = s.training.zero_stage();
@@ -91,6 +92,9 @@ nlohmann::ordered_json sweep_record_json(const SweepRecord& r) {
       {"data_parallel_sharding_strategy", to_string(c.data_parallel_sharding_strategy)},
       {"zero_stage", c.zero_stage},
       {"num_distributed_optimizer_instances", c.num_distributed_optimizer_instances}};
+  if (!c.pipeline_model_parallel_layout.empty()) {
+    j["configuration"]["pipeline_model_parallel_layout"] = c.pipeline_model_parallel_layout;
+  }
   j["memory"] = {{"peak_bytes", r.peak_memory_bytes},
                  {"capacity_bytes", r.memory_capacity_bytes},
                  {"excess_bytes", r.excess_memory_bytes},
@@ -235,6 +239,9 @@ SweepRecord sweep_record_from_json(const nlohmann::ordered_json& j, const JsonPl
   c.gpus_per_replica = json_integer(cj, "gpus_per_replica", at);
   c.pipeline_schedule =
       json_enum(cj, "pipeline_schedule", at, EnumNames<PipelineScheduleKind>::table);
+  if (cj.contains("pipeline_model_parallel_layout")) {
+    c.pipeline_model_parallel_layout = json_string(cj, "pipeline_model_parallel_layout", at);
+  }
   // Sharding fields: absent in files written before the sharding axis (plain layouts then).
   if (cj.contains("data_parallel_sharding_strategy")) {
     c.use_megatron_fsdp = json_bool(cj, "use_megatron_fsdp", at);

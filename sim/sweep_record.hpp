@@ -43,6 +43,9 @@ struct SweepRecordConfiguration {
   int64_t expert_tensor_parallel_size = 1;
   int64_t gpus_per_replica = 1;  ///< TP x CP x PP
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
+  /// parallelism.pipeline_model_parallel_layout of a searched split (sim/sweep_split.hpp); ""
+  /// (and absent from the JSON) for the scenario's own split.
+  std::string pipeline_model_parallel_layout;
   bool use_megatron_fsdp = false;  ///< training.use_megatron_fsdp
   /// training.data_parallel_sharding_strategy (no_shard unless Megatron-FSDP).
   DataParallelShardingStrategy data_parallel_sharding_strategy =

@@ -268,4 +268,50 @@ TEST(Cli, VersionNamesTheReleaseAndTheBackends) {
   EXPECT_THAT(r.output, HasSubstr("traintwin 0.1.0 (backends: cpu"));
 }
 
+// collective --node N runs the TP group on node N: on the mixed H100/A100 file node 64 is the
+// first DGX H100 (NVLink 4 at 450 GB/s and NVLS) and node 0 a DGX A100 (NVLink 3, 300 GB/s), so a
+// 1 GiB all-reduce has more bus bandwidth on node 64; --node-group a100 is node 0. Bad values are
+// refused naming the flag and the allowed range, or the allowed group names.
+TEST(Cli, CollectivePicksTheNodeOfItsGroup) {
+  const std::string topo =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/mixed-h100-a100-superpod.yaml";
+  const std::string base = "collective --topology " + topo + " --num-gpus 520 -b 1G -e 1G";
+  auto busbw = [](const std::string& out) {
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream row(line);
+      std::string size, count, type, redop, root, time, algbw, bus;
+      row >> size >> count >> type >> redop >> root >> time >> algbw >> bus;
+      return std::stod(bus);
+    }
+    return -1.0;
+  };
+  const Result h100 = run(base + " --node 64");
+  ASSERT_EQ(h100.status, 0) << h100.output;
+  EXPECT_THAT(h100.output, HasSubstr("tp group on node 64"));
+  EXPECT_THAT(h100.output, HasSubstr("H100-SXM-80GB"));
+  const Result a100 = run(base + " --node-group a100");
+  ASSERT_EQ(a100.status, 0) << a100.output;
+  EXPECT_THAT(a100.output, HasSubstr("tp group on node 0"));
+  EXPECT_THAT(a100.output, HasSubstr("A100"));
+  EXPECT_GT(busbw(h100.output), busbw(a100.output));
+
+  const Result far = run("collective --topology " + topo + " --num-gpus 8 --node 64");
+  EXPECT_NE(far.status, 0);
+  EXPECT_THAT(far.output, HasSubstr("--node 64"));
+  EXPECT_THAT(far.output, HasSubstr("--num-gpus 520 reaches node 64"));
+  const Result negative = run(base + " --node=-1");
+  EXPECT_NE(negative.status, 0);
+  EXPECT_THAT(negative.output, HasSubstr("allowed: 0..64"));
+  const Result dp = run(base + " --group dp --node 3");
+  EXPECT_NE(dp.status, 0);
+  EXPECT_THAT(dp.output, HasSubstr("only --group tp runs on one node"));
+  const Result unknown = run(base + " --node-group h200");
+  EXPECT_NE(unknown.status, 0);
+  EXPECT_THAT(unknown.output, HasSubstr("--node-group 'h200'"));
+  EXPECT_THAT(unknown.output, HasSubstr("node_groups a100"));
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "tests/cli/run_cli.hpp"
@@ -129,6 +130,34 @@ TEST_F(MixedCluster, ANodeTemplateOfAnotherDomainShapeIsRefusedNamingTheKey) {
   EXPECT_THAT(r.output, HasSubstr("first-gb200-nvl72-superpod.yaml:"));
   EXPECT_THAT(r.output, HasSubstr("node.gpus_per_node"));
   EXPECT_THAT(r.output, HasSubstr("is 72, this file's is 8"));
+}
+
+// sweep --pipeline-split auto on the mixed H100/A100 SuperPOD: GPT-3 175B (TP 8 x PP 16 x DP 8,
+// 1,024 GPUs) has stages 0-7 on the DGX A100 nodes and 8-15 on the DGX H100 ones. The estimator
+// costs each stage on its own GPU, so the ranking holds the even split (6 layers per stage) and
+// the searched ones beside it; the A100 stages bound the even split, so a split that moves
+// layers to the H100 stages ranks first. The header names both GPU kinds.
+TEST(MixedSweep, SearchesThePipelineSplitOnTheMixedSuperPod) {
+  const auto r = run_cli("sweep " + kSource + "/scenarios/gpt3-175b-h100-1024.yaml"
+                         " --set cluster.topology=" + kSource +
+                         "/topologies/mixed-h100-a100-superpod.yaml"
+                         " --mode analytical --pipeline-split auto --jobs 1 --top 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("512 x A100-SXM-80GB + 512 x H100-SXM-80GB"));
+  EXPECT_THAT(r.output, HasSubstr("layers per stage"));
+  const std::string even = "6/6/6/6/6/6/6/6/6/6/6/6/6/6/6/6";
+  std::istringstream lines(r.output);
+  std::string line, first;
+  bool even_ranked = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("   1 ", 0) == 0) first = line;
+    if (line.size() > even.size() && line.compare(line.size() - even.size(), even.size(), even) == 0) {
+      even_ranked = true;
+    }
+  }
+  ASSERT_FALSE(first.empty()) << r.output;
+  EXPECT_TRUE(even_ranked) << r.output;
+  EXPECT_EQ(first.find(even), std::string::npos) << first;
 }
 
 }  // namespace

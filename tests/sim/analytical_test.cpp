@@ -26,6 +26,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
 #include "sim/replay.hpp"
+#include "topologies/topology.hpp"
 
 namespace traintwin {
 namespace {
@@ -671,6 +672,75 @@ TEST(AnalyticalWhatIf, ScalesComputeAndLinksAndRefusesAsymmetricKnobs) {
   const Scenario straggler = load_scenario(
       f, {{"cluster.what_if.straggler.rank", "3"}, {"cluster.what_if.straggler.compute_scale", "1.2"}});
   EXPECT_THROW(estimate(straggler, topo, *costs), UnsupportedError);
+}
+
+}  // namespace
+}  // namespace traintwin
+
+namespace traintwin {
+namespace {
+
+// ---- mixed clusters ------------------------------------------------------------------------
+
+/// mixed-h100-a100-superpod.yaml with its DGX A100 group cut to `a100_nodes` nodes: a job of
+/// more than 8 x a100_nodes GPUs runs on A100s first, then on DGX H100s.
+TopologySpec mixed_a100_h100(int64_t a100_nodes) {
+  TopologySpec t =
+      load_topology(std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/mixed-h100-a100-superpod.yaml");
+  EXPECT_EQ(t.node_groups.size(), 1u);
+  t.node_groups.at(0).nodes = a100_nodes;
+  return t;
+}
+
+/// GPT-3 175B (TP 4, PP 8, DP 4, VPP 1) on 8 DGX A100 nodes followed by 8 DGX H100 nodes: each
+/// stage is 16 GPUs, so stages 0-3 run on A100s and 4-7 on H100s. Both engines time each stage
+/// on its own GPU (the measured H100 database where it has the kernel, the roofline of each GPU
+/// elsewhere) and each collective and transfer at its nodes' rates, so without contention they
+/// must agree as on one GPU type (0.5 %, every category), for the even split and for an uneven
+/// one (pipeline_model_parallel_layout) that gives the H100 stages twice the layers.
+TEST(AnalyticalMixed, AgreesWithTheReplayAndTimesEachStageOnItsGpu) {
+  const TopologySpec topo = mixed_a100_h100(8);
+  const auto costs =
+      make_cluster_cost_model(topo, std::string(TRAINTWIN_SOURCE_DIR) + "/traces/db");
+  const std::vector<Override> base = {{"parallelism.virtual_pipeline_model_parallel_size", "1"}};
+  std::vector<Override> uneven = base;
+  uneven.push_back({"parallelism.pipeline_model_parallel_layout",
+                    "E,t*8|t*8|t*8|t*8|t*16|t*16|t*16|t*16,L"});
+  const Scenario even_s = load_scenario(scenario_path("gpt3-175b-h100-128"), base);
+  const Scenario uneven_s = load_scenario(scenario_path("gpt3-175b-h100-128"), uneven);
+  ASSERT_TRUE(job_gpus(topo, 128).mixed());
+  const IterationMetrics even = estimate(even_s, topo, *costs);
+  const IterationMetrics split = estimate(uneven_s, topo, *costs);
+  expect_uncontended_agreement("mixed even split", replay(even_s, topo, *costs, false), even);
+  expect_uncontended_agreement("mixed 8/8/8/8/16/16/16/16",
+                               replay(uneven_s, topo, *costs, false), split);
+  // Each middle stage on its own GPU: an A100 stage (1) computes longer than an H100 stage (5)
+  // holding as many layers (the even split), and under the uneven split the H100 stage's compute
+  // (less the optimizer) per layer is what it was with 12 layers.
+  ASSERT_EQ(even.per_stage.size(), 8u);
+  auto layer_compute_s = [](const TimeBreakdown& b) { return b.compute_s - b.optimizer_s; };
+  EXPECT_GT(layer_compute_s(even.per_stage[1]), 1.5 * layer_compute_s(even.per_stage[5]));
+  EXPECT_NEAR(layer_compute_s(split.per_stage[5]) / 16, layer_compute_s(even.per_stage[5]) / 12,
+              1e-9 * layer_compute_s(even.per_stage[5]));
+  EXPECT_NEAR(layer_compute_s(split.per_stage[2]) / 8, layer_compute_s(even.per_stage[2]) / 12,
+              1e-9 * layer_compute_s(even.per_stage[2]));
+  // The A100 stages bound the even split; moving layers to the H100s shortens the iteration.
+  EXPECT_LT(split.iteration_time_s, even.iteration_time_s);
+}
+
+// A stage whose ranks lie in two node groups (16-GPU stages, one A100 node) does not run in
+// lockstep: the estimator refuses it by name rather than time one rank for both.
+TEST(AnalyticalMixed, RefusesAStageAcrossNodeGroups) {
+  const TopologySpec topo = mixed_a100_h100(1);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const Scenario s = load_scenario(scenario_path("gpt3-175b-h100-128"));
+  try {
+    estimate(s, topo, *costs);
+    FAIL() << "a stage across node groups was estimated";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline stage 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("two node groups"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

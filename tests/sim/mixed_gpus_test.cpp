@@ -1,6 +1,7 @@
 // Tests of a job on a mixed cluster (topologies' node_groups): each rank timed on its own GPU by
 // the timing layer (sim/timed_program.hpp), the replay against a straggler that slows the same
-// ranks by the same factor, the summary's MFU over the job's peaks, and the estimator's refusal.
+// ranks by the same factor, the summary's MFU over the job's peaks, and the estimator (each
+// stage on its own GPU; a stage across node groups refused).
 // Node groups with their own NVLink and NIC rates (DGX A100 nodes beside DGX H100 ones): the
 // platform's links per node, the closed forms of a group at its slowest node's rates
 // (group_topology), the replay's plans per node kind, and a job on one kind against the
@@ -218,15 +219,42 @@ TEST(MixedGpus, EachStagesMemoryIsJudgedOnItsOwnGpu) {
             std::vector<double>(2, testing::h100().gpu.memory_bytes));
 }
 
-TEST(MixedGpus, TheEstimatorRefusesAMixedJob) {
+/// The replay without link contention: the rule the estimator follows (sim/analytical.hpp).
+double uncontended_iteration_s(const Scenario& s, const TopologySpec& t, const CostModel& costs) {
+  SimulationOptions o;
+  o.link_contention = false;
+  return replayed_iteration_s(s, t, costs, o);
+}
+
+/// TP 8 x DP 2 on two nodes, one pipeline stage: the stage spans both nodes.
+Scenario one_stage_on_two_nodes() {
+  return load_scenario(kScenarios + "gpt-tiny-brown.yaml",
+                       {{"model.hidden_size", "2048"},
+                        {"model.num_attention_heads", "16"},
+                        {"model.seq_length", "2048"},
+                        {"parallelism.tensor_model_parallel_size", "8"},
+                        {"parallelism.pipeline_model_parallel_size", "1"},
+                        {"cluster.num_gpus", "16"}});
+}
+
+// The estimator times each pipeline stage on its own node group's GPU, as the replay does: stage
+// 1 on GPUs at half of every rate, the two engines agree without contention (0.5 %, as on one
+// GPU type: tests/sim/analytical_test.cpp), and the job is slower than on H100s alone. A stage
+// whose ranks lie in both groups would not run in lockstep: refused, naming the stage.
+TEST(MixedGpus, TheEstimatorTimesEachStageOnItsOwnGpu) {
   const Scenario s = tiny_on_two_nodes();
   const TopologySpec mixed = h100_then(scaled(testing::h100().gpu, "H100-half", 0.5));
   const auto costs = proportional_roofline(mixed.gpu);
+  const double estimated = estimate(s, mixed, *costs).iteration_time_s;
+  const double replayed = uncontended_iteration_s(s, mixed, *costs);
+  EXPECT_NEAR(estimated, replayed, 0.005 * replayed);
+  EXPECT_GT(estimated, 1.2 * estimate(s, testing::h100(), *costs).iteration_time_s);
   try {
-    estimate(s, mixed, *costs);
+    estimate(one_stage_on_two_nodes(), mixed, *costs);
     ADD_FAILURE() << "no error";
   } catch (const UnsupportedError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("GPUs of several kinds"));
+    EXPECT_THAT(e.what(), HasSubstr("pipeline stage 0"));
+    EXPECT_THAT(e.what(), HasSubstr("two node groups"));
     EXPECT_THAT(e.what(), HasSubstr("use the replay"));
   }
   // Within its first group the job is not mixed: estimated on that group's GPU (node 0's
@@ -444,16 +472,19 @@ TEST(MixedNodes, EachNodesTpAllReduceTakesItsOwnNvlinkInOneReplay) {
   EXPECT_EQ(seen, 2) << out;
 }
 
-// The estimator times a job on one kind of node with that kind's rates, and refuses one whose
-// nodes differ in NVLink or NIC rates even where the GPU is the same.
-TEST(MixedNodes, TheEstimatorRefusesNodesOfOtherRatesUnderOneGpu) {
+// The estimator times a job on one kind of node with that kind's rates; across node kinds of one
+// GPU (HDR NICs on node 0) each stage at its own nodes' rates, agreeing with the replay without
+// contention, and a stage across both kinds is refused.
+TEST(MixedNodes, TheEstimatorTimesEachStageAtItsNodesRates) {
   TopologySpec hdr_first = testing::h100();
   hdr_first.node_groups.push_back({"hdr", 1, hdr_first.gpu, "", std::nullopt, a100().nic});
   ASSERT_TRUE(has_per_node_rates(hdr_first));
   const Scenario two_nodes = tiny_on_two_nodes();
   ASSERT_FALSE(job_gpus(hdr_first, 16).mixed());
   const auto costs = proportional_roofline(hdr_first.gpu);
-  EXPECT_THROW(estimate(two_nodes, hdr_first, *costs), UnsupportedError);
+  const double replayed = uncontended_iteration_s(two_nodes, hdr_first, *costs);
+  EXPECT_NEAR(estimate(two_nodes, hdr_first, *costs).iteration_time_s, replayed, 0.005 * replayed);
+  EXPECT_THROW(estimate(one_stage_on_two_nodes(), hdr_first, *costs), UnsupportedError);
   const Scenario one_node = load_scenario(kScenarios + "gpt-tiny-brown.yaml",
                                           {{"model.num_attention_heads", "8"},
                                            {"parallelism.tensor_model_parallel_size", "8"},

@@ -39,7 +39,7 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
-      etp, num_gpus, schedule, sharding, instances;
+      etp, num_gpus, schedule, sharding, instances, offload;
   int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
   std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
@@ -78,16 +78,20 @@ std::string layout_phrase(const Scenario& s) {
               : "") +
          (s.training.num_distributed_optimizer_instances > 1
               ? fmt::format(" HSDP {} replicas", s.training.num_distributed_optimizer_instances)
+              : "") +
+         (s.training.optimizer_cpu_offload
+              ? fmt::format(" optimizer offload {:g}", s.training.optimizer_offload_fraction)
               : "");
 }
 
 /// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP";
-/// "ZeRO-3/2" under HSDP with 2 replicas.
+/// "ZeRO-3/2" under HSDP with 2 replicas; "+off" with optimizer CPU offload ("ZeRO-1+off").
 std::string zero_phrase(const TrainingConfig& t) {
   const std::string stage = t.zero_stage() == 0 ? "DDP" : fmt::format("ZeRO-{}", t.zero_stage());
-  return t.num_distributed_optimizer_instances > 1
-             ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
-             : stage;
+  return (t.num_distributed_optimizer_instances > 1
+              ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
+              : stage) +
+         (t.optimizer_cpu_offload ? "+off" : "");
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
@@ -343,6 +347,9 @@ SweepRequest parse_request(const SweepCommandOptions& o) {
     axes.num_distributed_optimizer_instances =
         parse_sweep_integers("--num-distributed-optimizer-instances", *o.instances);
   }
+  if (o.offload) {
+    axes.optimizer_cpu_offload = parse_sweep_switch("--optimizer-cpu-offload", *o.offload);
+  }
   if (o.sharding) {
     axes.data_parallel_sharding_strategy =
         parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", *o.sharding);
@@ -430,6 +437,11 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--num-distributed-optimizer-instances", o->instances,
                 "HSDP replica counts (1 = shard over all of DP x CP), e.g. 1,2,4")
+      ->type_name("LIST");
+  g->add_option("--optimizer-cpu-offload", o->offload,
+                "on,off: optimizer state offloaded to host memory (training.optimizer_cpu_offload "
+                "with the scenario's optimizer_offload_fraction; needs the topology's "
+                "gpu.host_link)")
       ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")

@@ -81,7 +81,8 @@ struct Combination {
 
 /// The sharding strategy of `k` (when swept) applied to `s`: Megatron-FSDP on for optim,
 /// optim_grads and optim_grads_params (with the distributed optimizer it needs, unless that axis
-/// is swept: then the scenario rule decides), off for no_shard; each change listed.
+/// is swept: then the scenario rule decides), off for no_shard; below ZeRO-3 the base's
+/// reshard_after_forward and fsdp_prefetch_depth back to their defaults; each change listed.
 void apply_sharding(const Combination& k, Scenario& s, std::vector<std::string>& adjustments) {
   if (!k.sharding_swept) return;
   TrainingConfig& t = s.training;
@@ -100,6 +101,22 @@ void apply_sharding(const Combination& k, Scenario& s, std::vector<std::string>&
     adjustments.push_back(
         "training.use_distributed_optimizer: false -> true (needed by training.use_megatron_fsdp, "
         "as Megatron-LM)");
+  }
+  // The base's ZeRO-3 unit schedule has no parameters to gather below ZeRO-3.
+  if (t.zero_stage() < 3) {
+    if (!t.reshard_after_forward) {
+      t.reshard_after_forward = true;
+      adjustments.push_back(
+          "training.reshard_after_forward: false -> true (needs "
+          "training.data_parallel_sharding_strategy optim_grads_params)");
+    }
+    if (t.fsdp_prefetch_depth != 1) {
+      adjustments.push_back(fmt::format(
+          "training.fsdp_prefetch_depth: {} -> 1 (needs training.data_parallel_sharding_strategy "
+          "optim_grads_params)",
+          t.fsdp_prefetch_depth));
+      t.fsdp_prefetch_depth = 1;
+    }
   }
 }
 

@@ -870,6 +870,27 @@ TEST(Sweep, DataParallelShardingStrategyAxis) {
             2);
   hsdp.num_distributed_optimizer_instances = {2, 2};
   EXPECT_THROW(enumerate_configurations(base, hsdp, 1e15), InvalidArgument);
+  // A ZeRO-3 base's unit schedule (no reshard, prefetch depth 2) is kept at ZeRO-3 and reset,
+  // each change listed, below it.
+  Scenario zero3 = base;
+  zero3.training.use_distributed_optimizer = true;
+  zero3.training.use_megatron_fsdp = true;
+  zero3.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  zero3.training.reshard_after_forward = false;
+  zero3.training.fsdp_prefetch_depth = 2;
+  SweepAxes stages;
+  stages.data_parallel_sharding_strategy = {DataParallelShardingStrategy::kOptimGrads,
+                                            DataParallelShardingStrategy::kOptimGradsParams};
+  const auto z = enumerate_configurations(zero3, stages, 1e15);
+  ASSERT_TRUE(z[0].valid && z[1].valid) << z[0].invalid_reason;
+  EXPECT_TRUE(z[0].scenario.training.reshard_after_forward);
+  EXPECT_EQ(z[0].scenario.training.fsdp_prefetch_depth, 1);
+  EXPECT_THAT(z[0].adjustments,
+              ::testing::ElementsAre(HasSubstr("training.reshard_after_forward: false -> true"),
+                                     HasSubstr("training.fsdp_prefetch_depth: 2 -> 1")));
+  EXPECT_FALSE(z[1].scenario.training.reshard_after_forward);
+  EXPECT_EQ(z[1].scenario.training.fsdp_prefetch_depth, 2);
+  EXPECT_TRUE(z[1].adjustments.empty());
   try {
     parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", "optim,zero3");
     ADD_FAILURE() << "accepted";

@@ -105,8 +105,8 @@ std::string rule_of(const std::string& reason) {
 
 /// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
 /// a schedule column (a sweep over --pipeline-schedule), `show_zero` a ZeRO column (a sweep over
-/// --data-parallel-sharding-strategy or --num-distributed-optimizer-instances: DDP, ZeRO-1 ..
-/// ZeRO-3, "/N" for N HSDP replicas).
+/// --data-parallel-sharding-strategy, --num-distributed-optimizer-instances or
+/// --optimizer-cpu-offload: DDP, ZeRO-1 .. ZeRO-3, "/N" for N HSDP replicas, "+off" offloaded).
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus,
                   bool show_schedule, bool show_zero) {
   fmt::print(
@@ -115,7 +115,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
       "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
       show_schedule ? fmt::format("{:<8} ", "schedule") : "",
-      show_zero ? fmt::format("{:<8} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
+      show_zero ? fmt::format("{:<10} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
       "peak mem", "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
@@ -136,7 +136,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
         on_off(s.training.fp8()),
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
-        show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s,
+        show_zero ? fmt::format("{:<10} ", zero_phrase(s.training)) : "", m.iteration_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
         to_string(r.config.memory_verdict));
   }

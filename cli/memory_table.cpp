@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "cli/format.hpp"
 #include "core/memory.hpp"
 #include "core/memory_reserve.hpp"
@@ -73,8 +75,19 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
           ? fmt::format(", HSDP: sharded over {} ranks, {} replicas",
                         s.data_parallel_shard_size(), t.num_distributed_optimizer_instances)
           : "";
-  std::string out = fmt::format("memory per GPU ({}, {} precision, {}{}, recompute {}):\n",
-                                gpu_name, to_string(t.precision), sharding, hsdp,
+  // ZeRO-3: the FSDP units whose gathered weights the weights column holds (the most of any
+  // stage), and why that many.
+  int64_t gathered = 0;
+  for (const StageMemory& m : stages) gathered = std::max(gathered, m.fsdp_gathered_units);
+  const std::string units =
+      t.zero_stage() >= 3
+          ? fmt::format(", {} FSDP unit{} gathered ({})", gathered, gathered == 1 ? "" : "s",
+                        t.reshard_after_forward
+                            ? fmt::format("prefetch depth {}", t.fsdp_prefetch_depth)
+                            : "no reshard after forward: every layer of the stage")
+          : "";
+  std::string out = fmt::format("memory per GPU ({}, {} precision, {}{}{}, recompute {}):\n",
+                                gpu_name, to_string(t.precision), sharding, hsdp, units,
                                 to_string(t.recompute_granularity));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).

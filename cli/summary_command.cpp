@@ -124,10 +124,17 @@ void print_summary(const Scenario& s) {
                      : std::string(),
              to_string(t.recompute_granularity), to_string(t.attention_backend),
              t.use_distributed_optimizer ? "on" : "off",
-             t.use_megatron_fsdp ? fmt::format(", Megatron-FSDP {} (ZeRO-{})",
-                                               to_string(t.data_parallel_sharding_strategy),
-                                               t.zero_stage()) + hsdp
-                                 : hsdp,
+             t.use_megatron_fsdp
+                 ? fmt::format(", Megatron-FSDP {} (ZeRO-{})",
+                               to_string(t.data_parallel_sharding_strategy), t.zero_stage()) +
+                       (t.zero_stage() >= 3 && (!t.reshard_after_forward ||
+                                                t.fsdp_prefetch_depth != 1)
+                            ? fmt::format(" reshard after forward {}, prefetch depth {}",
+                                          t.reshard_after_forward ? "on" : "off",
+                                          t.fsdp_prefetch_depth)
+                            : "") +
+                       hsdp
+                 : hsdp,
              t.overlap_grad_reduce ? "on" : "off",
              t.overlap_param_gather ? "on" : "off", t.tp_comm_overlap ? "on" : "off");
   const double model_flops = model_flops_per_iteration(m, t.global_batch_size);

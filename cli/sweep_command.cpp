@@ -40,7 +40,7 @@ struct SweepCommandOptions {
   std::string file;
   std::vector<std::string> set;
   std::optional<std::string> tp, cp, pp, mbs, vpp, recompute, sp, distributed_optimizer, fp8, ep,
-      etp, num_gpus, schedule, sharding, instances;
+      etp, num_gpus, schedule, sharding, instances, offload;
   int64_t global_batch_size_per_dp = 0;     // 0: the scenario's global batch, fixed
   std::optional<std::string> train_tokens;  // a token budget: days and GPU-hours per layout
   PipelineSplitFlags pipeline_split;  // kept for every layout
@@ -82,18 +82,22 @@ std::string layout_phrase(const Scenario& s) {
          (s.training.num_distributed_optimizer_instances > 1
               ? fmt::format(" HSDP {} replicas", s.training.num_distributed_optimizer_instances)
               : "") +
+         (s.training.optimizer_cpu_offload
+              ? fmt::format(" optimizer offload {:g}", s.training.optimizer_offload_fraction)
+              : "") +
          (s.parallel.pipeline_model_parallel_layout.empty()
               ? ""
               : fmt::format(" layers {}", layers_per_stage_text(s)));
 }
 
 /// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP";
-/// "ZeRO-3/2" under HSDP with 2 replicas.
+/// "ZeRO-3/2" under HSDP with 2 replicas; "+off" with optimizer CPU offload ("ZeRO-1+off").
 std::string zero_phrase(const TrainingConfig& t) {
   const std::string stage = t.zero_stage() == 0 ? "DDP" : fmt::format("ZeRO-{}", t.zero_stage());
-  return t.num_distributed_optimizer_instances > 1
-             ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
-             : stage;
+  return (t.num_distributed_optimizer_instances > 1
+              ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
+              : stage) +
+         (t.optimizer_cpu_offload ? "+off" : "");
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the
@@ -107,9 +111,10 @@ std::string rule_of(const std::string& reason) {
 
 /// The ranked table; `show_gpus` adds a GPUs column (a sweep over --num-gpus), `show_schedule`
 /// a schedule column (a sweep over --pipeline-schedule), `show_zero` a ZeRO column (a sweep over
-/// --data-parallel-sharding-strategy or --num-distributed-optimizer-instances: DDP, ZeRO-1 ..
-/// ZeRO-3, "/N" for N HSDP replicas), `show_split` a last column with the layers of each
-/// pipeline stage (a sweep over --pipeline-split).
+/// --data-parallel-sharding-strategy, --num-distributed-optimizer-instances or
+/// --optimizer-cpu-offload: DDP, ZeRO-1 .. ZeRO-3, "/N" for N HSDP replicas, "+off" offloaded),
+/// `show_split` a last column with the layers of each pipeline stage (a sweep over
+/// --pipeline-split).
 void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bool show_gpus,
                   bool show_schedule, bool show_zero, bool show_split) {
   fmt::print(
@@ -118,7 +123,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
       "rank", show_gpus ? fmt::format("{:>6} ", "GPUs") : "", "TP", "CP", "PP", "VPP", "DP", "EP",
       "ETP", "mbs", "recompute", "SP", "DO", "FP8",
       show_schedule ? fmt::format("{:<8} ", "schedule") : "",
-      show_zero ? fmt::format("{:<8} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
+      show_zero ? fmt::format("{:<10} ", "ZeRO") : "", "iter (s)", "tok/s/GPU", "MFU %",
       "peak mem", show_split ? fmt::format("{:<10}  layers per stage", "memory") : "memory");
   int shown = 0;
   for (const SweepRow& r : rows) {
@@ -139,7 +144,7 @@ void print_ranked(const std::vector<SweepRow>& rows, int top, int64_t ranked, bo
         on_off(s.parallel.sequence_parallel), on_off(s.training.use_distributed_optimizer),
         on_off(s.training.fp8()),
         show_schedule ? fmt::format("{:<8} ", to_string(s.parallel.pipeline_schedule)) : "",
-        show_zero ? fmt::format("{:<8} ", zero_phrase(s.training)) : "", m.iteration_time_s,
+        show_zero ? fmt::format("{:<10} ", zero_phrase(s.training)) : "", m.iteration_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, gib(r.config.peak_memory_bytes),
         show_split ? fmt::format("{:<10}  {}", to_string(r.config.memory_verdict),
                                  layers_per_stage_text(s))
@@ -364,6 +369,9 @@ SweepRequest parse_request(const SweepCommandOptions& o) {
     axes.num_distributed_optimizer_instances =
         parse_sweep_integers("--num-distributed-optimizer-instances", *o.instances);
   }
+  if (o.offload) {
+    axes.optimizer_cpu_offload = parse_sweep_switch("--optimizer-cpu-offload", *o.offload);
+  }
   if (o.sharding) {
     axes.data_parallel_sharding_strategy =
         parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", *o.sharding);
@@ -458,6 +466,11 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--num-distributed-optimizer-instances", o->instances,
                 "HSDP replica counts (1 = shard over all of DP x CP), e.g. 1,2,4")
+      ->type_name("LIST");
+  g->add_option("--optimizer-cpu-offload", o->offload,
+                "on,off: optimizer state offloaded to host memory (training.optimizer_cpu_offload "
+                "with the scenario's optimizer_offload_fraction; needs the topology's "
+                "gpu.host_link)")
       ->type_name("LIST");
   g->add_option("--fp8", o->fp8,
                 "on,off: FP8 GEMMs (the scenario's training.fp8_format, else hybrid)")

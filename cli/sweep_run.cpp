@@ -54,8 +54,9 @@ ProgressCallback progress_bar() {
   };
 }
 
-/// Checks that fail before any simulation: the cluster size of every GPU count, and FP8 on a GPU
-/// without it (naming the GPU).
+/// Checks that fail before any simulation: the cluster size of every GPU count, FP8 on a GPU
+/// without it (naming the GPU), and optimizer CPU offload on a topology without gpu.host_link
+/// (naming the flag, the topology and the GPU).
 void check_sweep(const Scenario& base, const TopologySpec& topo, const SweepAxes& axes) {
   check_cluster_size(topo, base.cluster.num_gpus);
   for (const int64_t n : axes.num_gpus) check_cluster_size(topo, n);
@@ -63,6 +64,16 @@ void check_sweep(const Scenario& base, const TopologySpec& topo, const SweepAxes
     TrainingConfig with_fp8 = base.training;
     with_fp8.fp8_format = base.training.fp8_format.value_or(Fp8Format::kHybrid);
     check_gpu_supports(topo, with_fp8);
+  }
+  const auto& off = axes.optimizer_cpu_offload;
+  if (std::find(off.begin(), off.end(), true) != off.end()) {
+    TrainingConfig offloaded = base.training;
+    offloaded.optimizer_cpu_offload = true;
+    try {
+      check_gpu_supports(topo, offloaded);
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("--optimizer-cpu-offload on: {}", e.what()));
+    }
   }
 }
 

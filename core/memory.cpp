@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -278,29 +279,43 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
   mem.gradients_bytes = dense * bpp.gradients + expert * expert_bpp.gradients;
   mem.optimizer_bytes = dense * bpp.optimizer + expert * expert_bpp.optimizer;
   if (stage >= 2 && mem.layers > 0) {
-    // The FSDP unit (one transformer layer) whose parameters are gathered (two: the running one
-    // and the prefetched next, ZeRO-3) and whose full gradients wait for their reduce-scatter.
-    // The largest layer of the stage (an MoE layer's local experts included).
-    double unit = 0, layer_dense = 0;
+    // ZeRO-3: the FSDP units (transformer layers) whose parameters are gathered at once. With
+    // reshard_after_forward (the default) the running unit and the fsdp_prefetch_depth N units
+    // prefetched ahead of it, N + 1, no more than a chunk's layers (the prefetch stops at the
+    // chunk's end, core/rank_lowering_optimizer.cpp fsdp_ahead); the largest layers of the
+    // stage are counted. Without it every unit of the stage stays gathered from its forward to
+    // its backward. ZeRO-2/3: the unit whose full gradients wait for their reduce-scatter.
+    // (An MoE layer's local experts are part of its unit.)
+    std::vector<double> units;  // per layer of the stage: its parameters on this rank
+    int64_t chunk_layers_max = 0;
     std::optional<RankParameters> dense_layer;  // a dense layer's, whatever its index
+    double layer_dense = 0;
     for (const ChunkLayers& c : chunks) {
+      chunk_layers_max = std::max(chunk_layers_max, c.num_layers);
       for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
         if (!s.model.is_moe_layer(l) && !dense_layer) {
           dense_layer = layer_parameters_on_rank(s.model, par, l);
         }
         const RankParameters lp =
             s.model.is_moe_layer(l) ? layer_parameters_on_rank(s.model, par, l) : *dense_layer;
-        unit = std::max(unit, static_cast<double>(lp.total()));
+        units.push_back(static_cast<double>(lp.total()));
         layer_dense += static_cast<double>(lp.dense);
       }
     }
+    std::sort(units.begin(), units.end(), std::greater<>());
     if (stage >= 3) {
       // The embedding, final norm and LM head are gathered once per iteration, as the
       // distributed optimizer's parameters (core/rank_lowering_optimizer.cpp): held whole.
       mem.weights_bytes += (dense - layer_dense) * (full.weights - bpp.weights);
-      mem.weights_bytes += 2 * unit * full.weights;
+      mem.fsdp_gathered_units =
+          tr.reshard_after_forward
+              ? std::min<int64_t>(tr.fsdp_prefetch_depth + 1, chunk_layers_max)
+              : static_cast<int64_t>(units.size());
+      double gathered = 0;
+      for (int64_t u = 0; u < mem.fsdp_gathered_units; ++u) gathered += units[static_cast<size_t>(u)];
+      mem.weights_bytes += gathered * full.weights;
     }
-    mem.gradients_bytes += unit * full.gradients;
+    mem.gradients_bytes += units.front() * full.gradients;
   }
   if (tr.fp8()) {
     // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight (the local

@@ -112,10 +112,15 @@ struct StageMemory {
   /// chunk's layers (max_in_flight_weighted); in_flight x layers per chunk for an even split.
   int64_t in_flight_layers = 0;
   /// Weights held; under ZeRO-3 (Megatron-FSDP optim_grads_params) the rank's shard of the
-  /// transformer layers plus the FSDP units gathered at once: the running layer's full weights
-  /// and the next layer's, prefetched (Megatron-FSDP's default unit: one transformer layer); the
+  /// transformer layers plus the full weights of the fsdp_gathered_units FSDP units (transformer
+  /// layers, Megatron-FSDP's default unit) gathered at once, the largest of the stage; the
   /// embedding, final norm and LM head whole (gathered once per iteration, as the Program does).
   double weights_bytes = 0;
+  /// ZeRO-3: the FSDP units whose parameters are gathered at once: with
+  /// training.reshard_after_forward the running one and training.fsdp_prefetch_depth N
+  /// prefetched, min(N + 1, the most layers of a chunk of the stage); without it every layer of
+  /// the stage (gathered from its forward to its backward). 0 below ZeRO-3.
+  int64_t fsdp_gathered_units = 0;
   /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights. With
   /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).
   double fp8_weight_copies_bytes = 0;

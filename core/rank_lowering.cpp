@@ -269,7 +269,7 @@ void RankLowering::lower_step(const ScheduleStep& st) {
       context(Phase::kForward, st.micro_batch, st.model_chunk, l);
       if (first_forward) wait_param_gather(st.model_chunk, l);
       if (sc_.training.zero_stage() >= 3) {
-        fsdp_gather(st.model_chunk, l, l < last_layer ? std::optional<int64_t>(l + 1) : std::nullopt);
+        fsdp_gather(st.model_chunk, l, fsdp_ahead(l, +1, first_layer, last_layer));
       }
       offload_before_forward(l);
       layer_forward();
@@ -296,9 +296,10 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     if (last_backward) bucket_done(st.model_chunk, -1);
   }
   for (int64_t l = last_layer; l >= first_layer; --l) {
-    if (sc_.training.zero_stage() >= 3) {
+    // (reshard_after_forward false: the layer's parameters are still whole from its forward.)
+    if (sc_.training.zero_stage() >= 3 && sc_.training.reshard_after_forward) {
       context(Phase::kBackward, st.micro_batch, st.model_chunk, l);
-      fsdp_gather(st.model_chunk, l, l > first_layer ? std::optional<int64_t>(l - 1) : std::nullopt);
+      fsdp_gather(st.model_chunk, l, fsdp_ahead(l, -1, first_layer, last_layer));
     }
     if (sc_.training.recompute_granularity == RecomputeGranularity::kFull) {
       context(Phase::kRecompute, st.micro_batch, st.model_chunk, l);

@@ -358,11 +358,18 @@ class RankLowering {
 
   /// ZeRO-3: before transformer layer `layer` of `chunk` runs (forward, or backward with its
   /// recomputation), its parameters are all-gathered over the sharding group (DP x CP, or its
-  /// HSDP block, dense_shard_group()) (its routed experts' over
-  /// expert DP), and those of `next` (the layer after it in this pass; none at the chunk's end)
-  /// are prefetched: Megatron-FSDP's unit is one transformer layer, gathered again for every
-  /// micro-batch and pass (parameters resharded after use). Waits for the layer's gathers.
-  void fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64_t> next);
+  /// HSDP block, dense_shard_group()) (its routed experts' over expert DP), unless a prefetch
+  /// issued them already, and those of `ahead` (the next training.fsdp_prefetch_depth layers of
+  /// this pass inside the chunk, in pass order; fewer at the chunk's end) are prefetched:
+  /// Megatron-FSDP's unit is one transformer layer, gathered again for every micro-batch and
+  /// pass (parameters resharded after use; the backward gathers none with
+  /// reshard_after_forward false, see fsdp_ahead()). Waits for the layer's gathers.
+  void fsdp_gather(int64_t chunk, int64_t layer, const std::vector<int64_t>& ahead);
+  /// The layers whose gathers fsdp_gather() prefetches while `layer` runs: up to
+  /// training.fsdp_prefetch_depth layers after it (forward, `step` +1) or before it (backward,
+  /// `step` -1) inside [first_layer, last_layer].
+  std::vector<int64_t> fsdp_ahead(int64_t layer, int64_t step, int64_t first_layer,
+                                  int64_t last_layer) const;
   /// Issues the gathers of one FSDP unit (layer) on the DP stream; returns their ops.
   std::vector<uint32_t> issue_fsdp_gather(int64_t layer);
 

@@ -193,7 +193,7 @@ std::vector<uint32_t> RankLowering::issue_fsdp_gather(int64_t layer) {
   return ops;
 }
 
-void RankLowering::fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64_t> next) {
+void RankLowering::fsdp_gather(int64_t chunk, int64_t layer, const std::vector<int64_t>& ahead) {
   std::vector<uint32_t> mine;
   if (auto it = fsdp_prefetched_.find({chunk, layer}); it != fsdp_prefetched_.end()) {
     mine = std::move(it->second);
@@ -201,10 +201,23 @@ void RankLowering::fsdp_gather(int64_t chunk, int64_t layer, std::optional<int64
   } else {
     mine = issue_fsdp_gather(layer);
   }
-  if (next && !fsdp_prefetched_.count({chunk, *next})) {
-    fsdp_prefetched_[{chunk, *next}] = issue_fsdp_gather(*next);
+  for (int64_t next : ahead) {
+    if (!fsdp_prefetched_.count({chunk, next})) {
+      fsdp_prefetched_[{chunk, next}] = issue_fsdp_gather(next);
+    }
   }
   for (uint32_t op : mine) wait(op);
+}
+
+std::vector<int64_t> RankLowering::fsdp_ahead(int64_t layer, int64_t step, int64_t first_layer,
+                                              int64_t last_layer) const {
+  std::vector<int64_t> ahead;
+  for (int64_t k = 1; k <= sc_.training.fsdp_prefetch_depth; ++k) {
+    const int64_t l = layer + k * step;
+    if (l < first_layer || l > last_layer) break;
+    ahead.push_back(l);
+  }
+  return ahead;
 }
 
 void RankLowering::wait_param_gather(int64_t chunk, int64_t layer) {

@@ -302,6 +302,20 @@ struct TrainingConfig {
   /// torchtitan's data_parallel_replicate_degree is R, data_parallel_shard_degree DP x CP / R.
   /// 1 = one group of all DP x CP ranks (plain ZeRO/FSDP).
   int64_t num_distributed_optimizer_instances = 1;
+  /// ZeRO-3 / FSDP: whether a unit's gathered parameters are freed after its forward and
+  /// gathered again before its backward (true, Megatron-Core TorchFullyShardedDataParallelConfig
+  /// and PyTorch FSDP2 fully_shard reshard_after_forward, torchtitan fsdp_reshard_after_forward
+  /// always), or kept from the forward to the backward (false: torchtitan never, FSDP1
+  /// SHARD_GRAD_OP, Megatron --torch-fsdp2-no-reshard-after-forward): no backward all-gather,
+  /// every unit of the stage held whole. Only with zero_stage() 3.
+  bool reshard_after_forward = true;
+  /// ZeRO-3 / FSDP: the units whose parameter all-gathers are issued ahead of the one that runs,
+  /// in the pass's order (forward: the next layers; backward: the previous ones), within a model
+  /// chunk. 1 = one unit ahead (Megatron-FSDP's default, PyTorch FSDP1 forward_prefetch with
+  /// backward_prefetch BACKWARD_PRE, FSDP2's implicit prefetch); N = FSDP2
+  /// set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with the next N modules;
+  /// 0 = none (each unit gathered when it runs). Only with zero_stage() 3.
+  int64_t fsdp_prefetch_depth = 1;
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -852,6 +853,21 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                   fmt::format("{} needs training.use_megatron_fsdp: true (without it, "
                               "use_distributed_optimizer shards the optimizer state: ZeRO-1)",
                               to_string(t.data_parallel_sharding_strategy)));
+  }
+  // ZeRO-3's unit schedule: resharding and prefetching apply to gathered parameters only.
+  if (t.zero_stage() < 3) {
+    for (const auto& [changed, key, value] :
+         {std::tuple{!t.reshard_after_forward, "training.reshard_after_forward", std::string("false")},
+          std::tuple{t.fsdp_prefetch_depth != 1, "training.fsdp_prefetch_depth",
+                     std::to_string(t.fsdp_prefetch_depth)}}) {
+      if (!changed) continue;
+      return broken(key, fmt::format("{} needs training.use_megatron_fsdp: true with "
+                                     "training.data_parallel_sharding_strategy: "
+                                     "optim_grads_params (ZeRO-3), got ZeRO-{} (rule: only "
+                                     "sharded parameters are gathered, resharded and "
+                                     "prefetched; allowed without them: the default)",
+                                     value, t.zero_stage()));
+    }
   }
   // HSDP (Megatron-Core's --num-distributed-optimizer-instances: the distributed optimizer
   // sharded inside each instance, asserted to need --use-distributed-optimizer).

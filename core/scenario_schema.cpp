@@ -260,6 +260,28 @@ const std::vector<KeySpec>& table() {
               "data_parallel_shard_degree = DP x CP / N (needs use_distributed_optimizer)",
        .flag = "--num-distributed-optimizer-instances",
        .bind = field<kTrain, &T::num_distributed_optimizer_instances>()},
+      {.section = "training", .key = "reshard_after_forward", .type = V::kBoolean,
+       .doc = "ZeRO-3/FSDP: free each unit's gathered parameters after its forward and "
+              "all-gather them again before its backward; false keeps them from forward to "
+              "backward (no backward all-gather, every unit of the stage held whole; each "
+              "micro-batch's forward gathers again, as FSDP2's reshard_after_backward). "
+              "Megatron-Core and PyTorch FSDP2 reshard_after_forward; torchtitan "
+              "fsdp_reshard_after_forward always = true, never = false (its default: never "
+              "with PP, else always); Megatron --torch-fsdp2-no-reshard-after-forward = false; "
+              "FSDP1 FULL_SHARD = true, SHARD_GRAD_OP = false (needs "
+              "data_parallel_sharding_strategy optim_grads_params)",
+       .bind = field<kTrain, &T::reshard_after_forward>()},
+      {.section = "training", .key = "fsdp_prefetch_depth", .type = V::kInteger,
+       .unit = "units", .min = 0,
+       .doc = "ZeRO-3/FSDP: the units (transformer layers) whose parameter all-gathers are "
+              "issued ahead of the running one, in each pass's order within a model chunk; "
+              "1 = Megatron-FSDP's default and FSDP1 forward_prefetch with backward_prefetch "
+              "BACKWARD_PRE, N = FSDP2 set_modules_to_forward_prefetch / "
+              "set_modules_to_backward_prefetch with the next N modules, 0 = none. Megatron-FSDP "
+              "suggested_communication_unit_size and DeepSpeed stage3_prefetch_bucket_size give "
+              "the same budget in elements (about N units' parameters) (needs "
+              "data_parallel_sharding_strategy optim_grads_params)",
+       .bind = field<kTrain, &T::fsdp_prefetch_depth>()},
       {.section = "training", .key = "overlap_grad_reduce", .type = V::kBoolean,
        .doc = "DP gradient reduce in buckets during backward",
        .bind = field<kTrain, &T::overlap_grad_reduce>()},

@@ -75,7 +75,9 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   // parameters all-gathered before its forward and its backward, only this rank's pieces kept
   // between uses), with TP, SP, CP, PP (every schedule) and MoE (expert buckets over
   // expert-DP), and HSDP (sharded inside each of num_distributed_optimizer_instances groups, the
-  // gradient pieces all-reduced across them).
+  // gradient pieces all-reduced across them). training.reshard_after_forward false and
+  // training.fsdp_prefetch_depth run as the Program lowers them: no backward gathers (the
+  // layer's parameters still whole from its forward), gathers issued N layers ahead.
   zero_stage_ = sc.training.zero_stage();
   // Every pipeline schedule the executor walks: the Program's op order, with its model chunks in
   // the Program's placement (core/schedule.hpp virtual_stage_of: interleaved, or the V of zb-v

@@ -65,6 +65,7 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   out.exposed_pp_s = r.critical.exposed_pp_s;
   out.exposed_dp_s = r.critical.exposed_dp_s;
   out.sync_wait_s = r.critical.sync_wait_s;
+  out.exposed_offload_s = r.critical.exposed_offload_s;
   out.compute_s = r.critical.compute_s;
   out.optimizer_s = r.critical.optimizer_s;
   const std::vector<double> capacity = gpu_memory_per_stage_bytes(s, job);
@@ -103,6 +104,7 @@ nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
   j["pipeline_bubble_fraction"] = m.pipeline_bubble_fraction;
   j["exposed_comm_s"] = exposed_comm_json(m);
   j["sync_wait_s"] = m.sync_wait_s;
+  j["exposed_offload_s"] = m.exposed_offload_s;
   j["compute_s"] = m.compute_s;
   j["optimizer_s"] = m.optimizer_s;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
@@ -124,6 +126,10 @@ SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j,
   m.pipeline_bubble_fraction = json_number(j, "pipeline_bubble_fraction", where);
   read_exposed_comm(j, where, m);
   m.sync_wait_s = json_number(j, "sync_wait_s", where);
+  // (Documents written before offload was modelled have none: nothing was exposed.)
+  if (j.contains("exposed_offload_s")) {
+    m.exposed_offload_s = json_number(j, "exposed_offload_s", where);
+  }
   m.compute_s = json_number(j, "compute_s", where);
   m.optimizer_s = json_number(j, "optimizer_s", where);
   m.peak_memory_bytes = json_number(j, "peak_memory_bytes", where);

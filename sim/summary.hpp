@@ -34,6 +34,9 @@ struct SimulationSummary {
   /// Sync wait of the critical rank: idle at collectives for a late member, not communication
   /// (TimeBreakdown::sync_wait_s).
   double sync_wait_s = 0;
+  /// CPU offload: the critical rank's time waiting for host ops (host-link copies, the host
+  /// CPU's optimizer step; TimeBreakdown::exposed_offload_s), 0 without offload.
+  double exposed_offload_s = 0;
   double compute_s = 0;
   double optimizer_s = 0;
   double peak_memory_bytes = 0;  ///< max over pipeline stages (memory model)
@@ -67,8 +70,8 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 
 /// The summary's own fields as summary.json spells them (iteration_time_s, tokens_per_s,
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
-/// exposed_comm_s {tp, cp, ep, pp, dp}, sync_wait_s, compute_s, optimizer_s, peak_memory_bytes,
-/// fits_in_memory, cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
+/// exposed_comm_s {tp, cp, ep, pp, dp}, sync_wait_s, exposed_offload_s, compute_s, optimizer_s,
+/// peak_memory_bytes, fits_in_memory, cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
 /// The "exposed_comm_s" object {tp, cp, ep, pp, dp} (seconds) of a summary or a base run: any
 /// type with exposed_{tp,cp,ep,pp,dp}_s members (SimulationSummary, BaseRunMetrics).
 template <class T>
@@ -94,8 +97,9 @@ void read_exposed_comm(const nlohmann::ordered_json& j, const JsonPlace& where, 
 
 nlohmann::ordered_json summary_fields_json(const SimulationSummary& m);
 /// The summary from the fields summary_fields_json() writes, read from the object `j` at
-/// `where` (extra keys ignored). Throws Error naming where.origin and the key's path for a
-/// missing key or a value of the wrong type.
+/// `where` (extra keys ignored; exposed_offload_s, absent from documents written before it
+/// existed, reads as 0). Throws Error naming where.origin and the key's path for a missing key
+/// or a value of the wrong type.
 SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
 
 /// A summary through a process boundary (a worker process, an MPI rank): summary_fields_json()

@@ -114,7 +114,8 @@ ojson breakdown_json(const TimeBreakdown& b) {
           {"exposed_pp_s", b.exposed_pp_s},
           {"exposed_dp_s", b.exposed_dp_s},
           {"bubble_s", b.bubble_s},
-          {"sync_wait_s", b.sync_wait_s}};
+          {"sync_wait_s", b.sync_wait_s},
+          {"exposed_offload_s", b.exposed_offload_s}};
 }
 
 namespace {
@@ -292,6 +293,8 @@ TimeBreakdown breakdown_from_json(const ojson& j, const JsonPlace& at) {
   b.exposed_dp_s = json_number(j, "exposed_dp_s", at);
   b.bubble_s = json_number(j, "bubble_s", at);
   b.sync_wait_s = json_number(j, "sync_wait_s", at);
+  // (Documents written before offload was modelled have none: nothing was exposed.)
+  if (j.contains("exposed_offload_s")) b.exposed_offload_s = json_number(j, "exposed_offload_s", at);
   return b;
 }
 

@@ -147,7 +147,8 @@ nlohmann::ordered_json summary_json(const Scenario& s, const TopologySpec& topo,
 SummaryDocument summary_document_from_json(const nlohmann::ordered_json& j, const JsonPlace& where);
 
 /// One rank's breakdown as summary.json writes it (critical_rank, per_stage[]): rank, compute_s,
-/// optimizer_s, exposed_{tp,cp,ep,pp,dp}_s, bubble_s, sync_wait_s (seconds).
+/// optimizer_s, exposed_{tp,cp,ep,pp,dp}_s, bubble_s, sync_wait_s, exposed_offload_s (seconds;
+/// a document without exposed_offload_s, written before it existed, reads it as 0).
 nlohmann::ordered_json breakdown_json(const TimeBreakdown& b);
 
 /// The breakdown breakdown_json() wrote, at `where`. Throws Error naming where.origin and the

@@ -77,11 +77,14 @@ struct Combination {
   bool sp_swept = false, vpp_swept = false;
   bool sharding_swept = false;  // sharding from the axis (else the base's, untouched)
   bool distributed_optimizer_swept = false;
+  bool offload = false;         // training.optimizer_cpu_offload
+  bool offload_swept = false;   // offload from the axis (else the base's, untouched)
 };
 
 /// The sharding strategy of `k` (when swept) applied to `s`: Megatron-FSDP on for optim,
 /// optim_grads and optim_grads_params (with the distributed optimizer it needs, unless that axis
-/// is swept: then the scenario rule decides), off for no_shard; each change listed.
+/// is swept: then the scenario rule decides), off for no_shard; below ZeRO-3 the base's
+/// reshard_after_forward and fsdp_prefetch_depth back to their defaults; each change listed.
 void apply_sharding(const Combination& k, Scenario& s, std::vector<std::string>& adjustments) {
   if (!k.sharding_swept) return;
   TrainingConfig& t = s.training;
@@ -100,6 +103,44 @@ void apply_sharding(const Combination& k, Scenario& s, std::vector<std::string>&
     adjustments.push_back(
         "training.use_distributed_optimizer: false -> true (needed by training.use_megatron_fsdp, "
         "as Megatron-LM)");
+  }
+  // The base's ZeRO-3 unit schedule has no parameters to gather below ZeRO-3.
+  if (t.zero_stage() < 3) {
+    if (!t.reshard_after_forward) {
+      t.reshard_after_forward = true;
+      adjustments.push_back(
+          "training.reshard_after_forward: false -> true (needs "
+          "training.data_parallel_sharding_strategy optim_grads_params)");
+    }
+    if (t.fsdp_prefetch_depth != 1) {
+      adjustments.push_back(fmt::format(
+          "training.fsdp_prefetch_depth: {} -> 1 (needs training.data_parallel_sharding_strategy "
+          "optim_grads_params)",
+          t.fsdp_prefetch_depth));
+      t.fsdp_prefetch_depth = 1;
+    }
+  }
+}
+
+/// The optimizer CPU offload of `k` (when swept) applied to `s`: on keeps the base's
+/// optimizer_offload_fraction and turns the distributed optimizer on where its axis is not swept
+/// (Megatron-LM's offload needs it); off resets the fraction to 1 (it needs the offload); each
+/// change listed.
+void apply_offload(const Combination& k, Scenario& s, std::vector<std::string>& adjustments) {
+  if (!k.offload_swept) return;
+  TrainingConfig& t = s.training;
+  t.optimizer_cpu_offload = k.offload;
+  if (!k.offload && t.optimizer_offload_fraction != 1.0) {
+    adjustments.push_back(fmt::format(
+        "training.optimizer_offload_fraction: {} -> 1 (needs training.optimizer_cpu_offload)",
+        t.optimizer_offload_fraction));
+    t.optimizer_offload_fraction = 1.0;
+  }
+  if (k.offload && !t.use_distributed_optimizer && !k.distributed_optimizer_swept) {
+    t.use_distributed_optimizer = true;
+    adjustments.push_back(
+        "training.use_distributed_optimizer: false -> true (needed by "
+        "training.optimizer_cpu_offload, as Megatron-LM)");
   }
 }
 
@@ -181,6 +222,7 @@ void make_configuration(const Scenario& base, int64_t index, const Combination& 
     }
   }
   apply_sharding(k, s, c.adjustments);
+  apply_offload(k, s, c.adjustments);
   s.training.num_distributed_optimizer_instances = k.instances;
   if (base.training.use_distributed_optimizer && !s.training.use_distributed_optimizer &&
       s.training.overlap_param_gather) {
@@ -350,6 +392,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   check_axis("etp", axes.etp);
   check_axis("num_gpus", axes.num_gpus);
   check_axis("num_distributed_optimizer_instances", axes.num_distributed_optimizer_instances);
+  check_unique("optimizer_cpu_offload", axes.optimizer_cpu_offload);
   if (axes.global_batch_size_per_dp < 0) {
     throw InvalidArgument(fmt::format("sweep: global_batch_size_per_dp must be >= 0, got {}",
                                       axes.global_batch_size_per_dp));
@@ -371,7 +414,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
       or_base(axes.data_parallel_sharding_strategy, base.training.data_parallel_sharding_strategy);
   const auto instances = or_base(axes.num_distributed_optimizer_instances,
                                  base.training.num_distributed_optimizer_instances);
-  // The grid's size before any combination is made (in double: 15 axes of many values may pass
+  const auto offloads = or_base(axes.optimizer_cpu_offload, base.training.optimizer_cpu_offload);
+  // The grid's size before any combination is made (in double: 16 axes of many values may pass
   // int64's range), naming every axis of more than one value.
   const std::pair<const char*, size_t> sizes[] = {
       {"cluster.num_gpus", gpus.size()},
@@ -389,6 +433,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
       {"parallelism.pipeline_schedule", schedules.size()},
       {"training.data_parallel_sharding_strategy", shardings.size()},
       {"training.num_distributed_optimizer_instances", instances.size()},
+      {"training.optimizer_cpu_offload", offloads.size()},
   };
   double grid = 1;
   std::string named;
@@ -419,14 +464,19 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                           for (PipelineScheduleKind ps : schedules) {
                             for (DataParallelShardingStrategy z : shardings) {
                               for (int64_t inst : instances) {
-                                Combination k{n,  tp, cp, pp, vpp, mbs, r,
-                                              sp, d,  f8, ep, etp, ps,  z, inst};
-                                k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
-                                k.sp_swept = !axes.sequence_parallel.empty();
-                                k.vpp_swept = !axes.vpp.empty();
-                                k.sharding_swept = !axes.data_parallel_sharding_strategy.empty();
-                                k.distributed_optimizer_swept = !axes.distributed_optimizer.empty();
-                                combinations.push_back(k);
+                                for (bool off : offloads) {
+                                  Combination k{n,  tp, cp, pp, vpp, mbs, r,
+                                                sp, d,  f8, ep, etp, ps,  z, inst};
+                                  k.global_batch_size_per_dp = axes.global_batch_size_per_dp;
+                                  k.sp_swept = !axes.sequence_parallel.empty();
+                                  k.vpp_swept = !axes.vpp.empty();
+                                  k.sharding_swept = !axes.data_parallel_sharding_strategy.empty();
+                                  k.distributed_optimizer_swept =
+                                      !axes.distributed_optimizer.empty();
+                                  k.offload = off;
+                                  k.offload_swept = !axes.optimizer_cpu_offload.empty();
+                                  combinations.push_back(k);
+                                }
                               }
                             }
                           }

@@ -65,6 +65,12 @@ struct SweepAxes {
   /// training.num_distributed_optimizer_instances: HSDP replica counts (1 = no HSDP); a count
   /// that does not divide a layout's DP x CP makes it invalid with the scenario rule.
   std::vector<int64_t> num_distributed_optimizer_instances;
+  /// training.optimizer_cpu_offload on or off (the base's optimizer_offload_fraction kept when
+  /// on, reset to 1 when off). On turns use_distributed_optimizer on where the
+  /// distributed_optimizer axis is not swept (Megatron's offload needs it; listed in
+  /// adjustments); with Megatron-FSDP the scenario rule makes the row invalid. The topology
+  /// must give gpu.host_link (checked by the caller, cli/sweep_run.cpp).
+  std::vector<bool> optimizer_cpu_offload;
   /// The global batch of each configuration: 0 keeps the base's (fixed); N > 0 makes it N x DP
   /// (a fixed batch per data-parallel replica, weak scaling).
   int64_t global_batch_size_per_dp = 0;
@@ -130,7 +136,8 @@ inline constexpr int64_t kMaxSweepConfigurations = int64_t{1} << 20;
 
 /// Every combination of `axes` applied to `base`, in this order (the last axis varies fastest):
 /// num_gpus, tp, cp, pp, vpp, mbs, recompute, sequence_parallel, distributed_optimizer, fp8, ep,
-/// etp, pipeline_schedule, data_parallel_sharding_strategy, num_distributed_optimizer_instances.
+/// etp, pipeline_schedule, data_parallel_sharding_strategy, num_distributed_optimizer_instances,
+/// optimizer_cpu_offload.
 /// For each: DP is derived (num_gpus / (TP x CP x PP); a remainder makes it invalid, naming
 /// cluster.num_gpus) and the global batch follows axes.global_batch_size_per_dp; a switch of
 /// the base that needs one the axes turned off is turned off too and listed in `adjustments`

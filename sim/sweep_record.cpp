@@ -49,6 +49,8 @@ SweepRecord sweep_record(const SweepRow& row) {
   c.data_parallel_sharding_strategy = s.training.data_parallel_sharding_strategy;
   c.zero_stage = s.training.zero_stage();
   c.num_distributed_optimizer_instances = s.training.num_distributed_optimizer_instances;
+  c.optimizer_cpu_offload = s.training.optimizer_cpu_offload;
+  c.optimizer_offload_fraction = s.training.optimizer_offload_fraction;
   r.peak_memory_bytes = row.config.peak_memory_bytes;
   r.memory_capacity_bytes = row.config.memory_capacity_bytes;
   r.excess_memory_bytes = row.config.excess_memory_bytes;
@@ -91,7 +93,9 @@ nlohmann::ordered_json sweep_record_json(const SweepRecord& r) {
       {"use_megatron_fsdp", c.use_megatron_fsdp},
       {"data_parallel_sharding_strategy", to_string(c.data_parallel_sharding_strategy)},
       {"zero_stage", c.zero_stage},
-      {"num_distributed_optimizer_instances", c.num_distributed_optimizer_instances}};
+      {"num_distributed_optimizer_instances", c.num_distributed_optimizer_instances},
+      {"optimizer_cpu_offload", c.optimizer_cpu_offload},
+      {"optimizer_offload_fraction", c.optimizer_offload_fraction}};
   if (!c.pipeline_model_parallel_layout.empty()) {
     j["configuration"]["pipeline_model_parallel_layout"] = c.pipeline_model_parallel_layout;
   }
@@ -252,6 +256,11 @@ SweepRecord sweep_record_from_json(const nlohmann::ordered_json& j, const JsonPl
         json_integer(cj, "num_distributed_optimizer_instances", at);
   } else {
     c.zero_stage = c.use_distributed_optimizer ? 1 : 0;
+  }
+  // Offload fields: absent in files written before the offload axis (no offload then).
+  if (cj.contains("optimizer_cpu_offload")) {
+    c.optimizer_cpu_offload = json_bool(cj, "optimizer_cpu_offload", at);
+    c.optimizer_offload_fraction = json_number(cj, "optimizer_offload_fraction", at);
   }
   const ojson& memory = json_object(j, "memory", where);
   const JsonPlace mem = where.key("memory");

@@ -53,6 +53,8 @@ struct SweepRecordConfiguration {
   int64_t zero_stage = 0;  ///< TrainingConfig::zero_stage(): 0 replicated .. 3 parameters sharded
   /// training.num_distributed_optimizer_instances (HSDP replicas; 1 without HSDP).
   int64_t num_distributed_optimizer_instances = 1;
+  bool optimizer_cpu_offload = false;       ///< training.optimizer_cpu_offload
+  double optimizer_offload_fraction = 1.0;  ///< training.optimizer_offload_fraction
 };
 
 /// One row of sweep.json: SweepRow without its Scenario.
@@ -81,7 +83,8 @@ SweepRecord sweep_record(const SweepRow& row);
 
 /// One row as sweep.json holds it: rank (null unless ranked), status, index, configuration
 /// (num_gpus, TP, CP, PP, VPP, DP, micro-batch size, global batch size, recompute, SP,
-/// distributed optimizer, fp8_format, EP, ETP, GPUs per replica), memory (peak_bytes,
+/// distributed optimizer, fp8_format, EP, ETP, GPUs per replica, pipeline schedule, sharding,
+/// ZeRO stage, HSDP instances, optimizer_cpu_offload and its fraction), memory (peak_bytes,
 /// capacity_bytes, excess_bytes, fits), adjustments, reason (invalid or error; null otherwise)
 /// and metrics: the evaluation's detail when it has one, else summary_fields_json() of its
 /// summary plus "mode"; null when not evaluated.

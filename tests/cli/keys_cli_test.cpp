@@ -102,6 +102,15 @@ TEST(KeysCli, SummaryNamesTheFsdpShardingStrategy) {
   ASSERT_EQ(fsdp.status, 0) << fsdp.output;
   EXPECT_THAT(fsdp.output, HasSubstr("distributed optimizer on, Megatron-FSDP optim_grads_params "
                                      "(ZeRO-3), overlap grad reduce"));
+  const auto kept = run_cli("summary " + llama +
+                            " --set training.use_distributed_optimizer=true"
+                            " --set training.use_megatron_fsdp=true"
+                            " --set training.data_parallel_sharding_strategy=optim_grads_params"
+                            " --set training.reshard_after_forward=false"
+                            " --set training.fsdp_prefetch_depth=2");
+  ASSERT_EQ(kept.status, 0) << kept.output;
+  EXPECT_THAT(kept.output, HasSubstr("Megatron-FSDP optim_grads_params (ZeRO-3) reshard after "
+                                     "forward off, prefetch depth 2, overlap grad reduce"));
 }
 
 }  // namespace

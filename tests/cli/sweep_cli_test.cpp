@@ -219,6 +219,51 @@ TEST(SweepCli, DataParallelShardingStrategyAxisRanksZeroStages) {
                                     "(allowed: no_shard, optim, optim_grads, optim_grads_params"));
 }
 
+// The optimizer offload axis: GPT-1.3B on 8 H100 (the DGX's PCIe Gen5 host link) with its
+// optimizer state offloaded or not, ranked in one table with a ZeRO column ("ZeRO-1+off"); the
+// offload costs host-link copies and the host CPU's step, so the row without it ranks first and
+// the offloaded row reports exposed offload time. sweep.csv has the offload column. A topology
+// without gpu.host_link (DGX A100 here) refuses the axis by its flag before any simulation.
+TEST(SweepCli, OptimizerCpuOffloadAxisRanksOffloadedLayouts) {
+  const fs::path dir = fs::temp_directory_path() / "traintwin-sweep-offload";
+  fs::remove_all(dir);
+  const Result r = run("sweep " + kScenario +
+                       " --optimizer-cpu-offload off,on --mode analytical --jobs 1 --out " +
+                       dir.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("2 configurations: 2 ranked"), HasSubstr(" ZeRO "),
+                              HasSubstr(" ZeRO-1+off ")));
+  std::ifstream csv(dir / "sweep.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_THAT(header, AllOf(HasSubstr("configuration.optimizer_cpu_offload"),
+                            HasSubstr("metrics.exposed_offload_s")));
+  std::ifstream in(dir / "sweep.json");
+  const auto rows = nlohmann::json::parse(in)["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    const bool offloaded = row["configuration"]["optimizer_cpu_offload"];
+    EXPECT_EQ(row["rank"], offloaded ? 2 : 1);
+    if (offloaded) {
+      EXPECT_GT(row["metrics"]["exposed_offload_s"].get<double>(), 0);
+    } else {
+      EXPECT_EQ(row["metrics"]["exposed_offload_s"].get<double>(), 0);
+    }
+  }
+  const std::string a100 =
+      " --set cluster.topology=" + std::string(TRAINTWIN_SOURCE_DIR) +
+      "/topologies/dgx-a100-superpod.yaml";
+  const Result bad = run("sweep " + kScenario + a100 + " --optimizer-cpu-offload off,on --jobs 1");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_THAT(bad.output, AllOf(HasSubstr("--optimizer-cpu-offload on: "),
+                                HasSubstr("training.optimizer_cpu_offload"),
+                                HasSubstr("gives no gpu.host_link")));
+  // Without the offload value the A100 sweep runs.
+  const Result off = run("sweep " + kScenario + a100 +
+                         " --optimizer-cpu-offload off --mode analytical --jobs 1");
+  EXPECT_EQ(off.status, 0) << off.output;
+}
+
 TEST(SweepCli, OutOfMemoryConfigurationsAreListedWithTheirExcess) {
   // A 1.3B model with a global batch that allows large micro-batches: mbs 32 without
   // recomputation does not fit 80 GB.

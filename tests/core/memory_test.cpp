@@ -309,6 +309,46 @@ TEST(MemoryTest, MegatronFsdpShardsGradientsAndWeights) {
   EXPECT_EQ(zero3.optimizer_bytes, zero2.optimizer_bytes);
 }
 
+// ZeRO-3's gathered units on GPT-3 175B / 1024 stage 0 (6 layers of `layer` = 226,576,896
+// parameters on a TP-8 rank, DP 8, bf16: 2 bytes a weight), worked by hand: the layers' shard
+// 2 x 6 layer / 8 and the embeddings whole are held whatever the schedule; on top, the gathered
+// units' full weights, 2 x layer each: 2 units by default (the running one and one prefetched),
+// N + 1 with fsdp_prefetch_depth N (1 with no prefetch, 4 with 3), at most the chunk's 6 layers
+// (depth 9: 6), and all 6 without reshard_after_forward (kept from forward to backward).
+// Gradients and optimizer state do not change.
+TEST(MemoryTest, Zero3GatheredUnitsFollowPrefetchDepthAndResharding) {
+  Scenario s = Gpt3_175BOn1024();
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  const double params = 1463270400;
+  const double layer = 226576896;
+  const double embeddings = params - 6 * layer;
+  const double held = 2 * 6 * layer / 8 + 2 * embeddings;
+  const StageMemory base = stage_memory(s, 0);
+  EXPECT_EQ(base.fsdp_gathered_units, 2);
+  EXPECT_DOUBLE_EQ(base.weights_bytes, held + 2 * 2 * layer);
+  for (auto [depth, units] : {std::pair{0, 1}, {1, 2}, {3, 4}, {5, 6}, {9, 6}}) {
+    s.training.fsdp_prefetch_depth = depth;
+    const StageMemory m = stage_memory(s, 0);
+    EXPECT_EQ(m.fsdp_gathered_units, units) << "depth " << depth;
+    EXPECT_DOUBLE_EQ(m.weights_bytes, held + units * 2 * layer) << "depth " << depth;
+    EXPECT_EQ(m.gradients_bytes, base.gradients_bytes);
+    EXPECT_EQ(m.optimizer_bytes, base.optimizer_bytes);
+  }
+  s.training.fsdp_prefetch_depth = 1;
+  s.training.reshard_after_forward = false;
+  const StageMemory kept = stage_memory(s, 0);
+  EXPECT_EQ(kept.fsdp_gathered_units, 6);
+  // 339,865,344 (shard) + 207,618,048 (embeddings) + 2,718,922,752 (6 units) bytes
+  EXPECT_DOUBLE_EQ(kept.weights_bytes, 3266406144.0);
+  EXPECT_DOUBLE_EQ(kept.weights_bytes, held + 6 * 2 * layer);
+  EXPECT_EQ(kept.gradients_bytes, base.gradients_bytes);
+  // Below ZeRO-3 nothing is gathered per unit.
+  s.training.reshard_after_forward = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
+  EXPECT_EQ(stage_memory(s, 0).fsdp_gathered_units, 0);
+}
+
 // HSDP: sharding divides by the sharding group N_d = DP x CP / instances, not by DP. GPT-3 175B
 // / 1024 (DP 8, stage 0 as above) in 2 instances: N_d = 4. ZeRO-1: optimizer 12 x params / 4;
 // ZeRO-3: also gradients 4 x params / 4 (+ one layer's full gradients) and the layers' weights

@@ -707,6 +707,68 @@ TEST(Program, MegatronFsdpReducesEveryMicroBatchAndGathersEveryLayer) {
   }
 }
 
+// ZeRO-3's unit schedule on the same layout (DP 2, 3 micro-batches, 4 layers, one chunk).
+// reshard_after_forward false: the backward gathers nothing (the layers stay whole from the
+// forward), so 3 x 4 = 12 gathers, all in forward steps, against 24. fsdp_prefetch_depth N: at
+// layer L of a pass the gathers of the next N layers of the pass are issued before L's compute
+// runs; counted in the DP stream's issue order, the gather of layer L + k (forward) comes
+// before L's first compute op for k <= N and after it for k = N + 1. The number of gathers does
+// not change with N.
+TEST(Program, Zero3ReshardAfterForwardAndPrefetchDepth) {
+  Knobs k;
+  k.dp = 2;
+  k.m = 3;
+  k.dist_opt = true;
+  k.overlap_grad = true;
+  Scenario s = make(k);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  auto gathers = [](const Program& p, Phase phase) {
+    int n = 0;
+    for (const Op& op : p.ranks.at(0).ops) {
+      n += std::string_view(op.what) == "fsdp all_gather params" && op.phase == phase;
+    }
+    return n;
+  };
+  const Program resharded = build_program(s);
+  EXPECT_EQ(gathers(resharded, Phase::kForward), 12);
+  EXPECT_EQ(gathers(resharded, Phase::kBackward), 12);
+  s.training.reshard_after_forward = false;
+  const Program kept = build_program(s);
+  EXPECT_EQ(gathers(kept, Phase::kForward), 12);
+  EXPECT_EQ(gathers(kept, Phase::kBackward), 0);
+  std::vector<std::string> errors;
+  EXPECT_EQ(replay_all(kept, errors), 0u);
+  EXPECT_TRUE(errors.empty());
+  s.training.reshard_after_forward = true;
+
+  for (int64_t depth : {0, 1, 2, 3}) {
+    s.training.fsdp_prefetch_depth = depth;
+    const Program prog = build_program(s);
+    EXPECT_EQ(gathers(prog, Phase::kForward), 12) << "depth " << depth;
+    EXPECT_EQ(gathers(prog, Phase::kBackward), 12) << "depth " << depth;
+    errors.clear();
+    EXPECT_EQ(replay_all(prog, errors), 0u) << "depth " << depth;
+    const RankProgram& rp = prog.ranks.at(0);
+    // Micro-batch 0's forward: op id of layer L's gather and of L's first compute op.
+    std::map<int32_t, uint32_t> gather_of, compute_of;
+    for (const Op& op : rp.ops) {
+      if (op.phase != Phase::kForward || op.micro_batch != 0) continue;
+      if (std::string_view(op.what) == "fsdp all_gather params") {
+        gather_of.try_emplace(op.bucket_layers.at(0), op.id);
+      }
+      if (op.kind == OpKind::kCompute && op.layer >= 0) compute_of.try_emplace(op.layer, op.id);
+    }
+    ASSERT_EQ(gather_of.size(), 4u);
+    for (int32_t layer = 0; layer < 4; ++layer) {
+      for (int32_t ahead = 1; layer + ahead < 4; ++ahead) {
+        EXPECT_EQ(gather_of[layer + ahead] < compute_of[layer], ahead <= depth)
+            << "depth " << depth << ", layer " << layer << ", gather of layer " << layer + ahead;
+      }
+    }
+  }
+}
+
 // CPU offload on the small GPT (8 layers, h 64, 8 heads, s 32, b 1, V 1024, bf16), PP 1, DP 2,
 // 2 micro-batches, the distributed optimizer. Parameters: 49,984 per layer, 467,584 in all
 // (12h^2 + 13h per layer, 1024 x 64 + 32 x 64 embeddings, 2h final norm): the optimizer shard

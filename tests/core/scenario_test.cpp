@@ -977,6 +977,44 @@ TEST(ScenarioRules, MegatronFsdpKeys) {
                     HasSubstr("no_shard, optim, optim_grads, optim_grads_params")));
 }
 
+// ZeRO-3's unit schedule: reshard_after_forward and fsdp_prefetch_depth parse with ZeRO-3 and
+// are refused by name below it (only sharded parameters are gathered and prefetched).
+TEST(ScenarioRules, FsdpReshardAndPrefetchKeys) {
+  ScenarioText t;
+  t.set("training", "use_megatron_fsdp", "true")
+      .set("training", "use_distributed_optimizer", "true")
+      .set("training", "data_parallel_sharding_strategy", "optim_grads_params")
+      .set("training", "reshard_after_forward", "false")
+      .set("training", "fsdp_prefetch_depth", "3");
+  const Scenario s = parse(t.text());
+  EXPECT_FALSE(s.training.reshard_after_forward);
+  EXPECT_EQ(s.training.fsdp_prefetch_depth, 3);
+  EXPECT_TRUE(Scenario{}.training.reshard_after_forward);
+  EXPECT_EQ(Scenario{}.training.fsdp_prefetch_depth, 1);
+
+  ScenarioText zero2;
+  zero2.set("training", "use_megatron_fsdp", "true")
+      .set("training", "use_distributed_optimizer", "true")
+      .set("training", "data_parallel_sharding_strategy", "optim_grads")
+      .set("training", "reshard_after_forward", "false");
+  EXPECT_THAT(error_of(zero2),
+              AllOf(HasSubstr("training.reshard_after_forward"),
+                    HasSubstr("false needs training.use_megatron_fsdp: true with "
+                              "training.data_parallel_sharding_strategy: optim_grads_params"),
+                    HasSubstr("got ZeRO-2")));
+  ScenarioText plain;
+  plain.set("training", "fsdp_prefetch_depth", "2");
+  EXPECT_THAT(error_of(plain), AllOf(HasSubstr("training.fsdp_prefetch_depth"),
+                                     HasSubstr("2 needs training.use_megatron_fsdp"),
+                                     HasSubstr("got ZeRO-")));
+  ScenarioText negative;
+  negative.set("training", "use_megatron_fsdp", "true")
+      .set("training", "use_distributed_optimizer", "true")
+      .set("training", "data_parallel_sharding_strategy", "optim_grads_params")
+      .set("training", "fsdp_prefetch_depth", "-1");
+  EXPECT_THAT(error_of(negative), HasSubstr("training.fsdp_prefetch_depth"));
+}
+
 // CPU offload, as Megatron-LM asserts it (megatron/training/arguments.py: optimizer offload needs
 // --use-precision-aware-optimizer, which needs the distributed optimizer; TransformerConfig:
 // activation offload of fewer layers than num_layers, no pipeline parallelism, no

@@ -13,6 +13,7 @@
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
+#include "sim/iteration_metrics.hpp"
 #include "sim/replay.hpp"
 #include "sim/sweep_record.hpp"
 #include "sim_test_support.hpp"
@@ -168,6 +169,43 @@ TEST(SummaryDocument, ReaderNamesTheFileAndKeyOfAMissingOrMistypedField) {
   EXPECT_THAT([&] { read_summary_json(j, "out/summary.json"); },
               ::testing::ThrowsMessage<Error>(HasSubstr(
                   "'layout.recompute_granularity' is \"most\"; allowed: none, selective, full")));
+}
+
+// CPU offload's exposed time (TimeBreakdown::exposed_offload_s, what `simulate` prints on its
+// cpu offload line) is written beside the other waits: summary.json's exposed_offload_s, and
+// each rank breakdown's (critical_rank, per_stage[]), read back as written; a document written
+// before the field existed reads it as 0.
+TEST(SummaryDocument, ExposedOffloadIsWrittenAndReadBack) {
+  Scenario s = what_if_cluster();
+  s.cluster.what_if = {};
+  IterationMetrics r;
+  r.iteration_time_s = 2.0;
+  r.critical.rank = 4;
+  r.critical.compute_s = 1.5;
+  r.critical.exposed_offload_s = 0.125;
+  const SimulationSummary m = summarize(s, h100(), r);
+  EXPECT_EQ(m.exposed_offload_s, 0.125);
+  const ojson fields = summary_fields_json(m);
+  EXPECT_EQ(fields["exposed_offload_s"].get<double>(), 0.125);
+  EXPECT_EQ(summary_fields_from_json(fields, JsonPlace{"summary.json", ""}).exposed_offload_s,
+            0.125);
+  const ojson b = breakdown_json(r.critical);
+  EXPECT_EQ(b["exposed_offload_s"].get<double>(), 0.125);
+  EXPECT_EQ(breakdown_from_json(b, JsonPlace{"summary.json", "critical_rank"}).exposed_offload_s,
+            0.125);
+  ojson old_fields = fields;
+  old_fields.erase("exposed_offload_s");
+  EXPECT_EQ(summary_fields_from_json(old_fields, JsonPlace{"summary.json", ""}).exposed_offload_s,
+            0.0);
+  ojson old_breakdown = b;
+  old_breakdown.erase("exposed_offload_s");
+  EXPECT_EQ(breakdown_from_json(old_breakdown, JsonPlace{"summary.json", "critical_rank"})
+                .exposed_offload_s,
+            0.0);
+  ojson mistyped = fields;
+  mistyped["exposed_offload_s"] = "long";
+  EXPECT_THAT([&] { summary_fields_from_json(mistyped, JsonPlace{"out/summary.json", ""}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("exposed_offload_s")));
 }
 
 TEST(SweepRecord, ReaderRefusesAnotherSchemaVersionOrABareArrayNamingTheFile) {

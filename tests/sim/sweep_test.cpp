@@ -726,6 +726,82 @@ TEST(Sweep, CancelledJobsAreKilledOrNeverStarted) {
   expect_no_children();
 }
 
+// The optimizer offload axis on the small GPT over DP 8 (no distributed optimizer in the base):
+// on turns the distributed optimizer on (listed) and moves the optimizer state to the host, so
+// the GPU's peak falls by its 12/8 bytes per parameter (the whole shard offloaded, fraction 1)
+// against the same ZeRO-1 layout; off keeps the base. With the distributed-optimizer axis swept
+// off, the offloaded row breaks the scenario rule instead; crossed with Megatron-FSDP ZeRO-3
+// the rule refuses it too. A base fraction of 0.5 is kept when on and reset (listed) when off.
+// The records carry the switch and the fraction, and read them back.
+TEST(Sweep, OptimizerCpuOffloadAxis) {
+  const Scenario base = small_scenario();
+  ASSERT_FALSE(base.training.use_distributed_optimizer);
+  SweepAxes axes;
+  axes.optimizer_cpu_offload = {false, true};
+  axes.distributed_optimizer = {true};
+  const auto zero1 = enumerate_configurations(base, axes, 1e15);
+  ASSERT_EQ(zero1.size(), 2u);
+  ASSERT_TRUE(zero1[0].valid && zero1[1].valid) << zero1[1].invalid_reason;
+  EXPECT_TRUE(zero1[1].scenario.training.optimizer_cpu_offload);
+  EXPECT_FALSE(zero1[0].scenario.training.optimizer_cpu_offload);
+  const StageMemory on_gpu = memory_per_stage(zero1[0].scenario).front();
+  const StageMemory offloaded = memory_per_stage(zero1[1].scenario).front();
+  EXPECT_LT(offloaded.optimizer_bytes, on_gpu.optimizer_bytes);
+  EXPECT_GT(offloaded.host_optimizer_bytes, 0);
+  EXPECT_DOUBLE_EQ(zero1[0].peak_memory_bytes - zero1[1].peak_memory_bytes,
+                   on_gpu.optimizer_bytes - offloaded.optimizer_bytes);
+
+  axes.distributed_optimizer = {};
+  const auto adjusted = enumerate_configurations(base, axes, 1e15);
+  EXPECT_TRUE(adjusted[0].adjustments.empty());
+  EXPECT_FALSE(adjusted[0].scenario.training.use_distributed_optimizer);
+  ASSERT_TRUE(adjusted[1].valid) << adjusted[1].invalid_reason;
+  ASSERT_EQ(adjusted[1].adjustments.size(), 1u);
+  EXPECT_THAT(adjusted[1].adjustments[0],
+              HasSubstr("training.use_distributed_optimizer: false -> true (needed by "
+                        "training.optimizer_cpu_offload"));
+  axes.distributed_optimizer = {false};
+  const auto swept_off = enumerate_configurations(base, axes, 1e15);
+  EXPECT_FALSE(swept_off[1].valid);
+  EXPECT_THAT(swept_off[1].invalid_reason,
+              HasSubstr("training.optimizer_cpu_offload: true needs "
+                        "training.use_distributed_optimizer"));
+  SweepAxes crossed;
+  crossed.optimizer_cpu_offload = {true};
+  crossed.data_parallel_sharding_strategy = {DataParallelShardingStrategy::kOptimGradsParams};
+  const auto fsdp = enumerate_configurations(base, crossed, 1e15);
+  EXPECT_FALSE(fsdp[0].valid);
+  EXPECT_THAT(fsdp[0].invalid_reason,
+              HasSubstr("training.optimizer_cpu_offload: true with training.use_megatron_fsdp"));
+
+  Scenario half = base;
+  half.training.use_distributed_optimizer = true;
+  half.training.optimizer_cpu_offload = true;
+  half.training.optimizer_offload_fraction = 0.5;
+  SweepAxes both;
+  both.optimizer_cpu_offload = {false, true};
+  const auto h = enumerate_configurations(half, both, 1e15);
+  ASSERT_TRUE(h[0].valid && h[1].valid) << h[0].invalid_reason;
+  EXPECT_EQ(h[0].scenario.training.optimizer_offload_fraction, 1.0);
+  ASSERT_EQ(h[0].adjustments.size(), 1u);
+  EXPECT_THAT(h[0].adjustments[0], HasSubstr("training.optimizer_offload_fraction: 0.5 -> 1"));
+  EXPECT_EQ(h[1].scenario.training.optimizer_offload_fraction, 0.5);
+  EXPECT_TRUE(h[1].adjustments.empty());
+
+  std::vector<SweepRow> rows;
+  for (const auto& c : h) rows.push_back(SweepRow{c, SweepStatus::kOutOfMemory});
+  const auto j = sweep_json(rows)["rows"];
+  EXPECT_EQ(j[1]["configuration"]["optimizer_cpu_offload"], true);
+  EXPECT_EQ(j[1]["configuration"]["optimizer_offload_fraction"], 0.5);
+  EXPECT_EQ(j[0]["configuration"]["optimizer_cpu_offload"], false);
+  const auto back = read_sweep_json(sweep_json(rows), "sweep.json");
+  EXPECT_TRUE(back[1].configuration.optimizer_cpu_offload);
+  EXPECT_EQ(back[1].configuration.optimizer_offload_fraction, 0.5);
+  EXPECT_FALSE(back[0].configuration.optimizer_cpu_offload);
+  axes.optimizer_cpu_offload = {true, true};
+  EXPECT_THROW(enumerate_configurations(base, axes, 1e15), InvalidArgument);
+}
+
 // The sharding axis on the small GPT over DP 8 (no distributed optimizer in the base): optim,
 // optim_grads and optim_grads_params turn Megatron-FSDP on and the distributed optimizer with
 // it, each change listed; no_shard keeps the plain layout (here DDP). Each stage shards more, so
@@ -794,6 +870,27 @@ TEST(Sweep, DataParallelShardingStrategyAxis) {
             2);
   hsdp.num_distributed_optimizer_instances = {2, 2};
   EXPECT_THROW(enumerate_configurations(base, hsdp, 1e15), InvalidArgument);
+  // A ZeRO-3 base's unit schedule (no reshard, prefetch depth 2) is kept at ZeRO-3 and reset,
+  // each change listed, below it.
+  Scenario zero3 = base;
+  zero3.training.use_distributed_optimizer = true;
+  zero3.training.use_megatron_fsdp = true;
+  zero3.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  zero3.training.reshard_after_forward = false;
+  zero3.training.fsdp_prefetch_depth = 2;
+  SweepAxes stages;
+  stages.data_parallel_sharding_strategy = {DataParallelShardingStrategy::kOptimGrads,
+                                            DataParallelShardingStrategy::kOptimGradsParams};
+  const auto z = enumerate_configurations(zero3, stages, 1e15);
+  ASSERT_TRUE(z[0].valid && z[1].valid) << z[0].invalid_reason;
+  EXPECT_TRUE(z[0].scenario.training.reshard_after_forward);
+  EXPECT_EQ(z[0].scenario.training.fsdp_prefetch_depth, 1);
+  EXPECT_THAT(z[0].adjustments,
+              ::testing::ElementsAre(HasSubstr("training.reshard_after_forward: false -> true"),
+                                     HasSubstr("training.fsdp_prefetch_depth: 2 -> 1")));
+  EXPECT_FALSE(z[1].scenario.training.reshard_after_forward);
+  EXPECT_EQ(z[1].scenario.training.fsdp_prefetch_depth, 2);
+  EXPECT_TRUE(z[1].adjustments.empty());
   try {
     parse_sweep_sharding_strategies("--data-parallel-sharding-strategy", "optim,zero3");
     ADD_FAILURE() << "accepted";

@@ -298,7 +298,8 @@ class Estimator {
 
   /// Number of pipeline stages a group of kind `g` spans (Megatron's groups: TP, CP, DP inside a
   /// stage, and the expert groups EP, ETP, expert-DP and ETP x EP; the embedding group the first
-  /// and last stage; PP, model-parallel and world all).
+  /// and last stage, DualPipe's mirror group stages r and p - 1 - r; PP, model-parallel and world
+  /// all).
   int64_t group_stages(GroupKind g) const {
     switch (g) {
       case GroupKind::kTp:
@@ -312,7 +313,8 @@ class Estimator {
       case GroupKind::kEtp:
       case GroupKind::kEdp:
       case GroupKind::kEtpEp: return 1;
-      case GroupKind::kEmbedding: return std::min<int64_t>(p_, 2);
+      case GroupKind::kEmbedding:
+      case GroupKind::kPpMirror: return std::min<int64_t>(p_, 2);
       case GroupKind::kPp:
       case GroupKind::kModelParallel:
       case GroupKind::kWorld: return p_;

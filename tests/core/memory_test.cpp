@@ -442,13 +442,15 @@ TEST(MemoryTest, Gpt3_175BOn1024GpusDualPipeAsDeepSeekV3Table2) {
   }
   EXPECT_EQ(one_f_one_b[0].activations_bytes, 96.0 * 106954752);  // 1F1B: PP = 16 sets of 6
   for (int64_t r = 1; r < 15; ++r) {  // the middle ranks: exactly 2x 1F1B's 1359461376
-    EXPECT_EQ(stages[static_cast<size_t>(r)].parameters, 2 * 1359461376) << r;
+    EXPECT_EQ(stages[static_cast<size_t>(r)].parameters, int64_t{2} * 1359461376) << r;
     EXPECT_EQ(stages[static_cast<size_t>(r)].embedding_and_logits_bytes, 0.0) << r;
   }
   // The end ranks hold 1F1B's first and last stage (1463270400 + 1438129152) less the tied LM
   // head's copy (V/t x h = 6400 x 12288 = 78643200: one word embedding per rank): 2822756352.
   for (int64_t r : {0, 15}) {
-    EXPECT_EQ(stages[static_cast<size_t>(r)].parameters, 1463270400 + 1438129152 - 78643200) << r;
+    EXPECT_EQ(stages[static_cast<size_t>(r)].parameters,
+              int64_t{1463270400} + 1438129152 - 78643200)
+        << r;
   }
   // Both end ranks run an embedding and a loss (one direction's each): mirror images.
   EXPECT_GT(stages[0].embedding_and_logits_bytes, 0.0);

@@ -1977,5 +1977,4 @@ TEST(ProgramDualPipe, DataParallelBucketsThenOneMirrorAllReduce) {
 }
 
 }  // namespace
-}  // namespace traintwin}  // namespace
 }  // namespace traintwin

@@ -259,9 +259,14 @@ class Estimator {
   // ---- costs ----------------------------------------------------------------------------------
 
   /// No-contention time of a collective of `rank`'s group (cached per group kind, kind, bytes:
-  /// Megatron layouts are uniform).
+  /// Megatron layouts are uniform; per group for DualPipe's mirror pairs).
   double collective_s(const Op& op, int64_t rank) {
-    const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective), op.bytes);
+    // (DualPipe's mirror pairs {r, p - 1 - r} are not uniform: stages far apart or adjacent,
+    // so their time is kept per group.)
+    const int64_t which =
+        op.group == GroupKind::kPpMirror ? prog_->layout.group_index(op.group, rank) : -1;
+    const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective),
+                                     op.bytes, which);
     auto it = coll_s_.find(key);
     if (it != coll_s_.end()) return it->second;
     std::vector<int64_t> members = prog_->layout.group(op.group, rank);
@@ -1155,7 +1160,7 @@ class Estimator {
   std::vector<double> sat_a_, sat_b_;  ///< saturation_point's scratch
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
-  std::map<std::tuple<int, int, int64_t>, double> coll_s_;
+  std::map<std::tuple<int, int, int64_t, int64_t>, double> coll_s_;
   std::vector<double> p2p_s_;  ///< by src stage x p + dst stage, < 0 until computed
   double p2p_bytes_ = -1;      ///< the probe's p2p payload, < 0 until looked up
   const PlatformScaling scaling_;

@@ -458,7 +458,7 @@ void register_sweep_command(CLI::App& app) {
       ->type_name("LIST");
   g->add_option("--pipeline-schedule", o->schedule,
                 "Pipeline schedules, e.g. 1f1b,zb-h1,zb-h2,zb-v (of gpipe,1f1b,zb-h1,zb-h2,zb-v,"
-                "dualpipev; dualpipe is refused by the scenario rules until it is lowered)")
+                "dualpipe,dualpipev)")
       ->type_name("LIST");
   g->add_option("--data-parallel-sharding-strategy", o->sharding,
                 "Megatron-FSDP sharding, e.g. no_shard,optim,optim_grads,optim_grads_params "

@@ -418,17 +418,20 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
   const double sbh = static_cast<double>(local_seq_length(s.model, par.context_parallel_size)) *
                      static_cast<double>(tr.micro_batch_size) *
                      static_cast<double>(s.model.hidden_size);
-  if (pp_rank == 0) {
+  // The chunks that run the embedding (the first virtual stage) and the final norm, LM head and
+  // loss (the last): chunk 0 of rank 0 and chunk v - 1 of rank p - 1, chunk 1 of rank 0 for the
+  // last under the V placement (ZB-V, DualPipeV); under DualPipe the end ranks' chunks both,
+  // one of each per direction (core/schedule.hpp takes_embedding, computes_loss).
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = virtual_stage_of(par.pipeline_schedule, p, pp_rank, c);
+    if (!takes_embedding(par.pipeline_schedule, p, v, vs)) continue;
     // Embedding dropout mask, 1 byte per element; sequence-parallel with SP.
-    const double in_flight = static_cast<double>(in_flight_of_chunk(0));
+    const double in_flight = static_cast<double>(in_flight_of_chunk(c));
     mem.embedding_and_logits_bytes += in_flight * kMaskBytes * sbh / sp_divisor;
   }
-  // The last virtual stage (final norm, LM head, loss): chunk v - 1 of rank p - 1, but chunk 1
-  // of rank 0 under ZB-V's V placement.
-  const int64_t last_vstage = p * v - 1;
-  if (pp_rank == rank_of_virtual_stage(par.pipeline_schedule, p, last_vstage)) {
-    const int64_t last_chunk =
-        virtual_stage_of(par.pipeline_schedule, p, pp_rank, v - 1) == last_vstage ? v - 1 : 0;
+  for (int64_t last_chunk = 0; last_chunk < v; ++last_chunk) {
+    const int64_t vs = virtual_stage_of(par.pipeline_schedule, p, pp_rank, last_chunk);
+    if (!computes_loss(par.pipeline_schedule, p, v, vs)) continue;
     const double in_flight = static_cast<double>(in_flight_of_chunk(last_chunk));
     const double e = activation_element_bytes(tr.precision);
     // Input of the final LayerNorm and input of the LM head (2sbh each in 16 bits). Without SP

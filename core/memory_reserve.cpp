@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/schedule.hpp"
 
 namespace traintwin {
 
@@ -42,7 +43,11 @@ MemoryReserve memory_reserve(const Scenario& s, const StageMemory& m) {
   group(dp * cp);
   if (pp > 1) {
     group(2);  // send/recv to the previous and next stage
-    if (m.pp_rank == 0 || m.pp_rank == pp - 1) group(2);  // the embedding group
+    if (bidirectional(p.pipeline_schedule)) {
+      group(2);  // DualPipe: the mirror pair r, p - 1 - r (its gradients' all-reduce)
+    } else if (m.pp_rank == 0 || m.pp_rank == pp - 1) {
+      group(2);  // the embedding group
+    }
     group(tp * pp);  // model-parallel: the gradient-norm all-reduce
   }
   if (s.model.is_moe()) {

@@ -194,16 +194,22 @@ RankParameters stage_parameters(const Scenario& s, int64_t pp_rank,
   }
   const int64_t h = m.hidden_size;
   const int64_t word_embedding_rows = padded_vocab_size(m.vocab_size, t) / t;
-  const bool first = pp_rank == 0;
-  // The rank of the last virtual stage: p - 1, but 0 under ZB-V's V placement (whose LM head
-  // then sits beside the word embedding, so a tied embedding needs no copy).
-  const int64_t last_rank = rank_of_virtual_stage(s.parallel.pipeline_schedule, p, p * v - 1);
-  const bool last = pp_rank == last_rank;
+  // Whether a chunk of this rank runs the embedding / the loss (core/schedule.hpp): the first
+  // and last virtual stage, on ranks 0 and p - 1 (rank 0 both under ZB-V's V placement, whose LM
+  // head then sits beside the word embedding, so a tied embedding needs no copy); under DualPipe
+  // ranks 0 and p - 1 each hold an embedding and a loss (one word embedding when tied).
+  const PipelineScheduleKind kind = s.parallel.pipeline_schedule;
+  bool first = false, last = false;
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = virtual_stage_of(kind, p, pp_rank, c);
+    first = first || takes_embedding(kind, p, v, vs);
+    last = last || computes_loss(kind, p, v, vs);
+  }
   const bool learned_positions = m.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
   if (first) total.dense += word_embedding_rows * h + (learned_positions ? m.seq_length * h : 0);
   // The LM head: its own weight when untied; when tied, a copy of the word embedding on the
   // last stage when that is another stage (Megatron's shared embedding).
-  if (last && (m.untie_embeddings_and_output_weights || last_rank != 0)) {
+  if (last && (m.untie_embeddings_and_output_weights || !first)) {
     total.dense += word_embedding_rows * h;
   }
   if (last) total.dense += m.norm_parameters();  // final norm

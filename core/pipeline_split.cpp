@@ -262,6 +262,17 @@ std::optional<PipelineSplitProblem> try_pipeline_layer_split(const ModelSpec& m,
   require_at_least_one(par.pipeline_model_parallel_size, "pipeline_model_parallel_size");
   require_at_least_one(par.virtual_pipeline_model_parallel_size,
                        "virtual_pipeline_model_parallel_size");
+  if (bidirectional(par.pipeline_schedule)) {
+    // DualPipe: the split of one direction's p stages (v = 1), held twice: virtual stage p + s is
+    // the reverse direction's copy of stage s.
+    ParallelConfig one_direction = par;
+    one_direction.pipeline_schedule = PipelineScheduleKind::k1F1B;
+    one_direction.virtual_pipeline_model_parallel_size = 1;
+    if (auto problem = try_pipeline_layer_split(m, one_direction, split)) return problem;
+    const std::vector<ChunkLayers> forward = split;
+    split.insert(split.end(), forward.begin(), forward.end());
+    return std::nullopt;
+  }
   const int64_t l = m.num_layers;
   const int64_t p = par.pipeline_model_parallel_size;
   const int64_t v = par.virtual_pipeline_model_parallel_size;

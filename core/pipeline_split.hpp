@@ -32,6 +32,10 @@
 //    embedding and one on the last virtual stage for the loss (a chunk may be left with 0
 //    transformer layers: the embedding or the loss alone, as Megatron allows). Without the flags
 //    this is the plain rule l % (p v) == 0.
+// DualPipe (bidirectional(), core/schedule.hpp): the rules above split the layers over the p
+// stages of one direction (v = 1: the two model chunks are two copies of whole stages, not
+// halves), and the split has 2p entries: virtual stage p + s (the reverse direction's stage s)
+// holds the same layers as s. A layout then lists p stages.
 // Example (NVIDIA's Llama 3.1 405B recipe): l = 126, p = 8, v = 8, both flags: l' = 128, 2 per
 // virtual stage; virtual stage 0 holds the embedding + layer 0, virtual stage 63 layer 125 + the
 // loss, every other virtual stage 2 layers.
@@ -84,8 +88,9 @@ std::optional<PipelineSplitProblem> try_pipeline_layer_split(const ModelSpec& m,
                                                              const ParallelConfig& p,
                                                              std::vector<ChunkLayers>& split);
 
-/// The layers of every virtual stage, indexed by vs = chunk x PP + pp_rank (size PP x v), under
-/// the rules in the file comment. Throws PipelineSplitError naming the key and the rule when the
+/// The layers of every virtual stage, indexed by vs = chunk x PP + pp_rank (size PP x v; the V
+/// placement's virtual stages under ZB-V, DualPipeV and DualPipe, core/schedule.hpp
+/// virtual_stage_of), under the rules in the file comment (DualPipe: the two copies' layers). Throws PipelineSplitError naming the key and the rule when the
 /// split is impossible, InvalidArgument for sizes < 1.
 std::vector<ChunkLayers> pipeline_layer_split(const ModelSpec& m, const ParallelConfig& p);
 

@@ -113,6 +113,7 @@ const char* to_string(Role r) {
     case Role::kParamBucket: return "param bucket";
     case Role::kLayerNormGrads: return "layernorm grads";
     case Role::kEmbeddingGrads: return "embedding grads";
+    case Role::kMirrorGrads: return "mirror grads";
     case Role::kGradNorm: return "grad norm";
     case Role::kOptimizerStep: return "optimizer step";
     case Role::kZeroGradBuffer: return "zero grad buffer";

@@ -124,6 +124,8 @@ enum class Role : uint8_t {
   kParamBucket,           ///< distributed optimizer: parameter all-gather of one bucket
   kLayerNormGrads,        ///< SP: all-reduce over TP of LayerNorm and row-parallel bias grads
   kEmbeddingGrads,        ///< tied word-embedding gradient all-reduce (first and last stage)
+  kMirrorGrads,           ///< DualPipe: the two parameter copies' gradient all-reduce
+                          ///< (GroupKind::kPpMirror, ranks r and p - 1 - r)
   kGradNorm,              ///< global gradient norm (local sum of squares; its all-reduce)
   kOptimizerStep,         ///< AdamW
   kZeroGradBuffer,        ///< memset of the rank's gradient buffer before the first micro-batch
@@ -349,6 +351,19 @@ enum class StepScope : uint8_t {
 /// step waits for no p2p op, and the next F or B step for the recvs of its batches only (the
 /// sends complete on their own, as the zero-bubble runtime posts them). Under every other
 /// schedule the Program is as above (W right after B, inside the backward).
+/// DualPipe (bidirectional(), core/schedule.hpp; DeepSeek-V3 report sec. 3.2.1,
+/// deepseek-ai/DualPipe dualpipe.py): rank r lowers two parameter copies as its model chunks,
+/// chunk 0 = stage r of the forward direction (virtual stage r) and chunk 1 = stage p - 1 - r of
+/// the reverse one (virtual stage 2p - 1 - r), each a whole stage of the pipeline split over p
+/// stages (pipeline_layer_split(): virtual stages p + s and s hold the same layers); the
+/// embedding runs on virtual stages 0 and p and the final norm, LM head and loss on p - 1 and
+/// 2p - 1 (takes_embedding(), computes_loss()), so ranks 0 and p - 1 each hold both, one word
+/// embedding when tied; each chunk's DP buckets reduce as any chunk's, then, after the DP
+/// gradient sync, the rank's gradients (the optimizer's DP x CP shard of them with the
+/// distributed optimizer; the buckets of stage s are the same on both copies, so are the shards)
+/// are all-reduced over GroupKind::kPpMirror (Role kMirrorGrads, on the pp-comm stream), which
+/// also sums the tied embedding's copies (no kEmbeddingGrads all-reduce); B/W split, F&B pairs
+/// and p2p as under DualPipeV.
 /// CPU offload (host ops, OpKind::kHost on Stream::kOffload, FIFO): training.cpu_offloading
 /// (Megatron-Core cpu_offloading with Transformer Engine's default scheduling; PP = 1): after the
 /// forward of each of the first cpu_offloading_num_layers layers a D2H copy of its saved

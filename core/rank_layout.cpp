@@ -37,6 +37,8 @@ GroupDims dims_of(GroupKind g) {
     case GroupKind::kDpShard:
     case GroupKind::kDpReplica: d.in[kDp] = d.in[kCp] = true; break;
     case GroupKind::kTpDpCp: d.in[kTp] = d.in[kDp] = d.in[kCp] = true; break;
+    // Ranks r and p - 1 - r (RankLayout::group), not a product of dims.
+    case GroupKind::kPpMirror: d.in[kPp] = true; break;
   }
   return d;
 }
@@ -60,6 +62,7 @@ const char* to_string(GroupKind g) {
     case GroupKind::kDpShard: return "dp-shard";
     case GroupKind::kDpReplica: return "dp-replica";
     case GroupKind::kTpDpCp: return "tp-dp-cp";
+    case GroupKind::kPpMirror: return "pp-mirror";
   }
   return "?";
 }
@@ -171,6 +174,7 @@ int64_t RankLayout::size(GroupKind g) const {
     case GroupKind::kDpShard: return dp_ * cp_ / dp_replicas_;
     case GroupKind::kDpReplica: return dp_replicas_;
     case GroupKind::kTpDpCp: return tp_ * dp_ * cp_;
+    case GroupKind::kPpMirror: return pp_ > 1 ? 2 : 1;
   }
   return 0;
 }
@@ -253,6 +257,14 @@ std::vector<int64_t> RankLayout::group(GroupKind g, int64_t rank_id) const {
     for (int64_t r = 0; r < world_size(); ++r) members.push_back(r);
     return members;
   }
+  if (g == GroupKind::kPpMirror) {
+    Dims low = coords(rank_id, false), high = low;
+    low[kPp] = std::min(low[kPp], pp_ - 1 - low[kPp]);
+    high[kPp] = pp_ - 1 - low[kPp];
+    members.push_back(rank_of(low, false));
+    if (high[kPp] != low[kPp]) members.push_back(rank_of(high, false));
+    return members;
+  }
   if (g == GroupKind::kEmbedding) {
     Dims first = coords(rank_id, false), last = first;
     first[kPp] = 0;
@@ -314,6 +326,11 @@ int64_t RankLayout::group_index(GroupKind g, int64_t rank_id) const {
         static_cast<int64_t>(std::find(dp_cp.begin(), dp_cp.end(), rank_id) - dp_cp.begin());
     const int64_t base = group_index(GroupKind::kDpCp, rank_id);
     return g == GroupKind::kDpShard ? base * dp_replicas_ + at / shard : base * shard + at % shard;
+  }
+  if (g == GroupKind::kPpMirror) {
+    // The pipeline's index (the groups of kPp), then the pair's lower pipeline rank.
+    const int64_t pp = coords(rank_id, false)[kPp];
+    return group_index(GroupKind::kPp, rank_id) * ((pp_ + 1) / 2) + std::min(pp, pp_ - 1 - pp);
   }
   const GroupDims gd = dims_of(g);
   if (gd.expert) check_expert_groups();

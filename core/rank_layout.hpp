@@ -30,15 +30,19 @@ namespace traintwin {
 /// reduce-scatter of gradients, the all-gather of parameters), kDpReplica the R members at one
 /// position of the R blocks (the all-reduce of gradient shards across the replicas). With R = 1
 /// kDpShard is the DP x CP group and kDpReplica a single rank.
+/// kPpMirror is the pair of pipeline ranks r and p - 1 - r of one pipeline (the other
+/// coordinates equal): under DualPipe both hold the parameters of stages r and p - 1 - r (one
+/// copy per direction), and their gradients are summed over it (deepseek-ai/DualPipe,
+/// examples/example_dualpipe.py). One member for PP = 1 and for the middle rank of an odd PP.
 enum class GroupKind {
   kTp, kCp, kDp, kPp, kDpCp, kEmbedding, kModelParallel, kWorld, kEp, kEtp, kEdp, kEtpEp,
-  kDpShard, kDpReplica, kTpDpCp
+  kDpShard, kDpReplica, kTpDpCp, kPpMirror
 };
 /// Number of GroupKind values (the size of per-kind arrays).
-inline constexpr size_t kNumGroupKinds = 15;
+inline constexpr size_t kNumGroupKinds = 16;
 
 /// "tp" | "cp" | "dp" | "pp" | "dp-cp" | "embd" | "mp" | "world" | "ep" | "etp" | "edp" |
-/// "etp-ep" | "dp-shard" | "dp-replica" | "tp-dp-cp".
+/// "etp-ep" | "dp-shard" | "dp-replica" | "tp-dp-cp" | "pp-mirror".
 const char* to_string(GroupKind g);
 
 /// Coordinates of one rank, each in [0, size of that dimension).
@@ -89,12 +93,14 @@ class RankLayout {
   void check_expert_groups() const;
 
   /// The group of kind `g` that contains `rank`, members in increasing coordinate order
-  /// (for kPp: stage 0 first; for kEmbedding: {first stage, last stage}, one member when PP == 1).
+  /// (for kPp: stage 0 first; for kEmbedding: {first stage, last stage}, one member when PP == 1;
+  /// for kPpMirror: {stage min(pp, PP - 1 - pp), stage PP - 1 - that}, one member when equal).
   std::vector<int64_t> group(GroupKind g, int64_t rank) const;
   /// Index of that group among all groups of kind `g`, in the order of their smallest rank
   /// (0 .. number of groups - 1; for kEmbedding, world/PP groups). kDpShard and kDpReplica:
   /// the DP x CP group's index x R + the block (x DP x CP / R + the position in the block), dense
-  /// in 0 .. number of groups - 1 but not ordered by smallest rank.
+  /// in 0 .. number of groups - 1 but not ordered by smallest rank; kPpMirror: the kPp group's
+  /// index x ceil(PP / 2) + min(pp, PP - 1 - pp), likewise.
   int64_t group_index(GroupKind g, int64_t rank) const;
   /// All groups of kind `g`, each sorted as group(), ordered by their smallest rank.
   std::vector<std::vector<int64_t>> all_groups(GroupKind g) const;

@@ -256,11 +256,14 @@ void RankLowering::lower_step(const ScheduleStep& st) {
   const int64_t vs = vstage(st.model_chunk);
   const int64_t first_layer = layers_of(st.model_chunk).first_layer;
   const int64_t last_layer = layers_of(st.model_chunk).end_layer() - 1;
-  const bool is_last_vs = vs == num_vstages() - 1;
+  // The embedding on the first virtual stage and the loss on the last (DualPipe: of each
+  // direction, core/schedule.hpp takes_embedding / computes_loss).
+  const bool embeds = takes_embedding_vs(vs);
+  const bool is_last_vs = computes_loss_vs(vs);
   if (st.pass == Pass::kForward) {
     const bool first_forward = !forwarded_chunk_[static_cast<size_t>(st.model_chunk)];
     forwarded_chunk_[static_cast<size_t>(st.model_chunk)] = true;
-    if (vs == 0) {
+    if (embeds) {
       context(Phase::kForward, st.micro_batch, st.model_chunk, -1);
       if (first_forward) wait_param_gather(st.model_chunk, -2);
       embedding_forward();
@@ -313,7 +316,7 @@ void RankLowering::lower_step(const ScheduleStep& st) {
   }
   fp8_amax_reduction(false, st.micro_batch, st.model_chunk);
   part_ = BackwardPart::kAll;
-  if (vs == 0 && !split_) {  // split: the embedding's backward is all weight gradient (W)
+  if (embeds && !split_) {  // split: the embedding's backward is all weight gradient (W)
     context(Phase::kBackward, st.micro_batch, st.model_chunk, -1);
     embedding_backward();
     if (last_backward) bucket_done(st.model_chunk, -2);
@@ -337,7 +340,7 @@ void RankLowering::lower_weight_grad(const ScheduleStep& st) {
   });
   const int64_t vs = vstage(st.model_chunk);
   const ChunkLayers& layers = layers_of(st.model_chunk);
-  if (vs == num_vstages() - 1) {
+  if (computes_loss_vs(vs)) {
     context(Phase::kWeightGrad, st.micro_batch, st.model_chunk, -1);
     weight_grad_of([&] { head_backward(); });
     if (last) bucket_done(st.model_chunk, -1);
@@ -347,7 +350,7 @@ void RankLowering::lower_weight_grad(const ScheduleStep& st) {
     weight_grad_of([&] { layer_backward(st.micro_batch, st.model_chunk, l); });
     if (last) bucket_done(st.model_chunk, l);
   }
-  if (vs == 0) {
+  if (takes_embedding_vs(vs)) {
     context(Phase::kWeightGrad, st.micro_batch, st.model_chunk, -1);
     embedding_backward();
     if (last) bucket_done(st.model_chunk, -2);

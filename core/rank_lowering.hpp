@@ -121,6 +121,23 @@ class RankLowering {
   }
   /// The transformer layers of this rank's model chunk `chunk` (uneven under an uneven split).
   const ChunkLayers& layers_of(int64_t chunk) const;
+  /// Whether virtual stage `vs` runs the embedding / the final norm, LM head and loss
+  /// (core/schedule.hpp takes_embedding, computes_loss: the first and last virtual stage, and
+  /// under DualPipe those of each direction).
+  bool takes_embedding_vs(int64_t vs) const {
+    return takes_embedding(sc_.parallel.pipeline_schedule, d_.p, d_.v, vs);
+  }
+  bool computes_loss_vs(int64_t vs) const {
+    return computes_loss(sc_.parallel.pipeline_schedule, d_.p, d_.v, vs);
+  }
+  /// Whether one of this rank's model chunks runs the embedding (a tied LM head on such a rank
+  /// is the embedding's weight, not a copy).
+  bool rank_takes_embedding() const {
+    for (int64_t c = 0; c < d_.v; ++c) {
+      if (takes_embedding_vs(vstage(c))) return true;
+    }
+    return false;
+  }
   int64_t rank_of_vstage(int64_t vs) const;
   /// The pipeline rank (coordinate pp) of virtual stage `vs` (core/schedule.hpp).
   int64_t rank_of_vstage_pp(int64_t vs) const {

@@ -32,12 +32,12 @@ void RankLowering::plan_buckets() {
     const int64_t vs = vstage(c);
     // (layer id, params, GEMM weights) in the order their gradients become ready.
     std::vector<std::tuple<int64_t, int64_t, int64_t>> items, expert_items;
-    if (vs == num_vstages() - 1) {
+    if (computes_loss_vs(vs)) {
       // Final norm, plus the LM head: its own weight when untied, the tied copy when the
       // embedding lives on another rank (not under a V, whose last stage is on rank 0 beside
-      // the embedding: one weight, as core/params.cpp counts it).
-      const bool head = sc_.model.untie_embeddings_and_output_weights ||
-                        rank_of_vstage_pp(num_vstages() - 1) != 0;
+      // the embedding, nor under DualPipe, whose end ranks hold both: one weight, as
+      // core/params.cpp counts it).
+      const bool head = sc_.model.untie_embeddings_and_output_weights || !rank_takes_embedding();
       items.emplace_back(-1, sc_.model.norm_parameters() + (head ? emb_local : 0), 0);
     }
     const ChunkLayers& layers = layers_of(c);
@@ -48,7 +48,7 @@ void RankLowering::plan_buckets() {
     }
     const bool learned_positions =
         sc_.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute;
-    if (vs == 0) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0), 0);
+    if (takes_embedding_vs(vs)) items.emplace_back(-2, emb_local + (learned_positions ? d_.s_full * d_.h : 0), 0);
     // Never empty: a chunk left with no transformer layer by the uneven split holds the
     // embedding or the LM head.
     auto& chunk = buckets_[static_cast<size_t>(c)];
@@ -256,20 +256,22 @@ void RankLowering::finalize_and_step() {
     const int64_t moe_layers = moe_layers_on_rank();
     if (sc_.model.add_bias_linear && d_.shared_ffn == 0) ln_params -= moe_layers * d_.h;
     ln_params += moe_layers * d_.experts * d_.h;
-    if (c.pp == rank_of_vstage_pp(num_vstages() - 1)) ln_params += sc_.model.norm_parameters();
+    for (int64_t chunk = 0; chunk < d_.v; ++chunk) {  // the final norm (DualPipe: per copy)
+      if (computes_loss_vs(vstage(chunk))) ln_params += sc_.model.norm_parameters();
+    }
     after_all(collective(CollectiveKind::kAllReduce, GroupKind::kTp, Stream::kTpComm,
                          ln_params * d_.grad_bytes, "tp all_reduce layernorm grads"));
   }
   role(Role::kEmbeddingGrads);
-  // (ZB-V: the last stage is on rank 0 beside the embedding: one copy, no all-reduce.)
+  // (ZB-V: the last stage is on rank 0 beside the embedding: one copy, no all-reduce. DualPipe:
+  // ranks 0 and p - 1 hold one each, summed by the mirror all-reduce below.)
   const int64_t last_pp = rank_of_vstage_pp(num_vstages() - 1);
-  if (!sc_.model.untie_embeddings_and_output_weights && last_pp != 0 &&
+  const bool mirrored = bidirectional(sc_.parallel.pipeline_schedule);
+  if (!sc_.model.untie_embeddings_and_output_weights && last_pp != 0 && !mirrored &&
       (c.pp == 0 || c.pp == last_pp)) {
     after_all(collective(CollectiveKind::kAllReduce, GroupKind::kEmbedding, Stream::kPpComm,
                          d_.vocab_local * d_.h * d_.grad_bytes, "embedding grads all_reduce"));
   }
-  for (uint32_t x : done) wait(x);
-  context(Phase::kOptimizer, -1, -1, -1);
   const bool dist = sc_.training.use_distributed_optimizer;
   const int64_t dp_cp = layout_.size(dense_shard_group());
   // Dense parameters sharded over DP x CP (its HSDP block), expert parameters over expert-DP.
@@ -278,6 +280,16 @@ void RankLowering::finalize_and_step() {
       dist ? ceil_div(params.dense, dp_cp) +
                  (params.expert > 0 ? ceil_div(params.expert, layout_.size(GroupKind::kEdp)) : 0)
            : params.total();
+  if (mirrored) {
+    // DualPipe: ranks r and p - 1 - r hold the same two stages (one copy per direction); the
+    // gradients the optimizer reads are summed over the pair (deepseek-ai/DualPipe,
+    // examples/example_dualpipe.py adds each copy's gradient to its mirror's).
+    role(Role::kMirrorGrads);
+    after_all(collective(CollectiveKind::kAllReduce, GroupKind::kPpMirror, Stream::kPpComm,
+                         local * d_.grad_bytes, "pp-mirror all_reduce grads"));
+  }
+  for (uint32_t x : done) wait(x);
+  context(Phase::kOptimizer, -1, -1, -1);
   role(Role::kGradNorm);
   kernel(k_.grad_norm(local), "grad norm");
   // The norm's sum of squares: over every rank with the distributed optimizer (each holds a

@@ -747,17 +747,43 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
   // forwards, core/schedule.hpp zb_v_schedule, dualpipev_schedule).
   if (splits_backward(p.pipeline_schedule)) {
     const std::string_view skey = "parallelism.pipeline_schedule";
-    // DualPipe (deepseek-ai/DualPipe dualpipe.py): the op order exists (core/schedule.hpp
-    // dualpipe_schedule, with its placement and p2p peers), the Program does not lower it yet.
+    // DualPipe (DeepSeek-V3 report sec. 3.2.1; deepseek-ai/DualPipe dualpipe.py, whose step()
+    // asserts num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= num_ranks * 2): an even
+    // PP, two model chunks (the two parameter copies, each a whole stage), an even number of
+    // micro-batches, at least 2 x PP (half enter from each end).
     if (bidirectional(p.pipeline_schedule)) {
-      return broken(
-          skey, "dualpipe is not simulated yet (rule: its op order is core/schedule.hpp "
-                "dualpipe_schedule, but the Program does not lower its two directions: the "
-                "embedding and the loss on both end ranks, the split of the layers over p stages "
-                "held twice, and the all-reduce of the two parameter copies' gradients between "
-                "ranks r and p - 1 - r; allowed values: gpipe, 1f1b, zb-h1, zb-h2, zb-v, "
-                "dualpipev; dualpipev runs the same schedule cut in half, on PP ranks holding "
-                "2 x PP stages)");
+      if (pp < 2 || pp % 2 != 0) {
+        return broken(
+            "parallelism.pipeline_model_parallel_size",
+            fmt::format("{} with pipeline_schedule dualpipe; it needs an even PP >= 2 (rule: "
+                        "DualPipe pairs rank r with rank PP - 1 - r, dualpipe.py asserts "
+                        "num_ranks % 2 == 0; allowed with an odd PP: gpipe, 1f1b, zb-h1, zb-h2, "
+                        "zb-v, dualpipev)",
+                        pp));
+      }
+      if (v != 2) {
+        return broken(
+            skey, fmt::format("dualpipe needs parallelism.virtual_pipeline_model_parallel_size: "
+                              "2, got {} (rule: rank r holds two parameter copies as its model "
+                              "chunks, stage r of the forward direction and stage PP - 1 - r of "
+                              "the reverse one, each a whole stage of the split over PP stages; "
+                              "num_layers_per_virtual_pipeline_stage, which halves stages, does "
+                              "not give them)",
+                              v));
+      }
+      const int64_t micro_batches = t.global_batch_size / per_step;
+      if (micro_batches % 2 != 0 || micro_batches < 2 * pp) {
+        return broken(
+            "training.global_batch_size",
+            fmt::format("{} gives global_batch_size / (micro_batch_size x DP) = {} / ({} x {}) "
+                        "= {} micro-batches; dualpipe needs an even number of them, at least "
+                        "2 x pipeline_model_parallel_size = {} (rule: half enter from each end "
+                        "and each direction's warm-up runs PP forwards through the two copies; "
+                        "dualpipe.py asserts num_chunks % 2 == 0 and num_chunks >= "
+                        "num_ranks * 2)",
+                        t.global_batch_size, t.global_batch_size, t.micro_batch_size, dp,
+                        micro_batches, 2 * pp));
+      }
     }
     const bool zb_v = v_shaped(p.pipeline_schedule);
     const std::string name = to_string(p.pipeline_schedule);
@@ -769,7 +795,9 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                             "2p - 1 - r; allowed values with v = 1: gpipe, 1f1b, zb-h1, zb-h2)",
                             name, v, name));
     }
-    if (zb_v && (p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers)) {
+    // (DualPipe splits over the PP stages of one direction, v = 1: first/last counts apply.)
+    if (zb_v && !bidirectional(p.pipeline_schedule) &&
+        (p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers)) {
       return broken(
           skey,
           fmt::format(
@@ -785,7 +813,7 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
       return broken(
           skey, fmt::format("{} needs parallelism.virtual_pipeline_model_parallel_size: 1, got {} "
                             "(rule: ZB-H1 and ZB-H2 have one model chunk per rank; allowed with "
-                            "v > 1: 1f1b, and zb-v or dualpipev with v = 2)",
+                            "v > 1: 1f1b, and zb-v, dualpipe or dualpipev with v = 2)",
                             to_string(p.pipeline_schedule), v));
     }
     const int64_t micro_batches = t.global_batch_size / per_step;
@@ -796,7 +824,7 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                             "(micro_batch_size x DP) = {} / ({} x {}) = {} (rule: ZB-H1 and ZB-H2 "
                             "fill the bubbles with the W's of PP micro-batches, ZB-V's and "
                             "DualPipeV's warm-ups run 2 x PP chunk forwards; allowed values: "
-                            "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev)",
+                            "gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipe, dualpipev)",
                             to_string(p.pipeline_schedule),
                             zb_v ? fmt::format("2 x pipeline_model_parallel_size = {}", need)
                                  : fmt::format("pipeline_model_parallel_size = {}", need),
@@ -810,10 +838,10 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
     const bool zb_v = v_shaped(p.pipeline_schedule);
     if (p.pipeline_schedule != PipelineScheduleKind::k1F1B && !zb_v) {
       return broken(
-          vkey, fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b (or zb-v "
-                            "or dualpipev with 2 chunks), got {} (rule: only 1F1B interleaves "
-                            "model chunks and ZB-V and DualPipeV place two in a V; GPipe, ZB-H1 "
-                            "and ZB-H2 have none)",
+          vkey, fmt::format("{} model chunks need parallelism.pipeline_schedule: 1f1b (or zb-v, "
+                            "dualpipe or dualpipev with 2 chunks), got {} (rule: only 1F1B "
+                            "interleaves model chunks, ZB-V and DualPipeV place two in a V and "
+                            "DualPipe holds two copies; GPipe, ZB-H1 and ZB-H2 have none)",
                             v, to_string(p.pipeline_schedule)));
     }
     if (pp < 2) {

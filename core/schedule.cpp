@@ -388,6 +388,18 @@ int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_
   return model_chunk * pp_size + pp_rank;
 }
 
+bool takes_embedding(PipelineScheduleKind kind, int64_t pp_size, int64_t num_model_chunks,
+                     int64_t vstage) {
+  (void)num_model_chunks;
+  return vstage == 0 || (bidirectional(kind) && vstage == pp_size);
+}
+
+bool computes_loss(PipelineScheduleKind kind, int64_t pp_size, int64_t num_model_chunks,
+                   int64_t vstage) {
+  return vstage == pp_size * num_model_chunks - 1 ||
+         (bidirectional(kind) && vstage == pp_size - 1);
+}
+
 int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage) {
   if (v_shaped(kind)) {
     return vstage < pp_size ? vstage : 2 * pp_size - 1 - vstage;

@@ -189,6 +189,18 @@ int64_t required_model_chunks(PipelineScheduleKind kind);
 int64_t virtual_stage_of(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank,
                          int64_t model_chunk);
 
+/// Whether virtual stage `vstage` (of p x num_model_chunks) runs the embedding: the first
+/// virtual stage 0, and under a bidirectional() kind (DualPipe) also p, the reverse direction's
+/// first stage (on rank p - 1). No argument checks.
+bool takes_embedding(PipelineScheduleKind kind, int64_t pp_size, int64_t num_model_chunks,
+                     int64_t vstage);
+
+/// Whether virtual stage `vstage` (of p x num_model_chunks) runs the final norm, the LM head and
+/// the loss: the last virtual stage p v - 1, and under a bidirectional() kind (DualPipe) also
+/// p - 1, the forward direction's last stage (on rank p - 1). No argument checks.
+bool computes_loss(PipelineScheduleKind kind, int64_t pp_size, int64_t num_model_chunks,
+                   int64_t vstage);
+
 /// The pipeline rank that holds virtual stage `vstage` (virtual_stage_of's inverse, rank part):
 /// vstage mod p; for the v_shaped() kinds vstage for vstage < p, else 2p - 1 - vstage.
 int64_t rank_of_virtual_stage(PipelineScheduleKind kind, int64_t pp_size, int64_t vstage);

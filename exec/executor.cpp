@@ -95,6 +95,16 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
     case PipelineScheduleKind::kZbV:
     case PipelineScheduleKind::kDualPipeV:
       break;
+    case PipelineScheduleKind::kDualPipe:
+      // Simulated (the Program lowers it), not executed: the executor would need the second
+      // direction's embedding and loss on rank p - 1 and rank 0, micro-batches m/2.. fed at rank
+      // p - 1, and the all-reduce of the mirror copies' gradients (Role kMirrorGrads).
+      throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is "
+                             "dualpipe, which traintwin simulates but the " + backend_.name() +
+                             " executor does not run (its two directions: the reverse one's "
+                             "embedding and loss on the end ranks, the mirror gradient "
+                             "all-reduce); the executor runs gpipe, 1f1b, zb-h1, zb-h2, zb-v "
+                             "and dualpipev");
     default:
       throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is " +
                              std::string(to_string(sc.parallel.pipeline_schedule)) + "; the " +

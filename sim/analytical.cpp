@@ -338,10 +338,15 @@ class Estimator {
   // ---- costs ----------------------------------------------------------------------------------
 
   /// No-contention time of a collective of `rank`'s group (a probe rank; cached per node group
-  /// of its stage, group kind, kind, bytes: Megatron layouts are uniform inside a node group).
+  /// of its stage, group kind, kind, bytes: Megatron layouts are uniform inside a node group; per
+  /// group for DualPipe's mirror pairs).
   double collective_s(const Op& op, int64_t rank) {
+    // (DualPipe's mirror pairs {r, p - 1 - r} are not uniform: stages far apart or adjacent,
+    // so their time is kept per group.)
+    const int64_t which =
+        op.group == GroupKind::kPpMirror ? prog_->layout.group_index(op.group, rank) : -1;
     const auto key = std::make_tuple(rep_node_group_.at(rank), static_cast<int>(op.group),
-                                     static_cast<int>(op.collective), op.bytes);
+                                     static_cast<int>(op.collective), op.bytes, which);
     auto it = coll_s_.find(key);
     if (it != coll_s_.end()) return it->second;
     std::vector<int64_t> members = prog_->layout.group(op.group, rank);
@@ -378,7 +383,8 @@ class Estimator {
 
   /// Number of pipeline stages a group of kind `g` spans (Megatron's groups: TP, CP, DP inside a
   /// stage, and the expert groups EP, ETP, expert-DP and ETP x EP; the embedding group the first
-  /// and last stage; PP, model-parallel and world all).
+  /// and last stage, DualPipe's mirror group stages r and p - 1 - r; PP, model-parallel and world
+  /// all).
   int64_t group_stages(GroupKind g) const {
     switch (g) {
       case GroupKind::kTp:
@@ -392,7 +398,8 @@ class Estimator {
       case GroupKind::kEtp:
       case GroupKind::kEdp:
       case GroupKind::kEtpEp: return 1;
-      case GroupKind::kEmbedding: return std::min<int64_t>(p_, 2);
+      case GroupKind::kEmbedding:
+      case GroupKind::kPpMirror: return std::min<int64_t>(p_, 2);
       case GroupKind::kPp:
       case GroupKind::kModelParallel:
       case GroupKind::kWorld: return p_;
@@ -1230,7 +1237,7 @@ class Estimator {
   std::vector<double> sat_a_, sat_b_;  ///< saturation_point's scratch
   std::optional<Program> prog_;
   std::optional<TimedProgram> timed_;
-  std::map<std::tuple<size_t, int, int, int64_t>, double> coll_s_;
+  std::map<std::tuple<size_t, int, int, int64_t, int64_t>, double> coll_s_;
   std::vector<uint32_t> template_of_stage_;   ///< stage -> template (stage_kinds)
   std::vector<size_t> node_group_of_stage_;   ///< stage -> node_group_index of its ranks
   std::map<int64_t, size_t> rep_node_group_;  ///< probe rank -> its stage's node group

@@ -197,11 +197,14 @@ void make_configuration(const Scenario& base, int64_t index, const Combination& 
   s.training.recompute_granularity = recompute;
   s.parallel.pipeline_schedule = k.schedule;
   adapt_inherited(base, k, s, c.adjustments);
-  // ZB-V places two model chunks per rank (its V, core/schedule.hpp): a configuration that does
-  // not sweep the virtual pipeline size gets v = 2 when the layers divide over 2 x PP (else the
-  // scenario rules refuse it, naming the key).
+  // ZB-V places two model chunks per rank (its V, core/schedule.hpp), DualPipe two copies of
+  // whole stages: a configuration that does not sweep the virtual pipeline size gets v = 2 when
+  // the layers divide over 2 x PP (DualPipe: over PP; else the scenario rules refuse it, naming
+  // the key).
+  const int64_t chunk_stages = bidirectional(k.schedule) ? pp : 2 * pp;
   if (v_shaped(k.schedule) && !k.vpp_swept && pp > 1 &&
-      s.parallel.virtual_pipeline_model_parallel_size != 2 && s.model.num_layers % (2 * pp) == 0) {
+      s.parallel.virtual_pipeline_model_parallel_size != 2 &&
+      s.model.num_layers % chunk_stages == 0) {
     c.adjustments.push_back(fmt::format(
         "parallelism.virtual_pipeline_model_parallel_size: {} -> 2 ({} holds two model chunks "
         "per pipeline rank)",

@@ -457,6 +457,46 @@ TEST(MemoryTest, Gpt3_175BOn1024GpusZeroBubbleInFlight) {
   }
 }
 
+// DeepSeek-V3 Technical Report Table 2 (and the DualPipe README): per device DualPipe holds 2x
+// the parameters of 1F1B (two copies: rank r stage r of the forward direction and stage 15 - r of
+// the reverse one, each a whole stage of 6 layers) and PP + 1 micro-batches of a stage's
+// activations, against 1F1B's PP on its first stage. GPT-3 175B, TP 8 x PP 16 x DP 8, m = 192
+// (even, >= 2 x 16), v = 2 (the two copies).
+TEST(MemoryTest, Gpt3_175BOn1024GpusDualPipeAsDeepSeekV3Table2) {
+  Scenario s = Gpt3_175BOn1024();
+  s.parallel.pipeline_schedule = PipelineScheduleKind::kDualPipe;
+  s.parallel.virtual_pipeline_model_parallel_size = 2;
+  const std::vector<StageMemory> one_f_one_b = memory_per_stage(Gpt3_175BOn1024());
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  ASSERT_EQ(stages.size(), 16u);
+  for (int64_t r = 0; r < 16; ++r) {
+    const StageMemory& m = stages[static_cast<size_t>(r)];
+    EXPECT_EQ(m.layers, 12) << r;     // 2 x 96 / 16
+    EXPECT_EQ(m.in_flight, 17) << r;  // PP + 1 chunk sets, each a whole stage
+    // 17 x 6 = 102 layer-activations of 106954752 bytes (SP + selective), 1F1B's stage 0 96.
+    EXPECT_EQ(m.activations_bytes, 102.0 * 106954752) << r;
+    // Weights, gradients and optimizer state follow the parameters (2 + 4 + 12/8 bytes each).
+    EXPECT_EQ(m.weights_bytes, 2.0 * static_cast<double>(m.parameters)) << r;
+    EXPECT_EQ(m.gradients_bytes, 4.0 * static_cast<double>(m.parameters)) << r;
+    EXPECT_EQ(m.optimizer_bytes, 1.5 * static_cast<double>(m.parameters)) << r;
+  }
+  EXPECT_EQ(one_f_one_b[0].activations_bytes, 96.0 * 106954752);  // 1F1B: PP = 16 sets of 6
+  for (int64_t r = 1; r < 15; ++r) {  // the middle ranks: exactly 2x 1F1B's 1359461376
+    EXPECT_EQ(stages[static_cast<size_t>(r)].parameters, int64_t{2} * 1359461376) << r;
+    EXPECT_EQ(stages[static_cast<size_t>(r)].embedding_and_logits_bytes, 0.0) << r;
+  }
+  // The end ranks hold 1F1B's first and last stage (1463270400 + 1438129152) less the tied LM
+  // head's copy (V/t x h = 6400 x 12288 = 78643200: one word embedding per rank): 2822756352.
+  for (int64_t r : {0, 15}) {
+    EXPECT_EQ(stages[static_cast<size_t>(r)].parameters,
+              int64_t{1463270400} + 1438129152 - 78643200)
+        << r;
+  }
+  // Both end ranks run an embedding and a loss (one direction's each): mirror images.
+  EXPECT_GT(stages[0].embedding_and_logits_bytes, 0.0);
+  EXPECT_EQ(stages[0].embedding_and_logits_bytes, stages[15].embedding_and_logits_bytes);
+}
+
 TEST(MemoryTest, Gpt3_175BOn1024GpusAllStages) {
   const Scenario s = Gpt3_175BOn1024();
   const std::vector<StageMemory> stages = memory_per_stage(s);

@@ -1899,5 +1899,144 @@ TEST(ProgramZeroBubble, OneFOneBHasNoWeightGradPhase) {
   }
 }
 
+// ---- DualPipe: two parameter copies, two directions --------------------------------------------
+
+// DualPipe Programs (DeepSeek-V3 sec. 3.2.1; core/schedule.hpp dualpipe_schedule) replay to
+// completion over a grid of layouts: the two directions' transfers match by tag, and the mirror
+// all-reduce of each pair of ranks r and p - 1 - r meets.
+TEST(ProgramDualPipe, ReplaysWithoutDeadlockOrMismatch) {
+  int cases = 0;
+  for (int64_t tp : {1, 2}) {
+    for (int64_t pp : {2, 4}) {
+      for (int64_t m : {2 * pp, 2 * pp + 2}) {
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;
+          for (auto rc : {RecomputeGranularity::kNone, RecomputeGranularity::kFull}) {
+            for (int flags = 0; flags < 4; ++flags) {
+              Knobs k;
+              k.tp = tp, k.pp = pp, k.v = 2, k.m = m, k.sp = sp, k.recompute = rc, k.dp = 2;
+              k.schedule = PipelineScheduleKind::kDualPipe, k.layers = 2 * pp;
+              k.dist_opt = flags & 1;
+              k.overlap_grad = flags & 2;
+              k.overlap_param = k.dist_opt && k.overlap_grad;
+              const Program prog = build_program(make(k));
+              std::vector<std::string> errors;
+              ASSERT_EQ(replay_all(prog, errors), 0u) << "tp " << tp << " pp " << pp << " m " << m;
+              ASSERT_TRUE(errors.empty()) << errors.front();
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 2 * 2 * 2 * 4);  // (tp, sp) x pp x m x recompute x flags
+}
+
+// Every micro-batch runs through the whole model once, in one direction: over all ranks the step
+// kernels (forward, input and weight gradients) are 1F1B's, names, counts and FLOPs; the
+// embedding runs on both end ranks (rank 0 for micro-batches 0..m/2-1, rank p - 1 for the
+// others) and so does the loss; the only W kernels are the wgrad GEMMs and the embedding's
+// backward.
+TEST(ProgramDualPipe, SameStepKernelsAsOneFOneBWithEmbeddingAndLossOnBothEnds) {
+  for (bool sp : {false, true}) {
+    Knobs k;
+    k.tp = 2, k.pp = 4, k.dp = 1, k.m = 8, k.sp = sp, k.layers = 8;
+    const Program one_f_one_b = build_program(make(k));
+    k.v = 2, k.schedule = PipelineScheduleKind::kDualPipe;
+    const Program dual = build_program(make(k));
+    auto steps = [](const Program& prog) {
+      std::map<std::string, std::pair<double, int64_t>> all;
+      for (Phase ph : {Phase::kForward, Phase::kBackward, Phase::kWeightGrad, Phase::kRecompute}) {
+        for (const auto& [name, fn] : kernels_by_name(prog, ph)) {
+          all[name].first += fn.first;
+          all[name].second += fn.second;
+        }
+      }
+      return all;
+    };
+    const auto a = steps(dual), b = steps(one_f_one_b);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, fn] : b) {
+      ASSERT_TRUE(a.count(name)) << name;
+      EXPECT_EQ(a.at(name).second, fn.second) << name;
+      EXPECT_NEAR(a.at(name).first, fn.first, 1e-9 * fn.first) << name;
+    }
+    const auto w = kernels_by_name(dual, Phase::kWeightGrad);
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_TRUE(w.count("gemm_wgrad") && w.count("embedding_bwd"));
+    for (const auto& [r, rp] : dual.ranks) {
+      std::set<int64_t> embedded, lost;  // micro-batches
+      for (const Op& op : rp.ops) {
+        for (uint32_t id : op.kernels) {
+          const std::string& name = dual.kernels[id].key.name;
+          if (name == "embedding_fwd") embedded.insert(op.micro_batch);
+          if (name == "cross_entropy_fwd") lost.insert(op.micro_batch);
+        }
+      }
+      const int64_t pp = rp.coord.pp;
+      const std::set<int64_t> first_half = {0, 1, 2, 3}, second_half = {4, 5, 6, 7};
+      if (pp == 0) {  // forward direction's stage 0, reverse direction's stage 3
+        EXPECT_EQ(embedded, first_half);
+        EXPECT_EQ(lost, second_half);
+      } else if (pp == 3) {
+        EXPECT_EQ(embedded, second_half);
+        EXPECT_EQ(lost, first_half);
+      } else {
+        EXPECT_TRUE(embedded.empty() && lost.empty()) << "rank " << r;
+      }
+    }
+  }
+}
+
+// The gradients: each chunk's DP buckets carry its copy's parameters (every parameter of the rank
+// once, the tied LM head as the end ranks' one word embedding), then one all-reduce over the
+// mirror pair (ranks r and p - 1 - r, GroupKind::kPpMirror) of the gradients the optimizer reads
+// (all of them; the DP x CP shard with the distributed optimizer), before the gradient norm; no
+// embedding-group all-reduce (the mirror sums the end ranks' word embeddings).
+TEST(ProgramDualPipe, DataParallelBucketsThenOneMirrorAllReduce) {
+  for (bool dist : {false, true}) {
+    Knobs k;
+    k.pp = 4, k.v = 2, k.dp = 2, k.m = 8, k.layers = 8, k.dist_opt = dist;
+    k.schedule = PipelineScheduleKind::kDualPipe;
+    const Scenario s = make(k);
+    const Program prog = build_program(s);
+    for (const auto& [r, rp] : prog.ranks) {
+      const int64_t params = parameters_on_rank(s, rp.coord.pp);
+      int64_t grad_bytes = 0, embedding_all_reduces = 0, mirrors = 0;
+      uint32_t mirror = 0, norm = 0;
+      for (const Op& op : rp.ops) {
+        if (op.kind == OpKind::kCollective && op.group == GroupKind::kDpCp &&
+            op.phase == Phase::kGradSync) {
+          grad_bytes += op.bytes;
+        }
+        embedding_all_reduces += op.kind == OpKind::kCollective && op.group == GroupKind::kEmbedding;
+        if (op.role == Role::kMirrorGrads) {
+          ++mirrors;
+          mirror = op.id;
+          EXPECT_EQ(op.group, GroupKind::kPpMirror);
+          EXPECT_EQ(op.collective, CollectiveKind::kAllReduce);
+          // fp32 gradients of the whole rank, or of its half (DP 2) with the distributed optimizer
+          EXPECT_EQ(op.bytes, (dist ? (params + 1) / 2 : params) * 4) << "rank " << r;
+        }
+        if (op.kind == OpKind::kCompute && !op.kernel_roles.empty() &&
+            op.kernel_roles.front() == Role::kGradNorm) {
+          norm = op.id;
+        }
+      }
+      EXPECT_EQ(grad_bytes, params * 4) << "rank " << r;
+      EXPECT_EQ(embedding_all_reduces, 0) << "rank " << r;
+      EXPECT_EQ(mirrors, 1) << "rank " << r;
+      EXPECT_LT(mirror, norm) << "rank " << r;
+      const std::vector<int64_t> pair = prog.layout.group(GroupKind::kPpMirror, r);
+      ASSERT_EQ(pair.size(), 2u);
+      EXPECT_EQ(prog.layout.coord(pair[0]).pp + prog.layout.coord(pair[1]).pp, 3);
+    }
+    // Ranks r and 3 - r hold the same parameters: stages r and 3 - r.
+    EXPECT_EQ(parameters_on_rank(s, 0), parameters_on_rank(s, 3));
+    EXPECT_EQ(parameters_on_rank(s, 1), parameters_on_rank(s, 2));
+  }
+}
+
 }  // namespace
 }  // namespace traintwin

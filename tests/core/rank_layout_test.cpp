@@ -109,6 +109,43 @@ TEST(RankLayout, PipelineGroupIsOrderedByStage) {
   EXPECT_THAT(no_pp.group(GroupKind::kEmbedding, 3), ElementsAre(3));
 }
 
+// DualPipe's mirror groups (GroupKind::kPpMirror): pipeline ranks r and PP - 1 - r of one
+// pipeline, which hold the same two stages. Megatron's documented layout (TP 2, DP 2, PP 4,
+// tp-dp-pp): rank 1 (pp 0) pairs with 13 (pp 3), rank 5 (pp 1) with 9 (pp 2); the groups
+// partition the world, each with its own index in 0 .. count - 1; with an odd PP the middle
+// stage is alone, and with PP 1 every rank.
+TEST(RankLayout, PipelineMirrorGroupsPairStagesRAndPMinus1MinusR) {
+  RankLayout layout(2, 1, 2, 4, "tp-dp-pp");
+  EXPECT_EQ(layout.size(GroupKind::kPpMirror), 2);
+  EXPECT_STREQ(to_string(GroupKind::kPpMirror), "pp-mirror");
+  EXPECT_THAT(layout.group(GroupKind::kPpMirror, 1), ElementsAre(1, 13));
+  EXPECT_THAT(layout.group(GroupKind::kPpMirror, 13), ElementsAre(1, 13));
+  EXPECT_THAT(layout.group(GroupKind::kPpMirror, 9), ElementsAre(5, 9));
+  const auto groups = layout.all_groups(GroupKind::kPpMirror);
+  ASSERT_EQ(groups.size(), 8u);
+  std::set<int64_t> seen, indices;
+  for (const auto& g : groups) {
+    ASSERT_EQ(g.size(), 2u);
+    const RankCoord a = layout.coord(g[0]), b = layout.coord(g[1]);
+    EXPECT_EQ(a.pp + b.pp, 3);
+    EXPECT_TRUE(a.tp == b.tp && a.dp == b.dp && a.cp == b.cp);
+    for (int64_t m : g) {
+      EXPECT_TRUE(seen.insert(m).second);
+      EXPECT_EQ(layout.group_index(GroupKind::kPpMirror, m),
+                layout.group_index(GroupKind::kPpMirror, g[0]));
+    }
+    indices.insert(layout.group_index(GroupKind::kPpMirror, g[0]));
+  }
+  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_EQ(indices, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  RankLayout odd(1, 1, 1, 3);
+  EXPECT_THAT(odd.group(GroupKind::kPpMirror, 1), ElementsAre(1));
+  EXPECT_THAT(odd.group(GroupKind::kPpMirror, 2), ElementsAre(0, 2));
+  RankLayout no_pp(2, 1, 2, 1);
+  EXPECT_EQ(no_pp.size(GroupKind::kPpMirror), 1);
+  EXPECT_THAT(no_pp.group(GroupKind::kPpMirror, 3), ElementsAre(3));
+}
+
 // HSDP groups (Megatron-Core's partial data-parallel groups with CP): TP 2, CP 2, DP 4, PP 2
 // in the order tp-cp-dp-pp, 2 instances. Rank 0's DP x CP group is the 8 ranks with tp 0 and
 // pp 0: {0, 2, 4, ..., 14}; its sharding group the first 4 of them, {0, 2, 4, 6}; rank 10's the

@@ -745,21 +745,54 @@ TEST(ScenarioRules, ZbVNeedsTwoChunksAndTwicePpMicroBatches) {
   }
 }
 
-// DualPipe (core/schedule.hpp dualpipe_schedule): the schedule exists, the Program does not lower
-// its two directions, so the rules refuse it by name (never run as another schedule), with or
-// without the two chunks and micro-batches it would need.
-TEST(ScenarioRules, DualPipeIsRefusedByNameUntilLowered) {
-  ScenarioText t;
+// DualPipe (core/schedule.hpp dualpipe_schedule; deepseek-ai/DualPipe dualpipe.py, whose step()
+// asserts num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= num_ranks * 2): accepted
+// with an even PP, two model chunks (its two parameter copies) and an even number of
+// micro-batches >= 2 x PP; each broken precondition refused naming its key.
+TEST(ScenarioRules, DualPipeNeedsEvenPpTwoCopiesAndAnEvenBatchOfTwicePp) {
+  ScenarioText t;  // TP 2 x PP 2 on 8 GPUs: DP 2, 8 / (1 x 2) = 4 micro-batches
   t.set("parallelism", "pipeline_schedule", "dualpipe")
       .set("parallelism", "virtual_pipeline_model_parallel_size", "2");
-  EXPECT_THAT(error_of(t),
-              AllOf(HasSubstr(at(t, "parallelism.pipeline_schedule") +
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.parallel.pipeline_schedule, PipelineScheduleKind::kDualPipe);
+  // Each chunk a whole stage of the split over PP = 2 stages: 4 layers, held twice.
+  EXPECT_EQ(chunk_layers(s, 0, 0), (ChunkLayers{0, 4}));
+  EXPECT_EQ(chunk_layers(s, 0, 1), (ChunkLayers{4, 4}));
+  EXPECT_EQ(chunk_layers(s, 1, 0), (ChunkLayers{4, 4}));
+  EXPECT_EQ(chunk_layers(s, 1, 1), (ChunkLayers{0, 4}));
+
+  ScenarioText v1 = t;
+  v1.set("parallelism", "virtual_pipeline_model_parallel_size", "1");
+  EXPECT_THAT(error_of(v1),
+              AllOf(HasSubstr(at(v1, "parallelism.pipeline_schedule") +
                               "parallelism.pipeline_schedule"),
-                    HasSubstr("dualpipe is not simulated yet"),
-                    HasSubstr("the all-reduce of the two parameter copies' gradients"),
-                    HasSubstr("allowed values: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipev")));
-  t.set("parallelism", "virtual_pipeline_model_parallel_size", "1");
-  EXPECT_THAT(error_of(t), HasSubstr("dualpipe is not simulated yet"));
+                    HasSubstr("dualpipe needs parallelism.virtual_pipeline_model_parallel_size: "
+                              "2, got 1")));
+
+  ScenarioText odd_batch = t;  // 6 / (1 x 2) = 3 micro-batches
+  odd_batch.set("training", "global_batch_size", "6");
+  EXPECT_THAT(error_of(odd_batch),
+              AllOf(HasSubstr(at(odd_batch, "training.global_batch_size") +
+                              "training.global_batch_size"),
+                    HasSubstr("= 3 micro-batches; dualpipe needs an even number of them, at least "
+                              "2 x pipeline_model_parallel_size = 4")));
+  ScenarioText few = t;  // PP 4 on 8 GPUs: DP 1, 4 micro-batches < 8
+  few.set("parallelism", "pipeline_model_parallel_size", "4")
+      .set("training", "global_batch_size", "4");
+  EXPECT_THAT(error_of(few), HasSubstr("= 4 micro-batches; dualpipe needs an even number of "
+                                       "them, at least 2 x pipeline_model_parallel_size = 8"));
+  few.set("training", "global_batch_size", "8");
+  EXPECT_NO_THROW(parse(few.text()));
+
+  ScenarioText odd_pp = t;  // PP 3 on 6 GPUs, 9 layers: the split is fine, PP is odd
+  odd_pp.set("model", "num_layers", "9")
+      .set("parallelism", "pipeline_model_parallel_size", "3")
+      .set("cluster", "num_gpus", "6");
+  EXPECT_THAT(error_of(odd_pp),
+              AllOf(HasSubstr(at(odd_pp, "parallelism.pipeline_model_parallel_size") +
+                              "parallelism.pipeline_model_parallel_size"),
+                    HasSubstr("3 with pipeline_schedule dualpipe; it needs an even PP >= 2"),
+                    HasSubstr("dualpipe.py asserts num_ranks % 2 == 0")));
 }
 
 TEST(ScenarioRules, TensorParallelDividesHeads) {
@@ -937,7 +970,7 @@ TEST(ScenarioRules, InterleavingNeeds1F1B) {
   t.set("parallelism", "virtual_pipeline_model_parallel_size", "2")
       .set("parallelism", "pipeline_schedule", "gpipe");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr("parallelism.virtual_pipeline_model_parallel_size"),
-                                 HasSubstr("pipeline_schedule: 1f1b (or zb-v or dualpipev with 2 chunks), got gpipe")));
+                                 HasSubstr("pipeline_schedule: 1f1b (or zb-v, dualpipe or dualpipev with 2 chunks), got gpipe")));
 }
 
 TEST(ScenarioRules, InterleavingNeedsAPipeline) {

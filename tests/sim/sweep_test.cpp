@@ -548,7 +548,6 @@ TEST(Sweep, PipelineScheduleAxis) {
   EXPECT_GE(configs[1].peak_memory_bytes, configs[0].peak_memory_bytes);
   EXPECT_EQ(parse_sweep_schedules("--pipeline-schedule", "1f1b,zb-h1,zb-h2"),
             axes.pipeline_schedule);
-  // dualpipe parses (the scenario rules then refuse its configurations by name).
   EXPECT_EQ(parse_sweep_schedules("--pipeline-schedule", "1f1b,dualpipe"),
             (std::vector<PipelineScheduleKind>{PipelineScheduleKind::k1F1B,
                                                PipelineScheduleKind::kDualPipe}));
@@ -561,6 +560,27 @@ TEST(Sweep, PipelineScheduleAxis) {
                                     "comma-separated)"));
   }
   EXPECT_THROW(parse_sweep_schedules("--pipeline-schedule", "zb-h1,zb-h1"), ConfigError);
+}
+
+// DualPipe on the schedule axis: a configuration that does not sweep VPP gets its two parameter
+// copies (v = 2, each chunk a whole stage of 96 / 16 layers), is valid, and holds more memory
+// than 1F1B (DeepSeek-V3 Table 2: 2x the parameters, PP + 1 activation sets).
+TEST(Sweep, DualPipeOnTheScheduleAxis) {
+  const Scenario base = load_scenario(std::string(TRAINTWIN_SOURCE_DIR) +
+                                      "/scenarios/gpt3-175b-h100-1024.yaml");  // PP 16, m 192
+  SweepAxes axes;
+  axes.pipeline_schedule = {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kDualPipe};
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  ASSERT_EQ(configs.size(), 2u);
+  ASSERT_TRUE(configs[0].valid && configs[1].valid) << configs[1].invalid_reason;
+  EXPECT_EQ(configs[1].scenario.parallel.virtual_pipeline_model_parallel_size, 2);
+  bool adjusted = false;
+  for (const std::string& a : configs[1].adjustments) {
+    adjusted = adjusted || a.find("virtual_pipeline_model_parallel_size: 1 -> 2 (dualpipe") !=
+                               std::string::npos;
+  }
+  EXPECT_TRUE(adjusted);
+  EXPECT_GT(configs[1].peak_memory_bytes, configs[0].peak_memory_bytes);
 }
 
 TEST(Sweep, RowOrderGroupsOutOfMemoryErrorsAndInvalid) {

@@ -94,7 +94,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_TRUE(keys_of("model.num_layers").empty());  // a value, not a mapping
   EXPECT_TRUE(keys_of("nonsense").empty());
   EXPECT_EQ(keys_of("model").size(), 27u);
-  EXPECT_EQ(keys_of("parallelism").size(), 17u);
+  EXPECT_EQ(keys_of("parallelism").size(), 18u);  // with scatter_gather_tensors_in_pipeline
   EXPECT_EQ(keys_of("training").size(), 39u);
   EXPECT_TRUE(scenario_schema::is_section("training"));
   EXPECT_FALSE(scenario_schema::is_section("name"));

@@ -117,6 +117,22 @@ void RankLowering::p2p_batch(const std::vector<P2P>& batch) {
     add_dep(id, last_compute_);
     if (!(split_ && x.send)) ids.push_back(id);
   }
+  if (scatter_gathers()) {
+    // Megatron-LM's _communicate: wait for the whole batch, then gather each received chunk
+    // over TP (the full [s, b, h] tensor, p2p_bytes() x TP) before anything uses it.
+    const Role saved = role_;
+    role_ = Role::kPipeline;
+    std::vector<uint32_t> gathers;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].send) continue;
+      const uint32_t g = collective(CollectiveKind::kAllGather, GroupKind::kTp, Stream::kTpComm,
+                                    p2p_bytes() * d_.t, "pp all_gather (scatter/gather)");
+      for (uint32_t id : ids) add_dep(g, id);
+      gathers.push_back(g);
+    }
+    role_ = saved;
+    ids.insert(ids.end(), gathers.begin(), gathers.end());
+  }
   for (uint32_t id : ids) waits_.push_back(id);
 }
 

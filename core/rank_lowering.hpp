@@ -109,6 +109,9 @@ class RankLowering {
   /// backward (zero bubble) for its recvs only: the sends complete on their own (the zero-bubble
   /// runtime posts them asynchronously; a blocking send would hold each extra warm-up forward of
   /// ZB-H2 until the next stage's B).
+  /// Under scatter/gather (scatter_gathers()), each received chunk is all-gathered over TP
+  /// (gather_split_1d_tensor, blocking) after the batch completes, and the compute waits for the
+  /// gathers.
   void p2p_batch(const std::vector<P2P>& batch);
 
   // ---- pipeline geometry ---------------------------------------------------------------------
@@ -143,7 +146,18 @@ class RankLowering {
   int64_t rank_of_vstage_pp(int64_t vs) const {
     return rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, vs);
   }
-  int64_t p2p_bytes() const { return d_.tokens_sp * d_.h * d_.dsize; }
+  /// parallelism.scatter_gather_tensors_in_pipeline applies: TP > 1 without SP (Megatron-LM's
+  /// p2p_communication._communicate splits the [s, b, h] tensor into TP 1-D chunks and
+  /// all-gathers them after the receive; with SP the tensor is already [s/TP, b, h]).
+  bool scatter_gathers() const {
+    return sc_.parallel.scatter_gather_tensors_in_pipeline && !d_.sp && d_.t > 1;
+  }
+  /// Bytes of one pipeline send or recv: the stage's [s, b, h] output (or its gradient), [s/TP,
+  /// b, h] with SP, 1/TP of it under scatter/gather.
+  int64_t p2p_bytes() const {
+    const int64_t bytes = d_.tokens_sp * d_.h * d_.dsize;
+    return scatter_gathers() ? bytes / d_.t : bytes;
+  }
   /// A transfer of this rank (core/schedule.hpp's rule) as the recv or send the lowering emits:
   /// the peer is the rank of the other virtual stage.
   P2P p2p(const PipelineTransfer& t, bool send) const;

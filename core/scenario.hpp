@@ -241,6 +241,12 @@ struct ParallelConfig {
   std::optional<int64_t> expert_tensor_parallel_size;
   int64_t data_parallel_size = 1;                  ///< DP, = num_gpus / (TP*CP*PP)
   bool sequence_parallel = false;                  ///< SP (needs TP > 1)
+  /// Megatron-LM's scatter/gather of pipeline tensors (Narayanan et al. SC'21, section 4.1; the
+  /// flag --no-scatter-gather-tensors-in-pipeline, on by default in Megatron-LM until
+  /// Megatron-Core's p2p_communication dropped it): without SP each TP rank sends 1/TP of the
+  /// [s, b, h] activation (or gradient) to its peer stage and the receiving TP group all-gathers
+  /// it over NVLink. No effect with SP (the tensor is already split) or TP = 1.
+  bool scatter_gather_tensors_in_pipeline = false;
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::k1F1B;
   /// Fastest-varying first (Megatron-LM's default order; ep may be left out when EP = 1).
   std::string rank_order = "tp-cp-ep-dp-pp";

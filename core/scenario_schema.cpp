@@ -200,6 +200,12 @@ const std::vector<KeySpec>& table() {
       {.section = "parallelism", .key = "sequence_parallel", .type = V::kBoolean,
        .doc = "SP: needs TP > 1", .flag = "--sequence-parallel",
        .bind = field<kPar, &P::sequence_parallel>()},
+      {.section = "parallelism", .key = "scatter_gather_tensors_in_pipeline", .type = V::kBoolean,
+       .doc = "Megatron-LM's pipeline scatter/gather (Narayanan et al. 2021, section 4.1; on by "
+              "default in Megatron-LM before Megatron-Core): without SP each TP rank sends 1/TP of "
+              "a stage's activation or gradient and the receiving TP group all-gathers it; no "
+              "effect with SP or TP = 1",
+       .bind = field<kPar, &P::scatter_gather_tensors_in_pipeline>()},
       {.section = "parallelism", .key = "data_parallel_size", .type = V::kInteger,
        .unit = "GPUs", .default_text = "num_gpus / (TP x CP x PP)",
        .doc = "DP: must equal num_gpus / (TP x CP x PP) when given"},

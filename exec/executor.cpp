@@ -54,6 +54,12 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                            backend_.name() + " backend yet");
   };
   if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
+  // Megatron-LM's pipeline scatter/gather (1/TP of each p2p tensor, then a TP all-gather) is
+  // modelled by the simulator only; the executor sends whole tensors.
+  if (sc.parallel.scatter_gather_tensors_in_pipeline && !sc.parallel.sequence_parallel &&
+      sc.parallel.tensor_model_parallel_size > 1 && sc.parallel.pipeline_model_parallel_size > 1) {
+    unsupported("parallelism.scatter_gather_tensors_in_pipeline");
+  }
   // CPU offload (training.optimizer_cpu_offload, training.cpu_offloading): on the cpu backend the
   // host's memory is the device's, so there is nothing to offload to; no backend copies state
   // or activations over a host link yet. Refused by name, never run without the offload.

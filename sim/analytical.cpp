@@ -1285,6 +1285,15 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
   }
   // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
   // use, gpu_speed_scale the compute (in the timing layer).
+  const ParallelConfig& par = s.parallel;
+  if (par.scatter_gather_tensors_in_pipeline && !par.sequence_parallel &&
+      par.tensor_model_parallel_size > 1 && par.pipeline_model_parallel_size > 1) {
+    // The TP all-gather after each pipeline recv sits between the schedule steps, where the
+    // step-level model has no place for it (core/rank_lowering.cpp p2p_batch).
+    throw UnsupportedError(
+        "analytical estimate: parallelism.scatter_gather_tensors_in_pipeline (without SP) is not "
+        "modelled by the estimator; use the replay (simulate, or sweep --mode simulate)");
+  }
   const SimulationOptions o = with_what_if(SimulationOptions{}, w);
   EstimateCache::Impl* c = nullptr;
   if (cache != nullptr) {

@@ -26,6 +26,13 @@ WaitedFor waited_for(const Op& op, double comm_s, double sync_wait_s) {
   switch (op.kind) {
     case OpKind::kCompute: return {WaitedFor::Kind::kCompute, 0, 0};
     case OpKind::kCollective:
+      // Megatron-LM's pipeline scatter/gather: the TP all-gather of a received chunk
+      // (Role::kPipeline, core/rank_lowering.cpp p2p_batch) is part of the p2p transfer.
+      if (op.role == Role::kPipeline) {
+        // A TP member late to the gather was late receiving its own chunk: bubble, not sync
+        // wait (attribute_gap splits a transfer's gap into its comm_s and the bubble).
+        return {WaitedFor::Kind::kTransfer, std::max(0.0, comm_s), 0};
+      }
       return {collective_kind(op.group), 0, std::max(0.0, sync_wait_s)};
     case OpKind::kSend:
     case OpKind::kRecv: return {WaitedFor::Kind::kTransfer, std::max(0.0, comm_s), 0};

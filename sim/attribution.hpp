@@ -34,7 +34,8 @@ struct WaitedFor {
   double sync_wait_s = 0;
 };
 
-/// The wait on op `op` (its kind and group). `comm_s`: a send/recv's transfer time
+/// The wait on op `op` (its kind and group; the TP all-gather of pipeline scatter/gather,
+/// Role::kPipeline, is a kTransfer with `comm_s` its own and its recv's transfer time). `comm_s`: a send/recv's transfer time
 /// (WaitedFor::comm_s); `sync_wait_s`: a collective's wait for late members
 /// (WaitedFor::sync_wait_s). Negative values count as 0.
 WaitedFor waited_for(const Op& op, double comm_s = 0, double sync_wait_s = 0);

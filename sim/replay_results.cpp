@@ -278,6 +278,20 @@ TimeBreakdown Engine::breakdown(int64_t rank, double iteration_s,
                                     other == kNone ? 0.0 : ready_time(peer, other));
       comm = st.t[waited] - start;
     }
+    if (w.kind == OpKind::kCollective && w.role == Role::kPipeline) {
+      // Pipeline scatter/gather: the transfer is the batch's last send/recv (the gather waits
+      // for the whole batch) and the TP all-gather; the wait before the peer stage posted its
+      // side stays bubble.
+      comm = st.t[waited] - arrival(rank, waited).start_s;
+      const uint32_t recv = latest_dep(waited);
+      if (recv != kNone && (tp.rp->ops[recv].kind == OpKind::kRecv ||
+                            tp.rp->ops[recv].kind == OpKind::kSend)) {
+        auto [peer, other] = matching_p2p(rank, recv);
+        const double start = std::max(ready_time(rank, recv),
+                                      other == kNone ? 0.0 : ready_time(peer, other));
+        comm += st.t[recv] - start;
+      }
+    }
     // Back through the collectives the gap waited for (each waited for the one before): the
     // part of the gap before each one's last member arrived is sync wait on that member.
     double until = hi;

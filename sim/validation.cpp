@@ -63,12 +63,16 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     // all-reduce after the backward pass (not overlapped), unfused attention.
     training["use_distributed_optimizer"] = false;
     training["overlap_grad_reduce"] = false;
+    // Its p2p splits each tensor over TP and all-gathers it after the receive (section 4.1).
+    parallelism["scatter_gather_tensors_in_pipeline"] = true;
   } else if (source.rfind("korthikanti2022", 0) == 0) {
     // Tables 3/5 compare full recomputation without SP against SP + selective recomputation.
     const bool sp = variant == "sequence_parallel_selective_recompute";
     parallelism["sequence_parallel"] = sp;
     training["recompute_granularity"] = sp ? "selective" : "full";
     training["use_distributed_optimizer"] = false;
+    // Megatron-LM of 2022: --scatter-gather-tensors-in-pipeline on by default (without SP).
+    parallelism["scatter_gather_tensors_in_pipeline"] = true;
   } else if (source.rfind("dgxc v", 0) == 0 || source.rfind("nemo_long_context", 0) == 0 ||
              dgxc_repo) {
     // NVIDIA's DGX Cloud recipes (NeMo 2 / Megatron-Core) and NeMo's long-context table:

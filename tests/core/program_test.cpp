@@ -33,6 +33,7 @@ struct Knobs {
   // Uneven pipeline split (core/pipeline_split.hpp).
   std::optional<int64_t> first, last;
   bool account_embedding = false, account_loss = false;
+  bool scatter_gather = false;  // parallelism.scatter_gather_tensors_in_pipeline
 };
 
 // A small GPT: h 64, 8 heads, ffn 4h, s 32, V 1024 (a multiple of 128 x TP, so no padding).
@@ -51,6 +52,7 @@ Scenario make(const Knobs& k) {
   s.parallel.decoder_last_pipeline_num_layers = k.last;
   s.parallel.account_for_embedding_in_pipeline_split = k.account_embedding;
   s.parallel.account_for_loss_in_pipeline_split = k.account_loss;
+  s.parallel.scatter_gather_tensors_in_pipeline = k.scatter_gather;
   s.training.micro_batch_size = k.b;
   s.training.global_batch_size = k.m * k.b * k.dp;
   s.training.precision = k.precision;
@@ -591,6 +593,50 @@ TEST(Program, PipelineSendsPerMicroBatch) {
       if (rp.coord.pp == 3) expected -= 8;  // last virtual stage sends no activation forward
       if (rp.coord.pp == 0) expected -= 8;  // first virtual stage sends no gradient back
       EXPECT_EQ(sends, expected) << "rank " << r;
+    }
+  }
+}
+
+// Megatron-LM's pipeline scatter/gather (Narayanan et al. SC'21, section 4.1; Megatron-LM
+// p2p_communication._communicate: split_tensor_into_1d_equal_chunks before the send,
+// gather_split_1d_tensor after the batch's wait): without SP each TP rank sends 1/TP of the
+// [s, b, h] tensor, and every received chunk is all-gathered over TP (the whole tensor) before
+// the compute that uses it. With SP the tensor is already split: nothing changes.
+TEST(Program, PipelineScatterGatherSendsOneTpShareAndGathersIt) {
+  for (bool sp : {false, true}) {
+    Knobs k;
+    k.tp = 2, k.pp = 4, k.v = 2, k.m = 8, k.layers = 8, k.sp = sp, k.scatter_gather = true;
+    const Program prog = build_program(make(k));
+    std::vector<std::string> errors;
+    EXPECT_EQ(replay_all(prog, errors), 0u);
+    EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : errors.front());
+    // s b h x 2 bytes = 32 x 64 x 2 for the whole tensor; SP or scatter/gather send half.
+    const int64_t whole = 32 * 64 * 2;
+    for (const auto& [r, rp] : prog.ranks) {
+      int64_t recvs = 0, gathers = 0;
+      for (const Op& op : rp.ops) {
+        if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) EXPECT_EQ(op.bytes, whole / 2);
+        if (op.kind == OpKind::kRecv) ++recvs;
+        if (op.kind != OpKind::kCollective || op.what != std::string("pp all_gather (scatter/gather)")) {
+          continue;
+        }
+        ++gathers;
+        EXPECT_EQ(op.collective, CollectiveKind::kAllGather);
+        EXPECT_EQ(op.group, GroupKind::kTp);
+        EXPECT_EQ(op.bytes, whole);  // the gathered [s, b, h] tensor
+        const bool after_recv = std::any_of(op.deps.begin(), op.deps.end(), [&](uint32_t d) {
+          return rp.ops[d].kind == OpKind::kRecv;
+        });
+        EXPECT_TRUE(after_recv) << prog.label(op);
+        // The next compute op waits for the gather.
+        const auto next = std::find_if(rp.ops.begin() + op.id, rp.ops.end(),
+                                       [](const Op& o) { return o.kind == OpKind::kCompute; });
+        ASSERT_NE(next, rp.ops.end());
+        EXPECT_NE(std::find(next->deps.begin(), next->deps.end(), op.id), next->deps.end())
+            << prog.label(*next);
+      }
+      EXPECT_EQ(gathers, sp ? 0 : recvs) << "rank " << r;
+      EXPECT_GT(recvs, 0) << "rank " << r;
     }
   }
 }

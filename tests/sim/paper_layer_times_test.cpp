@@ -15,6 +15,23 @@
 // LayerNorm, dropout and residual on the whole [s, b, h] activation (replicated on every TP rank):
 // 0.95 ms more than with SP in the replay against 0.5 ms in the paper, i.e. memory-bound kernels
 // at half the HBM bandwidth are too slow for these large, simple kernels.
+//
+// Issue 24 item 1 (full recomputation over-predicted: korthikanti2022-22B/full_recompute +4.8 %,
+// 175B +5.5 %, deep pipelines more): what Megatron runs under --recompute-granularity full
+// --recompute-method uniform is what the Program lowers. CheckpointFunction
+// (megatron/core/tensor_parallel/random.py) saves the RNG states, runs the layer's forward under
+// no_grad, and in the backward restores the states and reruns the whole forward (its TP
+// all-reduces, its dropout masks regenerated) before the layer's backward, nothing overlapped;
+// the embedding, LM head and loss are outside TransformerBlock._checkpointed_forward and run
+// once. The paper agrees: 19.5 - 11.9 = 7.6 ms added to a 7.7 ms forward; the replay's overhead
+// matches within 1.2 % (the test below). So the recomputation is not what is over-charged:
+// (1) on PP > 1 without SP, Megatron-LM of 2021-22 sent 1/TP of each pipeline tensor and
+// all-gathered it over NVLink (--scatter-gather-tensors-in-pipeline, on by default; Narayanan
+// et al. 2021 section 4.1), where the Program sent the whole [s, b, h] tensor over InfiniBand
+// from every TP rank (tests/core/program_test.cpp, PipelineScatterGather...); full
+// recomputation without SP is where the papers ran it; (2) the forward without SP, run twice
+// per layer under full recomputation, is the +5.5 % above (left: a memory efficiency that
+// depends on the kernel, refitted on every calibration file).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,6 +131,23 @@ TEST(PaperLayerTimes, Korthikanti22bRecomputation) {
   EXPECT_NEAR(full.backward - none.backward, none.forward, 0.01 * none.forward);
   const LayerMs selective = replayed_layer("selective", false);
   expect_near_paper(selective.backward, 13.2, 0.03, "backward, selective recomputation");
+}
+
+// Table 4's "overhead" of full recomputation: a layer's forward + backward with it (7.7 + 19.5 =
+// 27.2 ms) over the same without it (7.7 + 11.9 = 19.6 ms), 1.388: Megatron's CheckpointFunction
+// (tensor_parallel/random.py) reruns the layer's whole forward in the backward, TP all-reduces
+// and dropout (under the saved RNG state) included, with nothing overlapped, and so does the
+// Program (one kRecompute forward per layer before its backward).
+TEST(PaperLayerTimes, Korthikanti22bFullRecomputationOverheadAsThePaper) {
+  const LayerMs none = replayed_layer("none", false);
+  const LayerMs full = replayed_layer("full", false);
+  const double paper = (7.7 + 19.5) / (7.7 + 11.9);
+  const double replay = (full.forward + full.backward) / (none.forward + none.backward);
+  EXPECT_NEAR(replay, paper, 0.02 * paper) << "replay " << full.forward << " + " << full.backward
+                                           << " ms over " << none.forward << " + "
+                                           << none.backward << " ms";
+  // The forward itself is not recomputed ahead of time: the same time with or without it.
+  EXPECT_NEAR(full.forward, none.forward, 0.005 * none.forward);
 }
 
 // Table 4 with selective recomputation and SP (selective_and_sequence_parallel): forward 7.2 ms,

@@ -85,6 +85,29 @@ TEST(Attribution, ACollectivesGapIsSplitIntoSyncWaitAndItsOwnTime) {
   EXPECT_DOUBLE_EQ(b.total_s(), 5.0 + 1.0 + 2.0);
 }
 
+// Megatron-LM's pipeline scatter/gather (core/rank_lowering.cpp p2p_batch): the TP all-gather of
+// a received chunk (Role::kPipeline) is part of the p2p transfer, not TP communication: its
+// comm_s (the gather's and the transfer's own time) is exposed PP, the rest of the gap bubble,
+// and a late TP member of it is no sync wait (it was late receiving its own chunk).
+TEST(Attribution, APipelineGatherIsPartOfTheTransfer) {
+  Op gather;
+  gather.kind = OpKind::kCollective;
+  gather.group = GroupKind::kTp;
+  gather.role = Role::kPipeline;
+  const WaitedFor w = waited_for(gather, 0.75, 2.0);
+  EXPECT_EQ(w.kind, WaitedFor::Kind::kTransfer);
+  EXPECT_DOUBLE_EQ(w.sync_wait_s, 0.0);
+  TimeBreakdown b;
+  attribute_gap(b, 3.0, w);
+  EXPECT_DOUBLE_EQ(b.exposed_pp_s, 0.75);
+  EXPECT_DOUBLE_EQ(b.bubble_s, 2.25);
+  EXPECT_DOUBLE_EQ(b.exposed_tp_s, 0.0);
+  EXPECT_DOUBLE_EQ(b.sync_wait_s, 0.0);
+  // Any other TP collective stays TP.
+  gather.role = Role::kQkv;
+  EXPECT_EQ(waited_for(gather).kind, WaitedFor::Kind::kTpCollective);
+}
+
 // ----- matching rules --------------------------------------------------------------------------
 
 TEST(Matching, CollectiveSequenceCountsPerGroupKind) {

@@ -44,7 +44,8 @@
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 #   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
 #             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
-#             shared/validation's calibration files, profiled with --backend cuda into
+#             shared/validation's calibration files, profiled with --backend cuda
+#             --bf16-activations (each GEMM alone on bf16 operands, as Megatron runs it) into
 #             RESULTS/H100-SXM-80GB.json (the database simulate reads for that GPU; not in the
 #             default steps)
 # Usage: scripts/device_check.sh DIR   (DIR holds traintwin-device.tar.xz)

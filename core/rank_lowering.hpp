@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/lowering_kernels.hpp"
+#include "core/pipeline_scatter_gather.hpp"
 #include "core/program.hpp"
 #include "core/schedule.hpp"
 
@@ -146,12 +147,10 @@ class RankLowering {
   int64_t rank_of_vstage_pp(int64_t vs) const {
     return rank_of_virtual_stage(sc_.parallel.pipeline_schedule, d_.p, vs);
   }
-  /// parallelism.scatter_gather_tensors_in_pipeline applies: TP > 1 without SP (Megatron-LM's
-  /// p2p_communication._communicate splits the [s, b, h] tensor into TP 1-D chunks and
-  /// all-gathers them after the receive; with SP the tensor is already [s/TP, b, h]).
-  bool scatter_gathers() const {
-    return sc_.parallel.scatter_gather_tensors_in_pipeline && !d_.sp && d_.t > 1;
-  }
+  /// parallelism.scatter_gather_tensors_in_pipeline applies (core/pipeline_scatter_gather.hpp):
+  /// Megatron-LM's p2p_communication._communicate splits the [s, b, h] tensor into TP 1-D chunks
+  /// and all-gathers them after the receive.
+  bool scatter_gathers() const { return pipeline_scatter_gather(sc_.parallel); }
   /// Bytes of one pipeline send or recv: the stage's [s, b, h] output (or its gradient), [s/TP,
   /// b, h] with SP, 1/TP of it under scatter/gather.
   int64_t p2p_bytes() const {

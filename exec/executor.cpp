@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/pipeline_scatter_gather.hpp"
 #include "exec/distributed_optimizer.hpp"
 #include "exec/executor_impl.hpp"
 #include "exec/linear.hpp"
@@ -56,8 +57,7 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
   // Megatron-LM's pipeline scatter/gather (1/TP of each p2p tensor, then a TP all-gather) is
   // modelled by the simulator only; the executor sends whole tensors.
-  if (sc.parallel.scatter_gather_tensors_in_pipeline && !sc.parallel.sequence_parallel &&
-      sc.parallel.tensor_model_parallel_size > 1 && sc.parallel.pipeline_model_parallel_size > 1) {
+  if (pipeline_scatter_gather(sc.parallel)) {
     unsupported("parallelism.scatter_gather_tensors_in_pipeline");
   }
   // CPU offload (training.optimizer_cpu_offload, training.cpu_offloading): on the cpu backend the

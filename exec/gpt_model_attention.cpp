@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "exec/gpt_model.hpp"
 #include "exec/gpt_model_internal.hpp"
+#include "exec/qkv_rows.hpp"
 
 namespace traintwin::exec {
 
@@ -46,10 +47,8 @@ void GptModel::pack_ring_inputs(LayerState& L) {
   if (qkv.empty()) throw InvalidArgument("executor: attention inputs were not kept or recomputed");
   const int64_t rows = g_.b * g_.s, qw = g_.heads * g_.hd, kvw = 2 * g_.groups * g_.hd;
   L.q = zeros(rows * qw);
-  backend_.copy_2d(L.q, qw, qkv, g_.qkv, qw, rows);
   L.kv_steps.push_back(zeros(rows * kvw));
-  backend_.copy_2d(L.kv_steps[0], kvw, qkv.span().subspan(static_cast<size_t>(qw)), g_.qkv, kvw,
-                   rows);
+  pack_qkv_rows(backend_, L.q, L.kv_steps[0], qkv, rows, qw, kvw);
 }
 
 void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
@@ -142,9 +141,7 @@ void GptModel::finish_blockwise_backward(LayerState& L) {
   if (g_.cp > 1) backend_.add_in_place(L.dkv_own, L.dkv_recv);
   const int64_t rows = g_.b * g_.s, qw = g_.heads * g_.hd, kvw = 2 * g_.groups * g_.hd;
   L.d_qkv = zeros(rows * g_.qkv);
-  backend_.copy_2d(L.d_qkv, g_.qkv, L.dq, qw, qw, rows);
-  backend_.copy_2d(L.d_qkv.span().subspan(static_cast<size_t>(qw)), g_.qkv, L.dkv_own, kvw, kvw,
-                   rows);
+  scatter_qkv_rows(backend_, L.d_qkv, L.dq, L.dkv_own, rows, qw, kvw);
   L.dq.reset();
   L.dkv_own.reset();
   L.dkv_recv.reset();

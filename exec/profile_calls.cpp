@@ -17,6 +17,7 @@
 #include "exec/cpu/moe_router.hpp"
 #include "exec/cpu/rope.hpp"
 #include "exec/linear.hpp"
+#include "exec/qkv_rows.hpp"
 
 namespace traintwin::exec {
 namespace {
@@ -396,17 +397,12 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
       const cpu::BlockAttentionShape shape{bb, s, s, heads, kv, hd};
       const CpSequence seq(s, 1, 0);
       const int64_t rows = bb * s, qw = heads * hd, kvw = 2 * kv * hd;
-      auto pack = [&be, rows, qw, kvw, width](KernelCall& x, size_t qkv, size_t q, size_t kvb) {
-        be.copy_2d(x.t[q], qw, x.t[qkv], width, qw, rows);
-        be.copy_2d(x.t[kvb], kvw, CFSpan(x.t[qkv]).subspan(static_cast<size_t>(qw)), width, kvw,
-                   rows);
-      };
       if (fwd) {  // out, lse, q, kv (allocated at the op), the QKV rows
         c.fresh = {0, 1, 2, 3};
         c.t = list(in.zeros(rows * C), in.zeros(bb * heads * s), in.zeros(rows * qw),
                    in.zeros(rows * kvw), in.uniform(rows * width));
-        c.run = [&be, shape, seq, drop, dp, pack](KernelCall& x) {
-          pack(x, 4, 2, 3);
+        c.run = [&be, shape, seq, drop, dp, rows, qw, kvw](KernelCall& x) {
+          pack_qkv_rows(be, x.t[2], x.t[3], x.t[4], rows, qw, kvw);
           be.block_attention_forward(x.t[0], x.t[1], x.t[2], x.t[3], seq, seq, shape, dp);
         };
       } else {  // dq, dkv, q, kv, d_qkv (allocated at the op), d_attn, QKV rows, attn, lse
@@ -415,13 +411,11 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
                    in.zeros(rows * kvw), in.zeros(rows * width), in.uniform(rows * C),
                    in.uniform(rows * width), in.uniform(rows * C),
                    in.uniform(bb * heads * s, 1.0, 3.0));
-        c.run = [&be, shape, seq, drop, dp, pack, rows, qw, kvw, width](KernelCall& x) {
-          pack(x, 6, 2, 3);
+        c.run = [&be, shape, seq, drop, dp, rows, qw, kvw](KernelCall& x) {
+          pack_qkv_rows(be, x.t[2], x.t[3], x.t[6], rows, qw, kvw);
           be.block_attention_backward(x.t[0], x.t[1], x.t[5], x.t[2], x.t[3], x.t[7], x.t[8], seq,
                                       seq, shape, dp);
-          be.copy_2d(x.t[4], width, x.t[0], qw, qw, rows);
-          be.copy_2d(FSpan(x.t[4]).subspan(static_cast<size_t>(qw)), width, x.t[1], kvw, kvw,
-                     rows);
+          scatter_qkv_rows(be, x.t[4], x.t[0], x.t[1], rows, qw, kvw);
         };
       }
     } else if (flash || sc.parallel.context_parallel_size > 1) {

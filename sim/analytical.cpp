@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/pipeline_scatter_gather.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
 #include "core/schedule.hpp"
@@ -1285,9 +1286,7 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
   }
   // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
   // use, gpu_speed_scale the compute (in the timing layer).
-  const ParallelConfig& par = s.parallel;
-  if (par.scatter_gather_tensors_in_pipeline && !par.sequence_parallel &&
-      par.tensor_model_parallel_size > 1 && par.pipeline_model_parallel_size > 1) {
+  if (pipeline_scatter_gather(s.parallel)) {
     // The TP all-gather after each pipeline recv sits between the schedule steps, where the
     // step-level model has no place for it (core/rank_lowering.cpp p2p_batch).
     throw UnsupportedError(

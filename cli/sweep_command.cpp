@@ -90,14 +90,13 @@ std::string layout_phrase(const Scenario& s) {
               : fmt::format(" layers {}", layers_per_stage_text(s)));
 }
 
-/// "ZeRO-3" (Megatron-FSDP optim_grads_params), "ZeRO-1" (the distributed optimizer), "DDP";
-/// "ZeRO-3/2" under HSDP with 2 replicas; "+off" with optimizer CPU offload ("ZeRO-1+off").
+/// The sharding of `t` as sim/sweep_record.hpp zero_label() writes it ("ZeRO-3/2", "ZeRO-1+off").
 std::string zero_phrase(const TrainingConfig& t) {
-  const std::string stage = t.zero_stage() == 0 ? "DDP" : fmt::format("ZeRO-{}", t.zero_stage());
-  return (t.num_distributed_optimizer_instances > 1
-              ? fmt::format("{}/{}", stage, t.num_distributed_optimizer_instances)
-              : stage) +
-         (t.optimizer_cpu_offload ? "+off" : "");
+  SweepRecordConfiguration c;
+  c.zero_stage = t.zero_stage();
+  c.num_distributed_optimizer_instances = t.num_distributed_optimizer_instances;
+  c.optimizer_cpu_offload = t.optimizer_cpu_offload;
+  return zero_label(c);
 }
 
 /// The rule a message states, for grouping invalid configurations: "KEY (rule: ...)" when the

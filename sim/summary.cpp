@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "core/memory.hpp"
+#include "core/memory_reserve.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
 
@@ -70,10 +71,14 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   out.optimizer_s = r.critical.optimizer_s;
   const std::vector<double> capacity = gpu_memory_per_stage_bytes(s, job);
   out.fits_in_memory = true;
-  for (const StageMemory& m : memory_per_stage(s)) {
+  const std::vector<StageMemory> stages = memory_per_stage(s);
+  for (const StageMemory& m : stages) {
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, m.total_bytes());
     if (m.total_bytes() > capacity[static_cast<size_t>(m.pp_rank)]) out.fits_in_memory = false;
   }
+  const LayoutMemoryFit fit = layout_memory_fit(s, stages, capacity);
+  out.memory_verdict = to_string(fit.verdict);
+  out.memory_reserve_bytes = fit.largest_reserve_bytes;
   double total = 0;
   for (const auto& [src, sec] : compute_s_by_source) total += sec;
   for (CostSource src : {CostSource::kMeasured, CostSource::kScaled, CostSource::kRoofline}) {
@@ -109,6 +114,8 @@ nlohmann::ordered_json summary_fields_json(const SimulationSummary& m) {
   j["optimizer_s"] = m.optimizer_s;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
   j["fits_in_memory"] = m.fits_in_memory;
+  j["memory_verdict"] = m.memory_verdict;
+  j["memory_reserve_bytes"] = m.memory_reserve_bytes;
   j["cost_sources"] = m.cost_sources;
   return j;
 }
@@ -134,6 +141,11 @@ SimulationSummary summary_fields_from_json(const nlohmann::ordered_json& j,
   m.optimizer_s = json_number(j, "optimizer_s", where);
   m.peak_memory_bytes = json_number(j, "peak_memory_bytes", where);
   m.fits_in_memory = json_bool(j, "fits_in_memory", where);
+  // (Documents written before the reserve was judged have neither: left unrecorded.)
+  if (j.contains("memory_verdict")) {
+    m.memory_verdict = json_string(j, "memory_verdict", where);
+    m.memory_reserve_bytes = json_number(j, "memory_reserve_bytes", where);
+  }
   const nlohmann::ordered_json& sources = json_object(j, "cost_sources", where);
   for (const auto& [source, share] : sources.items()) {
     m.cost_sources[source] = json_number(sources, source, where.key("cost_sources"));

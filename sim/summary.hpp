@@ -41,8 +41,13 @@ struct SimulationSummary {
   double optimizer_s = 0;
   double peak_memory_bytes = 0;  ///< max over pipeline stages (memory model)
   /// Every stage's peak within the memory of its own GPUs (gpu_memory_per_stage_bytes; the
-  /// reserve of core/memory_reserve.hpp not counted).
+  /// reserve of core/memory_reserve.hpp not counted: memory_verdict counts it).
   bool fits_in_memory = false;
+  /// The worst stage's verdict with its reserve (core/memory_reserve.hpp layout_memory_fit, as
+  /// `simulate` and `sweep` judge): "fits" | "at risk" | "OOM"; "" when read from a summary.json
+  /// written before the field existed.
+  std::string memory_verdict;
+  double memory_reserve_bytes = 0;  ///< the largest stage's reserve (0 when not recorded)
   std::map<std::string, double> cost_sources;  ///< share of compute seconds per source
   /// How MFU was counted: the GEMM precision's peak and the model FLOPs formula (summary.json's
   /// mfu_formula, mfu_formula_text()).
@@ -71,7 +76,8 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const S
 /// The summary's own fields as summary.json spells them (iteration_time_s, tokens_per_s,
 /// tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu, mfu_formula, pipeline_bubble_fraction,
 /// exposed_comm_s {tp, cp, ep, pp, dp}, sync_wait_s, exposed_offload_s, compute_s, optimizer_s,
-/// peak_memory_bytes, fits_in_memory, cost_sources). summary_json() writes these, and the sweep's rows of the analytical mode.
+/// peak_memory_bytes, fits_in_memory, memory_verdict, memory_reserve_bytes, cost_sources).
+/// summary_json() writes these, and the sweep's rows of the analytical mode.
 /// The "exposed_comm_s" object {tp, cp, ep, pp, dp} (seconds) of a summary or a base run: any
 /// type with exposed_{tp,cp,ep,pp,dp}_s members (SimulationSummary, BaseRunMetrics).
 template <class T>

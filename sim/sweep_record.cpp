@@ -21,6 +21,14 @@ using ojson = nlohmann::ordered_json;
 
 // ----- the writer -------------------------------------------------------------------------------
 
+std::string zero_label(const SweepRecordConfiguration& c) {
+  const std::string stage = c.zero_stage == 0 ? "DDP" : fmt::format("ZeRO-{}", c.zero_stage);
+  return (c.num_distributed_optimizer_instances > 1
+              ? fmt::format("{}/{}", stage, c.num_distributed_optimizer_instances)
+              : stage) +
+         (c.optimizer_cpu_offload ? "+off" : "");
+}
+
 SweepRecord sweep_record(const SweepRow& row) {
   const Scenario& s = row.config.scenario;
   SweepRecord r;

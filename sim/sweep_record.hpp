@@ -57,6 +57,11 @@ struct SweepRecordConfiguration {
   double optimizer_offload_fraction = 1.0;  ///< training.optimizer_offload_fraction
 };
 
+/// How a row's data-parallel sharding reads in a table: "DDP", "ZeRO-1" .. "ZeRO-3" (zero_stage),
+/// "/N" for N HSDP replicas (num_distributed_optimizer_instances > 1), "+off" with optimizer CPU
+/// offload: "ZeRO-3/2", "ZeRO-1+off". The sweep's terminal table and its HTML report print it.
+std::string zero_label(const SweepRecordConfiguration& c);
+
 /// One row of sweep.json: SweepRow without its Scenario.
 struct SweepRecord {
   int64_t rank = 0;  ///< 1 = fastest among ranked rows; 0 (null in the file) otherwise

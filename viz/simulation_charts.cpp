@@ -106,9 +106,16 @@ std::string summary_table_html(const SummaryDocument& d) {
   }
   const double peak = m.peak_memory_bytes;
   const double cap = d.gpu_memory_bytes;
+  // The summary's verdict counts each stage's reserve on its own GPUs (sim/summary.hpp); a
+  // summary.json from before it was recorded has only fits_in_memory.
+  const std::string verdict =
+      m.memory_verdict.empty()
+          ? std::string(m.fits_in_memory ? "fits" : "does not fit")
+          : fmt::format("{}, with a reserve of {} for the CUDA context, NCCL buffers, cuBLAS "
+                        "workspaces and fragmentation",
+                        m.memory_verdict, format_gib(m.memory_reserve_bytes));
   rows.emplace_back("peak memory / GPU memory",
-                    fmt::format("{} / {} ({})", format_gib(peak), format_gib(cap),
-                                peak <= cap ? "fits" : "does not fit"));
+                    fmt::format("{} / {} ({})", format_gib(peak), format_gib(cap), verdict));
   std::string sources;
   for (const auto& [src, frac] : m.cost_sources) {
     sources += fmt::format("{}{} {}", sources.empty() ? "" : ", ", src, format_percent(frac));

@@ -249,23 +249,60 @@ std::string sweep_table_html(const std::vector<SweepRecord>& sweep, size_t max_r
     }
   }
   std::stable_sort(ranked.begin(), ranked.end());
-  std::string html =
-      "<table class=\"ranked\">\n<tr><th>rank</th><th>TP</th><th>PP</th><th>VPP</th><th>DP</th>"
-      "<th>micro-batch</th><th>recompute</th><th>SP</th><th>dist-opt</th><th>tokens/s/GPU</th>"
-      "<th>MFU</th><th>iteration time</th><th>bubble</th><th>peak memory</th></tr>\n";
+  // The columns of the dimensions the sweep varied, as its terminal table shows them: GPUs,
+  // schedule, sharding (zero_label) and the searched pipeline split (--pipeline-split).
+  const auto varies = [&](auto&& field) {
+    for (const auto& [rank, i] : ranked) {
+      if (field(sweep[i].configuration) != field(sweep[ranked.front().second].configuration)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const bool show_gpus = varies([](const SweepRecordConfiguration& c) { return c.num_gpus; });
+  const bool show_schedule =
+      varies([](const SweepRecordConfiguration& c) { return c.pipeline_schedule; });
+  const bool show_zero = varies([](const SweepRecordConfiguration& c) { return zero_label(c); });
+  const bool show_split = std::any_of(ranked.begin(), ranked.end(), [&](const auto& r) {
+    return !sweep[r.second].configuration.pipeline_model_parallel_layout.empty();
+  });
+  std::string html = "<table class=\"ranked\">\n<tr><th>rank</th>";
+  if (show_gpus) html += "<th>GPUs</th>";
+  html +=
+      "<th>TP</th><th>PP</th><th>VPP</th><th>DP</th><th>micro-batch</th><th>recompute</th>"
+      "<th>SP</th><th>dist-opt</th>";
+  if (show_schedule) html += "<th>schedule</th>";
+  if (show_zero) html += "<th>ZeRO</th>";
+  html +=
+      "<th>tokens/s/GPU</th><th>MFU</th><th>iteration time</th><th>bubble</th>"
+      "<th>peak memory</th><th>memory</th>";
+  if (show_split) html += "<th>pipeline layout</th>";
+  html += "</tr>\n";
   for (size_t k = 0; k < ranked.size() && k < max_rows; ++k) {
     const SweepRecord& row = sweep[ranked[k].second];
     const SweepRecordConfiguration& c = row.configuration;
     const SimulationSummary m = row.metrics ? row.metrics->summary : SimulationSummary{};
+    html += fmt::format("<tr><td>{}</td>", ranked[k].first);
+    if (show_gpus) html += fmt::format("<td>{}</td>", c.num_gpus);
     html += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        ranked[k].first, c.tensor_model_parallel_size, c.pipeline_model_parallel_size,
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+        c.tensor_model_parallel_size, c.pipeline_model_parallel_size,
         c.virtual_pipeline_model_parallel_size, c.data_parallel_size, c.micro_batch_size,
         to_string(c.recompute_granularity), on_off(c.sequence_parallel),
-        on_off(c.use_distributed_optimizer), m.tokens_per_s_per_gpu, format_percent(m.mfu),
-        format_seconds(m.iteration_time_s), format_percent(m.pipeline_bubble_fraction),
-        format_gib(row.peak_memory_bytes));
+        on_off(c.use_distributed_optimizer));
+    if (show_schedule) html += fmt::format("<td>{}</td>", to_string(c.pipeline_schedule));
+    if (show_zero) html += fmt::format("<td>{}</td>", escape_html(zero_label(c)));
+    html += fmt::format(
+        "<td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+        m.tokens_per_s_per_gpu, format_percent(m.mfu), format_seconds(m.iteration_time_s),
+        format_percent(m.pipeline_bubble_fraction), format_gib(row.peak_memory_bytes),
+        row.memory_at_risk ? "at risk" : "fits");
+    if (show_split) {
+      html += fmt::format("<td>{}</td>", c.pipeline_model_parallel_layout.empty()
+                                             ? "the scenario's"
+                                             : escape_html(c.pipeline_model_parallel_layout));
+    }
+    html += "</tr>\n";
   }
   html += "</table>\n";
   std::string counts = fmt::format("{} ranked configuration(s)", ranked.size());

@@ -35,8 +35,10 @@ std::optional<nlohmann::json> sweep_scaling_spec(const std::vector<SweepRecord>&
 std::string scaling_table_html(const std::vector<SweepRecord>& sweep);
 
 /// The ranked table (HTML) of a sweep: the first `max_rows` ranked configurations with their
-/// layout and tokens/s/GPU, MFU, iteration time, bubble and peak memory, after a count of the
-/// ranked rows and of the OOM, invalid and error ones.
+/// layout and tokens/s/GPU, MFU, iteration time, bubble, peak memory and its verdict ("fits" or
+/// "at risk"), after a count of the ranked rows and of the OOM, invalid and error ones. Columns
+/// for the GPUs, the schedule and the sharding (zero_label) when the ranked rows differ in them,
+/// and the pipeline layout when some row has a searched split (sweep --pipeline-split).
 std::string sweep_table_html(const std::vector<SweepRecord>& sweep, std::size_t max_rows = 50);
 
 /// The sections of a sweep's report: heatmaps (when there are any), the scaling charts and table

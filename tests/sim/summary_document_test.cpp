@@ -6,10 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/memory_reserve.hpp"
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -206,6 +209,45 @@ TEST(SummaryDocument, ExposedOffloadIsWrittenAndReadBack) {
   mistyped["exposed_offload_s"] = "long";
   EXPECT_THAT([&] { summary_fields_from_json(mistyped, JsonPlace{"out/summary.json", ""}); },
               ::testing::ThrowsMessage<Error>(HasSubstr("exposed_offload_s")));
+}
+
+// summary.json judges memory as `simulate` and `sweep` do: fits_in_memory compares each stage's
+// peak with its GPU's memory alone, memory_verdict also leaves each stage's reserve
+// (core/memory_reserve.hpp) and the 90 % line. On a GPU of peak / 0.95 bytes the peak fits but is
+// above 90 % ("at risk"); on one of 0.9 x peak it does not fit ("OOM"); on one of 10 x peak it
+// fits with the reserve, which holds at least the CUDA context's 0.5 GiB. Read back as written;
+// a document from before the field has no verdict (not a guessed one).
+TEST(SummaryDocument, MemoryVerdictCountsTheReserveAsSimulateDoes) {
+  Scenario s = what_if_cluster();
+  s.cluster.what_if = {};
+  IterationMetrics r;
+  r.iteration_time_s = 2.0;
+  double peak = 0;
+  for (const StageMemory& m : memory_per_stage(s)) peak = std::max(peak, m.total_bytes());
+  ASSERT_GT(peak, 0);
+  TopologySpec t = h100();
+  t.gpu.memory_bytes = peak / 0.95;
+  SimulationSummary m = summarize(s, t, r);
+  EXPECT_TRUE(m.fits_in_memory);
+  EXPECT_EQ(m.memory_verdict, "at risk");
+  t.gpu.memory_bytes = 0.9 * peak;
+  m = summarize(s, t, r);
+  EXPECT_FALSE(m.fits_in_memory);
+  EXPECT_EQ(m.memory_verdict, "OOM");
+  t.gpu.memory_bytes = 10 * peak + 64.0 * (1 << 30);
+  m = summarize(s, t, r);
+  EXPECT_TRUE(m.fits_in_memory);
+  EXPECT_EQ(m.memory_verdict, "fits");
+  EXPECT_GE(m.memory_reserve_bytes, kCudaContextBytes);
+  const ojson fields = summary_fields_json(m);
+  const SimulationSummary back = summary_fields_from_json(fields, JsonPlace{"summary.json", ""});
+  EXPECT_EQ(back.memory_verdict, "fits");
+  EXPECT_EQ(back.memory_reserve_bytes, m.memory_reserve_bytes);
+  ojson old_fields = fields;
+  old_fields.erase("memory_verdict");
+  old_fields.erase("memory_reserve_bytes");
+  EXPECT_EQ(summary_fields_from_json(old_fields, JsonPlace{"summary.json", ""}).memory_verdict,
+            "");
 }
 
 TEST(SweepRecord, ReaderRefusesAnotherSchemaVersionOrABareArrayNamingTheFile) {

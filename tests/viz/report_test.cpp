@@ -561,6 +561,35 @@ TEST(ReportSpec, SweepTableListsRankedRowsInRankOrderAndCountsTheRest) {
               HasSubstr("3 ranked configuration(s) (the first 1 shown)"));
 }
 
+// The table shows the columns of what the sweep varied, as the terminal table does: with one
+// schedule, one sharding and no searched split there are no such columns and every row says
+// whether it fits; a row at risk says so; a searched split (--pipeline-split) adds the layout,
+// "the scenario's" for a row that kept the scenario's own; differing sharding adds ZeRO labels.
+TEST(ReportSpec, SweepTableShowsTheVariedColumnsTheLayoutAndTheMemoryVerdict) {
+  ojson plain = small_sweep();
+  std::string html = sweep_table_html(records(plain));
+  EXPECT_THAT(html, Not(HasSubstr("<th>schedule</th>")));
+  EXPECT_THAT(html, Not(HasSubstr("<th>ZeRO</th>")));
+  EXPECT_THAT(html, Not(HasSubstr("<th>pipeline layout</th>")));
+  EXPECT_THAT(html, HasSubstr("<th>memory</th>"));
+  EXPECT_THAT(html, Not(HasSubstr("at risk")));
+  ojson rows = small_sweep();
+  rows["rows"][0]["memory"]["at_risk"] = true;
+  rows["rows"][0]["configuration"]["pipeline_model_parallel_layout"] = "Et|tL";
+  rows["rows"][1]["configuration"]["use_megatron_fsdp"] = true;
+  rows["rows"][1]["configuration"]["data_parallel_sharding_strategy"] = "optim_grads_params";
+  rows["rows"][1]["configuration"]["zero_stage"] = 3;
+  rows["rows"][1]["configuration"]["num_distributed_optimizer_instances"] = 2;
+  html = sweep_table_html(records(rows));
+  EXPECT_THAT(html, HasSubstr("<th>pipeline layout</th>"));
+  EXPECT_THAT(html, HasSubstr("<td>Et|tL</td>"));
+  EXPECT_THAT(html, HasSubstr("<td>the scenario"));
+  EXPECT_THAT(html, HasSubstr("<td>at risk</td>"));
+  EXPECT_THAT(html, HasSubstr("<th>ZeRO</th>"));
+  EXPECT_THAT(html, HasSubstr("<td>ZeRO-3/2</td>"));
+  EXPECT_THAT(html, Not(HasSubstr("<th>GPUs</th>")));
+}
+
 // A ranked row without metrics, an unknown status: the reader names the file and the row.
 TEST(ReportSpec, ReadingTheSweepNamesTheFileAndRow) {
   ojson sweep = small_sweep();

@@ -179,12 +179,13 @@ void adapt_inherited(const Scenario& base, const Combination& k, Scenario& s,
 /// `c` (default-constructed).
 void make_configuration(const Scenario& base, int64_t index, const Combination& k,
                         double gpu_memory_bytes, const StageMemoryCapacity& stage_capacity,
-                        SweepConfiguration& c) {
+                        double host_memory_bytes, SweepConfiguration& c) {
   const int64_t tp = k.tp, cp = k.cp, pp = k.pp, vpp = k.vpp, mbs = k.mbs;
   const RecomputeGranularity recompute = k.recompute;
   const bool sp = k.sp, distributed_optimizer = k.distributed_optimizer, fp8 = k.fp8;
   c.index = index;
   c.memory_capacity_bytes = gpu_memory_bytes;
+  c.host_memory_capacity_bytes = host_memory_bytes;
   Scenario& s = c.scenario;
   s = base;
   s.cluster.num_gpus = k.num_gpus;
@@ -264,7 +265,8 @@ constexpr size_t kEnumerationBlock = 64;
 /// exception of the first row (in enumeration order) that throws is rethrown, as a loop would.
 void make_configurations(const Scenario& base, const std::vector<Combination>& combinations,
                          double gpu_memory_bytes, const StageMemoryCapacity& stage_capacity,
-                         int threads, std::vector<SweepConfiguration>& out) {
+                         double host_memory_bytes, int threads,
+                         std::vector<SweepConfiguration>& out) {
   const size_t n = combinations.size();
   const size_t blocks = (n + kEnumerationBlock - 1) / kEnumerationBlock;
   const size_t t_count = std::max<size_t>(1, std::min(static_cast<size_t>(threads), blocks));
@@ -278,7 +280,7 @@ void make_configurations(const Scenario& base, const std::vector<Combination>& c
       for (size_t i = b * kEnumerationBlock; i < end; ++i) {
         try {
           make_configuration(base, static_cast<int64_t>(i), combinations[i], gpu_memory_bytes,
-                             stage_capacity, out[i]);
+                             stage_capacity, host_memory_bytes, out[i]);
         } catch (...) {
           failed_at[t] = i;
           failure[t] = std::current_exception();
@@ -302,6 +304,16 @@ void make_configurations(const Scenario& base, const std::vector<Combination>& c
 }
 
 }  // namespace
+
+std::string host_memory_reason(const SweepConfiguration& c) {
+  if (!(c.host_excess_memory_bytes > 0)) return "";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return fmt::format(
+      "host memory: {:.1f} GiB per GPU of CPU offload (training.optimizer_cpu_offload, "
+      "cpu_offloading) exceed the topology's gpu.host_link.host_memory of {:.1f} GiB by {:.1f} GiB",
+      c.host_memory_bytes / kGiB, c.host_memory_capacity_bytes / kGiB,
+      c.host_excess_memory_bytes / kGiB);
+}
 
 StageMemoryCapacity stage_memory_capacity(const TopologySpec& topo,
                                           const std::vector<int64_t>& gpu_counts) {
@@ -330,6 +342,8 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
   c.memory_reserve_bytes = 0;
   c.memory_verdict = MemoryVerdict::kFits;
   c.memory_capacity_bytes = gpu_memory_bytes;
+  c.host_memory_bytes = 0;
+  c.host_excess_memory_bytes = 0;
   // The first broken rule as a value (validate_scenario's rule and message without its
   // "sweep: " prefix): most rows of a large grid break one, and an exception per row would cost
   // more than checking the rules.
@@ -348,6 +362,7 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
                              gpu_memory_bytes);
     double tightest = -std::numeric_limits<double>::infinity();
     for (const StageMemory& m : stages) {
+      c.host_memory_bytes = std::max(c.host_memory_bytes, m.host_total_bytes());
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
       const double cap = capacity.at(static_cast<size_t>(m.pp_rank));
       if (m.total_bytes() - cap > tightest) {
@@ -359,10 +374,19 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
     c.memory_reserve_bytes = fit.largest_reserve_bytes;
     c.memory_verdict = fit.verdict;
     c.excess_memory_bytes = std::max(0.0, tightest);
+    // CPU offload: the host's memory too, where the topology declares it (the verdict of
+    // `traintwin memory`, host_memory_verdict: out of memory above the capacity).
+    if (c.host_memory_capacity_bytes > 0 && c.host_memory_bytes > 0 &&
+        host_memory_verdict(c.host_memory_bytes, c.host_memory_capacity_bytes) ==
+            MemoryVerdict::kOutOfMemory) {
+      c.host_excess_memory_bytes = c.host_memory_bytes - c.host_memory_capacity_bytes;
+    }
   } catch (const Error& e) {
     c.invalid_reason = std::string("memory model: ") + e.what();
     c.peak_memory_bytes = 0;
     c.excess_memory_bytes = 0;
+    c.host_memory_bytes = 0;
+    c.host_excess_memory_bytes = 0;
     return;
   }
   c.valid = true;
@@ -371,7 +395,8 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes, int threads,
-                                                         const StageMemoryCapacity& stage_capacity) {
+                                                         const StageMemoryCapacity& stage_capacity,
+                                                         double host_memory_bytes) {
   if (threads < 1) {
     throw InvalidArgument(
         fmt::format("enumerate_configurations: threads must be >= 1, got {}", threads));
@@ -379,6 +404,10 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   if (!(gpu_memory_bytes > 0)) {
     throw InvalidArgument(fmt::format(
         "enumerate_configurations: gpu_memory_bytes must be > 0, got {}", gpu_memory_bytes));
+  }
+  if (!(host_memory_bytes >= 0)) {
+    throw InvalidArgument(fmt::format(
+        "enumerate_configurations: host_memory_bytes must be >= 0, got {}", host_memory_bytes));
   }
   check_axis("tp", axes.tp);
   check_axis("cp", axes.cp);
@@ -496,7 +525,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
     }
   }
   std::vector<SweepConfiguration> out(combinations.size());
-  make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, threads, out);
+  make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, host_memory_bytes,
+                      threads, out);
   return out;
 }
 
@@ -557,7 +587,7 @@ bool take_evaluation(SweepRow& row, SweepEvaluation e) {
 
 }  // namespace
 
-std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
+std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
                                 const Evaluator& evaluate, const SweepOptions& options) {
   if (options.jobs < 1) {
     throw InvalidArgument(
@@ -567,7 +597,7 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
   std::vector<size_t> todo;  // rows to evaluate
   for (size_t i = 0; i < configurations.size(); ++i) {
     SweepRow& row = rows[i];
-    row.config = configurations[i];
+    row.config = std::move(configurations[i]);
     if (!row.config.valid) {
       row.status = SweepStatus::kInvalid;
     } else {
@@ -685,7 +715,8 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
 }
 
 std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
-  // Sorts positions, then moves each row once: a SweepRow (its Scenario) is costly to move.
+  // Sorts positions, then moves each row into place (once, and once more per cycle of the
+  // permutation): a SweepRow (its Scenario) is costly to move.
   auto group = [](SweepStatus s) {
     switch (s) {
       case SweepStatus::kRanked:
@@ -717,12 +748,24 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
     }
     return a.config.index < b.config.index;
   });
-  std::vector<SweepRow> sorted;
-  sorted.reserve(rows.size());
-  for (size_t i : order) sorted.push_back(std::move(rows[i]));
+  // The permutation applied in place, cycle by cycle (position i takes rows[order[i]]): no
+  // second vector of rows to fault in.
+  for (size_t start = 0; start < order.size(); ++start) {
+    if (order[start] == start) continue;
+    SweepRow held = std::move(rows[start]);
+    size_t at = start;
+    while (order[at] != start) {
+      const size_t from = order[at];
+      rows[at] = std::move(rows[from]);
+      order[at] = at;
+      at = from;
+    }
+    rows[at] = std::move(held);
+    order[at] = at;
+  }
   int64_t rank = 0;
-  for (SweepRow& r : sorted) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
-  return sorted;
+  for (SweepRow& r : rows) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
+  return rows;
 }
 
 // ----- flag parsing ---------------------------------------------------------------------------

@@ -730,23 +730,37 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
     }
     return 4;
   };
+  // The fields the order reads, side by side (the rows are ~2 KB apart: a comparison of two of
+  // them would miss the cache twice).
+  struct Key {
+    int group;
+    double tokens_per_s;
+    int64_t gpus_per_replica;
+    double excess_memory_bytes;
+    int64_t index;
+  };
+  std::vector<Key> keys(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SweepRow& r = rows[i];
+    keys[i] = {group(r.status), r.tokens_per_s,
+               r.status == SweepStatus::kRanked ? r.config.gpus_per_replica() : 0,
+               r.config.excess_memory_bytes, r.config.index};
+  }
   std::vector<size_t> order(rows.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&group, &rows](size_t ia, size_t ib) {
-    const SweepRow& a = rows[ia];
-    const SweepRow& b = rows[ib];
-    const int ga = group(a.status), gb = group(b.status);
-    if (ga != gb) return ga < gb;
-    if (a.status == SweepStatus::kRanked) {
+  std::stable_sort(order.begin(), order.end(), [&keys](size_t ia, size_t ib) {
+    const Key& a = keys[ia];
+    const Key& b = keys[ib];
+    if (a.group != b.group) return a.group < b.group;
+    if (a.group == 0) {  // kRanked
       if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
-      const int64_t ra = a.config.gpus_per_replica(), rb = b.config.gpus_per_replica();
-      if (ra != rb) return ra < rb;
-    } else if (a.status == SweepStatus::kOutOfMemory) {
-      if (a.config.excess_memory_bytes != b.config.excess_memory_bytes) {
-        return a.config.excess_memory_bytes < b.config.excess_memory_bytes;
+      if (a.gpus_per_replica != b.gpus_per_replica) return a.gpus_per_replica < b.gpus_per_replica;
+    } else if (a.group == 1) {  // kOutOfMemory
+      if (a.excess_memory_bytes != b.excess_memory_bytes) {
+        return a.excess_memory_bytes < b.excess_memory_bytes;
       }
     }
-    return a.config.index < b.config.index;
+    return a.index < b.index;
   });
   // The permutation applied in place, cycle by cycle (position i takes rows[order[i]]): no
   // second vector of rows to fault in.

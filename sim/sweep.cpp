@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -635,20 +636,38 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
       if (!take_evaluation(rows[i], std::move(e))) fail(i, rows[i].error);
     }
   } else if (options.jobs > 1 && todo.size() > 1) {
-    // Shares of the configurations; share k holds todo[k], todo[k + shares], ... (neighbours in
-    // the enumeration cost about the same, so equal shares take about the same time). Each share
-    // is a forked worker, which costs ~10 ms of CPU (fork, copy-on-write faults of the heap it
-    // writes, its results through a pipe as CBOR: ~15 analytical estimates, bench/sweep_bench;
-    // a fresh worker also starts from the evaluator's cache as the fork found it), so a share
-    // holds at least ~500 configurations: one share per worker for a small sweep, up to 8 per
-    // worker on a large one for the progress bar.
+    // Shares of the configurations. Each share is a forked worker, which costs ~10 ms of CPU
+    // (fork, copy-on-write faults of the heap it writes, its results through a pipe as CBOR: ~15
+    // analytical estimates, bench/sweep_bench; a fresh worker also starts from the evaluator's
+    // cache as the fork found it), so a share holds at least ~500 configurations: one share per
+    // worker for a small sweep, up to 8 per worker on a large one for the progress bar. The
+    // configurations are dealt in groups of those that share the analytical estimator's
+    // pipeline plan (schedule, PP, VPP, micro-batches: sim/analytical_plan.hpp, ~0.5 M
+    // instructions each on the sharding grid of bench/sweep_grid.hpp), so only one worker makes
+    // each plan; group g (in the order of its first configuration) goes to share g mod shares
+    // (neighbouring groups cost about the same, so the shares take about the same time).
     const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
     const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * per_worker);
+    std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, ascending
+    {
+      std::map<std::tuple<int, int64_t, int64_t, int64_t>, size_t> groups;
+      for (size_t x = 0; x < todo.size(); ++x) {
+        const Scenario& sc = rows[todo[x]].config.scenario;
+        const ParallelConfig& par = sc.parallel;
+        const int64_t per_step = sc.training.micro_batch_size * par.data_parallel_size;
+        const auto key = std::make_tuple(static_cast<int>(par.pipeline_schedule),
+                                         par.pipeline_model_parallel_size,
+                                         par.virtual_pipeline_model_parallel_size,
+                                         per_step > 0 ? sc.num_micro_batches() : 0);
+        const size_t g = groups.try_emplace(key, groups.size()).first->second;
+        share_of[g % shares].push_back(x);
+      }
+    }
     std::vector<std::function<std::string()>> work;
     for (size_t k = 0; k < shares; ++k) {
-      work.push_back([&rows, &todo, &evaluate, k, shares] {
+      work.push_back([&rows, &todo, &evaluate, &share_of, k] {
         nlohmann::json out = nlohmann::json::array();
-        for (size_t x = k; x < todo.size(); x += shares) {
+        for (const size_t x : share_of[k]) {
           try {
             out.push_back({{"evaluation", evaluate(rows[todo[x]].config.scenario)}});
           } catch (const std::exception& e) {
@@ -661,7 +680,8 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
         return std::string(bytes.begin(), bytes.end());
       });
     }
-    // Progress in configurations: a share of n / shares configurations per finished share.
+    // Progress in configurations: n / shares configurations per finished share (about: the
+    // shares differ by their groups).
     ProgressCallback per_share;
     if (options.progress) {
       per_share = [&options, &todo, shares](const JobProgress& p) {
@@ -687,13 +707,14 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
         }
       }
       size_t n = 0;
-      for (size_t x = k; x < todo.size(); x += shares, ++n) {
+      for (const size_t x : share_of[k]) {
         const size_t i = todo[x];
+        const size_t at = n++;
         if (!failure.empty()) {
           fail(i, failure);
-        } else if (results.at(n).contains("error")) {
-          fail(i, results.at(n).at("error").get<std::string>());
-        } else if (!take_evaluation(rows[i], results.at(n).at("evaluation").get<SweepEvaluation>())) {
+        } else if (results.at(at).contains("error")) {
+          fail(i, results.at(at).at("error").get<std::string>());
+        } else if (!take_evaluation(rows[i], results.at(at).at("evaluation").get<SweepEvaluation>())) {
           fail(i, rows[i].error);
         }
       }

@@ -100,9 +100,8 @@ void run_grid(benchmark::State& state, const SweepAxes& axes) {
   int64_t rows = 0, evaluated = 0, ranked = 0, errors = 0;
   const double self0 = cpu_s(RUSAGE_SELF), children0 = cpu_s(RUSAGE_CHILDREN);
   for (auto _ : state) {
-    const auto configs =
-        enumerate_configurations(f.base, axes, f.topo.gpu.memory_bytes, options.jobs);
-    const auto out = run_sweep(configs, eval, options);
+    auto configs = enumerate_configurations(f.base, axes, f.topo.gpu.memory_bytes, options.jobs);
+    const auto out = run_sweep(std::move(configs), eval, options);
     rows = static_cast<int64_t>(out.size());
     evaluated = ranked = errors = 0;
     for (const SweepRow& r : out) {

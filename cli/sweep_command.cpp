@@ -275,6 +275,11 @@ void print_report(const Scenario& base, const TopologySpec& topo, const std::vec
         break;
       }
       ++shown;
+      if (r.config.host_excess_memory_bytes > 0) {
+        fmt::print("  {}: peak {}, {}\n", layout_phrase(r.config.scenario),
+                   gib(r.config.peak_memory_bytes), host_memory_reason(r.config));
+        continue;
+      }
       fmt::print("  {}: peak {}, OOM by {}\n", layout_phrase(r.config.scenario),
                  gib(r.config.peak_memory_bytes), gib(r.config.excess_memory_bytes));
     }

@@ -80,17 +80,17 @@ void check_sweep(const Scenario& base, const TopologySpec& topo, const SweepAxes
 /// Evaluates `share` by `mode`: the SimGrid replay in worker processes (simulate), the
 /// analytical estimator in this process (analytical), or (auto) the estimator for every
 /// configuration and the replay for the top K = max(top, 1), ranked again.
-std::vector<SweepRow> evaluate_share(const std::vector<SweepConfiguration>& share,
+std::vector<SweepRow> evaluate_share(std::vector<SweepConfiguration> share,
                                      const std::string& mode, int top, const TopologySpec& topo,
                                      const std::shared_ptr<const CostModel>& costs,
                                      SweepOptions options) {
   if (mode == "simulate") {
     options.isolate = true;
-    return run_sweep(share, make_simulation_evaluator(topo, costs), options);
+    return run_sweep(std::move(share), make_simulation_evaluator(topo, costs), options);
   }
   options.isolate = false;
   const Evaluator analytical = make_analytical_evaluator(topo, costs);
-  std::vector<SweepRow> rows = run_sweep(share, analytical, options);
+  std::vector<SweepRow> rows = run_sweep(std::move(share), analytical, options);
   if (mode == "auto") {
     // Replay the top K of the analytical ranking with the simulator and rank again.
     std::vector<std::pair<double, const SweepConfiguration*>> candidates;
@@ -132,8 +132,10 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   gpu_counts.push_back(base.cluster.num_gpus);
   const StageMemoryCapacity capacity = stage_memory_capacity(topo, gpu_counts);
   const double smallest = smallest_gpu_memory_bytes(topo);
-  auto configurations =
-      enumerate_configurations(base, request.axes, smallest, request.jobs, capacity);
+  // With CPU offload the host memory too (the topology's gpu.host_link.host_memory, if given).
+  const double host_memory = topo.gpu.host_link ? topo.gpu.host_link->host_memory_bytes : 0.0;
+  auto configurations = enumerate_configurations(base, request.axes, smallest, request.jobs,
+                                                 capacity, host_memory);
   // A TP group larger than the GPUs the job uses per NVLink domain is invalid, as simulate says.
   for (SweepConfiguration& c : configurations) {
     if (!c.valid) continue;
@@ -146,6 +148,8 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
       c.invalid_reason = key == std::string::npos ? what : what.substr(key);
       c.peak_memory_bytes = 0;
       c.excess_memory_bytes = 0;
+      c.host_memory_bytes = 0;
+      c.host_excess_memory_bytes = 0;
     }
   }
 
@@ -165,8 +169,8 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
   options.jobs = request.jobs;
   options.evaluate_out_of_memory = request.simulate_oom;
   if (root_process) options.progress = progress_bar();
-  const auto run_share = [&](const std::vector<SweepConfiguration>& share) {
-    return evaluate_share(share, request.mode, request.top, topo, costs, options);
+  const auto run_share = [&](std::vector<SweepConfiguration> share) {
+    return evaluate_share(std::move(share), request.mode, request.top, topo, costs, options);
   };
   std::vector<SweepRow> rows;
   if (mpi) {
@@ -174,7 +178,7 @@ std::optional<SweepOutcome> run_sweep_request(const SweepRequest& request) {
     rows = mpi_sweep(configurations, run_share, is_root);
     if (!is_root) return std::nullopt;
   } else {
-    rows = run_share(configurations);
+    rows = run_share(std::move(configurations));
   }
   return SweepOutcome{std::move(base), std::move(topo), std::move(rows), unsearched};
 }

@@ -284,7 +284,9 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
     // prefetched ahead of it, N + 1, no more than a chunk's layers (the prefetch stops at the
     // chunk's end, core/rank_lowering_optimizer.cpp fsdp_ahead); the largest layers of the
     // stage are counted. Without it every unit of the stage stays gathered from its forward to
-    // its backward. ZeRO-2/3: the unit whose full gradients wait for their reduce-scatter.
+    // its backward (under PP from its chunk's first forward to the step's end, gathered once per
+    // step: core/fsdp_gather_once.hpp; the peak is the same). ZeRO-2/3: the unit whose full
+    // gradients wait for their reduce-scatter.
     // (An MoE layer's local experts are part of its unit.)
     std::vector<double> units;  // per layer of the stage: its parameters on this rank
     int64_t chunk_layers_max = 0;

@@ -119,7 +119,8 @@ struct StageMemory {
   /// ZeRO-3: the FSDP units whose parameters are gathered at once: with
   /// training.reshard_after_forward the running one and training.fsdp_prefetch_depth N
   /// prefetched, min(N + 1, the most layers of a chunk of the stage); without it every layer of
-  /// the stage (gathered from its forward to its backward). 0 below ZeRO-3.
+  /// the stage (gathered from its forward to its backward; under PP for the whole step,
+  /// core/fsdp_gather_once.hpp). 0 below ZeRO-3.
   int64_t fsdp_gathered_units = 0;
   /// FP8 training: the FP8 copy and transpose of the transformer layers' GEMM weights. With
   /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).

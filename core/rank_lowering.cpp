@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/fsdp_gather_once.hpp"
 
 namespace traintwin::lowering {
 
@@ -287,7 +288,9 @@ void RankLowering::lower_step(const ScheduleStep& st) {
     for (int64_t l = first_layer; l <= last_layer; ++l) {
       context(Phase::kForward, st.micro_batch, st.model_chunk, l);
       if (first_forward) wait_param_gather(st.model_chunk, l);
-      if (sc_.training.zero_stage() >= 3) {
+      // (Units kept whole for the step under PP: gathered by the chunk's first forward only.)
+      if (sc_.training.zero_stage() >= 3 &&
+          (first_forward || !fsdp_units_gathered_once_per_step(sc_))) {
         fsdp_gather(st.model_chunk, l, fsdp_ahead(l, +1, first_layer, last_layer));
       }
       offload_before_forward(l);

@@ -393,7 +393,8 @@ class RankLowering {
   /// this pass inside the chunk, in pass order; fewer at the chunk's end) are prefetched:
   /// Megatron-FSDP's unit is one transformer layer, gathered again for every micro-batch and
   /// pass (parameters resharded after use; the backward gathers none with
-  /// reshard_after_forward false, see fsdp_ahead()). Waits for the layer's gathers.
+  /// reshard_after_forward false, and under PP then only the chunk's first forward gathers,
+  /// core/fsdp_gather_once.hpp). Waits for the layer's gathers.
   void fsdp_gather(int64_t chunk, int64_t layer, const std::vector<int64_t>& ahead);
   /// The layers whose gathers fsdp_gather() prefetches while `layer` runs: up to
   /// training.fsdp_prefetch_depth layers after it (forward, `step` +1) or before it (backward,

@@ -313,7 +313,8 @@ struct TrainingConfig {
   /// and PyTorch FSDP2 fully_shard reshard_after_forward, torchtitan fsdp_reshard_after_forward
   /// always), or kept from the forward to the backward (false: torchtitan never, FSDP1
   /// SHARD_GRAD_OP, Megatron --torch-fsdp2-no-reshard-after-forward): no backward all-gather,
-  /// every unit of the stage held whole. Only with zero_stage() 3.
+  /// every unit of the stage held whole; with PP > 1 gathered once per step, by its chunk's
+  /// first forward (core/fsdp_gather_once.hpp). Only with zero_stage() 3.
   bool reshard_after_forward = true;
   /// ZeRO-3 / FSDP: the units whose parameter all-gathers are issued ahead of the one that runs,
   /// in the pass's order (forward: the next layers; backward: the previous ones), within a model

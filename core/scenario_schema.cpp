@@ -270,8 +270,10 @@ const std::vector<KeySpec>& table() {
       {.section = "training", .key = "reshard_after_forward", .type = V::kBoolean,
        .doc = "ZeRO-3/FSDP: free each unit's gathered parameters after its forward and "
               "all-gather them again before its backward; false keeps them from forward to "
-              "backward (no backward all-gather, every unit of the stage held whole; each "
-              "micro-batch's forward gathers again, as FSDP2's reshard_after_backward). "
+              "backward (no backward all-gather, every unit of the stage held whole; without "
+              "PP each micro-batch's forward gathers again, as FSDP2's reshard_after_backward; "
+              "with PP only the first forward of each model chunk, the units kept for the step "
+              "as torch.distributed.pipelining keeps them). "
               "Megatron-Core and PyTorch FSDP2 reshard_after_forward; torchtitan "
               "fsdp_reshard_after_forward always = true, never = false (its default: never "
               "with PP, else always); Megatron --torch-fsdp2-no-reshard-after-forward = false; "

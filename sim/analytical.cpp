@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/fsdp_gather_once.hpp"
 #include "core/pipeline_scatter_gather.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/rank_layout.hpp"
@@ -142,6 +143,10 @@ struct Instance {
   /// Its first DP-stream op waits for nothing in the step (only for the previous compute op,
   /// the recvs the step waits for and the stream), so it can start before the step.
   bool dp_first_free = false;
+  /// kNone: the ops are this instance's own. Else the instance whose ops these are, less its
+  /// FSDP unit all-gathers (StageTemplate::unit_gather): a chunk's later forwards when its units
+  /// stay gathered for the step (core/fsdp_gather_once.hpp), made from its first forward.
+  uint32_t ops_of = std::numeric_limits<uint32_t>::max();
 };
 
 /// One run of a step's ops (the template's, or a step whose DP-stream ops queue behind earlier
@@ -197,6 +202,9 @@ struct StageTemplate {
   std::vector<uint32_t> nonstep;   ///< non-step, non-p2p ops, ascending
   /// Per op: it runs on Stream::kDpComm (the DP stream queue).
   std::vector<uint8_t> on_dp;
+  /// Per op: a ZeRO-3 FSDP unit's parameter all-gather inside a step (core/rank_lowering.cpp
+  /// issue_fsdp_gather).
+  std::vector<uint8_t> unit_gather;
   /// Per instance x 2 (+1: not its chunk's last backward, replica all-reduces left out): the
   /// shortcut of its queued runs, made when first needed.
   std::vector<Saturation> saturation;
@@ -441,6 +449,7 @@ class Estimator {
     t.last_bwd.assign(static_cast<size_t>(v_), kNone);
     t.seq = collective_sequence(rp);
     t.on_dp.assign(n, 0);
+    t.unit_gather.assign(n, 0);
     // On its own GPU (a mixed job's stages differ).
     const std::vector<double>& compute = timed_->durations(rp.rank, timed_->gpu_type(rp.rank));
     for (const Op& op : rp.ops) {
@@ -448,6 +457,9 @@ class Estimator {
       if (op.kind == OpKind::kCompute || op.kind == OpKind::kHost) t.op_s[op.id] = compute[op.id];
       if (op.kind == OpKind::kCollective) t.op_s[op.id] = collective_s(op, rp.rank);
       t.on_dp[op.id] = op.stream == Stream::kDpComm;
+      t.unit_gather[op.id] = in_step(op) && op.kind == OpKind::kCollective &&
+                             op.collective == CollectiveKind::kAllGather &&
+                             op.role == Role::kParamBucket;
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
         t.first_step_op = std::min(t.first_step_op, op.id);
         continue;
@@ -485,6 +497,25 @@ class Estimator {
       if (st.pass == trigger_pass()) t.last_bwd[c] = it->second;
     }
     for (uint32_t i = 0; i < t.insts.size(); ++i) run_instance(t, i);
+    if (fsdp_units_gathered_once_per_step(s_)) {
+      // The chunk's units stay gathered after its first forward: its later forwards are that
+      // step without the gathers (the Program's: core/rank_lowering.cpp lower_step), whichever
+      // steps the probe lowered.
+      for (int64_t c = 0; c < v_; ++c) {
+        const uint32_t first = t.first_fwd[static_cast<size_t>(c)];
+        if (first == kNone) continue;
+        Instance later;
+        later.key = t.insts[first].key;
+        later.ops_of = first;
+        for (uint32_t id : t.insts[first].ops) {
+          if (!t.unit_gather[id]) later.ops.push_back(id);
+        }
+        const auto idx = static_cast<uint32_t>(t.insts.size());
+        t.insts.push_back(std::move(later));
+        t.typical[static_cast<size_t>(static_cast<int64_t>(Pass::kForward) * v_ + c)] = idx;
+        run_instance(t, idx);
+      }
+    }
     return t;
   }
 
@@ -502,7 +533,11 @@ class Estimator {
   void run_instance(StageTemplate& t, uint32_t idx) {
     Instance& in = t.insts[idx];
     StepRun run;
-    run_ops(t, idx, 0.0, /*last=*/true, t.local_end, run, &in.external);
+    // (An instance of another's ops keeps that one's ends: its own go to scratch.)
+    std::vector<double> scratch;
+    if (in.ops_of != kNone) scratch.assign(t.local_end.size(), 0.0);
+    std::vector<double>& ends = in.ops_of != kNone ? scratch : t.local_end;
+    run_ops(t, idx, 0.0, /*last=*/true, ends, run, &in.external);
     in.compute_end_s = run.compute_end_s;
     in.all_end_s = run.all_end_s;
     in.b = run.b;
@@ -513,7 +548,7 @@ class Estimator {
     for (uint32_t id : in.ops) {
       if (!t.on_dp[id]) continue;
       if (!in.has_dp) {
-        in.dp_first_ready_s = t.local_end[id] - t.op_s[id];
+        in.dp_first_ready_s = ends[id] - t.op_s[id];
         in.has_dp = true;
         in.dp_first_free = true;
         for (uint32_t d : t.rp->ops[id].deps) in.dp_first_free = in.dp_first_free && t.inst_of[d] != idx;
@@ -535,6 +570,10 @@ class Estimator {
                std::vector<std::pair<uint32_t, double>>* external, double origin = 0) const {
     const Instance& in = t.insts[idx];
     const RankProgram& rp = *t.rp;
+    // The instance whose ops these are (Instance::ops_of), and whether its unit gathers are left
+    // out (their dependents do not wait for them).
+    const bool gathered = in.ops_of != kNone;
+    const uint32_t own = gathered ? in.ops_of : idx;
     double prev_end = 0;
     bool first_compute = true;
     for (uint32_t id : in.ops) {
@@ -548,7 +587,7 @@ class Estimator {
       uint32_t waited = kNone;
       double latest = -1;
       for (uint32_t d : op.deps) {
-        if (t.inst_of[d] != idx) {
+        if (t.inst_of[d] != own || (gathered && t.unit_gather[d])) {
           const Op& dop = rp.ops[d];
           // (A DP-stream op after one outside the step: the stream order, dp_free_s.)
           if (external != nullptr && t.inst_of[d] == kNone && dop.kind == OpKind::kCollective &&

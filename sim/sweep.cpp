@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -179,12 +180,13 @@ void adapt_inherited(const Scenario& base, const Combination& k, Scenario& s,
 /// `c` (default-constructed).
 void make_configuration(const Scenario& base, int64_t index, const Combination& k,
                         double gpu_memory_bytes, const StageMemoryCapacity& stage_capacity,
-                        SweepConfiguration& c) {
+                        double host_memory_bytes, SweepConfiguration& c) {
   const int64_t tp = k.tp, cp = k.cp, pp = k.pp, vpp = k.vpp, mbs = k.mbs;
   const RecomputeGranularity recompute = k.recompute;
   const bool sp = k.sp, distributed_optimizer = k.distributed_optimizer, fp8 = k.fp8;
   c.index = index;
   c.memory_capacity_bytes = gpu_memory_bytes;
+  c.host_memory_capacity_bytes = host_memory_bytes;
   Scenario& s = c.scenario;
   s = base;
   s.cluster.num_gpus = k.num_gpus;
@@ -264,7 +266,8 @@ constexpr size_t kEnumerationBlock = 64;
 /// exception of the first row (in enumeration order) that throws is rethrown, as a loop would.
 void make_configurations(const Scenario& base, const std::vector<Combination>& combinations,
                          double gpu_memory_bytes, const StageMemoryCapacity& stage_capacity,
-                         int threads, std::vector<SweepConfiguration>& out) {
+                         double host_memory_bytes, int threads,
+                         std::vector<SweepConfiguration>& out) {
   const size_t n = combinations.size();
   const size_t blocks = (n + kEnumerationBlock - 1) / kEnumerationBlock;
   const size_t t_count = std::max<size_t>(1, std::min(static_cast<size_t>(threads), blocks));
@@ -278,7 +281,7 @@ void make_configurations(const Scenario& base, const std::vector<Combination>& c
       for (size_t i = b * kEnumerationBlock; i < end; ++i) {
         try {
           make_configuration(base, static_cast<int64_t>(i), combinations[i], gpu_memory_bytes,
-                             stage_capacity, out[i]);
+                             stage_capacity, host_memory_bytes, out[i]);
         } catch (...) {
           failed_at[t] = i;
           failure[t] = std::current_exception();
@@ -302,6 +305,16 @@ void make_configurations(const Scenario& base, const std::vector<Combination>& c
 }
 
 }  // namespace
+
+std::string host_memory_reason(const SweepConfiguration& c) {
+  if (!(c.host_excess_memory_bytes > 0)) return "";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return fmt::format(
+      "host memory: {:.1f} GiB per GPU of CPU offload (training.optimizer_cpu_offload, "
+      "cpu_offloading) exceed the topology's gpu.host_link.host_memory of {:.1f} GiB by {:.1f} GiB",
+      c.host_memory_bytes / kGiB, c.host_memory_capacity_bytes / kGiB,
+      c.host_excess_memory_bytes / kGiB);
+}
 
 StageMemoryCapacity stage_memory_capacity(const TopologySpec& topo,
                                           const std::vector<int64_t>& gpu_counts) {
@@ -330,6 +343,8 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
   c.memory_reserve_bytes = 0;
   c.memory_verdict = MemoryVerdict::kFits;
   c.memory_capacity_bytes = gpu_memory_bytes;
+  c.host_memory_bytes = 0;
+  c.host_excess_memory_bytes = 0;
   // The first broken rule as a value (validate_scenario's rule and message without its
   // "sweep: " prefix): most rows of a large grid break one, and an exception per row would cost
   // more than checking the rules.
@@ -348,6 +363,7 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
                              gpu_memory_bytes);
     double tightest = -std::numeric_limits<double>::infinity();
     for (const StageMemory& m : stages) {
+      c.host_memory_bytes = std::max(c.host_memory_bytes, m.host_total_bytes());
       c.peak_memory_bytes = std::max(c.peak_memory_bytes, m.total_bytes());
       const double cap = capacity.at(static_cast<size_t>(m.pp_rank));
       if (m.total_bytes() - cap > tightest) {
@@ -359,10 +375,19 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
     c.memory_reserve_bytes = fit.largest_reserve_bytes;
     c.memory_verdict = fit.verdict;
     c.excess_memory_bytes = std::max(0.0, tightest);
+    // CPU offload: the host's memory too, where the topology declares it (the verdict of
+    // `traintwin memory`, host_memory_verdict: out of memory above the capacity).
+    if (c.host_memory_capacity_bytes > 0 && c.host_memory_bytes > 0 &&
+        host_memory_verdict(c.host_memory_bytes, c.host_memory_capacity_bytes) ==
+            MemoryVerdict::kOutOfMemory) {
+      c.host_excess_memory_bytes = c.host_memory_bytes - c.host_memory_capacity_bytes;
+    }
   } catch (const Error& e) {
     c.invalid_reason = std::string("memory model: ") + e.what();
     c.peak_memory_bytes = 0;
     c.excess_memory_bytes = 0;
+    c.host_memory_bytes = 0;
+    c.host_excess_memory_bytes = 0;
     return;
   }
   c.valid = true;
@@ -371,7 +396,8 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes, int threads,
-                                                         const StageMemoryCapacity& stage_capacity) {
+                                                         const StageMemoryCapacity& stage_capacity,
+                                                         double host_memory_bytes) {
   if (threads < 1) {
     throw InvalidArgument(
         fmt::format("enumerate_configurations: threads must be >= 1, got {}", threads));
@@ -379,6 +405,10 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   if (!(gpu_memory_bytes > 0)) {
     throw InvalidArgument(fmt::format(
         "enumerate_configurations: gpu_memory_bytes must be > 0, got {}", gpu_memory_bytes));
+  }
+  if (!(host_memory_bytes >= 0)) {
+    throw InvalidArgument(fmt::format(
+        "enumerate_configurations: host_memory_bytes must be >= 0, got {}", host_memory_bytes));
   }
   check_axis("tp", axes.tp);
   check_axis("cp", axes.cp);
@@ -496,7 +526,8 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
     }
   }
   std::vector<SweepConfiguration> out(combinations.size());
-  make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, threads, out);
+  make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, host_memory_bytes,
+                      threads, out);
   return out;
 }
 
@@ -557,7 +588,7 @@ bool take_evaluation(SweepRow& row, SweepEvaluation e) {
 
 }  // namespace
 
-std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
+std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
                                 const Evaluator& evaluate, const SweepOptions& options) {
   if (options.jobs < 1) {
     throw InvalidArgument(
@@ -567,7 +598,7 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
   std::vector<size_t> todo;  // rows to evaluate
   for (size_t i = 0; i < configurations.size(); ++i) {
     SweepRow& row = rows[i];
-    row.config = configurations[i];
+    row.config = std::move(configurations[i]);
     if (!row.config.valid) {
       row.status = SweepStatus::kInvalid;
     } else {
@@ -605,20 +636,38 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
       if (!take_evaluation(rows[i], std::move(e))) fail(i, rows[i].error);
     }
   } else if (options.jobs > 1 && todo.size() > 1) {
-    // Shares of the configurations; share k holds todo[k], todo[k + shares], ... (neighbours in
-    // the enumeration cost about the same, so equal shares take about the same time). Each share
-    // is a forked worker, which costs ~10 ms of CPU (fork, copy-on-write faults of the heap it
-    // writes, its results through a pipe as CBOR: ~15 analytical estimates, bench/sweep_bench;
-    // a fresh worker also starts from the evaluator's cache as the fork found it), so a share
-    // holds at least ~500 configurations: one share per worker for a small sweep, up to 8 per
-    // worker on a large one for the progress bar.
+    // Shares of the configurations. Each share is a forked worker, which costs ~10 ms of CPU
+    // (fork, copy-on-write faults of the heap it writes, its results through a pipe as CBOR: ~15
+    // analytical estimates, bench/sweep_bench; a fresh worker also starts from the evaluator's
+    // cache as the fork found it), so a share holds at least ~500 configurations: one share per
+    // worker for a small sweep, up to 8 per worker on a large one for the progress bar. The
+    // configurations are dealt in groups of those that share the analytical estimator's
+    // pipeline plan (schedule, PP, VPP, micro-batches: sim/analytical_plan.hpp, ~0.5 M
+    // instructions each on the sharding grid of bench/sweep_grid.hpp), so only one worker makes
+    // each plan; group g (in the order of its first configuration) goes to share g mod shares
+    // (neighbouring groups cost about the same, so the shares take about the same time).
     const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
     const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * per_worker);
+    std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, ascending
+    {
+      std::map<std::tuple<int, int64_t, int64_t, int64_t>, size_t> groups;
+      for (size_t x = 0; x < todo.size(); ++x) {
+        const Scenario& sc = rows[todo[x]].config.scenario;
+        const ParallelConfig& par = sc.parallel;
+        const int64_t per_step = sc.training.micro_batch_size * par.data_parallel_size;
+        const auto key = std::make_tuple(static_cast<int>(par.pipeline_schedule),
+                                         par.pipeline_model_parallel_size,
+                                         par.virtual_pipeline_model_parallel_size,
+                                         per_step > 0 ? sc.num_micro_batches() : 0);
+        const size_t g = groups.try_emplace(key, groups.size()).first->second;
+        share_of[g % shares].push_back(x);
+      }
+    }
     std::vector<std::function<std::string()>> work;
     for (size_t k = 0; k < shares; ++k) {
-      work.push_back([&rows, &todo, &evaluate, k, shares] {
+      work.push_back([&rows, &todo, &evaluate, &share_of, k] {
         nlohmann::json out = nlohmann::json::array();
-        for (size_t x = k; x < todo.size(); x += shares) {
+        for (const size_t x : share_of[k]) {
           try {
             out.push_back({{"evaluation", evaluate(rows[todo[x]].config.scenario)}});
           } catch (const std::exception& e) {
@@ -631,7 +680,8 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
         return std::string(bytes.begin(), bytes.end());
       });
     }
-    // Progress in configurations: a share of n / shares configurations per finished share.
+    // Progress in configurations: n / shares configurations per finished share (about: the
+    // shares differ by their groups).
     ProgressCallback per_share;
     if (options.progress) {
       per_share = [&options, &todo, shares](const JobProgress& p) {
@@ -657,13 +707,14 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
         }
       }
       size_t n = 0;
-      for (size_t x = k; x < todo.size(); x += shares, ++n) {
+      for (const size_t x : share_of[k]) {
         const size_t i = todo[x];
+        const size_t at = n++;
         if (!failure.empty()) {
           fail(i, failure);
-        } else if (results.at(n).contains("error")) {
-          fail(i, results.at(n).at("error").get<std::string>());
-        } else if (!take_evaluation(rows[i], results.at(n).at("evaluation").get<SweepEvaluation>())) {
+        } else if (results.at(at).contains("error")) {
+          fail(i, results.at(at).at("error").get<std::string>());
+        } else if (!take_evaluation(rows[i], results.at(at).at("evaluation").get<SweepEvaluation>())) {
           fail(i, rows[i].error);
         }
       }
@@ -685,7 +736,8 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configura
 }
 
 std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
-  // Sorts positions, then moves each row once: a SweepRow (its Scenario) is costly to move.
+  // Sorts positions, then moves each row into place (once, and once more per cycle of the
+  // permutation): a SweepRow (its Scenario) is costly to move.
   auto group = [](SweepStatus s) {
     switch (s) {
       case SweepStatus::kRanked:
@@ -699,30 +751,56 @@ std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows) {
     }
     return 4;
   };
+  // The fields the order reads, side by side (the rows are ~2 KB apart: a comparison of two of
+  // them would miss the cache twice).
+  struct Key {
+    int group;
+    double tokens_per_s;
+    int64_t gpus_per_replica;
+    double excess_memory_bytes;
+    int64_t index;
+  };
+  std::vector<Key> keys(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SweepRow& r = rows[i];
+    keys[i] = {group(r.status), r.tokens_per_s,
+               r.status == SweepStatus::kRanked ? r.config.gpus_per_replica() : 0,
+               r.config.excess_memory_bytes, r.config.index};
+  }
   std::vector<size_t> order(rows.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&group, &rows](size_t ia, size_t ib) {
-    const SweepRow& a = rows[ia];
-    const SweepRow& b = rows[ib];
-    const int ga = group(a.status), gb = group(b.status);
-    if (ga != gb) return ga < gb;
-    if (a.status == SweepStatus::kRanked) {
+  std::stable_sort(order.begin(), order.end(), [&keys](size_t ia, size_t ib) {
+    const Key& a = keys[ia];
+    const Key& b = keys[ib];
+    if (a.group != b.group) return a.group < b.group;
+    if (a.group == 0) {  // kRanked
       if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
-      const int64_t ra = a.config.gpus_per_replica(), rb = b.config.gpus_per_replica();
-      if (ra != rb) return ra < rb;
-    } else if (a.status == SweepStatus::kOutOfMemory) {
-      if (a.config.excess_memory_bytes != b.config.excess_memory_bytes) {
-        return a.config.excess_memory_bytes < b.config.excess_memory_bytes;
+      if (a.gpus_per_replica != b.gpus_per_replica) return a.gpus_per_replica < b.gpus_per_replica;
+    } else if (a.group == 1) {  // kOutOfMemory
+      if (a.excess_memory_bytes != b.excess_memory_bytes) {
+        return a.excess_memory_bytes < b.excess_memory_bytes;
       }
     }
-    return a.config.index < b.config.index;
+    return a.index < b.index;
   });
-  std::vector<SweepRow> sorted;
-  sorted.reserve(rows.size());
-  for (size_t i : order) sorted.push_back(std::move(rows[i]));
+  // The permutation applied in place, cycle by cycle (position i takes rows[order[i]]): no
+  // second vector of rows to fault in.
+  for (size_t start = 0; start < order.size(); ++start) {
+    if (order[start] == start) continue;
+    SweepRow held = std::move(rows[start]);
+    size_t at = start;
+    while (order[at] != start) {
+      const size_t from = order[at];
+      rows[at] = std::move(rows[from]);
+      order[at] = at;
+      at = from;
+    }
+    rows[at] = std::move(held);
+    order[at] = at;
+  }
   int64_t rank = 0;
-  for (SweepRow& r : sorted) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
-  return sorted;
+  for (SweepRow& r : rows) r.rank = r.status == SweepStatus::kRanked ? ++rank : 0;
+  return rows;
 }
 
 // ----- flag parsing ---------------------------------------------------------------------------

@@ -98,12 +98,28 @@ struct SweepConfiguration {
   MemoryVerdict memory_verdict = MemoryVerdict::kFits;
   /// peak_memory_bytes - memory_capacity_bytes when it does not fit, else 0.
   double excess_memory_bytes = 0;
+  /// CPU offload (training.optimizer_cpu_offload, cpu_offloading): the host memory one GPU's
+  /// process takes, StageMemory::host_total_bytes() of the stage that puts the most on the host
+  /// (0 without offload or when invalid).
+  double host_memory_bytes = 0;
+  /// The host memory per GPU it is checked against (the topology's gpu.host_link.host_memory);
+  /// 0: none declared, not checked. An input of check_configuration(), set by the enumeration.
+  double host_memory_capacity_bytes = 0;
+  /// host_memory_bytes - host_memory_capacity_bytes when the host cannot hold it, else 0.
+  double host_excess_memory_bytes = 0;
 
-  /// Valid and within the GPU's memory.
-  bool fits() const { return valid && excess_memory_bytes <= 0; }
+  /// Valid and within the GPU's memory and, with CPU offload, the host's.
+  bool fits() const {
+    return valid && excess_memory_bytes <= 0 && host_excess_memory_bytes <= 0;
+  }
   /// TP x CP x PP: the GPUs holding one model replica.
   int64_t gpus_per_replica() const;
 };
+
+/// Why a configuration with host_excess_memory_bytes > 0 does not fit, e.g. "host memory: 301.2
+/// GiB per GPU of CPU offload (training.optimizer_cpu_offload, cpu_offloading) exceed the
+/// topology's gpu.host_link.host_memory of 256.0 GiB by 45.2 GiB"; "" when the host holds it.
+std::string host_memory_reason(const SweepConfiguration& c);
 
 /// Per pipeline stage (0 .. PP - 1) of a configuration's scenario, the memory of the GPUs that
 /// stage runs on, bytes: on a mixed cluster gpu_memory_per_stage_bytes() of its job
@@ -124,8 +140,12 @@ StageMemoryCapacity stage_memory_capacity(const TopologySpec& topo,
 /// capacity (`stage_capacity`, else `gpu_memory_bytes` for all): memory_verdict from
 /// layout_memory_fit (core/memory_reserve.hpp), excess_memory_bytes the largest stage peak
 /// minus that stage's capacity (0 when every stage fits), memory_capacity_bytes the capacity of
-/// that tightest stage. A memory-model error makes it invalid. Resets every verdict field first;
-/// used again by the pipeline-split search (sim/sweep_split.hpp) on the layouts it adds.
+/// that tightest stage. With CPU offload and c.host_memory_capacity_bytes > 0 the host memory
+/// too: host_memory_bytes against it, host_excess_memory_bytes what does not fit (the layout
+/// then does not fit either, as `traintwin memory` judges it: host_memory_verdict). A
+/// memory-model error makes it invalid. Resets every verdict field first (but the host
+/// capacity); used again by the pipeline-split search (sim/sweep_split.hpp) on the layouts it
+/// adds.
 void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
                          const StageMemoryCapacity& stage_capacity = {});
 
@@ -151,11 +171,13 @@ inline constexpr int64_t kMaxSweepConfigurations = int64_t{1} << 20;
 /// others: the same result for any count). Throws InvalidArgument for an axis value < 1, a
 /// duplicate value in an axis, a negative global_batch_size_per_dp, gpu_memory_bytes <= 0,
 /// threads < 1, or a grid of more than kMaxSweepConfigurations combinations (naming each axis
-/// of more than one value and its count).
+/// of more than one value and its count). `host_memory_bytes`: the host memory per GPU CPU
+/// offload is checked against (the topology's gpu.host_link.host_memory; 0: not checked).
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes, int threads = 1,
-                                                         const StageMemoryCapacity& stage_capacity = {});
+                                                         const StageMemoryCapacity& stage_capacity = {},
+                                                         double host_memory_bytes = 0);
 
 /// How far a sweep has got (the worker pool's progress, sim/isolated.hpp).
 using SweepProgress = JobProgress;
@@ -231,14 +253,17 @@ struct SweepRow {
 /// evaluation that throws, crashes, or gives a tokens_per_s that is not a positive finite number
 /// becomes a kError row.
 /// Throws InvalidArgument for options.jobs < 1, Error when processes cannot be started.
-std::vector<SweepRow> run_sweep(const std::vector<SweepConfiguration>& configurations,
+/// `configurations` by value: a caller done with them moves them in, and each becomes its row's
+/// without a copy (a sweep's configurations are whole scenarios, ~2 KB each).
+std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
                                 const Evaluator& evaluate, const SweepOptions& options = {});
 
 /// Sorts rows and numbers the ranked ones. The order, stable and total:
 ///   1. kRanked rows by tokens_per_s descending; ties: fewer GPUs per model replica
 ///      (TP x CP x PP) first, then the enumeration order (SweepConfiguration::index);
 ///      rank = 1, 2, ... in that order;
-///   2. kOutOfMemory rows by excess_memory_bytes ascending (closest to fitting first), then index;
+///   2. kOutOfMemory rows by excess_memory_bytes ascending (closest to fitting first; a row out
+///      of host memory only has 0), then index;
 ///   3. kError rows, by index;
 ///   4. kInvalid rows, by index.
 std::vector<SweepRow> rank_rows(std::vector<SweepRow> rows);

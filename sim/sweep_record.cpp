@@ -70,6 +70,8 @@ SweepRecord sweep_record(const SweepRow& row) {
     r.reason = row.config.invalid_reason;
   } else if (row.status == SweepStatus::kError) {
     r.reason = row.error;
+  } else if (row.status == SweepStatus::kOutOfMemory && row.config.host_excess_memory_bytes > 0) {
+    r.reason = host_memory_reason(row.config);
   }
   r.metrics = row.evaluation;
   return r;

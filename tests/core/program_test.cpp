@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/kernel_catalogue.hpp"
 #include "core/flops.hpp"
+#include "core/fsdp_gather_once.hpp"
 #include "core/memory.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
@@ -813,6 +814,73 @@ TEST(Program, Zero3ReshardAfterForwardAndPrefetchDepth) {
       }
     }
   }
+}
+
+// ZeRO-3 with reshard_after_forward false under PP (core/fsdp_gather_once.hpp, torchtitan's FSDP2
+// with torch.distributed.pipelining): each FSDP unit is all-gathered once per step, in its chunk's
+// first forward, not per micro-batch. The small GPT (h 64, ffn 4h, bf16), PP 2, DP 2, 3
+// micro-batches, 4 layers: 2 layers per stage, 12h^2 + 13h = 49,984 parameters each, gathered
+// whole (TP 1) in bf16: 99,968 bytes per unit. Per step and rank: 2 gathers = 199,936 bytes,
+// against 3 micro-batches x 2 layers x (forward + backward) = 12 gathers = 1,199,616 bytes when
+// resharded after forward (and 3 x 2 = 6 forward gathers = 599,808 bytes without PP's rule).
+TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
+  Knobs k;
+  k.pp = 2;
+  k.dp = 2;
+  k.m = 3;
+  k.dist_opt = true;
+  k.overlap_grad = true;
+  Scenario s = make(k);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  struct Gathers {
+    int n = 0;
+    int64_t bytes = 0;
+    std::set<int32_t> micro_batches;
+  };
+  auto gathers = [](const Program& p, int64_t rank) {
+    Gathers g;
+    for (const Op& op : p.ranks.at(rank).ops) {
+      if (std::string_view(op.what) != "fsdp all_gather params") continue;
+      ++g.n;
+      g.bytes += op.bytes;
+      g.micro_batches.insert(op.micro_batch);
+    }
+    return g;
+  };
+  const Program resharded = build_program(s);
+  s.training.reshard_after_forward = false;
+  ASSERT_TRUE(fsdp_units_gathered_once_per_step(s));
+  const Program kept = build_program(s);
+  for (const int64_t rank : {int64_t{0}, int64_t{3}}) {  // stage 0 and stage 1
+    ASSERT_EQ(kept.ranks.at(rank).coord.pp, rank == 0 ? 0 : 1);
+    const Gathers r = gathers(resharded, rank);
+    EXPECT_EQ(r.n, 12) << "rank " << rank;
+    EXPECT_EQ(r.bytes, 1'199'616) << "rank " << rank;
+    const Gathers g = gathers(kept, rank);
+    EXPECT_EQ(g.n, 2) << "rank " << rank;
+    EXPECT_EQ(g.bytes, 199'936) << "rank " << rank;
+    EXPECT_EQ(g.micro_batches, std::set<int32_t>{0}) << "rank " << rank << ": the first forward";
+    // The memory model holds every unit it gathered, for the whole step.
+    EXPECT_EQ(memory_per_stage(s).at(static_cast<size_t>(rank == 0 ? 0 : 1)).fsdp_gathered_units,
+              g.n)
+        << "rank " << rank;
+  }
+  std::vector<std::string> errors;
+  EXPECT_EQ(replay_all(kept, errors), 0u);
+  EXPECT_TRUE(errors.empty());
+  // Without PP the rule does not apply: every micro-batch's forward gathers again.
+  Knobs flat = k;
+  flat.pp = 1;
+  Scenario f = make(flat);
+  f.training.use_megatron_fsdp = true;
+  f.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  f.training.reshard_after_forward = false;
+  EXPECT_FALSE(fsdp_units_gathered_once_per_step(f));
+  f.model.num_layers = 2;  // the 2 layers a stage held above
+  const Gathers g = gathers(build_program(f), 0);
+  EXPECT_EQ(g.n, 6);
+  EXPECT_EQ(g.bytes, 599'808);
 }
 
 // CPU offload on the small GPT (8 layers, h 64, 8 heads, s 32, b 1, V 1024, bf16), PP 1, DP 2,

@@ -123,6 +123,11 @@ TEST(ProbeScope, BoundaryStepsGiveTheFullProbesResultWithEveryStepFeature) {
       {{"training.use_megatron_fsdp", "true"},
        {"training.data_parallel_sharding_strategy", "optim_grads_params"},
        {"training.num_distributed_optimizer_instances", "2"}},
+      // ZeRO-3 with the units kept for the step (PP 8: gathered by each chunk's first forward
+      // only, core/fsdp_gather_once.hpp): the later forwards have no gathers.
+      {{"training.use_megatron_fsdp", "true"},
+       {"training.data_parallel_sharding_strategy", "optim_grads_params"},
+       {"training.reshard_after_forward", "false"}},
   };
   for (const auto& set : cases) {
     std::string what;

@@ -822,6 +822,69 @@ TEST(Sweep, OptimizerCpuOffloadAxis) {
   EXPECT_THROW(enumerate_configurations(base, axes, 1e15), InvalidArgument);
 }
 
+// With CPU offload the sweep judges the host's memory too (the topology's
+// gpu.host_link.host_memory, passed to the enumeration): the offloaded row's host bytes are the
+// memory model's (16 bytes per offloaded parameter of the shard, the largest stage's); a host of
+// twice that holds it, one of 0.9 x that does not: the row is out of memory (ranked after the
+// fitting ones, not evaluated) with its host excess and a reason naming the key, in sweep.json
+// too. Between the at-risk share and the capacity it still fits. Without a host capacity (0)
+// nothing is checked; the row without offload has no host bytes.
+TEST(Sweep, CpuOffloadIsJudgedOnHostMemory) {
+  Scenario base = small_scenario();
+  base.training.use_distributed_optimizer = true;
+  SweepAxes axes;
+  axes.optimizer_cpu_offload = {false, true};
+  const auto unchecked = enumerate_configurations(base, axes, 1e15);
+  ASSERT_TRUE(unchecked[0].valid && unchecked[1].valid) << unchecked[1].invalid_reason;
+  EXPECT_EQ(unchecked[0].host_memory_bytes, 0);
+  double host = 0;
+  for (const StageMemory& m : memory_per_stage(unchecked[1].scenario)) {
+    host = std::max(host, m.host_total_bytes());
+  }
+  ASSERT_GT(host, 0);
+  EXPECT_EQ(unchecked[1].host_memory_bytes, host);
+  EXPECT_EQ(unchecked[1].host_memory_capacity_bytes, 0);
+  EXPECT_TRUE(unchecked[1].fits());
+
+  const auto roomy = enumerate_configurations(base, axes, 1e15, 1, {}, 2 * host);
+  EXPECT_TRUE(roomy[1].fits());
+  EXPECT_EQ(roomy[1].host_excess_memory_bytes, 0);
+  EXPECT_EQ(host_memory_reason(roomy[1]), "");
+  const auto at_risk = enumerate_configurations(base, axes, 1e15, 1, {},
+                                                host / (0.5 * (1 + kMemoryAtRiskShare)));
+  EXPECT_TRUE(at_risk[1].fits());
+
+  const auto tight = enumerate_configurations(base, axes, 1e15, 1, {}, 0.9 * host);
+  EXPECT_TRUE(tight[0].fits()) << "no offload, no host bytes";
+  ASSERT_TRUE(tight[1].valid);
+  EXPECT_FALSE(tight[1].fits());
+  EXPECT_DOUBLE_EQ(tight[1].host_excess_memory_bytes, 0.1 * host);
+  EXPECT_EQ(tight[1].excess_memory_bytes, 0) << "the GPU holds it";
+  EXPECT_THAT(host_memory_reason(tight[1]),
+              ::testing::AllOf(HasSubstr("host memory:"), HasSubstr("gpu.host_link.host_memory")));
+  SweepOptions options;
+  options.isolate = false;
+  int evaluated = 0;
+  const Evaluator eval = [&evaluated](const Scenario&) {
+    ++evaluated;
+    SweepEvaluation e;
+    e.mode = "test";
+    e.summary.tokens_per_s = 1;
+    e.summary.iteration_time_s = 1;
+    return e;
+  };
+  const auto rows = run_sweep(tight, eval, options);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(evaluated, 1);
+  EXPECT_EQ(rows[0].status, SweepStatus::kRanked);
+  EXPECT_EQ(rows[1].status, SweepStatus::kOutOfMemory);
+  EXPECT_TRUE(rows[1].config.scenario.training.optimizer_cpu_offload);
+  const auto j = sweep_json(rows)["rows"];
+  EXPECT_THAT(j[1]["reason"].get<std::string>(), HasSubstr("gpu.host_link.host_memory"));
+  EXPECT_TRUE(j[0]["reason"].is_null());
+  EXPECT_THROW(enumerate_configurations(base, axes, 1e15, 1, {}, -1), InvalidArgument);
+}
+
 // The sharding axis on the small GPT over DP 8 (no distributed optimizer in the base): optim,
 // optim_grads and optim_grads_params turn Megatron-FSDP on and the distributed optimizer with
 // it, each change listed; no_shard keeps the plain layout (here DDP). Each stage shards more, so

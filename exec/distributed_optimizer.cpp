@@ -30,6 +30,7 @@ std::pair<int64_t, int64_t> ShardOptimizer::owned(const ShardTensor& t, int64_t 
 double ShardOptimizer::local_sum_of_squares(bool over_world) {
   std::vector<CFSpan> pieces;
   for (const auto& c : shard_.chunks()) {
+    if (c.mirror_copy) continue;  // DualPipe: each stage once, on the rank whose chunk 0 it is
     for (const auto& t : c.tensors) {
       if (t.shared_embedding) continue;
       const int64_t tp_rank = t.expert ? shard_.expert_coord().etp : coord_.tp;

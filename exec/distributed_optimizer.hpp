@@ -47,8 +47,9 @@ class ShardOptimizer {
 
   /// Local sum of squares of the gradients this rank owns for the norm: TP-sharded tensors (ETP
   /// for experts), and replicated ones on TP rank 0 only; the LM head's copy of the word
-  /// embedding not at all (counted on the first stage), as Megatron's get_grad_norm_fp32; with
-  /// the distributed optimizer only this rank's pieces. `over_world`: the norm's all-reduce spans
+  /// embedding not at all (counted on the first stage), as Megatron's get_grad_norm_fp32, nor
+  /// DualPipe's second parameter copy (ChunkShard::mirror_copy: counted on the mirror rank's
+  /// chunk 0); with the distributed optimizer only this rank's pieces. `over_world`: the norm's all-reduce spans
   /// every rank (the distributed optimizer, or MoE with experts outside TP x PP), so replicas
   /// over DP (expert-DP) count on DP (expert-DP) rank 0 only; else it spans TP x PP and every
   /// DP replica computes the whole norm.

@@ -91,8 +91,12 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   // the rank's two chunks without a transfer). The zero-bubble schedules' B steps run the input
   // gradients and their W steps the wgrad GEMMs later (exec/gpt_model_layer.cpp and
   // gpt_model_moe.cpp keep their inputs until then: the SP shards W all-gathers again, the
-  // gathered output gradients, the routed experts' rows). A schedule added to core/ is refused
-  // here by name until the executor runs it.
+  // gathered output gradients, the routed experts' rows). DualPipe's two directions: rank r's
+  // chunk 0 is stage r of the forward one and chunk 1 stage p - 1 - r of the reverse one (two
+  // parameter copies, exec/model_shard.hpp), the embedding and the loss run where
+  // core/schedule.hpp takes_embedding / computes_loss say (both on ranks 0 and p - 1), and the
+  // copies' gradients are all-reduced over the mirror pair (Role kMirrorGrads). A schedule added
+  // to core/ is refused here by name until the executor runs it.
   switch (sc.parallel.pipeline_schedule) {
     case PipelineScheduleKind::kGPipe:
     case PipelineScheduleKind::k1F1B:
@@ -100,22 +104,13 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
     case PipelineScheduleKind::kZbH2:
     case PipelineScheduleKind::kZbV:
     case PipelineScheduleKind::kDualPipeV:
-      break;
     case PipelineScheduleKind::kDualPipe:
-      // Simulated (the Program lowers it), not executed: the executor would need the second
-      // direction's embedding and loss on rank p - 1 and rank 0, micro-batches m/2.. fed at rank
-      // p - 1, and the all-reduce of the mirror copies' gradients (Role kMirrorGrads).
-      throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is "
-                             "dualpipe, which traintwin simulates but the " + backend_.name() +
-                             " executor does not run (its two directions: the reverse one's "
-                             "embedding and loss on the end ranks, the mirror gradient "
-                             "all-reduce); the executor runs gpipe, 1f1b, zb-h1, zb-h2, zb-v "
-                             "and dualpipev");
+      break;
     default:
       throw UnsupportedError("scenario " + sc.name + ": parallelism.pipeline_schedule is " +
                              std::string(to_string(sc.parallel.pipeline_schedule)) + "; the " +
-                             backend_.name() + " executor runs gpipe, 1f1b, zb-h1, zb-h2, zb-v "
-                             "and dualpipev");
+                             backend_.name() + " executor runs gpipe, 1f1b, zb-h1, zb-h2, zb-v, "
+                             "dualpipev and dualpipe");
   }
   if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
     throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
@@ -217,15 +212,18 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
 }
 
 void Executor::Impl::check_tied_head_order() const {
-  // The V placement with a tied embedding: the LM head (last virtual stage, chunk 1 of rank 0)
-  // accumulates its weight gradient into chunk 0's word embedding, which chunk 0's gradient
-  // buckets reduce over DP. The head's last backward must come before the last of those.
+  // The LM head in another chunk than the word embedding it reads (the V placement's rank 0,
+  // DualPipe's ranks 0 and p - 1) accumulates its weight gradient into that chunk's embedding,
+  // which the embedding chunk's gradient buckets reduce over DP. The head's last backward must
+  // come before the last of those.
   if (shard_.head_has_own_weight()) return;
-  int64_t head_chunk = -1;
+  int64_t head_chunk = -1, emb_chunk = -1;
   for (int64_t c = 0; c < g().v; ++c) {
-    if (model_->is_last_vstage(c)) head_chunk = c;
+    if (model_->computes_loss(c)) head_chunk = c;
+    if (model_->takes_embedding(c)) emb_chunk = c;
   }
-  if (head_chunk <= 0) return;  // not on this rank, or in chunk 0 with the embedding (PP 1)
+  // Not on this rank, or in the chunk of the embedding (PP 1).
+  if (head_chunk < 0 || emb_chunk < 0 || head_chunk == emb_chunk) return;
   std::optional<size_t> last_head, last_bucket;
   for (size_t i = 0; i < rp_->ops.size(); ++i) {
     const Op& op = rp_->ops[i];
@@ -233,7 +231,7 @@ void Executor::Impl::check_tied_head_order() const {
                       std::find(op.kernel_roles.begin(), op.kernel_roles.end(), Role::kLmHead) !=
                           op.kernel_roles.end();
     if (head) last_head = i;
-    if (op.role == Role::kGradBucket && op.model_chunk == 0 &&
+    if (op.role == Role::kGradBucket && op.model_chunk == emb_chunk &&
         std::find(op.bucket_layers.begin(), op.bucket_layers.end(), -2) !=
             op.bucket_layers.end()) {
       last_bucket = i;

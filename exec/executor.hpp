@@ -69,8 +69,8 @@ struct IterationResult {
 /// Throws UnsupportedError for Program features the CPU backend does not execute yet:
 /// tp_comm_overlap, cp_comm_type a2a, FP8, attention dropout with
 /// grouped-query attention, a precision other than fp32 and bf16 (bf16: exec/linear.hpp; never
-/// silently), the zb-v and dualpipev schedules and ZB-H1/H2 with sequence parallelism or MoE (the B/W split:
-/// exec/gpt_model_layer.cpp); for MoE: bf16,
+/// silently), a pipeline schedule of core/schedule.hpp it does not run (none today: gpipe, 1f1b
+/// and interleaved, zb-h1, zb-h2, zb-v, dualpipev and dualpipe all run); for MoE: bf16,
 /// the allgather token dispatcher, expert_tensor_parallel_size > 1, and TP > 1 without
 /// sequence_parallel (Megatron requires SP there); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to

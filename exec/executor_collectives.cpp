@@ -135,6 +135,7 @@ void Executor::Impl::issue_collective(const Op& op) {
       start(op, std::move(f));
       return;
     }
+    case Role::kMirrorGrads: return mirror_grads(op);
     case Role::kGradNorm: {
       InFlight f;
       f.request = comm_.all_reduce(op.group, std::span<double>(&sum_sq_, 1), ReduceOp::kSum);
@@ -421,6 +422,46 @@ void Executor::Impl::param_bucket(const Op& op) {
       copy_pieces(params, tensors, d, gathered->span(), d * per_member, false);
     }
   };
+}
+
+void Executor::Impl::mirror_grads(const Op& op) {
+  if (op.collective != CollectiveKind::kAllReduce || op.group != GroupKind::kPpMirror) {
+    unexpected(op, "expected an all_reduce over pp-mirror");
+  }
+  // Rank r holds stage r in chunk 0 and stage p - 1 - r in chunk 1, its mirror the same stages
+  // the other way round, each stage's tensors in the same order (exec/model_shard.hpp): both
+  // pack the stage with the smaller index first. Only the pieces the optimizer reads (this
+  // rank's DP x CP / expert-DP pieces with the distributed optimizer, which the mirror owns
+  // too: the pair differs in its PP coordinate only).
+  std::vector<ChunkShard*> order;
+  for (ChunkShard& c : shard_.chunks()) order.push_back(&c);
+  if (coord_.pp > g().p - 1 - coord_.pp) std::reverse(order.begin(), order.end());
+  auto for_each_piece = [this, order](FSpan packed, bool to_packed) {
+    int64_t k = 0;
+    for (ChunkShard* c : order) {
+      for (const ShardTensor& t : c->tensors) {
+        const auto [lo, hi] = optimizer_->owned(t, optimizer_->member(t));
+        if (hi == lo) continue;
+        if (!packed.empty()) {
+          FSpan piece = packed.subspan(static_cast<size_t>(k), static_cast<size_t>(hi - lo));
+          if (to_packed) {
+            backend_.copy(piece, elements(c->grads, t, lo, hi));
+          } else {
+            backend_.copy(elements(c->grads, t, lo, hi), piece);
+          }
+        }
+        k += hi - lo;
+      }
+    }
+    return k;
+  };
+  InFlight f;
+  f.buffer = zeros(for_each_piece(FSpan(), true));
+  for_each_piece(f.buffer, true);
+  f.request = comm_.all_reduce(GroupKind::kPpMirror, f.buffer.span(), ReduceOp::kSum);
+  InFlight& slot = start(op, std::move(f));
+  Tensor* packed = &slot.buffer;
+  slot.on_complete = [packed, for_each_piece] { for_each_piece(packed->span(), false); };
 }
 
 void Executor::Impl::layernorm_grads(const Op& op) {

@@ -151,6 +151,10 @@ class Executor::Impl {
   void reshard(Tensor& flat, const std::vector<const ShardTensor*>& tensors, int64_t d);
   /// ZeRO-3 after the optimizer step: every transformer layer's parameters resharded.
   void reshard_layers();
+  /// DualPipe (Role kMirrorGrads): the gradients of this rank's two parameter copies summed with
+  /// its mirror's (ranks r and p - 1 - r, GroupKind::kPpMirror): packed stage by stage, one
+  /// all-reduce, unpacked on completion, so both copies of every stage step alike.
+  void mirror_grads(const Op& op);
   /// SP: the gradients of the TP-replicated tensors computed from sequence shards (LayerNorms,
   /// row-parallel biases) summed over TP: packed, all-reduced, unpacked on completion.
   void layernorm_grads(const Op& op);

@@ -61,7 +61,11 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.m = sc.num_micro_batches();
   for (int64_t c = 0; c < g_.v; ++c) {
     chunk_layers_.push_back(chunk_layers(sc, coord_.pp, c));
-    vstage_.push_back(virtual_stage_of(sc.parallel.pipeline_schedule, g_.p, coord_.pp, c));
+    const PipelineScheduleKind kind = sc.parallel.pipeline_schedule;
+    vstage_.push_back(virtual_stage_of(kind, g_.p, coord_.pp, c));
+    embeds_.push_back(traintwin::takes_embedding(kind, g_.p, g_.v, vstage_.back()));
+    loss_.push_back(traintwin::computes_loss(kind, g_.p, g_.v, vstage_.back()));
+    if (embeds_.back()) embedding_chunk_ = c;
   }
   g_.dp = sc.parallel.data_parallel_size;
   g_.vocab = sc.model.vocab_size;
@@ -151,7 +155,7 @@ ChunkState& GptModel::chunk(int64_t chunk, int64_t mb) {
     ChunkState& st = it->second;
     st.mb = mb;
     st.layers.resize(static_cast<size_t>(num_layers(chunk)));
-    if (vstage(chunk) == 0 || is_last_vstage(chunk)) {
+    if (takes_embedding(chunk) || computes_loss(chunk)) {
       // The micro-batch's whole sequences; under CP this rank keeps its two chunks of each.
       const auto n = static_cast<size_t>(g_.b * g_.s_full);
       host_tokens_.assign(n, 0);
@@ -180,17 +184,18 @@ int64_t GptModel::chunk_of_vstage(int64_t vs) const {
 
 Tensor& GptModel::chunk_output(ChunkState& st, int64_t chunk) {
   if (!st.layers.empty()) return st.layers.back().out;
-  return vstage(chunk) == 0 ? st.emb_out : chunk_input(st, chunk);
+  return takes_embedding(chunk) ? st.emb_out : chunk_input(st, chunk);
 }
 
 Tensor& GptModel::chunk_input_grad(ChunkState& st, int64_t chunk) {
   if (!st.layers.empty()) return st.layers.front().d_in;
-  return is_last_vstage(chunk) ? st.d_last : chunk_output_grad(st, chunk);
+  return computes_loss(chunk) ? st.d_last : chunk_output_grad(st, chunk);
 }
 
 Tensor& GptModel::chunk_input(ChunkState& st, int64_t chunk) {
-  if (st.input.empty()) {
-    // The V's turn (zb-v, dualpipev): virtual stages p - 1 and p both on rank p - 1.
+  // The V's turn (zb-v, dualpipev): virtual stages p - 1 and p both on rank p - 1. Not between
+  // DualPipe's directions (virtual stage p takes the embedding: p - 1's output is the loss's).
+  if (st.input.empty() && !takes_embedding(chunk)) {
     const int64_t prev = chunk_of_vstage(vstage(chunk) - 1);
     if (prev >= 0) {
       const Tensor& out = chunk_output(this->chunk(prev, st.mb), prev);
@@ -202,7 +207,7 @@ Tensor& GptModel::chunk_input(ChunkState& st, int64_t chunk) {
 }
 
 Tensor& GptModel::chunk_output_grad(ChunkState& st, int64_t chunk) {
-  if (st.d_output.empty()) {
+  if (st.d_output.empty() && !computes_loss(chunk)) {
     const int64_t next = chunk_of_vstage(vstage(chunk) + 1);
     if (next >= 0) {
       st.d_output = take_chunk_input_grad(this->chunk(next, st.mb), next);
@@ -238,16 +243,18 @@ Tensor GptModel::clone(const Tensor& x) {
   return y;
 }
 
-/// The LM head's weight on the last stage: its own (untied) weight or the word embedding's copy
-/// (ModelShard::head_has_own_weight), else the word embedding itself (chunk 0: PP 1, or the V
-/// placement's last stage on rank 0).
+/// The LM head's weight on a loss stage: its own (untied) weight or the word embedding's copy
+/// (ModelShard::head_has_own_weight), else the word embedding itself, in this rank's chunk that
+/// takes the embedding (chunk 0: PP 1, or the V placement's last stage on rank 0; DualPipe: the
+/// other chunk of the end rank, the copy of stage 0).
 std::span<float> GptModel::head_weight(int64_t chunk, bool grad) {
   if (shard_.head_has_own_weight()) {
     return grad ? shard_.grad(chunk, "output_layer.weight")
                 : shard_.param(chunk, "output_layer.weight");
   }
-  return grad ? shard_.grad(0, "embedding.word_embeddings.weight")
-              : shard_.param(0, "embedding.word_embeddings.weight");
+  const int64_t emb = std::max<int64_t>(embedding_chunk_, 0);  // ModelShard names it if absent
+  return grad ? shard_.grad(emb, "embedding.word_embeddings.weight")
+              : shard_.param(emb, "embedding.word_embeddings.weight");
 }
 
 std::span<float> GptModel::embedding_grad_to_reduce() {
@@ -506,7 +513,7 @@ void GptModel::count_loss(ChunkState& st) {
 
 void GptModel::count_pending_losses() {
   for (auto& [key, st] : chunks_) {
-    if (is_last_vstage(key.first) && !st.sum_exp.empty()) count_loss(st);
+    if (computes_loss(key.first) && !st.sum_exp.empty()) count_loss(st);
   }
 }
 

@@ -248,8 +248,8 @@ class GptModel {
   double loss_sum() const { return loss_sum_; }
   int64_t loss_tokens() const { return loss_tokens_; }
 
-  /// State of micro-batch `mb` on `chunk`, created (with its tokens and labels on the first and
-  /// last virtual stages) on first use.
+  /// State of micro-batch `mb` on `chunk`, created (with its tokens and labels on a chunk that
+  /// takes the embedding or computes the loss) on first use.
   ChunkState& chunk(int64_t chunk, int64_t mb);
   /// State of the layer of `op` (its model chunk, micro-batch and global layer).
   LayerState& layer(const Op& op);
@@ -257,9 +257,15 @@ class GptModel {
   const ShardGeometry& geometry() const { return g_; }
   Backend& backend() { return backend_; }
   /// Virtual pipeline stage of this rank's `chunk`, by the Program's placement
-  /// (core/schedule.hpp virtual_stage_of: chunk x p + rank, or the V of zb-v and dualpipev).
+  /// (core/schedule.hpp virtual_stage_of: chunk x p + rank, or the V of zb-v, dualpipev and
+  /// dualpipe).
   int64_t vstage(int64_t chunk) const { return vstage_[static_cast<size_t>(chunk)]; }
-  bool is_last_vstage(int64_t chunk) const { return vstage(chunk) == g_.p * g_.v - 1; }
+  /// Whether this rank's `chunk` runs the embedding, and whether it runs the final LayerNorm,
+  /// LM head and loss (core/schedule.hpp takes_embedding, computes_loss: the first and the last
+  /// virtual stage; under DualPipe also the reverse direction's first, p, and the forward
+  /// direction's last, p - 1, so that ranks 0 and p - 1 each run both).
+  bool takes_embedding(int64_t chunk) const { return embeds_[static_cast<size_t>(chunk)]; }
+  bool computes_loss(int64_t chunk) const { return loss_[static_cast<size_t>(chunk)]; }
   /// This rank's model chunk that holds virtual stage `vs`, or -1 when another rank holds it.
   int64_t chunk_of_vstage(int64_t vs) const;
   /// The word embedding's gradient on the first stage, the LM head's copy on the last.
@@ -278,13 +284,14 @@ class GptModel {
   /// The gradient of a chunk's input: its first layer's or, for a chunk without transformer
   /// layers, the gradient of its output (from the final LayerNorm or received).
   Tensor& chunk_input_grad(ChunkState& st, int64_t chunk);
-  /// The input of a chunk past virtual stage 0: st.input, which the V's turn on rank p - 1
-  /// fills on first use with a copy of the previous virtual stage's output (the rank's other
-  /// chunk; the Program has no transfer there, core/schedule.hpp rank_step_input).
+  /// The input of a chunk that does not take the embedding: st.input, which the V's turn on
+  /// rank p - 1 fills on first use with a copy of the previous virtual stage's output (the
+  /// rank's other chunk; the Program has no transfer there, core/schedule.hpp rank_step_input).
+  /// Never across DualPipe's directions (rank p - 1's chunk 1 takes the embedding).
   Tensor& chunk_input(ChunkState& st, int64_t chunk);
-  /// The gradient of a chunk's output (not the last virtual stage): st.d_output, which the V's
-  /// turn on rank p - 1 fills on first use by moving the next virtual stage's input gradient
-  /// over (take_chunk_input_grad of the rank's other chunk).
+  /// The gradient of the output of a chunk that does not compute the loss: st.d_output, which
+  /// the V's turn on rank p - 1 fills on first use by moving the next virtual stage's input
+  /// gradient over (take_chunk_input_grad of the rank's other chunk).
   Tensor& chunk_output_grad(ChunkState& st, int64_t chunk);
   /// chunk_input_grad moved out, for the backward send to the previous stage; the first layer's
   /// state is freed with it unless its W step is still to come (a zero-bubble schedule: W frees
@@ -372,6 +379,8 @@ class GptModel {
   bool all_gather_ = false;  // CP attention by all-gathered K/V (else the p2p ring)
   std::vector<ChunkLayers> chunk_layers_;  // per model chunk of this rank
   std::vector<int64_t> vstage_;             // virtual stage of each model chunk of this rank
+  std::vector<bool> embeds_, loss_;         // takes_embedding / computes_loss of each chunk
+  int64_t embedding_chunk_ = -1;            // this rank's chunk holding the word embedding
   RecomputeGranularity recompute_ = RecomputeGranularity::kNone;
   /// A zero-bubble schedule (core/schedule.hpp splits_backward): B steps run the input gradient
   /// alone and keep what the W step's wgrad GEMMs read (the layer's GEMM inputs and output

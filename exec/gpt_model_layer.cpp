@@ -19,7 +19,7 @@ Tensor GptModel::take_layer_input(const Op& op) {
   ChunkState& st = chunk(op.model_chunk, op.micro_batch);
   const int64_t i = op.layer - first_layer(op.model_chunk);
   if (i > 0) return std::move(st.layers[static_cast<size_t>(i - 1)].out);
-  if (vstage(op.model_chunk) == 0) return std::move(st.emb_out);
+  if (takes_embedding(op.model_chunk)) return std::move(st.emb_out);
   return std::move(chunk_input(st, op.model_chunk));
 }
 
@@ -159,7 +159,7 @@ Tensor GptModel::take_output_grad(const Op& op) {
   const int64_t i = op.layer - first_layer(op.model_chunk);
   if (i + 1 < num_layers(op.model_chunk))
     return std::move(st.layers[static_cast<size_t>(i + 1)].d_in);
-  if (is_last_vstage(op.model_chunk)) return std::move(st.d_last);
+  if (computes_loss(op.model_chunk)) return std::move(st.d_last);
   return std::move(chunk_output_grad(st, op.model_chunk));
 }
 

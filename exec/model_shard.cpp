@@ -254,17 +254,23 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
 
   const int64_t last_vstage = p * v - 1;
   const PipelineScheduleKind schedule = par.pipeline_schedule;
+  // (DualPipe: the last virtual stage is on rank 0 too, and rank p - 1's loss stage shares its
+  // rank with the reverse direction's embedding.)
   head_copy_ = model.untie_embeddings_and_output_weights ||
                rank_of_virtual_stage(schedule, p, last_vstage) != 0;
   for (int64_t c = 0; c < v; ++c) {
-    // The Program's placement (chunk x p + rank, or the V of zb-v and dualpipev).
+    // The Program's placement (chunk x p + rank, or the V of zb-v, dualpipev and dualpipe).
     const int64_t vs = virtual_stage_of(schedule, p, coord.pp, c);
+    ChunkShard chunk;
+    chunk.chunk = c;
+    chunk.virtual_stage = vs;
+    chunk.mirror_copy = bidirectional(schedule) && c == 1;
     std::vector<TensorSpec> specs;
     // Norms carry a bias only as LayerNorm; linear layers only with add_bias_linear
     // (Llama: RMSNorm, no biases); learned positions only without RoPE.
     const bool norm_bias = model.normalization == Normalization::kLayerNorm;
     const bool linear_bias = model.add_bias_linear;
-    if (vs == last_vstage) {
+    if (computes_loss(schedule, p, v, vs)) {
       specs.push_back(replicated_1d("final_layernorm.weight", -1, h, Init::kOnes, true));
       if (norm_bias) {
         specs.push_back(replicated_1d("final_layernorm.bias", -1, h, Init::kZeros, true));
@@ -361,7 +367,7 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
         specs.push_back(replicated_1d(name("mlp.linear_fc2.bias"), item, h, Init::kZeros, true));
       }
     }
-    if (vs == 0) {
+    if (takes_embedding(schedule, p, v, vs)) {
       specs.push_back(vocab_weight(kWordEmbedding, -2));
       if (model.position_embedding_type == PositionEmbedding::kLearnedAbsolute) {
         GlobalMap pos{.global_cols = h};
@@ -397,9 +403,6 @@ ModelShard::ModelShard(const Scenario& s, const RankCoord& coord, uint64_t seed,
       }
     }
 
-    ChunkShard chunk;
-    chunk.chunk = c;
-    chunk.virtual_stage = vs;
     int64_t offset = 0;
     for (TensorSpec& spec : specs) {
       ShardTensor& tensor = spec.tensor;

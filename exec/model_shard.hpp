@@ -3,12 +3,15 @@
 // Backend's memory (host memory for the CPU backend, device memory for CUDA: exec/backend.hpp);
 // they are initialized on the host and uploaded, and checkpoints download and upload them.
 //
-// Per model chunk c (virtual stage vs = c x PP + pp), tensors are laid out in the order their
+// Per model chunk c (virtual stage vs = c x PP + pp, or the V of core/schedule.hpp
+// virtual_stage_of), tensors are laid out in the order their
 // gradients become ready in backward — the order of Megatron's DDP buffers and of the Program's
 // gradient buckets (core/rank_lowering_optimizer.cpp, plan_buckets):
-//   item -1 (last virtual stage only): final_layernorm.weight [h], final_layernorm.bias [h], and
-//            when PP > 1 output_layer.weight [V_local, h] (the LM head's copy of the tied word
-//            embedding; PP == 1 uses the word embedding itself);
+//   item -1 (a stage that computes the loss: the last virtual stage, under DualPipe also
+//            p - 1; core/schedule.hpp computes_loss): final_layernorm.weight [h],
+//            final_layernorm.bias [h], and when PP > 1 output_layer.weight [V_local, h] (the LM
+//            head's copy of the tied word embedding; PP == 1, the V and DualPipe use the word
+//            embedding on the same rank itself: head_has_own_weight);
 //   item l for each layer of the chunk, last layer first (global layer index l):
 //            layers.l.input_layernorm.weight [h], .bias [h],
 //            layers.l.self_attention.linear_qkv.weight [3h/t, h], .bias [3h/t],
@@ -16,7 +19,8 @@
 //            layers.l.pre_mlp_layernorm.weight [h], .bias [h],
 //            layers.l.mlp.linear_fc1.weight [ffn/t, h], .bias [ffn/t],
 //            layers.l.mlp.linear_fc2.weight [h, ffn/t], .bias [h];
-//   item -2 (virtual stage 0 only): embedding.word_embeddings.weight [V_local, h],
+//   item -2 (a stage that takes the embedding: virtual stage 0, under DualPipe also p;
+//            core/schedule.hpp takes_embedding): embedding.word_embeddings.weight [V_local, h],
 //            embedding.position_embeddings.weight [s, h].
 // t = TP, V_local = padded_vocab_size(V, t) / t (rows [tp x V_local, (tp+1) x V_local) of the
 // padded table). Weights are stored [out, in] (nn.Linear layout).
@@ -89,6 +93,11 @@ struct ShardTensor {
 struct ChunkShard {
   int64_t chunk = 0;
   int64_t virtual_stage = 0;
+  /// DualPipe (core/schedule.hpp bidirectional): chunk 1, the reverse direction's copy of stage
+  /// p - 1 - r, whose parameters equal chunk 0 of the mirror rank p - 1 - r (the gradients are
+  /// all-reduced over the pair, so both copies take the same step); the gradient norm counts
+  /// each stage once, on its chunk 0.
+  bool mirror_copy = false;
   std::vector<ShardTensor> tensors;  ///< in buffer order (backward order, see file comment)
   Tensor params, grads, exp_avg, exp_avg_sq;
 };
@@ -124,8 +133,10 @@ class ModelShard {
   /// Whether the last virtual stage holds an LM head weight of its own (output_layer.weight):
   /// untied, or tied with the last virtual stage on another pipeline rank than the embedding
   /// (Megatron's shared copy, summed by the embedding group's all-reduce). Else (PP 1, or the V
-  /// placement of zb-v and dualpipev, whose last virtual stage is on rank 0) the head reads and
-  /// accumulates into chunk 0's word embedding (core/params.cpp counts the same one copy).
+  /// placement of zb-v and dualpipev, whose last virtual stage is on rank 0, or dualpipe, whose
+  /// end ranks both take the embedding and compute the loss) the head reads and accumulates into
+  /// the word embedding of the rank's chunk that takes the embedding (core/params.cpp counts the
+  /// same one copy).
   bool head_has_own_weight() const { return head_copy_; }
 
   std::vector<ChunkShard>& chunks() { return chunks_; }

@@ -123,8 +123,12 @@ std::map<std::string, std::string> checkpoint_signature(const Scenario& s, const
       {"rank.dp", str(c.dp)},
   };
   // ZB-V's and DualPipeV's V puts other layers in a rank's chunks than interleaving does
-  // (core/schedule.hpp virtual_stage_of): only a V resumes a V (either schedule).
-  if (v_shaped(p.pipeline_schedule)) signature["parallelism.model_chunk_placement"] = "v";
+  // (core/schedule.hpp virtual_stage_of): only a V resumes a V (either schedule). DualPipe's two
+  // copies of one direction's stages are a placement of their own.
+  if (v_shaped(p.pipeline_schedule)) {
+    signature["parallelism.model_chunk_placement"] =
+        bidirectional(p.pipeline_schedule) ? "dualpipe" : "v";
+  }
   if (s.model.is_moe()) {
     const RankLayout layout = layout_of(s);
     const ExpertCoord expert = layout.expert_coord(layout.rank(c));

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "exec/checkpoint.hpp"
 #include "sim/chakra_import.hpp"
 #include "tests/cli/run_cli.hpp"
 #include "tests/cli/train_log.hpp"
@@ -674,6 +675,130 @@ TEST_F(TrainCli, VShapedSchedulesPrintTheLossesOf1F1B) {
     EXPECT_EQ(l.train, b.train);
     EXPECT_EQ(l.validation, b.validation);
   }
+}
+
+/// The gradient norms `traintwin train` printed, one per logged iteration ("grad norm: 1.234").
+std::vector<double> parse_grad_norms(const std::string& out) {
+  std::vector<double> norms;
+  const std::regex norm(R"(\| grad norm: ([-+0-9.Ee]+) \|)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), norm); it != std::sregex_iterator();
+       ++it) {
+    norms.push_back(std::stod((*it)[1]));
+  }
+  return norms;
+}
+
+// DualPipe (DeepSeek-V3 Technical Report sec. 3.2.1; deepseek-ai/DualPipe dualpipe.py): rank r
+// holds two parameter copies, chunk 0 = stage r of the forward direction and chunk 1 = stage
+// p - 1 - r of the reverse one (core/schedule.hpp virtual_stage_of); micro-batches 0..m/2-1 run
+// forward (embedding on rank 0, loss on rank p - 1), m/2..m-1 in reverse (embedding on rank
+// p - 1, loss on rank 0: core/schedule.hpp takes_embedding, computes_loss), and after the DP
+// gradient sync each rank's gradients are all-reduced with its mirror's, {r, p - 1 - r}. Every
+// micro-batch runs once through the same model, so the losses are those of one process
+// (relative 1e-5), and so is the gradient norm, which counts each stage once (the log prints 3
+// decimals): the tiny GPT (tied LM head: each end rank's head adds into its own copy of stage
+// 0's word embedding) on PP 2 and on PP 4 (8 layers, 8 micro-batches), the Llama (untied head)
+// on PP 2 x DP 2 with the distributed optimizer (the mirror all-reduce of the DP pieces),
+// TP 2 + SP x PP 2, the MoE on EP 2 x PP 2 and the tiny GPT on PP 2 x DP 2. The two copies stay equal: after the 20 steps of PP 4, rank r's chunk 0 and
+// rank 3 - r's chunk 1 hold the same parameters and AdamW moments, bit for bit (their
+// checkpoint files; PP is the only size above 1, so rank r is pipeline rank r).
+TEST_F(TrainCli, DualPipeTrainsTwoEqualCopiesFedFromBothEnds) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string dualpipe = " --virtual-pipeline-model-parallel-size 2 "
+                               "--set parallelism.pipeline_schedule=dualpipe";
+  const testing::CliResult pp2 =
+      train("--pipeline-model-parallel-size 2 --set cluster.num_gpus=2" + dualpipe, 2);
+  expect_same_losses(pp2);
+  const testing::CliResult one = train("");
+  ASSERT_EQ(one.status, 0) << one.output;
+  const std::vector<double> base_norms = parse_grad_norms(one.output),
+                            norms = parse_grad_norms(pp2.output);
+  ASSERT_EQ(base_norms.size(), 20u);
+  ASSERT_EQ(norms.size(), base_norms.size()) << pp2.output;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    EXPECT_NEAR(norms[i], base_norms[i], 1.5e-3) << "iteration " << i + 1;
+  }
+
+  const std::string pp4 = "--set model.num_layers=8 --set training.global_batch_size=16";
+  const fs::path ckpt = *dir_ / "ckpt-dualpipe";
+  expect_same_losses(train(pp4 + " --pipeline-model-parallel-size 4 --set cluster.num_gpus=4 "
+                                 "--save " + ckpt.string() + dualpipe,
+                           4),
+                     pp4);
+  ASSERT_EQ(read_latest_iteration(ckpt), 20);
+  for (int64_t r = 0; r < 4; ++r) {
+    SCOPED_TRACE("pipeline rank " + std::to_string(r));
+    const RankCheckpoint mine = read_rank_checkpoint(ckpt, 20, r);
+    const RankCheckpoint mirror = read_rank_checkpoint(ckpt, 20, 3 - r);
+    std::map<std::string, const CheckpointTensor*> of_mirror;
+    for (const CheckpointTensor& t : mirror.tensors) of_mirror[t.name] = &t;
+    size_t compared = 0, chunk1 = 0;
+    for (const CheckpointTensor& t : mine.tensors) {
+      chunk1 += t.name.starts_with("chunk1.");
+      if (!t.name.starts_with("chunk0.")) continue;
+      const auto it = of_mirror.find("chunk1." + t.name.substr(7));
+      ASSERT_NE(it, of_mirror.end()) << t.name << " has no copy on rank " << 3 - r;
+      EXPECT_EQ(t.shape, it->second->shape) << t.name;
+      EXPECT_TRUE(t.data == it->second->data) << t.name << " differs from its copy";
+      ++compared;
+    }
+    EXPECT_GT(compared, 0u);
+    EXPECT_EQ(chunk1, compared);  // the two chunks hold the same tensors
+  }
+
+  const std::string llama = std::string(kLlama) + " --set training.global_batch_size=16";
+  expect_same_losses(train(llama + " --pipeline-model-parallel-size 2 --set cluster.num_gpus=4 "
+                                   "--use-distributed-optimizer" + dualpipe,
+                           4),
+                     llama);
+  expect_same_losses(train("--tensor-model-parallel-size 2 --sequence-parallel "
+                           "--pipeline-model-parallel-size 2 --set cluster.num_gpus=4" + dualpipe,
+                           4));
+  // The MoE on EP 2 x PP 2: the routed experts' all-to-alls in both directions.
+  const std::string moe = std::string(kMoe) + " --set training.global_batch_size=16";
+  expect_same_losses(train(moe + " --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                                 "--set cluster.num_gpus=4" + dualpipe,
+                           4),
+                     moe);
+  // The tied head on PP 2 x DP 2 with overlapped buckets: each end rank's head adds into the
+  // stage-0 copy's word embedding before that chunk's last DP bucket reduces it.
+  const std::string gbs16 = " --set training.global_batch_size=16";
+  expect_same_losses(train("--pipeline-model-parallel-size 2 --set cluster.num_gpus=4 "
+                           "--set training.overlap_grad_reduce=true" + gbs16 + dualpipe,
+                           4),
+                     gbs16);
+}
+
+// A DualPipe checkpoint: 10 steps on PP 2 resume for 10 more with the losses of 20 straight
+// (relative 1e-5); ZB-V, whose V holds other layers in chunk 1, refuses it by its signature.
+TEST_F(TrainCli, DualPipeCheckpointsResumeOnlyUnderDualPipe) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string layout = "--pipeline-model-parallel-size 2 --set cluster.num_gpus=2 "
+                             "--virtual-pipeline-model-parallel-size 2 ";
+  const std::string dualpipe = layout + "--set parallelism.pipeline_schedule=dualpipe ";
+  const fs::path ckpt = *dir_ / "ckpt-dualpipe-resume";
+  const testing::CliResult straight = train(dualpipe, 2);
+  const testing::CliResult first =
+      train(dualpipe + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), 2);
+  const testing::CliResult rest = train(dualpipe + "--load " + ckpt.string(), 2);
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_THAT(rest.output, HasSubstr("resumed from"));
+  const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
+               b = parse_losses(rest.output);
+  ASSERT_EQ(all.train.size(), 20u);
+  ASSERT_EQ(a.train.size(), 10u);
+  ASSERT_EQ(b.train.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
+    EXPECT_NEAR(b.train[i], all.train[10 + i], 1e-5 * all.train[10 + i]) << "step " << i + 11;
+  }
+  const testing::CliResult zbv =
+      train(layout + "--set parallelism.pipeline_schedule=zb-v --load " + ckpt.string(), 2);
+  EXPECT_NE(zbv.status, 0);
+  EXPECT_THAT(zbv.output,
+              HasSubstr("parallelism.model_chunk_placement: checkpoint dualpipe, this run v"));
 }
 
 // The B/W split under sequence parallelism (W all-gathers the SP shards of the QKV and FC1

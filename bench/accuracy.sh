@@ -2,11 +2,11 @@
 # The simulator's error on published runs, in-sample and held out (issue 24): for each calibration
 # file of ../shared/validation, `traintwin validate FILE --leave-one-out` simulates every case at
 # the calibrated roofline (each row marked in-sample when the efficiencies were fitted on it) and
-# at every point of the refit grid (36 points by default), then refits the gemm/attention/memory
+# at every point of the refit grid (48 points by default), then refits the gemm/attention/memory
 # efficiencies without each case and predicts it. Prints both tables and, at the end, one line per
 # file: MAPE at the calibrated roofline (split in-sample / held-out), in-sample MAPE of one grid
 # fit on all cases, and leave-one-out MAPE. About (grid points + 1) x cases simulations per file:
-# 4-5 minutes for calibration.yaml on 2 cores.
+# 6-7 minutes for calibration.yaml on 2 cores.
 # Then each held-out file (HELD_OUT, default bench/published-moe-runs.yaml: NVIDIA's Grok-1 MoE
 # recipe at 8-2,048 H100, BF16 and FP8, 20 rows) is validated at the calibrated roofline only:
 # nothing is fitted on it, so its MAPE is a held-out error (about 1 minute).

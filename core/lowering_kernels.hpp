@@ -178,11 +178,12 @@ struct KernelFactory {
   }
   // Attention core for b samples, `heads` local query heads (kv_heads K/V heads), sq queries
   // against sq keys, head_dim hd: QK^T and attention-over-values, 2 * 2 * b * heads * sq^2 * hd
-  // FLOPs forward (full sq x sq, as the papers count), twice that backward. Unfused
-  // ("attention_fwd/bwd"): the sq x sq scores are written and read by the softmax and dropout
-  // (forward: scores, softmax, mask, dropout output; backward about twice that). Flash
+  // FLOPs forward (full sq x sq, as the papers count), twice that backward. Flash
   // ("flash_attention_fwd/bwd", Dao et al. 2022): Q, K, V, O (+ dO, dQ, dK, dV backward) only.
-  // A CP block of ring attention is this kernel with sq = s / CP.
+  // Unfused ("attention_fwd/bwd"): Megatron-LM's CoreAttention (megatron/model/transformer.py of
+  // 2022, CoreAttention.forward), whose sq x sq scores of e = dsize bytes go through memory
+  // between five kernels: unfused_attention_score_bytes(). A CP block of ring attention is this
+  // kernel with sq = s / CP.
   Kernel attention(bool backward, int64_t heads, int64_t kv_heads, int64_t sq) const {
     const bool flash = d.backend == AttentionBackend::kFlash;
     const char* name = flash ? (backward ? "flash_attention_bwd" : "flash_attention_fwd")
@@ -190,13 +191,34 @@ struct KernelFactory {
     const double per_head = static_cast<double>(d.b * sq * d.hd * d.dsize);
     const double qo = 2.0 * static_cast<double>(heads) * per_head;     // Q and O
     const double kv = 2.0 * static_cast<double>(kv_heads) * per_head;  // K and V
-    const double scores = static_cast<double>(d.b * heads) * static_cast<double>(sq) *
-                          static_cast<double>(sq) * (3.0 * static_cast<double>(d.dsize) + 1.0);
-    const double f = 4.0 * static_cast<double>(d.b * heads) * static_cast<double>(sq) *
-                     static_cast<double>(sq) * static_cast<double>(d.hd);
-    const double bytes = (backward ? 2 * (qo + kv) : qo + kv) +
-                         (flash ? 0.0 : (backward ? 2 : 1) * scores);
+    const double score_elements =
+        static_cast<double>(d.b * heads) * static_cast<double>(sq) * static_cast<double>(sq);
+    const double f = 4.0 * score_elements * static_cast<double>(d.hd);
+    // Unfused, forward only: the context [b, np, sq, hn] permuted to [sq, b, np, hn] and made
+    // contiguous (CoreAttention.forward, `context_layer.permute(2, 0, 1, 3).contiguous()`):
+    // O read and written once more. Its backward is a view (no copy).
+    const double context_copy = flash || backward ? 0.0 : static_cast<double>(heads) * per_head * 2;
+    const double bytes =
+        (backward ? 2 * (qo + kv) : qo + kv) + context_copy +
+        (flash ? 0.0 : score_elements * unfused_attention_score_bytes(backward, d.dsize));
     return make(name, {d.b, heads, sq, d.hd}, backward ? 2 * f : f, bytes);
+  }
+  // Bytes per element of the sq x sq scores that Megatron-LM's unfused, causal attention moves
+  // (CoreAttention.forward, megatron/model/transformer.py of 2022; its autograd backward), with
+  // e bytes per element of the training precision and a 1-byte dropout mask:
+  //  forward: torch.baddbmm(beta=0) writes the scores (e); the fused causal softmax
+  //    (fused_softmax.py ScaledUpperTriangMaskedSoftmax -> scaled_upper_triang_masked_softmax.h,
+  //    warp_forward: loads only the local_seq = row + 1 elements below the diagonal, writes the
+  //    whole row, zeros above it) reads e / 2 on average and writes e; torch dropout reads e,
+  //    writes e and the bool mask (1); torch.bmm(probs, V) reads e: 5.5 e + 1 (12 bytes fp16).
+  //  backward: bmm's grads read the saved dropped probabilities (dV = P^T dO, e) and write dP
+  //    (dP = dO V^T, e); dropout's backward reads dP and the mask and writes (2 e + 1); the
+  //    softmax backward (warp_backward) reads the gradient and the saved softmax below the
+  //    diagonal (e / 2 + e / 2) and writes the row (e); baddbmm's grads read dS twice
+  //    (dQ = dS K, dK = dS^T Q: 2 e): 8 e + 1 (17 bytes fp16).
+  static double unfused_attention_score_bytes(bool backward, int64_t dsize) {
+    const double e = static_cast<double>(dsize);
+    return backward ? 8 * e + 1 : 5.5 * e + 1;
   }
   // Ring attention: merge a block's partial output into the running one by their log-sum-exps
   // (Transformer Engine's out correction): reads both outputs, writes one.
@@ -248,12 +270,18 @@ struct KernelFactory {
     return make(backward ? "layernorm_bwd" : "layernorm_fwd", {d.tokens_sp, d.h},
                 backward ? 12 * n : 8 * n, (backward ? 3 : 2) * n * static_cast<double>(d.dsize));
   }
-  // bias + dropout + residual add over the LN region; 1-byte mask.
+  // bias + dropout + residual add over the LN region (Megatron's bias_dropout_add_fused_train,
+  // one TorchScript-fused kernel). Forward: reads x and the residual, writes the sum and the
+  // 1-byte mask (3 e + 1). Backward: reads dy and the mask, writes dx (2 e + 1), and the
+  // residual's gradient, which autograd then sums with the gradient that comes back through the
+  // branch's LayerNorm where the residual stream forks (torch/csrc/autograd/input_buffer.cpp,
+  // InputBuffer::accumulate: an add reading both and writing one, 3 e): each of the layer's two
+  // residual adds has exactly one such sum, costed with its backward: 5 e + 1 in all.
   Kernel dropout_add(bool backward) const {
     const int64_t n = d.tokens_sp * d.h;
     const double fn = static_cast<double>(n);
-    return make(backward ? "dropout_add_bwd" : "dropout_add_fwd", {n}, 2 * fn,
-                (backward ? 2 : 3) * fn * static_cast<double>(d.dsize) + fn);
+    return make(backward ? "dropout_add_bwd" : "dropout_add_fwd", {n}, backward ? 3 * fn : 2 * fn,
+                (backward ? 5 : 3) * fn * static_cast<double>(d.dsize) + fn);
   }
   Kernel elementwise_vocab(const char* name, double flops_per_elem, double passes) const {
     const double n = static_cast<double>(d.tokens * d.vocab_local);
@@ -341,10 +369,19 @@ struct KernelFactory {
     return k;
   }
 
-  // Global grad norm over fp32 gradients of n parameters.
+  // Global grad norm over the fp32 main gradients of n parameters (clip_grad_norm_fp32's
+  // multi_tensor_l2norm: reads 4 bytes each), with the optimizer's passes over the gradients
+  // that come before it in Megatron's MixedPrecisionOptimizer.step (megatron/optimizer/
+  // optimizer.py): _copy_model_grads_to_main_grads, `main_grad.float()`, a copy (reads
+  // grad_bytes, writes 4) only when the gradients were not accumulated in fp32 (fp16 training;
+  // bf16 keeps fp32 main_grad and the call returns the same tensor), and, with the fp16 loss
+  // scaler, _unscale_main_grads_and_check_for_nan (torch._amp_foreach_non_finite_check_and_
+  // unscale_: reads and writes 4). fp16: 2 + 4 + 8 + 4 = 18 bytes; bf16: 4.
   Kernel grad_norm(int64_t n) const {
     const double fn = static_cast<double>(n);
-    return make("grad_norm", {n}, 2 * fn, 4 * fn);
+    const double copy = d.grad_bytes < 4 ? static_cast<double>(d.grad_bytes) + 4 : 0.0;
+    const bool unscale = d.dtype == Precision::kFp16;
+    return make("grad_norm", {n}, (unscale ? 3 : 2) * fn, fn * (4 + copy + (unscale ? 8 : 0)));
   }
   // Megatron's zero_grad_buffer + optimizer.zero_grad(): a memset of the gradient buffer of n
   // parameters, `grad_bytes` each (written once, nothing read, no FLOPs).
@@ -357,10 +394,16 @@ struct KernelFactory {
     const double fn = static_cast<double>(n);
     return make("grad_clip_scale", {n}, fn, 8 * fn);
   }
-  // AdamW on n parameters: read grad + fp32 master, m, v; write master, m, v and the param copy.
+  // AdamW on n parameters (apex FusedAdam's multi_tensor_adam): reads the fp32 grad, master, m
+  // and v, writes master, m and v (28 bytes); then, in mixed precision, Megatron's
+  // _copy_main_params_to_model_params (megatron/optimizer/optimizer.py, multi_tensor_scale by
+  // 1.0; the distributed optimizer's copy_ likewise) reads the fp32 master again and writes
+  // the dsize model parameter: 28 + 4 + dsize (34 bytes fp16/bf16). fp32 training steps the
+  // model parameters themselves: 28.
   Kernel adamw(int64_t n) const {
     const double fn = static_cast<double>(n);
-    return make("adamw_step", {n}, 16 * fn, fn * (4 + 12 + 12 + static_cast<double>(d.dsize)));
+    const double copy = d.dsize < 4 ? 4 + static_cast<double>(d.dsize) : 0.0;
+    return make("adamw_step", {n}, 16 * fn, fn * (28 + copy));
   }
 };
 

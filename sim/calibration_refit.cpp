@@ -51,7 +51,7 @@ std::vector<RooflineEfficiency> RefitGrid::points(const RooflineEfficiency& base
 }
 
 RefitGrid default_refit_grid() {
-  return RefitGrid{{0.56, 0.60, 0.64, 0.68, 0.72, 0.76}, {0.45, 0.55}, {0.4, 0.5, 0.6}};
+  return RefitGrid{{0.56, 0.60, 0.64, 0.68, 0.72, 0.76}, {0.45, 0.55}, {0.5, 0.6, 0.7, 0.8}};
 }
 
 GridFit fit_grid_point(const std::vector<std::vector<double>>& predicted_s,

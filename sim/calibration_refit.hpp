@@ -29,8 +29,8 @@ struct RefitGrid {
 };
 
 /// The grid default_roofline_efficiency() was chosen on (its comment): gemm 0.56-0.76 in steps of
-/// 0.04, attention 0.45 and 0.55, memory 0.4-0.6 in steps of 0.1 (36 points; the defaults 0.68 /
-/// 0.55 / 0.50 are one of them).
+/// 0.04, attention 0.45 and 0.55, memory 0.5-0.8 in steps of 0.1 (48 points; the defaults 0.68 /
+/// 0.45 / 0.70 are one of them).
 RefitGrid default_refit_grid();
 
 /// The best grid point over a set of cases.

@@ -55,7 +55,7 @@ TEST(CalibrationRefit, TiesGoToTheLowerPoint) {
 TEST(CalibrationRefit, DefaultGridHoldsTheCalibratedEfficiencies) {
   const RooflineEfficiency calibrated = default_roofline_efficiency(GpuSpec{});
   const std::vector<RooflineEfficiency> points = default_refit_grid().points(calibrated);
-  EXPECT_EQ(points.size(), 6u * 2u * 3u);
+  EXPECT_EQ(points.size(), 6u * 2u * 4u);
   EXPECT_TRUE(std::any_of(points.begin(), points.end(), [&](const RooflineEfficiency& p) {
     return p.gemm == calibrated.gemm && p.attention == calibrated.attention &&
            p.memory == calibrated.memory;
@@ -67,8 +67,8 @@ TEST(CalibrationRefit, DefaultGridHoldsTheCalibratedEfficiencies) {
   }
   // gemm varies slowest, memory fastest.
   EXPECT_EQ(points[0].gemm, 0.56);
-  EXPECT_EQ(points[1].memory, 0.5);
-  EXPECT_EQ(points[3].attention, 0.55);
+  EXPECT_EQ(points[1].memory, 0.6);
+  EXPECT_EQ(points[4].attention, 0.55);
 }
 
 TEST(CalibrationRefit, BadInputsAreRefused) {

@@ -3,9 +3,18 @@
 // Models" (MLSys 2023, arXiv:2205.05198), Table 4: the 22B GPT (h 6144, 64 heads, seq 2048,
 // micro-batch 4, TP 8 on one DGX A100, fp16) with and without sequence parallelism and with
 // full and selective recomputation. The replay of the calibrated roofline (gemm 0.68, attention
-// 0.55, memory 0.50 of peak: fitted on iteration times, never on these figures) is read off the
+// 0.45, memory 0.70 of peak: fitted on iteration times, never on these figures) is read off the
 // timeline: a layer's forward is the time between the ends of two consecutive layers' forwards
 // (compute and TP communication, as the paper times it), its backward likewise.
+//
+// Measured 2026-11-28, after the kernels' bytes were counted from Megatron-LM's source (unfused
+// attention 12 / 17 bytes per score element, the residual gradient sums, the optimizer's passes:
+// core/lowering_kernels.hpp, tests/core/kernel_bytes_test.cpp) and the roofline refitted
+// (memory 0.50 -> 0.70, attention 0.55 -> 0.45): forward 7.7 -> 8.02 ms (+4.2 %) without SP and
+// 7.2 -> 7.36 ms (+2.2 %) with SP (SP saves 0.66 ms, the paper 0.5, was 0.95); backward 11.9 ->
+// 11.78 (-1.0 %), 11.8 -> 11.52 (-2.3 %), full recomputation 19.5 -> 19.80 (+1.5 %), selective
+// 13.2 -> 12.96 (-1.8 %), selective + SP 13.1 -> 12.71 (-3.0 %). The figures of 2026-11-26, before
+// that change:
 //
 // Measured 2026-11-26 (paper -> replay): forward 7.7 -> 8.12 ms (+5.5 %) without SP and 7.2 ->
 // 7.17 ms (-0.4 %) with SP; backward 11.9 -> 11.98 (+0.7 %), 11.8 -> 11.80, full recomputation

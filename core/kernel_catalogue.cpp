@@ -47,6 +47,7 @@ constexpr std::array kCatalogue = {
     KernelDescriptor{"layernorm_fwd", M, "elementwise", "[M tokens, H]"},
     KernelDescriptor{"moe_aux_loss_bwd", M, "elementwise", "[M tokens, E]"},
     KernelDescriptor{"moe_aux_loss_fwd", M, "elementwise", "[M tokens, E]"},
+    KernelDescriptor{"moe_chunk_cat", M, "elementwise", "[rows, H]"},
     KernelDescriptor{"moe_permute_bwd", M, "elementwise", "[rows, M tokens, H]"},
     KernelDescriptor{"moe_permute_fwd", M, "elementwise", "[rows, M tokens, H]"},
     KernelDescriptor{"moe_router_topk_bwd", M, "elementwise", "[M tokens, E, k]"},

@@ -324,29 +324,49 @@ struct KernelFactory {
     if (backward) return make("moe_aux_loss_bwd", {rows, d.experts}, te, te * 8);
     return make("moe_aux_loss_fwd", {rows, d.experts}, 2 * te, te * 5);
   }
-  // Permute: gather `rows` token copies (of h elements) into expert order (reads and writes each
-  // row, plus an int32 index per row). Backward: scatter-add them into the `tokens` input rows.
+  // Permute and unpermute as Megatron-Core runs them without moe_permute_fusion (its default;
+  // megatron/core/transformer/moe/moe_utils.py permute() and unpermute(), core_v0.10.0 to
+  // core_v0.12: unfused torch ops; r = `rows` routed copies, T = `tokens`, each row h elements of
+  // e bytes, indices int64):
+  //   permute forward: tokens.index_select(0, sorted_indices): reads and writes r h e, 8 r of
+  //     indices (the masked_select building them is over the T x E routing map, negligible).
+  //   permute backward (index_select's): zeros(T, h).index_add_(0, sorted_indices, grad): writes
+  //     T h e, reads the r h e gradient and reads and writes one output element per added one
+  //     (2 r h e): 3 r h e + T h e + 8 r; r h FLOPs.
+  //   unpermute forward: permuted_tokens * permuted_probs.unsqueeze(-1) (reads and writes r h
+  //     e), zeros(T, h) (T h e), scatter_add_ of the r h products (reads them, reads and writes
+  //     the output element of each: 3 r h e): 5 r h e + T h e + 8 r; 2 r h FLOPs.
+  //   unpermute backward: scatter_add_'s, grad.gather(0, index) (reads and writes r h e); the
+  //     product's, grad x probs (reads and writes r h e) and (grad x tokens).sum(-1) for the
+  //     probabilities (reads 2 r h e, writes r h e, reads it again): 8 r h e + 8 r; 3 r h FLOPs.
   Kernel moe_permute(bool backward, int64_t rows, int64_t tokens) const {
     const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
-                 e = static_cast<double>(d.dsize);
+                 e = static_cast<double>(d.dsize), tok = static_cast<double>(tokens);
     if (backward) {
       return make("moe_permute_bwd", {rows, tokens, d.h}, r * hh,
-                  (r + static_cast<double>(tokens)) * hh * e + 4 * r);
+                  (3 * r + tok) * hh * e + 8 * r);
     }
-    return make("moe_permute_fwd", {rows, tokens, d.h}, 0, 2 * r * hh * e + 4 * r);
+    return make("moe_permute_fwd", {rows, tokens, d.h}, 0, 2 * r * hh * e + 8 * r);
   }
-  // Unpermute: each of `rows` expert outputs times its router probability, summed into the
-  // `tokens` output rows (2 FLOPs per element). Backward: the gradient of each row (1 FLOP per
-  // element) and of each probability (a dot product of the output gradient and the expert
-  // output, 2 per element).
   Kernel moe_unpermute(bool backward, int64_t rows, int64_t tokens) const {
     const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
                  e = static_cast<double>(d.dsize), tok = static_cast<double>(tokens);
     if (backward) {
-      return make("moe_unpermute_bwd", {rows, tokens, d.h}, 3 * r * hh,
-                  (2 * r + tok) * hh * e + 8 * r);
+      return make("moe_unpermute_bwd", {rows, tokens, d.h}, 3 * r * hh, 8 * r * hh * e + 8 * r);
     }
-    return make("moe_unpermute_fwd", {rows, tokens, d.h}, 2 * r * hh, (r + tok) * hh * e + 8 * r);
+    return make("moe_unpermute_fwd", {rows, tokens, d.h}, 2 * r * hh,
+                (5 * r + tok) * hh * e + 8 * r);
+  }
+  // A copy of `rows` hidden-state rows into a new order (reads and writes rows h e, no FLOPs):
+  // torch.cat of row chunks, as Megatron-Core makes it (a) in the alltoall dispatcher with more
+  // than one local expert, sort_chunks_by_idxs() (core_v0.10.0 token_dispatcher.py, "Permutation
+  // 2: Sort tokens by local expert", and its inverse before the combine; from core_v0.11 with
+  // drop-and-pad the reshape(EP, E_l, C, h).transpose(0, 1).contiguous() that replaced it) and
+  // (b) in SequentialMLP (experts.py, moe_grouped_gemm false), torch.cat of the local experts'
+  // outputs; backward, the same copy of the gradients (the backward of a split is a cat).
+  Kernel moe_chunk_cat(int64_t rows) const {
+    const double n = static_cast<double>(rows * d.h);
+    return make("moe_chunk_cat", {rows, d.h}, 0, 2 * n * static_cast<double>(d.dsize));
   }
   // Grouped GEMM over `groups` experts, each Y[m,n] = X[m,k] W_g[k,n] (Transformer Engine's /
   // CUTLASS grouped GEMM, Megatron --moe-grouped-gemm): key {groups, m, n, k}, 2 groups m n k

@@ -300,17 +300,24 @@ enum class StepScope : uint8_t {
 ///   alltoall dispatcher (moe_token_dispatcher_type: alltoall):
 ///   kMoePermute   compute: moe_permute_fwd {E P, T, h} (gather into expert order)
 ///   kMoeDispatch  all_to_all over GroupKind::kEp of E P h bytes (what each member sends); then,
-///                 ETP > 1, all_gather over kEtp of ETP E P h bytes (output)
+///                 ETP > 1, all_gather over kEtp of ETP E P h bytes (output); then, E_l > 1,
+///                 moe_chunk_cat {E_l R, h} (Megatron's sort_chunks_by_idxs by local expert)
 ///   allgather dispatcher (allgather):
 ///   kMoeDispatch  all_gather over kEtpEp of ETP EP T h bytes (output)
 ///   kMoePermute   compute: moe_permute_fwd {E_l R, ETP EP T, h}
 ///   then, both:
 ///   kExpertFc1    the local experts' FC1 {R, fc1_e / ETP, h} (fc1_e = 2 ffn_e for SwiGLU):
 ///                 one grouped_gemm_fwd {E_l, R, n, k} with moe_grouped_gemm, else E_l gemm_fwd
-///                 {R, n, k} kernels (Megatron's SequentialMLP); KernelKey::tp = ETP
+///                 {R, n, k} kernels (Megatron's SequentialMLP); KernelKey::tp = ETP; FP8:
+///                 Transformer Engine casts each GEMM's 16-bit input (fp8_cast_transpose: one
+///                 per local expert in SequentialMLP, one over all with moe_grouped_gemm), the
+///                 activation's output and, backward, its input gradient included
 ///   kExpertActivation  the activation over E_l R ffn_e / ETP elements
-///   kExpertFc2    {R, h, ffn_e / ETP} as FC1 (row-parallel: partial sums over ETP)
-///   alltoall: kMoeCombine: ETP > 1: reduce_scatter over kEtp of ETP E P h bytes (input, sums the
+///   kExpertFc2    {R, h, ffn_e / ETP} as FC1 (row-parallel: partial sums over ETP); then
+///                 SequentialMLP with E_l > 1: moe_chunk_cat {E_l R, h} (torch.cat of the
+///                 experts' outputs; backward, of the input gradients after kExpertFc1)
+///   alltoall: kMoeCombine: E_l > 1: moe_chunk_cat {E_l R, h} (the inverse sort); ETP > 1:
+///                 reduce_scatter over kEtp of ETP E P h bytes (input, sums the
 ///                 ETP partial outputs); all_to_all back over kEp of E P h bytes;
 ///             kMoeUnpermute: moe_unpermute_fwd {E P, T, h}
 ///   allgather: kMoeUnpermute: moe_unpermute_fwd {E_l R, ETP EP T, h};
@@ -322,16 +329,19 @@ enum class StepScope : uint8_t {
 /// waits for them). Backward, after kMlpResidual: the shared expert (kFc2, kGelu, kFc1
 /// backward), then the routed path mirrored: alltoall: moe_unpermute_bwd, all_to_all over kEp
 /// (kMoeCombine), ETP > 1 all_gather over kEtp (kMoeCombine); allgather: all_gather over kEtpEp
-/// (kMoeCombine), moe_unpermute_bwd; then kExpertFc2 dgrad + wgrad, kExpertActivation backward,
-/// kExpertFc1 dgrad + wgrad; alltoall: ETP > 1 reduce_scatter over kEtp (kMoeDispatch),
+/// (kMoeCombine), moe_unpermute_bwd; alltoall with E_l > 1: moe_chunk_cat (kMoeCombine); then
+/// kExpertFc2 dgrad + wgrad, kExpertActivation backward, kExpertFc1 dgrad + wgrad (SequentialMLP
+/// with E_l > 1: moe_chunk_cat); alltoall: E_l > 1 moe_chunk_cat (kMoeDispatch), ETP > 1
+/// reduce_scatter over kEtp (kMoeDispatch),
 /// all_to_all over kEp (kMoeDispatch), moe_permute_bwd (scatter-add); allgather:
 /// moe_permute_bwd, reduce_scatter over kEtpEp (kMoeDispatch); then kRouter: moe_aux_loss_bwd,
 /// moe_router_topk_bwd, router gemm_dgrad and gemm_wgrad; the post-attention norm's backward.
 /// Sizes are those of the busiest rank (the executor exchanges the real, variable counts at the
 /// same ops, all-to-all-v). Selective recomputation redoes attention only; full recomputation
 /// the whole layer, dispatch and combine included (as Megatron's). FP8: expert GEMMs in FP8 with
-/// the permuted tokens and the FC2 output gradient cast by their own kernels, the FC2 input and
-/// FC1 output gradient by the activation (as the dense MLP); the router stays 16-bit.
+/// all four 16-bit inputs (permuted tokens, activation output, FC2 output gradient, activation
+/// input gradient) cast by Transformer Engine's own kernels, per local expert without
+/// moe_grouped_gemm (Megatron-Core's expert activation writes 16-bit); the router stays 16-bit.
 /// Gradients: the local experts' parameters (E_l MLPs of width ffn_e over ETP) go to DDP buckets
 /// of their own, reduced over GroupKind::kEdp (op group kEdp, Role kGradBucket; distributed
 /// optimizer: reduce_scatter over kEdp and kParamBucket all_gather over kEdp); dense parameters

@@ -309,6 +309,18 @@ class RankLowering {
   /// SequentialMLP); tp = ETP.
   void expert_gemm(const char* variant, int64_t n, int64_t k, bool fp8);
 
+  /// FP8: Transformer Engine's cast-transpose of the experts' 16-bit GEMM input of `columns`
+  /// per row, one per local expert (SequentialMLP) or one over all (moe_grouped_gemm).
+  void expert_fp8_cast(int64_t columns);
+
+  /// SequentialMLP (no moe_grouped_gemm) with more than one local expert: torch.cat of the
+  /// local experts' rows (moe_chunk_cat over all of them).
+  void sequential_mlp_cat();
+
+  /// The alltoall dispatcher with more than one local expert: Megatron-Core's sort of the
+  /// received rows by local expert (sort_chunks_by_idxs; moe_chunk_cat over all of them).
+  void sort_chunks_by_local_expert(const char* what);
+
   /// The router and its aux loss on the T local rows.
   void router_forward();
 

@@ -47,30 +47,56 @@ void RankLowering::router_forward() {
   if (aux_loss()) kernel(k_.aux_loss(false, d_.moe_tokens), "router");
 }
 
+void RankLowering::expert_fp8_cast(int64_t columns) {
+  // Transformer Engine's Linear casts (and transposes, for the backward) its own 16-bit input:
+  // one cast per local expert in SequentialMLP, one multi-tensor cast over the groups in
+  // GroupedLinear (moe_grouped_gemm). Megatron-Core's expert activation (bias_swiglu_impl /
+  // bias_geglu_impl, megatron/core/fusions) writes 16-bit, so nothing is fused into it.
+  if (sc_.model.moe_grouped_gemm) {
+    fp8_cast(local_expert_rows() * columns, "experts", Cast::kSeparate);
+    return;
+  }
+  for (int64_t e = 0; e < d_.local_experts; ++e) {
+    fp8_cast(d_.expert_rows * columns, "experts", Cast::kSeparate);
+  }
+}
+
+void RankLowering::sequential_mlp_cat() {
+  if (sc_.model.moe_grouped_gemm || d_.local_experts < 2) return;
+  kernel(k_.moe_chunk_cat(local_expert_rows()), "experts");
+}
+
 void RankLowering::experts_forward(bool f8) {
   const int64_t rows = local_expert_rows();
   role(Role::kExpertFc1);
-  if (f8) fp8_cast(rows * d_.h, "experts", Cast::kSeparate);  // the permuted tokens
+  if (f8) expert_fp8_cast(d_.h);  // the permuted tokens
   expert_gemm("gemm_fwd", d_.expert_fc1_local, d_.h, f8);
   role(Role::kExpertActivation);
   kernel(k_.activation_n(false, rows * d_.expert_ffn / d_.etp, d_.etp), "experts");
   role(Role::kExpertFc2);
-  if (f8) fp8_cast(rows * d_.expert_ffn / d_.etp, "experts", Cast::kFused);
+  if (f8) expert_fp8_cast(d_.expert_ffn / d_.etp);  // the activation's output
   expert_gemm("gemm_fwd", d_.h, d_.expert_ffn / d_.etp, f8);
+  sequential_mlp_cat();  // torch.cat of the local experts' outputs
 }
 
 void RankLowering::experts_backward(bool f8) {
   const int64_t rows = local_expert_rows();
   role(Role::kExpertFc2);
-  if (f8) fp8_cast(rows * d_.h, "experts", Cast::kSeparate);  // the output gradient
+  if (f8) expert_fp8_cast(d_.h);  // the output gradient
   expert_gemm("gemm_dgrad", d_.h, d_.expert_ffn / d_.etp, f8);
   expert_gemm("gemm_wgrad", d_.h, d_.expert_ffn / d_.etp, f8);
   role(Role::kExpertActivation);
   kernel(k_.activation_n(true, rows * d_.expert_ffn / d_.etp, d_.etp), "experts");
   role(Role::kExpertFc1);
-  if (f8) fp8_cast(rows * d_.expert_fc1_local, "experts", Cast::kFused);
+  if (f8) expert_fp8_cast(d_.expert_fc1_local);  // the activation's input gradient
   expert_gemm("gemm_dgrad", d_.expert_fc1_local, d_.h, f8);
   expert_gemm("gemm_wgrad", d_.expert_fc1_local, d_.h, f8);
+  sequential_mlp_cat();  // the backward of the input's split: a cat of the input gradients
+}
+
+void RankLowering::sort_chunks_by_local_expert(const char* what) {
+  if (d_.local_experts < 2) return;
+  kernel(k_.moe_chunk_cat(local_expert_rows()), what);
 }
 
 void RankLowering::shared_expert_forward(bool f8) {
@@ -106,6 +132,7 @@ void RankLowering::moe_forward() {
       ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtp, row_bytes(d_.etp * a2a_rows()),
                   "etp all_gather dispatch");
     }
+    sort_chunks_by_local_expert("moe sort chunks");
   } else {
     role(Role::kMoeDispatch);
     ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtpEp, row_bytes(gathered_rows()),
@@ -116,6 +143,7 @@ void RankLowering::moe_forward() {
   experts_forward(f8);
   if (alltoall()) {
     role(Role::kMoeCombine);
+    sort_chunks_by_local_expert("moe unsort chunks");
     if (d_.etp > 1) {
       ep_blocking(CollectiveKind::kReduceScatter, GroupKind::kEtp,
                   row_bytes(d_.etp * a2a_rows()), "etp reduce_scatter combine");
@@ -147,6 +175,7 @@ void RankLowering::moe_backward() {
       ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtp, row_bytes(d_.etp * a2a_rows()),
                   "etp all_gather combine grad");
     }
+    sort_chunks_by_local_expert("moe unsort chunks");
   } else {
     role(Role::kMoeCombine);
     ep_blocking(CollectiveKind::kAllGather, GroupKind::kEtpEp, row_bytes(gathered_rows()),
@@ -157,6 +186,7 @@ void RankLowering::moe_backward() {
   experts_backward(f8);
   if (alltoall()) {
     role(Role::kMoeDispatch);
+    sort_chunks_by_local_expert("moe sort chunks");
     if (d_.etp > 1) {
       ep_blocking(CollectiveKind::kReduceScatter, GroupKind::kEtp,
                   row_bytes(d_.etp * a2a_rows()), "etp reduce_scatter dispatch grad");

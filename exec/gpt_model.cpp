@@ -395,6 +395,8 @@ void GptModel::run(const Op& op, const std::string& kernel, Role role, int64_t e
   switch (role) {
     case Role::kRouter:
     case Role::kMoePermute:
+    case Role::kMoeDispatch:
+    case Role::kMoeCombine:
     case Role::kExpertFc1:
     case Role::kExpertActivation:
     case Role::kExpertFc2:

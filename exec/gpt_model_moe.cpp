@@ -16,6 +16,12 @@ namespace traintwin::exec {
 
 // ---- MoE layer (routed experts; Megatron-Core MoELayer with the alltoall dispatcher) ------------
 
+// moe_chunk_cat (core/lowering_kernels.hpp) is the copy Megatron-Core makes to put the received
+// rows in local-expert order (sort_chunks_by_idxs) and to concatenate SequentialMLP's per-expert
+// outputs: here the exchange already lands the rows in local-expert order in one buffer and the
+// per-expert GEMMs write their slices of one output, so the kernel has nothing to move (its time
+// is the simulator's).
+
 /// The routed experts' forward on this rank's N = b Tl rows of ln2, Role by Role (between them
 /// the walk runs the dispatch and combine all-to-alls over EP, exec/executor.cpp):
 ///   kRouter: logits = ln2 W_r^T; top-k softmax with capacity (moe_router.hpp); the aux loss.
@@ -24,6 +30,7 @@ namespace traintwin::exec {
 ///     (grouped GEMM, or local expert j at the j-th GEMM kernel of the op).
 ///   kMoeUnpermute: the expert outputs back to token order, weighted by the router probs.
 void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, int64_t expert) {
+  if (kernel == "moe_chunk_cat") return;  // a layout copy: nothing to move here (above)
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
   const ModelSpec& model = prog_.scenario.model;
@@ -150,6 +157,7 @@ void GptModel::moe_forward(const Op& op, const std::string& kernel, Role role, i
 /// the experts' dgrad / wgrad, permute's scatter-add into d_moe_in, then the router: the aux
 /// loss and top-k softmax backward into dlogits, the router's dgrad (into d_moe_in) and wgrad.
 void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role, int64_t expert) {
+  if (kernel == "moe_chunk_cat") return;  // a layout copy: nothing to move here (above)
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
   const LayerParams& G = layer_grads_.at(op.layer);

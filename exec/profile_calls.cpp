@@ -144,6 +144,12 @@ KernelCall make_moe_call(Backend& be, const Scenario& sc, const KernelKey& key, 
         be.moe_unpermute_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], *perm, n, e, h);
       };
     }
+  } else if (name == "moe_chunk_cat") {
+    // {rows, h}: Megatron's sort_chunks_by_idxs / SequentialMLP's torch.cat, a copy of the rows
+    // (the executor's layout needs none: exec/gpt_model_moe.cpp); timed as the Backend's copy.
+    const int64_t rows = d[0], h = d[1];
+    c.t = list(in.zeros(rows * h), in.uniform(rows * h));
+    c.run = [&be](KernelCall& x) { be.copy(x.t[0], x.t[1]); };
   } else {  // grouped_gemm_{fwd,dgrad,wgrad}: {groups, m, n, k}, each Y[m, n] = X[m, k] W_g^T
     const int64_t g = d[0], m = d[1], n = d[2], k = d[3];
     auto rows = std::make_shared<const std::vector<int64_t>>(static_cast<size_t>(g), m);
@@ -651,9 +657,10 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
       };
     }
   } else if (name.rfind("moe_", 0) == 0 || name.rfind("grouped_gemm_", 0) == 0) {
-    // {groups, m, n, k}; {tokens, E} (aux loss); {tokens, E, k} or {rows, tokens, h} (others).
+    // {groups, m, n, k}; {tokens, E} (aux loss); {rows, h} (chunk cat); {tokens, E, k} or
+    // {rows, tokens, h} (others).
     const bool grouped = name.rfind("grouped_gemm_", 0) == 0;
-    need(grouped ? 4 : name.rfind("moe_aux_loss", 0) == 0 ? 2 : 3);
+    need(grouped ? 4 : name.rfind("moe_aux_loss", 0) == 0 || name == "moe_chunk_cat" ? 2 : 3);
     if (grouped && key.dtype == Precision::kBf16) return make_bf16_gemm_call(be, key, false, in);
     if (grouped && key.dtype == Precision::kFp8) return make_fp8_gemm_call(be, sc, key, in);
     return make_moe_call(be, sc, key, in);

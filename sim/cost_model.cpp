@@ -137,6 +137,37 @@ std::optional<double> measured_seconds(const CostDatabase& db, const Kernel& k,
   return w / rate(e);
 }
 
+/// measured_seconds() of a GEMM (KernelClass::kGemm) whose own family (name, dtype, tp) has no
+/// entry within reach, from the family of the same name and dtype at another TP size whose
+/// nearest shape is nearest (shape_distance): a GEMM's arithmetic is its shape and dtype, the TP
+/// size in its key only records the layout it came from (the MoE experts' GEMMs are keyed by ETP,
+/// so ETP 1's expert shapes have no family where TP 4's were measured); nullopt when no family
+/// reaches it either.
+std::optional<double> measured_seconds_any_tp(const CostDatabase& db, const Kernel& k,
+                                              double max_extrapolation) {
+  if (kernel_class(k.key.name) != KernelClass::kGemm) return std::nullopt;
+  std::vector<int64_t> tps;
+  for (const KernelMeasurement& m : db.kernels()) {
+    if (m.key.name == k.key.name && m.key.dtype == k.key.dtype && m.key.tp != k.key.tp &&
+        m.key.shape.size() == k.key.shape.size() &&
+        std::find(tps.begin(), tps.end(), m.key.tp) == tps.end()) {
+      tps.push_back(m.key.tp);
+    }
+  }
+  std::optional<double> best;
+  double best_distance = 0;
+  for (int64_t tp : tps) {
+    Kernel other = k;
+    other.key.tp = tp;
+    const std::optional<double> s = measured_seconds(db, other, max_extrapolation);
+    if (!s) continue;
+    const std::vector<const KernelMeasurement*> near = db.nearest_shapes(other.key, 1);
+    const double dist = shape_distance(near.front()->key.shape, k.key.shape);
+    if (!best || dist < best_distance) best = s, best_distance = dist;
+  }
+  return best;
+}
+
 /// True when `gpu` is the database's device for a kernel of dtype `p`.
 bool same_gpu(const GpuSpec& db_device, const GpuSpec& gpu, Precision p) {
   return db_device.name == gpu.name && db_device.hbm_bandwidth_Bps == gpu.hbm_bandwidth_Bps &&
@@ -154,7 +185,9 @@ class DatabaseCostModel : public CostModel {
 
   KernelCost duration(const Kernel& k, const GpuSpec& gpu) const override {
     check_work(k);
-    if (const std::optional<double> s = measured_seconds(*db_, k, options_.max_extrapolation)) {
+    std::optional<double> s = measured_seconds(*db_, k, options_.max_extrapolation);
+    if (!s) s = measured_seconds_any_tp(*db_, k, options_.max_extrapolation);
+    if (s) {
       if (same_gpu(db_device_, gpu, k.key.dtype)) return {*s, CostSource::kMeasured};
       return {*s * scale(k, gpu), CostSource::kScaled};
     }

@@ -123,6 +123,11 @@ struct DatabaseCostOptions {
 ///     w_lo = w_hi), and duration = w / r: exact at the entries, and a GEMM between two
 ///     measured sizes gets the TFLOP/s in between. With one side only, the nearest entry's rate
 ///     (duration scaled by the work ratio) within options.max_extrapolation. Source kMeasured.
+///     A GEMM (KernelClass::kGemm) whose own family reaches nothing takes the family of the same
+///     name and dtype at another TP size whose nearest shape is nearest, by the same rules: the
+///     TP size in a GEMM's key records its layout, not its arithmetic (an MoE expert GEMM is
+///     keyed by ETP, and ETP 1's expert shapes would otherwise fall to the roofline while the
+///     same GEMM dimensions were measured under TP 4).
 ///  3. When `gpu` is not `db_device` (other name, HBM bandwidth or peak of the kernel's dtype),
 ///     the result of 1-2 is scaled to `gpu` by the ratio of peaks in the kernel's regime on
 ///     the database device: compute-bound when FLOPs / bytes > db_device ridge point

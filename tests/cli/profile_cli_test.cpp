@@ -120,7 +120,7 @@ TEST_F(ProfileCli, CudaBackendMeasuresTheGpuOrSaysWhyNot) {
 
 // A mixture of experts (the tiny MoE of the README, its 4 experts on one rank, grouped GEMM,
 // aux loss): every kernel the executor runs for it is profiled, the router, aux loss,
-// (un)permute and grouped GEMMs included (profile stopped at moe_router_topk_fwd before).
+// (un)permute, the sort of the rows by local expert (moe_chunk_cat) and grouped GEMMs included (profile stopped at moe_router_topk_fwd before).
 TEST_F(ProfileCli, MoeKernelsAreProfiled) {
   const fs::path db_file = dir_ / "moe.json";
   const std::string moe = std::string(TRAINTWIN_SOURCE_DIR) + "/scenarios/moe-tiny-brown.yaml";
@@ -136,7 +136,7 @@ TEST_F(ProfileCli, MoeKernelsAreProfiled) {
   EXPECT_EQ(got, want);
   for (const char* k : {"moe_router_topk_fwd", "moe_router_topk_bwd", "moe_aux_loss_fwd",
                         "moe_aux_loss_bwd", "moe_permute_fwd", "moe_permute_bwd",
-                        "moe_unpermute_fwd", "moe_unpermute_bwd", "grouped_gemm_fwd",
+                        "moe_unpermute_fwd", "moe_unpermute_bwd", "moe_chunk_cat", "grouped_gemm_fwd",
                         "grouped_gemm_dgrad", "grouped_gemm_wgrad"}) {
     EXPECT_THAT(got, ::testing::Contains(HasSubstr(k)));
   }

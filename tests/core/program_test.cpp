@@ -1847,6 +1847,90 @@ TEST(MoeProgram, ExpertGradientsReducedOverExpertDataParallel) {
   }
 }
 
+// Megatron-Core's unfused permute / unpermute (moe_utils.py permute() and unpermute(), core_v0.10.0
+// to core_v0.12, moe_permute_fusion off) and its layout copies, worked by hand: TP 2 (SP), DP 2,
+// EP 2, ETP = TP 2, bf16 (e = 2 B), h 64; T = 32 / 2 = 16 router rows, k 2 of E 4 -> P 8, r = E P
+// = 32 rows sent; E_l 2 local experts of R = ETP EP P = 32 rows, 64 rows in all. Indices int64.
+//   permute fwd, index_select:              2 r h e + 8 r         = 8192 + 256         =  8448 B
+//   permute bwd, zeros + index_add_:        (3 r + T) h e + 8 r   = 112 x 128 + 256    = 14592 B
+//   unpermute fwd, mul + zeros + scatter_add_: (5 r + T) h e + 8 r = 176 x 128 + 256   = 22784 B
+//   unpermute bwd, gather + mul + mul-sum:  8 r h e + 8 r         = 256 x 128 + 256    = 33024 B
+//   moe_chunk_cat of the 64 rows (sort_chunks_by_idxs, SequentialMLP's torch.cat):
+//                                           2 x 64 x 64 x 2                            = 16384 B
+// sort_chunks_by_idxs runs twice forward (after the ETP all-gather, before the ETP
+// reduce-scatter) and twice backward; SequentialMLP (no moe_grouped_gemm) adds its cat once each
+// way; with one local expert (EP 4, ETP 1) there is nothing to sort or concatenate.
+TEST(MoeProgram, PermuteUnpermuteAndChunkCopiesAsMegatronRunsThem) {
+  for (int variant = 0; variant < 3; ++variant) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 2, k.ep = 2;
+    k.grouped = variant != 1;
+    if (variant == 2) k.ep = 4, k.etp = 1;  // E_l = 1
+    const Program prog = build_program(make_moe(k), {0});
+    std::map<std::string, double> bytes;
+    std::map<std::pair<std::string, Phase>, int> count;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.layer != 0 || op.micro_batch != 0) continue;
+      for (uint32_t id : op.kernels) {
+        const Kernel& kern = prog.kernels[id];
+        if (kern.key.name.rfind("moe_", 0) != 0) continue;
+        bytes[kern.key.name] = kern.bytes;
+        ++count[{kern.key.name, op.phase}];
+      }
+    }
+    const std::string where = "variant " + std::to_string(variant);
+    if (variant == 2) {
+      // EP 4 x ETP 1: one local expert, nothing to sort or concatenate.
+      EXPECT_EQ(count.count({"moe_chunk_cat", Phase::kForward}), 0u) << where;
+      EXPECT_EQ(count.count({"moe_chunk_cat", Phase::kBackward}), 0u) << where;
+      continue;
+    }
+    EXPECT_EQ(bytes["moe_permute_fwd"], 8448) << where;
+    EXPECT_EQ(bytes["moe_permute_bwd"], 14592) << where;
+    EXPECT_EQ(bytes["moe_unpermute_fwd"], 22784) << where;
+    EXPECT_EQ(bytes["moe_unpermute_bwd"], 33024) << where;
+    EXPECT_EQ(bytes["moe_chunk_cat"], 16384) << where;
+    const int cats = k.grouped ? 2 : 3;
+    EXPECT_EQ((count[{"moe_chunk_cat", Phase::kForward}]), cats) << where;
+    EXPECT_EQ((count[{"moe_chunk_cat", Phase::kBackward}]), cats) << where;
+  }
+}
+
+// FP8 experts: Transformer Engine's Linear casts each of its 16-bit inputs itself (Megatron-Core's
+// expert activation, fusions/fused_bias_swiglu.py, writes 16-bit): the permuted tokens (R x h) and
+// the activation output (R x ffn_e / ETP) forward, the output gradient (R x h) and the
+// activation's input gradient (R x 2 ffn_e / ETP) backward — one cast-transpose per local expert
+// in SequentialMLP, one over the 2 R rows of both with moe_grouped_gemm. Same layout as above:
+// R = 32, h 64, ffn_e 48 / ETP 2 = 24, SwiGLU FC1 96 / 2 = 48.
+TEST(MoeProgram, Fp8ExpertInputsCastPerLocalExpert) {
+  for (bool grouped : {false, true}) {
+    MoeKnobs k;
+    k.tp = 2, k.dp = 2, k.ep = 2, k.fp8 = true, k.grouped = grouped;
+    const Program prog = build_program(make_moe(k), {0});
+    std::vector<int64_t> fwd, bwd;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.layer != 0 || op.micro_batch != 0) continue;
+      for (size_t i = 0; i < op.kernels.size(); ++i) {
+        const Kernel& kern = prog.kernels[op.kernels[i]];
+        const Role r = op.kernel_roles[i];
+        if (kern.key.name != "fp8_cast_transpose" ||
+            (r != Role::kExpertFc1 && r != Role::kExpertFc2)) {
+          continue;
+        }
+        EXPECT_EQ(kern.bytes, 4.0 * static_cast<double>(kern.key.shape[0]));  // 2 in, 1 + 1 out
+        (op.phase == Phase::kForward ? fwd : bwd).push_back(kern.key.shape[0]);
+      }
+    }
+    if (grouped) {
+      EXPECT_EQ(fwd, (std::vector<int64_t>{64 * 64, 64 * 24}));
+      EXPECT_EQ(bwd, (std::vector<int64_t>{64 * 64, 64 * 48}));
+    } else {
+      EXPECT_EQ(fwd, (std::vector<int64_t>{32 * 64, 32 * 64, 32 * 24, 32 * 24}));
+      EXPECT_EQ(bwd, (std::vector<int64_t>{32 * 64, 32 * 64, 32 * 48, 32 * 48}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace traintwin
 

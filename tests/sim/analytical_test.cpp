@@ -138,13 +138,16 @@ Compared expect_agreement(const Scenario& s, const char* name) {
 // MoE layouts built from the Llama 3.1 70B scenario (TP 4, CP 2, PP 4, DP 2 on 64 H100) with a
 // Mixtral-8x7B-shaped model (32 layers, h 4096, 32 heads, 8 groups, 8 experts of 14336, top-2,
 // VP 2): EP 8 inside a node (alltoall), EP 8 across two nodes (order tp-cp-dp-ep-pp), and
-// ETP 2 x EP 4 with the allgather dispatcher and a shared expert, capacity and imbalance. The
+// ETP 2 x EP 4 with the allgather dispatcher and a shared expert, capacity and imbalance, and
+// ETP 4 x EP 2 with 4 local experts in SequentialMLP under FP8 (the layout copies and per-expert
+// casts of Megatron-Core and Transformer Engine, core/lowering_kernels.hpp). The
 // engines agree as for the dense scenarios, and the exposed EP time is the same in both.
 struct MoeCase {
   const char* name;
   int64_t ep, etp;
   const char* order;
   MoeTokenDispatcher dispatcher;
+  bool sequential_fp8 = false;  ///< SequentialMLP, FP8, capacity 1.0 padded (the Grok-1 recipe's)
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
@@ -163,6 +166,12 @@ Scenario mixtral_like(const MoeCase& c) {
     m.moe_shared_expert_intermediate_size = 4096;
     m.moe_expert_capacity_factor = 1.25;
     s.cluster.what_if.moe_load_imbalance = 1.5;
+  }
+  if (c.sequential_fp8) {  // 4 local experts: sort_chunks_by_idxs and SequentialMLP's cat
+    m.moe_grouped_gemm = false;
+    m.moe_expert_capacity_factor = 1.0;
+    m.moe_pad_expert_input_to_capacity = true;
+    s.training.fp8_format = Fp8Format::kHybrid;
   }
   s.parallel.virtual_pipeline_model_parallel_size = 2;
   s.parallel.expert_model_parallel_size = c.ep;
@@ -184,7 +193,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         MoeCase{"Ep8InNode", 8, 1, "tp-cp-ep-dp-pp", MoeTokenDispatcher::kAllToAll},
         MoeCase{"Ep8AcrossNodes", 8, 1, "tp-cp-dp-ep-pp", MoeTokenDispatcher::kAllToAll},
-        MoeCase{"Etp2Ep4AllGather", 4, 2, "tp-cp-ep-dp-pp", MoeTokenDispatcher::kAllGather}),
+        MoeCase{"Etp2Ep4AllGather", 4, 2, "tp-cp-ep-dp-pp", MoeTokenDispatcher::kAllGather},
+        MoeCase{"Etp4Ep2SequentialMlpFp8", 2, 4, "tp-cp-ep-dp-pp", MoeTokenDispatcher::kAllToAll,
+                true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 INSTANTIATE_TEST_SUITE_P(ShippedScenarios, AnalyticalVsReplay,

@@ -333,12 +333,29 @@ TEST(CostDatabaseModel, ExtrapolatesAtTheNearestRateWithinALimit) {
 // Only the same name, dtype and tp are evidence: another tp, dtype or GEMM variant falls back.
 TEST(CostDatabaseModel, InterpolatesOnlyWithinTheFamily) {
   const auto model = h100_db_model(gemm_db());
-  EXPECT_EQ(model->duration(gemm("gemm_fwd", 2048, 4096, 4096, 8), h100()).source,
-            CostSource::kRoofline);
   EXPECT_EQ(model->duration(gemm("gemm_fwd", 2048, 4096, 4096, 1, Precision::kFp16), h100()).source,
             CostSource::kRoofline);
   EXPECT_EQ(model->duration(gemm("gemm_wgrad", 2048, 4096, 4096), h100()).source,
             CostSource::kRoofline);
+}
+
+// A GEMM whose TP size has no family takes the nearest family of another TP size (the TP size
+// in the key is the layout's, not the GEMM's: an MoE expert GEMM is keyed by ETP): the TP 8
+// 2048 x 4096 x 4096 GEMM gets the TP 1 family's interpolated 137.44 us exactly; the TP 8 family,
+// once it has a row within reach, is its own again; a memory-bound kernel never crosses (its
+// bytes, and so its rate, depend on the layout).
+TEST(CostDatabaseModel, GemmWithoutItsTpFamilyTakesTheNearestOtherTp) {
+  auto db = gemm_db();
+  const auto model = h100_db_model(db);
+  const KernelCost c = model->duration(gemm("gemm_fwd", 2048, 4096, 4096, 8), h100());
+  EXPECT_EQ(c.source, CostSource::kMeasured);
+  expect_rel(c.seconds, 137.438953472 * kUs);
+  Kernel ln = layernorm_fwd(8192, 4096);
+  ln.key.tp = 8;
+  EXPECT_EQ(model->duration(ln, h100()).source, CostSource::kRoofline);
+  db->add(measured(gemm("gemm_fwd", 2048, 4096, 4096, 8), 200.0));
+  const auto own = h100_db_model(db);
+  expect_rel(own->duration(gemm("gemm_fwd", 2048, 4096, 8192, 8), h100()).seconds, 400.0 * kUs);
 }
 
 // 2048^3: 17,179,869,184 FLOPs / 741.75e12 = 23.16 us > 25,165,824 bytes / 2680e9 = 9.39 us.

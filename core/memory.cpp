@@ -10,6 +10,7 @@
 
 #include "core/checks.hpp"
 #include "core/error.hpp"
+#include "core/fsdp_gather_once.hpp"
 #include "core/moe_tokens.hpp"
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
@@ -317,7 +318,15 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
       for (int64_t u = 0; u < mem.fsdp_gathered_units; ++u) gathered += units[static_cast<size_t>(u)];
       mem.weights_bytes += gathered * full.weights;
     }
-    mem.gradients_bytes += units.front() * full.gradients;
+    if (fsdp_grads_reduced_once_per_step(s)) {
+      // FSDP2 under PP (core/fsdp_gather_once.hpp): every micro-batch's gradients accumulate
+      // unsharded in the stage and are reduce-scattered in each chunk's last backward, so the
+      // stage holds all its parameters' full gradients (embedding and head included, their
+      // buckets reduced then too) besides the shards those reduce-scatters fill.
+      mem.gradients_bytes += (dense + expert) * full.gradients;
+    } else {
+      mem.gradients_bytes += units.front() * full.gradients;
+    }
   }
   if (tr.fp8()) {
     // Transformer Engine keeps an FP8 copy of every transformer-layer GEMM weight (the local

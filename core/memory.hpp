@@ -126,7 +126,9 @@ struct StageMemory {
   /// fp8_param_gather they replace the 16-bit GEMM weights (weights_bytes holds the rest).
   double fp8_weight_copies_bytes = 0;
   /// Gradients held; under ZeRO-2/3 the rank's shard plus one FSDP unit's (layer's) full
-  /// gradients before their reduce-scatter.
+  /// gradients before their reduce-scatter; when they are reduce-scattered once per step
+  /// (core/fsdp_gather_once.hpp fsdp_grads_reduced_once_per_step) the shard plus the full
+  /// gradients of every parameter held, accumulated over the micro-batches.
   double gradients_bytes = 0;
   double optimizer_bytes = 0;
   double activations_bytes = 0;  ///< transformer layers, at the in-flight peak

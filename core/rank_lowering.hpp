@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/fsdp_gather_once.hpp"
 #include "core/lowering_kernels.hpp"
 #include "core/pipeline_scatter_gather.hpp"
 #include "core/program.hpp"
@@ -395,8 +396,13 @@ class RankLowering {
 
   /// ZeRO-2/3 (Megatron-FSDP optim_grads, optim_grads_params): a rank keeps only its shard of
   /// the gradients, so each micro-batch's gradients are reduce-scattered as their bucket
-  /// completes (Rajbhandari et al. 2020, section 5.2), not accumulated for one reduce at the end.
-  bool reduces_every_micro_batch() const { return sc_.training.zero_stage() >= 2; }
+  /// completes (Rajbhandari et al. 2020, section 5.2), not accumulated for one reduce at the end;
+  /// but FSDP2 under pipeline parallelism (core/fsdp_gather_once.hpp
+  /// fsdp_grads_reduced_once_per_step) accumulates them unsharded and reduce-scatters them in
+  /// the chunk's last backward only, as without sharding.
+  bool reduces_every_micro_batch() const {
+    return sc_.training.zero_stage() >= 2 && !fsdp_grads_reduced_once_per_step(sc_);
+  }
 
   /// ZeRO-3: before transformer layer `layer` of `chunk` runs (forward, or backward with its
   /// recomputation), its parameters are all-gathered over the sharding group (DP x CP, or its

@@ -83,7 +83,10 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
   // expert-DP), and HSDP (sharded inside each of num_distributed_optimizer_instances groups, the
   // gradient pieces all-reduced across them). training.reshard_after_forward false and
   // training.fsdp_prefetch_depth run as the Program lowers them: no backward gathers (the
-  // layer's parameters still whole from its forward), gathers issued N layers ahead.
+  // layer's parameters still whole from its forward), gathers issued N layers ahead; under PP
+  // the units gathered and the gradients reduce-scattered once per step
+  // (core/fsdp_gather_once.hpp), the earlier micro-batches' gradients accumulating whole in the
+  // buffer as without sharding (a series of one reduce-scatter).
   zero_stage_ = sc.training.zero_stage();
   // Every pipeline schedule the executor walks: the Program's op order, with its model chunks in
   // the Program's placement (core/schedule.hpp virtual_stage_of: interleaved, or the V of zb-v

@@ -145,7 +145,9 @@ struct Instance {
   bool dp_first_free = false;
   /// kNone: the ops are this instance's own. Else the instance whose ops these are, less its
   /// FSDP unit all-gathers (StageTemplate::unit_gather): a chunk's later forwards when its units
-  /// stay gathered for the step (core/fsdp_gather_once.hpp), made from its first forward.
+  /// stay gathered for the step (core/fsdp_gather_once.hpp), made from its first forward; or
+  /// less its gradient reduce-scatters: a chunk's earlier backwards when its gradients are
+  /// reduce-scattered once per step, made from its last backward.
   uint32_t ops_of = std::numeric_limits<uint32_t>::max();
 };
 
@@ -514,6 +516,26 @@ class Estimator {
         t.insts.push_back(std::move(later));
         t.typical[static_cast<size_t>(static_cast<int64_t>(Pass::kForward) * v_ + c)] = idx;
         run_instance(t, idx);
+      }
+    }
+    if (fsdp_grads_reduced_once_per_step(s_)) {
+      // Only the chunk's last backward (W) reduce-scatters its gradients: where the probe
+      // lowered no earlier one, the earlier ones are that step without its gradient buckets'
+      // reduce-scatters and HSDP all-reduces (core/rank_lowering.hpp reduces_every_micro_batch).
+      const auto pass = static_cast<int64_t>(trigger_pass());
+      for (int64_t c = 0; c < v_; ++c) {
+        const uint32_t last = t.last_bwd[static_cast<size_t>(c)];
+        uint32_t& typ = t.typical[static_cast<size_t>(pass * v_ + c)];
+        if (last == kNone || typ != last) continue;
+        Instance earlier;
+        earlier.key = t.insts[last].key;
+        earlier.ops_of = last;
+        for (uint32_t id : t.insts[last].ops) {
+          if (!(t.on_dp[id] && t.rp->ops[id].role == Role::kGradBucket)) earlier.ops.push_back(id);
+        }
+        typ = static_cast<uint32_t>(t.insts.size());
+        t.insts.push_back(std::move(earlier));
+        run_instance(t, typ);
       }
     }
     return t;

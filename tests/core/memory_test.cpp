@@ -315,7 +315,10 @@ TEST(MemoryTest, MegatronFsdpShardsGradientsAndWeights) {
 // units' full weights, 2 x layer each: 2 units by default (the running one and one prefetched),
 // N + 1 with fsdp_prefetch_depth N (1 with no prefetch, 4 with 3), at most the chunk's 6 layers
 // (depth 9: 6), and all 6 without reshard_after_forward (kept from forward to backward).
-// Gradients and optimizer state do not change.
+// Gradients and optimizer state do not change with the depth: fp32 gradients, the shard
+// 4 params / 8 and one layer's full 4 layer. Without reshard_after_forward under PP (16 here) the
+// gradients are reduce-scattered once per step (core/fsdp_gather_once.hpp): the shard plus the
+// stage's full gradients, 4.5 x 1,463,270,400 = 6,584,716,800 bytes.
 TEST(MemoryTest, Zero3GatheredUnitsFollowPrefetchDepthAndResharding) {
   Scenario s = Gpt3_175BOn1024();
   s.training.use_megatron_fsdp = true;
@@ -342,7 +345,9 @@ TEST(MemoryTest, Zero3GatheredUnitsFollowPrefetchDepthAndResharding) {
   // 339,865,344 (shard) + 207,618,048 (embeddings) + 2,718,922,752 (6 units) bytes
   EXPECT_DOUBLE_EQ(kept.weights_bytes, 3266406144.0);
   EXPECT_DOUBLE_EQ(kept.weights_bytes, held + 6 * 2 * layer);
-  EXPECT_EQ(kept.gradients_bytes, base.gradients_bytes);
+  EXPECT_DOUBLE_EQ(base.gradients_bytes, 4 * params / 8 + 4 * layer);
+  EXPECT_DOUBLE_EQ(kept.gradients_bytes, 6584716800.0);
+  EXPECT_DOUBLE_EQ(kept.gradients_bytes, 4 * params / 8 + 4 * params);
   // Below ZeRO-3 nothing is gathered per unit.
   s.training.reshard_after_forward = true;
   s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;

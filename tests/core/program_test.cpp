@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -884,6 +885,78 @@ TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
   const Gathers g = gathers(build_program(f), 0);
   EXPECT_EQ(g.n, 6);
   EXPECT_EQ(g.bytes, 599'808);
+}
+
+// The same layout's gradient reduce-scatters (core/fsdp_gather_once.hpp
+// fsdp_grads_reduced_once_per_step): with the units kept for the step, FSDP2 under
+// torch.distributed.pipelining accumulates the gradients unsharded and reduce-scatters them in
+// each chunk's last backward only. By hand: stage 0 holds the embeddings (1024 x 64 + 32 x 64 =
+// 67,584) and 2 layers (2 x 49,984), 167,552 parameters; stage 1 2 layers, the final norm (2h =
+// 128) and the tied LM head's copy of the word embedding (65,536), 165,632. fp32 gradients (bf16
+// training): 670,208 and 662,528 bytes reduce-scattered once per step, 3 x that (m = 3) when
+// every micro-batch reduce-scatters. Memory: the shard (4 / 2 bytes) plus every parameter's full
+// gradients (4 bytes), 6 x 167,552 = 1,005,312 and 6 x 165,632 = 993,792 bytes, against
+// 2 x 167,552 + 4 x 49,984 (one unit's full gradients) = 535,040 bytes per micro-batch.
+TEST(Program, Zero3GradientsReduceScatteredOncePerStepUnderPipelineParallelism) {
+  Knobs k;
+  k.pp = 2;
+  k.dp = 2;
+  k.m = 3;
+  k.dist_opt = true;
+  k.overlap_grad = true;
+  Scenario s = make(k);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  struct Reduces {
+    int n = 0;
+    int64_t bytes = 0;
+    uint32_t first_id = std::numeric_limits<uint32_t>::max();
+  };
+  auto reduces = [](const Program& p, int64_t rank) {
+    Reduces r;
+    for (const Op& op : p.ranks.at(rank).ops) {
+      if (std::string_view(op.what) != "dp reduce_scatter grads") continue;
+      ++r.n;
+      r.bytes += op.bytes;
+      r.first_id = std::min(r.first_id, op.id);
+    }
+    return r;
+  };
+  // The first op of the rank's last backward (micro-batch m - 1).
+  auto last_backward = [](const Program& p, int64_t rank) {
+    for (const Op& op : p.ranks.at(rank).ops) {
+      if (op.phase == Phase::kBackward && op.micro_batch == 2) return op.id;
+    }
+    return std::numeric_limits<uint32_t>::max();
+  };
+  const Program resharded = build_program(s);
+  EXPECT_FALSE(fsdp_grads_reduced_once_per_step(s));
+  const std::vector<StageMemory> every = memory_per_stage(s);
+  s.training.reshard_after_forward = false;
+  ASSERT_TRUE(fsdp_grads_reduced_once_per_step(s));
+  const Program kept = build_program(s);
+  const std::vector<StageMemory> once = memory_per_stage(s);
+  for (const int64_t rank : {int64_t{0}, int64_t{3}}) {  // stage 0 and stage 1
+    const size_t stage = rank == 0 ? 0 : 1;
+    const int64_t per_step = rank == 0 ? 670'208 : 662'528;
+    const Reduces r = reduces(resharded, rank);
+    EXPECT_EQ(r.bytes, 3 * per_step) << "rank " << rank;
+    const Reduces g = reduces(kept, rank);
+    EXPECT_EQ(g.bytes, per_step) << "rank " << rank;
+    EXPECT_EQ(3 * g.n, r.n) << "rank " << rank << ": the same buckets, once";
+    EXPECT_GT(g.first_id, last_backward(kept, rank)) << "rank " << rank << ": in the last backward";
+    EXPECT_LT(r.first_id, last_backward(resharded, rank)) << "rank " << rank;
+    EXPECT_DOUBLE_EQ(once.at(stage).gradients_bytes, rank == 0 ? 1'005'312 : 993'792);
+  }
+  EXPECT_DOUBLE_EQ(every.at(0).gradients_bytes, 535'040);
+  std::vector<std::string> errors;
+  EXPECT_EQ(replay_all(kept, errors), 0u);
+  EXPECT_TRUE(errors.empty());
+  // ZeRO-2 under PP keeps Megatron-FSDP's reduce-scatter after every micro-batch.
+  s.training.reshard_after_forward = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
+  EXPECT_FALSE(fsdp_grads_reduced_once_per_step(s));
+  EXPECT_EQ(reduces(build_program(s), 0).bytes, 3 * 670'208);
 }
 
 // CPU offload on the small GPT (8 layers, h 64, 8 heads, s 32, b 1, V 1024, bf16), PP 1, DP 2,

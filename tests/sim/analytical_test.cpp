@@ -501,6 +501,17 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{"Gpt13bPp2NoReshard",
                                "gpt-1.3b-h200-8",
                                {{"training.reshard_after_forward", "false"}}},
+                      // Under PP also the gradients reduce-scattered in each chunk's last
+                      // backward (or W) only (core/fsdp_gather_once.hpp): with HSDP's replica
+                      // all-reduces and under a split backward.
+                      FsdpCase{"Gpt13bPp2NoReshardHsdp2",
+                               "gpt-1.3b-h200-8",
+                               {{"training.reshard_after_forward", "false"},
+                                {"training.num_distributed_optimizer_instances", "2"}}},
+                      FsdpCase{"Gpt13bPp2NoReshardZbH1",
+                               "gpt-1.3b-h200-8",
+                               {{"training.reshard_after_forward", "false"},
+                                {"parallelism.pipeline_schedule", "zb-h1"}}},
                       FsdpCase{"Gpt13bDp8Prefetch0",
                                "gpt-1.3b-h100-8",
                                {{"training.fsdp_prefetch_depth", "0"}}},

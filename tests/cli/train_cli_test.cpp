@@ -56,6 +56,37 @@ class TrainCli : public ::testing::Test {
     return testing::run_mpi_cli(ranks, args);
   }
 
+  /// Checkpoint resumption on `ranks` ranks: 20 steps straight under `save_args`, then 10 of them
+  /// saved to `ckpt` and 10 resumed from it under `load_args`. The resumed run says so, the saved
+  /// run's losses are the straight run's first 10 exactly and the resumed run's its last 10
+  /// (exactly for rel_tol 0, else within rel_tol relative).
+  static void expect_resume_matches_straight(const std::string& save_args,
+                                             const std::string& load_args, const fs::path& ckpt,
+                                             int ranks, double rel_tol) {
+    const testing::CliResult straight = train(save_args, ranks);
+    const testing::CliResult first =
+        train(save_args + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), ranks);
+    const testing::CliResult rest = train(load_args + "--load " + ckpt.string(), ranks);
+    ASSERT_EQ(straight.status, 0) << straight.output;
+    ASSERT_EQ(first.status, 0) << first.output;
+    ASSERT_EQ(rest.status, 0) << rest.output;
+    EXPECT_THAT(rest.output, HasSubstr("resumed from"));
+    const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
+                 b = parse_losses(rest.output);
+    ASSERT_EQ(all.train.size(), 20u);
+    ASSERT_EQ(a.train.size(), 10u);
+    ASSERT_EQ(b.train.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
+      if (rel_tol == 0) {
+        EXPECT_EQ(b.train[i], all.train[10 + i]) << "step " << i + 11;
+      } else {
+        EXPECT_NEAR(b.train[i], all.train[10 + i], rel_tol * all.train[10 + i])
+            << "step " << i + 11;
+      }
+    }
+  }
+
   /// The single-process TP = PP = DP = 1 run every layout is compared with (run once per
   /// `model_args`, the overrides that change the model itself, e.g. its number of layers).
   static const Losses& baseline(const std::string& model_args = "") {
@@ -290,24 +321,7 @@ TEST_F(TrainCli, ResumeOnTwoRanksWithTheDistributedOptimizer) {
   const std::string layout =
       "--set cluster.num_gpus=2 --use-distributed-optimizer --set training.overlap_grad_reduce=true "
       "--set training.overlap_param_gather=true ";
-  const fs::path ckpt = *dir_ / "ckpt-dist";
-  const testing::CliResult straight = train(layout, 2);
-  const testing::CliResult first =
-      train(layout + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), 2);
-  const testing::CliResult rest = train(layout + "--load " + ckpt.string(), 2);
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  ASSERT_EQ(first.status, 0) << first.output;
-  ASSERT_EQ(rest.status, 0) << rest.output;
-  EXPECT_THAT(rest.output, HasSubstr("resumed from"));
-  const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
-               b = parse_losses(rest.output);
-  ASSERT_EQ(all.train.size(), 20u);
-  ASSERT_EQ(a.train.size(), 10u);
-  ASSERT_EQ(b.train.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) {
-    EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
-    EXPECT_EQ(b.train[i], all.train[10 + i]) << "step " << i + 11;
-  }
+  expect_resume_matches_straight(layout, layout, *dir_ / "ckpt-dist", 2, 0.0);
 }
 
 // The CUDA backend trains the same fp32 model as the CPU backend: the same 20 losses (relative
@@ -630,24 +644,9 @@ TEST_F(TrainCli, VShapedCheckpointsResumeOnlyInAV) {
                              "--virtual-pipeline-model-parallel-size 2 ";
   const std::string zbv = layout + "--set parallelism.pipeline_schedule=zb-v ";
   const fs::path ckpt = *dir_ / "ckpt-zbv";
-  const testing::CliResult straight = train(zbv, 2);
-  const testing::CliResult first =
-      train(zbv + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), 2);
-  const testing::CliResult rest =
-      train(layout + "--set parallelism.pipeline_schedule=dualpipev --load " + ckpt.string(), 2);
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  ASSERT_EQ(first.status, 0) << first.output;
-  ASSERT_EQ(rest.status, 0) << rest.output;
-  EXPECT_THAT(rest.output, HasSubstr("resumed from"));
-  const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
-               b = parse_losses(rest.output);
-  ASSERT_EQ(all.train.size(), 20u);
-  ASSERT_EQ(a.train.size(), 10u);
-  ASSERT_EQ(b.train.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) {
-    EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
-    EXPECT_NEAR(b.train[i], all.train[10 + i], 1e-5 * all.train[10 + i]) << "step " << i + 11;
-  }
+  expect_resume_matches_straight(zbv, layout + "--set parallelism.pipeline_schedule=dualpipev ",
+                                 ckpt, 2, 1e-5);
+  if (HasFatalFailure()) return;
   const testing::CliResult interleaved = train(layout + "--load " + ckpt.string(), 2);
   EXPECT_NE(interleaved.status, 0);
   EXPECT_THAT(interleaved.output,
@@ -777,23 +776,8 @@ TEST_F(TrainCli, DualPipeCheckpointsResumeOnlyUnderDualPipe) {
                              "--virtual-pipeline-model-parallel-size 2 ";
   const std::string dualpipe = layout + "--set parallelism.pipeline_schedule=dualpipe ";
   const fs::path ckpt = *dir_ / "ckpt-dualpipe-resume";
-  const testing::CliResult straight = train(dualpipe, 2);
-  const testing::CliResult first =
-      train(dualpipe + "--train-iters 10 --lr-decay-iters 20 --save " + ckpt.string(), 2);
-  const testing::CliResult rest = train(dualpipe + "--load " + ckpt.string(), 2);
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  ASSERT_EQ(first.status, 0) << first.output;
-  ASSERT_EQ(rest.status, 0) << rest.output;
-  EXPECT_THAT(rest.output, HasSubstr("resumed from"));
-  const Losses all = parse_losses(straight.output), a = parse_losses(first.output),
-               b = parse_losses(rest.output);
-  ASSERT_EQ(all.train.size(), 20u);
-  ASSERT_EQ(a.train.size(), 10u);
-  ASSERT_EQ(b.train.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) {
-    EXPECT_EQ(a.train[i], all.train[i]) << "step " << i + 1;
-    EXPECT_NEAR(b.train[i], all.train[10 + i], 1e-5 * all.train[10 + i]) << "step " << i + 11;
-  }
+  expect_resume_matches_straight(dualpipe, dualpipe, ckpt, 2, 1e-5);
+  if (HasFatalFailure()) return;
   const testing::CliResult zbv =
       train(layout + "--set parallelism.pipeline_schedule=zb-v --load " + ckpt.string(), 2);
   EXPECT_NE(zbv.status, 0);

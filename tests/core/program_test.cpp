@@ -820,6 +820,26 @@ TEST(Program, Zero3ReshardAfterForwardAndPrefetchDepth) {
   }
 }
 
+/// The layout of the two ZeRO-3-under-PP tests below: the small GPT on PP 2 x DP 2 with 3
+/// micro-batches, the distributed optimizer with overlapped gradient reduction.
+Knobs zero3_pp2_knobs() {
+  Knobs k;
+  k.pp = 2;
+  k.dp = 2;
+  k.m = 3;
+  k.dist_opt = true;
+  k.overlap_grad = true;
+  return k;
+}
+
+/// make(k) under Megatron-FSDP's ZeRO-3 (data_parallel_sharding_strategy optim_grads_params).
+Scenario make_zero3(const Knobs& k) {
+  Scenario s = make(k);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  return s;
+}
+
 // ZeRO-3 with reshard_after_forward false under PP (core/fsdp_gather_once.hpp, torchtitan's FSDP2
 // with torch.distributed.pipelining): each FSDP unit is all-gathered once per step, in its chunk's
 // first forward, not per micro-batch. The small GPT (h 64, ffn 4h, bf16), PP 2, DP 2, 3
@@ -828,15 +848,8 @@ TEST(Program, Zero3ReshardAfterForwardAndPrefetchDepth) {
 // against 3 micro-batches x 2 layers x (forward + backward) = 12 gathers = 1,199,616 bytes when
 // resharded after forward (and 3 x 2 = 6 forward gathers = 599,808 bytes without PP's rule).
 TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
-  Knobs k;
-  k.pp = 2;
-  k.dp = 2;
-  k.m = 3;
-  k.dist_opt = true;
-  k.overlap_grad = true;
-  Scenario s = make(k);
-  s.training.use_megatron_fsdp = true;
-  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  const Knobs k = zero3_pp2_knobs();
+  Scenario s = make_zero3(k);
   struct Gathers {
     int n = 0;
     int64_t bytes = 0;
@@ -876,9 +889,7 @@ TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
   // Without PP the rule does not apply: every micro-batch's forward gathers again.
   Knobs flat = k;
   flat.pp = 1;
-  Scenario f = make(flat);
-  f.training.use_megatron_fsdp = true;
-  f.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  Scenario f = make_zero3(flat);
   f.training.reshard_after_forward = false;
   EXPECT_FALSE(fsdp_units_gathered_once_per_step(f));
   f.model.num_layers = 2;  // the 2 layers a stage held above
@@ -898,15 +909,8 @@ TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
 // gradients (4 bytes), 6 x 167,552 = 1,005,312 and 6 x 165,632 = 993,792 bytes, against
 // 2 x 167,552 + 4 x 49,984 (one unit's full gradients) = 535,040 bytes per micro-batch.
 TEST(Program, Zero3GradientsReduceScatteredOncePerStepUnderPipelineParallelism) {
-  Knobs k;
-  k.pp = 2;
-  k.dp = 2;
-  k.m = 3;
-  k.dist_opt = true;
-  k.overlap_grad = true;
-  Scenario s = make(k);
-  s.training.use_megatron_fsdp = true;
-  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  const Knobs k = zero3_pp2_knobs();
+  Scenario s = make_zero3(k);
   struct Reduces {
     int n = 0;
     int64_t bytes = 0;

@@ -506,16 +506,8 @@ class Estimator {
       for (int64_t c = 0; c < v_; ++c) {
         const uint32_t first = t.first_fwd[static_cast<size_t>(c)];
         if (first == kNone) continue;
-        Instance later;
-        later.key = t.insts[first].key;
-        later.ops_of = first;
-        for (uint32_t id : t.insts[first].ops) {
-          if (!t.unit_gather[id]) later.ops.push_back(id);
-        }
-        const auto idx = static_cast<uint32_t>(t.insts.size());
-        t.insts.push_back(std::move(later));
-        t.typical[static_cast<size_t>(static_cast<int64_t>(Pass::kForward) * v_ + c)] = idx;
-        run_instance(t, idx);
+        add_typical_without(t, first, static_cast<int64_t>(Pass::kForward), c,
+                            [&](uint32_t id) { return t.unit_gather[id] != 0; });
       }
     }
     if (fsdp_grads_reduced_once_per_step(s_)) {
@@ -525,20 +517,30 @@ class Estimator {
       const auto pass = static_cast<int64_t>(trigger_pass());
       for (int64_t c = 0; c < v_; ++c) {
         const uint32_t last = t.last_bwd[static_cast<size_t>(c)];
-        uint32_t& typ = t.typical[static_cast<size_t>(pass * v_ + c)];
-        if (last == kNone || typ != last) continue;
-        Instance earlier;
-        earlier.key = t.insts[last].key;
-        earlier.ops_of = last;
-        for (uint32_t id : t.insts[last].ops) {
-          if (!(t.on_dp[id] && t.rp->ops[id].role == Role::kGradBucket)) earlier.ops.push_back(id);
-        }
-        typ = static_cast<uint32_t>(t.insts.size());
-        t.insts.push_back(std::move(earlier));
-        run_instance(t, typ);
+        if (last == kNone || t.typical[static_cast<size_t>(pass * v_ + c)] != last) continue;
+        add_typical_without(t, last, pass, c, [&](uint32_t id) {
+          return t.on_dp[id] && t.rp->ops[id].role == Role::kGradBucket;
+        });
       }
     }
     return t;
+  }
+
+  /// Adds the instance of step `of`'s ops less those `drop(id)` selects (Instance::ops_of = of)
+  /// as the typical step of (`pass`, `chunk`) and runs it: a step the Program lowers as `of`
+  /// without some of its collectives (core/fsdp_gather_once.hpp).
+  template <class Drop>
+  void add_typical_without(StageTemplate& t, uint32_t of, int64_t pass, int64_t chunk, Drop drop) {
+    Instance in;
+    in.key = t.insts[of].key;
+    in.ops_of = of;
+    for (uint32_t id : t.insts[of].ops) {
+      if (!drop(id)) in.ops.push_back(id);
+    }
+    const auto idx = static_cast<uint32_t>(t.insts.size());
+    t.insts.push_back(std::move(in));
+    t.typical[static_cast<size_t>(pass * v_ + chunk)] = idx;
+    run_instance(t, idx);
   }
 
   /// The step that owns DP-stream op `op` outside the steps (ZeRO-2/3's reduce-scatter): the

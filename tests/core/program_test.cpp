@@ -67,6 +67,14 @@ Scenario make(const Knobs& k) {
   return s;
 }
 
+/// make(k) under Megatron-FSDP's ZeRO-3 (data_parallel_sharding_strategy optim_grads_params).
+Scenario make_zero3(const Knobs& k) {
+  Scenario s = make(k);
+  s.training.use_megatron_fsdp = true;
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  return s;
+}
+
 // Replays every rank's ops with the Program's semantics and no costs: an op runs when its deps
 // are done; a collective completes when every member of its group has reached its k-th
 // collective on that group (and they agree on kind and bytes); a send completes with the recv of
@@ -771,9 +779,7 @@ TEST(Program, Zero3ReshardAfterForwardAndPrefetchDepth) {
   k.m = 3;
   k.dist_opt = true;
   k.overlap_grad = true;
-  Scenario s = make(k);
-  s.training.use_megatron_fsdp = true;
-  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  Scenario s = make_zero3(k);
   auto gathers = [](const Program& p, Phase phase) {
     int n = 0;
     for (const Op& op : p.ranks.at(0).ops) {
@@ -830,14 +836,6 @@ Knobs zero3_pp2_knobs() {
   k.dist_opt = true;
   k.overlap_grad = true;
   return k;
-}
-
-/// make(k) under Megatron-FSDP's ZeRO-3 (data_parallel_sharding_strategy optim_grads_params).
-Scenario make_zero3(const Knobs& k) {
-  Scenario s = make(k);
-  s.training.use_megatron_fsdp = true;
-  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
-  return s;
 }
 
 // ZeRO-3 with reshard_after_forward false under PP (core/fsdp_gather_once.hpp, torchtitan's FSDP2
@@ -1068,9 +1066,7 @@ TEST(Program, HsdpShardsInsideAGroupAndAllReducesAcrossReplicas) {
   k.m = 2;
   k.dist_opt = true;
   k.overlap_grad = true;
-  Scenario s = make(k);
-  s.training.use_megatron_fsdp = true;
-  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  Scenario s = make_zero3(k);
   s.training.num_distributed_optimizer_instances = 2;
   EXPECT_EQ(s.data_parallel_shard_size(), 2);
   const Program prog = build_program(s);

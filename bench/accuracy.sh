@@ -7,9 +7,12 @@
 # file: MAPE at the calibrated roofline (split in-sample / held-out), in-sample MAPE of one grid
 # fit on all cases, and leave-one-out MAPE. About (grid points + 1) x cases simulations per file:
 # 6-7 minutes for calibration.yaml on 2 cores.
-# Then each held-out file (HELD_OUT, default bench/published-moe-runs.yaml: NVIDIA's Grok-1 MoE
-# recipe at 8-2,048 H100, BF16 and FP8, 20 rows) is validated at the calibrated roofline only:
-# nothing is fitted on it, so its MAPE is a held-out error (about 1 minute).
+# Then each held-out file (HELD_OUT, default bench/published-megatron-runs.yaml: the rows of
+# Narayanan et al. SC'21 Table 1 and Korthikanti et al. 2022 Tables 3/5 that calibration.yaml
+# leaves out, 9 A100 runs up to PP 64, about 30 s; bench/published-moe-runs.yaml: NVIDIA's Grok-1
+# MoE recipe at 8-2,048 H100, BF16 and FP8, 20 rows, about 1 minute; and published-runs-2026.yaml)
+# is validated at the calibrated roofline only: nothing is fitted on it, so its MAPE is a
+# held-out error.
 # Then Blackwell's set: the GB200 runs of ../shared/validation/published-runs-2026.yaml with
 # --leave-one-out over the grid the Blackwell efficiencies were fitted on (sim/cost_model.cpp;
 # 84 points x 5 cases, about 3 minutes on 2 cores), and the whole of that file at the calibrated
@@ -38,7 +41,7 @@ start=$(date +%s)
 "$bin" validate "$runs2026" --case gb200 --leave-one-out --refit-gemm 0.44 0.48 0.52 0.56 0.60 0.64 0.68 \
   --refit-attention 0.35 0.45 0.55 --refit-memory 0.3 0.4 0.5 0.6 | tee "$out/gb200.txt"
 echo "($(( $(date +%s) - start )) s)"
-read -r -a held_out <<< "${HELD_OUT-bench/published-moe-runs.yaml $runs2026}"
+read -r -a held_out <<< "${HELD_OUT-bench/published-megatron-runs.yaml bench/published-moe-runs.yaml $runs2026}"
 for f in "${held_out[@]}"; do
   name=$(basename "$f" .yaml)
   echo "== $f (at the calibrated roofline: no refit)"

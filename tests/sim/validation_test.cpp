@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "core/input_file.hpp"
+#include "sim/cost_model.hpp"
 #include "tests/bounded_child.hpp"
 
 namespace traintwin {
@@ -84,6 +86,45 @@ TEST(Validation, ReadsTheHeldOutMoeFile) {
   EXPECT_TRUE(cases[15].scenario.training.fp8_format.has_value());
   EXPECT_EQ(cases[19].id, "dgxc2505-grok1-fp8-512");
   EXPECT_EQ(cases[19].scenario.parallel.expert_tp(), 1);
+}
+
+// The repository's held-out dense file (bench/published-megatron-runs.yaml, issue 24 item 1): the
+// rows of Narayanan et al. SC'21 Table 1 and Korthikanti et al. 2022 Tables 3/5 that
+// calibration.yaml leaves out, 5 + 2 x 2 = 9 measured times. Worked by hand: Narayanan's 529.6B,
+// 163 TFLOP/s per GPU on 2520 GPUs, eq. 3's F = 96 B s l h^2 (1 + s/6h + V/16lh) with B 2520,
+// s 2048, l 105, h 20480, V 51200 = 2.22159e19 FLOPs -> T = F / (163e12 x 2520) = 54.085 s; its
+// run script (examples/sc21/run_table_1.sh) gives TP 8, PP 35 and 1 layer per virtual stage, so
+// v = 105 / 35 = 3 and DP = 2520 / 280 = 9.
+TEST(Validation, ReadsTheHeldOutMegatronFile) {
+  const auto cases = load_validation_cases(kSource / "bench" / "published-megatron-runs.yaml",
+                                           kSource / "topologies");
+  ASSERT_EQ(cases.size(), 9u);
+  for (const auto& c : cases) {
+    EXPECT_TRUE(c.unsupported.empty()) << c.id << ": " << c.unsupported;
+    EXPECT_GT(c.measured_iteration_time_s, 0) << c.id;
+    EXPECT_EQ(c.scenario.cluster.topology.filename().string(), "dgx-a100-superpod.yaml") << c.id;
+    EXPECT_TRUE(c.scenario.parallel.scatter_gather_tensors_in_pipeline) << c.id;
+    EXPECT_FALSE(c.scenario.training.use_distributed_optimizer) << c.id;
+    // Never fitted on: none of these ids is among the roofline's calibration cases.
+    const auto& fitted = roofline_calibration_case_ids();
+    EXPECT_EQ(std::find(fitted.begin(), fitted.end(), c.id), fitted.end()) << c.id;
+  }
+  const auto& n530 = cases[4];
+  EXPECT_EQ(n530.id, "narayanan2021-529.6B");
+  EXPECT_NEAR(n530.measured_iteration_time_s, 54.085, 0.001);
+  EXPECT_EQ(n530.scenario.parallel.virtual_pipeline_model_parallel_size, 3);
+  EXPECT_EQ(n530.scenario.parallel.data_parallel_size, 9);
+  EXPECT_EQ(n530.scenario.training.recompute_granularity, RecomputeGranularity::kFull);
+  // Korthikanti et al. 1T: PP 64 at DP 1 (512 GPUs, global batch 512), Table 5's two times.
+  EXPECT_EQ(cases[7].id, "korthikanti2022-1T/full_recompute");
+  EXPECT_EQ(cases[7].scenario.parallel.pipeline_model_parallel_size, 64);
+  EXPECT_EQ(cases[7].scenario.parallel.data_parallel_size, 1);
+  EXPECT_FALSE(cases[7].scenario.parallel.sequence_parallel);
+  EXPECT_DOUBLE_EQ(cases[7].measured_iteration_time_s, 94.42);
+  EXPECT_EQ(cases[8].id, "korthikanti2022-1T/sequence_parallel_selective_recompute");
+  EXPECT_TRUE(cases[8].scenario.parallel.sequence_parallel);
+  EXPECT_EQ(cases[8].scenario.training.recompute_granularity, RecomputeGranularity::kSelective);
+  EXPECT_DOUBLE_EQ(cases[8].measured_iteration_time_s, 71.49);
 }
 
 // The calibration file is read like scenarios and topologies (issue 14): a regular file of at

@@ -206,6 +206,14 @@ void RankLowering::column_parallel_backward(int64_t n, int64_t k, const char* wh
   }
   if (fp8) fp8_cast(d_.tokens * n, what, cast);
   kernel(gemm_kernel("gemm_dgrad", d_.tokens, n, k, fp8), what);
+  if (!d_.sp && part_ == BackwardPart::kAll &&
+      !sc_.training.async_tensor_model_parallel_allreduce) {
+    // Megatron before the async all-reduce (2021): autograd runs the layer's whole backward,
+    // then _CopyToModelParallelRegion's backward all-reduces the input gradient, blocking.
+    kernel(gemm_kernel("gemm_wgrad", d_.tokens, n, k, fp8), what);
+    tp_blocking(CollectiveKind::kAllReduce, act_bytes(k), "tp all_reduce grad");
+    return;
+  }
   const uint32_t reduce = collective(tp_reduce(), GroupKind::kTp, Stream::kTpComm,
                                      act_bytes(k), d_.sp ? "sp reduce_scatter grad" : "tp all_reduce grad");
   if (part_ == BackwardPart::kInput) {  // B: nothing to hide the reduce behind

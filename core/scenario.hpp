@@ -326,6 +326,14 @@ struct TrainingConfig {
   bool overlap_grad_reduce = false;        ///< DP grad reduce in buckets during backward
   bool overlap_param_gather = false;       ///< dist-opt param all-gather overlapped with forward
   bool tp_comm_overlap = false;            ///< TP collectives pipelined with their GEMMs
+  /// Megatron's asynchronous TP all-reduce of a column-parallel layer's input gradient
+  /// (--no-async-tensor-model-parallel-allreduce turns it off; Megatron-LM added it in Oct 2021,
+  /// LinearWithGradAccumulationAndAsyncAllreduce): true = launched after the input-gradient GEMM
+  /// and hidden behind the weight-gradient GEMM; false = the 2021 order, the layer's whole backward
+  /// (input then weight gradient) and then the blocking all-reduce (_CopyToModelParallelRegion's
+  /// backward). Only without sequence parallelism: under SP the gradient's reduce-scatter
+  /// overlaps the weight gradient either way (Megatron turns this flag off under SP).
+  bool async_tensor_model_parallel_allreduce = true;
   /// The arithmetic of the matrix products of fp32 training (PyTorch
   /// torch.set_float32_matmul_precision); anything but highest needs precision fp32.
   Float32MatmulPrecision float32_matmul_precision = Float32MatmulPrecision::kHighest;

@@ -621,6 +621,14 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                   "true needs parallelism.sequence_parallel: true "
                   "(rule: TP communication/GEMM overlap works on sequence-parallel collectives)");
   }
+  // Megatron-LM's arguments.py turns the async all-reduce off under sequence parallelism, whose
+  // gradient reduce-scatter overlaps the weight gradient regardless: false would not be honoured.
+  if (!t.async_tensor_model_parallel_allreduce && p.sequence_parallel) {
+    return broken("training.async_tensor_model_parallel_allreduce",
+                  "false needs parallelism.sequence_parallel: false (rule: under sequence "
+                  "parallelism the input gradient's reduce-scatter always overlaps the weight "
+                  "gradient, as Megatron runs it)");
+  }
   // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
   // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
   if (cp > 1 && m.seq_length % mul(2, cp) != 0) {

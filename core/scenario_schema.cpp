@@ -302,6 +302,11 @@ const std::vector<KeySpec>& table() {
       {.section = "training", .key = "tp_comm_overlap", .type = V::kBoolean,
        .doc = "TP collectives pipelined with their GEMMs (needs sequence_parallel)",
        .bind = field<kTrain, &T::tp_comm_overlap>()},
+      {.section = "training", .key = "async_tensor_model_parallel_allreduce", .type = V::kBoolean,
+       .doc = "without SP: a column-parallel layer's input-gradient all-reduce hidden behind its "
+              "weight-gradient GEMM (Megatron's default since Oct 2021); false: after the whole "
+              "backward, blocking (--no-async-tensor-model-parallel-allreduce)",
+       .bind = field<kTrain, &T::async_tensor_model_parallel_allreduce>()},
       {.section = "training", .key = "fp8_format", .type = V::kEnum, .default_text = "none",
        .values = names_of<Fp8Format>(),
        .doc = "FP8 GEMMs on top of bf16/fp16: hybrid (E4M3 fwd, E5M2 grads) or e4m3",

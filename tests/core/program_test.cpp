@@ -434,6 +434,50 @@ TEST(Program, TensorParallelCollectivesPerLayerAsMegatron) {
   EXPECT_EQ(count(prog.ranks.at(0), OpKind::kCollective, Stream::kTpComm, Phase::kForward), 0);
 }
 
+// --no-async-tensor-model-parallel-allreduce (Megatron-LM before Oct 2021): a column-parallel
+// layer's input-gradient all-reduce follows the layer's whole backward and blocks; with the async
+// all-reduce (the default) it is issued after the input-gradient GEMM and the weight-gradient GEMM
+// runs beside it. TP 2, 2 layers: the LM head, each layer's QKV and FC1 (1 + 2 x 2 all-reduces).
+TEST(Program, AsyncTpAllReduceOffFollowsTheWeightGradient) {
+  for (bool async : {true, false}) {
+    SCOPED_TRACE(async ? "async" : "blocking");
+    Knobs k;
+    k.tp = 2, k.layers = 2, k.m = 1;
+    Scenario sc = make(k);
+    sc.training.async_tensor_model_parallel_allreduce = async;
+    const Program prog = build_program(sc, {0});
+    const std::vector<Op>& ops = prog.ranks.at(0).ops;
+    const auto kernel_name = [&](uint32_t kid) { return prog.kernels[kid].key.name; };
+    int checked = 0;
+    for (const Op& op : ops) {
+      if (op.kind != OpKind::kCollective || op.phase != Phase::kBackward ||
+          std::string(op.what) != "tp all_reduce grad") {
+        continue;
+      }
+      const Op* before = nullptr;
+      const Op* after = nullptr;
+      for (const Op& o : ops) {
+        if (o.kind != OpKind::kCompute) continue;
+        if (o.id < op.id) before = &o;
+        if (o.id > op.id && after == nullptr) after = &o;
+      }
+      ASSERT_NE(before, nullptr);
+      ASSERT_NE(after, nullptr);
+      const bool after_waits = std::find(after->deps.begin(), after->deps.end(), op.id) != after->deps.end();
+      if (async) {  // the wgrad GEMM runs beside the all-reduce, the next op waits for it
+        EXPECT_EQ(kernel_name(before->kernels.back()), "gemm_dgrad");
+        EXPECT_EQ(kernel_name(after->kernels.front()), "gemm_wgrad");
+        EXPECT_FALSE(after_waits);
+      } else {  // the whole backward of the layer first, then the blocking all-reduce
+        EXPECT_EQ(kernel_name(before->kernels.back()), "gemm_wgrad");
+        EXPECT_TRUE(after_waits);
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 1 + 2 * 2);
+  }
+}
+
 // Recomputation inserts the forward work before backward: full = each layer's whole forward
 // (with its TP collectives), selective = the attention core only.
 TEST(Program, RecomputationOpsPerGranularity) {

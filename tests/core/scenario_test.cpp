@@ -1153,6 +1153,14 @@ TEST(ScenarioRules, TpCommOverlapNeedsSequenceParallel) {
                                  HasSubstr("needs parallelism.sequence_parallel: true")));
 }
 
+TEST(ScenarioRules, BlockingTpAllReduceNeedsNoSequenceParallel) {
+  ScenarioText t;
+  t.set("parallelism", "sequence_parallel", "true")
+      .set("training", "async_tensor_model_parallel_allreduce", "false");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "training.async_tensor_model_parallel_allreduce")),
+                                 HasSubstr("false needs parallelism.sequence_parallel: false")));
+}
+
 TEST(ScenarioRules, OverlapParamGatherNeedsDistributedOptimizerAndGradReduceOverlap) {
   ScenarioText t;
   t.set("training", "overlap_param_gather", "true").set("training", "overlap_grad_reduce", "true");

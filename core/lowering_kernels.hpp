@@ -283,10 +283,33 @@ struct KernelFactory {
     return make(backward ? "dropout_add_bwd" : "dropout_add_fwd", {n}, backward ? 3 * fn : 2 * fn,
                 (backward ? 5 : 3) * fn * static_cast<double>(d.dsize) + fn);
   }
-  Kernel elementwise_vocab(const char* name, double flops_per_elem, double passes) const {
+  // Megatron's vocab-parallel cross-entropy over one rank's T x V/t logits, unfused (Megatron's
+  // default, --cross-entropy-loss-fusion off; megatron/core/tensor_parallel/cross_entropy.py,
+  // _VocabParallelCrossEntropy.forward/backward with VocabParallelCrossEntropy's
+  // calculate_logits_max, calculate_predicted_logits, calculate_cross_entropy_loss and
+  // calculate_gradients, core_v0.10.0 to core_v0.12; the same passes in megatron/mpu/
+  // cross_entropy.py of 2021), in fp32 after `vocab_parallel_logits.float()`: a copy of 16-bit
+  // logits (reads e, writes 4), none in fp32 training. Bytes per logit, e = dsize:
+  //   cross_entropy_max: the cast (e + 4 for 16-bit logits) and torch.max over the vocabulary (4).
+  //   cross_entropy_fwd: `vocab_parallel_logits -= logits_max` (reads and writes 4), torch.exp
+  //     in place (8), exp_logits.sum(dim=-1) (4), exp_logits.div_(sum_exp_logits), the softmax
+  //     saved for the backward (8): 28.
+  //   cross_entropy_bwd: grad_input.mul_(grad_output) on the saved softmax (8) and the backward
+  //     of the cast, the fp32 gradient back to the logits' dtype (reads 4, writes e; none in fp32).
+  // 16-bit training: 10 + 28 + 14 = 52 bytes per logit; fp32: 4 + 28 + 8 = 40. The per-token
+  // terms (target gather and mask, log of the sums) are negligible. FLOPs per logit: 1 (max),
+  // 3 (subtract, exp, divide), 3 (backward).
+  static double cross_entropy_bytes_per_logit(std::string_view name, int64_t dsize) {
+    const double cast = dsize < 4 ? static_cast<double>(dsize) + 4 : 0.0;
+    if (name == "cross_entropy_max") return cast + 4;
+    if (name == "cross_entropy_fwd") return 28;
+    return 8 + (dsize < 4 ? 4 + static_cast<double>(dsize) : 0.0);  // cross_entropy_bwd
+  }
+  Kernel cross_entropy(const char* name) const {
     const double n = static_cast<double>(d.tokens * d.vocab_local);
-    return make(name, {d.tokens, d.vocab_local}, flops_per_elem * n,
-                passes * n * static_cast<double>(d.dsize));
+    const std::string_view v = name;
+    return make(name, {d.tokens, d.vocab_local}, (v == "cross_entropy_max" ? 1 : 3) * n,
+                cross_entropy_bytes_per_logit(v, d.dsize) * n);
   }
   Kernel embedding(bool backward) const {
     const double n = static_cast<double>(d.tokens * d.h);

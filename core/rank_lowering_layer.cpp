@@ -285,10 +285,10 @@ void RankLowering::head_forward() {
   // Vocab-parallel cross-entropy: all-reduce of the logit max, then of the target logits and
   // of the sum of exponentials (fp32, one value per token each).
   role(Role::kCrossEntropyMax);
-  kernel(k_.elementwise_vocab("cross_entropy_max", 1, 1), "cross entropy");
+  kernel(k_.cross_entropy("cross_entropy_max"), "cross entropy");
   tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce max");
   role(Role::kCrossEntropy);
-  kernel(k_.elementwise_vocab("cross_entropy_fwd", 3, 1), "cross entropy");
+  kernel(k_.cross_entropy("cross_entropy_fwd"), "cross entropy");
   role(Role::kCrossEntropyTarget);
   tp_blocking(CollectiveKind::kAllReduce, d_.tokens * 4, "tp all_reduce target");
   role(Role::kCrossEntropySumExp);
@@ -297,7 +297,7 @@ void RankLowering::head_forward() {
 
 void RankLowering::head_backward() {
   role(Role::kCrossEntropy);
-  kernel(k_.elementwise_vocab("cross_entropy_bwd", 3, 2), "cross entropy");
+  kernel(k_.cross_entropy("cross_entropy_bwd"), "cross entropy");
   role(Role::kLmHead);
   column_parallel_backward(d_.vocab_local, d_.h, "lm head");
   role(Role::kFinalLayerNorm);

@@ -95,5 +95,32 @@ TEST(KernelBytes, OptimizerPassesPerParameterByPrecision) {
   }
 }
 
+// Megatron's unfused vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py,
+// core_v0.10.0: _VocabParallelCrossEntropy.forward/backward) on s b = 32 tokens x V 1,024 = 32,768
+// logits of one rank, worked from its passes:
+//  bf16 (e = 2): calculate_logits_max casts the logits to fp32 (read 2, write 4) and takes the
+//    max (read 4): 10 bytes each, 327,680. calculate_predicted_logits subtracts the max in place
+//    (read 4, write 4), takes exp in place (4 + 4) and sums (4); calculate_cross_entropy_loss
+//    divides in place (4 + 4): 28, 917,504. The backward's grad_input.mul_ (4 + 4) and the cast's
+//    backward to bf16 (read 4, write 2): 14, 458,752. 52 bytes per logit in all.
+//  fp32: `.float()` is the tensor itself, no copy and no backward cast: 4, 28 and 8 bytes each.
+TEST(KernelBytes, VocabParallelCrossEntropyAsMegatronsUnfusedPasses) {
+  struct Row {
+    Precision precision;
+    double max, fwd, bwd;
+  };
+  for (const Row& r : {Row{Precision::kBf16, 327680, 917504, 458752},
+                       Row{Precision::kFp32, 131072, 917504, 262144}}) {
+    const Program p = build_program(small_gpt(r.precision), {0});
+    EXPECT_EQ(kernel_named(p, "cross_entropy_fwd").key.shape, (std::vector<int64_t>{32, 1024}));
+    EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_max").bytes, r.max) << to_string(r.precision);
+    EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_fwd").bytes, r.fwd) << to_string(r.precision);
+    EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_bwd").bytes, r.bwd) << to_string(r.precision);
+    // FLOPs per logit: 1 for the max, 3 forward (subtract, exp, divide), 3 backward.
+    EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_max").flops, 32768.0);
+    EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_bwd").flops, 3 * 32768.0);
+  }
+}
+
 }  // namespace
 }  // namespace traintwin

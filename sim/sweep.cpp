@@ -80,6 +80,7 @@ struct Combination {
   bool distributed_optimizer_swept = false;
   bool offload = false;         // training.optimizer_cpu_offload
   bool offload_swept = false;   // offload from the axis (else the base's, untouched)
+  bool operator==(const Combination&) const = default;
 };
 
 /// The sharding strategy of `k` (when swept) applied to `s`: Megatron-FSDP on for optim,
@@ -393,6 +394,47 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
   c.valid = true;
 }
 
+namespace {
+
+/// SweepConfiguration::evaluates_as of every Megatron-FSDP optim row of the enumeration
+/// (`combinations`, `out` in the same order): its no_shard twin is the combination with the
+/// sharding axis' no_shard instead, `stride` places away per position of the `shardings` axis
+/// (the axes nested inside it: HSDP instances, offload). Twins when both are valid and ZeRO-1
+/// with the distributed optimizer (TrainingConfig::zero_stage(): the only way the lowering, the
+/// memory model and the summary read the sharding), so that they evaluate alike.
+void link_zero1_twins(const std::vector<Combination>& combinations,
+                      const std::vector<DataParallelShardingStrategy>& shardings, size_t stride,
+                      std::vector<SweepConfiguration>& out) {
+  const auto at = [&](DataParallelShardingStrategy z) {
+    return static_cast<int64_t>(std::find(shardings.begin(), shardings.end(), z) -
+                                shardings.begin());
+  };
+  const int64_t optim = at(DataParallelShardingStrategy::kOptim);
+  const int64_t no_shard = at(DataParallelShardingStrategy::kNoShard);
+  const auto n = static_cast<int64_t>(shardings.size());
+  if (optim == n || no_shard == n) return;
+  const int64_t offset = (no_shard - optim) * static_cast<int64_t>(stride);
+  auto zero1 = [](const SweepConfiguration& c) {
+    return c.valid && c.scenario.training.use_distributed_optimizer &&
+           c.scenario.training.zero_stage() == 1;
+  };
+  for (size_t j = 0; j < combinations.size(); ++j) {
+    const Combination& k = combinations[j];
+    if (!k.sharding_swept || k.sharding != DataParallelShardingStrategy::kOptim) continue;
+    const int64_t i = static_cast<int64_t>(j) + offset;
+    if (i < 0 || i >= static_cast<int64_t>(combinations.size())) continue;
+    Combination twin = combinations[static_cast<size_t>(i)];
+    twin.sharding = k.sharding;
+    if (!(twin == k)) continue;  // (not the same combination but for the sharding)
+    SweepConfiguration& a = out[static_cast<size_t>(i)];
+    SweepConfiguration& b = out[j];
+    if (!zero1(a) || !zero1(b) || a.fits() != b.fits()) continue;
+    (i < static_cast<int64_t>(j) ? b : a).evaluates_as = std::min<int64_t>(i, static_cast<int64_t>(j));
+  }
+}
+
+}  // namespace
+
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes, int threads,
@@ -528,6 +570,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   std::vector<SweepConfiguration> out(combinations.size());
   make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, host_memory_bytes,
                       threads, out);
+  link_zero1_twins(combinations, shardings, instances.size() * offloads.size(), out);
   return out;
 }
 
@@ -596,6 +639,9 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
   }
   std::vector<SweepRow> rows(configurations.size());
   std::vector<size_t> todo;  // rows to evaluate
+  // Rows that take an earlier row's evaluation (SweepConfiguration::evaluates_as): (row, its).
+  std::vector<std::pair<size_t, size_t>> twins;
+  std::vector<uint8_t> queued(configurations.size(), 0);
   for (size_t i = 0; i < configurations.size(); ++i) {
     SweepRow& row = rows[i];
     row.config = std::move(configurations[i]);
@@ -603,7 +649,18 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
       row.status = SweepStatus::kInvalid;
     } else {
       row.status = row.config.fits() ? SweepStatus::kRanked : SweepStatus::kOutOfMemory;
-      if (row.config.fits() || options.evaluate_out_of_memory) todo.push_back(i);
+      if (row.config.fits() || options.evaluate_out_of_memory) {
+        // (evaluates_as indexes the enumeration: the twin sits there when the rows are as
+        // enumerate_configurations made them.)
+        const int64_t twin = row.config.evaluates_as;
+        if (twin >= 0 && static_cast<size_t>(twin) < i && queued[static_cast<size_t>(twin)] &&
+            rows[static_cast<size_t>(twin)].config.index == twin) {
+          twins.emplace_back(i, static_cast<size_t>(twin));
+        } else {
+          todo.push_back(i);
+          queued[i] = 1;
+        }
+      }
     }
   }
   // Evaluation failures: an error row, whatever the memory verdict (its excess is still kept).
@@ -731,6 +788,13 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
       }
       clock.report(++done);
     }
+  }
+  for (const auto& [i, twin] : twins) {
+    const SweepRow& from = rows[twin];
+    rows[i].status = from.status;
+    rows[i].error = from.error;
+    rows[i].tokens_per_s = from.tokens_per_s;
+    rows[i].evaluation = from.evaluation;
   }
   return rank_rows(std::move(rows));
 }

@@ -701,24 +701,50 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
     // configurations are dealt in groups of those that share the analytical estimator's
     // pipeline plan (schedule, PP, VPP, micro-batches: sim/analytical_plan.hpp, ~0.5 M
     // instructions each on the sharding grid of bench/sweep_grid.hpp), so only one worker makes
-    // each plan; group g (in the order of its first configuration) goes to share g mod shares
-    // (neighbouring groups cost about the same, so the shares take about the same time).
+    // each plan. The groups differ in cost by 20x (an estimate's step-level dataflow runs
+    // PP x VPP x micro-batches steps per pass, bench/README.md), so they are dealt as the longest
+    // processing time first rule deals jobs to machines (Graham 1969): heaviest group first, each
+    // to the share with the least work so far, work counted as kFixedWork + PP x VPP x
+    // micro-batches per configuration (kFixedWork: the lowering and the rest of one estimate,
+    // ~0.4 ms, in units of one schedule step of one stage, ~0.2 us, measured on that grid). Each
+    // share keeps its configurations in enumeration order.
     const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
     const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * per_worker);
     std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, ascending
     {
+      constexpr double kFixedWork = 2000;
       std::map<std::tuple<int, int64_t, int64_t, int64_t>, size_t> groups;
+      std::vector<std::vector<size_t>> members;  // per group, positions in todo
+      std::vector<double> work;                  // per group
       for (size_t x = 0; x < todo.size(); ++x) {
         const Scenario& sc = rows[todo[x]].config.scenario;
         const ParallelConfig& par = sc.parallel;
         const int64_t per_step = sc.training.micro_batch_size * par.data_parallel_size;
+        const int64_t m = per_step > 0 ? sc.num_micro_batches() : 0;
         const auto key = std::make_tuple(static_cast<int>(par.pipeline_schedule),
                                          par.pipeline_model_parallel_size,
-                                         par.virtual_pipeline_model_parallel_size,
-                                         per_step > 0 ? sc.num_micro_batches() : 0);
+                                         par.virtual_pipeline_model_parallel_size, m);
         const size_t g = groups.try_emplace(key, groups.size()).first->second;
-        share_of[g % shares].push_back(x);
+        if (g == members.size()) {
+          members.emplace_back();
+          work.push_back(0);
+        }
+        members[g].push_back(x);
+        work[g] += kFixedWork + static_cast<double>(par.pipeline_model_parallel_size) *
+                                    static_cast<double>(par.virtual_pipeline_model_parallel_size) *
+                                    static_cast<double>(std::max<int64_t>(m, 0));
       }
+      std::vector<size_t> heaviest_first(members.size());
+      for (size_t g = 0; g < heaviest_first.size(); ++g) heaviest_first[g] = g;
+      std::stable_sort(heaviest_first.begin(), heaviest_first.end(),
+                       [&work](size_t a, size_t b) { return work[a] > work[b]; });
+      std::vector<double> load(shares, 0.0);
+      for (const size_t g : heaviest_first) {
+        const size_t k = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[k] += work[g];
+        share_of[k].insert(share_of[k].end(), members[g].begin(), members[g].end());
+      }
+      for (std::vector<size_t>& share : share_of) std::sort(share.begin(), share.end());
     }
     std::vector<std::function<std::string()>> work;
     for (size_t k = 0; k < shares; ++k) {

@@ -706,11 +706,12 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
     // processing time first rule deals jobs to machines (Graham 1969): heaviest group first, each
     // to the share with the least work so far, work counted as kFixedWork + PP x VPP x
     // micro-batches per configuration (kFixedWork: the lowering and the rest of one estimate,
-    // ~0.4 ms, in units of one schedule step of one stage, ~0.2 us, measured on that grid). Each
-    // share keeps its configurations in enumeration order.
+    // ~0.4 ms, in units of one schedule step of one stage, ~0.2 us, measured on that grid). A
+    // share runs its groups one after the other (each in enumeration order), so that the cache's
+    // most recent plans (EstimateCache) hold the one in use.
     const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
     const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * per_worker);
-    std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, ascending
+    std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, group by group
     {
       constexpr double kFixedWork = 2000;
       std::map<std::tuple<int, int64_t, int64_t, int64_t>, size_t> groups;
@@ -744,7 +745,6 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
         load[k] += work[g];
         share_of[k].insert(share_of[k].end(), members[g].begin(), members[g].end());
       }
-      for (std::vector<size_t>& share : share_of) std::sort(share.begin(), share.end());
     }
     std::vector<std::function<std::string()>> work;
     for (size_t k = 0; k < shares; ++k) {

@@ -80,6 +80,7 @@ struct Combination {
   bool distributed_optimizer_swept = false;
   bool offload = false;         // training.optimizer_cpu_offload
   bool offload_swept = false;   // offload from the axis (else the base's, untouched)
+  bool operator==(const Combination&) const = default;
 };
 
 /// The sharding strategy of `k` (when swept) applied to `s`: Megatron-FSDP on for optim,
@@ -393,6 +394,47 @@ void check_configuration(SweepConfiguration& c, double gpu_memory_bytes,
   c.valid = true;
 }
 
+namespace {
+
+/// SweepConfiguration::evaluates_as of every Megatron-FSDP optim row of the enumeration
+/// (`combinations`, `out` in the same order): its no_shard twin is the combination with the
+/// sharding axis' no_shard instead, `stride` places away per position of the `shardings` axis
+/// (the axes nested inside it: HSDP instances, offload). Twins when both are valid and ZeRO-1
+/// with the distributed optimizer (TrainingConfig::zero_stage(): the only way the lowering, the
+/// memory model and the summary read the sharding), so that they evaluate alike.
+void link_zero1_twins(const std::vector<Combination>& combinations,
+                      const std::vector<DataParallelShardingStrategy>& shardings, size_t stride,
+                      std::vector<SweepConfiguration>& out) {
+  const auto at = [&](DataParallelShardingStrategy z) {
+    return static_cast<int64_t>(std::find(shardings.begin(), shardings.end(), z) -
+                                shardings.begin());
+  };
+  const int64_t optim = at(DataParallelShardingStrategy::kOptim);
+  const int64_t no_shard = at(DataParallelShardingStrategy::kNoShard);
+  const auto n = static_cast<int64_t>(shardings.size());
+  if (optim == n || no_shard == n) return;
+  const int64_t offset = (no_shard - optim) * static_cast<int64_t>(stride);
+  auto zero1 = [](const SweepConfiguration& c) {
+    return c.valid && c.scenario.training.use_distributed_optimizer &&
+           c.scenario.training.zero_stage() == 1;
+  };
+  for (size_t j = 0; j < combinations.size(); ++j) {
+    const Combination& k = combinations[j];
+    if (!k.sharding_swept || k.sharding != DataParallelShardingStrategy::kOptim) continue;
+    const int64_t i = static_cast<int64_t>(j) + offset;
+    if (i < 0 || i >= static_cast<int64_t>(combinations.size())) continue;
+    Combination twin = combinations[static_cast<size_t>(i)];
+    twin.sharding = k.sharding;
+    if (!(twin == k)) continue;  // (not the same combination but for the sharding)
+    SweepConfiguration& a = out[static_cast<size_t>(i)];
+    SweepConfiguration& b = out[j];
+    if (!zero1(a) || !zero1(b) || a.fits() != b.fits()) continue;
+    (i < static_cast<int64_t>(j) ? b : a).evaluates_as = std::min<int64_t>(i, static_cast<int64_t>(j));
+  }
+}
+
+}  // namespace
+
 std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
                                                          const SweepAxes& axes,
                                                          double gpu_memory_bytes, int threads,
@@ -528,6 +570,7 @@ std::vector<SweepConfiguration> enumerate_configurations(const Scenario& base,
   std::vector<SweepConfiguration> out(combinations.size());
   make_configurations(base, combinations, gpu_memory_bytes, stage_capacity, host_memory_bytes,
                       threads, out);
+  link_zero1_twins(combinations, shardings, instances.size() * offloads.size(), out);
   return out;
 }
 
@@ -596,6 +639,9 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
   }
   std::vector<SweepRow> rows(configurations.size());
   std::vector<size_t> todo;  // rows to evaluate
+  // Rows that take an earlier row's evaluation (SweepConfiguration::evaluates_as): (row, its).
+  std::vector<std::pair<size_t, size_t>> twins;
+  std::vector<uint8_t> queued(configurations.size(), 0);
   for (size_t i = 0; i < configurations.size(); ++i) {
     SweepRow& row = rows[i];
     row.config = std::move(configurations[i]);
@@ -603,7 +649,18 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
       row.status = SweepStatus::kInvalid;
     } else {
       row.status = row.config.fits() ? SweepStatus::kRanked : SweepStatus::kOutOfMemory;
-      if (row.config.fits() || options.evaluate_out_of_memory) todo.push_back(i);
+      if (row.config.fits() || options.evaluate_out_of_memory) {
+        // (evaluates_as indexes the enumeration: the twin sits there when the rows are as
+        // enumerate_configurations made them.)
+        const int64_t twin = row.config.evaluates_as;
+        if (twin >= 0 && static_cast<size_t>(twin) < i && queued[static_cast<size_t>(twin)] &&
+            rows[static_cast<size_t>(twin)].config.index == twin) {
+          twins.emplace_back(i, static_cast<size_t>(twin));
+        } else {
+          todo.push_back(i);
+          queued[i] = 1;
+        }
+      }
     }
   }
   // Evaluation failures: an error row, whatever the memory verdict (its excess is still kept).
@@ -644,23 +701,49 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
     // configurations are dealt in groups of those that share the analytical estimator's
     // pipeline plan (schedule, PP, VPP, micro-batches: sim/analytical_plan.hpp, ~0.5 M
     // instructions each on the sharding grid of bench/sweep_grid.hpp), so only one worker makes
-    // each plan; group g (in the order of its first configuration) goes to share g mod shares
-    // (neighbouring groups cost about the same, so the shares take about the same time).
+    // each plan. The groups differ in cost by 20x (an estimate's step-level dataflow runs
+    // PP x VPP x micro-batches steps per pass, bench/README.md), so they are dealt as the longest
+    // processing time first rule deals jobs to machines (Graham 1969): heaviest group first, each
+    // to the share with the least work so far, work counted as kFixedWork + PP x VPP x
+    // micro-batches per configuration (kFixedWork: the lowering and the rest of one estimate,
+    // ~0.4 ms, in units of one schedule step of one stage, ~0.2 us, measured on that grid). A
+    // share runs its groups one after the other (each in enumeration order), so that the cache's
+    // most recent plans (EstimateCache) hold the one in use.
     const size_t per_worker = std::clamp<size_t>(todo.size() / 500, 1, 8);
     const size_t shares = std::min(todo.size(), static_cast<size_t>(options.jobs) * per_worker);
-    std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, ascending
+    std::vector<std::vector<size_t>> share_of(shares);  // positions in todo, group by group
     {
+      constexpr double kFixedWork = 2000;
       std::map<std::tuple<int, int64_t, int64_t, int64_t>, size_t> groups;
+      std::vector<std::vector<size_t>> members;  // per group, positions in todo
+      std::vector<double> work;                  // per group
       for (size_t x = 0; x < todo.size(); ++x) {
         const Scenario& sc = rows[todo[x]].config.scenario;
         const ParallelConfig& par = sc.parallel;
         const int64_t per_step = sc.training.micro_batch_size * par.data_parallel_size;
+        const int64_t m = per_step > 0 ? sc.num_micro_batches() : 0;
         const auto key = std::make_tuple(static_cast<int>(par.pipeline_schedule),
                                          par.pipeline_model_parallel_size,
-                                         par.virtual_pipeline_model_parallel_size,
-                                         per_step > 0 ? sc.num_micro_batches() : 0);
+                                         par.virtual_pipeline_model_parallel_size, m);
         const size_t g = groups.try_emplace(key, groups.size()).first->second;
-        share_of[g % shares].push_back(x);
+        if (g == members.size()) {
+          members.emplace_back();
+          work.push_back(0);
+        }
+        members[g].push_back(x);
+        work[g] += kFixedWork + static_cast<double>(par.pipeline_model_parallel_size) *
+                                    static_cast<double>(par.virtual_pipeline_model_parallel_size) *
+                                    static_cast<double>(std::max<int64_t>(m, 0));
+      }
+      std::vector<size_t> heaviest_first(members.size());
+      for (size_t g = 0; g < heaviest_first.size(); ++g) heaviest_first[g] = g;
+      std::stable_sort(heaviest_first.begin(), heaviest_first.end(),
+                       [&work](size_t a, size_t b) { return work[a] > work[b]; });
+      std::vector<double> load(shares, 0.0);
+      for (const size_t g : heaviest_first) {
+        const size_t k = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[k] += work[g];
+        share_of[k].insert(share_of[k].end(), members[g].begin(), members[g].end());
       }
     }
     std::vector<std::function<std::string()>> work;
@@ -731,6 +814,13 @@ std::vector<SweepRow> run_sweep(std::vector<SweepConfiguration> configurations,
       }
       clock.report(++done);
     }
+  }
+  for (const auto& [i, twin] : twins) {
+    const SweepRow& from = rows[twin];
+    rows[i].status = from.status;
+    rows[i].error = from.error;
+    rows[i].tokens_per_s = from.tokens_per_s;
+    rows[i].evaluation = from.evaluation;
   }
   return rank_rows(std::move(rows));
 }

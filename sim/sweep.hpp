@@ -107,6 +107,13 @@ struct SweepConfiguration {
   double host_memory_capacity_bytes = 0;
   /// host_memory_bytes - host_memory_capacity_bytes when the host cannot hold it, else 0.
   double host_excess_memory_bytes = 0;
+  /// The index of the configuration whose evaluation this one's is, or -1. Megatron-FSDP's
+  /// optim with the distributed optimizer is ZeRO-1, which the distributed optimizer alone
+  /// (no_shard) is too, and the Program, the memory model and the summary read the sharding only
+  /// through TrainingConfig::zero_stage(): enumerate_configurations links a valid optim row to
+  /// its valid no_shard twin (every other axis the same), the later one in the enumeration to the
+  /// earlier, and run_sweep evaluates the earlier once and gives both its evaluation.
+  int64_t evaluates_as = -1;
 
   /// Valid and within the GPU's memory and, with CPU offload, the host's.
   bool fits() const {

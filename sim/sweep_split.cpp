@@ -259,6 +259,7 @@ std::vector<SweepConfiguration> add_pipeline_splits(std::vector<SweepConfigurati
     for (const std::string& layout : layouts) {
       SweepConfiguration c = base;
       c.index = next++;
+      c.evaluates_as = -1;  // (another split than its base's twin holds)
       c.scenario.parallel.pipeline_model_parallel_layout = layout;
       check_configuration(c, gpu_memory_bytes, stage_capacity);
       configurations.push_back(std::move(c));

@@ -195,6 +195,42 @@ TEST(EstimateCache, ReusedSchedulesAndCollectiveTimesGiveTheSameResultOnTheSweep
   EXPECT_EQ(compared, 1692);
 }
 
+// The sweep evaluates a Megatron-FSDP optim row (ZeRO-1 with the distributed optimizer) as its
+// no_shard twin (SweepConfiguration::evaluates_as): on the grid with the sharding axis, every
+// pair the enumeration links estimates alike, bit for bit, each on its own scenario.
+TEST(EstimateCache, ZeroOneTwinsOfTheShardingGridEstimateAlike) {
+  const Scenario base = load_scenario(scenario_path("gpt3-175b-h100-1024"));
+  const TopologySpec topo = load_topology(base.cluster.topology);
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  const auto configs =
+      enumerate_configurations(base, gpt3_175b_sharding_grid(), topo.gpu.memory_bytes);
+  int linked = 0, compared = 0;
+  for (const SweepConfiguration& c : configs) {
+    if (c.evaluates_as < 0) continue;
+    const SweepConfiguration& twin = configs.at(static_cast<size_t>(c.evaluates_as));
+    EXPECT_EQ(twin.index, c.evaluates_as);
+    EXPECT_EQ(c.scenario.training.data_parallel_sharding_strategy,
+              DataParallelShardingStrategy::kOptim);
+    EXPECT_EQ(twin.scenario.training.data_parallel_sharding_strategy,
+              DataParallelShardingStrategy::kNoShard);
+    EXPECT_EQ(twin.peak_memory_bytes, c.peak_memory_bytes);
+    if (linked++ % 7 != 0) continue;
+    const std::string what = "configuration " + std::to_string(c.index);
+    const IterationMetrics a = estimate(c.scenario, topo, *costs);
+    const IterationMetrics b = estimate(twin.scenario, topo, *costs);
+    EXPECT_EQ(a.iteration_time_s, b.iteration_time_s) << what;
+    EXPECT_EQ(a.ops, b.ops) << what;
+    ASSERT_EQ(a.per_stage.size(), b.per_stage.size()) << what;
+    for (size_t r = 0; r < a.per_stage.size(); ++r) {
+      expect_same(a.per_stage[r], b.per_stage[r], what + " stage " + std::to_string(r));
+    }
+    ++compared;
+  }
+  std::printf("%d linked pairs, %d compared\n", linked, compared);
+  EXPECT_EQ(linked, 846);  // every valid distributed-optimizer row of the grid without the axis
+  EXPECT_GE(compared, 100);
+}
+
 // A cache serves the topology and fabric efficiency it was first used with.
 TEST(EstimateCache, RefusesAnotherTopology) {
   const Scenario s = load_scenario(scenario_path("gpt3-175b-h100-1024"));

@@ -102,6 +102,26 @@ TEST(SweepSplit, ListedLayoutsAddCheckedRows) {
   EXPECT_THAT(rows[2].invalid_reason, HasSubstr("pipeline_model_parallel_layout"));
 }
 
+// A row the axis adds holds another split than its base: it takes no twin's evaluation
+// (SweepConfiguration::evaluates_as, a Megatron-FSDP optim row's link to its no_shard twin), even
+// when its base does.
+TEST(SweepSplit, AddedRowsTakeNoTwinsEvaluation) {
+  const Scenario base =
+      load_scenario(gpt3_path(), {{"parallelism.virtual_pipeline_model_parallel_size", "1"}});
+  std::vector<SweepConfiguration> configs = one_configuration(base);
+  configs.push_back(configs[0]);
+  configs[1].index = 1;
+  configs[1].evaluates_as = 0;  // as if its twin
+  PipelineSplitAxis axis;
+  axis.layouts = {"E,t*8|t*8|t*8|t*8|t*16|t*16|t*16|t*16,L"};
+  const auto rows = add_pipeline_splits(configs, axis, {}, 80e9, {});
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[1].evaluates_as, 0);
+  EXPECT_EQ(rows[3].scenario.parallel.pipeline_model_parallel_layout, axis.layouts[0]);
+  EXPECT_EQ(rows[2].evaluates_as, -1);
+  EXPECT_EQ(rows[3].evaluates_as, -1);
+}
+
 // auto: the family from the even split towards the balanced one of the stage costs given (A100-
 // like stages 0-3 three times slower per layer than 4-7: 3a = b, 4a + 4b = 96, a = 6, b = 18),
 // the even split itself not added again.

@@ -983,6 +983,66 @@ TEST(Sweep, DataParallelShardingStrategyAxis) {
   }
 }
 
+// Megatron-FSDP's optim with the distributed optimizer is ZeRO-1, as the distributed optimizer
+// alone (no_shard) is: the enumeration links such a row to its no_shard twin
+// (SweepConfiguration::evaluates_as) and run_sweep evaluates the twin only, giving both rows its
+// evaluation (in this process, on worker processes, forked). The fake evaluator tells the rows
+// apart by use_megatron_fsdp, which nothing real reads but through zero_stage(): the optim row
+// shows the no_shard row's figure. optim_grads (ZeRO-2) and the rows without the distributed
+// optimizer have no twin; rows given out of enumeration order are each evaluated.
+TEST(Sweep, ZeroOneTwinsAreEvaluatedOnce) {
+  const Scenario base = small_scenario();
+  SweepAxes axes;
+  axes.distributed_optimizer = {true, false};
+  axes.data_parallel_sharding_strategy = {DataParallelShardingStrategy::kNoShard,
+                                          DataParallelShardingStrategy::kOptim,
+                                          DataParallelShardingStrategy::kOptimGrads};
+  const auto configs = enumerate_configurations(base, axes, 1e15);
+  // Indices: (distributed optimizer, sharding) = 0 (on, no_shard) 1 (on, optim) 2 (on,
+  // optim_grads) 3 (off, no_shard) 4 (off, optim: invalid) 5 (off, optim_grads: invalid).
+  ASSERT_EQ(configs.size(), 6u);
+  for (size_t i : {0, 1, 2, 3}) ASSERT_TRUE(configs[i].valid) << i << configs[i].invalid_reason;
+  EXPECT_FALSE(configs[4].valid);
+  EXPECT_EQ(configs[1].scenario.training.zero_stage(), 1);
+  EXPECT_TRUE(configs[1].scenario.training.use_megatron_fsdp);
+  EXPECT_EQ(configs[1].evaluates_as, 0);
+  for (size_t i : {0, 2, 3, 4, 5}) EXPECT_EQ(configs[i].evaluates_as, -1) << i;
+
+  int calls = 0;
+  const Evaluator eval = [&calls](const Scenario& s) {
+    ++calls;
+    SweepEvaluation e;
+    e.mode = "fake";
+    e.summary.tokens_per_s =
+        100.0 + 10.0 * s.training.zero_stage() + (s.training.use_megatron_fsdp ? 1.0 : 0.0);
+    e.summary.iteration_time_s = 1.0 / e.summary.tokens_per_s;
+    return e;
+  };
+  auto by_index = [](const std::vector<SweepRow>& rows) {
+    std::map<int64_t, double> out;
+    for (const SweepRow& r : rows) {
+      if (r.status == SweepStatus::kRanked) out[r.config.index] = r.evaluation->summary.tokens_per_s;
+    }
+    return out;
+  };
+  const std::map<int64_t, double> expected{{0, 110}, {1, 110}, {2, 121}, {3, 100}};
+  SweepOptions options;
+  options.isolate = false;
+  EXPECT_EQ(by_index(run_sweep(configs, eval, options)), expected);
+  EXPECT_EQ(calls, 3);
+  options.jobs = 2;
+  EXPECT_EQ(by_index(run_sweep(configs, eval, options)), expected);
+  options.isolate = true;
+  EXPECT_EQ(by_index(run_sweep(configs, eval, options)), expected);
+  expect_no_children();
+
+  calls = 0;
+  options = {};
+  options.isolate = false;
+  EXPECT_EQ(by_index(run_sweep({configs[1]}, eval, options)), (std::map<int64_t, double>{{1, 111}}));
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(Sweep, JsonAndCsvCarryEveryRowAndMetric) {
   const Scenario base = small_scenario();
   SweepAxes axes;

@@ -673,10 +673,10 @@ std::string describe_cluster_graph(const ClusterGraph& g) {
   const GraphCounts c = count_graph(g);
   std::string out = fmt::format(
       "cluster graph: {} GPUs = {} nodes x {} GPUs, {} rails{}, {}-tier rail-optimized fat tree "
-      "(one plane per rail{})\n",
+      "({})\n",
       p.num_gpus, p.num_nodes, p.gpus_per_node, p.rails / p.planes,
       p.planes > 1 ? fmt::format(" x {} planes (a NIC port on each)", p.planes) : std::string(),
-      p.tiers, p.planes > 1 ? " and plane" : "");
+      p.tiers, p.planes > 1 ? "one fat tree per rail and plane" : "one plane per rail");
   out += fmt::format(
       "  wiring    per rail (rails share no switch): {}, one per scalable unit, {} nodes down and "
       "{} up each{}\n",

@@ -915,8 +915,8 @@ std::string describe_topology(const TopologySpec& t) {
     out += fmt::format("  down    NIC ports {}\n", fmt::join(f.ports_down, ", "));
   }
   const int64_t nodes = max_nodes(t);
-  out += fmt::format("  size    up to {} leaves = {} scalable units = {} nodes = {} GPUs\n",
-                     max_leaf_switches(f), nodes / std::max<int64_t>(f.nodes_per_scalable_unit, 1),
+  out += fmt::format("  size    up to {} leaves{} = {} scalable units = {} nodes = {} GPUs\n",
+                     max_leaf_switches(f), f.planes > 1 ? " per plane" : "", nodes / std::max<int64_t>(f.nodes_per_scalable_unit, 1),
                      nodes, nodes * t.node.gpus_per_node);
   return out;
 }

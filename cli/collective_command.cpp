@@ -39,10 +39,12 @@ CollectiveKind parse_op(const std::string& op) {
 void print_tenants(const std::string& file) {
   const TenantsFile f = load_tenants(file);
   const TopologySpec topo = load_topology(f.topology_file);
-  const std::vector<TenantBandwidth> rows = simulate_ring_tenants(topo, f.num_gpus, f.tenants);
+  const std::vector<TenantBandwidth> rows =
+      simulate_ring_tenants(topo, f.num_gpus, f.tenants, f.routing);
   fmt::print("# traintwin collective --tenants (simulated steady state): {} ring all-reduce "
-             "tenant(s) together on {} GPUs of {} ({})\n#\n",
-             rows.size(), f.num_gpus, topo.name, topo.gpu.name);
+             "tenant(s) together on {} GPUs of {} ({}), routing {}{}\n#\n",
+             rows.size(), f.num_gpus, topo.name, topo.gpu.name, to_string(f.routing),
+             f.routing == TenantRouting::kEcmp ? " (mean over the hash outcomes)" : "");
   fmt::print("# {:<12} {:>5} {:>12} {:>10} {:>8} {:>8}  {}\n", "tenant", "GPUs", "size (B)",
              "time (us)", "algbw", "busbw", "limited by");
   for (size_t i = 0; i < rows.size(); ++i) {

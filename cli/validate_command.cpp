@@ -157,7 +157,8 @@ void print_collective_table(const std::vector<CollectiveValidationCase>& cases) 
                                : std::string());
   }
   fmt::print("collective cases: ring all-reduce tenants run together, each ring edge routed on the "
-             "topology's fabric (D-mod-K, as the replay's platform), rates by max-min fair share "
+             "topology's fabric (the mCCS testbed's Ethernet switches by ECMP: each spine equally "
+             "likely per ring edge, the mean over every outcome), rates by max-min fair share "
              "(sim/collective_tenants.hpp); busbw = algbw x 2(n-1)/n as nccl-tests; nothing fitted\n");
 }
 

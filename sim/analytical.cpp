@@ -1347,6 +1347,12 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
         " breaks the symmetry the estimator relies on (one rank per stage); use the replay "
         "(simulate, or sweep --mode simulate)");
   }
+  if (!topo.fabric.ports_down.empty()) {
+    throw UnsupportedError(
+        "analytical estimate: fabric.ports_down of topology '" + topo.name +
+        "' (a NIC port down) breaks the symmetry the estimator relies on (every rail alike); use "
+        "the replay (simulate, or sweep --mode simulate)");
+  }
   // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
   // use, gpu_speed_scale the compute (in the timing layer).
   if (pipeline_scatter_gather(s.parallel)) {

@@ -24,8 +24,8 @@
 namespace traintwin {
 namespace {
 
-constexpr std::array<std::string_view, 4> kTopKeys = {"description", "topology", "num_gpus",
-                                                      "tenants"};
+constexpr std::array<std::string_view, 5> kTopKeys = {"description", "topology", "num_gpus",
+                                                      "routing", "tenants"};
 constexpr std::array<std::string_view, 3> kTenantKeys = {"name", "ring", "bytes"};
 
 std::string at(const std::string& origin, const YAML::Node& n) {
@@ -93,75 +93,177 @@ void check_tenant_rings(const std::vector<CollectiveTenant>& tenants, int64_t nu
   }
 }
 
+const char* to_string(TenantRouting r) {
+  return r == TenantRouting::kEcmp ? "ecmp" : "d_mod_k";
+}
+
 std::vector<TenantBandwidth> simulate_ring_tenants(const TopologySpec& topo, int64_t num_gpus,
-                                                   const std::vector<CollectiveTenant>& tenants) {
+                                                   const std::vector<CollectiveTenant>& tenants,
+                                                   TenantRouting routing) {
   check_tenant_rings(tenants, num_gpus, "");
+  if (topo.fabric.planes > 1) {
+    // The graph's routes take one plane; a ring edge split over two is not modelled here.
+    throw ConfigError(fmt::format(
+        "topology '{}': fabric.kind {}: ring tenants are timed on one route per ring edge "
+        "(allowed: rail_optimized_fat_tree)",
+        topo.name, topo.fabric.kind));
+  }
   const ClusterGraph g = build_cluster_graph(topo, num_gpus);
-  // Directed links used by any tenant, numbered in first-use order.
+  const FabricPlan& plan = g.plan();
+  const bool ecmp = routing == TenantRouting::kEcmp;
+  if (ecmp && plan.tiers != 2) {
+    throw ConfigError(fmt::format(
+        "routing: ecmp is modelled on fabrics of one pod (a leaf's uplinks all to spines); "
+        "'{}' of {} GPUs builds {} pods of a three-tier fat tree (allowed: d_mod_k)",
+        topo.name, num_gpus, plan.pods));
+  }
+  // Directed links used by any route, numbered in first-use order.
   std::map<DirectedLink, uint32_t> link_index;
   std::vector<double> capacity_Bps;
   std::vector<std::string> link_name;
-  std::vector<std::vector<uint32_t>> links_of(tenants.size());  // per tenant, once per ring edge
+  const auto& graph = g.graph();
+  auto links_of_path = [&](const std::vector<GraphVertexId>& vertices,
+                           const std::vector<int64_t>& cables) {
+    std::vector<uint32_t> ids;
+    for (size_t h = 0; h + 1 < vertices.size(); ++h) {
+      GraphEdgeId e{};
+      bool found = false;
+      for (auto [it, end] = boost::out_edges(vertices[h], graph); it != end && !found; ++it) {
+        if (boost::target(*it, graph) == vertices[h + 1] && graph[*it].cable == cables[h]) {
+          e = *it;
+          found = true;
+        }
+      }
+      if (!found) throw Error("collective tenants: a route crosses a cable the graph lacks");
+      const DirectedLink key{vertices[h], vertices[h + 1], cables[h]};
+      auto [at, added] = link_index.emplace(key, static_cast<uint32_t>(capacity_Bps.size()));
+      if (added) {
+        capacity_Bps.push_back(graph[e].bandwidth_Bps);
+        link_name.push_back(
+            fmt::format("{}->{}", g.vertex(vertices[h]).name, g.vertex(vertices[h + 1]).name));
+      }
+      ids.push_back(at->second);
+    }
+    return ids;
+  };
+  // Per tenant, per ring edge: the routes it may take (D-mod-K's; under ECMP, one per spine of
+  // the pod for an edge that leaves its leaf).
+  std::vector<std::vector<std::vector<std::vector<uint32_t>>>> options(tenants.size());
   std::vector<double> alpha_s(tenants.size(), 0.0);
   std::vector<double> bound_Bps(tenants.size(), std::numeric_limits<double>::infinity());
+  std::vector<std::pair<size_t, size_t>> hashed;  // (tenant, ring edge) with a choice
   for (size_t i = 0; i < tenants.size(); ++i) {
     const std::vector<int64_t>& ring = tenants[i].ring;
     for (size_t k = 0; k < ring.size(); ++k) {
       const GraphRoute r = route(g, ring[k], ring[(k + 1) % ring.size()]);
       alpha_s[i] = std::max(alpha_s[i], route_latency_s(g, r));
-      for (size_t h = 0; h < r.edges.size(); ++h) {
-        const GraphEdge& e = g.edge(r.edges[h]);
-        const DirectedLink key{r.vertices[h], r.vertices[h + 1], e.cable};
-        auto [it, added] = link_index.emplace(key, static_cast<uint32_t>(capacity_Bps.size()));
-        if (added) {
-          capacity_Bps.push_back(e.bandwidth_Bps);
-          link_name.push_back(fmt::format("{}->{}", g.vertex(r.vertices[h]).name,
-                                          g.vertex(r.vertices[h + 1]).name));
-        }
-        links_of[i].push_back(it->second);
-        bound_Bps[i] = std::min(bound_Bps[i], e.bandwidth_Bps);
+      bound_Bps[i] = std::min(bound_Bps[i], route_bottleneck_Bps(g, r));
+      std::vector<int64_t> cables;
+      for (const GraphEdgeId& e : r.edges) cables.push_back(g.edge(e).cable);
+      auto& edge_options = options[i].emplace_back();
+      // NIC -> leaf -> spine -> leaf -> NIC: under ECMP the spine is any of the pod's.
+      const bool via_spine = r.vertices.size() == 5 &&
+                             g.vertex(r.vertices[2]).kind == VertexKind::kSpine;
+      if (!ecmp || !via_spine || plan.spines_per_pod < 2) {
+        edge_options.push_back(links_of_path(r.vertices, cables));
+        continue;
       }
+      const int64_t rail = g.vertex(r.vertices[2]).rail;
+      for (int64_t y = 0; y < plan.spines_per_pod; ++y) {
+        std::vector<GraphVertexId> v = r.vertices;
+        v[2] = g.spine(rail, y);
+        edge_options.push_back(links_of_path(v, cables));
+      }
+      hashed.emplace_back(i, k);
     }
   }
-  std::vector<MaxMinFlow> flows(tenants.size());
-  for (size_t i = 0; i < tenants.size(); ++i) {
-    flows[i] = MaxMinFlow{links_of[i], 1.0, bound_Bps[i]};
+  double outcomes = 1;
+  for (size_t h = 0; h < hashed.size(); ++h) outcomes *= static_cast<double>(plan.spines_per_pod);
+  if (outcomes > static_cast<double>(kMaxEcmpOutcomes)) {
+    throw ConfigError(fmt::format(
+        "routing: ecmp: {} ring edges leave their leaf, {} spines each: {:.0f} outcomes, more "
+        "than the {} solved (allowed: fewer tenants or ring edges across spines, or d_mod_k)",
+        hashed.size(), plan.spines_per_pod, outcomes, kMaxEcmpOutcomes));
   }
+  // Every outcome (a spine per hashed edge, as a mixed-radix counter), each equally likely.
+  std::vector<size_t> choice(hashed.size(), 0);
+  std::vector<double> busbw_sum(tenants.size(), 0.0), rate_sum(tenants.size(), 0.0),
+      time_sum(tenants.size(), 0.0);
+  std::vector<int64_t> limited(tenants.size(), 0);
+  std::vector<std::string> bottleneck(tenants.size());
+  std::vector<std::vector<uint32_t>> links_of(tenants.size());
+  std::vector<MaxMinFlow> flows(tenants.size());
   std::vector<double> rate_Bps(tenants.size(), 0.0);
   MaxMinScratch scratch;
-  weighted_max_min(flows, capacity_Bps, rate_Bps, scratch);
-
-  // Load per link, to name each tenant's bottleneck: a saturated link it crosses.
-  std::vector<double> load_Bps(capacity_Bps.size(), 0.0);
-  std::vector<std::set<std::string>> users(capacity_Bps.size());
-  for (size_t i = 0; i < tenants.size(); ++i) {
-    for (uint32_t l : links_of[i]) {
-      load_Bps[l] += rate_Bps[i];
-      users[l].insert(tenants[i].name);
+  const auto n_outcomes = static_cast<int64_t>(outcomes);
+  for (int64_t o = 0; o < n_outcomes; ++o) {
+    std::map<std::pair<size_t, size_t>, size_t> picked;
+    for (size_t h = 0; h < hashed.size(); ++h) picked[hashed[h]] = choice[h];
+    for (size_t i = 0; i < tenants.size(); ++i) {
+      links_of[i].clear();
+      for (size_t k = 0; k < options[i].size(); ++k) {
+        const auto it = picked.find({i, k});
+        const std::vector<uint32_t>& path = options[i][k][it == picked.end() ? 0 : it->second];
+        links_of[i].insert(links_of[i].end(), path.begin(), path.end());
+      }
+      flows[i] = MaxMinFlow{links_of[i], 1.0, bound_Bps[i]};
+    }
+    weighted_max_min(flows, capacity_Bps, rate_Bps, scratch);
+    // Load per link, to name each tenant's bottleneck: a saturated link it crosses.
+    std::vector<double> load_Bps(capacity_Bps.size(), 0.0);
+    std::vector<std::set<std::string>> users(capacity_Bps.size());
+    for (size_t i = 0; i < tenants.size(); ++i) {
+      for (uint32_t l : links_of[i]) {
+        load_Bps[l] += rate_Bps[i];
+        users[l].insert(tenants[i].name);
+      }
+    }
+    for (size_t i = 0; i < tenants.size(); ++i) {
+      const CollectiveTenant& t = tenants[i];
+      const auto n = static_cast<int64_t>(t.ring.size());
+      const double factor = all_reduce_busbw_factor(n);
+      const double time_s = 2.0 * static_cast<double>(n - 1) * alpha_s[i] +
+                            factor * static_cast<double>(t.bytes) / rate_Bps[i];
+      time_sum[i] += time_s;
+      rate_sum[i] += rate_Bps[i];
+      busbw_sum[i] += static_cast<double>(t.bytes) / time_s / 1e9 * factor;
+      if (rate_Bps[i] < bound_Bps[i] * (1 - 1e-9)) {
+        ++limited[i];
+        for (uint32_t l : links_of[i]) {
+          if (load_Bps[l] < capacity_Bps[l] * (1 - 1e-9)) continue;
+          const auto crossings = std::count(links_of[i].begin(), links_of[i].end(), l);
+          if (bottleneck[i].empty()) {
+            bottleneck[i] = fmt::format("{} ({} edge{} of its ring; shared with: {})", link_name[l],
+                                        crossings, crossings == 1 ? "" : "s",
+                                        fmt::join(users[l], ", "));
+          }
+          break;
+        }
+      }
+    }
+    for (size_t h = 0; h < choice.size(); ++h) {  // next outcome
+      if (++choice[h] < static_cast<size_t>(plan.spines_per_pod)) break;
+      choice[h] = 0;
     }
   }
   std::vector<TenantBandwidth> out;
+  const double count = outcomes;
   for (size_t i = 0; i < tenants.size(); ++i) {
     const CollectiveTenant& t = tenants[i];
-    const auto n = static_cast<int64_t>(t.ring.size());
     TenantBandwidth b;
     b.name = t.name;
-    b.gpus = n;
+    b.gpus = static_cast<int64_t>(t.ring.size());
     b.bytes = t.bytes;
-    b.edge_rate_Bps = rate_Bps[i];
-    const double factor = all_reduce_busbw_factor(n);
-    b.time_s = 2.0 * static_cast<double>(n - 1) * alpha_s[i] +
-               factor * static_cast<double>(t.bytes) / rate_Bps[i];
-    b.algbw_GBps = static_cast<double>(t.bytes) / b.time_s / 1e9;
-    b.busbw_GBps = b.algbw_GBps * factor;
-    if (rate_Bps[i] < bound_Bps[i] * (1 - 1e-9)) {
-      for (uint32_t l : links_of[i]) {
-        if (load_Bps[l] < capacity_Bps[l] * (1 - 1e-9)) continue;
-        const auto crossings = std::count(links_of[i].begin(), links_of[i].end(), l);
-        b.bottleneck = fmt::format("{} ({} edge{} of its ring; shared with: {})", link_name[l],
-                                   crossings, crossings == 1 ? "" : "s", fmt::join(users[l], ", "));
-        break;
-      }
+    b.edge_rate_Bps = rate_sum[i] / count;
+    b.time_s = time_sum[i] / count;
+    b.busbw_GBps = busbw_sum[i] / count;
+    b.algbw_GBps = b.busbw_GBps / all_reduce_busbw_factor(b.gpus);
+    if (!hashed.empty() && limited[i] > 0) {
+      b.bottleneck = fmt::format("ECMP: a link shared with another ring edge in {} of {} hash "
+                                 "outcomes, e.g. {}",
+                                 limited[i], n_outcomes, bottleneck[i]);
+    } else {
+      b.bottleneck = bottleneck[i];
     }
     out.push_back(std::move(b));
   }
@@ -185,6 +287,15 @@ TenantsFile parse_tenants(const std::string& yaml_text, const std::string& origi
   if (f.num_gpus < 2) {
     throw ConfigError(fmt::format("{}: num_gpus: {} (allowed: >= 2)", at(origin, root["num_gpus"]),
                                   f.num_gpus));
+  }
+  if (root["routing"]) {
+    const std::string r = root["routing"].IsScalar() ? root["routing"].Scalar() : std::string();
+    if (r == "ecmp") {
+      f.routing = TenantRouting::kEcmp;
+    } else if (r != "d_mod_k") {
+      throw ConfigError(fmt::format("{}: routing: '{}' (allowed: d_mod_k, ecmp)",
+                                    at(origin, root["routing"]), r));
+    }
   }
   const YAML::Node list = root["tenants"];
   if (!list || !list.IsSequence() || list.size() == 0) {

@@ -146,6 +146,10 @@ std::vector<CollectiveValidationCase> load_collective_validation_cases(
         c.tenant = m.tenant;
         c.num_gpus = kMccsGpus;
         c.topology_file = topologies_dir / ".." / "placements" / kMccsTopology;
+        // RoCE over SN2100 switches: ECMP spreads the flows over the 2 spines by a hash, so ring
+        // edges of tenants that leave one leaf collide on a spine in some outcomes (mCCS,
+        // SIGCOMM 2024, section 2.2: the cause of the shared rings' lower bandwidth).
+        c.routing = TenantRouting::kEcmp;
       }
       out.push_back(std::move(c));
     }
@@ -167,7 +171,8 @@ CollectivePrediction simulate_collective_validation_case(const CollectiveValidat
     throw ConfigError(fmt::format("{}: not supported: {}", c.id, c.unsupported));
   }
   const TopologySpec topo = load_topology(c.topology_file);
-  const std::vector<TenantBandwidth> bw = simulate_ring_tenants(topo, c.num_gpus, c.tenants);
+  const std::vector<TenantBandwidth> bw =
+      simulate_ring_tenants(topo, c.num_gpus, c.tenants, c.routing);
   for (const TenantBandwidth& b : bw) {
     if (b.name == c.tenant) return CollectivePrediction{b.busbw_GBps, b.bottleneck};
   }

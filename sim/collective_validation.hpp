@@ -28,6 +28,9 @@ struct CollectiveValidationCase {
   int64_t num_gpus = 0;                 ///< GPUs of the testbed
   std::vector<CollectiveTenant> tenants;  ///< all tenants run together (>= 1)
   std::string tenant;                     ///< the one measured (a name in `tenants`)
+  /// How the testbed's switches route (sim/collective_tenants.hpp): the mCCS testbed's Ethernet
+  /// switches hash each flow over their uplinks (ECMP), as mCCS section 2.2 describes.
+  TenantRouting routing = TenantRouting::kDModK;
   double measured_busbw_GBps = 0;
   /// Non-empty when the row or key cannot be simulated (why); the other fields but id, source
   /// and measured_busbw_GBps are then empty.

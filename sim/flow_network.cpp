@@ -75,7 +75,11 @@ void FlowNetwork::start(sg4::Host* from, sg4::Host* to, double bytes, uint64_t t
   const uint32_t id = new_flow();
   {
     Flow& f = flows_[id];
+    std::vector<RateStep> steps;  // keep its storage
+    steps.swap(f.steps);
+    steps.clear();
     f = Flow{};
+    f.steps.swap(steps);
     f.route = &r;
     f.from = from;
     f.to = to;
@@ -113,6 +117,7 @@ void FlowNetwork::hand_over(uint32_t id, double now) {
   const double sent_s = now - f.start_s - f.route->latency_s;  // time spent sending
   const double latency_left = sent_s < 0 ? -sent_s : 0.0;
   const double bytes_left = f.bytes - std::max(0.0, sent_s) * f.route->bandwidth_Bps;
+  if (sent_s > 0) step(f, f.start_s + f.route->latency_s, f.route->bandwidth_Bps);
   ++stats_.handovers;
   to_solver(id, latency_left, bytes_left);
 }
@@ -127,11 +132,69 @@ void FlowNetwork::to_solver(uint32_t id, double remaining_latency_s, double rema
   if (lat > 0 && remaining_latency_s < lat) {
     latency_factor_ = std::max(remaining_latency_s, kMinHandoverLatency_s) / lat;
   }
+  const double payload = std::max(1.0, std::round(remaining_bytes));
+  const double now = sg4::Engine::get_clock();
+  if (on_rates_) {
+    // The rates of the flows in SimGrid change now: close their step first.
+    sample_solver(now);
+    // Sending from its latency's end (a handed-over flow's last rate holds the at least
+    // kMinHandoverLatency_s until then).
+    f.sampled_s = now + (lat > 0 ? lat * latency_factor_ : 0.0);
+    f.remaining_bytes = payload;
+    f.solver_slot = static_cast<uint32_t>(in_solver_list_.size());
+    in_solver_list_.push_back(id);
+  }
   f.comm = sg4::Comm::sendto_init(f.from, f.to);
-  f.comm->set_payload_size(static_cast<uint64_t>(std::max(1.0, std::round(remaining_bytes))));
+  f.comm->set_payload_size(static_cast<uint64_t>(payload));
   f.comm->set_data(reinterpret_cast<void*>(static_cast<uintptr_t>(id)));
   f.comm->start();
+  if (on_rates_ && lat > 0) {
+    // Its latency paid, it starts to take bandwidth from the others: they change rates then.
+    simgrid::kernel::timer::Timer::set(now + lat * latency_factor_,
+                                       [this] { sample_solver(sg4::Engine::get_clock()); });
+  }
   latency_factor_ = 1.0;
+}
+
+// ---- rates over time ---------------------------------------------------------------------------
+
+void FlowNetwork::record_rates(OnRates sink) {
+  if (stats_.flows > 0) {
+    throw InvalidArgument("FlowNetwork::record_rates: call it before the first start()");
+  }
+  on_rates_ = std::move(sink);
+}
+
+void FlowNetwork::step(Flow& f, double t_s, double rate_Bps) {
+  if (!on_rates_) return;
+  // Rates read from SimGrid's remaining bytes differ from the one before in the last digits
+  // when nothing changed: one step.
+  auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(a, b); };
+  std::vector<RateStep>& s = f.steps;
+  if (!s.empty() && s.back().t_s >= t_s) {
+    s.back().rate_Bps = rate_Bps;  // the same instant: the later rate holds
+    if (s.size() >= 2 && same(s[s.size() - 2].rate_Bps, rate_Bps)) s.pop_back();
+    return;
+  }
+  if (s.empty() ? rate_Bps == 0 : same(s.back().rate_Bps, rate_Bps)) return;
+  s.push_back({t_s, rate_Bps});
+}
+
+void FlowNetwork::sample_solver(double now, uint32_t done) {
+  for (uint32_t id : in_solver_list_) {
+    Flow& f = flows_[id];
+    if (!(now > f.sampled_s)) continue;
+    const double left = id == done || f.comm->get_state() == sg4::Activity::State::FINISHED
+                            ? 0.0
+                            : f.comm->get_remaining();
+    step(f, f.sampled_s, std::max(0.0, f.remaining_bytes - left) / (now - f.sampled_s));
+    f.sampled_s = now;
+    f.remaining_bytes = left;
+  }
+}
+
+void FlowNetwork::emit_rates(uint32_t id) {
+  if (on_rates_) on_rates_(flows_[id].tag, flows_[id].steps);
 }
 
 void FlowNetwork::lone_done(uint32_t id) {
@@ -139,6 +202,8 @@ void FlowNetwork::lone_done(uint32_t id) {
   f.timer = nullptr;  // SimGrid deletes a timer once it ran
   for (uint32_t l : f.route->shared_links) links_[l].lone = UINT32_MAX;
   ++stats_.lone_flows;
+  step(f, f.start_s + f.route->latency_s, f.route->bandwidth_Bps);
+  emit_rates(id);
   const uint64_t tag = f.tag;
   free_.push_back(id);
   on_done_(tag, sg4::Engine::get_clock());
@@ -201,6 +266,7 @@ bool FlowNetwork::try_group(uint32_t id, double now) {
     lf.timer = nullptr;
     for (uint32_t l : lf.route->shared_links) links_[l].lone = UINT32_MAX;
     lf.latency_end_s = lf.start_s + lf.route->latency_s;
+    if (now > lf.latency_end_s) step(lf, lf.latency_end_s, lf.route->bandwidth_Bps);
     lf.remaining_bytes = lf.bytes - std::max(0.0, now - lf.latency_end_s) * lf.route->bandwidth_Bps;
     add_to_group(g, f);
   }
@@ -279,6 +345,7 @@ void FlowNetwork::solve(uint32_t g, double now) {
     Flow& fl = flows_[mm_active_[i]];
     fl.rate_Bps = mm_rate_Bps_[i];
     if (!(fl.rate_Bps > 0)) throw InvalidArgument("FlowNetwork: a grouped flow got no bandwidth");
+    step(fl, now, fl.rate_Bps);
     fl.finish_s = now + std::max(0.0, fl.remaining_bytes) / fl.rate_Bps;
     next = std::min(next, fl.finish_s);
   }
@@ -320,6 +387,7 @@ void FlowNetwork::group_event(uint32_t g) {
   std::vector<uint64_t> tags;
   tags.reserve(done_.size());
   for (uint32_t f : done_) {
+    emit_rates(f);
     tags.push_back(flows_[f].tag);
     free_.push_back(f);
   }
@@ -360,6 +428,15 @@ void FlowNetwork::solver_done(const sg4::Activity& a) {
   Flow& f = flows_[id];
   for (uint32_t l : f.route->shared_links) --links_[l].in_solver;
   --in_solver_;
+  if (on_rates_) {
+    sample_solver(sg4::Engine::get_clock(), id);
+    const uint32_t slot = f.solver_slot;
+    in_solver_list_[slot] = in_solver_list_.back();
+    flows_[in_solver_list_[slot]].solver_slot = slot;
+    in_solver_list_.pop_back();
+    f.solver_slot = UINT32_MAX;
+    emit_rates(id);
+  }
   on_done_(f.tag, sg4::Engine::get_clock());
 }
 

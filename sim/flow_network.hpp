@@ -27,6 +27,13 @@
 // (`lone_flows_in_closed_form = false`) up to SimGrid's own precision and the handover latency;
 // tests/sim/flow_network_test compares the two.
 //
+// Rates over time (record_rates()): each flow's sending rate as steps (sim/link_traffic.hpp
+// RateStep), for link utilization in time bins. A lone flow sends at B after its latency; a
+// grouped flow at the rates each re-solve gives it; a flow in SimGrid at the rate its remaining
+// bytes (Comm::get_remaining) fell by between two instants at which SimGrid's rates can change:
+// a transfer entering the solver, one's latency paid (a timer set for it) and one's end. So every
+// step is the exact rate the flow had, and the flows on one link never sum above its bandwidth.
+//
 // Handover latency: CM02 gives a transfer of zero latency a sharing penalty of 1 instead of its
 // route latency (network_cm02.cpp, comm_action_set_variable), which would starve it; a handed-
 // over flow therefore keeps at least kMinHandoverLatency_s of latency (set through the model's
@@ -35,12 +42,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <simgrid/s4u/Comm.hpp>
 
+#include "sim/link_traffic.hpp"
 #include "sim/max_min.hpp"
 
 namespace simgrid::s4u {
@@ -98,6 +107,15 @@ class FlowNetwork {
 
   const FlowNetworkStats& stats() const { return stats_; }
 
+  /// Called once per flow, just before its OnDone, with its rate over time (RateStep, ordered;
+  /// the steps' integral up to its end is its bytes, as rounded at start()).
+  using OnRates = std::function<void(uint64_t tag, std::span<const RateStep> steps)>;
+
+  /// Records each flow's rate over time and hands it to `sink` (file comment); costs one pass
+  /// over the flows in SimGrid's solver at each of its events. Throws InvalidArgument after the
+  /// first start() (the flows started before would have no rates).
+  void record_rates(OnRates sink);
+
   /// Every link of the routes asked so far, in order of first use (FlowRoute::link_ids index it).
   const std::vector<simgrid::s4u::Link*>& links() const { return all_links_; }
 
@@ -123,6 +141,10 @@ class FlowNetwork {
     double remaining_bytes = 0;  // at the group's last_s
     double rate_Bps = 0;         // since the group's last_s (0 while paying its latency)
     double finish_s = 0;         // at that rate
+    // Rates over time (record_rates()):
+    std::vector<RateStep> steps;
+    double sampled_s = 0;               // flows in SimGrid: when remaining_bytes was last read
+    uint32_t solver_slot = UINT32_MAX;  // index in in_solver_list_
   };
   struct Group {
     std::vector<uint32_t> flows;
@@ -155,8 +177,14 @@ class FlowNetwork {
   void group_event(uint32_t g);
   void hand_over_group(uint32_t g, double now);
   void cancel_timer(uint32_t g);
+  // Rates over time.
+  void step(Flow& f, double t_s, double rate_Bps);
+  void sample_solver(double now, uint32_t done = UINT32_MAX);
+  void emit_rates(uint32_t id);
 
   OnDone on_done_;
+  OnRates on_rates_;
+  std::vector<uint32_t> in_solver_list_;  // flows in SimGrid, when recording rates
   bool closed_form_;
   int64_t max_group_flows_;
   std::vector<Flow> flows_;

@@ -67,23 +67,24 @@ std::vector<LinkLoad> hot_links(const std::vector<LinkLoad>& links,
   return hot;
 }
 
-void add_to_series(LinkSeries& series, double bandwidth_Bps, double start_s, double end_s,
-                   double bytes) {
+void add_to_series(LinkSeries& series, double bandwidth_Bps, std::span<const RateStep> steps,
+                   double end_s) {
   if (series.utilization.empty() || !(series.bin_s > 0) || !(bandwidth_Bps > 0)) return;
   const auto bins = static_cast<int64_t>(series.utilization.size());
   const double capacity = bandwidth_Bps * series.bin_s;  // bytes a bin can carry
-  if (!(end_s > start_s)) {
-    const int64_t b = std::clamp<int64_t>(static_cast<int64_t>(start_s / series.bin_s), 0, bins - 1);
-    series.utilization[static_cast<size_t>(b)] += bytes / capacity;
-    return;
-  }
-  const double rate = bytes / (end_s - start_s);
-  const int64_t first = std::clamp<int64_t>(static_cast<int64_t>(start_s / series.bin_s), 0, bins - 1);
-  const int64_t last = std::clamp<int64_t>(static_cast<int64_t>(end_s / series.bin_s), 0, bins - 1);
-  for (int64_t b = first; b <= last; ++b) {
-    const double lo = std::max(start_s, static_cast<double>(b) * series.bin_s);
-    const double hi = b == bins - 1 ? end_s : std::min(end_s, static_cast<double>(b + 1) * series.bin_s);
-    if (hi > lo) series.utilization[static_cast<size_t>(b)] += rate * (hi - lo) / capacity;
+  const double window_end = static_cast<double>(bins) * series.bin_s;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const double rate = steps[k].rate_Bps;
+    const double lo = std::max(0.0, steps[k].t_s);
+    const double hi = std::min(window_end, k + 1 < steps.size() ? steps[k + 1].t_s : end_s);
+    if (!(rate > 0) || !(hi > lo)) continue;
+    const int64_t first = std::clamp<int64_t>(static_cast<int64_t>(lo / series.bin_s), 0, bins - 1);
+    const int64_t last = std::clamp<int64_t>(static_cast<int64_t>(hi / series.bin_s), 0, bins - 1);
+    for (int64_t b = first; b <= last; ++b) {
+      const double from = std::max(lo, static_cast<double>(b) * series.bin_s);
+      const double to = std::min(hi, static_cast<double>(b + 1) * series.bin_s);
+      if (to > from) series.utilization[static_cast<size_t>(b)] += rate * (to - from) / capacity;
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,20 @@ std::vector<LinkLoad> hot_links(const std::vector<LinkLoad>& links,
                                 const std::vector<TierTraffic>& tiers, double factor = 2.0,
                                 size_t top = 10);
 
-/// Adds a transfer of `bytes` between start_s and end_s to `series` (bins of series.bin_s from
-/// 0), spread evenly over its lifetime (a flow's rate under max-min sharing may vary; its mean
-/// is kept), as utilization of a link of `bandwidth_Bps`.
-void add_to_series(LinkSeries& series, double bandwidth_Bps, double start_s, double end_s,
-                   double bytes);
+/// A flow's sending rate over time, piecewise constant: `rate_Bps` from `t_s` (seconds of
+/// simulated time) until the next step or the flow's end; 0 before the first step (its route
+/// latency, or a wait in SimGrid's solver). sim/flow_network.hpp records them.
+struct RateStep {
+  double t_s = 0;
+  double rate_Bps = 0;
+};
+
+/// Adds the bytes a flow sent, as its rate `steps` (ordered by t_s) say, until `end_s` to
+/// `series` (bins of series.bin_s from 0) as utilization of a link of `bandwidth_Bps`: each bin
+/// gets exactly the integral of the rate over the bin, so the flows that share the link (their
+/// rates summing to at most its bandwidth, as max-min gives them) never fill a bin above 1. Bytes
+/// sent outside [0, bins x bin_s) are left out.
+void add_to_series(LinkSeries& series, double bandwidth_Bps, std::span<const RateStep> steps,
+                   double end_s);
 
 }  // namespace traintwin

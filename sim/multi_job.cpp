@@ -375,6 +375,10 @@ JobsReplay replay_jobs(const std::vector<JobInput>& jobs, const TopologySpec& to
         engines[static_cast<size_t>(tag >> kJobTagShift)]->flow_done(tag & kRecordMask, end_s);
       },
       opts.front().lone_flows_in_closed_form, opts.front().max_group_flows);
+  // Each flow's rate over time: the shared links' series are the bytes each bin really carried.
+  net.record_rates([&engines](uint64_t tag, std::span<const RateStep> steps) {
+    engines[static_cast<size_t>(tag >> kJobTagShift)]->flow_rates(tag & kRecordMask, steps);
+  });
   std::vector<replay_engine::JobBinding> bindings(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     replay_engine::JobBinding& b = bindings[j];

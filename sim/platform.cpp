@@ -85,17 +85,18 @@ int64_t simgrid_id(const FabricPlan& p, int64_t level, int64_t position) {
   return 2 * p.padded_nodes() - 1 - (created_before + position);
 }
 
-/// The name of a fat-tree vertex of rail `rail`, as topologies/graph.hpp names it.
-std::string fabric_vertex(int64_t rail, int64_t level, int64_t position) {
+/// The name of a fat-tree vertex of fabric rail `rail`, as topologies/graph.hpp names it.
+std::string fabric_vertex(const FabricPlan& p, int64_t rail, int64_t level, int64_t position) {
+  const std::string label = p.rail_label(rail);
   switch (level) {
     case 0:
-      return fmt::format("node{}-nic{}", position, rail);
+      return fmt::format("node{}-nic{}", position, label);
     case 1:
-      return fmt::format("rail{}-leaf{}", rail, position);
+      return fmt::format("rail{}-leaf{}", label, position);
     case 2:
-      return fmt::format("rail{}-spine{}", rail, position);
+      return fmt::format("rail{}-spine{}", label, position);
     default:
-      return fmt::format("rail{}-core{}", rail, position);
+      return fmt::format("rail{}-core{}", label, position);
   }
 }
 
@@ -106,12 +107,13 @@ bool is_padding(const FabricPlan& p, const PlannedCable& c) {
 }
 
 /// A cable's link name without its "-up"/"-down": "node3-nic2", "rail2-leaf1-spine3-c0",
-/// "rail2-spine3-core1-c0".
-std::string cable_name(int64_t rail, const PlannedCable& c) {
-  const std::string lower = fabric_vertex(rail, c.level, c.child);
+/// "rail2-spine3-core1-c0" (dual-plane: "node3-nic2-plane1", "rail2-plane1-leaf1-spine3-c0").
+std::string cable_name(const FabricPlan& p, int64_t rail, const PlannedCable& c) {
+  const std::string lower = fabric_vertex(p, rail, c.level, c.child);
   if (c.level == 0) return lower;
-  const std::string upper = fabric_vertex(rail, c.level + 1, c.parent);
-  return fmt::format("{}-{}-c{}", lower, upper.substr(upper.find('-') + 1), c.cable);
+  const std::string upper = fabric_vertex(p, rail, c.level + 1, c.parent);
+  const size_t prefix = fmt::format("rail{}-", p.rail_label(rail)).size();
+  return fmt::format("{}-{}-c{}", lower, upper.substr(prefix), c.cable);
 }
 
 class SimGridPlatform final : public Platform {
@@ -123,6 +125,12 @@ class SimGridPlatform final : public Platform {
     sg4::NetZone* root = sg4::create_star_zone("cluster");
     install_link_sink();
     nic_hosts_.assign(static_cast<size_t>(plan_.num_nodes * plan_.rails), nullptr);
+    port_up_.assign(static_cast<size_t>(plan_.num_nodes * plan_.rails), 1);
+    for (const std::string& name : topo_.fabric.ports_down) {
+      long node = -1, nic = -1, plane = -1;  // NOLINT(runtime/int): sscanf's %ld
+      std::sscanf(name.c_str(), "node%ld-nic%ld-plane%ld", &node, &nic, &plane);
+      port_up_[static_cast<size_t>(node * plan_.rails + nic * plan_.planes + plane)] = 0;
+    }
     const std::vector<PlannedCable> cables = plan_cables(plan_);
     for (int64_t r = 0; r < plan_.rails; ++r) build_rail(root, r, cables);
     build_nodes(root);
@@ -131,19 +139,38 @@ class SimGridPlatform final : public Platform {
   }
 
   std::pair<sg4::Host*, sg4::Host*> endpoints(int64_t src, int64_t dst) const override {
+    return paths(src, dst).path[0];
+  }
+
+  TransferPaths paths(int64_t src, int64_t dst) const override {
     if (src < 0 || src >= plan_.num_gpus || dst < 0 || dst >= plan_.num_gpus || src == dst) {
       throw InvalidArgument(
           fmt::format("Platform::endpoints: GPU {} -> {} (allowed: two different GPUs in [0, {}))",
                       src, dst, plan_.num_gpus));
     }
+    TransferPaths out;
     const int64_t src_node = src / plan_.gpus_per_node;
     const int64_t dst_node = dst / plan_.gpus_per_node;
     if (src_node == dst_node) {
-      return {gpu_hosts_[static_cast<size_t>(src)], gpu_hosts_[static_cast<size_t>(dst)]};
+      out.path[0] = {gpu_hosts_[static_cast<size_t>(src)], gpu_hosts_[static_cast<size_t>(dst)]};
+      out.n = 1;
+      return out;
     }
-    const int64_t rail = rail_of_gpu(topo_, src);
-    return {nic_hosts_[static_cast<size_t>(src_node * plan_.rails + rail)],
-            nic_hosts_[static_cast<size_t>(dst_node * plan_.rails + rail)]};
+    // The sender's rail, on each plane whose ports at both ends are up.
+    for (int64_t plane = 0; plane < plan_.planes; ++plane) {
+      const int64_t rail = rail_of_gpu(topo_, src) * plan_.planes + plane;
+      const auto a = static_cast<size_t>(src_node * plan_.rails + rail);
+      const auto b = static_cast<size_t>(dst_node * plan_.rails + rail);
+      if (port_up_[a] == 0 || port_up_[b] == 0) continue;
+      out.path[static_cast<size_t>(out.n++)] = {nic_hosts_[a], nic_hosts_[b]};
+    }
+    if (out.n == 0) {
+      throw Error(fmt::format(
+          "Platform: GPU {} (node {}) cannot reach GPU {} (node {}): on rail {} every plane has a "
+          "port down at one end (fabric.ports_down of '{}')",
+          src, src_node, dst, dst_node, rail_of_gpu(topo_, src), topo_.name));
+    }
+    return out;
   }
 
   const std::vector<PlatformLink>& links() const override { return links_; }
@@ -212,9 +239,9 @@ class SimGridPlatform final : public Platform {
         [this, rail](sg4::NetZone* zone, const std::vector<unsigned long>& /*coord*/,
                      unsigned long id) -> std::pair<NetPoint*, NetPoint*> {
           const auto node = static_cast<int64_t>(id);
-          const std::string name = node < plan_.num_nodes
-                                       ? fmt::format("node{}-nic{}", node, rail)
-                                       : fmt::format("rail{}-spare{}", rail, node);
+          const std::string name =
+              node < plan_.num_nodes ? fabric_vertex(plan_, rail, 0, node)
+                                     : fmt::format("rail{}-spare{}", plan_.rail_label(rail), node);
           sg4::Host* host = zone->create_host(name, 1.0)->seal();
           if (node < plan_.num_nodes) {
             nic_hosts_[static_cast<size_t>(node * plan_.rails + rail)] = host;
@@ -229,8 +256,9 @@ class SimGridPlatform final : public Platform {
     g_link_sink = &created;
     sg4::NetZone* zone = nullptr;
     try {
-      zone = sg4::create_fatTree_zone(fmt::format("rail{}", rail), root, params, callbacks,
-                                      link_Bps, hop_s, sg4::Link::SharingPolicy::SPLITDUPLEX);
+      zone = sg4::create_fatTree_zone(fmt::format("rail{}", p.rail_label(rail)), root, params,
+                                      callbacks, link_Bps, hop_s,
+                                      sg4::Link::SharingPolicy::SPLITDUPLEX);
     } catch (...) {
       g_link_sink = nullptr;
       throw;
@@ -260,7 +288,8 @@ class SimGridPlatform final : public Platform {
       }
       // NIC links: each node's own NICs (a mixed cluster's node groups); the padding's the file's.
       const NicSpec& nic = nic_spec_of(topo_, c.level == 0 ? c.child : 0);
-      const double nic_Bps = nic.line_rate_Bps * ib;
+      // A NIC port: the NIC's line rate over its planes.
+      const double nic_Bps = nic.line_rate_Bps * ib / static_cast<double>(p.planes);
       if (c.level == 0) {
         for (sg4::Link* l : {up, down}) {
           l->set_bandwidth(nic_Bps);
@@ -268,10 +297,10 @@ class SimGridPlatform final : public Platform {
         }
       }
       if (is_padding(p, c)) continue;
-      const std::string lower = fabric_vertex(rail, c.level, c.child);
-      const std::string upper = fabric_vertex(rail, c.level + 1, c.parent);
+      const std::string lower = fabric_vertex(p, rail, c.level, c.child);
+      const std::string upper = fabric_vertex(p, rail, c.level + 1, c.parent);
       const char* tier = c.level == 0 ? "nic" : c.level == 1 ? "leaf-spine" : "spine-core";
-      const std::string name = cable_name(rail, c);
+      const std::string name = cable_name(p, rail, c);
       const double bw = c.level == 0 ? nic_Bps : link_Bps;
       links_.push_back({name + "-up", tier, bw, lower, upper, up});
       links_.push_back({name + "-down", tier, bw, upper, lower, down});
@@ -283,7 +312,8 @@ class SimGridPlatform final : public Platform {
   FabricPlan plan_;
   PlatformScaling scaling_;
   std::vector<sg4::Host*> gpu_hosts_;  ///< by global GPU index
-  std::vector<sg4::Host*> nic_hosts_;  ///< node * rails + rail
+  std::vector<sg4::Host*> nic_hosts_;  ///< node * rails + rail (fabric rails: NIC x planes + plane)
+  std::vector<char> port_up_;          ///< as nic_hosts_: 0 for a port of fabric.ports_down
   std::vector<PlatformLink> links_;
 };
 
@@ -295,7 +325,7 @@ std::vector<std::string> link_names(const TopologySpec& topo, const FabricPlan& 
   for (int64_t r = 0; r < plan.rails; ++r) {
     for (const PlannedCable& c : cables) {
       if (is_padding(plan, c)) continue;
-      const std::string name = cable_name(r, c);
+      const std::string name = cable_name(plan, r, c);
       names.push_back(name + "-up");
       names.push_back(name + "-down");
     }
@@ -381,6 +411,15 @@ std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpe
   }
   FabricPlan plan = plan_fabric(topo, num_gpus);
   check_scaling(topo, plan, scaling);
+  for (const std::string& port : topo.fabric.ports_down) {
+    long node = -1;  // NOLINT(runtime/int): sscanf's %ld
+    if (std::sscanf(port.c_str(), "node%ld-", &node) != 1 || node < 0 || node >= plan.num_nodes) {
+      throw ConfigError(fmt::format(
+          "topology '{}': fabric.ports_down: '{}' is not a port of the {} nodes of {} GPUs "
+          "(allowed: node<i>-nic<r>-plane<p>, i 0..{})",
+          topo.name, port, plan.num_nodes, num_gpus, plan.num_nodes - 1));
+    }
+  }
   if (engine.get_netzone_root() != nullptr) {
     throw Error(
         "Platform::build: this SimGrid Engine already has a platform (SimGrid allows one Engine "

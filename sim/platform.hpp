@@ -5,7 +5,10 @@
 //    own, node_spec_of()), so intra-node transfers share only their endpoints' NVLinks;
 //  - one fat-tree zone per rail r: an endpoint ("NIC host") per node for its r-th NIC, NIC link
 //    at nic.line_rate (each node's own: nic_spec_of()), leaves/spines(/cores) as the fabric states
-//    (oversubscription, link rate, hop latency; one fabric for every node group).
+//    (oversubscription, link rate, hop latency; one fabric for every node group). A dual-plane
+//    fabric has one zone per rail and plane ("rail<r>-plane<p>", NIC hosts
+//    "node<i>-nic<r>-plane<p>", NIC links at nic.line_rate / 2), and a transfer between nodes is
+//    split in equal parts over the planes whose ports at both ends are up (paths()).
 // A transfer between GPUs of one node uses the GPU hosts; between nodes it travels on the
 // sender's rail from the sender node's NIC host to the receiver node's NIC host of that rail
 // (NCCL's PXN places any NVLink hop on the sender side; that hop is not modelled).
@@ -56,6 +59,7 @@
 //    Error on a mismatch (a SimGrid version that wires its fat tree differently).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -109,6 +113,15 @@ struct PlatformLink {
   simgrid::s4u::Link* link = nullptr;
 };
 
+/// Most planes of a fabric (FabricSpec::planes).
+inline constexpr int64_t kMaxPlanes = 2;
+
+/// Platform::paths(): up to kMaxPlanes host pairs, the first `n` used.
+struct TransferPaths {
+  std::array<std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>, kMaxPlanes> path{};
+  int64_t n = 0;
+};
+
 class Platform {
  public:
   /// Pins the network model (CM02, no cross-traffic, no TCP-gamma; see SIMGRID-NOTES.md), then
@@ -121,10 +134,17 @@ class Platform {
   virtual ~Platform() = default;
 
   /// Hosts a transfer from GPU `src` to GPU `dst` goes between (src != dst): the GPU hosts when
-  /// both are on one node, else the NIC hosts of rail rail_of_gpu(src) on both nodes. Throws
-  /// InvalidArgument for GPUs out of range or src == dst.
+  /// both are on one node, else the NIC hosts of rail rail_of_gpu(src) on both nodes (on a
+  /// dual-plane fabric: of its first plane that is up; paths() gives every plane). Throws as
+  /// paths().
   virtual std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*> endpoints(int64_t src,
                                                                         int64_t dst) const = 0;
+  /// The host pairs a transfer from GPU `src` to GPU `dst` is split over in equal parts: one
+  /// (endpoints()) inside a node or on a single-plane fabric; on a dual-plane fabric (FabricSpec,
+  /// topologies/topology.hpp) one per plane whose NIC ports at both ends are up, port p of NIC r
+  /// being fabric rail r x planes + p. Throws InvalidArgument for GPUs out of range or src ==
+  /// dst; Error when every plane of the pair's rail has a port down at one end.
+  virtual TransferPaths paths(int64_t src, int64_t dst) const = 0;
   /// Every link that can carry traffic (not the padding), for utilization metrics.
   virtual const std::vector<PlatformLink>& links() const = 0;
   virtual const TopologySpec& topology() const = 0;

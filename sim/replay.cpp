@@ -44,6 +44,8 @@ SimulationResult Engine::run() {
   own_net_.emplace([this](uint64_t record, double end_s) { on_flow_done(record, end_s); },
                    opts_.lone_flows_in_closed_form, opts_.max_group_flows);
   net_ = &*own_net_;
+  own_net_->record_rates(
+      [this](uint64_t record, std::span<const RateStep> steps) { flow_rates(record, steps); });
   queue_first_ops();
   drain();
   simgrid::s4u::Engine::get_instance()->run();
@@ -510,26 +512,37 @@ void Engine::launch(uint32_t gid, int64_t src, int64_t dst, double bytes, double
 }
 
 void Engine::start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes, bool mirror) {
-  auto [from, to] = platform_.endpoints(gpu(src), gpu(dst));
-  const FlowRoute& route = net_->route(from, to);
-  const std::vector<uint32_t>* mirrored =
-      mirror && mirror_rails_ ? &mirror_links(src, dst, route) : nullptr;
-  if (link_bytes_.size() < net_->links().size()) link_bytes_.resize(net_->links().size(), 0.0);
-  for (uint32_t l : route.link_ids) link_bytes_[l] += bytes;
-  if (mirrored) {
-    for (uint32_t l : *mirrored) link_bytes_[l] += bytes;
+  // A dual-plane fabric splits a transfer between nodes evenly over the planes that are up.
+  const TransferPaths paths = platform_.paths(gpu(src), gpu(dst));
+  groups_[gid].remaining += paths.n - 1;
+  const double part = bytes / static_cast<double>(paths.n);
+  for (int64_t k = 0; k < paths.n; ++k) {
+    auto [from, to] = paths.path[static_cast<size_t>(k)];
+    const FlowRoute& route = net_->route(from, to);
+    const std::vector<uint32_t>* mirrored =
+        mirror && mirror_rails_ ? &mirror_links(src, dst, k, route) : nullptr;
+    if (link_bytes_.size() < net_->links().size()) link_bytes_.resize(net_->links().size(), 0.0);
+    for (uint32_t l : route.link_ids) link_bytes_[l] += part;
+    if (mirrored) {
+      for (uint32_t l : *mirrored) link_bytes_[l] += part;
+    }
+    const auto record = static_cast<uint64_t>(flow_records_.size());
+    flow_records_.push_back({&route, mirrored, gid, simgrid::s4u::Engine::get_clock(), 0.0, part});
+    ++flows_;
+    net_->start(from, to, part, record + (job_ == nullptr ? 0 : job_->tag_base));
   }
-  const auto record = static_cast<uint64_t>(flow_records_.size());
-  flow_records_.push_back({&route, mirrored, gid, simgrid::s4u::Engine::get_clock(), 0.0, bytes});
-  ++flows_;
-  net_->start(from, to, bytes, record + (job_ == nullptr ? 0 : job_->tag_base));
 }
 
-const std::vector<uint32_t>& Engine::mirror_links(int64_t src, int64_t dst, const FlowRoute& route) {
+const std::vector<uint32_t>& Engine::mirror_links(int64_t src, int64_t dst, int64_t path,
+                                                  const FlowRoute& route) {
   auto [it, fresh] = mirror_links_.try_emplace(&route);
   if (fresh) {
     for (int64_t k = 1; k < tp_stride_; ++k) {
-      auto [from, to] = platform_.endpoints(gpu(src + k), gpu(dst + k));
+      const TransferPaths mirror = platform_.paths(gpu(src + k), gpu(dst + k));
+      if (path >= mirror.n) {  // tp_aggregation_blocker() refuses fabrics with ports down
+        throw Error("replay: TP rank " + std::to_string(k) + " has fewer planes up than TP rank 0");
+      }
+      auto [from, to] = mirror.path[static_cast<size_t>(path)];
       const FlowRoute& r = net_->route(from, to);
       it->second.insert(it->second.end(), r.link_ids.begin(), r.link_ids.end());
     }
@@ -546,6 +559,13 @@ bool Engine::spans_tp(GroupKind g) {
     }
   }
   return known != 0;
+}
+
+void Engine::flow_rates(uint64_t record, std::span<const RateStep> steps) {
+  FlowRecord& rec = flow_records_[record];
+  rec.steps_at = rate_steps_.size();
+  rec.steps_n = static_cast<uint32_t>(steps.size());
+  rate_steps_.insert(rate_steps_.end(), steps.begin(), steps.end());
 }
 
 void Engine::on_flow_done(uint64_t record, double now) {

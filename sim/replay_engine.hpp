@@ -89,12 +89,14 @@ struct CollectiveArrival {
   int64_t last_rank;  ///< the member that arrived last (the asking rank when none was later)
 };
 
-/// A flow's route, group, lifetime and bytes (for the link utilization series).
+/// A flow's route, group, lifetime, bytes and rate over time (for the link utilization series).
 struct FlowRecord {
   const FlowRoute* route;
   const std::vector<uint32_t>* mirrored;  // mirror_links() of the flow, or nullptr
   uint32_t group;
   double start_s, end_s, bytes;
+  uint64_t steps_at = 0;  // its RateSteps in Engine::rate_steps_ (FlowNetwork::record_rates)
+  uint32_t steps_n = 0;
 };
 
 /// This process's one SimGrid engine, its log threshold at critical (SimGrid prints nothing
@@ -140,6 +142,8 @@ class Engine {
   void begin_job();
   /// A flow of this job (its FlowNetwork tag minus JobBinding::tag_base) ended at `now`.
   void flow_done(uint64_t record, double now) { on_flow_done(record, now); }
+  /// That flow's rate over time (FlowNetwork::record_rates), before its flow_done().
+  void flow_rates(uint64_t record, std::span<const RateStep> steps);
   /// After SimGrid ran: throws Error (as check_complete) when an iteration could not complete.
   void check_job_complete() { check_complete(); }
   /// The iterations completed so far, in order.
@@ -147,7 +151,8 @@ class Engine {
   /// Bytes this job's flows put on each link (mirrored TP ranks' included), by SimGrid link.
   std::vector<std::pair<const simgrid::s4u::Link*, double>> link_bytes() const;
   /// Adds this job's flows on the links of `series_of` (SimGrid link -> index into `series`) to
-  /// those series (add_to_series(), bandwidth `bandwidth_Bps[index]`), mirrored TP ranks' too.
+  /// those series (add_to_series() of each flow's rate steps, bandwidth `bandwidth_Bps[index]`),
+  /// mirrored TP ranks' too.
   void add_link_series(const std::unordered_map<const simgrid::s4u::Link*, size_t>& series_of,
                        const std::vector<double>& bandwidth_Bps,
                        std::vector<LinkSeries>& series) const;
@@ -252,7 +257,8 @@ class Engine {
   void start_flow(uint32_t gid, int64_t src, int64_t dst, double bytes, bool mirror);
   /// The links (FlowNetwork::links() ids) of the routes of TP ranks 1 .. TP-1 for the flow of
   /// TP rank 0 `src` -> `dst` on `route` (the same route for every such pair: cached by it).
-  const std::vector<uint32_t>& mirror_links(int64_t src, int64_t dst, const FlowRoute& route);
+  const std::vector<uint32_t>& mirror_links(int64_t src, int64_t dst, int64_t path,
+                                            const FlowRoute& route);
   /// Whether the groups of kind `g` hold ranks of several TP ranks (their collectives are
   /// launched in full under TP aggregation, not mirrored).
   bool spans_tp(GroupKind g);
@@ -326,6 +332,10 @@ class Engine {
   std::optional<FlowNetwork> own_net_;  // the single job's flow network
   FlowNetwork* net_ = nullptr;          // own_net_, or JobBinding::network
   std::vector<FlowRecord> flow_records_;
+  std::vector<RateStep> rate_steps_;  // every flow's, FlowRecord::steps_at/steps_n
+  std::span<const RateStep> steps_of(const FlowRecord& f) const {
+    return {rate_steps_.data() + f.steps_at, f.steps_n};
+  }
   std::vector<double> link_bytes_;  // by FlowNetwork::links() index
   int64_t ops_ = 0, flows_ = 0, timers_ = 0;
   int64_t ops_total_ = 0;  // ops of the replayed ranks (ReplayProgress::ops_total)

@@ -152,7 +152,7 @@ void Engine::link_results(SimulationResult& res) const {
     const int32_t s = series_of[l];
     if (s < 0) return;
     add_to_series(res.link_series[static_cast<size_t>(s)], series_bw[static_cast<size_t>(s)],
-                  f.start_s, f.end_s, f.bytes);
+                  steps_of(f), f.end_s);
   };
   for (const FlowRecord& f : flow_records_) {
     for (uint32_t l : f.route->link_ids) add(f, l);
@@ -183,7 +183,7 @@ void Engine::add_link_series(
   auto add = [&](const FlowRecord& f, uint32_t l) {
     if (l >= by_id.size() || by_id[l] < 0) return;
     const auto s = static_cast<size_t>(by_id[l]);
-    add_to_series(series[s], bandwidth_Bps[s], f.start_s, f.end_s, f.bytes);
+    add_to_series(series[s], bandwidth_Bps[s], steps_of(f), f.end_s);
   };
   for (const FlowRecord& f : flow_records_) {
     for (uint32_t l : f.route->link_ids) add(f, l);

@@ -41,8 +41,11 @@ void check_spec(const TopologySpec& t) {
     fail(fmt::format("nic.nics_per_node = {} (allowed: a divisor of node.gpus_per_node = {})",
                      t.nic.nics_per_node, t.node.gpus_per_node));
   }
-  if (f.kind != "rail_optimized_fat_tree") {
-    fail(fmt::format("fabric.kind = \"{}\" (allowed: rail_optimized_fat_tree)", f.kind));
+  const int64_t planes = f.kind == "dual_plane_rail_fat_tree" ? 2 : 1;
+  if ((f.kind != "rail_optimized_fat_tree" && planes == 1) || f.planes != planes) {
+    fail(fmt::format("fabric.kind = \"{}\" with {} planes (allowed: rail_optimized_fat_tree with "
+                     "1, dual_plane_rail_fat_tree with 2)",
+                     f.kind, f.planes));
   }
   if (f.tiers != 2 && f.tiers != 3) {
     fail(fmt::format("fabric.tiers = {} (allowed: 2, 3)", f.tiers));
@@ -72,11 +75,12 @@ void check_spec(const TopologySpec& t) {
                     t.node.gpus_per_node, t.node.domain_gpus(), t.node.tray_gpus()));
   }
   // One leaf per rail of the whole domain (the spare GPUs' rails exist but are not built).
-  if (f.leaf_switches_per_scalable_unit != fabric_rails(t)) {
+  if (f.leaf_switches_per_scalable_unit != fabric_rails(t) * planes) {
     fail(fmt::format(
         "fabric.leaf_switches_per_scalable_unit = {}, but a rail-optimized fabric has one leaf "
-        "per rail (allowed: nic.nics_per_node = {})",
-        f.leaf_switches_per_scalable_unit, fabric_rails(t)));
+        "per rail{} (allowed: nic.nics_per_node{} = {})",
+        f.leaf_switches_per_scalable_unit, planes > 1 ? " and plane" : "",
+        planes > 1 ? " x 2 planes" : "", fabric_rails(t) * planes));
   }
   const int64_t down = leaf_down_ports(f);
   if (f.nodes_per_scalable_unit < 1 || f.nodes_per_scalable_unit > down) {
@@ -213,7 +217,8 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
   p.num_gpus = num_gpus;
   p.gpus_per_node = t.node.gpus_per_node;
   p.num_nodes = num_gpus / p.gpus_per_node;
-  p.rails = t.nic.nics_per_node;
+  p.planes = f.planes;
+  p.rails = t.nic.nics_per_node * f.planes;
   p.tiers = f.tiers;
   p.radix = f.switch_radix;
   p.nodes_per_leaf = f.nodes_per_scalable_unit;
@@ -264,6 +269,10 @@ FabricPlan plan_fabric(const TopologySpec& t, int64_t num_gpus) {
     p.cores_per_spine = spine_up / p.cables_spine_core;
   }
   return p;
+}
+
+std::string FabricPlan::rail_label(int64_t f) const {
+  return planes == 1 ? std::to_string(f) : fmt::format("{}-plane{}", f / planes, f % planes);
 }
 
 int64_t rail_of_gpu(const TopologySpec& t, int64_t gpu) {
@@ -320,20 +329,23 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
     set(nvswitch(node), VertexKind::kNvSwitch, fmt::format("node{}-nvswitch", node), node, -1, -1,
         -1);
     for (int64_t r = 0; r < p.rails; ++r) {
-      set(nic(node, r), VertexKind::kNic, fmt::format("node{}-nic{}", node, r), node, r, r, -1);
+      set(nic(node, r), VertexKind::kNic, fmt::format("node{}-nic{}", node, p.rail_label(r)),
+          node, r, r, -1);
     }
   }
   for (int64_t r = 0; r < p.rails; ++r) {
     for (int64_t l = 0; l < p.leaves_per_rail; ++l) {
-      set(leaf(r, l), VertexKind::kLeaf, fmt::format("rail{}-leaf{}", r, l), -1, r, l,
+      set(leaf(r, l), VertexKind::kLeaf, fmt::format("rail{}-leaf{}", p.rail_label(r), l), -1, r, l,
           l / p.leaves_per_pod);
     }
     for (int64_t s = 0; s < p.spines_per_rail(); ++s) {
-      set(spine(r, s), VertexKind::kSpine, fmt::format("rail{}-spine{}", r, s), -1, r, s,
+      set(spine(r, s), VertexKind::kSpine, fmt::format("rail{}-spine{}", p.rail_label(r), s), -1,
+          r, s,
           s / p.spines_per_pod);
     }
     for (int64_t c = 0; c < p.cores_per_rail(); ++c) {
-      set(core(r, c), VertexKind::kCore, fmt::format("rail{}-core{}", r, c), -1, r, c, -1);
+      set(core(r, c), VertexKind::kCore, fmt::format("rail{}-core{}", p.rail_label(r), c), -1, r,
+          c, -1);
     }
   }
 
@@ -346,7 +358,8 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
   // Each node's own NVLink domain and NICs (a mixed cluster's node groups).
   for (int64_t node = 0; node < p.num_nodes; ++node) {
     const NodeSpec& domain = node_spec_of(t, node);
-    const double nic_Bps = nic_spec_of(t, node).line_rate_Bps;
+    // A NIC port: the NIC's line rate over its planes.
+    const double nic_Bps = nic_spec_of(t, node).line_rate_Bps / static_cast<double>(p.planes);
     for (int64_t j = 0; j < p.gpus_per_node; ++j) {
       const int64_t g = node * p.gpus_per_node + j;
       add(gpu(g), nvswitch(node), LinkTier::kNvlink, domain.nvlink_bandwidth_Bps,
@@ -354,14 +367,18 @@ ClusterGraph::ClusterGraph(TopologySpec topology, FabricPlan plan)
     }
     for (int64_t j = 0; j < p.gpus_per_node; ++j) {
       const int64_t g = node * p.gpus_per_node + j;
-      add(gpu(g), nic(node, rail_of_gpu(t, g)), LinkTier::kPcie, nic_Bps, 0.0, 0);
+      for (int64_t plane = 0; plane < p.planes; ++plane) {
+        add(gpu(g), nic(node, rail_of_gpu(t, g) * p.planes + plane), LinkTier::kPcie, nic_Bps, 0.0,
+            0);
+      }
     }
   }
   for (int64_t r = 0; r < p.rails; ++r) {
     for (int64_t node = 0; node < p.num_nodes; ++node) {
       const NicSpec& node_nic = nic_spec_of(t, node);
-      add(nic(node, r), leaf(r, node / p.nodes_per_leaf), LinkTier::kNic, node_nic.line_rate_Bps,
-          node_nic.latency_s + hop_s / 2, 0);
+      add(nic(node, r), leaf(r, node / p.nodes_per_leaf), LinkTier::kNic,
+          node_nic.line_rate_Bps / static_cast<double>(p.planes), node_nic.latency_s + hop_s / 2,
+          0);
     }
     for (int64_t l = 0; l < p.leaves_per_rail; ++l) {
       const int64_t pod = l / p.leaves_per_pod;
@@ -434,7 +451,7 @@ void validate_cluster_graph(const ClusterGraph& g) {
     }
     ++nics_seen[static_cast<size_t>(x.node * p.rails + x.rail)];
     const int64_t su = x.node / p.nodes_per_leaf;
-    const std::string expected = fmt::format("rail{}-leaf{}", x.rail, su);
+    const std::string expected = fmt::format("rail{}-leaf{}", p.rail_label(x.rail), su);
     std::vector<std::string> leaves;
     bool right = false;
     for (auto [e, end] = boost::out_edges(v, graph); e != end; ++e) {
@@ -482,7 +499,8 @@ GraphRoute route(const ClusterGraph& g, int64_t src, int64_t dst) {
     step(g, r, g.gpu(dst), 0);
     return r;
   }
-  const int64_t rail = rail_of_gpu(g.topology(), src);
+  // Plane 0 of the sender's rail (the replay splits a transfer over every plane that is up).
+  const int64_t rail = rail_of_gpu(g.topology(), src) * p.planes;
   const int64_t dst_su = dst_node / p.nodes_per_leaf;
   const int64_t dst_pod = dst_su / p.leaves_per_pod;
   r.vertices.push_back(g.nic(src_node, rail));
@@ -627,7 +645,8 @@ double bisection_bandwidth_Bps(const ClusterGraph& g) {
       // Each node's NIC rate (a mixed cluster's node groups may differ).
       double a_Bps = 0, b_Bps = 0;
       for (int64_t node = first; node < last; ++node) {
-        (node < half ? a_Bps : b_Bps) += nic_spec_of(t, node).line_rate_Bps;
+        (node < half ? a_Bps : b_Bps) +=
+            nic_spec_of(t, node).line_rate_Bps / static_cast<double>(p.planes);
       }
       const double pairs = std::min(a_Bps, b_Bps);
       matched += pairs;
@@ -653,9 +672,11 @@ std::string describe_cluster_graph(const ClusterGraph& g) {
   const TopologySpec& t = g.topology();
   const GraphCounts c = count_graph(g);
   std::string out = fmt::format(
-      "cluster graph: {} GPUs = {} nodes x {} GPUs, {} rails, {}-tier rail-optimized fat tree "
-      "(one plane per rail)\n",
-      p.num_gpus, p.num_nodes, p.gpus_per_node, p.rails, p.tiers);
+      "cluster graph: {} GPUs = {} nodes x {} GPUs, {} rails{}, {}-tier rail-optimized fat tree "
+      "({})\n",
+      p.num_gpus, p.num_nodes, p.gpus_per_node, p.rails / p.planes,
+      p.planes > 1 ? fmt::format(" x {} planes (a NIC port on each)", p.planes) : std::string(),
+      p.tiers, p.planes > 1 ? "one fat tree per rail and plane" : "one plane per rail");
   out += fmt::format(
       "  wiring    per rail (rails share no switch): {}, one per scalable unit, {} nodes down and "
       "{} up each{}\n",
@@ -691,7 +712,7 @@ std::string describe_cluster_graph(const ClusterGraph& g) {
     out += fmt::format(
         "  bisection {:.1f} GB/s between nodes 0-{} and {}-{} ({} of their NICs' line rate)\n",
         bisection / 1e9, half - 1, half, 2 * half - 1,
-        percent(bisection, static_cast<double>(p.rails) * first_half_nic_Bps(t, half)));
+        percent(bisection, static_cast<double>(p.rails / p.planes) * first_half_nic_Bps(t, half)));
   } else {
     out += "  bisection none: one node\n";
   }

@@ -7,7 +7,10 @@
 // Vertices (named as in the SimGrid platform):
 //   gpu       "node<i>-gpu<j>"   GPU j of node i (global GPU index i * gpus_per_node + j)
 //   nvswitch  "node<i>-nvswitch" the NVSwitch fabric of node i, as one vertex
-//   nic       "node<i>-nic<r>"   NIC r of node i = its port on rail r
+//   nic       "node<i>-nic<r>"   NIC r of node i = its port on rail r (dual-plane fabrics:
+//             "node<i>-nic<r>-plane<p>", port p of NIC r, and every rail's switches are named
+//             "rail<r>-plane<p>-...": each (rail, plane) is a fat tree of its own, a "fabric
+//             rail" r x planes + p of FabricPlan; NIC edges carry nic.line_rate / planes)
 //   leaf      "rail<r>-leaf<l>"  rail r's leaf of scalable unit l
 //   spine     "rail<r>-spine<s>" spine s of rail r's spine group (pod s / spines_per_pod)
 //   core      "rail<r>-core<c>"  core c of rail r (three tiers)
@@ -116,7 +119,10 @@ struct FabricPlan {
   int64_t num_gpus = 0;
   int64_t num_nodes = 0;
   int64_t gpus_per_node = 0;
-  int64_t rails = 0;              ///< = nic.nics_per_node
+  /// Fabric rails: one fat tree per NIC rail and plane, nic.nics_per_node x planes; fabric
+  /// rail f is port f % planes of NIC f / planes.
+  int64_t rails = 0;
+  int64_t planes = 1;             ///< FabricSpec::planes
   int64_t tiers = 0;              ///< 2 or 3
   int64_t radix = 0;              ///< ports per switch
   int64_t nodes_per_leaf = 0;     ///< nodes per SU: a leaf's ports down
@@ -139,6 +145,8 @@ struct FabricPlan {
   std::vector<int64_t> xgft_down() const;
   std::vector<int64_t> xgft_up() const;
   std::vector<int64_t> xgft_cables() const;
+  /// How names show fabric rail f: "<r>" with one plane, "<r>-plane<p>" with two.
+  std::string rail_label(int64_t f) const;
 };
 
 /// Plans the fabric of `num_gpus` GPUs: check_cluster_size(), then the wiring of the file

@@ -2,10 +2,12 @@
 #include "topologies/topology.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <initializer_list>
 #include <map>
@@ -27,6 +29,7 @@ namespace traintwin {
 namespace {
 
 constexpr std::string_view kFabricKind = "rail_optimized_fat_tree";
+constexpr std::string_view kDualPlaneKind = "dual_plane_rail_fat_tree";
 
 /// 1-based line of a node, or 0 when yaml-cpp has no mark for it.
 int line_of(const YAML::Node& n) {
@@ -379,9 +382,39 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
   const Mapping fabric = top.child("fabric");
   FabricSpec& f = t.fabric;
   f.kind = fabric.text("kind");
-  if (f.kind != kFabricKind) {
-    throw ConfigError(fmt::format("{}: unknown kind \"{}\" (allowed: {})", fabric.where("kind"),
-                                  f.kind, kFabricKind));
+  if (f.kind != kFabricKind && f.kind != kDualPlaneKind) {
+    throw ConfigError(fmt::format("{}: unknown kind \"{}\" (allowed: {}, {})",
+                                  fabric.where("kind"), f.kind, kFabricKind, kDualPlaneKind));
+  }
+  f.planes = f.kind == kDualPlaneKind ? 2 : 1;
+  if (fabric.has("ports_down")) {
+    if (f.planes == 1) {
+      throw ConfigError(fmt::format(
+          "{}: a NIC of a {} has one port (allowed: kind {}, or leave the key out)",
+          fabric.where("ports_down"), kFabricKind, kDualPlaneKind));
+    }
+    const std::string text = fabric.text("ports_down");
+    for (size_t at = 0; at <= text.size();) {
+      size_t end = text.find(',', at);
+      if (end == std::string::npos) end = text.size();
+      std::string name = text.substr(at, end - at);
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      at = end + 1;
+      long index = -1, rail = -1, plane = -1;  // NOLINT(runtime/int): sscanf's %ld
+      int consumed = 0;
+      const bool ok = std::sscanf(name.c_str(), "node%ld-nic%ld-plane%ld%n", &index, &rail, &plane,
+                                  &consumed) == 3 &&
+                      consumed == static_cast<int>(name.size()) && index >= 0 && rail >= 0 &&
+                      rail < t.nic.nics_per_node && plane >= 0 && plane < f.planes;
+      if (!ok) {
+        throw ConfigError(fmt::format(
+            "{}: '{}' is not a NIC port (allowed: node<i>-nic<r>-plane<p>, r 0..{}, p 0..{}, "
+            "comma-separated)",
+            fabric.where("ports_down"), name, t.nic.nics_per_node - 1, f.planes - 1));
+      }
+      f.ports_down.push_back(name);
+    }
   }
   f.tiers = fabric.integer("tiers");
   if (f.tiers != 2 && f.tiers != 3) {
@@ -415,11 +448,12 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
         f.switch_radix));
   }
   f.leaf_switches_per_scalable_unit = fabric.integer("leaf_switches_per_scalable_unit");
-  if (f.leaf_switches_per_scalable_unit != nics) {
+  if (f.leaf_switches_per_scalable_unit != nics * f.planes) {
     throw ConfigError(fmt::format(
-        "{}: {} leaves per scalable unit, but a rail-optimized fabric has one leaf per rail "
-        "(allowed: nic.nics_per_node = {})",
-        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit, nics));
+        "{}: {} leaves per scalable unit, but a rail-optimized fabric has one leaf per rail{} "
+        "(allowed: nic.nics_per_node{} = {})",
+        fabric.where("leaf_switches_per_scalable_unit"), f.leaf_switches_per_scalable_unit,
+        f.planes > 1 ? " and plane" : "", f.planes > 1 ? " x 2 planes" : "", nics * f.planes));
   }
   f.nodes_per_scalable_unit = fabric.integer("nodes_per_scalable_unit");
   if (f.nodes_per_scalable_unit > down) {
@@ -768,7 +802,9 @@ int64_t max_leaf_switches(const FabricSpec& f) {
 }
 
 int64_t max_nodes(const TopologySpec& t) {
-  const int64_t rails = t.fabric.leaf_switches_per_scalable_unit;
+  // Leaves of one plane per SU (each plane has its own spines).
+  const int64_t rails =
+      t.fabric.leaf_switches_per_scalable_unit / std::max<int64_t>(t.fabric.planes, 1);
   if (rails <= 0) return 0;
   return max_leaf_switches(t.fabric) / rails * t.fabric.nodes_per_scalable_unit;
 }
@@ -841,9 +877,14 @@ std::string describe_topology(const TopologySpec& t) {
                      format_line_rate_bps(t.nic.line_rate_Bps), format_time_s(t.nic.latency_s));
   const int64_t down = leaf_down_ports(f);
   out += fmt::format(
-      "  fabric  {}-tier rail-optimized fat tree of radix-{} switches, leaves {}:{} ({} down, {} "
+      "  fabric  {}-tier {}rail-optimized fat tree of radix-{} switches, leaves {}:{} ({} down, {} "
       "up){}, {} nodes per scalable unit, {} links, {} per hop\n",
-      f.tiers, f.switch_radix, f.oversubscription_down, f.oversubscription_up, down,
+      f.tiers,
+      f.planes > 1
+          ? fmt::format("dual-plane ({} ports of {} per NIC, one per plane) ", f.planes,
+                        format_line_rate_bps(t.nic.line_rate_Bps / static_cast<double>(f.planes)))
+          : std::string(),
+      f.switch_radix, f.oversubscription_down, f.oversubscription_up, down,
       f.switch_radix - down,
       f.spine_oversubscription_down != 1 || f.spine_oversubscription_up != 1
           ? fmt::format(", spines {}:{}", f.spine_oversubscription_down,
@@ -870,9 +911,12 @@ std::string describe_topology(const TopologySpec& t) {
                        g.node_template.filename().string());
     first += g.nodes;
   }
+  if (!f.ports_down.empty()) {
+    out += fmt::format("  down    NIC ports {}\n", fmt::join(f.ports_down, ", "));
+  }
   const int64_t nodes = max_nodes(t);
-  out += fmt::format("  size    up to {} leaves = {} scalable units = {} nodes = {} GPUs\n",
-                     max_leaf_switches(f), nodes / std::max<int64_t>(f.nodes_per_scalable_unit, 1),
+  out += fmt::format("  size    up to {} leaves{} = {} scalable units = {} nodes = {} GPUs\n",
+                     max_leaf_switches(f), f.planes > 1 ? " per plane" : "", nodes / std::max<int64_t>(f.nodes_per_scalable_unit, 1),
                      nodes, nodes * t.node.gpus_per_node);
   return out;
 }

@@ -116,11 +116,26 @@ struct NicSpec {
 };
 
 /// The compute fabric between nodes.
+///
+/// Dual-plane (fabric.kind dual_plane_rail_fat_tree; Alibaba HPN, SIGCOMM 2024, sections 4-5,
+/// and SimAI's Rail_Opti_DualToR_DualPlane topology generator): every NIC has `planes` = 2
+/// ports of nic.line_rate / 2 each (HPN: 2 x 200 Gb/s); port p of NIC r of every node of an SU
+/// plugs into that SU's leaf (ToR) of rail r in plane p, and each plane's leaves reach only that
+/// plane's spines (and cores), so each plane is a rail-optimized fat tree of its own. A NIC
+/// spreads its traffic evenly over its ports whose cables are up (fabric.ports_down): with both
+/// up a transfer between nodes gets both planes, with one down it gets one port, half the NIC.
 struct FabricSpec {
-  std::string kind;                             ///< "rail_optimized_fat_tree" (the only kind)
+  /// "rail_optimized_fat_tree" or "dual_plane_rail_fat_tree"
+  std::string kind;
+  /// Planes: ports per NIC, each to its own fat tree (1; dual_plane_rail_fat_tree: 2).
+  int64_t planes = 1;
+  /// NIC ports whose cable is down, as "node<i>-nic<r>-plane<p>" (dual-plane fabrics only):
+  /// the NIC sends and receives on its other plane only.
+  std::vector<std::string> ports_down;
   int64_t tiers = 0;                            ///< switch levels: 2 or 3
   int64_t nodes_per_scalable_unit = 0;          ///< nodes under one set of rail leaves
-  int64_t leaf_switches_per_scalable_unit = 0;  ///< = rails of the whole domain (fabric_rails())
+  /// = rails of the whole domain (fabric_rails()) x planes: a leaf per rail and plane
+  int64_t leaf_switches_per_scalable_unit = 0;
   int64_t switch_radix = 0;                     ///< ports per switch (k)
   int64_t oversubscription_down = 1;            ///< leaf down ports share of "down:up"
   int64_t oversubscription_up = 1;              ///< leaf up ports share of "down:up"

@@ -85,13 +85,22 @@ constexpr std::array kKeys = {
     KeySpec{"nic", "latency", V::kTime, true, 0, "600ns", "per NIC crossed"},
 
     KeySpec{"fabric", "kind", V::kText, true, 0, "rail_optimized_fat_tree",
-            "the fabric's shape (allowed: rail_optimized_fat_tree)"},
+            "the fabric's shape (allowed: rail_optimized_fat_tree, dual_plane_rail_fat_tree): "
+            "dual_plane_rail_fat_tree (Alibaba HPN, SimAI's DualToR_DualPlane) gives every NIC "
+            "two ports of nic.line_rate / 2, port p to the leaf of its rail in plane p, each "
+            "plane its own leaves and spines; traffic is split evenly over the ports that are "
+            "up"},
+    KeySpec{"fabric", "ports_down", V::kText, false, 0, "node1-nic0-plane1, node3-nic2-plane0",
+            "dual_plane_rail_fat_tree only: NIC ports whose cable is down, comma-separated "
+            "node<i>-nic<r>-plane<p> (p 0 or 1); that NIC sends and receives on its other "
+            "plane only (half its bandwidth)"},
     KeySpec{"fabric", "tiers", V::kInteger, true, 1, "3",
             "switch tiers: 2 (leaf-spine) or 3 (leaf-spine-core)"},
     KeySpec{"fabric", "nodes_per_scalable_unit", V::kInteger, true, 1, "32",
             "NVLink domains per scalable unit (SU); at most a leaf's ports toward nodes"},
     KeySpec{"fabric", "leaf_switches_per_scalable_unit", V::kInteger, true, 1, "8",
-            "leaves per SU, one per rail: must equal nic.nics_per_node"},
+            "leaves per SU, one per rail (and plane): must equal nic.nics_per_node (x 2 for "
+            "dual_plane_rail_fat_tree)"},
     KeySpec{"fabric", "switch_radix", V::kInteger, true, 2, "64",
             "ports per switch (even for 3 tiers)"},
     KeySpec{"fabric", "oversubscription", V::kRatio, true, 0, "1:1",

@@ -105,6 +105,34 @@ TEST(CollectiveTenants, MaxMinCountsEachCrossingOfARing) {
   EXPECT_NEAR(r[1].edge_rate_Bps, kC / 3, 1e-3);
 }
 
+// ECMP (mCCS setting 3: blue [0,2,4,6] and red [1,3,5,7], both good rings). D-mod-K sends
+// blue's 2->4 up to spine 0 and red's 3->5 to spine 1 (and 6->0, 7->1 likewise from leaf 1): no
+// cable shared, each at C. Under ECMP each of those four edges picks a spine, 16 equally likely
+// outcomes: blue's and red's edges leaving leaf 0 meet on one spine in half of them (its up and
+// down cables then carry both: C/2 each), independently of those leaving leaf 1; both rings run
+// at C only when neither side collides (1 in 4), else at C/2 (3 in 4). Mean busbw =
+// 0.25 x 6.2476 + 0.75 x 3.1244 = 3.905 GB/s, against 3.94 measured (published-runs-2026.yaml,
+// mccs-allreduce-two-tenants) where D-mod-K predicts 6.25.
+TEST(CollectiveTenants, EcmpTwoGoodRingsCollideOnASpineInThreeOutcomesOfFour) {
+  const TopologySpec topo = load_topology(kTestbed);
+  const std::vector<CollectiveTenant> two = {{"blue", {0, 2, 4, 6}, kS}, {"red", {1, 3, 5, 7}, kS}};
+  const auto d = simulate_ring_tenants(topo, 8, two);
+  const auto e = simulate_ring_tenants(topo, 8, two, TenantRouting::kEcmp);
+  const double expected =
+      0.25 * ring_busbw_GBps(4, kC, kCross_s) + 0.75 * ring_busbw_GBps(4, kC / 2, kCross_s);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(d[i].busbw_GBps, ring_busbw_GBps(4, kC, kCross_s), 1e-9);
+    EXPECT_NEAR(e[i].busbw_GBps, expected, 1e-9);
+    EXPECT_NEAR(e[i].busbw_GBps, 3.905, 1e-3);
+    EXPECT_NEAR(e[i].edge_rate_Bps, 0.25 * kC + 0.75 * kC / 2, 1e-3);
+    EXPECT_THAT(e[i].bottleneck, HasSubstr("ECMP: a link shared with another ring edge in 12 of "
+                                           "16 hash outcomes"));
+  }
+  // A ring alone whose edges leave each leaf once (the good ring) never collides: ECMP = D-mod-K.
+  const auto alone = simulate_ring_tenants(topo, 8, {two[0]}, TenantRouting::kEcmp);
+  EXPECT_NEAR(alone[0].busbw_GBps, ring_busbw_GBps(4, kC, kCross_s), 1e-9);
+}
+
 TEST(CollectiveTenants, BadRingsAreErrorsNamingTheKey) {
   const TopologySpec topo = load_topology(kTestbed);
   const auto message = [&](std::vector<int64_t> ring) {
@@ -143,6 +171,11 @@ TEST(CollectiveTenants, TenantsFileIsReadAndCheckedNamingFileAndKey) {
               HasSubstr("x.yaml:4: tenants[0].size"));
   EXPECT_THAT(message("topology: t.yaml\nnum_gpus: 8\ntenants:\n  - {name: a, ring: [1, 2], bytes: 1}\n"),
               HasSubstr("bytes"));
+  EXPECT_EQ(f.routing, TenantRouting::kDModK);
+  EXPECT_EQ(parse_tenants("routing: ecmp\n" + good, "x.yaml", "/base").routing,
+            TenantRouting::kEcmp);
+  EXPECT_THAT(message("routing: random\n" + good),
+              HasSubstr("x.yaml:1: routing: 'random' (allowed: d_mod_k, ecmp)"));
 }
 
 // The three mCCS rows as published-runs-2026.yaml gives them (ids and measured keys), inline so
@@ -164,19 +197,33 @@ TEST(CollectiveValidation, MccsRowsLoadAsSupportedCases) {
     ASSERT_TRUE(c.unsupported.empty()) << c.unsupported;
     EXPECT_EQ(c.num_gpus, 8);
   }
+  // The testbed's switches hash flows over the spines: every case is routed by ECMP.
+  for (const CollectiveValidationCase& c : cases) EXPECT_EQ(c.routing, TenantRouting::kEcmp);
   // default_ring_8gpu: GPUs 0,1 of hosts 02,01,03,05 = 0 1 4 5 2 3 6 7; its cross-leaf edges
-  // 1->4, 3->6 (up to spine 0) and 5->2, 7->0 (up to spine 0 from leaf 1) pair up: C/2, as the
-  // 4-GPU default ring above: busbw = 134217728 / (14 x 2.1 us + 1.75 x 134217728 / 3.125e9)
-  // x 1.75 = 3.1223 GB/s.
+  // 1->4, 3->6 leave leaf 0 and 5->2, 7->0 leave leaf 1. D-mod-K sends each pair to spine 0:
+  // C/2, busbw = 134217728 / (14 x 2.1 us + 1.75 x 134217728 / 3.125e9) x 1.75 = 3.1223 GB/s.
+  // ECMP: each pair meets on one spine in half the outcomes, independently: C in 1 of 4, C/2 in
+  // 3 of 4.
   EXPECT_EQ(cases[3].id, "mccs-allreduce-alone/default_ring_8gpu");
   EXPECT_EQ(cases[3].tenants[0].ring, (std::vector<int64_t>{0, 1, 4, 5, 2, 3, 6, 7}));
-  EXPECT_NEAR(simulate_collective_validation_case(cases[3]).busbw_GBps,
+  EXPECT_NEAR(simulate_ring_tenants(load_topology(cases[3].topology_file), 8, cases[3].tenants)[0]
+                  .busbw_GBps,
               ring_busbw_GBps(8, kC / 2, kCross_s), 1e-9);
-  // Setting 2's tenant_a is red (GPU 1 of hosts 03, 05), beside green and blue.
+  EXPECT_NEAR(simulate_collective_validation_case(cases[3]).busbw_GBps,
+              0.25 * ring_busbw_GBps(8, kC, kCross_s) + 0.75 * ring_busbw_GBps(8, kC / 2, kCross_s),
+              1e-9);
+  // Setting 2's tenant_a is red (GPU 1 of hosts 03, 05), beside green and blue: D-mod-K puts
+  // red and green on spine 1 (C/2 each). Under ECMP three edges leave each leaf for 2 spines: red
+  // is alone on its spine at both leaves in 1 of 16 outcomes (C), and shares with up to both
+  // others otherwise (at worst C/3): its mean lies strictly between.
   EXPECT_EQ(cases[4].tenant, "red");
   EXPECT_EQ(cases[4].tenants.size(), 3u);
-  EXPECT_NEAR(simulate_collective_validation_case(cases[4]).busbw_GBps,
+  EXPECT_NEAR(simulate_ring_tenants(load_topology(cases[4].topology_file), 8, cases[4].tenants)[0]
+                  .busbw_GBps,
               ring_busbw_GBps(2, kC / 2, kCross_s), 1e-9);
+  const double red = simulate_collective_validation_case(cases[4]).busbw_GBps;
+  EXPECT_GT(red, ring_busbw_GBps(2, kC / 3, kCross_s));
+  EXPECT_LT(red, ring_busbw_GBps(2, kC, kCross_s));
 }
 
 TEST(CollectiveValidation, MccsRowsOfTheSharedFileAreSupportedCases) {

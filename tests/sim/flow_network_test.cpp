@@ -16,6 +16,7 @@
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
 
+#include <array>
 #include <random>
 #include <sstream>
 
@@ -63,7 +64,9 @@ TEST(FlowNetwork, LoneFlowInSimGridTakesTheSameTime) { lone_flow(false); }
 // CM02: B pays its latency first (using no bandwidth) while A runs at B; then they share the NIC
 // equally (equal latencies, equal penalties); A ends at t1 + S/B - L, B at t1 + 1.5 S/B. The
 // same times whether A is handed to SimGrid (groups of one flow), A and B are a closed-form
-// group, or both run in SimGrid from their start.
+// group, or both run in SimGrid from their start. Their rates over time (record_rates) are the
+// same hand-worked steps in each mode: A at B from L, at B/2 from t1 + L (B's latency paid); B at
+// B/2 from t1 + L, at B from A's end; so in bins of the NIC link they never sum above 1.
 enum class Mode { kReference, kLoneOnly, kGroups };
 
 void handover(Mode mode) {
@@ -76,6 +79,11 @@ void handover(Mode mode) {
   const double L = 2 * t.nic.latency_s + t.fabric.hop_latency_s;
   const auto [a_from, a_to] = p->endpoints(0, 8);
   const auto [b_from, b_to] = p->endpoints(0, 16);
+  std::map<uint64_t, std::vector<RateStep>> rates;
+  net.record_rates([&](uint64_t tag, std::span<const RateStep> steps) {
+    ASSERT_EQ(end.count(tag), 0u);  // before its end is reported
+    rates[tag].assign(steps.begin(), steps.end());
+  });
   net.start(a_from, a_to, kBytes, 1);
   const double t1 = L + 0.5 * kBytes / B;
   simgrid::kernel::timer::Timer::set(
@@ -85,6 +93,29 @@ void handover(Mode mode) {
   const double b_end = t1 + 1.5 * kBytes / B;
   EXPECT_NEAR(end.at(1), a_end, 1e-9 * a_end);
   EXPECT_NEAR(end.at(2), b_end, 1e-9 * b_end);
+  const std::vector<std::array<double, 2>> a_steps = {{L, B}, {t1 + L, B / 2}};
+  const std::vector<std::array<double, 2>> b_steps = {{t1 + L, B / 2}, {a_end, B}};
+  for (const auto& [tag, want] : {std::pair{1, a_steps}, std::pair{2, b_steps}}) {
+    const std::vector<RateStep>& got = rates[static_cast<uint64_t>(tag)];
+    ASSERT_EQ(got.size(), want.size()) << "flow " << tag;
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_NEAR(got[k].t_s, want[k][0], 1e-9 * b_end) << "flow " << tag << " step " << k;
+      EXPECT_NEAR(got[k].rate_Bps, want[k][1], 1e-6 * B) << "flow " << tag << " step " << k;
+    }
+  }
+  // The NIC link in 8 bins over both flows: exactly their 2 S bytes, never above its bandwidth.
+  LinkSeries nic;
+  nic.bin_s = b_end / 8;
+  nic.utilization.assign(8, 0.0);
+  add_to_series(nic, B, rates[1], end.at(1));
+  add_to_series(nic, B, rates[2], end.at(2));
+  double total = 0;
+  for (double u : nic.utilization) {
+    EXPECT_LE(u, 1 + 1e-9);
+    total += u * B * nic.bin_s;
+  }
+  EXPECT_NEAR(total, 2 * kBytes, 1e-6 * kBytes);
+  EXPECT_NEAR(nic.utilization[7], 1.0, 1e-6);  // B alone at B for the last eighth
   EXPECT_EQ(net.stats().handovers, mode == Mode::kLoneOnly ? 1 : 0);
   EXPECT_EQ(net.stats().solver_flows, mode == Mode::kGroups ? 0 : 2);
   EXPECT_EQ(net.stats().group_flows, mode == Mode::kGroups ? 2 : 0);

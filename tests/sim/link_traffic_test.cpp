@@ -51,18 +51,30 @@ TEST(LinkTraffic, EqualLinksAreNeverHotAndOutliersAreRankedByTheirTier) {
   EXPECT_NEAR(hot[0].vs_tier_mean, 0.25 / ((10 * 0.025 + 0.25) / 11), 1e-12);
 }
 
-TEST(LinkTraffic, SeriesSpreadsAFlowOverItsLifetime) {
+// Two flows on a 1e9 B/s link, bins of 1 s, worked by hand: A sends alone at 1e9 B/s from 0.5 s,
+// B joins at 1.5 s and they share the link (0.5e9 each) until A ends at 2.5 s (1.5e9 bytes); B
+// then runs alone at 1e9 until 3.0 s (1e9 bytes). A: 0.5 in bin 0, 0.5 + 0.25 in bin 1, 0.25 in
+// bin 2; B: 0.25 in bin 1, 0.25 + 0.5 in bin 2: the link is full in bins 1 and 2, never above.
+// (Spreading each flow's bytes evenly over its lifetime, as the series did before, gives bin 1
+// 0.75 + 0.333 = 1.083.)
+TEST(LinkTraffic, SeriesBinsHoldTheBytesEachFlowSentInThem) {
   LinkSeries s;
   s.bin_s = 1.0;
   s.utilization.assign(4, 0.0);
-  // 3e9 bytes from 0.5 s to 2.5 s on a 1e9 B/s link: 1.5e9 B/s, i.e. 0.75, 1.5, 0.75 in bins 0-2.
-  add_to_series(s, 1e9, 0.5, 2.5, 3e9);
-  EXPECT_DOUBLE_EQ(s.utilization[0], 0.75);
-  EXPECT_DOUBLE_EQ(s.utilization[1], 1.5);
-  EXPECT_DOUBLE_EQ(s.utilization[2], 0.75);
+  const std::vector<RateStep> a = {{0.5, 1e9}, {1.5, 0.5e9}};
+  const std::vector<RateStep> b = {{1.5, 0.5e9}, {2.5, 1e9}};
+  add_to_series(s, 1e9, a, 2.5);
+  EXPECT_DOUBLE_EQ(s.utilization[0], 0.5);
+  EXPECT_DOUBLE_EQ(s.utilization[1], 0.75);
+  EXPECT_DOUBLE_EQ(s.utilization[2], 0.25);
+  add_to_series(s, 1e9, b, 3.0);
+  EXPECT_DOUBLE_EQ(s.utilization[0], 0.5);
+  EXPECT_DOUBLE_EQ(s.utilization[1], 1.0);
+  EXPECT_DOUBLE_EQ(s.utilization[2], 1.0);
   EXPECT_DOUBLE_EQ(s.utilization[3], 0.0);
-  add_to_series(s, 1e9, 3.5, 3.5, 1e8);  // instantaneous: all in its bin
-  EXPECT_DOUBLE_EQ(s.utilization[3], 0.1);
+  // Sent past the bins' end (4 s): left out; a step of rate 0 (a wait) adds nothing.
+  add_to_series(s, 1e9, std::vector<RateStep>{{3.5, 0.0}, {3.75, 1e9}}, 5.0);
+  EXPECT_DOUBLE_EQ(s.utilization[3], 0.25);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <sstream>
 
@@ -155,6 +156,119 @@ TEST(MultiJob, SharedLinkClosedFormMatchesSimGridsSolver) {
   for (const auto& j : closed) {
     for (double it : j) EXPECT_GE(it, alone * (1 - 1e-12));
   }
+}
+
+// The shared links' series hold the bytes each bin really carried: two jobs whose DP rings cross
+// the same leaf-spine cables, b starting while a's first all-reduce runs, 3 iterations each. On
+// every shared link, the jobs' utilizations summed in a bin never exceed 1 (max-min gives the
+// flows on a link at most its bandwidth), both jobs fill it in some bin, and each job's bins add
+// up to the bytes it put on the link. The same whether the shared cables' flows are closed-form
+// groups or SimGrid's solver holds every flow (rates read from its remaining bytes).
+void shared_series_within_capacity(bool lone_flows_in_closed_form) {
+  const TopologySpec t = lab();
+  const RankLayout layout(8, 1, 2, 1);
+  const Program p = one_collective(layout, GroupKind::kDp, 64 << 20);
+  TableCostModel costs;
+  SimulationOptions o = ring_simple();
+  o.lone_flows_in_closed_form = lone_flows_in_closed_form;
+  const std::string text = run_isolated([&] {
+    const JobsReplay r = replay_jobs(
+        {job("a", p, costs, {0, 2}, 3, 0, o), job("b", p, costs, {1, 3}, 3, 3e-4, o)}, t, 4);
+    std::string out;
+    for (const SharedLinkSeries& ls : r.shared_series) {
+      size_t l = 0;
+      while (r.links[l].name != ls.name) ++l;
+      out += fmt::format("{:.17g} {:.17g} {}", ls.bin_s, r.links[l].bandwidth_Bps,
+                         ls.utilization.at(0).size());
+      for (size_t j = 0; j < 2; ++j) {
+        out += fmt::format(" {:.17g}", r.jobs[j].link_bytes[l]);
+        for (double u : ls.utilization.at(j)) out += fmt::format(" {:.17g}", u);
+      }
+      out += "\n";
+    }
+    return out;
+  });
+  std::istringstream in(text);
+  int links = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++links;
+    std::istringstream ls(line);
+    double bin_s = 0, bw = 0;
+    size_t bins = 0;
+    ls >> bin_s >> bw >> bins;
+    ASSERT_EQ(bins, static_cast<size_t>(kSharedLinkBins));
+    std::vector<double> sum(bins, 0.0);
+    for (int j = 0; j < 2; ++j) {
+      double bytes = 0, binned = 0;
+      ls >> bytes;
+      for (size_t b = 0; b < bins; ++b) {
+        double u = 0;
+        ls >> u;
+        sum[b] += u;
+        binned += u * bw * bin_s;
+      }
+      EXPECT_NEAR(binned, bytes, 1e-6 * bytes) << line.substr(0, 40) << " job " << j;
+    }
+    double peak = 0;
+    for (double u : sum) {
+      EXPECT_LE(u, 1 + 1e-9);
+      peak = std::max(peak, u);
+    }
+    EXPECT_GT(peak, 0.99);
+  }
+  EXPECT_GT(links, 0);
+}
+
+TEST(MultiJob, SharedLinkSeriesNeverAboveCapacityInClosedForm) {
+  shared_series_within_capacity(true);
+}
+TEST(MultiJob, SharedLinkSeriesNeverAboveCapacityInSimGrid) {
+  shared_series_within_capacity(false);
+}
+
+/// The lab fabric made dual-plane (fabric.kind dual_plane_rail_fat_tree: a leaf per rail and
+/// plane, NIC ports of 200 Gb/s), with `ports_down` (fabric.ports_down) when not empty.
+TopologySpec lab_dual_plane(const std::string& ports_down = "") {
+  std::ifstream in(kSource / "placements/two-leaf-h100-lab.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+  };
+  replace("kind: rail_optimized_fat_tree", "kind: dual_plane_rail_fat_tree");
+  replace("leaf_switches_per_scalable_unit: 8", "leaf_switches_per_scalable_unit: 16");
+  if (!ports_down.empty()) text += "  ports_down: " + ports_down + "\n";
+  return parse_topology(text, "two-leaf-h100-lab-dual-plane.yaml", kSource / "placements");
+}
+
+// Dual plane, worked by hand: a DP all-reduce of S between two nodes of one SU (TP 8 x DP 2: a
+// ring of 2 on each of the 8 rails, each rank sending S) on the lab's NICs of B = 400 Gb/s. Split
+// over both planes, each rank's S goes as S / 2 on each of two ports of B / 2: S / B, the same
+// time as on the single-plane lab fabric (to 1 ns), and S more bytes per rank take S / (B x IB
+// efficiency) more: the collective gets both planes' bandwidth. With node 1's NIC 0 port on plane
+// 1 down, rail 0 to and from node 1 runs on one port (B / 2): S takes what 2 S takes on both
+// planes, S / (B x efficiency) more than with both up.
+TEST(MultiJob, DualPlaneCollectiveGetsBothPlanesAndAPortDownHalvesIt) {
+  const RankLayout layout(8, 1, 2, 1);
+  const int64_t S = 64 << 20;
+  const Program p = one_collective(layout, GroupKind::kDp, S);
+  const Program p2 = one_collective(layout, GroupKind::kDp, 2 * S);
+  TableCostModel costs;
+  const double single = times_in_child({job("a", p, costs, {0, 1})}, lab(), 4).at(0).at(0);
+  const TopologySpec dual = lab_dual_plane();
+  const double both = times_in_child({job("a", p, costs, {0, 1})}, dual, 4).at(0).at(0);
+  const double both_2s = times_in_child({job("a", p2, costs, {0, 1})}, dual, 4).at(0).at(0);
+  const double down =
+      times_in_child({job("a", p, costs, {0, 1})}, lab_dual_plane("node1-nic0-plane1"), 4)
+          .at(0)
+          .at(0);
+  const FabricEfficiency eff;
+  const double transfer_s = static_cast<double>(S) / (dual.nic.line_rate_Bps * eff.ib);
+  EXPECT_NEAR(both, single, 1e-9);
+  EXPECT_NEAR(both_2s - both, transfer_s, transfer_s * 0.01);
+  EXPECT_NEAR(down, both_2s, 1e-9);
+  EXPECT_NEAR(down - both, transfer_s, transfer_s * 0.01);
 }
 
 // Pipeline jobs (compute, PP send/recv, DP all-reduce) on disjoint nodes of one SU share no link:

@@ -193,6 +193,75 @@ TEST(Platform, ZonesWithoutGatewaysServeEveryTransferOfEndpoints) {
   EXPECT_ANY_THROW(nic0->route_to(rail1_nic1, links, &latency_s));
 }
 
+// --- dual-plane fabric --------------------------------------------------------------------------
+
+// hpn-h100-dual-plane (Alibaba HPN, SimAI's DualToR_DualPlane): a transfer between nodes is split
+// over its rail's two planes, each NIC port at half the line rate B = 400 Gb/s, so two halves of
+// S take latency + (S / 2) / (B / 2) = latency + S / B, as one transfer on a single-plane fabric
+// of the same NICs: the collective gets both planes' bandwidth. With node 1's NIC 0 port on plane
+// 1 down (hpn-h100-dual-plane-port-down), rail 0 to and from node 1 keeps one path: S over B / 2,
+// latency + 2 S / B; rail 1 keeps both. Names, NIC port bandwidths and the graph agree.
+TEST(Platform, DualPlaneSplitsOverBothPlanesAndAPortDownHalvesTheRail) {
+  const TopologySpec t = shipped("hpn-h100-dual-plane-port-down.yaml");
+  const double B = t.nic.line_rate_Bps;
+  const double L = 2 * t.nic.latency_s + t.fabric.hop_latency_s;  // same leaf
+  const auto p = Platform::build(engine(), t, 16);
+  // Rail 0 between nodes 0 and 1: plane 0 only; rail 1: both planes; inside a node: one.
+  EXPECT_EQ(p->paths(0, 8).n, 1);
+  EXPECT_EQ(p->paths(8, 0).n, 1);
+  EXPECT_EQ(p->paths(1, 9).n, 2);
+  EXPECT_EQ(p->paths(0, 1).n, 1);
+  EXPECT_EQ(p->paths(1, 9).path[1].first->get_name(), "node0-nic1-plane1");
+  EXPECT_EQ(p->paths(0, 8).path[0].second->get_name(), "node1-nic0-plane0");
+  std::map<std::string, double> bw;
+  for (const PlatformLink& l : p->links()) bw[l.name] = l.bandwidth_Bps;
+  EXPECT_DOUBLE_EQ(bw.at("node1-nic0-plane1-up"), B / 2);
+  EXPECT_DOUBLE_EQ(bw.at("rail0-plane1-leaf0-spine0-c0-up"), t.fabric.link_rate_Bps);
+  std::vector<std::string> names;
+  for (const PlatformLink& l : p->links()) names.push_back(l.name);
+  EXPECT_EQ(names, platform_link_names(t, 16));
+  // The graph names the same NIC ports, at the same rate.
+  const ClusterGraph g = build_cluster_graph(t, 16);
+  const GraphRoute r = route(g, 1, 9);
+  EXPECT_EQ(g.vertex(r.vertices.front()).name, "node0-nic1-plane0");
+  EXPECT_DOUBLE_EQ(route_bottleneck_Bps(g, r), B / 2);
+  // Transfers of S split over the paths, all at once on disjoint rails.
+  std::vector<sg4::CommPtr> rail0, rail1;
+  const auto start = [](std::pair<sg4::Host*, sg4::Host*> path, double bytes) {
+    sg4::CommPtr c = sg4::Comm::sendto_init(path.first, path.second);
+    c->set_payload_size(static_cast<uint64_t>(bytes));
+    c->start();
+    return c;
+  };
+  rail0.push_back(start(p->paths(0, 8).path[0], kBytes));
+  for (size_t k = 0; k < 2; ++k) rail1.push_back(start(p->paths(1, 9).path[k], kBytes / 2));
+  engine().run();
+  expect_close(rail1[0]->get_finish_time(), L + kBytes / B);  // both planes: S / B
+  expect_close(rail1[1]->get_finish_time(), L + kBytes / B);
+  expect_close(rail0[0]->get_finish_time(), L + 2 * kBytes / B);  // one port: half
+}
+
+TEST(Platform, DualPlanePortsDownOutsideTheClusterAreRefused) {
+  TopologySpec t = shipped("hpn-h100-dual-plane.yaml");
+  t.fabric.ports_down = {"node2-nic0-plane1"};
+  try {
+    Platform::build(engine(), t, 16);
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr("fabric.ports_down: 'node2-nic0-plane1' is not a port of the "
+                          "2 nodes of 16 GPUs (allowed: node<i>-nic<r>-plane<p>, i 0..1)"));
+  }
+  t.fabric.ports_down = {"node0-nic0-plane0", "node0-nic0-plane1"};
+  const auto p = Platform::build(engine(), t, 16);
+  try {
+    p->paths(0, 8);
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("every plane has a port down at one end"));
+  }
+}
+
 // --- links and the graph ------------------------------------------------------------------------
 
 // 1024 H100 GPUs: per direction, 1024 NVLinks, 1024 NIC links, 8 rails x 4 leaves x 32 spines

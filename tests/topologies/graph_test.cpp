@@ -83,6 +83,30 @@ double max_flow_Bps(const ClusterGraph& g) {
   return static_cast<double>(boost::push_relabel_max_flow(f, source, sink));
 }
 
+// Dual plane (hpn-h100-dual-plane, 1024 GPUs = 128 nodes = 4 SUs): every (rail, plane) is a
+// fat tree of its own, so twice the NIC ports, leaves and spines of the single-plane H100 build
+// (2 x 1024 ports at 200 Gb/s, 2 x 32 leaves, 2 x 256 spines) and the same NIC bandwidth in all;
+// the bisection formula agrees with the max-flow and equals the single-plane fabric's.
+TEST(ClusterGraph, DualPlaneDoublesTheSwitchesNotTheBandwidth) {
+  const TopologySpec t = shipped("hpn-h100-dual-plane.yaml");
+  const ClusterGraph g = build_cluster_graph(t, 1024);
+  const GraphCounts c = count_graph(g);
+  EXPECT_EQ(c.nics, 2048);
+  EXPECT_EQ(c.leaves, 64);
+  EXPECT_EQ(c.spines, 512);
+  const auto tier = [&](LinkTier k) { return c.tiers[static_cast<size_t>(k)]; };
+  EXPECT_EQ(tier(LinkTier::kNic).links, 2048);
+  EXPECT_DOUBLE_EQ(tier(LinkTier::kNic).link_bandwidth_Bps, t.nic.line_rate_Bps / 2);
+  EXPECT_DOUBLE_EQ(tier(LinkTier::kNic).bandwidth_Bps, 1024 * t.nic.line_rate_Bps);
+  EXPECT_EQ(tier(LinkTier::kPcie).links, 2048);  // each GPU to both ports of its NIC
+  const double bisection = bisection_bandwidth_Bps(g);
+  EXPECT_NEAR(bisection, max_flow_Bps(g), 1e-6 * bisection);
+  const ClusterGraph single = build_cluster_graph(shipped("dgx-h100-superpod.yaml"), 1024);
+  EXPECT_NEAR(bisection, bisection_bandwidth_Bps(single), 1e-6 * bisection);
+  EXPECT_EQ(g.vertex(g.nic(3, 5)).name, "node3-nic2-plane1");
+  EXPECT_EQ(g.vertex(g.leaf(5, 1)).name, "rail2-plane1-leaf1");
+}
+
 // --- counts -------------------------------------------------------------------------------------
 
 struct Expected {

@@ -104,7 +104,7 @@ TEST(ShippedTopologies, EveryFileLoadsAndIsConsistent) {
     EXPECT_GT(t.gpu.memory_bytes, 0);
     EXPECT_GT(t.gpu.hbm_bandwidth_Bps, 0);
     EXPECT_GE(t.gpu.peak.bf16_FLOPs, t.gpu.peak.fp32_FLOPs);
-    EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, fabric_rails(t));
+    EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, fabric_rails(t) * t.fabric.planes);
     // One node, one SU and the full fabric fit; one node more does not.
     EXPECT_NO_THROW(check_cluster_size(t, t.node.gpus_per_node));
     EXPECT_NO_THROW(check_cluster_size(t, t.fabric.nodes_per_scalable_unit * t.node.gpus_per_node));
@@ -114,6 +114,46 @@ TEST(ShippedTopologies, EveryFileLoadsAndIsConsistent) {
     EXPECT_THAT(summary, AllOf(::testing::StartsWith(t.name + ": "), HasSubstr("\n  gpu "),
                                HasSubstr("\n  fabric "), ::testing::EndsWith(" GPUs\n")));
   }
+}
+
+// The dual-plane fabric (Alibaba HPN, SimAI's DualToR_DualPlane): two planes, one leaf per rail
+// and plane, NIC ports down by name; what a single-plane fabric or a wrong name gets refused.
+TEST(ShippedTopologies, HpnDualPlane) {
+  const TopologySpec t = load_topology(kTopologies / "hpn-h100-dual-plane.yaml");
+  EXPECT_EQ(t.fabric.kind, "dual_plane_rail_fat_tree");
+  EXPECT_EQ(t.fabric.planes, 2);
+  EXPECT_EQ(t.fabric.leaf_switches_per_scalable_unit, 16);
+  EXPECT_TRUE(t.fabric.ports_down.empty());
+  // Each plane has its own spines: 64 leaves per plane / 8 rails = 8 segments of 32 nodes.
+  EXPECT_EQ(max_nodes(t), 256);
+  EXPECT_THAT(describe_topology(t), HasSubstr("dual-plane (2 ports of 200 Gb/s per NIC"));
+  const TopologySpec down = load_topology(kTopologies / "hpn-h100-dual-plane-port-down.yaml");
+  EXPECT_EQ(down.fabric.ports_down, std::vector<std::string>{"node1-nic0-plane1"});
+
+  const std::string dual = with("  kind: rail_optimized_fat_tree\n",
+                                "  kind: dual_plane_rail_fat_tree\n");
+  auto dual_with = [&](const std::string& from, const std::string& to) {
+    std::string s = dual;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  EXPECT_THAT(error_for(dual), AllOf(HasSubstr("t.yaml:23: fabric.leaf_switches_per_scalable_unit"),
+                                     HasSubstr("nic.nics_per_node x 2 planes = 16")));
+  const std::string ok = dual_with("unit: 8\n", "unit: 16\n");
+  EXPECT_EQ(parse_topology(ok, "t.yaml").fabric.planes, 2);
+  const std::string bad_port = ok + "  ports_down: node1-nic8-plane0\n";
+  EXPECT_THAT(error_for(bad_port), AllOf(HasSubstr("t.yaml:28: fabric.ports_down"),
+                                         HasSubstr("'node1-nic8-plane0' is not a NIC port"),
+                                         HasSubstr("r 0..7, p 0..1")));
+  const TopologySpec two =
+      parse_topology(ok + "  ports_down: node1-nic0-plane1, node3-nic2-plane0\n", "t.yaml");
+  EXPECT_EQ(two.fabric.ports_down,
+            (std::vector<std::string>{"node1-nic0-plane1", "node3-nic2-plane0"}));
+  EXPECT_THAT(error_for(kValid + "  ports_down: node1-nic0-plane1\n"),
+              AllOf(HasSubstr("t.yaml:28: fabric.ports_down"), HasSubstr("has one port"),
+                    HasSubstr("allowed: kind dual_plane_rail_fat_tree")));
+  EXPECT_THAT(error_for(with("  kind: rail_optimized_fat_tree\n", "  kind: torus\n")),
+              HasSubstr("(allowed: rail_optimized_fat_tree, dual_plane_rail_fat_tree)"));
 }
 
 TEST(ShippedTopologies, DgxH100SuperPod) {
@@ -373,7 +413,7 @@ TEST(ParseTopology, WrongUnitOrType) {
 TEST(ParseTopology, FabricRules) {
   EXPECT_THAT(error_for(with("kind: rail_optimized_fat_tree", "kind: dragonfly")),
               HasSubstr("t.yaml:20: fabric.kind: unknown kind \"dragonfly\" "
-                        "(allowed: rail_optimized_fat_tree)"));
+                        "(allowed: rail_optimized_fat_tree, dual_plane_rail_fat_tree)"));
   EXPECT_THAT(error_for(with("tiers: 2", "tiers: 4")),
               HasSubstr("t.yaml:21: fabric.tiers: 4 tiers are not supported (allowed: 2, 3)"));
   EXPECT_THAT(error_for(with("oversubscription: 1:1", "oversubscription: 2.0")),

@@ -174,6 +174,15 @@ bool v_shaped(PipelineScheduleKind kind);
 /// and 0 and p take the embedding.
 bool bidirectional(PipelineScheduleKind kind);
 
+/// Whether pipeline rank `pp_rank` of `pp_size` runs its two model chunks in the other order:
+/// chunk 1 (its reverse-direction copy) is the chunk of its first forward, and chunk 1's last
+/// backward (W) comes after chunk 0's, so the DP buckets and parameter gathers those steps
+/// trigger come in the other order too. True on DualPipe's second half of the ranks (r >= p/2),
+/// where dualpipe.py's phase 0 is the reverse direction (is_in_second_half); false everywhere
+/// else (every rank of every other kind starts with chunk 0 and ends with chunk 0's backward).
+/// No argument checks.
+bool runs_chunks_reversed(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank);
+
 /// Whether the schedules of `kind` place the weight gradients as their own steps
 /// (Pass::kWeightGrad): ZB-H1, ZB-H2, ZB-V, DualPipe and DualPipeV.
 bool splits_backward(PipelineScheduleKind kind);

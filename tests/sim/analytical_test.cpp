@@ -306,8 +306,10 @@ INSTANTIATE_TEST_SUITE_P(
 // its forward then its backward); and DualPipe (dualpipe.py: two parameter copies per rank, the
 // micro-batches fed from both ends, the embedding and the loss on both end ranks, the mirror
 // ranks' gradient all-reduce after the DP sync). The engines agree without contention as for
-// ZB-H1 and ZB-H2 (dense PP 2, Llama 3.1 70B with CP 2 and PP 4, GPT-3 175B with PP 8; DualPipe
-// on the last within 1 % only, see below), and
+// ZB-H1 and ZB-H2 (dense PP 2, Llama 3.1 70B with CP 2 and PP 4, GPT-3 175B with PP 8: there
+// DualPipe's second half of the ranks, whose DP buckets queue in the other chunk order, is a
+// kind of stage of its own for the estimator, runs_chunks_reversed; timed with the first half's
+// Program it ended 0.055 s late, +0.645 %), and
 // where TP adds no communication to the B/W split (the 1.3B GPT, TP 1) ZB-V beats 1F1B on the
 // same layout.
 TEST(Analytical, VSchedulesAgreeWithTheReplay) {
@@ -326,20 +328,6 @@ TEST(Analytical, VSchedulesAgreeWithTheReplay) {
                         {{"parallelism.pipeline_schedule", schedules[i]},
                          {"parallelism.virtual_pipeline_model_parallel_size", "2"}});
       const std::string name = std::string(c.name) + " " + schedules[i];
-      if (i == 2 && std::string(c.name) == "Gpt175bPp8") {
-        // Known gap (not yet explained): on GPT-3 175B PP 8 the estimator's sync wait at the end
-        // of the iteration is 0.153 s against the replay's 0.098 s (iteration +0.645 %: 8.574 s
-        // against 8.519 s); every other category agrees to the microsecond. Held to 1 % here so
-        // that a change of the gap shows.
-        const Compared cmp = compare(s);
-        const double diff =
-            (cmp.estimate.iteration_time_s - cmp.exact.iteration_s) / cmp.exact.iteration_s;
-        std::printf("%s: replay %.6f s, estimate %.6f s, diff %+.3f %%\n", name.c_str(),
-                    cmp.exact.iteration_s, cmp.estimate.iteration_time_s, 100 * diff);
-        EXPECT_LT(std::abs(diff), 0.01) << name;
-        v_s[i] = cmp.estimate.iteration_time_s;
-        continue;
-      }
       v_s[i] = expect_agreement(s, name.c_str()).estimate.iteration_time_s;
     }
     const Scenario one = load_scenario(scenario_path(c.scenario),

@@ -109,7 +109,12 @@ std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
 /// the authors' V scheduler (sail-sg/zero-bubble-pipeline-parallelism, scheduler/zbv.py) emits,
 /// checked for p = 2..16 and 2p <= m <= 5p when it was written, and every rank runs from its first
 /// op to its last without a gap (the paper's zero bubble for ZB-V) while holding at most 2p
-/// chunk activation sets (p M_B, 1F1B's peak: each chunk is half a stage).
+/// chunk activation sets (p M_B, 1F1B's peak: each chunk is half a stage). The authors' runtime
+/// builds its order from the profiled T_F, T_B, T_W and T_comm instead (zbv.py's greedy W and
+/// warm-up placement, the default --zero-bubble-v-schedule-mem-setup zb), so with unequal costs
+/// and communication the two differ: on the arXiv version's Table 8 costs this order idles
+/// 0.2-1.0e-3 less on 24 and 32 stages and 1.0-2.3e-3 more on 16
+/// (tests/core/zero_bubble_table9_test.cpp).
 /// Throws InvalidArgument as GPipe, and unless m >= 2p (the warm-up's 2p forwards).
 std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
                                         int64_t num_micro_batches);

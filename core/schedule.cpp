@@ -352,7 +352,7 @@ std::vector<ScheduleStep> dualpipe_schedule(int64_t pp_size, int64_t pp_rank,
         m, 2 * p));
   }
   const int64_t half = m / 2;
-  const int64_t second_half = r >= p / 2 ? 1 : 0;  // dualpipe.py is_in_second_half
+  const int64_t second_half = runs_chunks_reversed(PipelineScheduleKind::kDualPipe, p, r) ? 1 : 0;
   std::vector<ScheduleStep> out = dualpipev_steps(p / 2, std::min(r, p - 1 - r), half);
   for (ScheduleStep& s : out) {
     const int64_t direction = s.model_chunk ^ second_half;  // dualpipe.py: phase ^= ...
@@ -368,6 +368,10 @@ bool v_shaped(PipelineScheduleKind kind) {
 }
 
 bool bidirectional(PipelineScheduleKind kind) { return kind == PipelineScheduleKind::kDualPipe; }
+
+bool runs_chunks_reversed(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank) {
+  return bidirectional(kind) && 2 * pp_rank >= pp_size;  // dualpipe.py is_in_second_half
+}
 
 bool splits_backward(PipelineScheduleKind kind) {
   return kind == PipelineScheduleKind::kZbH1 || kind == PipelineScheduleKind::kZbH2 ||

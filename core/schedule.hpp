@@ -109,7 +109,12 @@ std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
 /// the authors' V scheduler (sail-sg/zero-bubble-pipeline-parallelism, scheduler/zbv.py) emits,
 /// checked for p = 2..16 and 2p <= m <= 5p when it was written, and every rank runs from its first
 /// op to its last without a gap (the paper's zero bubble for ZB-V) while holding at most 2p
-/// chunk activation sets (p M_B, 1F1B's peak: each chunk is half a stage).
+/// chunk activation sets (p M_B, 1F1B's peak: each chunk is half a stage). The authors' runtime
+/// builds its order from the profiled T_F, T_B, T_W and T_comm instead (zbv.py's greedy W and
+/// warm-up placement, the default --zero-bubble-v-schedule-mem-setup zb), so with unequal costs
+/// and communication the two differ: on the arXiv version's Table 8 costs this order idles
+/// 0.2-1.0e-3 less on 24 and 32 stages and 1.0-2.3e-3 more on 16
+/// (tests/core/zero_bubble_table9_test.cpp).
 /// Throws InvalidArgument as GPipe, and unless m >= 2p (the warm-up's 2p forwards).
 std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
                                         int64_t num_micro_batches);
@@ -173,6 +178,15 @@ bool v_shaped(PipelineScheduleKind kind);
 /// a micro-batch runs through one of them, so virtual stages p - 1 and 2p - 1 compute the loss
 /// and 0 and p take the embedding.
 bool bidirectional(PipelineScheduleKind kind);
+
+/// Whether pipeline rank `pp_rank` of `pp_size` runs its two model chunks in the other order:
+/// chunk 1 (its reverse-direction copy) is the chunk of its first forward, and chunk 1's last
+/// backward (W) comes after chunk 0's, so the DP buckets and parameter gathers those steps
+/// trigger come in the other order too. True on DualPipe's second half of the ranks (r >= p/2),
+/// where dualpipe.py's phase 0 is the reverse direction (is_in_second_half); false everywhere
+/// else (every rank of every other kind starts with chunk 0 and ends with chunk 0's backward).
+/// No argument checks.
+bool runs_chunks_reversed(PipelineScheduleKind kind, int64_t pp_size, int64_t pp_rank);
 
 /// Whether the schedules of `kind` place the weight gradients as their own steps
 /// (Pass::kWeightGrad): ZB-H1, ZB-H2, ZB-V, DualPipe and DualPipeV.

@@ -279,10 +279,13 @@ class Estimator {
   // ---- kinds of stage ---------------------------------------------------------------------------
 
   /// What makes two pipeline stages lower and time alike: being the first or the last stage
-  /// (embedding, loss, the p2p ends), the transformer layers of each model chunk (with the MoE
+  /// (embedding, loss, the p2p ends), the order its schedule runs its chunks in (DualPipe's
+  /// second half starts with chunk 1 and ends with chunk 1's W, so its DP buckets queue in the
+  /// other order: runs_chunks_reversed), the transformer layers of each model chunk (with the MoE
   /// pattern of those layers) and the node group its ranks run in (GPU, NVLink, NICs).
   struct StageSignature {
     bool first = false, last = false;
+    bool chunks_reversed = false;
     std::vector<int64_t> layers;  ///< per chunk: its count, then its MoE pattern bits
     size_t node_group = 0;
     bool operator==(const StageSignature&) const = default;
@@ -290,7 +293,8 @@ class Estimator {
 
   /// The first stage of each kind of stage, ascending, and template_of_stage_ (stage -> index
   /// into them). An even split on one kind of node has at most three kinds (first, middle,
-  /// last); an uneven split (core/pipeline_split.hpp) or a mixed cluster more. Also fills
+  /// last; DualPipe four: its middle stages of each half); an uneven split
+  /// (core/pipeline_split.hpp) or a mixed cluster more. Also fills
   /// node_group_of_stage_. Throws UnsupportedError for a stage whose ranks lie in several node
   /// groups (its ranks would not run in lockstep).
   std::vector<int64_t> stage_kinds(const RankLayout& layout) {
@@ -324,6 +328,7 @@ class Estimator {
       StageSignature sig;
       sig.first = r == 0;
       sig.last = r == p_ - 1;
+      sig.chunks_reversed = runs_chunks_reversed(kind_, p_, r);
       sig.node_group = node_group_of_stage_[static_cast<size_t>(r)];
       for (int64_t c = 0; c < v_; ++c) {
         const ChunkLayers& cl = split.at(static_cast<size_t>(c * p_ + r));

@@ -8,8 +8,10 @@
 //         representative ranks (TP = CP = DP = 0) of the distinct kinds of pipeline stage: the
 //         first, the last, and one of each middle stage that differs from the others in its
 //         layers per model chunk (an uneven split, core/pipeline_split.hpp) or in the node group
-//         its ranks run in (a mixed cluster: each stage timed on its own GPU, NVLink and NICs);
-//         an even split on one kind of node has one middle kind. The ops of
+//         its ranks run in (a mixed cluster: each stage timed on its own GPU, NVLink and NICs)
+//         or in the order its schedule runs its chunks (DualPipe's second half of the ranks:
+//         runs_chunks_reversed, core/schedule.hpp); an even split on one kind of node has one
+//         middle kind (DualPipe two). The ops of
 //         one (pass, micro-batch, model chunk) are the same for every micro-batch, so the probe
 //         holds every schedule step's content; of the steps it lowers only, per model chunk, the
 //         first forward and the last backward (StepScope::kBoundary: with interleaving the

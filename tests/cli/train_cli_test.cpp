@@ -551,6 +551,23 @@ TEST_F(TrainCli, ShardedDataParallelZero2AndZero3TrainThePlainDataParallelModel)
                                        "--set cluster.num_gpus=4") + kZero3, 4));
 }
 
+// ZeRO-2 and ZeRO-3 under DualPipe: each rank's two parameter copies sharded over DP like its
+// other parameters, the gradient pieces reduce-scattered per micro-batch, then summed with the
+// mirror rank's (the pp-mirror all-reduce of the pieces): the tiny GPT on PP 2 x DP 2 (16
+// micro-batches of 2 in the global batch, 4 per rank) trains the one-process model.
+TEST_F(TrainCli, DualPipeUnderZero2AndZero3TrainsThePlainModel) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string gbs16 = "--set training.global_batch_size=16";
+  for (const char* zero : {kZero2, kZero3}) {
+    SCOPED_TRACE(zero);
+    expect_same_losses(train(gbs16 + " --pipeline-model-parallel-size 2 --set cluster.num_gpus=4 "
+                                     "--virtual-pipeline-model-parallel-size 2 "
+                                     "--set parallelism.pipeline_schedule=dualpipe" + zero,
+                             4),
+                       gbs16);
+  }
+}
+
 // ZeRO-3's unit schedule changes when parameters are gathered, not what they hold: with
 // reshard_after_forward false (no backward gather: each layer's parameters kept whole from its
 // forward) and with fsdp_prefetch_depth 0, 2 or 3 (gathers issued that many layers ahead), the

@@ -177,6 +177,34 @@ TEST(DualPipeSchedule, TwoParameterCopiesAndThePeersOfEachDirection) {
   }
 }
 
+// runs_chunks_reversed() against the orders themselves, for every kind with two chunks: the
+// chunk of a rank's first forward and the chunk whose last backward (W under a split backward)
+// comes last. Chunk 0 first and chunk 0's backward last on every rank of interleaved 1F1B, ZB-V
+// and DualPipeV; the other way round on DualPipe's ranks p/2..p-1 only (the estimator times
+// those as a kind of stage of their own, since their DP buckets queue in that order).
+TEST(DualPipeSchedule, SecondHalfRunsItsChunksInTheOtherOrder) {
+  for (const PipelineScheduleKind kind : {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kZbV,
+                                          kDualPipeV, kDualPipe}) {
+    for (int64_t p : {2, 4, 6, 8}) {
+      for (int64_t m : {2 * p, 4 * p}) {
+        for (int64_t r = 0; r < p; ++r) {
+          const std::vector<ScheduleStep> steps = build_schedule(kind, p, r, m, 2);
+          const Pass trigger = splits_backward(kind) ? Pass::kWeightGrad : Pass::kBackward;
+          int64_t first_chunk = -1, last_chunk = -1;
+          for (const ScheduleStep& st : steps) {
+            if (first_chunk < 0 && st.pass == Pass::kForward) first_chunk = st.model_chunk;
+            if (st.pass == trigger) last_chunk = st.model_chunk;
+          }
+          const bool reversed = runs_chunks_reversed(kind, p, r);
+          EXPECT_EQ(reversed, kind == kDualPipe && r >= p / 2) << to_string(kind) << " r " << r;
+          EXPECT_EQ(first_chunk, reversed ? 1 : 0) << to_string(kind) << " p " << p << " r " << r;
+          EXPECT_EQ(last_chunk, reversed ? 1 : 0) << to_string(kind) << " p " << p << " r " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(DualPipeSchedule, RefusesWhatDualPipeStepAsserts) {
   try {
     dualpipe_schedule(3, 0, 6);

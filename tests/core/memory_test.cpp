@@ -502,6 +502,50 @@ TEST(MemoryTest, Gpt3_175BOn1024GpusDualPipeAsDeepSeekV3Table2) {
   EXPECT_EQ(stages[0].embedding_and_logits_bytes, stages[15].embedding_and_logits_bytes);
 }
 
+// ZeRO-2 and ZeRO-3 (Megatron-FSDP optim_grads, optim_grads_params) under DualPipe shard both
+// parameter copies over DP like any other parameters of the rank. GPT-3 175B / 1024 (TP 8 x PP 16
+// x DP 8) as above, a middle rank: 12 layers of layer = 226,576,896 parameters (two copies of a
+// 6-layer stage), params = 2 x 1,359,461,376, no embedding. ZeRO-2: bf16 weights whole (2 params),
+// fp32 gradients sharded (4 params / 8) plus one layer's full gradients waiting for its
+// reduce-scatter (4 layer), optimizer 12 params / 8. ZeRO-3: the weights sharded too (2 params / 8)
+// plus the two layers gathered at once (2 x 2 layer: the running one and one prefetched; the
+// Program runs an F&B's forward and backward one after the other, so the two copies' units are
+// not gathered together). Without reshard_after_forward every unit of both copies stays gathered
+// (12 x 2 layer) and under PP the gradients are reduce-scattered once per step: the rank's full
+// gradients (4 params) besides the shard.
+TEST(MemoryTest, DualPipeZero2AndZero3ShardBothParameterCopies) {
+  Scenario s = Gpt3_175BOn1024();
+  s.parallel.pipeline_schedule = PipelineScheduleKind::kDualPipe;
+  s.parallel.virtual_pipeline_model_parallel_size = 2;
+  s.training.use_megatron_fsdp = true;
+  const double layer = 226576896;
+  const double params = 2.0 * 1359461376;
+  ASSERT_EQ(params, 12 * layer);
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
+  ASSERT_EQ(s.training.zero_stage(), 2);
+  const std::vector<StageMemory> zero2 = memory_per_stage(s);
+  s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGradsParams;
+  const std::vector<StageMemory> zero3 = memory_per_stage(s);
+  s.training.reshard_after_forward = false;
+  const std::vector<StageMemory> kept = memory_per_stage(s);
+  for (size_t r = 1; r < 15; ++r) {
+    SCOPED_TRACE("pipeline rank " + std::to_string(r));
+    EXPECT_EQ(static_cast<double>(zero2[r].parameters), params);
+    EXPECT_EQ(zero2[r].weights_bytes, 2 * params);
+    EXPECT_EQ(zero2[r].gradients_bytes, 4 * params / 8 + 4 * layer);
+    EXPECT_EQ(zero2[r].optimizer_bytes, 12 * params / 8);
+    EXPECT_EQ(zero3[r].fsdp_gathered_units, 2);
+    EXPECT_DOUBLE_EQ(zero3[r].weights_bytes, 2 * params / 8 + 2 * 2 * layer);
+    EXPECT_EQ(zero3[r].gradients_bytes, zero2[r].gradients_bytes);
+    EXPECT_EQ(zero3[r].optimizer_bytes, zero2[r].optimizer_bytes);
+    EXPECT_EQ(kept[r].fsdp_gathered_units, 12);
+    EXPECT_DOUBLE_EQ(kept[r].weights_bytes, 2 * params / 8 + 12 * 2 * layer);
+    EXPECT_DOUBLE_EQ(kept[r].gradients_bytes, 4 * params / 8 + 4 * params);
+    // The activations are the schedule's, whatever the sharding.
+    EXPECT_EQ(zero3[r].activations_bytes, zero2[r].activations_bytes);
+  }
+}
+
 TEST(MemoryTest, Gpt3_175BOn1024GpusAllStages) {
   const Scenario s = Gpt3_175BOn1024();
   const std::vector<StageMemory> stages = memory_per_stage(s);

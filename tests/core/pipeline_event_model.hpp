@@ -36,13 +36,24 @@ struct RankSpan {
   double start = -1, end = 0;
 };
 
+/// Which transfers between ranks a step waits for. kEveryHop: all of them (the model above).
+/// kAsQiEtAlInterleaveScript: as the authors' script for Table 5's and Table 8's 1F1B-I column
+/// (sail-sg/zero-bubble-pipeline-parallelism, branch arxiv, commit f68d3879 "for arxiv paper",
+/// megatron/core/pipeline_parallel/efficiency.py and interleave.py, get_interleave_schedule: the
+/// wrap-around hop of interleaved 1F1B, the last rank's chunk c - 1 to the first rank's chunk c
+/// in the forward and back in the backward, is waited for only by the first micro-batch of each
+/// group of p (`elif _rk == 0 and v > 0`); micro-batches 1..p-1 of a group take it for free).
+/// Only the interleaved placement has such a hop; under the other kinds both are the same.
+enum class Hops { kEveryHop, kAsQiEtAlInterleaveScript };
+
 /// Runs the schedule of `kind` on p ranks with m micro-batches and v model chunks per rank
 /// (build_schedule) and returns each rank's span. A micro-batch's forward runs through its
 /// pipeline's virtual stages in order, its backward in reverse (the pipeline's last stage: after
 /// its own forward), a W after its own B; under a bidirectional() kind each direction's p stages
 /// are a pipeline of their own. Fails the calling test on a deadlock.
 inline std::vector<RankSpan> run_event_model(PipelineScheduleKind kind, int64_t p, int64_t m,
-                                             int64_t v, const PassCosts& c) {
+                                             int64_t v, const PassCosts& c,
+                                             Hops hops = Hops::kEveryHop) {
   const bool split = splits_backward(kind);
   const bool both = bidirectional(kind);
   const int64_t nvs = p * v;
@@ -76,7 +87,13 @@ inline std::vector<RankSpan> run_event_model(PipelineScheduleKind kind, int64_t 
           auto it = done.find(*dep);
           if (it == done.end()) break;
           const bool hop = rank_of_virtual_stage(kind, p, from) != r;
-          start = std::max(start, it->second + (hop ? c.comm : 0.0));
+          // The wrap-around hop between two chunks (vs - from crosses a chunk boundary from the
+          // last rank to the first or back), skipped by the authors' script but for a group's
+          // first micro-batch.
+          const bool wrap = !v_shaped(kind) && v > 1 && from / p != vs / p;
+          if (hops == Hops::kEveryHop || !wrap || s.micro_batch % p == 0) {
+            start = std::max(start, it->second + (hop ? c.comm : 0.0));
+          }
         }
         const double d = s.pass == Pass::kForward    ? c.f
                          : s.pass == Pass::kBackward ? (split ? c.b : c.b + c.w)
@@ -103,11 +120,11 @@ inline std::vector<RankSpan> run_event_model(PipelineScheduleKind kind, int64_t 
 /// layers; under a bidirectional() kind each chunk is a whole stage), the transfer delay stays
 /// whole.
 inline double bubble_rate(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v,
-                          const PassCosts& stage) {
+                          const PassCosts& stage, Hops hops = Hops::kEveryHop) {
   const double share = bidirectional(kind) ? 1.0 : 1.0 / static_cast<double>(v);
   const PassCosts chunk{stage.f * share, stage.b * share, stage.w * share, stage.comm};
   double cost = 0;
-  for (const RankSpan& s : run_event_model(kind, p, m, v, chunk)) {
+  for (const RankSpan& s : run_event_model(kind, p, m, v, chunk, hops)) {
     cost = std::max(cost, s.end - s.start);
   }
   return (cost - static_cast<double>(m) * (stage.f + stage.b + stage.w)) / cost;

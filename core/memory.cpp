@@ -71,7 +71,8 @@ double dense_mlp_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, 
 
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
                               bool sequence_parallel, RecomputeGranularity r, Precision p,
-                              AttentionBackend backend, bool fp8) {
+                              AttentionBackend backend, bool fp8, double hidden_dropout,
+                              double attention_dropout) {
   require_at_least_one(m.hidden_size, "hidden_size");
   require_at_least_one(m.num_attention_heads, "num_attention_heads");
   require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
@@ -101,7 +102,8 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
   const double layer_norm_inputs = 2.0 * e * sbh;       // inputs of the 2 norms: 4sbh
   const double qkv_input = gemm_in * sbh;               // norm output, input of QKV: 2sbh
   const double fc1_input = gemm_in * sbh;               // norm output, input of FC1: 2sbh
-  const double dropout_masks = 2.0 * kMaskBytes * sbh;  // after attention and MLP: 2 x sbh
+  // After attention and MLP: 2 x sbh (none at hidden_dropout 0).
+  const double dropout_masks = hidden_dropout > 0 ? 2.0 * kMaskBytes * sbh : 0.0;
   const double outside_tp_region = layer_norm_inputs + qkv_input + fc1_input + dropout_masks;
   // Inside the TP region (/t), 24 sbh for GPT with ffn = 4h. The same method applied to the
   // Llama-style layer: Q is sbh, K and V are sbh g/a each under grouped-query attention; RoPE
@@ -115,9 +117,10 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
   const double mlp = act_input + fc2_input;                // 16sbh for GeLU, ffn = 4h
   const double inside_tp_region = q_k_v + projection_input + mlp;
   // Attention core, sharded over heads (/t): softmax output 2as^2b, its dropout mask as^2b,
-  // dropout output 2as^2b. Selective recomputation recomputes these instead of storing them.
+  // dropout output 2as^2b (neither at attention_dropout 0). Selective recomputation recomputes
+  // these instead of storing them.
   const double as2b = a * s * s * b;
-  const double attention_core = e * as2b + kMaskBytes * as2b + e * as2b;
+  const double attention_core = e * as2b + (attention_dropout > 0 ? kMaskBytes * as2b + e * as2b : 0.0);
 
   double bytes = outside_tp_region / sp_divisor + inside_tp_region / t;
   if (backend == AttentionBackend::kFlash) {
@@ -362,7 +365,7 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
-      tr.fp8());
+      tr.fp8(), tr.hidden_dropout, tr.attention_dropout);
   int64_t moe_layers = 0;
   for (const ChunkLayers& chunk : chunks) {
     for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
@@ -436,7 +439,8 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = virtual_stage_of(par.pipeline_schedule, p, pp_rank, c);
     if (!takes_embedding(par.pipeline_schedule, p, v, vs)) continue;
-    // Embedding dropout mask, 1 byte per element; sequence-parallel with SP.
+    // Embedding dropout mask (hidden_dropout > 0), 1 byte per element; sequence-parallel with SP.
+    if (tr.hidden_dropout <= 0) continue;
     const double in_flight = static_cast<double>(in_flight_of_chunk(c));
     mem.embedding_and_logits_bytes += in_flight * kMaskBytes * sbh / sp_divisor;
   }
@@ -469,7 +473,8 @@ double offloaded_layer_activation_bytes(const Scenario& s, int64_t layer) {
   double bytes = layer_activation_bytes(s.model, tr.micro_batch_size,
                                         par.tensor_model_parallel_size, par.context_parallel_size,
                                         par.sequence_parallel, tr.recompute_granularity,
-                                        tr.precision, tr.attention_backend, tr.fp8());
+                                        tr.precision, tr.attention_backend, tr.fp8(),
+                                        tr.hidden_dropout, tr.attention_dropout);
   if (s.model.is_moe_layer(layer) && tr.recompute_granularity != RecomputeGranularity::kFull) {
     bytes += moe_mlp_activation_bytes(s) -
              dense_mlp_activation_bytes(s.model, tr.micro_batch_size,

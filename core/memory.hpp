@@ -50,12 +50,17 @@ namespace traintwin {
 /// `tp` = TP size, `cp` = CP size, `sequence_parallel` as configured; precision scales the
 /// 16-bit terms (fp32 doubles them; dropout masks stay 1 byte). With the flash attention
 /// backend the 5 a s^2 b terms of the attention core are never stored (Dao et al. 2022): only
-/// the fp32 row log-sum-exp, 4 a s b / t. Throws InvalidArgument, naming the argument, for sizes
-/// < 1 or seq_length not divisible by cp.
+/// the fp32 row log-sum-exp, 4 a s b / t. Dropout keeps a mask only when its probability is > 0
+/// (PyTorch's dropout returns its input at p = 0): `hidden_dropout` = 0 drops the 2 sbh masks
+/// after attention and MLP, `attention_dropout` = 0 the unfused attention core's mask and its
+/// output (as^2b + 2as^2b: the softmax output is what the product reads). The defaults are
+/// Megatron-LM's (0.1), the case of Korthikanti et al.'s 34 sbh + 5 as^2b. Throws
+/// InvalidArgument, naming the argument, for sizes < 1 or seq_length not divisible by cp.
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
                               bool sequence_parallel, RecomputeGranularity r, Precision p,
                               AttentionBackend backend = AttentionBackend::kUnfused,
-                              bool fp8 = false);
+                              bool fp8 = false, double hidden_dropout = 0.1,
+                              double attention_dropout = 0.1);
 
 /// Activation bytes of the MLP block of one MoE layer for one micro-batch on one rank (they
 /// replace the dense MLP terms of layer_activation_bytes(); the norm output feeding the router

@@ -93,6 +93,12 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     set_default("tp_comm_overlap", sp);
     // The file's FP8 rows ran with FP8 parameters (NeMo fp8_params).
     if (training["fp8_format"]) set_default("fp8_param_gather", true);
+  } else if (source.rfind("pytorch/torchtitan", 0) == 0) {
+    // torchtitan's Llama (torchtitan/models/llama/model.py): no dropout anywhere, and attention
+    // by F.scaled_dot_product_attention with is_causal, which runs the flash kernel for bf16.
+    training["hidden_dropout"] = 0.0;
+    training["attention_dropout"] = 0.0;
+    training["attention_backend"] = "flash";
   } else if (source.rfind("dgxc_h100", 0) == 0) {
     // NVIDIA's NeMo/Megatron-Core recipe: distributed optimizer with overlapped grad reduce and
     // param gather, Transformer Engine TP communication overlap and flash attention.

@@ -149,6 +149,29 @@ TEST(MemoryTest, Fp32DoublesTwoByteTermsButNotMasks) {
   EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 1, false, R::kFull, Precision::kFp32), 16384.0);
 }
 
+// Dropout at probability 0 keeps no mask (PyTorch's dropout returns its input): s 32, b 2, h 64
+// (s b h = 4096), a 4, bf16, no TP, unfused attention. hidden_dropout 0 drops the 2 sbh masks
+// after attention and MLP: 4096 x (34 - 2 + 10) = 172032 of 4096 x (34 + 10) = 180224 (5 a s / h
+// = 10). attention_dropout 0 drops the score mask a s^2 b and the dropout output 2 a s^2 b, 3 of
+// the 5 a s^2 b: 4096 x (34 + 4) = 155648; both: 4096 x (32 + 4) = 147456.
+TEST(MemoryTest, DropoutAtZeroKeepsNoMasks) {
+  const auto bytes = [](double hidden, double attention) {
+    return layer_activation_bytes(Small(), 2, 1, 1, false, R::kNone, Precision::kBf16,
+                                  AttentionBackend::kUnfused, false, hidden, attention);
+  };
+  EXPECT_EQ(bytes(0.1, 0.1), 180224.0);
+  EXPECT_EQ(bytes(0.0, 0.1), 172032.0);
+  EXPECT_EQ(bytes(0.1, 0.0), 155648.0);
+  EXPECT_EQ(bytes(0.0, 0.0), 147456.0);
+  // A whole stage: the embedding's dropout mask goes too (GPT-3 175B on 1,024 GPUs, first stage).
+  Scenario sc = Gpt3_175BOn1024();
+  const StageMemory with = stage_memory(sc, 0);
+  sc.training.hidden_dropout = 0;
+  const StageMemory without = stage_memory(sc, 0);
+  EXPECT_LT(without.embedding_and_logits_bytes, with.embedding_and_logits_bytes);
+  EXPECT_LT(without.activations_bytes, with.activations_bytes);
+}
+
 TEST(MemoryTest, ContextParallelUsesTheLocalSequence) {
   // CP 2: s = 16, s b h = 2048, 5 a s / h = 5; 2048 * (34 + 5) = 79872.
   EXPECT_EQ(layer_activation_bytes(Small(), 2, 1, 2, false, R::kNone, Precision::kBf16), 79872.0);

@@ -63,10 +63,6 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     // all-reduce after the backward pass (not overlapped), unfused attention.
     training["use_distributed_optimizer"] = false;
     training["overlap_grad_reduce"] = false;
-    // The TP all-reduce of a column-parallel layer's input gradient was not yet asynchronous
-    // (Megatron-LM added LinearWithGradAccumulationAndAsyncAllreduce in Oct 2021, after the
-    // paper's runs): it follows the layer's weight gradient, blocking.
-    training["async_tensor_model_parallel_allreduce"] = false;
     // Its p2p splits each tensor over TP and all-gathers it after the receive (section 4.1).
     parallelism["scatter_gather_tensors_in_pipeline"] = true;
   } else if (source.rfind("korthikanti2022", 0) == 0) {

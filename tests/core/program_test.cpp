@@ -882,6 +882,26 @@ Knobs zero3_pp2_knobs() {
   return k;
 }
 
+// The ops of `rank` whose `what` is `what`: how many, their bytes, their micro-batches and the
+// first one's id.
+struct OpTally {
+  int n = 0;
+  int64_t bytes = 0;
+  std::set<int32_t> micro_batches;
+  uint32_t first_id = std::numeric_limits<uint32_t>::max();
+};
+OpTally tally_ops(const Program& p, int64_t rank, std::string_view what) {
+  OpTally t;
+  for (const Op& op : p.ranks.at(rank).ops) {
+    if (std::string_view(op.what) != what) continue;
+    ++t.n;
+    t.bytes += op.bytes;
+    t.micro_batches.insert(op.micro_batch);
+    t.first_id = std::min(t.first_id, op.id);
+  }
+  return t;
+}
+
 // ZeRO-3 with reshard_after_forward false under PP (core/fsdp_gather_once.hpp, torchtitan's FSDP2
 // with torch.distributed.pipelining): each FSDP unit is all-gathered once per step, in its chunk's
 // first forward, not per micro-batch. The small GPT (h 64, ffn 4h, bf16), PP 2, DP 2, 3
@@ -892,31 +912,16 @@ Knobs zero3_pp2_knobs() {
 TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
   const Knobs k = zero3_pp2_knobs();
   Scenario s = make_zero3(k);
-  struct Gathers {
-    int n = 0;
-    int64_t bytes = 0;
-    std::set<int32_t> micro_batches;
-  };
-  auto gathers = [](const Program& p, int64_t rank) {
-    Gathers g;
-    for (const Op& op : p.ranks.at(rank).ops) {
-      if (std::string_view(op.what) != "fsdp all_gather params") continue;
-      ++g.n;
-      g.bytes += op.bytes;
-      g.micro_batches.insert(op.micro_batch);
-    }
-    return g;
-  };
   const Program resharded = build_program(s);
   s.training.reshard_after_forward = false;
   ASSERT_TRUE(fsdp_units_gathered_once_per_step(s));
   const Program kept = build_program(s);
   for (const int64_t rank : {int64_t{0}, int64_t{3}}) {  // stage 0 and stage 1
     ASSERT_EQ(kept.ranks.at(rank).coord.pp, rank == 0 ? 0 : 1);
-    const Gathers r = gathers(resharded, rank);
+    const OpTally r = tally_ops(resharded, rank, "fsdp all_gather params");
     EXPECT_EQ(r.n, 12) << "rank " << rank;
     EXPECT_EQ(r.bytes, 1'199'616) << "rank " << rank;
-    const Gathers g = gathers(kept, rank);
+    const OpTally g = tally_ops(kept, rank, "fsdp all_gather params");
     EXPECT_EQ(g.n, 2) << "rank " << rank;
     EXPECT_EQ(g.bytes, 199'936) << "rank " << rank;
     EXPECT_EQ(g.micro_batches, std::set<int32_t>{0}) << "rank " << rank << ": the first forward";
@@ -935,7 +940,7 @@ TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
   f.training.reshard_after_forward = false;
   EXPECT_FALSE(fsdp_units_gathered_once_per_step(f));
   f.model.num_layers = 2;  // the 2 layers a stage held above
-  const Gathers g = gathers(build_program(f), 0);
+  const OpTally g = tally_ops(build_program(f), 0, "fsdp all_gather params");
   EXPECT_EQ(g.n, 6);
   EXPECT_EQ(g.bytes, 599'808);
 }
@@ -953,21 +958,6 @@ TEST(Program, Zero3UnitsGatheredOncePerStepUnderPipelineParallelism) {
 TEST(Program, Zero3GradientsReduceScatteredOncePerStepUnderPipelineParallelism) {
   const Knobs k = zero3_pp2_knobs();
   Scenario s = make_zero3(k);
-  struct Reduces {
-    int n = 0;
-    int64_t bytes = 0;
-    uint32_t first_id = std::numeric_limits<uint32_t>::max();
-  };
-  auto reduces = [](const Program& p, int64_t rank) {
-    Reduces r;
-    for (const Op& op : p.ranks.at(rank).ops) {
-      if (std::string_view(op.what) != "dp reduce_scatter grads") continue;
-      ++r.n;
-      r.bytes += op.bytes;
-      r.first_id = std::min(r.first_id, op.id);
-    }
-    return r;
-  };
   // The first op of the rank's last backward (micro-batch m - 1).
   auto last_backward = [](const Program& p, int64_t rank) {
     for (const Op& op : p.ranks.at(rank).ops) {
@@ -985,9 +975,9 @@ TEST(Program, Zero3GradientsReduceScatteredOncePerStepUnderPipelineParallelism) 
   for (const int64_t rank : {int64_t{0}, int64_t{3}}) {  // stage 0 and stage 1
     const size_t stage = rank == 0 ? 0 : 1;
     const int64_t per_step = rank == 0 ? 670'208 : 662'528;
-    const Reduces r = reduces(resharded, rank);
+    const OpTally r = tally_ops(resharded, rank, "dp reduce_scatter grads");
     EXPECT_EQ(r.bytes, 3 * per_step) << "rank " << rank;
-    const Reduces g = reduces(kept, rank);
+    const OpTally g = tally_ops(kept, rank, "dp reduce_scatter grads");
     EXPECT_EQ(g.bytes, per_step) << "rank " << rank;
     EXPECT_EQ(3 * g.n, r.n) << "rank " << rank << ": the same buckets, once";
     EXPECT_GT(g.first_id, last_backward(kept, rank)) << "rank " << rank << ": in the last backward";
@@ -1002,7 +992,7 @@ TEST(Program, Zero3GradientsReduceScatteredOncePerStepUnderPipelineParallelism) 
   s.training.reshard_after_forward = true;
   s.training.data_parallel_sharding_strategy = DataParallelShardingStrategy::kOptimGrads;
   EXPECT_FALSE(fsdp_grads_reduced_once_per_step(s));
-  EXPECT_EQ(reduces(build_program(s), 0).bytes, 3 * 670'208);
+  EXPECT_EQ(tally_ops(build_program(s), 0, "dp reduce_scatter grads").bytes, 3 * 670'208);
 }
 
 // CPU offload on the small GPT (8 layers, h 64, 8 heads, s 32, b 1, V 1024, bf16), PP 1, DP 2,

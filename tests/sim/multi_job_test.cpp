@@ -76,6 +76,13 @@ JobInput job(const std::string& name, const Program& p, const CostModel& c,
   return in;
 }
 
+/// Two jobs whose DP rings cross the lab's leaf-spine cables: a on nodes 0 and 2, b on 1 and 3,
+/// starting while a's first all-reduce runs; 3 iterations each.
+std::vector<JobInput> crossing_jobs(const Program& p, const CostModel& c,
+                                    const SimulationOptions& o = ring_simple()) {
+  return {job("a", p, c, {0, 2}, 3, 0, o), job("b", p, c, {1, 3}, 3, 3e-4, o)};
+}
+
 /// The iteration times of every job of replay_jobs(jobs), run in a child process.
 std::vector<std::vector<double>> times_in_child(const std::vector<JobInput>& jobs,
                                                 const TopologySpec& topo, int64_t num_nodes) {
@@ -140,11 +147,8 @@ TEST(MultiJob, SharedLinkClosedFormMatchesSimGridsSolver) {
   TableCostModel costs;
   SimulationOptions in_simgrid = ring_simple();
   in_simgrid.lone_flows_in_closed_form = false;
-  const auto closed = times_in_child(
-      {job("a", p, costs, {0, 2}, 3), job("b", p, costs, {1, 3}, 3, 3e-4)}, t, 4);
-  const auto solver = times_in_child({job("a", p, costs, {0, 2}, 3, 0, in_simgrid),
-                                      job("b", p, costs, {1, 3}, 3, 3e-4, in_simgrid)},
-                                     t, 4);
+  const auto closed = times_in_child(crossing_jobs(p, costs), t, 4);
+  const auto solver = times_in_child(crossing_jobs(p, costs, in_simgrid), t, 4);
   for (size_t j = 0; j < 2; ++j) {
     ASSERT_EQ(closed.at(j).size(), 3u);
     for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(closed[j][k], solver.at(j).at(k), 2e-8) << j << " " << k;
@@ -172,8 +176,7 @@ void shared_series_within_capacity(bool lone_flows_in_closed_form) {
   SimulationOptions o = ring_simple();
   o.lone_flows_in_closed_form = lone_flows_in_closed_form;
   const std::string text = run_isolated([&] {
-    const JobsReplay r = replay_jobs(
-        {job("a", p, costs, {0, 2}, 3, 0, o), job("b", p, costs, {1, 3}, 3, 3e-4, o)}, t, 4);
+    const JobsReplay r = replay_jobs(crossing_jobs(p, costs, o), t, 4);
     std::string out;
     for (const SharedLinkSeries& ls : r.shared_series) {
       size_t l = 0;

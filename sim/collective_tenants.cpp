@@ -196,27 +196,28 @@ std::vector<TenantBandwidth> simulate_ring_tenants(const TopologySpec& topo, int
   std::vector<double> rate_Bps(tenants.size(), 0.0);
   MaxMinScratch scratch;
   const auto n_outcomes = static_cast<int64_t>(outcomes);
+  // The hashed edge of each (tenant, ring edge), or -1 where its route is fixed.
+  std::vector<std::vector<int64_t>> hashed_of(tenants.size());
+  for (size_t i = 0; i < tenants.size(); ++i) hashed_of[i].assign(options[i].size(), -1);
+  for (size_t h = 0; h < hashed.size(); ++h) {
+    hashed_of[hashed[h].first][hashed[h].second] = static_cast<int64_t>(h);
+  }
+  std::vector<double> load_Bps(capacity_Bps.size(), 0.0);
   for (int64_t o = 0; o < n_outcomes; ++o) {
-    std::map<std::pair<size_t, size_t>, size_t> picked;
-    for (size_t h = 0; h < hashed.size(); ++h) picked[hashed[h]] = choice[h];
     for (size_t i = 0; i < tenants.size(); ++i) {
       links_of[i].clear();
       for (size_t k = 0; k < options[i].size(); ++k) {
-        const auto it = picked.find({i, k});
-        const std::vector<uint32_t>& path = options[i][k][it == picked.end() ? 0 : it->second];
+        const int64_t h = hashed_of[i][k];
+        const std::vector<uint32_t>& path = options[i][k][h < 0 ? 0 : choice[static_cast<size_t>(h)]];
         links_of[i].insert(links_of[i].end(), path.begin(), path.end());
       }
       flows[i] = MaxMinFlow{links_of[i], 1.0, bound_Bps[i]};
     }
     weighted_max_min(flows, capacity_Bps, rate_Bps, scratch);
     // Load per link, to name each tenant's bottleneck: a saturated link it crosses.
-    std::vector<double> load_Bps(capacity_Bps.size(), 0.0);
-    std::vector<std::set<std::string>> users(capacity_Bps.size());
+    std::fill(load_Bps.begin(), load_Bps.end(), 0.0);
     for (size_t i = 0; i < tenants.size(); ++i) {
-      for (uint32_t l : links_of[i]) {
-        load_Bps[l] += rate_Bps[i];
-        users[l].insert(tenants[i].name);
-      }
+      for (uint32_t l : links_of[i]) load_Bps[l] += rate_Bps[i];
     }
     for (size_t i = 0; i < tenants.size(); ++i) {
       const CollectiveTenant& t = tenants[i];
@@ -229,14 +230,18 @@ std::vector<TenantBandwidth> simulate_ring_tenants(const TopologySpec& topo, int
       busbw_sum[i] += static_cast<double>(t.bytes) / time_s / 1e9 * factor;
       if (rate_Bps[i] < bound_Bps[i] * (1 - 1e-9)) {
         ++limited[i];
+        if (!bottleneck[i].empty()) continue;  // named in the first outcome that limited it
         for (uint32_t l : links_of[i]) {
           if (load_Bps[l] < capacity_Bps[l] * (1 - 1e-9)) continue;
           const auto crossings = std::count(links_of[i].begin(), links_of[i].end(), l);
-          if (bottleneck[i].empty()) {
-            bottleneck[i] = fmt::format("{} ({} edge{} of its ring; shared with: {})", link_name[l],
-                                        crossings, crossings == 1 ? "" : "s",
-                                        fmt::join(users[l], ", "));
+          std::set<std::string> users;
+          for (size_t j = 0; j < tenants.size(); ++j) {
+            if (std::find(links_of[j].begin(), links_of[j].end(), l) != links_of[j].end()) {
+              users.insert(tenants[j].name);
+            }
           }
+          bottleneck[i] = fmt::format("{} ({} edge{} of its ring; shared with: {})", link_name[l],
+                                      crossings, crossings == 1 ? "" : "s", fmt::join(users, ", "));
           break;
         }
       }

@@ -126,10 +126,8 @@ class SimGridPlatform final : public Platform {
     install_link_sink();
     nic_hosts_.assign(static_cast<size_t>(plan_.num_nodes * plan_.rails), nullptr);
     port_up_.assign(static_cast<size_t>(plan_.num_nodes * plan_.rails), 1);
-    for (const std::string& name : topo_.fabric.ports_down) {
-      long node = -1, nic = -1, plane = -1;  // NOLINT(runtime/int): sscanf's %ld
-      std::sscanf(name.c_str(), "node%ld-nic%ld-plane%ld", &node, &nic, &plane);
-      port_up_[static_cast<size_t>(node * plan_.rails + nic * plan_.planes + plane)] = 0;
+    for (const NicPort& port : topo_.fabric.ports_down) {
+      port_up_[static_cast<size_t>(port.node * plan_.rails + port.nic * plan_.planes + port.plane)] = 0;
     }
     const std::vector<PlannedCable> cables = plan_cables(plan_);
     for (int64_t r = 0; r < plan_.rails; ++r) build_rail(root, r, cables);
@@ -411,13 +409,12 @@ std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpe
   }
   FabricPlan plan = plan_fabric(topo, num_gpus);
   check_scaling(topo, plan, scaling);
-  for (const std::string& port : topo.fabric.ports_down) {
-    long node = -1;  // NOLINT(runtime/int): sscanf's %ld
-    if (std::sscanf(port.c_str(), "node%ld-", &node) != 1 || node < 0 || node >= plan.num_nodes) {
+  for (const NicPort& port : topo.fabric.ports_down) {
+    if (port.node >= plan.num_nodes) {
       throw ConfigError(fmt::format(
           "topology '{}': fabric.ports_down: '{}' is not a port of the {} nodes of {} GPUs "
           "(allowed: node<i>-nic<r>-plane<p>, i 0..{})",
-          topo.name, port, plan.num_nodes, num_gpus, plan.num_nodes - 1));
+          topo.name, port.name(), plan.num_nodes, num_gpus, plan.num_nodes - 1));
     }
   }
   if (engine.get_netzone_root() != nullptr) {

@@ -413,7 +413,7 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
             "comma-separated)",
             fabric.where("ports_down"), name, t.nic.nics_per_node - 1, f.planes - 1));
       }
-      f.ports_down.push_back(name);
+      f.ports_down.push_back({index, rail, plane});
     }
   }
   f.tiers = fabric.integer("tiers");
@@ -755,6 +755,8 @@ double JobGpus::mean_peak_FLOPs(Precision p) const {
   return sum / static_cast<double>(rank_type.size());
 }
 
+std::string NicPort::name() const { return fmt::format("node{}-nic{}-plane{}", node, nic, plane); }
+
 std::string JobGpus::describe() const {
   std::vector<int64_t> count(types.size(), 0);
   for (uint8_t k : rank_type) ++count[k];
@@ -912,7 +914,9 @@ std::string describe_topology(const TopologySpec& t) {
     first += g.nodes;
   }
   if (!f.ports_down.empty()) {
-    out += fmt::format("  down    NIC ports {}\n", fmt::join(f.ports_down, ", "));
+    std::vector<std::string> names;
+    for (const NicPort& port : f.ports_down) names.push_back(port.name());
+    out += fmt::format("  down    NIC ports {}\n", fmt::join(names, ", "));
   }
   const int64_t nodes = max_nodes(t);
   out += fmt::format("  size    up to {} leaves{} = {} scalable units = {} nodes = {} GPUs\n",

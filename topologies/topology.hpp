@@ -124,14 +124,23 @@ struct NicSpec {
 /// plane's spines (and cores), so each plane is a rail-optimized fat tree of its own. A NIC
 /// spreads its traffic evenly over its ports whose cables are up (fabric.ports_down): with both
 /// up a transfer between nodes gets both planes, with one down it gets one port, half the NIC.
+/// One port of a dual-plane fabric's NIC: node `node`'s NIC `nic` on plane `plane`.
+struct NicPort {
+  int64_t node = 0, nic = 0, plane = 0;
+  /// "node<i>-nic<r>-plane<p>", as fabric.ports_down and the platform's link names spell it.
+  std::string name() const;
+  bool operator==(const NicPort&) const = default;
+};
+
 struct FabricSpec {
   /// "rail_optimized_fat_tree" or "dual_plane_rail_fat_tree"
   std::string kind;
   /// Planes: ports per NIC, each to its own fat tree (1; dual_plane_rail_fat_tree: 2).
   int64_t planes = 1;
-  /// NIC ports whose cable is down, as "node<i>-nic<r>-plane<p>" (dual-plane fabrics only):
-  /// the NIC sends and receives on its other plane only.
-  std::vector<std::string> ports_down;
+  /// NIC ports whose cable is down, read from "node<i>-nic<r>-plane<p>" (dual-plane fabrics
+  /// only; the node is checked against the cluster when a platform is built): the NIC sends and
+  /// receives on its other plane only.
+  std::vector<NicPort> ports_down;
   int64_t tiers = 0;                            ///< switch levels: 2 or 3
   int64_t nodes_per_scalable_unit = 0;          ///< nodes under one set of rail leaves
   /// = rails of the whole domain (fabric_rails()) x planes: a leaf per rail and plane

@@ -243,7 +243,7 @@ TEST(Platform, DualPlaneSplitsOverBothPlanesAndAPortDownHalvesTheRail) {
 
 TEST(Platform, DualPlanePortsDownOutsideTheClusterAreRefused) {
   TopologySpec t = shipped("hpn-h100-dual-plane.yaml");
-  t.fabric.ports_down = {"node2-nic0-plane1"};
+  t.fabric.ports_down = {NicPort{2, 0, 1}};  // node2-nic0-plane1
   try {
     Platform::build(engine(), t, 16);
     ADD_FAILURE() << "no ConfigError";
@@ -252,7 +252,7 @@ TEST(Platform, DualPlanePortsDownOutsideTheClusterAreRefused) {
                 HasSubstr("fabric.ports_down: 'node2-nic0-plane1' is not a port of the "
                           "2 nodes of 16 GPUs (allowed: node<i>-nic<r>-plane<p>, i 0..1)"));
   }
-  t.fabric.ports_down = {"node0-nic0-plane0", "node0-nic0-plane1"};
+  t.fabric.ports_down = {NicPort{0, 0, 0}, NicPort{0, 0, 1}};
   const auto p = Platform::build(engine(), t, 16);
   try {
     p->paths(0, 8);

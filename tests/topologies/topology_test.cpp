@@ -128,7 +128,8 @@ TEST(ShippedTopologies, HpnDualPlane) {
   EXPECT_EQ(max_nodes(t), 256);
   EXPECT_THAT(describe_topology(t), HasSubstr("dual-plane (2 ports of 200 Gb/s per NIC"));
   const TopologySpec down = load_topology(kTopologies / "hpn-h100-dual-plane-port-down.yaml");
-  EXPECT_EQ(down.fabric.ports_down, std::vector<std::string>{"node1-nic0-plane1"});
+  EXPECT_EQ(down.fabric.ports_down, (std::vector<NicPort>{{1, 0, 1}}));
+  EXPECT_EQ(down.fabric.ports_down.at(0).name(), "node1-nic0-plane1");
 
   const std::string dual = with("  kind: rail_optimized_fat_tree\n",
                                 "  kind: dual_plane_rail_fat_tree\n");
@@ -147,8 +148,7 @@ TEST(ShippedTopologies, HpnDualPlane) {
                                          HasSubstr("r 0..7, p 0..1")));
   const TopologySpec two =
       parse_topology(ok + "  ports_down: node1-nic0-plane1, node3-nic2-plane0\n", "t.yaml");
-  EXPECT_EQ(two.fabric.ports_down,
-            (std::vector<std::string>{"node1-nic0-plane1", "node3-nic2-plane0"}));
+  EXPECT_EQ(two.fabric.ports_down, (std::vector<NicPort>{{1, 0, 1}, {3, 2, 0}}));
   EXPECT_THAT(error_for(kValid + "  ports_down: node1-nic0-plane1\n"),
               AllOf(HasSubstr("t.yaml:28: fabric.ports_down"), HasSubstr("has one port"),
                     HasSubstr("allowed: kind dual_plane_rail_fat_tree")));

@@ -41,6 +41,7 @@ struct Dims {
   int64_t dsize;       // bytes per activation/parameter element
   int64_t grad_bytes;  // bytes per gradient element in the DP reduce
   bool sp;
+  bool fused_cross_entropy;  // training.cross_entropy_loss_fusion
   int64_t tokens;      // s * b: rows of the TP-region GEMMs
   int64_t tokens_sp;   // rows of the LN/dropout regions: s*b/t with SP, else s*b
   Precision dtype;
@@ -85,6 +86,7 @@ struct Dims {
     dsize = bytes_per_element(dtype);
     grad_bytes = static_cast<int64_t>(bytes_per_parameter(dtype, false, 1).gradients);
     sp = sc.parallel.sequence_parallel;
+    fused_cross_entropy = sc.training.cross_entropy_loss_fusion;
     tokens = s * b;
     tokens_sp = sp ? tokens / t : tokens;
     if (sc.model.is_moe()) {
@@ -296,10 +298,26 @@ struct KernelFactory {
   //     saved for the backward (8): 28.
   //   cross_entropy_bwd: grad_input.mul_(grad_output) on the saved softmax (8) and the backward
   //     of the cast, the fp32 gradient back to the logits' dtype (reads 4, writes e; none in fp32).
-  // 16-bit training: 10 + 28 + 14 = 52 bytes per logit; fp32: 4 + 28 + 8 = 40. The per-token
-  // terms (target gather and mask, log of the sums) are negligible. FLOPs per logit: 1 (max),
-  // 3 (subtract, exp, divide), 3 (backward).
-  static double cross_entropy_bytes_per_logit(std::string_view name, int64_t dsize) {
+  // 16-bit training: 10 + 28 + 14 = 52 bytes per logit; fp32: 4 + 28 + 8 = 40.
+  // Fused (training.cross_entropy_loss_fusion; megatron/core/fusions/fused_cross_entropy.py,
+  // core_v0.10.0 to core_v0.12, bf16 only): the same four functions, each one @jit_fuser
+  // (torch.compile) graph, so each reads and writes the logits once per graph; an in-place
+  // update of a graph input is written back to it in the same kernel:
+  //   cross_entropy_max: the bf16 logits read (2), the fp32 copy the graph returns written (4): 6.
+  //   cross_entropy_fwd: subtract, exp and sum in one pass (reads 4, writes the exps 4), then
+  //     after the all-reduce the in-place divide (8): 16.
+  //   cross_entropy_bwd: the saved softmax read (4), the gradient written as bf16 (2) and the
+  //     in-place update of the saved softmax written back (4): 10.
+  // Fused: 6 + 16 + 10 = 32 bytes per logit. The per-token terms (target gather and mask, log
+  // of the sums) are negligible. FLOPs per logit: 1 (max), 3 (subtract, exp, divide),
+  // 3 (backward). The fused forward all-reduces the target logits and the sums in one call; the
+  // Program keeps its two all-reduces of T x 4 bytes (one more latency per micro-batch).
+  static double cross_entropy_bytes_per_logit(std::string_view name, int64_t dsize, bool fused) {
+    if (fused) {
+      if (name == "cross_entropy_max") return static_cast<double>(dsize) + 4;
+      if (name == "cross_entropy_fwd") return 16;
+      return 8 + static_cast<double>(dsize);  // cross_entropy_bwd
+    }
     const double cast = dsize < 4 ? static_cast<double>(dsize) + 4 : 0.0;
     if (name == "cross_entropy_max") return cast + 4;
     if (name == "cross_entropy_fwd") return 28;
@@ -309,7 +327,7 @@ struct KernelFactory {
     const double n = static_cast<double>(d.tokens * d.vocab_local);
     const std::string_view v = name;
     return make(name, {d.tokens, d.vocab_local}, (v == "cross_entropy_max" ? 1 : 3) * n,
-                cross_entropy_bytes_per_logit(v, d.dsize) * n);
+                cross_entropy_bytes_per_logit(v, d.dsize, d.fused_cross_entropy) * n);
   }
   Kernel embedding(bool backward) const {
     const double n = static_cast<double>(d.tokens * d.h);

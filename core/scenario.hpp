@@ -334,6 +334,10 @@ struct TrainingConfig {
   /// backward). Only without sequence parallelism: under SP the gradient's reduce-scatter
   /// overlaps the weight gradient either way (Megatron turns this flag off under SP).
   bool async_tensor_model_parallel_allreduce = true;
+  /// Megatron's fused vocab-parallel cross entropy (--cross-entropy-loss-fusion;
+  /// megatron/core/fusions/fused_cross_entropy.py, torch.compile'd passes, bf16 only): the loss
+  /// reads and writes the logits in fewer passes (core/lowering_kernels.hpp cross_entropy).
+  bool cross_entropy_loss_fusion = false;
   /// The arithmetic of the matrix products of fp32 training (PyTorch
   /// torch.set_float32_matmul_precision); anything but highest needs precision fp32.
   Float32MatmulPrecision float32_matmul_precision = Float32MatmulPrecision::kHighest;

@@ -629,6 +629,14 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                   "parallelism the input gradient's reduce-scatter always overlaps the weight "
                   "gradient, as Megatron runs it)");
   }
+  // megatron/core/fusions/fused_cross_entropy.py casts the logits' gradient to torch.bfloat16
+  // (calculate_gradients), so fp16 and fp32 logits would get a gradient of the wrong dtype.
+  if (t.cross_entropy_loss_fusion && t.precision != Precision::kBf16) {
+    return broken("training.cross_entropy_loss_fusion",
+                  fmt::format("true needs training.precision: bf16 (got {}; rule: Megatron's "
+                              "fused cross entropy returns a bf16 gradient)",
+                              to_string(t.precision)));
+  }
   // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
   // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
   if (cp > 1 && m.seq_length % mul(2, cp) != 0) {

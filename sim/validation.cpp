@@ -89,6 +89,11 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     set_default("tp_comm_overlap", sp);
     // The file's FP8 rows ran with FP8 parameters (NeMo fp8_params).
     if (training["fp8_format"]) set_default("fp8_param_gather", true);
+    // Megatron's fused cross entropy: the NeMo-1 llama3.1 and nemotron configs of dgxc v25.02
+    // set cross_entropy_loss_fusion: true, and NeMo 2's GPTConfig defaults to it (the long-context
+    // table and the repository's later recipes); the NeMo-1 grok1_314b.yaml does not set it, so
+    // its rows keep Megatron's default (off).
+    set_default("cross_entropy_loss_fusion", source.find("grok1") == std::string::npos);
   } else if (source.rfind("pytorch/torchtitan", 0) == 0) {
     // torchtitan's Llama (torchtitan/models/llama/model.py): no dropout anywhere, and attention
     // by F.scaled_dot_product_attention with is_causal, which runs the flash kernel for bf16.

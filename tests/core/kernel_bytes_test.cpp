@@ -122,5 +122,23 @@ TEST(KernelBytes, VocabParallelCrossEntropyAsMegatronsUnfusedPasses) {
   }
 }
 
+// Megatron's fused vocab-parallel cross-entropy (megatron/core/fusions/fused_cross_entropy.py,
+// core_v0.12.0: four @jit_fuser graphs, bf16 only) on the same 32,768 logits, one pass over the
+// logits per graph: calculate_logits_max reads the bf16 logits (2) and writes the fp32 copy it
+// returns (4): 6 bytes each, 196,608. calculate_predicted_logits subtracts, exponentiates and sums
+// in one pass (read 4, write 4) and calculate_cross_entropy_loss divides in place (4 + 4): 16,
+// 524,288. calculate_gradients reads the saved softmax (4), writes the bf16 gradient (2) and
+// writes back its in-place update of the softmax (4): 10, 327,680. 32 bytes per logit against the
+// unfused 52.
+TEST(KernelBytes, FusedCrossEntropyReadsTheLogitsOncePerGraph) {
+  Scenario sc = small_gpt(Precision::kBf16);
+  sc.training.cross_entropy_loss_fusion = true;
+  const Program p = build_program(sc, {0});
+  EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_max").bytes, 196608);
+  EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_fwd").bytes, 524288);
+  EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_bwd").bytes, 327680);
+  EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_fwd").flops, 3 * 32768.0);
+}
+
 }  // namespace
 }  // namespace traintwin

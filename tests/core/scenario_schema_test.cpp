@@ -95,7 +95,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_TRUE(keys_of("nonsense").empty());
   EXPECT_EQ(keys_of("model").size(), 27u);
   EXPECT_EQ(keys_of("parallelism").size(), 18u);  // with scatter_gather_tensors_in_pipeline
-  EXPECT_EQ(keys_of("training").size(), 42u);  // with async_tensor_model_parallel_allreduce
+  EXPECT_EQ(keys_of("training").size(), 43u);  // with cross_entropy_loss_fusion
   EXPECT_TRUE(scenario_schema::is_section("training"));
   EXPECT_FALSE(scenario_schema::is_section("name"));
   EXPECT_TRUE(scenario_schema::is_nested_mapping("cluster.what_if.degraded_link"));
@@ -120,8 +120,8 @@ TEST(ScenarioSchema, PathsAndFlagsAreUnique) {
   // The 57 flags the command line had before the table, --pipeline-schedule, Megatron-FSDP's 2,
   // --num-distributed-optimizer-instances (HSDP), --pipeline-model-parallel-layout and CPU
   // offload's 4 (--optimizer-cpu-offload, --optimizer-offload-fraction, --cpu-offloading,
-  // --cpu-offloading-num-layers).
-  EXPECT_EQ(flags.size(), 66u);
+  // --cpu-offloading-num-layers), and --cross-entropy-loss-fusion.
+  EXPECT_EQ(flags.size(), 67u);
 }
 
 TEST(ScenarioSchema, DefaultsComeFromTheMembersOrTheirWords) {

@@ -1161,6 +1161,17 @@ TEST(ScenarioRules, BlockingTpAllReduceNeedsNoSequenceParallel) {
                                  HasSubstr("false needs parallelism.sequence_parallel: false")));
 }
 
+// Megatron's fused cross entropy casts the logits' gradient to bf16 (fused_cross_entropy.py,
+// calculate_gradients): fp16 or fp32 training with it is refused, bf16 accepted.
+TEST(ScenarioRules, FusedCrossEntropyNeedsBf16) {
+  ScenarioText t;
+  t.set("training", "cross_entropy_loss_fusion", "true").set("training", "precision", "fp16");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "training.cross_entropy_loss_fusion")),
+                                 HasSubstr("needs training.precision: bf16 (got fp16")));
+  t.set("training", "precision", "bf16");
+  EXPECT_TRUE(parse(t.text()).training.cross_entropy_loss_fusion);
+}
+
 TEST(ScenarioRules, OverlapParamGatherNeedsDistributedOptimizerAndGradReduceOverlap) {
   ScenarioText t;
   t.set("training", "overlap_param_gather", "true").set("training", "overlap_grad_reduce", "true");

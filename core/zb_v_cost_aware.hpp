@@ -81,7 +81,8 @@ struct ZbVCostAwareSchedule {
 /// Throws InvalidArgument unless pp_size >= 1, num_micro_batches >= 2 pp_size (the warm-up's
 /// 2p forwards; zb_v_schedule's rule), the costs f, b, w > 0 and comm >= 0, memory.f > 0 and
 /// memory.limit >= 2 memory.f, and when the scheduler cannot place a pass within memory.limit
-/// (a W is needed to free memory and none is pending; the message says which rank and pass).
+/// (the message says which rank and pass): its warm-up runs up to 2p forwards on the last rank
+/// before any W can free memory, so a limit below 2p forwards' activations may fail there.
 ZbVCostAwareSchedule zb_v_cost_aware_schedule(int64_t pp_size, int64_t num_micro_batches,
                                               const ZbVPassCosts& costs,
                                               const ZbVPassMemory& memory);

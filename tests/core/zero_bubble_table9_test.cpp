@@ -276,7 +276,7 @@ double v_rate_of(const std::vector<std::vector<ScheduleStep>>& ranks, int64_t p,
 
 // Table 8's ZB-V column, every row (the 16-stage ones included), to its 4 decimals: the cost-aware
 // order in the event model. The scheduler's own bubble (its times are the event model's) gives
-// the same rate, and on the 16-stage rows it idles 1.0-2.3e-3 less than the fixed order.
+// the same rate; on the 16-stage rows it idles 1.0-2.3e-3 less than the fixed order.
 TEST(ZeroBubblePaperTable8, ZbVCostAwareOrderGivesTheTable) {
   for (const ZbVRow& row : kTable8) {
     const ZbVCostAwareSchedule order = cost_aware_of(row);
@@ -289,10 +289,14 @@ TEST(ZeroBubblePaperTable8, ZbVCostAwareOrderGivesTheTable) {
         2.0 * static_cast<double>(row.m) *
         (std::round(row.t_f * 1000) + std::round(row.t_b * 1000) + std::round(row.t_w * 1000));
     EXPECT_NEAR(order.bubble / (order.bubble + work_us), ours, 1e-6) << name(row);
+    // The greedy order is not always the better one: on 24 and 32 stages the fixed order idles
+    // 0.2-1.0e-3 less.
+    const double fixed = pipeline_events::bubble_rate(PipelineScheduleKind::kZbV, row.p, row.m, 2,
+                                                      stage_of(row));
     if (row.p == 16) {
-      const double fixed = pipeline_events::bubble_rate(PipelineScheduleKind::kZbV, row.p, row.m,
-                                                        2, stage_of(row));
       EXPECT_GT(fixed - ours, 0.9e-3) << name(row);
+    } else {
+      EXPECT_LT(fixed, ours) << name(row);
     }
   }
 }

@@ -172,7 +172,8 @@ class VGreedy {
       }
       put(s, kF, 1, r);
     }
-    // Each rank below the first catches up with the forwards of the rank before it.
+    // Each rank after the first catches up with the forwards of the rank before it, and goes on
+    // while it has run no more chunk-1 forwards than that rank, which has not run all of them.
     int lane = 0;
     for (int64_t r = 1; r < p_; ++r) {
       while (cnt(r, 0) + cnt(r, 1) < cnt(r - 1, 0) + cnt(r - 1, 1) ||
@@ -188,8 +189,9 @@ class VGreedy {
       for (int64_t r = 0; r < p_; ++r) {
         while (s.mem[static_cast<size_t>(r)] + mem_[kB] > limit_) put_w(s, r);
       }
-      // Which B each rank runs next: chunk 1's (lane 0) while it is not ahead of chunk 0's,
-      // else chunk 0's (lane 1) once its input is there; lane-1 ranks go first, last rank first.
+      // Which B each rank runs next: model chunk 1's (lane 0) unless chunk 0's (lane 1) are
+      // behind and the next one's input is there (or lane 0 is done); the lane-1 ranks are
+      // placed first, from the last rank down, then the lane-0 ranks from the first.
       std::vector<int64_t> lane0, lane1;
       for (int64_t r = 0; r < p_; ++r) {
         if (cnt(r, 3) >= cnt(r, 2)) {

@@ -58,18 +58,20 @@ struct ZbVCostAwareSchedule {
 /// PipelineGraph.try_v_schedule and create_schedule; the arXiv branch's v_schedule.py at commit
 /// f68d3879 "for arxiv paper", which computed Table 8, differs in one warm-up condition and gives
 /// the same Table 8 rates). All ranks are placed together, pass by pass, in the scheduler's time:
-///   1. warm-up: one chunk-0 forward on every rank; then from the last rank up, each rank puts
-///      further chunk-0 forwards (on itself and every rank above it) while they fit before its
-///      first chunk-1 forward's input arrives and the memory limit allows (2 + 2r forwards'
-///      room), then that chunk-1 forward; then each rank below the first catches up with the
-///      forwards of the rank before it, alternating chunks;
-///   2. 2m rounds of: every rank's next B (chunk 1's backward where its input is ready, else
-///      chunk 0's), then every rank's next forward where its input is ready; before each, the
-///      rank runs pending W's (first in, first out) while one fits before that pass's input
-///      arrives, plus one more if the remaining wait exceeds what the rank may still idle (the
-///      largest bubble so far less its own) — always before a chunk-1 B, and before a chunk-0 B
-///      or a forward as the variant's fill_b / fill_f say; W's also run whenever the next pass
-///      would exceed the memory limit;
+///   1. warm-up: one chunk-0 forward on every rank; then from the last rank up, each rank r
+///      puts further chunk-0 forwards (one on every rank 0..r at a time) while they fit before
+///      its first chunk-1 forward's input arrives and the memory limit allows (2 + 2r forwards'
+///      room), then that chunk-1 forward; then each rank after the first catches up with the
+///      forwards of the rank before it, and runs one chunk-1 forward more than it while that
+///      rank has some left (each round one forward on every rank from the last down to it,
+///      alternating chunks);
+///   2. 2m rounds of: every rank's next B — chunk 0's backward where it is behind chunk 1's and
+///      its input is there (or chunk 1's are all done), else chunk 1's — then every rank's next
+///      forward whose input is there; before each, the rank runs pending W's (first in, first
+///      out) while one fits before that pass's input arrives, plus one more if the remaining wait
+///      exceeds what the rank may still idle (the largest bubble so far less its own): always
+///      before a chunk-0 B, before a chunk-1 B or a forward as the variant's fill_b / fill_f
+///      say; W's also run whenever the next pass would exceed the memory limit;
 ///   3. the W's still pending.
 /// Each variant (fill_b, fill_f in {true, false}) is repeated with the previous run's per-rank
 /// bubbles as each rank's allowance while that lowers the largest bubble; the order with the

@@ -111,10 +111,12 @@ std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
 /// op to its last without a gap (the paper's zero bubble for ZB-V) while holding at most 2p
 /// chunk activation sets (p M_B, 1F1B's peak: each chunk is half a stage). The authors' runtime
 /// builds its order from the profiled T_F, T_B, T_W and T_comm instead (zbv.py's greedy W and
-/// warm-up placement, the default --zero-bubble-v-schedule-mem-setup zb), so with unequal costs
-/// and communication the two differ: on the arXiv version's Table 8 costs this order idles
-/// 0.2-1.0e-3 less on 24 and 32 stages and 1.0-2.3e-3 more on 16
-/// (tests/core/zero_bubble_table9_test.cpp).
+/// warm-up placement, the default --zero-bubble-v-schedule-mem-setup zb; in traintwin
+/// zb_v_cost_aware_schedule, core/zb_v_cost_aware.hpp), so with unequal costs and communication
+/// the two differ: on the arXiv version's Table 8 costs this order idles 0.2-1.0e-3 less than the
+/// cost-aware one on 24 and 32 stages and 1.0-2.3e-3 more on 16
+/// (tests/core/zero_bubble_table9_test.cpp). The Program, the engines and the executor run this
+/// fixed order for pipeline_schedule zb-v.
 /// Throws InvalidArgument as GPipe, and unless m >= 2p (the warm-up's 2p forwards).
 std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
                                         int64_t num_micro_batches);

@@ -46,19 +46,15 @@ struct RankSpan {
 /// Only the interleaved placement has such a hop; under the other kinds both are the same.
 enum class Hops { kEveryHop, kAsQiEtAlInterleaveScript };
 
-/// Runs the schedule of `kind` on p ranks with m micro-batches and v model chunks per rank
-/// (build_schedule) and returns each rank's span. A micro-batch's forward runs through its
-/// pipeline's virtual stages in order, its backward in reverse (the pipeline's last stage: after
-/// its own forward), a W after its own B; under a bidirectional() kind each direction's p stages
-/// are a pipeline of their own. Fails the calling test on a deadlock.
-inline std::vector<RankSpan> run_event_model(PipelineScheduleKind kind, int64_t p, int64_t m,
-                                             int64_t v, const PassCosts& c,
-                                             Hops hops = Hops::kEveryHop) {
+/// As run_event_model below, for given orders: steps[r] is rank r's, placed as `kind` places v
+/// chunks per rank (virtual_stage_of). Used for orders build_schedule does not give (ZB-V's
+/// cost-aware order, core/zb_v_cost_aware.hpp).
+inline std::vector<RankSpan> run_event_model_of(PipelineScheduleKind kind, int64_t p, int64_t v,
+                                                const std::vector<std::vector<ScheduleStep>>& steps,
+                                                const PassCosts& c, Hops hops = Hops::kEveryHop) {
   const bool split = splits_backward(kind);
   const bool both = bidirectional(kind);
   const int64_t nvs = p * v;
-  std::vector<std::vector<ScheduleStep>> steps;
-  for (int64_t r = 0; r < p; ++r) steps.push_back(build_schedule(kind, p, r, m, v));
   std::map<std::tuple<int, int64_t, int64_t>, double> done;  // (pass, mb, vstage) -> end
   std::vector<size_t> pos(static_cast<size_t>(p), 0);
   std::vector<RankSpan> span(static_cast<size_t>(p));
@@ -108,9 +104,22 @@ inline std::vector<RankSpan> run_event_model(PipelineScheduleKind kind, int64_t 
   }
   for (int64_t r = 0; r < p; ++r) {
     EXPECT_EQ(pos[static_cast<size_t>(r)], steps[static_cast<size_t>(r)].size())
-        << "deadlock at rank " << r << " of " << p << ", " << to_string(kind) << ", m " << m;
+        << "deadlock at rank " << r << " of " << p << ", " << to_string(kind);
   }
   return span;
+}
+
+/// Runs the schedule of `kind` on p ranks with m micro-batches and v model chunks per rank
+/// (build_schedule) and returns each rank's span. A micro-batch's forward runs through its
+/// pipeline's virtual stages in order, its backward in reverse (the pipeline's last stage: after
+/// its own forward), a W after its own B; under a bidirectional() kind each direction's p stages
+/// are a pipeline of their own. Fails the calling test on a deadlock.
+inline std::vector<RankSpan> run_event_model(PipelineScheduleKind kind, int64_t p, int64_t m,
+                                             int64_t v, const PassCosts& c,
+                                             Hops hops = Hops::kEveryHop) {
+  std::vector<std::vector<ScheduleStep>> steps;
+  for (int64_t r = 0; r < p; ++r) steps.push_back(build_schedule(kind, p, r, m, v));
+  return run_event_model_of(kind, p, v, steps, c, hops);
 }
 
 /// Qi et al.'s bubble rate (ICLR 2024 sec. 5.3): (cost - m (T_F + T_B + T_W)) / cost, the cost

@@ -33,17 +33,22 @@
 // four variants), while zb_v_schedule is the fixed order that scheduler emits for T_F = T_B = T_W
 // without communication. On Table 8's costs our fixed order is within 1e-3 of the table on the
 // 24- and 32-stage rows (0.1-1.0e-3 less bubble) and 1.0-2.3e-3 above it on the 16-stage rows.
-// Evaluating the scheduler's own order in this event model gives Table 8's ZB-V exactly (checked
-// with the authors' Python when this test was written), so the gap is the order, not the timing.
+// The scheduler itself, zb_v_cost_aware_schedule (core/zb_v_cost_aware.hpp), given the script's
+// costs in us and the memory model the script gives it (34 h + 5 a s per forward, s = 1024, the
+// limit 2p forwards), builds orders that give Table 8's ZB-V column to 4 decimals in this event
+// model, and its own bubble estimate equals the event model's: the gap is the order, not the
+// timing.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/schedule.hpp"
+#include "core/zb_v_cost_aware.hpp"
 #include "pipeline_event_model.hpp"
 
 namespace traintwin {
@@ -236,6 +241,63 @@ TEST(ZeroBubblePaperTable8, ZbVFixedOrderAgainstTheTablesCostAwareOrder) {
     EXPECT_LT(ours, pipeline_events::bubble_rate(PipelineScheduleKind::kZbH2, row.p, row.m, 1,
                                                  stage_of(row)) + 1e-4)
         << name(row);
+  }
+}
+
+/// Hidden size and attention heads of Table 8's models (Table 3; v_schedule.py's settings list:
+/// 6.2B 4096 and 32, 14.6B 5120 and 40, 28.3B 6144 and 48), for the scheduler's memory model.
+std::pair<int64_t, int64_t> hidden_and_heads_of(const std::string& model) {
+  if (model == "6.2B") return {4096, 32};
+  if (model == "14.6B") return {5120, 40};
+  return {6144, 48};  // 28.3B
+}
+
+/// The authors' V scheduler run on a Table 8 row as their script runs it (v_schedule.py's
+/// __main__: per-chunk costs in us, seq_length 1024, the default limit of 2p forwards).
+ZbVCostAwareSchedule cost_aware_of(const ZbVRow& row) {
+  auto us = [](double ms) { return std::round(ms * 1000.0); };
+  const auto [h, a] = hidden_and_heads_of(row.model);
+  return zb_v_cost_aware_schedule(row.p, row.m,
+                                  {us(row.t_f), us(row.t_b), us(row.t_w), us(row.t_comm)},
+                                  zb_v_megatron_memory(row.p, h, a, 1024));
+}
+
+/// The paper's bubble rate of given ZB-V orders in the event model, from per-chunk costs.
+double v_rate_of(const std::vector<std::vector<ScheduleStep>>& ranks, int64_t p, int64_t m,
+                 const pipeline_events::PassCosts& chunk) {
+  double cost = 0;
+  for (const auto& s :
+       pipeline_events::run_event_model_of(PipelineScheduleKind::kZbV, p, 2, ranks, chunk)) {
+    cost = std::max(cost, s.end - s.start);
+  }
+  const double work = 2.0 * static_cast<double>(m) * (chunk.f + chunk.b + chunk.w);
+  return (cost - work) / cost;
+}
+
+// Table 8's ZB-V column, every row (the 16-stage ones included), to its 4 decimals: the cost-aware
+// order in the event model. The scheduler's own bubble (its times are the event model's) gives
+// the same rate; on the 16-stage rows it idles 1.0-2.3e-3 less than the fixed order.
+TEST(ZeroBubblePaperTable8, ZbVCostAwareOrderGivesTheTable) {
+  for (const ZbVRow& row : kTable8) {
+    const ZbVCostAwareSchedule order = cost_aware_of(row);
+    const pipeline_events::PassCosts chunk{row.t_f, row.t_b, row.t_w, row.t_comm};
+    const double ours = v_rate_of(order.ranks, row.p, row.m, chunk);
+    std::printf("ZB-V cost-aware %-16s ours %.4f  Table 8 %.4f  %+.5f\n", name(row).c_str(), ours,
+                row.zb_v, ours - row.zb_v);
+    EXPECT_NEAR(ours, row.zb_v, kPrinted) << name(row);
+    const double work_us =
+        2.0 * static_cast<double>(row.m) *
+        (std::round(row.t_f * 1000) + std::round(row.t_b * 1000) + std::round(row.t_w * 1000));
+    EXPECT_NEAR(order.bubble / (order.bubble + work_us), ours, 1e-6) << name(row);
+    // The greedy order is not always the better one: on 24 and 32 stages the fixed order idles
+    // 0.2-1.0e-3 less.
+    const double fixed = pipeline_events::bubble_rate(PipelineScheduleKind::kZbV, row.p, row.m, 2,
+                                                      stage_of(row));
+    if (row.p == 16) {
+      EXPECT_GT(fixed - ours, 0.9e-3) << name(row);
+    } else {
+      EXPECT_LT(fixed, ours) << name(row);
+    }
   }
 }
 

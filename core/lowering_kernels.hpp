@@ -113,10 +113,15 @@ struct Dims {
 class KernelTable {
  public:
   explicit KernelTable(std::vector<Kernel>& kernels) : kernels_(kernels) {}
-  uint32_t add(Kernel k) {
-    auto [it, inserted] = index_.try_emplace(k.key, static_cast<uint32_t>(kernels_.size()));
-    if (inserted) kernels_.push_back(std::move(k));
-    return it->second;
+  /// The index of `k` in the table, added when new (copied only then: most calls of a probe's
+  /// lowering find a kernel of an earlier layer).
+  uint32_t add(const Kernel& k) {
+    const auto it = index_.find(k.key);
+    if (it != index_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(kernels_.size());
+    index_.emplace(k.key, id);
+    kernels_.push_back(k);
+    return id;
   }
 
  private:

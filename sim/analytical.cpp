@@ -117,6 +117,7 @@ struct StepKey {
     return std::tie(pass, micro_batch, model_chunk) <
            std::tie(o.pass, o.micro_batch, o.model_chunk);
   }
+  bool operator==(const StepKey&) const = default;
 };
 
 /// One (pass, micro-batch, chunk) of a probe rank, run as a local dataflow.
@@ -449,7 +450,6 @@ class Estimator {
     const size_t n = rp.ops.size();
     t.inst_of.assign(n, kNone);
     t.local_end.assign(n, 0.0);
-    t.seq.assign(n, -1);
     t.first_fwd.assign(static_cast<size_t>(v_), kNone);
     t.typical.assign(static_cast<size_t>(3 * v_), kNone);
     t.op_s.assign(n, 0.0);
@@ -459,6 +459,7 @@ class Estimator {
     t.unit_gather.assign(n, 0);
     // On its own GPU (a mixed job's stages differ).
     const std::vector<double>& compute = timed_->durations(rp.rank, timed_->gpu_type(rp.rank));
+    uint32_t last_inst = kNone;  // the instance of the last step op
     for (const Op& op : rp.ops) {
       // (Host ops: their host-link or host-CPU time, from the timing layer too.)
       if (op.kind == OpKind::kCompute || op.kind == OpKind::kHost) t.op_s[op.id] = compute[op.id];
@@ -486,15 +487,19 @@ class Estimator {
       }
       t.first_step_op = std::min(t.first_step_op, op.id);
       const StepKey key{pass_of(op.phase), op.micro_batch, op.model_chunk};
-      auto [it, inserted] = t.by_key.try_emplace(key, static_cast<uint32_t>(t.insts.size()));
-      if (inserted) {
-        t.insts.emplace_back();
-        t.insts.back().key = key;
-        uint32_t& typ = t.typical[static_cast<size_t>(static_cast<int64_t>(key.pass) * v_ + key.model_chunk)];
-        if (typ == kNone) typ = it->second;
+      if (last_inst == kNone || !(key == t.insts[last_inst].key)) {
+        // (A step's ops mostly follow one another: the map only when the step changes.)
+        auto [it, inserted] = t.by_key.try_emplace(key, static_cast<uint32_t>(t.insts.size()));
+        if (inserted) {
+          t.insts.emplace_back();
+          t.insts.back().key = key;
+          uint32_t& typ = t.typical[static_cast<size_t>(static_cast<int64_t>(key.pass) * v_ + key.model_chunk)];
+          if (typ == kNone) typ = it->second;
+        }
+        last_inst = it->second;
       }
-      t.inst_of[op.id] = it->second;
-      t.insts[it->second].ops.push_back(op.id);
+      t.inst_of[op.id] = last_inst;
+      t.insts[last_inst].ops.push_back(op.id);
     }
     for (const ScheduleStep& st : rp.schedule) {
       auto it = t.by_key.find({st.pass, st.micro_batch, st.model_chunk});
@@ -779,22 +784,20 @@ class Estimator {
 
   /// End of a posted-on-both-sides transfer, or nullopt.
   std::optional<double> transfer_end(const P2PRef& x, int64_t r) {
-    const auto tg = static_cast<size_t>(x.tag);
-    if (send_post_[tg] < 0 || recv_post_[tg] < 0) return std::nullopt;
+    const TagState& ts = tags_[x.tag];
+    if (ts.send_post < 0 || ts.recv_post < 0) return std::nullopt;
     const int64_t src = x.send ? r : x.peer_stage;
     const int64_t dst = x.send ? x.peer_stage : r;
-    return std::max(send_post_[tg], recv_post_[tg]) + transfer_s(src, dst);
+    return std::max(ts.send_post, ts.recv_post) + transfer_s(src, dst);
   }
 
   void run_steps() {
     const auto ntags = static_cast<size_t>(m_ * nvs() * 2);
-    send_post_.assign(ntags, kUnposted);
-    recv_post_.assign(ntags, kUnposted);
+    tags_.assign(ntags, TagState{});
     // Each stage runs until a step waits for a transfer its peer has not posted yet; it then
-    // waits on that tag and runs again once the peer posts it. A step's start depends only on
-    // its own stage and on the posts it waits for, so the order in which stages run changes
-    // nothing.
-    std::vector<int64_t> waiter(ntags, -1);  // tag -> the stage waiting for its other side
+    // waits on that tag (TagState::waiter) and runs again once the peer posts it. A step's start
+    // depends only on its own stage and on the posts it waits for, so the order in which stages
+    // run changes nothing.
     std::vector<int64_t> runnable;
     runnable.reserve(static_cast<size_t>(p_));
     for (int64_t r = p_ - 1; r >= 0; --r) runnable.push_back(r);
@@ -809,21 +812,20 @@ class Estimator {
         if (it.step < 0) {
           for (uint32_t k = it.begin; k < it.end; ++k) {
             const P2PRef& x = plan.refs[k];
-            const auto tg = static_cast<size_t>(x.tag);
-            auto& post = x.send ? send_post_ : recv_post_;
-            post[tg] = st.cend;
+            TagState& ts = tags_[x.tag];
+            (x.send ? ts.send_post : ts.recv_post) = st.cend;
             (x.send && async_sends_ ? st.async_sends : st.pending).push_back(x);
-            if (waiter[tg] >= 0) {
-              runnable.push_back(waiter[tg]);
-              waiter[tg] = -1;
+            if (ts.waiter >= 0) {
+              runnable.push_back(ts.waiter);
+              ts.waiter = -1;
             }
           }
           ++st.pos;
           continue;
         }
-        int64_t blocked = -1;
-        if (!run_step(r, st, it.step, blocked)) {
-          waiter[static_cast<size_t>(blocked)] = r;
+        uint32_t blocked = 0;
+        if (!run_step(r, st, it, blocked)) {
+          tags_[blocked].waiter = static_cast<int32_t>(r);
           break;
         }
         ++st.pos;
@@ -846,21 +848,19 @@ class Estimator {
         if (!e) throw Error("analytical estimate: a final p2p transfer never matched");
         if (*e > st.final_batch_end) {
           st.final_batch_end = *e;
-          const auto tg = static_cast<size_t>(x.tag);
-          st.final_batch_transfer_s = *e - std::max(send_post_[tg], recv_post_[tg]);
+          const TagState& ts = tags_[x.tag];
+          st.final_batch_transfer_s = *e - std::max(ts.send_post, ts.recv_post);
         }
       }
     }
   }
 
-  /// Runs schedule step `i` of stage `r` if its inputs are there; else false, with the tag of
-  /// a transfer it waits for in `blocked`.
-  bool run_step(int64_t r, Stage& st, int64_t i, int64_t& blocked) {
+  /// Runs schedule step `step` (an item of its plan) of stage `r` if its inputs are there; else
+  /// false, with the tag of a transfer it waits for in `blocked`.
+  bool run_step(int64_t r, Stage& st, const Item& step, uint32_t& blocked) {
     // Wait for every op of the pending batch(es); a W step waits for none (they stay pending
     // for the next F or B step, as core/rank_lowering.cpp's lower_weight_grad holds them).
-    const StagePlan& plan = *st.plan;
-    const ScheduleStep& step = plan.schedule[static_cast<size_t>(i)];
-    const bool weight_grad = step.pass == Pass::kWeightGrad;
+    const bool weight_grad = step.step_pass() == Pass::kWeightGrad;
     double start = st.ready;
     WaitedFor waited = st.ready > st.cend ? st.ready_wait : WaitedFor{};
     for (const P2PRef& x : st.pending) {
@@ -872,15 +872,15 @@ class Estimator {
       }
       if (*e > start) {
         start = *e;
-        const auto tg = static_cast<size_t>(x.tag);
-        waited = {WaitedFor::Kind::kTransfer, *e - std::max(send_post_[tg], recv_post_[tg])};
+        const TagState& ts = tags_[x.tag];
+        waited = {WaitedFor::Kind::kTransfer, *e - std::max(ts.send_post, ts.recv_post)};
       }
     }
     const StageTemplate& t = tmpl_[st.tmpl];
     const auto c = static_cast<size_t>(step.model_chunk);
-    const bool first_fwd = plan.first_fwd_step[c] == i;
-    const bool last_bwd = plan.last_bwd_step[c] == i;
-    uint32_t inst = t.typical[static_cast<size_t>(static_cast<int64_t>(step.pass) * v_ + step.model_chunk)];
+    const bool first_fwd = (step.flags & Item::kFirstForward) != 0;
+    const bool last_bwd = (step.flags & Item::kLastBackward) != 0;
+    uint32_t inst = t.typical[static_cast<size_t>(step.pass) * static_cast<size_t>(v_) + c];
     if (first_fwd && t.first_fwd[c] != kNone) inst = t.first_fwd[c];
     if (last_bwd && t.last_bwd[c] != kNone) inst = t.last_bwd[c];
     if (inst == kNone) {
@@ -1318,7 +1318,13 @@ class Estimator {
   std::vector<StageTemplate> tmpl_;
   std::vector<int64_t> stage_rank_;
   std::vector<Stage> stages_;
-  std::vector<double> send_post_, recv_post_;
+  /// A p2p transfer's two posts (absolute times, kUnposted until made) and the stage waiting
+  /// for its other side (-1: none), by tag: one record, as run_steps reads them together.
+  struct TagState {
+    double send_post = kUnposted, recv_post = kUnposted;
+    int32_t waiter = -1;
+  };
+  std::vector<TagState> tags_;
   IterationMetrics result_;
 };
 

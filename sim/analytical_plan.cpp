@@ -2,7 +2,11 @@
 #include "sim/analytical_plan.hpp"
 
 #include <initializer_list>
+#include <limits>
 #include <optional>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace traintwin::analytical_plan {
 namespace {
@@ -28,6 +32,15 @@ class StagePlanner {
       }
       if (st.schedule[i].pass == trigger) st.last_bwd_step[c] = static_cast<int64_t>(i);
     }
+    for (Item& it : st.items) {
+      if (it.step < 0) continue;
+      const ScheduleStep& s = st.schedule[static_cast<size_t>(it.step)];
+      const auto c = static_cast<size_t>(s.model_chunk);
+      it.model_chunk = static_cast<uint16_t>(s.model_chunk);
+      it.pass = static_cast<uint8_t>(s.pass);
+      it.flags = static_cast<uint8_t>((st.first_fwd_step[c] == it.step ? Item::kFirstForward : 0) |
+                                      (st.last_bwd_step[c] == it.step ? Item::kLastBackward : 0));
+    }
     return st;
   }
 
@@ -36,7 +49,8 @@ class StagePlanner {
   /// A transfer of stage `r` (core/schedule.hpp's rule, the lowering's) as a P2PRef.
   P2PRef ref(const PipelineTransfer& t, bool send) const {
     const int64_t peer = send ? t.receiver_vstage() : t.sender_vstage;
-    return P2PRef{send, rank_of_virtual_stage(kind_, p_, peer), pipeline_tag(t, nvs())};
+    return P2PRef{static_cast<uint32_t>(pipeline_tag(t, nvs())),
+                  static_cast<int32_t>(rank_of_virtual_stage(kind_, p_, peer)), send};
   }
   // The transfers that cross ranks, by core/schedule.hpp's one rule (the lowering's).
   std::optional<P2PRef> recv_input(int64_t r, const ScheduleStep& st) const {
@@ -56,14 +70,19 @@ class StagePlanner {
     out.reserve(2 * steps.size() + 2);
     refs.reserve(2 * steps.size() + 2);
     auto batch = [&](std::initializer_list<std::optional<P2PRef>> xs) {
-      Item it{-1, static_cast<uint32_t>(refs.size()), 0};
+      Item it;
+      it.begin = static_cast<uint32_t>(refs.size());
       for (const auto& x : xs) {
         if (x) refs.push_back(*x);
       }
       it.end = static_cast<uint32_t>(refs.size());
       if (it.end > it.begin) out.push_back(it);
     };
-    auto step = [&](int64_t i) { out.push_back(Item{i, 0, 0}); };
+    auto step = [&](int64_t i) {  // (pass, chunk and flags: plan())
+      Item it;
+      it.step = static_cast<int32_t>(i);
+      out.push_back(it);
+    };
     const auto n = static_cast<int64_t>(steps.size());
     if (v_ == 1 || async_sends_) {  // as core/rank_lowering.cpp: also ZB-V's two chunks
       // W steps have no p2p; the batches pair each F or B step with the next F or B step.
@@ -124,6 +143,16 @@ class StagePlanner {
 }  // namespace
 
 PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v) {
+  // The tags (pipeline_tag: < 2 x m x p x v) and a stage's steps (<= 3 x m x v) in 32 bits, the
+  // peer stage and the model chunk in theirs.
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (p < 1 || v < 1 || m < 0 || v > std::numeric_limits<uint16_t>::max() || m > kMax / 6 / v ||
+      m * v > kMax / 2 / p) {
+    throw InvalidArgument("pipeline plan of the analytical estimate: " + std::to_string(m) +
+                          " micro-batches over " + std::to_string(p) + " stages x " +
+                          std::to_string(v) + " model chunks do not fit its 32-bit tags and "
+                          "steps (need 2 x m x p x v and 3 x m x v below 2^31)");
+  }
   const StagePlanner planner(kind, p, v);
   PipelinePlan plan;
   plan.stages.reserve(static_cast<size_t>(p));

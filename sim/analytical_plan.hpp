@@ -11,17 +11,27 @@
 
 namespace traintwin::analytical_plan {
 
-/// A send or recv of a stage's p2p batch: the peer stage and the transfer's tag.
+/// A send or recv of a stage's p2p batch: the transfer's tag and the peer stage. 12 bytes: the
+/// estimator's step-level dataflow reads every ref of every stage (a plan of PP 32 x VPP 4 x 384
+/// micro-batches holds ~200,000), so the plan is kept small.
 struct P2PRef {
+  uint32_t tag;         ///< pipeline_tag() (core/schedule.hpp); make_pipeline_plan checks it fits
+  int32_t peer_stage;
   bool send;
-  int64_t peer_stage;
-  int64_t tag;
 };
 
-/// A schedule step or a p2p batch, in the order a stage issues them.
+/// A schedule step or a p2p batch, in the order a stage issues them. A step carries what the
+/// estimator reads of it (pass, model chunk, whether it is its chunk's first forward or DP
+/// trigger), so that running the plan reads the items and refs only (16 bytes an item).
 struct Item {
-  int64_t step = -1;            ///< index into the schedule, or -1 for a p2p batch
+  static constexpr uint8_t kFirstForward = 1;  ///< flags: StagePlan::first_fwd_step of its chunk
+  static constexpr uint8_t kLastBackward = 2;  ///< flags: StagePlan::last_bwd_step of its chunk
+  int32_t step = -1;            ///< index into the schedule, or -1 for a p2p batch
   uint32_t begin = 0, end = 0;  ///< a batch's sends and recvs: StagePlan::refs[begin, end)
+  uint16_t model_chunk = 0;     ///< a step's model chunk (schedule[step].model_chunk)
+  uint8_t pass = 0;             ///< a step's Pass (schedule[step].pass)
+  uint8_t flags = 0;            ///< a step's kFirstForward | kLastBackward
+  Pass step_pass() const { return static_cast<Pass>(pass); }
 };
 
 /// One pipeline stage's schedule and Megatron's p2p batches around its steps.
@@ -41,7 +51,8 @@ struct PipelinePlan {
 };
 
 /// Every stage's plan of schedule `kind` with `p` stages, `m` micro-batches and `v` model
-/// chunks. Throws what build_schedule() throws.
+/// chunks. Throws what build_schedule() throws, and InvalidArgument when the plan's tags
+/// (2 x m x p x v) or its steps do not fit the 32-bit fields of P2PRef and Item.
 PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v);
 
 }  // namespace traintwin::analytical_plan

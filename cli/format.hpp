@@ -8,8 +8,19 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/scenario.hpp"
 
 namespace traintwin::cli {
+
+/// The activation recomputation a run uses: "none", "selective", "full", or "selective (op)"
+/// for torchtitan's op-level selective checkpointing (training.selective_ac_option op).
+inline std::string recompute_text(const TrainingConfig& t) {
+  if (t.recompute_granularity == RecomputeGranularity::kSelective &&
+      t.selective_ac_option == SelectiveAcOption::kOp) {
+    return "selective (op)";
+  }
+  return to_string(t.recompute_granularity);
+}
 
 /// 2^30-based bytes: "12.34 GiB".
 inline std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }

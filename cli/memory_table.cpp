@@ -88,7 +88,7 @@ std::string memory_table(const Scenario& s, const TopologySpec& topo) {
           : "";
   std::string out = fmt::format("memory per GPU ({}, {} precision, {}{}{}, recompute {}):\n",
                                 gpu_name, to_string(t.precision), sharding, hsdp, units,
-                                to_string(t.recompute_granularity));
+                                recompute_text(t));
   // in-flight: peak (micro-batch, model chunk) activation sets; x layers: the transformer-layer
   // activations they hold (each chunk's own layers under an uneven pipeline split).
   out += fmt::format(

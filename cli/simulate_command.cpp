@@ -192,7 +192,7 @@ void print_text(const Scenario& s, const TopologySpec& topo, const SimulationRes
                        : "",
       s.parallel.virtual_pipeline_model_parallel_size, s.parallel.sequence_parallel ? "on" : "off",
       s.training.micro_batch_size, s.training.global_batch_size, s.num_micro_batches(),
-      to_string(s.training.recompute_granularity));
+      recompute_text(s.training));
   fmt::print("iteration time     {:.4f} s\n", t);
   fmt::print("throughput         {:.0f} tokens/s, {:.1f} tokens/s/GPU\n", m.tokens_per_s,
              m.tokens_per_s_per_gpu);

@@ -122,7 +122,7 @@ void print_summary(const Scenario& s) {
              t.fp8() ? fmt::format(" + FP8 GEMMs ({} format, {} recipe)", to_string(*t.fp8_format),
                                    to_string(t.fp8_recipe))
                      : std::string(),
-             to_string(t.recompute_granularity), to_string(t.attention_backend),
+             recompute_text(t), to_string(t.attention_backend),
              t.use_distributed_optimizer ? "on" : "off",
              t.use_megatron_fsdp
                  ? fmt::format(", Megatron-FSDP {} (ZeRO-{})",
@@ -138,7 +138,8 @@ void print_summary(const Scenario& s) {
              t.overlap_grad_reduce ? "on" : "off",
              t.overlap_param_gather ? "on" : "off", t.tp_comm_overlap ? "on" : "off");
   const double model_flops = model_flops_per_iteration(m, t.global_batch_size);
-  const double hw_flops = hardware_flops_per_iteration(m, t.global_batch_size, t.recompute_granularity);
+  const double hw_flops = hardware_flops_per_iteration(m, t.global_batch_size, t.recompute_granularity,
+                                                     t.selective_ac_option);
   fmt::print("FLOPs      model {} per iteration, hardware {} (with recomputation); {} model FLOPs "
              "per GPU\n           {}\n",
              si(model_flops), si(hw_flops), si(model_flops / static_cast<double>(s.cluster.num_gpus)),

@@ -84,14 +84,35 @@ double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
   return 3.0 * forward;  // forward + backward (2x forward)
 }
 
+double op_sac_recompute_forward_flops(const ModelSpec& m, int64_t samples) {
+  require_valid_model(m);
+  require_at_least_one(samples, "samples");
+  if (m.activation != Activation::kSwiglu) {
+    throw InvalidArgument("op_sac_recompute_forward_flops: needs a SwiGLU model (got activation " +
+                          std::string(to_string(m.activation)) + ")");
+  }
+  const double tokens = static_cast<double>(samples) * static_cast<double>(m.seq_length);
+  const double h = static_cast<double>(m.hidden_size);
+  const double ad = static_cast<double>(m.attention_width());
+  const double gd = ad * static_cast<double>(m.query_groups()) /
+                    static_cast<double>(m.num_attention_heads);
+  const double wk = 2.0 * tokens * h * gd;
+  const double wo = 2.0 * tokens * ad * h;
+  const double w3 = 2.0 * tokens * h * static_cast<double>(m.ffn_hidden_size);
+  return wk + wo + w3;
+}
+
 double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
-                                    RecomputeGranularity r) {
+                                    RecomputeGranularity r, SelectiveAcOption selective) {
   const double model = model_flops_per_iteration(m, global_batch);  // validates
   const double l = static_cast<double>(m.num_layers);
   switch (r) {
     case RecomputeGranularity::kNone:
       return model;
     case RecomputeGranularity::kSelective:
+      if (selective == SelectiveAcOption::kOp) {
+        return model + l * op_sac_recompute_forward_flops(m, global_batch);
+      }
       return model + l * attention_core_forward_flops(m, global_batch);
     case RecomputeGranularity::kFull:
       return model + layers_forward_flops(m, global_batch);

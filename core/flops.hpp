@@ -45,11 +45,22 @@ double layers_forward_flops(const ModelSpec& m, int64_t samples);
 /// and the LM head; no recomputation. Equals Korthikanti's formula for ffn = 4h.
 double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch);
 
+/// Forward FLOPs one dense layer recomputes under torchtitan's op-level selective activation
+/// checkpointing (SelectiveAcOption::kOp) for `samples` = B samples of s tokens: the layer's
+/// aten.mm in torchtitan's order are wq, wk, wv, wo, w1, w3, w2 (torchtitan/models/llama
+/// model.py: Attention, then FeedForward's w2(silu(w1(x)) * w3(x))); the policy saves the
+/// outputs of the odd-numbered ones and of the SDPA kernel, so the recompute runs the even ones,
+/// wk 2Bs h gd + wo 2Bs(ad)h + w3 2Bs h ffn (d = head dim), and no attention core. Needs a
+/// SwiGLU model (the rules refuse op with any other, core/scenario_rules.cpp).
+double op_sac_recompute_forward_flops(const ModelSpec& m, int64_t samples);
+
 /// Hardware FLOPs of one iteration: model FLOPs plus the recomputed forward work —
-/// selective: attention core (4Bs^2h per layer); full: the whole layer forward (not the LM head).
-/// For kFull and ffn = 4h this equals Narayanan et al. eq. 3.
+/// selective: attention core (4Bs^2h per layer) with `selective` kCoreAttn,
+/// op_sac_recompute_forward_flops() per layer with kOp; full: the whole layer forward (not the
+/// LM head). For kFull and ffn = 4h this equals Narayanan et al. eq. 3.
 double hardware_flops_per_iteration(const ModelSpec& m, int64_t global_batch,
-                                    RecomputeGranularity r);
+                                    RecomputeGranularity r,
+                                    SelectiveAcOption selective = SelectiveAcOption::kCoreAttn);
 
 /// The formula model_flops_per_iteration() evaluates for `m`, as text for the output (which
 /// terms, whether attention is causal-halved: it is not).

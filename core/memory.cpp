@@ -41,6 +41,12 @@ double activation_element_bytes(Precision p) {
 constexpr double kMaskBytes = 1.0;
 /// The cross-entropy loss keeps the logits (softmax) in fp32 whatever the precision.
 constexpr double kLogitsBytes = 4.0;
+/// Bytes per logit that CrossEntropyLoss::kTorch holds besides the saved fp32 log-softmax, for
+/// the micro-batch whose loss backward runs: aten::nll_loss_backward's input gradient (fp32, dense:
+/// zero-filled, then the targets' entries set) and log_softmax_backward's output (fp32), both
+/// alive while LogSoftmaxBackward runs. Its forward holds less besides the saved output: the bf16
+/// logits (2) and their fp32 copy (4) while log_softmax runs.
+constexpr double kTorchLossTransientBytes = 8.0;
 
 /// Local sequence length s / CP; checks CP >= 1 and CP divides seq_length.
 int64_t local_seq_length(const ModelSpec& m, int64_t cp) {
@@ -67,12 +73,44 @@ double dense_mlp_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, 
   return (act_input + gemm_in * sb * ffn) / static_cast<double>(tp);
 }
 
+/// Saved bytes of one dense layer under torchtitan's op-level selective activation checkpointing
+/// (SelectiveAcOption::kOp) for `tokens` = s b tokens. The checkpoint keeps the layer's input and
+/// the outputs of the ops its policy must save (torchtitan/parallelisms/parallelize_llama.py
+/// @9dec370 _save_list: aten.mm except every second one, the SDPA flash/efficient kernels,
+/// reduce_scatter_tensor), whether the backward reads them or not (torch.utils.checkpoint's
+/// _CachingTorchDispatchMode stores every MUST_SAVE output); everything else is recomputed. The
+/// layer's mm in order are wq, wk, wv, wo, w1, w3, w2 (torchtitan/models/llama/model.py), so per
+/// token, e bytes an element: input h + wq output ad + wv output gd + the SDPA output ad and its
+/// fp32 log-sum-exp 4a + w1 output ffn + w2 output h (ad = attention width, gd the K/V width):
+/// 63,616 bytes for Llama 3.1 8B in bf16. Dropout masks are recomputed (native_dropout is not on
+/// the list). Modelled for TP = 1 (under TP the list also saves reduce-scatter outputs and the
+/// recompute repeats the SP all-gathers), a SwiGLU MLP and the flash backend, without FP8 (the
+/// policy counts aten.mm, which Float8Linear replaces): throws InvalidArgument otherwise (the
+/// scenario rules refuse those combinations by name first).
+double op_sac_layer_activation_bytes(const ModelSpec& m, double tokens, Precision p,
+                                     AttentionBackend backend, int64_t tp, bool fp8) {
+  if (tp != 1 || fp8 || backend != AttentionBackend::kFlash ||
+      m.activation != Activation::kSwiglu) {
+    throw InvalidArgument(
+        "selective_ac_option op is modelled for TP = 1, a SwiGLU MLP, the flash attention "
+        "backend and no FP8");
+  }
+  const double e = activation_element_bytes(p);
+  const double h = static_cast<double>(m.hidden_size);
+  const double ad = static_cast<double>(m.attention_width());
+  const double a = static_cast<double>(m.num_attention_heads);
+  const double gd = ad * static_cast<double>(m.query_groups()) / a;
+  const double ffn = static_cast<double>(m.ffn_hidden_size);
+  const double saved_16bit = h + ad + gd + ad + ffn + h;
+  return tokens * (e * saved_16bit + 4.0 * a);
+}
+
 }  // namespace
 
 double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int64_t tp, int64_t cp,
                               bool sequence_parallel, RecomputeGranularity r, Precision p,
                               AttentionBackend backend, bool fp8, double hidden_dropout,
-                              double attention_dropout) {
+                              double attention_dropout, SelectiveAcOption selective) {
   require_at_least_one(m.hidden_size, "hidden_size");
   require_at_least_one(m.num_attention_heads, "num_attention_heads");
   require_at_least_one(m.ffn_hidden_size, "ffn_hidden_size");
@@ -92,6 +130,9 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
 
   if (r == RecomputeGranularity::kFull) {
     return e * sbh / sp_divisor;  // only the layer input is kept (2sbh in 16 bits)
+  }
+  if (r == RecomputeGranularity::kSelective && selective == SelectiveAcOption::kOp) {
+    return op_sac_layer_activation_bytes(m, s * b, p, backend, tp, fp8);
   }
 
   // Korthikanti et al. 2022, sec. 4.1 (bytes, with e = 2: 34 sbh + 5 a s^2 b in all for GPT).
@@ -365,7 +406,7 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
   const double per_layer = layer_activation_bytes(
       s.model, tr.micro_batch_size, par.tensor_model_parallel_size, par.context_parallel_size,
       par.sequence_parallel, tr.recompute_granularity, tr.precision, tr.attention_backend,
-      tr.fp8(), tr.hidden_dropout, tr.attention_dropout);
+      tr.fp8(), tr.hidden_dropout, tr.attention_dropout, tr.selective_ac_option);
   int64_t moe_layers = 0;
   for (const ChunkLayers& chunk : chunks) {
     for (int64_t l = chunk.first_layer; l < chunk.end_layer(); ++l) {
@@ -461,6 +502,14 @@ StageMemory stage_memory_of(const Scenario& s, int64_t pp_rank,
     const double logits =
         kLogitsBytes * (sbh / static_cast<double>(s.model.hidden_size)) * vocab_per_rank;
     mem.embedding_and_logits_bytes += in_flight * (ln_and_head_inputs + logits);
+    if (tr.cross_entropy_loss == CrossEntropyLoss::kTorch) {
+      // torch.nn.functional.cross_entropy on the logits cast to fp32 (torchtitan): each
+      // micro-batch in flight keeps log_softmax's fp32 output (4 bytes, as above); the one in
+      // its loss backward holds two more fp32 tensors (kTorchLossTransientBytes).
+      mem.embedding_and_logits_bytes += kTorchLossTransientBytes *
+                                        (sbh / static_cast<double>(s.model.hidden_size)) *
+                                        vocab_per_rank;
+    }
   }
   return mem;
 }
@@ -474,7 +523,8 @@ double offloaded_layer_activation_bytes(const Scenario& s, int64_t layer) {
                                         par.tensor_model_parallel_size, par.context_parallel_size,
                                         par.sequence_parallel, tr.recompute_granularity,
                                         tr.precision, tr.attention_backend, tr.fp8(),
-                                        tr.hidden_dropout, tr.attention_dropout);
+                                        tr.hidden_dropout, tr.attention_dropout,
+                                        tr.selective_ac_option);
   if (s.model.is_moe_layer(layer) && tr.recompute_granularity != RecomputeGranularity::kFull) {
     bytes += moe_mlp_activation_bytes(s) -
              dense_mlp_activation_bytes(s.model, tr.micro_batch_size,

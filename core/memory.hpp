@@ -12,6 +12,9 @@
 // TP + SP: s b h / t (34 + 5 a s / h); selective recompute drops the 5 a s^2 b terms;
 // full recompute keeps the layer input, 2 s b h (/t with SP). s is the local sequence s/CP
 // (also in the a s^2 b attention-score terms: an approximation, the paper has no CP).
+// torchtitan's op-level selective checkpointing (selective_ac_option op) keeps what its policy
+// saves instead: the layer input and the outputs of wq, wv, the SDPA kernel, w1 and w2
+// (layer_activation_bytes()).
 // Term breakdown (sec. 4.1, bytes for 16-bit activations):
 //   outside the TP region, /t only with SP: 2 LN inputs 4sbh, QKV input 2sbh, FC1 input 2sbh,
 //     attention and MLP dropout masks sbh + sbh                               -> 10 sbh;
@@ -31,7 +34,10 @@
 // first stage: the embedding dropout mask s b h (1 byte, /t with SP); last stage: the inputs of
 // the final LayerNorm and of the LM head, 2sbh each (/t with SP: the LM head, a column-parallel
 // linear, keeps only its sequence shard and re-gathers it in backward), and the fp32 logits of
-// the vocab-parallel cross-entropy 4 s b V/t (V padded as Megatron pads it, padded_vocab_size).
+// the vocab-parallel cross-entropy 4 s b V/t (V padded as Megatron pads it, padded_vocab_size);
+// with cross_entropy_loss torch (F.cross_entropy on the logits cast to fp32, torchtitan's loss)
+// 8 s b V/t more for the micro-batch in its loss backward (nll_loss's dense fp32 gradient and
+// log_softmax's fp32 input gradient, beside its saved fp32 output).
 // Under 1F1B and interleaved 1F1B the last chunk holds one micro-batch (as in the paper);
 // under GPipe it holds m.
 // Not counted here: the CUDA context, communication buffers, workspaces and the allocator's
@@ -60,7 +66,8 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
                               bool sequence_parallel, RecomputeGranularity r, Precision p,
                               AttentionBackend backend = AttentionBackend::kUnfused,
                               bool fp8 = false, double hidden_dropout = 0.1,
-                              double attention_dropout = 0.1);
+                              double attention_dropout = 0.1,
+                              SelectiveAcOption selective = SelectiveAcOption::kCoreAttn);
 
 /// Activation bytes of the MLP block of one MoE layer for one micro-batch on one rank (they
 /// replace the dense MLP terms of layer_activation_bytes(); the norm output feeding the router

@@ -276,6 +276,12 @@ class RankLowering {
   void column_parallel_backward(int64_t n, int64_t k, const char* what, bool fp8 = false,
                                 Cast cast = Cast::kSeparate);
 
+  /// The forward ops torchtitan's op-level selective activation checkpointing
+  /// (training.selective_ac_option op) recomputes at the start of a layer's backward: input norm,
+  /// the wk GEMM (tokens x gd x h), RoPE, the wo GEMM, the residual add, the post-attention norm,
+  /// the w3 GEMM (tokens x ffn x h) and the SwiGLU product; TP = 1 (the rules refuse more).
+  void op_sac_recompute();
+
   void layer_backward(int64_t mb, int64_t chunk, int64_t layer);
 
   // ---- embedding and LM head -----------------------------------------------------------------

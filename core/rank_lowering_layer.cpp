@@ -225,8 +225,41 @@ void RankLowering::column_parallel_backward(int64_t n, int64_t k, const char* wh
   wait(reduce);
 }
 
+void RankLowering::op_sac_recompute() {
+  // torchtitan's op-level selective activation checkpointing (SelectiveAcOption::kOp; the rules
+  // hold it to TP = CP = 1, a dense SwiGLU layer, flash attention, no FP8): the layer's first
+  // saved-tensor unpack in backward reruns its forward with the saved ops' outputs (wq, wv, the
+  // SDPA kernel, w1, w2) taken from the cache, so the recompute is the input norm, wk, RoPE of
+  // Q and K, wo, the residual add, the post-attention norm, w3 and silu(w1) * w3. It stops there
+  // (torch.utils.checkpoint's early stop: w2's input is the last tensor the backward needs).
+  const int64_t kv_width = d_.qkv_local - d_.aw;  // K and V, gd each (TP = 1)
+  role(Role::kInputLayerNorm);
+  kernel(k_.norm(false), "attention");
+  role(Role::kQkv);
+  kernel(gemm_kernel("gemm_fwd", d_.tokens, kv_width / 2, d_.h, false), "attention");
+  role(Role::kAttentionCore);
+  kernel(k_.rope(false), "attention");
+  role(Role::kAttentionProjection);
+  kernel(gemm_kernel("gemm_fwd", d_.tokens, d_.h, d_.aw, false), "attention");
+  role(Role::kAttentionResidual);
+  kernel(k_.dropout_add(false), "mlp");
+  role(Role::kPostAttentionLayerNorm);
+  kernel(k_.norm(false), "mlp");
+  role(Role::kFc1);
+  kernel(gemm_kernel("gemm_fwd", d_.tokens, d_.ffn, d_.h, false), "mlp");
+  role(Role::kGelu);
+  kernel(k_.activation(false), "mlp");
+}
+
 void RankLowering::layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
   const bool f8 = fp8();
+  const bool op_sac = sc_.training.recompute_granularity == RecomputeGranularity::kSelective &&
+                      sc_.training.selective_ac_option == SelectiveAcOption::kOp;
+  if (op_sac) {
+    context(Phase::kRecompute, mb, chunk, layer);
+    op_sac_recompute();
+    context(Phase::kBackward, mb, chunk, layer);
+  }
   role(Role::kMlpResidual);
   kernel(k_.dropout_add(true), "mlp");
   if (sc_.model.is_moe_layer(layer)) {
@@ -246,7 +279,7 @@ void RankLowering::layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
   role(Role::kAttentionProjection);
   row_parallel_backward(d_.h, d_.aw / d_.t, "attention", f8);
   role(Role::kAttentionCore);
-  if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective) {
+  if (sc_.training.recompute_granularity == RecomputeGranularity::kSelective && !op_sac) {
     context(Phase::kRecompute, mb, chunk, layer);
     attention_core(false);
     context(Phase::kBackward, mb, chunk, layer);

@@ -60,6 +60,8 @@ const char* to_string(CpCommType c) { return enum_name(c).data(); }
 const char* to_string(MoeTokenDispatcher d) { return enum_name(d).data(); }
 const char* to_string(MoeLoadBalancing b) { return enum_name(b).data(); }
 const char* to_string(RecomputeGranularity r) { return enum_name(r).data(); }
+const char* to_string(SelectiveAcOption o) { return enum_name(o).data(); }
+const char* to_string(CrossEntropyLoss l) { return enum_name(l).data(); }
 const char* to_string(DataParallelShardingStrategy d) { return enum_name(d).data(); }
 const char* to_string(PipelineScheduleKind k) { return enum_name(k).data(); }
 const char* to_string(AttentionBackend a) { return enum_name(a).data(); }

@@ -38,6 +38,25 @@ const char* to_string(Float32MatmulPrecision p);
 /// kSelective recomputes the attention core only, kFull the whole transformer layer.
 enum class RecomputeGranularity { kNone, kSelective, kFull };
 
+/// What recompute_granularity selective recomputes (torchtitan [activation_checkpoint]
+/// selective_ac_option). kCoreAttn: Megatron-LM's selective recomputation (--recompute-modules
+/// core_attn), the attention core. kOp: torchtitan's op-level selective activation checkpointing
+/// (selective_ac_option = "op", torchtitan/parallelisms/parallelize_llama.py @9dec370
+/// _apply_ac_to_transformer_block over torch.utils.checkpoint's
+/// create_selective_checkpoint_contexts): each layer keeps its input and the outputs of the ops
+/// of its save list (every other aten.mm, the first, third, ... of the layer; the SDPA kernel's
+/// outputs; reduce-scatters) and recomputes every other op before its backward.
+enum class SelectiveAcOption { kCoreAttn, kOp };
+
+/// How the loss turns the LM head's logits into the cross-entropy (where its fp32 logits live).
+/// kVocabParallel: Megatron-Core's vocab-parallel cross-entropy
+/// (megatron/core/tensor_parallel/cross_entropy.py): one fp32 copy of the logits, turned into the
+/// softmax in place and kept for the backward. kTorch: torch.nn.functional.cross_entropy on the
+/// logits cast to fp32, as torchtitan's loss (train.py @9dec370 loss_fn, later
+/// torchtitan/components/loss.py cross_entropy_loss): log_softmax then nll_loss, each with its
+/// own fp32 tensors (core/memory.hpp counts them).
+enum class CrossEntropyLoss { kVocabParallel, kTorch };
+
 /// What Megatron-FSDP shards over the data-parallel group (Megatron --data-parallel-sharding-strategy,
 /// with --use-megatron-fsdp; the stages of ZeRO, Rajbhandari et al. SC 2020): kNoShard nothing
 /// (DDP), kOptim the optimizer state (ZeRO-1), kOptimGrads also the gradients (ZeRO-2),
@@ -103,6 +122,10 @@ enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise, kMxfp8 };
 enum class CpCommType { kP2p, kA2a, kAllGather };
 /// "none" | "selective" | "full".
 const char* to_string(RecomputeGranularity r);
+/// "core_attn" | "op".
+const char* to_string(SelectiveAcOption o);
+/// "vocab_parallel" | "torch".
+const char* to_string(CrossEntropyLoss l);
 /// "no_shard" | "optim" | "optim_grads" | "optim_grads_params".
 const char* to_string(DataParallelShardingStrategy d);
 /// "gpipe" | "1f1b" | "zb-h1" | "zb-h2" | "zb-v" | "dualpipe" | "dualpipev".
@@ -285,6 +308,10 @@ struct TrainingConfig {
   int64_t global_batch_size = 1;    ///< B, samples per iteration over all DP replicas
   Precision precision = Precision::kBf16;
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  /// What recompute_granularity selective recomputes (no effect under none and full).
+  SelectiveAcOption selective_ac_option = SelectiveAcOption::kCoreAttn;
+  /// How the loss computes its fp32 logits.
+  CrossEntropyLoss cross_entropy_loss = CrossEntropyLoss::kVocabParallel;
   AttentionBackend attention_backend = AttentionBackend::kUnfused;
   bool use_distributed_optimizer = false;  ///< ZeRO-1: optimizer state sharded over DP
   /// Megatron-FSDP (Megatron --use-megatron-fsdp; needs the distributed optimizer): sharding

@@ -68,6 +68,10 @@ TRAINTWIN_ENUM_NAMES(Float32MatmulPrecision,
 TRAINTWIN_ENUM_NAMES(RecomputeGranularity, std::pair{RecomputeGranularity::kNone, "none"},
                      std::pair{RecomputeGranularity::kSelective, "selective"},
                      std::pair{RecomputeGranularity::kFull, "full"});
+TRAINTWIN_ENUM_NAMES(SelectiveAcOption, std::pair{SelectiveAcOption::kCoreAttn, "core_attn"},
+                     std::pair{SelectiveAcOption::kOp, "op"});
+TRAINTWIN_ENUM_NAMES(CrossEntropyLoss, std::pair{CrossEntropyLoss::kVocabParallel, "vocab_parallel"},
+                     std::pair{CrossEntropyLoss::kTorch, "torch"});
 TRAINTWIN_ENUM_NAMES(DataParallelShardingStrategy,
                      std::pair{DataParallelShardingStrategy::kNoShard, "no_shard"},
                      std::pair{DataParallelShardingStrategy::kOptim, "optim"},

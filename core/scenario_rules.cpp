@@ -312,6 +312,50 @@ Breach data_breach(const DataConfig& d) {
 /// needs 1 <= topk <= E, EP dividing E, ETP dividing the expert width, TP dividing the shared
 /// expert, ETP x EP dividing TP x CP x DP (parallel folding), sequence parallelism with TP > 1,
 /// ep in the rank order when EP > 1. Multi-latent attention is refused.
+/// training.selective_ac_option: op is torchtitan's op-level selective activation checkpointing
+/// of its Llama layer (core/scenario.hpp SelectiveAcOption), modelled for that layer only: it
+/// needs recompute_granularity selective (torchtitan [activation_checkpoint] mode = "selective"),
+/// and the layer the policy's mm count was written for: a dense SwiGLU layer without linear
+/// biases (a biased nn.Linear runs aten.addmm, which the policy neither saves nor counts), the
+/// SDPA flash kernel, no FP8 (Float8Linear runs _scaled_mm), TP = 1 and CP = 1 (under TP the list
+/// also saves the reduce-scatter outputs and the recompute repeats the all-gathers; torchtitan's
+/// CP swaps the SDPA kernel for ring attention: neither is modelled).
+Breach selective_ac_breach(const Scenario& s) {
+  const TrainingConfig& t = s.training;
+  if (t.selective_ac_option != SelectiveAcOption::kOp) return std::nullopt;
+  const char* key = "training.selective_ac_option";
+  auto needs = [&](const std::string& what, const std::string& got) {
+    return broken(key, fmt::format("op needs {}, got {} (rule: torchtitan's op-level selective "
+                                   "activation checkpointing is modelled for its Llama layer only)",
+                                   what, got));
+  };
+  if (t.recompute_granularity != RecomputeGranularity::kSelective) {
+    return broken(key, fmt::format("op needs training.recompute_granularity: selective, got {} "
+                                   "(rule: it says what selective recomputation recomputes, as "
+                                   "torchtitan's selective_ac_option under mode = \"selective\")",
+                                   to_string(t.recompute_granularity)));
+  }
+  const ModelSpec& m = s.model;
+  if (m.activation != Activation::kSwiglu) {
+    return needs("model.activation: swiglu", to_string(m.activation));
+  }
+  if (m.add_bias_linear) return needs("model.add_bias_linear: false", "true");
+  if (m.is_moe()) return needs("a dense model (model.num_moe_experts: 0)", fmt::format("{}", m.num_moe_experts));
+  if (t.attention_backend != AttentionBackend::kFlash) {
+    return needs("training.attention_backend: flash", to_string(t.attention_backend));
+  }
+  if (t.fp8()) return needs("no FP8 (training.fp8_format absent)", to_string(*t.fp8_format));
+  if (s.parallel.tensor_model_parallel_size != 1) {
+    return needs("parallelism.tensor_model_parallel_size: 1",
+                 fmt::format("{}", s.parallel.tensor_model_parallel_size));
+  }
+  if (s.parallel.context_parallel_size != 1) {
+    return needs("parallelism.context_parallel_size: 1",
+                 fmt::format("{}", s.parallel.context_parallel_size));
+  }
+  return std::nullopt;
+}
+
 Breach moe_breach(const Scenario& s) {
   const ModelSpec& m = s.model;
   const ParallelConfig& p = s.parallel;
@@ -637,6 +681,12 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                               "fused cross entropy returns a bf16 gradient)",
                               to_string(t.precision)));
   }
+  if (t.cross_entropy_loss_fusion && t.cross_entropy_loss != CrossEntropyLoss::kVocabParallel) {
+    return broken("training.cross_entropy_loss_fusion",
+                  fmt::format("true needs training.cross_entropy_loss: vocab_parallel (got {}; "
+                              "rule: the fusion is of Megatron's vocab-parallel cross entropy)",
+                              to_string(t.cross_entropy_loss)));
+  }
   // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
   // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
   if (cp > 1 && m.seq_length % mul(2, cp) != 0) {
@@ -947,6 +997,7 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                   "true needs training.overlap_grad_reduce: true (rule: as Megatron-LM)");
   }
   if (Breach b = offload_breach(s)) return b;
+  if (Breach b = selective_ac_breach(s)) return b;
 
   if (Breach b = moe_breach(s)) return b;
   if (Breach b = what_if_breach(s)) return b;

@@ -243,6 +243,28 @@ const std::vector<KeySpec>& table() {
       {.section = "training", .key = "recompute_granularity", .type = V::kEnum,
        .values = names_of<RecomputeGranularity>(), .doc = "activation recomputation",
        .flag = "--recompute-granularity", .bind = enum_field<kTrain, &T::recompute_granularity>()},
+      {.section = "training", .key = "selective_ac_option", .type = V::kEnum,
+       .values = names_of<SelectiveAcOption>(),
+       .doc = "what recompute_granularity selective recomputes: core_attn the attention core "
+              "(Megatron-LM's selective, --recompute-modules core_attn); op torchtitan's "
+              "op-level selective activation checkpointing ([activation_checkpoint] "
+              "selective_ac_option = \"op\"): each layer keeps its input and the outputs of "
+              "every other matmul (wq, wv, w1, w2) and of the SDPA kernel, and recomputes the "
+              "rest (wk, wo, w3 and the element-wise ops) before its backward (needs "
+              "recompute_granularity selective, a dense SwiGLU layer without linear biases, "
+              "attention_backend flash, no FP8, TP = CP = 1; torchtitan's integer option, every "
+              "n-th layer fully, is not modelled)",
+       .bind = enum_field<kTrain, &T::selective_ac_option>()},
+      {.section = "training", .key = "cross_entropy_loss", .type = V::kEnum,
+       .values = names_of<CrossEntropyLoss>(),
+       .doc = "where the loss computes its fp32 logits: vocab_parallel Megatron-Core's "
+              "vocab-parallel cross-entropy (one fp32 copy, softmax in place, kept for the "
+              "backward: 4 bytes per logit); torch torch.nn.functional.cross_entropy on the "
+              "logits cast to fp32, as torchtitan's cross_entropy_loss (log_softmax's fp32 "
+              "output kept, 4 bytes per logit, plus 8 while the loss backward runs: nll_loss's "
+              "dense fp32 gradient and log_softmax's fp32 input gradient); memory only, the loss "
+              "kernels of the Program are the same",
+       .bind = enum_field<kTrain, &T::cross_entropy_loss>()},
       {.section = "training", .key = "attention_backend", .type = V::kEnum,
        .default_text = "architecture preset (gpt unfused, llama and nemotron flash)",
        .values = names_of<AttentionBackend>(),

@@ -55,6 +55,12 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                            backend_.name() + " backend yet");
   };
   if (sc.training.tp_comm_overlap) unsupported("training.tp_comm_overlap");
+  // torchtitan's op-level selective activation checkpointing recomputes single GEMMs of the
+  // layer (wk, wo, w3) that the executor's layer math does not split out: simulated only.
+  if (sc.training.recompute_granularity == RecomputeGranularity::kSelective &&
+      sc.training.selective_ac_option == SelectiveAcOption::kOp) {
+    unsupported("training.selective_ac_option: op");
+  }
   // Megatron-LM's pipeline scatter/gather (1/TP of each p2p tensor, then a TP all-gather) is
   // modelled by the simulator only; the executor sends whole tensors.
   if (pipeline_scatter_gather(sc.parallel)) {

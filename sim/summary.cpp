@@ -50,7 +50,8 @@ SimulationSummary summarize(const Scenario& s, const TopologySpec& topo, const I
   const double peak = job.mean_peak_FLOPs(gemm_precision(s.training));
   const double model = model_flops_per_iteration(s.model, s.training.global_batch_size);
   const double hardware = hardware_flops_per_iteration(s.model, s.training.global_batch_size,
-                                                       s.training.recompute_granularity);
+                                                       s.training.recompute_granularity,
+                                                       s.training.selective_ac_option);
   out.iteration_time_s = t;
   if (t > 0) {
     out.tokens_per_s = tokens / t;

@@ -100,6 +100,18 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     training["hidden_dropout"] = 0.0;
     training["attention_dropout"] = 0.0;
     training["attention_backend"] = "flash";
+    // Its loss (train.py loss_fn @877991a and @9dec370): F.cross_entropy on the logits cast to
+    // fp32.
+    if (!training["cross_entropy_loss"]) training["cross_entropy_loss"] = "torch";
+    // The December 2024 benchmarks (benchmarks/llama3_h100_202412_torchtitan.md, torchtitan
+    // @9dec370) ran train_configs/llama3_8b.toml's [activation_checkpoint] mode = 'selective',
+    // selective_ac_option = 'op'. (docs/performance.md's A100 row is its "selective layer" run,
+    // which is not this.)
+    const bool op_sac_run = source.find("benchmarks/llama3_h100_202412") != std::string::npos;
+    if (op_sac_run && !training["selective_ac_option"] && training["recompute_granularity"] &&
+        training["recompute_granularity"].as<std::string>() == "selective") {
+      training["selective_ac_option"] = "op";
+    }
   } else if (source.rfind("dgxc_h100", 0) == 0) {
     // NVIDIA's NeMo/Megatron-Core recipe: distributed optimizer with overlapped grad reduce and
     // param gather, Transformer Engine TP communication overlap and flash attention.

@@ -106,6 +106,27 @@ TEST(FlopsTest, HardwareFlopsOrdering) {
   EXPECT_NEAR(full / none, 1.33216, 1e-5);
 }
 
+// torchtitan's op-level selective activation checkpointing recomputes the even-numbered of the
+// layer's seven matmuls (wk, wo, w3) and not the attention core. Llama 3.1 8B (h 4096, a d 4096,
+// g d 1024, ffn 14336), per token: wk 2 x 4096 x 1024 = 8,388,608 + wo 2 x 4096 x 4096 =
+// 33,554,432 + w3 2 x 4096 x 14336 = 117,440,512 = 159,383,552 FLOPs, against the layer's
+// matmuls wq 33,554,432 + wk + wv 2 x 8,388,608 + wo 33,554,432 + w1, w3, w2 3 x 117,440,512 =
+// 436,207,616 (36.5 %). One sample of 8192 tokens: 1,305,670,057,984 per layer.
+TEST(FlopsTest, TorchtitanOpLevelSacRecomputesEveryOtherMatmul) {
+  const ModelSpec m = testing::llama31_8b();
+  EXPECT_EQ(op_sac_recompute_forward_flops(m, 1), 159383552.0 * 8192);
+  const double model = model_flops_per_iteration(m, 2);
+  EXPECT_EQ(hardware_flops_per_iteration(m, 2, RecomputeGranularity::kSelective,
+                                         SelectiveAcOption::kOp),
+            model + 32 * 2 * 159383552.0 * 8192);
+  // The option says what selective recomputes: none and full ignore it.
+  EXPECT_EQ(hardware_flops_per_iteration(m, 2, RecomputeGranularity::kFull, SelectiveAcOption::kOp),
+            hardware_flops_per_iteration(m, 2, RecomputeGranularity::kFull));
+  ModelSpec gelu = m;
+  gelu.activation = Activation::kGelu;
+  EXPECT_THROW(op_sac_recompute_forward_flops(gelu, 1), InvalidArgument);
+}
+
 TEST(FlopsTest, Narayanan145_6BImpliedIterationTime) {
   // calibration.yaml narayanan2021-145.6B: l 80, h 12288, s 2048, V 51200, B 2304,
   // 1536 GPUs, measured 148 TFLOP/s/GPU, with throughput = F / (T * GPUs).

@@ -210,6 +210,73 @@ TEST(MemoryTest, LlamaLayerByKorthikantisMethod) {
             164864.0 / 2);
 }
 
+// torchtitan's op-level selective activation checkpointing (selective_ac_option op), worked by
+// hand from its policy (torchtitan/parallelisms/parallelize_llama.py @9dec370): per token the
+// layer keeps its input h, wq's output a d, wv's output g d, the SDPA output a d and its fp32
+// log-sum-exp (4 a bytes), w1's output ffn and w2's output h, in bf16 (2 bytes).
+// Llama 3.1 8B (h 4096, a 32, g 8, d 128, ffn 14336): 2 (4096 + 4096 + 1024 + 4096 + 14336 +
+// 4096) + 4 x 32 = 2 x 31,744 + 128 = 63,616 bytes per token; s b = 8192 x 2 = 16,384 tokens:
+// 1,042,284,544 bytes a layer. Megatron's selective (the attention core recomputed) keeps, by
+// Korthikanti's method with flash and no dropout: norm inputs 4h + QKV and FC1 inputs 2h + 2h +
+// Q, K, V 2 (h + 2 g d) + projection input 2h + SwiGLU input 4 ffn + FC2 input 2 ffn + LSE 4a =
+// 16384 + 16384 + 12288 + 8192 + 57344 + 28672 + 128 = 139,392 bytes per token.
+TEST(MemoryTest, TorchtitanOpLevelSelectiveCheckpointingByHand) {
+  const ModelSpec m = testing::llama31_8b();
+  const auto flash = AttentionBackend::kFlash;
+  const double op = layer_activation_bytes(m, 2, 1, 1, false, R::kSelective, Precision::kBf16,
+                                           flash, false, 0.0, 0.0, SelectiveAcOption::kOp);
+  EXPECT_EQ(op, 63616.0 * 16384);
+  const double core_attn = layer_activation_bytes(m, 2, 1, 1, false, R::kSelective,
+                                                  Precision::kBf16, flash, false, 0.0, 0.0);
+  EXPECT_EQ(core_attn, 139392.0 * 16384);
+  // Dropout masks are not on the save list: recomputed, never kept.
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kSelective, Precision::kBf16, flash,
+                                   false, 0.1, 0.1, SelectiveAcOption::kOp),
+            op);
+  // fp32 doubles the 16-bit terms: 4 x 31,744 + 128 = 127,104 bytes per token.
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kSelective, Precision::kFp32, flash,
+                                   false, 0.0, 0.0, SelectiveAcOption::kOp),
+            127104.0 * 16384);
+  // The option says what selective recomputes: none and full ignore it.
+  EXPECT_EQ(layer_activation_bytes(m, 2, 1, 1, false, R::kFull, Precision::kBf16, flash, false,
+                                   0.0, 0.0, SelectiveAcOption::kOp),
+            2.0 * 4096 * 16384);
+  // Outside what it is modelled for: refused by name.
+  ExpectInvalidArgument([&] {
+    layer_activation_bytes(m, 2, 2, 1, true, R::kSelective, Precision::kBf16, flash, false, 0.0,
+                           0.0, SelectiveAcOption::kOp);
+  }, "selective_ac_option op");
+  ExpectInvalidArgument([&] {
+    layer_activation_bytes(m, 2, 1, 1, false, R::kSelective, Precision::kBf16,
+                           AttentionBackend::kUnfused, false, 0.0, 0.0, SelectiveAcOption::kOp);
+  }, "selective_ac_option op");
+}
+
+// The loss's fp32 logits, NoPipelineHasBothEnds's scenario (s b = 64 tokens, V = 1024, one
+// micro-batch in flight): vocab_parallel keeps 4 bytes a logit (262,144); torch
+// (F.cross_entropy on the logits cast to fp32) keeps log_softmax's fp32 output, 4 bytes, plus 8
+// for the micro-batch in its loss backward (nll_loss's dense fp32 gradient and log_softmax's
+// fp32 input gradient): 12 x 64 x 1024 = 786,432, so 524,288 more.
+TEST(MemoryTest, TorchCrossEntropyHoldsTwoMoreFp32LogitTensors) {
+  Scenario s;
+  s.model = Small();
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 8;
+  s.training.precision = Precision::kBf16;
+  s.cluster.num_gpus = 1;
+  const double vocab_parallel = stage_memory(s, 0).embedding_and_logits_bytes;
+  EXPECT_EQ(vocab_parallel, 282624.0);
+  s.training.cross_entropy_loss = CrossEntropyLoss::kTorch;
+  EXPECT_EQ(stage_memory(s, 0).embedding_and_logits_bytes, 282624.0 + 524288.0);
+  // Under GPipe with PP 2 the last stage holds m = 4 micro-batches' log-softmax outputs but
+  // only one loss backward at a time: 4 x (16384 + 262144) + 524288 (no embedding on it).
+  s.model.num_layers = 8;
+  s.parallel.pipeline_model_parallel_size = 2;
+  s.parallel.pipeline_schedule = PipelineScheduleKind::kGPipe;
+  s.cluster.num_gpus = 2;
+  EXPECT_EQ(stage_memory(s, 1).embedding_and_logits_bytes, 4.0 * (16384 + 262144) + 524288.0);
+}
+
 // FP8 keeps an FP8 copy and transpose of every layer GEMM weight (2 bytes each); the untied LM
 // head sits on the last stage with its own weights, gradients and optimizer state.
 TEST(MemoryTest, Fp8WeightCopiesAndUntiedHead) {

@@ -18,6 +18,7 @@
 #include "core/params.hpp"
 #include "core/pipeline_split.hpp"
 #include "sim/matching.hpp"
+#include "models.hpp"
 
 namespace traintwin {
 namespace {
@@ -500,6 +501,61 @@ TEST(Program, RecomputationOpsPerGranularity) {
     EXPECT_EQ(recompute_attention, rc == RecomputeGranularity::kNone ? 0 : layer_passes);
     EXPECT_EQ(recompute_gemms, rc == RecomputeGranularity::kFull ? 4 * layer_passes : 0);
     EXPECT_EQ(recompute_colls, rc == RecomputeGranularity::kFull ? 2 * layer_passes : 0);
+  }
+}
+
+// torchtitan's op-level selective activation checkpointing (selective_ac_option op) on a small
+// Llama layer (h 64, 4 heads, 2 KV heads, ffn 160, s 32, b 2: 64 tokens), 3 layers x 2
+// micro-batches: each layer's backward starts with the recompute of wk (64 x 32 x 64), wo
+// (64 x 64 x 64) and w3 (64 x 160 x 64) and no attention core, 2 x 64 x (2048 + 4096 + 10240) =
+// 2,097,152 FLOPs in its GEMMs (op_sac_recompute_forward_flops for 2 samples), plus RoPE, two
+// norms, the residual add and the SwiGLU product; Megatron's selective (core_attn) recomputes the
+// attention core instead and no GEMM.
+TEST(Program, TorchtitanOpLevelSacRecomputesWkWoW3) {
+  for (auto option : {SelectiveAcOption::kCoreAttn, SelectiveAcOption::kOp}) {
+    Scenario s = make(Knobs{.m = 2, .b = 2, .layers = 3});
+    s.model = testing::llama(3, 64, 160, 4, 2, 32, 1024);
+    s.training.recompute_granularity = RecomputeGranularity::kSelective;
+    s.training.selective_ac_option = option;
+    s.training.attention_backend = AttentionBackend::kFlash;
+    const Program prog = build_program(s, {0});
+    double gemm_flops = 0;
+    int64_t gemms = 0, attention = 0, rope = 0, other = 0;
+    std::multiset<std::vector<int64_t>> shapes;
+    for (const Op& op : prog.ranks.at(0).ops) {
+      if (op.phase != Phase::kRecompute) continue;
+      EXPECT_EQ(op.kind, OpKind::kCompute);
+      for (uint32_t id : op.kernels) {
+        const Kernel& kern = prog.kernels[id];
+        const std::string& name = kern.key.name;
+        if (name == "gemm_fwd") {
+          ++gemms;
+          gemm_flops += kern.flops;
+          shapes.insert(kern.key.shape);
+        } else if (name.find("attention") != std::string::npos) {
+          ++attention;
+        } else if (name.find("rope") != std::string::npos) {
+          ++rope;
+        } else {
+          ++other;
+        }
+      }
+    }
+    const int64_t passes = 3 * 2;
+    if (option == SelectiveAcOption::kCoreAttn) {
+      EXPECT_EQ(gemms, 0);
+      EXPECT_EQ(attention, passes);
+      continue;
+    }
+    EXPECT_EQ(attention, 0);
+    EXPECT_EQ(gemms, 3 * passes);
+    EXPECT_EQ(rope, passes);
+    EXPECT_EQ(other, 4 * passes);  // two norms, the residual add, the SwiGLU product
+    EXPECT_EQ(gemm_flops, passes * 2097152.0);
+    EXPECT_EQ(gemm_flops, passes * op_sac_recompute_forward_flops(s.model, 2));
+    EXPECT_EQ(shapes.count({64, 32, 64}), static_cast<size_t>(passes));   // wk
+    EXPECT_EQ(shapes.count({64, 64, 64}), static_cast<size_t>(passes));   // wo
+    EXPECT_EQ(shapes.count({64, 160, 64}), static_cast<size_t>(passes));  // w3
   }
 }
 

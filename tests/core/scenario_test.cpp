@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -795,6 +796,48 @@ TEST(ScenarioRules, DualPipeNeedsEvenPpTwoCopiesAndAnEvenBatchOfTwicePp) {
                     HasSubstr("dualpipe.py asserts num_ranks % 2 == 0")));
 }
 
+// training.selective_ac_option op (torchtitan's op-level selective activation checkpointing) is
+// read with recompute_granularity selective on a Llama layer at TP 1, and refused by name with
+// anything its policy was not written for.
+TEST(ScenarioRules, OpLevelSelectiveCheckpointingNeedsTorchtitansLlamaLayer) {
+  ScenarioText t;
+  t.set("model", "architecture", "llama")
+      .set("model", "ffn_hidden_size", "512")
+      .set("parallelism", "tensor_model_parallel_size", "1")
+      .set("training", "recompute_granularity", "selective")
+      .set("training", "selective_ac_option", "op")
+      .set("training", "cross_entropy_loss", "torch");
+  const Scenario s = parse(t.text());
+  EXPECT_EQ(s.training.selective_ac_option, SelectiveAcOption::kOp);
+  EXPECT_EQ(s.training.cross_entropy_loss, CrossEntropyLoss::kTorch);
+  EXPECT_EQ(parse(ScenarioText().text()).training.selective_ac_option,
+            SelectiveAcOption::kCoreAttn);
+  EXPECT_EQ(parse(ScenarioText().text()).training.cross_entropy_loss,
+            CrossEntropyLoss::kVocabParallel);
+  const std::vector<std::tuple<std::string, std::string, std::string, std::string>> refused = {
+      {"training", "recompute_granularity", "full", "op needs training.recompute_granularity: "
+                                                    "selective, got full"},
+      {"training", "recompute_granularity", "none", "op needs training.recompute_granularity: "
+                                                    "selective, got none"},
+      {"parallelism", "tensor_model_parallel_size", "2",
+       "op needs parallelism.tensor_model_parallel_size: 1, got 2"},
+      {"training", "attention_backend", "unfused",
+       "op needs training.attention_backend: flash, got unfused"},
+      {"model", "architecture", "gpt", "op needs model.activation: swiglu, got gelu"},
+      {"model", "add_bias_linear", "true", "op needs model.add_bias_linear: false, got true"},
+  };
+  for (const auto& [section, key, value, message] : refused) {
+    ScenarioText bad = t;
+    bad.set(section, key, value);
+    EXPECT_THAT(error_of(bad), AllOf(HasSubstr("training.selective_ac_option"), HasSubstr(message)))
+        << key << " " << value;
+  }
+  ScenarioText typo = t;
+  typo.set("training", "selective_ac_option", "2");
+  EXPECT_THAT(error_of(typo), AllOf(HasSubstr("training.selective_ac_option"),
+                                    HasSubstr("core_attn"), HasSubstr("op")));
+}
+
 TEST(ScenarioRules, TensorParallelDividesHeads) {
   ScenarioText t;
   t.set("model", "num_attention_heads", "4")
@@ -1162,7 +1205,8 @@ TEST(ScenarioRules, BlockingTpAllReduceNeedsNoSequenceParallel) {
 }
 
 // Megatron's fused cross entropy casts the logits' gradient to bf16 (fused_cross_entropy.py,
-// calculate_gradients): fp16 or fp32 training with it is refused, bf16 accepted.
+// calculate_gradients): fp16 or fp32 training with it is refused, bf16 accepted; it fuses
+// Megatron's vocab-parallel loss, so torch's loss with it is refused.
 TEST(ScenarioRules, FusedCrossEntropyNeedsBf16) {
   ScenarioText t;
   t.set("training", "cross_entropy_loss_fusion", "true").set("training", "precision", "fp16");
@@ -1170,6 +1214,9 @@ TEST(ScenarioRules, FusedCrossEntropyNeedsBf16) {
                                  HasSubstr("needs training.precision: bf16 (got fp16")));
   t.set("training", "precision", "bf16");
   EXPECT_TRUE(parse(t.text()).training.cross_entropy_loss_fusion);
+  t.set("training", "cross_entropy_loss", "torch");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "training.cross_entropy_loss_fusion")),
+                                 HasSubstr("needs training.cross_entropy_loss: vocab_parallel")));
 }
 
 TEST(ScenarioRules, OverlapParamGatherNeedsDistributedOptimizerAndGradReduceOverlap) {

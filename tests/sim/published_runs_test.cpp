@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
 #include "sim/summary.hpp"
@@ -224,6 +225,32 @@ TEST(PublishedRuns, ShardingInParallelismIsMegatronFsdp) {
                       HasSubstr("both parallelism and training")));
   }
   fs::remove(both);
+}
+
+// The torchtitan rows of the shipped file run as torchtitan ran them: its loss
+// (F.cross_entropy on fp32 logits) on every row; the December 2024 benchmarks
+// (llama3_8b.toml @9dec370: selective_ac_option 'op') with op-level selective checkpointing,
+// and docs/performance.md's A100 row (its "selective layer" run) without. The op rows' memory is
+// the op model's: 63,616 bytes per token and layer (memory_test), 32 layers of 16,384 tokens.
+TEST(PublishedRuns, TorchtitanRowsRunOpLevelCheckpointingAndTorchsLoss) {
+  const auto cases = load_validation_cases(kRuns, kSource / "topologies");
+  int op_rows = 0, torchtitan_rows = 0;
+  for (const ValidationCase& c : cases) {
+    if (c.source.rfind("pytorch/torchtitan", 0) != 0) continue;
+    SCOPED_TRACE(c.id);
+    ASSERT_TRUE(c.unsupported.empty()) << c.unsupported;
+    ++torchtitan_rows;
+    const TrainingConfig& t = c.scenario.training;
+    EXPECT_EQ(t.cross_entropy_loss, CrossEntropyLoss::kTorch);
+    const bool benchmark = c.source.find("benchmarks/llama3_h100_202412") != std::string::npos;
+    EXPECT_EQ(t.selective_ac_option,
+              benchmark ? SelectiveAcOption::kOp : SelectiveAcOption::kCoreAttn);
+    if (!benchmark) continue;
+    ++op_rows;
+    EXPECT_EQ(stage_memory(c.scenario, 0).activations_bytes, 32 * 63616.0 * 16384);
+  }
+  EXPECT_EQ(torchtitan_rows, 3);
+  EXPECT_EQ(op_rows, 2);
 }
 
 TEST(PublishedRuns, BrokenRowsAreErrorsNamingFileAndRun) {

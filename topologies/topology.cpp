@@ -623,6 +623,15 @@ void check_one_gpu_supports(const std::string& topology, const GpuSpec& gpu,
         "topology {} gives no gpu.peak_flops.tf32 for {} (give it, or use highest or medium)",
         topology, gpu.name));
   }
+  const Precision matmul = matmul_precision(training);
+  if ((matmul == Precision::kBf16 || matmul == Precision::kFp32Bf16) && !(gpu.peak.bf16_FLOPs > 0)) {
+    throw ConfigError(fmt::format(
+        "training.{}: the matrix products run on BF16 tensor cores; {} has none (topology {} "
+        "gives gpu.peak_flops.bf16 0: Turing and older; use fp16 or fp32)",
+        training.precision == Precision::kBf16 ? "precision: bf16"
+                                               : "float32_matmul_precision: medium",
+        gpu.name, topology));
+  }
   if ((training.optimizer_cpu_offload || training.cpu_offloading) && !gpu.host_link) {
     throw ConfigError(fmt::format(
         "training.{}: CPU offload copies over the GPU's link to its host; topology {} gives no "

@@ -91,6 +91,15 @@ void move_sharding(const std::string& where, YAML::Node& parallelism, YAML::Node
   }
 }
 
+/// The run's model (its own or that of its same_as run, already in `full`), else for a plan row
+/// its source's (source_default_model); a null node when there is none.
+YAML::Node model_of(const YAML::Node& full, const YAML::Node& run, const std::string& source) {
+  // section() leaves a null node where neither run has the section.
+  if (full["model"] && !full["model"].IsNull()) return full["model"];
+  if (run["plan"]) return source_default_model(source);
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
 /// Sailor's numbering of a plan's layers (Strati et al., SOSP 2025; artifact eth-easl/sailor,
 /// sailor/Planner/llm_info.json and simulations/configs/training_config_opt_350.json,
 /// "num_all_layers": 26 for 24 transformer layers): unit 0 is the embedding, units 1 .. l the
@@ -289,8 +298,7 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
     const YAML::Node system = run["system"];
     const YAML::Node measured = run["measured"];
     // A plan row's model is its source's where the row gives none (Sailor's OPT-350M).
-    const YAML::Node model =
-        full["model"] || !run["plan"] ? full["model"] : source_default_model(vc.source);
+    const YAML::Node model = model_of(full, run, vc.source);
     vc.unsupported = unsupported_reason(run, model, measured);
     if (system && system["gpu"]) vc.gpu = system["gpu"].as<std::string>();
     // Copies: the sections below are edited, and later runs may inherit the originals.

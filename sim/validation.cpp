@@ -32,6 +32,8 @@ void check_keys(const std::string& file, const YAML::Node& n, const std::string&
   }
 }
 
+/// Rows of Sailor's artifact (published-runs-2026.yaml: "eth-easl/sailor mit/...").
+bool sailor_source(const std::string& source) { return source.rfind("eth-easl/sailor", 0) == 0; }
 }  // namespace
 
 void apply_source_defaults(const std::string& source, const YAML::Node& model,
@@ -126,10 +128,6 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     training["attention_backend"] = "flash";
   }
 }
-
-namespace {
-bool sailor_source(const std::string& source) { return source.rfind("eth-easl/sailor", 0) == 0; }
-}  // namespace
 
 YAML::Node source_default_model(const std::string& source) {
   if (!sailor_source(source)) return YAML::Node();

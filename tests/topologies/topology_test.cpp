@@ -379,8 +379,10 @@ TEST(ParseTopology, MissingKeyIsNamed) {
                     HasSubstr("(required: nics_per_node, line_rate, latency)")));
   EXPECT_THAT(error_for(with("name: test-pod\n", "")),
               HasSubstr("t.yaml:1: (top level): missing required key 'name'"));
-  EXPECT_THAT(error_for(with("    bf16: 989TFLOP/s\n", "")),
-              HasSubstr("t.yaml:6: gpu.peak_flops: missing required key 'bf16'"));
+  EXPECT_THAT(error_for(with("    fp32: 67TFLOPs\n", "")),
+              HasSubstr("t.yaml:6: gpu.peak_flops: missing required key 'fp32'"));
+  // bf16 may be left out: a GPU without BF16 tensor cores (Turing) has a bf16 peak of 0.
+  EXPECT_EQ(parse_topology(with("    bf16: 989TFLOP/s\n", ""), "t.yaml").gpu.peak.bf16_FLOPs, 0.0);
 }
 
 TEST(ParseTopology, ValueWithoutUnitNamesKeyAndAllowedUnits) {

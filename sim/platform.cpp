@@ -23,6 +23,12 @@ XBT_LOG_EXTERNAL_CATEGORY(xbt_cfg);  // SimGrid's "Configuration change: ..." me
 namespace traintwin {
 namespace {
 
+/// A GPU host's SimGrid speed: its dense bf16 peak, else (no BF16 tensor cores: Turing) its fp16
+/// peak. Only a unit: an Exec of seconds x speed flops lasts `seconds`.
+double host_speed_FLOPs(const GpuSpec& gpu) {
+  return gpu.peak.bf16_FLOPs > 0 ? gpu.peak.bf16_FLOPs : gpu.peak.fp16_FLOPs;
+}
+
 namespace sg4 = simgrid::s4u;
 using simgrid::kernel::routing::NetPoint;
 
@@ -208,7 +214,7 @@ class SimGridPlatform final : public Platform {
       links_.push_back({loop_name, "loopback", node_gpu.hbm_bandwidth_Bps, "", "", loopback});
       for (int64_t j = 0; j < plan_.gpus_per_node; ++j) {
         const std::string gpu = fmt::format("node{}-gpu{}", node, j);
-        sg4::Host* host = zone->create_host(gpu, node_gpu.peak.bf16_FLOPs)->seal();
+        sg4::Host* host = zone->create_host(gpu, host_speed_FLOPs(node_gpu))->seal();
         gpu_hosts_.push_back(host);
         sg4::SplitDuplexLink* nvlink = zone->create_split_duplex_link(gpu + "-nvlink", nvlink_Bps);
         nvlink->set_latency(domain.nvlink_latency_s / 2)->seal();
@@ -400,7 +406,7 @@ TopologySpec scaled_topology(const TopologySpec& topo, const PlatformScaling& sc
 std::unique_ptr<Platform> Platform::build(sg4::Engine& engine, const TopologySpec& topo,
                                           int64_t num_gpus, const PlatformScaling& scaling) {
   // Everything that can be refused is checked before SimGrid is touched.
-  for (const auto& [key, value] : {std::pair{"gpu.peak_flops.bf16", topo.gpu.peak.bf16_FLOPs},
+  for (const auto& [key, value] : {std::pair{"gpu.peak_flops", host_speed_FLOPs(topo.gpu)},
                                    std::pair{"gpu.hbm_bandwidth", topo.gpu.hbm_bandwidth_Bps}}) {
     if (!(value > 0)) {
       throw ConfigError(

@@ -29,7 +29,8 @@
 //    and endpoints() never pairs them. No transfer crosses zones, so no zone has a gateway and
 //    the root has no routes; a route asked between zones (a GPU host and a NIC host, or NIC hosts
 //    of two rails) is refused by SimGrid ("Bad gateways for route ...").
-//  - Hosts: "node<i>-gpu<j>" compute at the GPU's dense bf16 peak (an Exec of seconds x
+//  - Hosts: "node<i>-gpu<j>" compute at the GPU's dense bf16 peak (fp16 on a GPU without BF16
+//    tensor cores; only a unit: an Exec of seconds x
 //    get_speed() flops lasts `seconds`); "node<i>-nic<r>" (NIC hosts) are transfer endpoints only.
 //    One FATPIPE loopback per node ("node<i>-loopback", HBM bandwidth) serves device-local copies.
 //  - Latencies are split as in topologies/graph.hpp: each NVLink direction nvlink_latency / 2

@@ -3,16 +3,20 @@
 // names its hardware as `system: {gpu, num_gpus}`, may inherit its model and layout from an
 // earlier run (`same_as`), names its data-parallel sharding in `parallelism` (as torchtitan's
 // [parallelism] section does; see move_sharding), and the file also holds rows that are not one
-// training run of one GPU type (memory figures, collective bandwidths, heterogeneous plans): those
-// are listed as not supported, with the reason, and never simulated. Rows measuring bus bandwidth
-// (`measured: {busbw_GBps: ...}`, the mCCS multi-tenant all-reduce) are left to
-// sim/collective_validation.hpp.
+// training run of one GPU type (memory figures, collective bandwidths): those are listed as not
+// supported, with the reason, and never simulated. A `plan` row (Sailor's heterogeneous plans:
+// pipeline stages on nodes of different GPU types) becomes a pipeline layout on a mixed-cluster
+// topology whose nodes hold the plan's GPU types in rank order (read_plan, plan_topology). Rows
+// measuring bus bandwidth (`measured: {busbw_GBps: ...}`, the mCCS multi-tenant all-reduce) are
+// left to sim/collective_validation.hpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "sim/validation.hpp"
@@ -45,8 +49,7 @@ const std::set<std::string>& run_keys() {
 /// Why a run cannot become a simulated case, or "" when it can (before the scenario is read).
 std::string unsupported_reason(const YAML::Node& run, const YAML::Node& model,
                                const YAML::Node& measured) {
-  if (run["plan"]) return "stages on different GPU types (plan)";
-  if (!run["system"] || !model) {
+  if (!run["plan"] && (!run["system"] || !model)) {
     return "not a training run of one model on one GPU type (no system or model)";
   }
   if (!measured || !measured.IsMap()) return "no measurement";
@@ -88,7 +91,170 @@ void move_sharding(const std::string& where, YAML::Node& parallelism, YAML::Node
   }
 }
 
+/// The run's model (its own or that of its same_as run, already in `full`), else for a plan row
+/// its source's (source_default_model); a null node when there is none.
+YAML::Node model_of(const YAML::Node& full, const YAML::Node& run, const std::string& source) {
+  // section() leaves a null node where neither run has the section.
+  if (full["model"] && !full["model"].IsNull()) return full["model"];
+  if (run["plan"]) return source_default_model(source);
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+/// Sailor's numbering of a plan's layers (Strati et al., SOSP 2025; artifact eth-easl/sailor,
+/// sailor/Planner/llm_info.json and simulations/configs/training_config_opt_350.json,
+/// "num_all_layers": 26 for 24 transformer layers): unit 0 is the embedding, units 1 .. l the
+/// transformer layers, unit l + 1 the final norm, LM head and loss. "a-b" (or "a") -> {a, b}.
+std::pair<int64_t, int64_t> plan_units(const std::string& where, const YAML::Node& n) {
+  const std::string text = n.as<std::string>();
+  int64_t first = 0, last = 0;
+  char dash = 0;
+  std::istringstream in(text);
+  const bool range = static_cast<bool>(in >> first) && (in >> dash) && dash == '-' && (in >> last);
+  if (!range) {
+    std::istringstream one(text);
+    if (!(one >> first) || !(one >> std::ws).eof()) {
+      throw ConfigError(fmt::format("{}: layers: '{}' is not a range of Sailor layer numbers "
+                                    "(allowed: \"a-b\" or \"a\", 0 = embedding)",
+                                    where, text));
+    }
+    last = first;
+  }
+  if (first < 0 || last < first) {
+    throw ConfigError(fmt::format("{}: layers: '{}' must be a-b with 0 <= a <= b", where, text));
+  }
+  return {first, last};
+}
+
 }  // namespace
+
+PlanLayout read_plan(const YAML::Node& plan, const std::string& where, int64_t num_layers) {
+  if (!plan.IsMap() || !plan["stages"] || !plan["stages"].IsSequence() ||
+      plan["stages"].size() == 0) {
+    throw ConfigError(where + ": plan: expected {stages: [...]} with at least one stage");
+  }
+  for (const auto& kv : plan) {
+    if (kv.first.as<std::string>() != "stages") {
+      throw ConfigError(fmt::format("{}: plan.{}: unknown key (allowed: stages)", where,
+                                    kv.first.as<std::string>()));
+    }
+  }
+  PlanLayout out;
+  const auto read_node = [&](const std::string& at_stage, const YAML::Node& n) {
+    for (const char* key : {"gpu", "gpus_per_node"}) {
+      if (!n[key]) throw ConfigError(fmt::format("{}: {}: missing", at_stage, key));
+    }
+    const int64_t gpus = n["gpus_per_node"].as<int64_t>();
+    if (gpus < 1) throw ConfigError(at_stage + ": gpus_per_node: must be >= 1");
+    return std::pair{n["gpu"].as<std::string>(), gpus};
+  };
+  int64_t next_unit = 0;
+  std::vector<std::vector<std::string>> stage_gpus;  // [stage][replica]
+  std::set<int64_t> node_sizes;
+  std::string layout;
+  for (size_t s = 0; s < plan["stages"].size(); ++s) {
+    const YAML::Node st = plan["stages"][s];
+    const std::string at_stage = fmt::format("{}: plan.stages[{}]", where, s);
+    for (const auto& kv : st) {
+      const auto key = kv.first.as<std::string>();
+      if (key != "gpu" && key != "gpus_per_node" && key != "layers" && key != "replicas") {
+        throw ConfigError(fmt::format(
+            "{}.{}: unknown key (allowed: gpu, gpus_per_node, layers, replicas)", at_stage, key));
+      }
+    }
+    if (!st["layers"]) throw ConfigError(at_stage + ".layers: missing");
+    std::vector<std::string> gpus;
+    if (st["replicas"]) {
+      if (st["gpu"] || st["gpus_per_node"]) {
+        throw ConfigError(at_stage + ": give either gpu and gpus_per_node or replicas, not both");
+      }
+      for (size_t r = 0; r < st["replicas"].size(); ++r) {
+        const auto [gpu, n] = read_node(fmt::format("{}.replicas[{}]", at_stage, r),
+                                        st["replicas"][r]);
+        gpus.push_back(gpu);
+        node_sizes.insert(n);
+      }
+      if (gpus.empty()) throw ConfigError(at_stage + ".replicas: empty");
+    } else {
+      const auto [gpu, n] = read_node(at_stage, st);
+      gpus.push_back(gpu);
+      node_sizes.insert(n);
+    }
+    const auto [first, last] = plan_units(at_stage, st["layers"]);
+    if (first != next_unit) {
+      throw ConfigError(fmt::format("{}.layers: starts at {}, expected {} (the stages hold "
+                                    "Sailor's layers 0 .. {} in order, each once)",
+                                    at_stage, first, next_unit, num_layers + 1));
+    }
+    if (last > num_layers + 1) {
+      throw ConfigError(fmt::format("{}.layers: {} is past the LM head, Sailor's layer {} "
+                                    "({} transformer layers)",
+                                    at_stage, last, num_layers + 1, num_layers));
+    }
+    next_unit = last + 1;
+    const int64_t t = std::min(last, num_layers) - std::max<int64_t>(first, 1) + 1;
+    StageLayers sl;
+    sl.embedding = first == 0;
+    sl.loss = last == num_layers + 1;
+    sl.transformer_layers = std::max<int64_t>(t, 0);
+    out.stages.push_back(sl);
+    std::string part;
+    if (sl.embedding) part += "E";
+    if (sl.transformer_layers > 0) {
+      part += fmt::format("{}t*{}", part.empty() ? "" : ",", sl.transformer_layers);
+    }
+    if (sl.loss) part += part.empty() ? "L" : ",L";
+    layout += (layout.empty() ? "" : "|") + part;
+    stage_gpus.push_back(std::move(gpus));
+  }
+  if (next_unit != num_layers + 2) {
+    throw ConfigError(fmt::format("{}: plan: the stages end at Sailor layer {}, expected {} (the "
+                                  "LM head of {} transformer layers)",
+                                  where, next_unit - 1, num_layers + 1, num_layers));
+  }
+  std::set<size_t> replicas;
+  for (const auto& g : stage_gpus) replicas.insert(g.size());
+  if (replicas.size() > 1) {
+    out.unsupported =
+        "stages with different numbers of data-parallel replicas (Sailor's per-stage dp): a "
+        "Megatron layout has one data-parallel size";
+  }
+  if (node_sizes.size() > 1) {
+    out.unsupported = "stages on nodes of different sizes (a tensor-parallel size per stage): a "
+                      "Megatron layout has one tensor-parallel size";
+  }
+  out.tensor_model_parallel_size = *node_sizes.begin();
+  out.data_parallel_size = static_cast<int64_t>(stage_gpus.front().size());
+  out.pipeline_model_parallel_layout = stage_gpus.size() > 1 ? layout : std::string();
+  // Megatron's rank order (TP innermost, then DP, then PP): with TP = the node's GPUs, replica r of
+  // stage s is node r + DP x s.
+  for (const auto& g : stage_gpus) {
+    for (const std::string& gpu : g) out.node_gpus.push_back(gpu);
+  }
+  return out;
+}
+
+std::string plan_topology(const PlanLayout& plan, const std::filesystem::path& topologies_dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(topologies_dir)) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    TopologySpec t;
+    try {
+      t = load_topology(file);
+    } catch (const ConfigError&) {
+      continue;  // not a topology this plan can use; `traintwin topology` reports its error
+    }
+    if (t.node.gpus_per_node != plan.tensor_model_parallel_size) continue;
+    bool match = true;
+    for (size_t i = 0; i < plan.node_gpus.size() && match; ++i) {
+      match = gpu_of_node(t, static_cast<int64_t>(i)).name == plan.node_gpus[i];
+    }
+    if (match) return file.filename().string();
+  }
+  return "";
+}
 
 std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const std::string& file,
                                                 const std::filesystem::path& topologies_dir) {
@@ -131,10 +297,52 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
 
     const YAML::Node system = run["system"];
     const YAML::Node measured = run["measured"];
-    vc.unsupported = unsupported_reason(run, full["model"], measured);
+    // A plan row's model is its source's where the row gives none (Sailor's OPT-350M).
+    const YAML::Node model = model_of(full, run, vc.source);
+    vc.unsupported = unsupported_reason(run, model, measured);
     if (system && system["gpu"]) vc.gpu = system["gpu"].as<std::string>();
-    if (vc.unsupported.empty()) {
-      const std::string topology = topology_file_for_gpu(vc.gpu);
+    // Copies: the sections below are edited, and later runs may inherit the originals.
+    YAML::Node parallelism = full["parallelism"] ? YAML::Clone(full["parallelism"])
+                                                 : YAML::Node(YAML::NodeType::Map);
+    YAML::Node training =
+        full["training"] ? YAML::Clone(full["training"]) : YAML::Node(YAML::NodeType::Map);
+    std::string topology;
+    YAML::Node num_gpus = system ? system["num_gpus"] : YAML::Node();
+    if (vc.unsupported.empty() && run["plan"]) {
+      if (!model) {
+        vc.unsupported = "a plan without a model (the row gives none, nor does its source)";
+      } else {
+        const PlanLayout plan = read_plan(run["plan"], at(file, run["plan"]) + ": " + vc.id,
+                                          model["num_layers"].as<int64_t>());
+        for (const std::string& g : plan.node_gpus) {
+          if (vc.gpu.find(g) == std::string::npos) vc.gpu += (vc.gpu.empty() ? "" : " + ") + g;
+        }
+        vc.unsupported = plan.unsupported;
+        if (vc.unsupported.empty()) {
+          topology = plan_topology(plan, topologies_dir);
+          if (topology.empty()) {
+            vc.unsupported = fmt::format(
+                "no topology in {} has nodes of {} GPUs holding {} from node 0 on",
+                topologies_dir.filename().string(), plan.tensor_model_parallel_size,
+                fmt::join(plan.node_gpus, ", "));
+          }
+        }
+        for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                "pipeline_model_parallel_layout"}) {
+          if (parallelism[key]) {
+            throw ConfigError(fmt::format("{}: {}: parallelism.{} is given by the plan", at(file, run),
+                                          vc.id, key));
+          }
+        }
+        parallelism["tensor_model_parallel_size"] = plan.tensor_model_parallel_size;
+        parallelism["pipeline_model_parallel_size"] = static_cast<int64_t>(plan.stages.size());
+        if (!plan.pipeline_model_parallel_layout.empty()) {
+          parallelism["pipeline_model_parallel_layout"] = plan.pipeline_model_parallel_layout;
+        }
+        num_gpus = static_cast<int64_t>(plan.node_gpus.size()) * plan.tensor_model_parallel_size;
+      }
+    } else if (vc.unsupported.empty()) {
+      topology = topology_file_for_gpu(vc.gpu);
       if (topology.empty()) vc.unsupported = "no topology for GPU " + vc.gpu;
       if (vc.unsupported.empty()) {
         // The row's GPU must be the topology's: its exact name, or the bare family ("GB200").
@@ -143,29 +351,23 @@ std::vector<ValidationCase> load_published_runs(const YAML::Node& root, const st
           vc.unsupported = fmt::format("GPU {} is not {}'s {}", vc.gpu, topology, topo.gpu.name);
         }
       }
-      if (vc.unsupported.empty()) {
-        YAML::Node scenario;
-        scenario["name"] = vc.id;
-        scenario["model"] = full["model"];
-        // Copies: the sections below are edited, and later runs may inherit the originals.
-        YAML::Node parallelism = full["parallelism"] ? YAML::Clone(full["parallelism"])
-                                                     : YAML::Node(YAML::NodeType::Map);
-        YAML::Node training =
-            full["training"] ? YAML::Clone(full["training"]) : YAML::Node(YAML::NodeType::Map);
-        move_sharding(file + " run " + vc.id, parallelism, training);
-        apply_source_defaults(vc.source, full["model"], parallelism, training, "");
-        scenario["parallelism"] = parallelism;
-        scenario["training"] = training;
-        scenario["cluster"]["topology"] =
-            std::filesystem::absolute(topologies_dir / topology).string();
-        scenario["cluster"]["num_gpus"] = system["num_gpus"];
-        YAML::Emitter em;
-        em << scenario;
-        try {
-          vc.scenario = parse_scenario(em.c_str(), file + " run " + vc.id, topologies_dir);
-        } catch (const ConfigError& e) {
-          vc.unsupported = e.what();
-        }
+    }
+    if (vc.unsupported.empty()) {
+      YAML::Node scenario;
+      scenario["name"] = vc.id;
+      scenario["model"] = model;
+      move_sharding(file + " run " + vc.id, parallelism, training);
+      apply_source_defaults(vc.source, model, parallelism, training, "");
+      scenario["parallelism"] = parallelism;
+      scenario["training"] = training;
+      scenario["cluster"]["topology"] = std::filesystem::absolute(topologies_dir / topology).string();
+      scenario["cluster"]["num_gpus"] = num_gpus;
+      YAML::Emitter em;
+      em << scenario;
+      try {
+        vc.scenario = parse_scenario(em.c_str(), file + " run " + vc.id, topologies_dir);
+      } catch (const ConfigError& e) {
+        vc.unsupported = e.what();
       }
     }
     if (vc.unsupported.empty()) {

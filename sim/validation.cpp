@@ -32,6 +32,8 @@ void check_keys(const std::string& file, const YAML::Node& n, const std::string&
   }
 }
 
+/// Rows of Sailor's artifact (published-runs-2026.yaml: "eth-easl/sailor mit/...").
+bool sailor_source(const std::string& source) { return source.rfind("eth-easl/sailor", 0) == 0; }
 }  // namespace
 
 void apply_source_defaults(const std::string& source, const YAML::Node& model,
@@ -112,6 +114,27 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
         training["recompute_granularity"].as<std::string>() == "selective") {
       training["selective_ac_option"] = "op";
     }
+  } else if (sailor_source(source)) {
+    // Sailor's training framework (artifact eth-easl/sailor @cf2c8e3): Megatron-DeepSpeed with the
+    // DeepSpeed config of third_party/Megatron-DeepSpeed/ds_config.json and
+    // ae_scripts/clariden_scripts/run_opt.slurm: no "fp16"/"bf16" section and no --fp16/--bf16,
+    // so fp32 parameters, activations and GEMMs (PyTorch's default float32 matmul precision,
+    // "highest"; sailor/Planner/llm_info.json counts 4 bytes per float); AdamW; "zero_optimization":
+    // {} (ZeRO stage 0: no sharded optimizer); no activation recomputation flag. DeepSpeed's
+    // PipelineEngine all-reduces the gradients after the last micro-batch's backward
+    // (TrainSchedule's ReduceGrads), not overlapped, and with TP > 1 partitions each pipeline
+    // tensor over the TP group and all-gathers it after the receive (pipe_partitioned,
+    // deepspeed/pipe_engine.py), as Megatron's scatter/gather does. Keys the row gives win.
+    auto set_default = [&](const char* key, const YAML::Node& value) {
+      if (!training[key]) training[key] = value;
+    };
+    set_default("precision", YAML::Node("fp32"));
+    set_default("float32_matmul_precision", YAML::Node("highest"));
+    set_default("use_distributed_optimizer", YAML::Node(false));
+    set_default("overlap_grad_reduce", YAML::Node(false));
+    if (!parallelism["scatter_gather_tensors_in_pipeline"]) {
+      parallelism["scatter_gather_tensors_in_pipeline"] = true;
+    }
   } else if (source.rfind("dgxc_h100", 0) == 0) {
     // NVIDIA's NeMo/Megatron-Core recipe: distributed optimizer with overlapped grad reduce and
     // param gather, Transformer Engine TP communication overlap and flash attention.
@@ -121,6 +144,24 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     training["tp_comm_overlap"] = true;
     training["attention_backend"] = "flash";
   }
+}
+
+YAML::Node source_default_model(const std::string& source) {
+  if (!sailor_source(source)) return YAML::Node();
+  // Sailor's OPT-350M (artifact eth-easl/sailor @cf2c8e3): Megatron-DeepSpeed's pretrain_gpt.py
+  // with --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048
+  // (ae_scripts/clariden_scripts/run_opt.slurm, sailor/Worker/run_agent.sh) and the GPT-2 vocab
+  // file (50257 tokens; llm_info.json's layer 0 holds (50304 + 2048) x 1024 parameters: the vocab
+  // padded to 128 as Megatron pads it, plus 2048 learned positions), i.e. Megatron's GPT layers
+  // (layernorm, GeLU MLP of 4h, biases, tied embeddings: the gpt preset).
+  YAML::Node m;
+  m["architecture"] = "gpt";
+  m["num_layers"] = 24;
+  m["hidden_size"] = 1024;
+  m["num_attention_heads"] = 16;
+  m["seq_length"] = 2048;
+  m["vocab_size"] = 50257;
+  return m;
 }
 
 std::string topology_file_for_gpu(const std::string& gpu) {

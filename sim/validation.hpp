@@ -65,12 +65,59 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
                            YAML::Node& parallelism, YAML::Node& training,
                            const std::string& variant);
 
+/// The model a source trained where its rows give none: Sailor's heterogeneous plans
+/// (source "eth-easl/sailor ...") trained OPT-350M as Megatron-DeepSpeed's GPT (see
+/// validation.cpp); a null node for any other source.
+YAML::Node source_default_model(const std::string& source);
+
+/// One pipeline stage of a heterogeneous plan: which of the model's parts it holds.
+struct StageLayers {
+  bool embedding = false;          ///< the word and position embeddings (Sailor's layer 0)
+  int64_t transformer_layers = 0;  ///< transformer layers (Sailor's layers 1 .. l)
+  bool loss = false;               ///< final norm, LM head and loss (Sailor's layer l + 1)
+};
+
+/// A published-runs `plan` row (Sailor's plan_config: stages in pipeline order, each one node of
+/// `gpus_per_node` GPUs of one type running TP = gpus_per_node, or `replicas` naming each
+/// data-parallel replica's node) read as a Megatron layout.
+struct PlanLayout {
+  std::vector<StageLayers> stages;  ///< [PP]
+  /// Megatron-Core's --pipeline-model-parallel-layout of the stages ("E,t*11|t*13,L"); "" for one
+  /// stage (the whole model).
+  std::string pipeline_model_parallel_layout;
+  int64_t tensor_model_parallel_size = 1;  ///< the nodes' GPUs
+  int64_t data_parallel_size = 1;          ///< replicas per stage
+  /// The GPU type of each node in rank order (Megatron's: TP innermost, then DP, then PP), so
+  /// replica r of stage s is node r + DP x s: [PP x DP].
+  std::vector<std::string> node_gpus;
+  /// Non-empty when the plan is not one Megatron layout (stages with different replica counts or
+  /// node sizes), saying why.
+  std::string unsupported;
+};
+
+/// Reads `plan` ({stages: [{gpu, gpus_per_node, layers: "a-b"} or {replicas: [{gpu,
+/// gpus_per_node}, ...], layers}]}) for a model of `num_layers` transformer layers. Layers are
+/// Sailor's numbers (0 = embedding, 1 .. num_layers the transformer layers, num_layers + 1 the
+/// head and loss; sailor/Planner/llm_info.json) and must cover 0 .. num_layers + 1 in stage order,
+/// each once. Throws ConfigError naming `where` and the key for a malformed plan; a plan Megatron
+/// cannot express comes back with `unsupported` set.
+PlanLayout read_plan(const YAML::Node& plan, const std::string& where, int64_t num_layers);
+
+/// The first topology file (by name) in `topologies_dir` whose nodes have
+/// plan.tensor_model_parallel_size GPUs and whose node i holds GPU type plan.node_gpus[i]
+/// (gpu_of_node: node groups in order, then the file's own GPU) for every node of the plan; ""
+/// when none does. Files that do not load are skipped.
+std::string plan_topology(const PlanLayout& plan, const std::filesystem::path& topologies_dir);
+
 /// The `runs` of ../shared/validation/published-runs-2026.yaml (`root`, read from `file`) as
 /// validation cases: each run with `system: {gpu, num_gpus}`, `model`, `parallelism`,
 /// `training` (sections inherited from the run named by `same_as` where the run omits them) and
 /// a measured `iteration_time_s` or `tokens_per_s_per_gpu` (T = global batch x sequence length /
-/// (tokens/s/GPU x GPUs)); `mfu` is kept as measured_mfu. Runs traintwin cannot simulate (no
-/// single-GPU-type system or model, a GPU without a topology or other than the topology's, a key
+/// (tokens/s/GPU x GPUs)); `mfu` is kept as measured_mfu. A run with a `plan` instead of a system
+/// (stages on different GPU types) takes its layout from read_plan() and its cluster from
+/// plan_topology(), its model from source_default_model() where it gives none; `gpu` then names
+/// its GPU types ("RTX-3090 + Titan-RTX"). Runs traintwin cannot simulate (no
+/// system, plan or model, a GPU without a topology or other than the topology's, a key
 /// the scenario reader refuses) become cases with `unsupported` saying why. Unknown run keys and
 /// a `same_as` naming no earlier run are ConfigError naming the file, line and run
 /// (sim/published_runs.cpp).

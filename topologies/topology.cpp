@@ -298,7 +298,8 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
   t.gpu.peak.fp32_FLOPs = peak.quantity("fp32");
   if (peak.has("tf32")) t.gpu.peak.tf32_FLOPs = peak.quantity("tf32");
   t.gpu.peak.fp16_FLOPs = peak.quantity("fp16");
-  t.gpu.peak.bf16_FLOPs = peak.quantity("bf16");
+  // No bf16 key: no BF16 tensor cores (Turing and older); check_gpu_supports refuses bf16 runs.
+  t.gpu.peak.bf16_FLOPs = peak.has("bf16") ? peak.quantity("bf16") : 0.0;
   if (peak.has("fp8")) t.gpu.peak.fp8_FLOPs = peak.quantity("fp8");
   if (peak.has("fp4")) t.gpu.peak.fp4_FLOPs = peak.quantity("fp4");
   if (gpu.has("host_link")) {
@@ -622,6 +623,15 @@ void check_one_gpu_supports(const std::string& topology, const GpuSpec& gpu,
         "training.float32_matmul_precision: high runs the matrix products on TF32 tensor cores; "
         "topology {} gives no gpu.peak_flops.tf32 for {} (give it, or use highest or medium)",
         topology, gpu.name));
+  }
+  const Precision matmul = matmul_precision(training);
+  if ((matmul == Precision::kBf16 || matmul == Precision::kFp32Bf16) && !(gpu.peak.bf16_FLOPs > 0)) {
+    throw ConfigError(fmt::format(
+        "training.{}: the matrix products run on BF16 tensor cores; {} has none (topology {} "
+        "gives no gpu.peak_flops.bf16: Turing and older; use fp16 or fp32)",
+        training.precision == Precision::kBf16 ? "precision: bf16"
+                                               : "float32_matmul_precision: medium",
+        gpu.name, topology));
   }
   if ((training.optimizer_cpu_offload || training.cpu_offloading) && !gpu.host_link) {
     throw ConfigError(fmt::format(

@@ -46,7 +46,7 @@ struct PeakFlops {
   double fp32_FLOPs = 0;             ///< non-tensor FP32
   std::optional<double> tf32_FLOPs;  ///< tensor-core TF32, when the file gives it
   double fp16_FLOPs = 0;
-  double bf16_FLOPs = 0;
+  double bf16_FLOPs = 0;            ///< 0: no BF16 tensor cores (Turing; the file gives none)
   std::optional<double> fp8_FLOPs;   ///< tensor-core FP8 (E4M3/E5M2), when the GPU has it
   /// Tensor-core FP4 (Blackwell NVFP4/MXFP4), when the file gives it. Read and shown only: no
   /// kernel dtype is FP4 yet, so the cost model never uses it.

@@ -45,7 +45,9 @@ constexpr std::array kKeys = {
     KeySpec{"gpu.peak_flops", "tf32", V::kFlopRate, false, 0, "494.5TFLOPs",
             "tensor-core TF32 (kernels of float32_matmul_precision high need it)"},
     KeySpec{"gpu.peak_flops", "fp16", V::kFlopRate, true, 0, "989TFLOPs", "tensor-core FP16"},
-    KeySpec{"gpu.peak_flops", "bf16", V::kFlopRate, true, 0, "989TFLOPs", "tensor-core BF16"},
+    KeySpec{"gpu.peak_flops", "bf16", V::kFlopRate, false, 0, "989TFLOPs",
+            "tensor-core BF16; none on Turing and older GPUs: leave it out, and a bf16 run is "
+            "refused by name"},
     KeySpec{"gpu.peak_flops", "fp8", V::kFlopRate, false, 0, "1979TFLOPs",
             "tensor-core FP8, Hopper and later (training.fp8_format needs it)"},
     KeySpec{"gpu.peak_flops", "fp4", V::kFlopRate, false, 0, "9800TFLOPs",

@@ -1,7 +1,8 @@
 // Tests of the `runs` format (../shared/validation/published-runs-2026.yaml,
 // sim/published_runs.cpp): the GB200 NVL72 rows become cases on gb200-nvl72-superpod.yaml with the
 // recipe's implicit settings, `same_as` inherits the model and layout, tokens/s/GPU turns into an
-// iteration time, a sharding strategy in `parallelism` is Megatron-FSDP, rows traintwin cannot
+// iteration time, a sharding strategy in `parallelism` is Megatron-FSDP, Sailor's heterogeneous
+// `plan` rows become pipeline layouts on the MIT cluster's mixed topologies, rows traintwin cannot
 // simulate are listed with the reason, and broken rows are errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "sim/isolated.hpp"
 #include "sim/summary.hpp"
 #include "sim/validation.hpp"
+#include "topologies/topology.hpp"
 
 namespace traintwin {
 namespace {
@@ -72,8 +74,9 @@ TEST(PublishedRuns, Gb200RowsRunOnTheNvl72Topology) {
       }
       continue;
     }
+    if (c.id.rfind("sailor-", 0) == 0) continue;  // PublishedRuns.SailorPlanRows
     if (c.id.find("gb200") == std::string::npos) {
-      // Memory, bandwidth and mixed-GPU rows
+      // Memory and bandwidth rows
       EXPECT_FALSE(c.unsupported.empty());
       continue;
     }
@@ -272,6 +275,171 @@ TEST(PublishedRuns, BrokenRowsAreErrorsNamingFileAndRun) {
                 AllOf(HasSubstr(b.string() + ":11"), HasSubstr("runs[].sytem: unknown key")));
   }
   fs::remove(b);
+}
+
+// Sailor's four MIT plans (published-runs-2026.yaml, worked by hand from its rows and the
+// artifact's plan_config_N*_D*.json): Sailor numbers 26 layers, 0 the embedding and 25 the head,
+// so "0-11" is the embedding and transformer layers 1-11 (11 of them), "12-25" layers 12-24 (13)
+// and the head. Each stage is one node of gpus_per_node GPUs at TP = gpus_per_node; Megatron's
+// rank order puts stage s (replica r) on node r + DP x s, whose GPU must be the plan's.
+TEST(PublishedRuns, SailorPlanRows) {
+  if (!fs::exists(kRuns)) GTEST_SKIP() << "no " << kRuns << " beside the checkout";
+  const auto cases = load_validation_cases(kRuns, kSource / "topologies");
+  struct Expected {
+    const char* id;
+    int64_t tp, pp, dp;
+    const char* layout;  // Megatron-Core's --pipeline-model-parallel-layout
+    std::vector<std::string> node_gpus;
+    const char* topology;
+    int64_t global_batch;
+    double measured_s;
+  };
+  const std::vector<Expected> expected = {
+      {"sailor-opt350m-n2-pp2", 2, 2, 1, "E,t*11|t*13,L", {"RTX-3090", "Titan-RTX"},
+       "sailor-mit-3090-titan-2gpu.yaml", 256, 119.839},
+      // One stage, two replicas: replica 0 (TITAN RTX) on node 0, replica 1 (RTX 3090) on node 1.
+      {"sailor-opt350m-n2-dp2", 2, 1, 2, "", {"Titan-RTX", "RTX-3090"},
+       "sailor-mit-titan-3090-2gpu.yaml", 256, 91.78},
+      // "0-7" = E + 7, "8-16" = 9, "17-25" = 8 + L: 24 transformer layers.
+      {"sailor-opt350m-n3-pp3", 8, 3, 1, "E,t*7|t*9|t*8,L", {"RTX-3090", "RTX-2080", "Titan-RTX"},
+       "sailor-mit-mixed-8gpu.yaml", 144, 59.455},
+      // "0-4" = E + 4, "5-11" = 7, "12-18" = 7, "19-25" = 6 + L.
+      {"sailor-opt350m-n4-pp4", 8, 4, 1, "E,t*4|t*7|t*7|t*6,L",
+       {"RTX-3090", "RTX-2080", "Titan-RTX", "RTX-2080"}, "sailor-mit-mixed-8gpu.yaml", 256,
+       83.766},
+  };
+  for (const Expected& e : expected) {
+    SCOPED_TRACE(e.id);
+    const auto it = std::find_if(cases.begin(), cases.end(),
+                                 [&](const ValidationCase& c) { return c.id == e.id; });
+    ASSERT_NE(it, cases.end());
+    ASSERT_TRUE(it->unsupported.empty()) << it->unsupported;
+    const Scenario& s = it->scenario;
+    EXPECT_EQ(s.parallel.tensor_model_parallel_size, e.tp);
+    EXPECT_EQ(s.parallel.pipeline_model_parallel_size, e.pp);
+    EXPECT_EQ(s.parallel.data_parallel_size, e.dp);
+    EXPECT_EQ(s.parallel.pipeline_model_parallel_layout, e.layout);
+    EXPECT_EQ(s.cluster.num_gpus, e.tp * e.pp * e.dp);
+    EXPECT_EQ(s.cluster.topology.filename(), e.topology);
+    EXPECT_EQ(s.training.micro_batch_size, 2);
+    EXPECT_EQ(s.training.global_batch_size, e.global_batch);
+    EXPECT_DOUBLE_EQ(it->measured_iteration_time_s, e.measured_s);
+    // Sailor's OPT-350M in fp32 (no fp16 section in its DeepSpeed config), ZeRO 0.
+    EXPECT_EQ(s.model.num_layers, 24);
+    EXPECT_EQ(s.model.hidden_size, 1024);
+    EXPECT_EQ(s.model.seq_length, 2048);
+    EXPECT_EQ(s.training.precision, Precision::kFp32);
+    EXPECT_FALSE(s.training.use_distributed_optimizer);
+    // Every rank's node holds the plan's GPU for its stage and replica.
+    const TopologySpec topo = load_topology(s.cluster.topology);
+    for (int64_t rank = 0; rank < s.cluster.num_gpus; ++rank) {
+      const int64_t node = place_rank(topo, rank).node;
+      EXPECT_EQ(gpu_of_node(topo, node).name, e.node_gpus.at(static_cast<size_t>(node)))
+          << "rank " << rank;
+    }
+  }
+  // The mixed job's kinds, as `validate` names them.
+  const auto pp4 = std::find_if(cases.begin(), cases.end(), [](const ValidationCase& c) {
+    return c.id == "sailor-opt350m-n4-pp4";
+  });
+  ASSERT_NE(pp4, cases.end());
+  EXPECT_EQ(pp4->gpu, "RTX-3090 + RTX-2080 + Titan-RTX");
+}
+
+// read_plan's layout and refusals, on plans written here.
+TEST(PublishedRuns, SailorPlanLayoutAndErrors) {
+  const auto plan = [](const std::string& text) { return YAML::Load(text); };
+  const PlanLayout two = read_plan(
+      plan("{stages: [{gpu: A, gpus_per_node: 4, layers: '0'}, {gpu: B, gpus_per_node: 4, "
+           "layers: '1-3'}]}"),
+      "p", 2);
+  // Stage 0 is the embedding alone; stage 1 holds both transformer layers and the head.
+  ASSERT_EQ(two.stages.size(), 2u);
+  EXPECT_TRUE(two.stages[0].embedding);
+  EXPECT_EQ(two.stages[0].transformer_layers, 0);
+  EXPECT_EQ(two.stages[1].transformer_layers, 2);
+  EXPECT_TRUE(two.stages[1].loss);
+  EXPECT_EQ(two.pipeline_model_parallel_layout, "E|t*2,L");
+  EXPECT_EQ(two.node_gpus, (std::vector<std::string>{"A", "B"}));
+  EXPECT_TRUE(two.unsupported.empty());
+  // Replicas of a stage: nodes in rank order, replica innermost.
+  const PlanLayout dp = read_plan(
+      plan("{stages: [{replicas: [{gpu: A, gpus_per_node: 2}, {gpu: B, gpus_per_node: 2}], "
+           "layers: '0-1'}, {replicas: [{gpu: C, gpus_per_node: 2}, {gpu: D, gpus_per_node: 2}], "
+           "layers: '2-3'}]}"),
+      "p", 2);
+  EXPECT_EQ(dp.data_parallel_size, 2);
+  EXPECT_EQ(dp.node_gpus, (std::vector<std::string>{"A", "B", "C", "D"}));
+  // Different replica counts or node sizes per stage are not one Megatron layout.
+  EXPECT_THAT(read_plan(plan("{stages: [{gpu: A, gpus_per_node: 2, layers: '0-1'}, {replicas: "
+                             "[{gpu: C, gpus_per_node: 2}, {gpu: D, gpus_per_node: 2}], "
+                             "layers: '2-3'}]}"),
+                        "p", 2)
+                  .unsupported,
+              HasSubstr("different numbers of data-parallel replicas"));
+  EXPECT_THAT(read_plan(plan("{stages: [{gpu: A, gpus_per_node: 2, layers: '0-1'}, {gpu: B, "
+                             "gpus_per_node: 4, layers: '2-3'}]}"),
+                        "p", 2)
+                  .unsupported,
+              HasSubstr("different sizes"));
+  // Gaps, overruns and a missing head are errors naming the stage.
+  const auto error_of = [&](const std::string& text) {
+    try {
+      read_plan(plan(text), "f.yaml:3: r", 2);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(error_of("{stages: [{gpu: A, gpus_per_node: 2, layers: '0-1'}, {gpu: B, "
+                       "gpus_per_node: 2, layers: '3'}]}"),
+              AllOf(HasSubstr("f.yaml:3: r: plan.stages[1].layers: starts at 3, expected 2")));
+  EXPECT_THAT(error_of("{stages: [{gpu: A, gpus_per_node: 2, layers: '0-4'}]}"),
+              HasSubstr("4 is past the LM head, Sailor's layer 3"));
+  EXPECT_THAT(error_of("{stages: [{gpu: A, gpus_per_node: 2, layers: '0-2'}]}"),
+              HasSubstr("end at Sailor layer 2, expected 3"));
+  EXPECT_THAT(error_of("{stages: [{gpu: A, gpus_per_node: 2, layers: 'x'}]}"),
+              HasSubstr("'x' is not a range"));
+  EXPECT_THAT(error_of("{stages: [{gpu: A, layers: '0-3'}]}"), HasSubstr("gpus_per_node: missing"));
+}
+
+// The consumer GPUs' specs are the datasheets' (NVIDIA Ampere GA102 whitepaper, Appendix A,
+// GeForce RTX 3090: 35.6 FP32 TFLOPS, 71 FP16/BF16 tensor TFLOPS with FP32 accumulate, half of
+// the 142 with FP16 accumulate; 24 GB GDDR6X at 936 GB/s; TITAN RTX: 16.3 FP32, 130 tensor
+// TFLOPS, 672 GB/s, no BF16 on Turing), and a bf16 run on a Turing GPU is refused by name.
+TEST(PublishedRuns, ConsumerGpuSpecsAreTheDatasheets) {
+  const TopologySpec rtx3090 = load_topology(kSource / "topologies" / "sailor-mit-rtx3090.yaml");
+  EXPECT_EQ(rtx3090.gpu.name, "RTX-3090");
+  EXPECT_DOUBLE_EQ(rtx3090.gpu.peak.fp32_FLOPs, 35.6e12);
+  EXPECT_DOUBLE_EQ(rtx3090.gpu.peak.fp16_FLOPs, 71e12);
+  EXPECT_DOUBLE_EQ(rtx3090.gpu.peak.bf16_FLOPs, 71e12);
+  EXPECT_DOUBLE_EQ(rtx3090.gpu.hbm_bandwidth_Bps, 936e9);
+  EXPECT_DOUBLE_EQ(rtx3090.gpu.memory_bytes, 24.0 * 1024 * 1024 * 1024);
+  const TopologySpec titan = load_topology(kSource / "topologies" / "sailor-mit-titan-rtx.yaml");
+  EXPECT_DOUBLE_EQ(titan.gpu.peak.fp32_FLOPs, 16.3e12);
+  EXPECT_DOUBLE_EQ(titan.gpu.peak.fp16_FLOPs, 130e12);
+  EXPECT_DOUBLE_EQ(titan.gpu.peak.bf16_FLOPs, 0);
+  EXPECT_DOUBLE_EQ(titan.gpu.hbm_bandwidth_Bps, 672e9);
+  // The mixed cluster: node 0 RTX 3090 at its own 1 Gb/s port, node 2 TITAN RTX, node 3 past the
+  // groups the file's own RTX-2080, each with its own PCIe rate (Sailor's network profile).
+  const TopologySpec mixed = load_topology(kSource / "topologies" / "sailor-mit-mixed-8gpu.yaml");
+  EXPECT_EQ(gpu_of_node(mixed, 0).name, "RTX-3090");
+  EXPECT_EQ(gpu_of_node(mixed, 2).name, "Titan-RTX");
+  EXPECT_EQ(gpu_of_node(mixed, 3).name, "RTX-2080");
+  EXPECT_NEAR(nic_spec_of(mixed, 0).line_rate_Bps, 114876125, 1e4);  // 0.919 Gb/s
+  EXPECT_NEAR(nic_spec_of(mixed, 2).line_rate_Bps, 2857712076, 1e6);  // 22.86 Gb/s
+  EXPECT_NEAR(node_spec_of(mixed, 0).nvlink_bandwidth_Bps, 5326931791 / 4.0, 1e7);
+  // bf16 on the TITAN RTX (no BF16 tensor cores) is refused where the topology is checked.
+  Scenario s;
+  s.cluster.topology = kSource / "topologies" / "sailor-mit-titan-rtx.yaml";
+  s.cluster.num_gpus = 8;
+  s.training.precision = Precision::kBf16;
+  try {
+    check_gpu_supports(titan, s.training);
+    ADD_FAILURE() << "bf16 on a TITAN RTX accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("precision: bf16"), HasSubstr("Titan-RTX has none")));
+  }
 }
 
 }  // namespace

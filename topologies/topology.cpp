@@ -625,7 +625,8 @@ void check_one_gpu_supports(const std::string& topology, const GpuSpec& gpu,
         topology, gpu.name));
   }
   const Precision matmul = matmul_precision(training);
-  if ((matmul == Precision::kBf16 || matmul == Precision::kFp32Bf16) && !(gpu.peak.bf16_FLOPs > 0)) {
+  const bool on_bf16_cores = matmul == Precision::kBf16 || matmul == Precision::kFp32Bf16;
+  if (on_bf16_cores && !(gpu.peak.bf16_FLOPs > 0)) {
     throw ConfigError(fmt::format(
         "training.{}: the matrix products run on BF16 tensor cores; {} has none (topology {} "
         "gives no gpu.peak_flops.bf16: Turing and older; use fp16 or fp32)",

@@ -16,6 +16,7 @@
 #include "core/memory.hpp"
 #include "core/moe_tokens.hpp"
 #include "core/params.hpp"
+#include "core/pipeline_order.hpp"
 #include "core/pipeline_split.hpp"
 #include "core/rank_lowering.hpp"
 
@@ -192,7 +193,11 @@ int64_t ddp_bucket_size_params(const Scenario& s) {
 }
 
 
-Program build_program(const Scenario& s, const std::vector<int64_t>& ranks, StepScope scope) {
+namespace {
+
+/// build_program's body; `order`: null, or each pipeline rank's steps (checked).
+Program lower_program(const Scenario& s, const std::vector<int64_t>& ranks, StepScope scope,
+                      const PipelineOrder* order) {
   if (s.training.tp_comm_overlap && !s.parallel.sequence_parallel) {
     throw UnsupportedError(
         "training.tp_comm_overlap needs parallelism.sequence_parallel: true (as Megatron-LM's "
@@ -216,10 +221,24 @@ Program build_program(const Scenario& s, const std::vector<int64_t>& ranks, Step
     RankProgram rp;
     rp.rank = r;
     rp.coord = prog.layout.coord(r);  // throws for a rank outside the world
-    lowering::RankLowering(prog.scenario, prog.layout, table, rp, scope).run();
+    const std::vector<ScheduleStep>* steps =
+        order != nullptr ? &order->ranks.at(static_cast<size_t>(rp.coord.pp)) : nullptr;
+    lowering::RankLowering(prog.scenario, prog.layout, table, rp, scope, steps).run();
     prog.ranks.emplace(r, std::move(rp));
   }
   return prog;
+}
+
+}  // namespace
+
+Program build_program(const Scenario& s, const std::vector<int64_t>& ranks, StepScope scope) {
+  return lower_program(s, ranks, scope, nullptr);
+}
+
+Program build_program(const Scenario& s, const PipelineOrder& order,
+                      const std::vector<int64_t>& ranks, StepScope scope) {
+  check_pipeline_order(s, order);
+  return lower_program(s, ranks, scope, &order);
 }
 
 }  // namespace traintwin

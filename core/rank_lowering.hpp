@@ -50,13 +50,17 @@ struct Bucket {
 /// Lowers one rank's schedule to ops.
 class RankLowering {
  public:
+  /// `order`: the rank's schedule steps (core/pipeline_order.hpp), or null for build_schedule's.
   RankLowering(const Scenario& sc, const RankLayout& layout, KernelTable& table, RankProgram& out,
-               StepScope scope)
-      : sc_(sc), layout_(layout), table_(table), out_(out), scope_(scope), d_(sc), k_{d_} {}
+               StepScope scope, const std::vector<ScheduleStep>* order = nullptr)
+      : sc_(sc), layout_(layout), table_(table), out_(out), scope_(scope), order_(order), d_(sc),
+        k_{d_} {}
 
   void run() {
     const RankCoord c = out_.coord;
-    out_.schedule = build_schedule(sc_.parallel.pipeline_schedule, d_.p, c.pp, d_.m, d_.v);
+    out_.schedule = order_ != nullptr
+                        ? *order_
+                        : build_schedule(sc_.parallel.pipeline_schedule, d_.p, c.pp, d_.m, d_.v);
     split_ = splits_backward(sc_.parallel.pipeline_schedule);
     plan_buckets();
     if (sc_.training.use_distributed_optimizer && sc_.training.overlap_param_gather) {
@@ -462,6 +466,7 @@ class RankLowering {
   KernelTable& table_;
   RankProgram& out_;
   StepScope scope_;
+  const std::vector<ScheduleStep>* order_;
   Dims d_;
   KernelFactory k_;
 

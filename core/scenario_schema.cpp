@@ -214,9 +214,11 @@ const std::vector<KeySpec>& table() {
        .doc = "pipeline schedule (1f1b is interleaved 1F1B when v > 1; zb-h1 and zb-h2 are "
               "the zero-bubble schedules, Qi et al. 2024, which need v = 1 and micro-batches >= PP; "
               "zb-v, the same paper's V schedule, and dualpipev, DeepSeek's DualPipeV, need v = 2 "
-              "and micro-batches >= 2 x PP (zb-v runs the fixed order the authors' V scheduler "
-              "gives for equal pass costs without communication, not the order their runtime "
-              "builds from profiled costs); dualpipe, DeepSeek's bidirectional DualPipe, needs an "
+              "and micro-batches >= 2 x PP (zb-v runs the order the authors' runtime builds with "
+              "their V scheduler from profiled pass costs, here the estimator's per-stage step "
+              "times and the p2p time, in simulate and estimate; the executor, which profiles "
+              "nothing, runs the order that scheduler gives for equal costs without "
+              "communication); dualpipe, DeepSeek's bidirectional DualPipe, needs an "
               "even PP, v = 2 (two parameter copies of whole stages) and an even number of "
               "micro-batches >= 2 x PP)",
        .flag = "--pipeline-schedule",

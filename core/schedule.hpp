@@ -115,8 +115,8 @@ std::vector<ScheduleStep> zb_h2_schedule(int64_t pp_size, int64_t pp_rank,
 /// zb_v_cost_aware_schedule, core/zb_v_cost_aware.hpp), so with unequal costs and communication
 /// the two differ: on the arXiv version's Table 8 costs this order idles 0.2-1.0e-3 less than the
 /// cost-aware one on 24 and 32 stages and 1.0-2.3e-3 more on 16
-/// (tests/core/zero_bubble_table9_test.cpp). The Program, the engines and the executor run this
-/// fixed order for pipeline_schedule zb-v.
+/// (tests/core/zero_bubble_table9_test.cpp). build_schedule and the executor run this order for
+/// zb-v; simulate and estimate run the cost-aware one (sim/zb_v_order.hpp).
 /// Throws InvalidArgument as GPipe, and unless m >= 2p (the warm-up's 2p forwards).
 std::vector<ScheduleStep> zb_v_schedule(int64_t pp_size, int64_t pp_rank,
                                         int64_t num_micro_batches);

@@ -70,7 +70,9 @@ struct IterationResult {
 /// tp_comm_overlap, cp_comm_type a2a, FP8, attention dropout with
 /// grouped-query attention, a precision other than fp32 and bf16 (bf16: exec/linear.hpp; never
 /// silently), a pipeline schedule of core/schedule.hpp it does not run (none today: gpipe, 1f1b
-/// and interleaved, zb-h1, zb-h2, zb-v, dualpipev and dualpipe all run); for MoE: bf16,
+/// and interleaved, zb-h1, zb-h2, zb-v, dualpipev and dualpipe all run; zb-v in the fixed order
+/// of core/schedule.hpp zb_v_schedule, the cost-aware V scheduler's for equal pass costs: the
+/// executor profiles no costs, and any valid order gives the same losses); for MoE: bf16,
 /// the allgather token dispatcher, expert_tensor_parallel_size > 1, and TP > 1 without
 /// sequence_parallel (Megatron requires SP there); and
 /// InvalidArgument when the program has no ops for `comm.rank()` or the shard belongs to

@@ -3,7 +3,9 @@
 #include "sim/analytical.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -24,13 +26,16 @@
 #include "sim/attribution.hpp"
 #include "sim/matching.hpp"
 #include "sim/timed_program.hpp"
+#include "sim/zb_v_order.hpp"
 
 namespace traintwin {
 
 namespace analytical_plan {
 
-/// EstimateCache's key of a pipeline plan.
-using PlanKey = std::tuple<int, int64_t, int64_t, int64_t>;  // kind, PP, micro-batches, VPP
+/// EstimateCache's key of a pipeline plan: kind, PP, micro-batches, VPP, and what ZB-V's
+/// cost-aware order is made of (sim/zb_v_order.hpp: the pass costs f, b, w, comm in us and the
+/// memory model's hidden size, attention heads and sequence length; zeros for other kinds).
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, std::array<double, 7>>;
 
 /// EstimateCache's key of a collective's uncontended time.
 struct CollectiveTimeKey {
@@ -77,17 +82,17 @@ struct EstimateCache::Impl {
     }
   }
 
-  /// The plan of `key`, made once.
-  std::shared_ptr<const analytical_plan::PipelinePlan> plan(const analytical_plan::PlanKey& key) {
+  /// The plan of `key`, made once by `make`.
+  std::shared_ptr<const analytical_plan::PipelinePlan> plan(
+      const analytical_plan::PlanKey& key,
+      const std::function<analytical_plan::PipelinePlan()>& make) {
     {
       const std::lock_guard<std::mutex> lock(mutex);
       for (const auto& [k, p] : plans) {
         if (k == key) return p;
       }
     }
-    auto made = std::make_shared<const analytical_plan::PipelinePlan>(analytical_plan::make_pipeline_plan(
-        static_cast<PipelineScheduleKind>(std::get<0>(key)), std::get<1>(key), std::get<2>(key),
-        std::get<3>(key)));
+    auto made = std::make_shared<const analytical_plan::PipelinePlan>(make());
     const std::lock_guard<std::mutex> lock(mutex);
     if (plans.size() >= kPlans) plans.erase(plans.begin());
     plans.emplace_back(key, made);
@@ -226,6 +231,53 @@ class Estimator {
         probe_steps_(probe_steps), scaling_(scaling), cache_(cache) {}
 
   IterationMetrics run() {
+    probe();
+    // ZB-V runs the authors' cost-aware order (sim/zb_v_order.hpp), made from the costs a probe
+    // of StepScope::kBoundary times (also when this one lowers more: the same order either way).
+    std::optional<ZbVPassCosts> zbv;
+    if (kind_ == PipelineScheduleKind::kZbV) {
+      zbv = probe_steps_ == StepScope::kBoundary
+                ? pass_costs()
+                : Estimator(s_, topo_, costs_, eff_, compute_, StepScope::kBoundary, scaling_,
+                            cache_)
+                      .profiled_costs();
+    }
+    const auto make = [&] {
+      if (!zbv) return analytical_plan::make_pipeline_plan(kind_, p_, m_, v_);
+      const PipelineOrder order = zb_v_order(s_, *zbv);
+      return analytical_plan::make_pipeline_plan(kind_, p_, m_, v_, &order);
+    };
+    if (cache_ != nullptr) {
+      std::array<double, 7> order_inputs{};
+      if (zbv) {
+        order_inputs = {zbv->f,
+                        zbv->b,
+                        zbv->w,
+                        zbv->comm,
+                        static_cast<double>(s_.model.hidden_size),
+                        static_cast<double>(s_.model.num_attention_heads),
+                        static_cast<double>(s_.model.seq_length)};
+      }
+      plan_ = cache_->plan({static_cast<int>(kind_), p_, m_, v_, order_inputs}, make);
+    } else {
+      plan_ = std::make_shared<const analytical_plan::PipelinePlan>(make());
+    }
+    for (int64_t r = 0; r < p_; ++r) prepare_stage(r);
+    run_steps();
+    run_tails();
+    finish();
+    return result_;
+  }
+
+  /// The probe's ZB-V pass costs (zb_v_profiled_costs, sim/zb_v_order.hpp).
+  ZbVPassCosts profiled_costs() {
+    probe();
+    return pass_costs();
+  }
+
+ private:
+  /// Step 2 of the file comment and what step 3 needs of the probe (its stages' ranks).
+  void probe() {
     const ParallelConfig& pc = s_.parallel;
     p_ = pc.pipeline_model_parallel_size;
     v_ = pc.virtual_pipeline_model_parallel_size;
@@ -263,20 +315,38 @@ class Estimator {
     for (int64_t r = 0; r < p_; ++r) stage_rank_[static_cast<size_t>(r)] = prog_->layout.rank({0, 0, 0, r});
     stages_.resize(static_cast<size_t>(p_));
     p2p_s_.assign(static_cast<size_t>(p_ * p_), -1.0);
-    if (cache_ != nullptr) {
-      plan_ = cache_->plan({static_cast<int>(kind_), p_, m_, v_});
-    } else {
-      plan_ = std::make_shared<const analytical_plan::PipelinePlan>(
-          analytical_plan::make_pipeline_plan(kind_, p_, m_, v_));
-    }
-    for (int64_t r = 0; r < p_; ++r) prepare_stage(r);
-    run_steps();
-    run_tails();
-    finish();
-    return result_;
   }
 
- private:
+  /// What the authors' runtime gives ZB-V's scheduler (zb_v_profiled_costs): per pass, each
+  /// stage's step duration averaged over its two chunks, in whole us, then the upper median over
+  /// the stages (at least 1 us); comm the upper median of the uncontended transfers r -> r + 1.
+  ZbVPassCosts pass_costs() {
+    std::array<std::vector<double>, 3> per_stage;  // F, B, W
+    for (int64_t r = 0; r < p_; ++r) {
+      const StageTemplate& t = tmpl_[template_of(r)];
+      for (size_t pass = 0; pass < 3; ++pass) {
+        double sum_s = 0;
+        for (int64_t c = 0; c < v_; ++c) {
+          const uint32_t inst = t.typical[pass * static_cast<size_t>(v_) + static_cast<size_t>(c)];
+          if (inst != kNone) sum_s += t.insts[inst].all_end_s;  // none: a step without ops
+        }
+        per_stage[pass].push_back(std::trunc(sum_s / static_cast<double>(v_) * 1e6));
+      }
+    }
+    const auto mid = [](std::vector<double> a) {
+      std::sort(a.begin(), a.end());
+      return std::max(a[a.size() / 2], 1.0);
+    };
+    ZbVPassCosts c{mid(per_stage[0]), mid(per_stage[1]), mid(per_stage[2]), 0};
+    if (p_ > 1) {
+      std::vector<double> comm;
+      for (int64_t r = 0; r + 1 < p_; ++r) comm.push_back(std::trunc(transfer_s(r, r + 1) * 1e6));
+      std::sort(comm.begin(), comm.end());
+      c.comm = comm[comm.size() / 2];
+    }
+    return c;
+  }
+
   // ---- kinds of stage ---------------------------------------------------------------------------
 
   /// What makes two pipeline stages lower and time alike: being the first or the last stage
@@ -1330,15 +1400,17 @@ class Estimator {
 
 }  // namespace
 
-IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const CostModel& costs,
-                          const FabricEfficiency& eff, StepScope probe_steps,
-                          EstimateCache* cache) {
+namespace {
+
+/// The topology the estimator sees for `s` on `topo_in`, unscaled: `topo_in`, or, for a job on
+/// one node kind of a mixed cluster, that kind's, made in `one_kind`.
+const TopologySpec& estimator_topology(const Scenario& s, const TopologySpec& topo_in,
+                                       TopologySpec& one_kind) {
   // A job on nodes of one kind inside one node group of a mixed cluster sees that group's GPU,
   // NVLink domain and NICs only (those of its first node: all its nodes have them). A job across
   // node kinds keeps the whole topology, as the replay does: each stage's ranks on their own
   // GPU (the timing layer's JobGpus), each collective and transfer at its nodes' rates
   // (group_topology), each stage inside one node group (stage_kinds).
-  TopologySpec one_kind;
   const bool across_kinds = !topo_in.node_groups.empty() &&
                             !job_on_one_node_kind(topo_in, s.cluster.num_gpus);
   if (!topo_in.node_groups.empty() && !across_kinds) {
@@ -1348,7 +1420,32 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
     one_kind.nic = nic_spec_of(topo_in, 0);
     one_kind.node_groups.clear();
   }
-  const TopologySpec& topo = topo_in.node_groups.empty() || across_kinds ? topo_in : one_kind;
+  return topo_in.node_groups.empty() || across_kinds ? topo_in : one_kind;
+}
+
+}  // namespace
+
+ZbVPassCosts zb_v_profiled_costs(const Scenario& s, const TopologySpec& topo_in,
+                                 const CostModel& costs, const FabricEfficiency& eff) {
+  if (s.parallel.pipeline_schedule != PipelineScheduleKind::kZbV) {
+    throw InvalidArgument("zb_v_profiled_costs: parallelism.pipeline_schedule of scenario " +
+                          s.name + " is not zb-v");
+  }
+  TopologySpec one_kind;
+  const TopologySpec& topo = estimator_topology(s, topo_in, one_kind);
+  check_gpu_supports(topo, s.training);
+  const SimulationOptions o = with_what_if(SimulationOptions{}, s.cluster.what_if);
+  return Estimator(s, scaled_topology(topo, o.scaling), costs, eff,
+                   ComputeScaling{o.gpu_speed_scale, std::nullopt, {}}, StepScope::kBoundary,
+                   o.scaling, nullptr)
+      .profiled_costs();
+}
+
+IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const CostModel& costs,
+                          const FabricEfficiency& eff, StepScope probe_steps,
+                          EstimateCache* cache) {
+  TopologySpec one_kind;
+  const TopologySpec& topo = estimator_topology(s, topo_in, one_kind);
   check_gpu_supports(topo, s.training);
   const WhatIf& w = s.cluster.what_if;
   if (w.straggler || w.degraded_link) {

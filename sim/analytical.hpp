@@ -21,7 +21,8 @@
 //         the step ignored): its duration, its compute seconds and its exposed TP seconds. The
 //         offsets of its ops are kept for the first forward (param all-gather waits) and the
 //         last backward (DP bucket triggers) of every model chunk.
-//      3. The real schedules (core/schedule.hpp, every stage, every micro-batch) run as a
+//      3. The real schedules (core/schedule.hpp, every stage, every micro-batch; ZB-V the
+//         cost-aware order built from step 2's step times, sim/zb_v_order.hpp) run as a
 //         step-level dataflow: Megatron's p2p batches as core/rank_lowering.cpp issues them (a batch
 //         is posted when the previous step ends; the next step waits for all of its sends and
 //         recvs; a transfer starts once both sides have posted it and lasts the closed-form
@@ -91,7 +92,8 @@ namespace traintwin {
 /// What estimate() reuses from one call to the next: a sweep estimates hundreds of layouts that
 /// share their pipeline schedule (rows that differ only in recomputation, SP or the distributed
 /// optimizer) or their collectives. It holds
-///  - per (schedule kind, PP, number of micro-batches, VPP): every stage's schedule
+///  - per (schedule kind, PP, number of micro-batches, VPP, and for ZB-V the pass costs and
+///    memory model its cost-aware order is made from): every stage's schedule
 ///    (build_schedule) and Megatron's p2p batches around its steps (the 16 most recent);
 ///  - per collective (op, bytes, members, s.cluster.collective_algorithm, the what-if NVLink and
 ///    IB bandwidth factors): its uncontended time (plan_collective, uncontended_time_s);

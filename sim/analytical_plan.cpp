@@ -17,9 +17,10 @@ class StagePlanner {
   StagePlanner(PipelineScheduleKind kind, int64_t p, int64_t v)
       : kind_(kind), p_(p), v_(v), async_sends_(splits_backward(kind)) {}
 
-  StagePlan plan(int64_t r, int64_t m) const {
+  StagePlan plan(int64_t r, int64_t m, const PipelineOrder* order) const {
     StagePlan st;
-    st.schedule = build_schedule(kind_, p_, r, m, v_);
+    st.schedule = order != nullptr ? order->ranks.at(static_cast<size_t>(r))
+                                   : build_schedule(kind_, p_, r, m, v_);
     make_items(r, st);
     const auto v = static_cast<size_t>(v_);
     st.first_fwd_step.assign(v, -1);
@@ -142,7 +143,8 @@ class StagePlanner {
 
 }  // namespace
 
-PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v) {
+PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v,
+                                const PipelineOrder* order) {
   // The tags (pipeline_tag: < 2 x m x p x v) and a stage's steps (<= 3 x m x v) in 32 bits, the
   // peer stage and the model chunk in theirs.
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
@@ -153,10 +155,15 @@ PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m,
                           std::to_string(v) + " model chunks do not fit its 32-bit tags and "
                           "steps (need 2 x m x p x v and 3 x m x v below 2^31)");
   }
+  if (order != nullptr && static_cast<int64_t>(order->ranks.size()) != p) {
+    throw InvalidArgument("pipeline plan of the analytical estimate: an order of " +
+                          std::to_string(order->ranks.size()) + " ranks for " +
+                          std::to_string(p) + " stages");
+  }
   const StagePlanner planner(kind, p, v);
   PipelinePlan plan;
   plan.stages.reserve(static_cast<size_t>(p));
-  for (int64_t r = 0; r < p; ++r) plan.stages.push_back(planner.plan(r, m));
+  for (int64_t r = 0; r < p; ++r) plan.stages.push_back(planner.plan(r, m, order));
   return plan;
 }
 

@@ -1,12 +1,14 @@
 // The pipeline plan of the analytical estimator (sim/analytical.hpp, step 3): every stage's
 // schedule (core/schedule.hpp) and Megatron's p2p batches around its steps, as
 // core/rank_lowering.cpp issues them. A function of (schedule kind, PP, number of micro-batches,
-// VPP) only, so estimates of layouts that share them share one plan (EstimateCache).
+// VPP) and, for ZB-V, its cost-aware order (sim/zb_v_order.hpp) only, so estimates of layouts
+// that share them share one plan (EstimateCache).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/pipeline_order.hpp"
 #include "core/schedule.hpp"
 
 namespace traintwin::analytical_plan {
@@ -51,8 +53,11 @@ struct PipelinePlan {
 };
 
 /// Every stage's plan of schedule `kind` with `p` stages, `m` micro-batches and `v` model
-/// chunks. Throws what build_schedule() throws, and InvalidArgument when the plan's tags
-/// (2 x m x p x v) or its steps do not fit the 32-bit fields of P2PRef and Item.
-PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v);
+/// chunks; `order`: null for build_schedule's steps, else stage r runs order->ranks[r] (an order
+/// check_pipeline_order accepts; ZB-V's cost-aware order). Throws what build_schedule() throws,
+/// InvalidArgument when `order` has not p ranks, and when the plan's tags (2 x m x p x v) or its
+/// steps do not fit the 32-bit fields of P2PRef and Item.
+PipelinePlan make_pipeline_plan(PipelineScheduleKind kind, int64_t p, int64_t m, int64_t v,
+                                const PipelineOrder* order = nullptr);
 
 }  // namespace traintwin::analytical_plan

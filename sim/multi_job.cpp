@@ -29,6 +29,7 @@
 #include "sim/session.hpp"
 #include "sim/summary_document.hpp"
 #include "sim/timed_program.hpp"
+#include "sim/zb_v_order.hpp"
 
 namespace traintwin {
 namespace {
@@ -253,7 +254,8 @@ PreparedJob prepare_job(const Placement& p, size_t i, const TopologySpec& topo,
     }
     const Scenario& sc = session->scenario();
     program = std::make_shared<const Program>(
-        build_program(sc, layout_of(sc).first_rank_of_each_stage()));
+        build_replay_program(sc, session->topology(), session->costs(), opts.fabric,
+                             layout_of(sc).first_rank_of_each_stage()));
   }
   job.session = session;
   job.program = program;

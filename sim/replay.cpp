@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "sim/replay_engine.hpp"
+#include "sim/zb_v_order.hpp"
 
 namespace traintwin {
 namespace replay_engine {
@@ -621,11 +622,13 @@ SimulationResult simulate(const Scenario& s, const TopologySpec& topo, const Cos
   std::vector<int64_t> reps;
   for (int64_t pp = 0; pp < p.pipeline_model_parallel_size; ++pp) reps.push_back(layout.rank({0, 0, 0, pp}));
   check_what_if(s, topo, opts.aggregate_tp);
+  SimulationOptions o = with_what_if(opts, s.cluster.what_if);
   const auto wall0 = std::chrono::steady_clock::now();
-  const Program prog = build_program(s, reps);
+  // ZB-V: the authors' cost-aware order from the estimator's probe (sim/zb_v_order.hpp), the
+  // order the estimator runs too.
+  const Program prog = build_replay_program(s, topo, costs, o.fabric, reps);
   const double lowering_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  SimulationOptions o = with_what_if(opts, s.cluster.what_if);
   if (o.collective_algorithm.empty()) o.collective_algorithm = s.cluster.collective_algorithm;
   SimulationResult res = simulate_program(prog, topo, costs, o);
   res.wall_phases_s.insert(res.wall_phases_s.begin(), {"lowering", lowering_s});

@@ -192,7 +192,7 @@ TEST(ParseTopology, LinkAndSwitchOverrides) {
               HasSubstr("no such link"));
 
   const TopologySpec shipped = load_topology(kTopologies / "dgx-h100-superpod-spine-down.yaml");
-  EXPECT_EQ(shipped.link_overrides.size(), 2u);
+  EXPECT_EQ(shipped.link_overrides.size(), 3u);
   EXPECT_EQ(shipped.switch_overrides.at(0).name, "rail0-spine3");
 }
 

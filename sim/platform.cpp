@@ -187,7 +187,6 @@ Resolved resolve(const TopologySpec& topo, const FabricPlan& plan,
   Resolved out;
   out.port_down.assign(static_cast<size_t>(plan.num_nodes * plan.rails), 0);
   if (!topo.has_overrides() && scaling.degraded_links.empty()) return out;
-  const std::vector<std::string> names = link_names(topo, plan);
   std::vector<RailDown> down(static_cast<size_t>(plan.rails), RailDown::all_up(plan));
   std::vector<std::string> down_what;  // for messages
   const int64_t P = plan.spines_per_pod;
@@ -201,7 +200,7 @@ Resolved resolve(const TopologySpec& topo, const FabricPlan& plan,
     }
     if (!e || !element_in_plan(*e, plan)) {
       throw ConfigError(fmt::format("topology '{}': {}.link: {}", topo.name, o.where,
-                                    no_such_link(o.link, plan, names)));
+                                    no_such_link(o.link, plan, link_names(topo, plan))));
     }
     for (const std::string& name : element_link_names(*e, plan)) {
       out.settings.push_back({name, o.bandwidth_Bps, 1.0, o.latency_s});

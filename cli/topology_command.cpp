@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "sim/platform.hpp"
 #include "topologies/graph.hpp"
 #include "topologies/topology.hpp"
 
@@ -27,6 +28,14 @@ void register_topology_command(CLI::App& app) {
       check_cluster_size(t, *o->num_gpus);
       fmt::print("{} GPUs = {} nodes: fits the fabric\n", *o->num_gpus,
                  *o->num_gpus / t.node.gpus_per_node);
+      if (t.has_overrides()) {
+        const OverrideSummary s = check_overrides(t, *o->num_gpus);
+        fmt::print(
+            "overrides at this size: {} link directions set ({} down), {} switches down, {} "
+            "node pairs routed around them, {} past this size (left out); the graph below is "
+            "the fabric as wired\n",
+            s.links_set, s.links_down, s.switches_down, s.rerouted_pairs, s.left_out);
+      }
       fmt::print("{}", describe_cluster_graph(build_cluster_graph(t, *o->num_gpus)));
     }
   });

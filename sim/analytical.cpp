@@ -1461,6 +1461,13 @@ IterationMetrics estimate(const Scenario& s, const TopologySpec& topo_in, const 
         "' (a NIC port down) breaks the symmetry the estimator relies on (every rail alike); use "
         "the replay (simulate, or sweep --mode simulate)");
   }
+  if (topo.has_overrides()) {
+    throw UnsupportedError(
+        "analytical estimate: link_overrides / switch_overrides of topology '" + topo.name +
+        "' (single links or switches slower or down, routes around them) break the symmetry "
+        "the estimator relies on (every rail and every route of a tier alike); use the replay "
+        "(simulate, or sweep --mode simulate)");
+  }
   // The what-ifs folded as for the replay: bandwidth factors scale the links the closed forms
   // use, gpu_speed_scale the compute (in the timing layer).
   if (pipeline_scatter_gather(s.parallel)) {

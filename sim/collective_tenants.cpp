@@ -108,6 +108,14 @@ std::vector<TenantBandwidth> simulate_ring_tenants(const TopologySpec& topo, int
         "(allowed: rail_optimized_fat_tree)",
         topo.name, topo.fabric.kind));
   }
+  if (topo.has_overrides()) {
+    // The graph's routes are the fabric's as wired: no override, no route around a down element.
+    throw ConfigError(fmt::format(
+        "topology '{}': link_overrides / switch_overrides: ring tenants are timed on the graph's "
+        "routes and rates as wired (allowed: a topology without overrides; the replay, "
+        "`collective` or `simulate`, honours them)",
+        topo.name));
+  }
   const ClusterGraph g = build_cluster_graph(topo, num_gpus);
   const FabricPlan& plan = g.plan();
   const bool ecmp = routing == TenantRouting::kEcmp;

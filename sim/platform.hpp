@@ -52,9 +52,27 @@
 //    fabric.link_rate x ib_bandwidth, then its NIC links are set to their node's nic.line_rate x
 //    ib_bandwidth and nic.latency (SimGrid takes one bandwidth and latency per fat-tree zone).
 //  - What-if scaling (PlatformScaling): NVLink and InfiniBand tiers are created at their scaled
-//    bandwidth; each degraded link is then set to its (scaled) bandwidth x bandwidth_scale with
-//    Link::set_bandwidth once the zones are built. Its name is checked before SimGrid is touched
-//    (platform_link_names() lists every name without building anything).
+//    bandwidth. Once the zones are built, one pass (one rule) changes single links: first the
+//    topology's overrides (topology.hpp link_overrides / switch_overrides, names in
+//    topologies/fabric_overrides.hpp): a switch's hop_latency moves each of its links' latency
+//    by (hop_latency - fabric.hop_latency) / 2; a link's bandwidth is set to the override x its
+//    tier's what-if factor, its latency to the override; then each what-if degraded link's
+//    bandwidth is multiplied by its bandwidth_scale (a bandwidth override relative to the rate
+//    built). Names are checked before SimGrid is touched (platform_link_names() lists every name
+//    without building anything); an override naming an element past this job's platform (a
+//    node past its nodes, the cores of a one-pod build) is left out (it carries none of its
+//    traffic).
+//  - Down elements (link or switch overrides with down: true), worked out before SimGrid is
+//    touched: a spine, a core or a switch-to-switch cable down is routed around by the subnet
+//    manager's rule of sim/fabric_reroute.hpp; each host pair whose route then differs from
+//    SimGrid's D-mod-K gets a bypass route (NetZone::add_bypass_route between its two NIC hosts
+//    in its rail's zone), which SimGrid's route lookup takes before the fat tree's own routing,
+//    so Host::route_to and the flow network see it. On a dual-plane fabric a NIC port cable or a
+//    leaf down takes its ports down (as fabric.ports_down). ConfigError for what cuts ranks off:
+//    an NVLink, a loopback or an NVSwitch; a NIC cable or a leaf of a single-plane fabric (with
+//    more than one node); every port of a dual-plane NIC; a pair of nodes no route joins. Their
+//    links stay in links() with PlatformLink::down set. Cost: one bypass route per rerouted
+//    ordered pair of nodes (a spine down of P: about 1/P of a rail's pairs across leaves).
 //  - The links of each rail's fat tree are recognized by creation order and SimGrid's names
 //    ("link_from_<child>_<parent>_<n>_UP"); build() checks every one against the plan and throws
 //    Error on a mismatch (a SimGrid version that wires its fat tree differently).
@@ -82,7 +100,8 @@ struct PlatformScaling {
   double nvlink_bandwidth = 1.0;
   double ib_bandwidth = 1.0;  ///< NICs and switch-to-switch links
   /// Single links (PlatformLink::name) whose bandwidth is further multiplied by their
-  /// bandwidth_scale; a name given twice multiplies twice.
+  /// bandwidth_scale, after the topology's link overrides (relative to the rate built); a name
+  /// given twice multiplies twice.
   std::vector<DegradedLink> degraded_links = {};
 };
 
@@ -95,6 +114,21 @@ std::vector<std::string> platform_link_names(const TopologySpec& topo, int64_t n
 /// naming the factor, or the unknown name with the closest name and how names look.
 void check_platform_scaling(const TopologySpec& topo, int64_t num_gpus,
                             const PlatformScaling& scaling);
+
+/// What a topology's link_overrides and switch_overrides amount to on the platform of `num_gpus`
+/// GPUs (check_overrides()).
+struct OverrideSummary {
+  int64_t links_set = 0;       ///< link directions given a bandwidth, latency or state
+  int64_t links_down = 0;      ///< link directions down (link_overrides)
+  int64_t switches_down = 0;   ///< switches down
+  int64_t rerouted_pairs = 0;  ///< ordered (rail, node, node) pairs routed around (bypass routes)
+  int64_t left_out = 0;        ///< overrides past this platform's nodes, leaves, spines or cores
+};
+
+/// Works out the overrides of `topo` on the platform of `num_gpus` GPUs as Platform::build does,
+/// without SimGrid. Throws ConfigError as Platform::build (a name not in the platform, a down
+/// element that cuts ranks off, a pair of nodes no route joins).
+OverrideSummary check_overrides(const TopologySpec& topo, int64_t num_gpus);
 
 /// `topo` with the tier factors of `scaling` applied: node.nvlink_bandwidth_Bps (the node groups'
 /// too) x nvlink_bandwidth, nic.line_rate_Bps (the groups' too) and fabric.link_rate_Bps x
@@ -112,6 +146,8 @@ struct PlatformLink {
   std::string from;          ///< vertex the traffic leaves, named as in topologies/graph.hpp
   std::string to;            ///< vertex it enters ("node3-nvswitch", "rail2-leaf1", ...)
   simgrid::s4u::Link* link = nullptr;
+  /// A link override or a switch override put it down (no route crosses it).
+  bool down = false;
 };
 
 /// Most planes of a fabric (FabricSpec::planes).
@@ -127,9 +163,10 @@ class Platform {
  public:
   /// Pins the network model (CM02, no cross-traffic, no TCP-gamma; see SIMGRID-NOTES.md), then
   /// builds the zones. Throws ConfigError when num_gpus does not fit the topology
-  /// (check_cluster_size), the topology cannot be wired (plan_fabric) or `scaling` is refused by
-  /// check_platform_scaling(); Error when `engine` already has a platform. Nothing is created in
-  /// `engine` when it throws ConfigError.
+  /// (check_cluster_size), the topology cannot be wired (plan_fabric), `scaling` is refused by
+  /// check_platform_scaling() or the topology's overrides are (a name not in the platform, a down
+  /// element that cuts ranks off: file comment); Error when `engine` already has a platform.
+  /// Nothing is created in `engine` when it throws ConfigError.
   static std::unique_ptr<Platform> build(simgrid::s4u::Engine& engine, const TopologySpec& topo,
                                          int64_t num_gpus, const PlatformScaling& scaling = {});
   virtual ~Platform() = default;

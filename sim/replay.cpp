@@ -128,7 +128,20 @@ void Engine::prepare() {
            prog_.layout.size(GroupKind::kDp), prog_.layout.size(GroupKind::kPp)};
   collective_keys_.emplace(prog_.layout);
   const int64_t tp = prog_.layout.size(GroupKind::kTp);
+  if (!opts_.link_contention && topo_.has_overrides()) {
+    throw ConfigError(
+        "simulate: topology '" + topo_.name +
+        "' has link_overrides / switch_overrides, which only the simulated links carry; without "
+        "link contention (--no-link-contention) transfers take the tiers' closed forms: simulate "
+        "with link contention");
+  }
   if (opts_.aggregate_tp && tp > 1) {
+    if (topo_.has_overrides()) {
+      throw ConfigError(
+          "simulate: TP aggregation (--aggregate-tp) replays TP rank 0 for its whole TP group and "
+          "rail 0 for every rail; the link_overrides / switch_overrides of topology '" +
+          topo_.name + "' make the rails differ: simulate without TP aggregation");
+    }
     if ((opts_.straggler && !opts_.straggler_tp_group) ||
         !opts_.scaling.degraded_links.empty()) {
       throw ConfigError(

@@ -20,6 +20,7 @@ std::string tp_aggregation_blocker(const RankLayout& layout, const TopologySpec&
   if (opts.straggler && !opts.straggler_tp_group) return "a straggler";
   if (!opts.scaling.degraded_links.empty()) return "a degraded link";
   if (!topo.fabric.ports_down.empty()) return "a NIC port down (fabric.ports_down)";
+  if (topo.has_overrides()) return "link or switch overrides (link_overrides, switch_overrides)";
   if (opts.trace_all_ranks) return "every rank traced";
   for (int64_t r : opts.trace_ranks) {
     if (r >= 0 && r < layout.world_size() && layout.coord(r).tp != 0) {

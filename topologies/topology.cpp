@@ -23,6 +23,7 @@
 #include "core/yaml_document.hpp"
 #include "core/text.hpp"
 #include "core/units.hpp"
+#include "topologies/fabric_overrides.hpp"
 #include "topologies/topology_schema.hpp"
 
 namespace traintwin {
@@ -279,6 +280,8 @@ std::vector<NodeGroup> parse_node_groups(const Mapping& top, const TopologySpec&
                                          const std::string& origin,
                                          const std::filesystem::path& base_dir);
 
+void parse_overrides(const Mapping& top, TopologySpec& t, const std::string& origin);
+
 TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
                         const std::filesystem::path& base_dir) {
   const Mapping top(root, origin, "", 1);
@@ -467,7 +470,66 @@ TopologySpec parse_root(const YAML::Node& root, const std::string& origin,
   f.link_rate_Bps = fabric.quantity("link_rate");
   f.hop_latency_s = fabric.quantity("hop_latency");
   t.node_groups = parse_node_groups(top, t, origin, base_dir);
+  parse_overrides(top, t, origin);
   return t;
+}
+
+/// The file's link_overrides and switch_overrides (none when absent): each item's keys and
+/// values, at least one setting per item; then their names (check_fabric_overrides).
+void parse_overrides(const Mapping& top, TopologySpec& t, const std::string& origin) {
+  const auto positive = [](const Mapping& item, const char* key) {
+    const double v = item.quantity(key);
+    if (!(v > 0)) throw ConfigError(fmt::format("{}: must be greater than zero", item.where(key)));
+    return v;
+  };
+  if (top.has("link_overrides")) {
+    int index = 0;
+    for (const auto& [yaml, line] : top.list("link_overrides")) {
+      const Mapping item(yaml, origin, "link_overrides", line);
+      LinkOverride o;
+      o.where = fmt::format("{}: link_overrides[{}]", place(origin, line), index++);
+      o.link = item.text("link");
+      if (item.has("bandwidth")) o.bandwidth_Bps = positive(item, "bandwidth");
+      if (item.has("latency")) o.latency_s = item.quantity("latency");
+      if (item.has("down")) o.down = item.boolean("down");
+      if (!o.bandwidth_Bps && !o.latency_s && !item.has("down")) {
+        throw ConfigError(fmt::format(
+            "{}: link '{}': no setting (allowed: at least one of bandwidth, latency, down)",
+            o.where, o.link));
+      }
+      if (o.down && (o.bandwidth_Bps || o.latency_s)) {
+        throw ConfigError(fmt::format(
+            "{}: link '{}': down with a bandwidth or latency (a cable down carries nothing: give "
+            "down alone)",
+            o.where, o.link));
+      }
+      t.link_overrides.push_back(std::move(o));
+    }
+  }
+  if (top.has("switch_overrides")) {
+    int index = 0;
+    for (const auto& [yaml, line] : top.list("switch_overrides")) {
+      const Mapping item(yaml, origin, "switch_overrides", line);
+      SwitchOverride o;
+      o.where = fmt::format("{}: switch_overrides[{}]", place(origin, line), index++);
+      o.name = item.text("switch");
+      if (item.has("hop_latency")) o.hop_latency_s = item.quantity("hop_latency");
+      if (item.has("down")) o.down = item.boolean("down");
+      if (!o.hop_latency_s && !item.has("down")) {
+        throw ConfigError(fmt::format(
+            "{}: switch '{}': no setting (allowed: at least one of hop_latency, down)", o.where,
+            o.name));
+      }
+      if (o.down && o.hop_latency_s) {
+        throw ConfigError(fmt::format(
+            "{}: switch '{}': down with a hop_latency (a switch down carries nothing: give down "
+            "alone)",
+            o.where, o.name));
+      }
+      t.switch_overrides.push_back(std::move(o));
+    }
+  }
+  check_fabric_overrides(t);
 }
 
 /// The first key of the node and nic sections that set the shape of an NVLink domain and its
@@ -928,6 +990,18 @@ std::string describe_topology(const TopologySpec& t) {
     std::vector<std::string> names;
     for (const NicPort& port : f.ports_down) names.push_back(port.name());
     out += fmt::format("  down    NIC ports {}\n", fmt::join(names, ", "));
+  }
+  for (const LinkOverride& o : t.link_overrides) {
+    std::vector<std::string> parts;
+    if (o.bandwidth_Bps) parts.push_back(format_line_rate_bps(*o.bandwidth_Bps));
+    if (o.latency_s) parts.push_back(format_time_s(*o.latency_s) + " latency");
+    if (o.down) parts.push_back("down");
+    out += fmt::format("  link    {}: {}\n", o.link, fmt::join(parts, ", "));
+  }
+  for (const SwitchOverride& o : t.switch_overrides) {
+    out += fmt::format("  switch  {}: {}\n", o.name,
+                       o.down ? std::string("down")
+                              : format_time_s(*o.hop_latency_s) + " per hop");
   }
   const int64_t nodes = max_nodes(t);
   out += fmt::format("  size    up to {} leaves{} = {} scalable units = {} nodes = {} GPUs\n",

@@ -178,6 +178,29 @@ struct NodeGroup {
   std::optional<NicSpec> nic = std::nullopt;
 };
 
+/// One item of the file's link_overrides: a link of the platform (Platform::links(),
+/// sim/platform.hpp: "node3-nic2-up", "rail2-leaf1-spine3-c0-down") or a cable (the same name
+/// without -up/-down: both directions) whose bandwidth, latency or state differs from its tier's.
+/// Names are checked by topologies/fabric_overrides.hpp; the platform applies them.
+struct LinkOverride {
+  std::string link;
+  std::optional<double> bandwidth_Bps;  ///< absolute, per direction (the tier's rate otherwise)
+  std::optional<double> latency_s;      ///< absolute: the link's whole latency share
+  bool down = false;                    ///< the cable is down (a whole cable: both directions)
+  std::string where;                    ///< "<file>:<line>: link_overrides[<i>]", for messages
+};
+
+/// One item of the file's switch_overrides: a fabric switch ("rail0-leaf1", "rail0-spine3",
+/// "rail0-core2"; dual-plane "rail0-plane1-spine3"), as topologies/graph.hpp names its vertices.
+struct SwitchOverride {
+  std::string name;
+  /// Its hop latency (fabric.hop_latency otherwise): each of its links' latency moves by
+  /// (hop_latency_s - fabric.hop_latency) / 2, so a route through it pays hop_latency_s for it.
+  std::optional<double> hop_latency_s;
+  bool down = false;  ///< the switch is down: routes avoid it (sim/platform.hpp)
+  std::string where;  ///< "<file>:<line>: switch_overrides[<i>]", for messages
+};
+
 /// A whole cluster topology as read from topologies/*.yaml.
 struct TopologySpec {
   std::string name;
@@ -188,6 +211,11 @@ struct TopologySpec {
   NicSpec nic;
   FabricSpec fabric;
   std::vector<NodeGroup> node_groups;  ///< node 0 on, in order; empty: every node has `gpu`
+  std::vector<LinkOverride> link_overrides;      ///< the file's link_overrides, in file order
+  std::vector<SwitchOverride> switch_overrides;  ///< the file's switch_overrides, in file order
+
+  /// Whether the file overrides a link or switch (link_overrides or switch_overrides given).
+  bool has_overrides() const { return !link_overrides.empty() || !switch_overrides.empty(); }
 };
 
 /// The index in t.node_groups of the group that holds NVLink domain `node`, or

@@ -29,6 +29,14 @@ constexpr std::array kKeys = {
             "nodes of other GPU types (a mixed cluster), in node order from node 0: a list of "
             "{name, nodes, node_template}; the nodes past the groups have this file's gpu, node "
             "and nic"},
+    KeySpec{"", "link_overrides", V::kList, false, 0, "",
+            "links or cables whose bandwidth, latency or state differ from their tier's: a list "
+            "of {link, bandwidth, latency, down}, each giving at least one of the three; a "
+            "cable down is routed around where the fabric allows it (see \"Link and switch "
+            "overrides\")"},
+    KeySpec{"", "switch_overrides", V::kList, false, 0, "",
+            "fabric switches that are down or slower: a list of {switch, hop_latency, down}, "
+            "each giving at least one of the two; a spine or core down is routed around"},
 
     KeySpec{"gpu", "name", V::kText, true, 0, "H100-SXM-80GB",
             "the GPU's name (calibration files' cluster.gpu; picks traces/db/<name>.json)"},
@@ -124,6 +132,32 @@ constexpr std::array kKeys = {
             "group's nodes have (its fabric is not used); its node.gpus_per_node, "
             "gpus_used_per_node, gpus_per_tray, collectives and nic.nics_per_node must equal "
             "this file's, its NVLink and NIC rates may differ (DGX A100 beside DGX H100)"},
+
+    KeySpec{"link_overrides", "link", V::kText, true, 0, "rail0-leaf1-spine3-c0",
+            "a link as the platform names it (node<i>-nic<r>-up / -down, "
+            "rail<r>-leaf<l>-spine<s>-c<k>-up / -down, rail<r>-spine<s>-core<c>-c<k>-up / -down, "
+            "node<i>-gpu<j>-nvlink-up / -down; dual-plane: node<i>-nic<r>-plane<p>, "
+            "rail<r>-plane<p>-leaf...), or a cable: the name without -up / -down (both "
+            "directions); an element past the nodes, leaves, spines or cores a job's platform "
+            "builds carries none of its traffic and is left out of that job"},
+    KeySpec{"link_overrides", "bandwidth", V::kBandwidth, false, 0, "200Gbps",
+            "the link's bandwidth per direction (> 0; absolute, in place of its tier's rate)"},
+    KeySpec{"link_overrides", "latency", V::kTime, false, 0, "3us",
+            "the link's whole latency (in place of its share: nic.latency + fabric.hop_latency "
+            "/ 2 for a NIC link, fabric.hop_latency between switches)"},
+    KeySpec{"link_overrides", "down", V::kBoolean, false, 0, "true",
+            "the cable is down, both directions (a switch-to-switch cable: routes avoid it; a "
+            "dual-plane NIC port: as fabric.ports_down; a NIC of a single-plane fabric or an "
+            "NVLink: refused, its GPUs unreachable)"},
+    KeySpec{"switch_overrides", "switch", V::kText, true, 0, "rail0-spine3",
+            "a fabric switch as topologies/graph.hpp names it: rail<r>-leaf<l>, "
+            "rail<r>-spine<s>, rail<r>-core<c> (dual-plane: rail<r>-plane<p>-spine<s>, ...)"},
+    KeySpec{"switch_overrides", "hop_latency", V::kTime, false, 0, "500ns",
+            "the switch's hop latency (in place of fabric.hop_latency for routes through it)"},
+    KeySpec{"switch_overrides", "down", V::kBoolean, false, 0, "true",
+            "the switch is down: routes avoid a spine or core as a subnet manager's would "
+            "(sim/platform.hpp); a leaf down is refused on a single-plane fabric (its nodes "
+            "unreachable) and takes its nodes' ports of that plane down on a dual-plane one"},
 };
 
 

@@ -38,7 +38,8 @@ std::string_view to_string(ValueType t);
 
 /// One key of a topology file.
 struct KeySpec {
-  /// "" (top level), "gpu", "gpu.peak_flops", "node", "nic", "fabric", "node_groups" (one item)
+  /// "" (top level), "gpu", "gpu.peak_flops", "node", "nic", "fabric", "node_groups",
+  /// "link_overrides", "switch_overrides" (one item of a list each)
   std::string_view section;
   std::string_view key;
   ValueType type;
@@ -49,7 +50,7 @@ struct KeySpec {
 };
 
 /// Every key, sections in file order (top level, gpu, gpu.peak_flops, node, nic, fabric,
-/// node_groups).
+/// node_groups, link_overrides, switch_overrides).
 std::span<const KeySpec> keys();
 
 /// The keys of one section, in table order (empty for an unknown section).

@@ -6,6 +6,7 @@
 // (run_isolated: one SimGrid engine per process). The three largest scenarios (16,384, 1,024 and
 // 512 GPUs) are checked without contention only: their contended replays are benchmarks
 // (bench/sim_speed.sh).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -23,6 +24,7 @@
 #include "core/program.hpp"
 #include "core/scenario.hpp"
 #include "sim/analytical.hpp"
+#include "sim/collective_tenants.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/isolated.hpp"
@@ -786,6 +788,31 @@ TEST(AnalyticalWhatIf, ScalesComputeAndLinksAndRefusesAsymmetricKnobs) {
   const Scenario straggler = load_scenario(
       f, {{"cluster.what_if.straggler.rank", "3"}, {"cluster.what_if.straggler.compute_scale", "1.2"}});
   EXPECT_THROW(estimate(straggler, topo, *costs), UnsupportedError);
+}
+
+// A topology with link or switch overrides (a spine down, a slow cable) breaks the estimator's
+// every-rail-alike symmetry: refused by name, as a port down is; the ring-tenant model, which
+// times the graph's routes as wired, refuses it too.
+TEST(AnalyticalWhatIf, RefusesTopologiesWithLinkOrSwitchOverrides) {
+  const std::string dir = std::string(TRAINTWIN_SOURCE_DIR);
+  const Scenario s = load_scenario(dir + "/scenarios/gpt3-175b-h100-1024.yaml");
+  const TopologySpec topo = load_topology(dir + "/topologies/dgx-h100-superpod-spine-down.yaml");
+  const auto costs = make_roofline_cost_model(default_roofline_efficiency(topo.gpu));
+  try {
+    estimate(s, topo, *costs);
+    FAIL() << "no error";
+  } catch (const UnsupportedError& e) {
+    EXPECT_THAT(e.what(), ::testing::AllOf(::testing::HasSubstr("link_overrides / switch_overrides of topology "
+                                          "'dgx-h100-superpod-spine-down'"),
+                                ::testing::HasSubstr("sweep --mode simulate")));
+  }
+  try {
+    simulate_ring_tenants(topo, 1024, {CollectiveTenant{"a", {0, 8 * 40}, 1 << 20}},
+                          TenantRouting::kDModK);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("link_overrides / switch_overrides: ring tenants"));
+  }
 }
 
 }  // namespace

@@ -119,6 +119,83 @@ TEST(ShippedTopologies, EveryFileLoadsAndIsConsistent) {
   }
 }
 
+// link_overrides and switch_overrides: values with units read per item, names checked against
+// the largest cluster of the file (kValid: 8 SU of 32 nodes, 32 spines per rail), errors naming
+// the file, the item's index and key, the closest name and how names look; the shipped example.
+TEST(ParseTopology, LinkAndSwitchOverrides) {
+  const std::string ok = kValid +
+                         "link_overrides:\n"                      // 28
+                         "  - link: rail0-leaf1-spine3-c0\n"      // 29
+                         "    bandwidth: 200Gbps\n"               // 30
+                         "  - {link: node3-nic2-up, latency: 3us}\n"  // 31
+                         "switch_overrides:\n"                    // 32
+                         "  - {switch: rail0-spine3, down: true}\n"   // 33
+                         "  - {switch: rail1-core2, hop_latency: 500ns}\n";
+  // Two tiers have no cores: the last item is refused; without it the file loads.
+  EXPECT_THAT(error_for(ok), AllOf(HasSubstr("t.yaml:34: switch_overrides[1].switch"),
+                                   HasSubstr("'rail1-core2': no such switch"),
+                                   HasSubstr("names look like rail0-leaf0, rail0-spine0 and "
+                                             "node0-nvswitch"),
+                                   HasSubstr("spines 0..31 per rail, nodes 0..255")));
+  const std::string good = ok.substr(0, ok.rfind("  - {switch: rail1-core2"));
+  const TopologySpec t = parse_topology(good, "t.yaml");
+  ASSERT_EQ(t.link_overrides.size(), 2u);
+  EXPECT_EQ(t.link_overrides[0].link, "rail0-leaf1-spine3-c0");
+  EXPECT_DOUBLE_EQ(*t.link_overrides[0].bandwidth_Bps, 25e9);
+  EXPECT_FALSE(t.link_overrides[0].latency_s);
+  EXPECT_EQ(t.link_overrides[0].where, "t.yaml:29: link_overrides[0]");
+  EXPECT_DOUBLE_EQ(*t.link_overrides[1].latency_s, 3e-6);
+  ASSERT_EQ(t.switch_overrides.size(), 1u);
+  EXPECT_TRUE(t.switch_overrides[0].down);
+  EXPECT_TRUE(t.has_overrides());
+  EXPECT_FALSE(parse_topology(kValid, "t.yaml").has_overrides());
+  EXPECT_THAT(describe_topology(t),
+              AllOf(HasSubstr("\n  link    rail0-leaf1-spine3-c0: 200 Gb/s\n"),
+                    HasSubstr("\n  link    node3-nic2-up: 3 us latency\n"),
+                    HasSubstr("\n  switch  rail0-spine3: down\n")));
+
+  const auto item = [](const std::string& list, const std::string& entry) {
+    return kValid + list + ":\n  - " + entry + "\n";
+  };
+  EXPECT_THAT(error_for(item("link_overrides", "{link: rail0-leaf1-spine33-c0, down: true}")),
+              AllOf(HasSubstr("t.yaml:29: link_overrides[0].link"),
+                    HasSubstr("'rail0-leaf1-spine33-c0': no such link in the fabric of 256 nodes"),
+                    HasSubstr("did you mean rail0-leaf1-spine3-c0?"),
+                    HasSubstr("names look like node0-gpu0-nvlink-up")));
+  EXPECT_THAT(error_for(item("switch_overrides", "{switch: rail0-spin3, down: true}")),
+              AllOf(HasSubstr("switch_overrides[0].switch: 'rail0-spin3': no such switch"),
+                    HasSubstr("did you mean rail0-spine3?")));
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0}")),
+              HasSubstr("link_overrides[0]: link 'node0-nic0': no setting (allowed: at least one "
+                        "of bandwidth, latency, down)"));
+  EXPECT_THAT(error_for(item("switch_overrides", "{switch: rail0-spine0}")),
+              HasSubstr("no setting (allowed: at least one of hop_latency, down)"));
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0, bandwidth: 200}")),
+              AllOf(HasSubstr("t.yaml:29: link_overrides.bandwidth"), HasSubstr("Gbps")));
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0, latency: 3 parsecs}")),
+              HasSubstr("link_overrides.latency"));
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0, bandwidth: 0Gbps}")),
+              HasSubstr("must be greater than zero"));
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0-up, down: true}")),
+              AllOf(HasSubstr("link_overrides[0].down: 'node0-nic0-up' is one direction"),
+                    HasSubstr("allowed: the cable's name, node0-nic0")));
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0, speed: 1Gbps}")),
+              HasSubstr("unknown key"));
+  EXPECT_THAT(error_for(kValid + "link_overrides:\n  - {link: node0-nic0, latency: 1us}\n"
+                                 "  - {link: node0-nic0-down, bandwidth: 100Gbps}\n"),
+              AllOf(HasSubstr("link_overrides[1].link: 'node0-nic0-down': link node0-nic0-down "
+                              "is given twice (first at t.yaml:29: link_overrides[0])")));
+  EXPECT_THAT(error_for(item("switch_overrides", "{switch: node0-nvswitch, hop_latency: 1us}")),
+              HasSubstr("is an NVSwitch"));
+  // A plane only on a dual-plane fabric.
+  EXPECT_THAT(error_for(item("link_overrides", "{link: node0-nic0-plane1, down: true}")),
+              HasSubstr("no such link"));
+
+  const TopologySpec shipped = load_topology(kTopologies / "dgx-h100-superpod-spine-down.yaml");
+  EXPECT_EQ(shipped.link_overrides.size(), 3u);
+  EXPECT_EQ(shipped.switch_overrides.at(0).name, "rail0-spine3");
+}
+
 // The dual-plane fabric (Alibaba HPN, SimAI's DualToR_DualPlane): two planes, one leaf per rail
 // and plane, NIC ports down by name; what a single-plane fabric or a wrong name gets refused.
 TEST(ShippedTopologies, HpnDualPlane) {

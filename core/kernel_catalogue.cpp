@@ -38,6 +38,7 @@ constexpr std::array kCatalogue = {
     KernelDescriptor{"gemm_dgrad", G, "GEMM", "[M, N, K]"},
     KernelDescriptor{"gemm_fwd", G, "GEMM", "[M, N, K]"},
     KernelDescriptor{"gemm_wgrad", G, "GEMM", "[M, N, K]"},
+    KernelDescriptor{"grad_accumulate", M, "optimizer", "[N parameters]"},
     KernelDescriptor{"grad_clip_scale", M, "optimizer", "[N parameters]"},
     KernelDescriptor{"grad_norm", M, "optimizer", "[N parameters]"},
     KernelDescriptor{"grouped_gemm_dgrad", G, "GEMM", "[groups, M, N, K]"},

@@ -449,6 +449,18 @@ struct KernelFactory {
     const bool unscale = d.dtype == Precision::kFp16;
     return make("grad_norm", {n}, (unscale ? 3 : 2) * fn, fn * (4 + copy + (unscale ? 8 : 0)));
   }
+  // Megatron's gradient accumulation without gradient_accumulation_fusion (Megatron-LM before
+  // commit 83b1e42f30, 2022-02-13; megatron/model/distributed.py _make_param_hook at 50a4b5fa02:
+  // `param.main_grad.add_(param.grad.data)`, run by each parameter's backward hook once per
+  // micro-batch) over n parameters: reads param.grad in the parameter dtype (dsize) and
+  // main_grad (grad_bytes: fp16 under fp16 training without fp32 accumulation, fp32 under bf16 or
+  // fp32), writes main_grad. fp16: 2 + 2 + 2 = 6 bytes per parameter; bf16: 2 + 4 + 4 = 10;
+  // fp32: 12. One FLOP (the add) per parameter.
+  Kernel grad_accumulate(int64_t n) const {
+    const double fn = static_cast<double>(n);
+    return make("grad_accumulate", {n}, fn,
+                fn * static_cast<double>(d.dsize + 2 * d.grad_bytes));
+  }
   // Megatron's zero_grad_buffer + optimizer.zero_grad(): a memset of the gradient buffer of n
   // parameters, `grad_bytes` each (written once, nothing read, no FLOPs).
   Kernel zero_grad_buffer(int64_t n) const {

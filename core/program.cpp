@@ -118,6 +118,7 @@ const char* to_string(Role r) {
     case Role::kGradNorm: return "grad norm";
     case Role::kOptimizerStep: return "optimizer step";
     case Role::kZeroGradBuffer: return "zero grad buffer";
+    case Role::kGradAccumulate: return "grad accumulate";
     case Role::kGradClipScale: return "grad clip scale";
     case Role::kOffloadedOptimizer: return "offloaded optimizer";
     case Role::kActivationOffload: return "activation offload";

@@ -129,6 +129,8 @@ enum class Role : uint8_t {
   kGradNorm,              ///< global gradient norm (local sum of squares; its all-reduce)
   kOptimizerStep,         ///< AdamW
   kZeroGradBuffer,        ///< memset of the rank's gradient buffer before the first micro-batch
+  kGradAccumulate,        ///< without gradient_accumulation_fusion: main_grad += param.grad of
+                          ///< one layer's parameters after its (weight-)gradient backward
   kGradClipScale,         ///< grads *= min(1, clip_grad / (norm + 1e-6)) before the step
   // CPU offload (OpKind::kHost ops)
   kOffloadedOptimizer,    ///< optimizer_cpu_offload: gradients D2H, the CPU AdamW, params H2D

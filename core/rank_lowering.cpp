@@ -52,8 +52,9 @@ void RankLowering::add_dep(uint32_t op, uint32_t dep) {
 void RankLowering::kernel(const Kernel& kern, const char* what, int32_t target) {
   if (part_ == BackwardPart::kWeightInputs) return;  // only the gathers of W's inputs
   if (part_ != BackwardPart::kAll) {
-    // A split backward: B leaves out the weight-gradient GEMMs, W issues only them.
-    const bool wgrad = kern.key.name.ends_with("_wgrad");
+    // A split backward: B leaves out the weight-gradient GEMMs, W issues only them and the
+    // gradient accumulation after them (grad_accumulate, without gradient_accumulation_fusion).
+    const bool wgrad = kern.key.name.ends_with("_wgrad") || kern.key.name == "grad_accumulate";
     if (wgrad != (part_ == BackwardPart::kWeight)) return;
   }
   if (open_compute_ == kNoOp) {

@@ -293,6 +293,18 @@ void RankLowering::layer_backward(int64_t mb, int64_t chunk, int64_t layer) {
     role(Role::kNone);
     kernel(k_.fp8_scale_update(4), "fp8 scales");  // 4 output gradients
   }
+  if (!sc_.training.gradient_accumulation_fusion) {
+    // Megatron before gradient accumulation fusion: the layer's gradients of this micro-batch,
+    // written to param.grad by its backward, added into main_grad by the parameters' backward
+    // hooks (core/lowering_kernels.hpp grad_accumulate): every parameter of the layer on this
+    // rank, the GEMM weights, biases and norms. Under a split backward it follows the W step's
+    // wgrad GEMMs (kernel() issues it in W only). With the fusion on, the biases and norms still
+    // take the hook (Megatron fuses the GEMM weights only); that pass, about 1/h of the layer's
+    // parameters, is not counted.
+    role(Role::kGradAccumulate);
+    kernel(k_.grad_accumulate(layer_parameters_on_rank(sc_.model, sc_.parallel, layer).total()),
+           "grad accumulate");
+  }
 }
 
 void RankLowering::embedding_forward() {

@@ -365,6 +365,14 @@ struct TrainingConfig {
   /// megatron/core/fusions/fused_cross_entropy.py, torch.compile'd passes, bf16 only): the loss
   /// reads and writes the logits in fewer passes (core/lowering_kernels.hpp cross_entropy).
   bool cross_entropy_loss_fusion = false;
+  /// Megatron-LM's gradient accumulation fusion (--no-gradient-accumulation-fusion turns it off;
+  /// added in commit 83b1e42f30, 2022-02-13, megatron/mpu/layers.py with apex's
+  /// fused_weight_gradient_mlp_cuda): true = each weight-gradient GEMM accumulates straight into
+  /// the parameter's main_grad; false = Megatron before it (SC'21, megatron/model/distributed.py
+  /// _make_param_hook at 50a4b5fa02): the GEMM writes param.grad in the parameter dtype and a
+  /// backward hook adds it to main_grad, one elementwise pass per layer and micro-batch
+  /// (core/lowering_kernels.hpp grad_accumulate).
+  bool gradient_accumulation_fusion = true;
   /// The arithmetic of the matrix products of fp32 training (PyTorch
   /// torch.set_float32_matmul_precision); anything but highest needs precision fp32.
   Float32MatmulPrecision float32_matmul_precision = Float32MatmulPrecision::kHighest;

@@ -687,6 +687,17 @@ std::optional<RuleBreach> first_broken_rule(const Scenario& s) {
                               "rule: the fusion is of Megatron's vocab-parallel cross entropy)",
                               to_string(t.cross_entropy_loss)));
   }
+  // Without gradient accumulation fusion the Program adds each micro-batch's param.grad into the
+  // main gradient buffer that Megatron's DistributedDataParallel keeps over the micro-batches
+  // (megatron/model/distributed.py _make_param_hook); ZeRO-2/3 (Megatron-FSDP) reduce-scatters
+  // every micro-batch's gradients through hooks of its own, which this pass does not describe.
+  if (!t.gradient_accumulation_fusion && t.zero_stage() >= 2) {
+    return broken("training.gradient_accumulation_fusion",
+                  fmt::format("false needs a zero stage below 2 (got {}; rule: the unfused "
+                              "accumulation is Megatron DDP's param hook into its gradient "
+                              "buffer, which ZeRO-2/3 does not keep)",
+                              t.zero_stage()));
+  }
   // Context parallelism: Megatron-Core splits the sequence into 2 x CP chunks, rank i holding
   // chunks i and 2 CP - 1 - i (causal load balance), so 2 x CP must divide seq_length.
   if (cp > 1 && m.seq_length % mul(2, cp) != 0) {

@@ -338,6 +338,12 @@ const std::vector<KeySpec>& table() {
               "(needs precision bf16)",
        .flag = "--cross-entropy-loss-fusion",
        .bind = field<kTrain, &T::cross_entropy_loss_fusion>()},
+      {.section = "training", .key = "gradient_accumulation_fusion", .type = V::kBoolean,
+       .doc = "weight-gradient GEMMs accumulate straight into main_grad (Megatron-LM since "
+              "83b1e42f30, Feb 2022); false: param.grad then a hook's add per layer and "
+              "micro-batch, 6 B/param fp16, 10 bf16 (Megatron of 2021, "
+              "--no-gradient-accumulation-fusion; needs zero stage < 2)",
+       .bind = field<kTrain, &T::gradient_accumulation_fusion>()},
       {.section = "training", .key = "fp8_format", .type = V::kEnum, .default_text = "none",
        .values = names_of<Fp8Format>(),
        .doc = "FP8 GEMMs on top of bf16/fp16: hybrid (E4M3 fwd, E5M2 grads) or e4m3",

@@ -74,6 +74,7 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.vtotal = g_.vl * g_.t;
   recompute_ = sc.training.recompute_granularity;
   split_ = splits_backward(sc.parallel.pipeline_schedule);
+  grad_fusion_ = sc.training.gradient_accumulation_fusion;
   if (sc.model.is_moe()) {
     g_.experts = sc.model.num_moe_experts;
     g_.topk = sc.model.moe_router_topk;
@@ -421,8 +422,43 @@ void GptModel::run(const Op& op, const std::string& kernel, Role role, int64_t e
     case Role::kCrossEntropyMax:
     case Role::kCrossEntropy:
       return fwd ? head_forward(op, kernel, role) : head_backward(op, kernel, role);
+    case Role::kGradAccumulate: return grad_accumulate(op);
     default: unexpected(op, std::string("no kernel for role ") + to_string(role));
   }
+}
+
+const LayerParams& GptModel::grads_of(const Op& op) {
+  if (grad_fusion_) return layer_grads_.at(op.layer);
+  LayerState& L = layer(op);
+  if (L.param_grad.empty()) {
+    // param.grad of this micro-batch: a zeroed tensor per gradient view of the layer, in the
+    // order of LayerParams' members (an empty view stays empty).
+    const LayerParams& main = layer_grads_.at(op.layer);
+    LayerParams& v = L.param_grad_views;
+    for (auto member : kLayerParamMembers) {
+      const std::span<float> m = main.*member;
+      if (m.empty()) {
+        v.*member = {};
+        continue;
+      }
+      L.param_grad.push_back(zeros(static_cast<int64_t>(m.size())));
+      v.*member = L.param_grad.back().span();
+    }
+  }
+  return L.param_grad_views;
+}
+
+void GptModel::grad_accumulate(const Op& op) {
+  if (grad_fusion_) unexpected(op, "grad_accumulate under gradient_accumulation_fusion");
+  LayerState& L = layer(op);
+  if (L.param_grad.empty()) unexpected(op, "grad_accumulate before the layer's backward");
+  const LayerParams& main = layer_grads_.at(op.layer);
+  for (auto member : kLayerParamMembers) {
+    const std::span<float> m = main.*member;
+    if (!m.empty()) backend_.add_in_place(m, L.param_grad_views.*member);
+  }
+  L.param_grad.clear();  // param.grad = None
+  L.param_grad_views = {};
 }
 
 // ---- embedding -----------------------------------------------------------------------------------

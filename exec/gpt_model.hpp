@@ -21,6 +21,7 @@
 // flow: exec/gpt_model.cpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -109,6 +110,12 @@ struct LayerParams {
       fc2_b;
   std::span<float> router_w, experts_fc1_w, experts_fc2_w;
 };
+/// Every view of LayerParams, for passes over all of a layer's tensors.
+inline constexpr std::array<std::span<float> LayerParams::*, 15> kLayerParamMembers = {
+    &LayerParams::ln1_w,  &LayerParams::ln1_b,    &LayerParams::qkv_w,         &LayerParams::qkv_b,
+    &LayerParams::proj_w, &LayerParams::proj_b,   &LayerParams::ln2_w,         &LayerParams::ln2_b,
+    &LayerParams::fc1_w,  &LayerParams::fc1_b,    &LayerParams::fc2_w,         &LayerParams::fc2_b,
+    &LayerParams::router_w, &LayerParams::experts_fc1_w, &LayerParams::experts_fc2_w};
 
 /// The token exchange of one MoE layer's alltoall dispatcher for one micro-batch, in rows of h
 /// (set by the walk at the dispatch, from the EP group's token counts).
@@ -122,6 +129,11 @@ struct MoeExchange {
 /// Saved activations and gradients of one layer for one micro-batch.
 struct LayerState {
   Tensor in;                          // [b, Tl, H] layer input (residual stream)
+  // Without training.gradient_accumulation_fusion: this micro-batch's param.grad of the layer,
+  // one zeroed tensor per gradient view (param_grad_views points into them), which the backward
+  // writes instead of the main gradients and grad_accumulate adds into them.
+  std::vector<Tensor> param_grad;
+  LayerParams param_grad_views;
   Tensor ln1, ln1_mean, ln1_rstd;     // [b, Tl, H], [b*Tl] (RMSNorm: rstd holds 1/rms, no mean)
   Tensor ln1_full;                    // [b, s, H] SP-gathered QKV input
   Tensor qkv;                         // [b, s, qkv]
@@ -176,6 +188,12 @@ struct LayerState {
   Tensor d_logits;                             // [N, E]
   Tensor d_moe_in;                             // [N, H] routed path's gradient of ln2
 };
+/// Moves `from`'s param.grad (and its views, which stay valid: the tensors keep their memory)
+/// into `to`, for the backward's frees of a layer's state that come before its grad_accumulate.
+inline void keep_param_grad(LayerState& to, LayerState& from) {
+  to.param_grad = std::move(from.param_grad);
+  to.param_grad_views = from.param_grad_views;
+}
 
 /// Everything of one micro-batch on one model chunk.
 struct ChunkState {
@@ -356,6 +374,14 @@ class GptModel {
   void embedding_backward(const Op& op);
   void layer_forward(const Op& op, const std::string& kernel, Role role);
   void layer_backward(const Op& op, const std::string& kernel, Role role);
+  /// The gradient views `op`'s layer backward writes: the main gradients (fused), or without
+  /// gradient_accumulation_fusion this micro-batch's param.grad (LayerState::param_grad, made
+  /// zeroed at the layer's first backward kernel).
+  const LayerParams& grads_of(const Op& op);
+  /// Megatron's param hook without gradient_accumulation_fusion (megatron/model/distributed.py
+  /// _make_param_hook, 50a4b5fa02): main_grad += param.grad over the layer's parameters, then
+  /// param.grad freed. Kernel grad_accumulate.
+  void grad_accumulate(const Op& op);
   void moe_forward(const Op& op, const std::string& kernel, Role role, int64_t expert);
   void moe_backward(const Op& op, const std::string& kernel, Role role, int64_t expert);
   /// Shared expert / dense MLP widths of `layer` (F and the FC1 width).
@@ -386,6 +412,7 @@ class GptModel {
   /// alone and keep what the W step's wgrad GEMMs read (the layer's GEMM inputs and output
   /// gradients, the final LayerNorm's output) until the W step frees it.
   bool split_ = false;
+  bool grad_fusion_ = true;  // training.gradient_accumulation_fusion
   std::map<int64_t, LayerParams> layer_params_, layer_grads_;
 
   int64_t iteration_ = 0;

@@ -169,7 +169,7 @@ Tensor GptModel::take_output_grad(const Op& op) {
 void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role) {
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
-  const LayerParams& G = layer_grads_.at(op.layer);
+  const LayerParams& G = grads_of(op);
   const int64_t b = g_.b, s = g_.s, h = g_.h;
   const int64_t tl = g_.tl, hl = g_.hl, f = mlp_width(op.layer), heads = g_.heads;
   const int64_t fc1 = fc1_width(op.layer);
@@ -318,7 +318,9 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
         L.qkv.reset();
         if (split_) {  // the layer's last W kernel: all but the input gradient goes
           Tensor d_in = std::move(L.d_in);
-          L = LayerState();
+          LayerState kept;
+          keep_param_grad(kept, L);  // for grad_accumulate, which follows
+          L = std::move(kept);
           L.d_in = std::move(d_in);
         }
       } else {
@@ -344,11 +346,14 @@ void GptModel::layer_backward(const Op& op, const std::string& kernel, Role role
           kept.*t = std::move(L.*t);
         }
         kept.exchange = std::move(L.exchange);
+        keep_param_grad(kept, L);
         L = std::move(kept);
         return;
       }
       Tensor d_in = std::move(L.d_in);
-      L = LayerState();
+      LayerState kept;
+      keep_param_grad(kept, L);  // for grad_accumulate, which follows
+      L = std::move(kept);
       L.d_in = std::move(d_in);
       return;
     }

@@ -160,7 +160,7 @@ void GptModel::moe_backward(const Op& op, const std::string& kernel, Role role, 
   if (kernel == "moe_chunk_cat") return;  // a layout copy: nothing to move here (above)
   LayerState& L = layer(op);
   const LayerParams& P = layer_params_.at(op.layer);
-  const LayerParams& G = layer_grads_.at(op.layer);
+  const LayerParams& G = grads_of(op);
   const ModelSpec& model = prog_.scenario.model;
   const int64_t n = g_.b * g_.tl, h = g_.h, e = g_.experts;
   const int64_t r = L.dispatched.size() / static_cast<size_t>(h);

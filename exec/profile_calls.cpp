@@ -673,6 +673,12 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
     const int64_t n = d[0];
     c.t = list(in.uniform(n));  // the shard's gradients: persistent, not allocated per run
     c.run = [&be, n](KernelCall& x) { be.fill_2d(x.t[0], n, n, 1, 0.0f); };
+  } else if (name == "grad_accumulate") {  // GptModel::grad_accumulate: main_grad += param.grad
+    need(1);
+    const int64_t n = d[0];
+    // The main gradients persist (the shard's buffer); param.grad is the backward's output.
+    c.t = list(in.uniform(n), in.uniform(n, -1e-3, 1e-3));
+    c.run = [&be](KernelCall& x) { be.add_in_place(x.t[0], x.t[1]); };
   } else if (name == "grad_clip_scale") {  // ShardOptimizer::clip
     need(1);
     c.t = list(in.uniform(d[0]));

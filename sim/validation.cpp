@@ -67,6 +67,16 @@ void apply_source_defaults(const std::string& source, const YAML::Node& model,
     training["overlap_grad_reduce"] = false;
     // Its p2p splits each tensor over TP and all-gathers it after the receive (section 4.1).
     parallelism["scatter_gather_tensors_in_pipeline"] = true;
+    // Megatron-LM of April 2021 (README figure at 50a4b5fa02) had no gradient accumulation
+    // fusion, which came in commit 83b1e42f30 (2022-02-13): each weight gradient was written to
+    // param.grad and added into main_grad by a backward hook (megatron/model/distributed.py
+    // _make_param_hook), fp16 without --accumulate-allreduce-grads-in-fp32 (examples/sc21/
+    // CONFIG.sh at 6985e58938). Korthikanti et al. 2022 ran after it and keep the default
+    // (fused), which is an assumption: from 83b1e42f30 until 07916bf245 (2022-09-27, "Support
+    // gradient accumulation fusion in fp16") arguments.py turned the fusion off for fp16 unless
+    // --accumulate-allreduce-grads-in-fp32, and the paper states neither its precision's
+    // accumulation nor the flag. A case that gives the key wins.
+    if (!training["gradient_accumulation_fusion"]) training["gradient_accumulation_fusion"] = false;
   } else if (source.rfind("korthikanti2022", 0) == 0) {
     // Tables 3/5 compare full recomputation without SP against SP + selective recomputation.
     const bool sp = variant == "sequence_parallel_selective_recompute";

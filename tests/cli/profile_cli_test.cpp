@@ -94,6 +94,18 @@ TEST_F(ProfileCli, EveryKernelKeyOfEveryStageAppearsOnce) {
   EXPECT_THAT(*db.versions().blas, HasSubstr("OpenBLAS"));
 }
 
+// Without gradient accumulation fusion the Program's grad_accumulate (main_grad += param.grad,
+// once per layer and micro-batch) is profiled as train runs it, with every other kernel.
+TEST_F(ProfileCli, UnfusedGradientAccumulationIsProfiled) {
+  const fs::path db_file = dir_ / "unfused.json";
+  const testing::CliResult r =
+      profile("--set training.gradient_accumulation_fusion=false --out " + db_file.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::set<std::string> got = db_keys(CostDatabase::load(db_file));
+  EXPECT_EQ(got, program_keys({{"training.gradient_accumulation_fusion", "false"}}));
+  EXPECT_THAT(got, ::testing::Contains(HasSubstr("grad_accumulate[")));
+}
+
 // --backend cuda: on a GPU, every kernel timed by CUDA events into a database whose device block
 // is the GPU's (kind gpu, a compute capability, the CUDA versions); without one, a clear refusal
 // that never measures on the CPU instead. --topology-out describes a CPU host: refused for cuda.

@@ -140,5 +140,30 @@ TEST(KernelBytes, FusedCrossEntropyReadsTheLogitsOncePerGraph) {
   EXPECT_DOUBLE_EQ(kernel_named(p, "cross_entropy_fwd").flops, 3 * 32768.0);
 }
 
+// Megatron without gradient accumulation fusion (before commit 83b1e42f30; the param hook of
+// megatron/model/distributed.py at 50a4b5fa02: param.main_grad.add_(param.grad.data)) over the
+// one layer's parameters: GPT with biases and LayerNorm, h 64, ffn 4h: 12 h^2 + 13 h = 49,152 +
+// 832 = 49,984. Per parameter, fp16 (main_grad fp16, no fp32 accumulation): read param.grad 2,
+// read main_grad 2, write it 2: 6 bytes, 299,904. bf16 (main_grad fp32): 2 + 4 + 4 = 10,
+// 499,840. fp32: 4 + 4 + 4 = 12, 599,808. One add per parameter. With the fusion on (the
+// default) the Program has no such kernel.
+TEST(KernelBytes, UnfusedGradientAccumulationReadsGradAndMainGradWritesMainGrad) {
+  struct Row {
+    Precision precision;
+    double bytes;
+  };
+  for (const Row& r : {Row{Precision::kFp16, 299904}, Row{Precision::kBf16, 499840},
+                       Row{Precision::kFp32, 599808}}) {
+    Scenario sc = small_gpt(r.precision);
+    EXPECT_THROW(kernel_named(build_program(sc, {0}), "grad_accumulate"), std::runtime_error);
+    sc.training.gradient_accumulation_fusion = false;
+    const Program p = build_program(sc, {0});
+    const Kernel& k = kernel_named(p, "grad_accumulate");
+    EXPECT_EQ(k.key.shape, (std::vector<int64_t>{49984})) << to_string(r.precision);
+    EXPECT_DOUBLE_EQ(k.bytes, r.bytes) << to_string(r.precision);
+    EXPECT_DOUBLE_EQ(k.flops, 49984.0);
+  }
+}
+
 }  // namespace
 }  // namespace traintwin

@@ -69,8 +69,10 @@ TEST(KernelCatalogue, HoldsEveryKernelOfTheShippedScenarios) {
   collect(load_scenario(gpt, {{"training.recompute_granularity", "full"}}));
   collect(load_scenario(dir / "llama3.1-8b-128k-h100-64.yaml"));
   collect(load_scenario(gpt, {{"training.fp8_format", "hybrid"}}));
+  collect(load_scenario(gpt, {{"training.gradient_accumulation_fusion", "false"}}));
   for (const char* n : {"gemm_fwd", "grouped_gemm_fwd", "rmsnorm_fwd", "moe_permute_fwd",
-                        "cp_attention_merge", "adamw_step", "fp8_cast_transpose"}) {
+                        "cp_attention_merge", "adamw_step", "fp8_cast_transpose",
+                        "grad_accumulate"}) {
     EXPECT_TRUE(emitted.count(n)) << n << " was not emitted by any scenario: the test lost coverage";
   }
 }

@@ -2100,6 +2100,62 @@ TEST(MoeProgram, Fp8ExpertInputsCastPerLocalExpert) {
 namespace traintwin {
 namespace {
 
+// ---- gradient accumulation fusion off (Megatron of 2021) --------------------------------------
+
+// training.gradient_accumulation_fusion false: each layer's backward of each micro-batch ends with
+// one grad_accumulate kernel over that layer's parameters on the rank (Megatron's param hook,
+// main_grad += param.grad), after the layer's wgrad GEMMs; under a split backward (ZB-H1) in the
+// W step, after W's wgrads, never in B. With the fusion on (the default) there is none. The
+// Programs replay without deadlock either way.
+TEST(Program, UnfusedGradientAccumulationOneKernelPerLayerAndMicroBatch) {
+  for (auto kind : {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kZbH1}) {
+    for (int64_t v : {1, 2}) {
+      if (v > 1 && kind != PipelineScheduleKind::k1F1B) continue;
+      for (bool fused : {true, false}) {
+        SCOPED_TRACE(std::string(to_string(kind)) + " v " + std::to_string(v) +
+                     (fused ? " fused" : " unfused"));
+        Knobs k;
+        k.tp = 2, k.pp = 2, k.v = v, k.m = 4, k.layers = 8, k.schedule = kind;
+        k.recompute = RecomputeGranularity::kFull;
+        Scenario sc = make(k);
+        sc.training.gradient_accumulation_fusion = fused;
+        const Program prog = build_program(sc);
+        std::vector<std::string> errors;
+        ASSERT_EQ(replay_all(prog, errors), 0u);
+        ASSERT_TRUE(errors.empty()) << errors.front();
+        const int64_t per_layer = layer_parameters_on_rank(sc.model, sc.parallel, 0).total();
+        for (const auto& [rank, rp] : prog.ranks) {
+          std::map<std::pair<int64_t, int64_t>, int> seen;  // (micro-batch, layer) -> kernels
+          for (const Op& op : rp.ops) {
+            bool wgrad_before = false;
+            for (size_t i = 0; i < op.kernels.size(); ++i) {
+              const Kernel& kern = prog.kernels[op.kernels[i]];
+              if (kern.key.name == "gemm_wgrad") wgrad_before = true;
+              if (kern.key.name != "grad_accumulate") continue;
+              EXPECT_EQ(op.kernel_roles[i], Role::kGradAccumulate);
+              EXPECT_EQ(kern.key.shape, (std::vector<int64_t>{per_layer}));
+              EXPECT_GE(op.layer, 0);
+              EXPECT_EQ(op.phase, kind == PipelineScheduleKind::kZbH1 ? Phase::kWeightGrad
+                                                                      : Phase::kBackward);
+              // Under W the op holds the layer's wgrads; else the layer's wgrads came in this op
+              // or in earlier ops of the same backward.
+              if (kind == PipelineScheduleKind::kZbH1) EXPECT_TRUE(wgrad_before);
+              ++seen[{op.micro_batch, op.layer}];
+            }
+          }
+          if (fused) {
+            EXPECT_TRUE(seen.empty()) << "rank " << rank;
+            continue;
+          }
+          // 8 layers over PP 2: 4 per pipeline rank, each once per micro-batch.
+          EXPECT_EQ(seen.size(), 4u * 4u) << "rank " << rank;
+          for (const auto& [key, n] : seen) EXPECT_EQ(n, 1) << "mb " << key.first << " layer " << key.second;
+        }
+      }
+    }
+  }
+}
+
 // ---- the B/W split of the zero-bubble schedules ----------------------------------------------
 
 // ZB-H1 and ZB-H2 Programs replay to completion over a grid of layouts (the W steps between the

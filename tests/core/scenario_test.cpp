@@ -626,7 +626,8 @@ TEST(ScenarioTypes, IntegersMustBePositive) {
 
 TEST(ScenarioTypes, BooleanKeysAcceptOnlyTrueAndFalse) {
   for (const std::string key : {"use_distributed_optimizer", "overlap_grad_reduce",
-                                "overlap_param_gather", "tp_comm_overlap"}) {
+                                "overlap_param_gather", "tp_comm_overlap",
+                                "gradient_accumulation_fusion"}) {
     for (const std::string bad : {"yes", "on", "1", "\"true\"", "maybe"}) {
       ScenarioText t;
       t.set("training", key, bad);
@@ -1217,6 +1218,21 @@ TEST(ScenarioRules, FusedCrossEntropyNeedsBf16) {
   t.set("training", "cross_entropy_loss", "torch");
   EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "training.cross_entropy_loss_fusion")),
                                  HasSubstr("needs training.cross_entropy_loss: vocab_parallel")));
+}
+
+// Gradient accumulation fusion: on by default (Megatron-LM's default since 83b1e42f30); off is
+// Megatron DDP's param hook into its gradient buffer, which ZeRO-2/3 (Megatron-FSDP optim_grads,
+// optim_grads_params) does not keep: refused there, accepted with the distributed optimizer.
+TEST(ScenarioRules, UnfusedGradientAccumulationNeedsZeroBelowTwo) {
+  ScenarioText t;
+  EXPECT_TRUE(parse(t.text()).training.gradient_accumulation_fusion);
+  t.set("training", "gradient_accumulation_fusion", "false")
+      .set("training", "use_distributed_optimizer", "true");
+  EXPECT_FALSE(parse(t.text()).training.gradient_accumulation_fusion);
+  t.set("training", "use_megatron_fsdp", "true")
+      .set("training", "data_parallel_sharding_strategy", "optim_grads");
+  EXPECT_THAT(error_of(t), AllOf(HasSubstr(at(t, "training.gradient_accumulation_fusion")),
+                                 HasSubstr("false needs a zero stage below 2 (got 2")));
 }
 
 TEST(ScenarioRules, OverlapParamGatherNeedsDistributedOptimizerAndGradReduceOverlap) {

@@ -278,6 +278,55 @@ TEST(Executor, EveryScheduleTrainsAs1F1BOnOneRank) {
   }
 }
 
+// training.gradient_accumulation_fusion false (Megatron before Feb 2022): each layer's backward
+// writes this micro-batch's param.grad and the Program's grad_accumulate kernel adds it into the
+// main gradients. The sums are the same, only their order differs: with one micro-batch the
+// losses are equal to the bit (0 + g = g), with two within the rounding of the reordered fp32
+// additions; dense and MoE, with full recomputation, under 1F1B and ZB-H1 (whose B and W steps
+// write the same param.grad: the norms' and biases' gradients in B, the wgrads in W).
+TEST(Executor, UnfusedGradientAccumulationTrainsAsFused) {
+  auto losses = [](const Scenario& s) {
+    Rig x(s);
+    std::vector<double> out;
+    for (int64_t it = 1; it <= 3; ++it) {
+      const IterationResult r = x.exec.train_iteration(it, fixed_batch());
+      out.push_back(r.lm_loss);
+      out.push_back(r.load_balancing_loss);
+    }
+    return out;
+  };
+  Scenario one_mb = tiny();
+  one_mb.training.global_batch_size = 2;
+  std::vector<Scenario> models{one_mb, tiny(), tiny(RecomputeGranularity::kFull),
+                               tiny_moe(true, 0), tiny_moe(false, 32)};
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    for (const PipelineScheduleKind kind :
+         {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kZbH1}) {
+      Scenario fused = models[mi];
+      fused.parallel.pipeline_schedule = kind;
+      Scenario unfused = fused;
+      unfused.training.gradient_accumulation_fusion = false;
+      SCOPED_TRACE("model " + std::to_string(mi) + " " + to_string(kind));
+      const Program prog = build_program(unfused);
+      const auto& kernels = prog.kernels;
+      EXPECT_TRUE(std::any_of(kernels.begin(), kernels.end(),
+                              [](const Kernel& k) { return k.key.name == "grad_accumulate"; }));
+      const std::vector<double> a = losses(fused);
+      const std::vector<double> b = losses(unfused);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (mi == 0) {
+          EXPECT_EQ(a[i], b[i]) << "value " << i;
+        } else {
+          EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << "value " << i;
+        }
+      }
+      // Training moved the loss: the comparison is not of three equal untrained values.
+      EXPECT_NE(a[0], a[4]);
+    }
+  }
+}
+
 /// The UnsupportedError text building an executor for `s` throws; a failure (and "") when it
 /// builds.
 std::string unsupported_error_of(const Scenario& s, const std::string& what) {

@@ -57,6 +57,15 @@ TEST(Validation, ReadsEveryCaseOfTheSharedCalibrationFile) {
   EXPECT_TRUE(dgxc.scenario.training.tp_comm_overlap);
   EXPECT_EQ(dgxc.scenario.training.attention_backend, AttentionBackend::kFlash);
   EXPECT_DOUBLE_EQ(dgxc.measured_iteration_time_s, 8.309);
+  // Gradient accumulation fusion came to Megatron-LM in Feb 2022 (commit 83b1e42f30): off for
+  // the SC'21 rows (Megatron of April 2021), Megatron's default (on) for every later source.
+  for (const auto& c : cases) {
+    EXPECT_EQ(c.scenario.training.gradient_accumulation_fusion,
+              c.source.rfind("narayanan2021", 0) != 0)
+        << c.id;
+  }
+  EXPECT_FALSE(n145.scenario.training.gradient_accumulation_fusion);
+  EXPECT_TRUE(cases[5].scenario.training.gradient_accumulation_fusion);
 }
 
 // The repository's held-out MoE file (bench/published-moe-runs.yaml, NVIDIA's Grok-1 recipe):
@@ -105,6 +114,10 @@ TEST(Validation, ReadsTheHeldOutMegatronFile) {
     EXPECT_EQ(c.scenario.cluster.topology.filename().string(), "dgx-a100-superpod.yaml") << c.id;
     EXPECT_TRUE(c.scenario.parallel.scatter_gather_tensors_in_pipeline) << c.id;
     EXPECT_FALSE(c.scenario.training.use_distributed_optimizer) << c.id;
+    // SC'21 (Megatron of April 2021): no gradient accumulation fusion; Korthikanti 2022: on.
+    EXPECT_EQ(c.scenario.training.gradient_accumulation_fusion,
+              c.id.rfind("korthikanti2022", 0) == 0)
+        << c.id;
     // Never fitted on: none of these ids is among the roofline's calibration cases.
     const auto& fitted = roofline_calibration_case_ids();
     EXPECT_EQ(std::find(fitted.begin(), fitted.end(), c.id), fitted.end()) << c.id;

@@ -95,7 +95,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_TRUE(keys_of("nonsense").empty());
   EXPECT_EQ(keys_of("model").size(), 27u);
   EXPECT_EQ(keys_of("parallelism").size(), 18u);  // with scatter_gather_tensors_in_pipeline
-  EXPECT_EQ(keys_of("training").size(), 45u);  // with both cross entropy keys, selective_ac_option
+  EXPECT_EQ(keys_of("training").size(), 46u);  // with gradient_accumulation_fusion
   EXPECT_TRUE(scenario_schema::is_section("training"));
   EXPECT_FALSE(scenario_schema::is_section("name"));
   EXPECT_TRUE(scenario_schema::is_nested_mapping("cluster.what_if.degraded_link"));

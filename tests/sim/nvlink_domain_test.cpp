@@ -17,6 +17,7 @@
 #include "sim/platform.hpp"
 #include "sim/replay.hpp"
 #include "sim/summary.hpp"
+#include "platform_transfers.hpp"
 #include "simgrid_test_engine.hpp"
 #include "topologies/topology.hpp"
 
@@ -101,13 +102,8 @@ TEST(NvlinkDomainPlatform, RankOnTheNextRackIsItsFirstGpu) {
   const auto [a, b] = p->endpoints(5, 64 + 9);
   EXPECT_EQ(a->get_name(), "node0-nic5");
   EXPECT_EQ(b->get_name(), "node1-nic5");  // the receiver's NIC of the sender's rail
-  const auto [from, to] = p->endpoints(0, 64);
-  sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
-  c->set_payload_size(1e9);
-  c->start();
-  testing::simgrid_test_engine().run();
-  const double expected = 1e9 / 50e9 + 2 * 600e-9 + 130e-9;
-  EXPECT_NEAR(c->get_finish_time() - c->get_start_time(), expected, expected * 1e-3);
+  const sg4::CommPtr c = testing::transfer(*p, 0, 64, 1e9);
+  testing::expect_close(testing::run({c})[0], 1e9 / 50e9 + 2 * 600e-9 + 130e-9, 1e-3);
 }
 
 // The shipped GB200 scenario end to end (TP aggregation: under a second): the replay and the

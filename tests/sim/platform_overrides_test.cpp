@@ -24,6 +24,7 @@
 #include "sim/flow_network.hpp"
 #include "sim/isolated.hpp"
 #include "sim/platform.hpp"
+#include "platform_transfers.hpp"
 #include "simgrid_test_engine.hpp"
 #include "topologies/graph.hpp"
 
@@ -62,27 +63,14 @@ TopologySpec fabric(int tiers, int radix, const std::string& extra = "", int nod
 
 sg4::Engine& engine() { return testing::simgrid_test_engine(); }
 
-/// Starts a transfer of `bytes` from GPU `src` to GPU `dst` now.
+/// A transfer of `bytes` (default kBytes) from GPU src to dst, started now.
 sg4::CommPtr transfer(const Platform& p, int64_t src, int64_t dst, double bytes = kBytes) {
-  const auto [from, to] = p.endpoints(src, dst);
-  sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
-  c->set_payload_size(bytes);
-  c->start();
-  return c;
+  return testing::transfer(p, src, dst, bytes);
 }
+using testing::run;
 
-/// Runs until every started transfer is done; their durations, seconds.
-std::vector<double> run(const std::vector<sg4::CommPtr>& comms) {
-  engine().run();
-  std::vector<double> out;
-  for (const sg4::CommPtr& c : comms) out.push_back(c->get_finish_time() - c->get_start_time());
-  return out;
-}
-
-void expect_close(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-6 * expected) << "relative error "
-                                                 << (actual - expected) / expected;
-}
+/// Expects `actual` within a relative 1e-6 of `expected`.
+void expect_close(double actual, double expected) { testing::expect_close(actual, expected, 1e-6); }
 
 /// The platform's names (PlatformLink::name) of the links SimGrid routes GPU src -> dst over.
 std::vector<std::string> route_names(const Platform& p, int64_t src, int64_t dst) {

@@ -396,6 +396,24 @@ SweepRequest parse_request(const SweepCommandOptions& o) {
   return r;
 }
 
+/// Throws when no configuration ranked and at least one failed to simulate (a simulator error,
+/// not out of memory or invalid): the sweep then has no answer, and its exit status says so (2,
+/// after the report and the --out files, which list every failure).
+void refuse_all_failed(const std::vector<SweepRow>& rows) {
+  int64_t ranked = 0, failed = 0;
+  const SweepRow* first = nullptr;
+  for (const SweepRow& r : rows) {
+    ranked += r.status == SweepStatus::kRanked;
+    if (r.status != SweepStatus::kError) continue;
+    ++failed;
+    if (first == nullptr) first = &r;
+  }
+  if (ranked > 0 || first == nullptr) return;
+  throw Error(fmt::format(
+      "sweep: no configuration ranked: {} of {} failed to simulate (listed above), e.g. {}: {}",
+      failed, rows.size(), layout_phrase(first->config.scenario), first->error));
+}
+
 /// Prints the outcome (the report; with --num-gpus or --train-tokens the global batch and the
 /// scaling table) and, with --out, writes sweep.json, sweep.csv and report.html.
 void print_outcome(const SweepRequest& request, const SweepOutcome& outcome) {
@@ -425,6 +443,7 @@ void print_outcome(const SweepRequest& request, const SweepOutcome& outcome) {
     write_outputs(request.out_dir, rows);
     write_report_or_warn(request.out_dir, true);
   }
+  refuse_all_failed(rows);
 }
 
 }  // namespace

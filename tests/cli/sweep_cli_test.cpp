@@ -145,6 +145,27 @@ TEST(SweepCli, ExpertParallelAxesShowInTheTable) {
   EXPECT_THAT(r.output, AllOf(HasSubstr("  16   4   1 "), HasSubstr("  16   8   1 ")));
 }
 
+// A sweep in which no configuration ranks because every one failed to simulate has no answer:
+// the report lists the failures, then the command exits 2 naming the first. The analytical
+// estimator refuses a topology with link or switch overrides, so every point of this sweep fails.
+TEST(SweepCli, NoConfigurationRankedBecauseAllFailedExitsTwo) {
+  const std::string spine_down =
+      std::string(TRAINTWIN_SOURCE_DIR) + "/topologies/dgx-h100-superpod-spine-down.yaml";
+  const Result r = run("sweep " + kScenario + " --micro-batch-size 1,2 --mode analytical --jobs 1" +
+                       " --set cluster.topology=" + spine_down);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("2 configurations: 0 ranked, 0 out of memory, 2 failed"),
+                              HasSubstr("failed (2):"),
+                              HasSubstr("sweep: no configuration ranked: 2 of 2 failed to "
+                                        "simulate (listed above), e.g. "),
+                              HasSubstr("link_overrides")));
+  // The same sweep replayed ranks both points and exits 0.
+  const Result replayed = run("sweep " + kScenario + " --micro-batch-size 1,2 --mode simulate" +
+                              " --jobs 1 --set cluster.topology=" + spine_down);
+  EXPECT_EQ(replayed.status, 0) << replayed.output;
+  EXPECT_THAT(replayed.output, HasSubstr("2 configurations: 2 ranked"));
+}
+
 TEST(SweepCli, PipelineScheduleAxisRanksTheSchedules) {
   // GPT-1.3B on PP 2 with 4 micro-batches: the zero-bubble schedules fill 1F1B's bubble with
   // W's, so both rank above it; the table gets a schedule column.

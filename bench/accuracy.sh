@@ -10,7 +10,10 @@
 # Then each held-out file (HELD_OUT, default bench/published-megatron-runs.yaml: the rows of
 # Narayanan et al. SC'21 Table 1 and Korthikanti et al. 2022 Tables 3/5 that calibration.yaml
 # leaves out, 9 A100 runs up to PP 64, about 30 s; bench/published-moe-runs.yaml: NVIDIA's Grok-1
-# MoE recipe at 8-2,048 H100, BF16 and FP8, 20 rows, about 1 minute; and published-runs-2026.yaml)
+# MoE recipe at 8-2,048 H100, BF16 and FP8, 20 rows, about 1 minute;
+# bench/published-moe-runs-2025.yaml: Megatron-Bridge's Qwen3-30B-A3B and Qwen3-235B-A22B recipes of
+# the 25.09 NeMo container on 16 and 256 H100, FP8 current scaling, measured in tokens/s per GPU,
+# 2 rows, about 10 s; and published-runs-2026.yaml)
 # is validated at the calibrated roofline only: nothing is fitted on it, so its MAPE is a
 # held-out error.
 # Then Blackwell's set: the GB200 runs of ../shared/validation/published-runs-2026.yaml with
@@ -41,7 +44,7 @@ start=$(date +%s)
 "$bin" validate "$runs2026" --case gb200 --leave-one-out --refit-gemm 0.44 0.48 0.52 0.56 0.60 0.64 0.68 \
   --refit-attention 0.35 0.45 0.55 --refit-memory 0.3 0.4 0.5 0.6 | tee "$out/gb200.txt"
 echo "($(( $(date +%s) - start )) s)"
-read -r -a held_out <<< "${HELD_OUT-bench/published-megatron-runs.yaml bench/published-moe-runs.yaml $runs2026}"
+read -r -a held_out <<< "${HELD_OUT-bench/published-megatron-runs.yaml bench/published-moe-runs.yaml bench/published-moe-runs-2025.yaml $runs2026}"
 for f in "${held_out[@]}"; do
   name=$(basename "$f" .yaml)
   echo "== $f (at the calibrated roofline: no refit)"

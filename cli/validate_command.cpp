@@ -131,7 +131,8 @@ void print_validation_table(const std::vector<ValidationCase>& cases, const Effi
   }
   fmt::print("measured = the source's iteration time, or Narayanan et al.'s TFLOP/s per GPU turned into a "
              "time with their eq. 3, or NeMo's model TFLOP/s per GPU turned into a time with the model "
-             "FLOPs of the summary (no causal halving); MFU against the dense peak of the GEMM dtype "
+             "FLOPs of the summary (no causal halving), or Megatron-Bridge's tokens/s per GPU turned into a time "
+             "as global batch x sequence / (tokens/s/GPU x GPUs); MFU against the dense peak of the GEMM dtype "
              "(FP8 peak for FP8 runs); peak memory: the memory model's tensors, then with the caching "
              "allocator's fragmentation of core/memory_reserve.hpp (an assumed share of the activation "
              "bytes) added, as torchtitan logs the allocator's max reserved memory; in-sample: the roofline's efficiencies were fitted on the case "

@@ -214,8 +214,8 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
     // The measurements: one case per measured iteration time.
     const YAML::Node measured = c["measured"];
     check_keys(file, measured, id + ".measured",
-               {"tflops_per_gpu", "model_tflops_per_gpu", "iteration_time_s", "mfu_percent",
-                "one_layer_ms"});
+               {"tflops_per_gpu", "model_tflops_per_gpu", "tokens_per_sec_per_gpu",
+                "iteration_time_s", "mfu_percent", "one_layer_ms"});
     std::vector<std::pair<std::string, YAML::Node>> variants;  // (variant, value)
     if (measured["iteration_time_s"]) {
       const YAML::Node t = measured["iteration_time_s"];
@@ -228,9 +228,12 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
       variants.emplace_back("", measured["tflops_per_gpu"]);
     } else if (measured["model_tflops_per_gpu"]) {
       variants.emplace_back("", measured["model_tflops_per_gpu"]);
+    } else if (measured["tokens_per_sec_per_gpu"]) {
+      variants.emplace_back("", measured["tokens_per_sec_per_gpu"]);
     } else {
       throw ConfigError(where(file, measured) + ": " + id +
-                        ".measured: needs iteration_time_s, tflops_per_gpu or model_tflops_per_gpu");
+                        ".measured: needs iteration_time_s, tflops_per_gpu, model_tflops_per_gpu "
+                        "or tokens_per_sec_per_gpu");
     }
     for (const auto& [variant, value] : variants) {
       YAML::Node scenario;
@@ -261,6 +264,17 @@ std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& c
                                                    vc.scenario.training.global_batch_size);
         vc.measured_iteration_time_s = f / (x * 1e12 * static_cast<double>(vc.scenario.cluster.num_gpus));
         vc.measured_as = "model_tflops_per_gpu " + value.as<std::string>();
+      } else if (measured["tokens_per_sec_per_gpu"]) {
+        // Megatron-Bridge's performance summary: Tokens / sec / GPU = global batch x sequence
+        // length / (step time x GPUs), so T = B s / (x GPUs); no FLOP formula involved.
+        if (x <= 0) {
+          throw ConfigError(where(file, value) + ": " + id +
+                            ".measured.tokens_per_sec_per_gpu: must be > 0");
+        }
+        const double tokens = static_cast<double>(vc.scenario.training.global_batch_size) *
+                              static_cast<double>(vc.scenario.model.seq_length);
+        vc.measured_iteration_time_s = tokens / (x * static_cast<double>(vc.scenario.cluster.num_gpus));
+        vc.measured_as = "tokens_per_sec_per_gpu " + value.as<std::string>();
       } else {
         // Narayanan et al.: throughput per GPU = F / (T x GPUs), F of eq. 3.
         const double f = narayanan_eq3_flops(vc.scenario.model, vc.scenario.training.global_batch_size);

@@ -44,7 +44,9 @@ struct ValidationCase {
 /// read by load_published_runs(). Settings the sources leave implicit are those of the Megatron-LM
 /// / NeMo of the source (documented per source in validation.cpp). Measurements: an iteration time;
 /// Narayanan et al.'s tflops_per_gpu (turned into a time with their eq. 3); NeMo's
-/// model_tflops_per_gpu (turned into a time with model_flops_per_iteration(), NeMo's formula).
+/// model_tflops_per_gpu (turned into a time with model_flops_per_iteration(), NeMo's formula);
+/// Megatron-Bridge's tokens_per_sec_per_gpu (time = global batch x seq_length / (value x GPUs),
+/// no FLOP formula; a value <= 0 is a ConfigError).
 /// Mixture-of-experts cases (num_moe_experts, moe_*, expert_model_parallel_size) are read like
 /// any other (the scenario keys of core/scenario.hpp). Unknown keys or GPUs, or a case without a
 /// measurement, are ConfigError naming the case and key.

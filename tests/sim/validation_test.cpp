@@ -97,6 +97,76 @@ TEST(Validation, ReadsTheHeldOutMoeFile) {
   EXPECT_EQ(cases[19].scenario.parallel.expert_tp(), 1);
 }
 
+// The second held-out MoE file (bench/published-moe-runs-2025.yaml, Megatron-Bridge's Qwen3
+// recipes of the 25.09 NeMo container), measured in tokens/s per GPU. Worked by hand: Qwen3-30B-A3B,
+// 10494 tokens/s/GPU on 16 GPUs at global batch 512 x 4,096 tokens -> T = 2,097,152 / (10494 x 16)
+// = 12.4902 s; DP = 16 / (TP 1 x PP 2) = 8, 512 / (2 x 8) = 32 micro-batches, EP 8 x ETP 1 over
+// the 8 ranks of a stage (expert DP 1). Qwen3-235B-A22B, 1204 tokens/s/GPU on 256 GPUs at
+// 2048 x 4,096 tokens -> T = 8,388,608 / (1204 x 256) = 27.2160 s; DP = 256 / (TP 2 x PP 8) = 16,
+// EP 32 = TP x DP (parallel folding), 94 layers + embedding + loss = 96 = PP 8 x VP 4 x 3.
+TEST(Validation, ReadsTheHeldOutQwen3MoeFile) {
+  const auto cases = load_validation_cases(kSource / "bench" / "published-moe-runs-2025.yaml",
+                                           kSource / "topologies");
+  ASSERT_EQ(cases.size(), 2u);
+  for (const auto& c : cases) {
+    EXPECT_TRUE(c.unsupported.empty()) << c.id << ": " << c.unsupported;
+    EXPECT_EQ(c.scenario.model.num_moe_experts, 128) << c.id;
+    EXPECT_EQ(c.scenario.model.moe_router_topk, 8) << c.id;
+    EXPECT_EQ(c.scenario.parallel.expert_tp(), 1) << c.id;
+    EXPECT_TRUE(c.scenario.training.fp8()) << c.id;
+    EXPECT_EQ(c.scenario.training.fp8_recipe, Fp8Recipe::kTensorwise) << c.id;
+    EXPECT_EQ(c.scenario.cluster.topology.filename().string(), "dgx-h100-superpod.yaml") << c.id;
+    EXPECT_THAT(c.measured_as, HasSubstr("tokens_per_sec_per_gpu")) << c.id;
+  }
+  const auto& small = cases[0];
+  EXPECT_EQ(small.id, "mbridge2509-qwen3-30b-a3b-fp8cs-16");
+  EXPECT_NEAR(small.measured_iteration_time_s, 2097152.0 / (10494.0 * 16), 1e-12);
+  EXPECT_NEAR(small.measured_iteration_time_s, 12.4902, 1e-4);
+  EXPECT_EQ(small.scenario.parallel.data_parallel_size, 8);
+  EXPECT_EQ(small.scenario.num_micro_batches(), 32);
+  EXPECT_EQ(small.scenario.parallel.expert_data_parallel_size(), 1);
+  EXPECT_EQ(small.scenario.model.kv_channels, 128);
+  const auto& large = cases[1];
+  EXPECT_EQ(large.id, "mbridge2509-qwen3-235b-a22b-fp8cs-256");
+  EXPECT_NEAR(large.measured_iteration_time_s, 27.2160, 1e-4);
+  EXPECT_EQ(large.scenario.parallel.data_parallel_size, 16);
+  EXPECT_EQ(large.scenario.parallel.expert_model_parallel_size, 32);
+  EXPECT_EQ(large.scenario.parallel.virtual_pipeline_model_parallel_size, 4);
+  EXPECT_TRUE(large.scenario.parallel.account_for_embedding_in_pipeline_split);
+  EXPECT_TRUE(large.scenario.parallel.account_for_loss_in_pipeline_split);
+  EXPECT_TRUE(large.scenario.training.tp_comm_overlap);
+}
+
+// tokens_per_sec_per_gpu needs no FLOP formula: T = global batch x seq_length / (x x GPUs), here
+// 8 x 32 / (4 x 8) = 8 s; zero or a negative value is an error naming the case and key.
+TEST(Validation, TokensPerSecondPerGpuIsAStepTime) {
+  const fs::path dir = fs::temp_directory_path() / ("traintwin-validation-tokens-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& measured) {
+    std::ofstream(dir / "t.yaml")
+        << "cases:\n  - id: x\n    source: Megatron-Bridge performance summary\n"
+           "    model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 32, vocab_size: 128}\n"
+           "    parallelism: {tensor_model_parallel_size: 1, pipeline_model_parallel_size: 1}\n"
+           "    training: {micro_batch_size: 1, global_batch_size: 8, precision: bf16}\n"
+           "    cluster: {gpu: H100-SXM-80GB, num_gpus: 8}\n"
+           "    measured: {" << measured << "}\n";
+    return dir / "t.yaml";
+  };
+  const auto cases = load_validation_cases(write("tokens_per_sec_per_gpu: 4"), kSource / "topologies");
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_DOUBLE_EQ(cases[0].measured_iteration_time_s, 8.0);
+  EXPECT_EQ(cases[0].measured_as, "tokens_per_sec_per_gpu 4");
+  for (const char* bad : {"tokens_per_sec_per_gpu: 0", "tokens_per_sec_per_gpu: -3"}) {
+    try {
+      load_validation_cases(write(bad), kSource / "topologies");
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("x.measured.tokens_per_sec_per_gpu: must be > 0")) << bad;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // The repository's held-out dense file (bench/published-megatron-runs.yaml, issue 24 item 1): the
 // rows of Narayanan et al. SC'21 Table 1 and Korthikanti et al. 2022 Tables 3/5 that
 // calibration.yaml leaves out, 5 + 2 x 2 = 9 measured times. Worked by hand: Narayanan's 529.6B,

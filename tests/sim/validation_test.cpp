@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "core/input_file.hpp"
+#include "core/params.hpp"
 #include "sim/cost_model.hpp"
 #include "tests/bounded_child.hpp"
 
@@ -208,6 +209,52 @@ TEST(Validation, ReadsTheHeldOutMegatronFile) {
   EXPECT_TRUE(cases[8].scenario.parallel.sequence_parallel);
   EXPECT_EQ(cases[8].scenario.training.recompute_granularity, RecomputeGranularity::kSelective);
   EXPECT_DOUBLE_EQ(cases[8].measured_iteration_time_s, 71.49);
+}
+
+// The repository's held-out weak-scaling file (bench/published-scaling-runs.yaml, issue 24 item
+// 2): NVIDIA's dgxc-benchmarking v25.02 tables, GPT-3 175B (9 rows), Llama 3.1 70B (11) and
+// Nemotron-4 340B (10), BF16 and FP8, none of them a calibration row. Worked by hand: the GPT-3
+// FP8 run on 2,048 GPUs has DP = 2048 / (TP 4 x PP 8) = 64 and 4096 / 64 = 64 micro-batches per
+// pipeline, the same 64 as its 128-GPU run (256 / DP 4): weak scaling; GPT2BPETokenizer's 50,257
+// tokens pad to a multiple of 128 x TP 4 = 512, 99 x 512 = 50,688. Nemotron's BF16 runs have CP 2
+// (configure.sh), so 128 GPUs are DP 128 / (8 x 8 x 2) = 1 with 32 / 1 = 32 micro-batches.
+TEST(Validation, ReadsTheHeldOutScalingFile) {
+  const auto cases = load_validation_cases(kSource / "bench" / "published-scaling-runs.yaml",
+                                           kSource / "topologies");
+  ASSERT_EQ(cases.size(), 30u);
+  const auto& fitted = roofline_calibration_case_ids();
+  for (const auto& c : cases) {
+    EXPECT_TRUE(c.unsupported.empty()) << c.id << ": " << c.unsupported;
+    EXPECT_GT(c.measured_iteration_time_s, 0) << c.id;
+    EXPECT_EQ(c.scenario.cluster.topology.filename().string(), "dgx-h100-superpod.yaml") << c.id;
+    EXPECT_EQ(std::find(fitted.begin(), fitted.end(), c.id), fitted.end()) << c.id;
+    EXPECT_TRUE(c.scenario.training.use_distributed_optimizer) << c.id;
+    EXPECT_TRUE(c.scenario.training.tp_comm_overlap) << c.id;
+    // Every FP8 row ran with FP8 parameters (NeMo fp8_params), every BF16 row without FP8.
+    const bool fp8 = c.id.find("-fp8-") != std::string::npos;
+    EXPECT_EQ(c.scenario.training.fp8_format.has_value(), fp8) << c.id;
+    EXPECT_EQ(c.scenario.training.fp8_param_gather, fp8) << c.id;
+  }
+  const auto& gpt = cases[8];
+  EXPECT_EQ(gpt.id, "dgxc2502-gpt3-175b-fp8-2048");
+  EXPECT_EQ(gpt.scenario.parallel.data_parallel_size, 64);
+  EXPECT_EQ(gpt.scenario.num_micro_batches(), 64);
+  EXPECT_EQ(cases[4].id, "dgxc2502-gpt3-175b-fp8-128");
+  EXPECT_EQ(cases[4].scenario.num_micro_batches(), 64);
+  EXPECT_EQ(gpt.scenario.parallel.virtual_pipeline_model_parallel_size, 6);
+  EXPECT_EQ(padded_vocab_size(gpt.scenario.model.vocab_size, 4), 50688);
+  EXPECT_EQ(gpt.scenario.training.attention_backend, AttentionBackend::kFlash);
+  EXPECT_FALSE(gpt.scenario.training.cross_entropy_loss_fusion);
+  EXPECT_DOUBLE_EQ(gpt.measured_iteration_time_s, 5.96);
+  const auto& nemotron = cases[20];
+  EXPECT_EQ(nemotron.id, "dgxc2502-nemotron4-340b-bf16-128");
+  EXPECT_EQ(nemotron.scenario.parallel.context_parallel_size, 2);
+  EXPECT_EQ(nemotron.scenario.parallel.data_parallel_size, 1);
+  EXPECT_EQ(nemotron.scenario.num_micro_batches(), 32);
+  EXPECT_EQ(nemotron.scenario.training.recompute_granularity, RecomputeGranularity::kSelective);
+  EXPECT_EQ(cases[29].id, "dgxc2502-nemotron4-340b-fp8-2048");
+  EXPECT_EQ(cases[29].scenario.parallel.data_parallel_size, 32);  // 2048 / (8 x 8), CP 1
+  EXPECT_DOUBLE_EQ(cases[29].measured_iteration_time_s, 3.49);
 }
 
 // The calibration file is read like scenarios and topologies (issue 14): a regular file of at

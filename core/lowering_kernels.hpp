@@ -385,9 +385,27 @@ struct KernelFactory {
   //   unpermute backward: scatter_add_'s, grad.gather(0, index) (reads and writes r h e); the
   //     product's, grad x probs (reads and writes r h e) and (grad x tokens).sum(-1) for the
   //     probabilities (reads 2 r h e, writes r h e, reads it again): 8 r h e + 8 r; 3 r h FLOPs.
+  //
+  // With moe_permute_fusion (Megatron-Core from core_v0.11: moe_utils.permute() / unpermute()
+  // call Transformer Engine's moe_permute / moe_unpermute, transformer_engine/pytorch/
+  // permutation.py, mask-map Triton kernels that load each token row once and write each of its
+  // routed copies, or gather and sum them): the moe_permute_fused_* / moe_unpermute_fused_*
+  // kernels, one int32 destination row per routed copy (4 r):
+  //   permute forward: reads T h e, writes r h e: (T + r) h e + 4 r.
+  //   permute backward: reads the r h e gradient, writes the T h e sum: (r + T) h e + 4 r; r h
+  //     FLOPs.
+  //   unpermute forward: reads the r h e rows and their fp32 probabilities, writes T h e:
+  //     (r + T) h e + 8 r; 2 r h FLOPs.
+  //   unpermute backward: reads the T h e gradient and the r h e forward input (for the
+  //     probabilities' gradient), writes the r h e input gradient and r fp32 probability
+  //     gradients: (2 r + T) h e + 12 r; 3 r h FLOPs.
   Kernel moe_permute(bool backward, int64_t rows, int64_t tokens) const {
     const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
                  e = static_cast<double>(d.dsize), tok = static_cast<double>(tokens);
+    if (d.model.moe_permute_fusion) {
+      return make(backward ? "moe_permute_fused_bwd" : "moe_permute_fused_fwd",
+                  {rows, tokens, d.h}, backward ? r * hh : 0, (tok + r) * hh * e + 4 * r);
+    }
     if (backward) {
       return make("moe_permute_bwd", {rows, tokens, d.h}, r * hh,
                   (3 * r + tok) * hh * e + 8 * r);
@@ -397,6 +415,14 @@ struct KernelFactory {
   Kernel moe_unpermute(bool backward, int64_t rows, int64_t tokens) const {
     const double r = static_cast<double>(rows), hh = static_cast<double>(d.h),
                  e = static_cast<double>(d.dsize), tok = static_cast<double>(tokens);
+    if (d.model.moe_permute_fusion) {
+      if (backward) {
+        return make("moe_unpermute_fused_bwd", {rows, tokens, d.h}, 3 * r * hh,
+                    (2 * r + tok) * hh * e + 12 * r);
+      }
+      return make("moe_unpermute_fused_fwd", {rows, tokens, d.h}, 2 * r * hh,
+                  (r + tok) * hh * e + 8 * r);
+    }
     if (backward) {
       return make("moe_unpermute_bwd", {rows, tokens, d.h}, 3 * r * hh, 8 * r * hh * e + 8 * r);
     }

@@ -307,6 +307,8 @@ enum class StepScope : uint8_t {
 ///   allgather dispatcher (allgather):
 ///   kMoeDispatch  all_gather over kEtpEp of ETP EP T h bytes (output)
 ///   kMoePermute   compute: moe_permute_fwd {E_l R, ETP EP T, h}
+///   (with moe_permute_fusion the permute and unpermute kernels are moe_permute_fused_fwd /
+///   moe_unpermute_fused_fwd, same keys: Transformer Engine's fused kernels)
 ///   then, both:
 ///   kExpertFc1    the local experts' FC1 {R, fc1_e / ETP, h} (fc1_e = 2 ffn_e for SwiGLU):
 ///                 one grouped_gemm_fwd {E_l, R, n, k} with moe_grouped_gemm, else E_l gemm_fwd

@@ -209,6 +209,10 @@ struct ModelSpec {
   MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::kAuxLoss;
   double moe_aux_loss_coeff = 0.0;             ///< Megatron default 0.0
   bool moe_grouped_gemm = false;               ///< local experts in one grouped GEMM
+  /// Megatron --moe-permute-fusion: the token permute / unpermute around the experts run as
+  /// Transformer Engine's fused kernels (one pass over each token row) instead of Megatron-Core's
+  /// unfused torch ops (core/lowering_kernels.hpp counts both).
+  bool moe_permute_fusion = false;
   /// DeepSeek-V3's multi-latent attention (Megatron --multi-latent-attention): refused, not
   /// supported yet.
   bool multi_latent_attention = false;

@@ -381,7 +381,7 @@ Breach moe_breach(const Scenario& s) {
   if (!m.is_moe()) {
     // Every MoE setting away from its default, with the key that holds it.
     const ModelSpec dense;
-    const std::array<std::pair<std::string_view, bool>, 13> given = {{
+    const std::array<std::pair<std::string_view, bool>, 14> given = {{
         {"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
         {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != 0},
         {"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size != 0},
@@ -394,6 +394,7 @@ Breach moe_breach(const Scenario& s) {
          m.moe_router_load_balancing_type != dense.moe_router_load_balancing_type},
         {"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
         {"model.moe_grouped_gemm", m.moe_grouped_gemm},
+        {"model.moe_permute_fusion", m.moe_permute_fusion},
         {"parallelism.expert_model_parallel_size", ep != 1},
         {"parallelism.expert_tensor_parallel_size", p.expert_tensor_parallel_size.has_value()},
         {"cluster.what_if.moe_load_imbalance", imbalance.has_value()},

@@ -38,6 +38,25 @@ bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
                          " is not run by the executor's model (no profile for it)");
 }
 
+/// The token permutation kernels, unfused (moe_permute_fwd, ...) or fused (moe_permute_fused_fwd,
+/// ..., model.moe_permute_fusion).
+bool is_moe_permutation(std::string_view name) {
+  for (const char* n : {"moe_permute_fwd", "moe_permute_bwd", "moe_unpermute_fwd",
+                        "moe_unpermute_bwd", "moe_permute_fused_fwd", "moe_permute_fused_bwd",
+                        "moe_unpermute_fused_fwd", "moe_unpermute_fused_bwd"}) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+/// A permutation kernel's unfused name: "moe_permute_fused_fwd" -> "moe_permute_fwd".
+std::string unfused_name(std::string_view name) {
+  std::string s(name);
+  const size_t at = s.find("_fused");
+  if (at != std::string::npos) s.erase(at, 6);
+  return s;
+}
+
 bool is_linear_gemm(const std::string& name) {
   return name == "gemm_fwd" || name == "gemm_dgrad" || name == "gemm_wgrad";
 }
@@ -118,19 +137,21 @@ KernelCall make_moe_call(Backend& be, const Scenario& sc, const KernelKey& key, 
         be.moe_switch_aux_loss_backward(x.t[0], 1.0, x.t[1], *tpe, n, e, n, topk, coeff);
       };
     }
-  } else if (name == "moe_permute_fwd" || name == "moe_permute_bwd" ||
-             name == "moe_unpermute_fwd" || name == "moe_unpermute_bwd") {
+  } else if (is_moe_permutation(name)) {
+    // The fused variants (moe_permute_fusion) move the same rows: both names time this
+    // backend's one permutation kernel (exec/cpu/moe_permute.hpp, exec/cuda/moe_permute.hpp).
+    const std::string base = unfused_name(name);
     const int64_t rows = d[0], n = d[1], h = d[2], e = model.num_moe_experts;
     auto perm = std::make_shared<const cpu::MoePermutation>(balanced_permutation(rows, n, e));
-    if (name == "moe_permute_fwd") {
+    if (base == "moe_permute_fwd") {
       c.fresh = {0};
       c.t = list(in.zeros(rows * h), in.uniform(n * h));
       c.run = [&be, perm, n, h](KernelCall& x) { be.moe_permute_forward(x.t[0], x.t[1], *perm, n, h); };
-    } else if (name == "moe_permute_bwd") {
+    } else if (base == "moe_permute_bwd") {
       c.fresh = {0};
       c.t = list(in.zeros(n * h), in.uniform(rows * h));
       c.run = [&be, perm, n, h](KernelCall& x) { be.moe_permute_backward(x.t[0], x.t[1], *perm, n, h); };
-    } else if (name == "moe_unpermute_fwd") {
+    } else if (base == "moe_unpermute_fwd") {
       c.fresh = {0};
       c.t = list(in.zeros(n * h), in.uniform(rows * h), in.uniform(n * e, 0.0, 1.0));
       c.run = [&be, perm, n, e, h](KernelCall& x) {

@@ -2059,6 +2059,44 @@ TEST(MoeProgram, PermuteUnpermuteAndChunkCopiesAsMegatronRunsThem) {
   }
 }
 
+// model.moe_permute_fusion (Megatron --moe-permute-fusion): the same four permutation steps as
+// Transformer Engine's fused kernels (transformer_engine/pytorch/permutation.py, mask-map: each
+// token row loaded once), one int32 destination row per routed copy. Same layout as above: r = 32
+// rows sent, T = 16, h 64, bf16 (e = 2):
+//   permute fwd:    (T + r) h e + 4 r      = 48 x 128 + 128   =  6272 B, no FLOPs
+//   permute bwd:    (r + T) h e + 4 r      = 6272 B, r h      =  2048 FLOPs (the k copies summed)
+//   unpermute fwd:  (r + T) h e + 8 r      = 6144 + 256       =  6400 B, 2 r h = 4096 FLOPs
+//   unpermute bwd:  (2 r + T) h e + 12 r   = 80 x 128 + 384   = 10624 B, 3 r h = 6144 FLOPs
+// against 8448 / 14592 / 22784 / 33024 B unfused; one of each per layer and micro-batch, as
+// unfused, and no unfused permutation kernel left.
+TEST(MoeProgram, PermuteFusionRunsTransformerEnginesFusedKernels) {
+  MoeKnobs k;
+  k.tp = 2, k.dp = 2, k.ep = 2, k.grouped = true;
+  Scenario s = make_moe(k);
+  s.model.moe_permute_fusion = true;
+  const Program prog = build_program(s, {0});
+  std::map<std::string, std::pair<double, double>> work;  // name -> (bytes, FLOPs)
+  std::map<std::string, int> count;
+  for (const Op& op : prog.ranks.at(0).ops) {
+    if (op.layer != 0 || op.micro_batch != 0) continue;
+    for (uint32_t id : op.kernels) {
+      const Kernel& kern = prog.kernels[id];
+      if (kern.key.name.find("permute") == std::string::npos) continue;
+      work[kern.key.name] = {kern.bytes, kern.flops};
+      ++count[kern.key.name];
+    }
+  }
+  EXPECT_EQ(count, (std::map<std::string, int>{{"moe_permute_fused_bwd", 1},
+                                               {"moe_permute_fused_fwd", 1},
+                                               {"moe_unpermute_fused_bwd", 1},
+                                               {"moe_unpermute_fused_fwd", 1}}));
+  EXPECT_EQ(work["moe_permute_fused_fwd"], std::make_pair(6272.0, 0.0));
+  EXPECT_EQ(work["moe_permute_fused_bwd"], std::make_pair(6272.0, 2048.0));
+  EXPECT_EQ(work["moe_unpermute_fused_fwd"], std::make_pair(6400.0, 4096.0));
+  EXPECT_EQ(work["moe_unpermute_fused_bwd"], std::make_pair(10624.0, 6144.0));
+  for (const auto& [name, n] : count) EXPECT_NE(find_kernel(name), nullptr) << name;
+}
+
 // FP8 experts: Transformer Engine's Linear casts each of its 16-bit inputs itself (Megatron-Core's
 // expert activation, fusions/fused_bias_swiglu.py, writes 16-bit): the permuted tokens (R x h) and
 // the activation output (R x ffn_e / ETP) forward, the output gradient (R x h) and the

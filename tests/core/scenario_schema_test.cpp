@@ -93,7 +93,7 @@ TEST(ScenarioSchema, KeysOfEachMapping) {
   EXPECT_THAT(keys_of("data"), ElementsAre("data_path", "split", "vocab_file", "merge_file"));
   EXPECT_TRUE(keys_of("model.num_layers").empty());  // a value, not a mapping
   EXPECT_TRUE(keys_of("nonsense").empty());
-  EXPECT_EQ(keys_of("model").size(), 27u);
+  EXPECT_EQ(keys_of("model").size(), 28u);  // with moe_permute_fusion
   EXPECT_EQ(keys_of("parallelism").size(), 18u);  // with scatter_gather_tensors_in_pipeline
   EXPECT_EQ(keys_of("training").size(), 46u);  // with gradient_accumulation_fusion
   EXPECT_TRUE(scenario_schema::is_section("training"));
@@ -120,8 +120,8 @@ TEST(ScenarioSchema, PathsAndFlagsAreUnique) {
   // The 57 flags the command line had before the table, --pipeline-schedule, Megatron-FSDP's 2,
   // --num-distributed-optimizer-instances (HSDP), --pipeline-model-parallel-layout and CPU
   // offload's 4 (--optimizer-cpu-offload, --optimizer-offload-fraction, --cpu-offloading,
-  // --cpu-offloading-num-layers), and --cross-entropy-loss-fusion.
-  EXPECT_EQ(flags.size(), 67u);
+  // --cpu-offloading-num-layers), --cross-entropy-loss-fusion and --moe-permute-fusion.
+  EXPECT_EQ(flags.size(), 68u);
 }
 
 TEST(ScenarioSchema, DefaultsComeFromTheMembersOrTheirWords) {

@@ -327,6 +327,28 @@ TEST(Executor, UnfusedGradientAccumulationTrainsAsFused) {
   }
 }
 
+// model.moe_permute_fusion names the permutation kernels after Transformer Engine's fused ones
+// (moe_permute_fused_fwd, ...) and charges their bytes; the executor runs the same permutation
+// for either name (it binds the step, Role::kMoePermute / kMoeUnpermute), so training is bit for
+// bit the same (the tiny MoE with grouped GEMM, and with SequentialMLP and a shared expert).
+TEST(Executor, MoePermuteFusionTrainsBitForBitAsUnfused) {
+  for (const Scenario& base : {tiny_moe(true, 0), tiny_moe(false, 32)}) {
+    Scenario fused = base;
+    fused.model.moe_permute_fusion = true;
+    const Program prog = build_program(fused);
+    EXPECT_TRUE(std::any_of(prog.kernels.begin(), prog.kernels.end(), [](const Kernel& k) {
+      return k.key.name == "moe_unpermute_fused_bwd";
+    }));
+    Rig a(base), b(fused);
+    for (int64_t it = 1; it <= 3; ++it) {
+      const IterationResult ra = a.exec.train_iteration(it, fixed_batch());
+      const IterationResult rb = b.exec.train_iteration(it, fixed_batch());
+      EXPECT_EQ(ra.lm_loss, rb.lm_loss) << "iteration " << it;
+      EXPECT_EQ(ra.load_balancing_loss, rb.load_balancing_loss) << "iteration " << it;
+    }
+  }
+}
+
 /// The UnsupportedError text building an executor for `s` throws; a failure (and "") when it
 /// builds.
 std::string unsupported_error_of(const Scenario& s, const std::string& what) {

@@ -118,6 +118,7 @@ TEST(Validation, ReadsTheHeldOutQwen3MoeFile) {
     EXPECT_EQ(c.scenario.training.fp8_recipe, Fp8Recipe::kTensorwise) << c.id;
     EXPECT_EQ(c.scenario.cluster.topology.filename().string(), "dgx-h100-superpod.yaml") << c.id;
     EXPECT_THAT(c.measured_as, HasSubstr("tokens_per_sec_per_gpu")) << c.id;
+    EXPECT_TRUE(c.scenario.model.moe_permute_fusion) << c.id;  // Qwen3MoEModelProvider
   }
   const auto& small = cases[0];
   EXPECT_EQ(small.id, "mbridge2509-qwen3-30b-a3b-fp8cs-16");

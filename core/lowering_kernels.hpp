@@ -386,11 +386,12 @@ struct KernelFactory {
   //     product's, grad x probs (reads and writes r h e) and (grad x tokens).sum(-1) for the
   //     probabilities (reads 2 r h e, writes r h e, reads it again): 8 r h e + 8 r; 3 r h FLOPs.
   //
-  // With moe_permute_fusion (Megatron-Core from core_v0.11: moe_utils.permute() / unpermute()
-  // call Transformer Engine's moe_permute / moe_unpermute, transformer_engine/pytorch/
-  // permutation.py, mask-map Triton kernels that load each token row once and write each of its
-  // routed copies, or gather and sum them): the moe_permute_fused_* / moe_unpermute_fused_*
-  // kernels, one int32 destination row per routed copy (4 r):
+  // With moe_permute_fusion (Megatron-Core's moe_utils.permute() / unpermute() then call
+  // Transformer Engine's moe_permute / moe_unpermute, transformer_engine/pytorch/permutation.py:
+  // mask-map Triton kernels that load each token row once and write each of its routed copies,
+  // or gather and sum them; read in the core 0.14 / TE 2.x sources the Qwen3 recipes run): the
+  // moe_permute_fused_* / moe_unpermute_fused_* kernels, one int32 destination row per routed
+  // copy (4 r):
   //   permute forward: reads T h e, writes r h e: (T + r) h e + 4 r.
   //   permute backward: reads the r h e gradient, writes the T h e sum: (r + T) h e + 4 r; r h
   //     FLOPs.

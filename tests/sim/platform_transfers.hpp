@@ -1,5 +1,5 @@
 // Timed transfers on a SimGrid platform for the platform tests (platform_test.cpp,
-// platform_overrides_test.cpp): start a transfer between two GPUs' NIC hosts, run the one Engine
+// platform_overrides_test.cpp, nvlink_domain_test.cpp): start a transfer between two GPUs' NIC hosts, run the one Engine
 // of the test process until all are done, and compare durations against closed forms.
 #pragma once
 

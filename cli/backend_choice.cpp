@@ -118,6 +118,7 @@ CostDbVersions backend_versions(const exec::Backend& backend) {
                    : i.driver_release;
     v.cuda = version_text(i.runtime_version, false);
     v.cublas = version_text(i.cublas_version, true);
+    if (i.cudnn_version > 0) v.cudnn = version_text(i.cudnn_version, true);
     v.nccl = "n/a";  // kernels only: the CLI does not link NCCL
     v.traintwin = exec::cpu::host_versions().traintwin;
     return v;

@@ -33,6 +33,8 @@ constexpr std::array kCatalogue = {
     KernelDescriptor{"fp8_cast", M, "elementwise", "[N elements]"},
     KernelDescriptor{"fp8_cast_transpose", M, "elementwise", "[N elements]"},
     KernelDescriptor{"fp8_scale_update", M, "elementwise", "[tensors]"},
+    KernelDescriptor{"fused_attention_bwd", A, "attention", "[B, NH, S, D]"},
+    KernelDescriptor{"fused_attention_fwd", A, "attention", "[B, NH, S, D]"},
     KernelDescriptor{"gelu_bwd", M, "elementwise", "[N elements]"},
     KernelDescriptor{"gelu_fwd", M, "elementwise", "[N elements]"},
     KernelDescriptor{"gemm_dgrad", G, "GEMM", "[M, N, K]"},

@@ -186,15 +186,18 @@ struct KernelFactory {
   // Attention core for b samples, `heads` local query heads (kv_heads K/V heads), sq queries
   // against sq keys, head_dim hd: QK^T and attention-over-values, 2 * 2 * b * heads * sq^2 * hd
   // FLOPs forward (full sq x sq, as the papers count), twice that backward. Flash
-  // ("flash_attention_fwd/bwd", Dao et al. 2022): Q, K, V, O (+ dO, dQ, dK, dV backward) only.
+  // ("flash_attention_fwd/bwd", Dao et al. 2022) and fused (cuDNN's fused attention,
+  // "fused_attention_fwd/bwd"): Q, K, V, O (+ dO, dQ, dK, dV backward) only.
   // Unfused ("attention_fwd/bwd"): Megatron-LM's CoreAttention (megatron/model/transformer.py of
   // 2022, CoreAttention.forward), whose sq x sq scores of e = dsize bytes go through memory
   // between five kernels: unfused_attention_score_bytes(). A CP block of ring attention is this
   // kernel with sq = s / CP.
   Kernel attention(bool backward, int64_t heads, int64_t kv_heads, int64_t sq) const {
-    const bool flash = d.backend == AttentionBackend::kFlash;
-    const char* name = flash ? (backward ? "flash_attention_bwd" : "flash_attention_fwd")
-                             : (backward ? "attention_bwd" : "attention_fwd");
+    const bool flash = stores_no_scores(d.backend);
+    const char* name = d.backend == AttentionBackend::kFused
+                           ? (backward ? "fused_attention_bwd" : "fused_attention_fwd")
+                       : flash ? (backward ? "flash_attention_bwd" : "flash_attention_fwd")
+                               : (backward ? "attention_bwd" : "attention_fwd");
     const double per_head = static_cast<double>(d.b * sq * d.hd * d.dsize);
     const double qo = 2.0 * static_cast<double>(heads) * per_head;     // Q and O
     const double kv = 2.0 * static_cast<double>(kv_heads) * per_head;  // K and V

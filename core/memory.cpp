@@ -89,7 +89,7 @@ double dense_mlp_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, 
 /// scenario rules refuse those combinations by name first).
 double op_sac_layer_activation_bytes(const ModelSpec& m, double tokens, Precision p,
                                      AttentionBackend backend, int64_t tp, bool fp8) {
-  if (tp != 1 || fp8 || backend != AttentionBackend::kFlash ||
+  if (tp != 1 || fp8 || !stores_no_scores(backend) ||
       m.activation != Activation::kSwiglu) {
     throw InvalidArgument(
         "selective_ac_option op is modelled for TP = 1, a SwiGLU MLP, the flash attention "
@@ -164,8 +164,8 @@ double layer_activation_bytes(const ModelSpec& m, int64_t micro_batch_size, int6
   const double attention_core = e * as2b + (attention_dropout > 0 ? kMaskBytes * as2b + e * as2b : 0.0);
 
   double bytes = outside_tp_region / sp_divisor + inside_tp_region / t;
-  if (backend == AttentionBackend::kFlash) {
-    // Flash attention keeps no s x s tensor, only the fp32 log-sum-exp of every row (a s b).
+  if (stores_no_scores(backend)) {
+    // Flash (and fused) attention keeps no s x s tensor, only the fp32 log-sum-exp of every row (a s b).
     bytes += 4.0 * a * s * b / t;
   } else if (r == RecomputeGranularity::kNone) {
     bytes += attention_core / t;

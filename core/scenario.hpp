@@ -66,8 +66,13 @@ enum class DataParallelShardingStrategy { kNoShard, kOptim, kOptimGrads, kOptimG
 /// How the attention core runs (Megatron --attention-backend). kUnfused: QK^T GEMM, masked
 /// softmax, dropout and attention-over-values as separate kernels that store the s x s scores
 /// (Korthikanti et al.'s activation model); kFlash: one fused kernel (Dao et al. 2022) that
-/// stores no s x s tensor and recomputes scores in backward.
-enum class AttentionBackend { kUnfused, kFlash };
+/// stores no s x s tensor and recomputes scores in backward; kFused: the same function as one
+/// cuDNN fused-attention graph (Megatron's "fused": Transformer Engine's FusedAttention, cuDNN's
+/// flash engine), also without an s x s store.
+enum class AttentionBackend { kUnfused, kFlash, kFused };
+
+/// Whether `a` keeps no s x s scores (flash and fused: only the log-sum-exp of each row).
+inline bool stores_no_scores(AttentionBackend a) { return a != AttentionBackend::kUnfused; }
 
 /// Pipeline schedule family. k1F1B becomes interleaved 1F1B when there are > 1 model chunks.
 /// kZbH1 / kZbH2: the zero-bubble handcrafted schedules ZB-H1 and ZB-H2 (Qi et al., ICLR 2024),
@@ -130,7 +135,7 @@ const char* to_string(CrossEntropyLoss l);
 const char* to_string(DataParallelShardingStrategy d);
 /// "gpipe" | "1f1b" | "zb-h1" | "zb-h2" | "zb-v" | "dualpipe" | "dualpipev".
 const char* to_string(PipelineScheduleKind k);
-/// "unfused" | "flash".
+/// "unfused" | "flash" | "fused".
 const char* to_string(AttentionBackend a);
 /// "constant" | "linear" | "cosine".
 const char* to_string(LrDecayStyle s);

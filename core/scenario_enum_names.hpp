@@ -79,7 +79,8 @@ TRAINTWIN_ENUM_NAMES(DataParallelShardingStrategy,
                      std::pair{DataParallelShardingStrategy::kOptimGradsParams,
                                "optim_grads_params"});
 TRAINTWIN_ENUM_NAMES(AttentionBackend, std::pair{AttentionBackend::kUnfused, "unfused"},
-                     std::pair{AttentionBackend::kFlash, "flash"});
+                     std::pair{AttentionBackend::kFlash, "flash"},
+                     std::pair{AttentionBackend::kFused, "fused"});
 TRAINTWIN_ENUM_NAMES(PipelineScheduleKind, std::pair{PipelineScheduleKind::kGPipe, "gpipe"},
                      std::pair{PipelineScheduleKind::k1F1B, "1f1b"},
                      std::pair{PipelineScheduleKind::kZbH1, "zb-h1"},

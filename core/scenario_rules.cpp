@@ -341,8 +341,8 @@ Breach selective_ac_breach(const Scenario& s) {
   }
   if (m.add_bias_linear) return needs("model.add_bias_linear: false", "true");
   if (m.is_moe()) return needs("a dense model (model.num_moe_experts: 0)", fmt::format("{}", m.num_moe_experts));
-  if (t.attention_backend != AttentionBackend::kFlash) {
-    return needs("training.attention_backend: flash", to_string(t.attention_backend));
+  if (!stores_no_scores(t.attention_backend)) {
+    return needs("training.attention_backend: flash or fused", to_string(t.attention_backend));
   }
   if (t.fp8()) return needs("no FP8 (training.fp8_format absent)", to_string(*t.fp8_format));
   if (s.parallel.tensor_model_parallel_size != 1) {

@@ -402,6 +402,30 @@ class Backend {
                                         const cpu::BlockAttentionShape& shape,
                                         const cpu::AttentionProbabilityDropout* dropout) = 0;
 
+  // ---- fused attention (training.attention_backend fused) -----------------------------------------
+  /// Causal self-attention of one layer without context parallelism straight from its QKV rows
+  /// (Megatron --attention-backend fused: Transformer Engine's FusedAttention, one cuDNN graph
+  /// per pass). The function is block_attention_forward's for the queries and the K/V block at
+  /// positions 0..T-1 (shape.seq_q = shape.seq_k = T); this default packs them out of the rows
+  /// (exec/qkv_rows.hpp) and calls it, the reference every backend's fused kernel is tested
+  /// against. Overwrites out and lse. Throws what block_attention_forward throws; a backend
+  /// whose fused kernel cannot run `shape` throws UnsupportedError naming what it needs.
+  virtual void fused_attention_forward(FSpan out,   // [B, T, NH D]
+                                       FSpan lse,   // [B, NH, T]
+                                       CFSpan qkv,  // [B, T, (NH + 2G) D]: [q | k | v] rows
+                                       const cpu::BlockAttentionShape& shape,
+                                       const cpu::AttentionProbabilityDropout* dropout);
+  /// d_qkv [B, T, (NH + 2G) D] overwritten with the gradient of the QKV rows, from the forward's
+  /// out and lse and their gradient dout; the default packs, calls block_attention_backward and
+  /// scatters the gradients back into the rows.
+  virtual void fused_attention_backward(FSpan d_qkv,  // [B, T, (NH + 2G) D]
+                                        CFSpan dout,  // [B, T, NH D]
+                                        CFSpan qkv,   // [B, T, (NH + 2G) D]
+                                        CFSpan out,   // [B, T, NH D]
+                                        CFSpan lse,   // [B, NH, T]
+                                        const cpu::BlockAttentionShape& shape,
+                                        const cpu::AttentionProbabilityDropout* dropout);
+
   // ---- rotary position embedding (Su et al. 2021; exec/cpu/rope.hpp) -----------------------------
   /// out = rotation of inp's heads; local position t is at `positions.global(t)` of the whole
   /// sequence (seq = positions.local(); CP chunks, exec/cp_sequence.hpp). Megatron-Core's
@@ -569,6 +593,35 @@ void DeviceBuffer<T>::reset() noexcept {
   if (backend_ != nullptr && data_ != nullptr) backend_->deallocate(data_, size_ * sizeof(T));
   data_ = nullptr;
   size_ = 0;
+}
+
+inline void Backend::fused_attention_forward(FSpan out, FSpan lse, CFSpan qkv,
+                                             const cpu::BlockAttentionShape& shape,
+                                             const cpu::AttentionProbabilityDropout* dropout) {
+  const int64_t rows = shape.batch * shape.seq_q, qw = shape.heads * shape.head_dim,
+                kvw = 2 * shape.groups * shape.head_dim;
+  Tensor q(*this, rows * qw, kUninitialized), kv(*this, rows * kvw, kUninitialized);
+  const int64_t pitch = qw + kvw;
+  copy_2d(q, qw, qkv, pitch, qw, rows);
+  copy_2d(kv, kvw, qkv.subspan(static_cast<size_t>(qw)), pitch, kvw, rows);
+  const CpSequence positions(shape.seq_q, 1, 0);
+  block_attention_forward(out, lse, q, kv, positions, positions, shape, dropout);
+}
+
+inline void Backend::fused_attention_backward(FSpan d_qkv, CFSpan dout, CFSpan qkv, CFSpan out,
+                                              CFSpan lse, const cpu::BlockAttentionShape& shape,
+                                              const cpu::AttentionProbabilityDropout* dropout) {
+  const int64_t rows = shape.batch * shape.seq_q, qw = shape.heads * shape.head_dim,
+                kvw = 2 * shape.groups * shape.head_dim;
+  Tensor q(*this, rows * qw, kUninitialized), kv(*this, rows * kvw, kUninitialized);
+  Tensor dq(*this, rows * qw), dkv(*this, rows * kvw);
+  const int64_t pitch = qw + kvw;
+  copy_2d(q, qw, qkv, pitch, qw, rows);
+  copy_2d(kv, kvw, qkv.subspan(static_cast<size_t>(qw)), pitch, kvw, rows);
+  const CpSequence positions(shape.seq_q, 1, 0);
+  block_attention_backward(dq, dkv, dout, q, kv, out, lse, positions, positions, shape, dropout);
+  copy_2d(d_qkv, pitch, dq, qw, qw, rows);
+  copy_2d(d_qkv.subspan(static_cast<size_t>(qw)), pitch, dkv, kvw, kvw, rows);
 }
 
 }  // namespace traintwin::exec

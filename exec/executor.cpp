@@ -121,6 +121,13 @@ Executor::Impl::Impl(const Program& program, Communicator& comm, ModelShard& sha
                              backend_.name() + " executor runs gpipe, 1f1b, zb-h1, zb-h2, zb-v, "
                              "dualpipev and dualpipe");
   }
+  if (sc.parallel.context_parallel_size > 1 &&
+      sc.training.attention_backend == AttentionBackend::kFused) {
+    throw UnsupportedError("scenario " + sc.name + ": training.attention_backend is fused, which " +
+                           "the executor runs without context parallelism " +
+                           "(parallelism.context_parallel_size 1); ring attention runs with " +
+                           "attention_backend flash");
+  }
   if (sc.parallel.context_parallel_size > 1 && sc.parallel.cp_comm_type == CpCommType::kA2a) {
     throw UnsupportedError("scenario " + sc.name + ": parallelism.cp_comm_type is a2a " +
                            "(Ulysses); the " + backend_.name() +

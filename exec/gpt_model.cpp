@@ -37,7 +37,8 @@ GptModel::GptModel(const Program& program, const RankProgram& rank, ModelShard& 
   g_.s_full = sc.model.seq_length;
   g_.s = g_.s_full / g_.cp;
   seq_ = CpSequence(g_.s_full, g_.cp, coord_.cp);
-  g_.blockwise = g_.cp > 1 || sc.training.attention_backend == AttentionBackend::kFlash;
+  g_.blockwise = g_.cp > 1 || stores_no_scores(sc.training.attention_backend);
+  g_.fused = sc.training.attention_backend == AttentionBackend::kFused;  // CP 1 (the Executor)
   g_.rotary_base = sc.model.rotary_base;
   all_gather_ = g_.cp > 1 && sc.parallel.cp_comm_type == CpCommType::kAllGather;
   g_.h = sc.model.hidden_size;

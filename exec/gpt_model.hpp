@@ -66,6 +66,9 @@ struct ShardGeometry {
   /// Attention by the blockwise kernel (no s x s store): attention_backend flash, and every
   /// block of ring attention under CP; else the unfused kernels that keep the probabilities.
   bool blockwise = false;
+  /// attention_backend fused (CP = 1): the Backend's fused attention over the QKV rows, one call
+  /// per pass (blockwise as well: no s x s store).
+  bool fused = false;
   double rotary_base = 10000.0;  ///< RoPE's base (model.rotary_base)
   int64_t h = 0;       ///< hidden size
   int64_t t = 0;       ///< tensor-parallel size

@@ -1,8 +1,8 @@
 // GptModel: blockwise attention, the attention core of a transformer layer without the s x s
-// store — flash attention (CP = 1), ring attention and all-gather CP (context parallelism) — and
-// the CP collectives' buffers (cp_transfer); see exec/gpt_model.hpp, table of contents in
-// exec/gpt_model.cpp. Next in the flow: the rest of the layer in exec/gpt_model_layer.cpp; in an
-// MoE layer the routed experts, exec/gpt_model_moe.cpp.
+// store — flash and fused attention (CP = 1), ring attention and all-gather CP (context
+// parallelism) — and the CP collectives' buffers (cp_transfer); see exec/gpt_model.hpp, table of
+// contents in exec/gpt_model.cpp. Next in the flow: the rest of the layer in
+// exec/gpt_model_layer.cpp; in an MoE layer the routed experts, exec/gpt_model_moe.cpp.
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,6 +62,13 @@ void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
   };
   if (merge) {
     merge_block();
+  } else if (g_.fused) {  // CP = 1: the backend's fused attention on the QKV rows
+    const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
+    if (qkv.empty()) throw InvalidArgument("executor: attention inputs were not kept or recomputed");
+    L.attn = zeros(rows * g_.heads * g_.hd);
+    L.lse = zeros(g_.b * g_.heads * g_.s);
+    backend_.fused_attention_forward(L.attn, L.lse, qkv, block_shape(),
+                                     attention_dropout(op.micro_batch, op.layer));
   } else {
     if (i >= g_.cp) unexpected(op, "more ring attention blocks than CP ranks");
     pack_ring_inputs(L);
@@ -98,6 +105,17 @@ void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
 
 void GptModel::blockwise_backward(const Op& op, LayerState& L) {
   if (L.lse.empty()) unexpected(op, "attention statistics were not kept or recomputed");
+  if (g_.fused) {  // CP = 1: one call writes the QKV rows' gradient
+    const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
+    L.d_qkv = zeros(g_.b * g_.s * g_.qkv);
+    backend_.fused_attention_backward(L.d_qkv, L.d_attn, qkv, L.attn, L.lse, block_shape(),
+                                      attention_dropout(op.micro_batch, op.layer));
+    L.d_attn.reset();
+    if (!split_) L.attn.reset();  // else the projection's W step reads it
+    L.lse.reset();
+    L.qkv_rope.reset();
+    return;
+  }
   const int64_t i = L.ring_step;
   if (i >= g_.cp) unexpected(op, "more ring attention blocks than CP ranks");
   pack_ring_inputs(L);

@@ -46,10 +46,11 @@ void GptModel::layer_forward(const Op& op, const std::string& kernel, Role role)
         rope(L.qkv_rope, L.qkv, /*backward=*/false);
         return;
       }
-      if (g_.blockwise) {  // flash / ring attention: no s x s store
+      if (g_.blockwise) {  // flash, fused and ring attention: no s x s store
         if (kernel == "cp_attention_merge") {
           blockwise_forward(op, L, /*merge=*/true);
-        } else if (kernel == "attention_fwd" || kernel == "flash_attention_fwd") {
+        } else if (kernel == "attention_fwd" || kernel == "flash_attention_fwd" ||
+                   kernel == "fused_attention_fwd") {
           blockwise_forward(op, L, /*merge=*/false);
         } else {
           unexpected(op, "unexpected kernel " + kernel);

@@ -406,9 +406,12 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
       };
     }
   } else if (name == "attention_fwd" || name == "attention_bwd" ||
-             name == "flash_attention_fwd" || name == "flash_attention_bwd") {
+             name == "flash_attention_fwd" || name == "flash_attention_bwd" ||
+             name == "fused_attention_fwd" || name == "fused_attention_bwd") {
     need(4);
-    const bool fwd = name == "attention_fwd" || name == "flash_attention_fwd";
+    const bool fwd =
+        name == "attention_fwd" || name == "flash_attention_fwd" || name == "fused_attention_fwd";
+    const bool fused = name == "fused_attention_fwd" || name == "fused_attention_bwd";
     const bool flash = name == "flash_attention_fwd" || name == "flash_attention_bwd";
     const int64_t bb = d[0], heads = d[1], s = d[2], C = d[1] * d[3];
     const int64_t a = sc.model.num_attention_heads, g = sc.model.query_groups();
@@ -417,7 +420,27 @@ KernelCall make_kernel_call(Backend& be, const Scenario& sc, const ProfileTarget
     auto drop = std::make_shared<cpu::AttentionProbabilityDropout>(cpu::AttentionProbabilityDropout{
         cpu::DropoutParams{p_att, 1, 3}, cpu::AttentionBlock{bb, heads, s, 0, 0, heads}});
     const cpu::AttentionProbabilityDropout* dp = p_att > 0 ? drop.get() : nullptr;
-    if (flash && sc.parallel.context_parallel_size == 1) {
+    if (fused) {
+      // GptModel's fused attention op (exec/gpt_model_attention.cpp, CP = 1): one Backend call
+      // on the QKV rows each way; out, lse and the rows' gradient are allocated at the op.
+      if (sc.parallel.context_parallel_size != 1) unsupported(key);
+      const cpu::BlockAttentionShape shape{bb, s, s, heads, kv, hd};
+      const int64_t rows = bb * s;
+      if (fwd) {  // out, lse, the QKV rows
+        c.fresh = {0, 1};
+        c.t = list(in.zeros(rows * C), in.zeros(bb * heads * s), in.uniform(rows * width));
+        c.run = [&be, shape, drop, dp](KernelCall& x) {
+          be.fused_attention_forward(x.t[0], x.t[1], x.t[2], shape, dp);
+        };
+      } else {  // d_qkv, d_attn, QKV rows, attn, lse
+        c.fresh = {0};
+        c.t = list(in.zeros(rows * width), in.uniform(rows * C), in.uniform(rows * width),
+                   in.uniform(rows * C), in.uniform(bb * heads * s, 1.0, 3.0));
+        c.run = [&be, shape, drop, dp](KernelCall& x) {
+          be.fused_attention_backward(x.t[0], x.t[1], x.t[2], x.t[3], x.t[4], shape, dp);
+        };
+      }
+    } else if (flash && sc.parallel.context_parallel_size == 1) {
       // GptModel's flash attention op (exec/gpt_model_attention.cpp): the queries and the K/V
       // block packed from the QKV rows (zeroed buffers, two 2-D copies), the blockwise kernel;
       // the backward packs them again, and scatters dq and dK/dV into a zeroed QKV-rows gradient.

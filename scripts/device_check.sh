@@ -41,6 +41,12 @@
 #             --live of the variants in BF16_VALIDATE ("MB RECOMPUTE" separated by commas; default
 #             micro-batch 1/2/4 without recomputation, 1 selective, 1 and 4 full; not in the
 #             default steps)
+#   fused     attention_backend fused (cuDNN's fused flash attention, exec/cuda/cudnn_attention.hpp):
+#             its GPU tests, the tiny GPT in bf16 with fused and with flash attention (losses),
+#             the 1.3B GPT trained in bf16 with flash at micro-batch 4 (the baseline) and with
+#             fused at micro-batch 1, 2 and 4, and a timeline of fused at 4,
+#             profile --backend cuda at 1, 2 and 4 (-> RESULTS/cuda-<gpu>.json), validate --live
+#             of BF16_VALIDATE's variants (not in the default steps)
 #   pytorch   GPT-2 124M tokens/s in PyTorch on the same GPU (fp32 eager; bf16 autocast + SDPA)
 #   gemmdb    the bf16 and FP8 GEMMs (gemm_* and the experts' grouped_gemm_*) of every
 #             shipped scenario on topologies/dgx-h100-superpod.yaml and of the H100 cases of
@@ -89,6 +95,10 @@ for name in libnccl.so.2 libcudart.so.13; do
   f=$(find "${cuda_dirs[@]:-/usr/local/cuda/lib64}" /usr/local /opt -name "$name" 2>/dev/null | head -1)
   [ -n "$f" ] && cuda_dirs+=("$(dirname "$f")")
 done
+# cuDNN (attention_backend fused): PyTorch's wheel (nvidia-cudnn-cu13) first, else the system's.
+f=$(find /opt /usr/local -name 'libcudnn.so.9' 2>/dev/null | head -1)
+[ -z "$f" ] && f=$(find /usr/lib /lib -name 'libcudnn.so.9' 2>/dev/null | head -1)
+[ -n "$f" ] && cuda_dirs+=("$(dirname "$f")")
 export LD_LIBRARY_PATH=$root/lib:$(IFS=:; echo "${cuda_dirs[*]:-}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_MCA_mca_base_component_path=$root/openmpi/components
 export PATH=$root/bin:$PATH
@@ -127,12 +137,13 @@ step() {  # step NAME LIMIT_S COMMAND...
 
 # The tiny models of the README on one rank, 20 iterations, every loss printed: the cuda and cpu
 # backends compute the same fp32 model (only summation orders differ).
-tiny() {  # tiny SCENARIO BACKEND [PRECISION]
+tiny() {  # tiny SCENARIO BACKEND [PRECISION [ATTENTION_BACKEND]]
   "$tt" train "$1" --backend "$2" --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
     --set cluster.num_gpus=1 --set parallelism.sequence_parallel=false \
     --set training.train_iters=20 --set training.lr_warmup_iters=2 --set training.log_interval=1 \
-    --set training.eval_iters=0 ${3:+--set training.precision=$3} 2>&1 |
-    awk -v tag="$(basename "$1" .yaml) $2${3:+ $3}" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
+    --set training.eval_iters=0 ${3:+--set training.precision=$3} \
+    ${4:+--set training.attention_backend=$4} 2>&1 |
+    awk -v tag="$(basename "$1" .yaml) $2${3:+ $3}${4:+ $4}" '/ iteration /{split($0, a, "lm loss: "); split(a[2], b, " "); l = l sprintf(" %.6f", b[1]); split($0, c, "elapsed time per iteration \\(ms\\): "); split(c[2], d, " "); ms = d[1]} /error/{print "  " $0} END{print "  " tag " losses" l " | last ms " ms}'
 }
 # The bf16 and FP8 GEMMs of the H100 scenarios and calibration cases into one database (step
 # gemmdb).
@@ -152,14 +163,16 @@ gemmdb() {
 # A 1.3B variant: micro-batch MB, recompute R, float32 matmul precision P (default highest).
 v13() { echo "--micro-batch-size $1 --recompute-granularity $2${3:+ --float32-matmul-precision $3}"; }
 export -f tiny v13 gemmdb
-# The 1.3B in bf16 with flash attention (steps bf16live).
+# The 1.3B in bf16 with flash attention (steps bf16live), and with cuDNN's fused attention (step
+# fused).
 b16="--set training.precision=bf16 --set training.attention_backend=flash"
-export tt validate_variants bf16_validate_variants results b16 vt
+b16f="--set training.precision=bf16 --set training.attention_backend=fused"
+export tt validate_variants bf16_validate_variants results b16 b16f vt
 
 for s in $steps; do
   case $s in
     info)
-      step info 30 "echo '  device id $device_id, topology ${device_topology:-none (validate --live will refuse: add topologies/cuda-<gpu>-1gpu.yaml)}'; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1 | sed 's/^/  /'; echo '  LD_LIBRARY_PATH='\$LD_LIBRARY_PATH; ldd $tt | grep -E 'not found|cublas|cudart' | sed 's/^/  /'" ;;
+      step info 30 "echo '  device id $device_id, topology ${device_topology:-none (validate --live will refuse: add topologies/cuda-<gpu>-1gpu.yaml)}'; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1 | sed 's/^/  /'; echo '  LD_LIBRARY_PATH='\$LD_LIBRARY_PATH; ldd $tt | grep -E 'not found|cublas|cudart|cudnn' | sed 's/^/  /'" ;;
     tests)
       step tests 80 "cuda_host_tests --gtest_brief=1; gpu_tests --gtest_brief=1" ;;
     gemm)
@@ -192,7 +205,9 @@ for s in $steps; do
       step attn 300 "gpu_tests --gtest_brief=1 --gtest_filter='*BlockAttention*:*RingAttention*' 2>&1 | grep -E 'PASSED|FAILED|Failure|error' -A3 | head -30 | sed 's/^/  /'; $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --float32-matmul-precision medium --set training.attention_backend=flash --kernels '^flash_attention' --repeats 10 --min-time 0.01 --out $results/flash-mma.json 2>&1 | grep -E 'flash_attention|wrote|rror' | sed 's/^/  [profile] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|error' | tail -2 | sed \"s/^/  [1.3b bf16 flash mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda --set training.precision=bf16 --set training.attention_backend=flash --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-flash-mb4.json 2>&1 | grep -E 'timeline|error' | sed 's/^/  [timeline] /'" ;;
     bf16live)
       step bf16live 420 "for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size \$mb --repeats 10 --min-time 0.02 > $results/profile.out 2>&1; { grep -a 'rror' $results/profile.out | tail -1; tail -1 $results/profile.out; } | sed \"s/^/  [profile bf16 mb \$mb] /\"; done; rm -f $results/profile.out; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt \$b16 \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|error|^(GEMM|attention|elementwise|optimizer) ' | head -6 | sed \"s/^/  [bf16 mb \$v] /\"; done" ;;
-    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn bf16live)" >> "$summary" ;;
+    fused)
+      step fused 420 "gpu_tests --gtest_brief=1 --gtest_filter='*FusedAttention*:*BlockAttentionOnTensorCores*' 2>&1 | grep -E 'PASSED|FAILED|Failure|rror' -A3 | head -30 | sed 's/^/  /'; tiny scenarios/gpt-tiny-brown.yaml cuda bf16 fused; tiny scenarios/gpt-tiny-brown.yaml cuda bf16 flash; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16 --micro-batch-size 4 --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|rror' | tail -2 | sed 's/^/  [1.3b bf16 flash mb 4] /'; for mb in 1 2 4; do $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16f --micro-batch-size \$mb --set training.train_iters=6 --set training.log_interval=3 2>&1 | grep -E 'iteration|peak|rror' | tail -2 | sed \"s/^/  [1.3b bf16 fused mb \$mb] /\"; done; $tt train scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16f --micro-batch-size 4 --set training.train_iters=3 --set training.log_interval=3 --timeline $results/timeline-1.3b-bf16-fused-mb4.json 2>&1 | grep -E 'timeline|rror' | sed 's/^/  [timeline] /'; for mb in 1 2 4; do $tt profile scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$b16f --micro-batch-size \$mb --repeats 10 --min-time 0.02 > $results/profile.out 2>&1; { grep -a 'rror' $results/profile.out | tail -1; grep -a 'fused_attention' $results/profile.out | head -2; tail -1 $results/profile.out; } | sed \"s/^/  [profile fused mb \$mb] /\"; done; rm -f $results/profile.out; cp traces/db/cuda-*.json $results/ 2>/dev/null; IFS=,; for v in \$bf16_validate_variants; do IFS=' '; $tt validate --live scenarios/device/gpt-1.3b-h100-1.yaml --backend cuda \$vt \$b16f \$(v13 \$v) --iterations 2 --warmup 1 --kernels 0 2>&1 | grep -E 'iteration time|rror|^(GEMM|attention|elementwise|optimizer) ' | head -6 | sed \"s/^/  [fused mb \$v] /\"; done" ;;
+    *) echo "== $s: unknown step (allowed: info tests gemm smoke train profile validate speed matmul flash pytorch gemmdb bf16 bf16tiny attn ncuattn bf16live fused)" >> "$summary" ;;
   esac
 done
 echo "== total $(( $(date +%s) - t0 )) s" >> "$summary"

@@ -416,7 +416,7 @@ std::unique_ptr<CostModel> make_timeline_cost_model(const Timeline& live, const 
                                                     const std::string& origin) {
   auto db = std::make_shared<CostDatabase>(
       CostDbDevice{"live timeline " + live.name, 1, 1, 1, std::nullopt, std::nullopt, std::nullopt},
-      CostDbVersions{"n/a", "n/a", "n/a", "n/a", "n/a", std::nullopt});
+      CostDbVersions{"n/a", "n/a", "n/a", "n/a", "n/a", std::nullopt, std::nullopt});
   for (KernelMeasurement& m : kernel_rows_from_timeline(live, origin)) db->add(std::move(m));
   return make_database_cost_model(std::move(db), recorded_on,
                                   make_roofline_cost_model(default_roofline_efficiency(target)));

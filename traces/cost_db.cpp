@@ -261,11 +261,12 @@ CostDbDevice read_device(const json& v, const Place& p) {
 }
 
 CostDbVersions read_versions(const json& v, const Place& p) {
-  check_object(v, p, {"driver", "cuda", "cublas", "nccl", "traintwin"}, {"blas"});
+  check_object(v, p, {"driver", "cuda", "cublas", "nccl", "traintwin"}, {"blas", "cudnn"});
   CostDbVersions r{get_string(v, p, "driver"), get_string(v, p, "cuda"),
                    get_string(v, p, "cublas"), get_string(v, p, "nccl"),
-                   get_string(v, p, "traintwin"), std::nullopt};
+                   get_string(v, p, "traintwin"), std::nullopt, std::nullopt};
   if (v.contains("blas")) r.blas = get_string(v, p, "blas");
+  if (v.contains("cudnn")) r.cudnn = get_string(v, p, "cudnn");
   return r;
 }
 
@@ -475,6 +476,7 @@ void CostDatabase::write(std::ostream& out) const {
   versions["nccl"] = versions_.nccl;
   versions["traintwin"] = versions_.traintwin;
   if (versions_.blas) versions["blas"] = *versions_.blas;
+  if (versions_.cudnn) versions["cudnn"] = *versions_.cudnn;
 
   out << "{\n";
   out << "  \"format\": " << ordered_json(kFormat).dump() << ",\n";

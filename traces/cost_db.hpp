@@ -55,6 +55,7 @@ struct CostDbVersions {
   std::string nccl;       ///< e.g. "2.21.5"
   std::string traintwin;  ///< e.g. "0.1.0"
   std::optional<std::string> blas;  ///< CPU: BLAS library and version (optional)
+  std::optional<std::string> cudnn;  ///< GPU: cuDNN at run time, e.g. "9.19.0" (optional)
   bool operator==(const CostDbVersions&) const = default;
 };
 

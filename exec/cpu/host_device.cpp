@@ -118,7 +118,7 @@ CostDbDevice host_device(int threads) {
 }
 
 CostDbVersions host_versions() {
-  CostDbVersions v{"n/a", "n/a", "n/a", "n/a", TRAINTWIN_VERSION, std::nullopt};
+  CostDbVersions v{"n/a", "n/a", "n/a", "n/a", TRAINTWIN_VERSION, std::nullopt, std::nullopt};
   std::string blas = openblas_get_config();
   blas.erase(blas.find_last_not_of(" ") + 1);
   v.blas = blas;

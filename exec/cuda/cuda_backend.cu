@@ -119,6 +119,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {
     (void)cudaStreamSynchronize(stream_);
+#if TRAINTWIN_HAVE_CUDNN
+    cudnn_attention_.reset();  // its handle is bound to the stream
+#endif
     (void)cudaStreamDestroy(stream_);
   }
   for (cudaEvent_t e : marks_) (void)cudaEventDestroy(e);
@@ -205,6 +208,9 @@ CudaDeviceInfo CudaBackend::device_info() const {
   }
   TRAINTWIN_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
   info.cublas_version = static_cast<int>(cublasLtGetVersion());
+#if TRAINTWIN_HAVE_CUDNN
+  info.cudnn_version = static_cast<int>(CudnnAttention::version());
+#endif
   return info;
 }
 

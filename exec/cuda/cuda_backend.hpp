@@ -11,7 +11,8 @@
 //   cuda_backend.cu          memory, copies, embedding, LayerNorm, GEMMs, multi-head attention,
 //                            GELU, bias_dropout_add, vocab-parallel cross-entropy, optimizer;
 //   cuda_backend_modern.cu   RMSNorm, RoPE, SwiGLU, squared ReLU, grouped-query attention,
-//                            blockwise attention (FlashAttention tile / CP block) and its merge;
+//                            blockwise attention (FlashAttention tile / CP block) and its merge,
+//                            fused attention (cuDNN's graph, exec/cuda/cudnn_attention.hpp);
 //   cuda_backend_moe.cu      MoE router (top-k softmax, Switch aux loss), permute/unpermute,
 //                            chunk sort, grouped GEMM.
 // Next in the flow: the executor (exec/executor.hpp) and `traintwin profile` call these through
@@ -27,6 +28,11 @@
 
 #include "exec/backend.hpp"
 #include "exec/cuda/gemm.hpp"
+#if TRAINTWIN_HAVE_CUDNN
+#include <memory>
+
+#include "exec/cuda/cudnn_attention.hpp"
+#endif
 
 namespace traintwin::exec::cuda {
 
@@ -45,6 +51,7 @@ struct CudaDeviceInfo {
   std::string driver_release;      ///< the kernel module's, e.g. "580.159.04" ("" if unknown)
   int runtime_version = 0;         ///< cudaRuntimeGetVersion
   int cublas_version = 0;          ///< cublasLtGetVersion
+  int cudnn_version = 0;           ///< cudnnGetVersion at run time (0: built without cuDNN)
 };
 
 /// Backend on CUDA device `device` (cudaSetDevice on construction and before every call from
@@ -172,6 +179,19 @@ class CudaBackend final : public Backend {
                                 const CpSequence& k_positions,
                                 const cpu::BlockAttentionShape& shape,
                                 const cpu::AttentionProbabilityDropout* dropout) override;
+  /// cuDNN's fused flash attention (exec/cuda/cudnn_attention.hpp) on bf16 copies of the QKV
+  /// rows, its bf16 output widened into `out`: multi-head attention (groups = heads), no
+  /// attention dropout, bf16 products (float32_matmul_precision medium: training.precision
+  /// bf16). Throws UnsupportedError naming what is missing otherwise, and in a build without
+  /// cuDNN; CudnnError when cuDNN has no engine for the shape.
+  void fused_attention_forward(FSpan out, FSpan lse, CFSpan qkv,
+                               const cpu::BlockAttentionShape& shape,
+                               const cpu::AttentionProbabilityDropout* dropout) override;
+  /// The backward of the same graph: bf16 copies of qkv, out and dout; d_qkv overwritten with
+  /// the widened bf16 gradient.
+  void fused_attention_backward(FSpan d_qkv, CFSpan dout, CFSpan qkv, CFSpan out, CFSpan lse,
+                                const cpu::BlockAttentionShape& shape,
+                                const cpu::AttentionProbabilityDropout* dropout) override;
   void rope_forward(FSpan out, CFSpan inp, int64_t batch, int64_t seq, int64_t heads,
                     int64_t head_dim, const CpSequence& positions, double rotary_base) override;
   void rope_backward(FSpan dinp, CFSpan dout, int64_t batch, int64_t seq, int64_t heads,
@@ -286,6 +306,10 @@ class CudaBackend final : public Backend {
   size_t marks_used_ = 0;
   cudaMemPool_t pool_ = nullptr;
   CublasContext cublas_;
+#if TRAINTWIN_HAVE_CUDNN
+  /// The fused attention's cuDNN handle and plans, made at the first fused call.
+  std::unique_ptr<CudnnAttention> cudnn_attention_;
+#endif
 };
 
 /// The NVIDIA kernel module's release in the text of /proc/driver/nvidia/version: the first word

@@ -1,6 +1,7 @@
 // CudaBackend's "modern" kernels (exec/cuda/cuda_backend.hpp): RMSNorm, RoPE, SwiGLU, squared
 // ReLU, grouped-query attention, blockwise attention (FlashAttention tile / CP ring-attention
-// block), its merge and add_in_place. Each override checks its spans against its shape
+// block), its merge and add_in_place, and the fused attention (cuDNN, exec/cuda/cudnn_attention.hpp,
+// on bf16 copies of the QKV rows). Each override checks its spans against its shape
 // (check_size: InvalidArgument naming the kernel and the operand, before any launch), takes its
 // scratch from the stream-ordered pool (Scratch) and calls the fp32 launcher of its layer
 // (exec/cuda/rmsnorm.hpp, rope.hpp, swiglu.hpp, squared_relu.hpp, gqa_attention.hpp,
@@ -8,7 +9,9 @@
 // of exec/backend.hpp and the CPU layers of exec/cpu/ (which outputs are overwritten and which
 // accumulate).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "exec/cuda/block_attention.hpp"
 #include "exec/cuda/common.cuh"
@@ -128,6 +131,96 @@ void CudaBackend::block_attention_forward(FSpan out, FSpan lse, CFSpan q, CFSpan
   cuda::block_attention_forward(out.data(), lse.data(), q.data(), kv.data(), q_positions,
                                 k_positions, shape, dropout,
                                 cublas_.float32_matmul_precision(), stream_);
+}
+
+namespace {
+
+/// Why cuDNN's fused attention cannot run this call ("" when it can).
+std::string fused_attention_gap(const cpu::BlockAttentionShape& s,
+                                const cpu::AttentionProbabilityDropout* dropout,
+                                Float32MatmulPrecision precision) {
+  if (s.groups != s.heads) {
+    return "multi-head attention (model.num_query_groups = num_attention_heads; here " +
+           std::to_string(s.groups) + " K/V heads for " + std::to_string(s.heads) +
+           " query heads): use attention_backend flash for grouped-query attention";
+  }
+  if (dropout != nullptr && dropout->params.p > 0) {
+    return "no attention dropout (model.attention_dropout 0; here " +
+           std::to_string(dropout->params.p) + ")";
+  }
+  if (precision != Float32MatmulPrecision::kMedium) {
+    return "bf16 products (training.precision bf16, or float32_matmul_precision medium)";
+  }
+  if (s.seq_q != s.seq_k) return "one block of queries and keys (CP = 1)";
+  return "";
+}
+
+}  // namespace
+
+void CudaBackend::fused_attention_forward(FSpan out, FSpan lse, CFSpan qkv,
+                                          const cpu::BlockAttentionShape& shape,
+                                          const cpu::AttentionProbabilityDropout* dropout) {
+  constexpr const char* kWho = "fused_attention_forward";
+  const cpu::BlockAttentionShape& s = shape;
+  const int64_t rows = s.batch * s.seq_q;
+  check_size(kWho, "qkv", qkv.size(), rows * (s.heads + 2 * s.groups) * s.head_dim);
+  check_size(kWho, "out", out.size(), rows * s.heads * s.head_dim);
+  check_size(kWho, "lse", lse.size(), s.batch * s.heads * s.seq_q);
+  const std::string gap = fused_attention_gap(s, dropout, cublas_.float32_matmul_precision());
+  if (!gap.empty()) {
+    throw UnsupportedError("cuda backend: attention_backend fused (cuDNN) needs " + gap);
+  }
+#if TRAINTWIN_HAVE_CUDNN
+  if (!cudnn_attention_) cudnn_attention_ = std::make_unique<CudnnAttention>(stream_);
+  const CudnnAttentionShape cs{s.batch, s.seq_q, s.heads, s.head_dim,
+                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+  Bf16Tensor qkv16(*this, static_cast<int64_t>(qkv.size()), kUninitialized);
+  Bf16Tensor out16(*this, static_cast<int64_t>(out.size()), kUninitialized);
+  convert_to_bf16(qkv16, qkv);
+  cudnn_attention_->forward(cs, qkv16.data(), out16.data(), lse.data());
+  convert_from_bf16(out, out16);
+#else
+  throw UnsupportedError(
+      "cuda backend: attention_backend fused needs cuDNN (9.11 or later), which this build lacks "
+      "(CMake found no cudnn.h and libcudnn beside the CUDA toolkit)");
+#endif
+}
+
+void CudaBackend::fused_attention_backward(FSpan d_qkv, CFSpan dout, CFSpan qkv, CFSpan out,
+                                           CFSpan lse, const cpu::BlockAttentionShape& shape,
+                                           const cpu::AttentionProbabilityDropout* dropout) {
+  constexpr const char* kWho = "fused_attention_backward";
+  const cpu::BlockAttentionShape& s = shape;
+  const int64_t rows = s.batch * s.seq_q;
+  const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
+  check_size(kWho, "qkv", qkv.size(), rows * width);
+  check_size(kWho, "d_qkv", d_qkv.size(), rows * width);
+  check_size(kWho, "out", out.size(), rows * s.heads * s.head_dim);
+  check_size(kWho, "dout", dout.size(), rows * s.heads * s.head_dim);
+  check_size(kWho, "lse", lse.size(), s.batch * s.heads * s.seq_q);
+  const std::string gap = fused_attention_gap(s, dropout, cublas_.float32_matmul_precision());
+  if (!gap.empty()) {
+    throw UnsupportedError("cuda backend: attention_backend fused (cuDNN) needs " + gap);
+  }
+#if TRAINTWIN_HAVE_CUDNN
+  if (!cudnn_attention_) cudnn_attention_ = std::make_unique<CudnnAttention>(stream_);
+  const CudnnAttentionShape cs{s.batch, s.seq_q, s.heads, s.head_dim,
+                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+  Bf16Tensor qkv16(*this, static_cast<int64_t>(qkv.size()), kUninitialized);
+  Bf16Tensor out16(*this, static_cast<int64_t>(out.size()), kUninitialized);
+  Bf16Tensor dout16(*this, static_cast<int64_t>(dout.size()), kUninitialized);
+  Bf16Tensor dqkv16(*this, static_cast<int64_t>(d_qkv.size()), kUninitialized);
+  convert_to_bf16(qkv16, qkv);
+  convert_to_bf16(out16, out);  // exact: out was widened from bf16
+  convert_to_bf16(dout16, dout);
+  cudnn_attention_->backward(cs, qkv16.data(), out16.data(), dout16.data(), lse.data(),
+                             dqkv16.data());
+  convert_from_bf16(d_qkv, dqkv16);
+#else
+  throw UnsupportedError(
+      "cuda backend: attention_backend fused needs cuDNN (9.11 or later), which this build lacks "
+      "(CMake found no cudnn.h and libcudnn beside the CUDA toolkit)");
+#endif
 }
 
 /// Ring attention's merge of (block_out, block_lse) into (out, lse), in place; one warp per row.

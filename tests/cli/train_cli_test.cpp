@@ -939,6 +939,17 @@ TEST_F(TrainCli, ContextParallelA2aIsRefused) {
   EXPECT_THAT(r.output, HasSubstr("parallelism.cp_comm_type is a2a"));
 }
 
+// Fused attention is one Backend call per pass without CP: ring attention is flash's.
+TEST_F(TrainCli, FusedAttentionUnderContextParallelismIsRefused) {
+  const testing::CliResult r =
+      train(std::string(kLlama) + " --set parallelism.context_parallel_size=2 "
+                                  "--set training.attention_backend=fused "
+                                  "--set cluster.num_gpus=2", 2);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("training.attention_backend is fused"));
+  EXPECT_THAT(r.output, HasSubstr("parallelism.context_parallel_size 1"));
+}
+
 TEST_F(TrainCli, WorldSizeMismatchIsRefusedWithTheFix) {
   const testing::CliResult r = train("--tensor-model-parallel-size 2 --set cluster.num_gpus=2");
   EXPECT_EQ(r.status, 2);

@@ -788,7 +788,8 @@ TEST(Program, TpCommOverlapSplitsCollectivesIntoPieces) {
 }
 
 // The attention backend picks the kernels: unfused attention_fwd/bwd move the s x s scores
-// through memory, flash_attention_fwd/bwd do not; the FLOPs are the same.
+// through memory, flash_attention_fwd/bwd and fused_attention_fwd/bwd do not; the FLOPs are the
+// same.
 TEST(Program, AttentionBackendPicksTheKernels) {
   Knobs k;
   k.layers = 1;
@@ -814,6 +815,20 @@ TEST(Program, AttentionBackendPicksTheKernels) {
   // reads 2; tests/core/kernel_bytes_test.cpp) and copies the context once more (b s heads d x
   // 2 x 2 bytes): 1 * 8 * 32 * 32 * 12 + 32 * 8 * 8 * 4 more bytes than flash.
   EXPECT_DOUBLE_EQ(u->bytes - f->bytes, 8.0 * 32 * 32 * 12 + 32.0 * 8 * 8 * 4);
+  // fused (cuDNN's fused attention): flash's work under its own names, so a database times it
+  // apart from the flash kernels.
+  s.training.attention_backend = AttentionBackend::kFused;
+  const Program fused = build_program(s, {0});
+  EXPECT_EQ(find(fused, "flash_attention_fwd"), nullptr);
+  for (const char* dir : {"fwd", "bwd"}) {
+    const Kernel* x = find(fused, std::string("fused_attention_") + dir);
+    const Kernel* y = find(flash, std::string("flash_attention_") + dir);
+    ASSERT_NE(x, nullptr) << dir;
+    ASSERT_NE(y, nullptr) << dir;
+    EXPECT_EQ(x->key.shape, y->key.shape) << dir;
+    EXPECT_EQ(x->flops, y->flops) << dir;
+    EXPECT_EQ(x->bytes, y->bytes) << dir;
+  }
 }
 
 // Megatron-FSDP over DP 2 with 3 micro-batches and 4 layers (each its own FSDP unit and, under

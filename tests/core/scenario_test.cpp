@@ -656,7 +656,7 @@ TEST(ScenarioTypes, EnumKeysListAllowedValues) {
       {"training", "precision", "fp8", "(allowed: fp32, fp16, bf16)"},
       {"training", "precision", "BF16", "(allowed: fp32, fp16, bf16)"},
       {"training", "recompute_granularity", "partial", "(allowed: none, selective, full)"},
-      {"training", "attention_backend", "fused", "(allowed: unfused, flash)"},
+      {"training", "attention_backend", "local", "(allowed: unfused, flash, fused)"},
       {"cluster", "collective_algorithm", "collnet", "(allowed: auto, ring, tree, nvls)"},
       {"parallelism", "pipeline_schedule", "interleaved",
        "(allowed: gpipe, 1f1b, zb-h1, zb-h2, zb-v, dualpipe, dualpipev)"},
@@ -823,7 +823,7 @@ TEST(ScenarioRules, OpLevelSelectiveCheckpointingNeedsTorchtitansLlamaLayer) {
       {"parallelism", "tensor_model_parallel_size", "2",
        "op needs parallelism.tensor_model_parallel_size: 1, got 2"},
       {"training", "attention_backend", "unfused",
-       "op needs training.attention_backend: flash, got unfused"},
+       "op needs training.attention_backend: flash or fused, got unfused"},
       {"model", "architecture", "gpt", "op needs model.activation: swiglu, got gelu"},
       {"model", "add_bias_linear", "true", "op needs model.add_bias_linear: false, got true"},
   };

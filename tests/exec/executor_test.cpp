@@ -349,6 +349,29 @@ TEST(Executor, MoePermuteFusionTrainsBitForBitAsUnfused) {
   }
 }
 
+// attention_backend fused is flash's function as one Backend call on the QKV rows (the CPU
+// backend's default packs the rows and runs the blockwise layer, as flash does): the same losses
+// bit for bit, with and without recomputation (selective recomputes the attention core).
+TEST(Executor, FusedAttentionTrainsBitForBitAsFlash) {
+  for (const RecomputeGranularity r :
+       {RecomputeGranularity::kNone, RecomputeGranularity::kSelective}) {
+    Scenario flash = tiny(r);
+    flash.training.attention_backend = AttentionBackend::kFlash;
+    Scenario fused = flash;
+    fused.training.attention_backend = AttentionBackend::kFused;
+    const Program prog = build_program(fused);
+    EXPECT_TRUE(std::any_of(prog.kernels.begin(), prog.kernels.end(), [](const Kernel& k) {
+      return k.key.name == "fused_attention_bwd";
+    }));
+    Rig a(flash), b(fused);
+    for (int64_t it = 1; it <= 3; ++it) {
+      const IterationResult ra = a.exec.train_iteration(it, fixed_batch());
+      const IterationResult rb = b.exec.train_iteration(it, fixed_batch());
+      EXPECT_EQ(ra.lm_loss, rb.lm_loss) << "iteration " << it << " " << to_string(r);
+    }
+  }
+}
+
 /// The UnsupportedError text building an executor for `s` throws; a failure (and "") when it
 /// builds.
 std::string unsupported_error_of(const Scenario& s, const std::string& what) {

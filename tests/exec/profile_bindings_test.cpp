@@ -1,11 +1,12 @@
 // exec::profile_kernel times a kernel as `train` runs it (exec/profile_calls.cpp): under bf16
 // training the linear layers' GEMMs with the executor's roundings of its fp32 activations and
 // widenings of the results (exec/linear.hpp), or alone on bf16 operands with
-// ProfileOptions::bf16_activations (Megatron's layout); flash attention with the packing of the
-// queries and K/V out of the QKV rows and, in the backward, the scatter of their gradients back
-// (exec/gpt_model_attention.cpp); the attention products in the arithmetic the executor picks
-// (exec::set_matmul_arithmetic). A cpu backend that claims bf16 arithmetic counts the elements
-// each call converts or copies, so every count below is worked from the kernel's shape.
+// ProfileOptions::bf16_activations (Megatron's layout); flash and fused attention with the
+// packing of the queries and K/V out of the QKV rows and, in the backward, the scatter of their
+// gradients back (exec/gpt_model_attention.cpp); the attention products in the arithmetic the
+// executor picks (exec::set_matmul_arithmetic). A cpu backend that claims bf16 arithmetic counts
+// the elements each call converts or copies, so every count below is worked from the kernel's
+// shape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,6 +158,21 @@ TEST(ProfileBindings, FlashAttentionPacksAndScattersAsTheModel) {
   CountingBackend fwd, bwd;
   (void)profile_kernel(fwd, s, target(s, "flash_attention_fwd"), exact_runs(kRuns, false));
   (void)profile_kernel(bwd, s, target(s, "flash_attention_bwd"), exact_runs(kRuns, false));
+  EXPECT_EQ(fwd.copied, kRuns * packed);
+  EXPECT_EQ(bwd.copied, 2 * kRuns * packed);
+}
+
+// Fused attention (CP 1) times the model's one Backend call on the QKV rows; on a backend without
+// its own fused kernel (the CPU's default) that call packs and scatters as flash does, so the
+// copies are flash's.
+TEST(ProfileBindings, FusedAttentionTimesTheModelsOneCall) {
+  const Scenario s = tiny({{"training.attention_backend", "fused"}});
+  const int64_t rows = s.training.micro_batch_size * s.model.seq_length;
+  const int64_t packed = rows * 3 * s.model.hidden_size;
+  constexpr int kRuns = 3;
+  CountingBackend fwd, bwd;
+  (void)profile_kernel(fwd, s, target(s, "fused_attention_fwd"), exact_runs(kRuns, false));
+  (void)profile_kernel(bwd, s, target(s, "fused_attention_bwd"), exact_runs(kRuns, false));
   EXPECT_EQ(fwd.copied, kRuns * packed);
   EXPECT_EQ(bwd.copied, 2 * kRuns * packed);
 }

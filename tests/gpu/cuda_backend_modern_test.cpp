@@ -5,7 +5,8 @@
 // ranks, the own block's causal diagonal, a block whose first chunk sees no key, a block seen
 // whole), head_dim 8, 40 and 256 (above 48 KiB of shared memory), with and without dropout, its
 // merge (rows of -inf lse included) and a whole ring-attention step of cp 2 (two blocks merged,
-// then both blocks' backward); the argument checks. Odd sizes throughout (T not a multiple of
+// then both blocks' backward); the fused attention through cuDNN (bf16 bounds); the argument
+// checks. Odd sizes throughout (T not a multiple of
 // 32 nor of the 16-row tiles, C not a multiple of 4). fp32 on both sides, bound 1e-5; the
 // attention backwards 1e-4 (see kAttentionGradBound).
 #include <gtest/gtest.h>
@@ -277,6 +278,60 @@ TEST(CudaBackendModern, BlockAttentionOnTensorCores) {
   }
   // head_dim 40 has no tensor-core kernel: the fp32 one, to fp32's bound, at any precision.
   check_block(bp, CpSequence(37, 1, 0), CpSequence(37, 1, 0), 4, 2, 40, 0.0);
+}
+
+// attention_backend fused: cuDNN's fused flash attention (exec/cuda/cudnn_attention.hpp) on bf16
+// copies of the QKV rows, against the CPU backend's default (the rows packed, the blockwise
+// layer in fp32). bf16 operands and output (unit roundoff 2^-8) with fp32 accumulation and
+// softmax: the tensor-core bounds of BlockAttentionOnTensorCores at medium, and above fp32's
+// 1e-5 (cuDNN ran, not an fp32 path). Head dims 64 and 128, sequences a multiple of 64 and not
+// (150), the backward from the CPU forward's out and lse. What cuDNN's graph does not cover is
+// refused by name: GQA, attention dropout, fp32 products.
+TEST(CudaBackendModern, FusedAttentionThroughCudnn) {
+  TRAINTWIN_REQUIRE_GPU();
+  BackendPair bp;
+  bp.gpu().set_float32_matmul_precision(Float32MatmulPrecision::kMedium);
+  const BlockBounds bounds{1.5e-2, 5e-3, 3e-2};
+  struct Case {
+    int64_t b, t, nh, d;
+  };
+  for (const Case& k : {Case{2, 150, 2, 128}, Case{2, 256, 4, 64}, Case{1, 128, 16, 128}}) {
+    SCOPED_TRACE("B " + std::to_string(k.b) + " T " + std::to_string(k.t) + " NH " +
+                 std::to_string(k.nh) + " D " + std::to_string(k.d));
+    const cpu::BlockAttentionShape shape{k.b, k.t, k.t, k.nh, k.nh, k.d};
+    const int64_t rows = k.b * k.t, nq = rows * k.nh * k.d, width = 3 * k.nh * k.d;
+    const Pair qkv = bp.random(rows * width);
+    Pair out = bp.output(nq), lse = bp.output(k.b * k.nh * k.t);
+    bp.cpu().fused_attention_forward(out.cpu, lse.cpu, qkv.cpu, shape, nullptr);
+    bp.gpu().fused_attention_forward(out.gpu, lse.gpu, qkv.gpu, shape, nullptr);
+    TRAINTWIN_EXPECT_CLOSE(bp, out, bounds.out);
+    EXPECT_GT(bp.error(out), 1e-5);
+    expect_lse_close(bp, lse, bounds.lse, "lse");
+
+    const Pair final_out = bp.make(host(out)), final_lse = bp.make(host(lse));
+    const Pair dout = bp.random(nq);
+    Pair d_qkv = bp.random(rows * width);  // overwritten
+    bp.cpu().fused_attention_backward(d_qkv.cpu, dout.cpu, qkv.cpu, final_out.cpu, final_lse.cpu,
+                                      shape, nullptr);
+    bp.gpu().fused_attention_backward(d_qkv.gpu, dout.gpu, qkv.gpu, final_out.gpu, final_lse.gpu,
+                                      shape, nullptr);
+    TRAINTWIN_EXPECT_CLOSE(bp, d_qkv, bounds.grad);
+  }
+  // Refused by name: GQA, dropout, fp32 products.
+  const cpu::BlockAttentionShape gqa{1, 64, 64, 4, 2, 64};
+  Pair gout = bp.output(64 * 4 * 64), glse = bp.output(4 * 64);
+  const Pair gqkv = bp.random(64 * (4 + 4) * 64);
+  EXPECT_THROW(bp.gpu().fused_attention_forward(gout.gpu, glse.gpu, gqkv.gpu, gqa, nullptr),
+               UnsupportedError);
+  const cpu::BlockAttentionShape mha{1, 64, 64, 2, 2, 64};
+  Pair mout = bp.output(64 * 2 * 64), mlse = bp.output(2 * 64);
+  const Pair mqkv = bp.random(64 * 6 * 64);
+  const cpu::AttentionProbabilityDropout drop = attention_dropout(bp, 0.1, 1, 2, 64);
+  EXPECT_THROW(bp.gpu().fused_attention_forward(mout.gpu, mlse.gpu, mqkv.gpu, mha, &drop),
+               UnsupportedError);
+  bp.gpu().set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
+  EXPECT_THROW(bp.gpu().fused_attention_forward(mout.gpu, mlse.gpu, mqkv.gpu, mha, nullptr),
+               UnsupportedError);
 }
 
 TEST(CudaBackendModern, AttentionMergeWithEmptyRows) {

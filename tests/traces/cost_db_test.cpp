@@ -147,8 +147,8 @@ TEST(CostDbRead, UnknownKeyNamesEntryAndKey) {
               AllOf(HasSubstr("h100.json: kernels[1]: unknown key \"medain_us\""),
                     HasSubstr("allowed: bytes, dtype, flops, mean_us, median_us")));
   EXPECT_THAT(parse_error(std::string(kSample).replace(std::string(kSample).find("\"cuda\""), 6,
-                                                       "\"cudnn\"")),
-              HasSubstr("h100.json: versions: unknown key \"cudnn\""));
+                                                       "\"cufft\"")),
+              HasSubstr("h100.json: versions: unknown key \"cufft\""));
   std::string top = kSample;
   top.insert(top.find("\"version\""), "\"comment\": \"x\",\n  ");
   EXPECT_THAT(parse_error(top), HasSubstr("h100.json: unknown key \"comment\""));
@@ -412,6 +412,23 @@ TEST(CostDbCpuDevice, KindThreadsAndBlasRoundTrip) {
   const CostDatabase back = CostDatabase::parse(text, "cpu");
   EXPECT_EQ(back, db);
   EXPECT_EQ(back.to_json(), text);
+}
+
+// A GPU database records the cuDNN its fused attention ran on (optional: older files and builds
+// without cuDNN have none), and reads it back.
+TEST(CostDbVersions, CudnnRoundTripsAndIsOptional) {
+  CostDbDevice d{"NVIDIA H200", 132, 1980, 150109880320, "9.0", "gpu", std::nullopt};
+  CostDbVersions v{"580.159.04", "13.0", "13.1.0", "n/a", "0.1.0", std::nullopt, "9.19.0"};
+  CostDatabase db(d, v);
+  const std::string text = db.to_json();
+  EXPECT_THAT(text, HasSubstr("\"cudnn\":\"9.19.0\""));
+  const CostDatabase back = CostDatabase::parse(text, "h200");
+  EXPECT_EQ(back.versions().cudnn, std::optional<std::string>("9.19.0"));
+  EXPECT_EQ(back, db);
+  v.cudnn.reset();
+  const CostDatabase none(d, v);
+  EXPECT_THAT(none.to_json(), Not(HasSubstr("cudnn")));
+  EXPECT_FALSE(CostDatabase::parse(none.to_json(), "h200").versions().cudnn.has_value());
 }
 
 TEST(CostDbCpuDevice, SameDeviceIgnoresTheClockButNotTheThreads) {

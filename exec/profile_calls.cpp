@@ -38,23 +38,23 @@ bool has_bias(Role role) { return role == Role::kQkv || role == Role::kFc1; }
                          " is not run by the executor's model (no profile for it)");
 }
 
-/// The token permutation kernels, unfused (moe_permute_fwd, ...) or fused (moe_permute_fused_fwd,
-/// ..., model.moe_permute_fusion).
-bool is_moe_permutation(std::string_view name) {
-  for (const char* n : {"moe_permute_fwd", "moe_permute_bwd", "moe_unpermute_fwd",
-                        "moe_unpermute_bwd", "moe_permute_fused_fwd", "moe_permute_fused_bwd",
-                        "moe_unpermute_fused_fwd", "moe_unpermute_fused_bwd"}) {
-    if (name == n) return true;
-  }
-  return false;
-}
-
 /// A permutation kernel's unfused name: "moe_permute_fused_fwd" -> "moe_permute_fwd".
 std::string unfused_name(std::string_view name) {
   std::string s(name);
   const size_t at = s.find("_fused");
   if (at != std::string::npos) s.erase(at, 6);
   return s;
+}
+
+/// The token permutation kernels, unfused (moe_permute_fwd, ...) or fused (moe_permute_fused_fwd,
+/// ..., model.moe_permute_fusion): whatever unfused_name() maps onto the four unfused ones.
+bool is_moe_permutation(std::string_view name) {
+  const std::string base = unfused_name(name);
+  for (const char* n : {"moe_permute_fwd", "moe_permute_bwd", "moe_unpermute_fwd",
+                        "moe_unpermute_bwd"}) {
+    if (base == n) return true;
+  }
+  return false;
 }
 
 bool is_linear_gemm(const std::string& name) {

@@ -308,6 +308,7 @@ class CudaBackend final : public Backend {
   CublasContext cublas_;
 #if TRAINTWIN_HAVE_CUDNN
   /// The fused attention's cuDNN handle and plans, made at the first fused call.
+  CudnnAttention& cudnn_attention();
   std::unique_ptr<CudnnAttention> cudnn_attention_;
 #endif
 };

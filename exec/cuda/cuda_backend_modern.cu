@@ -135,27 +135,49 @@ void CudaBackend::block_attention_forward(FSpan out, FSpan lse, CFSpan q, CFSpan
 
 namespace {
 
-/// Why cuDNN's fused attention cannot run this call ("" when it can).
-std::string fused_attention_gap(const cpu::BlockAttentionShape& s,
-                                const cpu::AttentionProbabilityDropout* dropout,
-                                Float32MatmulPrecision precision) {
+/// Throws UnsupportedError naming what cuDNN's fused attention needs that this call lacks, or
+/// that the build has no cuDNN.
+void check_fused_attention(const cpu::BlockAttentionShape& s,
+                           const cpu::AttentionProbabilityDropout* dropout,
+                           Float32MatmulPrecision precision) {
+  std::string gap;
   if (s.groups != s.heads) {
-    return "multi-head attention (model.num_query_groups = num_attention_heads; here " +
-           std::to_string(s.groups) + " K/V heads for " + std::to_string(s.heads) +
-           " query heads): use attention_backend flash for grouped-query attention";
+    gap = "multi-head attention (model.num_query_groups = num_attention_heads; here " +
+          std::to_string(s.groups) + " K/V heads for " + std::to_string(s.heads) +
+          " query heads): use attention_backend flash for grouped-query attention";
+  } else if (dropout != nullptr && dropout->params.p > 0) {
+    gap = "no attention dropout (model.attention_dropout 0; here " +
+          std::to_string(dropout->params.p) + ")";
+  } else if (precision != Float32MatmulPrecision::kMedium) {
+    gap = "bf16 products (training.precision bf16, or float32_matmul_precision medium)";
+  } else if (s.seq_q != s.seq_k) {
+    gap = "one block of queries and keys (CP = 1)";
   }
-  if (dropout != nullptr && dropout->params.p > 0) {
-    return "no attention dropout (model.attention_dropout 0; here " +
-           std::to_string(dropout->params.p) + ")";
+  if (!gap.empty()) {
+    throw UnsupportedError("cuda backend: attention_backend fused (cuDNN) needs " + gap);
   }
-  if (precision != Float32MatmulPrecision::kMedium) {
-    return "bf16 products (training.precision bf16, or float32_matmul_precision medium)";
-  }
-  if (s.seq_q != s.seq_k) return "one block of queries and keys (CP = 1)";
-  return "";
+#if !TRAINTWIN_HAVE_CUDNN
+  throw UnsupportedError(
+      "cuda backend: attention_backend fused needs cuDNN (9.11 or later), which this build lacks "
+      "(CMake found no cudnn.h and libcudnn beside the CUDA toolkit)");
+#endif
 }
 
+#if TRAINTWIN_HAVE_CUDNN
+CudnnAttentionShape cudnn_shape(const cpu::BlockAttentionShape& s) {
+  return {s.batch, s.seq_q, s.heads, s.head_dim,
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+}
+#endif
+
 }  // namespace
+
+#if TRAINTWIN_HAVE_CUDNN
+CudnnAttention& CudaBackend::cudnn_attention() {
+  if (!cudnn_attention_) cudnn_attention_ = std::make_unique<CudnnAttention>(stream_);
+  return *cudnn_attention_;
+}
+#endif
 
 void CudaBackend::fused_attention_forward(FSpan out, FSpan lse, CFSpan qkv,
                                           const cpu::BlockAttentionShape& shape,
@@ -166,23 +188,13 @@ void CudaBackend::fused_attention_forward(FSpan out, FSpan lse, CFSpan qkv,
   check_size(kWho, "qkv", qkv.size(), rows * (s.heads + 2 * s.groups) * s.head_dim);
   check_size(kWho, "out", out.size(), rows * s.heads * s.head_dim);
   check_size(kWho, "lse", lse.size(), s.batch * s.heads * s.seq_q);
-  const std::string gap = fused_attention_gap(s, dropout, cublas_.float32_matmul_precision());
-  if (!gap.empty()) {
-    throw UnsupportedError("cuda backend: attention_backend fused (cuDNN) needs " + gap);
-  }
+  check_fused_attention(s, dropout, cublas_.float32_matmul_precision());
 #if TRAINTWIN_HAVE_CUDNN
-  if (!cudnn_attention_) cudnn_attention_ = std::make_unique<CudnnAttention>(stream_);
-  const CudnnAttentionShape cs{s.batch, s.seq_q, s.heads, s.head_dim,
-                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
   Bf16Tensor qkv16(*this, static_cast<int64_t>(qkv.size()), kUninitialized);
   Bf16Tensor out16(*this, static_cast<int64_t>(out.size()), kUninitialized);
   convert_to_bf16(qkv16, qkv);
-  cudnn_attention_->forward(cs, qkv16.data(), out16.data(), lse.data());
+  cudnn_attention().forward(cudnn_shape(s), qkv16.data(), out16.data(), lse.data());
   convert_from_bf16(out, out16);
-#else
-  throw UnsupportedError(
-      "cuda backend: attention_backend fused needs cuDNN (9.11 or later), which this build lacks "
-      "(CMake found no cudnn.h and libcudnn beside the CUDA toolkit)");
 #endif
 }
 
@@ -198,14 +210,8 @@ void CudaBackend::fused_attention_backward(FSpan d_qkv, CFSpan dout, CFSpan qkv,
   check_size(kWho, "out", out.size(), rows * s.heads * s.head_dim);
   check_size(kWho, "dout", dout.size(), rows * s.heads * s.head_dim);
   check_size(kWho, "lse", lse.size(), s.batch * s.heads * s.seq_q);
-  const std::string gap = fused_attention_gap(s, dropout, cublas_.float32_matmul_precision());
-  if (!gap.empty()) {
-    throw UnsupportedError("cuda backend: attention_backend fused (cuDNN) needs " + gap);
-  }
+  check_fused_attention(s, dropout, cublas_.float32_matmul_precision());
 #if TRAINTWIN_HAVE_CUDNN
-  if (!cudnn_attention_) cudnn_attention_ = std::make_unique<CudnnAttention>(stream_);
-  const CudnnAttentionShape cs{s.batch, s.seq_q, s.heads, s.head_dim,
-                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
   Bf16Tensor qkv16(*this, static_cast<int64_t>(qkv.size()), kUninitialized);
   Bf16Tensor out16(*this, static_cast<int64_t>(out.size()), kUninitialized);
   Bf16Tensor dout16(*this, static_cast<int64_t>(dout.size()), kUninitialized);
@@ -213,13 +219,9 @@ void CudaBackend::fused_attention_backward(FSpan d_qkv, CFSpan dout, CFSpan qkv,
   convert_to_bf16(qkv16, qkv);
   convert_to_bf16(out16, out);  // exact: out was widened from bf16
   convert_to_bf16(dout16, dout);
-  cudnn_attention_->backward(cs, qkv16.data(), out16.data(), dout16.data(), lse.data(),
-                             dqkv16.data());
+  cudnn_attention().backward(cudnn_shape(s), qkv16.data(), out16.data(), dout16.data(),
+                             lse.data(), dqkv16.data());
   convert_from_bf16(d_qkv, dqkv16);
-#else
-  throw UnsupportedError(
-      "cuda backend: attention_backend fused needs cuDNN (9.11 or later), which this build lacks "
-      "(CMake found no cudnn.h and libcudnn beside the CUDA toolkit)");
 #endif
 }
 

@@ -504,11 +504,15 @@ char* offset_bf16(const void* base, int64_t elements) {
 
 }  // namespace
 
-void CudnnAttention::forward(const CudnnAttentionShape& s, const void* qkv, void* out,
-                             float* lse) {
+CudnnAttention::Plans& CudnnAttention::runnable(const CudnnAttentionShape& s) {
   if (handle_ == nullptr) throw CudnnError("cuDNN attention: a deviceless instance cannot run");
   prepare(s);
-  Plans& p = *plans_.at(s);
+  return *plans_.at(s);
+}
+
+void CudnnAttention::forward(const CudnnAttentionShape& s, const void* qkv, void* out,
+                             float* lse) {
+  Plans& p = runnable(s);
   const int64_t hd = s.heads * s.head_dim;
   void* ws = scratch(std::max<int64_t>(p.info.forward_workspace_bytes, 1));
   execute(handle_, *p.forward_plan,
@@ -520,9 +524,7 @@ void CudnnAttention::forward(const CudnnAttentionShape& s, const void* qkv, void
 
 void CudnnAttention::backward(const CudnnAttentionShape& s, const void* qkv, const void* out,
                               const void* dout, const float* lse, void* dqkv) {
-  if (handle_ == nullptr) throw CudnnError("cuDNN attention: a deviceless instance cannot run");
-  prepare(s);
-  Plans& p = *plans_.at(s);
+  Plans& p = runnable(s);
   const int64_t hd = s.heads * s.head_dim;
   auto round_up = [](int64_t x) { return (x + 255) / 256 * 256; };
   const int64_t ws_bytes = round_up(p.info.backward_workspace_bytes);

@@ -99,6 +99,8 @@ class CudnnAttention {
 
  private:
   CudnnAttention(void* handle, void* device_properties, cudaStream_t stream);
+  /// The built plans of `s`; CudnnError on a deviceless instance.
+  Plans& runnable(const CudnnAttentionShape& s);
   /// The device scratch of at least `bytes` (grown, never shrunk; stream-ordered reuse).
   void* scratch(int64_t bytes);
 

@@ -15,7 +15,7 @@ namespace traintwin {
 /// Roofline class of a kernel (sim/cost_model.hpp's efficiencies apply per class).
 enum class KernelClass {
   kGemm,       ///< tensor-core GEMM: gemm_*, grouped_gemm_*
-  kAttention,  ///< the attention core: attention_*, flash_attention_*
+  kAttention,  ///< the attention core: attention_*, flash_attention_*, fused_attention_*
   kMemory,     ///< elementwise / reduction kernels, bound by HBM bandwidth
 };
 /// "gemm" | "attention" | "memory".

@@ -14,7 +14,8 @@ namespace traintwin {
 
 /// The class of kernel `kernel` of a compute op, its live_class in the kernel catalogue
 /// (core/kernel_catalogue.hpp): "GEMM" (gemm_*, grouped_gemm_*), "attention" (attention_*,
-/// flash_attention_*), "optimizer" (zero_grad_buffer, grad_accumulate, grad_norm, grad_clip_scale, adamw_step) or
+/// flash_attention_*, fused_attention_*), "optimizer" (zero_grad_buffer, grad_accumulate,
+/// grad_norm, grad_clip_scale, adamw_step) or
 /// "elementwise" (every other kernel: LayerNorm, GELU, dropout-add, embedding, cross-entropy, the
 /// MoE router and permutations; also a name the catalogue lacks); of a communication op (the
 /// kernel index is ignored): "<group> <collective>" such as "tp all_reduce", "dp

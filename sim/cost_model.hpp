@@ -6,7 +6,8 @@
 //    efficiencies: duration_s = max(FLOPs / (peak_FLOPs x eff), bytes / (hbm_Bps x eff_memory))
 //    + launch_overhead_s. Classes by kernel name (kernel_class()): gemm_* and grouped_gemm_* (the
 //    MoE experts' grouped GEMMs) run on tensor cores at
-//    `gemm` x peak(dtype); attention_* and flash_attention_* at `attention` x peak(dtype);
+//    `gemm` x peak(dtype); attention_*, flash_attention_* and fused_attention_* at
+//    `attention` x peak(dtype);
 //    every other kernel (layernorm, dropout, GELU, embedding, cross-entropy, grad norm, AdamW
 //    and any name not listed) is an elementwise/reduction kernel on CUDA cores, bounded by HBM
 //    at `memory` x bandwidth and by `vector` x the non-tensor FP32 peak for its FLOPs (which in
@@ -67,15 +68,15 @@ class CostModel {
 };
 
 /// The roofline class of a kernel name: its cost_class in the kernel catalogue
-/// (core/kernel_catalogue.hpp: gemm_*, grouped_gemm_* -> kGemm; attention_*, flash_attention_*
-/// -> kAttention; the rest -> kMemory); kMemory for a name the catalogue lacks.
+/// (core/kernel_catalogue.hpp: gemm_*, grouped_gemm_* -> kGemm; attention_*, flash_attention_*,
+/// fused_attention_* -> kAttention; the rest -> kMemory); kMemory for a name the catalogue lacks.
 KernelClass kernel_class(std::string_view kernel_name);
 
 /// Roofline efficiencies per kernel class: the fraction of the peak a kernel of that class
 /// reaches, plus a fixed launch overhead per kernel. Each efficiency is in (0, 1].
 struct RooflineEfficiency {
   double gemm = 0.75;               ///< of dense peak FLOP/s for gemm_* kernels
-  double attention = 0.55;          ///< of dense peak for attention_* / flash_attention_* kernels
+  double attention = 0.55;          ///< of dense peak for the attention kernels (kAttention)
   double memory = 0.80;             ///< of HBM bandwidth, for every kernel's bytes
   double vector = 0.50;             ///< of non-tensor FP32 peak, for the FLOPs of kMemory kernels
   double launch_overhead_s = 4e-6;  ///< added once per kernel, >= 0

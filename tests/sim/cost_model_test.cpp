@@ -97,6 +97,7 @@ TEST(CostKernelClass, ByNamePrefix) {
   EXPECT_EQ(kernel_class("moe_permute_fwd"), KernelClass::kMemory);
   EXPECT_EQ(kernel_class("attention_fwd"), KernelClass::kAttention);
   EXPECT_EQ(kernel_class("flash_attention_bwd"), KernelClass::kAttention);
+  EXPECT_EQ(kernel_class("fused_attention_fwd"), KernelClass::kAttention);
   for (const char* n : {"layernorm_fwd", "dropout_add_bwd", "gelu_fwd", "embedding_bwd",
                         "cross_entropy_max", "grad_norm", "adamw_step", "softmax_fwd", "gemm"}) {
     EXPECT_EQ(kernel_class(n), KernelClass::kMemory) << n;

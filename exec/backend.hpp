@@ -402,7 +402,7 @@ class Backend {
                                         const cpu::BlockAttentionShape& shape,
                                         const cpu::AttentionProbabilityDropout* dropout) = 0;
 
-  // ---- fused attention (training.attention_backend fused) -----------------------------------------
+  // ---- fused attention (training.attention_backend fused) ---------------------------------------
   /// Causal self-attention of one layer without context parallelism straight from its QKV rows
   /// (Megatron --attention-backend fused: Transformer Engine's FusedAttention, one cuDNN graph
   /// per pass). The function is block_attention_forward's for the queries and the K/V block at

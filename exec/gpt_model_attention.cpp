@@ -64,7 +64,9 @@ void GptModel::blockwise_forward(const Op& op, LayerState& L, bool merge) {
     merge_block();
   } else if (g_.fused) {  // CP = 1: the backend's fused attention on the QKV rows
     const Tensor& qkv = g_.rope ? L.qkv_rope : L.qkv;
-    if (qkv.empty()) throw InvalidArgument("executor: attention inputs were not kept or recomputed");
+    if (qkv.empty()) {
+      throw InvalidArgument("executor: attention inputs were not kept or recomputed");
+    }
     L.attn = zeros(rows * g_.heads * g_.hd);
     L.lse = zeros(g_.b * g_.heads * g_.s);
     backend_.fused_attention_forward(L.attn, L.lse, qkv, block_shape(),

@@ -41,8 +41,8 @@
 #             --live of the variants in BF16_VALIDATE ("MB RECOMPUTE" separated by commas; default
 #             micro-batch 1/2/4 without recomputation, 1 selective, 1 and 4 full; not in the
 #             default steps)
-#   fused     attention_backend fused (cuDNN's fused flash attention, exec/cuda/cudnn_attention.hpp):
-#             its GPU tests, the tiny GPT in bf16 with fused and with flash attention (losses),
+#   fused     attention_backend fused (cuDNN's fused flash attention,
+#             exec/cuda/cudnn_attention.hpp): its GPU tests, the tiny GPT in bf16 with fused and with flash attention (losses),
 #             the 1.3B GPT trained in bf16 with flash at micro-batch 4 (the baseline) and with
 #             fused at micro-batch 1, 2 and 4, and a timeline of fused at 4,
 #             profile --backend cuda at 1, 2 and 4 (-> RESULTS/cuda-<gpu>.json), validate --live

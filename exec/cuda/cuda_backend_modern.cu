@@ -1,9 +1,10 @@
 // CudaBackend's "modern" kernels (exec/cuda/cuda_backend.hpp): RMSNorm, RoPE, SwiGLU, squared
 // ReLU, grouped-query attention, blockwise attention (FlashAttention tile / CP ring-attention
-// block), its merge and add_in_place, and the fused attention (cuDNN, exec/cuda/cudnn_attention.hpp,
-// on bf16 copies of the QKV rows). Each override checks its spans against its shape
-// (check_size: InvalidArgument naming the kernel and the operand, before any launch), takes its
-// scratch from the stream-ordered pool (Scratch) and calls the fp32 launcher of its layer
+// block), its merge and add_in_place, and the fused attention (cuDNN,
+// exec/cuda/cudnn_attention.hpp, on bf16 copies of the QKV rows). Each override checks its spans
+// against its shape (check_size: InvalidArgument naming the kernel and the operand, before any
+// launch), takes its scratch from the stream-ordered pool (Scratch) and calls the fp32 launcher
+// of its layer
 // (exec/cuda/rmsnorm.hpp, rope.hpp, swiglu.hpp, squared_relu.hpp, gqa_attention.hpp,
 // block_attention.hpp) on the backend's stream; nothing here synchronizes. Semantics are those
 // of exec/backend.hpp and the CPU layers of exec/cpu/ (which outputs are overwritten and which

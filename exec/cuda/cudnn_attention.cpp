@@ -246,7 +246,8 @@ std::unique_ptr<Desc> make_plan(const Desc& graph, void* device_properties, int6
     }
     const cudnnStatus_t hs = heur.try_finalize();
     if (hs != CUDNN_STATUS_SUCCESS) {
-      tried += std::string(" heuristics mode ") + std::to_string(mode) + ": " + status_text(hs) + ";";
+      tried += std::string(" heuristics mode ") + std::to_string(mode) + ": " + status_text(hs) +
+               ";";
       continue;
     }
     int64_t count = 0;
@@ -310,7 +311,8 @@ CudnnAttention::CudnnAttention(cudaStream_t stream) : stream_(stream) {
     device_properties_ = props;
     // The device of the handle (setting CUDNN_ATTR_DEVICEPROP_DEVICE_ID as well is refused by
     // cuDNN 9.14-9.19 with CUDNN_STATUS_BAD_PARAM).
-    TT_CUDNN(cudnnBackendSetAttribute(props, CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+    TT_CUDNN(
+        cudnnBackendSetAttribute(props, CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
     TT_CUDNN(cudnnBackendFinalize(props));
   } catch (...) {
     if (device_properties_ != nullptr) {

@@ -62,7 +62,8 @@ struct CudnnAttentionPlanInfo {
   int64_t backward_engine = -1;
   int64_t forward_workspace_bytes = 0;    ///< cuDNN's own workspace of each plan
   int64_t backward_workspace_bytes = 0;
-  int64_t backward_scratch_bytes = 0;     ///< D (B NH T fp32) and the dQ accumulator (B NH T D fp32)
+  /// The backward's own scratch: D (B NH T fp32) and the dQ accumulator (B NH T D fp32).
+  int64_t backward_scratch_bytes = 0;
 };
 
 /// cuDNN's fused causal attention on one device. Not thread-safe (one per CudaBackend).

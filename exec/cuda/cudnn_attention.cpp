@@ -233,6 +233,24 @@ namespace {
 
 /// The first engine configuration of heuristics mode A that finalizes into an execution plan
 /// (CUDNN_HEUR_MODE_FALLBACK's list when mode A has none).
+/// `bytes` rounded up to 256 (the alignment of each piece of the backward's scratch).
+int64_t round_up_256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// The backward's scratch after cuDNN's workspace: D [B, NH, T] fp32, then the dQ accumulator
+/// [B, NH, T, D] fp32, each 256-byte aligned. Offsets are from the scratch's start.
+struct BackwardScratch {
+  int64_t softmax_sum_offset = 0;
+  int64_t dq_accum_offset = 0;
+  int64_t total_bytes = 0;
+};
+BackwardScratch backward_scratch(const CudnnAttentionShape& s, int64_t workspace_bytes) {
+  BackwardScratch b;
+  b.softmax_sum_offset = round_up_256(workspace_bytes);
+  b.dq_accum_offset = b.softmax_sum_offset + round_up_256(s.batch * s.heads * s.seq * 4);
+  b.total_bytes = b.dq_accum_offset + round_up_256(s.batch * s.heads * s.seq * s.head_dim * 4);
+  return b;
+}
+
 std::unique_ptr<Desc> make_plan(const Desc& graph, void* device_properties, int64_t& engine,
                                 int64_t& workspace_bytes, const std::string& what) {
   std::string tried;
@@ -465,10 +483,7 @@ CudnnAttentionPlanInfo CudnnAttention::prepare(const CudnnAttentionShape& s) {
     p->backward_plan = make_plan(graph, device_properties_, p->info.backward_engine,
                                  p->info.backward_workspace_bytes, "the backward of " + what);
   }
-  // The backward's own tensors in the scratch: D [B, NH, T] and the dQ accumulator, 256-byte
-  // aligned after cuDNN's workspace.
-  auto round_up = [](int64_t x) { return (x + 255) / 256 * 256; };
-  p->info.backward_scratch_bytes = round_up(B * H * T * 4) + round_up(B * H * T * D * 4);
+  p->info.backward_scratch_bytes = backward_scratch(s, 0).total_bytes;  // without the workspace
   const CudnnAttentionPlanInfo info = p->info;
   plans_.emplace(s, std::move(p));
   return info;
@@ -528,17 +543,15 @@ void CudnnAttention::backward(const CudnnAttentionShape& s, const void* qkv, con
                               const void* dout, const float* lse, void* dqkv) {
   Plans& p = runnable(s);
   const int64_t hd = s.heads * s.head_dim;
-  auto round_up = [](int64_t x) { return (x + 255) / 256 * 256; };
-  const int64_t ws_bytes = round_up(p.info.backward_workspace_bytes);
-  const int64_t sum_bytes = round_up(s.batch * s.heads * s.seq * 4);
-  char* base = static_cast<char*>(scratch(ws_bytes + p.info.backward_scratch_bytes));
+  const BackwardScratch layout = backward_scratch(s, p.info.backward_workspace_bytes);
+  char* base = static_cast<char*>(scratch(layout.total_bytes));
   execute(handle_, *p.backward_plan,
           {p.b_q, p.b_k, p.b_v, p.b_o, p.b_do, p.b_stats, p.b_dq, p.b_dk, p.b_dv, p.b_sum,
            p.b_dq_accum, p.b_scale, p.b_neg_inf, p.b_one},
           {const_cast<void*>(qkv), offset_bf16(qkv, hd), offset_bf16(qkv, 2 * hd),
            const_cast<void*>(out), const_cast<void*>(dout), const_cast<float*>(lse), dqkv,
-           offset_bf16(dqkv, hd), offset_bf16(dqkv, 2 * hd), base + ws_bytes,
-           base + ws_bytes + sum_bytes, &p.scale, &p.neg_inf, &p.one},
+           offset_bf16(dqkv, hd), offset_bf16(dqkv, 2 * hd), base + layout.softmax_sum_offset,
+           base + layout.dq_accum_offset, &p.scale, &p.neg_inf, &p.one},
           base);
 }
 
